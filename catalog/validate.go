@@ -1,0 +1,250 @@
+package catalog
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// offeringNameRE keeps offering names lower-case and free of spaces and
+// slashes, because they appear in URLs, CLI arguments and billing records.
+var offeringNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.\-]*$`)
+
+// modelNameRE is looser than offeringNameRE because model names follow
+// vendor spelling ("H100-80GB-SXM", "1g.10gb+me"-style suffixes), but it
+// still rejects spaces so that names survive being written on a command line.
+var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]*$`)
+
+// maxGPUsPerHost is the largest whole-GPU count an offering may ask for; no
+// host we place on has more than 8 GPUs.
+const maxGPUsPerHost = 8
+
+// validModes is the list shown when a mode is missing or unknown.
+const validModes = "metal, gpu, mig, shared, cpu"
+
+// ValidateOffering checks o against the catalog's models. It returns nil or a
+// *ValidationError for the first problem found, naming the YAML field.
+//
+// Beyond the field ranges, it enforces that each mode only sets its own
+// fields (a gpu offering with a MIG profile is a mistake, not something to
+// ignore), that MIG offerings use the model's exact profile name so that
+// Model.Profile finds it, and that mig and shared offerings leave gpus at 0
+// because each is exactly one slice of one GPU.
+func (c *Catalog) ValidateOffering(o *Offering) error {
+	if err := c.validateOffering(o); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Catalog) validateOffering(o *Offering) *ValidationError {
+	if o == nil {
+		return &ValidationError{Message: "offering is nil"}
+	}
+	fail := func(field, format string, args ...any) *ValidationError {
+		return &ValidationError{Kind: "offering", Name: o.Name, Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+
+	switch {
+	case o.Name == "":
+		return fail("name", "must not be empty")
+	case !offeringNameRE.MatchString(o.Name):
+		return fail("name", "must match %s (lower-case letters, digits, '.' and '-')", offeringNameRE)
+	}
+	switch {
+	case o.Mode == "":
+		return fail("mode", "must be set (one of %s)", validModes)
+	case !o.Mode.Valid():
+		return fail("mode", "unknown mode %q (want one of %s)", o.Mode, validModes)
+	}
+	if o.VCPUs < 0 {
+		return fail("vcpus", "must not be negative, got %d", o.VCPUs)
+	}
+	if o.MemoryMiB < 0 {
+		return fail("memory_mib", "must not be negative, got %d", o.MemoryMiB)
+	}
+
+	var model *Model
+	switch {
+	case o.Model == "" && (o.Mode == ModeGPU || o.Mode == ModeMIG || o.Mode == ModeShared):
+		return fail("model", "required for %s mode", o.Mode)
+	case o.Model != "" && o.Mode == ModeCPU:
+		return fail("model", "must be empty for cpu mode")
+	case o.Model != "":
+		m, err := c.Model(o.Model)
+		if err != nil {
+			return fail("model", "%v", err)
+		}
+		model = m
+	}
+
+	// Fields that belong to other modes must be unset.
+	if o.MIGProfile != "" && o.Mode != ModeMIG {
+		return fail("mig_profile", "only allowed in mig mode, not %s", o.Mode)
+	}
+	if o.Mode != ModeShared {
+		if o.ShareMilli != 0 {
+			return fail("share_milli", "only allowed in shared mode, not %s", o.Mode)
+		}
+		if o.ShareMemoryMiB != 0 {
+			return fail("share_memory_mib", "only allowed in shared mode, not %s", o.Mode)
+		}
+	}
+
+	switch o.Mode {
+	case ModeMetal:
+		if o.GPUs < 0 || o.GPUs > maxGPUsPerHost {
+			return fail("gpus", "must be 0 (any host) or 1..%d for metal mode, got %d", maxGPUsPerHost, o.GPUs)
+		}
+	case ModeGPU:
+		if o.GPUs < 1 || o.GPUs > maxGPUsPerHost {
+			return fail("gpus", "must be 1..%d for gpu mode, got %d", maxGPUsPerHost, o.GPUs)
+		}
+	case ModeMIG:
+		if o.GPUs != 0 {
+			return fail("gpus", "must be 0 for mig mode (an offering is one MIG instance), got %d", o.GPUs)
+		}
+		if !model.SupportsMIG() {
+			return fail("model", "gpu model %q does not support MIG", model.Name)
+		}
+		valid := strings.Join(model.ProfileNames(), ", ")
+		if o.MIGProfile == "" {
+			return fail("mig_profile", "required for mig mode (valid for %s: %s)", model.Name, valid)
+		}
+		if model.Profile(o.MIGProfile) == nil {
+			hint := ""
+			if p, err := model.ResolveProfile(o.MIGProfile); err == nil {
+				hint = fmt.Sprintf("; did you mean %q?", p.Name)
+			}
+			return fail("mig_profile", "%q is not a MIG profile of %s%s (valid: %s)", o.MIGProfile, model.Name, hint, valid)
+		}
+	case ModeShared:
+		if o.GPUs != 0 {
+			return fail("gpus", "must be 0 for shared mode (an offering is a share of one GPU), got %d", o.GPUs)
+		}
+		if o.ShareMilli < 1 || o.ShareMilli > 999 {
+			return fail("share_milli", "fraction out of range: %d (want 1..999 milli of one GPU; use gpu mode for whole GPUs)", o.ShareMilli)
+		}
+		if o.ShareMemoryMiB <= 0 {
+			return fail("share_memory_mib", "must be positive, got %d", o.ShareMemoryMiB)
+		}
+		if o.ShareMemoryMiB > model.MemoryMiB {
+			return fail("share_memory_mib", "%d MiB exceeds the %d MiB of one %s", o.ShareMemoryMiB, model.MemoryMiB, model.Name)
+		}
+	case ModeCPU:
+		if o.GPUs != 0 {
+			return fail("gpus", "must be 0 for cpu mode, got %d", o.GPUs)
+		}
+		if o.VCPUs < 1 {
+			return fail("vcpus", "must be at least 1 for cpu mode")
+		}
+	}
+	return nil
+}
+
+// validateModel checks one model on its own: name, aliases, sizes and the MIG
+// table. Clashes with other models are checked by the catalog as it adds them.
+func validateModel(m *Model) *ValidationError {
+	fail := func(field, format string, args ...any) *ValidationError {
+		return &ValidationError{Kind: "model", Name: m.Name, Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case m.Name == "":
+		return fail("name", "must not be empty")
+	case !modelNameRE.MatchString(m.Name):
+		return fail("name", "must match %s", modelNameRE)
+	}
+	seen := map[string]bool{strings.ToLower(m.Name): true}
+	for i, a := range m.Aliases {
+		field := fmt.Sprintf("aliases[%d]", i)
+		switch {
+		case !modelNameRE.MatchString(a):
+			return fail(field, "%q must match %s", a, modelNameRE)
+		case seen[strings.ToLower(a)]:
+			return fail(field, "%q repeats the model's name or another alias", a)
+		}
+		seen[strings.ToLower(a)] = true
+	}
+	if m.MemoryMiB <= 0 {
+		return fail("memory_mib", "must be positive, got %d", m.MemoryMiB)
+	}
+	if m.NVLinkGBps < 0 {
+		return fail("nvlink_gbps", "must not be negative, got %d", m.NVLinkGBps)
+	}
+
+	names := map[string]bool{}
+	ids := map[int]bool{}
+	for i := range m.MIGProfiles {
+		if err := validateProfile(m, i, names, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateProfile checks that profile i fits the MIG geometry: an instance
+// occupies memory slots [start, start+memory_slots) of MIGMemorySlots and
+// compute_slices of MIGComputeSlices, and max_per_gpu instances of it must
+// fit side by side, or the placement engine would accept layouts the GPU
+// cannot create.
+func validateProfile(m *Model, i int, names map[string]bool, ids map[int]bool) *ValidationError {
+	p := &m.MIGProfiles[i]
+	fail := func(field, format string, args ...any) *ValidationError {
+		return &ValidationError{Kind: "model", Name: m.Name,
+			Field: fmt.Sprintf("mig_profiles[%d].%s", i, field), Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case p.Name == "":
+		return fail("name", "must not be empty")
+	case !modelNameRE.MatchString(p.Name):
+		return fail("name", "%q must match %s", p.Name, modelNameRE)
+	case names[strings.ToLower(p.Name)]:
+		return fail("name", "duplicate MIG profile name %q", p.Name)
+	case isDecimal(p.Name):
+		// ResolveProfile reads a bare number as a profile ID.
+		return fail("name", "%q must not be a bare number", p.Name)
+	}
+	names[strings.ToLower(p.Name)] = true
+	switch {
+	case p.ID < 0:
+		return fail("id", "must not be negative, got %d", p.ID)
+	case ids[p.ID]:
+		return fail("id", "duplicate MIG profile id %d", p.ID)
+	}
+	ids[p.ID] = true
+	if p.ComputeSlices < 1 || p.ComputeSlices > MIGComputeSlices {
+		return fail("compute_slices", "must be 1..%d, got %d", MIGComputeSlices, p.ComputeSlices)
+	}
+	if p.MemorySlots < 1 || p.MemorySlots > MIGMemorySlots {
+		return fail("memory_slots", "must be 1..%d, got %d", MIGMemorySlots, p.MemorySlots)
+	}
+	if len(p.Starts) == 0 {
+		return fail("starts", "must list at least one start slot")
+	}
+	seenStart := map[int]bool{}
+	for _, s := range p.Starts {
+		switch {
+		case s < 0:
+			return fail("starts", "start %d is negative", s)
+		case s+p.MemorySlots > MIGMemorySlots:
+			return fail("starts", "start %d + %d memory slots exceeds the %d memory slots", s, p.MemorySlots, MIGMemorySlots)
+		case seenStart[s]:
+			return fail("starts", "start %d is listed twice", s)
+		}
+		seenStart[s] = true
+	}
+	switch {
+	case p.MaxPerGPU < 1:
+		return fail("max_per_gpu", "must be at least 1, got %d", p.MaxPerGPU)
+	case p.MaxPerGPU > len(p.Starts):
+		return fail("max_per_gpu", "%d exceeds the %d start slots", p.MaxPerGPU, len(p.Starts))
+	case p.MaxPerGPU*p.MemorySlots > MIGMemorySlots:
+		return fail("max_per_gpu", "%d instances of %d memory slots exceed the %d memory slots", p.MaxPerGPU, p.MemorySlots, MIGMemorySlots)
+	case p.MaxPerGPU*p.ComputeSlices > MIGComputeSlices:
+		return fail("max_per_gpu", "%d instances of %d compute slices exceed the %d compute slices", p.MaxPerGPU, p.ComputeSlices, MIGComputeSlices)
+	}
+	if p.MemoryMiB <= 0 || p.MemoryMiB > m.MemoryMiB {
+		return fail("memory_mib", "must be 1..%d (the model's memory), got %d", m.MemoryMiB, p.MemoryMiB)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package fleet
+
+import (
+	"encoding/binary"
+	"sort"
+	"strings"
+)
+
+// Class is a set of hosts whose placement-relevant state is identical: the
+// same template (zone, labels, state, capacities, GPU models and NVLink
+// layout) and the same usage of CPU, memory and every GPU. Any request fits
+// every member of a class or none, with the same score, so the engine scores
+// a class once and picks among its members. Classes are immutable once made:
+// a host whose state changes moves to another class.
+type Class struct {
+	// ID is unique for the life of the fleet.
+	ID int
+	// Key encodes the state; equal keys mean identical placement state.
+	Key string
+	// Rep is a host of the class; read it, never change it.
+	Rep     *Host
+	members []int
+	livePos int
+	memo    []Memo
+	owner   any
+}
+
+// Memo is a scratch entry a placement engine keeps per class and request
+// shape. The fleet only stores it; the engine owns its meaning.
+type Memo struct {
+	Set    bool
+	Reason uint8
+	Option uint64
+	Score  float64
+}
+
+// Members returns the indexes (into Fleet.Hosts) of the class's hosts. The
+// slice is owned by the fleet and valid until the next change.
+func (c *Class) Members() []int { return c.members }
+
+// Size is the number of hosts in the class.
+func (c *Class) Size() int { return len(c.members) }
+
+// Memos returns the class's memo table for owner, cleared if another owner
+// used it last, and grown to at least n entries.
+func (c *Class) Memos(owner any, n int) []Memo {
+	if c.owner != owner {
+		c.owner = owner
+		c.memo = c.memo[:0]
+	}
+	if len(c.memo) < n {
+		if cap(c.memo) >= n {
+			c.memo = c.memo[:n]
+		} else {
+			grown := make([]Memo, n, n+n/2+8)
+			copy(grown, c.memo)
+			c.memo = grown
+		}
+	}
+	return c.memo
+}
+
+// Classes returns the classes that have at least one host. The slice is owned
+// by the fleet and valid until the next change.
+func (f *Fleet) Classes() []*Class { return f.live }
+
+// templateOf interns the static, placement-relevant facts of a host.
+func (f *Fleet) templateOf(h *Host) int {
+	var b strings.Builder
+	b.WriteString(h.Zone)
+	b.WriteByte(0)
+	b.WriteString(string(h.State))
+	b.WriteByte(0)
+	keys := make([]string, 0, len(h.Labels))
+	for k := range h.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(h.Labels[k])
+		b.WriteByte(0)
+	}
+	var buf [binary.MaxVarintLen64]byte
+	put := func(v int64) { b.Write(buf[:binary.PutVarint(buf[:], v)]) }
+	put(h.CPUMilli)
+	put(h.MemoryMiB)
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		b.WriteString(g.Model)
+		b.WriteByte(0)
+		put(g.MemoryMiB)
+		put(int64(g.Island))
+	}
+	key := b.String()
+	id, ok := f.templates[key]
+	if !ok {
+		id = len(f.templates)
+		f.templates[key] = id
+	}
+	return id
+}
+
+// stateKey encodes a host's template and usage.
+func (f *Fleet) stateKey(h *Host) string {
+	b := f.keyBuf[:0]
+	b = binary.AppendUvarint(b, uint64(h.template))
+	b = binary.AppendVarint(b, h.UsedCPUMilli)
+	b = binary.AppendVarint(b, h.UsedMemoryMiB)
+	flags := byte(0)
+	if h.MetalAlloc != "" {
+		flags |= 1
+	}
+	if h.Allocs > 0 {
+		flags |= 2
+	}
+	b = append(b, flags)
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		gf := byte(0)
+		if g.WholeAlloc != "" {
+			gf |= 1
+		}
+		if g.MIG {
+			gf |= 2
+		}
+		if g.Shares > 0 {
+			gf |= 4
+		}
+		b = append(b, gf)
+		if g.Shares > 0 {
+			b = binary.AppendUvarint(b, uint64(g.UsedMilli))
+			b = binary.AppendVarint(b, g.UsedMemMiB)
+		}
+		if g.MIG {
+			// Instances in slot order, so equal layouts give equal keys.
+			var bySlot [8]byte
+			for _, in := range g.Instances {
+				if in.Start >= 0 && in.Start < 8 {
+					bySlot[in.Start] = byte(in.ProfileID + 1)
+				}
+			}
+			b = append(b, bySlot[:]...)
+		}
+	}
+	f.keyBuf = b
+	return string(b)
+}
+
+// reclass moves h into the class matching its current state.
+func (f *Fleet) reclass(h *Host) {
+	key := f.stateKey(h)
+	if h.class != nil {
+		if h.class.Key == key {
+			return
+		}
+		f.leave(h)
+	}
+	c := f.classes[key]
+	if c == nil {
+		c = &Class{ID: f.nextClass, Key: key, Rep: h, livePos: -1}
+		f.nextClass++
+		f.classes[key] = c
+	}
+	if len(c.members) == 0 {
+		c.Rep = h
+		c.livePos = len(f.live)
+		f.live = append(f.live, c)
+	}
+	h.classPos = len(c.members)
+	c.members = append(c.members, h.index)
+	h.class = c
+}
+
+// leave removes h from its class, dropping the class when it empties.
+func (f *Fleet) leave(h *Host) {
+	c := h.class
+	h.class = nil
+	i, last := h.classPos, len(c.members)-1
+	c.members[i] = c.members[last]
+	f.Hosts[c.members[i]].classPos = i
+	c.members = c.members[:last]
+	if len(c.members) > 0 {
+		if c.Rep == h {
+			c.Rep = f.Hosts[c.members[0]]
+		}
+		return
+	}
+	end := len(f.live) - 1
+	moved := f.live[end]
+	f.live[c.livePos] = moved
+	moved.livePos = c.livePos
+	f.live = f.live[:end]
+	c.livePos = -1
+	delete(f.classes, c.Key)
+}

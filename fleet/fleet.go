@@ -1,0 +1,469 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/gpucloud/gpucloud/catalog"
+)
+
+// DeviceKind says how a placement uses one GPU.
+type DeviceKind string
+
+const (
+	// Whole is a passthrough GPU (or a GPU of a bare-metal host).
+	Whole DeviceKind = "whole"
+	// MIGSlice is one MIG instance on the GPU.
+	MIGSlice DeviceKind = "mig"
+	// Share is a time-sliced fraction of the GPU.
+	Share DeviceKind = "shared"
+)
+
+// Device is the part of one GPU that a placement takes.
+type Device struct {
+	GPU  int        `json:"gpu"`
+	UUID string     `json:"uuid,omitempty"`
+	Kind DeviceKind `json:"kind"`
+
+	// MIG fields, for Kind == MIGSlice.
+	MIGProfileID int    `json:"mig_profile_id,omitempty"`
+	MIGProfile   string `json:"mig_profile,omitempty"`
+	MIGStart     int    `json:"mig_start,omitempty"`
+	MIGSlots     int    `json:"mig_slots,omitempty"`
+	MIGSlices    int    `json:"mig_slices,omitempty"`
+	MIGMedia     bool   `json:"mig_media,omitempty"`
+	// EnableMIG asks the agent to switch the GPU into MIG mode first.
+	EnableMIG bool `json:"enable_mig,omitempty"`
+
+	// Share fields, for Kind == Share.
+	Milli     int   `json:"milli,omitempty"`
+	MemoryMiB int64 `json:"memory_mib,omitempty"`
+}
+
+// Placement is a plan for one allocation: the host, and per GPU what is
+// taken. The placement engine produces it; Apply commits it to a fleet.
+type Placement struct {
+	// ID identifies the allocation (usually the instance ID).
+	ID     string `json:"id"`
+	HostID string `json:"host_id"`
+	// Metal is set when the allocation takes the whole host.
+	Metal     bool     `json:"metal,omitempty"`
+	CPUMilli  int64    `json:"cpu_milli"`
+	MemoryMiB int64    `json:"memory_mib"`
+	Devices   []Device `json:"devices,omitempty"`
+	// Preemptible allocations (spot) may be evicted for others; PriceMicros
+	// is what evicting it gives up, per hour, in micro-units.
+	Preemptible bool  `json:"preemptible,omitempty"`
+	PriceMicros int64 `json:"price_micros,omitempty"`
+	// Score is the policy's score of the chosen option (lower is better).
+	Score float64 `json:"score"`
+}
+
+// GPUMilli is the GPU compute the placement takes, in milli-GPUs.
+func (p *Placement) GPUMilli() int {
+	n := 0
+	for _, d := range p.Devices {
+		switch d.Kind {
+		case Whole:
+			n += MilliPerGPU
+		case Share:
+			n += d.Milli
+		case MIGSlice:
+			n += migMilli(d.MIGSlices)
+		}
+	}
+	return n
+}
+
+// ErrConflict is returned (wrapped) when a placement no longer fits the
+// fleet: what it wants was taken since the plan was made.
+var ErrConflict = errors.New("placement conflicts with fleet state")
+
+// ErrUnknown is returned (wrapped) for an unknown host or allocation.
+var ErrUnknown = errors.New("not found")
+
+// Fleet is a mutable snapshot of hosts and their allocations. It is not safe
+// for concurrent use; the server keeps one per scheduler and clones it.
+type Fleet struct {
+	Hosts  []*Host
+	byID   map[string]*Host
+	allocs map[string]*Placement
+
+	templates map[string]int
+	classes   map[string]*Class
+	live      []*Class
+	nextClass int
+	keyBuf    []byte
+}
+
+// New returns an empty fleet.
+func New() *Fleet {
+	return &Fleet{
+		byID:      map[string]*Host{},
+		allocs:    map[string]*Placement{},
+		templates: map[string]int{},
+		classes:   map[string]*Class{},
+	}
+}
+
+// AddHost adds a host (copied). Its GPUs must be free; use Apply to place
+// allocations. cat, when not nil, resolves and checks GPU model names.
+func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
+	c := h.clone()
+	if err := c.validate(cat); err != nil {
+		return err
+	}
+	if _, dup := f.byID[c.ID]; dup {
+		return fmt.Errorf("host %s: duplicate id", c.ID)
+	}
+	c.UsedCPUMilli, c.UsedMemoryMiB, c.MetalAlloc, c.Allocs = 0, 0, "", 0
+	for i := range c.GPUs {
+		g := &c.GPUs[i]
+		g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.MIGAuto = "", 0, 0, 0, false
+		// Instances that exist on the hardware without an allocation are
+		// kept: they hold their slots until the operator removes them.
+		kept := g.Instances[:0]
+		for _, in := range g.Instances {
+			if in.Alloc == "" {
+				kept = append(kept, in)
+			}
+		}
+		g.Instances = kept
+	}
+	c.index = len(f.Hosts)
+	f.Hosts = append(f.Hosts, c)
+	f.byID[c.ID] = c
+	c.template = f.templateOf(c)
+	f.reclass(c)
+	return nil
+}
+
+// Host returns the host with the given ID, or nil.
+func (f *Fleet) Host(id string) *Host { return f.byID[id] }
+
+// Allocation returns the placement committed under id, or nil.
+func (f *Fleet) Allocation(id string) *Placement { return f.allocs[id] }
+
+// Allocations returns all committed placements sorted by ID.
+func (f *Fleet) Allocations() []*Placement {
+	out := make([]*Placement, 0, len(f.allocs))
+	for _, p := range f.allocs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// SetState changes a host's scheduling state.
+func (f *Fleet) SetState(id string, s HostState) error {
+	h := f.byID[id]
+	if h == nil {
+		return fmt.Errorf("host %s: %w", id, ErrUnknown)
+	}
+	if !s.Valid() {
+		return fmt.Errorf("host %s: unknown state %q", id, s)
+	}
+	h.State = s
+	h.template = f.templateOf(h)
+	f.reclass(h)
+	return nil
+}
+
+// Apply commits a placement. It checks that everything the placement takes
+// is free and changes nothing when it returns an error.
+func (f *Fleet) Apply(p *Placement) error {
+	if p.ID == "" {
+		return fmt.Errorf("apply: placement has no id")
+	}
+	if _, dup := f.allocs[p.ID]; dup {
+		return fmt.Errorf("apply %s: allocation exists: %w", p.ID, ErrConflict)
+	}
+	h := f.byID[p.HostID]
+	if h == nil {
+		return fmt.Errorf("apply %s: host %s: %w", p.ID, p.HostID, ErrUnknown)
+	}
+	if err := check(h, p); err != nil {
+		return fmt.Errorf("apply %s on %s: %w: %s", p.ID, h.ID, ErrConflict, err)
+	}
+	h.UsedCPUMilli += p.CPUMilli
+	h.UsedMemoryMiB += p.MemoryMiB
+	h.Allocs++
+	if p.Metal {
+		h.MetalAlloc = p.ID
+	}
+	for _, d := range p.Devices {
+		g := &h.GPUs[d.GPU]
+		switch d.Kind {
+		case Whole:
+			g.WholeAlloc = p.ID
+		case Share:
+			g.UsedMilli += d.Milli
+			g.UsedMemMiB += d.MemoryMiB
+			g.Shares++
+		case MIGSlice:
+			if d.EnableMIG && !g.MIG {
+				g.MIG, g.MIGAuto = true, true
+			}
+			g.Instances = append(g.Instances, MIGInstance{
+				ProfileID: d.MIGProfileID, Start: d.MIGStart, Slots: d.MIGSlots,
+				Slices: d.MIGSlices, Media: d.MIGMedia, Alloc: p.ID,
+			})
+		}
+	}
+	cp := *p
+	cp.Devices = append([]Device(nil), p.Devices...)
+	f.allocs[p.ID] = &cp
+	f.reclass(h)
+	return nil
+}
+
+// check reports why p does not fit h, or nil.
+func check(h *Host, p *Placement) error {
+	if h.MetalAlloc != "" {
+		return fmt.Errorf("host is rented as bare metal")
+	}
+	if p.Metal && h.Allocs > 0 {
+		return fmt.Errorf("bare metal needs an empty host")
+	}
+	if p.CPUMilli < 0 || p.MemoryMiB < 0 {
+		return fmt.Errorf("negative cpu or memory")
+	}
+	if p.CPUMilli > h.FreeCPU() || p.MemoryMiB > h.FreeMemory() {
+		return fmt.Errorf("not enough cpu or memory")
+	}
+	seen := map[int]bool{}
+	for _, d := range p.Devices {
+		if d.GPU < 0 || d.GPU >= len(h.GPUs) {
+			return fmt.Errorf("no gpu %d", d.GPU)
+		}
+		g := &h.GPUs[d.GPU]
+		if seen[d.GPU] {
+			return fmt.Errorf("gpu %d used twice", d.GPU)
+		}
+		seen[d.GPU] = true
+		switch d.Kind {
+		case Whole:
+			if !g.Empty() || g.MIG {
+				return fmt.Errorf("gpu %d is not free", d.GPU)
+			}
+		case Share:
+			if g.WholeAlloc != "" || g.MIG {
+				return fmt.Errorf("gpu %d cannot be shared", d.GPU)
+			}
+			if d.Milli <= 0 || d.Milli >= MilliPerGPU && d.Milli != MilliPerGPU || d.MemoryMiB < 0 {
+				return fmt.Errorf("gpu %d: bad share %d milli %d MiB", d.GPU, d.Milli, d.MemoryMiB)
+			}
+			if g.UsedMilli+d.Milli > MilliPerGPU {
+				return fmt.Errorf("gpu %d: %d milli free, %d wanted", d.GPU, MilliPerGPU-g.UsedMilli, d.Milli)
+			}
+			if g.MemoryMiB > 0 && g.UsedMemMiB+d.MemoryMiB > g.MemoryMiB {
+				return fmt.Errorf("gpu %d: not enough gpu memory", d.GPU)
+			}
+		case MIGSlice:
+			if err := checkMIG(g, d); err != nil {
+				return fmt.Errorf("gpu %d: %s", d.GPU, err)
+			}
+		default:
+			return fmt.Errorf("gpu %d: unknown device kind %q", d.GPU, d.Kind)
+		}
+	}
+	return nil
+}
+
+func checkMIG(g *GPU, d Device) error {
+	if g.WholeAlloc != "" || g.Shares > 0 {
+		return fmt.Errorf("gpu is in use")
+	}
+	if !g.MIG && !(d.EnableMIG && g.Empty()) {
+		return fmt.Errorf("gpu is not in MIG mode")
+	}
+	if d.MIGSlots <= 0 || d.MIGStart < 0 || d.MIGStart+d.MIGSlots > catalog.MIGMemorySlots {
+		return fmt.Errorf("bad MIG geometry start %d size %d", d.MIGStart, d.MIGSlots)
+	}
+	want := uint8((1<<d.MIGSlots)-1) << d.MIGStart
+	if g.SlotMask()&want != 0 {
+		return fmt.Errorf("MIG slots %d..%d are taken", d.MIGStart, d.MIGStart+d.MIGSlots-1)
+	}
+	if g.SlicesUsed()+d.MIGSlices > catalog.MIGComputeSlices {
+		return fmt.Errorf("not enough MIG compute slices")
+	}
+	if d.MIGMedia && g.HasMedia() {
+		return fmt.Errorf("a +me instance is already on the gpu")
+	}
+	return nil
+}
+
+// Release removes a committed allocation, restoring exactly the state the
+// host had without it.
+func (f *Fleet) Release(id string) error {
+	p := f.allocs[id]
+	if p == nil {
+		return fmt.Errorf("release %s: allocation %w", id, ErrUnknown)
+	}
+	h := f.byID[p.HostID]
+	h.UsedCPUMilli -= p.CPUMilli
+	h.UsedMemoryMiB -= p.MemoryMiB
+	h.Allocs--
+	if p.Metal {
+		h.MetalAlloc = ""
+	}
+	for _, d := range p.Devices {
+		g := &h.GPUs[d.GPU]
+		switch d.Kind {
+		case Whole:
+			g.WholeAlloc = ""
+		case Share:
+			g.UsedMilli -= d.Milli
+			g.UsedMemMiB -= d.MemoryMiB
+			g.Shares--
+		case MIGSlice:
+			for i, in := range g.Instances {
+				if in.Alloc == id && in.Start == d.MIGStart {
+					g.Instances = append(g.Instances[:i], g.Instances[i+1:]...)
+					if len(g.Instances) == 0 {
+						// Keep the slice canonical (nil) so the state after a
+						// release equals the state before the allocation.
+						g.Instances = nil
+					}
+					break
+				}
+			}
+			if g.MIGAuto && len(g.Instances) == 0 {
+				g.MIG, g.MIGAuto = false, false
+			}
+		}
+	}
+	delete(f.allocs, id)
+	f.reclass(h)
+	return nil
+}
+
+// Clone returns a deep copy of the fleet, with its own class index.
+func (f *Fleet) Clone() *Fleet {
+	c := New()
+	c.Hosts = make([]*Host, len(f.Hosts))
+	for i, h := range f.Hosts {
+		hc := h.clone()
+		c.Hosts[i] = hc
+		c.byID[hc.ID] = hc
+		hc.template = c.templateOf(hc)
+		c.reclass(hc)
+	}
+	for id, p := range f.allocs {
+		cp := *p
+		cp.Devices = append([]Device(nil), p.Devices...)
+		c.allocs[id] = &cp
+	}
+	return c
+}
+
+// Check verifies the fleet's invariants from scratch: every usage counter
+// equals the sum of the allocations, nothing is double-allocated, and MIG
+// layouts are valid. Tests call it after every step.
+func (f *Fleet) Check() error {
+	type usage struct {
+		cpu, mem int64
+		allocs   int
+		metal    string
+		whole    map[int]string
+		milli    map[int]int
+		gmem     map[int]int64
+		shares   map[int]int
+	}
+	use := map[string]*usage{}
+	for _, h := range f.Hosts {
+		use[h.ID] = &usage{whole: map[int]string{}, milli: map[int]int{}, gmem: map[int]int64{}, shares: map[int]int{}}
+	}
+	for id, p := range f.allocs {
+		u := use[p.HostID]
+		if u == nil {
+			return fmt.Errorf("allocation %s on unknown host %s", id, p.HostID)
+		}
+		u.cpu += p.CPUMilli
+		u.mem += p.MemoryMiB
+		u.allocs++
+		if p.Metal {
+			u.metal = id
+		}
+		for _, d := range p.Devices {
+			switch d.Kind {
+			case Whole:
+				if prev, ok := u.whole[d.GPU]; ok {
+					return fmt.Errorf("host %s gpu %d held whole by %s and %s", p.HostID, d.GPU, prev, id)
+				}
+				u.whole[d.GPU] = id
+			case Share:
+				u.milli[d.GPU] += d.Milli
+				u.gmem[d.GPU] += d.MemoryMiB
+				u.shares[d.GPU]++
+			}
+		}
+	}
+	for _, h := range f.Hosts {
+		u := use[h.ID]
+		if h.UsedCPUMilli != u.cpu || h.UsedMemoryMiB != u.mem || h.Allocs != u.allocs || h.MetalAlloc != u.metal {
+			return fmt.Errorf("host %s: counters disagree with allocations", h.ID)
+		}
+		if h.UsedCPUMilli > h.CPUMilli || h.UsedMemoryMiB > h.MemoryMiB {
+			return fmt.Errorf("host %s: cpu or memory overcommitted", h.ID)
+		}
+		if h.MetalAlloc != "" && h.Allocs != 1 {
+			return fmt.Errorf("host %s: bare metal host has neighbours", h.ID)
+		}
+		for i := range h.GPUs {
+			g := &h.GPUs[i]
+			if g.WholeAlloc != u.whole[i] {
+				return fmt.Errorf("host %s gpu %d: whole holder %q, allocations say %q", h.ID, i, g.WholeAlloc, u.whole[i])
+			}
+			if g.UsedMilli != u.milli[i] || g.UsedMemMiB != u.gmem[i] || g.Shares != u.shares[i] {
+				return fmt.Errorf("host %s gpu %d: share counters disagree", h.ID, i)
+			}
+			if g.UsedMilli > MilliPerGPU || (g.MemoryMiB > 0 && g.UsedMemMiB > g.MemoryMiB) {
+				return fmt.Errorf("host %s gpu %d: overcommitted share", h.ID, i)
+			}
+			kinds := 0
+			if g.WholeAlloc != "" {
+				kinds++
+			}
+			if g.Shares > 0 {
+				kinds++
+			}
+			if len(g.Instances) > 0 {
+				kinds++
+			}
+			if kinds > 1 {
+				return fmt.Errorf("host %s gpu %d: mixes whole, shared and MIG use", h.ID, i)
+			}
+			if len(g.Instances) > 0 && !g.MIG {
+				return fmt.Errorf("host %s gpu %d: MIG instances without MIG mode", h.ID, i)
+			}
+			var mask uint8
+			slices, media := 0, 0
+			for _, in := range g.Instances {
+				m := uint8((1<<in.Slots)-1) << in.Start
+				if in.Start < 0 || in.Start+in.Slots > catalog.MIGMemorySlots || mask&m != 0 {
+					return fmt.Errorf("host %s gpu %d: overlapping or out-of-range MIG instance at %d", h.ID, i, in.Start)
+				}
+				mask |= m
+				slices += in.Slices
+				if in.Media {
+					media++
+				}
+				if in.Alloc != "" {
+					p := f.allocs[in.Alloc]
+					if p == nil || p.HostID != h.ID {
+						return fmt.Errorf("host %s gpu %d: MIG instance of unknown allocation %s", h.ID, i, in.Alloc)
+					}
+				}
+			}
+			if slices > catalog.MIGComputeSlices || media > 1 {
+				return fmt.Errorf("host %s gpu %d: MIG compute or media budget exceeded", h.ID, i)
+			}
+		}
+		if h.class == nil || h.class.Key != f.stateKey(h) {
+			return fmt.Errorf("host %s: class index is stale", h.ID)
+		}
+	}
+	return nil
+}

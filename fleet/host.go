@@ -1,0 +1,248 @@
+// Package fleet models the hosts and GPUs of a region and the allocations on
+// them. A *Fleet is a mutable snapshot: the placement engine reads it, and
+// Apply and Release change it, checking every invariant (no GPU, MIG slot or
+// milli of a GPU is ever handed out twice). The fleet also keeps an index of
+// hosts grouped into equivalence classes of identical state, which is what
+// lets placement cost grow with the number of distinct host states rather
+// than with the number of hosts.
+package fleet
+
+import (
+	"fmt"
+
+	"github.com/gpucloud/gpucloud/catalog"
+)
+
+// HostState says whether the scheduler may place new work on a host.
+type HostState string
+
+const (
+	// Schedulable hosts take new allocations.
+	Schedulable HostState = "schedulable"
+	// Cordoned hosts keep what they run but take nothing new.
+	Cordoned HostState = "cordoned"
+	// Unhealthy hosts missed heartbeats or failed health checks.
+	Unhealthy HostState = "unhealthy"
+)
+
+// Valid reports whether s is a known state.
+func (s HostState) Valid() bool {
+	return s == Schedulable || s == Cordoned || s == Unhealthy
+}
+
+// MilliPerGPU is the compute of one whole GPU in milli-GPUs.
+const MilliPerGPU = 1000
+
+// MIGInstance is one MIG GPU instance placed on a GPU.
+type MIGInstance struct {
+	// ProfileID is the GPU instance profile ID (19, 20, 15, 14, 9, 5, 0).
+	ProfileID int
+	// Start and Slots give the memory slots [Start, Start+Slots) it holds.
+	Start, Slots int
+	// Slices is the number of compute slices it uses.
+	Slices int
+	// Media is true for "+me" profiles, of which a GPU holds at most one.
+	Media bool
+	// Alloc is the allocation holding it; empty for an instance that exists
+	// on the hardware but is not rented (the agent reports those).
+	Alloc string
+}
+
+// GPU is one device in a host, with its static facts and its current usage.
+type GPU struct {
+	Index int
+	UUID  string
+	// Model is the canonical catalog model name.
+	Model     string
+	MemoryMiB int64
+	// Island is the NVLink island the GPU belongs to inside its host; GPUs of
+	// one island are fully NVLink-connected. -1 means PCIe only.
+	Island int
+	// MIG is set when the GPU is in MIG mode.
+	MIG bool
+	// MIGAuto records that placement switched MIG mode on (rather than the
+	// operator), so the GPU leaves MIG mode again when its last instance goes.
+	MIGAuto bool
+
+	// WholeAlloc is the allocation holding the whole GPU, "" when none.
+	WholeAlloc string
+	// UsedMilli and UsedMemMiB sum the shared (time-sliced) allocations.
+	UsedMilli  int
+	UsedMemMiB int64
+	// Shares counts the shared allocations on the GPU.
+	Shares int
+	// Instances are the MIG instances placed on the GPU.
+	Instances []MIGInstance
+}
+
+// Empty reports whether nothing at all is placed on the GPU.
+func (g *GPU) Empty() bool {
+	return g.WholeAlloc == "" && g.Shares == 0 && len(g.Instances) == 0
+}
+
+// FreeMilli is the GPU compute still free, in milli. A whole allocation uses
+// all of it, and MIG instances use 1000/7 per compute slice (rounded so that
+// a full GPU is exactly 1000).
+func (g *GPU) FreeMilli() int {
+	if g.WholeAlloc != "" {
+		return 0
+	}
+	if g.MIG {
+		return MilliPerGPU - migMilli(g.SlicesUsed())
+	}
+	return MilliPerGPU - g.UsedMilli
+}
+
+func migMilli(slices int) int {
+	return slices * MilliPerGPU / catalog.MIGComputeSlices
+}
+
+// SlotMask returns the MIG memory slots in use as a bit mask (bit i = slot i).
+func (g *GPU) SlotMask() uint8 {
+	var m uint8
+	for _, in := range g.Instances {
+		m |= uint8((1<<in.Slots)-1) << in.Start
+	}
+	return m
+}
+
+// SlicesUsed is the number of MIG compute slices in use.
+func (g *GPU) SlicesUsed() int {
+	n := 0
+	for _, in := range g.Instances {
+		n += in.Slices
+	}
+	return n
+}
+
+// CountProfile counts the instances of a profile on the GPU.
+func (g *GPU) CountProfile(id int) int {
+	n := 0
+	for _, in := range g.Instances {
+		if in.ProfileID == id {
+			n++
+		}
+	}
+	return n
+}
+
+// HasMedia reports whether a "+me" instance is already on the GPU.
+func (g *GPU) HasMedia() bool {
+	for _, in := range g.Instances {
+		if in.Media {
+			return true
+		}
+	}
+	return false
+}
+
+// Host is one server of the fleet.
+type Host struct {
+	ID   string
+	Zone string
+	// Rack names the rack and so its network fabric; "cluster" placement
+	// groups keep members on one rack.
+	Rack string
+	// Labels carry facts such as driver version ("driver": "550.54") and
+	// interconnect ("interconnect": "infiniband").
+	Labels map[string]string
+	State  HostState
+
+	CPUMilli  int64
+	MemoryMiB int64
+	GPUs      []GPU
+
+	// UsedCPUMilli and UsedMemoryMiB sum the allocations on the host.
+	UsedCPUMilli  int64
+	UsedMemoryMiB int64
+	// MetalAlloc is the bare-metal allocation holding the whole host.
+	MetalAlloc string
+	// Allocs counts the allocations on the host.
+	Allocs int
+
+	// Per-host bookkeeping kept by the Fleet.
+	index    int
+	class    *Class
+	classPos int
+	template int
+}
+
+// FreeCPU is the CPU still free on the host, in milli-cores.
+func (h *Host) FreeCPU() int64 { return h.CPUMilli - h.UsedCPUMilli }
+
+// FreeMemory is the memory still free on the host, in MiB.
+func (h *Host) FreeMemory() int64 { return h.MemoryMiB - h.UsedMemoryMiB }
+
+// Empty reports whether no allocation is on the host.
+func (h *Host) Empty() bool { return h.Allocs == 0 }
+
+// Model returns the GPU model of the host's first GPU ("" for CPU-only hosts).
+// Hosts usually carry one model; placement checks every GPU it uses anyway.
+func (h *Host) Model() string {
+	if len(h.GPUs) == 0 {
+		return ""
+	}
+	return h.GPUs[0].Model
+}
+
+// Class returns the equivalence class the host is in.
+func (h *Host) Class() *Class { return h.class }
+
+// Index is the host's position in Fleet.Hosts.
+func (h *Host) Index() int { return h.index }
+
+// clone returns a deep copy of the host without fleet bookkeeping.
+func (h *Host) clone() *Host {
+	c := *h
+	c.class = nil
+	if h.Labels != nil {
+		c.Labels = make(map[string]string, len(h.Labels))
+		for k, v := range h.Labels {
+			c.Labels[k] = v
+		}
+	}
+	c.GPUs = make([]GPU, len(h.GPUs))
+	copy(c.GPUs, h.GPUs)
+	for i := range c.GPUs {
+		if len(h.GPUs[i].Instances) > 0 {
+			c.GPUs[i].Instances = append([]MIGInstance(nil), h.GPUs[i].Instances...)
+		}
+	}
+	return &c
+}
+
+// validate checks a host's static description.
+func (h *Host) validate(cat *catalog.Catalog) error {
+	if h.ID == "" {
+		return fmt.Errorf("host has no id")
+	}
+	if h.CPUMilli < 0 || h.MemoryMiB < 0 {
+		return fmt.Errorf("host %s: negative cpu or memory", h.ID)
+	}
+	if h.State == "" {
+		h.State = Schedulable
+	}
+	if !h.State.Valid() {
+		return fmt.Errorf("host %s: unknown state %q", h.ID, h.State)
+	}
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		if g.Index != i {
+			return fmt.Errorf("host %s: gpu %d has index %d", h.ID, i, g.Index)
+		}
+		if cat != nil {
+			m, err := cat.Model(g.Model)
+			if err != nil {
+				return fmt.Errorf("host %s gpu %d: %w", h.ID, i, err)
+			}
+			g.Model = m.Name
+			if g.MemoryMiB == 0 {
+				g.MemoryMiB = m.MemoryMiB
+			}
+			if g.MIG && !m.SupportsMIG() {
+				return fmt.Errorf("host %s gpu %d: model %s has no MIG", h.ID, i, m.Name)
+			}
+		}
+	}
+	return nil
+}

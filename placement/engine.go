@@ -1,0 +1,356 @@
+// Package placement decides where an allocation goes. Place is a function of
+// a fleet snapshot and a request: it filters hosts (state, zone, labels, GPU
+// model, CPU, memory, GPUs), enumerates the ways the request fits each host
+// (which GPUs, which MIG slot, which GPU to share), and ranks them with a
+// pluggable Scorer. It reads no clock and no global randomness: ties are
+// broken by a generator seeded from the engine's seed and the request ID.
+//
+// Hosts with identical state form a fleet.Class; the engine evaluates a class
+// once per request shape and remembers the result until the class changes,
+// so a placement costs O(distinct host states), not O(hosts).
+package placement
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// Engine places requests with one scoring policy. It caches per-class
+// evaluations, so it is not safe for concurrent use; use one per goroutine.
+type Engine struct {
+	cat    *catalog.Catalog
+	scorer Scorer
+	seed   uint64
+	// MIG profile mix used to choose slots; see SetMIGMix.
+	migMix map[int]float64
+	// owner tags memo tables in fleet classes; replaced to invalidate them.
+	owner  *int
+	shapes map[string]int
+	byID   []*shape
+	// scratch
+	before, after View
+	keyBuf        []byte
+}
+
+// NewEngine returns an engine for the scorer. seed makes tie-breaking
+// reproducible.
+func NewEngine(cat *catalog.Catalog, scorer Scorer, seed int64) *Engine {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	e := &Engine{cat: cat, scorer: scorer, seed: uint64(seed), shapes: map[string]int{}}
+	e.reset()
+	return e
+}
+
+// Scorer returns the engine's scoring policy.
+func (e *Engine) Scorer() Scorer { return e.scorer }
+
+// SetMIGMix sets the expected mix of MIG profiles (by profile ID, any
+// positive weights) that slot choice keeps room for. The default weighs every
+// profile without media extensions equally.
+func (e *Engine) SetMIGMix(mix map[int]float64) {
+	e.migMix = mix
+	e.reset()
+}
+
+func (e *Engine) reset() {
+	e.owner = new(int)
+	e.shapes = map[string]int{}
+	e.byID = nil
+}
+
+// shape is a request with everything per-host evaluation needs resolved. Two
+// requests of one shape fit the same hosts with the same scores.
+type shape struct {
+	id     int
+	req    Request
+	models map[string]bool
+	zones  map[string]bool
+	// profiles resolves the MIG profile per GPU model (nil entry: none).
+	profiles map[string]*catalog.MIGProfile
+}
+
+func (e *Engine) shapeOf(req *Request) *shape {
+	b := e.keyBuf[:0]
+	b = append(b, req.Mode...)
+	b = append(b, 0)
+	for _, v := range []int64{int64(req.GPUs), int64(req.ShareMilli), req.ShareMemoryMiB, req.CPUMilli, req.MemoryMiB} {
+		b = strconv.AppendInt(b, v, 36)
+		b = append(b, ',')
+	}
+	b = append(b, req.MIGProfile...)
+	b = append(b, 0)
+	for _, m := range req.Models {
+		b = append(b, m...)
+		b = append(b, '|')
+	}
+	b = append(b, 0)
+	for _, z := range req.Zones {
+		b = append(b, z...)
+		b = append(b, '|')
+	}
+	b = append(b, 0)
+	for _, l := range req.Labels {
+		b = append(b, l.String()...)
+		b = append(b, 0)
+	}
+	e.keyBuf = b
+	if id, ok := e.shapes[string(b)]; ok {
+		return e.byID[id]
+	}
+	s := &shape{id: len(e.byID), req: *req, profiles: map[string]*catalog.MIGProfile{}}
+	s.req.Group = nil
+	if len(req.Models) > 0 {
+		s.models = map[string]bool{}
+		for _, m := range req.Models {
+			s.models[m] = true
+		}
+	}
+	if len(req.Zones) > 0 {
+		s.zones = map[string]bool{}
+		for _, z := range req.Zones {
+			s.zones[z] = true
+		}
+	}
+	e.shapes[string(b)] = s.id
+	e.byID = append(e.byID, s)
+	return s
+}
+
+func (s *shape) profile(cat *catalog.Catalog, model string) *catalog.MIGProfile {
+	p, ok := s.profiles[model]
+	if !ok {
+		if m, err := cat.Model(model); err == nil && m.SupportsMIG() {
+			p, _ = m.ResolveProfile(s.req.MIGProfile)
+		}
+		s.profiles[model] = p
+	}
+	return p
+}
+
+// Place chooses where req goes in f. It returns the placement, an
+// *InsufficientCapacityError saying why no host fits, or a *RequestError for
+// a request that is invalid whatever the fleet. It does not change f (apart
+// from the engine's cache entries); commit the result with f.Apply.
+func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
+	if err := req.Validate(e.cat); err != nil {
+		return nil, err
+	}
+	s := e.shapeOf(req)
+	rng := newRNG(e.seed, req.ID)
+	var counts [numReasons]int
+	hosts := 0
+	var (
+		best      *fleet.Class
+		bestMemo  fleet.Memo
+		weight    int
+		feasible  []candidate
+		needGroup = req.Group != nil
+	)
+	for _, c := range f.Classes() {
+		n := c.Size()
+		hosts += n
+		memos := c.Memos(e.owner, len(e.byID))
+		m := &memos[s.id]
+		if !m.Set {
+			*m = e.evaluate(c.Rep, s)
+		}
+		if m.Reason != 0 {
+			counts[m.Reason] += n
+			continue
+		}
+		if needGroup {
+			feasible = append(feasible, candidate{c, *m})
+			continue
+		}
+		switch {
+		case best == nil || m.Score < bestMemo.Score:
+			best, bestMemo, weight = c, *m, n
+		case m.Score == bestMemo.Score:
+			// Reservoir sampling weighted by class size picks uniformly
+			// among all tied hosts.
+			weight += n
+			if rng.intn(weight) < n {
+				best, bestMemo = c, *m
+			}
+		}
+	}
+	var host *fleet.Host
+	if needGroup {
+		host, bestMemo = e.pickGrouped(f, req, feasible, rng, &counts)
+	} else if best != nil {
+		members := best.Members()
+		host = f.Hosts[members[rng.intn(len(members))]]
+	}
+	if host == nil {
+		reasons := map[string]int{}
+		for r, n := range counts {
+			if n > 0 {
+				reasons[Reason(r).Describe(req)] += n
+			}
+		}
+		return nil, &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
+	}
+	return e.build(host, s, bestMemo), nil
+}
+
+type candidate struct {
+	class *fleet.Class
+	memo  fleet.Memo
+}
+
+// pickGrouped chooses among feasible classes honouring the request's
+// placement group. Cluster groups stay on the rack of their first member and
+// prefer a host that already runs a member; spread groups avoid hosts (or
+// racks) that do.
+func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rng *rng, counts *[numReasons]int) (*fleet.Host, fleet.Memo) {
+	g := req.Group
+	onHost := map[string]bool{}
+	for _, h := range g.Hosts {
+		onHost[h] = true
+	}
+	onRack := map[string]bool{}
+	for _, r := range g.Racks {
+		onRack[r] = true
+	}
+	ok := func(h *fleet.Host) (bool, float64) {
+		switch g.Strategy {
+		case Spread:
+			if onHost[h.ID] || g.ByRack && onRack[h.Rack] {
+				return false, 0
+			}
+		case Cluster:
+			if len(onRack) > 0 && !onRack[h.Rack] {
+				return false, 0
+			}
+			if onHost[h.ID] {
+				return true, -1 // same host: same NVLink fabric
+			}
+		}
+		return true, 0
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].memo.Score < cands[j].memo.Score })
+	var (
+		best     *fleet.Host
+		bestMemo fleet.Memo
+		bestTier float64
+		ties     int
+	)
+	for _, c := range cands {
+		if best != nil && c.memo.Score > bestMemo.Score && bestTier == 0 {
+			// Later classes only score worse; a same-host (tier -1) match
+			// might still come, so keep looking only while none is found.
+			if g.Strategy != Cluster || len(onHost) == 0 {
+				break
+			}
+		}
+		for _, hi := range c.class.Members() {
+			h := f.Hosts[hi]
+			fits, tier := ok(h)
+			if !fits {
+				counts[ReasonGroup]++
+				continue
+			}
+			switch {
+			case best == nil || tier < bestTier || tier == bestTier && c.memo.Score < bestMemo.Score:
+				best, bestMemo, bestTier, ties = h, c.memo, tier, 1
+			case tier == bestTier && c.memo.Score == bestMemo.Score:
+				ties++
+				if rng.intn(ties) == 0 {
+					best, bestMemo = h, c.memo
+				}
+			}
+		}
+	}
+	return best, bestMemo
+}
+
+// build turns the chosen option into a placement on host h.
+func (e *Engine) build(h *fleet.Host, s *shape, m fleet.Memo) *fleet.Placement {
+	req := &s.req
+	p := &fleet.Placement{HostID: h.ID, CPUMilli: req.CPUMilli, MemoryMiB: req.MemoryMiB, Score: m.Score}
+	opt := m.Option
+	switch req.Mode {
+	case catalog.ModeMetal:
+		p.Metal = true
+		p.CPUMilli, p.MemoryMiB = h.CPUMilli, h.MemoryMiB
+		for i := range h.GPUs {
+			p.Devices = append(p.Devices, fleet.Device{GPU: i, UUID: h.GPUs[i].UUID, Kind: fleet.Whole})
+		}
+	case catalog.ModeGPU:
+		for i := range h.GPUs {
+			if opt&(1<<uint(i)) != 0 {
+				p.Devices = append(p.Devices, fleet.Device{GPU: i, UUID: h.GPUs[i].UUID, Kind: fleet.Whole})
+			}
+		}
+	case catalog.ModeShared:
+		i := int(opt)
+		p.Devices = []fleet.Device{{GPU: i, UUID: h.GPUs[i].UUID, Kind: fleet.Share, Milli: req.ShareMilli, MemoryMiB: req.ShareMemoryMiB}}
+	case catalog.ModeMIG:
+		i, start, enable := decodeMIG(opt)
+		g := &h.GPUs[i]
+		prof := s.profile(e.cat, g.Model)
+		p.Devices = []fleet.Device{{
+			GPU: i, UUID: g.UUID, Kind: fleet.MIGSlice,
+			MIGProfileID: prof.ID, MIGProfile: prof.Name, MIGStart: start,
+			MIGSlots: prof.MemorySlots, MIGSlices: prof.ComputeSlices, MIGMedia: prof.MediaExtensions,
+			EnableMIG: enable,
+		}}
+	}
+	return p
+}
+
+func encodeMIG(gpu, start int, enable bool) uint64 {
+	v := uint64(gpu) | uint64(start)<<8
+	if enable {
+		v |= 1 << 16
+	}
+	return v
+}
+
+func decodeMIG(v uint64) (gpu, start int, enable bool) {
+	return int(v & 0xff), int(v>>8) & 0xff, v&(1<<16) != 0
+}
+
+// rng is a small splitmix64 generator; tie-breaking needs speed and
+// reproducibility, not quality.
+type rng struct{ s uint64 }
+
+func newRNG(seed uint64, id string) *rng {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return &rng{s: seed ^ h.Sum64()}
+}
+
+func (r *rng) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (r *rng) intn(n int) int { return int(r.next() % uint64(n)) }
+
+// Explain describes a placement in one line, for logs and `describe`.
+func Explain(p *fleet.Placement) string {
+	var parts []string
+	for _, d := range p.Devices {
+		switch d.Kind {
+		case fleet.Whole:
+			parts = append(parts, fmt.Sprintf("gpu%d", d.GPU))
+		case fleet.Share:
+			parts = append(parts, fmt.Sprintf("gpu%d:%dm", d.GPU, d.Milli))
+		case fleet.MIGSlice:
+			parts = append(parts, fmt.Sprintf("gpu%d:%s@%d", d.GPU, d.MIGProfile, d.MIGStart))
+		}
+	}
+	return p.HostID + " [" + strings.Join(parts, " ") + "]"
+}
