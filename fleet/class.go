@@ -50,7 +50,10 @@ func (c *Class) Memos(owner any, n int) []Memo {
 	}
 	if len(c.memo) < n {
 		if cap(c.memo) >= n {
+			// Entries past len may hold another owner's memos: clear them.
+			old := len(c.memo)
 			c.memo = c.memo[:n]
+			clear(c.memo[old:])
 		} else {
 			grown := make([]Memo, n, n+n/2+8)
 			copy(grown, c.memo)

@@ -129,6 +129,9 @@ func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
 				kept = append(kept, in)
 			}
 		}
+		if len(kept) == 0 {
+			kept = nil // canonical, as Release leaves it
+		}
 		g.Instances = kept
 	}
 	c.index = len(f.Hosts)

@@ -206,6 +206,10 @@ func (h *Host) clone() *Host {
 	for i := range c.GPUs {
 		if len(h.GPUs[i].Instances) > 0 {
 			c.GPUs[i].Instances = append([]MIGInstance(nil), h.GPUs[i].Instances...)
+		} else {
+			// An empty slice may still have a backing array; sharing it
+			// would let an append in one copy overwrite the other's.
+			c.GPUs[i].Instances = nil
 		}
 	}
 	return &c

@@ -35,12 +35,17 @@ type Engine struct {
 	byID   []*shape
 	// scratch
 	before, after View
+	epoch         uint64
 	keyBuf        []byte
 }
 
 // NewEngine returns an engine for the scorer. seed makes tie-breaking
 // reproducible.
 func NewEngine(cat *catalog.Catalog, scorer Scorer, seed int64) *Engine {
+	if c, ok := scorer.(interface{ Clone() Scorer }); ok {
+		// Scorers with per-evaluation caches get their own copy.
+		scorer = c.Clone()
+	}
 	if cat == nil {
 		cat = catalog.Default()
 	}
@@ -198,7 +203,9 @@ func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
 		}
 		return nil, &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
 	}
-	return e.build(host, s, bestMemo), nil
+	p := e.build(host, s, bestMemo)
+	p.ID, p.Preemptible, p.PriceMicros = req.ID, req.Preemptible, req.PriceMicros
+	return p, nil
 }
 
 type candidate struct {

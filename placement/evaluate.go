@@ -15,6 +15,9 @@ type View struct {
 	// MIGMix is the engine's expected MIG profile mix (profile ID ->
 	// weight), for scorers that weigh MIG geometry.
 	MIGMix map[int]float64
+	// Epoch changes whenever a "before" view is filled for a new host, so a
+	// scorer may cache what it derives from it across the host's options.
+	Epoch uint64
 }
 
 // GPUView is one GPU's free resources.
@@ -64,6 +67,8 @@ func (v *View) TotalFree() int {
 }
 
 func (e *Engine) fillView(v *View, h *fleet.Host) {
+	e.epoch++
+	v.Epoch = e.epoch
 	v.CPU, v.Memory = h.FreeCPU(), h.FreeMemory()
 	v.CPUCap, v.MemoryCap = h.CPUMilli, h.MemoryMiB
 	v.MIGMix = e.migMix
@@ -99,6 +104,7 @@ func (e *Engine) fillView(v *View, h *fleet.Host) {
 
 func (v *View) copyFrom(o *View) {
 	v.CPU, v.Memory, v.CPUCap, v.MemoryCap, v.MIGMix = o.CPU, o.Memory, o.CPUCap, o.MemoryCap, o.MIGMix
+	v.Epoch = 0
 	v.GPUs = append(v.GPUs[:0], o.GPUs...)
 }
 
@@ -146,6 +152,13 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) fleet.Memo {
 	if req.Mode == catalog.ModeMetal {
 		if !h.Empty() || req.GPUs > 0 && len(h.GPUs) != req.GPUs {
 			return fail(ReasonNotEmpty)
+		}
+		// Metal takes every GPU whole, which a GPU in MIG mode (or holding
+		// instances the operator made) cannot give.
+		for i := range h.GPUs {
+			if g := &h.GPUs[i]; g.MIG || !g.Empty() {
+				return fail(ReasonNotEmpty)
+			}
 		}
 		if s.models != nil {
 			for i := range h.GPUs {
@@ -209,7 +222,7 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) fleet.Memo {
 			return fail(ReasonShare)
 		}
 	case catalog.ModeMIG:
-		if r := e.migOptions(h, s, allowed, try); r != reasonNone {
+		if r := e.migOptions(h, s, allowed, try); !found {
 			return fail(r)
 		}
 	}

@@ -1,9 +1,11 @@
 package placement
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // TaskType is one kind of request in the expected workload, with its share
@@ -18,82 +20,127 @@ type TaskType struct {
 	Milli int
 	// Models restricts the GPU model; nil means any.
 	Models map[string]bool
+	// Scarcity scales the type by how little of the fleet can run it; set
+	// by Workload.Calibrate. 0 means not calibrated (weight 1); -1 means no
+	// host can run the type.
+	Scarcity float64
 }
 
 // Workload is the expected mix of requests ("target workload" in the FGD
 // paper): fragmentation is measured against it.
 type Workload struct {
 	Types []TaskType
+	// sigs and sigOf group types by GPU signature; built on first use.
+	sigs  []string
+	sigOf []int
+	once  sync.Once
 }
 
-// WorkloadFromRequests builds the target workload from sample requests: the
-// most popular request shapes that together cover `coverage` (0..1] of the
-// requests, each weighted by its popularity. MIG and metal requests are
-// skipped (their geometry is scored separately).
+// signatures groups the task types by (GPUs, Milli, Models).
+func (w *Workload) signatures() {
+	w.once.Do(func() {
+		idx := map[string]int{}
+		w.sigOf = make([]int, len(w.Types))
+		for i := range w.Types {
+			t := &w.Types[i]
+			ms := make([]string, 0, len(t.Models))
+			for m := range t.Models {
+				ms = append(ms, m)
+			}
+			sort.Strings(ms)
+			k := fmt.Sprintf("%d/%d/%s", t.GPUs, t.Milli, strings.Join(ms, "|"))
+			j, ok := idx[k]
+			if !ok {
+				j = len(w.sigs)
+				idx[k] = j
+				w.sigs = append(w.sigs, k)
+			}
+			w.sigOf[i] = j
+		}
+	})
+}
+
+// WorkloadFromRequests builds the target workload from sample requests, as
+// the FGD paper's code does: requests are grouped by shape (CPU, GPU count,
+// GPU milli, allowed models; not memory), and the most popular shapes that
+// together cover `coverage` (0..1] of the requests are kept, with their
+// popularity renormalised over the kept shapes. A shape's MemoryMiB is the
+// mean over its requests. MIG and metal requests are skipped (their geometry
+// is scored separately).
 func WorkloadFromRequests(reqs []*Request, coverage float64) *Workload {
 	type key struct {
-		cpu, mem int64
-		gpus     int
-		milli    int
-		models   string
+		cpu    int64
+		gpus   int
+		milli  int
+		models string
 	}
-	counts := map[key]int{}
-	models := map[key][]string{}
+	type group struct {
+		n      int
+		mem    int64
+		models []string
+	}
+	groups := map[key]*group{}
 	total := 0
 	for _, r := range reqs {
 		var k key
 		switch r.Mode {
 		case "gpu":
-			k = key{r.CPUMilli, r.MemoryMiB, r.GPUs, 1000, strings.Join(r.Models, "|")}
+			k = key{r.CPUMilli, r.GPUs, 1000, strings.Join(r.Models, "|")}
 		case "shared":
-			k = key{r.CPUMilli, r.MemoryMiB, 1, r.ShareMilli, strings.Join(r.Models, "|")}
+			k = key{r.CPUMilli, 1, r.ShareMilli, strings.Join(r.Models, "|")}
 		case "cpu":
-			k = key{r.CPUMilli, r.MemoryMiB, 0, 0, ""}
+			k = key{r.CPUMilli, 0, 0, ""}
 		default:
 			continue
 		}
-		counts[k]++
-		models[k] = r.Models
+		g := groups[k]
+		if g == nil {
+			g = &group{models: r.Models}
+			groups[k] = g
+		}
+		g.n++
+		g.mem += r.MemoryMiB
 		total++
 	}
-	keys := make([]key, 0, len(counts))
-	for k := range counts {
+	keys := make([]key, 0, len(groups))
+	for k := range groups {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if counts[a] != counts[b] {
-			return counts[a] > counts[b]
-		}
-		if a.gpus != b.gpus {
-			return a.gpus < b.gpus
-		}
-		if a.milli != b.milli {
-			return a.milli < b.milli
+		if groups[a].n != groups[b].n {
+			return groups[a].n > groups[b].n
 		}
 		if a.cpu != b.cpu {
 			return a.cpu < b.cpu
 		}
-		if a.mem != b.mem {
-			return a.mem < b.mem
+		if a.milli != b.milli {
+			return a.milli < b.milli
+		}
+		if a.gpus != b.gpus {
+			return a.gpus < b.gpus
 		}
 		return a.models < b.models
 	})
 	w := &Workload{}
 	cum := 0
 	for _, k := range keys {
-		if total == 0 || float64(cum)/float64(total) >= coverage {
+		if total == 0 || float64(cum) >= coverage*float64(total) {
 			break
 		}
-		cum += counts[k]
-		t := TaskType{Weight: float64(counts[k]) / float64(total), CPUMilli: k.cpu, MemoryMiB: k.mem, GPUs: k.gpus, Milli: k.milli}
-		if ms := models[k]; len(ms) > 0 {
+		g := groups[k]
+		cum += g.n
+		t := TaskType{Weight: float64(g.n), CPUMilli: k.cpu, MemoryMiB: g.mem / int64(g.n), GPUs: k.gpus, Milli: k.milli}
+		if len(g.models) > 0 {
 			t.Models = map[string]bool{}
-			for _, m := range ms {
+			for _, m := range g.models {
 				t.Models[m] = true
 			}
 		}
 		w.Types = append(w.Types, t)
+	}
+	for i := range w.Types {
+		w.Types[i].Weight /= float64(cum)
 	}
 	return w
 }
@@ -188,14 +235,10 @@ type FGD struct {
 
 // NewFGD returns the FGD policy for workload w (nil: a generic mix).
 func NewFGD(w *Workload) *FGD {
-	return newFGD(w)
-}
-
-func newFGD(w *Workload) *FGD {
 	if w == nil || len(w.Types) == 0 {
 		w = defaultWorkload()
 	}
-	return &FGD{w: w}
+	return &FGD{w: w, Quantize: true}
 }
 
 func (*FGD) Name() string { return "fgd" }

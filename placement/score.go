@@ -23,7 +23,7 @@ type Scorer interface {
 // uniformly at random.
 type Random struct{}
 
-func (Random) Name() string                     { return "random" }
+func (Random) Name() string                         { return "random" }
 func (Random) Score(*Request, *View, *View) float64 { return 0 }
 
 // BestFit prefers the host that is left with the least free resources,

@@ -86,9 +86,15 @@ func PodRequest(p TracePod, cat *catalog.Catalog) (*placement.Request, error) {
 }
 
 // Workload is the trace's target workload for fragmentation-aware policies:
-// the pod shapes that cover 95% of pods, as in the FGD paper's code.
+// every pod shape of the trace with its popularity, calibrated against the
+// trace's hosts. (The FGD paper's code keeps the shapes covering 95% of pods;
+// on openb that drops the 2-, 4- and 8-GPU shapes, and our FGD then lands
+// near 7.5% unallocated on default instead of the paper's 4.77%, so we keep
+// them all; see docs/BENCHMARKS.md.)
 func (t *Trace) Workload() *placement.Workload {
-	return placement.WorkloadFromRequests(t.Requests, 0.95)
+	w := placement.WorkloadFromRequests(t.Requests, 1.0)
+	w.Calibrate(t.Hosts)
+	return w
 }
 
 // Fleet builds a fresh fleet of the trace's hosts.
@@ -168,6 +174,9 @@ func (t *Trace) ReplayScorer(sc placement.Scorer, seed int64, progress func()) (
 	req := placement.Request{}
 	for n, i := range order {
 		req = *t.Requests[i]
+		// Place validates (and so canonicalises) Models in place; give it
+		// a copy so that replays may share the trace.
+		req.Models = append([]string(nil), req.Models...)
 		req.ID = fmt.Sprintf("%s#%d", req.ID, n)
 		arrived += int64(req.GPUMilli())
 		p, err := eng.Place(f, &req)

@@ -1,0 +1,156 @@
+// Package cli is gpucloud's command line: a cobra command tree whose
+// runtime errors print as one "error: ..." line (exit code 1) and whose
+// usage errors add a hint to --help (exit code 2).
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is the gpucloud version, set at build time with
+// -ldflags "-X github.com/gpucloud/gpucloud/cli.Version=v1.2.3". When it is
+// not set, the module version from the build info is used, if any.
+var Version = ""
+
+// Exit codes of Main.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the command ran and failed
+	ExitUsage = 2 // bad flags or arguments
+)
+
+// usageError marks errors in how the command was invoked; Main prints them
+// with a hint to --help and exits with ExitUsage.
+type usageError struct {
+	err  error
+	path string // command path for the hint, e.g. "gpucloud sim replay"
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...), path: cmd.CommandPath()}
+}
+
+// Main runs gpucloud with args (without the program name) and returns the
+// exit code. Output goes to stdout, diagnostics and progress to stderr.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return ExitOK
+	}
+	msg := strings.TrimSpace(err.Error())
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", msg, ue.path)
+		return ExitUsage
+	case isCobraUsage(err):
+		path := root.CommandPath()
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", msg, path)
+		return ExitUsage
+	}
+	// Runtime errors are one line: multi-line messages would hide the
+	// "file:line:" prefix that says where to look.
+	fmt.Fprintf(stderr, "error: %s\n", strings.ReplaceAll(msg, "\n", "; "))
+	return ExitError
+}
+
+// isCobraUsage recognises the errors cobra itself returns for a bad
+// command line (its flag errors go through SetFlagErrorFunc instead).
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "invalid argument", "flag needs an argument"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewRootCommand builds the gpucloud command tree writing to stdout and
+// stderr. Errors are returned, not printed: Main prints them.
+func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gpucloud",
+		Short: "An open-source GPU cloud in one binary",
+		Long: "gpucloud is an open-source GPU cloud in one binary.\n\n" +
+			"The sim commands replay cluster traces through the real placement engine to\n" +
+			"measure how much GPU capacity each placement policy leaves stranded.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{err: err, path: cmd.CommandPath()}
+	})
+	root.AddCommand(newVersionCommand(), newSimCommand(stderr))
+	return root
+}
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usagef(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return usagef(cmd, "%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+	}
+	return nil
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the gpucloud version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "gpucloud %s (%s, %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+// version returns Version, else the main module's version, else "dev".
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func newSimCommand(stderr io.Writer) *cobra.Command {
+	sim := &cobra.Command{
+		Use:   "sim",
+		Short: "Replay cluster traces through the placement engine",
+		Long: "Replay cluster traces through the real placement engine and report how well\n" +
+			"each placement policy packs GPUs.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	sim.AddCommand(newReplayCommand(stderr))
+	return sim
+}
