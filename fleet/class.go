@@ -4,7 +4,13 @@ import (
 	"encoding/binary"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
+
+// classIDs numbers classes across all fleets of the process, so that a
+// class ID names one immutable host state even when an engine's caches see
+// several fleets (clones, tests).
+var classIDs atomic.Int64
 
 // Class is a set of hosts whose placement-relevant state is identical: the
 // same template (zone, labels, state, capacities, GPU models and NVLink
@@ -13,7 +19,7 @@ import (
 // a class once and picks among its members. Classes are immutable once made:
 // a host whose state changes moves to another class.
 type Class struct {
-	// ID is unique for the life of the fleet.
+	// ID is unique in the process.
 	ID int
 	// Key encodes the state; equal keys mean identical placement state.
 	Key string
@@ -162,8 +168,7 @@ func (f *Fleet) reclass(h *Host) {
 	}
 	c := f.classes[key]
 	if c == nil {
-		c = &Class{ID: f.nextClass, Key: key, Rep: h, livePos: -1}
-		f.nextClass++
+		c = &Class{ID: int(classIDs.Add(1)), Key: key, Rep: h, livePos: -1}
 		f.classes[key] = c
 	}
 	if len(c.members) == 0 {

@@ -93,7 +93,6 @@ type Fleet struct {
 	templates map[string]int
 	classes   map[string]*Class
 	live      []*Class
-	nextClass int
 	keyBuf    []byte
 }
 

@@ -29,6 +29,9 @@ type Engine struct {
 	seed   uint64
 	// MIG profile mix used to choose slots; see SetMIGMix.
 	migMix map[int]float64
+	// firstWins breaks ties by fleet order instead of at random; see
+	// OrderedTies.
+	firstWins bool
 	// owner tags memo tables in fleet classes; replaced to invalidate them.
 	owner  *int
 	shapes map[string]int
@@ -50,8 +53,31 @@ func NewEngine(cat *catalog.Catalog, scorer Scorer, seed int64) *Engine {
 		cat = catalog.Default()
 	}
 	e := &Engine{cat: cat, scorer: scorer, seed: uint64(seed), shapes: map[string]int{}}
+	if o, ok := scorer.(OrderedTies); ok {
+		e.firstWins = o.OrderedTies()
+	}
 	e.reset()
 	return e
+}
+
+// Recalibrator is implemented by scorers whose weights follow the fleet's
+// state (the default policy's scarcity). Recalibrate reports whether the
+// weights changed, in which case cached scores are stale.
+type Recalibrator interface {
+	Recalibrate(f *fleet.Fleet) bool
+}
+
+// Recalibrate lets an adaptive scorer re-read the fleet, and drops cached
+// scores when its weights changed. Callers (the scheduler loop, the trace
+// replay) call it periodically, e.g. every few hundred placements; between
+// calls Place stays a function of the snapshot and the request.
+func (e *Engine) Recalibrate(f *fleet.Fleet) bool {
+	r, ok := e.scorer.(Recalibrator)
+	if !ok || !r.Recalibrate(f) {
+		return false
+	}
+	e.owner = new(int)
+	return true
 }
 
 // Scorer returns the engine's scoring policy.
@@ -158,6 +184,7 @@ func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
 		weight    int
 		feasible  []candidate
 		needGroup = req.Group != nil
+		firstWins = e.firstWins
 	)
 	for _, c := range f.Classes() {
 		n := c.Size()
@@ -178,6 +205,10 @@ func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
 		switch {
 		case best == nil || m.Score < bestMemo.Score:
 			best, bestMemo, weight = c, *m, n
+		case m.Score == bestMemo.Score && firstWins:
+			if firstMember(c) < firstMember(best) {
+				best, bestMemo = c, *m
+			}
 		case m.Score == bestMemo.Score:
 			// Reservoir sampling weighted by class size picks uniformly
 			// among all tied hosts.
@@ -191,8 +222,12 @@ func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
 	if needGroup {
 		host, bestMemo = e.pickGrouped(f, req, feasible, rng, &counts)
 	} else if best != nil {
-		members := best.Members()
-		host = f.Hosts[members[rng.intn(len(members))]]
+		if firstWins {
+			host = f.Hosts[firstMember(best)]
+		} else {
+			members := best.Members()
+			host = f.Hosts[members[rng.intn(len(members))]]
+		}
 	}
 	if host == nil {
 		reasons := map[string]int{}
@@ -206,6 +241,25 @@ func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
 	p := e.build(host, s, bestMemo)
 	p.ID, p.Preemptible, p.PriceMicros = req.ID, req.Preemptible, req.PriceMicros
 	return p, nil
+}
+
+// OrderedTies is implemented by scorers that want ties broken by fleet
+// order (the host added first wins) rather than at random. The FGD paper's
+// simulator behaves this way, so our FGD does too, to stay comparable.
+type OrderedTies interface {
+	OrderedTies() bool
+}
+
+// firstMember is the lowest host index in a class. It costs O(class size),
+// which only the order-tie policies pay.
+func firstMember(c *fleet.Class) int {
+	min := -1
+	for _, i := range c.Members() {
+		if min < 0 || i < min {
+			min = i
+		}
+	}
+	return min
 }
 
 type candidate struct {

@@ -15,6 +15,10 @@ type View struct {
 	// MIGMix is the engine's expected MIG profile mix (profile ID ->
 	// weight), for scorers that weigh MIG geometry.
 	MIGMix map[int]float64
+	// Class identifies the host state of a "before" view (the fleet class
+	// ID, unique in the process; -1 when unknown): equal classes have equal
+	// views, so a scorer may cache what it derives from one.
+	Class int
 	// Epoch changes whenever a "before" view is filled for a new host, so a
 	// scorer may cache what it derives from it across the host's options.
 	Epoch uint64
@@ -68,10 +72,19 @@ func (v *View) TotalFree() int {
 
 func (e *Engine) fillView(v *View, h *fleet.Host) {
 	e.epoch++
+	fillViewFrom(v, h)
 	v.Epoch = e.epoch
+	v.MIGMix = e.migMix
+	if c := h.Class(); c != nil {
+		v.Class = c.ID
+	}
+}
+
+// fillViewFrom describes host h's free resources.
+func fillViewFrom(v *View, h *fleet.Host) {
+	v.Epoch, v.Class, v.MIGMix = 0, -1, nil
 	v.CPU, v.Memory = h.FreeCPU(), h.FreeMemory()
 	v.CPUCap, v.MemoryCap = h.CPUMilli, h.MemoryMiB
-	v.MIGMix = e.migMix
 	if cap(v.GPUs) < len(h.GPUs) {
 		v.GPUs = make([]GPUView, len(h.GPUs))
 	}
@@ -104,7 +117,7 @@ func (e *Engine) fillView(v *View, h *fleet.Host) {
 
 func (v *View) copyFrom(o *View) {
 	v.CPU, v.Memory, v.CPUCap, v.MemoryCap, v.MIGMix = o.CPU, o.Memory, o.CPUCap, o.MemoryCap, o.MIGMix
-	v.Epoch = 0
+	v.Epoch, v.Class = 0, -1
 	v.GPUs = append(v.GPUs[:0], o.GPUs...)
 }
 

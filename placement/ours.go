@@ -8,162 +8,277 @@ import (
 
 // Ours is gpucloud's default policy, "scarcity-weighted potential" (see
 // docs/PLACEMENT.md). FGD asks how much free GPU a placement strands for the
-// expected workload; Ours adds three things the FGD paper leaves out:
+// expected workload; Ours keeps that as a minor term and adds:
 //
 //   - Potential: for each task type of the workload, how many more copies of
 //     it the host could still take, limited by GPU, CPU and memory alike, in
 //     GPU milli. A placement is charged the potential it destroys. Unlike
 //     FGD's yes/no fit test, this sees that a host with CPU for one more
 //     8-GPU job but not two has lost something.
-//   - Scarcity: a task type that only a few hosts can run (an 8-GPU job that
-//     needs the CPU of the largest hosts, a job pinned to one GPU model)
-//     weighs more, by the fleet's GPU capacity over the capacity of the
-//     hosts that could run it when empty. This keeps scarce hosts for the
-//     jobs that cannot go anywhere else.
-//   - CPU spreading: among hosts that are otherwise equal, prefer the one
-//     left with more free CPU, so CPU-only and CPU-heavy requests do not
-//     strand the GPUs of a few hosts.
-//
-// FGD's fragmentation change is kept as a second term with half the weight.
+//   - Scarcity: a task type that few hosts can still run (an 8-GPU job that
+//     needs a whole big host, a job pinned to one GPU model) weighs more: by
+//     the fleet's free GPU over the free GPU that could run it. Recalibrate
+//     recomputes it from the fleet as it fills, so the last hosts able to
+//     take a large job are guarded ever more closely.
+//   - CPU spreading: prefer the host left with more free CPU, so CPU-only and
+//     CPU-heavy requests do not strand the GPUs of a few hosts.
 type Ours struct {
-	w *Workload
-	// Per-host caches: the types a host's GPU model can run, and the
-	// potential and fragmentation of the "before" view (by epoch).
-	byModel           map[string][]int
+	w   *Workload
+	cfg OursConfig
+
+	// Caches, valid until the next Recalibrate: the task types per host GPU
+	// model, and the measures of "before" views by fleet class.
+	byModel     map[string]*hostTypes
+	beforeCache map[int][2]float64
+	// Per-evaluation state, keyed by the before view's epoch.
 	epoch             uint64
 	potBefore, fragBf float64
-	types             []int
+	types             *hostTypes
 	sig               sigScratch
 }
 
-// Clone returns a copy with empty caches, for another engine.
-func (s *Ours) Clone() Scorer { return &Ours{w: s.w} }
-
-// Weights of the terms, chosen on the openb trace (docs/BENCHMARKS.md).
-const (
-	oursFragWeight = 0.5
-	oursCPUSpread  = 0.3
-	// scarcityCap bounds a task type's weight so that a type almost no
+// OursConfig weighs the terms of the default policy. The defaults were
+// chosen on the openb trace (docs/BENCHMARKS.md).
+type OursConfig struct {
+	// FragWeight weighs FGD's fragmentation change against the potential
+	// loss (both in GPU milli).
+	FragWeight float64
+	// CPUSpread is the bonus, in GPUs, for leaving a host's CPU entirely
+	// free; it scales with the free CPU share.
+	CPUSpread float64
+	// ScarcityCap bounds a task type's scarcity, so that a type almost no
 	// host can run cannot dominate every decision.
-	scarcityCap = 50
-)
+	ScarcityCap float64
+	// RecalibrateThreshold is the relative change in some task type's
+	// scarcity below which Recalibrate keeps the old weights (and the
+	// engine's cached scores).
+	RecalibrateThreshold float64
+}
 
-// NewOurs returns the default policy for workload w (nil: a generic mix).
-// Calibrate w against the fleet first to weigh scarce task types.
-func NewOurs(w *Workload) *Ours {
+// DefaultOursConfig returns the tuned defaults.
+func DefaultOursConfig() OursConfig {
+	return OursConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, RecalibrateThreshold: 0.3}
+}
+
+// NewOurs returns the default policy for workload w (nil: a generic mix)
+// with the default configuration.
+func NewOurs(w *Workload) *Ours { return NewOursConfig(w, DefaultOursConfig()) }
+
+// NewOursConfig returns the default policy with a custom configuration.
+func NewOursConfig(w *Workload, cfg OursConfig) *Ours {
 	if w == nil || len(w.Types) == 0 {
 		w = defaultWorkload()
 	}
-	return &Ours{w: w}
+	return &Ours{w: w, cfg: cfg}
 }
+
+// Clone returns a copy with empty caches, for another engine.
+func (s *Ours) Clone() Scorer { return &Ours{w: s.w, cfg: s.cfg} }
 
 func (*Ours) Name() string { return DefaultPolicy }
 
 func (s *Ours) Score(_ *Request, before, after *View) float64 {
 	if before.Epoch == 0 || before.Epoch != s.epoch {
-		s.types = s.accessible(before)
-		s.potBefore, s.fragBf = s.w.measure(before, s.types, &s.sig)
+		s.types = s.forHost(before)
+		if m, ok := s.beforeCache[before.Class]; ok && before.Class >= 0 {
+			s.potBefore, s.fragBf = m[0], m[1]
+		} else {
+			s.potBefore, s.fragBf = s.types.measure(before, &s.sig)
+			if before.Class >= 0 {
+				if s.beforeCache == nil {
+					s.beforeCache = map[int][2]float64{}
+				}
+				s.beforeCache[before.Class] = [2]float64{s.potBefore, s.fragBf}
+			}
+		}
 		s.epoch = before.Epoch
 	}
-	potAfter, fragAfter := s.w.measure(after, s.types, &s.sig)
-	loss := s.potBefore - potAfter
-	frag := fragAfter - s.fragBf
-	sc := (loss + oursFragWeight*frag) / 1000
+	potAfter, fragAfter := s.types.measure(after, &s.sig)
+	sc := (s.potBefore - potAfter + s.cfg.FragWeight*(fragAfter-s.fragBf)) / 1000
 	if after.CPUCap > 0 {
-		sc -= oursCPUSpread * float64(after.CPU) / float64(after.CPUCap)
+		sc -= s.cfg.CPUSpread * float64(after.CPU) / float64(after.CPUCap)
 	}
 	return sc
 }
 
-// accessible lists the task types whose model constraint admits the host's
-// GPUs. The others contribute the same to every option of every host (no
-// potential; FGD counts all free GPU as stranded, which changes by exactly
-// the request's size wherever it goes), so leaving them out changes no
-// ranking and saves most of the work on traces with many pinned types.
-func (s *Ours) accessible(v *View) []int {
+// Recalibrate recomputes every task type's scarcity from the fleet's
+// current free resources. It reports whether the weights changed by more
+// than the configured threshold; only then are they replaced (and the
+// engine must drop its cached scores).
+func (s *Ours) Recalibrate(f *fleet.Fleet) bool {
+	views := make([]View, 0, len(f.Hosts))
+	for _, h := range f.Hosts {
+		if h.State != fleet.Schedulable || h.MetalAlloc != "" {
+			continue
+		}
+		var v View
+		fillViewFrom(&v, h)
+		views = append(views, v)
+	}
+	w := &Workload{Types: append([]TaskType(nil), s.w.Types...)}
+	w.calibrate(views, s.cfg.ScarcityCap)
+	changed := false
+	for i := range w.Types {
+		a, b := w.Types[i].Scarcity, s.w.Types[i].Scarcity
+		if a != b && (a <= 0 || b <= 0 || math.Abs(a-b) > s.cfg.RecalibrateThreshold*math.Max(a, b)) {
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		return false
+	}
+	s.w = w
+	s.byModel, s.beforeCache, s.epoch = nil, nil, 0
+	return true
+}
+
+// Calibrate sets each task type's Scarcity from the hosts as they would be
+// when empty, capped at the default cap. Use it when a workload is built
+// before the fleet fills; Ours.Recalibrate then follows the fleet.
+func (w *Workload) Calibrate(hosts []*fleet.Host) {
+	views := make([]View, len(hosts))
+	for i, h := range hosts {
+		views[i] = emptyView(h)
+	}
+	w.calibrate(views, DefaultOursConfig().ScarcityCap)
+}
+
+// calibrate sets Scarcity = free GPU of the views / free GPU that could run
+// the type, capped; -1 for a type no view can run (no placement helps it).
+func (w *Workload) calibrate(views []View, cap float64) {
+	total := 0.0
+	for i := range views {
+		total += float64(views[i].TotalFree())
+	}
+	for i := range w.Types {
+		t := &w.Types[i]
+		if t.GPUs == 0 {
+			continue
+		}
+		supply := 0.0
+		for j := range views {
+			supply += float64(fitCount(&views[j], t) * t.GPUs * t.Milli)
+		}
+		if supply == 0 {
+			t.Scarcity = -1
+			continue
+		}
+		t.Scarcity = math.Min(cap, total/supply)
+	}
+}
+
+func emptyView(h *fleet.Host) View {
+	v := View{CPU: h.CPUMilli, Memory: h.MemoryMiB, CPUCap: h.CPUMilli, MemoryCap: h.MemoryMiB, Class: -1}
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		v.GPUs = append(v.GPUs, GPUView{Model: g.Model, Free: 1000, Mem: g.MemoryMiB, Whole: !g.MIG, Shareable: !g.MIG, MIG: g.MIG, Island: g.Island})
+	}
+	return v
+}
+
+// forHost returns the task types a host's GPU model can run. The others
+// contribute the same to every option of every host (no potential; FGD
+// counts all free GPU as stranded, which changes by exactly the request's
+// size wherever it goes), so leaving them out changes no ranking.
+func (s *Ours) forHost(v *View) *hostTypes {
+	const mixed = "\x00mixed"
 	model := ""
 	if len(v.GPUs) > 0 {
 		model = v.GPUs[0].Model
 		for i := range v.GPUs {
 			if v.GPUs[i].Model != model {
-				model = "\x00mixed"
+				model = mixed
 				break
 			}
 		}
 	}
 	if s.byModel == nil {
-		s.byModel = map[string][]int{}
+		s.byModel = map[string]*hostTypes{}
 	}
-	if list, ok := s.byModel[model]; ok {
-		return list
+	if ht, ok := s.byModel[model]; ok {
+		return ht
 	}
-	list := []int{}
+	s.w.signatures()
+	ht := &hostTypes{}
+	sigIdx := map[int]int{}
 	for i := range s.w.Types {
 		t := &s.w.Types[i]
-		if t.Models == nil || model == "\x00mixed" || t.Models[model] {
-			list = append(list, i)
-		}
-	}
-	s.byModel[model] = list
-	return list
-}
-
-// sigScratch holds per-view results by GPU signature (GPUs, Milli,
-// Models): task types that differ only in CPU or memory share them.
-type sigScratch struct {
-	stamp []uint64
-	n     []int
-	frag  []int
-	cur   uint64
-}
-
-// measure returns, for the listed task types, the potential (the GPU milli
-// the host could still give each type if only that type arrived, weighted
-// by popularity and scarcity) and FGD's fragmentation F_n(M). It computes
-// the GPU part once per signature and applies CPU and memory per type.
-func (w *Workload) measure(v *View, types []int, sc *sigScratch) (pot, frag float64) {
-	w.signatures()
-	if len(sc.stamp) < len(w.sigs) {
-		sc.stamp = make([]uint64, len(w.sigs))
-		sc.n = make([]int, len(w.sigs))
-		sc.frag = make([]int, len(w.sigs))
-	}
-	sc.cur++
-	total := v.TotalFree()
-	for _, i := range types {
-		t := &w.Types[i]
-		if t.GPUs == 0 {
-			frag += t.Weight * float64(total)
+		if t.GPUs == 0 || !(t.Models == nil || model == mixed || t.Models[model]) {
 			continue
 		}
-		si := w.sigOf[i]
-		if sc.stamp[si] != sc.cur {
-			sc.stamp[si] = sc.cur
-			sc.n[si], sc.frag[si] = gpuFit(v, t)
+		gs := s.w.sigOf[i]
+		j, ok := sigIdx[gs]
+		if !ok {
+			j = len(ht.sigs)
+			sigIdx[gs] = j
+			ht.sigs = append(ht.sigs, t)
 		}
-		n := sc.n[si]
-		if t.CPUMilli > 0 {
-			if c := int(v.CPU / t.CPUMilli); c < n {
-				n = c
-			}
-		}
-		if t.MemoryMiB > 0 {
-			if c := int(v.Memory / t.MemoryMiB); c < n {
-				n = c
-			}
-		}
+		ft := flatType{sig: j, cpu: t.CPUMilli, mem: t.MemoryMiB, fragW: t.Weight}
 		if t.Scarcity >= 0 {
-			s := t.Scarcity
-			if s == 0 {
-				s = 1
+			sc := t.Scarcity
+			if sc == 0 {
+				sc = 1
 			}
-			pot += t.Weight * s * float64(n*t.GPUs*t.Milli)
+			ft.potW = t.Weight * sc * float64(t.GPUs*t.Milli)
 		}
-		if sc.n[si] == 0 || v.CPU < t.CPUMilli {
-			frag += t.Weight * float64(total)
-		} else {
-			frag += t.Weight * float64(sc.frag[si])
+		ht.types = append(ht.types, ft)
+	}
+	s.byModel[model] = ht
+	return ht
+}
+
+// hostTypes is the workload as one host model sees it: the task types that
+// can run there and ask for GPUs, flattened for the scoring loop, and the
+// GPU signatures (GPUs, Milli, Models) they share.
+type hostTypes struct {
+	sigs  []*TaskType // a representative type per signature
+	types []flatType
+}
+
+type flatType struct {
+	sig      int
+	cpu, mem int64
+	potW     float64 // weight x scarcity x GPU milli per copy
+	fragW    float64 // weight
+}
+
+// sigScratch holds per-view results by signature.
+type sigScratch struct {
+	n    []int
+	frag []int
+}
+
+// measure returns the potential (GPU milli the host could still give each
+// type if only that type arrived, weighted by popularity and scarcity) and
+// FGD's fragmentation F_n(M) of a view. Types asking for no GPU are left
+// out: they add the host's total free GPU before and after alike.
+func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
+	if cap(sc.n) < len(ht.sigs) {
+		sc.n = make([]int, len(ht.sigs))
+		sc.frag = make([]int, len(ht.sigs))
+	}
+	sc.n, sc.frag = sc.n[:len(ht.sigs)], sc.frag[:len(ht.sigs)]
+	for i, t := range ht.sigs {
+		sc.n[i], sc.frag[i] = gpuFit(v, t)
+	}
+	total := float64(v.TotalFree())
+	for i := range ht.types {
+		t := &ht.types[i]
+		n := sc.n[t.sig]
+		if n == 0 || v.CPU < t.cpu {
+			frag += t.fragW * total
+			continue
 		}
+		frag += t.fragW * float64(sc.frag[t.sig])
+		// Divide only when CPU or memory binds: most of the time they don't.
+		if t.cpu > 0 && int64(n)*t.cpu > v.CPU {
+			n = int(v.CPU / t.cpu)
+		}
+		if t.mem > 0 && int64(n)*t.mem > v.Memory {
+			n = int(v.Memory / t.mem)
+		}
+		pot += t.potW * float64(n)
 	}
 	return pot, frag
 }
@@ -196,24 +311,7 @@ func gpuFit(v *View, t *TaskType) (n, frag int) {
 
 // fitCount is how many copies of t fit on the host by GPU, CPU and memory.
 func fitCount(v *View, t *TaskType) int {
-	n := 0
-	if t.Milli < 1000 {
-		for j := range v.GPUs {
-			g := &v.GPUs[j]
-			if g.Shareable && (t.Models == nil || t.Models[g.Model]) {
-				n += g.Free / t.Milli
-			}
-		}
-	} else {
-		whole := 0
-		for j := range v.GPUs {
-			g := &v.GPUs[j]
-			if g.Whole && (t.Models == nil || t.Models[g.Model]) {
-				whole++
-			}
-		}
-		n = whole / t.GPUs
-	}
+	n, _ := gpuFit(v, t)
 	if t.CPUMilli > 0 {
 		if c := int(v.CPU / t.CPUMilli); c < n {
 			n = c
@@ -225,43 +323,4 @@ func fitCount(v *View, t *TaskType) int {
 		}
 	}
 	return n
-}
-
-// Calibrate sets each task type's Scarcity from the hosts as they would be
-// when empty: the fleet's GPU capacity over the GPU capacity that could run
-// the type, capped at scarcityCap. A type no host can run gets -1 and is
-// ignored, since no placement can help it.
-func (w *Workload) Calibrate(hosts []*fleet.Host) {
-	total := 0.0
-	for _, h := range hosts {
-		total += float64(1000 * len(h.GPUs))
-	}
-	views := make([]View, len(hosts))
-	for i, h := range hosts {
-		views[i] = emptyView(h)
-	}
-	for i := range w.Types {
-		t := &w.Types[i]
-		if t.GPUs == 0 {
-			continue
-		}
-		supply := 0.0
-		for j := range views {
-			supply += float64(fitCount(&views[j], t) * t.GPUs * t.Milli)
-		}
-		if supply == 0 {
-			t.Scarcity = -1
-			continue
-		}
-		t.Scarcity = math.Min(scarcityCap, total/supply)
-	}
-}
-
-func emptyView(h *fleet.Host) View {
-	v := View{CPU: h.CPUMilli, Memory: h.MemoryMiB, CPUCap: h.CPUMilli, MemoryCap: h.MemoryMiB}
-	for i := range h.GPUs {
-		g := &h.GPUs[i]
-		v.GPUs = append(v.GPUs, GPUView{Model: g.Model, Free: 1000, Mem: g.MemoryMiB, Whole: !g.MIG, Shareable: !g.MIG, MIG: g.MIG, Island: g.Island})
-	}
-	return v
 }

@@ -181,6 +181,9 @@ func (t *Trace) ReplayEventsScorer(sc placement.Scorer, seed int64, opts EventsO
 			req := *t.Requests[i]
 			req.Models = slices.Clone(req.Models)
 			req.ID = fmt.Sprintf("%s#%d", req.ID, i)
+			if run.Arrivals%t.RecalibrateEvery() == 1 {
+				eng.Recalibrate(f)
+			}
 			p, err := eng.Place(f, &req)
 			switch {
 			case err == nil:

@@ -97,6 +97,15 @@ func (t *Trace) Workload() *placement.Workload {
 	return w
 }
 
+// RecalibrateEvery is how many arrivals pass between recalibrations of an
+// adaptive policy: a third of the host count, at least 64 (404 on openb).
+func (t *Trace) RecalibrateEvery() int {
+	if n := len(t.Hosts) / 3; n > 64 {
+		return n
+	}
+	return 64
+}
+
 // Fleet builds a fresh fleet of the trace's hosts.
 func (t *Trace) Fleet() (*fleet.Fleet, error) {
 	f := fleet.New()
@@ -179,6 +188,9 @@ func (t *Trace) ReplayScorer(sc placement.Scorer, seed int64, progress func()) (
 		req.Models = append([]string(nil), req.Models...)
 		req.ID = fmt.Sprintf("%s#%d", req.ID, n)
 		arrived += int64(req.GPUMilli())
+		if n%t.RecalibrateEvery() == 0 {
+			eng.Recalibrate(f)
+		}
 		p, err := eng.Place(f, &req)
 		switch {
 		case err == nil:
