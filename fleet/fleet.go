@@ -145,13 +145,26 @@ func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
 func (f *Fleet) Host(id string) *Host { return f.byID[id] }
 
 // Allocation returns the placement committed under id, or nil.
-func (f *Fleet) Allocation(id string) *Placement { return f.allocs[id] }
+// It returns a copy: changing it does not change the fleet.
+func (f *Fleet) Allocation(id string) *Placement {
+	p := f.allocs[id]
+	if p == nil {
+		return nil
+	}
+	return p.clone()
+}
 
-// Allocations returns all committed placements sorted by ID.
+func (p *Placement) clone() *Placement {
+	c := *p
+	c.Devices = append([]Device(nil), p.Devices...)
+	return &c
+}
+
+// Allocations returns copies of all committed placements sorted by ID.
 func (f *Fleet) Allocations() []*Placement {
 	out := make([]*Placement, 0, len(f.allocs))
 	for _, p := range f.allocs {
-		out = append(out, p)
+		out = append(out, p.clone())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -28,7 +28,8 @@ type Engine struct {
 	scorer Scorer
 	seed   uint64
 	// MIG profile mix used to choose slots; see SetMIGMix.
-	migMix map[int]float64
+	migMix    map[int]float64
+	migTables map[string][]catalog.MIGProfile
 	// firstWins breaks ties by fleet order instead of at random; see
 	// OrderedTies.
 	firstWins bool
@@ -138,6 +139,7 @@ func (e *Engine) shapeOf(req *Request) *shape {
 	}
 	s := &shape{id: len(e.byID), req: *req, profiles: map[string]*catalog.MIGProfile{}}
 	s.req.Group = nil
+	s.req.Labels = append([]LabelSelector(nil), req.Labels...)
 	if len(req.Models) > 0 {
 		s.models = map[string]bool{}
 		for _, m := range req.Models {
@@ -170,7 +172,12 @@ func (s *shape) profile(cat *catalog.Catalog, model string) *catalog.MIGProfile 
 // *InsufficientCapacityError saying why no host fits, or a *RequestError for
 // a request that is invalid whatever the fleet. It does not change f (apart
 // from the engine's cache entries); commit the result with f.Apply.
-func (e *Engine) Place(f *fleet.Fleet, req *Request) (*fleet.Placement, error) {
+func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
+	// Validate canonicalises model names in place: work on a copy so the
+	// caller's request is never changed.
+	r := *in
+	r.Models = append([]string(nil), in.Models...)
+	req := &r
 	if err := req.Validate(e.cat); err != nil {
 		return nil, err
 	}

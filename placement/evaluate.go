@@ -44,6 +44,9 @@ type GPUView struct {
 	Media  bool
 	Count  [32]int8
 	Island int
+	// Profiles is the MIG profile table of the GPU's model (nil without
+	// MIG), for scorers that weigh MIG geometry.
+	Profiles []catalog.MIGProfile
 }
 
 // FreeGPUs is the scalar free GPU amount used by FGD: whole free GPUs plus
@@ -78,6 +81,25 @@ func (e *Engine) fillView(v *View, h *fleet.Host) {
 	if c := h.Class(); c != nil {
 		v.Class = c.ID
 	}
+	for i := range v.GPUs {
+		v.GPUs[i].Profiles = e.profiles(v.GPUs[i].Model)
+	}
+}
+
+// profiles returns the MIG profile table of a model, cached.
+func (e *Engine) profiles(model string) []catalog.MIGProfile {
+	if p, ok := e.migTables[model]; ok {
+		return p
+	}
+	var p []catalog.MIGProfile
+	if m, err := e.cat.Model(model); err == nil {
+		p = m.MIGProfiles
+	}
+	if e.migTables == nil {
+		e.migTables = map[string][]catalog.MIGProfile{}
+	}
+	e.migTables[model] = p
+	return p
 }
 
 // fillViewFrom describes host h's free resources.
@@ -327,9 +349,13 @@ func (e *Engine) migOptions(h *fleet.Host, s *shape, allowed func(*fleet.GPU) bo
 			continue
 		}
 		// GPUs with the same layout offer the same options.
+		// GPUs with the same model and layout offer the same options.
 		var key [9]byte
+		if g.Model != h.GPUs[0].Model {
+			key[8] = 2 // mixed-model host: never deduplicate across models
+		}
 		if g.MIG {
-			key[8] = 1
+			key[8] |= 1
 			for _, in := range g.Instances {
 				key[in.Start] = byte(in.ProfileID + 1)
 			}

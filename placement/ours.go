@@ -3,6 +3,7 @@ package placement
 import (
 	"math"
 
+	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
@@ -49,6 +50,9 @@ type OursConfig struct {
 	// ScarcityCap bounds a task type's scarcity, so that a type almost no
 	// host can run cannot dominate every decision.
 	ScarcityCap float64
+	// MIGWeight weighs the loss of MIG room (in fresh-GPU equivalents of
+	// the profile mix) for MIG requests.
+	MIGWeight float64
 	// RecalibrateThreshold is the relative change in some task type's
 	// scarcity below which Recalibrate keeps the old weights (and the
 	// engine's cached scores).
@@ -57,7 +61,7 @@ type OursConfig struct {
 
 // DefaultOursConfig returns the tuned defaults.
 func DefaultOursConfig() OursConfig {
-	return OursConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, RecalibrateThreshold: 0.3}
+	return OursConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, MIGWeight: 4, RecalibrateThreshold: 0.3}
 }
 
 // NewOurs returns the default policy for workload w (nil: a generic mix)
@@ -77,7 +81,7 @@ func (s *Ours) Clone() Scorer { return &Ours{w: s.w, cfg: s.cfg} }
 
 func (*Ours) Name() string { return DefaultPolicy }
 
-func (s *Ours) Score(_ *Request, before, after *View) float64 {
+func (s *Ours) Score(req *Request, before, after *View) float64 {
 	if before.Epoch == 0 || before.Epoch != s.epoch {
 		s.types = s.forHost(before)
 		if m, ok := s.beforeCache[before.Class]; ok && before.Class >= 0 {
@@ -98,7 +102,25 @@ func (s *Ours) Score(_ *Request, before, after *View) float64 {
 	if after.CPUCap > 0 {
 		sc -= s.cfg.CPUSpread * float64(after.CPU) / float64(after.CPUCap)
 	}
+	if req.Mode == catalog.ModeMIG {
+		sc += s.cfg.MIGWeight * migLoss(before, after)
+	}
 	return sc
+}
+
+// migLoss is how much of the expected MIG profile mix the changed GPUs can
+// no longer take: the fragmentation idea applied to MIG geometry. A 3g
+// instance at slot 4 instead of 0 leaves room for a 4g, so it loses less.
+func migLoss(before, after *View) float64 {
+	loss := 0.0
+	for i := range after.GPUs {
+		b, a := &before.GPUs[i], &after.GPUs[i]
+		if b.Mask == a.Mask && b.MIG == a.MIG {
+			continue
+		}
+		loss += MIGCapacity(b, a.Profiles, after.MIGMix) - MIGCapacity(a, a.Profiles, after.MIGMix)
+	}
+	return loss
 }
 
 // Recalibrate recomputes every task type's scarcity from the fleet's

@@ -170,3 +170,37 @@ func TestRecalibrateGuardsScarceHosts(t *testing.T) {
 		t.Fatalf("1-GPU request took an empty 8-GPU host (%s)", p.HostID)
 	}
 }
+
+// TestMIGSlotKeepsRoom: the default policy puts a lone 3g instance at slot
+// 4, not 0, so that a 4g (which can only start at 0) still fits beside it.
+func TestMIGSlotKeepsRoom(t *testing.T) {
+	h := fleet.MockHost("h100", "H100-80GB-SXM", 1)
+	h.GPUs[0].MIG = true
+	f := fleet.MockFleet(h)
+	e := NewEngine(nil, NewOurs(nil), 1)
+	p := mustPlace(t, e, f, migReq("a", "3g.40gb"))
+	if p.Devices[0].MIGStart != 4 {
+		t.Fatalf("3g placed at slot %d, want 4", p.Devices[0].MIGStart)
+	}
+	q := mustPlace(t, e, f, migReq("b", "4g.40gb"))
+	if q.Devices[0].MIGStart != 0 {
+		t.Fatalf("4g placed at slot %d, want 0", q.Devices[0].MIGStart)
+	}
+	if err := f.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMIGPacksPartialGPU: a 1g instance goes to the MIG GPU that already
+// has instances, keeping the empty MIG GPU whole for a 7g.
+func TestMIGPacksPartialGPU(t *testing.T) {
+	h := fleet.MockHost("h100", "H100-80GB-SXM", 2)
+	h.GPUs[0].MIG, h.GPUs[1].MIG = true, true
+	f := fleet.MockFleet(h)
+	e := NewEngine(nil, NewOurs(nil), 1)
+	first := mustPlace(t, e, f, migReq("a", "1g.10gb"))
+	second := mustPlace(t, e, f, migReq("b", "1g.10gb"))
+	if second.Devices[0].GPU != first.Devices[0].GPU {
+		t.Fatalf("second 1g went to gpu %d, first is on gpu %d", second.Devices[0].GPU, first.Devices[0].GPU)
+	}
+}

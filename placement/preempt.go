@@ -42,16 +42,24 @@ const maxExactVictims = 12
 // when no set of evictions would make req fit, and a *RequestError for an
 // invalid request. It does not modify f, apart from the engine's cache
 // entries.
-func (e *Engine) PlanPreemption(f *fleet.Fleet, req *Request) (*PreemptionPlan, error) {
-	p, err := e.Place(f, req)
+func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, error) {
+	p, err := e.Place(f, in)
 	if err == nil {
 		return &PreemptionPlan{HostID: p.HostID, Placement: p}, nil
 	}
 	var ice *InsufficientCapacityError
-	if !errors.As(err, &ice) || req.Preemptible {
+	if !errors.As(err, &ice) || in.Preemptible {
 		return nil, err
 	}
-	s := e.shapeOf(req) // req was validated (and normalized) by Place
+	// Place validated a copy; normalise ours the same way (it cannot fail
+	// now) without touching the caller's request.
+	r := *in
+	r.Models = append([]string(nil), in.Models...)
+	req := &r
+	if err := req.Validate(e.cat); err != nil {
+		return nil, err
+	}
+	s := e.shapeOf(req)
 
 	// Every allocation by host: the scratch copy of a host needs them all.
 	byHost := map[string][]*fleet.Placement{}

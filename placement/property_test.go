@@ -162,8 +162,16 @@ func checkPlacement(t *testing.T, f *fleet.Fleet, req *Request, p *fleet.Placeme
 	if p.ID != req.ID || p.Preemptible != req.Preemptible || p.PriceMicros != req.PriceMicros {
 		fail("request fields not carried")
 	}
+	var models []string
+	for _, m := range req.Models {
+		c, err := testCatalog.CanonicalModel(m)
+		if err != nil {
+			fail("model %s: %v", m, err)
+		}
+		models = append(models, c)
+	}
 	for _, d := range p.Devices {
-		if len(req.Models) > 0 && !contains(req.Models, h.GPUs[d.GPU].Model) {
+		if len(models) > 0 && !contains(models, h.GPUs[d.GPU].Model) {
 			fail("model %s", h.GPUs[d.GPU].Model)
 		}
 		if d.UUID != h.GPUs[d.GPU].UUID {

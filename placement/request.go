@@ -12,7 +12,10 @@ import (
 // Request asks for one allocation.
 type Request struct {
 	// ID names the allocation; it also seeds tie-breaking, so that the same
-	// request against the same snapshot always lands on the same host.
+	// request against the same fleet lands on the same host. (Ties are
+	// broken over the fleet's classes in their internal order, which
+	// depends on the fleet's history: a Clone, or a fleet rebuilt in
+	// another order, may break a tie differently.)
 	ID   string
 	Mode catalog.Mode
 	// GPUs is the whole-GPU count for ModeGPU; for ModeMetal the host's GPU
