@@ -242,6 +242,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "replay", "--mode", "live"}, []string{`--mode "live"`}},
 		{[]string{"sim", "replay", "-o", "xml"}, []string{`--output "xml"`}},
 		{[]string{"sim", "replay", "--parallel", "-1"}, []string{"--parallel -1"}},
+		{[]string{"sim", "replay", "--inflation", "0.5"}, []string{"--inflation 0.5", "1..10"}},
 		{[]string{"sim", "replay", "--bogus"}, []string{"unknown flag: --bogus"}},
 		{[]string{"sim", "replay", "--hosts", "abc"}, []string{"--hosts"}},
 		{[]string{"sim", "replay", "stray"}, []string{"no arguments"}},
@@ -262,6 +263,29 @@ func TestUsageErrors(t *testing.T) {
 		if out != "" {
 			t.Errorf("%v: stdout %q", tc.args, out)
 		}
+	}
+}
+
+// TestReplayInflation: fewer arrivals with a smaller inflation, and the
+// 130% figure falls back to the last arrival when sampling stops at 100%.
+func TestReplayInflation(t *testing.T) {
+	arrivals := func(infl string) sim.SeedResult {
+		code, out, errOut := run(t, "sim", "replay", "-o", "json", "--hosts", "50", "--seeds", "42", "--inflation", infl)
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+		var rep sim.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Policies[0].Seeds[0]
+	}
+	full, short := arrivals("1.3"), arrivals("1.0")
+	if short.Arrivals >= full.Arrivals {
+		t.Fatalf("inflation 1.0 has %d arrivals, 1.3 has %d", short.Arrivals, full.Arrivals)
+	}
+	if short.Unalloc100 != short.Unalloc130 {
+		t.Errorf("inflation 1.0: unalloc at 100%% %v and at 130%% %v should both be the final value", short.Unalloc100, short.Unalloc130)
 	}
 }
 

@@ -156,9 +156,9 @@ func (o replayOptions) validate(cmd *cobra.Command) (*replayJob, error) {
 	case o.parallel == 0:
 		j.parallel = runtime.NumCPU()
 	}
-	if o.inflation != replayInflation {
-		// sim.Trace.Replay always samples to 1.3x capacity.
-		return nil, usagef(cmd, "--inflation %v: only %v is supported (the replay samples to 130%% of capacity)", o.inflation, replayInflation)
+	if o.inflation < 1 || o.inflation > 10 {
+		// Below 1 the 100% arrival point is never reached.
+		return nil, usagef(cmd, "--inflation %v: want 1..10 (the paper uses 1.3)", o.inflation)
 	}
 	return j, nil
 }
@@ -288,6 +288,7 @@ func (j *replayJob) newTrace(lt *loadedTrace) (*sim.Trace, error) {
 		}
 		return nil, err
 	}
+	t.Inflation = j.inflation
 	return t, nil
 }
 

@@ -25,6 +25,9 @@ type Trace struct {
 	Pods []TracePod
 	// GPUMilli is the fleet's GPU capacity in milli-GPUs.
 	GPUMilli int64
+	// Inflation is how far Replay samples arrivals, as a multiple of GPU
+	// capacity; 0 means the paper's 1.3.
+	Inflation float64
 	cat      *catalog.Catalog
 }
 
@@ -174,7 +177,11 @@ func (t *Trace) ReplayScorer(sc placement.Scorer, seed int64, progress func()) (
 		return nil, err
 	}
 	eng := placement.NewEngine(t.cat, sc, seed)
-	order := t.Sample(seed, 1.3)
+	inflation := t.Inflation
+	if inflation == 0 {
+		inflation = 1.3
+	}
+	order := t.Sample(seed, inflation)
 	run := &Run{Policy: sc.Name(), Seed: seed, Arrivals: len(order),
 		Arrived: make([]float64, 0, len(order)), Allocated: make([]float64, 0, len(order)),
 		Unalloc100: math.NaN(), Unalloc130: math.NaN()}
