@@ -28,7 +28,7 @@ type Trace struct {
 	// Inflation is how far Replay samples arrivals, as a multiple of GPU
 	// capacity; 0 means the paper's 1.3.
 	Inflation float64
-	cat      *catalog.Catalog
+	cat       *catalog.Catalog
 }
 
 // NewTrace turns trace rows into hosts and requests. GPU model codes must be
