@@ -27,17 +27,7 @@ type Class struct {
 	Rep     *Host
 	members []int
 	livePos int
-	memo    []Memo
-	owner   any
-}
-
-// Memo is a scratch entry a placement engine keeps per class and request
-// shape. The fleet only stores it; the engine owns its meaning.
-type Memo struct {
-	Set    bool
-	Reason uint8
-	Option uint64
-	Score  float64
+	slot    int
 }
 
 // Members returns the indexes (into Fleet.Hosts) of the class's hosts. The
@@ -47,31 +37,28 @@ func (c *Class) Members() []int { return c.members }
 // Size is the number of hosts in the class.
 func (c *Class) Size() int { return len(c.members) }
 
-// Memos returns the class's memo table for owner, cleared if another owner
-// used it last, and grown to at least n entries.
-func (c *Class) Memos(owner any, n int) []Memo {
-	if c.owner != owner {
-		c.owner = owner
-		c.memo = c.memo[:0]
-	}
-	if len(c.memo) < n {
-		if cap(c.memo) >= n {
-			// Entries past len may hold another owner's memos: clear them.
-			old := len(c.memo)
-			c.memo = c.memo[:n]
-			clear(c.memo[old:])
-		} else {
-			grown := make([]Memo, n, n+n/2+8)
-			copy(grown, c.memo)
-			c.memo = grown
-		}
-	}
-	return c.memo
-}
-
 // Classes returns the classes that have at least one host. The slice is owned
 // by the fleet and valid until the next change.
 func (f *Fleet) Classes() []*Class { return f.live }
+
+// Slots exposes the class index as dense arrays, for scans that must be
+// fast: slot i holds class classes[i] (nil when free) with sizes[i] hosts;
+// gens[i] changes whenever the slot gets a new class, so a cache keyed by
+// (slot, generation) is never stale. The slices are owned by the fleet and
+// valid until the next change. Slots are reused, so their number stays near
+// the peak number of live classes.
+func (f *Fleet) Slots() (classes []*Class, sizes []int32, gens []uint32) {
+	return f.slots, f.slotSize, f.slotGen
+}
+
+// Slot is the class's position in the arrays of Fleet.Slots.
+func (c *Class) Slot() int { return c.slot }
+
+// ID identifies the fleet in the process; a Clone has another. Caches keyed
+// by class slots must be dropped when the fleet they were built on changes.
+func (f *Fleet) ID() uint64 { return f.id }
+
+var fleetIDs atomic.Uint64
 
 // templateOf interns the static, placement-relevant facts of a host.
 func (f *Fleet) templateOf(h *Host) int {
@@ -175,10 +162,28 @@ func (f *Fleet) reclass(h *Host) {
 		c.Rep = h
 		c.livePos = len(f.live)
 		f.live = append(f.live, c)
+		f.takeSlot(c)
 	}
 	h.classPos = len(c.members)
 	c.members = append(c.members, h.index)
+	f.slotSize[c.slot]++
 	h.class = c
+}
+
+// takeSlot gives a new class a free slot, bumping its generation.
+func (f *Fleet) takeSlot(c *Class) {
+	if n := len(f.freeSlots); n > 0 {
+		c.slot = f.freeSlots[n-1]
+		f.freeSlots = f.freeSlots[:n-1]
+	} else {
+		c.slot = len(f.slots)
+		f.slots = append(f.slots, nil)
+		f.slotSize = append(f.slotSize, 0)
+		f.slotGen = append(f.slotGen, 0)
+	}
+	f.slots[c.slot] = c
+	f.slotSize[c.slot] = 0
+	f.slotGen[c.slot]++
 }
 
 // leave removes h from its class, dropping the class when it empties.
@@ -189,6 +194,7 @@ func (f *Fleet) leave(h *Host) {
 	c.members[i] = c.members[last]
 	f.Hosts[c.members[i]].classPos = i
 	c.members = c.members[:last]
+	f.slotSize[c.slot]--
 	if len(c.members) > 0 {
 		if c.Rep == h {
 			c.Rep = f.Hosts[c.members[0]]
@@ -201,5 +207,7 @@ func (f *Fleet) leave(h *Host) {
 	moved.livePos = c.livePos
 	f.live = f.live[:end]
 	c.livePos = -1
+	f.slots[c.slot] = nil
+	f.freeSlots = append(f.freeSlots, c.slot)
 	delete(f.classes, c.Key)
 }

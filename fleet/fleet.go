@@ -94,6 +94,12 @@ type Fleet struct {
 	classes   map[string]*Class
 	live      []*Class
 	keyBuf    []byte
+	// The class index as dense arrays; see Slots.
+	slots     []*Class
+	slotSize  []int32
+	slotGen   []uint32
+	freeSlots []int
+	id        uint64
 }
 
 // New returns an empty fleet.
@@ -103,6 +109,7 @@ func New() *Fleet {
 		allocs:    map[string]*Placement{},
 		templates: map[string]int{},
 		classes:   map[string]*Class{},
+		id:        fleetIDs.Add(1),
 	}
 }
 
@@ -478,6 +485,9 @@ func (f *Fleet) Check() error {
 		}
 		if h.class == nil || h.class.Key != f.stateKey(h) {
 			return fmt.Errorf("host %s: class index is stale", h.ID)
+		}
+		if c := h.class; c.slot >= len(f.slots) || f.slots[c.slot] != c || int(f.slotSize[c.slot]) != c.Size() {
+			return fmt.Errorf("host %s: class slot index is stale", h.ID)
 		}
 	}
 	return nil

@@ -398,28 +398,56 @@ func TestClasses(t *testing.T) {
 	}
 }
 
-func TestMemosOwner(t *testing.T) {
-	f := MockFleet(MockHost("h", "T4", 1))
-	c := f.Classes()[0]
-	a, b := new(int), new(int)
-	m := c.Memos(a, 4)
-	if len(m) != 4 {
-		t.Fatalf("len %d", len(m))
-	}
-	m[3] = Memo{Set: true, Score: 7}
-	if got := c.Memos(a, 2); len(got) != 4 || !got[3].Set {
-		t.Error("same owner lost its memos")
-	}
-	// Another owner must never see the first owner's entries, whether the
-	// table shrinks or grows within its capacity.
-	for _, n := range []int{1, 4, 8} {
-		for i, x := range c.Memos(b, n) {
-			if x.Set {
-				t.Fatalf("owner b, n=%d: entry %d leaked from owner a", n, i)
-			}
+// TestSlots: the dense class index agrees with the classes, reuses freed
+// slots, and bumps a slot's generation whenever it gets a new class, so
+// caches keyed by (slot, generation) never see a stale class.
+func TestSlots(t *testing.T) {
+	f := MockFleet(MockHost("a", "T4", 1), MockHost("b", "T4", 1), MockHost("c", "L40S", 1))
+	check := func() {
+		t.Helper()
+		if err := f.Check(); err != nil {
+			t.Fatal(err)
 		}
-		m = c.Memos(a, 4)
-		m[3] = Memo{Set: true, Score: 7}
+	}
+	check()
+	classes, sizes, gens := f.Slots()
+	if len(classes) != 2 || sizes[f.Host("a").Class().Slot()] != 2 {
+		t.Fatalf("slots %v sizes %v", classes, sizes)
+	}
+	slotA, genA := f.Host("a").Class().Slot(), gens[f.Host("a").Class().Slot()]
+	// Move both T4 hosts to a new state: their old class dies, its slot is
+	// reused by the new class with a new generation.
+	for _, h := range []string{"a", "b"} {
+		if err := f.Apply(&Placement{ID: "p-" + h, HostID: h, Devices: []Device{{GPU: 0, Kind: Whole}}}); err != nil {
+			t.Fatal(err)
+		}
+		check()
+	}
+	classes, _, _ = f.Slots()
+	if len(classes) != 3 || classes[slotA] != nil {
+		t.Fatalf("after the moves: slots %v, want 3 with slot %d free", classes, slotA)
+	}
+	// The next new class takes a freed slot, with a new generation.
+	_, _, gens = f.Slots()
+	before := append([]uint32(nil), gens...)
+	_ = genA
+	if err := f.Apply(&Placement{ID: "p-c", HostID: "c", Devices: []Device{{GPU: 0, Kind: Whole}}}); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	classes, sizes, gens = f.Slots()
+	slot := f.Host("c").Class().Slot()
+	if len(classes) != 3 || gens[slot] <= before[slot] {
+		t.Fatalf("slots %d; slot %d generation %d, was %d: a freed slot must be reused with a new generation", len(classes), slot, gens[slot], before[slot])
+	}
+	for i, c := range classes {
+		if c == nil && sizes[i] != 0 || c != nil && int(sizes[i]) != c.Size() {
+			t.Fatalf("slot %d: class %v size %d", i, c, sizes[i])
+		}
+	}
+	// A clone has its own identity.
+	if g := f.Clone(); g.ID() == f.ID() {
+		t.Fatal("clone shares the fleet ID")
 	}
 }
 

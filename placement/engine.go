@@ -33,9 +33,12 @@ type Engine struct {
 	// firstWins breaks ties by fleet order instead of at random; see
 	// OrderedTies.
 	firstWins bool
-	// owner tags memo tables in fleet classes; replaced to invalidate them.
-	owner  *int
-	shapes map[string]int
+	// tables[shape] caches evaluate's result per fleet class slot, valid
+	// while the slot's generation matches; fleetID names the fleet they
+	// were built on.
+	tables  [][]memo
+	fleetID uint64
+	shapes  map[string]int
 	byID   []*shape
 	// scratch
 	before, after View
@@ -77,7 +80,7 @@ func (e *Engine) Recalibrate(f *fleet.Fleet) bool {
 	if !ok || !r.Recalibrate(f) {
 		return false
 	}
-	e.owner = new(int)
+	e.tables = nil
 	return true
 }
 
@@ -93,9 +96,47 @@ func (e *Engine) SetMIGMix(mix map[int]float64) {
 }
 
 func (e *Engine) reset() {
-	e.owner = new(int)
 	e.shapes = map[string]int{}
 	e.byID = nil
+	e.tables = nil
+}
+
+// memo is the engine's cached evaluation of one class for one shape.
+type memo struct {
+	gen    uint32 // the slot generation it was computed for; 0 = none
+	reason uint8
+	option uint64
+	score  float64
+}
+
+// table returns the cache of shape s for fleet f, sized to its slots.
+func (e *Engine) table(f *fleet.Fleet, s *shape, slots int) []memo {
+	if f.ID() != e.fleetID {
+		e.fleetID = f.ID()
+		e.tables = nil
+	}
+	for len(e.tables) <= s.id {
+		e.tables = append(e.tables, nil)
+	}
+	t := e.tables[s.id]
+	if len(t) < slots {
+		t = append(t, make([]memo, slots-len(t))...)
+		e.tables[s.id] = t
+	}
+	return t
+}
+
+// lookup returns the evaluation of class c for shape s, computing it on a
+// miss.
+func (e *Engine) lookup(f *fleet.Fleet, c *fleet.Class, s *shape) memo {
+	_, _, gens := f.Slots()
+	t := e.table(f, s, len(gens))
+	m := &t[c.Slot()]
+	if m.gen != gens[c.Slot()] {
+		*m = e.evaluate(c.Rep, s)
+		m.gen = gens[c.Slot()]
+	}
+	return *m
 }
 
 // shape is a request with everything per-host evaluation needs resolved. Two
@@ -187,36 +228,44 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 	hosts := 0
 	var (
 		best      *fleet.Class
-		bestMemo  fleet.Memo
+		bestMemo  memo
 		weight    int
 		feasible  []candidate
 		needGroup = req.Group != nil
 		firstWins = e.firstWins
 	)
-	for _, c := range f.Classes() {
-		n := c.Size()
-		hosts += n
-		memos := c.Memos(e.owner, len(e.byID))
-		m := &memos[s.id]
-		if !m.Set {
-			*m = e.evaluate(c.Rep, s)
-		}
-		if m.Reason != 0 {
-			counts[m.Reason] += n
+	// Scan the class index as dense arrays: sizes, generations and this
+	// shape's cache line up slot by slot, so the scan stays in cache.
+	slots, sizes, gens := f.Slots()
+	table := e.table(f, s, len(slots))
+	for i, n32 := range sizes {
+		if n32 == 0 {
 			continue
 		}
+		n := int(n32)
+		hosts += n
+		m := &table[i]
+		if m.gen != gens[i] {
+			*m = e.evaluate(slots[i].Rep, s)
+			m.gen = gens[i]
+		}
+		if m.reason != 0 {
+			counts[m.reason] += n
+			continue
+		}
+		c := slots[i]
 		if needGroup {
 			feasible = append(feasible, candidate{c, *m})
 			continue
 		}
 		switch {
-		case best == nil || m.Score < bestMemo.Score:
+		case best == nil || m.score < bestMemo.score:
 			best, bestMemo, weight = c, *m, n
-		case m.Score == bestMemo.Score && firstWins:
+		case m.score == bestMemo.score && firstWins:
 			if firstMember(c) < firstMember(best) {
 				best, bestMemo = c, *m
 			}
-		case m.Score == bestMemo.Score:
+		case m.score == bestMemo.score:
 			// Reservoir sampling weighted by class size picks uniformly
 			// among all tied hosts.
 			weight += n
@@ -271,14 +320,14 @@ func firstMember(c *fleet.Class) int {
 
 type candidate struct {
 	class *fleet.Class
-	memo  fleet.Memo
+	memo  memo
 }
 
 // pickGrouped chooses among feasible classes honouring the request's
 // placement group. Cluster groups stay on the rack of their first member and
 // prefer a host that already runs a member; spread groups avoid hosts (or
 // racks) that do.
-func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rng *rng, counts *[numReasons]int) (*fleet.Host, fleet.Memo) {
+func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rng *rng, counts *[numReasons]int) (*fleet.Host, memo) {
 	g := req.Group
 	onHost := map[string]bool{}
 	for _, h := range g.Hosts {
@@ -304,15 +353,15 @@ func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rn
 		}
 		return true, 0
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].memo.Score < cands[j].memo.Score })
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].memo.score < cands[j].memo.score })
 	var (
 		best     *fleet.Host
-		bestMemo fleet.Memo
+		bestMemo memo
 		bestTier float64
 		ties     int
 	)
 	for _, c := range cands {
-		if best != nil && c.memo.Score > bestMemo.Score && bestTier == 0 {
+		if best != nil && c.memo.score > bestMemo.score && bestTier == 0 {
 			// Later classes only score worse; a same-host (tier -1) match
 			// might still come, so keep looking only while none is found.
 			if g.Strategy != Cluster || len(onHost) == 0 {
@@ -327,9 +376,9 @@ func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rn
 				continue
 			}
 			switch {
-			case best == nil || tier < bestTier || tier == bestTier && c.memo.Score < bestMemo.Score:
+			case best == nil || tier < bestTier || tier == bestTier && c.memo.score < bestMemo.score:
 				best, bestMemo, bestTier, ties = h, c.memo, tier, 1
-			case tier == bestTier && c.memo.Score == bestMemo.Score:
+			case tier == bestTier && c.memo.score == bestMemo.score:
 				ties++
 				if rng.intn(ties) == 0 {
 					best, bestMemo = h, c.memo
@@ -341,10 +390,10 @@ func (e *Engine) pickGrouped(f *fleet.Fleet, req *Request, cands []candidate, rn
 }
 
 // build turns the chosen option into a placement on host h.
-func (e *Engine) build(h *fleet.Host, s *shape, m fleet.Memo) *fleet.Placement {
+func (e *Engine) build(h *fleet.Host, s *shape, m memo) *fleet.Placement {
 	req := &s.req
-	p := &fleet.Placement{HostID: h.ID, CPUMilli: req.CPUMilli, MemoryMiB: req.MemoryMiB, Score: m.Score}
-	opt := m.Option
+	p := &fleet.Placement{HostID: h.ID, CPUMilli: req.CPUMilli, MemoryMiB: req.MemoryMiB, Score: m.score}
+	opt := m.option
 	switch req.Mode {
 	case catalog.ModeMetal:
 		p.Metal = true

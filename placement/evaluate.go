@@ -81,6 +81,11 @@ func (e *Engine) fillView(v *View, h *fleet.Host) {
 	if c := h.Class(); c != nil {
 		v.Class = c.ID
 	}
+}
+
+// fillProfiles attaches the MIG profile tables, which only MIG requests
+// need.
+func (e *Engine) fillProfiles(v *View) {
 	for i := range v.GPUs {
 		v.GPUs[i].Profiles = e.profiles(v.GPUs[i].Model)
 	}
@@ -150,9 +155,9 @@ const enableMIGPenalty = 1e9
 
 // evaluate decides whether a host (the representative of its class) can take
 // a request of shape s, and if so, with which option and score.
-func (e *Engine) evaluate(h *fleet.Host, s *shape) fleet.Memo {
+func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 	req := &s.req
-	fail := func(r Reason) fleet.Memo { return fleet.Memo{Set: true, Reason: uint8(r)} }
+	fail := func(r Reason) memo { return memo{reason: uint8(r)} }
 	if h.State != fleet.Schedulable {
 		return fail(ReasonState)
 	}
@@ -210,14 +215,17 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) fleet.Memo {
 		return fail(ReasonMemory)
 	}
 	e.fillView(&e.before, h)
-	best := fleet.Memo{Set: true}
+	if req.Mode == catalog.ModeMIG {
+		e.fillProfiles(&e.before)
+	}
+	var best memo
 	found := false
 	try := func(opt uint64, penalty float64) {
 		e.after.copyFrom(&e.before)
 		e.apply(&e.after, s, opt)
 		sc := e.scorer.Score(req, &e.before, &e.after) + penalty
-		if !found || sc < best.Score {
-			best.Score, best.Option, found = sc, opt, true
+		if !found || sc < best.score {
+			best.score, best.option, found = sc, opt, true
 		}
 	}
 	allowed := func(g *fleet.GPU) bool { return s.models == nil || s.models[g.Model] }

@@ -128,17 +128,21 @@ func migLoss(before, after *View) float64 {
 // than the configured threshold; only then are they replaced (and the
 // engine must drop its cached scores).
 func (s *Ours) Recalibrate(f *fleet.Fleet) bool {
-	views := make([]View, 0, len(f.Hosts))
-	for _, h := range f.Hosts {
+	// Hosts of one class have equal views: weigh each class by its size.
+	var views []View
+	var weights []float64
+	for _, c := range f.Classes() {
+		h := c.Rep
 		if h.State != fleet.Schedulable || h.MetalAlloc != "" {
 			continue
 		}
 		var v View
 		fillViewFrom(&v, h)
 		views = append(views, v)
+		weights = append(weights, float64(c.Size()))
 	}
 	w := &Workload{Types: append([]TaskType(nil), s.w.Types...)}
-	w.calibrate(views, s.cfg.ScarcityCap)
+	w.calibrate(views, weights, s.cfg.ScarcityCap)
 	changed := false
 	for i := range w.Types {
 		a, b := w.Types[i].Scarcity, s.w.Types[i].Scarcity
@@ -163,31 +167,64 @@ func (w *Workload) Calibrate(hosts []*fleet.Host) {
 	for i, h := range hosts {
 		views[i] = emptyView(h)
 	}
-	w.calibrate(views, DefaultOursConfig().ScarcityCap)
+	w.calibrate(views, nil, DefaultOursConfig().ScarcityCap)
 }
 
 // calibrate sets Scarcity = free GPU of the views / free GPU that could run
 // the type, capped; -1 for a type no view can run (no placement helps it).
-func (w *Workload) calibrate(views []View, cap float64) {
+// weights, when not nil, counts each view that many times.
+func (w *Workload) calibrate(views []View, weights []float64, cap float64) {
+	w.signatures()
 	total := 0.0
-	for i := range views {
-		total += float64(views[i].TotalFree())
+	supply := make([]float64, len(w.Types))
+	sigN := make([]int, len(w.sigs))
+	sigRep := make([]*TaskType, len(w.sigs))
+	for i := range w.Types {
+		sigRep[w.sigOf[i]] = &w.Types[i]
+	}
+	for j := range views {
+		v := &views[j]
+		wt := 1.0
+		if weights != nil {
+			wt = weights[j]
+		}
+		total += wt * float64(v.TotalFree())
+		for si, t := range sigRep {
+			if t.GPUs > 0 {
+				sigN[si], _ = gpuFit(v, t)
+			}
+		}
+		for i := range w.Types {
+			t := &w.Types[i]
+			if t.GPUs == 0 {
+				continue
+			}
+			n := capByHost(v, t, sigN[w.sigOf[i]])
+			supply[i] += wt * float64(n*t.GPUs*t.Milli)
+		}
 	}
 	for i := range w.Types {
 		t := &w.Types[i]
-		if t.GPUs == 0 {
-			continue
-		}
-		supply := 0.0
-		for j := range views {
-			supply += float64(fitCount(&views[j], t) * t.GPUs * t.Milli)
-		}
-		if supply == 0 {
+		switch {
+		case t.GPUs == 0:
+		case supply[i] == 0:
 			t.Scarcity = -1
-			continue
+		default:
+			t.Scarcity = math.Min(cap, total/supply[i])
 		}
-		t.Scarcity = math.Min(cap, total/supply)
 	}
+}
+
+// capByHost limits n copies of t to what the host's CPU and memory allow.
+func capByHost(v *View, t *TaskType, n int) int {
+	// Divide only when CPU or memory binds: most of the time they don't.
+	if t.CPUMilli > 0 && int64(n)*t.CPUMilli > v.CPU {
+		n = int(v.CPU / t.CPUMilli)
+	}
+	if t.MemoryMiB > 0 && int64(n)*t.MemoryMiB > v.Memory {
+		n = int(v.Memory / t.MemoryMiB)
+	}
+	return n
 }
 
 func emptyView(h *fleet.Host) View {
@@ -222,7 +259,7 @@ func (s *Ours) forHost(v *View) *hostTypes {
 		return ht
 	}
 	s.w.signatures()
-	ht := &hostTypes{}
+	ht := &hostTypes{mixed: model == mixed}
 	sigIdx := map[int]int{}
 	for i := range s.w.Types {
 		t := &s.w.Types[i]
@@ -256,6 +293,9 @@ func (s *Ours) forHost(v *View) *hostTypes {
 type hostTypes struct {
 	sigs  []*TaskType // a representative type per signature
 	types []flatType
+	// mixed is set for hosts with several GPU models, where model
+	// constraints must be checked GPU by GPU.
+	mixed bool
 }
 
 type flatType struct {
@@ -264,6 +304,9 @@ type flatType struct {
 	potW     float64 // weight x scarcity x GPU milli per copy
 	fragW    float64 // weight
 }
+
+// oneWholeGPU is the signature that counts whole free GPUs.
+var oneWholeGPU = TaskType{GPUs: 1, Milli: 1000}
 
 // sigScratch holds per-view results by signature.
 type sigScratch struct {
@@ -281,8 +324,18 @@ func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
 		sc.frag = make([]int, len(ht.sigs))
 	}
 	sc.n, sc.frag = sc.n[:len(ht.sigs)], sc.frag[:len(ht.sigs)]
+	// Whole-GPU signatures without a model constraint differ only in the
+	// GPU count: count the whole GPUs once.
+	whole, wholeFrag := -1, 0
 	for i, t := range ht.sigs {
-		sc.n[i], sc.frag[i] = gpuFit(v, t)
+		if t.Milli >= 1000 && t.Models == nil {
+			if whole < 0 {
+				whole, wholeFrag = gpuFit(v, &oneWholeGPU)
+			}
+			sc.n[i], sc.frag[i] = whole/t.GPUs, wholeFrag
+			continue
+		}
+		sc.n[i], sc.frag[i] = gpuFitModels(v, t, ht.mixed && t.Models != nil)
 	}
 	total := float64(v.TotalFree())
 	for i := range ht.types {
@@ -308,13 +361,24 @@ func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
 // gpuFit counts the copies of t the host's GPUs could take (ignoring CPU
 // and memory) and the free GPU milli that t could not use.
 func gpuFit(v *View, t *TaskType) (n, frag int) {
+	return gpuFitModels(v, t, t.Models != nil)
+}
+
+// gpuFitModels is gpuFit; checkModels false skips the model test, for
+// hosts already known to carry only models t accepts.
+func gpuFitModels(v *View, t *TaskType, checkModels bool) (n, frag int) {
 	if t.Milli < 1000 {
+		// A full GPU is common: divide once for it.
+		perWhole := 1000 / t.Milli
 		for j := range v.GPUs {
 			g := &v.GPUs[j]
-			if g.Shareable && g.Free >= t.Milli && (t.Models == nil || t.Models[g.Model]) {
-				n += g.Free / t.Milli
-			} else {
+			switch {
+			case !g.Shareable || g.Free < t.Milli || checkModels && !t.Models[g.Model]:
 				frag += g.Free
+			case g.Free == 1000:
+				n += perWhole
+			default:
+				n += g.Free / t.Milli
 			}
 		}
 		return n, frag
@@ -322,7 +386,7 @@ func gpuFit(v *View, t *TaskType) (n, frag int) {
 	whole := 0
 	for j := range v.GPUs {
 		g := &v.GPUs[j]
-		if g.Whole && (t.Models == nil || t.Models[g.Model]) {
+		if g.Whole && (!checkModels || t.Models[g.Model]) {
 			whole++
 		} else {
 			frag += g.Free
@@ -334,15 +398,5 @@ func gpuFit(v *View, t *TaskType) (n, frag int) {
 // fitCount is how many copies of t fit on the host by GPU, CPU and memory.
 func fitCount(v *View, t *TaskType) int {
 	n, _ := gpuFit(v, t)
-	if t.CPUMilli > 0 {
-		if c := int(v.CPU / t.CPUMilli); c < n {
-			n = c
-		}
-	}
-	if t.MemoryMiB > 0 {
-		if c := int(v.Memory / t.MemoryMiB); c < n {
-			n = c
-		}
-	}
-	return n
+	return capByHost(v, t, n)
 }

@@ -135,8 +135,9 @@ func TestRecalibrateGuardsScarceHosts(t *testing.T) {
 	}
 	f := fleet.MockFleet(hosts...)
 	w := &Workload{Types: []TaskType{
-		{Weight: 0.9, GPUs: 1, Milli: 1000, CPUMilli: 1000},
+		{Weight: 0.8, GPUs: 1, Milli: 1000, CPUMilli: 1000},
 		{Weight: 0.1, GPUs: 8, Milli: 1000, CPUMilli: 8000},
+		{Weight: 0.1, CPUMilli: 4000}, // CPU only: no scarcity
 	}}
 	w.Calibrate(f.Hosts)
 	initial := w.Types[1].Scarcity

@@ -69,12 +69,8 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 
 	var hosts []*preemptHost
 	for _, c := range f.Classes() {
-		memos := c.Memos(e.owner, len(e.byID))
-		m := &memos[s.id]
-		if !m.Set {
-			*m = e.evaluate(c.Rep, s)
-		}
-		if !capacityReason(Reason(m.Reason)) {
+		m := e.lookup(f, c, s)
+		if !capacityReason(Reason(m.reason)) {
 			continue
 		}
 		for _, i := range c.Members() {
@@ -293,7 +289,7 @@ func (e *Engine) fitsWithout(sc *scratchHost, s *shape, victims []*fleet.Placeme
 			return false, fmt.Errorf("plan preemption: restore %s: %w", v.ID, err)
 		}
 	}
-	return m.Reason == uint8(reasonNone), nil
+	return m.reason == uint8(reasonNone), nil
 }
 
 // planHost finds the best victim set on one host, or nil when none helps or
