@@ -39,7 +39,7 @@ type Engine struct {
 	tables  [][]memo
 	fleetID uint64
 	shapes  map[string]int
-	byID   []*shape
+	byID    []*shape
 	// scratch
 	before, after View
 	epoch         uint64
