@@ -24,6 +24,8 @@ type TaskType struct {
 	// by Workload.Calibrate. 0 means not calibrated (weight 1); -1 means no
 	// host can run the type.
 	Scarcity float64
+	// perWhole is 1000/Milli for shares, set by signatures.
+	perWhole int
 }
 
 // Workload is the expected mix of requests ("target workload" in the FGD
@@ -43,6 +45,9 @@ func (w *Workload) signatures() {
 		w.sigOf = make([]int, len(w.Types))
 		for i := range w.Types {
 			t := &w.Types[i]
+			if t.Milli > 0 && t.Milli < 1000 {
+				t.perWhole = 1000 / t.Milli
+			}
 			ms := make([]string, 0, len(t.Models))
 			for m := range t.Models {
 				ms = append(ms, m)

@@ -30,12 +30,12 @@ type Ours struct {
 	// Caches, valid until the next Recalibrate: the task types per host GPU
 	// model, and the measures of "before" views by fleet class.
 	byModel     map[string]*hostTypes
-	beforeCache map[int][2]float64
+	beforeCache map[int]*baseMeasure
 	// Per-evaluation state, keyed by the before view's epoch.
 	epoch             uint64
-	potBefore, fragBf float64
-	types             *hostTypes
-	sig               sigScratch
+	base  *baseMeasure
+	types *hostTypes
+	sig   sigScratch
 }
 
 // OursConfig weighs the terms of the default policy. The defaults were
@@ -84,21 +84,29 @@ func (*Ours) Name() string { return DefaultPolicy }
 func (s *Ours) Score(req *Request, before, after *View) float64 {
 	if before.Epoch == 0 || before.Epoch != s.epoch {
 		s.types = s.forHost(before)
-		if m, ok := s.beforeCache[before.Class]; ok && before.Class >= 0 {
-			s.potBefore, s.fragBf = m[0], m[1]
-		} else {
-			s.potBefore, s.fragBf = s.types.measure(before, &s.sig)
-			if before.Class >= 0 {
-				if s.beforeCache == nil {
-					s.beforeCache = map[int][2]float64{}
-				}
-				s.beforeCache[before.Class] = [2]float64{s.potBefore, s.fragBf}
-			}
-		}
+		s.base = s.baseOf(before)
 		s.epoch = before.Epoch
 	}
-	potAfter, fragAfter := s.types.measure(after, &s.sig)
-	sc := (s.potBefore - potAfter + s.cfg.FragWeight*(fragAfter-s.fragBf)) / 1000
+	// The after view differs from the before view in a few GPUs: adjust the
+	// per-signature counts for those instead of recounting every GPU.
+	ht, b := s.types, s.base
+	raw := append(s.sig.raw[:0], b.raw...)
+	frg := append(s.sig.frag[:0], b.frag...)
+	for j := range after.GPUs {
+		gb, ga := &before.GPUs[j], &after.GPUs[j]
+		if gb.Free == ga.Free && gb.Whole == ga.Whole && gb.Shareable == ga.Shareable {
+			continue
+		}
+		for si, t := range ht.sigs {
+			r0, f0 := ht.contrib(gb, t)
+			r1, f1 := ht.contrib(ga, t)
+			raw[si] += r1 - r0
+			frg[si] += f1 - f0
+		}
+	}
+	s.sig.raw, s.sig.frag = raw, frg
+	potAfter, fragAfter := ht.combine(after, raw, frg)
+	sc := (b.pot - potAfter + s.cfg.FragWeight*(fragAfter-b.fragSum)) / 1000
 	if after.CPUCap > 0 {
 		sc -= s.cfg.CPUSpread * float64(after.CPU) / float64(after.CPUCap)
 	}
@@ -106,6 +114,39 @@ func (s *Ours) Score(req *Request, before, after *View) float64 {
 		sc += s.cfg.MIGWeight * migLoss(before, after)
 	}
 	return sc
+}
+
+// baseMeasure is what the default policy derives from a "before" view:
+// per-signature counts and the view's potential and fragmentation.
+type baseMeasure struct {
+	raw, frag    []int
+	pot, fragSum float64
+}
+
+// baseOf measures a before view, from the cache when the fleet class was
+// seen before.
+func (s *Ours) baseOf(v *View) *baseMeasure {
+	if b, ok := s.beforeCache[v.Class]; ok && v.Class >= 0 {
+		return b
+	}
+	ht := s.types
+	b := &baseMeasure{raw: make([]int, len(ht.sigs)), frag: make([]int, len(ht.sigs))}
+	for j := range v.GPUs {
+		g := &v.GPUs[j]
+		for si, t := range ht.sigs {
+			r, f := ht.contrib(g, t)
+			b.raw[si] += r
+			b.frag[si] += f
+		}
+	}
+	b.pot, b.fragSum = ht.combine(v, b.raw, b.frag)
+	if v.Class >= 0 {
+		if s.beforeCache == nil {
+			s.beforeCache = map[int]*baseMeasure{}
+		}
+		s.beforeCache[v.Class] = b
+	}
+	return b
 }
 
 // migLoss is how much of the expected MIG profile mix the changed GPUs can
@@ -273,7 +314,10 @@ func (s *Ours) forHost(v *View) *hostTypes {
 			sigIdx[gs] = j
 			ht.sigs = append(ht.sigs, t)
 		}
-		ft := flatType{sig: j, cpu: t.CPUMilli, mem: t.MemoryMiB, fragW: t.Weight}
+		ft := flatType{sig: j, gpus: 1, cpu: t.CPUMilli, mem: t.MemoryMiB, fragW: t.Weight}
+		if t.Milli >= 1000 {
+			ft.gpus = t.GPUs
+		}
 		if t.Scarcity >= 0 {
 			sc := t.Scarcity
 			if sc == 0 {
@@ -300,52 +344,55 @@ type hostTypes struct {
 
 type flatType struct {
 	sig      int
+	gpus     int // GPUs per copy for whole-GPU types, else 1
 	cpu, mem int64
 	potW     float64 // weight x scarcity x GPU milli per copy
 	fragW    float64 // weight
 }
 
-// oneWholeGPU is the signature that counts whole free GPUs.
-var oneWholeGPU = TaskType{GPUs: 1, Milli: 1000}
-
-// sigScratch holds per-view results by signature.
+// sigScratch holds per-view counts by signature.
 type sigScratch struct {
-	n    []int
-	frag []int
+	raw, frag []int
 }
 
-// measure returns the potential (GPU milli the host could still give each
-// type if only that type arrived, weighted by popularity and scarcity) and
-// FGD's fragmentation F_n(M) of a view. Types asking for no GPU are left
-// out: they add the host's total free GPU before and after alike.
-func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
-	if cap(sc.n) < len(ht.sigs) {
-		sc.n = make([]int, len(ht.sigs))
-		sc.frag = make([]int, len(ht.sigs))
-	}
-	sc.n, sc.frag = sc.n[:len(ht.sigs)], sc.frag[:len(ht.sigs)]
-	// Whole-GPU signatures without a model constraint differ only in the
-	// GPU count: count the whole GPUs once.
-	whole, wholeFrag := -1, 0
-	for i, t := range ht.sigs {
-		if t.Milli >= 1000 && t.Models == nil {
-			if whole < 0 {
-				whole, wholeFrag = gpuFit(v, &oneWholeGPU)
-			}
-			sc.n[i], sc.frag[i] = whole/t.GPUs, wholeFrag
-			continue
+// contrib is what one GPU adds to signature t's counts: raw is the copies
+// of a share it can hold, or 1 if it is a whole free GPU t may use; frag is
+// its free milli when t cannot use it.
+func (ht *hostTypes) contrib(g *GPUView, t *TaskType) (raw, frag int) {
+	allowed := !ht.mixed || t.Models == nil || t.Models[g.Model]
+	if t.Milli < 1000 {
+		switch {
+		case !g.Shareable || g.Free < t.Milli || !allowed:
+			return 0, g.Free
+		case g.Free == 1000:
+			return t.perWhole, 0
 		}
-		sc.n[i], sc.frag[i] = gpuFitModels(v, t, ht.mixed && t.Models != nil)
+		return g.Free / t.Milli, 0
 	}
+	if g.Whole && allowed {
+		return 1, 0
+	}
+	return 0, g.Free
+}
+
+// combine turns per-signature counts into the potential (GPU milli the
+// host could still give each type if only that type arrived, weighted by
+// popularity and scarcity) and FGD's fragmentation F_n(M). Types asking
+// for no GPU are left out: they add the host's total free GPU before and
+// after alike.
+func (ht *hostTypes) combine(v *View, raw, sigFrag []int) (pot, frag float64) {
 	total := float64(v.TotalFree())
 	for i := range ht.types {
 		t := &ht.types[i]
-		n := sc.n[t.sig]
+		n := raw[t.sig]
+		if t.gpus > 1 {
+			n /= t.gpus // raw counts whole GPUs for whole-GPU types
+		}
 		if n == 0 || v.CPU < t.cpu {
 			frag += t.fragW * total
 			continue
 		}
-		frag += t.fragW * float64(sc.frag[t.sig])
+		frag += t.fragW * float64(sigFrag[t.sig])
 		// Divide only when CPU or memory binds: most of the time they don't.
 		if t.cpu > 0 && int64(n)*t.cpu > v.CPU {
 			n = int(v.CPU / t.cpu)
@@ -356,6 +403,20 @@ func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
 		pot += t.potW * float64(n)
 	}
 	return pot, frag
+}
+
+// measure computes potential and fragmentation of a view from scratch.
+func (ht *hostTypes) measure(v *View, sc *sigScratch) (pot, frag float64) {
+	sc.raw = append(sc.raw[:0], make([]int, len(ht.sigs))...)
+	sc.frag = append(sc.frag[:0], make([]int, len(ht.sigs))...)
+	for j := range v.GPUs {
+		for si, t := range ht.sigs {
+			r, f := ht.contrib(&v.GPUs[j], t)
+			sc.raw[si] += r
+			sc.frag[si] += f
+		}
+	}
+	return ht.combine(v, sc.raw, sc.frag)
 }
 
 // gpuFit counts the copies of t the host's GPUs could take (ignoring CPU
