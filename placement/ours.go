@@ -32,7 +32,7 @@ type Ours struct {
 	byModel     map[string]*hostTypes
 	beforeCache map[int]*baseMeasure
 	// Per-evaluation state, keyed by the before view's epoch.
-	epoch             uint64
+	epoch uint64
 	base  *baseMeasure
 	types *hostTypes
 	sig   sigScratch
