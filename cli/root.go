@@ -102,7 +102,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{err: err, path: cmd.CommandPath()}
 	})
-	root.AddCommand(newVersionCommand(), newSimCommand(stderr))
+	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand())
 	return root
 }
 

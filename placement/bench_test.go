@@ -126,3 +126,28 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlaceCold measures the worst case: every request has a shape the
+// engine has not seen, so every class of the fleet is evaluated.
+func BenchmarkPlaceCold(b *testing.B) {
+	cat := catalog.Default()
+	for _, hosts := range []int{1000, 10000, 50000} {
+		b.Run(fmt.Sprintf("hosts=%d/fill=90/policy=%s", hosts, DefaultPolicy), func(b *testing.B) {
+			sc, _ := NewScorer(DefaultPolicy, nil)
+			e := NewEngine(cat, sc, 1)
+			f := syntheticFleet(b, cat, hosts)
+			rnd := rand.New(rand.NewSource(7))
+			fill(b, f, e, 0.9, rnd)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := benchMix(rnd, fmt.Sprintf("cold-%d", i))
+				r.CPUMilli += int64(1 + i%100000) // a new shape every time
+				if _, err := e.Place(f, r); err != nil && !IsInsufficientCapacity(err) {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(len(f.Classes())), "classes")
+		})
+	}
+}

@@ -95,6 +95,9 @@ func (e *Engine) SetMIGMix(mix map[int]float64) {
 	e.reset()
 }
 
+// maxShapes bounds the request shapes an engine caches scores for.
+const maxShapes = 256
+
 func (e *Engine) reset() {
 	e.shapes = map[string]int{}
 	e.byID = nil
@@ -177,6 +180,11 @@ func (e *Engine) shapeOf(req *Request) *shape {
 	e.keyBuf = b
 	if id, ok := e.shapes[string(b)]; ok {
 		return e.byID[id]
+	}
+	if len(e.byID) >= maxShapes {
+		// Each shape keeps a cache line per class slot; a long-running
+		// scheduler sees ever new shapes, so start over rather than grow.
+		e.reset()
 	}
 	s := &shape{id: len(e.byID), req: *req, profiles: map[string]*catalog.MIGProfile{}}
 	s.req.Group = nil

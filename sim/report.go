@@ -437,11 +437,25 @@ func WriteCurves(w io.Writer, runs []*Run) error {
 	if sameSeed {
 		title += fmt.Sprintf(" (seed %d)", firsts[0].Seed)
 	}
+	// Policies differ only once the fleet fills: show arrivals from 60%
+	// of capacity on, and allocation from just below the lowest curve.
+	const fromX = 60
+	xMax, yMin := 100.0, 100.0
+	for _, r := range firsts {
+		for i, x := range r.Arrived {
+			xMax = math.Max(xMax, x)
+			if x >= fromX {
+				yMin = math.Min(yMin, r.Allocated[i])
+			}
+		}
+	}
+	yMin = math.Max(0, math.Floor(yMin/5)*5-5)
 	c := Chart{
 		Title:  title,
 		XLabel: "arrived GPU requests (% of capacity)",
 		YLabel: "allocated GPU (% of capacity)",
-		YMax:   100,
+		XMin:   fromX, XMax: math.Ceil(xMax/5) * 5,
+		YMin: yMin, YMax: 100,
 		VLines: []VLine{{X: 100, Label: "100% arrival"}},
 	}
 	for _, r := range firsts {
@@ -451,7 +465,7 @@ func WriteCurves(w io.Writer, runs []*Run) error {
 		}
 		c.Series = append(c.Series, Series{Name: name, X: r.Arrived, Y: r.Allocated})
 	}
-	c.Series = append(c.Series, Series{Name: "ideal", X: []float64{0, 100}, Y: []float64{0, 100}})
+	c.Series = append(c.Series, Series{Name: "ideal", X: []float64{yMin, 100}, Y: []float64{yMin, 100}})
 	return WriteSVG(w, c)
 }
 
