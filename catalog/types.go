@@ -82,8 +82,8 @@ type Model struct {
 // SupportsMIG reports whether the model can be partitioned with MIG.
 func (m *Model) SupportsMIG() bool { return len(m.MIGProfiles) > 0 }
 
-// Profile looks a MIG profile up by name ("3g.40gb") or by its short form
-// ("3g", only when unambiguous). It returns nil when there is none.
+// Profile looks a MIG profile up by its exact name ("3g.40gb"). It returns
+// nil when there is none; ResolveProfile also accepts IDs and short forms.
 func (m *Model) Profile(name string) *MIGProfile {
 	for i := range m.MIGProfiles {
 		if m.MIGProfiles[i].Name == name {

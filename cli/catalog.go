@@ -54,7 +54,7 @@ type catalogFlags struct {
 }
 
 func (f *catalogFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.file, "catalog", "", "operator catalog file (YAML) to use instead of the built-in catalog alone; it extends or replaces the built-ins per its replace_builtin")
+	cmd.Flags().StringVar(&f.file, "catalog", "", "apply this operator catalog file (YAML): it extends the built-in catalog, or replaces it if it sets replace_builtin")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", `output format: "table", "json" or "yaml"`)
 	_ = cmd.MarkFlagFilename("catalog", "yaml", "yml")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
