@@ -37,6 +37,8 @@ type Engine struct {
 	// while the slot's generation matches; fleetID names the fleet they
 	// were built on.
 	tables  [][]memo
+	entries int // cached evaluations over all tables
+	tick    uint64
 	fleetID uint64
 	shapes  map[string]int
 	byID    []*shape
@@ -80,7 +82,7 @@ func (e *Engine) Recalibrate(f *fleet.Fleet) bool {
 	if !ok || !r.Recalibrate(f) {
 		return false
 	}
-	e.tables = nil
+	e.tables, e.entries = nil, 0
 	return true
 }
 
@@ -95,13 +97,17 @@ func (e *Engine) SetMIGMix(mix map[int]float64) {
 	e.reset()
 }
 
-// maxShapes bounds the request shapes an engine caches scores for.
-const maxShapes = 256
+// maxShapes bounds the request shapes an engine remembers, and
+// maxCacheEntries the cached evaluations over all shapes (about 24 bytes
+// each): a long-running scheduler sees ever new shapes.
+const maxShapes = 4096
+
+var maxCacheEntries = 1 << 21 // a variable so tests can make it small
 
 func (e *Engine) reset() {
 	e.shapes = map[string]int{}
 	e.byID = nil
-	e.tables = nil
+	e.tables, e.entries = nil, 0
 }
 
 // memo is the engine's cached evaluation of one class for one shape.
@@ -116,17 +122,46 @@ type memo struct {
 func (e *Engine) table(f *fleet.Fleet, s *shape, slots int) []memo {
 	if f.ID() != e.fleetID {
 		e.fleetID = f.ID()
-		e.tables = nil
+		e.tables, e.entries = nil, 0
 	}
 	for len(e.tables) <= s.id {
 		e.tables = append(e.tables, nil)
 	}
+	e.tick++
+	s.used = e.tick
 	t := e.tables[s.id]
 	if len(t) < slots {
+		e.entries += slots - len(t)
 		t = append(t, make([]memo, slots-len(t))...)
 		e.tables[s.id] = t
+		if e.entries > maxCacheEntries {
+			e.evict(s)
+			t = e.tables[s.id]
+		}
 	}
 	return t
+}
+
+// evict drops the caches of the less recently used half of the shapes
+// (never keep's), keeping the shapes themselves.
+func (e *Engine) evict(keep *shape) {
+	var used []uint64
+	for id, t := range e.tables {
+		if t != nil && id != keep.id {
+			used = append(used, e.byID[id].used)
+		}
+	}
+	sort.Slice(used, func(i, j int) bool { return used[i] < used[j] })
+	if len(used) == 0 {
+		return
+	}
+	cut := used[len(used)/2]
+	for id, t := range e.tables {
+		if t != nil && id != keep.id && e.byID[id].used <= cut {
+			e.entries -= len(t)
+			e.tables[id] = nil
+		}
+	}
 }
 
 // lookup returns the evaluation of class c for shape s, computing it on a
@@ -146,6 +181,7 @@ func (e *Engine) lookup(f *fleet.Fleet, c *fleet.Class, s *shape) memo {
 // requests of one shape fit the same hosts with the same scores.
 type shape struct {
 	id     int
+	used   uint64 // engine tick of the last use, for cache eviction
 	req    Request
 	models map[string]bool
 	zones  map[string]bool
@@ -182,8 +218,6 @@ func (e *Engine) shapeOf(req *Request) *shape {
 		return e.byID[id]
 	}
 	if len(e.byID) >= maxShapes {
-		// Each shape keeps a cache line per class slot; a long-running
-		// scheduler sees ever new shapes, so start over rather than grow.
 		e.reset()
 	}
 	s := &shape{id: len(e.byID), req: *req, profiles: map[string]*catalog.MIGProfile{}}

@@ -205,3 +205,41 @@ func TestMIGPacksPartialGPU(t *testing.T) {
 		t.Fatalf("second 1g went to gpu %d, first is on gpu %d", second.Devices[0].GPU, first.Devices[0].GPU)
 	}
 }
+
+// TestCacheEviction: with a tiny cache budget the engine drops old shapes'
+// caches, stays within budget, and places exactly as a fresh engine does.
+func TestCacheEviction(t *testing.T) {
+	defer func(n int) { maxCacheEntries = n }(maxCacheEntries)
+	maxCacheEntries = 40
+	var hosts []*fleet.Host
+	for i := 0; i < 12; i++ {
+		hosts = append(hosts, fleet.MockHost(fmt.Sprintf("h%02d", i), []string{"T4", "L40S", "A100-80GB-SXM"}[i%3], 2+i%3))
+	}
+	f := fleet.MockFleet(hosts...)
+	e := NewEngine(nil, NewOurs(nil), 1)
+	for i := 0; i < 200; i++ {
+		req := gpuReq(fmt.Sprintf("r%d", i), 1)
+		req.CPUMilli = int64(100 * (i % 37)) // 37 shapes, revisited
+		if i%5 == 0 {
+			req = shareReq(fmt.Sprintf("r%d", i), 100+i%7*100, 0)
+		}
+		p, err := e.Place(f, req)
+		fresh, err2 := NewEngine(nil, NewOurs(nil), 1).Place(f, req)
+		if (err == nil) != (err2 == nil) || err == nil && Explain(p) != Explain(fresh) {
+			t.Fatalf("request %d: cached %v/%v, fresh %v/%v", i, p, err, fresh, err2)
+		}
+		if err == nil {
+			if err := f.Apply(p); err != nil {
+				t.Fatal(err)
+			}
+			if i%3 == 0 {
+				if err := f.Release(p.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if e.entries > maxCacheEntries+len(f.Classes())+8 {
+			t.Fatalf("request %d: %d cached entries, budget %d", i, e.entries, maxCacheEntries)
+		}
+	}
+}
