@@ -1,0 +1,190 @@
+// Package cloud holds gpucloud's rental domain: tenants, users and tokens,
+// quotas, instances and their lifecycle, volumes, hosts as the control plane
+// records them, allocations and the event trail, and the Store interface
+// that persists them. It has no dependencies on a database or on HTTP:
+// adapters (store/sqlite, store/postgres, httpapi) implement or use it.
+package cloud
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// Role is what a user may do.
+type Role string
+
+const (
+	// RoleAdmin operates the cloud: hosts, tenants, quotas, prices.
+	RoleAdmin Role = "admin"
+	// RoleMember rents capacity inside its own tenant.
+	RoleMember Role = "member"
+)
+
+// Tenant is an account that rents capacity and receives invoices.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// User belongs to one tenant (admins to the operator's tenant).
+type User struct {
+	ID        string    `json:"id"`
+	TenantID  string    `json:"tenant_id"`
+	Name      string    `json:"name"`
+	Role      Role      `json:"role"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Token is an API credential. Only a hash of the secret is stored; the
+// secret is shown once, when the token is created.
+type Token struct {
+	ID        string     `json:"id"`
+	UserID    string     `json:"user_id"`
+	TenantID  string     `json:"tenant_id"`
+	Role      Role       `json:"role"`
+	Name      string     `json:"name"`
+	Hash      []byte     `json:"-"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Quota caps what a tenant may hold at once. Zero values mean no limit.
+type Quota struct {
+	TenantID string `json:"tenant_id"`
+	// Instances caps non-terminated instances.
+	Instances int `json:"instances,omitempty"`
+	// GPUs caps whole-GPU equivalents per canonical GPU model (MIG slices
+	// count compute slices / 7, shares their fraction).
+	GPUs map[string]float64 `json:"gpus,omitempty"`
+}
+
+// State is an instance's lifecycle state.
+type State string
+
+// The lifecycle: pending -> scheduled -> starting -> running -> stopping ->
+// stopped -> (pending again on start) ... -> terminated; failed and lost can
+// happen from scheduled, starting or running. Every transition is recorded
+// as an Event with a reason.
+const (
+	Pending    State = "pending"
+	Scheduled  State = "scheduled"
+	Starting   State = "starting"
+	Running    State = "running"
+	Stopping   State = "stopping"
+	Stopped    State = "stopped"
+	Terminated State = "terminated"
+	Failed     State = "failed"
+	Lost       State = "lost"
+)
+
+// transitions lists the states each state may move to.
+var transitions = map[State][]State{
+	Pending:    {Scheduled, Terminated, Failed},
+	Scheduled:  {Starting, Pending, Stopping, Terminated, Failed, Lost},
+	Starting:   {Running, Stopping, Terminated, Failed, Lost},
+	Running:    {Stopping, Terminated, Failed, Lost},
+	Stopping:   {Stopped, Terminated, Failed, Lost},
+	Stopped:    {Pending, Terminated},
+	Failed:     {Terminated},
+	Lost:       {Pending, Terminated},
+	Terminated: nil,
+}
+
+// CanMove reports whether an instance may go from one state to another.
+func CanMove(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Holds reports whether an instance in state s holds an allocation.
+func (s State) Holds() bool {
+	switch s {
+	case Scheduled, Starting, Running, Stopping:
+		return true
+	}
+	return false
+}
+
+// Instance is a rental: an offering, a workload, and where it runs.
+type Instance struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Name     string `json:"name,omitempty"`
+	Offering string `json:"offering"`
+	State    State  `json:"state"`
+	// Reason explains the state: the placement engine's per-reason host
+	// counts while pending, the exit status when failed.
+	Reason string `json:"reason,omitempty"`
+	// Version increases with every update; writers send it back
+	// (If-Match) so that two writers cannot silently overwrite each other.
+	Version int64 `json:"version"`
+	// IdempotencyKey makes create retries return the same instance.
+	IdempotencyKey string `json:"-"`
+
+	// Zones and Labels constrain placement beyond the offering.
+	Zones  []string `json:"zones,omitempty"`
+	Labels []string `json:"labels,omitempty"`
+	// Command, Env and Volumes describe the workload the agent runs.
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Volumes []string          `json:"volumes,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+
+	// HostID and Placement are set while the instance holds an allocation.
+	HostID    string           `json:"host_id,omitempty"`
+	Placement *fleet.Placement `json:"placement,omitempty"`
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Volume is persistent storage; it outlives the instances it is attached to.
+type Volume struct {
+	ID         string     `json:"id"`
+	TenantID   string     `json:"tenant_id"`
+	Name       string     `json:"name"`
+	SizeGiB    int64      `json:"size_gib"`
+	Zone       string     `json:"zone,omitempty"`
+	InstanceID string     `json:"instance_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	DeletedAt  *time.Time `json:"deleted_at,omitempty"`
+}
+
+// Host is a GPU server as the control plane records it: its inventory as
+// the agent reported it, and the operator's scheduling state.
+type Host struct {
+	ID    string          `json:"id"`
+	State fleet.HostState `json:"state"`
+	// Spec is the fleet description the scheduler places on (zone, rack,
+	// labels, CPU, memory, GPUs with models, UUIDs, islands, MIG mode).
+	Spec          fleet.Host `json:"spec"`
+	LastHeartbeat time.Time  `json:"last_heartbeat"`
+	Version       int64      `json:"version"`
+}
+
+// EventKind groups events.
+type EventKind string
+
+// Event is one entry of the audit trail: a state change, a placement
+// decision, an operator action.
+type Event struct {
+	ID         int64           `json:"id"`
+	Time       time.Time       `json:"time"`
+	Kind       EventKind       `json:"kind"`
+	TenantID   string          `json:"tenant_id,omitempty"`
+	InstanceID string          `json:"instance_id,omitempty"`
+	HostID     string          `json:"host_id,omitempty"`
+	From       State           `json:"from,omitempty"`
+	To         State           `json:"to,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Actor      string          `json:"actor,omitempty"`
+	Details    json.RawMessage `json:"details,omitempty"`
+}

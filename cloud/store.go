@@ -1,0 +1,97 @@
+package cloud
+
+import (
+	"context"
+	"time"
+)
+
+// Store persists the domain. Implementations: store/sqlite (embedded, the
+// default) and store/postgres (production; several server replicas share
+// one). Both run the same conformance suite (store/storetest) over real
+// connections.
+//
+// Every read and write happens inside Tx, so that a controller can commit an
+// allocation and the state change that goes with it atomically. Errors are
+// *Error values: NotFound for a missing row, Conflict for a duplicate or a
+// stale version; anything else is Internal.
+type Store interface {
+	// Tx runs fn in one serializable transaction and commits when fn returns
+	// nil; any error from fn rolls everything back and is returned as is.
+	// A transaction that loses a serialization race is retried a few times
+	// before Tx returns a Conflict.
+	Tx(ctx context.Context, fn func(Tx) error) error
+	// Dialect names the backend: "sqlite" or "postgres".
+	Dialect() string
+	Close() error
+}
+
+// Tx is one transaction's view of the store. It is not safe for concurrent
+// use and is invalid after fn returns.
+type Tx interface {
+	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
+	GetTenant(ctx context.Context, id string) (*Tenant, error)
+	ListTenants(ctx context.Context) ([]*Tenant, error)
+
+	CreateUser(ctx context.Context, u *User) error
+	GetUser(ctx context.Context, id string) (*User, error)
+
+	// CreateToken stores a token; only its Hash is kept.
+	CreateToken(ctx context.Context, t *Token) error
+	// TokenByHash finds a live (not revoked, not expired at now) token.
+	TokenByHash(ctx context.Context, hash []byte, now time.Time) (*Token, error)
+	ListTokens(ctx context.Context, tenantID string) ([]*Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+
+	PutQuota(ctx context.Context, q *Quota) error // upsert
+	GetQuota(ctx context.Context, tenantID string) (*Quota, error)
+
+	// CreateInstance inserts an instance with Version 1. If the tenant
+	// already has an instance with the same non-empty IdempotencyKey, it
+	// returns that instance and a Conflict error whose Details carry
+	// "existing_id".
+	CreateInstance(ctx context.Context, in *Instance) error
+	GetInstance(ctx context.Context, id string) (*Instance, error)
+	InstanceByKey(ctx context.Context, tenantID, key string) (*Instance, error)
+	ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error)
+	// UpdateInstance writes in if the stored version equals in.Version,
+	// and increments in.Version; otherwise it returns Conflict and changes
+	// nothing.
+	UpdateInstance(ctx context.Context, in *Instance) error
+
+	// PutHost inserts a host, or updates it when host.Version matches the
+	// stored one (then increments it); Conflict otherwise. The scheduler
+	// bumps a host's version in the same transaction as the allocation it
+	// commits, so two schedulers can never both commit onto one host state.
+	PutHost(ctx context.Context, h *Host) error
+	GetHost(ctx context.Context, id string) (*Host, error)
+	ListHosts(ctx context.Context) ([]*Host, error)
+
+	CreateVolume(ctx context.Context, v *Volume) error
+	GetVolume(ctx context.Context, id string) (*Volume, error)
+	ListVolumes(ctx context.Context, tenantID string) ([]*Volume, error)
+	UpdateVolume(ctx context.Context, v *Volume) error
+
+	// AppendEvent adds to the audit trail and sets e.ID (increasing).
+	AppendEvent(ctx context.Context, e *Event) error
+	ListEvents(ctx context.Context, f EventFilter) ([]*Event, error)
+}
+
+// InstanceFilter selects instances; zero fields match everything.
+type InstanceFilter struct {
+	TenantID string
+	States   []State
+	HostID   string
+	Offering string
+	// Limit caps the result (0 = no cap); AfterID pages by ID order.
+	Limit   int
+	AfterID string
+}
+
+// EventFilter selects events in ID order; zero fields match everything.
+type EventFilter struct {
+	TenantID   string
+	InstanceID string
+	HostID     string
+	AfterID    int64
+	Limit      int
+}
