@@ -1,0 +1,42 @@
+package server
+
+import (
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/placement"
+)
+
+// RequestFor turns an instance and its offering into a placement request.
+// A bare-metal offering asks for no CPU or memory of its own: the host's
+// are all taken.
+func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, error) {
+	r := &placement.Request{
+		ID:        in.ID,
+		Mode:      o.Mode,
+		GPUs:      o.GPUs,
+		CPUMilli:  int64(o.VCPUs) * 1000,
+		MemoryMiB: o.MemoryMiB,
+		Zones:     in.Zones,
+	}
+	if o.Model != "" {
+		r.Models = []string{o.Model}
+	}
+	switch o.Mode {
+	case catalog.ModeMetal:
+		r.CPUMilli, r.MemoryMiB = 0, 0
+	case catalog.ModeMIG:
+		r.GPUs, r.MIGProfile = 0, o.MIGProfile
+	case catalog.ModeShared:
+		r.GPUs, r.ShareMilli, r.ShareMemoryMiB = 0, o.ShareMilli, o.ShareMemoryMiB
+	case catalog.ModeCPU:
+		r.GPUs = 0
+	}
+	for _, l := range in.Labels {
+		sel, err := placement.ParseLabelSelector(l)
+		if err != nil {
+			return nil, cloud.Errorf(cloud.Invalid, "instance %s: %v", in.ID, err)
+		}
+		r.Labels = append(r.Labels, sel)
+	}
+	return r, nil
+}
