@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// DefaultHeartbeatTimeout is how long a host may stay silent before it is
+// marked unhealthy and its instances lost.
+const DefaultHeartbeatTimeout = 30 * time.Second
+
+// MarkSilentHosts marks schedulable or cordoned hosts whose last heartbeat
+// is older than timeout as unhealthy, and moves every instance holding an
+// allocation there to lost (releasing it), each with an event. It returns
+// the hosts it marked. The scheduler notices the host version change and
+// rebuilds its fleet.
+func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout time.Duration) ([]string, error) {
+	var marked []string
+	err := st.Tx(ctx, func(tx cloud.Tx) error {
+		marked = marked[:0]
+		hosts, err := tx.ListHosts(ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range hosts {
+			if h.State == fleet.Unhealthy || now.Sub(h.LastHeartbeat) <= timeout {
+				continue
+			}
+			from := h.State
+			h.State = fleet.Unhealthy
+			if err := tx.PutHost(ctx, h); err != nil {
+				return err
+			}
+			reason := "no heartbeat since " + h.LastHeartbeat.UTC().Format(time.RFC3339)
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: "host.unhealthy", HostID: h.ID,
+				Reason: reason + " (was " + string(from) + ")", Actor: "health"}); err != nil {
+				return err
+			}
+			ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: h.ID,
+				States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping}})
+			if err != nil {
+				return err
+			}
+			for _, in := range ins {
+				prev := in.State
+				in.State, in.Reason, in.HostID, in.Placement, in.UpdatedAt = cloud.Lost, "host "+h.ID+" lost: "+reason, "", nil, now
+				if err := tx.UpdateInstance(ctx, in); err != nil {
+					return err
+				}
+				if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: "instance.lost", TenantID: in.TenantID,
+					InstanceID: in.ID, HostID: h.ID, From: prev, To: cloud.Lost, Reason: in.Reason, Actor: "health"}); err != nil {
+					return err
+				}
+			}
+			marked = append(marked, h.ID)
+		}
+		return nil
+	})
+	return marked, err
+}
