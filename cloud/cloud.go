@@ -66,32 +66,41 @@ type Quota struct {
 type State string
 
 // The lifecycle: pending -> scheduled -> starting -> running -> stopping ->
-// stopped -> (pending again on start) ... -> terminated; failed and lost can
-// happen from scheduled, starting or running. Every transition is recorded
-// as an Event with a reason.
+// stopped -> (pending again on start) ... -> terminated. An instance that
+// holds an allocation is terminated through terminating, so that its GPUs
+// are released only once the agent has stopped the workload. Failed and
+// lost can happen while an instance holds an allocation. Every transition
+// is recorded as an Event with a reason.
 const (
-	Pending    State = "pending"
-	Scheduled  State = "scheduled"
-	Starting   State = "starting"
-	Running    State = "running"
-	Stopping   State = "stopping"
-	Stopped    State = "stopped"
-	Terminated State = "terminated"
-	Failed     State = "failed"
-	Lost       State = "lost"
+	Pending     State = "pending"
+	Scheduled   State = "scheduled"
+	Starting    State = "starting"
+	Running     State = "running"
+	Stopping    State = "stopping"
+	Stopped     State = "stopped"
+	Terminating State = "terminating"
+	Terminated  State = "terminated"
+	Failed      State = "failed"
+	Lost        State = "lost"
 )
 
 // transitions lists the states each state may move to.
 var transitions = map[State][]State{
-	Pending:    {Scheduled, Terminated, Failed},
-	Scheduled:  {Starting, Pending, Stopping, Terminated, Failed, Lost},
-	Starting:   {Running, Stopping, Terminated, Failed, Lost},
-	Running:    {Stopping, Terminated, Failed, Lost},
-	Stopping:   {Stopped, Terminated, Failed, Lost},
-	Stopped:    {Pending, Terminated},
-	Failed:     {Terminated},
-	Lost:       {Pending, Terminated},
-	Terminated: nil,
+	Pending:     {Scheduled, Stopped, Terminated, Failed},
+	Scheduled:   {Starting, Pending, Stopping, Terminating, Failed, Lost},
+	Starting:    {Running, Stopping, Terminating, Failed, Lost},
+	Running:     {Stopping, Terminating, Failed, Lost},
+	Stopping:    {Stopped, Terminating, Failed, Lost},
+	Terminating: {Terminated, Lost},
+	Stopped:     {Pending, Terminated},
+	Failed:      {Terminated},
+	Lost:        {Pending, Terminated},
+	Terminated:  nil,
+}
+
+// HoldingStates are the states in which an instance holds an allocation.
+func HoldingStates() []State {
+	return []State{Scheduled, Starting, Running, Stopping, Terminating}
 }
 
 // CanMove reports whether an instance may go from one state to another.
@@ -107,7 +116,7 @@ func CanMove(from, to State) bool {
 // Holds reports whether an instance in state s holds an allocation.
 func (s State) Holds() bool {
 	switch s {
-	case Scheduled, Starting, Running, Stopping:
+	case Scheduled, Starting, Running, Stopping, Terminating:
 		return true
 	}
 	return false

@@ -36,43 +36,44 @@ const MilliPerGPU = 1000
 // MIGInstance is one MIG GPU instance placed on a GPU.
 type MIGInstance struct {
 	// ProfileID is the GPU instance profile ID (19, 20, 15, 14, 9, 5, 0).
-	ProfileID int
+	ProfileID int `json:"profile_id"`
 	// Start and Slots give the memory slots [Start, Start+Slots) it holds.
-	Start, Slots int
+	Start int `json:"start"`
+	Slots int `json:"slots"`
 	// Slices is the number of compute slices it uses.
-	Slices int
+	Slices int `json:"slices"`
 	// Media is true for "+me" profiles, of which a GPU holds at most one.
-	Media bool
+	Media bool `json:"media,omitempty"`
 	// Alloc is the allocation holding it; empty for an instance that exists
 	// on the hardware but is not rented (the agent reports those).
-	Alloc string
+	Alloc string `json:"alloc,omitempty"`
 }
 
 // GPU is one device in a host, with its static facts and its current usage.
 type GPU struct {
-	Index int
-	UUID  string
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
 	// Model is the canonical catalog model name.
-	Model     string
-	MemoryMiB int64
+	Model     string `json:"model"`
+	MemoryMiB int64  `json:"memory_mib"`
 	// Island is the NVLink island the GPU belongs to inside its host; GPUs of
 	// one island are fully NVLink-connected. -1 means PCIe only.
-	Island int
+	Island int `json:"island"`
 	// MIG is set when the GPU is in MIG mode.
-	MIG bool
+	MIG bool `json:"mig,omitempty"`
 	// MIGAuto records that placement switched MIG mode on (rather than the
 	// operator), so the GPU leaves MIG mode again when its last instance goes.
-	MIGAuto bool
+	MIGAuto bool `json:"mig_auto,omitempty"`
 
 	// WholeAlloc is the allocation holding the whole GPU, "" when none.
-	WholeAlloc string
+	WholeAlloc string `json:"whole_alloc,omitempty"`
 	// UsedMilli and UsedMemMiB sum the shared (time-sliced) allocations.
-	UsedMilli  int
-	UsedMemMiB int64
+	UsedMilli  int   `json:"used_milli,omitempty"`
+	UsedMemMiB int64 `json:"used_mem_mib,omitempty"`
 	// Shares counts the shared allocations on the GPU.
-	Shares int
+	Shares int `json:"shares,omitempty"`
 	// Instances are the MIG instances placed on the GPU.
-	Instances []MIGInstance
+	Instances []MIGInstance `json:"instances,omitempty"`
 }
 
 // Empty reports whether nothing at all is placed on the GPU.
@@ -138,27 +139,27 @@ func (g *GPU) HasMedia() bool {
 
 // Host is one server of the fleet.
 type Host struct {
-	ID   string
-	Zone string
+	ID   string `json:"id"`
+	Zone string `json:"zone,omitempty"`
 	// Rack names the rack and so its network fabric; "cluster" placement
 	// groups keep members on one rack.
-	Rack string
+	Rack string `json:"rack,omitempty"`
 	// Labels carry facts such as driver version ("driver": "550.54") and
 	// interconnect ("interconnect": "infiniband").
-	Labels map[string]string
-	State  HostState
+	Labels map[string]string `json:"labels,omitempty"`
+	State  HostState         `json:"state,omitempty"`
 
-	CPUMilli  int64
-	MemoryMiB int64
-	GPUs      []GPU
+	CPUMilli  int64 `json:"cpu_milli"`
+	MemoryMiB int64 `json:"memory_mib"`
+	GPUs      []GPU `json:"gpus,omitempty"`
 
 	// UsedCPUMilli and UsedMemoryMiB sum the allocations on the host.
-	UsedCPUMilli  int64
-	UsedMemoryMiB int64
+	UsedCPUMilli  int64 `json:"used_cpu_milli,omitempty"`
+	UsedMemoryMiB int64 `json:"used_memory_mib,omitempty"`
 	// MetalAlloc is the bare-metal allocation holding the whole host.
-	MetalAlloc string
+	MetalAlloc string `json:"metal_alloc,omitempty"`
 	// Allocs counts the allocations on the host.
-	Allocs int
+	Allocs int `json:"allocs,omitempty"`
 
 	// Per-host bookkeeping kept by the Fleet.
 	index    int

@@ -40,7 +40,7 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 				return err
 			}
 			ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: h.ID,
-				States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping}})
+				States: cloud.HoldingStates()})
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 			}
 			versions[h.ID] = h.Version
 		}
-		holding, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping}})
+		holding, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: cloud.HoldingStates()})
 		if err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func (s *Scheduler) release(ctx context.Context) error {
 	}
 	holding := map[string]bool{}
 	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping}})
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: cloud.HoldingStates()})
 		for _, in := range ins {
 			holding[in.ID] = true
 		}

@@ -1,0 +1,129 @@
+// Package gpu is the agent's seam to the GPUs of its host. The Driver
+// interface is what the agent calls to report inventory, lay out MIG
+// instances and find the device UUIDs a workload may see; agent/gpu/sim
+// implements it for simulated hosts and tests, agent/gpu/nvml for real GPUs.
+//
+// The MIG geometry (which profile may start at which slot, how slots and
+// compute slices are budgeted) is checked here, against the catalog's profile
+// table, by CheckMIG. Drivers call it before they touch hardware so that a bad
+// request fails the same way, with the same message, on every driver: NVML's
+// own answers are terse, and its mocks are known to disagree with real GPUs.
+package gpu
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// Inventory is what a host reports: its fleet description plus versions.
+type Inventory struct {
+	// Host describes the host as the scheduler places on it. GPUs carry their
+	// index, UUID, canonical model, memory, NVLink island and MIG mode;
+	// Instances lists the MIG instances that exist on the hardware, all with
+	// an empty Alloc, because the driver does not know which allocation holds
+	// them (the server matches them by GPU and start slot). State is left
+	// empty: whether a host is schedulable is the operator's decision.
+	Host fleet.Host `json:"host"`
+	// Driver and CUDA are the driver version ("550.54.15") and the highest
+	// CUDA version it supports ("12.4"); empty when the driver cannot say.
+	Driver string `json:"driver"`
+	CUDA   string `json:"cuda"`
+	// Health has one entry per GPU, in index order.
+	Health []GPUHealth `json:"health"`
+}
+
+// GPUHealth is the health and load of one GPU. Fields the driver cannot read
+// stay zero: a GPU that does not report utilization is not unhealthy.
+type GPUHealth struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// Healthy is false after an XID error, a fallen-off-the-bus GPU or a
+	// failed health check; Reason then says which.
+	Healthy        bool   `json:"healthy"`
+	Reason         string `json:"reason,omitempty"`
+	UtilizationPct int    `json:"utilization_pct"`
+	MemoryUsedMiB  int64  `json:"memory_used_mib"`
+}
+
+// MIGInstance is a GPU instance as the driver creates it; UUID is the MIG
+// device UUID ("MIG-...") to expose to workloads.
+type MIGInstance struct {
+	// GPU is the index of the parent GPU.
+	GPU int `json:"gpu"`
+	// ProfileID is the GPU instance profile ID (19, 20, 15, 14, 9, 5, 0).
+	ProfileID int `json:"profile_id"`
+	// Start is the first memory slot the instance holds.
+	Start int    `json:"start"`
+	UUID  string `json:"uuid"`
+}
+
+// Driver reads and changes the GPUs of one host. Implementations are safe for
+// concurrent use. Every method honours ctx: a call whose context is done
+// returns ctx.Err() (possibly wrapped) and leaves the GPUs as they were or as
+// a completed call would have left them, never half-changed.
+//
+// Errors that drive the agent's decisions wrap one of ErrNotFound, ErrBusy,
+// ErrNotSupported, ErrInvalid or ErrUnavailable; test them with errors.Is.
+// Any other error is a driver failure the agent reports and retries.
+type Driver interface {
+	// Inventory reads the host's GPUs. ERROR_NOT_SUPPORTED-like gaps are
+	// answers (zero values), not failures: a GPU without a utilization
+	// counter reports 0%. It fails only when the host cannot be read at all
+	// (ErrUnavailable when the driver or host is gone). The result is the
+	// caller's to keep: later calls do not change it.
+	Inventory(ctx context.Context) (*Inventory, error)
+
+	// SetMIGMode switches a GPU's MIG mode; the GPU must be idle. Setting
+	// the mode a GPU is already in succeeds and changes nothing, even when
+	// the GPU is busy. Errors: ErrNotFound for an unknown GPU index,
+	// ErrNotSupported for turning MIG on for a model without MIG, ErrBusy
+	// when the GPU runs processes or (to turn MIG off) still has instances.
+	SetMIGMode(ctx context.Context, gpu int, on bool) error
+
+	// CreateMIG creates a GPU instance (and its compute instance) of a
+	// profile at a start slot; returns its device UUID. Idempotent for an
+	// identical existing instance: the same profile at the same start is
+	// returned as it is. Errors: ErrNotFound for an unknown GPU index,
+	// ErrNotSupported for a model without MIG or a profile ID the model does
+	// not have, ErrInvalid for a GPU not in MIG mode or a start slot the
+	// profile cannot use, ErrBusy when the slots, compute slices, media
+	// engines or the profile's per-GPU limit are taken by other instances.
+	CreateMIG(ctx context.Context, gpu, profileID, start int) (MIGInstance, error)
+
+	// DestroyMIG destroys the GPU instance starting at a slot (with its
+	// compute instances). Errors: ErrNotFound when the GPU or the instance
+	// does not exist (callers that tear down idempotently ignore it), ErrBusy
+	// while processes run on the instance.
+	DestroyMIG(ctx context.Context, gpu, start int) error
+
+	// Devices returns the UUIDs to make visible for a placement: whole GPU
+	// UUIDs, or the MIG device UUIDs of its slices (creating nothing). A
+	// shared device is the UUID of its GPU. The order follows p.Devices.
+	// Errors: ErrNotFound when a GPU, a GPU with the placement's UUID or a
+	// MIG instance of the placement's profile at its start is not there (the
+	// agent then creates the instance, or reports the placement stale),
+	// ErrInvalid when the placement is for another host or asks for a whole
+	// or shared GPU that is in MIG mode.
+	Devices(ctx context.Context, p *fleet.Placement) ([]string, error)
+}
+
+var (
+	// ErrNotFound means a GPU, MIG instance or device the call names does
+	// not exist on the host.
+	ErrNotFound = errors.New("not found")
+	// ErrBusy means the GPU or instance is in use: processes run on it, or
+	// other MIG instances hold what the request needs.
+	ErrBusy = errors.New("busy")
+	// ErrNotSupported means the GPU model or driver cannot do what was
+	// asked, such as MIG on an L40S; retrying does not help.
+	ErrNotSupported = errors.New("not supported")
+	// ErrInvalid means the request is malformed or does not fit the GPU's
+	// state or geometry, such as a 3g profile at slot 2.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable means the driver or host cannot be reached (the driver
+	// unloaded, the host vanished); the agent retries and stops heartbeating
+	// healthy.
+	ErrUnavailable = errors.New("unavailable")
+)

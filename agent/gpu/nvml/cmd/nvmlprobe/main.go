@@ -1,0 +1,80 @@
+//go:build cgo
+
+// Command nvmlprobe opens the host's NVIDIA driver through NVML and prints
+// what the agent would report, as JSON, changing nothing: the inventory, and
+// for each GPU with MIG the catalog check of NVML's MIG profile table. Run it
+// on new hardware to see how the driver and the catalog describe it.
+//
+//	go run ./agent/gpu/nvml/cmd/nvmlprobe > probe.json
+//
+// It exits 1 when NVML cannot be opened (no NVIDIA driver) or the inventory
+// fails, and 0 otherwise, even when a GPU is unhealthy or a profile check
+// finds differences: those are in the output.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+)
+
+// report is the probe's output.
+type report struct {
+	Inventory *gpu.Inventory `json:"inventory"`
+	// Profiles maps a GPU index to the check of its MIG profiles.
+	Profiles map[string][]nvml.ProfileCheck `json:"mig_profiles,omitempty"`
+	// Notes say why a GPU's profiles were not checked.
+	Notes []string `json:"notes,omitempty"`
+}
+
+func main() {
+	profiles := flag.Bool("profiles", true, "check each MIG-capable GPU's profile table against the catalog")
+	timeout := flag.Duration("timeout", time.Minute, "give up after this long")
+	flag.Parse()
+	if err := run(*profiles, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "nvmlprobe:", err)
+		os.Exit(1)
+	}
+}
+
+func run(profiles bool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	d, err := nvml.Open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	hostname, _ := os.Hostname()
+	d.HostID = hostname
+
+	inv, err := d.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	out := report{Inventory: inv, Profiles: map[string][]nvml.ProfileCheck{}}
+	if profiles {
+		for _, g := range inv.Host.GPUs {
+			checks, err := d.CheckProfiles(ctx, g.Index)
+			switch {
+			case err == nil:
+				out.Profiles[strconv.Itoa(g.Index)] = checks
+			case errors.Is(err, gpu.ErrNotSupported):
+				out.Notes = append(out.Notes, err.Error())
+			default:
+				return err
+			}
+		}
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

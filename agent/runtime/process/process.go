@@ -1,0 +1,298 @@
+// Package process is the runtime that runs each instance's workload as a
+// plain process group on the host. It gives the workload exactly its GPUs
+// through the environment (see runtime.Environ), captures its output to a
+// file, and stops it with SIGTERM then SIGKILL.
+//
+// Isolation is the process group: Stop and exit kill every process of the
+// group, so a workload cannot leave children holding its GPUs. A process
+// that starts its own session or group escapes this; cgroups or containers
+// are the stronger boundary and belong to another runtime.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/runtime"
+)
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// MaxLogChunk caps the bytes one Logs call returns, so that a chatty
+// workload cannot make the agent hold its whole output in memory.
+const MaxLogChunk = 1 << 20
+
+// Runtime runs workloads as process groups. It is safe for concurrent use.
+type Runtime struct {
+	base string
+	// now is the clock for StartedAt and ExitedAt.
+	now func() time.Time
+
+	mu    sync.Mutex
+	procs map[string]*proc
+}
+
+// proc is one started workload.
+type proc struct {
+	grace   time.Duration
+	logPath string
+	pgid    int
+	cmd     *exec.Cmd
+	// done is closed once the workload has exited and its status is set.
+	done chan struct{}
+	// stop starts the SIGTERM/SIGKILL escalation at most once.
+	stop sync.Once
+	// status is guarded by Runtime.mu.
+	status runtime.Status
+}
+
+// New returns a runtime that keeps each instance's default working
+// directory and log under baseDir/<instance id>/.
+func New(baseDir string) *Runtime {
+	return &Runtime{base: baseDir, now: time.Now, procs: map[string]*proc{}}
+}
+
+// Start implements runtime.Runtime. The workload runs in its own process
+// group with runtime.Environ's environment, stdin from /dev/null, and stdout
+// and stderr appended to its log. It is not tied to ctx: ctx only bounds the
+// start itself.
+func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if !supported {
+		return fmt.Errorf("start %s: the process runtime needs a Unix host: %w", s.InstanceID, errors.ErrUnsupported)
+	}
+	// Holding the lock across the fork makes concurrent Starts of one
+	// instance start it once; forking takes milliseconds.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.procs[s.InstanceID] != nil {
+		return nil
+	}
+	dir := filepath.Join(r.base, s.InstanceID)
+	workDir, logPath := s.WorkDir, s.LogPath
+	if workDir == "" {
+		workDir = filepath.Join(dir, "work")
+	}
+	if logPath == "" {
+		logPath = filepath.Join(dir, "output.log")
+	}
+	for _, d := range []string{workDir, filepath.Dir(logPath)} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("start %s: %w", s.InstanceID, err)
+		}
+	}
+	env := runtime.Environ(s, workDir)
+	path, err := lookPath(s.Command[0], envValue(env, "PATH"), workDir)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.InstanceID, err)
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("start %s: open log: %w", s.InstanceID, err)
+	}
+	// The child holds its own copy of the descriptor; ours is closed
+	// whether or not the start worked.
+	defer logf.Close()
+	cmd := &exec.Cmd{
+		Path: path, Args: s.Command, Env: env, Dir: workDir,
+		Stdout: logf, Stderr: logf, SysProcAttr: groupAttr(),
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.InstanceID, err)
+	}
+	grace := s.Grace
+	if grace <= 0 {
+		grace = runtime.DefaultGrace
+	}
+	p := &proc{
+		grace: grace, logPath: logPath, pgid: cmd.Process.Pid, cmd: cmd,
+		done:   make(chan struct{}),
+		status: runtime.Status{State: runtime.StateRunning, StartedAt: r.now()},
+	}
+	r.procs[s.InstanceID] = p
+	go r.reap(p)
+	return nil
+}
+
+// reap waits for the group leader, kills what is left of its group, and
+// records the exit.
+func (r *Runtime) reap(p *proc) {
+	_ = p.cmd.Wait() // the exit is read from ProcessState below
+	// Children the workload left behind would keep its GPUs busy after the
+	// instance is gone, so they die with it.
+	killGroup(p.pgid)
+	code, sig := exitStatus(p.cmd.ProcessState)
+	r.mu.Lock()
+	p.status.State = runtime.StateExited
+	p.status.ExitCode, p.status.Signal = code, sig
+	p.status.ExitedAt = r.now()
+	r.mu.Unlock()
+	close(p.done)
+}
+
+func (r *Runtime) lookup(id string) (*proc, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[id]
+	if p == nil {
+		return nil, fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
+	}
+	return p, nil
+}
+
+// Stop implements runtime.Runtime.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	p, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	p.stop.Do(func() { go terminate(p) })
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop %s: %w", id, ctx.Err())
+	}
+}
+
+// terminate asks the group to exit and kills it after the grace period.
+// It checks done before each signal so that a group which has already
+// exited is not signalled (its ID may belong to someone else by then).
+func terminate(p *proc) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	termGroup(p.pgid)
+	t := time.NewTimer(p.grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		killGroup(p.pgid)
+	}
+}
+
+// Status implements runtime.Runtime.
+func (r *Runtime) Status(id string) (runtime.Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[id]
+	if p == nil {
+		return runtime.Status{}, fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
+	}
+	return p.status, nil
+}
+
+// Wait implements runtime.Runtime.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
+	p, err := r.lookup(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	select {
+	case <-p.done:
+		return r.Status(id)
+	case <-ctx.Done():
+		return runtime.Status{}, fmt.Errorf("wait %s: %w", id, ctx.Err())
+	}
+}
+
+// Logs implements runtime.Runtime.
+func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
+	p, err := r.lookup(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 {
+		return nil, 0, fmt.Errorf("logs %s: negative offset %d: %w", id, offset, runtime.ErrInvalid)
+	}
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
+	}
+	size := fi.Size()
+	if offset >= size {
+		return nil, size, nil
+	}
+	buf := make([]byte, min(size-offset, MaxLogChunk))
+	n, err := f.ReadAt(buf, offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
+	}
+	return buf[:n], offset + int64(n), nil
+}
+
+// Remove implements runtime.Runtime.
+func (r *Runtime) Remove(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[id]
+	if p == nil {
+		return fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
+	}
+	if p.status.State != runtime.StateExited {
+		return fmt.Errorf("remove %s: %w", id, runtime.ErrRunning)
+	}
+	delete(r.procs, id)
+	return nil
+}
+
+// lookPath finds a program in the workload's PATH rather than the agent's:
+// exec.LookPath would search the agent's own PATH, which the workload does
+// not have. Names with a '/' are taken relative to the working directory,
+// and relative PATH entries are skipped, as a careful shell would.
+func lookPath(name, pathEnv, workDir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(workDir, p)
+		}
+		if !executable(p) {
+			return "", fmt.Errorf("program %q is not an executable file: %w", name, runtime.ErrInvalid)
+		}
+		return p, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		if p := filepath.Join(dir, name); executable(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("program %q not found in PATH %q: %w", name, pathEnv, runtime.ErrInvalid)
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

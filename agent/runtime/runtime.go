@@ -1,0 +1,233 @@
+// Package runtime is the agent's seam to the workloads it runs: the Runtime
+// interface, the Spec of one instance's workload, and the environment every
+// runtime gives a workload. agent/runtime/process implements it with plain
+// processes; a container runtime would implement the same contract.
+//
+// The environment is built here, once, because it is the isolation the
+// product sells: a workload sees exactly the GPU or MIG UUIDs it was
+// allocated in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and nothing
+// of the agent's own environment (tokens, proxies, its devices).
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Instance states a Status reports.
+const (
+	StateRunning = "running"
+	StateExited  = "exited"
+)
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when a Spec leaves
+// Grace zero; it matches the control plane's default grace period.
+const DefaultGrace = 10 * time.Second
+
+// DefaultPath is the PATH a workload gets unless its env sets one. It is a
+// fixed, system-only list: the agent's PATH may name directories a tenant
+// must not be steered into.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Spec is one instance's workload.
+type Spec struct {
+	// InstanceID names the workload; the runtime keeps one workload per ID.
+	// It is also a directory name, so it may hold only letters, digits,
+	// '.', '_' and '-'.
+	InstanceID string
+	// Command is the program and its arguments, run without a shell.
+	// A program without a '/' is looked up in the workload's PATH.
+	Command []string
+	// Env is the tenant's environment. Keys the runtime sets itself (see
+	// Environ) override it.
+	Env map[string]string
+	// Devices are the GPU or MIG UUIDs allocated to the instance.
+	Devices []string
+	// ShareMilli and ShareMemoryMiB are set for a fractional (time-sliced)
+	// GPU: its compute share in milli-GPUs and its GPU memory.
+	ShareMilli     int
+	ShareMemoryMiB int64
+	// WorkDir is the working directory and HOME; the runtime picks one
+	// under its base directory when empty, and creates it when missing.
+	WorkDir string
+	// LogPath receives stdout and stderr, appended; the runtime picks one
+	// under its base directory when empty.
+	LogPath string
+	// Grace is how long Stop waits after SIGTERM before SIGKILL;
+	// DefaultGrace when zero or negative.
+	Grace time.Duration
+	// MetadataURL is the instance's metadata endpoint ("http://127.0.0.1:N"),
+	// passed as GPUCLOUD_METADATA_URL when set.
+	MetadataURL string
+}
+
+// Status is what a runtime knows of a workload.
+type Status struct {
+	// State is StateRunning or StateExited.
+	State string
+	// ExitCode is the exit status of an exited workload; a workload killed
+	// by a signal reports 128 plus the signal number, as shells do.
+	ExitCode int
+	// Signal names the signal that killed the workload ("SIGKILL"), empty
+	// when it exited by itself.
+	Signal    string
+	StartedAt time.Time
+	// ExitedAt is zero while the workload runs.
+	ExitedAt time.Time
+}
+
+// Runtime runs the workloads of one host. Implementations are safe for
+// concurrent use. Unknown instance IDs are ErrNotFound.
+type Runtime interface {
+	// Start starts the workload. It is idempotent per InstanceID: while the
+	// runtime knows the instance, running or exited, Start returns nil and
+	// changes nothing (the spec is not compared), so that a retried Start
+	// never runs a job twice; Remove forgets an exited instance so it can
+	// run again. A spec that cannot start (bad ID, missing program) is an
+	// error wrapping ErrInvalid, and leaves nothing behind.
+	Start(ctx context.Context, s Spec) error
+	// Stop sends SIGTERM to the workload's processes, then SIGKILL after its
+	// grace period, and returns once the workload has exited. It is
+	// idempotent: stopping an exited workload returns nil, and concurrent
+	// Stops share one escalation. If ctx ends first Stop returns its error,
+	// but the escalation to SIGKILL still happens.
+	Stop(ctx context.Context, id string) error
+	// Status returns the workload's current status.
+	Status(id string) (Status, error)
+	// Wait blocks until the workload has exited, or ctx ends.
+	Wait(ctx context.Context, id string) (Status, error)
+	// Logs returns the workload's output from byte offset on (at most a
+	// bounded chunk per call) and the offset to ask for next. Output is
+	// kept after the workload exits. An offset past the end returns no data
+	// and the end offset, so a reader whose file was truncated resumes.
+	Logs(id string, offset int64) ([]byte, int64, error)
+	// Remove forgets an exited workload, keeping its files. Removing a
+	// running workload is ErrRunning; an unknown one is ErrNotFound.
+	Remove(id string) error
+}
+
+var (
+	// ErrNotFound means the runtime does not know the instance.
+	ErrNotFound = errors.New("instance not found")
+	// ErrRunning means the call needs an exited workload.
+	ErrRunning = errors.New("instance is running")
+	// ErrInvalid means the spec or argument is malformed.
+	ErrInvalid = errors.New("invalid workload spec")
+)
+
+// Environment variables the runtime owns. A tenant's Env cannot set them,
+// nor any other GPUCLOUD_ variable: they are what the workload trusts about
+// its own allocation.
+const (
+	EnvCUDAVisible     = "CUDA_VISIBLE_DEVICES"
+	EnvNVIDIAVisible   = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSThreads      = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvInstanceID      = "GPUCLOUD_INSTANCE_ID"
+	EnvShareMilli      = "GPUCLOUD_GPU_SHARE_MILLI"
+	EnvShareMemoryMiB  = "GPUCLOUD_GPU_MEMORY_MIB"
+	EnvMetadataURL     = "GPUCLOUD_METADATA_URL"
+	reservedEnvPrefix  = "GPUCLOUD_"
+	maxInstanceIDBytes = 128
+)
+
+func reserved(key string) bool {
+	switch key {
+	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads:
+		return true
+	}
+	return strings.HasPrefix(key, reservedEnvPrefix)
+}
+
+// Validate checks what a runtime needs before it starts anything. Errors
+// wrap ErrInvalid.
+func (s *Spec) Validate() error {
+	if err := ValidateID(s.InstanceID); err != nil {
+		return err
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return fmt.Errorf("instance %s: no command: %w", s.InstanceID, ErrInvalid)
+	}
+	for _, a := range s.Command {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("instance %s: command argument with a NUL byte: %w", s.InstanceID, ErrInvalid)
+		}
+	}
+	for k, v := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("instance %s: bad environment variable %q: %w", s.InstanceID, k, ErrInvalid)
+		}
+	}
+	for _, d := range s.Devices {
+		if d == "" || strings.ContainsAny(d, ",\x00") || strings.TrimSpace(d) != d {
+			return fmt.Errorf("instance %s: bad device %q: %w", s.InstanceID, d, ErrInvalid)
+		}
+	}
+	if s.ShareMilli < 0 || s.ShareMilli > 1000 || s.ShareMemoryMiB < 0 {
+		return fmt.Errorf("instance %s: share of %d milli and %d MiB is out of range: %w",
+			s.InstanceID, s.ShareMilli, s.ShareMemoryMiB, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateID checks that an instance ID is safe as a directory name.
+func ValidateID(id string) error {
+	ok := id != "" && id != "." && id != ".." && len(id) <= maxInstanceIDBytes
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("instance id %q: want 1 to %d letters, digits, '.', '_' or '-': %w", id, maxInstanceIDBytes, ErrInvalid)
+	}
+	return nil
+}
+
+// Environ returns a workload's complete environment, sorted: the tenant's
+// Env; PATH (DefaultPath) and HOME (home) unless Env sets them; and the
+// variables the runtime owns, which override Env:
+//
+//   - CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES: Devices joined by
+//     commas, exactly, and empty when there are none, so that a CPU-only
+//     workload sees no GPU instead of every GPU;
+//   - GPUCLOUD_INSTANCE_ID;
+//   - for a share, GPUCLOUD_GPU_SHARE_MILLI, GPUCLOUD_GPU_MEMORY_MIB and
+//     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (milli/10, at least 1), the limit an
+//     MPS server honours;
+//   - GPUCLOUD_METADATA_URL when MetadataURL is set.
+//
+// Any other GPUCLOUD_ variable in Env is dropped. Nothing is inherited from
+// the calling process.
+func Environ(s Spec, home string) []string {
+	env := map[string]string{"PATH": DefaultPath, "HOME": home}
+	for k, v := range s.Env {
+		if !reserved(k) {
+			env[k] = v
+		}
+	}
+	devices := strings.Join(s.Devices, ",")
+	env[EnvCUDAVisible] = devices
+	env[EnvNVIDIAVisible] = devices
+	env[EnvInstanceID] = s.InstanceID
+	if s.ShareMilli > 0 {
+		env[EnvShareMilli] = strconv.Itoa(s.ShareMilli)
+		env[EnvMPSThreads] = strconv.Itoa(max(1, s.ShareMilli/10))
+	}
+	if s.ShareMemoryMiB > 0 {
+		env[EnvShareMemoryMiB] = strconv.FormatInt(s.ShareMemoryMiB, 10)
+	}
+	if s.MetadataURL != "" {
+		env[EnvMetadataURL] = s.MetadataURL
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,181 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// maxBodyBytes caps every request body. The largest legitimate body, an
+// instance with its command and environment at their limits, is well under
+// it.
+const maxBodyBytes = 1 << 20
+
+// decodeBody reads the request's JSON body into v. It rejects a body that
+// is not application/json, larger than maxBodyBytes, malformed, with fields
+// v does not have, or followed by anything but white space; every
+// rejection says what is wrong in words a person can act on.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
+			Code:    cloud.Invalid,
+			Message: "request body must be JSON with Content-Type: application/json",
+			Details: map[string]any{"content_type": r.Header.Get("Content-Type")}}}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err)
+	}
+	// A second value, or garbage, after the object is almost always a
+	// client bug (two requests concatenated); refuse it rather than guess.
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		if err != nil && tooLarge(err) {
+			return bodyError(err)
+		}
+		return invalid("malformed JSON: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// decodeOptionalBody is decodeBody for routes whose body may be left out:
+// an empty body leaves v as it is.
+func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	return decodeBody(w, r, v)
+}
+
+func tooLarge(err error) bool {
+	var mb *http.MaxBytesError
+	return errors.As(err, &mb)
+}
+
+// bodyError turns an encoding/json error into an invalid_argument error
+// that names the problem and, where known, the field or byte offset.
+func bodyError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case tooLarge(err):
+		return &statusError{status: http.StatusRequestEntityTooLarge, err: &cloud.Error{
+			Code:    cloud.Invalid,
+			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", maxBodyBytes),
+			Details: map[string]any{"limit_bytes": maxBodyBytes}}}
+	case errors.Is(err, io.EOF):
+		return invalid("request body is empty; send a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &syn):
+		return &cloud.Error{Code: cloud.Invalid,
+			Message: fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, syn.Error()),
+			Details: map[string]any{"offset": syn.Offset}}
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return invalid("request body must be a JSON object, not a JSON %s", typ.Value)
+		}
+		return &cloud.Error{Code: cloud.Invalid,
+			Message: fmt.Sprintf("field %q must be %s, not a JSON %s", field, jsonKind(typ.Type.Kind().String()), typ.Value),
+			Details: map[string]any{"field": field}}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no typed error for this; the message is stable.
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		name, _ = strconv.Unquote(name)
+		return &cloud.Error{Code: cloud.Invalid,
+			Message: fmt.Sprintf("unknown field %q in request body", name),
+			Details: map[string]any{"field": name}}
+	}
+	return invalid("malformed JSON: %v", err)
+}
+
+// jsonKind names a Go kind the way a JSON user thinks of it.
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "float32", "float64":
+		return "a number"
+	}
+	if strings.HasPrefix(goKind, "int") || strings.HasPrefix(goKind, "uint") {
+		return "an integer"
+	}
+	return "a " + goKind
+}
+
+// ifMatch parses the optional If-Match header: a version, as the ETag
+// carries it ("7", quoted) or bare (7). Zero means the header is absent.
+func ifMatch(r *http.Request) (int64, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" {
+		return 0, nil
+	}
+	h = strings.TrimPrefix(h, "W/")
+	h = strings.Trim(h, `"`)
+	v, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || v < 1 {
+		return 0, invalid("If-Match must be a version as the ETag gives it, e.g. \"3\"; got %s", quote(r.Header.Get("If-Match")))
+	}
+	return v, nil
+}
+
+// checkVersion answers a stale If-Match with a conflict that carries both
+// versions, so that the client can re-read and retry.
+func checkVersion(kind, id string, want, have int64) error {
+	if want == 0 || want == have {
+		return nil
+	}
+	return &cloud.Error{Code: cloud.Conflict,
+		Message: fmt.Sprintf("%s %s changed: If-Match is version %d, the current version is %d; read it again and retry", kind, quote(id), want, have),
+		Details: map[string]any{"expected_version": want, "current_version": have}}
+}
+
+// etag renders a version as an ETag.
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// Paging bounds for list routes.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+// queryLimit parses ?limit: 1..maxLimit, defaultLimit when absent.
+func queryLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return defaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, invalid("limit must be an integer in 1..%d, got %s", maxLimit, quote(s))
+	}
+	return n, nil
+}
+
+// queryAfterInt parses an integer ?after cursor (events); 0 when absent.
+func queryAfterInt(r *http.Request) (int64, error) {
+	s := r.URL.Query().Get("after")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, invalid("after must be the next value of a previous page, got %s", quote(s))
+	}
+	return n, nil
+}

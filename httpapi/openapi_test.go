@@ -1,0 +1,157 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// openAPIDocument is the part of an OpenAPI 3.0 document the tests check.
+type openAPIDocument struct {
+	OpenAPI    string                                 `json:"openapi"`
+	Paths      map[string]map[string]openAPIOperation `json:"paths"`
+	Components struct {
+		Schemas    map[string]json.RawMessage `json:"schemas"`
+		Parameters map[string]openAPIParam    `json:"parameters"`
+		Responses  map[string]json.RawMessage `json:"responses"`
+	} `json:"components"`
+}
+
+type openAPIOperation struct {
+	OperationID string                     `json:"operationId"`
+	Parameters  []openAPIParam             `json:"parameters"`
+	Responses   map[string]json.RawMessage `json:"responses"`
+	Security    *[]any                     `json:"security"`
+}
+
+type openAPIParam struct {
+	Ref  string `json:"$ref"`
+	Name string `json:"name"`
+	In   string `json:"in"`
+}
+
+func loadOpenAPI(t *testing.T) openAPIDocument {
+	t.Helper()
+	var doc openAPIDocument
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.0") {
+		t.Fatalf("openapi %q, want 3.0.x", doc.OpenAPI)
+	}
+	return doc
+}
+
+// TestOpenAPICoversRoutes fails when a route of the server is missing from
+// the document, or the document lists a route the server lacks.
+func TestOpenAPICoversRoutes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	server := map[string]bool{}
+	for _, rt := range routeTable {
+		server[strings.ToLower(rt.Method)+" "+rt.Path] = true
+	}
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented[method+" "+path] = true
+		}
+	}
+	var missing, extra []string
+	for k := range server {
+		if !documented[k] {
+			missing = append(missing, k)
+		}
+	}
+	for k := range documented {
+		if !server[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	if len(missing) > 0 {
+		t.Errorf("routes missing from openapi.json: %v", missing)
+	}
+	if len(extra) > 0 {
+		t.Errorf("openapi.json lists routes the server lacks: %v", extra)
+	}
+}
+
+// TestOpenAPIOperations checks each operation: path parameters declared,
+// references resolvable, authenticated routes documenting 401, admin
+// routes 403, every route the error schema for 500, and public routes
+// marked as needing no token.
+func TestOpenAPIOperations(t *testing.T) {
+	doc := loadOpenAPI(t)
+	raw := string(openAPIDoc)
+	for _, m := range regexp.MustCompile(`"\$ref": "#/components/(\w+)/(\w+)"`).FindAllStringSubmatch(raw, -1) {
+		var ok bool
+		switch m[1] {
+		case "schemas":
+			_, ok = doc.Components.Schemas[m[2]]
+		case "parameters":
+			_, ok = doc.Components.Parameters[m[2]]
+		case "responses":
+			_, ok = doc.Components.Responses[m[2]]
+		}
+		if !ok {
+			t.Errorf("unresolved reference %s", m[0])
+		}
+	}
+	ids := map[string]bool{}
+	for _, rt := range routeTable {
+		op, ok := doc.Paths[rt.Path][strings.ToLower(rt.Method)]
+		if !ok {
+			continue // TestOpenAPICoversRoutes reports it
+		}
+		name := rt.Method + " " + rt.Path
+		if op.OperationID == "" || ids[op.OperationID] {
+			t.Errorf("%s: operationId %q missing or repeated", name, op.OperationID)
+		}
+		ids[op.OperationID] = true
+		var params []string
+		for _, p := range op.Parameters {
+			if p.Ref != "" {
+				p = doc.Components.Parameters[strings.TrimPrefix(p.Ref, "#/components/parameters/")]
+			}
+			if p.In == "path" {
+				params = append(params, p.Name)
+			}
+		}
+		for _, m := range regexp.MustCompile(`\{(\w+)\}`).FindAllStringSubmatch(rt.Path, -1) {
+			if !slices.Contains(params, m[1]) {
+				t.Errorf("%s: path parameter %s not declared", name, m[1])
+			}
+		}
+		if _, ok := op.Responses["500"]; !ok {
+			t.Errorf("%s: no 500 response", name)
+		}
+		_, has401 := op.Responses["401"]
+		_, has403 := op.Responses["403"]
+		noToken := op.Security != nil && len(*op.Security) == 0
+		switch {
+		case (rt.access == public) != noToken:
+			t.Errorf("%s: document and server disagree on whether it needs a token", name)
+		case rt.access != public && !has401:
+			t.Errorf("%s: no 401 response", name)
+		case rt.access == adminOnly && !has403:
+			t.Errorf("%s: admin route without 403 response", name)
+		}
+	}
+	if _, ok := doc.Components.Schemas["Error"]; !ok {
+		t.Error("no Error schema")
+	}
+}
+
+func TestServeOpenAPI(t *testing.T) {
+	e := newEnv(t)
+	got, err := NewClient(e.srv.URL, "", e.srv.Client()).OpenAPIDocument(context.Background())
+	if err != nil || !bytes.Equal(got, bytes.TrimSpace(openAPIDoc)) {
+		t.Fatalf("GET /v1/openapi.json without a token: %d bytes, %v", len(got), err)
+	}
+}

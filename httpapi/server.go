@@ -1,0 +1,245 @@
+// Package httpapi is gpucloud's /v1 JSON API over HTTP: the handlers, the
+// bearer-token authentication, the one table from error codes to statuses,
+// the embedded OpenAPI document, and the Go client that the CLI, the agent
+// and the tests use.
+//
+// Handlers are thin: they authenticate, validate the request, run one store
+// transaction and answer. Every error is JSON {code, message, details} with
+// the codes of cloud.Code; statusOf maps them to HTTP statuses.
+//
+// Tenancy: a member acts on its own tenant only, and another tenant's
+// resource answers 404 not_found, never 403, so that IDs do not leak. An
+// admin acts on every tenant; admin-only routes answer members 403
+// permission_denied.
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// Options configures the handler. The zero value uses the wall clock and
+// slog.Default.
+type Options struct {
+	// Now is the clock; tests pass a fixed one.
+	Now func() time.Time
+	// Logger receives the causes of internal errors.
+	Logger *slog.Logger
+}
+
+// server holds what the handlers share. It has no mutable state: all state
+// is in the store.
+type server struct {
+	store cloud.Store
+	cat   *catalog.Catalog
+	now   func() time.Time
+	log   *slog.Logger
+	mux   *http.ServeMux
+	// paths holds every route's path without its method, so that a request
+	// whose path exists but whose method does not can be told apart from
+	// one whose path does not exist (405 rather than 404).
+	paths *http.ServeMux
+}
+
+// access is who may call a route.
+type access int
+
+const (
+	// public routes need no token.
+	public access = iota
+	// authed routes need any valid token; the handler scopes by tenant.
+	authed
+	// adminOnly routes answer members permission_denied.
+	adminOnly
+)
+
+// handlerFunc is a route's handler. It returns an error instead of writing
+// one, so that every error goes through writeError.
+type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p principal) error
+
+// route is one entry of the API: the mux registers routeTable and the
+// OpenAPI test checks the document against it, so the two cannot drift.
+type route struct {
+	Method string
+	Path   string
+	access access
+	handle handlerFunc
+}
+
+// routeTable lists every route of the API.
+var routeTable = []route{
+	{"GET", "/v1/openapi.json", public, (*server).openAPI},
+	{"GET", "/v1/offerings", authed, (*server).listOfferings},
+
+	{"POST", "/v1/tenants", adminOnly, (*server).createTenant},
+	{"GET", "/v1/tenants", adminOnly, (*server).listTenants},
+	{"POST", "/v1/tenants/{id}/users", adminOnly, (*server).createUser},
+	{"PUT", "/v1/tenants/{id}/quota", adminOnly, (*server).putQuota},
+	{"GET", "/v1/tenants/{id}/quota", authed, (*server).getQuota},
+
+	{"GET", "/v1/tokens", authed, (*server).listTokens},
+	{"POST", "/v1/tokens", authed, (*server).createToken},
+	{"DELETE", "/v1/tokens/{id}", authed, (*server).revokeToken},
+
+	{"POST", "/v1/instances", authed, (*server).createInstance},
+	{"GET", "/v1/instances", authed, (*server).listInstances},
+	{"GET", "/v1/instances/{id}", authed, (*server).getInstance},
+	{"POST", "/v1/instances/{id}/stop", authed, (*server).stopInstance},
+	{"POST", "/v1/instances/{id}/start", authed, (*server).startInstance},
+	{"POST", "/v1/instances/{id}/terminate", authed, (*server).terminateInstance},
+	{"GET", "/v1/instances/{id}/events", authed, (*server).instanceEvents},
+	{"GET", "/v1/events", adminOnly, (*server).listEvents},
+
+	{"POST", "/v1/volumes", authed, (*server).createVolume},
+	{"GET", "/v1/volumes", authed, (*server).listVolumes},
+	{"GET", "/v1/volumes/{id}", authed, (*server).getVolume},
+	{"POST", "/v1/volumes/{id}/attach", authed, (*server).attachVolume},
+	{"POST", "/v1/volumes/{id}/detach", authed, (*server).detachVolume},
+
+	{"GET", "/v1/hosts", adminOnly, (*server).listHosts},
+	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*server).cordonHost},
+	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*server).uncordonHost},
+}
+
+// New returns the API handler over store, validating requests against cat.
+// It holds no global state: two handlers over two stores are independent.
+func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
+	s := &server{store: store, cat: cat, now: opts.Now, log: opts.Logger,
+		mux: http.NewServeMux(), paths: http.NewServeMux()}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	seen := map[string]bool{}
+	for _, rt := range routeTable {
+		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))
+		if !seen[rt.Path] {
+			seen[rt.Path] = true
+			s.paths.Handle(rt.Path, http.NotFoundHandler())
+		}
+	}
+	s.mux.HandleFunc("/", s.fallback)
+	return s.mux
+}
+
+// wrap authenticates and authorizes a request for rt, runs its handler and
+// answers its error.
+func (s *server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				writeError(w, r, s.log, fmt.Errorf("panic in %s %s: %v", rt.Method, rt.Path, v))
+			}
+		}()
+		var p principal
+		if rt.access != public {
+			var err error
+			if p, err = s.authenticate(r); err != nil {
+				writeError(w, r, s.log, err)
+				return
+			}
+			if rt.access == adminOnly && !p.admin() {
+				writeError(w, r, s.log, &cloud.Error{Code: cloud.PermissionDenied,
+					Message: rt.Method + " " + rt.Path + " is for admins only",
+					Details: map[string]any{"role": p.Role}})
+				return
+			}
+		}
+		if err := rt.handle(s, w, r, p); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})
+}
+
+// fallback answers paths and methods the API does not have, in the API's
+// error shape rather than net/http's plain text.
+func (s *server) fallback(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.paths.Handler(r); pattern != "" && pattern != "/" {
+		var allow []string
+		for _, rt := range routeTable {
+			if rt.Path == pattern {
+				allow = append(allow, rt.Method)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, r, s.log, &statusError{status: http.StatusMethodNotAllowed, err: &cloud.Error{
+			Code:    cloud.Invalid,
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")),
+			Details: map[string]any{"allow": allow}}})
+		return
+	}
+	writeError(w, r, s.log, &cloud.Error{Code: cloud.NotFound,
+		Message: "no such route: " + r.Method + " " + r.URL.Path + "; GET /v1/openapi.json lists the routes",
+		Details: map[string]any{"path": r.URL.Path}})
+}
+
+// tx runs fn in one store transaction.
+func (s *server) tx(ctx context.Context, fn func(cloud.Tx) error) error {
+	return s.store.Tx(ctx, fn)
+}
+
+// visible reports whether p may see a resource of tenant: admins see all.
+func (p principal) visible(tenant string) bool { return p.admin() || p.TenantID == tenant }
+
+// scope resolves the tenant a request acts on from what it asked for
+// (?tenant or a body field). A member may only name its own tenant;
+// another answers not_found, like any other tenant's resource. An admin may
+// name any existing tenant. When nothing is asked for, members get their
+// own tenant and admins get dflt: their own tenant to create things, ""
+// (every tenant) to list them.
+func (s *server) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
+	if asked == "" {
+		if !p.admin() {
+			return p.TenantID, nil
+		}
+		return dflt, nil
+	}
+	if !p.admin() {
+		if asked != p.TenantID {
+			return "", notFound("tenant", asked)
+		}
+		return asked, nil
+	}
+	if _, err := tx.GetTenant(ctx, asked); err != nil {
+		if cloud.IsNotFound(err) {
+			return "", notFound("tenant", asked)
+		}
+		return "", err
+	}
+	return asked, nil
+}
+
+// listTenantIDs returns tenant, or every tenant's ID when tenant is "", for
+// the store methods that take exactly one tenant.
+func listTenantIDs(ctx context.Context, tx cloud.Tx, tenant string) ([]string, error) {
+	if tenant != "" {
+		return []string{tenant}, nil
+	}
+	ts, err := tx.ListTenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids, nil
+}
+
+// listOfferings answers the catalog's offerings.
+func (s *server) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
+	writeJSON(w, http.StatusOK, OfferingList{Offerings: s.cat.Offerings()})
+	return nil
+}

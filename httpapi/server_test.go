@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+func TestStatusOf(t *testing.T) {
+	for code, want := range map[cloud.Code]int{
+		cloud.Invalid:              400,
+		cloud.Unauthenticated:      401,
+		cloud.PermissionDenied:     403,
+		cloud.NotFound:             404,
+		cloud.Conflict:             409,
+		cloud.QuotaExceeded:        429,
+		cloud.InsufficientCapacity: 503,
+		cloud.Internal:             500,
+		"something new":            500,
+	} {
+		if got := statusOf(code); got != want {
+			t.Errorf("statusOf(%s) = %d, want %d", code, got, want)
+		}
+		if want != 500 && codeOfStatus(want) != code {
+			t.Errorf("codeOfStatus(%d) = %s, want %s", want, codeOfStatus(want), code)
+		}
+	}
+}
+
+func TestOfferings(t *testing.T) {
+	e := newEnv(t)
+	os, err := e.globex.Offerings(context.Background())
+	if err != nil || len(os) == 0 {
+		t.Fatalf("offerings = %d, %v", len(os), err)
+	}
+	found := false
+	for _, o := range os {
+		found = found || o.Name == "h100.mig.3g.40gb" && o.MIGProfile == "3g.40gb"
+	}
+	if !found {
+		t.Error("h100.mig.3g.40gb is not offered")
+	}
+	_, err = e.client("").Offerings(context.Background())
+	wantCode(t, err, cloud.Unauthenticated)
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	e := newEnv(t)
+	status, _, b := e.raw("GET", "/v1/nothing", e.acmeToken, nil, nil)
+	if eb := decodeErr(t, b); status != 404 || eb.Code != cloud.NotFound {
+		t.Errorf("unknown route: %d %s", status, b)
+	}
+	status, h, b := e.raw("PATCH", "/v1/instances/i-1", e.acmeToken, strings.NewReader(`{}`), nil)
+	if eb := decodeErr(t, b); status != 405 || eb.Code != cloud.Invalid || h.Get("Allow") != "GET" {
+		t.Errorf("wrong method: %d Allow %q %s", status, h.Get("Allow"), b)
+	}
+	status, h, b = e.raw("DELETE", "/v1/instances", e.acmeToken, nil, nil)
+	if decodeErr(t, b); status != 405 || h.Get("Allow") != "POST, GET" {
+		t.Errorf("wrong method on a collection: %d Allow %q %s", status, h.Get("Allow"), b)
+	}
+}
+
+// TestInternalErrorsAreHidden closes the store under the server: the
+// client sees a generic internal error, and the log has the cause.
+func TestInternalErrorsAreHidden(t *testing.T) {
+	e := newEnv(t)
+	e.store.Close()
+	status, _, b := e.raw("GET", "/v1/instances", e.acmeToken, nil, nil)
+	eb := decodeErr(t, b)
+	if status != 500 || eb.Code != cloud.Internal || eb.Message != internalMessage {
+		t.Errorf("got %d %+v, want 500 with the generic message", status, eb)
+	}
+	if strings.Contains(string(b), "closed") || strings.Contains(string(b), "sql") {
+		t.Errorf("response leaks the cause: %s", b)
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "closed") {
+		t.Errorf("log does not carry the cause: %s", logs)
+	}
+}
+
+// TestClientErrors checks that the client turns every error response,
+// including ones that are not the API's JSON, into *cloud.Error.
+func TestClientErrors(t *testing.T) {
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/instances/i-404":
+			http.Error(w, "no such thing", http.StatusNotFound)
+		case "/v1/instances/i-409":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(409)
+			w.Write([]byte(`{"code":"conflict","message":"stale","details":{"current_version":3}}`))
+		default:
+			http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
+		}
+	}))
+	defer proxy.Close()
+	c := NewClient(proxy.URL+"/", "tok", proxy.Client())
+	ctx := context.Background()
+	_, err := c.GetInstance(ctx, "i-404")
+	wantCode(t, err, cloud.NotFound)
+	_, err = c.GetInstance(ctx, "i-409")
+	if ce := wantCode(t, err, cloud.Conflict); ce.Details["current_version"] != 3.0 || ce.Message != "stale" {
+		t.Errorf("conflict = %+v", ce)
+	}
+	_, err = c.Offerings(ctx)
+	if ce := wantCode(t, err, cloud.Internal); !strings.Contains(ce.Message, "502") {
+		t.Errorf("502 = %+v", ce)
+	}
+}

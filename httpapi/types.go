@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// The request and response bodies of the API. The server decodes requests
+// into these types with unknown fields rejected, and the client sends and
+// receives the same types, so the two agree by construction. Domain objects
+// (instances, volumes, ...) travel as the cloud package's types.
+
+// CreateTenantRequest is the body of POST /v1/tenants.
+type CreateTenantRequest struct {
+	// Name is unique among tenants.
+	Name string `json:"name"`
+}
+
+// CreateUserRequest is the body of POST /v1/tenants/{id}/users.
+type CreateUserRequest struct {
+	Name string `json:"name"`
+	// Role defaults to member; admin is only allowed in the operator tenant,
+	// because an admin acts on every tenant.
+	Role cloud.Role `json:"role,omitempty"`
+}
+
+// CreatedUser answers POST /v1/tenants/{id}/users: the user and its first
+// token. Secret is shown this once; the server keeps only its hash.
+type CreatedUser struct {
+	User   *cloud.User  `json:"user"`
+	Token  *cloud.Token `json:"token"`
+	Secret string       `json:"secret"`
+}
+
+// CreateTokenRequest is the body of POST /v1/tokens. The token belongs to
+// the calling user and has its role.
+type CreateTokenRequest struct {
+	Name string `json:"name,omitempty"`
+	// ExpiresAt, when set, must be in the future.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// CreatedToken answers POST /v1/tokens. Secret is shown this once.
+type CreatedToken struct {
+	Token  *cloud.Token `json:"token"`
+	Secret string       `json:"secret"`
+}
+
+// QuotaSpec is the body of PUT /v1/tenants/{id}/quota. Zero values mean no
+// limit. GPU model names may be aliases; the server stores canonical names.
+type QuotaSpec struct {
+	Instances int                `json:"instances,omitempty"`
+	GPUs      map[string]float64 `json:"gpus,omitempty"`
+}
+
+// QuotaStatus answers the quota routes: the limits and what the tenant
+// holds against them now.
+type QuotaStatus struct {
+	cloud.Quota
+	Used Usage `json:"used"`
+}
+
+// Usage is what a tenant's non-terminated instances hold: their number and
+// whole-GPU equivalents per canonical GPU model.
+type Usage struct {
+	Instances int                `json:"instances"`
+	GPUs      map[string]float64 `json:"gpus,omitempty"`
+}
+
+// CreateInstanceRequest is the body of POST /v1/instances. One call creates
+// one instance.
+type CreateInstanceRequest struct {
+	// Tenant is for admins creating an instance for another tenant (it may
+	// also be given as ?tenant=); members leave it empty.
+	Tenant string `json:"tenant,omitempty"`
+	Name   string `json:"name,omitempty"`
+	// Offering names a catalog offering (GET /v1/offerings).
+	Offering string `json:"offering"`
+	// Zones and Labels constrain placement; labels are selectors such as
+	// "driver>=550" or "!maintenance".
+	Zones  []string `json:"zones,omitempty"`
+	Labels []string `json:"labels,omitempty"`
+	// Command, Env and Volumes describe the workload.
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Volumes lists volume IDs of the same tenant to attach; each must be
+	// detached now.
+	Volumes []string          `json:"volumes,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+}
+
+// InstanceList answers GET /v1/instances. Next, when not empty, is the
+// ?after value of the following page.
+type InstanceList struct {
+	Instances []*cloud.Instance `json:"instances"`
+	Next      string            `json:"next,omitempty"`
+}
+
+// EventList answers the event routes. Next, when not empty, is the ?after
+// value of the following page.
+type EventList struct {
+	Events []*cloud.Event `json:"events"`
+	Next   string         `json:"next,omitempty"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant  string `json:"tenant,omitempty"`
+	Name    string `json:"name"`
+	SizeGiB int64  `json:"size_gib"`
+	Zone    string `json:"zone,omitempty"`
+}
+
+// AttachVolumeRequest is the body of POST /v1/volumes/{id}/attach.
+type AttachVolumeRequest struct {
+	InstanceID string `json:"instance_id"`
+}
+
+// OfferingList answers GET /v1/offerings.
+type OfferingList struct {
+	Offerings []*catalog.Offering `json:"offerings"`
+}
+
+// TenantList, TokenList, VolumeList and HostList answer the list routes.
+type (
+	TenantList struct {
+		Tenants []*cloud.Tenant `json:"tenants"`
+	}
+	TokenList struct {
+		Tokens []*cloud.Token `json:"tokens"`
+	}
+	VolumeList struct {
+		Volumes []*cloud.Volume `json:"volumes"`
+	}
+	HostList struct {
+		Hosts []*cloud.Host `json:"hosts"`
+	}
+)

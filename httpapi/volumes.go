@@ -1,0 +1,244 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"slices"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// Event kinds of volume actions.
+const (
+	EventVolumeCreated  cloud.EventKind = "volume.created"
+	EventVolumeAttached cloud.EventKind = "volume.attached"
+	EventVolumeDetached cloud.EventKind = "volume.detached"
+)
+
+// createVolume handles POST /v1/volumes.
+func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req CreateVolumeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkName("name", req.Name, true); err != nil {
+		return err
+	}
+	if req.SizeGiB < 1 || req.SizeGiB > maxVolumeGiB {
+		return field("size_gib", "%d is out of range 1..%d", req.SizeGiB, maxVolumeGiB)
+	}
+	if err := checkName("zone", req.Zone, false); err != nil {
+		return err
+	}
+	asked := req.Tenant
+	if q := r.URL.Query().Get("tenant"); q != "" {
+		if asked != "" && asked != q {
+			return field("tenant", "the body says %s and ?tenant says %s", quote(asked), quote(q))
+		}
+		asked = q
+	}
+	var v *cloud.Volume
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		ctx := r.Context()
+		tenant, err := s.scope(ctx, tx, p, asked, p.TenantID)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		v = &cloud.Volume{ID: newID("v-"), TenantID: tenant, Name: req.Name, SizeGiB: req.SizeGiB,
+			Zone: req.Zone, CreatedAt: now}
+		if err := tx.CreateVolume(ctx, v); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: tenant,
+			Actor: p.UserID, Reason: "volume " + v.ID + " created"})
+	})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/volumes/"+v.ID)
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+// listVolumes handles GET /v1/volumes: the tenant's volumes; admins every
+// tenant's, or one tenant's with ?tenant.
+func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p principal) error {
+	out := VolumeList{}
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		out.Volumes = []*cloud.Volume{}
+		tenant, err := s.scope(r.Context(), tx, p, r.URL.Query().Get("tenant"), "")
+		if err != nil {
+			return err
+		}
+		ids, err := listTenantIDs(r.Context(), tx, tenant)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			vs, err := tx.ListVolumes(r.Context(), id)
+			if err != nil {
+				return err
+			}
+			for _, v := range vs {
+				if v.DeletedAt == nil {
+					out.Volumes = append(out.Volumes, v)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// getVisibleVolume reads a volume the principal may see; another tenant's
+// and a deleted one answer like a missing one.
+func getVisibleVolume(ctx context.Context, tx cloud.Tx, p principal, id string) (*cloud.Volume, error) {
+	v, err := tx.GetVolume(ctx, id)
+	if cloud.IsNotFound(err) || err == nil && (!p.visible(v.TenantID) || v.DeletedAt != nil) {
+		return nil, notFound("volume", id)
+	}
+	return v, err
+}
+
+// getVolume handles GET /v1/volumes/{id}.
+func (s *server) getVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+	var v *cloud.Volume
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		var err error
+		v, err = getVisibleVolume(r.Context(), tx, p, r.PathValue("id"))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// mutableVolumes refuses to change the volumes of an instance whose
+// workload may be running (it holds an allocation) or that is terminated.
+// Volumes are mounted when the workload starts, so they change while the
+// instance is pending, stopped, failed or lost.
+func mutableVolumes(in *cloud.Instance) error {
+	if in.State.Holds() || in.State == cloud.Terminated {
+		return &cloud.Error{Code: cloud.Conflict,
+			Message: "instance " + in.ID + " is " + string(in.State) + "; volumes change only while it is pending, stopped, failed or lost",
+			Details: map[string]any{"instance_id": in.ID, "state": in.State}}
+	}
+	return nil
+}
+
+// attachVolume handles POST /v1/volumes/{id}/attach. A volume is attached
+// to one instance at a time, of its own tenant; attaching it again to the
+// same instance changes nothing.
+func (s *server) attachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req AttachVolumeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.InstanceID == "" {
+		return field("instance_id", "is required")
+	}
+	var out *cloud.Volume
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		ctx := r.Context()
+		v, err := getVisibleVolume(ctx, tx, p, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		in, err := getVisibleInstance(ctx, tx, p, req.InstanceID)
+		if err != nil {
+			return err
+		}
+		out = v
+		if in.TenantID != v.TenantID {
+			return field("instance_id", "instance %s belongs to another tenant than volume %s", in.ID, v.ID)
+		}
+		if v.InstanceID == in.ID {
+			return nil
+		}
+		if v.InstanceID != "" {
+			return &cloud.Error{Code: cloud.Conflict,
+				Message: "volume " + v.ID + " is attached to instance " + v.InstanceID + "; detach it first",
+				Details: map[string]any{"instance_id": v.InstanceID}}
+		}
+		if err := mutableVolumes(in); err != nil {
+			return err
+		}
+		if len(in.Volumes) >= maxVolumes {
+			return field("instance_id", "instance %s has %d volumes, the limit", in.ID, maxVolumes)
+		}
+		if v.Zone != "" && len(in.Zones) > 0 && !slices.Contains(in.Zones, v.Zone) {
+			return field("instance_id", "volume %s is in zone %s, which instance %s's zones %v exclude", v.ID, v.Zone, in.ID, in.Zones)
+		}
+		now := s.now()
+		v.InstanceID = in.ID
+		in.Volumes = append(in.Volumes, v.ID)
+		in.UpdatedAt = now
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+		if err := tx.UpdateInstance(ctx, in); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeAttached, TenantID: v.TenantID,
+			InstanceID: in.ID, Actor: p.UserID, Reason: "volume " + v.ID + " attached"})
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// detachVolume handles POST /v1/volumes/{id}/detach. Detaching a detached
+// volume changes nothing.
+func (s *server) detachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+	var out *cloud.Volume
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		ctx := r.Context()
+		v, err := getVisibleVolume(ctx, tx, p, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		out = v
+		if v.InstanceID == "" {
+			return nil
+		}
+		now := s.now()
+		in, err := tx.GetInstance(ctx, v.InstanceID)
+		switch {
+		case cloud.IsNotFound(err):
+			// The volume points at an instance that is gone: detaching
+			// repairs it.
+		case err != nil:
+			return err
+		default:
+			if err := mutableVolumes(in); err != nil {
+				return err
+			}
+			in.Volumes = slices.DeleteFunc(in.Volumes, func(id string) bool { return id == v.ID })
+			in.UpdatedAt = now
+			if err := tx.UpdateInstance(ctx, in); err != nil {
+				return err
+			}
+		}
+		from := v.InstanceID
+		v.InstanceID = ""
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDetached, TenantID: v.TenantID,
+			InstanceID: from, Actor: p.UserID, Reason: "volume " + v.ID + " detached"})
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -1,0 +1,220 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+const hostCols = "id, state, spec, last_heartbeat, version"
+
+func scanHost(sc scanner) (*cloud.Host, error) {
+	var h cloud.Host
+	err := sc.Scan(&h.ID, &h.State, jsonCol{&h.Spec}, timeCol{&h.LastHeartbeat}, &h.Version)
+	return &h, err
+}
+
+// PutHost inserts a host when h.Version is 0 (a missing host has version 0)
+// and updates it when h.Version equals the stored version; it sets h.Version
+// to the new version. Anything else is a Conflict that changes nothing:
+// version 0 for a host that exists (two agents registering one host), a
+// stale version, or a version for a host that does not exist.
+//
+// Spec is stored as JSON, which keeps fleet.Host's exported fields only;
+// the fleet's own bookkeeping is rebuilt when a host is added to a Fleet.
+func (t *tx) PutHost(ctx context.Context, h *cloud.Host) error {
+	if h.ID == "" {
+		return invalidf("host has no id")
+	}
+	spec, err := jsonArg("host "+h.ID+" spec", h.Spec)
+	if err != nil {
+		return err
+	}
+	beat := normTime(h.LastHeartbeat)
+	d := &t.s.d
+	if h.Version == 0 {
+		n, err := t.execN(ctx, "create host "+h.ID,
+			"INSERT INTO hosts ("+hostCols+") VALUES (?, ?, ?, ?, 1) ON CONFLICT DO NOTHING",
+			h.ID, string(h.State), spec, d.timeArg(beat))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			err := t.staleVersion(ctx, "hosts", "host", h.ID, 0)
+			if ce, ok := err.(*cloud.Error); ok && ce.Code == cloud.Conflict {
+				ce.Message = "host " + h.ID + " already exists; update it with its version"
+			}
+			return err
+		}
+		h.Version, h.LastHeartbeat = 1, beat
+		return nil
+	}
+	n, err := t.execN(ctx, "update host "+h.ID,
+		"UPDATE hosts SET state = ?, spec = ?, last_heartbeat = ?, version = version + 1"+
+			" WHERE id = ? AND version = ?",
+		string(h.State), spec, d.timeArg(beat), h.ID, h.Version)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		err := t.staleVersion(ctx, "hosts", "host", h.ID, h.Version)
+		if cloud.IsNotFound(err) {
+			return &cloud.Error{
+				Code:    cloud.Conflict,
+				Message: "host " + h.ID + " does not exist; create it with version 0",
+				Details: map[string]any{"id": h.ID, "version": 0},
+			}
+		}
+		return err
+	}
+	h.Version++
+	h.LastHeartbeat = beat
+	return nil
+}
+
+func (t *tx) GetHost(ctx context.Context, id string) (*cloud.Host, error) {
+	return one(ctx, t, "get host "+id, func() error { return notFoundf("host %s not found", id) },
+		"SELECT "+hostCols+" FROM hosts WHERE id = ?", []any{id}, scanHost)
+}
+
+func (t *tx) ListHosts(ctx context.Context) ([]*cloud.Host, error) {
+	return list(ctx, t, "list hosts", "SELECT "+hostCols+" FROM hosts ORDER BY id", nil, scanHost)
+}
+
+const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at"
+
+func scanVolume(sc scanner) (*cloud.Volume, error) {
+	var v cloud.Volume
+	err := sc.Scan(&v.ID, &v.TenantID, &v.Name, &v.SizeGiB, &v.Zone, strCol{&v.InstanceID},
+		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt})
+	return &v, err
+}
+
+func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
+	if v.ID == "" {
+		return invalidf("volume has no id")
+	}
+	if err := t.mustExist(ctx, "tenants", "tenant", v.TenantID); err != nil {
+		return err
+	}
+	if v.InstanceID != "" {
+		if err := t.mustExist(ctx, "instances", "instance", v.InstanceID); err != nil {
+			return err
+		}
+	}
+	created, deleted := normTime(v.CreatedAt), normTimePtr(v.DeletedAt)
+	d := &t.s.d
+	n, err := t.execN(ctx, "create volume "+v.ID,
+		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		v.ID, v.TenantID, v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID),
+		d.timeArg(created), d.nullTimeArg(deleted))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return conflictf("volume %s already exists", v.ID)
+	}
+	v.CreatedAt, v.DeletedAt = created, deleted
+	return nil
+}
+
+func (t *tx) GetVolume(ctx context.Context, id string) (*cloud.Volume, error) {
+	return one(ctx, t, "get volume "+id, func() error { return notFoundf("volume %s not found", id) },
+		"SELECT "+volumeCols+" FROM volumes WHERE id = ?", []any{id}, scanVolume)
+}
+
+// ListVolumes includes deleted volumes (DeletedAt set): they are kept for
+// billing and audit, and callers filter them as they need.
+func (t *tx) ListVolumes(ctx context.Context, tenantID string) ([]*cloud.Volume, error) {
+	q, args := "SELECT "+volumeCols+" FROM volumes", []any(nil)
+	if tenantID != "" {
+		q, args = q+" WHERE tenant_id = ?", append(args, tenantID)
+	}
+	return list(ctx, t, "list volumes", q+" ORDER BY id", args, scanVolume)
+}
+
+// UpdateVolume writes Name, SizeGiB, Zone, InstanceID and DeletedAt; ID,
+// TenantID and CreatedAt are fixed at creation. Volumes carry no version:
+// callers that attach one serialize through the instance's version.
+func (t *tx) UpdateVolume(ctx context.Context, v *cloud.Volume) error {
+	if v.InstanceID != "" {
+		if err := t.mustExist(ctx, "instances", "instance", v.InstanceID); err != nil {
+			return err
+		}
+	}
+	deleted := normTimePtr(v.DeletedAt)
+	n, err := t.execN(ctx, "update volume "+v.ID,
+		"UPDATE volumes SET name = ?, size_gib = ?, zone = ?, instance_id = ?, deleted_at = ? WHERE id = ?",
+		v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID), t.s.d.nullTimeArg(deleted), v.ID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFoundf("volume %s not found", v.ID)
+	}
+	v.DeletedAt = deleted
+	return nil
+}
+
+const eventCols = "id, at, kind, tenant_id, instance_id, host_id, from_state, to_state, reason, actor, details"
+
+func scanEvent(sc scanner) (*cloud.Event, error) {
+	var e cloud.Event
+	err := sc.Scan(&e.ID, timeCol{&e.Time}, &e.Kind, &e.TenantID, &e.InstanceID, &e.HostID,
+		&e.From, &e.To, &e.Reason, &e.Actor, rawCol{&e.Details})
+	return &e, err
+}
+
+// AppendEvent stores Details byte for byte (empty Details is SQL NULL) and
+// rejects invalid JSON, which the JSON API could not render.
+func (t *tx) AppendEvent(ctx context.Context, e *cloud.Event) error {
+	var details any
+	if len(e.Details) > 0 {
+		if !json.Valid(e.Details) {
+			return invalidf("event details are not valid JSON")
+		}
+		details = string(e.Details)
+	}
+	at := normTime(e.Time)
+	var id int64
+	err := t.get(ctx, "append event", func() error { return internal("append event", errNoID) },
+		"INSERT INTO events (at, kind, tenant_id, instance_id, host_id, from_state, to_state, reason, actor, details)"+
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+		[]any{t.s.d.timeArg(at), string(e.Kind), e.TenantID, e.InstanceID, e.HostID,
+			string(e.From), string(e.To), e.Reason, e.Actor, details}, &id)
+	if err != nil {
+		return err
+	}
+	e.ID, e.Time = id, at
+	return nil
+}
+
+var errNoID = &cloud.Error{Code: cloud.Internal, Message: "insert returned no id"}
+
+// ListEvents returns the matching events in ID order, after f.AfterID and
+// at most f.Limit of them.
+func (t *tx) ListEvents(ctx context.Context, f cloud.EventFilter) ([]*cloud.Event, error) {
+	var conds []string
+	var args []any
+	for _, c := range []struct {
+		col, val string
+	}{{"tenant_id", f.TenantID}, {"instance_id", f.InstanceID}, {"host_id", f.HostID}} {
+		if c.val != "" {
+			conds = append(conds, c.col+" = ?")
+			args = append(args, c.val)
+		}
+	}
+	if f.AfterID > 0 {
+		conds = append(conds, "id > ?")
+		args = append(args, f.AfterID)
+	}
+	q, args, err := page("SELECT "+eventCols+" FROM events"+where(conds), args, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return list(ctx, t, "list events", q, args, scanEvent)
+}
+
+// Compile-time check that tx implements the whole interface.
+var _ cloud.Tx = (*tx)(nil)

@@ -1,0 +1,202 @@
+package sqlstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
+	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at"
+
+func scanInstance(sc scanner) (*cloud.Instance, error) {
+	var in cloud.Instance
+	err := sc.Scan(&in.ID, &in.TenantID, &in.Name, &in.Offering, &in.State, &in.Reason, &in.Version,
+		&in.IdempotencyKey, jsonCol{&in.Zones}, jsonCol{&in.Labels}, jsonCol{&in.Command},
+		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
+		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt})
+	return &in, err
+}
+
+// instanceDoc is the JSON text of an instance's list, map and placement
+// fields, in column order.
+type instanceDoc struct {
+	zones, labels, command, env, volumes, tags string
+	placement                                  any
+}
+
+func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
+	var d instanceDoc
+	var err error
+	for _, f := range []struct {
+		name string
+		dst  *string
+		v    any
+	}{
+		{"zones", &d.zones, in.Zones}, {"labels", &d.labels, in.Labels},
+		{"command", &d.command, in.Command}, {"env", &d.env, in.Env},
+		{"volumes", &d.volumes, in.Volumes}, {"tags", &d.tags, in.Tags},
+	} {
+		if *f.dst, err = jsonArg("instance "+in.ID+" "+f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	// No placement is SQL NULL rather than the JSON null, so that SQL can
+	// tell placed instances apart with IS NULL.
+	if in.Placement != nil {
+		if d.placement, err = jsonArg("instance "+in.ID+" placement", in.Placement); err != nil {
+			return nil, err
+		}
+	}
+	return &d, nil
+}
+
+// CreateInstance looks the idempotency key up before inserting, so that a
+// retried create returns the first instance. Two concurrent creates with one
+// key cannot both insert: SQLite runs one transaction at a time, and on
+// PostgreSQL the unique index makes the second lose a serialization race,
+// after which Tx reruns it and the lookup finds the first.
+func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
+	if in.ID == "" {
+		return invalidf("instance has no id")
+	}
+	if in.TenantID == "" {
+		return invalidf("instance %s has no tenant", in.ID)
+	}
+	if in.IdempotencyKey != "" {
+		old, err := t.InstanceByKey(ctx, in.TenantID, in.IdempotencyKey)
+		if err == nil {
+			*in = *old
+			return &cloud.Error{
+				Code: cloud.Conflict,
+				Message: "instance " + old.ID + " was already created with idempotency key " +
+					strconv.Quote(in.IdempotencyKey),
+				Details: map[string]any{"existing_id": old.ID},
+			}
+		}
+		if !cloud.IsNotFound(err) {
+			return err
+		}
+	}
+	if err := t.mustExist(ctx, "tenants", "tenant", in.TenantID); err != nil {
+		return err
+	}
+	doc, err := encodeInstance(in)
+	if err != nil {
+		return err
+	}
+	created, updated := normTime(in.CreatedAt), normTime(in.UpdatedAt)
+	d := &t.s.d
+	n, err := t.execN(ctx, "create instance "+in.ID,
+		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"+
+			" ON CONFLICT DO NOTHING",
+		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
+		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
+		d.timeArg(created), d.timeArg(updated))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return conflictf("instance %s already exists", in.ID)
+	}
+	in.Version, in.CreatedAt, in.UpdatedAt = 1, created, updated
+	return nil
+}
+
+func (t *tx) GetInstance(ctx context.Context, id string) (*cloud.Instance, error) {
+	return one(ctx, t, "get instance "+id, func() error { return notFoundf("instance %s not found", id) },
+		"SELECT "+instanceCols+" FROM instances WHERE id = ?", []any{id}, scanInstance)
+}
+
+// InstanceByKey finds the instance a tenant created with an idempotency key.
+// The empty key never matches: it means the create was not idempotent.
+func (t *tx) InstanceByKey(ctx context.Context, tenantID, key string) (*cloud.Instance, error) {
+	return one(ctx, t, "find instance by idempotency key",
+		func() error {
+			return notFoundf("tenant %s has no instance with idempotency key %s", tenantID, strconv.Quote(key))
+		},
+		"SELECT "+instanceCols+" FROM instances WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''",
+		[]any{tenantID, key}, scanInstance)
+}
+
+// ListInstances returns the matching instances in ID order, after
+// f.AfterID and at most f.Limit of them.
+func (t *tx) ListInstances(ctx context.Context, f cloud.InstanceFilter) ([]*cloud.Instance, error) {
+	var conds []string
+	var args []any
+	add := func(cond string, arg any) {
+		conds = append(conds, cond)
+		args = append(args, arg)
+	}
+	if f.TenantID != "" {
+		add("tenant_id = ?", f.TenantID)
+	}
+	if f.HostID != "" {
+		add("host_id = ?", f.HostID)
+	}
+	if f.Offering != "" {
+		add("offering = ?", f.Offering)
+	}
+	if f.AfterID != "" {
+		add("id > ?", f.AfterID)
+	}
+	if len(f.States) > 0 {
+		marks := strings.Repeat(", ?", len(f.States))[2:]
+		conds = append(conds, "state IN ("+marks+")")
+		for _, s := range f.States {
+			args = append(args, string(s))
+		}
+	}
+	q, args, err := page("SELECT "+instanceCols+" FROM instances"+where(conds), args, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return list(ctx, t, "list instances", q, args, scanInstance)
+}
+
+// UpdateInstance writes every field except the ones fixed at creation: ID,
+// TenantID (moving an instance between tenants would bypass quotas and
+// billing), IdempotencyKey and CreatedAt.
+func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
+	doc, err := encodeInstance(in)
+	if err != nil {
+		return err
+	}
+	updated := normTime(in.UpdatedAt)
+	n, err := t.execN(ctx, "update instance "+in.ID,
+		"UPDATE instances SET name = ?, offering = ?, state = ?, reason = ?, zones = ?, labels = ?,"+
+			" command = ?, env = ?, volumes = ?, tags = ?, host_id = ?, placement = ?, updated_at = ?,"+
+			" version = version + 1 WHERE id = ? AND version = ?",
+		in.Name, in.Offering, string(in.State), in.Reason, doc.zones, doc.labels,
+		doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement, t.s.d.timeArg(updated),
+		in.ID, in.Version)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return t.staleVersion(ctx, "instances", "instance", in.ID, in.Version)
+	}
+	in.Version++
+	in.UpdatedAt = updated
+	return nil
+}
+
+// staleVersion explains why a versioned update changed no row: NotFound for
+// a missing row, else Conflict with the stored version in Details, so that
+// a client can refetch.
+func (t *tx) staleVersion(ctx context.Context, table, what, id string, version int64) error {
+	var stored int64
+	err := t.get(ctx, "find "+what+" "+id, func() error { return notFoundf("%s %s not found", what, id) },
+		"SELECT version FROM "+table+" WHERE id = ?", []any{id}, &stored)
+	if err != nil {
+		return err
+	}
+	return &cloud.Error{
+		Code: cloud.Conflict,
+		Message: what + " " + id + " was changed concurrently: version " + strconv.FormatInt(version, 10) +
+			" is stale, the stored version is " + strconv.FormatInt(stored, 10),
+		Details: map[string]any{"id": id, "version": stored},
+	}
+}

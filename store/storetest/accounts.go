@@ -1,0 +1,266 @@
+package storetest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+func testTenants(t *testing.T, s cloud.Store) {
+	b := &cloud.Tenant{ID: "t-b", Name: "beta", CreatedAt: t0}
+	a := &cloud.Tenant{ID: "t-a", Name: "alpha", CreatedAt: t0.Add(time.Second)}
+	inTx(t, s, func(tx cloud.Tx) error {
+		if err := tx.CreateTenant(ctx, b); err != nil {
+			return err
+		}
+		return tx.CreateTenant(ctx, a)
+	})
+	if !b.CreatedAt.Equal(us(t0)) || b.CreatedAt.Location() != time.UTC {
+		t.Errorf("CreateTenant left CreatedAt %v, want %v in UTC", b.CreatedAt, us(t0))
+	}
+	got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Tenant, error) { return tx.GetTenant(ctx, "t-a") })
+	wantEqual(t, "GetTenant", got, a)
+	all := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Tenant, error) { return tx.ListTenants(ctx) })
+	wantEqual(t, "ListTenants (ID order)", all, []*cloud.Tenant{a, b})
+
+	for _, c := range []struct {
+		desc string
+		fn   func(cloud.Tx) error
+		code cloud.Code
+		msg  string
+	}{
+		{"a duplicate ID is a Conflict",
+			func(tx cloud.Tx) error { return tx.CreateTenant(ctx, &cloud.Tenant{ID: "t-a", Name: "other"}) },
+			cloud.Conflict, "tenant t-a already exists"},
+		{"a duplicate name is a Conflict",
+			func(tx cloud.Tx) error { return tx.CreateTenant(ctx, &cloud.Tenant{ID: "t-c", Name: "alpha"}) },
+			cloud.Conflict, `"alpha"`},
+		{"an empty ID is Invalid",
+			func(tx cloud.Tx) error { return tx.CreateTenant(ctx, &cloud.Tenant{Name: "nameless"}) },
+			cloud.Invalid, ""},
+		{"a missing tenant is NotFound",
+			func(tx cloud.Tx) error { _, err := tx.GetTenant(ctx, "t-zz"); return err },
+			cloud.NotFound, "tenant t-zz not found"},
+	} {
+		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
+	}
+
+	// A Conflict is an answer, not a broken transaction: the same
+	// transaction goes on and commits (PostgreSQL would refuse every later
+	// statement if the store let the INSERT fail).
+	inTx(t, s, func(tx cloud.Tx) error {
+		err := tx.CreateTenant(ctx, &cloud.Tenant{ID: "t-a", Name: "again"})
+		wantCode(t, "duplicate inside a transaction", err, cloud.Conflict, "")
+		return tx.CreateTenant(ctx, &cloud.Tenant{ID: "t-c", Name: "gamma"})
+	})
+	all = mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Tenant, error) { return tx.ListTenants(ctx) })
+	if len(all) != 3 {
+		t.Errorf("after the failed creates: %d tenants, want 3", len(all))
+	}
+}
+
+func testUsers(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1")
+	u := &cloud.User{ID: "u-1", TenantID: "t-1", Name: "ada", Role: cloud.RoleAdmin, CreatedAt: t0}
+	inTx(t, s, func(tx cloud.Tx) error { return tx.CreateUser(ctx, u) })
+	got := mustRead(t, s, func(tx cloud.Tx) (*cloud.User, error) { return tx.GetUser(ctx, "u-1") })
+	wantEqual(t, "GetUser", got, u)
+
+	for _, c := range []struct {
+		desc string
+		fn   func(cloud.Tx) error
+		code cloud.Code
+		msg  string
+	}{
+		{"a duplicate ID is a Conflict",
+			func(tx cloud.Tx) error { return tx.CreateUser(ctx, &cloud.User{ID: "u-1", TenantID: "t-1"}) },
+			cloud.Conflict, "user u-1 already exists"},
+		{"a user of a missing tenant is NotFound",
+			func(tx cloud.Tx) error { return tx.CreateUser(ctx, &cloud.User{ID: "u-2", TenantID: "t-9"}) },
+			cloud.NotFound, "tenant t-9 not found"},
+		{"an empty ID is Invalid",
+			func(tx cloud.Tx) error { return tx.CreateUser(ctx, &cloud.User{TenantID: "t-1"}) },
+			cloud.Invalid, ""},
+		{"a missing user is NotFound",
+			func(tx cloud.Tx) error { _, err := tx.GetUser(ctx, "u-9"); return err },
+			cloud.NotFound, "user u-9 not found"},
+	} {
+		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
+	}
+}
+
+// seedUsers creates tenants t-1, t-2 and their users u-1, u-2.
+func seedUsers(t *testing.T, s cloud.Store) {
+	t.Helper()
+	seedTenants(t, s, "t-1", "t-2")
+	inTx(t, s, func(tx cloud.Tx) error {
+		if err := tx.CreateUser(ctx, &cloud.User{ID: "u-1", TenantID: "t-1", Role: cloud.RoleMember}); err != nil {
+			return err
+		}
+		return tx.CreateUser(ctx, &cloud.User{ID: "u-2", TenantID: "t-2", Role: cloud.RoleMember})
+	})
+}
+
+func token(id, user, tenant, hash string) *cloud.Token {
+	return &cloud.Token{ID: id, UserID: user, TenantID: tenant, Role: cloud.RoleMember, Name: "ci " + id,
+		Hash: []byte(hash), CreatedAt: t0}
+}
+
+func testTokens(t *testing.T, s cloud.Store) {
+	seedUsers(t, s)
+	k2 := token("k-2", "u-1", "t-1", "\x00hash-2\xff")
+	k1 := token("k-1", "u-1", "t-1", "hash-1")
+	k1.ExpiresAt = ptr(t0.Add(time.Hour))
+	k3 := token("k-3", "u-2", "t-2", "hash-3")
+	inTx(t, s, func(tx cloud.Tx) error {
+		for _, k := range []*cloud.Token{k2, k1, k3} {
+			if err := tx.CreateToken(ctx, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	list := func(tenant string) []*cloud.Token {
+		return mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Token, error) { return tx.ListTokens(ctx, tenant) })
+	}
+	wantEqual(t, "ListTokens(t-1): ID order, binary hash intact", list("t-1"), []*cloud.Token{k1, k2})
+	wantEqual(t, `ListTokens("") lists every tenant's`, list(""), []*cloud.Token{k1, k2, k3})
+	wantEqual(t, "ListTokens of a tenant without tokens", list("t-9"), []*cloud.Token{})
+
+	// Revoking twice keeps the first time.
+	inTx(t, s, func(tx cloud.Tx) error {
+		if err := tx.RevokeToken(ctx, "k-1", t0.Add(time.Minute)); err != nil {
+			return err
+		}
+		return tx.RevokeToken(ctx, "k-1", t0.Add(time.Hour))
+	})
+	got := list("t-1")[0]
+	if got.RevokedAt == nil || !got.RevokedAt.Equal(us(t0.Add(time.Minute))) {
+		t.Errorf("RevokedAt after two revocations = %v, want the first, %v", got.RevokedAt, us(t0.Add(time.Minute)))
+	}
+
+	for _, c := range []struct {
+		desc string
+		fn   func(cloud.Tx) error
+		code cloud.Code
+		msg  string
+	}{
+		{"a duplicate ID is a Conflict",
+			func(tx cloud.Tx) error { return tx.CreateToken(ctx, token("k-1", "u-1", "t-1", "new")) },
+			cloud.Conflict, "token k-1 already exists"},
+		{"a duplicate hash is a Conflict",
+			func(tx cloud.Tx) error { return tx.CreateToken(ctx, token("k-9", "u-1", "t-1", "hash-1")) },
+			cloud.Conflict, "same hash"},
+		{"a token of a missing user is NotFound",
+			func(tx cloud.Tx) error { return tx.CreateToken(ctx, token("k-9", "u-9", "t-1", "h9")) },
+			cloud.NotFound, "user u-9 not found"},
+		{"a token for another tenant than its user's is Invalid",
+			func(tx cloud.Tx) error { return tx.CreateToken(ctx, token("k-9", "u-1", "t-2", "h9")) },
+			cloud.Invalid, "belongs to tenant t-1"},
+		{"a token without a hash is Invalid",
+			func(tx cloud.Tx) error { return tx.CreateToken(ctx, token("k-9", "u-1", "t-1", "")) },
+			cloud.Invalid, ""},
+		{"revoking a missing token is NotFound",
+			func(tx cloud.Tx) error { return tx.RevokeToken(ctx, "k-9", t0) },
+			cloud.NotFound, "token k-9 not found"},
+	} {
+		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func testTokenByHash(t *testing.T, s cloud.Store) {
+	seedUsers(t, s)
+	now := t0
+	tokens := map[string]*cloud.Token{}
+	add := func(id string, expires, revoked *time.Time) {
+		k := token(id, "u-1", "t-1", "hash-"+id)
+		k.ExpiresAt, k.RevokedAt = expires, revoked
+		tokens[id] = k
+	}
+	add("live", nil, nil)
+	add("expires-later", ptr(now.Add(time.Hour)), nil)
+	add("expires-next-micro", ptr(now.Add(time.Microsecond)), nil)
+	add("expired", ptr(now.Add(-time.Hour)), nil)
+	add("expires-now", ptr(now), nil)
+	add("revoked", nil, ptr(now.Add(-time.Minute)))
+	add("revoked-now", nil, ptr(now))
+	add("revoked-later", nil, ptr(now.Add(time.Hour)))
+	add("revoked-via-call", nil, nil)
+	inTx(t, s, func(tx cloud.Tx) error {
+		for _, k := range tokens {
+			if err := tx.CreateToken(ctx, k); err != nil {
+				return err
+			}
+		}
+		return tx.RevokeToken(ctx, "revoked-via-call", now.Add(-time.Second))
+	})
+
+	for _, c := range []struct {
+		desc string
+		hash string
+		live bool
+	}{
+		{"a token without expiry or revocation is live", "hash-live", true},
+		{"a token that expires later is live", "hash-expires-later", true},
+		{"a token that expires one microsecond later is live", "hash-expires-next-micro", true},
+		{"an expired token is ignored", "hash-expired", false},
+		{"a token is expired from its ExpiresAt on", "hash-expires-now", false},
+		{"a revoked token is ignored", "hash-revoked", false},
+		{"a token is revoked from its RevokedAt on", "hash-revoked-now", false},
+		{"a revocation scheduled later does not apply yet", "hash-revoked-later", true},
+		{"a token revoked with RevokeToken is ignored", "hash-revoked-via-call", false},
+		{"an unknown hash is NotFound", "hash-unknown", false},
+		{"a prefix of a hash does not match", "hash-liv", false},
+	} {
+		got, err := read(t, s, func(tx cloud.Tx) (*cloud.Token, error) {
+			return tx.TokenByHash(ctx, []byte(c.hash), now)
+		})
+		if !c.live {
+			wantCode(t, c.desc, err, cloud.NotFound, "")
+			if err != nil && len(c.hash) > 5 && strings.Contains(err.Error(), c.hash) {
+				t.Errorf("%s: the error %q shows the hash", c.desc, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.desc, err)
+			continue
+		}
+		wantEqual(t, c.desc, got, tokens[got.ID])
+	}
+}
+
+func testQuotas(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1")
+	get := func() (*cloud.Quota, error) {
+		return read(t, s, func(tx cloud.Tx) (*cloud.Quota, error) { return tx.GetQuota(ctx, "t-1") })
+	}
+	_, err := get()
+	wantCode(t, "a tenant without a quota is NotFound", err, cloud.NotFound, "quota of tenant t-1 not found")
+
+	for _, c := range []struct {
+		desc string
+		q    *cloud.Quota
+	}{
+		{"the first put inserts", &cloud.Quota{TenantID: "t-1", Instances: 4,
+			GPUs: map[string]float64{"H100-SXM5-80GB": 2.5, "A100-SXM4-40GB": 1.0 / 7}}},
+		{"a second put replaces everything", &cloud.Quota{TenantID: "t-1", Instances: 10,
+			GPUs: map[string]float64{"L4": 8}}},
+		{"a put with no limits clears them", &cloud.Quota{TenantID: "t-1"}},
+		{"an empty map stays empty, not nil", &cloud.Quota{TenantID: "t-1", GPUs: map[string]float64{}}},
+	} {
+		inTx(t, s, func(tx cloud.Tx) error { return tx.PutQuota(ctx, c.q) })
+		got, err := get()
+		if err != nil {
+			t.Errorf("%s: %v", c.desc, err)
+			continue
+		}
+		wantEqual(t, c.desc, got, c.q)
+	}
+	err = try(s, func(tx cloud.Tx) error { return tx.PutQuota(ctx, &cloud.Quota{TenantID: "t-9", Instances: 1}) })
+	wantCode(t, "a quota of a missing tenant is NotFound", err, cloud.NotFound, "tenant t-9 not found")
+}
