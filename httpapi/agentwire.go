@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// The agent protocol's wire types (docs/CONTROL_PLANE.md, "Agent protocol").
+
+// JoinRequest is what a new agent sends with its join token.
+type JoinRequest struct {
+	JoinToken string         `json:"join_token"`
+	Inventory *gpu.Inventory `json:"inventory"`
+}
+
+// JoinResponse gives the agent its host ID and its own credential (an API
+// token with role agent, bound to the host), shown only this once.
+type JoinResponse struct {
+	HostID     string `json:"host_id"`
+	Credential string `json:"credential"`
+}
+
+// HeartbeatRequest keeps a host healthy; the inventory is sent when it
+// changed (GPUs, MIG layout, versions) and may be omitted otherwise.
+type HeartbeatRequest struct {
+	Inventory *gpu.Inventory `json:"inventory,omitempty"`
+}
+
+// Desired states of an assignment.
+const (
+	DesiredRun  = "run"
+	DesiredStop = "stop"
+)
+
+// Assignment is an instance the agent's host must run or stop: every
+// instance holding an allocation on the host. "run" for scheduled,
+// starting and running instances, "stop" for stopping and terminating ones.
+type Assignment struct {
+	InstanceID string            `json:"instance_id"`
+	TenantID   string            `json:"tenant_id"`
+	Offering   string            `json:"offering"`
+	Desired    string            `json:"desired"`
+	Placement  *fleet.Placement  `json:"placement"`
+	Command    []string          `json:"command,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Volumes    []string          `json:"volumes,omitempty"`
+	Tags       map[string]string `json:"tags,omitempty"`
+	// GraceSeconds is how long a stop waits between SIGTERM and SIGKILL.
+	GraceSeconds int `json:"grace_seconds"`
+}
+
+// AssignmentList is the answer to GET /v1/agent/assignments.
+type AssignmentList struct {
+	Assignments []Assignment `json:"assignments"`
+}
+
+// Phases an agent reports for an instance's workload.
+const (
+	// PhaseStarting: the partition is applied and the process is starting.
+	PhaseStarting = "starting"
+	// PhaseRunning: the process runs.
+	PhaseRunning = "running"
+	// PhaseExited: the process ended on its own (ExitCode says how).
+	PhaseExited = "exited"
+	// PhaseStopped: the process was stopped because the assignment said
+	// stop (SIGTERM, then SIGKILL after the grace period).
+	PhaseStopped = "stopped"
+	// PhaseFailed: the agent could not start the workload (Message says
+	// why: a MIG error, a missing command, ...).
+	PhaseFailed = "failed"
+)
+
+// StatusReport is what POST /v1/agent/instances/{id}/status carries. The
+// server turns phases into lifecycle moves: starting -> starting, running
+// -> running, exited with code 0 -> stopped, exited otherwise or failed ->
+// failed, stopped -> stopped (or terminated when the instance was
+// terminating); the last three release the allocation.
+type StatusReport struct {
+	Phase    string `json:"phase"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
