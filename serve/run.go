@@ -1,0 +1,175 @@
+// Package serve runs a gpucloud server process: it opens the store, serves
+// the /v1 API, campaigns for leadership, and runs the controllers of
+// package server while it leads.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/server"
+	"github.com/gpucloud/gpucloud/store/postgres"
+	"github.com/gpucloud/gpucloud/store/sqlite"
+)
+
+// Config configures a server process.
+type Config struct {
+	// DB is "sqlite://PATH" (embedded; the default) or "postgres://...".
+	DB string
+	// Listen is the API address, e.g. "127.0.0.1:8080" (":0" picks a port).
+	Listen  string
+	Catalog *catalog.Catalog
+	// ScheduleInterval is how often the scheduler looks at pending
+	// instances; HeartbeatTimeout when a silent host becomes unhealthy.
+	ScheduleInterval time.Duration
+	HeartbeatTimeout time.Duration
+	Log              *slog.Logger
+	Now              func() time.Time
+}
+
+// Server is a running control plane: the API on a listener, and the
+// controllers, which run only while this replica is the leader.
+type Server struct {
+	Store cloud.Store
+	// URL is the API's base URL.
+	URL string
+	// AdminToken is set on the very first start, when the operator tenant
+	// and its admin token were created; it is shown once.
+	AdminToken string
+	Scheduler  *server.Scheduler
+
+	http   *http.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	leader *leaderState
+}
+
+// OpenStore opens the store named by a URL.
+func OpenStore(ctx context.Context, url string) (cloud.Store, error) {
+	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		return sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite://"))
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return postgres.Open(ctx, url)
+	}
+	return nil, fmt.Errorf("--db %q: want sqlite://PATH or postgres://...", url)
+}
+
+// Start opens the store (applying migrations), creates the operator's
+// admin token on the first start, serves the API and starts campaigning
+// for leadership. Close stops everything.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Catalog == nil {
+		cfg.Catalog = catalog.Default()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ScheduleInterval == 0 {
+		cfg.ScheduleInterval = 200 * time.Millisecond
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = server.DefaultHeartbeatTimeout
+	}
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	token, created, err := httpapi.Bootstrap(ctx, st, cfg.Now())
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s := &Server{Store: st, URL: "http://" + ln.Addr().String()}
+	if created {
+		s.AdminToken = token
+	}
+	s.http = &http.Server{
+		Handler:           httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Log.Error("api server stopped", "err", err)
+		}
+	}()
+	s.Scheduler = server.NewScheduler(st, cfg.Catalog)
+	s.Scheduler.Now, s.Scheduler.Log = cfg.Now, cfg.Log
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.leader = &leaderState{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		campaign(runCtx, cfg, st, s.leader, func(ctx context.Context) { s.controllers(ctx, cfg) })
+	}()
+	return s, nil
+}
+
+// IsLeader reports whether this replica runs the controllers now.
+func (s *Server) IsLeader() bool { return s.leader.get() }
+
+// controllers runs the scheduler and the heartbeat watcher until ctx ends
+// (leadership lost or server closing). It rebuilds the scheduler's fleet
+// from the store first, so a new leader never double-places.
+func (s *Server) controllers(ctx context.Context, cfg Config) {
+	if err := s.Scheduler.Rebuild(ctx); err != nil && ctx.Err() == nil {
+		cfg.Log.Error("scheduler rebuild", "err", err)
+	}
+	tick := time.NewTicker(cfg.ScheduleInterval)
+	defer tick.Stop()
+	lastHealth := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := s.Scheduler.Step(ctx); err != nil && ctx.Err() == nil {
+			cfg.Log.Error("scheduler step", "err", err)
+		}
+		if now := cfg.Now(); now.Sub(lastHealth) >= cfg.HeartbeatTimeout/4 {
+			lastHealth = now
+			if marked, err := server.MarkSilentHosts(ctx, s.Store, now, cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
+				cfg.Log.Error("heartbeat watcher", "err", err)
+			} else if len(marked) > 0 {
+				cfg.Log.Warn("hosts missed heartbeats", "hosts", marked)
+			}
+		}
+	}
+}
+
+// Close stops the controllers and the API (waiting up to ctx for requests
+// in flight) and closes the store.
+func (s *Server) Close(ctx context.Context) error {
+	s.cancel()
+	err := s.http.Shutdown(ctx)
+	s.wg.Wait()
+	if cerr := s.Store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,182 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/server"
+	"github.com/gpucloud/gpucloud/store/pgtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func start(t *testing.T, db string) *Server {
+	t.Helper()
+	s, err := Start(context.Background(), Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: 20 * time.Millisecond, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func addHost(t *testing.T, st cloud.Store, h *fleet.Host) {
+	t.Helper()
+	err := st.Tx(context.Background(), func(tx cloud.Tx) error {
+		return tx.PutHost(context.Background(), &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func state(t *testing.T, c *httpapi.Client, id string) cloud.State {
+	in, err := c.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in.State
+}
+
+// TestServeRestartLosesNothing: the API accepts an instance, the leader
+// places it, and a restarted server has the same state and no new admin
+// token.
+func TestServeRestartLosesNothing(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testRestart(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
+	t.Run("postgres", func(t *testing.T) { testRestart(t, pgtest.URL(t)) })
+}
+
+func testRestart(t *testing.T, db string) {
+	s := start(t, db)
+	if s.AdminToken == "" || !s.IsLeader() {
+		waitFor(t, "leadership", s.IsLeader)
+	}
+	token := s.AdminToken
+	if token == "" {
+		t.Fatal("first start printed no admin token")
+	}
+	addHost(t, s.Store, fleet.MockHost("l40s-1", "L40S", 2))
+	c := httpapi.NewClient(s.URL, token, nil)
+	ctx := context.Background()
+	placed, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l40s.1x"}, "key-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "scheduled", func() bool { return state(t, c, placed.ID) == cloud.Scheduled })
+	pending, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l40s.4x"}, "key-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := start(t, db)
+	defer s2.Close(ctx)
+	if s2.AdminToken != "" {
+		t.Fatal("second start created another admin token")
+	}
+	c2 := httpapi.NewClient(s2.URL, token, nil)
+	waitFor(t, "leadership", s2.IsLeader)
+	if st := state(t, c2, placed.ID); st != cloud.Scheduled {
+		t.Fatalf("placed instance is %s after restart", st)
+	}
+	in, err := c2.GetInstance(ctx, pending.ID)
+	if err != nil || in.State != cloud.Pending {
+		t.Fatalf("pending instance after restart: %+v, %v", in, err)
+	}
+	waitFor(t, "the unplaceable instance's reason", func() bool {
+		in, _ := c2.GetInstance(ctx, pending.ID)
+		return in != nil && in.Reason != ""
+	})
+}
+
+// TestLeaderFailover: two replicas on one PostgreSQL; exactly one leads;
+// when it goes, the other takes over and keeps placing, and no GPU is ever
+// handed out twice.
+func TestLeaderFailover(t *testing.T) {
+	db := pgtest.URL(t)
+	ctx := context.Background()
+	a := start(t, db)
+	b := start(t, db)
+	defer b.Close(ctx)
+	waitFor(t, "a leader", func() bool { return a.IsLeader() != b.IsLeader() })
+	leader, follower := a, b
+	if b.IsLeader() {
+		leader, follower = b, a
+	}
+	token := a.AdminToken + b.AdminToken // exactly one start created it
+	addHost(t, leader.Store, fleet.MockNVLinkHost("h100-1", "H100-80GB-SXM", 8))
+	c := httpapi.NewClient(follower.URL, token, nil)
+	var ids []string
+	for i := 0; i < 4; i++ {
+		in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.ID)
+	}
+	waitFor(t, "the first four placed", func() bool {
+		for _, id := range ids {
+			if state(t, c, id) != cloud.Scheduled {
+				return false
+			}
+		}
+		return true
+	})
+	if err := leader.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if leader == b {
+		b = nil
+	}
+	waitFor(t, "the follower to lead", follower.IsLeader)
+	c = httpapi.NewClient(follower.URL, token, nil)
+	for i := 4; i < 10; i++ {
+		in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.ID)
+	}
+	waitFor(t, "eight placed, two pending", func() bool {
+		n := 0
+		for _, id := range ids {
+			if state(t, c, id) == cloud.Scheduled {
+				n++
+			}
+		}
+		return n == 8
+	})
+	check := server.NewScheduler(follower.Store, nil)
+	if err := check.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := check.Fleet().Check(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(check.Fleet().Allocations()); n != 8 {
+		t.Fatalf("%d allocations on an 8-GPU host, want 8", n)
+	}
+	if follower != a {
+		a.Close(ctx)
+	}
+}
