@@ -20,6 +20,13 @@ const (
 	RoleAdmin Role = "admin"
 	// RoleMember rents capacity inside its own tenant.
 	RoleMember Role = "member"
+	// RoleJoin is the role of join tokens: an admin creates one, and an
+	// agent presents it once to join its host to the cloud. It opens no
+	// other route.
+	RoleJoin Role = "join"
+	// RoleAgent is the role of an agent's credential: a token bound to one
+	// host (Token.HostID) that opens the agent routes for that host only.
+	RoleAgent Role = "agent"
 )
 
 // Tenant is an account that rents capacity and receives invoices.
@@ -50,6 +57,9 @@ type Token struct {
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// HostID binds an agent token (RoleAgent) to the host it speaks for;
+	// empty for every other token.
+	HostID string `json:"host_id,omitempty"`
 }
 
 // Quota caps what a tenant may hold at once. Zero values mean no limit.
@@ -177,6 +187,21 @@ type Host struct {
 	Spec          fleet.Host `json:"spec"`
 	LastHeartbeat time.Time  `json:"last_heartbeat"`
 	Version       int64      `json:"version"`
+}
+
+// LogChunk is a piece of an instance's output log. Offsets count bytes
+// from the first byte the instance ever wrote, so they stay valid when the
+// store drops the oldest output to keep a log under its cap.
+type LogChunk struct {
+	// Data is the output from Start on.
+	Data []byte
+	// Start is the offset of Data's first byte: the offset asked for, or
+	// First when the output there was dropped.
+	Start int64
+	// First is the offset of the oldest byte still kept.
+	First int64
+	// End is the offset just after the newest byte written.
+	End int64
 }
 
 // EventKind groups events.

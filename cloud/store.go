@@ -65,11 +65,27 @@ type Tx interface {
 	PutHost(ctx context.Context, h *Host) error
 	GetHost(ctx context.Context, id string) (*Host, error)
 	ListHosts(ctx context.Context) ([]*Host, error)
+	// Heartbeat sets a host's LastHeartbeat to at and changes nothing
+	// else, its version included: a heartbeat that reports nothing new
+	// must not make the scheduler rebuild its fleet. NotFound for a
+	// missing host.
+	Heartbeat(ctx context.Context, hostID string, at time.Time) error
 
 	CreateVolume(ctx context.Context, v *Volume) error
 	GetVolume(ctx context.Context, id string) (*Volume, error)
 	ListVolumes(ctx context.Context, tenantID string) ([]*Volume, error)
 	UpdateVolume(ctx context.Context, v *Volume) error
+
+	// AppendLog appends data to an instance's output log and returns the
+	// log's end offset (see LogChunk). It keeps the newest keep bytes
+	// (keep > 0) and drops older output, even when data alone is larger.
+	// Appending nothing changes nothing. NotFound for a missing instance.
+	AppendLog(ctx context.Context, instanceID string, data []byte, keep int64) (end int64, err error)
+	// ReadLog returns at most max bytes (max > 0) of an instance's log
+	// from offset on, or from the oldest kept byte when the output at
+	// offset was dropped. An offset past the end is Invalid; a missing
+	// instance is NotFound.
+	ReadLog(ctx context.Context, instanceID string, offset int64, max int) (*LogChunk, error)
 
 	// AppendEvent adds to the audit trail and sets e.ID (increasing).
 	AppendEvent(ctx context.Context, e *Event) error

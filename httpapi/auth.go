@@ -31,6 +31,8 @@ type principal struct {
 	TenantID string
 	Role     cloud.Role
 	TokenID  string
+	// HostID is the host an agent credential speaks for.
+	HostID string
 }
 
 func (p principal) admin() bool { return p.Role == cloud.RoleAdmin }
@@ -88,13 +90,18 @@ func (s *server) authenticate(r *http.Request) (principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return principal{}, unauthenticated("Authorization header must be \"Bearer <token>\"")
 	}
+	return s.lookupToken(r.Context(), tok)
+}
+
+// lookupToken finds the principal of a token string.
+func (s *server) lookupToken(ctx context.Context, tok string) (principal, error) {
 	if !strings.HasPrefix(tok, tokenPrefix) || len(tok) > maxTokenLen {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
 	}
 	var t *cloud.Token
-	err := s.store.Tx(r.Context(), func(tx cloud.Tx) error {
+	err := s.store.Tx(ctx, func(tx cloud.Tx) error {
 		var err error
-		t, err = tx.TokenByHash(r.Context(), hashToken(tok), s.now())
+		t, err = tx.TokenByHash(ctx, hashToken(tok), s.now())
 		return err
 	})
 	if cloud.IsNotFound(err) {
@@ -103,7 +110,7 @@ func (s *server) authenticate(r *http.Request) (principal, error) {
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID}, nil
+	return principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}, nil
 }
 
 // Bootstrap prepares an empty store for its first start: it creates the

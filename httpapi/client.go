@@ -46,6 +46,10 @@ type call struct {
 	body         any
 	header       http.Header
 	out          any
+	// raw, when not nil, is sent as the body as it is, with Content-Type
+	// rawType, instead of body as JSON.
+	raw     []byte
+	rawType string
 }
 
 func (c *Client) do(ctx context.Context, k call) (http.Header, int, error) {
@@ -57,6 +61,9 @@ func (c *Client) do(ctx context.Context, k call) (http.Header, int, error) {
 		}
 		body = bytes.NewReader(b)
 	}
+	if k.raw != nil {
+		body = bytes.NewReader(k.raw)
+	}
 	req, err := http.NewRequestWithContext(ctx, k.method, c.base+k.path, body)
 	if err != nil {
 		return nil, 0, err
@@ -64,7 +71,10 @@ func (c *Client) do(ctx context.Context, k call) (http.Header, int, error) {
 	for name, vs := range k.header {
 		req.Header[name] = vs
 	}
-	if k.body != nil {
+	switch {
+	case k.raw != nil:
+		req.Header.Set("Content-Type", k.rawType)
+	case k.body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")

@@ -12,7 +12,7 @@ import (
 // terminated. Stopped instances count too, because start must not fail on
 // a quota the tenant already held.
 var liveStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running,
-	cloud.Stopping, cloud.Stopped, cloud.Failed, cloud.Lost}
+	cloud.Stopping, cloud.Terminating, cloud.Stopped, cloud.Failed, cloud.Lost}
 
 // defaultMetalGPUs is what a metal offering that does not fix the host's
 // GPU count is charged: the largest host the catalog knows.

@@ -32,7 +32,14 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
+	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
+	// when it stops an instance (Assignment.GraceSeconds); 30 seconds
+	// when zero.
+	StopGrace time.Duration
 }
+
+// DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
+const DefaultStopGrace = 30 * time.Second
 
 // server holds what the handlers share. It has no mutable state: all state
 // is in the store.
@@ -41,6 +48,8 @@ type server struct {
 	cat   *catalog.Catalog
 	now   func() time.Time
 	log   *slog.Logger
+	// grace is the stop grace period in whole seconds.
+	grace int
 	mux   *http.ServeMux
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
@@ -52,12 +61,17 @@ type server struct {
 type access int
 
 const (
-	// public routes need no token.
+	// public routes need no token (the agent's join carries its join
+	// token in the body, and the handler checks it).
 	public access = iota
-	// authed routes need any valid token; the handler scopes by tenant.
+	// authed routes need the token of a tenant's user (admin or member);
+	// the handler scopes by tenant. Join and agent tokens are refused.
 	authed
-	// adminOnly routes answer members permission_denied.
+	// adminOnly routes answer everyone but admins permission_denied.
 	adminOnly
+	// agentOnly routes need an agent credential, bound to a host; the
+	// handler acts on that host only.
+	agentOnly
 )
 
 // handlerFunc is a route's handler. It returns an error instead of writing
@@ -103,9 +117,19 @@ var routeTable = []route{
 	{"POST", "/v1/volumes/{id}/attach", authed, (*server).attachVolume},
 	{"POST", "/v1/volumes/{id}/detach", authed, (*server).detachVolume},
 
+	{"GET", "/v1/instances/{id}/logs", authed, (*server).instanceLogs},
+
 	{"GET", "/v1/hosts", adminOnly, (*server).listHosts},
 	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*server).cordonHost},
 	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*server).uncordonHost},
+
+	{"POST", "/v1/join-tokens", adminOnly, (*server).createJoinToken},
+	{"GET", "/v1/join-tokens", adminOnly, (*server).listJoinTokens},
+	{"POST", "/v1/agent/join", public, (*server).agentJoin},
+	{"POST", "/v1/agent/heartbeat", agentOnly, (*server).agentHeartbeat},
+	{"GET", "/v1/agent/assignments", agentOnly, (*server).agentAssignments},
+	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*server).agentStatus},
+	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*server).agentLogs},
 }
 
 // New returns the API handler over store, validating requests against cat.
@@ -119,6 +143,11 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	grace := opts.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	s.grace = int((grace + time.Second - 1) / time.Second)
 	seen := map[string]bool{}
 	for _, rt := range routeTable {
 		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))
@@ -150,10 +179,8 @@ func (s *server) wrap(rt route) http.Handler {
 				writeError(w, r, s.log, err)
 				return
 			}
-			if rt.access == adminOnly && !p.admin() {
-				writeError(w, r, s.log, &cloud.Error{Code: cloud.PermissionDenied,
-					Message: rt.Method + " " + rt.Path + " is for admins only",
-					Details: map[string]any{"role": p.Role}})
+			if err := allowed(rt, p); err != nil {
+				writeError(w, r, s.log, err)
 				return
 			}
 		}
@@ -161,6 +188,29 @@ func (s *server) wrap(rt route) http.Handler {
 			writeError(w, r, s.log, err)
 		}
 	})
+}
+
+// allowed checks the principal's role against the route's access.
+func allowed(rt route, p principal) error {
+	deny := func(msg string) error {
+		return &cloud.Error{Code: cloud.PermissionDenied, Message: rt.Method + " " + rt.Path + " " + msg,
+			Details: map[string]any{"role": p.Role}}
+	}
+	switch rt.access {
+	case authed:
+		if !p.admin() && p.Role != cloud.RoleMember {
+			return deny("is for users' tokens; agent and join tokens open only the /v1/agent routes")
+		}
+	case adminOnly:
+		if !p.admin() {
+			return deny("is for admins only")
+		}
+	case agentOnly:
+		if p.Role != cloud.RoleAgent || p.HostID == "" {
+			return deny("is for agent credentials, which POST /v1/agent/join issues")
+		}
+	}
+	return nil
 }
 
 // fallback answers paths and methods the API does not have, in the API's

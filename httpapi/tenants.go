@@ -240,7 +240,11 @@ func (s *server) listTokens(w http.ResponseWriter, r *http.Request, p principal)
 			if err != nil {
 				return err
 			}
-			out.Tokens = append(out.Tokens, ts...)
+			for _, t := range ts {
+				if tokenVisible(p, t) {
+					out.Tokens = append(out.Tokens, t)
+				}
+			}
 		}
 		return nil
 	})
@@ -249,6 +253,13 @@ func (s *server) listTokens(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// tokenVisible reports whether p may list and revoke token t: join tokens
+// and agent credentials are the admins' business, even when a member of
+// the operator tenant asks.
+func tokenVisible(p principal, t *cloud.Token) bool {
+	return p.admin() || t.Role != cloud.RoleJoin && t.Role != cloud.RoleAgent
 }
 
 // createToken handles POST /v1/tokens: a new token for the calling user,
@@ -307,7 +318,7 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request, p principal
 			if err != nil {
 				return err
 			}
-			if i := slices.IndexFunc(ts, func(t *cloud.Token) bool { return t.ID == id }); i >= 0 {
+			if i := slices.IndexFunc(ts, func(t *cloud.Token) bool { return t.ID == id && tokenVisible(p, t) }); i >= 0 {
 				t = ts[i]
 				break
 			}

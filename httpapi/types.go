@@ -139,3 +139,25 @@ type (
 		Hosts []*cloud.Host `json:"hosts"`
 	}
 )
+
+// CreateJoinTokenRequest is the body of POST /v1/join-tokens (admin).
+type CreateJoinTokenRequest struct {
+	// Name says what the token is for ("rack-12", "ci"); it is required,
+	// so that the token list tells join tokens apart when one is revoked.
+	Name string `json:"name"`
+	// ExpiresAt, when set, must be in the future. A join token without it
+	// joins hosts until it is revoked.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// LogPage answers GET /v1/instances/{id}/logs: the instance's output from
+// Start on, and the Offset to ask for next. Offsets count bytes of the
+// whole output; Start is greater than the offset asked for when the
+// server dropped that output to keep the log under its cap (the newest
+// 8 MiB are kept). Output that is not valid UTF-8 shows U+FFFD in place of
+// the bad bytes.
+type LogPage struct {
+	Data   string `json:"data"`
+	Offset int64  `json:"offset"`
+	Start  int64  `json:"start"`
+}

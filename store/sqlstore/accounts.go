@@ -89,12 +89,12 @@ func (t *tx) GetUser(ctx context.Context, id string) (*cloud.User, error) {
 		"SELECT "+userCols+" FROM users WHERE id = ?", []any{id}, scanUser)
 }
 
-const tokenCols = "id, user_id, tenant_id, role, name, hash, created_at, expires_at, revoked_at"
+const tokenCols = "id, user_id, tenant_id, role, name, hash, created_at, expires_at, revoked_at, host_id"
 
 func scanToken(sc scanner) (*cloud.Token, error) {
 	var k cloud.Token
 	err := sc.Scan(&k.ID, &k.UserID, &k.TenantID, &k.Role, &k.Name, &k.Hash,
-		timeCol{&k.CreatedAt}, nullTimeCol{&k.ExpiresAt}, nullTimeCol{&k.RevokedAt})
+		timeCol{&k.CreatedAt}, nullTimeCol{&k.ExpiresAt}, nullTimeCol{&k.RevokedAt}, &k.HostID)
 	return &k, err
 }
 
@@ -130,9 +130,9 @@ func (t *tx) CreateToken(ctx context.Context, k *cloud.Token) error {
 	created, expires, revoked := normTime(k.CreatedAt), normTimePtr(k.ExpiresAt), normTimePtr(k.RevokedAt)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create token "+k.ID,
-		"INSERT INTO tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		k.ID, k.UserID, k.TenantID, string(k.Role), k.Name, k.Hash,
-		d.timeArg(created), d.nullTimeArg(expires), d.nullTimeArg(revoked))
+		d.timeArg(created), d.nullTimeArg(expires), d.nullTimeArg(revoked), k.HostID)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -80,6 +81,21 @@ func (t *tx) GetHost(ctx context.Context, id string) (*cloud.Host, error) {
 
 func (t *tx) ListHosts(ctx context.Context) ([]*cloud.Host, error) {
 	return list(ctx, t, "list hosts", "SELECT "+hostCols+" FROM hosts ORDER BY id", nil, scanHost)
+}
+
+// Heartbeat writes last_heartbeat alone. It takes no version: heartbeats
+// are not decisions that could overwrite someone else's, and a heartbeat
+// that raced a PutHost is simply ordered before or after it.
+func (t *tx) Heartbeat(ctx context.Context, id string, at time.Time) error {
+	n, err := t.execN(ctx, "heartbeat of host "+id,
+		"UPDATE hosts SET last_heartbeat = ? WHERE id = ?", t.s.d.timeArg(normTime(at)), id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFoundf("host %s not found", id)
+	}
+	return nil
 }
 
 const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at"

@@ -296,3 +296,23 @@ func envValue(env []string, key string) string {
 	}
 	return ""
 }
+
+// StopAll stops every workload the runtime started (SIGTERM, then SIGKILL
+// after each one's grace period) and waits for them, up to ctx. A host
+// process that exits, such as `gpucloud up` on Ctrl-C, calls it so that no
+// workload outlives it in its own process group.
+func (r *Runtime) StopAll(ctx context.Context) error {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.procs))
+	for id := range r.procs {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	var first error
+	for _, id := range ids {
+		if err := r.Stop(ctx, id); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -447,3 +447,21 @@ func TestWaitHonoursContext(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestStopAll(t *testing.T) {
+	r := New(t.TempDir())
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if err := r.Start(ctx, runtime.Spec{InstanceID: id, Command: []string{"/bin/sh", "-c", "sleep 30"}, Grace: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if st, err := r.Status(id); err != nil || st.State != "exited" {
+			t.Fatalf("%s: %+v, %v", id, st, err)
+		}
+	}
+}

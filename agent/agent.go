@@ -1,0 +1,280 @@
+// Package agent is the host agent: it joins the control plane, heartbeats
+// the host's inventory, and reconciles the host's workloads with the
+// assignments the server hands out (docs/CONTROL_PLANE.md, "Agent protocol").
+//
+// One reconcile pass (Step) fetches the assignments and, per instance,
+// applies the GPU partition (MIG mode and instances), starts the workload in
+// the runtime with exactly its devices, watches it, stops it, and cleans up
+// after it; it ships new log output and reports phase changes. Every pass is
+// idempotent: the driver's and the runtime's calls are, and the agent keeps
+// in memory what it already did and reported, so a pass that is interrupted
+// is simply repeated. Server and driver errors are logged and retried on the
+// next pass, with backoff; they never end the loop.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// Server is the control plane as the agent sees it. httpapi.Client
+// implements it.
+type Server interface {
+	Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error)
+	Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error
+	Assignments(ctx context.Context) (*httpapi.AssignmentList, error)
+	ReportStatus(ctx context.Context, instanceID string, r httpapi.StatusReport) error
+	AppendLogs(ctx context.Context, instanceID string, chunk []byte) error
+}
+
+// Defaults of Config.
+const (
+	DefaultInterval      = 2 * time.Second
+	DefaultDriverTimeout = 30 * time.Second
+)
+
+// EnvVolumes lists a workload's volume directories, colon-separated.
+const EnvVolumes = "GPUCLOUD_VOLUMES"
+
+// Config is what an agent works with.
+type Config struct {
+	Driver   gpu.Driver
+	Runtime  runtime.Runtime
+	Metadata *metadata.Server // optional: without it workloads get no metadata URL
+	// DataDir holds volumes (DataDir/volumes/<id>), per-instance work
+	// directories (DataDir/instances/<id>) and output logs (DataDir/logs).
+	DataDir string
+	// Interval is the poll and heartbeat period (DefaultInterval when zero).
+	Interval time.Duration
+	// ManageMIG lets the agent change the MIG layout: switch MIG mode and
+	// create and destroy MIG instances. It is always on for the sim driver
+	// and opt-in for NVML; without it a MIG placement needs its instance to
+	// exist already, and the agent leaves the layout as it found it.
+	ManageMIG bool
+	// DriverTimeout bounds each driver call (DefaultDriverTimeout when
+	// zero), so that a call stuck in the kernel cannot stall the agent.
+	DriverTimeout time.Duration
+	Now           func() time.Time
+	Log           *slog.Logger
+}
+
+// Agent runs one host. Its methods are safe for concurrent use; Step calls
+// are serialized.
+type Agent struct {
+	srv Server
+	cfg Config
+	log *slog.Logger
+
+	// mu serializes reconcile passes and guards what they keep.
+	mu    sync.Mutex
+	insts map[string]*inst
+	// logOff is the next log offset to ship per instance ID. It outlives the
+	// instance's state when output is left unshipped, so that a later run of
+	// the same instance (whose log is appended to) ships it.
+	logOff map[string]int64
+	// migAuto marks GPUs whose MIG mode a placement asked the agent to turn
+	// on; the agent turns it off again when their last instance goes, as the
+	// server's model does (fleet.GPU.MIGAuto).
+	migAuto map[int]bool
+
+	// hbMu serializes heartbeats and guards lastInv.
+	hbMu sync.Mutex
+	// lastInv is the JSON of the inventory the last successful heartbeat
+	// carried.
+	lastInv []byte
+
+	// hostMu guards what the agent learnt from the last inventory.
+	hostMu sync.Mutex
+	hostID string
+	zone   string
+}
+
+// New returns an agent that talks to srv. Zero Config fields take their
+// defaults; Run and Step fail if the driver, runtime or data directory is
+// missing.
+func New(srv Server, cfg Config) *Agent {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.DriverTimeout <= 0 {
+		cfg.DriverTimeout = DefaultDriverTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Agent{
+		srv: srv, cfg: cfg, log: cfg.Log,
+		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
+	}
+}
+
+func (a *Agent) check() error {
+	switch {
+	case a.srv == nil:
+		return errors.New("agent: no server")
+	case a.cfg.Driver == nil:
+		return errors.New("agent: no GPU driver")
+	case a.cfg.Runtime == nil:
+		return errors.New("agent: no workload runtime")
+	case a.cfg.DataDir == "":
+		return errors.New("agent: no data directory")
+	}
+	return nil
+}
+
+// Join performs the join with a join token: it reads the host's inventory
+// and sends both. It returns the host ID and the credential the caller must
+// persist and build its Server client with from then on.
+func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*httpapi.JoinResponse, error) {
+	if joinToken == "" {
+		return nil, errors.New("join: no join token")
+	}
+	inv, err := drv.Inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("join: read inventory: %w", err)
+	}
+	resp, err := srv.Join(ctx, httpapi.JoinRequest{JoinToken: joinToken, Inventory: inv})
+	if err != nil {
+		return nil, fmt.Errorf("join: %w", err)
+	}
+	if resp == nil || resp.Credential == "" || resp.HostID == "" {
+		return nil, errors.New("join: the server answered without a host ID or credential")
+	}
+	return resp, nil
+}
+
+// Run heartbeats and reconciles, each every Interval, until ctx ends; it
+// then returns nil, leaving the workloads running. A failing heartbeat or
+// pass is logged and retried with backoff (up to ten intervals). Run returns
+// an error only for an agent without driver, runtime or data directory.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat) })
+	a.loop(ctx, "reconcile", a.Step)
+	wg.Wait()
+	return nil
+}
+
+// maxBackoff caps the delay after failures, in intervals.
+const maxBackoff = 10
+
+// loop calls f every interval, backing off exponentially while it fails.
+func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) error) {
+	fails := 0
+	for {
+		err := f(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		delay := a.cfg.Interval
+		if err != nil {
+			fails++
+			delay = backoff(a.cfg.Interval, fails)
+			a.log.Warn("agent: "+name+" failed", "err", err, "failures", fails, "retry_in", delay)
+		} else {
+			fails = 0
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is the delay after the given number of consecutive failures:
+// the interval, doubled per failure after the first, at most maxBackoff
+// intervals.
+func backoff(interval time.Duration, fails int) time.Duration {
+	d := interval
+	for i := 1; i < fails && d < maxBackoff*interval; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff*interval)
+}
+
+// Heartbeat sends one heartbeat. It carries the inventory when the
+// inventory changed since the last successful heartbeat that carried one
+// (compared as JSON), and none otherwise. When the driver cannot read the
+// host (it vanished, hangs, fails) no heartbeat is sent: a host the agent
+// cannot describe is not healthy, and the server marks it unhealthy once
+// the heartbeats stop. Run calls it every interval.
+func (a *Agent) Heartbeat(ctx context.Context) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	a.hbMu.Lock()
+	defer a.hbMu.Unlock()
+	inv, err := a.inventory(ctx)
+	if err != nil {
+		return fmt.Errorf("no heartbeat sent, the inventory cannot be read: %w", err)
+	}
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return fmt.Errorf("encode inventory: %w", err)
+	}
+	var req httpapi.HeartbeatRequest
+	if !bytes.Equal(b, a.lastInv) {
+		req.Inventory = inv
+	}
+	if err := a.srv.Heartbeat(ctx, req); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if req.Inventory != nil {
+		a.lastInv = b
+	}
+	return nil
+}
+
+// driverCtx bounds one driver call.
+func (a *Agent) driverCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.cfg.DriverTimeout)
+}
+
+// inventory reads the host's inventory and remembers its host ID and zone
+// for metadata documents.
+func (a *Agent) inventory(ctx context.Context) (*gpu.Inventory, error) {
+	dctx, cancel := a.driverCtx(ctx)
+	defer cancel()
+	inv, err := a.cfg.Driver.Inventory(dctx)
+	if err != nil {
+		return nil, err
+	}
+	a.hostMu.Lock()
+	a.hostID, a.zone = inv.Host.ID, inv.Host.Zone
+	a.hostMu.Unlock()
+	return inv, nil
+}
+
+// hostInfo returns the host ID and zone, reading the inventory once if no
+// heartbeat has yet. A failure leaves them empty: they are informational.
+func (a *Agent) hostInfo(ctx context.Context) (id, zone string) {
+	a.hostMu.Lock()
+	id, zone = a.hostID, a.zone
+	a.hostMu.Unlock()
+	if id == "" {
+		if inv, err := a.inventory(ctx); err == nil {
+			id, zone = inv.Host.ID, inv.Host.Zone
+		}
+	}
+	return id, zone
+}

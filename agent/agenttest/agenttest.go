@@ -1,0 +1,306 @@
+// Package agenttest is an in-memory control plane for agent tests: it
+// implements the agent's Server interface the way the real server behaves
+// on the agent protocol, records every call, and lets tests set the
+// assignments and make calls fail.
+//
+// Every request and answer goes through JSON, as on the wire, so that a
+// test sees exactly what the server would, and the agent cannot share
+// memory with the test's assignments.
+package agenttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// The operations failures can be injected into: the Server method names.
+const (
+	OpJoin         = "Join"
+	OpHeartbeat    = "Heartbeat"
+	OpAssignments  = "Assignments"
+	OpReportStatus = "ReportStatus"
+	OpAppendLogs   = "AppendLogs"
+)
+
+var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs}
+
+// Server is the fake control plane. It is safe for concurrent use.
+//
+// Like the real server it answers a report for an instance that has no
+// assignment with a not_found error, refuses unknown phases and an exited
+// report without exit code, and releases an instance when it reports a
+// terminal phase (exited, stopped, failed): its assignment disappears. A
+// report refused through FailNext changes nothing, as on the real server.
+type Server struct {
+	mu          sync.Mutex
+	tokens      map[string]string // join token -> host ID
+	joins       []httpapi.JoinRequest
+	assignments []httpapi.Assignment
+	heartbeats  []httpapi.HeartbeatRequest
+	reports     map[string][]httpapi.StatusReport
+	logs        map[string][]byte
+	calls       map[string]int
+	fail        map[string]*failure
+}
+
+type failure struct {
+	err error
+	n   int
+}
+
+// New returns a server with no assignments and no join tokens.
+func New() *Server {
+	return &Server{
+		tokens: map[string]string{}, reports: map[string][]httpapi.StatusReport{},
+		logs: map[string][]byte{}, calls: map[string]int{}, fail: map[string]*failure{},
+	}
+}
+
+// AddJoinToken accepts token for a join as host hostID.
+func (s *Server) AddJoinToken(token, hostID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[token] = hostID
+}
+
+// SetAssignments replaces the assignments.
+func (s *Server) SetAssignments(as ...httpapi.Assignment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.assignments = nil
+	for _, a := range as {
+		s.assignments = append(s.assignments, roundTrip(a))
+	}
+}
+
+// Put adds an assignment, or replaces the one with its instance ID.
+func (s *Server) Put(a httpapi.Assignment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a = roundTrip(a)
+	if i := s.index(a.InstanceID); i >= 0 {
+		s.assignments[i] = a
+		return
+	}
+	s.assignments = append(s.assignments, a)
+}
+
+// SetDesired changes the desired state of an assignment; it fails for an
+// instance without one.
+func (s *Server) SetDesired(id, desired string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.index(id)
+	if i < 0 {
+		return fmt.Errorf("agenttest: no assignment for instance %s", id)
+	}
+	s.assignments[i].Desired = desired
+	return nil
+}
+
+// Drop removes an assignment without telling the agent, as when an
+// instance is terminated behind its back.
+func (s *Server) Drop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := s.index(id); i >= 0 {
+		s.assignments = slices.Delete(s.assignments, i, i+1)
+	}
+}
+
+// Assigned reports whether the instance has an assignment.
+func (s *Server) Assigned(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index(id) >= 0
+}
+
+func (s *Server) index(id string) int {
+	return slices.IndexFunc(s.assignments, func(a httpapi.Assignment) bool { return a.InstanceID == id })
+}
+
+// FailNext makes the next n calls of op fail with err (n < 0: every call,
+// until FailNext(op, 0, nil)). A failed call is counted but changes
+// nothing. It panics on an unknown op.
+func (s *Server) FailNext(op string, n int, err error) {
+	if !slices.Contains(knownOps, op) {
+		panic(fmt.Sprintf("agenttest: unknown operation %q", op))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n == 0 || err == nil {
+		delete(s.fail, op)
+		return
+	}
+	s.fail[op] = &failure{err: err, n: n}
+}
+
+// Calls returns how many times op was called, failed calls included.
+func (s *Server) Calls(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[op]
+}
+
+// Joins returns the join requests that succeeded.
+func (s *Server) Joins() []httpapi.JoinRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.joins)
+}
+
+// Heartbeats returns the heartbeats that succeeded, in order.
+func (s *Server) Heartbeats() []httpapi.HeartbeatRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.heartbeats)
+}
+
+// Reports returns the reports taken for an instance, in order.
+func (s *Server) Reports(id string) []httpapi.StatusReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reports[id])
+}
+
+// Phases returns the phases of the reports taken for an instance.
+func (s *Server) Phases(id string) []string {
+	var out []string
+	for _, r := range s.Reports(id) {
+		out = append(out, r.Phase)
+	}
+	return out
+}
+
+// Logs returns the output uploaded for an instance.
+func (s *Server) Logs(id string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.logs[id])
+}
+
+// enter counts a call of op and returns its injected failure, if any. The
+// caller holds s.mu.
+func (s *Server) enter(ctx context.Context, op string) error {
+	s.calls[op]++
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f := s.fail[op]
+	if f == nil {
+		return nil
+	}
+	if f.n > 0 {
+		if f.n--; f.n == 0 {
+			delete(s.fail, op)
+		}
+	}
+	return f.err
+}
+
+// Join implements agent.Server.
+func (s *Server) Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpJoin); err != nil {
+		return nil, err
+	}
+	req = roundTrip(req)
+	host, ok := s.tokens[req.JoinToken]
+	if !ok {
+		return nil, cloud.Errorf(cloud.Unauthenticated, "unknown or used join token")
+	}
+	if req.Inventory == nil {
+		return nil, cloud.Errorf(cloud.Invalid, "join without inventory")
+	}
+	delete(s.tokens, req.JoinToken) // a join token is good for one join
+	s.joins = append(s.joins, req)
+	return &httpapi.JoinResponse{HostID: host, Credential: "agent-credential-" + host}, nil
+}
+
+// Heartbeat implements agent.Server.
+func (s *Server) Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpHeartbeat); err != nil {
+		return err
+	}
+	s.heartbeats = append(s.heartbeats, roundTrip(req))
+	return nil
+}
+
+// Assignments implements agent.Server.
+func (s *Server) Assignments(ctx context.Context) (*httpapi.AssignmentList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpAssignments); err != nil {
+		return nil, err
+	}
+	list := roundTrip(httpapi.AssignmentList{Assignments: s.assignments})
+	if list.Assignments == nil {
+		list.Assignments = []httpapi.Assignment{}
+	}
+	return &list, nil
+}
+
+// ReportStatus implements agent.Server.
+func (s *Server) ReportStatus(ctx context.Context, id string, r httpapi.StatusReport) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpReportStatus); err != nil {
+		return err
+	}
+	r = roundTrip(r)
+	i := s.index(id)
+	if i < 0 {
+		return cloud.Errorf(cloud.NotFound, "instance %s is not assigned to this host", id)
+	}
+	terminal := false
+	switch r.Phase {
+	case httpapi.PhaseStarting, httpapi.PhaseRunning:
+	case httpapi.PhaseExited:
+		if r.ExitCode == nil {
+			return cloud.Errorf(cloud.Invalid, "an exited report needs an exit code")
+		}
+		terminal = true
+	case httpapi.PhaseStopped, httpapi.PhaseFailed:
+		terminal = true
+	default:
+		return cloud.Errorf(cloud.Invalid, "unknown phase %q", r.Phase)
+	}
+	s.reports[id] = append(s.reports[id], r)
+	if terminal {
+		s.assignments = slices.Delete(s.assignments, i, i+1)
+	}
+	return nil
+}
+
+// AppendLogs implements agent.Server.
+func (s *Server) AppendLogs(ctx context.Context, id string, chunk []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpAppendLogs); err != nil {
+		return err
+	}
+	s.logs[id] = append(s.logs[id], chunk...)
+	return nil
+}
+
+// roundTrip copies v through JSON, as the wire does.
+func roundTrip[T any](v T) T {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("agenttest: encode %T: %v", v, err))
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("agenttest: decode %T: %v", v, err))
+	}
+	return out
+}

@@ -1,0 +1,494 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// state is where an instance is in the agent's hands.
+type state int
+
+const (
+	// statePending: not started yet, or a start failed and is retried.
+	statePending state = iota
+	// stateRunning: the runtime runs (or ran) the workload.
+	stateRunning
+	// stateStopping: a stop was sent; the workload has not exited yet.
+	stateStopping
+	// stateDone: the terminal phase is queued. What is left is cleanup and
+	// shipping the last output. The instance is not started again until the
+	// server took the terminal report or the assignment went away.
+	stateDone
+)
+
+// inst is what the agent keeps of one instance.
+type inst struct {
+	id       string
+	a        httpapi.Assignment
+	state    state
+	attempts int  // failed start attempts that may succeed when retried
+	starting bool // the starting phase was queued
+	started  bool // the runtime knows the workload and has not been told to forget it
+	cleaned  bool // MIG instances and metadata are released
+	drained  bool // the exited workload's output is all shipped
+	// orphan is set once the assignment is gone: the workload is stopped
+	// and cleaned up without reports.
+	orphan bool
+	// final is set once the server took the terminal report. The server
+	// then releases the instance, so a later listing of it is a new run.
+	final bool
+	// gonePasses counts the passes since the assignment went, to bound how
+	// long the agent tries to ship the last output.
+	gonePasses int
+	reports    []httpapi.StatusReport
+	stopSince  time.Time
+}
+
+// Bounds of the retries of a pass.
+const (
+	// maxStartAttempts is how many passes a start failing with a transient
+	// error (a busy GPU, a driver failure or timeout) is tried before the
+	// instance is reported failed. A vanished driver does not count.
+	maxStartAttempts = 5
+	// maxDrainPasses is how many passes the agent keeps trying to ship the
+	// last output of an instance whose assignment is gone.
+	maxDrainPasses = 10
+	// maxStopWait bounds how long the pass that stops a workload waits for
+	// it to exit; a longer grace period goes on across passes.
+	maxStopWait = 100 * time.Millisecond
+)
+
+// pass is what one reconcile pass knows of all the assignments.
+type pass struct {
+	listed map[string]bool
+	// migOwner maps a MIG slot (GPU index, start) to the listed instance
+	// whose placement holds it.
+	migOwner map[[2]int]string
+	// gpuUsers maps a GPU index to the listed instances placed on it.
+	gpuUsers map[int][]string
+}
+
+func newPass(as []httpapi.Assignment) *pass {
+	p := &pass{listed: map[string]bool{}, migOwner: map[[2]int]string{}, gpuUsers: map[int][]string{}}
+	for _, a := range as {
+		p.listed[a.InstanceID] = true
+		if a.Placement == nil {
+			continue
+		}
+		for _, d := range a.Placement.Devices {
+			p.gpuUsers[d.GPU] = append(p.gpuUsers[d.GPU], a.InstanceID)
+			if d.Kind == fleet.MIGSlice {
+				p.migOwner[[2]int{d.GPU, d.MIGStart}] = a.InstanceID
+			}
+		}
+	}
+	return p
+}
+
+// othersOn reports whether a listed instance other than id uses GPU g.
+func (p *pass) othersOn(g int, id string) bool {
+	return slices.ContainsFunc(p.gpuUsers[g], func(o string) bool { return o != id })
+}
+
+// Step does one reconcile pass: it fetches the assignments, moves every
+// instance toward its desired state, stops and cleans up instances whose
+// assignment is gone, ships new output and sends the reports due. It
+// returns the errors of the pass joined (after doing what it could); a
+// failed fetch ends the pass at once, so that a server glitch is never read
+// as "no assignments".
+func (a *Agent) Step(ctx context.Context) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list, err := a.srv.Assignments(ctx)
+	if err != nil {
+		return fmt.Errorf("fetch assignments: %w", err)
+	}
+	if list == nil {
+		return errors.New("fetch assignments: no answer")
+	}
+	p := newPass(list.Assignments)
+	var errs []error
+	seen := map[string]bool{}
+	for _, as := range list.Assignments {
+		if as.InstanceID == "" || seen[as.InstanceID] {
+			a.log.Warn("agent: assignment without instance ID or duplicate ignored", "instance", as.InstanceID)
+			continue
+		}
+		seen[as.InstanceID] = true
+		if err := a.reconcile(ctx, p, as); err != nil {
+			errs = append(errs, fmt.Errorf("instance %s: %w", as.InstanceID, err))
+		}
+	}
+	ids := slices.Sorted(maps.Keys(a.insts))
+	for _, id := range ids {
+		if s := a.insts[id]; !p.listed[id] {
+			if err := a.orphan(ctx, p, s); err != nil {
+				errs = append(errs, fmt.Errorf("instance %s (withdrawn): %w", id, err))
+			}
+		}
+	}
+	for _, id := range ids {
+		s := a.insts[id]
+		for _, err := range []error{a.shipLogs(ctx, s), a.sendReports(ctx, s), a.settle(p, s)} {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("instance %s: %w", id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcile moves one listed instance toward its desired state.
+func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) error {
+	s := a.insts[as.InstanceID]
+	if s != nil && s.state == stateDone && (s.final || s.orphan) {
+		// The server released the instance (it took the terminal report,
+		// or the assignment went) and assigns it again: a new run.
+		a.retire(s)
+		s = nil
+	}
+	if s != nil && s.orphan {
+		// The previous run is still being stopped; the new one waits.
+		return a.orphan(ctx, p, s)
+	}
+	if s == nil {
+		s = &inst{id: as.InstanceID}
+		a.insts[s.id] = s
+	}
+	s.a = as
+	if as.Desired != httpapi.DesiredRun && as.Desired != httpapi.DesiredStop {
+		return fmt.Errorf("unknown desired state %q", as.Desired)
+	}
+	switch s.state {
+	case statePending:
+		if as.Desired == httpapi.DesiredStop {
+			if _, err := a.cfg.Runtime.Status(s.id); err == nil {
+				// Started before this agent knew it (the agent restarted,
+				// the runtime did not): stop it.
+				a.adopt(s)
+				return a.stop(ctx, p, s)
+			}
+			// Never started: nothing runs, but the server waits for the
+			// stop, and a partial partition may be left to undo.
+			return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseStopped})
+		}
+		return a.start(ctx, p, s)
+	case stateRunning:
+		if as.Desired == httpapi.DesiredStop {
+			return a.stop(ctx, p, s)
+		}
+		return a.watch(ctx, p, s)
+	case stateStopping:
+		return a.stop(ctx, p, s)
+	default:
+		return a.cleanup(ctx, p, s)
+	}
+}
+
+// orphan handles an instance whose assignment is gone: the server
+// terminated it behind the agent's back. It is stopped and cleaned up
+// without reports.
+func (a *Agent) orphan(ctx context.Context, p *pass, s *inst) error {
+	if !s.orphan {
+		s.orphan, s.reports = true, nil
+		if s.state != stateDone {
+			a.log.Info("agent: assignment withdrawn, stopping the instance", "instance", s.id)
+		}
+	}
+	switch s.state {
+	case statePending:
+		return a.finish(ctx, p, s, nil)
+	case stateRunning, stateStopping:
+		return a.stop(ctx, p, s)
+	default:
+		return a.cleanup(ctx, p, s)
+	}
+}
+
+// finish queues the terminal report (none for an orphan) and cleans up.
+func (a *Agent) finish(ctx context.Context, p *pass, s *inst, r *httpapi.StatusReport) error {
+	s.state = stateDone
+	if r != nil && !s.orphan {
+		s.reports = append(s.reports, *r)
+		a.log.Info("agent: instance finished", "instance", s.id, "phase", r.Phase, "message", r.Message)
+	}
+	return a.cleanup(ctx, p, s)
+}
+
+// start applies the partition and starts the workload. A failure that
+// retrying cannot fix, or a transient one repeated maxStartAttempts times,
+// reports the instance failed.
+func (a *Agent) start(ctx context.Context, p *pass, s *inst) error {
+	if st, err := a.cfg.Runtime.Status(s.id); err == nil {
+		// The runtime already knows the workload: it outlived the agent.
+		// Adopt it rather than run the job twice; an exited one is
+		// reported.
+		a.adopt(s)
+		if st.State == runtime.StateRunning {
+			s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseRunning})
+			return nil
+		}
+		return a.watch(ctx, p, s)
+	}
+	err := a.launch(ctx, s)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if !errors.Is(err, gpu.ErrUnavailable) {
+		s.attempts++
+	}
+	if definitive(err) || s.attempts >= maxStartAttempts {
+		return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseFailed, Message: err.Error()})
+	}
+	return fmt.Errorf("start (attempt %d of %d): %w", s.attempts, maxStartAttempts, err)
+}
+
+// adopt takes over a workload the runtime runs (or ran) though this agent
+// did not start it. Its output so far is taken as shipped: an earlier agent
+// did, or it is lost, but it is not sent twice.
+func (a *Agent) adopt(s *inst) {
+	s.state, s.started = stateRunning, true
+	if _, ok := a.logOff[s.id]; !ok {
+		if _, end, err := a.cfg.Runtime.Logs(s.id, 1<<62); err == nil {
+			a.logOff[s.id] = end
+		}
+	}
+}
+
+// launch does the work of a start; every step is idempotent.
+func (a *Agent) launch(ctx context.Context, s *inst) error {
+	as := s.a
+	if err := runtime.ValidateID(s.id); err != nil {
+		return err
+	}
+	pl := as.Placement
+	if pl == nil {
+		return &startError{"the assignment has no placement"}
+	}
+	if err := a.applyPartition(ctx, pl); err != nil {
+		return err
+	}
+	dctx, cancel := a.driverCtx(ctx)
+	devices, err := a.cfg.Driver.Devices(dctx, pl)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("find the devices of the placement: %w", err)
+	}
+	spec := runtime.Spec{
+		InstanceID: s.id, Command: as.Command, Devices: devices,
+		Grace:   time.Duration(as.GraceSeconds) * time.Second,
+		WorkDir: filepath.Join(a.cfg.DataDir, "instances", s.id),
+		LogPath: filepath.Join(a.cfg.DataDir, "logs", s.id+".log"),
+		Env:     maps.Clone(as.Env),
+	}
+	if err := share(pl, &spec); err != nil {
+		return err
+	}
+	for _, dir := range []string{spec.WorkDir, filepath.Dir(spec.LogPath)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+	}
+	var vols []string
+	for _, v := range as.Volumes {
+		if err := runtime.ValidateID(v); err != nil {
+			return &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
+		}
+		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+		vols = append(vols, dir)
+	}
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	delete(spec.Env, EnvVolumes)
+	if len(vols) > 0 {
+		spec.Env[EnvVolumes] = strings.Join(vols, ":")
+		spec.WorkDir = vols[0]
+	}
+	if _, ok := a.logOff[s.id]; !ok {
+		// Output already in the file was shipped by an earlier run (or by
+		// an earlier agent); only what this run writes is new.
+		a.logOff[s.id] = 0
+		if fi, err := os.Stat(spec.LogPath); err == nil {
+			a.logOff[s.id] = fi.Size()
+		}
+	}
+	if md := a.cfg.Metadata; md != nil {
+		host, zone := a.hostInfo(ctx)
+		if pl.HostID != "" {
+			host = pl.HostID
+		}
+		md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host})
+		addr, err := md.Listen(s.id)
+		if err != nil {
+			return err
+		}
+		spec.MetadataURL = "http://" + addr
+	}
+	if !s.starting {
+		s.starting = true
+		s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseStarting})
+	}
+	if err := a.cfg.Runtime.Start(ctx, spec); err != nil {
+		return err
+	}
+	s.state, s.started = stateRunning, true
+	s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseRunning})
+	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
+	return nil
+}
+
+// watch reports a running workload that exited.
+func (a *Agent) watch(ctx context.Context, p *pass, s *inst) error {
+	st, err := a.cfg.Runtime.Status(s.id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		s.started = false
+		return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseFailed, Message: "the runtime lost track of the workload"})
+	}
+	if err != nil {
+		return err
+	}
+	if st.State != runtime.StateExited {
+		return nil
+	}
+	return a.finish(ctx, p, s, exitReport(httpapi.PhaseExited, st))
+}
+
+// stop stops the workload: SIGTERM, then SIGKILL after the grace period the
+// runtime got at start. The first pass waits a little for the exit; the
+// grace period goes on in the runtime, and later passes only look whether
+// the workload is gone, so that many stopping workloads do not slow a pass.
+func (a *Agent) stop(ctx context.Context, p *pass, s *inst) error {
+	var wait time.Duration
+	if s.state != stateStopping {
+		s.state, s.stopSince = stateStopping, a.cfg.Now()
+		wait = min(a.cfg.Interval, maxStopWait)
+	}
+	// Stop is idempotent and goes on escalating after its context ends, so
+	// calling it again with no time to wait just makes sure it was sent.
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err := a.cfg.Runtime.Stop(wctx, s.id)
+	cancel()
+	var r *httpapi.StatusReport
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		s.started = false
+		r = &httpapi.StatusReport{Phase: httpapi.PhaseStopped}
+	case err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)):
+		return err
+	default:
+		st, err := a.cfg.Runtime.Status(s.id)
+		if err != nil {
+			return err
+		}
+		if st.State != runtime.StateExited {
+			return nil // still within its grace period
+		}
+		r = exitReport(httpapi.PhaseStopped, st)
+	}
+	a.log.Info("agent: instance stopped", "instance", s.id, "after", a.cfg.Now().Sub(s.stopSince))
+	if s.orphan {
+		r = nil
+	}
+	return a.finish(ctx, p, s, r)
+}
+
+// exitReport is the report of an exited workload.
+func exitReport(phase string, st runtime.Status) *httpapi.StatusReport {
+	code := st.ExitCode
+	r := &httpapi.StatusReport{Phase: phase, ExitCode: &code}
+	if st.Signal != "" {
+		r.Message = "killed by " + st.Signal
+	}
+	return r
+}
+
+// cleanup releases what the instance held besides its runtime entry: its
+// metadata and its MIG instances. It is retried every pass until it works.
+func (a *Agent) cleanup(ctx context.Context, p *pass, s *inst) error {
+	if s.cleaned {
+		return nil
+	}
+	if md := a.cfg.Metadata; md != nil {
+		md.Delete(s.id)
+	}
+	if err := a.releasePartition(ctx, p, s); err != nil {
+		return fmt.Errorf("clean up: %w", err)
+	}
+	s.cleaned = true
+	return nil
+}
+
+// settle runs at the end of a pass: it tells the runtime to forget a
+// finished workload once its output is shipped, and forgets an instance
+// whose assignment is gone once nothing is left to do for it.
+func (a *Agent) settle(p *pass, s *inst) error {
+	if s.state != stateDone {
+		return nil
+	}
+	listed := p.listed[s.id]
+	if !listed {
+		s.gonePasses++
+	}
+	if s.started && (s.drained || s.gonePasses > maxDrainPasses) {
+		if err := a.cfg.Runtime.Remove(s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return fmt.Errorf("remove from runtime: %w", err)
+		}
+		s.started = false
+	}
+	if !listed && !s.started && s.cleaned {
+		a.forget(s)
+	}
+	return nil
+}
+
+// retire forgets a finished instance before a new run of it starts.
+func (a *Agent) retire(s *inst) {
+	if s.started {
+		if err := a.cfg.Runtime.Remove(s.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			a.log.Warn("agent: remove finished workload", "instance", s.id, "err", err)
+		}
+	}
+	a.forget(s)
+}
+
+func (a *Agent) forget(s *inst) {
+	delete(a.insts, s.id)
+	if s.drained {
+		delete(a.logOff, s.id)
+	}
+}
+
+// startError is a start failure that retrying cannot fix.
+type startError struct{ msg string }
+
+func (e *startError) Error() string { return e.msg }
+
+// definitive reports whether a start error is final: a bad request or a
+// placement that does not fit the host, as opposed to a busy GPU, a driver
+// failure or a timeout.
+func definitive(err error) bool {
+	var se *startError
+	return errors.As(err, &se) ||
+		errors.Is(err, gpu.ErrNotSupported) || errors.Is(err, gpu.ErrInvalid) || errors.Is(err, gpu.ErrNotFound) ||
+		errors.Is(err, runtime.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)
+}

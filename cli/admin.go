@@ -1,0 +1,446 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// --- hosts ---
+
+func newHostsCommand(s *session) *cobra.Command {
+	cmd := groupCommand("hosts", "List, cordon and uncordon GPU hosts (admins)",
+		"The GPU servers whose agents joined the cloud, as the control plane records\n"+
+			"them. A cordoned host keeps what it runs and takes nothing new.",
+		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"))
+	cmd.Aliases = []string{"host"}
+	return cmd
+}
+
+// gpuSummary says what GPUs a host has: "8x H100-80GB-SXM", "-" for none.
+func gpuSummary(h *cloud.Host) string {
+	counts := map[string]int{}
+	var models []string
+	for _, g := range h.Spec.GPUs {
+		if counts[g.Model] == 0 {
+			models = append(models, g.Model)
+		}
+		counts[g.Model]++
+	}
+	parts := make([]string, len(models))
+	for i, m := range models {
+		parts[i] = strconv.Itoa(counts[m]) + "x " + m
+	}
+	return dash(strings.Join(parts, ", "))
+}
+
+// printHosts prints hosts as a table or as JSON or YAML.
+func printHosts(w io.Writer, format string, one bool, hs ...*cloud.Host) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, hs[0])
+		}
+		return writeData(w, format, hs)
+	}
+	if len(hs) == 0 {
+		_, err := fmt.Fprintln(w, "no hosts: start an agent with a join token to add one")
+		return err
+	}
+	rows := [][]string{{"ID", "STATE", "ZONE", "GPUS", "VCPUS", "MEMORY", "HEARTBEAT"}}
+	for _, h := range hs {
+		hb := "never"
+		if !h.LastHeartbeat.IsZero() {
+			hb = ago(h.LastHeartbeat) + " ago"
+		}
+		rows = append(rows, []string{h.ID, string(h.State), dash(h.Spec.Zone), gpuSummary(h),
+			strconv.FormatFloat(float64(h.Spec.CPUMilli)/1000, 'f', -1, 64), formatMiB(h.Spec.MemoryMiB), hb})
+	}
+	return writeTable(w, rows)
+}
+
+func newHostsListCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the hosts",
+		Long: "List the hosts: scheduling state (schedulable, cordoned, unhealthy), zone,\n" +
+			"GPUs, CPU and memory, and when the agent last reported. -o json and -o yaml\n" +
+			"include every GPU with its UUID, NVLink island and MIG layout.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				hs, err := c.Hosts(ctx)
+				if err != nil {
+					return c.explain(err)
+				}
+				if hs == nil {
+					hs = []*cloud.Host{}
+				}
+				return printHosts(cmd.OutOrStdout(), out.format, false, hs...)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// newHostStateCommand builds cordon and uncordon.
+func newHostStateCommand(s *session, verb string) *cobra.Command {
+	short := "Stop placing new instances on hosts"
+	long := "Cordon hosts: they keep the instances they run and take no new ones, for\n" +
+		"maintenance. Cordoning a cordoned host changes nothing."
+	if verb == "uncordon" {
+		short = "Let cordoned hosts take new instances again"
+		long = "Uncordon hosts: they take new instances again, and pending instances that\n" +
+			"fit are placed on them. An unhealthy host stays unhealthy until its agent\n" +
+			"reports again."
+	}
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     verb + " ID...",
+		Short:   short,
+		Long:    long,
+		Example: "  gpucloud hosts " + verb + " h100-a h100-b",
+		Args:    minArgs(1, "one or more host IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				var done []*cloud.Host
+				for _, id := range args {
+					var h *cloud.Host
+					var err error
+					if verb == "cordon" {
+						h, err = c.CordonHost(ctx, id, 0)
+					} else {
+						h, err = c.UncordonHost(ctx, id, 0)
+					}
+					if err != nil {
+						if len(done) > 0 {
+							_ = printHosts(cmd.OutOrStdout(), out.format, false, done...)
+						}
+						if len(args) > 1 {
+							return fmt.Errorf("%s: %w", id, c.explain(err))
+						}
+						return c.explain(err)
+					}
+					done = append(done, h)
+				}
+				return printHosts(cmd.OutOrStdout(), out.format, len(args) == 1, done...)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// --- tenants ---
+
+func newTenantsCommand(s *session) *cobra.Command {
+	cmd := groupCommand("tenants", "List and create tenants and their users (admins)",
+		"Tenants are the accounts that rent capacity; each has users, and each user\n"+
+			"has tokens. Commands that take a TENANT accept its name or its ID.",
+		newTenantsListCommand(s), newTenantsCreateCommand(s), newTenantsAddUserCommand(s))
+	cmd.Aliases = []string{"tenant"}
+	return cmd
+}
+
+func printTenants(w io.Writer, format string, one bool, ts ...*cloud.Tenant) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, ts[0])
+		}
+		return writeData(w, format, ts)
+	}
+	rows := [][]string{{"ID", "NAME", "AGE"}}
+	for _, t := range ts {
+		rows = append(rows, []string{t.ID, t.Name, ago(t.CreatedAt)})
+	}
+	return writeTable(w, rows)
+}
+
+func newTenantsListCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the tenants",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				ts, err := c.Tenants(ctx)
+				if err != nil {
+					return c.explain(err)
+				}
+				if ts == nil {
+					ts = []*cloud.Tenant{}
+				}
+				return printTenants(cmd.OutOrStdout(), out.format, false, ts...)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newTenantsCreateCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "create NAME",
+		Short:   "Create a tenant",
+		Long:    "Create a tenant. Then add its first user with 'gpucloud tenants add-user'.",
+		Example: "  gpucloud tenants create acme\n  gpucloud tenants add-user acme --name alice",
+		Args:    exactArgs(1, "one tenant NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.CreateTenant(ctx, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				return printTenants(cmd.OutOrStdout(), out.format, true, t)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newTenantsAddUserCommand(s *session) *cobra.Command {
+	var (
+		req  httpapi.CreateUserRequest
+		role string
+		out  outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "add-user TENANT --name NAME",
+		Short: "Add a user to a tenant and print its first token",
+		Long: "Add a user to a tenant (by name or ID) and print the user's first token. The\n" +
+			"token's secret is shown this once: the server keeps only its hash. Admin\n" +
+			"users belong to the \"operator\" tenant.",
+		Example: "  gpucloud tenants add-user acme --name alice\n  gpucloud tenants add-user operator --name bob --role admin -o json",
+		Args:    exactArgs(1, "one TENANT (name or ID)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if req.Name == "" {
+				return usagef(cmd, "--name is required")
+			}
+			switch role {
+			case "member", "admin":
+				req.Role = cloud.Role(role)
+			default:
+				return usagef(cmd, "--role %q: want member or admin", role)
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				tenant, err := c.tenantID(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				u, err := c.CreateUser(ctx, tenant, req)
+				if err != nil {
+					return c.explain(err)
+				}
+				w := cmd.OutOrStdout()
+				if !out.table() {
+					return writeData(w, out.format, u)
+				}
+				if err := writeTable(w, [][]string{
+					{"User:", u.User.ID + " (" + u.User.Name + ", " + string(u.User.Role) + ")"},
+					{"Tenant:", u.User.TenantID},
+					{"Token:", u.Token.ID},
+					{"Secret:", u.Secret},
+				}); err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "\nThe secret is shown only this once. Give it to %s, who runs:\n  gpucloud login --server %s --token %s\n",
+					u.User.Name, c.server, u.Secret)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&req.Name, "name", "", "the user's name; required")
+	cmd.Flags().StringVar(&role, "role", "member", `"member", or "admin" (operator tenant only)`)
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"member", "admin"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// --- quotas ---
+
+func newQuotasCommand(s *session) *cobra.Command {
+	cmd := groupCommand("quotas", "Show and set tenants' quotas",
+		"A quota caps what a tenant holds at once: non-terminated instances, and\n"+
+			"whole-GPU equivalents per GPU model (a MIG slice counts its compute slices\n"+
+			"/ 7, a share its fraction). No limit is set until an admin sets one.",
+		newQuotasGetCommand(s), newQuotasSetCommand(s))
+	cmd.Aliases = []string{"quota"}
+	return cmd
+}
+
+// printQuota prints a quota with its usage, one row per limited or used
+// resource.
+func printQuota(w io.Writer, format string, q *httpapi.QuotaStatus) error {
+	if format != "table" {
+		return writeData(w, format, q)
+	}
+	limit := func(v float64) string {
+		if v == 0 {
+			return "unlimited"
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	rows := [][]string{{"RESOURCE", "LIMIT", "USED"},
+		{"instances", limit(float64(q.Instances)), strconv.Itoa(q.Used.Instances)}}
+	seen := map[string]bool{}
+	var models []string
+	for _, m := range [2]map[string]float64{q.GPUs, q.Used.GPUs} {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				models = append(models, k)
+			}
+		}
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		rows = append(rows, []string{"gpus " + m, limit(q.GPUs[m]), strconv.FormatFloat(q.Used.GPUs[m], 'f', -1, 64)})
+	}
+	fmt.Fprintf(w, "Quota of tenant %s\n", q.TenantID)
+	return writeTable(w, rows)
+}
+
+func newQuotasGetCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "get TENANT",
+		Short:   "Show a tenant's quota and what it uses",
+		Example: "  gpucloud quotas get acme",
+		Args:    exactArgs(1, "one TENANT (name or ID)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				tenant, err := c.tenantID(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				q, err := c.Quota(ctx, tenant)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printQuota(cmd.OutOrStdout(), out.format, q)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newQuotasSetCommand(s *session) *cobra.Command {
+	var (
+		instances int
+		gpus      []string
+		reset     bool
+		out       outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "set TENANT [--instances N] [--gpus MODEL=N]...",
+		Short: "Change a tenant's quota (admins)",
+		Long: "Change the limits given and keep the others: --instances N caps the tenant's\n" +
+			"non-terminated instances, --gpus MODEL=N its whole-GPU equivalents of a model\n" +
+			"(name or alias; N may be fractional). 0 removes a limit. --reset starts from\n" +
+			"no limits instead of the current quota.",
+		Example: strings.Join([]string{
+			"  gpucloud quotas set acme --instances 20 --gpus H100=16 --gpus A100=4.5",
+			"",
+			"  # Remove the H100 limit, keep the rest",
+			"  gpucloud quotas set acme --gpus H100=0",
+		}, "\n"),
+		Args: exactArgs(1, "one TENANT (name or ID)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			setInstances := cmd.Flags().Changed("instances")
+			if !setInstances && len(gpus) == 0 && !reset {
+				return usagef(cmd, "nothing to set: give --instances, --gpus or --reset")
+			}
+			if instances < 0 {
+				return usagef(cmd, "--instances %d: want 0 (no limit) or more", instances)
+			}
+			kv, err := keyValues(cmd, "gpus", gpus)
+			if err != nil {
+				return err
+			}
+			want := map[string]float64{}
+			for m, v := range kv {
+				n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil || n < 0 {
+					return usagef(cmd, "--gpus %s=%s: want a number of GPUs, 0 or more", m, v)
+				}
+				want[canonicalModel(strings.TrimSpace(m))] = n
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				tenant, err := c.tenantID(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				spec := httpapi.QuotaSpec{GPUs: map[string]float64{}}
+				if !reset {
+					cur, err := c.Quota(ctx, tenant)
+					if err != nil {
+						return c.explain(err)
+					}
+					spec.Instances = cur.Instances
+					for m, v := range cur.GPUs {
+						spec.GPUs[m] = v
+					}
+				}
+				if setInstances {
+					spec.Instances = instances
+				}
+				for m, v := range want {
+					for old := range spec.GPUs {
+						if strings.EqualFold(canonicalModel(old), m) {
+							delete(spec.GPUs, old)
+						}
+					}
+					if v > 0 {
+						spec.GPUs[m] = v
+					}
+				}
+				q, err := c.SetQuota(ctx, tenant, spec)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printQuota(cmd.OutOrStdout(), out.format, q)
+			})
+		},
+	}
+	cmd.Flags().IntVar(&instances, "instances", 0, "cap on non-terminated instances (0: no limit)")
+	cmd.Flags().StringArrayVar(&gpus, "gpus", nil, "cap MODEL=N on whole-GPU equivalents of a model (0: no limit; repeatable)")
+	cmd.Flags().BoolVar(&reset, "reset", false, "start from no limits rather than the current quota")
+	out.register(cmd)
+	return cmd
+}

@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+func TestTenantsAndUsers(t *testing.T) {
+	e := newCloudEnv(t)
+	out := e.ok(e.admin, "tenants", "create", "acme")
+	if !strings.Contains(out, "ID") || !strings.Contains(out, "acme") {
+		t.Errorf("tenants create:\n%s", out)
+	}
+	out = e.ok(e.admin, "tenants", "list")
+	if !strings.Contains(out, "operator") || !strings.Contains(out, "acme") {
+		t.Errorf("tenants list:\n%s", out)
+	}
+	code, _, errOut := e.as(e.admin, "tenants", "create", "acme")
+	oneLine(t, code, errOut, `a tenant named "acme" exists (conflict)`)
+
+	// add-user takes the tenant's name, prints the secret once, and the
+	// secret works.
+	out = e.ok(e.admin, "tenants", "add-user", "acme", "--name", "alice")
+	for _, s := range []string{"User:", "(alice, member)", "Secret:", "gpc_", "shown only this once", "gpucloud login --server " + e.url + " --token gpc_"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("add-user lacks %q:\n%s", s, out)
+		}
+	}
+	secret := out[strings.LastIndex(out, "--token ")+len("--token ") : len(out)-1]
+	if out := e.ok(secret, "instances", "list"); strings.TrimSpace(out) != "no instances" {
+		t.Errorf("the new user's token: %q", out)
+	}
+	code, _, errOut = e.as(e.admin, "tenants", "add-user", "acme", "--name", "root", "--role", "admin")
+	oneLine(t, code, errOut, "(invalid_argument)")
+	code, _, errOut = e.as(e.admin, "tenants", "add-user", "nosuch", "--name", "x")
+	oneLine(t, code, errOut, "(not_found)")
+	code, _, errOut = e.as(e.admin, "tenants", "add-user", "acme")
+	if code != ExitUsage || !strings.Contains(errOut, "--name is required") {
+		t.Errorf("add-user without --name: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = e.as(secret, "tenants", "list")
+	oneLine(t, code, errOut, "(permission_denied)")
+}
+
+func TestQuotas(t *testing.T) {
+	e := newCloudEnv(t)
+	acme, tok := e.member("acme", "alice")
+	out := e.ok(e.admin, "quotas", "set", "acme", "--instances", "5", "--gpus", "H100=4")
+	for _, s := range []string{"Quota of tenant " + acme, "RESOURCE", "instances", "5", "gpus H100-80GB-SXM"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("quotas set lacks %q:\n%s", s, out)
+		}
+	}
+	// Setting one limit keeps the others; 0 removes one.
+	e.ok(e.admin, "quotas", "set", acme, "--gpus", "a100=2.5")
+	var q httpapi.QuotaStatus
+	decodeJSON(t, e.ok(e.admin, "quotas", "get", "acme", "-o", "json"), &q)
+	if q.Instances != 5 || q.GPUs["H100-80GB-SXM"] != 4 || q.GPUs["A100-80GB-SXM"] != 2.5 {
+		t.Errorf("after merge: %+v", q)
+	}
+	e.ok(e.admin, "quotas", "set", "acme", "--gpus", "h100-80gb-sxm=0", "--instances", "0")
+	q = httpapi.QuotaStatus{}
+	decodeJSON(t, e.ok(e.admin, "quotas", "get", "acme", "-o", "json"), &q)
+	if q.Instances != 0 || len(q.GPUs) != 1 || q.GPUs["A100-80GB-SXM"] != 2.5 {
+		t.Errorf("after removing: %+v", q)
+	}
+	e.ok(e.admin, "quotas", "set", "acme", "--reset", "--instances", "1")
+
+	// The member reads its own quota and runs into it.
+	e.ok(tok, "instances", "create", "--offering", "l4.1x")
+	if out := e.ok(tok, "quotas", "get", acme); !regexp.MustCompile(`(?m)^instances +1 +1$`).MatchString(out) {
+		t.Errorf("member quotas get:\n%s", out)
+	}
+	code, _, errOut := e.as(tok, "instances", "create", "--offering", "l4.1x")
+	oneLine(t, code, errOut, "(quota_exceeded)")
+	code, _, errOut = e.as(tok, "quotas", "set", acme, "--instances", "9")
+	oneLine(t, code, errOut, "(permission_denied)")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"quotas", "set", "acme"}, "nothing to set"},
+		{[]string{"quotas", "set", "acme", "--gpus", "H100=lots"}, "--gpus H100=lots"},
+		{[]string{"quotas", "set", "acme", "--gpus", "H100"}, `--gpus "H100": want KEY=VALUE`},
+		{[]string{"quotas", "set", "acme", "--instances", "-1"}, "--instances -1"},
+		{[]string{"quotas", "get"}, "one TENANT"},
+	} {
+		code, _, errOut := e.as(e.admin, tc.args...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q; want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestTokens(t *testing.T) {
+	e := newCloudEnv(t)
+	_, tok := e.member("acme", "alice")
+	out := e.ok(tok, "tokens", "create", "--name", "ci", "--expires-in", "30d")
+	if !strings.Contains(out, "Secret:") || !strings.Contains(out, "shown only this once") {
+		t.Errorf("tokens create:\n%s", out)
+	}
+	var ct httpapi.CreatedToken
+	decodeJSON(t, e.ok(tok, "tokens", "create", "--name", "laptop", "-o", "json"), &ct)
+	if ct.Token.Name != "laptop" || ct.Token.ExpiresAt != nil || !strings.HasPrefix(ct.Secret, "gpc_") {
+		t.Errorf("created %+v", ct)
+	}
+	e.ok(ct.Secret, "offerings")
+
+	out = e.ok(tok, "tokens", "list")
+	for _, s := range []string{"initial", "ci", "laptop", "active", "never", "member"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("tokens list lacks %q:\n%s", s, out)
+		}
+	}
+	if out := e.ok(tok, "tokens", "revoke", ct.Token.ID); !strings.Contains(out, "revoked") {
+		t.Errorf("revoke:\n%s", out)
+	}
+	code, _, errOut := e.as(ct.Secret, "offerings")
+	oneLine(t, code, errOut, "(unauthenticated)")
+	code, _, errOut = e.as(tok, "tokens", "revoke", "tk-0000000000000000")
+	oneLine(t, code, errOut, "(not_found)")
+	code, _, errOut = e.as(tok, "tokens", "create", "--expires-in", "-5d")
+	if code != ExitUsage || !strings.Contains(errOut, `--expires-in "-5d"`) {
+		t.Errorf("bad --expires-in: exit %d, %q", code, errOut)
+	}
+	// Admins see every tenant's tokens, or one tenant's.
+	if out := e.ok(e.admin, "tokens", "list", "--tenant", "acme", "-o", "json"); strings.Contains(out, "bootstrap") || !strings.Contains(out, `"ci"`) {
+		t.Errorf("admin tokens list --tenant acme:\n%s", out)
+	}
+}
+
+func TestHosts(t *testing.T) {
+	e := newCloudEnv(t)
+	if out := e.ok(e.admin, "hosts", "list"); !strings.Contains(out, "no hosts") {
+		t.Errorf("no hosts: %q", out)
+	}
+	ctx := context.Background()
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		for _, h := range []*fleet.Host{fleet.MockNVLinkHost("h100-a", "H100-80GB-SXM", 8), fleet.MockHost("l40s-a", "L40S", 2)} {
+			if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok(e.admin, "hosts", "list")
+	for _, s := range []string{"HEARTBEAT", "h100-a", "8x H100-80GB-SXM", "2x L40S", "schedulable", "zone-a", "256", "2048 GiB", "s ago"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("hosts list lacks %q:\n%s", s, out)
+		}
+	}
+	if out := e.ok(e.admin, "hosts", "cordon", "h100-a", "l40s-a"); strings.Count(out, "cordoned") != 2 {
+		t.Errorf("cordon:\n%s", out)
+	}
+	var h cloud.Host
+	decodeJSON(t, e.ok(e.admin, "hosts", "uncordon", "h100-a", "-o", "json"), &h)
+	if h.State != fleet.Schedulable || len(h.Spec.GPUs) != 8 {
+		t.Errorf("uncordon: %+v", h)
+	}
+	code, _, errOut := e.as(e.admin, "hosts", "cordon", "nope")
+	oneLine(t, code, errOut, "(not_found)")
+}
+
+func TestVolumes(t *testing.T) {
+	e := newCloudEnv(t)
+	_, tok := e.member("acme", "alice")
+	var v cloud.Volume
+	decodeJSON(t, e.ok(tok, "volumes", "create", "--name", "data", "--size-gib", "100", "--zone", "a", "-o", "json"), &v)
+	if v.Name != "data" || v.SizeGiB != 100 || v.Zone != "a" {
+		t.Errorf("created %+v", v)
+	}
+	var in cloud.Instance
+	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "-o", "json"), &in)
+	out := e.ok(tok, "volumes", "attach", v.ID, "--instance", in.ID)
+	if !strings.Contains(out, in.ID) || !strings.Contains(out, "100 GiB") {
+		t.Errorf("attach:\n%s", out)
+	}
+	var vs []map[string]any
+	if err := yaml.Unmarshal([]byte(e.ok(tok, "volumes", "list", "-o", "yaml")), &vs); err != nil || len(vs) != 1 || vs[0]["instance_id"] != in.ID {
+		t.Errorf("list -o yaml: %v %v", vs, err)
+	}
+	if out := e.ok(tok, "volumes", "detach", v.ID); strings.Contains(out, in.ID) {
+		t.Errorf("detach:\n%s", out)
+	}
+	code, _, errOut := e.as(tok, "volumes", "attach", "v-0000000000000000", "--instance", in.ID)
+	oneLine(t, code, errOut, "(not_found)")
+	for _, args := range [][]string{
+		{"volumes", "create", "--name", "x"},
+		{"volumes", "create", "--size-gib", "5"},
+		{"volumes", "attach", v.ID},
+		{"volumes", "detach"},
+	} {
+		if code, _, errOut := e.as(tok, args...); code != ExitUsage {
+			t.Errorf("%v: exit %d, %q", args, code, errOut)
+		}
+	}
+}
+
+// appendLog adds output to an instance's log in the store, as the server
+// does with what the agent sends, keeping the newest keep bytes.
+func (e *cloudEnv) appendLog(id, data string, keep int64) {
+	ctx := context.Background()
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		_, err := tx.AppendLog(ctx, id, []byte(data), keep)
+		return err
+	})
+	if err != nil {
+		e.t.Error(err)
+	}
+}
+
+func TestInstanceLogs(t *testing.T) {
+	e := newCloudEnv(t)
+	_, tok := e.member("acme", "alice")
+	var in cloud.Instance
+	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "-o", "json"), &in)
+	e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Running })
+	if out := e.ok(tok, "instances", "logs", in.ID); out != "" {
+		t.Errorf("logs of a silent instance: %q", out)
+	}
+
+	// The server keeps the newest 16 bytes here; the rest is noted as dropped.
+	e.appendLog(in.ID, "xxepoch 1\nepoch 2\n", 16)
+	code, out, errOut := e.as(tok, "instances", "logs", in.ID)
+	if code != 0 || out != "epoch 1\nepoch 2\n" || errOut != "[gpucloud: 2 bytes of earlier output were dropped by the server]\n" {
+		t.Fatalf("logs: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// --follow prints new output until the instance stops.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(20 * time.Millisecond)
+		e.appendLog(in.ID, "epoch 3\n", 1<<20)
+		time.Sleep(20 * time.Millisecond)
+		e.appendLog(in.ID, "done\n", 1<<20)
+		e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Stopped })
+	}()
+	code, out, errOut = e.as(tok, "instances", "logs", in.ID, "--follow")
+	<-done
+	if code != 0 || !strings.HasSuffix(out, "epoch 1\nepoch 2\nepoch 3\ndone\n") {
+		t.Fatalf("logs --follow: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	code, _, errOut = e.as(tok, "instances", "logs", "i-0000000000000000")
+	oneLine(t, code, errOut, "(not_found)")
+
+	// A server without the route says so.
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"code":"not_found","message":"no such route: GET %s"}`, r.URL.Path)
+	}))
+	defer old.Close()
+	code, _, errOut = run(t, "--server", old.URL, "--token", tok, "instances", "logs", in.ID)
+	oneLine(t, code, errOut, "does not serve instance logs")
+}

@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/store/sqlite"
+)
+
+// cloudEnv is a real API server on loopback over an in-memory SQLite
+// store, bootstrapped, with the CLI's environment isolated from the
+// user's: no config file, no GPUCLOUD_* variables.
+type cloudEnv struct {
+	t      *testing.T
+	st     cloud.Store
+	url    string
+	admin  string // the bootstrap admin token
+	config string // the config file path the CLI uses
+}
+
+func newCloudEnv(t *testing.T) *cloudEnv {
+	t.Helper()
+	ctx := context.Background()
+	config := filepath.Join(t.TempDir(), "gpucloud", "config.yaml")
+	t.Setenv(EnvConfig, config)
+	t.Setenv(EnvServer, "")
+	t.Setenv(EnvToken, "")
+	old := pollEvery
+	pollEvery = 5 * time.Millisecond
+	t.Cleanup(func() { pollEvery = old })
+
+	st, err := sqlite.Open(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(httpapi.New(st, catalog.Default(), httpapi.Options{Logger: log}))
+	t.Cleanup(srv.Close)
+	tok, created, err := httpapi.Bootstrap(ctx, st, time.Now())
+	if err != nil || !created {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	return &cloudEnv{t: t, st: st, url: srv.URL, admin: tok, config: config}
+}
+
+// as runs the CLI with the server and the given token on the command line.
+func (e *cloudEnv) as(token string, args ...string) (code int, stdout, stderr string) {
+	e.t.Helper()
+	return run(e.t, append([]string{"--server", e.url, "--token", token}, args...)...)
+}
+
+// ok runs the CLI as token and fails the test unless it exits 0.
+func (e *cloudEnv) ok(token string, args ...string) string {
+	e.t.Helper()
+	code, out, errOut := e.as(token, args...)
+	if code != 0 {
+		e.t.Fatalf("%v: exit %d, stderr %q", args, code, errOut)
+	}
+	return out
+}
+
+// member creates a tenant with one member through the CLI and returns the
+// tenant's ID and the member's token.
+func (e *cloudEnv) member(tenant, user string) (tenantID, token string) {
+	e.t.Helper()
+	var tn cloud.Tenant
+	decodeJSON(e.t, e.ok(e.admin, "tenants", "create", tenant, "-o", "json"), &tn)
+	var cu httpapi.CreatedUser
+	decodeJSON(e.t, e.ok(e.admin, "tenants", "add-user", tenant, "--name", user, "-o", "json"), &cu)
+	if cu.User.TenantID != tn.ID || !strings.HasPrefix(cu.Secret, "gpc_") {
+		e.t.Fatalf("add-user answered %+v", cu)
+	}
+	return tn.ID, cu.Secret
+}
+
+// update changes an instance in the store, as the scheduler or an agent
+// would.
+func (e *cloudEnv) update(id string, fn func(*cloud.Instance)) {
+	e.t.Helper()
+	ctx := context.Background()
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		in, err := tx.GetInstance(ctx, id)
+		if err != nil {
+			return err
+		}
+		fn(in)
+		return tx.UpdateInstance(ctx, in)
+	})
+	if err != nil {
+		e.t.Error(err)
+	}
+}
+
+func decodeJSON(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, s)
+	}
+}
+
+// closedURL returns the URL of a server that has gone away.
+func closedURL() string {
+	srv := httptest.NewServer(nil)
+	srv.Close()
+	return srv.URL
+}
+
+func TestCloudConfigPrecedence(t *testing.T) {
+	e := newCloudEnv(t)
+	dead := closedURL()
+
+	// Nothing configured: one line that says what to do.
+	code, out, errOut := run(t, "offerings")
+	oneLine(t, code, errOut, "no gpucloud server configured", "`gpucloud up`", "`gpucloud login --server URL --token TOKEN`")
+	if out != "" {
+		t.Errorf("stdout %q", out)
+	}
+
+	// The file alone is enough.
+	if err := WriteConfig(e.config, e.url, e.admin); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run(t, "offerings"); code != 0 || !strings.Contains(out, "h100.mig.3g.40gb") {
+		t.Fatalf("file config: exit %d, stderr %q", code, errOut)
+	}
+
+	// The environment overrides the file ...
+	t.Setenv(EnvServer, dead)
+	code, _, errOut = run(t, "offerings")
+	oneLine(t, code, errOut, "cannot reach the gpucloud server at "+dead+": is `gpucloud up` running?")
+	t.Setenv(EnvToken, "gpc_tk-0000000000000000_wrong")
+	t.Setenv(EnvServer, e.url)
+	code, _, errOut = run(t, "offerings")
+	oneLine(t, code, errOut, "invalid, revoked or expired token (unauthenticated)", "$"+EnvToken)
+
+	// ... and the flags override the environment.
+	if code, _, errOut := run(t, "offerings", "--token", e.admin, "--server", e.url); code != 0 {
+		t.Fatalf("flags: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv(EnvToken, e.admin)
+	code, _, errOut = run(t, "offerings", "--server", dead)
+	oneLine(t, code, errOut, "cannot reach the gpucloud server at "+dead)
+
+	// A server that is not a URL is named with where it came from.
+	code, _, errOut = run(t, "offerings", "--server", "localhost:7878")
+	oneLine(t, code, errOut, `server "localhost:7878" is not a URL such as http://127.0.0.1:8080`, "--server")
+}
+
+func TestConfigPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvConfig, filepath.Join(dir, "explicit.yaml"))
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "xdg"))
+	if got := ConfigPath(); got != filepath.Join(dir, "explicit.yaml") {
+		t.Errorf("with $%s: %s", EnvConfig, got)
+	}
+	t.Setenv(EnvConfig, "")
+	if got := ConfigPath(); got != filepath.Join(dir, "xdg", "gpucloud", "config.yaml") {
+		t.Errorf("with XDG_CONFIG_HOME: %s", got)
+	}
+	// A relative XDG_CONFIG_HOME is ignored, as the XDG spec says.
+	t.Setenv("XDG_CONFIG_HOME", "relative")
+	t.Setenv("HOME", dir)
+	if got := ConfigPath(); got != filepath.Join(dir, ".config", "gpucloud", "config.yaml") {
+		t.Errorf("with HOME only: %s", got)
+	}
+}
+
+func TestLoginWritesPrivateConfig(t *testing.T) {
+	e := newCloudEnv(t)
+
+	// A wrong token is caught before anything is written.
+	code, _, errOut := run(t, "login", "--server", e.url, "--token", "gpc_tk-0000000000000000_nope")
+	oneLine(t, code, errOut, "(unauthenticated)")
+	if _, err := os.Stat(e.config); !os.IsNotExist(err) {
+		t.Fatalf("config written after a failed login: %v", err)
+	}
+	code, _, errOut = run(t, "login", "--server", e.url)
+	if code != ExitUsage || !strings.Contains(errOut, "login needs --server URL and --token TOKEN") {
+		t.Errorf("login without token: exit %d, %q", code, errOut)
+	}
+
+	code, out, errOut := run(t, "login", "--server", e.url+"/", "--token", e.admin)
+	if code != 0 || !strings.Contains(out, "Logged in to "+e.url+"; saved to "+e.config) {
+		t.Fatalf("login: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	st, err := os.Stat(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("config mode %v, want 0600", st.Mode().Perm())
+	}
+	if dst, _ := os.Stat(filepath.Dir(e.config)); dst.Mode().Perm() != 0o700 {
+		t.Errorf("config dir mode %v, want 0700", dst.Mode().Perm())
+	}
+	var fc fileConfig
+	b, _ := os.ReadFile(e.config)
+	if err := yaml.Unmarshal(b, &fc); err != nil || fc.Server != e.url || fc.Token != e.admin {
+		t.Errorf("config %q: %+v, %v", b, fc, err)
+	}
+	// Later commands need no flags, and no warning since the file is private.
+	if code, out, errOut := run(t, "tenants", "list"); code != 0 || !strings.Contains(out, "operator") || errOut != "" {
+		t.Errorf("after login: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A config readable by others draws a warning.
+	if err := os.Chmod(e.config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, errOut := run(t, "tenants", "list"); !strings.Contains(errOut, "warning: "+e.config+" holds a token and is readable by other users") {
+		t.Errorf("no warning for a 0644 config: %q", errOut)
+	}
+
+	// --skip-verify saves without asking the server.
+	dead := closedURL()
+	if code, _, errOut := run(t, "login", "--server", dead, "--token", "gpc_x", "--skip-verify"); code != 0 {
+		t.Fatalf("login --skip-verify: exit %d, %q", code, errOut)
+	}
+	b, _ = os.ReadFile(e.config)
+	if !strings.Contains(string(b), dead) {
+		t.Errorf("config after --skip-verify: %q", b)
+	}
+}
+
+func TestWriteConfigErrors(t *testing.T) {
+	if err := WriteConfig("", "http://x", "t"); err == nil || !strings.Contains(err.Error(), EnvConfig) {
+		t.Errorf("empty path: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteConfig(filepath.Join(file, "config.yaml"), "http://x", "t"); err == nil {
+		t.Error("config under a regular file: no error")
+	}
+}
+
+func TestOfferingsFromServer(t *testing.T) {
+	e := newCloudEnv(t)
+	out := e.ok(e.admin, "offerings", "--mode", "mig", "--model", "h100")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "NAME") || len(lines) != 6 {
+		t.Fatalf("mig offerings on H100:\n%s", out)
+	}
+	for _, l := range lines[1:] {
+		if !strings.HasPrefix(l, "h100.mig.") || !strings.Contains(l, "H100-80GB-SXM") {
+			t.Errorf("row %q", l)
+		}
+	}
+	var offs []map[string]any
+	if err := yaml.Unmarshal([]byte(e.ok(e.admin, "offerings", "--mode", "shared", "-o", "yaml")), &offs); err != nil || len(offs) == 0 {
+		t.Fatalf("yaml: %v", err)
+	}
+	for _, o := range offs {
+		if o["mode"] != "shared" || o["share_milli"] == nil {
+			t.Errorf("yaml offering %v", o)
+		}
+	}
+	if out := e.ok(e.admin, "offerings", "--mode", "mig", "--model", "T4"); !strings.Contains(out, "no offerings with mode mig on model T4") {
+		t.Errorf("empty result: %q", out)
+	}
+	code, _, errOut := e.as(e.admin, "offerings", "--mode", "vm")
+	if code != ExitUsage || !strings.Contains(errOut, `--mode "vm"`) {
+		t.Errorf("bad mode: exit %d, %q", code, errOut)
+	}
+}

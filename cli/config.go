@@ -1,0 +1,454 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// Environment variables of the connection settings. They override the
+// config file; the --server and --token flags override them.
+const (
+	EnvServer = "GPUCLOUD_SERVER"
+	EnvToken  = "GPUCLOUD_TOKEN"
+	EnvConfig = "GPUCLOUD_CONFIG"
+)
+
+// requestTimeout bounds one API call, so that a hung server does not hang
+// the command line forever.
+const requestTimeout = 60 * time.Second
+
+// clockNow is the clock for ages and expiry times; tests may replace it.
+var clockNow = time.Now
+
+// fileConfig is the config file: where the server is and the token to use.
+type fileConfig struct {
+	Server string `yaml:"server"`
+	Token  string `yaml:"token"`
+}
+
+// ConfigPath returns the config file gpucloud reads and `gpucloud login`
+// writes: $GPUCLOUD_CONFIG if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml
+// when XDG_CONFIG_HOME is an absolute path, else
+// ~/.config/gpucloud/config.yaml. It returns "" when there is no home
+// directory to put it in.
+func ConfigPath() string {
+	if p := os.Getenv(EnvConfig); p != "" {
+		return p
+	}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "gpucloud", "config.yaml")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".config", "gpucloud", "config.yaml")
+}
+
+// WriteConfig writes the config file at path with the server URL and token,
+// readable by its owner only (0600), creating its directory (0700) if
+// needed. It replaces the file atomically, so a reader never sees half of
+// it.
+func WriteConfig(path string, server, token string) error {
+	if path == "" {
+		return fmt.Errorf("no place for the config file: set $%s or $HOME", EnvConfig)
+	}
+	b, err := yaml.Marshal(fileConfig{Server: server, Token: token})
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	// os.CreateTemp creates the file with mode 0600.
+	f, err := os.CreateTemp(dir, ".config-*.yaml")
+	if err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write config %s: %w", path, err)
+	}
+	return nil
+}
+
+// readConfig reads the config file at path; a missing file is an empty
+// config. A file that others can read draws a warning on stderr, because
+// it holds a secret.
+func readConfig(path string, stderr io.Writer) (fileConfig, error) {
+	var c fileConfig
+	if path == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("config file %s: %v", path, err)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && c.Token != "" {
+		fmt.Fprintf(stderr, "warning: %s holds a token and is readable by other users; run: chmod 600 %s\n", path, path)
+	}
+	return c, nil
+}
+
+// session holds the connection flags of the root command and turns them,
+// the environment and the config file into a client.
+type session struct {
+	server, token string
+}
+
+// conn is a client of one server, with what the CLI needs to explain
+// failures: the URL, and where the token came from.
+type conn struct {
+	*httpapi.Client
+	server, tokenFrom string
+}
+
+// settings resolves the server and token, each from the first of: flag,
+// environment, config file. It reports where each came from.
+func (s *session) settings(stderr io.Writer) (server, serverFrom, token, tokenFrom string, err error) {
+	server, serverFrom = s.server, "--server"
+	if server == "" {
+		server, serverFrom = os.Getenv(EnvServer), "$"+EnvServer
+	}
+	token, tokenFrom = s.token, "--token"
+	if token == "" {
+		token, tokenFrom = os.Getenv(EnvToken), "$"+EnvToken
+	}
+	if server == "" || token == "" {
+		path := ConfigPath()
+		fc, err := readConfig(path, stderr)
+		if err != nil {
+			return "", "", "", "", err
+		}
+		if server == "" {
+			server, serverFrom = fc.Server, path
+		}
+		if token == "" {
+			token, tokenFrom = fc.Token, path
+		}
+	}
+	return strings.TrimSpace(server), serverFrom, strings.TrimSpace(token), tokenFrom, nil
+}
+
+// connect returns a client of the configured server, or an error that
+// says how to configure one.
+func (s *session) connect(cmd *cobra.Command) (*conn, error) {
+	server, serverFrom, token, tokenFrom, err := s.settings(cmd.ErrOrStderr())
+	if err != nil {
+		return nil, err
+	}
+	if server == "" {
+		return nil, errors.New("no gpucloud server configured: run `gpucloud up` to start one, or `gpucloud login --server URL --token TOKEN` to use an existing one")
+	}
+	if err := checkServerURL(server); err != nil {
+		return nil, fmt.Errorf("%v (from %s)", err, serverFrom)
+	}
+	if token == "" {
+		return nil, fmt.Errorf("no token for the gpucloud server at %s: run `gpucloud login --server %s --token TOKEN`, or set $%s", server, server, EnvToken)
+	}
+	hc := &http.Client{Timeout: requestTimeout}
+	return &conn{Client: httpapi.NewClient(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
+}
+
+// checkServerURL accepts http and https URLs with a host.
+func checkServerURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("server %q is not a URL such as http://127.0.0.1:8080", s)
+	}
+	return nil
+}
+
+// explain turns a client error into the CLI's one-line error: an API error
+// as "message (code)", a refused connection as a hint to start the server.
+func (c *conn) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *cloud.Error
+	if errors.As(err, &ce) {
+		msg := fmt.Sprintf("%s (%s)", ce.Message, ce.Code)
+		if ce.Code == cloud.Unauthenticated {
+			msg += fmt.Sprintf("; the token came from %s: run `gpucloud login --server %s --token TOKEN` with a valid one", c.tokenFrom, c.server)
+		}
+		return errors.New(msg)
+	}
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted")
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("cannot reach the gpucloud server at %s: is `gpucloud up` running?", c.server)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return fmt.Errorf("the gpucloud server at %s did not answer within %s", c.server, requestTimeout)
+		}
+		var dns *net.DNSError
+		if errors.As(err, &dns) {
+			return fmt.Errorf("cannot reach the gpucloud server at %s: %v", c.server, dns)
+		}
+		return fmt.Errorf("cannot reach the gpucloud server at %s: %v", c.server, ue.Err)
+	}
+	return err
+}
+
+// interruptible returns the command's context, cancelled on Ctrl-C, so
+// that waits and follows end cleanly.
+func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(contextOf(cmd), os.Interrupt)
+}
+
+// contextOf returns the command's context; cobra leaves it nil on commands
+// it did not execute, such as the one whose arguments it completes.
+func contextOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+// newCloudCommands returns the commands that talk to a gpucloud server, and
+// adds their connection flags to root as persistent flags.
+func newCloudCommands(root *cobra.Command) []*cobra.Command {
+	s := &session{}
+	pf := root.PersistentFlags()
+	pf.StringVar(&s.server, "server", "", "gpucloud server URL (default $"+EnvServer+", else the config file)")
+	pf.StringVar(&s.token, "token", "", "API token (default $"+EnvToken+", else the config file)")
+	return []*cobra.Command{newLoginCommand(s), newOfferingsCommand(s), newInstancesCommand(s),
+		newVolumesCommand(s), newHostsCommand(s), newTenantsCommand(s), newQuotasCommand(s), newTokensCommand(s)}
+}
+
+func newLoginCommand(s *session) *cobra.Command {
+	var skipVerify bool
+	cmd := &cobra.Command{
+		Use:   "login",
+		Short: "Save the server URL and token for later commands",
+		Long: "Save the server URL and API token in the config file, readable by you only\n" +
+			"(0600), so that later commands need neither flags nor environment variables.\n\n" +
+			"The file is $" + EnvConfig + " if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml,\n" +
+			"else ~/.config/gpucloud/config.yaml. Every command takes the server and token\n" +
+			"from --server and --token first, then $" + EnvServer + " and $" + EnvToken + ", then\n" +
+			"this file. login checks the token against the server before saving it.",
+		Example: strings.Join([]string{
+			"  gpucloud login --server http://10.0.0.5:8080 --token gpc_tk-..._...",
+			"",
+			"  # Keep the saved server and replace the token",
+			"  gpucloud login --token gpc_tk-..._...",
+		}, "\n"),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			server, _, token, _, err := s.settings(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if server == "" || token == "" {
+				return usagef(cmd, "login needs --server URL and --token TOKEN")
+			}
+			if err := checkServerURL(server); err != nil {
+				return usagef(cmd, "--server: %v", err)
+			}
+			if !skipVerify {
+				c, err := s.connect(cmd)
+				if err != nil {
+					return err
+				}
+				ctx, cancel := interruptible(cmd)
+				defer cancel()
+				if _, err := c.Offerings(ctx); err != nil {
+					return c.explain(err)
+				}
+			}
+			path := ConfigPath()
+			if err := WriteConfig(path, strings.TrimRight(server, "/"), token); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Logged in to %s; saved to %s\n", strings.TrimRight(server, "/"), path)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&skipVerify, "skip-verify", false, "save without checking the token against the server")
+	return cmd
+}
+
+// outputFlag is -o on the commands that print resources.
+type outputFlag struct{ format string }
+
+func (o *outputFlag) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.format, "output", "o", "table", `output format: "table", "json" or "yaml"`)
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// check validates the format; its error is a usage error.
+func (o *outputFlag) check(cmd *cobra.Command) error {
+	for _, v := range outputFormats {
+		if o.format == v {
+			return nil
+		}
+	}
+	return usagef(cmd, `--output %q: want "table", "json" or "yaml"`, o.format)
+}
+
+func (o *outputFlag) table() bool { return o.format == "table" }
+
+// writeData writes v as JSON, or as YAML with the same field names (the
+// API's types carry JSON tags only, so YAML goes through JSON).
+func writeData(w io.Writer, format string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	plainStyle(&doc)
+	compactYAML(&doc)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// plainStyle clears the flow and quoting styles that parsing JSON leaves
+// on YAML nodes; the encoder quotes what needs quoting by itself.
+func plainStyle(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		plainStyle(c)
+	}
+}
+
+// ago renders how long ago t was, coarsely: "45s", "12m", "3h", "5d".
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := clockNow().Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + "h"
+	}
+	return strconv.Itoa(int(d.Hours()/24)) + "d"
+}
+
+// stamp renders a time for detail views: UTC RFC 3339 and its age.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + ago(t) + " ago)"
+}
+
+// clip shortens s to n runes with an ellipsis, for table cells.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// exactArgs is cobra.ExactArgs as a usage error naming the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef(cmd, "%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs is cobra.MinimumNArgs as a usage error naming the arguments.
+func minArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usagef(cmd, "%s takes %s", cmd.CommandPath(), names)
+		}
+		return nil
+	}
+}
+
+// keyValues parses repeated KEY=VALUE flags; a malformed or repeated key is
+// a usage error.
+func keyValues(cmd *cobra.Command, flag string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, kv := range vals {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, usagef(cmd, "--%s %q: want KEY=VALUE", flag, kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usagef(cmd, "--%s %s is given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// groupCommand is a command that only holds subcommands.
+func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
+	cmd.AddCommand(subs...)
+	return cmd
+}

@@ -1,0 +1,483 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// allStates lists the instance states in lifecycle order, for --state.
+var allStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running,
+	cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
+
+// defaultWaitTimeout is how long --wait waits unless --timeout says.
+const defaultWaitTimeout = 5 * time.Minute
+
+func newInstancesCommand(s *session) *cobra.Command {
+	cmd := groupCommand("instances", "Create, list and manage GPU instances",
+		"Create instances of an offering, follow them through their lifecycle\n"+
+			"(pending, scheduled, starting, running, stopping, stopped, terminated), and\n"+
+			"read their events and output.",
+		newInstancesCreateCommand(s), newInstancesListCommand(s), newInstancesDescribeCommand(s),
+		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
+		newInstancesEventsCommand(s), newInstancesLogsCommand(s))
+	cmd.Aliases = []string{"instance", "i"}
+	return cmd
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func newInstancesCreateCommand(s *session) *cobra.Command {
+	var (
+		req       httpapi.CreateInstanceRequest
+		env, tags []string
+		key       string
+		w         waitFlags
+		out       outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "create --offering NAME [flags] [-- COMMAND ARGS...]",
+		Short: "Create an instance",
+		Long: "Create an instance of an offering ('gpucloud offerings' lists them). It starts\n" +
+			"pending; the scheduler places it on a host and the host's agent runs the\n" +
+			"command given after \"--\" with exactly the allocated GPUs visible.\n\n" +
+			"Every call sends an Idempotency-Key: a retry with the same key returns the\n" +
+			"instance the first call created instead of creating another. The default key\n" +
+			"is random, so running the command twice creates two instances; pass\n" +
+			"--idempotency-key to make a script's retries safe.\n\n" +
+			"With --wait the command returns once the instance runs, and fails (exit 1)\n" +
+			"if it fails, stops or is terminated first, or at --timeout.",
+		Example: strings.Join([]string{
+			"  gpucloud instances create --offering h100.1x --name train -- python train.py --epochs 3",
+			"",
+			"  # Two zones allowed, a driver constraint, environment, and wait until running",
+			"  gpucloud instances create --offering h100.mig.3g.40gb --zone a --zone b \\",
+			"      --label 'driver>=550' --env HF_HOME=/data/hf --volume v-0123 --wait",
+			"",
+			"  # Safe to retry from a script",
+			"  gpucloud instances create --offering l40s.shared.0.25 --idempotency-key job-42 -o json",
+		}, "\n"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
+				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if err := w.check(cmd); err != nil {
+				return err
+			}
+			if req.Offering == "" {
+				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+			}
+			var err error
+			if req.Env, err = keyValues(cmd, "env", env); err != nil {
+				return err
+			}
+			if req.Tags, err = keyValues(cmd, "tag", tags); err != nil {
+				return err
+			}
+			req.Command = args
+			if key == "" {
+				key = newUUID()
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
+				return err
+			}
+			in, err := c.CreateInstance(ctx, req, key)
+			if err != nil {
+				return c.explain(err)
+			}
+			if w.wait {
+				if in, err = c.waitFor(ctx, cmd.ErrOrStderr(), in, cloud.Running, w.timeout); err != nil {
+					return err
+				}
+			}
+			return printInstances(cmd.OutOrStdout(), out.format, in)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Offering, "offering", "", "the offering (instance type) to rent; required")
+	f.StringVar(&req.Name, "name", "", "a name for the instance (letters, digits, '-', '_', '.')")
+	f.StringSliceVar(&req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
+	f.StringArrayVar(&req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
+	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
+	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	f.StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same instance (default: a random UUID)")
+	w.register(cmd, "running")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
+	return cmd
+}
+
+func newInstancesListCommand(s *session) *cobra.Command {
+	var (
+		states               []string
+		offering, tenant, hn string
+		out                  outputFlag
+	)
+	names := make([]string, len(allStates))
+	for i, st := range allStates {
+		names[i] = string(st)
+	}
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List instances",
+		Long: "List instances, oldest ID first. Members see their tenant's; admins see every\n" +
+			"tenant's (a TENANT column then appears when there are several), or one\n" +
+			"tenant's with --tenant.",
+		Example: strings.Join([]string{
+			"  gpucloud instances list",
+			"  gpucloud instances list --state pending,running --offering h100.1x",
+			"  gpucloud instances list --tenant tn-0123456789abcdef -o json",
+		}, "\n"),
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			o := httpapi.ListInstancesOptions{Tenant: tenant, Offering: offering, Host: hn, Limit: 1000}
+			for _, st := range states {
+				st = strings.ToLower(strings.TrimSpace(st))
+				if !slices.Contains(names, st) {
+					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(names, ", "))
+				}
+				o.States = append(o.States, cloud.State(st))
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			if o.Tenant, err = c.tenantID(ctx, o.Tenant); err != nil {
+				return err
+			}
+			all := []*cloud.Instance{}
+			for {
+				page, err := c.ListInstances(ctx, o)
+				if err != nil {
+					return c.explain(err)
+				}
+				all = append(all, page.Instances...)
+				if page.Next == "" {
+					break
+				}
+				o.After = page.Next
+			}
+			if !out.table() {
+				return writeData(cmd.OutOrStdout(), out.format, all)
+			}
+			if len(all) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no instances")
+				return nil
+			}
+			return printInstances(cmd.OutOrStdout(), "table", all...)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(names, ", "))
+	f.StringVar(&offering, "offering", "", "only instances of this offering")
+	f.StringVar(&tenant, "tenant", "", "only this tenant's instances, by name or ID (admins)")
+	f.StringVar(&hn, "host", "", "only instances on this host")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
+	return cmd
+}
+
+// printInstances prints instances as a table (one row each) or as JSON or
+// YAML: one instance as an object, several as a list.
+func printInstances(w io.Writer, format string, ins ...*cloud.Instance) error {
+	if format != "table" {
+		if len(ins) == 1 {
+			return writeData(w, format, ins[0])
+		}
+		return writeData(w, format, ins)
+	}
+	tenants := false
+	for _, in := range ins {
+		tenants = tenants || in.TenantID != ins[0].TenantID
+	}
+	header := []string{"ID", "NAME", "OFFERING", "STATE", "HOST", "AGE", "REASON"}
+	if tenants {
+		header = append([]string{"TENANT"}, header...)
+	}
+	rows := [][]string{header}
+	for _, in := range ins {
+		row := []string{in.ID, dash(in.Name), in.Offering, string(in.State), dash(in.HostID), ago(in.CreatedAt), dash(clip(in.Reason, 60))}
+		if tenants {
+			row = append([]string{in.TenantID}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return writeTable(w, rows)
+}
+
+func newInstancesDescribeCommand(s *session) *cobra.Command {
+	var (
+		out    outputFlag
+		events int
+	)
+	cmd := &cobra.Command{
+		Use:     "describe ID",
+		Aliases: []string{"show", "get"},
+		Short:   "Show everything about an instance",
+		Long: "Show an instance: its offering, state and the reason for it (while pending,\n" +
+			"why no host fits: \"0/8 hosts available: ...\"; when failed, the exit status),\n" +
+			"the workload, the host and the exact GPUs or MIG slices it holds, and its\n" +
+			"last events.\n\n" +
+			"-o json and -o yaml print the instance with an \"events\" list added.",
+		Example: "  gpucloud instances describe i-0123456789abcdef\n  gpucloud instances describe i-0123456789abcdef -o yaml --events 50",
+		Args:    exactArgs(1, "one instance ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if events < 0 {
+				return usagef(cmd, "--events %d: want 0 or more", events)
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			in, err := c.GetInstance(ctx, args[0])
+			if err != nil {
+				return c.explain(err)
+			}
+			evs, err := c.allEvents(ctx, in.ID)
+			if err != nil {
+				return c.explain(err)
+			}
+			evs = evs[max(len(evs)-events, 0):]
+			if !out.table() {
+				return writeData(cmd.OutOrStdout(), out.format, struct {
+					*cloud.Instance
+					Events []*cloud.Event `json:"events"`
+				}{in, evs})
+			}
+			return describeInstance(cmd.OutOrStdout(), in, evs)
+		},
+		ValidArgsFunction: s.completeInstances(false),
+	}
+	cmd.Flags().IntVar(&events, "events", 10, "how many of the last events to show")
+	out.register(cmd)
+	return cmd
+}
+
+// describeInstance writes the detail view of an instance.
+func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error {
+	var rows [][]string
+	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	add("ID", in.ID)
+	add("Name", dash(in.Name))
+	add("Tenant", in.TenantID)
+	add("Offering", in.Offering)
+	add("State", string(in.State))
+	add("Reason", dash(in.Reason))
+	add("Version", strconv.FormatInt(in.Version, 10))
+	add("Created", stamp(in.CreatedAt))
+	add("Updated", stamp(in.UpdatedAt))
+	add("Zones", dash(strings.Join(in.Zones, ", ")))
+	add("Labels", dash(strings.Join(in.Labels, ", ")))
+	add("Tags", dash(joinMap(in.Tags)))
+	add("Command", dash(shellJoin(in.Command)))
+	add("Env", dash(joinMap(in.Env)))
+	add("Volumes", dash(strings.Join(in.Volumes, ", ")))
+	add("Host", dash(in.HostID))
+	if p := in.Placement; p != nil {
+		add("Allocation", allocationSummary(p))
+	}
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	if p := in.Placement; p != nil && len(p.Devices) > 0 {
+		fmt.Fprintln(w, "Devices:")
+		rows := [][]string{{"  GPU", "UUID", "KIND", "DETAIL"}}
+		for _, d := range p.Devices {
+			rows = append(rows, []string{"  " + strconv.Itoa(d.GPU), dash(d.UUID), string(d.Kind), deviceDetail(d)})
+		}
+		if err := writeTable(w, rows); err != nil {
+			return err
+		}
+	}
+	if len(evs) == 0 {
+		fmt.Fprintln(w, "Events: none")
+		return nil
+	}
+	fmt.Fprintln(w, "Events:")
+	return writeEvents(w, evs, "  ")
+}
+
+// allocationSummary says what a placement holds: "2 GPUs, 52 vCPUs, 512 GiB".
+func allocationSummary(p *fleet.Placement) string {
+	var parts []string
+	if p.Metal {
+		parts = append(parts, "whole host")
+	}
+	if n := len(p.Devices); n > 0 {
+		parts = append(parts, plural(n, "device", "devices"))
+	}
+	parts = append(parts, strconv.FormatFloat(float64(p.CPUMilli)/1000, 'f', -1, 64)+" vCPUs", formatMiB(p.MemoryMiB))
+	return strings.Join(parts, ", ")
+}
+
+// deviceDetail describes the part of a GPU a device takes.
+func deviceDetail(d fleet.Device) string {
+	switch d.Kind {
+	case fleet.MIGSlice:
+		s := fmt.Sprintf("%s (profile %d, memory slots %d-%d, %d compute slices)", d.MIGProfile, d.MIGProfileID,
+			d.MIGStart, d.MIGStart+d.MIGSlots-1, d.MIGSlices)
+		if d.EnableMIG {
+			s += ", enables MIG"
+		}
+		return s
+	case fleet.Share:
+		return strconv.FormatFloat(float64(d.Milli)/1000, 'f', -1, 64) + " GPU, " + formatMiB(d.MemoryMiB)
+	}
+	return "whole GPU"
+}
+
+// joinMap renders a map as "k=v, k2=v2" in key order.
+func joinMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ", ")
+}
+
+// shellJoin renders a command so that it can be pasted into a shell.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+// allEvents reads every event of an instance, oldest first.
+func (c *conn) allEvents(ctx context.Context, id string) ([]*cloud.Event, error) {
+	all := []*cloud.Event{}
+	o := httpapi.EventsOptions{Limit: 1000}
+	for {
+		page, err := c.InstanceEvents(ctx, id, o)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Events...)
+		if page.Next == "" {
+			return all, nil
+		}
+		o.After = page.Next
+	}
+}
+
+// writeEvents writes events as a table, each row starting with indent.
+func writeEvents(w io.Writer, evs []*cloud.Event, indent string) error {
+	rows := [][]string{{indent + "TIME", "EVENT", "STATE", "ACTOR", "REASON"}}
+	for _, e := range evs {
+		state := "-"
+		switch {
+		case e.From != "" && e.To != "":
+			state = string(e.From) + " -> " + string(e.To)
+		case e.To != "":
+			state = string(e.To)
+		}
+		rows = append(rows, []string{indent + e.Time.UTC().Format(time.RFC3339), string(e.Kind), state, dash(e.Actor), dash(e.Reason)})
+	}
+	return writeTable(w, rows)
+}
+
+// completeInstances returns a completion of instance IDs from the server,
+// leaving out ended instances and IDs already on the command line;
+// multi says whether the command takes several IDs.
+func (s *session) completeInstances(multi bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 && !multi {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := s.connect(cmd)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		// Terminating instances are nearly gone, and not every server
+		// accepts the state as a filter.
+		live := slices.DeleteFunc(slices.Clone(allStates), func(st cloud.State) bool {
+			return st == cloud.Terminated || st == cloud.Terminating
+		})
+		page, err := c.ListInstances(contextOf(cmd), httpapi.ListInstancesOptions{States: live, Limit: 1000})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var ids []string
+		for _, in := range page.Instances {
+			if strings.HasPrefix(in.ID, toComplete) && !slices.Contains(args, in.ID) {
+				ids = append(ids, in.ID+"\t"+strings.TrimSpace(in.Name+" "+in.Offering+" "+string(in.State)))
+			}
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeOfferings completes offering names from the server.
+func (s *session) completeOfferings(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	c, err := s.connect(cmd)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	offerings, err := c.Offerings(contextOf(cmd))
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var names []string
+	for _, o := range offerings {
+		if strings.HasPrefix(o.Name, toComplete) {
+			names = append(names, o.Name)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}

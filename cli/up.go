@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/serve"
+)
+
+// hostAgent is one agent `up` runs, with what it must stop on exit.
+type hostAgent struct {
+	id  string
+	ag  *agent.Agent
+	rt  *process.Runtime
+	md  *metadata.Server
+	gpu int
+}
+
+// startAgent joins a host to the server and returns its running agent.
+func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
+	joined, err := agent.Join(ctx, httpapi.NewClient(url, "", nil), joinToken, drv)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := drv.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), gpu: len(inv.Host.GPUs)}
+	h.ag = agent.New(httpapi.NewClient(url, joined.Credential, nil), agent.Config{
+		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
+		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
+	})
+	return h, nil
+}
+
+// loadFleet reads a list of simulated hosts (sim.Spec) from YAML.
+func loadFleet(path string) ([]sim.Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var specs []sim.Spec
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&specs); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%s: no hosts", path)
+	}
+	return specs, nil
+}
+
+func newUpCommand(stderr io.Writer) *cobra.Command {
+	var (
+		dir, listen, fleetFile, logLevel string
+		noNVML                           bool
+		interval                         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a complete local cloud: server, embedded SQLite and a simulated fleet",
+		Long: "Start, in one process, a gpucloud server with embedded SQLite in a data directory,\n" +
+			"a simulated fleet (2 hosts of 8x H100-80GB-SXM and 2 of 8x A100-80GB-SXM on NVLink,\n" +
+			"4 of 2x L40S; or --fleet FILE) and an agent for every host. If this machine has\n" +
+			"NVIDIA GPUs and NVML works, they join as a real host too (MIG layouts untouched).\n\n" +
+			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
+			"the other commands work right away, and shuts down cleanly on Ctrl-C.",
+		Example: "  gpucloud up\n" +
+			"  gpucloud instances create --offering h100.mig.3g.40gb --wait -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 3600'",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(stderr, logLevel)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			specs := sim.DefaultFleet()
+			if fleetFile != "" {
+				if specs, err = loadFleet(fleetFile); err != nil {
+					return err
+				}
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			s, err := serve.Start(ctx, serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				s.Close(shut)
+			}()
+			token, err := adminToken(dir, s.AdminToken)
+			if err != nil {
+				return err
+			}
+			admin := httpapi.NewClient(s.URL, token, nil)
+			jt, err := admin.CreateJoinToken(ctx, httpapi.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
+			if err != nil {
+				return fmt.Errorf("create join token: %w", err)
+			}
+			var hosts []*hostAgent
+			for _, spec := range specs {
+				drv, err := sim.New(spec)
+				if err != nil {
+					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
+				}
+				h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", spec.ID), true, interval, log)
+				if err != nil {
+					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
+				}
+				hosts = append(hosts, h)
+			}
+			if !noNVML {
+				if drv, err := nvml.Open(); err == nil {
+					if h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", "nvml"), false, interval, log); err == nil {
+						hosts = append(hosts, h)
+					} else {
+						log.Warn("NVIDIA GPUs found but the host could not join", "err", err)
+					}
+				}
+			}
+			var wg sync.WaitGroup
+			for _, h := range hosts {
+				wg.Add(1)
+				go func(h *hostAgent) {
+					defer wg.Done()
+					if err := h.ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+						log.Error("agent stopped", "host", h.id, "err", err)
+					}
+				}(h)
+			}
+			cfgPath := ConfigPath()
+			if cfgPath != "" {
+				if err := WriteConfig(cfgPath, s.URL, token); err != nil {
+					log.Warn("could not write the CLI configuration", "path", cfgPath, "err", err)
+					cfgPath = ""
+				}
+			}
+			gpus := 0
+			for _, h := range hosts {
+				gpus += h.gpu
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "gpucloud is up: %s (%d hosts, %d GPUs, data in %s)\n", s.URL, len(hosts), gpus, dir)
+			fmt.Fprintf(out, "admin token: %s\n", token)
+			if cfgPath != "" {
+				fmt.Fprintf(out, "CLI configured in %s; try:\n", cfgPath)
+			} else {
+				fmt.Fprintf(out, "export GPUCLOUD_SERVER=%s GPUCLOUD_TOKEN=%s; then try:\n", s.URL, token)
+			}
+			fmt.Fprintf(out, "  gpucloud offerings --mode mig\n")
+			fmt.Fprintf(out, "  gpucloud instances create --offering h100.mig.3g.40gb --wait -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 600'\n")
+			fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
+			<-ctx.Done()
+			wg.Wait()
+			shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, h := range hosts {
+				h.rt.StopAll(shut)
+				h.md.Close()
+			}
+			fmt.Fprintln(out, "gpucloud stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "data-dir", dataDir(), "where the database, the admin token and the hosts' files live")
+	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
+	f.StringVar(&fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
+	f.BoolVar(&noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
+	f.DurationVar(&interval, "agent-interval", time.Second, "how often agents poll for assignments and heartbeat")
+	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// adminToken keeps the admin token of a data directory: the first start
+// writes it (0600) next to the database, later starts read it back, since
+// the server keeps only its hash.
+func adminToken(dir, created string) (string, error) {
+	path := filepath.Join(dir, "admin-token")
+	if created != "" {
+		return created, os.WriteFile(path, []byte(created+"\n"), 0o600)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s has a database but no admin token file (%v): start with an empty --data-dir", dir, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+// canonicalModel resolves a GPU model name or alias through the built-in
+// catalog; names it does not know (an operator's own models) compare
+// case-insensitively.
+func canonicalModel(name string) string {
+	if name == "" {
+		return ""
+	}
+	if c, err := catalog.Default().CanonicalModel(name); err == nil {
+		return c
+	}
+	return name
+}
+
+func newOfferingsCommand(s *session) *cobra.Command {
+	var (
+		mode, model string
+		out         outputFlag
+	)
+	modes := make([]string, len(offeringModes))
+	for i, m := range offeringModes {
+		modes[i] = string(m)
+	}
+	cmd := &cobra.Command{
+		Use:   "offerings",
+		Short: "List the offerings the server rents",
+		Long: "List the offerings (instance types) of the server's catalog, which may add\n" +
+			"to the built-in one: the mode, the GPU model, what of the GPU it rents, and the\n" +
+			"vCPUs and memory that come with it. Pass a NAME to 'gpucloud instances create\n" +
+			"--offering'. 'gpucloud catalog offerings' shows the built-in catalog without\n" +
+			"a server.",
+		Example: "  gpucloud offerings\n  gpucloud offerings --mode mig --model H100\n  gpucloud offerings -o json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			var wantMode catalog.Mode
+			if mode != "" {
+				if wantMode = catalog.Mode(strings.ToLower(mode)); !wantMode.Valid() {
+					return usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
+				}
+			}
+			wantModel := canonicalModel(model)
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			all, err := c.Offerings(ctx)
+			if err != nil {
+				return c.explain(err)
+			}
+			offerings := []*catalog.Offering{}
+			for _, o := range all {
+				if wantMode != "" && o.Mode != wantMode ||
+					wantModel != "" && !strings.EqualFold(canonicalModel(o.Model), wantModel) {
+					continue
+				}
+				offerings = append(offerings, o)
+			}
+			w := cmd.OutOrStdout()
+			if !out.table() {
+				return writeData(w, out.format, offerings)
+			}
+			if len(offerings) == 0 {
+				fmt.Fprintf(w, "no offerings%s\n", describeFilter(wantMode, wantModel))
+				return nil
+			}
+			rows := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY"}}
+			for _, o := range offerings {
+				rows = append(rows, []string{o.Name, string(o.Mode), dash(canonicalModel(o.Model)), offeringResource(o),
+					strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB)})
+			}
+			return writeTable(w, rows)
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "", "only offerings of this mode: "+strings.Join(modes, ", "))
+	cmd.Flags().StringVar(&model, "model", "", "only offerings on this GPU model (name or alias)")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(modes, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// tenantID resolves what a user typed for a tenant, a name or an ID, into
+// an ID. Members cannot list tenants; what they typed goes to the server
+// as it is.
+func (c *conn) tenantID(ctx context.Context, arg string) (string, error) {
+	if arg == "" {
+		return "", nil
+	}
+	ts, err := c.Tenants(ctx)
+	if cloud.ErrorCode(err) == cloud.PermissionDenied {
+		return arg, nil
+	}
+	if err != nil {
+		return "", c.explain(err)
+	}
+	for _, t := range ts {
+		if t.ID == arg {
+			return arg, nil
+		}
+	}
+	for _, t := range ts {
+		if t.Name == arg {
+			return t.ID, nil
+		}
+	}
+	return arg, nil
+}
+
+func newVolumesCommand(s *session) *cobra.Command {
+	cmd := groupCommand("volumes", "Create, list, attach and detach volumes",
+		"Volumes are persistent storage of a tenant. A volume is attached to at most\n"+
+			"one instance at a time and outlives it: terminating the instance detaches it.",
+		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s))
+	cmd.Aliases = []string{"volume"}
+	return cmd
+}
+
+// printVolumes prints volumes as a table or as JSON or YAML (one volume as
+// an object, several as a list).
+func printVolumes(w io.Writer, format string, one bool, vs ...*cloud.Volume) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, vs[0])
+		}
+		return writeData(w, format, vs)
+	}
+	if len(vs) == 0 {
+		_, err := fmt.Fprintln(w, "no volumes")
+		return err
+	}
+	tenants := false
+	for _, v := range vs {
+		tenants = tenants || v.TenantID != vs[0].TenantID
+	}
+	header := []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"}
+	if tenants {
+		header = append([]string{"TENANT"}, header...)
+	}
+	rows := [][]string{header}
+	for _, v := range vs {
+		row := []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
+		if tenants {
+			row = append([]string{v.TenantID}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return writeTable(w, rows)
+}
+
+func newVolumesCreateCommand(s *session) *cobra.Command {
+	var (
+		req httpapi.CreateVolumeRequest
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "create --name NAME --size-gib N",
+		Short:   "Create a volume",
+		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if req.Name == "" {
+				return usagef(cmd, "--name is required")
+			}
+			if req.SizeGiB <= 0 {
+				return usagef(cmd, "--size-gib is required and must be positive")
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				var err error
+				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
+					return err
+				}
+				v, err := c.CreateVolume(ctx, req)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&req.Name, "name", "", "the volume's name; required")
+	cmd.Flags().Int64Var(&req.SizeGiB, "size-gib", 0, "size in GiB; required")
+	cmd.Flags().StringVar(&req.Zone, "zone", "", "the zone to create it in (instances using it must be allowed there)")
+	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	out.register(cmd)
+	return cmd
+}
+
+func newVolumesListCommand(s *session) *cobra.Command {
+	var (
+		tenant string
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List volumes",
+		Long:    "List volumes: members their tenant's, admins every tenant's or one tenant's.",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				vs, err := c.Volumes(ctx, t)
+				if err != nil {
+					return c.explain(err)
+				}
+				if vs == nil {
+					vs = []*cloud.Volume{}
+				}
+				return printVolumes(cmd.OutOrStdout(), out.format, false, vs...)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's volumes, by name or ID (admins)")
+	out.register(cmd)
+	return cmd
+}
+
+func newVolumesAttachCommand(s *session) *cobra.Command {
+	var (
+		instance string
+		out      outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "attach VOLUME --instance ID",
+		Short:   "Attach a detached volume to an instance",
+		Example: "  gpucloud volumes attach v-0123456789abcdef --instance i-0123456789abcdef",
+		Args:    exactArgs(1, "one volume ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if instance == "" {
+				return usagef(cmd, "--instance is required")
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				v, err := c.AttachVolume(ctx, args[0], instance)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&instance, "instance", "", "the instance to attach it to; required")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
+	return cmd
+}
+
+func newVolumesDetachCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "detach VOLUME",
+		Short: "Detach a volume from its instance",
+		Long:  "Detach a volume from its instance; detaching a detached volume changes nothing.",
+		Args:  exactArgs(1, "one volume ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				v, err := c.DetachVolume(ctx, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// withConn connects and runs fn with an interruptible context.
+func (s *session) withConn(cmd *cobra.Command, fn func(context.Context, *conn) error) error {
+	c, err := s.connect(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := interruptible(cmd)
+	defer cancel()
+	return fn(ctx, c)
+}

@@ -1,0 +1,342 @@
+package httpapi
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	control "github.com/gpucloud/gpucloud/server"
+)
+
+// inventory is what an agent of a host with gpus GPUs of model reports:
+// the mock host without a state, plus driver versions.
+func inventory(id, model string, gpus int) *gpu.Inventory {
+	h := fleet.MockHost(id, model, gpus)
+	h.State = ""
+	delete(h.Labels, "driver")
+	return &gpu.Inventory{Host: *h, Driver: "550.54.15", CUDA: "12.4"}
+}
+
+// joinToken creates a join token and returns its secret.
+func (e *env) joinToken(name string) string {
+	e.t.Helper()
+	jt, err := e.admin.CreateJoinToken(context.Background(), CreateJoinTokenRequest{Name: name})
+	if err != nil {
+		e.t.Fatalf("create join token: %v", err)
+	}
+	return jt.Secret
+}
+
+// join joins a host and returns a client with its agent credential.
+func (e *env) join(inv *gpu.Inventory) (*Client, string) {
+	e.t.Helper()
+	jr, err := e.client("").Join(context.Background(), JoinRequest{JoinToken: e.joinToken("join-" + inv.Host.ID), Inventory: inv})
+	if err != nil {
+		e.t.Fatalf("join %s: %v", inv.Host.ID, err)
+	}
+	return e.client(jr.Credential), jr.HostID
+}
+
+func (e *env) host(id string) *cloud.Host {
+	e.t.Helper()
+	var h *cloud.Host
+	err := e.store.Tx(context.Background(), func(tx cloud.Tx) (err error) {
+		h, err = tx.GetHost(context.Background(), id)
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("get host %s: %v", id, err)
+	}
+	return h
+}
+
+// events returns the kinds of the events that name host id.
+func (e *env) hostEvents(id string) []cloud.EventKind {
+	e.t.Helper()
+	evs, err := e.admin.Events(context.Background(), EventsOptions{Host: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var kinds []cloud.EventKind
+	for _, ev := range evs.Events {
+		kinds = append(kinds, ev.Kind)
+	}
+	return kinds
+}
+
+func TestJoinTokens(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	jt, err := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "rack-12"})
+	if err != nil || jt.Token.Role != cloud.RoleJoin || !strings.HasPrefix(jt.Secret, "gpc_") {
+		t.Fatalf("CreateJoinToken = %+v, %v", jt, err)
+	}
+	_, err = e.acme.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "mine"})
+	wantCode(t, err, cloud.PermissionDenied)
+	_, err = e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{})
+	wantCode(t, err, cloud.Invalid)
+	past := e.clock.Now().Add(-time.Minute)
+	_, err = e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "old", ExpiresAt: &past})
+	wantCode(t, err, cloud.Invalid)
+
+	list, err := e.admin.JoinTokens(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != jt.Token.ID || list[0].Name != "rack-12" {
+		t.Fatalf("JoinTokens = %+v, %v", list, err)
+	}
+	if _, err := e.admin.RevokeToken(ctx, jt.Token.ID); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = e.admin.JoinTokens(ctx)
+	if len(list) != 1 || list[0].RevokedAt == nil {
+		t.Errorf("after revoking: %+v", list)
+	}
+}
+
+func TestJoinRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	good := e.joinToken("good")
+	soon := e.clock.Now().Add(time.Minute)
+	expiring, err := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "soon", ExpiresAt: &soon})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, _ := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "revoked"})
+	if _, err := e.admin.RevokeToken(ctx, revoked.Token.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	anon := e.client("")
+	before := e.counts()
+	for _, c := range []struct {
+		desc  string
+		token string
+		code  cloud.Code
+	}{
+		{"no join token", "", cloud.Unauthenticated},
+		{"a made-up token", "gpc_tk-0000_nothing", cloud.Unauthenticated},
+		{"not a token at all", "hello", cloud.Unauthenticated},
+		{"an expired join token", expiring.Secret, cloud.Unauthenticated},
+		{"a revoked join token", revoked.Secret, cloud.Unauthenticated},
+		{"a member's token", e.acmeToken, cloud.PermissionDenied},
+		{"an admin's token", e.adminToken, cloud.PermissionDenied},
+	} {
+		_, err := anon.Join(ctx, JoinRequest{JoinToken: c.token, Inventory: inventory("n-1", "L4", 1)})
+		if got := cloud.ErrorCode(err); got != c.code {
+			t.Errorf("%s: %v, want %s", c.desc, err, c.code)
+		}
+	}
+
+	bad := func(change func(inv *gpu.Inventory)) *gpu.Inventory {
+		inv := inventory("n-1", "H100", 2)
+		change(inv)
+		return inv
+	}
+	for _, c := range []struct {
+		desc string
+		inv  *gpu.Inventory
+		msg  string
+	}{
+		{"no inventory", nil, "inventory"},
+		{"an unknown GPU model", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].Model = "B300" }), "B300"},
+		{"a GPU without UUID", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[0].UUID = "" }), "uuid"},
+		{"a UUID twice", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].UUID = inv.Host.GPUs[0].UUID }), "twice"},
+		{"GPUs out of order", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].Index = 5 }), "index"},
+		{"negative CPU", bad(func(inv *gpu.Inventory) { inv.Host.CPUMilli = -1 }), "negative"},
+		{"a bad host ID", bad(func(inv *gpu.Inventory) { inv.Host.ID = "no spaces" }), "inventory.host.id"},
+		{"MIG instances without MIG mode", bad(func(inv *gpu.Inventory) {
+			inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 0}}
+		}), "not in MIG mode"},
+		{"a MIG instance at a slot its profile cannot use", bad(func(inv *gpu.Inventory) {
+			inv.Host.GPUs[0].MIG = true
+			inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 2}}
+		}), "slot"},
+		{"MIG on a model without MIG", func() *gpu.Inventory {
+			inv := inventory("n-1", "L4", 1)
+			inv.Host.GPUs[0].MIG = true
+			return inv
+		}(), "no MIG"},
+	} {
+		_, err := anon.Join(ctx, JoinRequest{JoinToken: good, Inventory: c.inv})
+		ce := wantCode(t, err, cloud.Invalid)
+		if !strings.Contains(ce.Message, c.msg) {
+			t.Errorf("%s: %q does not mention %q", c.desc, ce.Message, c.msg)
+		}
+	}
+	e.unchanged(before, "refused joins")
+}
+
+func TestJoin(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inv := inventory("node-1", "H100", 2)
+	inv.Host.GPUs[1].WholeAlloc, inv.Host.UsedCPUMilli, inv.Host.Allocs = "i-ghost", 1000, 1
+	jr, err := e.client("").Join(ctx, JoinRequest{JoinToken: e.joinToken("j"), Inventory: inv})
+	if err != nil || jr.HostID != "node-1" {
+		t.Fatalf("Join = %+v, %v", jr, err)
+	}
+	h := e.host("node-1")
+	want := fleet.MockHost("node-1", "H100-80GB-SXM", 2)
+	want.Labels = map[string]string{"driver": "550.54.15", "cuda": "12.4"}
+	if h.State != fleet.Schedulable || !h.LastHeartbeat.Equal(e.clock.Now()) || !sameSpec(h.Spec, *want) {
+		t.Errorf("joined host: %+v\nwant spec %+v", h, want)
+	}
+	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined}) {
+		t.Errorf("events %v", k)
+	}
+	agent := e.client(jr.Credential)
+	if as, err := agent.Assignments(ctx); err != nil || len(as.Assignments) != 0 {
+		t.Errorf("assignments of a new host = %+v, %v", as, err)
+	}
+	toks, _ := e.admin.Tokens(ctx, OperatorTenant)
+	found := false
+	for _, tk := range toks {
+		found = found || tk.Role == cloud.RoleAgent && tk.HostID == "node-1"
+	}
+	if !found {
+		t.Errorf("no agent token bound to node-1 in %+v", toks)
+	}
+
+	// Without a host ID the server names the host.
+	inv2 := inventory("", "L4", 1)
+	for i := range inv2.Host.GPUs {
+		inv2.Host.GPUs[i].UUID += "-b"
+	}
+	jr2, err := e.client("").Join(ctx, JoinRequest{JoinToken: e.joinToken("k"), Inventory: inv2})
+	if err != nil || !strings.HasPrefix(jr2.HostID, "h-") {
+		t.Fatalf("Join without ID = %+v, %v", jr2, err)
+	}
+	if h := e.host(jr2.HostID); h.Spec.ID != jr2.HostID {
+		t.Errorf("spec ID %q, want %q", h.Spec.ID, jr2.HostID)
+	}
+}
+
+func TestRejoin(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	old, _ := e.join(inventory("node-1", "L4", 1))
+	if _, err := e.admin.CordonHost(ctx, "node-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	v := e.host("node-1").Version
+	e.clock.Advance(time.Hour)
+	agent, id := e.join(inventory("node-1", "L4", 2))
+	h := e.host("node-1")
+	if id != "node-1" || h.Version != v+1 || len(h.Spec.GPUs) != 2 || h.State != fleet.Cordoned || !h.LastHeartbeat.Equal(e.clock.Now()) {
+		t.Errorf("re-joined host %+v (version was %d)", h, v)
+	}
+	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+		t.Errorf("new credential: %v", err)
+	}
+	wantCode(t, old.Heartbeat(ctx, HeartbeatRequest{}), cloud.Unauthenticated)
+	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined, EventHostCordoned, EventHostRejoined}) {
+		t.Errorf("events %v", k)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	inv := inventory("node-1", "H100", 2)
+	agent, _ := e.join(inv)
+	v := e.host("node-1").Version
+
+	e.clock.Advance(10 * time.Second)
+	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
+		t.Errorf("heartbeat without inventory: version %d (was %d), last %v", h.Version, v, h.LastHeartbeat)
+	}
+	e.clock.Advance(10 * time.Second)
+	if err := agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
+		t.Errorf("heartbeat with the same inventory: version %d (was %d)", h.Version, v)
+	}
+	inv.Host.GPUs[0].MIG = true
+	inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 4}}
+	if err := agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}); err != nil {
+		t.Fatal(err)
+	}
+	h := e.host("node-1")
+	got := h.Spec.GPUs[0]
+	if h.Version != v+1 || !got.MIG || len(got.Instances) != 1 || got.Instances[0].Slots != 4 || got.Instances[0].Slices != 3 {
+		t.Errorf("heartbeat with a new inventory: version %d (was %d), gpu 0 %+v", h.Version, v, got)
+	}
+	inv.Host.ID = "node-2"
+	wantCode(t, agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}), cloud.Invalid)
+
+	// A silent host is marked unhealthy; its next heartbeat heals it.
+	e.clock.Advance(time.Minute)
+	if marked, err := control.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil || len(marked) != 1 {
+		t.Fatalf("MarkSilentHosts = %v, %v", marked, err)
+	}
+	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.host("node-1"); h.State != fleet.Schedulable || h.Spec.State != fleet.Schedulable {
+		t.Errorf("after the heartbeat of an unhealthy host: %s", h.State)
+	}
+	k := e.hostEvents("node-1")
+	if want := []cloud.EventKind{EventHostJoined, EventHostInventory, "host.unhealthy", EventHostHealthy}; !slices.Equal(k, want) {
+		t.Errorf("events %v, want %v", k, want)
+	}
+}
+
+func TestAgentRoles(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	agent, _ := e.join(inventory("node-1", "L4", 1))
+	join := e.client(e.joinToken("j"))
+	for _, c := range []struct {
+		desc string
+		err  error
+	}{
+		{"an agent lists instances", func() error { _, err := agent.ListInstances(ctx, ListInstancesOptions{}); return err }()},
+		{"an agent makes itself a token", func() error { _, err := agent.CreateToken(ctx, CreateTokenRequest{}); return err }()},
+		{"an agent lists hosts", func() error { _, err := agent.Hosts(ctx); return err }()},
+		{"an agent makes join tokens", func() error {
+			_, err := agent.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "x"})
+			return err
+		}()},
+		{"a join token lists instances", func() error { _, err := join.ListInstances(ctx, ListInstancesOptions{}); return err }()},
+		{"a join token heartbeats", join.Heartbeat(ctx, HeartbeatRequest{})},
+		{"a member heartbeats", e.acme.Heartbeat(ctx, HeartbeatRequest{})},
+		{"an admin reads assignments", func() error { _, err := e.admin.Assignments(ctx); return err }()},
+	} {
+		if cloud.ErrorCode(c.err) != cloud.PermissionDenied {
+			t.Errorf("%s: %v, want permission_denied", c.desc, c.err)
+		}
+	}
+	// Members do not see join tokens and agent credentials, even in the
+	// operator tenant.
+	u, err := e.admin.CreateUser(ctx, OperatorTenant, CreateUserRequest{Name: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := e.client(u.Secret).Tokens(ctx, "")
+	if err != nil || len(toks) == 0 {
+		t.Fatalf("an operator member's tokens: %+v, %v", toks, err)
+	}
+	for _, tk := range toks {
+		if tk.Role == cloud.RoleJoin || tk.Role == cloud.RoleAgent {
+			t.Errorf("an operator member sees token %+v", tk)
+			_, err := e.client(u.Secret).RevokeToken(ctx, tk.ID)
+			wantCode(t, err, cloud.NotFound)
+		}
+	}
+	all, _ := e.admin.Tokens(ctx, OperatorTenant)
+	for _, tk := range all {
+		if tk.Role == cloud.RoleAgent || tk.Role == cloud.RoleJoin {
+			_, err := e.client(u.Secret).RevokeToken(ctx, tk.ID)
+			wantCode(t, err, cloud.NotFound)
+		}
+	}
+}

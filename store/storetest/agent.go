@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// What the agent protocol needs of the store: tokens bound to a host,
+// heartbeats that leave the host's version alone, and instance logs.
+
+func testAgentTokens(t *testing.T, s cloud.Store) {
+	seedUsers(t, s)
+	agent := token("k-agent", "u-1", "t-1", "hash-agent")
+	agent.Role, agent.HostID = cloud.RoleAgent, "h-7"
+	join := token("k-join", "u-1", "t-1", "hash-join")
+	join.Role = cloud.RoleJoin
+	inTx(t, s, func(tx cloud.Tx) error {
+		if err := tx.CreateToken(ctx, agent); err != nil {
+			return err
+		}
+		return tx.CreateToken(ctx, join)
+	})
+	got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Token, error) { return tx.TokenByHash(ctx, []byte("hash-agent"), t0) })
+	wantEqual(t, "an agent token with its host round-trips", got, agent)
+	got = mustRead(t, s, func(tx cloud.Tx) (*cloud.Token, error) { return tx.TokenByHash(ctx, []byte("hash-join"), t0) })
+	wantEqual(t, "a join token without a host round-trips", got, join)
+	all := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Token, error) { return tx.ListTokens(ctx, "t-1") })
+	wantEqual(t, "ListTokens carries the host", all, []*cloud.Token{agent, join})
+}
+
+func testHeartbeat(t *testing.T, s cloud.Store) {
+	h := &cloud.Host{ID: "h-1", State: fleet.Unhealthy, Spec: hostSpec("h-1"), LastHeartbeat: t0}
+	inTx(t, s, func(tx cloud.Tx) error { return tx.PutHost(ctx, h) })
+	beat := t0.Add(90 * time.Second)
+	inTx(t, s, func(tx cloud.Tx) error { return tx.Heartbeat(ctx, "h-1", beat) })
+	got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Host, error) { return tx.GetHost(ctx, "h-1") })
+	want := *h
+	want.LastHeartbeat = us(beat)
+	wantEqual(t, "Heartbeat changes LastHeartbeat alone, not the version", got, &want)
+
+	// The version PutHost expects is still the one the caller read before
+	// the heartbeat.
+	got.State = fleet.Schedulable
+	inTx(t, s, func(tx cloud.Tx) error { return tx.PutHost(ctx, got) })
+	if got.Version != 2 {
+		t.Errorf("PutHost after a heartbeat set Version %d, want 2", got.Version)
+	}
+	err := try(s, func(tx cloud.Tx) error { return tx.Heartbeat(ctx, "h-9", beat) })
+	wantCode(t, "a heartbeat of a missing host is NotFound", err, cloud.NotFound, "host h-9 not found")
+}
+
+func testLogs(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1")
+	inTx(t, s, func(tx cloud.Tx) error {
+		for _, id := range []string{"i-1", "i-2"} {
+			if err := tx.CreateInstance(ctx, &cloud.Instance{ID: id, TenantID: "t-1", State: cloud.Running}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	appendLog := func(id string, data string, keep int64) int64 {
+		t.Helper()
+		return mustRead(t, s, func(tx cloud.Tx) (int64, error) { return tx.AppendLog(ctx, id, []byte(data), keep) })
+	}
+	readLog := func(id string, offset int64, limit int) *cloud.LogChunk {
+		t.Helper()
+		return mustRead(t, s, func(tx cloud.Tx) (*cloud.LogChunk, error) { return tx.ReadLog(ctx, id, offset, limit) })
+	}
+	const big = 1 << 30
+
+	wantEqual(t, "an empty log", readLog("i-1", 0, 100), &cloud.LogChunk{Data: []byte{}})
+	if end := appendLog("i-1", "", big); end != 0 {
+		t.Errorf("appending nothing to an empty log: end %d, want 0", end)
+	}
+	// Binary output round-trips byte for byte, across merged and separate
+	// chunks.
+	var stream []byte
+	for i, piece := range []string{"hello\n", "\x00\xff\xfe binary\n", strings.Repeat("x", 70<<10), "tail\n"} {
+		stream = append(stream, piece...)
+		if end := appendLog("i-1", piece, big); end != int64(len(stream)) {
+			t.Fatalf("append %d: end %d, want %d", i, end, len(stream))
+		}
+	}
+	n := int64(len(stream))
+	wantEqual(t, "the whole log", readLog("i-1", 0, big), &cloud.LogChunk{Data: stream, End: n})
+	wantEqual(t, "a page from an offset inside a chunk", readLog("i-1", 3, 10),
+		&cloud.LogChunk{Data: stream[3:13], Start: 3, End: n})
+	wantEqual(t, "a page across chunks", readLog("i-1", n-8, 100),
+		&cloud.LogChunk{Data: stream[n-8:], Start: n - 8, End: n})
+	wantEqual(t, "reading at the end", readLog("i-1", n, 100), &cloud.LogChunk{Data: []byte{}, Start: n, End: n})
+	wantEqual(t, "the other instance's log is apart", readLog("i-2", 0, 100), &cloud.LogChunk{Data: []byte{}})
+	if end := appendLog("i-1", "", big); end != n {
+		t.Errorf("appending nothing: end %d, want %d", end, n)
+	}
+
+	// The cap keeps exactly the newest bytes; offsets stay those of the
+	// whole stream, and a read before the oldest kept byte starts there.
+	var s2 []byte
+	for _, piece := range []string{"0123456789", "abcdef", "ghij"} {
+		s2 = append(s2, piece...)
+		appendLog("i-2", piece, 12)
+	}
+	end := int64(len(s2))
+	wantEqual(t, "a capped log", readLog("i-2", 0, 100),
+		&cloud.LogChunk{Data: s2[end-12:], Start: end - 12, First: end - 12, End: end})
+	// A piece larger than the cap keeps its own tail.
+	s2 = append(s2, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"...)
+	if got := appendLog("i-2", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", 12); got != int64(len(s2)) {
+		t.Errorf("append larger than the cap: end %d, want %d", got, len(s2))
+	}
+	end = int64(len(s2))
+	wantEqual(t, "after a piece larger than the cap", readLog("i-2", 3, 100),
+		&cloud.LogChunk{Data: []byte("OPQRSTUVWXYZ"), Start: end - 12, First: end - 12, End: end})
+	// Many chunks, each beyond the merge limit, trimmed one by one.
+	chunk := bytes.Repeat([]byte("y"), 65<<10)
+	for i := 0; i < 4; i++ {
+		chunk[0] = byte('a' + i)
+		appendLog("i-1", string(chunk), 100<<10)
+	}
+	got := readLog("i-1", 0, big)
+	if got.End-got.First != 100<<10 || int64(len(got.Data)) != 100<<10 || got.Data[len(got.Data)-len(chunk)] != 'd' {
+		t.Errorf("capped at 100 KiB: first %d end %d, %d bytes", got.First, got.End, len(got.Data))
+	}
+
+	for _, c := range []struct {
+		desc string
+		fn   func(cloud.Tx) error
+		code cloud.Code
+		msg  string
+	}{
+		{"reading past the end is Invalid",
+			func(tx cloud.Tx) error { _, err := tx.ReadLog(ctx, "i-2", end+1, 10); return err },
+			cloud.Invalid, "past the end"},
+		{"a negative offset is Invalid",
+			func(tx cloud.Tx) error { _, err := tx.ReadLog(ctx, "i-2", -1, 10); return err },
+			cloud.Invalid, ""},
+		{"a read size of zero is Invalid",
+			func(tx cloud.Tx) error { _, err := tx.ReadLog(ctx, "i-2", 0, 0); return err },
+			cloud.Invalid, ""},
+		{"a cap of zero is Invalid",
+			func(tx cloud.Tx) error { _, err := tx.AppendLog(ctx, "i-2", []byte("x"), 0); return err },
+			cloud.Invalid, ""},
+		{"the log of a missing instance is NotFound",
+			func(tx cloud.Tx) error { _, err := tx.ReadLog(ctx, "i-9", 0, 10); return err },
+			cloud.NotFound, "instance i-9 not found"},
+		{"appending to a missing instance is NotFound",
+			func(tx cloud.Tx) error { _, err := tx.AppendLog(ctx, "i-9", []byte("x"), 10); return err },
+			cloud.NotFound, "instance i-9 not found"},
+	} {
+		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
+	}
+
+	// A failed transaction leaves no output behind.
+	err := try(s, func(tx cloud.Tx) error {
+		if _, err := tx.AppendLog(ctx, "i-2", []byte("lost"), 12); err != nil {
+			return err
+		}
+		return errSentinel
+	})
+	if err != errSentinel {
+		t.Fatalf("Tx = %v, want the sentinel", err)
+	}
+	if got := readLog("i-2", 0, 100); got.End != end {
+		t.Errorf("after a rolled back append: end %d, want %d", got.End, end)
+	}
+}
