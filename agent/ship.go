@@ -10,9 +10,12 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 )
 
-// maxChunksPerPass bounds how many log chunks (each at most what the
-// runtime returns per call) one instance ships per pass, so that a chatty
-// workload does not hold up the others.
+// MaxLogChunk is the most output one AppendLogs call carries, the server's
+// limit.
+const MaxLogChunk = 1 << 20
+
+// maxChunksPerPass bounds how many log chunks one instance ships per pass,
+// so that a chatty workload does not hold up the others.
 const maxChunksPerPass = 16
 
 // shipLogs uploads the output the workload wrote since the last upload. The
@@ -39,6 +42,9 @@ func (a *Agent) shipLogs(ctx context.Context, s *inst) error {
 			a.logOff[s.id] = next
 			s.drained = s.state == stateDone
 			return nil
+		}
+		if len(data) > MaxLogChunk {
+			data, next = data[:MaxLogChunk], off+MaxLogChunk
 		}
 		if err := a.srv.AppendLogs(ctx, s.id, data); err != nil {
 			if !permanent(err) {

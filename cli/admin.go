@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +21,7 @@ func newHostsCommand(s *session) *cobra.Command {
 	cmd := groupCommand("hosts", "List, cordon and uncordon GPU hosts (admins)",
 		"The GPU servers whose agents joined the cloud, as the control plane records\n"+
 			"them. A cordoned host keeps what it runs and takes nothing new.",
-		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"))
+		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newJoinTokenCommand(s))
 	cmd.Aliases = []string{"host"}
 	return cmd
 }
@@ -442,5 +443,43 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 	cmd.Flags().StringArrayVar(&gpus, "gpus", nil, "cap MODEL=N on whole-GPU equivalents of a model (0: no limit; repeatable)")
 	cmd.Flags().BoolVar(&reset, "reset", false, "start from no limits rather than the current quota")
 	out.register(cmd)
+	return cmd
+}
+
+// newJoinTokenCommand creates a join token for new hosts' agents.
+func newJoinTokenCommand(s *session) *cobra.Command {
+	var (
+		name      string
+		expiresIn time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "join-token",
+		Short: "Create a join token for new hosts (admins)",
+		Long: "Create a join token: `gpucloud agent --join-token TOKEN` on a new GPU host\n" +
+			"joins it to the cloud. The token is shown once; revoke it with\n" +
+			"`gpucloud tokens revoke ID` when the hosts have joined.",
+		Example: "  gpucloud hosts join-token --name rack-12 --expires-in 24h",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			req := httpapi.CreateJoinTokenRequest{Name: name}
+			if expiresIn > 0 {
+				at := time.Now().Add(expiresIn)
+				req.ExpiresAt = &at
+			}
+			t, err := c.CreateJoinToken(contextOf(cmd), req)
+			if err != nil {
+				return c.explain(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "join token %s (shown once): %s\n", t.Token.ID, t.Secret)
+			fmt.Fprintf(cmd.OutOrStdout(), "on the new host: gpucloud agent --server %s --join-token %s\n", c.server, t.Secret)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "hosts", "what the token is for (shown in the token list)")
+	cmd.Flags().DurationVar(&expiresIn, "expires-in", 24*time.Hour, "how long the token joins hosts (0: until revoked)")
 	return cmd
 }

@@ -102,7 +102,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{err: err, path: cmd.CommandPath()}
 	})
-	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), newServerCommand(stderr), newUpCommand(stderr))
+	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), newServerCommand(stderr), newUpCommand(stderr), newAgentCommand(stderr))
 	root.AddCommand(newCloudCommands(root)...)
 	return root
 }

@@ -213,3 +213,9 @@ func adminToken(dir, created string) (string, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// contextWithTimeout is a fresh context for shutting down after the
+// command's own context has ended.
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

@@ -28,13 +28,17 @@ const (
 	OpAppendLogs   = "AppendLogs"
 )
 
+// MaxLogChunk is the most output one AppendLogs call may carry, as on the
+// real server.
+const MaxLogChunk = 1 << 20
+
 var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs}
 
 // Server is the fake control plane. It is safe for concurrent use.
 //
 // Like the real server it answers a report for an instance that has no
-// assignment with a not_found error, refuses unknown phases and an exited
-// report without exit code, and releases an instance when it reports a
+// assignment with a not_found error, refuses unknown phases, an exited
+// report without exit code and log chunks over MaxLogChunk, and releases an instance when it reports a
 // terminal phase (exited, stopped, failed): its assignment disappears. A
 // report refused through FailNext changes nothing, as on the real server.
 type Server struct {
@@ -287,6 +291,9 @@ func (s *Server) AppendLogs(ctx context.Context, id string, chunk []byte) error 
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpAppendLogs); err != nil {
 		return err
+	}
+	if len(chunk) > MaxLogChunk {
+		return cloud.Errorf(cloud.Invalid, "a log chunk holds at most %d bytes, not %d", MaxLogChunk, len(chunk))
 	}
 	s.logs[id] = append(s.logs[id], chunk...)
 	return nil

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+func newAgentCommand(stderr io.Writer) *cobra.Command {
+	var (
+		joinToken, credFile, driver, simHost, dir, logLevel string
+		manageMIG                                           bool
+		interval                                            time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the host agent: report GPUs, run assigned instances",
+		Long: "Run the gpucloud agent on a GPU host. The first start joins the cloud with a\n" +
+			"join token (created by an admin with `gpucloud hosts join-token`) and saves the\n" +
+			"host's own credential; later starts use the credential.\n\n" +
+			"The agent reports the host's GPUs (NVML on real GPUs, or a simulated host from\n" +
+			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
+			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
+			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.",
+		Example: "  gpucloud agent --server http://10.0.0.5:7878 --join-token gpc_tk-..._... --driver nvml\n" +
+			"  gpucloud agent --server http://127.0.0.1:7878 --join-token $T --driver sim --sim-host h100.yaml",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			server, _ := cmd.Flags().GetString("server")
+			if server == "" {
+				server = os.Getenv(EnvServer)
+			}
+			if server == "" {
+				return usagef(cmd, "--server is required (or $%s)", EnvServer)
+			}
+			log, err := newLogger(stderr, logLevel)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			var drv gpu.Driver
+			switch driver {
+			case "sim":
+				if simHost == "" {
+					return usagef(cmd, "--driver sim needs --sim-host FILE")
+				}
+				h, err := sim.LoadFile(simHost)
+				if err != nil {
+					return err
+				}
+				drv, manageMIG = h, true
+			case "nvml":
+				d, err := nvml.Open()
+				if err != nil {
+					return fmt.Errorf("open NVML: %w", err)
+				}
+				defer d.Close()
+				drv = d
+			default:
+				return usagef(cmd, "--driver %q: want sim or nvml", driver)
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			if credFile == "" {
+				credFile = filepath.Join(dir, "credential")
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			cred, err := os.ReadFile(credFile)
+			switch {
+			case err == nil:
+			case errors.Is(err, os.ErrNotExist):
+				if joinToken == "" {
+					return usagef(cmd, "no credential in %s: the first start needs --join-token", credFile)
+				}
+				joined, err := agent.Join(ctx, httpapi.NewClient(server, "", nil), joinToken, drv)
+				if err != nil {
+					return fmt.Errorf("join %s: %w", server, err)
+				}
+				cred = []byte(joined.Credential)
+				if err := os.WriteFile(credFile, append(cred, '\n'), 0o600); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "joined %s as host %s\n", server, joined.HostID)
+			default:
+				return err
+			}
+			rt := process.New(filepath.Join(dir, "runtime"))
+			md := metadata.New()
+			defer md.Close()
+			a := agent.New(httpapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
+				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, Interval: interval, ManageMIG: manageMIG, Log: log,
+			})
+			fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, dir)
+			err = a.Run(ctx)
+			shut, cancel := contextWithTimeout(10 * time.Second)
+			defer cancel()
+			rt.StopAll(shut)
+			if errors.Is(err, ctx.Err()) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&joinToken, "join-token", "", "join token for the first start")
+	f.StringVar(&credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
+	f.StringVar(&driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
+	f.StringVar(&simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
+	f.StringVar(&dir, "data-dir", filepath.Join(dataDir(), "agent"), "volumes, work directories and workload logs")
+	f.BoolVar(&manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
+	f.DurationVar(&interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
