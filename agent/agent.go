@@ -45,7 +45,7 @@ const (
 )
 
 // EnvVolumes lists a workload's volume directories, colon-separated.
-const EnvVolumes = "GPUCLOUD_VOLUMES"
+const EnvVolumes = runtime.EnvVolumes
 
 // Config is what an agent works with.
 type Config struct {

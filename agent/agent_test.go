@@ -449,7 +449,7 @@ func TestVolumesAndWorkDir(t *testing.T) {
 	}
 	got, ok := env[agent.EnvVolumes]
 	if !ok {
-		t.Skip("runtime.Environ drops GPUCLOUD_VOLUMES (it drops every GPUCLOUD_ variable of Spec.Env)")
+		t.Fatalf("the workload got no %s", agent.EnvVolumes)
 	}
 	if want := volA + ":" + volB; got != want {
 		t.Fatalf("%s=%q, want %q", agent.EnvVolumes, got, want)

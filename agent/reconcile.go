@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
@@ -319,9 +318,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
 	}
-	delete(spec.Env, EnvVolumes)
 	if len(vols) > 0 {
-		spec.Env[EnvVolumes] = strings.Join(vols, ":")
+		spec.Volumes = vols
 		spec.WorkDir = vols[0]
 	}
 	if _, ok := a.logOff[s.id]; !ok {

@@ -18,10 +18,10 @@ import (
 // --- hosts ---
 
 func newHostsCommand(s *session) *cobra.Command {
-	cmd := groupCommand("hosts", "List, cordon and uncordon GPU hosts (admins)",
+	cmd := groupCommand("hosts", "List, cordon, uncordon and drain GPU hosts (admins)",
 		"The GPU servers whose agents joined the cloud, as the control plane records\n"+
 			"them. A cordoned host keeps what it runs and takes nothing new.",
-		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newJoinTokenCommand(s))
+		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newDrainCommand(s), newJoinTokenCommand(s))
 	cmd.Aliases = []string{"host"}
 	return cmd
 }
@@ -482,4 +482,32 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", "hosts", "what the token is for (shown in the token list)")
 	cmd.Flags().DurationVar(&expiresIn, "expires-in", 24*time.Hour, "how long the token joins hosts (0: until revoked)")
 	return cmd
+}
+
+// newDrainCommand cordons hosts and stops what runs on them.
+func newDrainCommand(s *session) *cobra.Command {
+	return &cobra.Command{
+		Use:   "drain ID...",
+		Short: "Cordon hosts and stop the instances running on them",
+		Long: "Drain hosts for maintenance: each is cordoned, and every instance running on\n" +
+			"it is asked to stop (its agent stops the workload and the GPUs are released).\n" +
+			"The tenants may start their instances again; they are placed elsewhere.",
+		Example: "  gpucloud hosts drain h100-a",
+		Args:    minArgs(1, "one or more host IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				for _, id := range args {
+					res, err := c.DrainHost(ctx, id)
+					if err != nil {
+						return fmt.Errorf("%s: %w", id, c.explain(err))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: cordoned, %d instances stopping\n", id, len(res.Stopping))
+					for _, in := range res.Stopping {
+						fmt.Fprintf(cmd.OutOrStdout(), "  %s (%s, tenant %s)\n", in.ID, in.Offering, in.TenantID)
+					}
+				}
+				return nil
+			})
+		},
+	}
 }

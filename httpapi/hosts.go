@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -101,4 +102,73 @@ func (s *server) setHostState(w http.ResponseWriter, r *http.Request, p principa
 	w.Header().Set("ETag", etag(out.Version))
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// drainHost handles POST /v1/hosts/{id}/drain (admin): the host is
+// cordoned, and every instance running there is asked to stop (the agent
+// stops it, the allocation is released; its tenant may start it again and
+// it is placed elsewhere). Instances being terminated carry on. Draining a
+// drained host changes nothing. The answer lists the instances it stopped.
+func (s *server) drainHost(w http.ResponseWriter, r *http.Request, p principal) error {
+	id := r.PathValue("id")
+	var stopped []*cloud.Instance
+	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+		ctx := r.Context()
+		stopped = stopped[:0]
+		h, err := tx.GetHost(ctx, id)
+		if cloud.IsNotFound(err) {
+			return notFound("host", id)
+		}
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if h.State == fleet.Schedulable {
+			from := h.State
+			h.State, h.Spec.State = fleet.Cordoned, fleet.Cordoned
+			if err := tx.PutHost(ctx, h); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventHostCordoned, HostID: h.ID, Actor: p.UserID,
+				Reason: string(from) + " -> cordoned by " + p.UserID + " (drain)"}); err != nil {
+				return err
+			}
+		}
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: id,
+			States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running}})
+		if err != nil {
+			return err
+		}
+		for _, in := range ins {
+			from := in.State
+			in.State, in.Reason, in.UpdatedAt = cloud.Stopping, "host "+id+" drained by "+p.UserID, now
+			if err := tx.UpdateInstance(ctx, in); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventInstanceState, TenantID: in.TenantID,
+				InstanceID: in.ID, HostID: id, From: from, To: cloud.Stopping, Reason: in.Reason, Actor: p.UserID}); err != nil {
+				return err
+			}
+			stopped = append(stopped, in)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, DrainResult{Host: id, Stopping: stopped})
+	return nil
+}
+
+// DrainResult is the answer to POST /v1/hosts/{id}/drain.
+type DrainResult struct {
+	Host     string            `json:"host"`
+	Stopping []*cloud.Instance `json:"stopping"`
+}
+
+// DrainHost cordons a host and stops the instances running on it.
+func (c *Client) DrainHost(ctx context.Context, id string) (*DrainResult, error) {
+	var out DrainResult
+	_, _, err := c.do(ctx, call{method: "POST", path: pathOf("hosts", id, "drain"), out: &out})
+	return nilOnErr(&out, err)
 }

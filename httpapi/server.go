@@ -122,6 +122,7 @@ var routeTable = []route{
 	{"GET", "/v1/hosts", adminOnly, (*server).listHosts},
 	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*server).cordonHost},
 	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*server).uncordonHost},
+	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*server).drainHost},
 
 	{"POST", "/v1/join-tokens", adminOnly, (*server).createJoinToken},
 	{"GET", "/v1/join-tokens", adminOnly, (*server).listJoinTokens},

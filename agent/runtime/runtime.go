@@ -64,6 +64,9 @@ type Spec struct {
 	// MetadataURL is the instance's metadata endpoint ("http://127.0.0.1:N"),
 	// passed as GPUCLOUD_METADATA_URL when set.
 	MetadataURL string
+	// Volumes are the directories of the instance's volumes, passed to the
+	// workload as GPUCLOUD_VOLUMES (colon-separated).
+	Volumes []string
 }
 
 // Status is what a runtime knows of a workload.
@@ -131,6 +134,7 @@ const (
 	EnvShareMilli      = "GPUCLOUD_GPU_SHARE_MILLI"
 	EnvShareMemoryMiB  = "GPUCLOUD_GPU_MEMORY_MIB"
 	EnvMetadataURL     = "GPUCLOUD_METADATA_URL"
+	EnvVolumes         = "GPUCLOUD_VOLUMES"
 	reservedEnvPrefix  = "GPUCLOUD_"
 	maxInstanceIDBytes = 128
 )
@@ -200,6 +204,7 @@ func ValidateID(id string) error {
 //     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (milli/10, at least 1), the limit an
 //     MPS server honours;
 //   - GPUCLOUD_METADATA_URL when MetadataURL is set.
+//   - GPUCLOUD_VOLUMES when the instance has volumes.
 //
 // Any other GPUCLOUD_ variable in Env is dropped. Nothing is inherited from
 // the calling process.
@@ -220,6 +225,9 @@ func Environ(s Spec, home string) []string {
 	}
 	if s.ShareMemoryMiB > 0 {
 		env[EnvShareMemoryMiB] = strconv.FormatInt(s.ShareMemoryMiB, 10)
+	}
+	if len(s.Volumes) > 0 {
+		env[EnvVolumes] = strings.Join(s.Volumes, ":")
 	}
 	if s.MetadataURL != "" {
 		env[EnvMetadataURL] = s.MetadataURL

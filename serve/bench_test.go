@@ -1,0 +1,339 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/server"
+	"github.com/gpucloud/gpucloud/store/pgtest"
+)
+
+// The control-plane benchmark: a server on loopback with a fleet of
+// simulated hosts takes a burst of concurrent creates through the real HTTP
+// API, and its scheduler places them all. It measures what a tenant sees
+// (create latency) and what the fleet sees (placements committed per second,
+// from the first create until the store holds every instance scheduled).
+//
+//	go test ./serve -run XXX -bench ControlPlane -benchtime 1x
+//	bash -c '. .ci/postgres.sh && go test ./serve -run XXX -bench ControlPlane -benchtime 1x'
+//
+// The first runs on SQLite only; the second on PostgreSQL too. Each
+// iteration starts from an empty database; only the burst is timed.
+const (
+	benchHosts   = 1000
+	benchCreates = 2000
+	// benchWorkers is how many creates are in flight at once, over one
+	// shared keep-alive HTTP client.
+	benchWorkers = 64
+	// benchTenants spreads the creates over several tenants, each with its
+	// own member token, as a public cloud's traffic is.
+	benchTenants = 8
+)
+
+// benchOfferings is the mix of creates, in equal parts; it fits the fleet
+// with room to spare, so every create must end up scheduled.
+var benchOfferings = []string{"h100.1x", "h100.mig.3g.40gb", "a100.2x", "l40s.shared.0.25"}
+
+func BenchmarkControlPlane(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		benchControlPlane(b, func() string { return "sqlite://" + filepath.Join(b.TempDir(), "gpucloud.db") })
+	})
+	b.Run("postgres", func(b *testing.B) {
+		benchControlPlane(b, func() string { return pgtest.URL(b) })
+	})
+}
+
+// burst is what one iteration measured.
+type burst struct {
+	latencies []time.Duration
+	creating  time.Duration // first create sent to last create answered
+	placing   time.Duration // first create sent to all scheduled
+	retries   int64
+}
+
+func benchControlPlane(b *testing.B, newDB func() string) {
+	var all []burst
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		db := newDB()
+		s, tokens := benchSetup(b, db)
+		b.StartTimer()
+		r := benchBurst(b, s, tokens)
+		b.StopTimer()
+		benchVerify(b, s)
+		if err := s.Close(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, r)
+		b.StartTimer()
+	}
+	var lat []time.Duration
+	var creating, placing time.Duration
+	var retries int64
+	for _, r := range all {
+		lat = append(lat, r.latencies...)
+		creating += r.creating
+		placing += r.placing
+		retries += r.retries
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	n := float64(len(all) * benchCreates)
+	b.ReportMetric(ms(percentile(lat, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+	b.ReportMetric(n/creating.Seconds(), "creates/s")
+	b.ReportMetric(n/placing.Seconds(), "placed/s")
+	b.ReportMetric(float64(retries)/float64(len(all)), "retries")
+}
+
+// percentile returns the p-quantile of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// benchSetup registers the fleet directly through the store, starts the
+// server on it and waits until its scheduler has built the fleet index. It
+// returns the server and one member token per tenant.
+func benchSetup(b *testing.B, db string) (*Server, []string) {
+	ctx := context.Background()
+	st, err := OpenStore(ctx, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for lo := 0; lo < benchHosts; lo += 100 {
+		err := st.Tx(ctx, func(tx cloud.Tx) error {
+			for i := lo; i < min(lo+100, benchHosts); i++ {
+				h := benchHost(i)
+				if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: now}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		b.Fatal(err)
+	}
+	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet,
+		// No host sends heartbeats here; none may turn unhealthy.
+		HeartbeatTimeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin := httpapi.NewClient(s.URL, s.AdminToken, nil)
+	var tokens []string
+	for i := 0; i < benchTenants; i++ {
+		t, err := admin.CreateTenant(ctx, fmt.Sprintf("bench-%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		u, err := admin.CreateUser(ctx, t.ID, httpapi.CreateUserRequest{Name: "load"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tokens = append(tokens, u.Secret)
+	}
+	// An instance that fits no host gets its reason once a scheduler step
+	// has run over the rebuilt fleet; then it is terminated, out of the way.
+	probe, err := admin.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "t4.1x"}, "probe")
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for probe.Reason == "" {
+		if time.Now().After(deadline) {
+			b.Fatal("the scheduler did not look at the probe instance within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if probe, err = admin.GetInstance(ctx, probe.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := admin.TerminateInstance(ctx, probe.ID, probe.Version); err != nil {
+		b.Fatal(err)
+	}
+	return s, tokens
+}
+
+// benchHost returns host i of the fleet: 40% 8x H100 and 30% 8x A100 on
+// one NVLink island each, 30% 8x L40S on PCIe.
+func benchHost(i int) *fleet.Host {
+	id := fmt.Sprintf("host-%04d", i)
+	switch {
+	case i%10 < 4:
+		return fleet.MockNVLinkHost(id, "H100-80GB-SXM", 8)
+	case i%10 < 7:
+		return fleet.MockNVLinkHost(id, "A100-80GB-SXM", 8)
+	}
+	return fleet.MockHost(id, "L40S", 8)
+}
+
+// benchBurst sends every create, benchWorkers at a time, and polls the
+// store until all are scheduled.
+func benchBurst(b *testing.B, s *Server, tokens []string) burst {
+	ctx := context.Background()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: benchWorkers, MaxIdleConnsPerHost: benchWorkers}}
+	defer hc.CloseIdleConnections()
+	clients := make([]*httpapi.Client, len(tokens))
+	for i, tok := range tokens {
+		clients[i] = httpapi.NewClient(s.URL, tok, hc)
+	}
+	jobs := make(chan int)
+	r := burst{latencies: make([]time.Duration, benchCreates)}
+	var retries atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < benchWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				req := httpapi.CreateInstanceRequest{Offering: benchOfferings[i%len(benchOfferings)]}
+				key := randomKey()
+				t := time.Now()
+				// A create that lost its serialization races is retried
+				// with the same key, as a client should: it can never
+				// create the instance twice.
+				var err error
+				for try := 0; try < 5; try++ {
+					if try > 0 {
+						retries.Add(1)
+					}
+					if _, err = clients[i%len(clients)].CreateInstance(ctx, req, key); err == nil || !retryable(err) {
+						break
+					}
+				}
+				r.latencies[i] = time.Since(t)
+				if err != nil {
+					failed.CompareAndSwap(nil, fmt.Errorf("create %d (%s): %w", i, req.Offering, err))
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < benchCreates; i++ {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		r.creating = time.Since(start)
+		close(done)
+	}()
+	db := rawDB(b, s.Store)
+	for created := false; ; {
+		if !created {
+			select {
+			case <-done:
+				created = true
+				if err, _ := failed.Load().(error); err != nil {
+					b.Fatal(err)
+				}
+			default:
+			}
+		}
+		n := countState(b, db, cloud.Scheduled)
+		if n >= benchCreates && created {
+			r.placing = time.Since(start)
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			b.Fatalf("%d of %d scheduled after five minutes", n, benchCreates)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.retries = retries.Load()
+	return r
+}
+
+func retryable(err error) bool {
+	c := cloud.ErrorCode(err)
+	return c == cloud.Conflict || c == cloud.Internal
+}
+
+func randomKey() string {
+	var k [16]byte
+	_, _ = rand.Read(k[:])
+	return hex.EncodeToString(k[:])
+}
+
+// rawDB returns the store's database, for the cheap count the poll needs;
+// listing instances through the store would decode every row, and poll the
+// server's CPU away from the work it measures.
+func rawDB(b *testing.B, st cloud.Store) *sql.DB {
+	d, ok := st.(interface{ DB() *sql.DB })
+	if !ok {
+		b.Fatalf("store %T does not expose its database", st)
+	}
+	return d.DB()
+}
+
+func countState(b *testing.B, db *sql.DB, state cloud.State) int {
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM instances WHERE state = '" + string(state) + "'").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// benchVerify checks the end state: exactly every create scheduled and
+// nothing else, and a fleet rebuilt from the store that holds every stored
+// allocation (a GPU handed out twice would not fit) and passes Check.
+func benchVerify(b *testing.B, s *Server) {
+	db := rawDB(b, s.Store)
+	if n := countState(b, db, cloud.Scheduled); n != benchCreates {
+		b.Fatalf("%d instances scheduled, want %d", n, benchCreates)
+	}
+	if n := countState(b, db, cloud.Pending); n != 0 {
+		b.Fatalf("%d instances still pending", n)
+	}
+	var misfits countingHandler
+	check := server.NewScheduler(s.Store, nil)
+	check.Log = slog.New(&misfits)
+	if err := check.Rebuild(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if n := misfits.errors.Load(); n > 0 {
+		b.Fatalf("%d stored allocations do not fit the rebuilt fleet", n)
+	}
+	if err := check.Fleet().Check(); err != nil {
+		b.Fatal(err)
+	}
+	if n := len(check.Fleet().Allocations()); n != benchCreates {
+		b.Fatalf("rebuilt fleet holds %d allocations, want %d", n, benchCreates)
+	}
+}
+
+// countingHandler counts error records and drops everything.
+type countingHandler struct{ errors atomic.Int64 }
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.errors.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
