@@ -867,7 +867,7 @@ func TestParseLabelSelector(t *testing.T) {
 			t.Errorf("%q does not round-trip: %q", s, got.String())
 		}
 	}
-	for _, s := range []string{"", "!", "a b", "=x", "a=", "!a b"} {
+	for _, s := range []string{"", "!", "a b", "=x", "a=", "!a b", "driver>>550", "driver=>550", "driver>=>550", "driver=<550", "a!=!b"} {
 		if _, err := ParseLabelSelector(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}

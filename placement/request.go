@@ -116,6 +116,9 @@ func ParseLabelSelector(s string) (LabelSelector, error) {
 			if v == "" {
 				return LabelSelector{}, fmt.Errorf("label selector %q: missing value", s)
 			}
+			if strings.ContainsAny(v[:1], "<>=!") {
+				return LabelSelector{}, fmt.Errorf("label selector %q: unknown operator (want =, !=, >=, <=, > or <)", s)
+			}
 			return LabelSelector{Key: k, Op: op, Value: v}, nil
 		}
 	}

@@ -1,0 +1,585 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/serve"
+)
+
+// Timing of the whole cloud: the scheduler and the agents poll every 20 ms,
+// and every wait of a test polls every pollEvery for at most waitFor.
+const (
+	scheduleInterval = 20 * time.Millisecond
+	agentInterval    = 20 * time.Millisecond
+	pollEvery        = 10 * time.Millisecond
+	waitFor          = 10 * time.Second
+)
+
+// logger is where the server and the agents log: nowhere, unless
+// GPUCLOUD_E2E_LOG names a level ("debug", "info", "warn"), then stderr.
+func logger() *slog.Logger {
+	lvl := os.Getenv("GPUCLOUD_E2E_LOG")
+	if lvl == "" {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(lvl)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// cluster is a running cloud: the server, and one agent per simulated
+// host, each with its own process runtime and metadata service.
+type cluster struct {
+	t     *testing.T
+	srv   *serve.Server
+	hc    *http.Client
+	admin *httpapi.Client
+	hosts map[string]*simHost
+	// lastEvent is the ID of the newest event a snapshot saw.
+	lastEvent int64
+	// prev is the snapshot after the last refused request, while a run
+	// of refused requests goes on (see refused).
+	prev *snapshot
+}
+
+// simHost is one joined host and the agent that runs it.
+type simHost struct {
+	id   string
+	spec sim.Spec
+	sim  *sim.Host
+	rt   *trackingRuntime
+	md   *metadata.Server
+	// api is the agent's own client (its credential), for looking at the
+	// host's assignments as the agent sees them.
+	api *httpapi.Client
+}
+
+// trackingRuntime is the process runtime, remembering every workload it
+// started so that a test can ask which of them still run.
+type trackingRuntime struct {
+	*process.Runtime
+	mu      sync.Mutex
+	started []string
+}
+
+func (r *trackingRuntime) Start(ctx context.Context, s runtime.Spec) error {
+	err := r.Runtime.Start(ctx, s)
+	if err == nil {
+		r.mu.Lock()
+		if !slices.Contains(r.started, s.InstanceID) {
+			r.started = append(r.started, s.InstanceID)
+		}
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// running lists the workloads the runtime still runs.
+func (r *trackingRuntime) running() []string {
+	r.mu.Lock()
+	ids := slices.Clone(r.started)
+	r.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if st, err := r.Status(id); err == nil && st.State == runtime.StateRunning {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// startCluster starts a server on db over loopback and joins one simulated
+// host per spec through a join token, each with a running agent. Cleanup
+// stops the agents, then every workload, then the server.
+func startCluster(t *testing.T, db string, specs ...sim.Spec) *cluster {
+	t.Helper()
+	// Made first, so that it is removed last, after the workloads that
+	// write into it are gone.
+	base := t.TempDir()
+	log := logger()
+	ctx := t.Context()
+	srv, err := serve.Start(ctx, serve.Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: scheduleInterval, Log: log})
+	if err != nil {
+		t.Fatalf("start server on %s: %v", db, err)
+	}
+	t.Cleanup(func() {
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Close(shut); err != nil {
+			t.Errorf("close server: %v", err)
+		}
+	})
+	if srv.AdminToken == "" {
+		t.Fatal("the first start of the server created no admin token")
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 15 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	c := &cluster{t: t, srv: srv, hc: hc, admin: httpapi.NewClient(srv.URL, srv.AdminToken, hc), hosts: map[string]*simHost{}}
+	c.until("the server to lead", func() (bool, string) { return srv.IsLeader(), "not leader" })
+
+	jt, err := c.admin.CreateJoinToken(ctx, httpapi.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(time.Now().Add(time.Hour))})
+	if err != nil {
+		t.Fatalf("create join token: %v", err)
+	}
+	agentCtx, stopAgents := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		stopAgents()
+		wg.Wait()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, h := range c.hosts {
+			if err := h.rt.StopAll(shut); err != nil {
+				t.Errorf("host %s: stop workloads: %v", h.id, err)
+			}
+			h.md.Close()
+		}
+	})
+	for _, spec := range specs {
+		drv, err := sim.New(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined, err := agent.Join(ctx, httpapi.NewClient(srv.URL, "", hc), jt.Secret, drv)
+		if err != nil {
+			t.Fatalf("host %s: %v", spec.ID, err)
+		}
+		if joined.HostID != spec.ID {
+			t.Fatalf("host %s joined as %s", spec.ID, joined.HostID)
+		}
+		dir := filepath.Join(base, spec.ID)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(),
+			rt:  &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))},
+			api: httpapi.NewClient(srv.URL, joined.Credential, hc)}
+		ag := agent.New(h.api, agent.Config{
+			Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
+			Interval: agentInterval, ManageMIG: true, Log: log.With("host", h.id),
+		})
+		c.hosts[h.id] = h
+		wg.Go(func() {
+			if err := ag.Run(agentCtx); err != nil {
+				t.Errorf("agent of %s: %v", h.id, err)
+			}
+		})
+	}
+	return c
+}
+
+// until polls cond every pollEvery until it holds, failing the test after
+// waitFor with what cond last said.
+func (c *cluster) until(what string, cond func() (bool, string)) {
+	c.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %v waiting for %s; last: %s", waitFor, what, last)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// member creates a tenant and a member user in it, and returns the
+// tenant, a client holding the member's token, and the token.
+func (c *cluster) member(tenant, user string) (*cloud.Tenant, *httpapi.Client, string) {
+	c.t.Helper()
+	ctx := c.t.Context()
+	tn, err := c.admin.CreateTenant(ctx, tenant)
+	if err != nil {
+		c.t.Fatalf("create tenant %s: %v", tenant, err)
+	}
+	u, err := c.admin.CreateUser(ctx, tn.ID, httpapi.CreateUserRequest{Name: user})
+	if err != nil {
+		c.t.Fatalf("create user %s: %v", user, err)
+	}
+	if u.User.Role != cloud.RoleMember || u.Secret == "" {
+		c.t.Fatalf("user %s: role %s, secret %q; want a member with a token", user, u.User.Role, u.Secret)
+	}
+	return tn, httpapi.NewClient(c.srv.URL, u.Secret, c.hc), u.Secret
+}
+
+// get reads an instance, failing the test on error.
+func (c *cluster) get(cl *httpapi.Client, id string) *cloud.Instance {
+	c.t.Helper()
+	in, err := cl.GetInstance(c.t.Context(), id)
+	if err != nil {
+		c.t.Fatalf("get instance %s: %v", id, err)
+	}
+	return in
+}
+
+// waitState waits until the instance is in state want and returns it. A
+// failed, lost or terminated instance that was not expected to be ends the
+// wait at once, with its reason.
+func (c *cluster) waitState(cl *httpapi.Client, id string, want cloud.State) *cloud.Instance {
+	c.t.Helper()
+	var in *cloud.Instance
+	c.until(fmt.Sprintf("instance %s to be %s", id, want), func() (bool, string) {
+		in = c.get(cl, id)
+		if in.State != want && (in.State == cloud.Failed || in.State == cloud.Lost || in.State == cloud.Terminated) {
+			c.t.Fatalf("instance %s (%s) is %s, want %s: %s", id, in.Offering, in.State, want, in.Reason)
+		}
+		return in.State == want, fmt.Sprintf("%s (%s)", in.State, in.Reason)
+	})
+	return in
+}
+
+// instances lists every instance the client sees (all pages).
+func (c *cluster) instances(cl *httpapi.Client, o httpapi.ListInstancesOptions) []*cloud.Instance {
+	c.t.Helper()
+	var out []*cloud.Instance
+	o.Limit = 1000
+	for {
+		page, err := cl.ListInstances(c.t.Context(), o)
+		if err != nil {
+			c.t.Fatalf("list instances: %v", err)
+		}
+		out = append(out, page.Instances...)
+		if page.Next == "" {
+			return out
+		}
+		o.After = page.Next
+	}
+}
+
+// eventsAfter returns the audit trail after the event with the given ID
+// (admin); 0 gives all of it.
+func (c *cluster) eventsAfter(id int64) []*cloud.Event {
+	c.t.Helper()
+	var out []*cloud.Event
+	o := httpapi.EventsOptions{Limit: 1000}
+	if id > 0 {
+		o.After = strconv.FormatInt(id, 10)
+	}
+	for {
+		page, err := c.admin.Events(c.t.Context(), o)
+		if err != nil {
+			c.t.Fatalf("list events: %v", err)
+		}
+		out = append(out, page.Events...)
+		if page.Next == "" {
+			return out
+		}
+		o.After = page.Next
+	}
+}
+
+// hostSpecs reads the hosts as the server records them (admin).
+func (c *cluster) hostSpecs() map[string]*cloud.Host {
+	c.t.Helper()
+	hs, err := c.admin.Hosts(c.t.Context())
+	if err != nil {
+		c.t.Fatalf("list hosts: %v", err)
+	}
+	out := map[string]*cloud.Host{}
+	for _, h := range hs {
+		out[h.ID] = h
+	}
+	return out
+}
+
+// snapshot is what a refused request must leave as it was: every
+// instance (state, version, host), the audit trail (the ID of its newest
+// event), the volumes and the tenants.
+type snapshot struct {
+	Instances map[string]string
+	LastEvent int64
+	Volumes   int
+	Tenants   int
+}
+
+func (c *cluster) snapshot() snapshot {
+	c.t.Helper()
+	s := snapshot{Instances: map[string]string{}}
+	for _, in := range c.instances(c.admin, httpapi.ListInstancesOptions{}) {
+		s.Instances[in.ID] = fmt.Sprintf("%s v%d on %q", in.State, in.Version, in.HostID)
+	}
+	// Only the events after the newest one seen so far are read: the
+	// trail is long, and a snapshot is taken around every bad request.
+	if evs := c.eventsAfter(c.lastEvent); len(evs) > 0 {
+		c.lastEvent = evs[len(evs)-1].ID
+	}
+	s.LastEvent = c.lastEvent
+	vols, err := c.admin.Volumes(c.t.Context(), "")
+	if err != nil {
+		c.t.Fatalf("list volumes: %v", err)
+	}
+	s.Volumes = len(vols)
+	ts, err := c.admin.Tenants(c.t.Context())
+	if err != nil {
+		c.t.Fatalf("list tenants: %v", err)
+	}
+	s.Tenants = len(ts)
+	return s
+}
+
+// answer is a raw HTTP answer: its status and, for an error, its body.
+type answer struct {
+	status int
+	err    cloud.Error
+	body   []byte
+}
+
+// raw sends one request as a hand-written client would: any body, any
+// headers, token or none.
+func (c *cluster) raw(method, path, token, contentType string, body []byte, header map[string]string) answer {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(c.t.Context(), method, c.srv.URL+path, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode}
+	a.body, err = io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: read answer: %v", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		if err := json.Unmarshal(a.body, &a.err); err != nil {
+			c.t.Fatalf("%s %s: %d answer is not the API's error shape: %v: %q", method, path, resp.StatusCode, err, a.body)
+		}
+	}
+	return a
+}
+
+// logs reads an instance's whole output through the API.
+func (c *cluster) logs(cl *httpapi.Client, id string) string {
+	c.t.Helper()
+	var b strings.Builder
+	var off int64
+	for {
+		page, err := cl.InstanceLogs(c.t.Context(), id, off)
+		if err != nil {
+			c.t.Fatalf("logs of %s: %v", id, err)
+		}
+		b.WriteString(page.Data)
+		if page.Offset == off || page.Data == "" {
+			return b.String()
+		}
+		off = page.Offset
+	}
+}
+
+// Markers around the environment a workload prints.
+const (
+	envBegin = "--- e2e env begin ---"
+	envEnd   = "--- e2e env end ---"
+)
+
+// envCommand prints the workload's environment between the markers and
+// then waits to be stopped.
+var envCommand = []string{"/bin/sh", "-c", "echo '" + envBegin + "'; env; echo '" + envEnd + "'; exec sleep 600"}
+
+// workloadEnv waits until the instance's output holds run printed
+// environments (1 for the first run) and returns the last one.
+func (c *cluster) workloadEnv(cl *httpapi.Client, id string, run int) map[string]string {
+	c.t.Helper()
+	var out string
+	c.until(fmt.Sprintf("the output of %s to show its environment (run %d)", id, run), func() (bool, string) {
+		out = c.logs(cl, id)
+		return strings.Count(out, envEnd) >= run, fmt.Sprintf("%d bytes of output", len(out))
+	})
+	if n := strings.Count(out, envEnd); n != run {
+		c.t.Fatalf("instance %s printed its environment %d times, want %d (it ran more often than started?):\n%s", id, n, run, out)
+	}
+	block := out[strings.LastIndex(out, envBegin)+len(envBegin) : strings.LastIndex(out, envEnd)]
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			c.t.Fatalf("instance %s: environment line %q has no '='", id, line)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// fetchMetadata reads GET /v1/instance from a workload's metadata URL.
+func (c *cluster) fetchMetadata(url string) (*metadata.Document, error) {
+	resp, err := c.hc.Get(url + "/v1/instance")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("GET %s/v1/instance: %d %s", url, resp.StatusCode, b)
+	}
+	var doc metadata.Document
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	return &doc, nil
+}
+
+// placementFleet builds a fleet from the hosts the server records and
+// applies the placement of every instance that holds one, as the
+// scheduler's rebuild does: an Apply that fails means two placements want
+// the same thing. It returns the fleet, already checked.
+func (c *cluster) placementFleet() *fleet.Fleet {
+	c.t.Helper()
+	f := fleet.New()
+	hosts := c.hostSpecs()
+	ids := make([]string, 0, len(hosts))
+	for id := range hosts {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		spec := hosts[id].Spec
+		spec.ID, spec.State = id, hosts[id].State
+		if err := f.AddHost(&spec, catalog.Default()); err != nil {
+			c.t.Fatalf("host %s: %v", id, err)
+		}
+	}
+	for _, in := range c.instances(c.admin, httpapi.ListInstancesOptions{States: cloud.HoldingStates()}) {
+		if in.Placement == nil {
+			c.t.Fatalf("instance %s is %s but has no placement", in.ID, in.State)
+		}
+		p := *in.Placement
+		p.ID = in.ID
+		p.Devices = slices.Clone(p.Devices)
+		if h := f.Host(p.HostID); h != nil {
+			for i, d := range p.Devices {
+				if d.Kind == fleet.MIGSlice && d.GPU < len(h.GPUs) {
+					// The agent switched MIG mode on already, or not yet.
+					p.Devices[i].EnableMIG = !h.GPUs[d.GPU].MIG
+				}
+			}
+		}
+		if err := f.Apply(&p); err != nil {
+			c.t.Errorf("placement of %s (%s) does not fit beside the others: %v", in.ID, in.Offering, err)
+		}
+	}
+	if err := f.Check(); err != nil {
+		c.t.Errorf("fleet check: %v", err)
+	}
+	return f
+}
+
+// overlaps checks the placements of the given instances against each
+// other directly, without the fleet's bookkeeping: no whole GPU twice, no
+// MIG memory slot twice, at most 1000 milli shared per GPU, no GPU used in
+// two ways, and a bare-metal host alone.
+func overlaps(ins []*cloud.Instance) []error {
+	type gpuKey struct {
+		host string
+		gpu  int
+	}
+	var errs []error
+	whole := map[gpuKey]string{}
+	slots := map[gpuKey]uint8{}
+	milli := map[gpuKey]int{}
+	kinds := map[gpuKey]map[fleet.DeviceKind]bool{}
+	perHost := map[string][]string{}
+	metal := map[string]string{}
+	for _, in := range ins {
+		p := in.Placement
+		if p == nil {
+			continue
+		}
+		perHost[p.HostID] = append(perHost[p.HostID], in.ID)
+		if p.Metal {
+			metal[p.HostID] = in.ID
+		}
+		for _, d := range p.Devices {
+			k := gpuKey{p.HostID, d.GPU}
+			if kinds[k] == nil {
+				kinds[k] = map[fleet.DeviceKind]bool{}
+			}
+			kinds[k][d.Kind] = true
+			switch d.Kind {
+			case fleet.Whole:
+				if prev := whole[k]; prev != "" {
+					errs = append(errs, fmt.Errorf("%s gpu %d held whole by %s and %s", k.host, k.gpu, prev, in.ID))
+				}
+				whole[k] = in.ID
+			case fleet.MIGSlice:
+				m := uint8((1<<d.MIGSlots)-1) << d.MIGStart
+				if d.MIGSlots <= 0 || slots[k]&m != 0 {
+					errs = append(errs, fmt.Errorf("%s gpu %d: MIG slots %d+%d of %s overlap another instance or are empty", k.host, k.gpu, d.MIGStart, d.MIGSlots, in.ID))
+				}
+				slots[k] |= m
+			case fleet.Share:
+				milli[k] += d.Milli
+				if milli[k] > fleet.MilliPerGPU {
+					errs = append(errs, fmt.Errorf("%s gpu %d: %d milli shared", k.host, k.gpu, milli[k]))
+				}
+			default:
+				errs = append(errs, fmt.Errorf("%s: unknown device kind %q", in.ID, d.Kind))
+			}
+		}
+	}
+	for k, ks := range kinds {
+		if len(ks) > 1 {
+			errs = append(errs, fmt.Errorf("%s gpu %d is used as %v at once", k.host, k.gpu, ks))
+		}
+	}
+	for host, id := range metal {
+		if len(perHost[host]) != 1 {
+			errs = append(errs, fmt.Errorf("bare-metal host %s (%s) has neighbours: %v", host, id, perHost[host]))
+		}
+	}
+	return errs
+}
+
+// wantCode checks an API error's code.
+func wantCode(t *testing.T, what string, err error, code cloud.Code) *cloud.Error {
+	t.Helper()
+	var ce *cloud.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("%s: got %v, want a %s API error", what, err, code)
+	}
+	if ce.Code != code {
+		t.Fatalf("%s: got %s (%s), want %s", what, ce.Code, ce.Message, code)
+	}
+	return ce
+}
