@@ -53,10 +53,21 @@ type Tx interface {
 	GetInstance(ctx context.Context, id string) (*Instance, error)
 	InstanceByKey(ctx context.Context, tenantID, key string) (*Instance, error)
 	ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error)
+	// InstanceIDs returns the IDs of the instances ListInstances(f) would
+	// return, in the same order, without reading the rest of their rows:
+	// what a controller needs to know which instances are in a state.
+	InstanceIDs(ctx context.Context, f InstanceFilter) ([]string, error)
 	// UpdateInstance writes in if the stored version equals in.Version,
 	// and increments in.Version; otherwise it returns Conflict and changes
 	// nothing.
 	UpdateInstance(ctx context.Context, in *Instance) error
+	// UpdateInstances writes several instances as UpdateInstance would,
+	// in a few statements rather than one per instance: each one whose
+	// stored version equals its Version is written and has its Version
+	// incremented; the others, stale or missing, are left unchanged and
+	// their IDs returned, in the order given. An ID given twice is
+	// Invalid.
+	UpdateInstances(ctx context.Context, ins []*Instance) (stale []string, err error)
 
 	// PutHost inserts a host, or updates it when host.Version matches the
 	// stored one (then increments it); Conflict otherwise. The scheduler
@@ -70,6 +81,18 @@ type Tx interface {
 	// must not make the scheduler rebuild its fleet. NotFound for a
 	// missing host.
 	Heartbeat(ctx context.Context, hostID string, at time.Time) error
+	// BumpHosts increments the version of every host in versions (host ID
+	// to the version the caller read) and changes nothing else; when any
+	// of them is stale or missing it changes none of them, and returns a
+	// Conflict whose Details carry the stored version, or NotFound, for the
+	// first such host in ID order. The scheduler commits allocations onto
+	// host states with it, as it would with PutHost, without rewriting the
+	// specs.
+	BumpHosts(ctx context.Context, versions map[string]int64) error
+	// HostStamp summarizes the hosts without reading their specs, so that
+	// a controller can tell cheaply whether any host changed (see
+	// HostStamp).
+	HostStamp(ctx context.Context) (HostStamp, error)
 
 	CreateVolume(ctx context.Context, v *Volume) error
 	GetVolume(ctx context.Context, id string) (*Volume, error)
@@ -89,7 +112,20 @@ type Tx interface {
 
 	// AppendEvent adds to the audit trail and sets e.ID (increasing).
 	AppendEvent(ctx context.Context, e *Event) error
+	// AppendEvents appends several events, as AppendEvent would one after
+	// the other, in a few statements rather than one per event.
+	AppendEvents(ctx context.Context, es []*Event) error
 	ListEvents(ctx context.Context, f EventFilter) ([]*Event, error)
+}
+
+// HostStamp summarizes the hosts: how many there are and the sum of their
+// versions. PutHost and BumpHosts change it and Heartbeat does not. Hosts are
+// never deleted and their versions only grow, so two equal stamps mean that
+// no host was added or changed in between: the count fixes the set of
+// hosts, and a version that grew would raise the sum.
+type HostStamp struct {
+	Hosts      int
+	VersionSum int64
 }
 
 // InstanceFilter selects instances; zero fields match everything.

@@ -17,24 +17,48 @@ import (
 	"github.com/gpucloud/gpucloud/placement"
 )
 
+// DefaultBatchSize is how many placements the scheduler commits in one
+// store transaction at most.
+const DefaultBatchSize = 128
+
 // Scheduler places pending instances. It keeps an in-memory fleet index,
-// rebuilt from the store by Rebuild, and commits every placement in one
-// store transaction with the instance's state change, the host's version
-// bump and the event, checking both versions; a placement that loses a
-// race is dropped and retried on the next Step. Only the leader runs it.
+// rebuilt from the store by Rebuild, and commits placements in store
+// transactions of up to BatchSize, each placement with the instance's state
+// change (checking its version) and its event, and each host it lands on
+// with a version bump that checks the version the fleet was built from. A
+// placement whose instance changed meanwhile is dropped; a host that
+// changed loses the whole batch, and the fleet is rebuilt. Either way the
+// instances are retried on the next Step. Only the leader runs it.
 type Scheduler struct {
 	Store   cloud.Store
 	Catalog *catalog.Catalog
 	Engine  *placement.Engine
 	Now     func() time.Time
 	Log     *slog.Logger
+	// BatchSize caps the placements of one commit; 0 is DefaultBatchSize.
+	BatchSize int
 
 	fleet *fleet.Fleet
-	// placed maps instance ID to the placement applied to the fleet.
+	// placed holds the IDs of the instances whose placements are applied
+	// to the fleet and committed.
 	placed map[string]bool
-	// versions is the store version of each host the fleet was built from.
+	// versions is the store version of each host the fleet was built from,
+	// and stamp the summary of all of them, which tells whether any host
+	// changed behind the scheduler's back.
 	versions map[string]int64
-	steps    int
+	stamp    cloud.HostStamp
+	// epoch counts the events that can free capacity: rebuilds, releases,
+	// placements given back. waiting maps each instance that did not fit
+	// to its version and the epoch then: until one of them changes it
+	// cannot fit, and Step does not ask the engine again.
+	epoch   uint64
+	waiting map[string]wait
+	steps   int
+}
+
+type wait struct {
+	version int64
+	epoch   uint64
 }
 
 // NewScheduler returns a scheduler with the default policy.
@@ -53,10 +77,14 @@ func (s *Scheduler) Fleet() *fleet.Fleet { return s.fleet }
 // the store. A server restart loses nothing: pending stays pending, running
 // keeps its allocation.
 func (s *Scheduler) Rebuild(ctx context.Context) error {
-	f := fleet.New()
-	placed := map[string]bool{}
-	versions := map[string]int64{}
+	var (
+		f        *fleet.Fleet
+		placed   map[string]bool
+		versions map[string]int64
+		stamp    cloud.HostStamp
+	)
 	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		f, placed, versions, stamp = fleet.New(), map[string]bool{}, map[string]int64{}, cloud.HostStamp{}
 		hosts, err := tx.ListHosts(ctx)
 		if err != nil {
 			return err
@@ -69,6 +97,8 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 				return fmt.Errorf("rebuild: host %s: %w", h.ID, err)
 			}
 			versions[h.ID] = h.Version
+			stamp.Hosts++
+			stamp.VersionSum += h.Version
 		}
 		holding, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: cloud.HoldingStates()})
 		if err != nil {
@@ -104,197 +134,117 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.fleet, s.placed, s.versions = f, placed, versions
+	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
+	s.epoch++
 	return nil
+}
+
+// snapshot is what Step reads in one transaction: the host stamp, the
+// instances that hold an allocation (IDs only) and the pending ones.
+type snapshot struct {
+	stamp   cloud.HostStamp
+	holding map[string]bool
+	pending []*cloud.Instance
+}
+
+func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
+	var snap *snapshot
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		snap = &snapshot{}
+		var err error
+		if snap.stamp, err = tx.HostStamp(ctx); err != nil {
+			return err
+		}
+		if len(s.placed) > 0 {
+			ids, err := tx.InstanceIDs(ctx, cloud.InstanceFilter{States: cloud.HoldingStates()})
+			if err != nil {
+				return err
+			}
+			snap.holding = make(map[string]bool, len(ids))
+			for _, id := range ids {
+				snap.holding[id] = true
+			}
+		}
+		snap.pending, err = tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
+		return err
+	})
+	return snap, err
 }
 
 // Step places every pending instance it can, oldest first, and releases
 // the allocations of instances that no longer hold one. It returns how
 // many instances it placed.
+//
+// One transaction reads what Step needs; the fleet is rebuilt only when a
+// host changed. An instance that did not fit is not looked at again until
+// capacity may have been freed. Placements are applied to the fleet as
+// they are chosen, so that the next ones see them, and committed in
+// batches; what a batch fails to commit is given back to the fleet.
 func (s *Scheduler) Step(ctx context.Context) (int, error) {
-	stale, err := s.stale(ctx)
+	snap, err := s.snapshot(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if stale {
+	if s.fleet == nil || snap.stamp != s.stamp {
 		if err := s.Rebuild(ctx); err != nil {
 			return 0, err
 		}
-	}
-	if err := s.release(ctx); err != nil {
+	} else if err := s.release(snap.holding); err != nil {
 		return 0, err
 	}
-	var pending []*cloud.Instance
-	err = s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		var err error
-		pending, err = tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
+	pending := snap.pending
 	sort.SliceStable(pending, func(i, j int) bool { return pending[i].CreatedAt.Before(pending[j].CreatedAt) })
+	size := s.BatchSize
+	if size <= 0 {
+		size = DefaultBatchSize
+	}
+	waiting := map[string]wait{}
+	var batch []assignment
 	placed := 0
+	flush := func() error {
+		n, err := s.commit(ctx, batch)
+		placed += n
+		batch = batch[:0]
+		return err
+	}
 	for _, in := range pending {
+		if s.placed[in.ID] {
+			// Placed by another scheduler after the snapshot: the rebuilt
+			// fleet holds it.
+			continue
+		}
+		if w, ok := s.waiting[in.ID]; ok && w.version == in.Version && w.epoch == s.epoch {
+			waiting[in.ID] = w
+			continue
+		}
 		s.steps++
 		if s.steps%256 == 0 {
 			s.Engine.Recalibrate(s.fleet)
 		}
-		ok, err := s.placeOne(ctx, in)
+		a, w, err := s.plan(ctx, in)
 		if err != nil {
+			s.giveBack(batch)
 			return placed, err
 		}
-		if ok {
-			placed++
+		if w != nil {
+			waiting[in.ID] = *w
 		}
-	}
-	return placed, nil
-}
-
-// stale reports whether the fleet index must be rebuilt: never built, or a
-// host was added, removed or changed (cordoned, re-inventoried) by someone
-// other than this scheduler.
-func (s *Scheduler) stale(ctx context.Context) (bool, error) {
-	if s.fleet == nil {
-		return true, nil
-	}
-	stale := false
-	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		hosts, err := tx.ListHosts(ctx)
-		if err != nil {
-			return err
+		if a == nil {
+			continue
 		}
-		if len(hosts) != len(s.versions) {
-			stale = true
-			return nil
-		}
-		for _, h := range hosts {
-			if v, ok := s.versions[h.ID]; !ok || v != h.Version {
-				stale = true
-				return nil
+		if batch = append(batch, *a); len(batch) >= size {
+			if err := flush(); err != nil {
+				return placed, err
 			}
 		}
-		return nil
-	})
-	return stale, err
-}
-
-// placeOne places one pending instance, or records why it cannot be.
-func (s *Scheduler) placeOne(ctx context.Context, in *cloud.Instance) (bool, error) {
-	o, err := s.Catalog.Offering(in.Offering)
-	if err != nil {
-		return false, s.fail(ctx, in, fmt.Sprintf("offering %q no longer exists", in.Offering))
 	}
-	req, err := RequestFor(in, o)
-	if err != nil {
-		return false, s.fail(ctx, in, err.Error())
-	}
-	p, err := s.Engine.Place(s.fleet, req)
-	if err != nil {
-		if placement.IsInvalidRequest(err) {
-			return false, s.fail(ctx, in, err.Error())
-		}
-		if placement.IsInsufficientCapacity(err) {
-			return false, s.unschedulable(ctx, in, err.Error())
-		}
-		return false, err
-	}
-	now := s.Now()
-	err = s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetInstance(ctx, in.ID)
-		if err != nil {
-			return err
-		}
-		if cur.State != cloud.Pending || cur.Version != in.Version {
-			return cloud.Errorf(cloud.Conflict, "instance %s changed while being placed", in.ID)
-		}
-		h, err := tx.GetHost(ctx, p.HostID)
-		if err != nil {
-			return err
-		}
-		if h.Version != s.versions[h.ID] {
-			return cloud.Errorf(cloud.Conflict, "host %s changed while placing %s", h.ID, in.ID)
-		}
-		if err := tx.PutHost(ctx, h); err != nil { // bumps the version
-			return err
-		}
-		cur.State, cur.Reason, cur.HostID, cur.Placement, cur.UpdatedAt = cloud.Scheduled, "placed on "+placement.Explain(p), p.HostID, p, now
-		if err := tx.UpdateInstance(ctx, cur); err != nil {
-			return err
-		}
-		s.versions[h.ID] = h.Version
-		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: "instance.scheduled", TenantID: cur.TenantID, InstanceID: cur.ID,
-			HostID: p.HostID, From: cloud.Pending, To: cloud.Scheduled, Reason: cur.Reason, Actor: "scheduler"})
-	})
-	if cloud.IsConflict(err) || cloud.IsNotFound(err) {
-		// Someone else changed the instance or the host: re-read the
-		// fleet and try again on the next step.
-		s.Log.Info("placement lost a race; rebuilding", "instance", in.ID, "err", err)
-		return false, s.Rebuild(ctx)
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := s.fleet.Apply(p); err != nil {
-		return false, fmt.Errorf("apply committed placement of %s: %w", in.ID, err)
-	}
-	s.placed[in.ID] = true
-	return true, nil
-}
-
-// unschedulable records the engine's explanation on a pending instance, with
-// an event only when the explanation changes.
-func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reason string) error {
-	if in.Reason == reason {
-		return nil
-	}
-	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetInstance(ctx, in.ID)
-		if err != nil || cur.State != cloud.Pending {
-			return ignoreNotFound(err)
-		}
-		cur.Reason, cur.UpdatedAt = reason, s.Now()
-		if err := tx.UpdateInstance(ctx, cur); err != nil {
-			return ignoreConflict(err)
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.unschedulable", TenantID: cur.TenantID,
-			InstanceID: cur.ID, Reason: reason, Actor: "scheduler"})
-	})
-}
-
-// fail moves a pending instance that can never be placed to failed.
-func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string) error {
-	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetInstance(ctx, in.ID)
-		if err != nil || cur.State != cloud.Pending {
-			return ignoreNotFound(err)
-		}
-		cur.State, cur.Reason, cur.UpdatedAt = cloud.Failed, reason, s.Now()
-		if err := tx.UpdateInstance(ctx, cur); err != nil {
-			return ignoreConflict(err)
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.failed", TenantID: cur.TenantID,
-			InstanceID: cur.ID, From: cloud.Pending, To: cloud.Failed, Reason: reason, Actor: "scheduler"})
-	})
+	s.waiting = waiting
+	return placed, flush()
 }
 
 // release frees the fleet allocations of instances that stopped holding
 // one (stopped, terminated, failed, lost, or back to pending).
-func (s *Scheduler) release(ctx context.Context) error {
-	if len(s.placed) == 0 {
-		return nil
-	}
-	holding := map[string]bool{}
-	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: cloud.HoldingStates()})
-		for _, in := range ins {
-			holding[in.ID] = true
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
+func (s *Scheduler) release(holding map[string]bool) error {
 	for id := range s.placed {
 		if holding[id] {
 			continue
@@ -303,6 +253,7 @@ func (s *Scheduler) release(ctx context.Context) error {
 			return err
 		}
 		delete(s.placed, id)
+		s.epoch++
 	}
 	return nil
 }

@@ -49,6 +49,9 @@ var _ cloud.Store = (*Store)(nil)
 // serialization race before it returns a Conflict.
 const Retries = 5
 
+// DefaultMaxTx is how many transactions a store runs at once by default.
+const DefaultMaxTx = 8
+
 // Open connects to the database at url (postgres://user@host:port/db?...;
 // any parameter pgx does not know, such as search_path, is sent to the
 // server as a session setting) and applies pending migrations to the
@@ -71,7 +74,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return &Store{sqlstore.New(db, dialect)}, nil
+	st := &Store{sqlstore.New(db, dialect)}
+	// Serializable transactions abort each other when many run at once
+	// (creates lock pages of the idempotency index); eight at a time, in
+	// arrival order, gave the best throughput and tail latency in the
+	// control-plane benchmark (docs/BENCHMARKS.md). LimitTx changes it.
+	st.LimitTx(DefaultMaxTx)
+	return st, nil
 }
 
 // migrate applies the migrations while holding an advisory lock named after

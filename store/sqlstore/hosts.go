@@ -185,25 +185,40 @@ func scanEvent(sc scanner) (*cloud.Event, error) {
 // AppendEvent stores Details byte for byte (empty Details is SQL NULL) and
 // rejects invalid JSON, which the JSON API could not render.
 func (t *tx) AppendEvent(ctx context.Context, e *cloud.Event) error {
-	var details any
-	if len(e.Details) > 0 {
-		if !json.Valid(e.Details) {
-			return invalidf("event details are not valid JSON")
-		}
-		details = string(e.Details)
+	args, at, err := t.eventArgs(e)
+	if err != nil {
+		return err
 	}
-	at := normTime(e.Time)
 	var id int64
-	err := t.get(ctx, "append event", func() error { return internal("append event", errNoID) },
-		"INSERT INTO events (at, kind, tenant_id, instance_id, host_id, from_state, to_state, reason, actor, details)"+
-			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-		[]any{t.s.d.timeArg(at), string(e.Kind), e.TenantID, e.InstanceID, e.HostID,
-			string(e.From), string(e.To), e.Reason, e.Actor, details}, &id)
+	err = t.get(ctx, "append event", func() error { return internal("append event", errNoID) },
+		"INSERT INTO events ("+eventInsertCols+") VALUES "+eventRow+" RETURNING id", args, &id)
 	if err != nil {
 		return err
 	}
 	e.ID, e.Time = id, at
 	return nil
+}
+
+// eventInsertCols are the columns an insert writes (the ID is generated),
+// and eventRow the placeholders of one row.
+const (
+	eventInsertCols = "at, kind, tenant_id, instance_id, host_id, from_state, to_state, reason, actor, details"
+	eventRow        = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+// eventArgs returns the arguments of one event's row and the time it
+// stores.
+func (t *tx) eventArgs(e *cloud.Event) ([]any, time.Time, error) {
+	var details any
+	if len(e.Details) > 0 {
+		if !json.Valid(e.Details) {
+			return nil, time.Time{}, invalidf("event details are not valid JSON")
+		}
+		details = string(e.Details)
+	}
+	at := normTime(e.Time)
+	return []any{t.s.d.timeArg(at), string(e.Kind), e.TenantID, e.InstanceID, e.HostID,
+		string(e.From), string(e.To), e.Reason, e.Actor, details}, at, nil
 }
 
 var errNoID = &cloud.Error{Code: cloud.Internal, Message: "insert returned no id"}

@@ -124,6 +124,32 @@ func (t *tx) InstanceByKey(ctx context.Context, tenantID, key string) (*cloud.In
 // ListInstances returns the matching instances in ID order, after
 // f.AfterID and at most f.Limit of them.
 func (t *tx) ListInstances(ctx context.Context, f cloud.InstanceFilter) ([]*cloud.Instance, error) {
+	q, args, err := instanceQuery(instanceCols, f)
+	if err != nil {
+		return nil, err
+	}
+	return list(ctx, t, "list instances", q, args, scanInstance)
+}
+
+// InstanceIDs is ListInstances reading the id column alone.
+func (t *tx) InstanceIDs(ctx context.Context, f cloud.InstanceFilter) ([]string, error) {
+	q, args, err := instanceQuery("id", f)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := list(ctx, t, "list instance ids", q, args, scanString)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = *id
+	}
+	return out, nil
+}
+
+// instanceQuery is the query of ListInstances for the columns cols.
+func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	var conds []string
 	var args []any
 	add := func(cond string, arg any) {
@@ -149,11 +175,7 @@ func (t *tx) ListInstances(ctx context.Context, f cloud.InstanceFilter) ([]*clou
 			args = append(args, string(s))
 		}
 	}
-	q, args, err := page("SELECT "+instanceCols+" FROM instances"+where(conds), args, f.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return list(ctx, t, "list instances", q, args, scanInstance)
+	return page("SELECT "+cols+" FROM instances"+where(conds), args, f.Limit)
 }
 
 // UpdateInstance writes every field except the ones fixed at creation: ID,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -17,14 +18,42 @@ import (
 type Store struct {
 	db *sql.DB
 	d  Dialect
+	// gate, when set, holds one slot per transaction running (see
+	// LimitTx).
+	gate atomic.Pointer[chan struct{}]
 }
 
-// New returns a store over db. It takes ownership: Close closes db.
+// New returns a store over db. It takes ownership: Close closes db. When
+// db caps its open connections, at most that many transactions run at once
+// and the others wait in arrival order (see LimitTx).
 func New(db *sql.DB, d Dialect) *Store {
 	if d.Classify == nil {
 		d.Classify = func(error) ErrClass { return Other }
 	}
-	return &Store{db: db, d: d}
+	s := &Store{db: db, d: d}
+	s.LimitTx(db.Stats().MaxOpenConnections)
+	return s
+}
+
+// LimitTx lets at most n transactions run at once (n <= 0: any number);
+// the others wait their turn in arrival order, their retries included. It
+// may be called at any time; transactions already waiting or running keep
+// the limit they found.
+//
+// Limiting helps in two ways. Transactions that wait for a connection of a
+// capped pool are served in random order (database/sql hands a freed
+// connection to a random waiter), so that under load a few wait many times
+// longer than the rest; waiting here first keeps the order. And on
+// PostgreSQL, serializable transactions that run together abort each other
+// for rows they never shared, because its predicate locks cover whole index
+// pages: a few at a time commit more than many.
+func (s *Store) LimitTx(n int) {
+	if n <= 0 {
+		s.gate.Store(nil)
+		return
+	}
+	g := make(chan struct{}, n)
+	s.gate.Store(&g)
 }
 
 // DB returns the underlying database, for tests and administration.
@@ -47,6 +76,16 @@ func (s *Store) Close() error { return s.db.Close() }
 // SQLite the inner call would wait forever for the one connection the outer
 // one holds.
 func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
+	if g := s.gate.Load(); g != nil {
+		// Blocked senders on a channel are served first come, first
+		// served.
+		select {
+		case *g <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-*g }()
+	}
 	var lost error
 	for attempt := 0; attempt <= s.d.Retries; attempt++ {
 		if attempt > 0 {

@@ -274,6 +274,15 @@ func testListInstances(t *testing.T, s cloud.Store) {
 			t.Errorf("%s: nil list, want an empty one", c.desc)
 		}
 		wantEqual(t, c.desc, ids(got), c.want)
+		only, err := read(t, s, func(tx cloud.Tx) ([]string, error) { return tx.InstanceIDs(ctx, c.f) })
+		if err != nil {
+			t.Errorf("%s: InstanceIDs: %v", c.desc, err)
+			continue
+		}
+		if only == nil {
+			t.Errorf("%s: InstanceIDs gave nil, want an empty list", c.desc)
+		}
+		wantEqual(t, c.desc+" (InstanceIDs)", only, c.want)
 	}
 
 	// Paging by AfterID with a small Limit visits every instance once.
@@ -299,4 +308,8 @@ func testListInstances(t *testing.T, s cloud.Store) {
 		return tx.ListInstances(ctx, cloud.InstanceFilter{Limit: -1})
 	})
 	wantCode(t, "a negative Limit is Invalid", err, cloud.Invalid, "")
+	_, err = read(t, s, func(tx cloud.Tx) ([]string, error) {
+		return tx.InstanceIDs(ctx, cloud.InstanceFilter{Limit: -1})
+	})
+	wantCode(t, "a negative Limit is Invalid for InstanceIDs", err, cloud.Invalid, "")
 }

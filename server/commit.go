@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/placement"
+)
+
+// assignment is a placement chosen for a pending instance and applied to
+// the fleet, not committed yet.
+type assignment struct {
+	in *cloud.Instance
+	p  *fleet.Placement
+}
+
+// plan asks the engine for a placement of a pending instance and applies
+// it to the fleet. An instance that can never be placed is failed; one that
+// does not fit now gets the engine's explanation as its reason, and plan
+// returns when to look at it again.
+func (s *Scheduler) plan(ctx context.Context, in *cloud.Instance) (*assignment, *wait, error) {
+	o, err := s.Catalog.Offering(in.Offering)
+	if err != nil {
+		return nil, nil, s.fail(ctx, in, fmt.Sprintf("offering %q no longer exists", in.Offering))
+	}
+	req, err := RequestFor(in, o)
+	if err != nil {
+		return nil, nil, s.fail(ctx, in, err.Error())
+	}
+	p, err := s.Engine.Place(s.fleet, req)
+	if err != nil {
+		if placement.IsInvalidRequest(err) {
+			return nil, nil, s.fail(ctx, in, err.Error())
+		}
+		if placement.IsInsufficientCapacity(err) {
+			v, err := s.unschedulable(ctx, in, err.Error())
+			if err != nil || v == 0 {
+				return nil, nil, err
+			}
+			return nil, &wait{version: v, epoch: s.epoch}, nil
+		}
+		return nil, nil, err
+	}
+	p.ID = in.ID
+	if err := s.fleet.Apply(p); err != nil {
+		// The engine chose from this very fleet, so this is a bug; the
+		// instance stays pending and is tried again.
+		s.Log.Error("placement does not fit the fleet it was chosen from", "instance", in.ID, "err", err)
+		return nil, nil, nil
+	}
+	return &assignment{in: in, p: p}, nil, nil
+}
+
+// commit writes a batch of assignments in one transaction: each instance
+// moves to scheduled with its placement if its version is still the one
+// read (else it is left out, and its placement given back to the fleet),
+// with its event, and each host that receives a placement has its version
+// bumped from the one the fleet was built from. A host that changed fails
+// the batch: every placement is given back and the fleet rebuilt. A batch
+// that keeps losing serialization races to concurrent transactions is
+// given back too, for the next step to try again, with no rebuild: the
+// fleet is still right. It returns how many instances it placed.
+func (s *Scheduler) commit(ctx context.Context, batch []assignment) (int, error) {
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	now := s.Now()
+	var (
+		stale   map[string]bool
+		bumped  map[string]int64
+		hostErr error
+	)
+	// The function may run more than once (a lost serialization race), so
+	// it only sets these variables, from scratch, and leaves the
+	// scheduler's state to the code after the commit.
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		stale, bumped, hostErr = map[string]bool{}, map[string]int64{}, nil
+		ins := make([]*cloud.Instance, len(batch))
+		for i, a := range batch {
+			in := *a.in
+			in.State, in.Reason, in.HostID, in.Placement, in.UpdatedAt =
+				cloud.Scheduled, "placed on "+placement.Explain(a.p), a.p.HostID, a.p, now
+			ins[i] = &in
+		}
+		// The version check is the state check: each instance was
+		// pending at the version read.
+		ids, err := tx.UpdateInstances(ctx, ins)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			stale[id] = true
+		}
+		events := make([]*cloud.Event, 0, len(batch))
+		for _, in := range ins {
+			if stale[in.ID] {
+				continue
+			}
+			bumped[in.HostID] = s.versions[in.HostID]
+			events = append(events, &cloud.Event{Time: now, Kind: "instance.scheduled", TenantID: in.TenantID,
+				InstanceID: in.ID, HostID: in.HostID, From: cloud.Pending, To: cloud.Scheduled,
+				Reason: in.Reason, Actor: "scheduler"})
+		}
+		if err := tx.BumpHosts(ctx, bumped); err != nil {
+			if cloud.IsConflict(err) || cloud.IsNotFound(err) {
+				hostErr = err
+			}
+			return err
+		}
+		return tx.AppendEvents(ctx, events)
+	})
+	if err != nil {
+		s.giveBack(batch)
+		switch {
+		case hostErr != nil && err == hostErr:
+			// Someone else changed a host: re-read the fleet; the
+			// instances are tried again on the next step.
+			s.Log.Info("placements lost a race for a host; rebuilding", "placements", len(batch), "err", err)
+			return 0, s.Rebuild(ctx)
+		case cloud.IsConflict(err):
+			s.Log.Info("placements lost serialization races; retrying on the next step", "placements", len(batch), "err", err)
+			return 0, nil
+		}
+		return 0, err
+	}
+	placed := 0
+	for i, a := range batch {
+		if stale[a.in.ID] {
+			s.Log.Info("instance changed while being placed", "instance", a.in.ID)
+			s.giveBack(batch[i : i+1])
+			continue
+		}
+		s.placed[a.in.ID] = true
+		placed++
+	}
+	for id, v := range bumped {
+		s.versions[id] = v + 1
+		s.stamp.VersionSum++
+	}
+	return placed, nil
+}
+
+// giveBack releases uncommitted placements from the fleet.
+func (s *Scheduler) giveBack(batch []assignment) {
+	for _, a := range batch {
+		if err := s.fleet.Release(a.in.ID); err != nil {
+			s.Log.Error("give back an uncommitted placement", "instance", a.in.ID, "err", err)
+		}
+	}
+	if len(batch) > 0 {
+		s.epoch++
+	}
+}
+
+// unschedulable records the engine's explanation on a pending instance, with
+// an event only when the explanation changes. It returns the instance's
+// version once the reason is recorded, 0 when the instance changed or went.
+func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reason string) (int64, error) {
+	if in.Reason == reason {
+		return in.Version, nil
+	}
+	var version int64
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		version = 0
+		cur, err := tx.GetInstance(ctx, in.ID)
+		if err != nil || cur.State != cloud.Pending {
+			return ignoreNotFound(err)
+		}
+		cur.Reason, cur.UpdatedAt = reason, s.Now()
+		if err := tx.UpdateInstance(ctx, cur); err != nil {
+			return ignoreConflict(err)
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.unschedulable", TenantID: cur.TenantID,
+			InstanceID: cur.ID, Reason: reason, Actor: "scheduler"}); err != nil {
+			return err
+		}
+		version = cur.Version
+		return nil
+	})
+	return version, err
+}
+
+// fail moves a pending instance that can never be placed to failed.
+func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string) error {
+	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		cur, err := tx.GetInstance(ctx, in.ID)
+		if err != nil || cur.State != cloud.Pending {
+			return ignoreNotFound(err)
+		}
+		cur.State, cur.Reason, cur.UpdatedAt = cloud.Failed, reason, s.Now()
+		if err := tx.UpdateInstance(ctx, cur); err != nil {
+			return ignoreConflict(err)
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.failed", TenantID: cur.TenantID,
+			InstanceID: cur.ID, From: cloud.Pending, To: cloud.Failed, Reason: reason, Actor: "scheduler"})
+	})
+}

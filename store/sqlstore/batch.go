@@ -1,0 +1,199 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// What a controller needs to commit many decisions at once: the scheduler
+// writes a batch of placements in one transaction, and each statement
+// here covers many rows, so that the transaction is a handful of round
+// trips rather than a few per placement. Short transactions matter on
+// PostgreSQL beyond their cost: a serializable transaction that stays open
+// while others commit is the one most likely to be aborted.
+
+// batchRows caps the rows of one statement, well under both databases'
+// limits on parameters (PostgreSQL 65,535, SQLite 32,766).
+const batchRows = 256
+
+// typed is the placeholder of a parameter of SQL type typ where the query
+// gives the database no column to infer its type from, as in a VALUES list
+// that is not inserted: PostgreSQL needs the cast, while SQLite, which is
+// dynamically typed, keeps what it is given (and a cast to a type it does
+// not know, such as json, would convert the value).
+func (d *Dialect) typed(typ string) string {
+	if d.Name != "postgres" {
+		return "?"
+	}
+	return "CAST(? AS " + typ + ")"
+}
+
+// values returns n rows of row, comma-separated.
+func values(row string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+}
+
+// UpdateInstances joins the instances with a VALUES list of their new
+// rows and updates those whose version matches, in one statement per
+// batchRows instances.
+func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+	seen := make(map[string]bool, len(ins))
+	for _, in := range ins {
+		if seen[in.ID] {
+			return nil, invalidf("instance %s is given twice", in.ID)
+		}
+		seen[in.ID] = true
+	}
+	d := &t.s.d
+	j := d.typed("json")
+	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, ?, " + strings.Repeat(j+", ", 6) + "?, " + j + ", " + d.typed("timestamptz") + ")"
+	// Encode everything first, so that an instance that cannot be stored
+	// fails the call before anything is written.
+	const cols = 15
+	args := make([]any, 0, cols*len(ins))
+	for _, in := range ins {
+		doc, err := encodeInstance(in)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, in.ID, in.Version, in.Name, in.Offering, string(in.State), in.Reason,
+			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
+			d.timeArg(normTime(in.UpdatedAt)))
+	}
+	written := make(map[string]bool, len(ins))
+	for lo := 0; lo < len(ins); lo += batchRows {
+		hi := min(lo+batchRows, len(ins))
+		ids, err := list(ctx, t, "update instances",
+			"WITH v (id, version, name, offering, state, reason, zones, labels, command, env, volumes, tags,"+
+				" host_id, placement, updated_at) AS (VALUES "+values(row, hi-lo)+")"+
+				" UPDATE instances SET name = v.name, offering = v.offering, state = v.state, reason = v.reason,"+
+				" zones = v.zones, labels = v.labels, command = v.command, env = v.env, volumes = v.volumes,"+
+				" tags = v.tags, host_id = v.host_id, placement = v.placement, updated_at = v.updated_at,"+
+				" version = instances.version + 1"+
+				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
+			args[cols*lo:cols*hi], scanString)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			written[*id] = true
+		}
+	}
+	stale := []string{}
+	for _, in := range ins {
+		if !written[in.ID] {
+			stale = append(stale, in.ID)
+			continue
+		}
+		in.Version++
+		in.UpdatedAt = normTime(in.UpdatedAt)
+	}
+	return stale, nil
+}
+
+func scanString(sc scanner) (*string, error) {
+	var s string
+	err := sc.Scan(&s)
+	return &s, err
+}
+
+// BumpHosts bumps every host in one statement that checks all versions
+// first (an uncorrelated subquery, evaluated once), so that a stale one
+// leaves every host as it was.
+func (t *tx) BumpHosts(ctx context.Context, versions map[string]int64) error {
+	if len(versions) == 0 {
+		return nil
+	}
+	if len(versions) > batchRows*32 {
+		return invalidf("%d hosts in one bump; the limit is %d", len(versions), batchRows*32)
+	}
+	ids := make([]string, 0, len(versions))
+	for id := range versions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	args := make([]any, 0, 3*len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, id := range ids {
+		args = append(args, id, versions[id])
+	}
+	args = append(args, len(ids))
+	n, err := t.execN(ctx, "bump hosts",
+		"UPDATE hosts SET version = version + 1 WHERE id IN ("+values("?", len(ids))+")"+
+			" AND (SELECT COUNT(*) FROM hosts WHERE "+strings.Repeat("(id = ? AND version = ?) OR ", len(ids)-1)+
+			"(id = ? AND version = ?)) = ?", args...)
+	if err != nil {
+		return err
+	}
+	if n == int64(len(ids)) {
+		return nil
+	}
+	for _, id := range ids {
+		var stored int64
+		err := t.get(ctx, "find host "+id, func() error { return notFoundf("host %s not found", id) },
+			"SELECT version FROM hosts WHERE id = ?", []any{id}, &stored)
+		if err != nil {
+			return err
+		}
+		if stored != versions[id] {
+			return t.staleVersion(ctx, "hosts", "host", id, versions[id])
+		}
+	}
+	return internal("bump hosts", errNoStale)
+}
+
+var errNoStale = &cloud.Error{Code: cloud.Internal, Message: "no host was bumped, yet none is stale"}
+
+// HostStamp is one aggregate over the hosts table. PostgreSQL sums bigint
+// into numeric, hence the cast back.
+func (t *tx) HostStamp(ctx context.Context) (cloud.HostStamp, error) {
+	var st cloud.HostStamp
+	err := t.get(ctx, "host stamp", func() error { return nil },
+		"SELECT COUNT(*), CAST(COALESCE(SUM(version), 0) AS BIGINT) FROM hosts", nil, &st.Hosts, &st.VersionSum)
+	return st, err
+}
+
+// AppendEvents inserts batchRows events per statement. Both databases
+// number the rows of a multi-row insert in the order of its VALUES, so the
+// IDs it returns, sorted, are the events' in order (RETURNING itself
+// promises no order).
+func (t *tx) AppendEvents(ctx context.Context, es []*cloud.Event) error {
+	// Check every event first, so that a bad one fails the call before
+	// anything is written.
+	const cols = 10
+	args := make([]any, 0, cols*len(es))
+	for _, e := range es {
+		a, _, err := t.eventArgs(e)
+		if err != nil {
+			return err
+		}
+		args = append(args, a...)
+	}
+	for lo := 0; lo < len(es); lo += batchRows {
+		part := es[lo:min(lo+batchRows, len(es))]
+		ids, err := list(ctx, t, "append events",
+			"INSERT INTO events ("+eventInsertCols+") VALUES "+values(eventRow, len(part))+" RETURNING id",
+			args[cols*lo:cols*(lo+len(part))], func(sc scanner) (*int64, error) {
+				var id int64
+				err := sc.Scan(&id)
+				return &id, err
+			})
+		if err != nil {
+			return err
+		}
+		if len(ids) != len(part) {
+			return internal("append events", errNoID)
+		}
+		slices.SortFunc(ids, func(a, b *int64) int { return cmp.Compare(*a, *b) })
+		for i, e := range part {
+			e.ID, e.Time = *ids[i], normTime(e.Time)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package sqlstore_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/store/postgres"
+	"github.com/gpucloud/gpucloud/store/sqlite"
+)
+
+// TestTxFirstComeFirstServed: transactions that wait for the store's one
+// connection (SQLite) run in the order they came, not in the random order
+// in which database/sql hands out a freed connection.
+func TestTxFirstComeFirstServed(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Tx(ctx, func(cloud.Tx) error {
+		close(held)
+		<-hold
+		return nil
+	})
+	<-held
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	const n = 12
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := st.Tx(ctx, func(cloud.Tx) error {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+		// Let each one start waiting before the next comes.
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(hold)
+	wg.Wait()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("transactions ran in the order %v, want %v", order, want)
+	}
+}
+
+// TestLimitTx: on PostgreSQL, whose pool has no cap, LimitTx bounds how
+// many transactions run at once, and lifting it lets them all run.
+func TestLimitTx(t *testing.T) {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	most := func() int {
+		var mu sync.Mutex
+		running, most := 0, 0
+		var wg sync.WaitGroup
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := st.Tx(ctx, func(cloud.Tx) error {
+					mu.Lock()
+					running++
+					most = max(most, running)
+					mu.Unlock()
+					time.Sleep(50 * time.Millisecond)
+					mu.Lock()
+					running--
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		return most
+	}
+	if n := most(); n != 6 {
+		t.Errorf("%d of 6 transactions ran at once with no limit", n)
+	}
+	st.LimitTx(2)
+	if n := most(); n != 2 {
+		t.Errorf("%d transactions ran at once with a limit of 2", n)
+	}
+	st.LimitTx(0)
+	if n := most(); n != 6 {
+		t.Errorf("%d of 6 transactions ran at once with the limit lifted", n)
+	}
+}
