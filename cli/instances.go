@@ -49,6 +49,7 @@ func newUUID() string {
 func newInstancesCreateCommand(s *session) *cobra.Command {
 	var (
 		req       httpapi.CreateInstanceRequest
+		count     int
 		env, tags []string
 		key       string
 		w         waitFlags
@@ -112,20 +113,47 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
 				return err
 			}
-			in, err := c.CreateInstance(ctx, req, key)
-			if err != nil {
-				return c.explain(err)
+			if count < 1 || count > 100 {
+				return usagef(cmd, "--count %d: want 1..100", count)
+			}
+			if count > 1 && len(req.Volumes) > 0 {
+				return usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", count)
+			}
+			var made []*cloud.Instance
+			for i := 0; i < count; i++ {
+				k, r := key, req
+				if count > 1 {
+					// Each copy gets its own key, derived from the given one so
+					// that retrying the whole command stays safe.
+					if k != "" {
+						k = fmt.Sprintf("%s-%d", key, i)
+					}
+					if r.Name != "" {
+						r.Name = fmt.Sprintf("%s-%d", req.Name, i)
+					}
+				}
+				in, err := c.CreateInstance(ctx, r, k)
+				if err != nil {
+					if len(made) > 0 {
+						_ = printInstances(cmd.OutOrStdout(), out.format, made...)
+					}
+					return c.explain(err)
+				}
+				made = append(made, in)
 			}
 			if w.wait {
-				if in, err = c.waitFor(ctx, cmd.ErrOrStderr(), in, cloud.Running, w.timeout); err != nil {
-					return err
+				for i, in := range made {
+					if made[i], err = c.waitFor(ctx, cmd.ErrOrStderr(), in, cloud.Running, w.timeout); err != nil {
+						return err
+					}
 				}
 			}
-			return printInstances(cmd.OutOrStdout(), out.format, in)
+			return printInstances(cmd.OutOrStdout(), out.format, made...)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Offering, "offering", "", "the offering (instance type) to rent; required")
+	f.IntVar(&count, "count", 1, "how many identical instances to create (1..100)")
 	f.StringVar(&req.Name, "name", "", "a name for the instance (letters, digits, '-', '_', '.')")
 	f.StringSliceVar(&req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
 	f.StringArrayVar(&req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)

@@ -299,3 +299,24 @@ func TestShellJoin(t *testing.T) {
 		t.Errorf("shellJoin = %s, want %s", got, want)
 	}
 }
+
+// TestInstancesCreateCount: --count creates that many instances, each with
+// its own idempotency key derived from the given one, so the same command
+// run twice creates nothing more.
+func TestInstancesCreateCount(t *testing.T) {
+	e := newCloudEnv(t)
+	_, tok := e.member("acme", "alice")
+	for run := 0; run < 2; run++ {
+		code, out, errOut := e.as(tok, "instances", "create", "--offering", "l4.1x", "--count", "3", "--name", "w", "--idempotency-key", "batch")
+		if code != 0 || strings.Count(out, "l4.1x") != 3 {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", run, code, out, errOut)
+		}
+	}
+	code, out, _ := e.as(tok, "instances", "list", "-o", "json")
+	if code != 0 || strings.Count(out, `"offering": "l4.1x"`) != 3 || !strings.Contains(out, `"name": "w-2"`) {
+		t.Fatalf("list after two runs: %s", out)
+	}
+	if code, _, errOut := e.as(tok, "instances", "create", "--offering", "l4.1x", "--count", "0"); code != ExitUsage {
+		t.Fatalf("--count 0: exit %d, %q", code, errOut)
+	}
+}
