@@ -180,6 +180,10 @@ func (s *server) agentJoin(w http.ResponseWriter, r *http.Request, _ principal) 
 		out = JoinResponse{HostID: id, Credential: secret}
 		return nil
 	})
+	if !created {
+		// A re-join revoked the host's earlier credentials.
+		s.tokens.clear()
+	}
 	if err != nil {
 		return err
 	}
@@ -215,6 +219,7 @@ func (s *server) rejoin(ctx context.Context, tx cloud.Tx, h *cloud.Host, spec fl
 			if err := tx.RevokeToken(ctx, t.ID, now); err != nil {
 				return err
 			}
+			s.tokens.clear() // also before commit: a retry revokes again
 			revoked++
 		}
 	}

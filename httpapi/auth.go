@@ -98,10 +98,14 @@ func (s *server) lookupToken(ctx context.Context, tok string) (principal, error)
 	if !strings.HasPrefix(tok, tokenPrefix) || len(tok) > maxTokenLen {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
 	}
+	now := s.now()
+	if p, ok := s.tokens.get(tok, now); ok {
+		return p, nil
+	}
 	var t *cloud.Token
 	err := s.store.Tx(ctx, func(tx cloud.Tx) error {
 		var err error
-		t, err = tx.TokenByHash(ctx, hashToken(tok), s.now())
+		t, err = tx.TokenByHash(ctx, hashToken(tok), now)
 		return err
 	})
 	if cloud.IsNotFound(err) {
@@ -110,7 +114,9 @@ func (s *server) lookupToken(ctx context.Context, tok string) (principal, error)
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}, nil
+	p := principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}
+	s.tokens.put(tok, p, t.ExpiresAt, now)
+	return p, nil
 }
 
 // Bootstrap prepares an empty store for its first start: it creates the

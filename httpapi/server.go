@@ -32,6 +32,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
+	// TokenCacheTTL is how long a token lookup is trusted
+	// (DefaultTokenCacheTTL when zero; negative disables the cache).
+	TokenCacheTTL time.Duration
 	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
 	// when it stops an instance (Assignment.GraceSeconds); 30 seconds
 	// when zero.
@@ -51,6 +54,8 @@ type server struct {
 	// grace is the stop grace period in whole seconds.
 	grace int
 	mux   *http.ServeMux
+	// tokens caches token lookups for a short time.
+	tokens *tokenCache
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -136,8 +141,12 @@ var routeTable = []route{
 // New returns the API handler over store, validating requests against cat.
 // It holds no global state: two handlers over two stores are independent.
 func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
+	ttl := opts.TokenCacheTTL
+	if ttl == 0 {
+		ttl = DefaultTokenCacheTTL
+	}
 	s := &server{store: store, cat: cat, now: opts.Now, log: opts.Logger,
-		mux: http.NewServeMux(), paths: http.NewServeMux()}
+		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl)}
 	if s.now == nil {
 		s.now = time.Now
 	}

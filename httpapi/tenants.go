@@ -334,10 +334,14 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request, p principal
 		if err := tx.RevokeToken(r.Context(), id, now); err != nil {
 			return err
 		}
+		s.tokens.clear()
 		t.RevokedAt = &now
 		return tx.AppendEvent(r.Context(), &cloud.Event{Time: now, Kind: EventTokenRevoked,
 			TenantID: t.TenantID, Actor: p.UserID, Reason: "token " + t.ID + " revoked"})
 	})
+	// Again after the commit: a lookup between the clear above and the
+	// commit may have cached the token as still valid.
+	s.tokens.clear()
 	if err != nil {
 		return err
 	}

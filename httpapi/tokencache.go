@@ -1,0 +1,71 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"sync"
+	"time"
+)
+
+// DefaultTokenCacheTTL is how long a server trusts a token it looked up.
+// Every request would otherwise spend a store transaction on its token. A
+// revocation made through this server takes effect at once (the cache is
+// dropped); one made through another replica takes effect on this one
+// within the TTL.
+const DefaultTokenCacheTTL = 2 * time.Second
+
+// tokenCache remembers recent token lookups by the token's hash.
+type tokenCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[[sha256.Size]byte]cachedToken
+}
+
+type cachedToken struct {
+	p principal
+	// until is when the entry must be looked up again: the cache TTL, or
+	// the token's expiry when that comes first.
+	until time.Time
+}
+
+func newTokenCache(ttl time.Duration) *tokenCache {
+	return &tokenCache{ttl: ttl, m: map[[sha256.Size]byte]cachedToken{}}
+}
+
+func (c *tokenCache) get(tok string, now time.Time) (principal, bool) {
+	if c.ttl <= 0 {
+		return principal{}, false
+	}
+	k := sha256.Sum256([]byte(tok))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok || !now.Before(e.until) {
+		delete(c.m, k)
+		return principal{}, false
+	}
+	return e.p, true
+}
+
+func (c *tokenCache) put(tok string, p principal, expires *time.Time, now time.Time) {
+	if c.ttl <= 0 {
+		return
+	}
+	until := now.Add(c.ttl)
+	if expires != nil && expires.Before(until) {
+		until = *expires
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 100000 {
+		// Bounded: a flood of distinct valid tokens just starts over.
+		c.m = map[[sha256.Size]byte]cachedToken{}
+	}
+	c.m[sha256.Sum256([]byte(tok))] = cachedToken{p: p, until: until}
+}
+
+// clear forgets every lookup; revocations call it.
+func (c *tokenCache) clear() {
+	c.mu.Lock()
+	c.m = map[[sha256.Size]byte]cachedToken{}
+	c.mu.Unlock()
+}
