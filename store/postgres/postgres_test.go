@@ -2,22 +2,18 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/storetest"
 )
 
-// baseURL returns the server to test against, or skips the test.
+// baseURL skips the test when no PostgreSQL server is configured.
 func baseURL(t *testing.T) string {
 	t.Helper()
 	u := os.Getenv("GPUCLOUD_TEST_POSTGRES_URL")
@@ -27,47 +23,9 @@ func baseURL(t *testing.T) string {
 	return u
 }
 
-// withSearchPath returns the connection string u with search_path set to
-// schema, in URL or keyword/value form.
-func withSearchPath(t *testing.T, u, schema string) string {
-	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		return u + " search_path=" + schema
-	}
-	p, err := url.Parse(u)
-	if err != nil {
-		t.Fatalf("GPUCLOUD_TEST_POSTGRES_URL: %v", err)
-	}
-	q := p.Query()
-	q.Set("search_path", schema)
-	p.RawQuery = q.Encode()
-	return p.String()
-}
-
-// freshSchema creates a schema with a unique name, dropped when the test
-// ends, and returns a URL whose connections use it. Every test gets its own,
-// so tests run in parallel and again without cleaning up by hand.
-func freshSchema(t *testing.T) string {
-	t.Helper()
-	base := baseURL(t)
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "gpucloud_test_" + hex.EncodeToString(b)
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		admin.Close()
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-		admin.Close()
-	})
-	return withSearchPath(t, base, schema)
-}
+// freshSchema returns a URL whose connections use a new schema, dropped
+// when the test ends.
+func freshSchema(t *testing.T) string { return pgtest.URL(t) }
 
 // open opens a store on a fresh schema. Cleanups run last-registered first,
 // so the store closes before its schema is dropped.
