@@ -147,3 +147,32 @@ type EventFilter struct {
 	AfterID    int64
 	Limit      int
 }
+
+// Isolation asks a Store for a transaction isolation level through the
+// context passed to Tx.
+type Isolation uint8
+
+const (
+	// IsolationDefault is the store's own level (serializable on
+	// PostgreSQL; SQLite runs one transaction at a time anyway).
+	IsolationDefault Isolation = iota
+	// ReadCommitted is for transactions whose correctness rests only on
+	// unique constraints and version checks, never on a decision taken
+	// from rows that another transaction could change meanwhile (such as a
+	// quota count). It spares them the aborts serializable transactions
+	// suffer under contention. Stores that cannot lower isolation ignore it.
+	ReadCommitted
+)
+
+type isolationKey struct{}
+
+// WithIsolation returns ctx asking for isolation level l.
+func WithIsolation(ctx context.Context, l Isolation) context.Context {
+	return context.WithValue(ctx, isolationKey{}, l)
+}
+
+// IsolationOf returns the isolation level ctx asks for.
+func IsolationOf(ctx context.Context) Isolation {
+	l, _ := ctx.Value(isolationKey{}).(Isolation)
+	return l
+}

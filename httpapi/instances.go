@@ -130,6 +130,10 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
+// errNeedSerializable restarts a read-committed create at the store's
+// default isolation.
+var errNeedSerializable = errors.New("create needs serializable isolation")
+
 // keyRace is returned from a create transaction that lost an idempotency
 // race: the store found the key taken by an instance created meanwhile.
 type keyRace struct{ id string }
@@ -161,9 +165,17 @@ func (s *server) createInstance(w http.ResponseWriter, r *http.Request, p princi
 	}
 	var out *cloud.Instance
 	created := false
-	err = s.tx(r.Context(), func(tx cloud.Tx) error {
+	// A create without volumes, for a tenant without a quota, depends only
+	// on the unique (tenant, idempotency key) constraint: it runs at read
+	// committed, which spares it the aborts of serializable transactions
+	// under contention. A quota count or a volume attachment needs
+	// serializable isolation, so finding either restarts the create there.
+	ctx := r.Context()
+	if len(req.Volumes) == 0 {
+		ctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
+	}
+	body := func(tx cloud.Tx) error {
 		out, created = nil, false
-		ctx := r.Context()
 		tenant, err := s.scope(ctx, tx, p, asked, p.TenantID)
 		if err != nil {
 			return err
@@ -187,7 +199,15 @@ func (s *server) createInstance(w http.ResponseWriter, r *http.Request, p princi
 		if err != nil {
 			return err
 		}
-		if err := s.enforceQuota(ctx, tx, tenant, o); err != nil {
+		if cloud.IsolationOf(ctx) == cloud.ReadCommitted {
+			q, err := getQuota(ctx, tx, tenant)
+			if err != nil {
+				return err
+			}
+			if q.Instances != 0 || len(q.GPUs) != 0 {
+				return errNeedSerializable
+			}
+		} else if err := s.enforceQuota(ctx, tx, tenant, o); err != nil {
 			return err
 		}
 		if err := tx.CreateInstance(ctx, in); err != nil {
@@ -211,7 +231,12 @@ func (s *server) createInstance(w http.ResponseWriter, r *http.Request, p princi
 		}
 		out, created = in, true
 		return nil
-	})
+	}
+	err = s.tx(ctx, body)
+	if errors.Is(err, errNeedSerializable) {
+		ctx = r.Context()
+		err = s.tx(ctx, body)
+	}
 	var race *keyRace
 	if errors.As(err, &race) {
 		// A concurrent call with the same key won; answer its instance.

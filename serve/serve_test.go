@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,4 +180,59 @@ func TestLeaderFailover(t *testing.T) {
 	if follower != a {
 		a.Close(ctx)
 	}
+}
+
+// TestConcurrentIdempotentCreates: on both backends, creates racing with
+// one Idempotency-Key yield one instance, and with distinct keys one each
+// (creates run at read committed on PostgreSQL, so the unique key
+// constraint alone must keep them apart).
+func TestConcurrentIdempotentCreates(t *testing.T) {
+	run := func(t *testing.T, db string) {
+		s := start(t, db)
+		defer s.Close(context.Background())
+		c := httpapi.NewClient(s.URL, s.AdminToken, nil)
+		ctx := context.Background()
+		const n = 16
+		ids := make(chan string, 2*n)
+		errs := make(chan error, 2*n)
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			for _, key := range []string{"same", fmt.Sprintf("own-%d", i)} {
+				wg.Add(1)
+				go func(key string) {
+					defer wg.Done()
+					in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l4.1x"}, key)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if key == "same" {
+						ids <- in.ID
+					}
+				}(key)
+			}
+		}
+		wg.Wait()
+		close(ids)
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for id := range ids {
+			seen[id] = true
+		}
+		if len(seen) != 1 {
+			t.Fatalf("one key gave %d instances: %v", len(seen), seen)
+		}
+		list, err := c.ListInstances(ctx, httpapi.ListInstancesOptions{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Instances) != n+1 {
+			t.Fatalf("%d instances, want %d", len(list.Instances), n+1)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) { run(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
+	t.Run("postgres", func(t *testing.T) { run(t, pgtest.URL(t)) })
 }

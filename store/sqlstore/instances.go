@@ -99,6 +99,19 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 		return err
 	}
 	if n == 0 {
+		if in.IdempotencyKey != "" {
+			// At read committed a concurrent create with the same key may
+			// have committed after the lookup above; this statement sees it.
+			if old, err := t.InstanceByKey(ctx, in.TenantID, in.IdempotencyKey); err == nil {
+				key := in.IdempotencyKey
+				*in = *old
+				return &cloud.Error{
+					Code:    cloud.Conflict,
+					Message: "instance " + old.ID + " was already created with idempotency key " + strconv.Quote(key),
+					Details: map[string]any{"existing_id": old.ID},
+				}
+			}
+		}
 		return conflictf("instance %s already exists", in.ID)
 	}
 	in.Version, in.CreatedAt, in.UpdatedAt = 1, created, updated

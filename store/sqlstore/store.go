@@ -108,7 +108,11 @@ func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 
 // try runs fn once. retry reports that the transaction lost a race.
 func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error) (err error, retry bool) {
-	sqlTx, err := s.db.BeginTx(ctx, s.d.TxOptions)
+	opts := s.d.TxOptions
+	if cloud.IsolationOf(ctx) == cloud.ReadCommitted && opts != nil && opts.Isolation > sql.LevelReadCommitted {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	sqlTx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return internal("begin transaction", err), s.d.Classify(err) == Retry
 	}
