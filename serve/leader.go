@@ -18,12 +18,23 @@ const lockQuery = "SELECT pg_try_advisory_lock(hashtext('gpucloud-leader:' || cu
 type leaderState struct {
 	mu sync.Mutex
 	on bool
+	// terms counts the times this replica became leader.
+	terms int
 }
 
 func (l *leaderState) set(v bool) {
 	l.mu.Lock()
+	if v && !l.on {
+		l.terms++
+	}
 	l.on = v
 	l.mu.Unlock()
+}
+
+func (l *leaderState) termCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.terms
 }
 
 func (l *leaderState) get() bool {

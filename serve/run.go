@@ -132,6 +132,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // IsLeader reports whether this replica runs the controllers now.
 func (s *Server) IsLeader() bool { return s.leader.get() }
 
+// LeaderTerms counts the times this replica became leader.
+func (s *Server) LeaderTerms() int { return s.leader.termCount() }
+
 // controllers runs the scheduler and the heartbeat watcher until ctx ends
 // (leadership lost or server closing). It rebuilds the scheduler's fleet
 // from the store first, so a new leader never double-places.
@@ -166,7 +169,15 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 // in flight) and closes the store.
 func (s *Server) Close(ctx context.Context) error {
 	s.cancel()
-	err := s.http.Shutdown(ctx)
+	// Shutdown waits for requests in flight, but also up to five seconds
+	// for connections that were opened and never used (clients dial
+	// spares); a second is plenty for real requests, then the rest close.
+	shut, cancel := context.WithTimeout(ctx, time.Second)
+	err := s.http.Shutdown(shut)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = s.http.Close()
+	}
 	s.wg.Wait()
 	if cerr := s.Store.Close(); err == nil {
 		err = cerr

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/store/pgtest"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for killLockHolders
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -167,6 +170,22 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return n == 8
 	})
+	// Kill the leader's lock connection, as a crash or a network cut
+	// would: the replica steps down at once, campaigns again, and leads
+	// with a fresh fleet index; the two pending instances then go to a
+	// new host, and nothing is placed twice.
+	terms := follower.LeaderTerms()
+	killLockHolders(t, db)
+	waitFor(t, "a new leadership term", func() bool { return follower.LeaderTerms() > terms && follower.IsLeader() })
+	addHost(t, follower.Store, fleet.MockNVLinkHost("h100-2", "H100-80GB-SXM", 8))
+	waitFor(t, "all ten placed", func() bool {
+		for _, id := range ids {
+			if state(t, c, id) != cloud.Scheduled {
+				return false
+			}
+		}
+		return true
+	})
 	check := server.NewScheduler(follower.Store, nil)
 	if err := check.Rebuild(ctx); err != nil {
 		t.Fatal(err)
@@ -174,8 +193,8 @@ func TestLeaderFailover(t *testing.T) {
 	if err := check.Fleet().Check(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(check.Fleet().Allocations()); n != 8 {
-		t.Fatalf("%d allocations on an 8-GPU host, want 8", n)
+	if n := len(check.Fleet().Allocations()); n != 10 {
+		t.Fatalf("%d allocations, want 10", n)
 	}
 	if follower != a {
 		a.Close(ctx)
@@ -235,4 +254,21 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) { run(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
 	t.Run("postgres", func(t *testing.T) { run(t, pgtest.URL(t)) })
+}
+
+// killLockHolders terminates the PostgreSQL sessions that hold advisory
+// locks in this database.
+func killLockHolders(t *testing.T, db string) {
+	t.Helper()
+	conn, err := sql.Open("pgx", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	err = conn.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`).Scan(&n)
+	if err != nil || n == 0 {
+		t.Fatalf("terminated %d lock holders: %v", n, err)
+	}
 }
