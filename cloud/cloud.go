@@ -207,6 +207,16 @@ type LogChunk struct {
 // EventKind groups events.
 type EventKind string
 
+// Event kinds written by more than one component. Every lifecycle move of
+// an instance, whoever makes it (API, scheduler, agent report, health
+// watcher), is an EventInstanceState event with From and To set, so that
+// one filter finds them all.
+const (
+	EventInstanceState         EventKind = "instance.state"
+	EventInstanceUnschedulable EventKind = "instance.unschedulable"
+	EventHostUnhealthy         EventKind = "host.unhealthy"
+)
+
 // Event is one entry of the audit trail: a state change, a placement
 // decision, an operator action.
 type Event struct {

@@ -19,7 +19,7 @@ const (
 	// EventInstanceCreated is the first event of every instance.
 	EventInstanceCreated cloud.EventKind = "instance.created"
 	// EventInstanceState records a state change (From, To, Reason).
-	EventInstanceState cloud.EventKind = "instance.state"
+	EventInstanceState = cloud.EventInstanceState
 )
 
 // checkInstanceRequest validates what can be checked without the store

@@ -99,7 +99,7 @@ func (s *Scheduler) commit(ctx context.Context, batch []assignment) (int, error)
 				continue
 			}
 			bumped[in.HostID] = s.versions[in.HostID]
-			events = append(events, &cloud.Event{Time: now, Kind: "instance.scheduled", TenantID: in.TenantID,
+			events = append(events, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
 				InstanceID: in.ID, HostID: in.HostID, From: cloud.Pending, To: cloud.Scheduled,
 				Reason: in.Reason, Actor: "scheduler"})
 		}
@@ -172,7 +172,7 @@ func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reaso
 		if err := tx.UpdateInstance(ctx, cur); err != nil {
 			return ignoreConflict(err)
 		}
-		if err := tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.unschedulable", TenantID: cur.TenantID,
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: cloud.EventInstanceUnschedulable, TenantID: cur.TenantID,
 			InstanceID: cur.ID, Reason: reason, Actor: "scheduler"}); err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string)
 		if err := tx.UpdateInstance(ctx, cur); err != nil {
 			return ignoreConflict(err)
 		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: "instance.failed", TenantID: cur.TenantID,
+		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: cloud.EventInstanceState, TenantID: cur.TenantID,
 			InstanceID: cur.ID, From: cloud.Pending, To: cloud.Failed, Reason: reason, Actor: "scheduler"})
 	})
 }

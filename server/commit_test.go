@@ -36,7 +36,9 @@ func (t *hookTx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]
 	return t.Tx.UpdateInstances(ctx, ins)
 }
 
-func events(t *testing.T, st cloud.Store, kind cloud.EventKind) int {
+// events counts the events of a kind, and for state events only the moves
+// into to (when to is not empty).
+func events(t *testing.T, st cloud.Store, kind cloud.EventKind, to ...cloud.State) int {
 	var evs []*cloud.Event
 	tx(t, st, func(tx cloud.Tx) (err error) {
 		evs, err = tx.ListEvents(context.Background(), cloud.EventFilter{})
@@ -44,7 +46,7 @@ func events(t *testing.T, st cloud.Store, kind cloud.EventKind) int {
 	})
 	n := 0
 	for _, e := range evs {
-		if e.Kind == kind {
+		if e.Kind == kind && (len(to) == 0 || e.To == to[0]) {
 			n++
 		}
 	}
@@ -74,7 +76,7 @@ func TestSchedulerCommitsInBatches(t *testing.T) {
 	if v := hostVersion(t, st, "h100-a"); v != 4 {
 		t.Errorf("h100-a has version %d after three batches, want 4", v)
 	}
-	if n := events(t, st, "instance.scheduled"); n != 8 {
+	if n := events(t, st, cloud.EventInstanceState, cloud.Scheduled); n != 8 {
 		t.Errorf("%d scheduled events, want 8", n)
 	}
 	check := newScheduler(st)

@@ -35,7 +35,7 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 				return err
 			}
 			reason := "no heartbeat since " + h.LastHeartbeat.UTC().Format(time.RFC3339)
-			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: "host.unhealthy", HostID: h.ID,
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventHostUnhealthy, HostID: h.ID,
 				Reason: reason + " (was " + string(from) + ")", Actor: "health"}); err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 				if err := tx.UpdateInstance(ctx, in); err != nil {
 					return err
 				}
-				if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: "instance.lost", TenantID: in.TenantID,
+				if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
 					InstanceID: in.ID, HostID: h.ID, From: prev, To: cloud.Lost, Reason: in.Reason, Actor: "health"}); err != nil {
 					return err
 				}
