@@ -88,8 +88,10 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "gpucloud",
 		Short: "An open-source GPU cloud in one binary",
 		Long: "gpucloud is an open-source GPU cloud in one binary.\n\n" +
-			"The sim commands replay cluster traces through the real placement engine to\n" +
-			"measure how much GPU capacity each placement policy leaves stranded.",
+			"  gpucloud up                  a complete local cloud: server, SQLite, simulated fleet\n" +
+			"  gpucloud server / agent      the control plane, and the agent on each GPU host\n" +
+			"  gpucloud instances ...       rent whole GPUs, MIG slices, GPU shares or bare metal\n" +
+			"  gpucloud sim replay          replay cluster traces through the placement engine",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          noArgs,
