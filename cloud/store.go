@@ -39,6 +39,8 @@ type Tx interface {
 	CreateToken(ctx context.Context, t *Token) error
 	// TokenByHash finds a live (not revoked, not expired at now) token.
 	TokenByHash(ctx context.Context, hash []byte, now time.Time) (*Token, error)
+	// ListTokens lists a tenant's tokens in ID order, every tenant's when
+	// tenantID is empty.
 	ListTokens(ctx context.Context, tenantID string) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 
@@ -96,6 +98,8 @@ type Tx interface {
 
 	CreateVolume(ctx context.Context, v *Volume) error
 	GetVolume(ctx context.Context, id string) (*Volume, error)
+	// ListVolumes lists a tenant's volumes (deleted ones too) in ID order,
+	// every tenant's when tenantID is empty.
 	ListVolumes(ctx context.Context, tenantID string) ([]*Volume, error)
 	UpdateVolume(ctx context.Context, v *Volume) error
 

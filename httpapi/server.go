@@ -281,23 +281,6 @@ func (s *server) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dfl
 	return asked, nil
 }
 
-// listTenantIDs returns tenant, or every tenant's ID when tenant is "", for
-// the store methods that take exactly one tenant.
-func listTenantIDs(ctx context.Context, tx cloud.Tx, tenant string) ([]string, error) {
-	if tenant != "" {
-		return []string{tenant}, nil
-	}
-	ts, err := tx.ListTenants(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(ts))
-	for i, t := range ts {
-		ids[i] = t.ID
-	}
-	return ids, nil
-}
-
 // listOfferings answers the catalog's offerings.
 func (s *server) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
 	writeJSON(w, http.StatusOK, OfferingList{Offerings: s.cat.Offerings()})
