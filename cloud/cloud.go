@@ -160,6 +160,16 @@ type Instance struct {
 	// HostID and Placement are set while the instance holds an allocation.
 	HostID    string           `json:"host_id,omitempty"`
 	Placement *fleet.Placement `json:"placement,omitempty"`
+	// Zone is where the instance was last placed (kept after release, for
+	// the usage ledger and the invoice).
+	Zone string `json:"zone,omitempty"`
+
+	// Market is on_demand (the default) or spot. A spot instance belongs
+	// to SpotRequestID, may be reclaimed, and carries its Interruption
+	// once one is announced.
+	Market        Market        `json:"market"`
+	SpotRequestID string        `json:"spot_request_id,omitempty"`
+	Interruption  *Interruption `json:"interruption,omitempty"`
 
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -212,6 +222,7 @@ type EventKind string
 // watcher), is an EventInstanceState event with From and To set, so that
 // one filter finds them all.
 const (
+	EventInstanceCreated       EventKind = "instance.created"
 	EventInstanceState         EventKind = "instance.state"
 	EventInstanceUnschedulable EventKind = "instance.unschedulable"
 	EventHostUnhealthy         EventKind = "host.unhealthy"

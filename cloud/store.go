@@ -28,6 +28,8 @@ type Store interface {
 // Tx is one transaction's view of the store. It is not safe for concurrent
 // use and is invalid after fn returns.
 type Tx interface {
+	BillingTx
+
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
 	GetTenant(ctx context.Context, id string) (*Tenant, error)
 	ListTenants(ctx context.Context) ([]*Tenant, error)
@@ -138,6 +140,10 @@ type InstanceFilter struct {
 	States   []State
 	HostID   string
 	Offering string
+	// Market selects on-demand or spot instances; SpotRequestID the
+	// launches of one spot request.
+	Market        Market
+	SpotRequestID string
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.
 	Limit   int
 	AfterID string

@@ -50,30 +50,35 @@ func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]stri
 	}
 	d := &t.s.d
 	j := d.typed("json")
-	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, ?, " + strings.Repeat(j+", ", 6) + "?, " + j + ", " + d.typed("timestamptz") + ")"
+	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, ?, " + strings.Repeat(j+", ", 6) + "?, " + j + ", " +
+		d.typed("timestamptz") + ", ?, ?, ?, " + j + ")"
 	// Encode everything first, so that an instance that cannot be stored
 	// fails the call before anything is written.
-	const cols = 15
+	const cols = 19
 	args := make([]any, 0, cols*len(ins))
-	for _, in := range ins {
+	docs := make([]*instanceDoc, len(ins))
+	for i, in := range ins {
 		doc, err := encodeInstance(in)
 		if err != nil {
 			return nil, err
 		}
+		docs[i] = doc
 		args = append(args, in.ID, in.Version, in.Name, in.Offering, string(in.State), in.Reason,
 			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
-			d.timeArg(normTime(in.UpdatedAt)))
+			d.timeArg(normTime(in.UpdatedAt)), in.Zone, string(doc.market), in.SpotRequestID, doc.interruption)
 	}
 	written := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))
 		ids, err := list(ctx, t, "update instances",
 			"WITH v (id, version, name, offering, state, reason, zones, labels, command, env, volumes, tags,"+
-				" host_id, placement, updated_at) AS (VALUES "+values(row, hi-lo)+")"+
+				" host_id, placement, updated_at, zone, market, spot_request_id, interruption)"+
+				" AS (VALUES "+values(row, hi-lo)+")"+
 				" UPDATE instances SET name = v.name, offering = v.offering, state = v.state, reason = v.reason,"+
 				" zones = v.zones, labels = v.labels, command = v.command, env = v.env, volumes = v.volumes,"+
 				" tags = v.tags, host_id = v.host_id, placement = v.placement, updated_at = v.updated_at,"+
-				" version = instances.version + 1"+
+				" zone = v.zone, market = v.market, spot_request_id = v.spot_request_id,"+
+				" interruption = v.interruption, version = instances.version + 1"+
 				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
 			args[cols*lo:cols*hi], scanString)
 		if err != nil {
@@ -84,13 +89,14 @@ func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]stri
 		}
 	}
 	stale := []string{}
-	for _, in := range ins {
+	for i, in := range ins {
 		if !written[in.ID] {
 			stale = append(stale, in.ID)
 			continue
 		}
 		in.Version++
 		in.UpdatedAt = normTime(in.UpdatedAt)
+		docs[i].normalize(in)
 	}
 	return stale, nil
 }
@@ -159,7 +165,8 @@ func (t *tx) HostStamp(ctx context.Context) (cloud.HostStamp, error) {
 	return st, err
 }
 
-// AppendEvents inserts batchRows events per statement. Both databases
+// AppendEvents inserts batchRows events per statement, then the usage
+// entries of the instance.state events among them (see meterEvents). Both databases
 // number the rows of a multi-row insert in the order of its VALUES, so the
 // IDs it returns, sorted, are the events' in order (RETURNING itself
 // promises no order).
@@ -195,5 +202,5 @@ func (t *tx) AppendEvents(ctx context.Context, es []*cloud.Event) error {
 			e.ID, e.Time = *ids[i], normTime(e.Time)
 		}
 	}
-	return nil
+	return t.meterEvents(ctx, es)
 }

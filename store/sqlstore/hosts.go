@@ -120,6 +120,9 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 		}
 	}
 	created, deleted := normTime(v.CreatedAt), normTimePtr(v.DeletedAt)
+	if deleted != nil && deleted.Before(created) {
+		return invalidf("volume %s is deleted before it is created", v.ID)
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create volume "+v.ID,
 		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -130,6 +133,13 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	}
 	if n == 0 {
 		return conflictf("volume %s already exists", v.ID)
+	}
+	meter := []*cloud.Usage{volumeUsage(v, created, true, v.SizeGiB)}
+	if deleted != nil {
+		meter = append(meter, volumeUsage(v, *deleted, false, v.SizeGiB))
+	}
+	if err := t.appendUsage(ctx, meter...); err != nil {
+		return err
 	}
 	v.CreatedAt, v.DeletedAt = created, deleted
 	return nil
@@ -153,13 +163,41 @@ func (t *tx) ListVolumes(ctx context.Context, tenantID string) ([]*cloud.Volume,
 // UpdateVolume writes Name, SizeGiB, Zone, InstanceID and DeletedAt; ID,
 // TenantID and CreatedAt are fixed at creation. Volumes carry no version:
 // callers that attach one serialize through the instance's version.
+//
+// It appends the volume's usage entries: an Off at DeletedAt when the
+// volume is deleted, and an Off and an On with the new size and zone when
+// a live volume is resized or moved. The volume has no field for the time
+// of a resize, so those two entries are at the wall-clock time of the
+// update. A deleted volume stays deleted: restoring it (DeletedAt set back
+// to nil) is Invalid, and deleting it again at another time a Conflict.
 func (t *tx) UpdateVolume(ctx context.Context, v *cloud.Volume) error {
+	old, err := t.GetVolume(ctx, v.ID)
+	if err != nil {
+		return err
+	}
 	if v.InstanceID != "" {
 		if err := t.mustExist(ctx, "instances", "instance", v.InstanceID); err != nil {
 			return err
 		}
 	}
 	deleted := normTimePtr(v.DeletedAt)
+	var meter []*cloud.Usage
+	switch {
+	case old.DeletedAt != nil && deleted == nil:
+		return invalidf("volume %s was deleted at %s and cannot be restored", v.ID, old.DeletedAt.Format(time.RFC3339Nano))
+	case old.DeletedAt != nil && !deleted.Equal(*old.DeletedAt):
+		return conflictf("volume %s was already deleted at %s", v.ID, old.DeletedAt.Format(time.RFC3339Nano))
+	case old.DeletedAt == nil && deleted != nil:
+		if deleted.Before(old.CreatedAt) {
+			return invalidf("volume %s is deleted before it was created", v.ID)
+		}
+		meter = append(meter, volumeUsage(old, *deleted, false, old.SizeGiB))
+	case old.DeletedAt == nil && (v.SizeGiB != old.SizeGiB || v.Zone != old.Zone):
+		now := normTime(time.Now())
+		changed := *old
+		changed.SizeGiB, changed.Zone = v.SizeGiB, v.Zone
+		meter = append(meter, volumeUsage(old, now, false, old.SizeGiB), volumeUsage(&changed, now, true, v.SizeGiB))
+	}
 	n, err := t.execN(ctx, "update volume "+v.ID,
 		"UPDATE volumes SET name = ?, size_gib = ?, zone = ?, instance_id = ?, deleted_at = ? WHERE id = ?",
 		v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID), t.s.d.nullTimeArg(deleted), v.ID)
@@ -168,6 +206,9 @@ func (t *tx) UpdateVolume(ctx context.Context, v *cloud.Volume) error {
 	}
 	if n == 0 {
 		return notFoundf("volume %s not found", v.ID)
+	}
+	if err := t.appendUsage(ctx, meter...); err != nil {
+		return err
 	}
 	v.DeletedAt = deleted
 	return nil
@@ -183,7 +224,9 @@ func scanEvent(sc scanner) (*cloud.Event, error) {
 }
 
 // AppendEvent stores Details byte for byte (empty Details is SQL NULL) and
-// rejects invalid JSON, which the JSON API could not render.
+// rejects invalid JSON, which the JSON API could not render. An
+// instance.state event that starts or stops metering appends its usage
+// entry too (see meterEvents).
 func (t *tx) AppendEvent(ctx context.Context, e *cloud.Event) error {
 	args, at, err := t.eventArgs(e)
 	if err != nil {
@@ -196,7 +239,7 @@ func (t *tx) AppendEvent(ctx context.Context, e *cloud.Event) error {
 		return err
 	}
 	e.ID, e.Time = id, at
-	return nil
+	return t.meterEvents(ctx, []*cloud.Event{e})
 }
 
 // eventInsertCols are the columns an insert writes (the ID is generated),

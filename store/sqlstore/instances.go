@@ -9,22 +9,38 @@ import (
 )
 
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
-	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at"
+	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
+	"zone, market, spot_request_id, interruption"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
 	err := sc.Scan(&in.ID, &in.TenantID, &in.Name, &in.Offering, &in.State, &in.Reason, &in.Version,
 		&in.IdempotencyKey, jsonCol{&in.Zones}, jsonCol{&in.Labels}, jsonCol{&in.Command},
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
-		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt})
+		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
+		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption})
+	if err == nil && in.Market == "" {
+		in.Market = cloud.MarketOnDemand
+	}
 	return &in, err
 }
 
-// instanceDoc is the JSON text of an instance's list, map and placement
-// fields, in column order.
+// instanceDoc is the JSON text of an instance's list, map, placement and
+// interruption fields, in column order, with the values of the instance's
+// fields that the store normalizes: the market (empty is on demand) and the
+// interruption's times (UTC microseconds, a copy: the caller's may be
+// shared).
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
-	placement                                  any
+	placement, interruption                    any
+	market                                     cloud.Market
+	intr                                       *cloud.Interruption
+}
+
+// normalize sets the fields of in that the store normalizes to what was
+// stored, after a successful write.
+func (d *instanceDoc) normalize(in *cloud.Instance) {
+	in.Market, in.Interruption = d.market, d.intr
 }
 
 func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
@@ -47,6 +63,19 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 	// tell placed instances apart with IS NULL.
 	if in.Placement != nil {
 		if d.placement, err = jsonArg("instance "+in.ID+" placement", in.Placement); err != nil {
+			return nil, err
+		}
+	}
+	d.market = in.Market
+	if d.market == "" {
+		d.market = cloud.MarketOnDemand
+	}
+	// No interruption is SQL NULL too.
+	if in.Interruption != nil {
+		intr := *in.Interruption
+		intr.NoticedAt, intr.Deadline = normTime(intr.NoticedAt), normTime(intr.Deadline)
+		d.intr = &intr
+		if d.interruption, err = jsonArg("instance "+in.ID+" interruption", d.intr); err != nil {
 			return nil, err
 		}
 	}
@@ -90,11 +119,12 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 	created, updated := normTime(in.CreatedAt), normTime(in.UpdatedAt)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create instance "+in.ID,
-		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"+
-			" ON CONFLICT DO NOTHING",
+		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
+			" ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
 		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
-		d.timeArg(created), d.timeArg(updated))
+		d.timeArg(created), d.timeArg(updated),
+		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption)
 	if err != nil {
 		return err
 	}
@@ -115,6 +145,7 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 		return conflictf("instance %s already exists", in.ID)
 	}
 	in.Version, in.CreatedAt, in.UpdatedAt = 1, created, updated
+	doc.normalize(in)
 	return nil
 }
 
@@ -178,6 +209,12 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.Offering != "" {
 		add("offering = ?", f.Offering)
 	}
+	if f.Market != "" {
+		add("market = ?", string(f.Market))
+	}
+	if f.SpotRequestID != "" {
+		add("spot_request_id = ?", f.SpotRequestID)
+	}
 	if f.AfterID != "" {
 		add("id > ?", f.AfterID)
 	}
@@ -203,9 +240,11 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	n, err := t.execN(ctx, "update instance "+in.ID,
 		"UPDATE instances SET name = ?, offering = ?, state = ?, reason = ?, zones = ?, labels = ?,"+
 			" command = ?, env = ?, volumes = ?, tags = ?, host_id = ?, placement = ?, updated_at = ?,"+
+			" zone = ?, market = ?, spot_request_id = ?, interruption = ?,"+
 			" version = version + 1 WHERE id = ? AND version = ?",
 		in.Name, in.Offering, string(in.State), in.Reason, doc.zones, doc.labels,
 		doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement, t.s.d.timeArg(updated),
+		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption,
 		in.ID, in.Version)
 	if err != nil {
 		return err
@@ -215,6 +254,7 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	}
 	in.Version++
 	in.UpdatedAt = updated
+	doc.normalize(in)
 	return nil
 }
 

@@ -56,6 +56,14 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"ConcurrentIncrement", testConcurrentIncrement},
 		{"ConcurrentIfMatch", testConcurrentIfMatch},
 		{"ConcurrentIdempotentCreate", testConcurrentIdempotentCreate},
+		{"Prices", testPrices},
+		{"Commitments", testCommitments},
+		{"SpotRequests", testSpotRequests},
+		{"SpotPrices", testSpotPrices},
+		{"SpotInstances", testSpotInstances},
+		{"Addresses", testAddresses},
+		{"Budgets", testBudgets},
+		{"UsageLedger", testUsageLedger},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -191,6 +199,11 @@ func fullInstance(id, tenant string) *cloud.Instance {
 		Env:     map[string]string{"NCCL_DEBUG": "INFO", "EMPTY": ""},
 		Volumes: []string{"vol-1"}, Tags: map[string]string{"team": "ml", "ünïcode": "✓"},
 		HostID: "h-1", Placement: placement(id, "h-1"),
+		Zone: "eu-1a", Market: cloud.MarketSpot, SpotRequestID: "sr-" + id,
+		// Times the store keeps as they are (UTC microseconds): the
+		// fixture is compared with what is read back.
+		Interruption: &cloud.Interruption{Action: cloud.ActionStop, Reason: cloud.ReclaimCapacity,
+			NoticedAt: us(t0), Deadline: us(t0.Add(2 * time.Minute)), For: "i-od"},
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Minute),
 	}
 }
