@@ -483,3 +483,55 @@ func TestBadAssignmentsFail(t *testing.T) {
 		t.Fatalf("i-noprog reported %v", ps)
 	}
 }
+
+// TestSpotNoticesReachTheMetadataEndpoint: a rebalance recommendation and
+// then a reclaim notice in the assignment show on the instance's metadata
+// endpoint, and the workload keeps running until the stop comes.
+func TestSpotNoticesReachTheMetadataEndpoint(t *testing.T) {
+	e := newEnv(t, h100)
+	a := e.assignment("i-spot", whole(e.host.ID(), 0), serveScript)
+	a.Market, a.SpotRequestID = cloud.MarketSpot, "sr-1"
+	e.assign(a)
+	env := e.workloadEnv("i-spot")
+	base := env[runtime.EnvMetadataURL]
+	if base == "" {
+		t.Fatal("no metadata URL")
+	}
+	fetch := func(path string) (int, map[string]any) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	if code, doc := fetch("/v1/instance"); code != 200 || doc["spot_request_id"] != "sr-1" || doc["market"] != "spot" {
+		t.Fatalf("document %d %v", code, doc)
+	}
+	if code, _ := fetch("/v1/spot/instance-action"); code != 404 {
+		t.Fatalf("instance-action before any notice: %d", code)
+	}
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	a.Interruption = &cloud.Interruption{Reason: cloud.ReclaimRebalance, NoticedAt: at}
+	e.assign(a)
+	e.until("the rebalance recommendation", func() bool { code, _ := fetch("/v1/spot/rebalance-recommendation"); return code == 200 })
+	if code, _ := fetch("/v1/spot/instance-action"); code != 404 {
+		t.Fatalf("a rebalance recommendation is not an instance-action: %d", code)
+	}
+	a.Interruption = &cloud.Interruption{Action: cloud.ActionTerminate, Reason: cloud.ReclaimCapacity, NoticedAt: at, Deadline: at.Add(2 * time.Minute)}
+	e.assign(a)
+	var body map[string]any
+	e.until("the instance-action", func() bool {
+		var code int
+		code, body = fetch("/v1/spot/instance-action")
+		return code == 200
+	})
+	if body["action"] != "terminate" || body["time"] != "2026-12-02T12:02:00Z" {
+		t.Fatalf("instance-action %v", body)
+	}
+	if e.gone("i-spot") {
+		t.Fatal("the workload stopped on the notice; it must run until the deadline's stop")
+	}
+}

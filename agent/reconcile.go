@@ -13,6 +13,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
 )
@@ -174,6 +175,7 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) e
 	if as.Desired != httpapi.DesiredRun && as.Desired != httpapi.DesiredStop {
 		return fmt.Errorf("unknown desired state %q", as.Desired)
 	}
+	a.notice(as)
 	switch s.state {
 	case statePending:
 		if as.Desired == httpapi.DesiredStop {
@@ -198,6 +200,31 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) e
 	default:
 		return a.cleanup(ctx, p, s)
 	}
+}
+
+// notice shows the server's spot notices on the instance's metadata
+// endpoint: the instance-action of a reclaim, or a rebalance
+// recommendation. A notice the server withdrew disappears.
+func (a *Agent) notice(as httpapi.Assignment) {
+	md := a.cfg.Metadata
+	if md == nil {
+		return
+	}
+	in := as.Interruption
+	var act *metadata.Action
+	rebalance := time.Time{}
+	switch {
+	case in == nil:
+	case in.Action != "":
+		act = &metadata.Action{Action: in.Action, Time: in.Deadline}
+		rebalance = in.NoticedAt
+	case in.Reason == cloud.ReclaimRebalance:
+		rebalance = in.NoticedAt
+	}
+	if err := md.SetAction(as.InstanceID, act); err != nil {
+		a.log.Warn("agent: bad instance action from the server", "instance", as.InstanceID, "err", err)
+	}
+	md.SetRebalance(as.InstanceID, rebalance)
 }
 
 // orphan handles an instance whose assignment is gone: the server
@@ -335,7 +362,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		if pl.HostID != "" {
 			host = pl.HostID
 		}
-		md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host})
+		md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host,
+			Market: string(as.Market), SpotRequestID: as.SpotRequestID})
 		addr, err := md.Listen(s.id)
 		if err != nil {
 			return err

@@ -76,6 +76,8 @@ type simHost struct {
 	sim  *sim.Host
 	rt   *trackingRuntime
 	md   *metadata.Server
+	// dir is the agent's data directory (volumes live under it).
+	dir string
 	// api is the agent's own client (its credential), for looking at the
 	// host's assignments as the agent sees them.
 	api *httpapi.Client
@@ -120,12 +122,23 @@ func (r *trackingRuntime) running() []string {
 // stops the agents, then every workload, then the server.
 func startCluster(t *testing.T, db string, specs ...sim.Spec) *cluster {
 	t.Helper()
+	return startClusterWith(t, db, nil, specs...)
+}
+
+// startClusterWith is startCluster with a change to the server's
+// configuration (a scaled clock, spot market settings).
+func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs ...sim.Spec) *cluster {
+	t.Helper()
 	// Made first, so that it is removed last, after the workloads that
 	// write into it are gone.
 	base := t.TempDir()
 	log := logger()
 	ctx := t.Context()
-	srv, err := serve.Start(ctx, serve.Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: scheduleInterval, Log: log})
+	cfg := serve.Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: scheduleInterval, Log: log}
+	if tune != nil {
+		tune(&cfg)
+	}
+	srv, err := serve.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start server on %s: %v", db, err)
 	}
@@ -178,7 +191,7 @@ func startCluster(t *testing.T, db string, specs ...sim.Spec) *cluster {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			t.Fatal(err)
 		}
-		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(),
+		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(), dir: dir,
 			rt:  &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))},
 			api: httpapi.NewClient(srv.URL, joined.Credential, hc)}
 		ag := agent.New(h.api, agent.Config{

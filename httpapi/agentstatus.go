@@ -46,7 +46,8 @@ func (s *server) agentAssignments(w http.ResponseWriter, r *http.Request, p prin
 			}
 			out.Assignments = append(out.Assignments, Assignment{InstanceID: in.ID, TenantID: in.TenantID,
 				Offering: in.Offering, Desired: desired, Placement: in.Placement, Command: in.Command,
-				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: s.grace})
+				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: s.grace,
+				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID})
 		}
 		return nil
 	})
@@ -138,7 +139,7 @@ func reportPath(from cloud.State, rep StatusReport) ([]cloud.State, string) {
 		if rep.Phase == PhaseExited {
 			reason = "exit code " + strconv.Itoa(*rep.ExitCode)
 			if *rep.ExitCode == 0 {
-				target, reason = cloud.Stopped, "the workload exited with code 0"
+				target, reason = cloud.Stopped, cloud.ReasonExitedOK
 			}
 		}
 		switch {

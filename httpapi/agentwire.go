@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
@@ -47,6 +48,15 @@ type Assignment struct {
 	Tags       map[string]string `json:"tags,omitempty"`
 	// GraceSeconds is how long a stop waits between SIGTERM and SIGKILL.
 	GraceSeconds int `json:"grace_seconds"`
+	// Interruption is a spot reclaim announced to the instance (Action
+	// set), or a rebalance recommendation (Action empty, Reason
+	// "rebalance"). The agent shows it on the instance's metadata
+	// endpoint; the stop itself comes as Desired "stop" at the deadline.
+	Interruption *cloud.Interruption `json:"interruption,omitempty"`
+	// Market and SpotRequestID tell a spot instance which request it
+	// belongs to (its metadata document shows them).
+	Market        cloud.Market `json:"market,omitempty"`
+	SpotRequestID string       `json:"spot_request_id,omitempty"`
 }
 
 // AssignmentList is the answer to GET /v1/agent/assignments.

@@ -236,6 +236,8 @@ type ListInstancesOptions struct {
 	States   []cloud.State
 	Offering string
 	Host     string
+	// Market is "on_demand" or "spot" (both when empty).
+	Market cloud.Market
 	// Limit caps the page (server default 100, at most 1000); After is the
 	// Next of the previous page.
 	Limit int
@@ -256,7 +258,7 @@ func (c *Client) ListInstances(ctx context.Context, o ListInstancesOptions) (*In
 	var out InstanceList
 	_, _, err := c.do(ctx, call{method: "GET", out: &out, path: "/v1/instances" + query(
 		"tenant", o.Tenant, "state", strings.Join(states, ","), "offering", o.Offering,
-		"host", o.Host, "limit", limit, "after", o.After)})
+		"host", o.Host, "market", string(o.Market), "limit", limit, "after", o.After)})
 	return nilOnErr(&out, err)
 }
 

@@ -17,7 +17,7 @@ import (
 // Event kinds the API writes for instances.
 const (
 	// EventInstanceCreated is the first event of every instance.
-	EventInstanceCreated cloud.EventKind = "instance.created"
+	EventInstanceCreated = cloud.EventInstanceCreated
 	// EventInstanceState records a state change (From, To, Reason).
 	EventInstanceState = cloud.EventInstanceState
 )
@@ -340,6 +340,10 @@ func (s *server) listInstances(w http.ResponseWriter, r *http.Request, p princip
 	if o, err := s.cat.Offering(offering); offering != "" && err == nil {
 		offering = o.Name
 	}
+	market := cloud.Market(q.Get("market"))
+	if market != "" && market != cloud.MarketOnDemand && market != cloud.MarketSpot {
+		return field("market", "want %s or %s, got %s", cloud.MarketOnDemand, cloud.MarketSpot, quote(string(market)))
+	}
 	out := InstanceList{Instances: []*cloud.Instance{}}
 	err = s.tx(r.Context(), func(tx cloud.Tx) error {
 		tenant, err := s.scope(r.Context(), tx, p, q.Get("tenant"), "")
@@ -347,7 +351,7 @@ func (s *server) listInstances(w http.ResponseWriter, r *http.Request, p princip
 			return err
 		}
 		ins, err := tx.ListInstances(r.Context(), cloud.InstanceFilter{TenantID: tenant, States: states,
-			HostID: q.Get("host"), Offering: offering, Limit: limit + 1, AfterID: q.Get("after")})
+			HostID: q.Get("host"), Offering: offering, Market: market, Limit: limit + 1, AfterID: q.Get("after")})
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -453,5 +454,37 @@ func TestAdminCreatesForTenant(t *testing.T) {
 	}
 	if _, err := e.globex.GetInstance(ctx, in.ID); err != nil {
 		t.Errorf("globex cannot see the instance made for it: %v", err)
+	}
+}
+
+func TestListInstancesByMarket(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tx := func(fn func(cloud.Tx) error) {
+		if err := e.store.Tx(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UTC()
+	tx(func(tx cloud.Tx) error {
+		for _, in := range []*cloud.Instance{
+			{ID: "i-od", TenantID: e.acmeID, Offering: "h100.1x", State: cloud.Pending, CreatedAt: now, UpdatedAt: now},
+			{ID: "i-spot", TenantID: e.acmeID, Offering: "h100.1x", State: cloud.Pending, Market: cloud.MarketSpot, CreatedAt: now, UpdatedAt: now},
+		} {
+			if err := tx.CreateInstance(ctx, in); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for market, want := range map[cloud.Market]string{cloud.MarketSpot: "i-spot", cloud.MarketOnDemand: "i-od"} {
+		page, err := e.acme.ListInstances(ctx, ListInstancesOptions{Market: market})
+		if err != nil || len(page.Instances) != 1 || page.Instances[0].ID != want {
+			t.Fatalf("market %s: %+v %v", market, page, err)
+		}
+	}
+	_, err := e.acme.ListInstances(ctx, ListInstancesOptions{Market: "cheap"})
+	if cloud.ErrorCode(err) != cloud.Invalid {
+		t.Fatalf("bad market: %v", err)
 	}
 }

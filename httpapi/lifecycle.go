@@ -98,33 +98,9 @@ func (s *server) change(w http.ResponseWriter, r *http.Request, p principal, a a
 		if err := checkVersion("instance", id, want, in.Version); err != nil {
 			return err
 		}
-		from := in.State
-		to, noop, err := a.target(id, from)
-		if err != nil {
-			return err
-		}
 		out = in
-		if noop {
-			return nil
-		}
-		now := s.now()
-		reason := a.verb + " requested by " + p.UserID
-		in.State, in.Reason, in.UpdatedAt = to, reason, now
-		if to == cloud.Pending {
-			// The reason of a pending instance is the scheduler's; it
-			// has not looked yet.
-			in.Reason = ""
-		}
-		if err := tx.UpdateInstance(ctx, in); err != nil {
-			return err
-		}
-		if to == cloud.Terminated || to == cloud.Terminating {
-			if err := detachAll(ctx, tx, in); err != nil {
-				return err
-			}
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventInstanceState, TenantID: in.TenantID,
-			InstanceID: in.ID, HostID: in.HostID, From: from, To: to, Reason: reason, Actor: p.UserID})
+		_, err = s.moveInstance(ctx, tx, p, in, a, s.now(), "")
+		return err
 	})
 	if err != nil {
 		return err

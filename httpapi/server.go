@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -39,7 +40,17 @@ type Options struct {
 	// when it stops an instance (Assignment.GraceSeconds); 30 seconds
 	// when zero.
 	StopGrace time.Duration
+	// AddressPool is the IPv4 block (CIDR) public addresses are allocated
+	// from, lowest free address first; DefaultAddressPool when empty. The
+	// network and broadcast addresses of a block larger than /31 are never
+	// handed out.
+	AddressPool string
 }
+
+// DefaultAddressPool is the address pool when Options.AddressPool is empty:
+// TEST-NET-3 (RFC 5737), which is never routed, so that a local cloud
+// hands out addresses that cannot collide with real ones.
+const DefaultAddressPool = "203.0.113.0/24"
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
 const DefaultStopGrace = 30 * time.Second
@@ -60,6 +71,10 @@ type server struct {
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
 	paths *http.ServeMux
+	// addrPool is Options.AddressPool parsed; addrPoolErr says why it is
+	// unusable, and address allocation then fails with it.
+	addrPool    netip.Prefix
+	addrPoolErr error
 }
 
 // access is who may call a route.
@@ -124,6 +139,30 @@ var routeTable = []route{
 
 	{"GET", "/v1/instances/{id}/logs", authed, (*server).instanceLogs},
 
+	{"GET", "/v1/prices", authed, (*server).listPrices},
+	{"POST", "/v1/prices", adminOnly, (*server).setPrice},
+
+	{"POST", "/v1/commitments", authed, (*server).createCommitment},
+	{"GET", "/v1/commitments", authed, (*server).listCommitments},
+	{"GET", "/v1/commitments/{id}", authed, (*server).getCommitment},
+
+	{"GET", "/v1/spot/prices", authed, (*server).spotPrices},
+	{"GET", "/v1/spot/pools", authed, (*server).spotPools},
+	{"POST", "/v1/spot/requests", authed, (*server).createSpotRequest},
+	{"GET", "/v1/spot/requests", authed, (*server).listSpotRequests},
+	{"GET", "/v1/spot/requests/{id}", authed, (*server).getSpotRequest},
+	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*server).cancelSpotRequest},
+
+	{"GET", "/v1/invoices", authed, (*server).listInvoices},
+	{"PUT", "/v1/budget", authed, (*server).putBudget},
+	{"GET", "/v1/budget", authed, (*server).getBudget},
+
+	{"POST", "/v1/addresses", authed, (*server).allocateAddress},
+	{"GET", "/v1/addresses", authed, (*server).listAddresses},
+	{"POST", "/v1/addresses/{id}/associate", authed, (*server).associateAddress},
+	{"POST", "/v1/addresses/{id}/disassociate", authed, (*server).disassociateAddress},
+	{"DELETE", "/v1/addresses/{id}", authed, (*server).releaseAddress},
+
 	{"GET", "/v1/hosts", adminOnly, (*server).listHosts},
 	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*server).cordonHost},
 	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*server).uncordonHost},
@@ -158,6 +197,10 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 		grace = DefaultStopGrace
 	}
 	s.grace = int((grace + time.Second - 1) / time.Second)
+	s.addrPool, s.addrPoolErr = parseAddressPool(opts.AddressPool)
+	if s.addrPoolErr != nil {
+		s.log.Error("address pool unusable; address allocation will fail", "pool", opts.AddressPool, "err", s.addrPoolErr)
+	}
 	seen := map[string]bool{}
 	for _, rt := range routeTable {
 		s.mux.Handle(rt.Method+" "+rt.Path, s.wrap(rt))

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // The request and response bodies of the API. The server decodes requests
@@ -160,4 +162,145 @@ type LogPage struct {
 	Data   string `json:"data"`
 	Offset int64  `json:"offset"`
 	Start  int64  `json:"start"`
+}
+
+// SetPriceRequest is the body of POST /v1/prices (admin): a new version of
+// a price.
+type SetPriceRequest struct {
+	// Kind is compute (the default), volume or address.
+	Kind cloud.PriceKind `json:"kind,omitempty"`
+	// Offering is required for compute prices and must be in the catalog;
+	// volume and address prices leave it out.
+	Offering string `json:"offering,omitempty"`
+	// Zone, when set, prices that zone only; empty is every zone without
+	// a price of its own.
+	Zone string `json:"zone,omitempty"`
+	// Amount is per hour (compute, address) or per GiB-month (volume), a
+	// decimal string such as "12.50"; 0 or more.
+	Amount money.Micros `json:"amount"`
+	// EffectiveAt defaults to now and may not be earlier than a minute
+	// ago: history is never rewritten.
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+}
+
+// PriceList answers GET /v1/prices.
+type PriceList struct {
+	Prices []*cloud.Price `json:"prices"`
+}
+
+// CreateCommitmentRequest is the body of POST /v1/commitments.
+type CreateCommitmentRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant string     `json:"tenant,omitempty"`
+	Plan   cloud.Plan `json:"plan"`
+	// Offering is an offering name ("h100.8x") or a family ("h100": every
+	// offering named "h100.*"). A family's fees are fixed from the
+	// on-demand price of its cheapest offering.
+	Offering string `json:"offering"`
+	// Zone, when set, also reserves capacity in that zone.
+	Zone     string `json:"zone,omitempty"`
+	Quantity int    `json:"quantity"`
+	// Term is "1y", "3y" or a Go duration such as "720h" (at least 1h, at
+	// most 5y).
+	Term string `json:"term"`
+	// Payment is how a reservation is paid (default no_upfront); a
+	// retainer leaves it out.
+	Payment cloud.Payment `json:"payment,omitempty"`
+	// DiscountPct overrides the default discount table, in percent with
+	// at most two decimals ("37.5"); admins only.
+	DiscountPct json.Number `json:"discount_pct,omitempty"`
+	// Start defaults to now and may not be in the past.
+	Start *time.Time `json:"start,omitempty"`
+}
+
+// CommitmentList answers GET /v1/commitments.
+type CommitmentList struct {
+	Commitments []*cloud.Commitment `json:"commitments"`
+}
+
+// SpotPriceList answers GET /v1/spot/prices: points of price history in
+// time order.
+type SpotPriceList struct {
+	Prices []cloud.SpotPrice `json:"prices"`
+}
+
+// SpotPool is a pool's newest spot price with the on-demand price of its
+// offering in its zone (absent when there is none).
+type SpotPool struct {
+	cloud.Pool
+	Price    money.Micros  `json:"price"`
+	Time     time.Time     `json:"time"`
+	OnDemand *money.Micros `json:"on_demand,omitempty"`
+}
+
+// SpotPoolList answers GET /v1/spot/pools.
+type SpotPoolList struct {
+	Pools []SpotPool `json:"pools"`
+}
+
+// CreateSpotRequestRequest is the body of POST /v1/spot/requests.
+type CreateSpotRequestRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant string `json:"tenant,omitempty"`
+	Name   string `json:"name,omitempty"`
+	// Type is one_time (the default) or persistent.
+	Type cloud.SpotRequestType `json:"type,omitempty"`
+	// MaxPrice caps the hourly price; absent means the on-demand price.
+	MaxPrice *money.Micros `json:"max_price,omitempty"`
+	// Interruption is terminate (the default) or stop, for either type: a
+	// stopped instance keeps its volumes and resumes with the request.
+	Interruption string `json:"interruption,omitempty"`
+	// Pools are the acceptable pools, the first preferred: 1 to 8
+	// distinct ones, offerings of the catalog; an empty zone is any zone.
+	Pools   []cloud.Pool      `json:"pools"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Volumes []string          `json:"volumes,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+}
+
+// SpotRequestList answers GET /v1/spot/requests.
+type SpotRequestList struct {
+	Requests []*cloud.SpotRequest `json:"requests"`
+}
+
+// BudgetSpec is the body of PUT /v1/budget.
+type BudgetSpec struct {
+	// Amount is the monthly limit, more than 0.
+	Amount money.Micros `json:"amount"`
+	// Thresholds are alert levels in percent of Amount, 1..1000 each;
+	// [50, 80, 100] when absent.
+	Thresholds []int `json:"thresholds,omitempty"`
+}
+
+// BudgetStatus answers the budget routes: the budget (null when none is
+// set), what the tenant spent this month so far, rated live, and the
+// alerts fired this month.
+type BudgetStatus struct {
+	TenantID string               `json:"tenant_id"`
+	Budget   *cloud.Budget        `json:"budget"`
+	Month    string               `json:"month"`
+	Spent    money.Micros         `json:"spent"`
+	Alerts   []*cloud.BudgetAlert `json:"alerts"`
+}
+
+// AllocateAddressRequest is the body of POST /v1/addresses.
+type AllocateAddressRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant string `json:"tenant,omitempty"`
+	// Zone defaults to the instance's zone when InstanceID is set.
+	Zone string `json:"zone,omitempty"`
+	// InstanceID, when set, associates the address at once with this
+	// instance of the tenant, which must not be terminated.
+	InstanceID string `json:"instance_id,omitempty"`
+}
+
+// AssociateAddressRequest is the body of POST /v1/addresses/{id}/associate.
+type AssociateAddressRequest struct {
+	InstanceID string `json:"instance_id"`
+}
+
+// AddressList answers GET /v1/addresses.
+type AddressList struct {
+	Addresses []*cloud.Address `json:"addresses"`
 }

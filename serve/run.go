@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/server"
+	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
@@ -35,6 +36,19 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	Log              *slog.Logger
 	Now              func() time.Time
+
+	// Spot configures the spot market (price floor, smoothing, notice);
+	// the zero value is spot.DefaultConfig(). PoolNotice overrides the
+	// reclaim notice per pool ("offering/zone") or offering; at least 30 s.
+	Spot       *spot.Config
+	PoolNotice map[string]time.Duration
+	// SpotClearInterval is how often spot prices clear (10 s when zero);
+	// KeepFailed how long a failed spot instance is kept for inspection
+	// before its persistent request relaunches (10 min when zero);
+	// BudgetInterval how often budgets are checked (1 min when zero).
+	SpotClearInterval time.Duration
+	KeepFailed        time.Duration
+	BudgetInterval    time.Duration
 }
 
 // Server is a running control plane: the API on a listener, and the
@@ -47,6 +61,7 @@ type Server struct {
 	// and its admin token were created; it is shown once.
 	AdminToken string
 	Scheduler  *server.Scheduler
+	Market     *server.Market
 
 	http   *http.Server
 	cancel context.CancelFunc
@@ -88,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	token, created, err := httpapi.Bootstrap(ctx, st, cfg.Now())
+	token, created, err := httpapi.BootstrapCatalog(ctx, st, cfg.Catalog, cfg.Now())
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("bootstrap: %w", err)
@@ -118,6 +133,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	s.Scheduler = server.NewScheduler(st, cfg.Catalog)
 	s.Scheduler.Now, s.Scheduler.Log = cfg.Now, cfg.Log
+	s.Market = server.NewMarket(st, s.Scheduler)
+	s.Market.Now, s.Market.Log = cfg.Now, cfg.Log
+	if cfg.Spot != nil {
+		if err := cfg.Spot.Validate(); err != nil {
+			st.Close()
+			ln.Close()
+			return nil, fmt.Errorf("spot market: %w", err)
+		}
+		s.Market.Config = *cfg.Spot
+		s.Scheduler.Notice = time.Duration(cfg.Spot.NoticeSeconds) * time.Second
+	}
+	for k, d := range cfg.PoolNotice {
+		if d < server.MinNotice {
+			st.Close()
+			ln.Close()
+			return nil, fmt.Errorf("reclaim notice of %s is %s; the minimum is %s", k, d, server.MinNotice)
+		}
+	}
+	s.Scheduler.PoolNotice = cfg.PoolNotice
+	if cfg.SpotClearInterval > 0 {
+		s.Market.ClearInterval = cfg.SpotClearInterval
+	}
+	if cfg.KeepFailed > 0 {
+		s.Market.KeepFailed = cfg.KeepFailed
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.leader = &leaderState{}
@@ -144,15 +184,31 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 	}
 	tick := time.NewTicker(cfg.ScheduleInterval)
 	defer tick.Stop()
-	lastHealth := time.Time{}
+	lastHealth, lastBudget := time.Time{}, time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		// The market first (it needs the fleet of the previous step): it
+		// tells the scheduler which zones each pending spot instance may
+		// use and launches relaunches, which the scheduler then places.
+		if err := s.Market.Step(ctx); err != nil && ctx.Err() == nil {
+			cfg.Log.Error("spot market step", "err", err)
+		}
 		if _, err := s.Scheduler.Step(ctx); err != nil && ctx.Err() == nil {
 			cfg.Log.Error("scheduler step", "err", err)
+		}
+		budgetEvery := cfg.BudgetInterval
+		if budgetEvery <= 0 {
+			budgetEvery = time.Minute
+		}
+		if now := cfg.Now(); now.Sub(lastBudget) >= budgetEvery {
+			lastBudget = now
+			if _, err := server.CheckBudgets(ctx, s.Store, now); err != nil && ctx.Err() == nil {
+				cfg.Log.Error("budget check", "err", err)
+			}
 		}
 		if now := cfg.Now(); now.Sub(lastHealth) >= cfg.HeartbeatTimeout/4 {
 			lastHealth = now

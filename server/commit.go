@@ -20,7 +20,7 @@ type assignment struct {
 // it to the fleet. An instance that can never be placed is failed; one that
 // does not fit now gets the engine's explanation as its reason, and plan
 // returns when to look at it again.
-func (s *Scheduler) plan(ctx context.Context, in *cloud.Instance) (*assignment, *wait, error) {
+func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance) (*assignment, *wait, error) {
 	o, err := s.Catalog.Offering(in.Offering)
 	if err != nil {
 		return nil, nil, s.fail(ctx, in, fmt.Sprintf("offering %q no longer exists", in.Offering))
@@ -29,13 +29,48 @@ func (s *Scheduler) plan(ctx context.Context, in *cloud.Instance) (*assignment, 
 	if err != nil {
 		return nil, nil, s.fail(ctx, in, err.Error())
 	}
+	spot := in.Market == cloud.MarketSpot
+	if spot {
+		zones, seen := s.spotZones[in.ID]
+		if !seen {
+			// The market has not looked at this instance yet, so its max
+			// price is unchecked: it waits for the market's next round.
+			return nil, nil, nil
+		}
+		req.Preemptible = true
+		if why := s.spotBlocked[in.ID]; why != "" {
+			v, err := s.unschedulable(ctx, in, why)
+			if err != nil || v == 0 {
+				return nil, nil, err
+			}
+			return nil, &wait{version: v, epoch: s.epoch}, nil
+		}
+		if zones != nil {
+			req.Zones = zones
+		}
+		for _, z := range req.Zones {
+			req.PriceMicros = max(req.PriceMicros, s.spotPrice[cloud.Pool{Offering: in.Offering, Zone: z}])
+		}
+	} else {
+		s.takeReservation(snap, in)
+	}
 	p, err := s.Engine.Place(s.fleet, req)
 	if err != nil {
 		if placement.IsInvalidRequest(err) {
 			return nil, nil, s.fail(ctx, in, err.Error())
 		}
 		if placement.IsInsufficientCapacity(err) {
-			v, err := s.unschedulable(ctx, in, err.Error())
+			reason := err.Error()
+			if !spot {
+				ok, rerr := s.reclaim(ctx, snap, in.ID, req)
+				if rerr != nil {
+					return nil, nil, rerr
+				}
+				if ok {
+					reason += "; reclaiming spot capacity for it"
+				}
+			}
+			v, err := s.unschedulable(ctx, in, reason)
 			if err != nil || v == 0 {
 				return nil, nil, err
 			}
@@ -82,6 +117,9 @@ func (s *Scheduler) commit(ctx context.Context, batch []assignment) (int, error)
 			in := *a.in
 			in.State, in.Reason, in.HostID, in.Placement, in.UpdatedAt =
 				cloud.Scheduled, "placed on "+placement.Explain(a.p), a.p.HostID, a.p, now
+			if h := s.fleet.Host(a.p.HostID); h != nil {
+				in.Zone = h.Zone
+			}
 			ins[i] = &in
 		}
 		// The version check is the state check: each instance was

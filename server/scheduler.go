@@ -37,6 +37,11 @@ type Scheduler struct {
 	Log     *slog.Logger
 	// BatchSize caps the placements of one commit; 0 is DefaultBatchSize.
 	BatchSize int
+	// Notice is the spot reclaim notice (DefaultNotice when below
+	// MinNotice); PoolNotice overrides it per pool ("offering/zone") or
+	// per offering.
+	Notice     time.Duration
+	PoolNotice map[string]time.Duration
 
 	fleet *fleet.Fleet
 	// placed holds the IDs of the instances whose placements are applied
@@ -54,6 +59,23 @@ type Scheduler struct {
 	epoch   uint64
 	waiting map[string]wait
 	steps   int
+
+	// phantoms are the capacity reservations placed in the fleet
+	// (placeholder ID to commitment ID); shortfall counts, per
+	// commitment, the placeholders that found no room.
+	phantoms        map[string]string
+	shortfall       map[string]int
+	lastCommitments []*cloud.Commitment
+	// view is this step's reclaim view (see reclaimView).
+	view *reclaimView
+	// spotPrice is each pool's current spot price in micros (set by the
+	// market), the victims' price for the preemption planner; spotZones
+	// restricts a pending spot instance to the zones whose price is within
+	// its max price (absent: no restriction), with spotBlocked the reason
+	// when none is.
+	spotPrice   map[cloud.Pool]int64
+	spotZones   map[string][]string
+	spotBlocked map[string]string
 }
 
 type wait struct {
@@ -67,7 +89,8 @@ func NewScheduler(st cloud.Store, cat *catalog.Catalog) *Scheduler {
 		cat = catalog.Default()
 	}
 	sc, _ := placement.NewScorer(placement.DefaultPolicy, nil)
-	return &Scheduler{Store: st, Catalog: cat, Engine: placement.NewEngine(cat, sc, 1), Now: time.Now, Log: slog.Default()}
+	return &Scheduler{Store: st, Catalog: cat, Engine: placement.NewEngine(cat, sc, 1), Now: time.Now, Log: slog.Default(),
+		phantoms: map[string]string{}, shortfall: map[string]int{}}
 }
 
 // Fleet returns the scheduler's fleet index (read it, do not change it).
@@ -110,6 +133,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 			}
 			p := *in.Placement
 			p.ID = in.ID
+			p.Preemptible = in.Market == cloud.MarketSpot
 			// The instance that switched a GPU into MIG mode may be gone
 			// while others remain on it; whichever comes first now
 			// switches the mode again.
@@ -135,6 +159,9 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 		return err
 	}
 	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
+	// Capacity reservations live only in the fleet: the next step places
+	// them again on the new one.
+	s.phantoms = map[string]string{}
 	s.epoch++
 	return nil
 }
@@ -145,6 +172,12 @@ type snapshot struct {
 	stamp   cloud.HostStamp
 	holding map[string]bool
 	pending []*cloud.Instance
+	// spot holds the spot instances that hold capacity; commitments the
+	// active zonal commitments, and tenantHolding the instances holding
+	// capacity of the tenants that have one.
+	spot          []*cloud.Instance
+	commitments   []*cloud.Commitment
+	tenantHolding map[string][]*cloud.Instance
 }
 
 func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
@@ -166,7 +199,34 @@ func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
 			}
 		}
 		snap.pending, err = tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
-		return err
+		if err != nil {
+			return err
+		}
+		snap.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: cloud.HoldingStates()})
+		if err != nil {
+			return err
+		}
+		cs, err := tx.ListCommitments(ctx, "")
+		if err != nil {
+			return err
+		}
+		now := s.Now()
+		snap.tenantHolding = map[string][]*cloud.Instance{}
+		for _, c := range cs {
+			if c.Zone == "" || !c.Active(now) {
+				continue
+			}
+			snap.commitments = append(snap.commitments, c)
+			if _, ok := snap.tenantHolding[c.TenantID]; ok {
+				continue
+			}
+			ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: c.TenantID, States: cloud.HoldingStates()})
+			if err != nil {
+				return err
+			}
+			snap.tenantHolding[c.TenantID] = ins
+		}
+		return nil
 	})
 	return snap, err
 }
@@ -192,8 +252,24 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 	} else if err := s.release(snap.holding); err != nil {
 		return 0, err
 	}
+	s.view = nil
+	defer func() { s.view = nil }()
+	if _, err := s.enforceDeadlines(ctx, snap); err != nil {
+		return 0, err
+	}
+	if err := s.reserve(ctx, snap); err != nil {
+		return 0, err
+	}
+	// On-demand instances first, then spot, each oldest first: spot never
+	// takes capacity an on-demand instance waits for in the same step.
 	pending := snap.pending
-	sort.SliceStable(pending, func(i, j int) bool { return pending[i].CreatedAt.Before(pending[j].CreatedAt) })
+	sort.SliceStable(pending, func(i, j int) bool {
+		si, sj := pending[i].Market == cloud.MarketSpot, pending[j].Market == cloud.MarketSpot
+		if si != sj {
+			return !si
+		}
+		return pending[i].CreatedAt.Before(pending[j].CreatedAt)
+	})
 	size := s.BatchSize
 	if size <= 0 {
 		size = DefaultBatchSize
@@ -221,7 +297,7 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 		if s.steps%256 == 0 {
 			s.Engine.Recalibrate(s.fleet)
 		}
-		a, w, err := s.plan(ctx, in)
+		a, w, err := s.plan(ctx, snap, in)
 		if err != nil {
 			s.giveBack(batch)
 			return placed, err

@@ -12,6 +12,7 @@
 //
 //	/v1/instance              the instance's Document; 404 until Set
 //	/v1/spot/instance-action  {"action", "time"}; 404 {code: "not_found"} until SetAction
+//	/v1/spot/rebalance-recommendation  {"notice_time"}; 404 until SetRebalance
 package metadata
 
 import (
@@ -37,6 +38,10 @@ type Document struct {
 	Tags map[string]string `json:"tags"`
 	Zone string            `json:"zone"`
 	Host string            `json:"host"`
+	// Market is "on_demand" or "spot"; a spot instance also names its
+	// spot request, which keeps one identity across relaunches.
+	Market        string `json:"market,omitempty"`
+	SpotRequestID string `json:"spot_request_id,omitempty"`
 }
 
 // The instance actions the control plane may announce.
@@ -59,6 +64,7 @@ type Server struct {
 	mu        sync.Mutex
 	docs      map[string]Document
 	actions   map[string]Action
+	rebalance map[string]Rebalance
 	listeners map[string]*listener
 	closed    bool
 }
@@ -73,7 +79,8 @@ var ErrClosed = errors.New("metadata server closed")
 
 // New returns a server with no instances and no listeners.
 func New() *Server {
-	return &Server{docs: map[string]Document{}, actions: map[string]Action{}, listeners: map[string]*listener{}}
+	return &Server{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
+		listeners: map[string]*listener{}}
 }
 
 // Set stores (or replaces) the document of an instance; an empty doc.ID
@@ -116,11 +123,31 @@ func (s *Server) SetAction(id string, a *Action) error {
 	return nil
 }
 
+// Rebalance is the early warning that a spot instance's pool is at
+// elevated risk of reclaim: a workload may checkpoint or move now, before
+// any instance-action arrives.
+type Rebalance struct {
+	NoticeTime time.Time `json:"notice_time"`
+}
+
+// SetRebalance shows a rebalance recommendation to the instance, or
+// withdraws it when at is zero.
+func (s *Server) SetRebalance(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at.IsZero() {
+		delete(s.rebalance, id)
+		return
+	}
+	s.rebalance[id] = Rebalance{NoticeTime: at.UTC()}
+}
+
 // Delete forgets an instance and closes its listener.
 func (s *Server) Delete(id string) {
 	s.mu.Lock()
 	delete(s.docs, id)
 	delete(s.actions, id)
+	delete(s.rebalance, id)
 	l := s.listeners[id]
 	delete(s.listeners, id)
 	s.mu.Unlock()
@@ -182,6 +209,10 @@ func (s *Server) Handler(id string) http.Handler {
 		case "/v1/spot/instance-action":
 			s.mu.Lock()
 			body, found = s.actions[id]
+			s.mu.Unlock()
+		case "/v1/spot/rebalance-recommendation":
+			s.mu.Lock()
+			body, found = s.rebalance[id]
 			s.mu.Unlock()
 		default:
 			writeError(w, http.StatusNotFound, cloud.NotFound, "no such metadata path "+r.URL.Path)

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+)
+
+func newAddressesCommand(s *session) *cobra.Command {
+	cmd := groupCommand("addresses", "Allocate, associate and release public addresses",
+		"A public address is held by a tenant from allocation to release and billed all\n"+
+			"that time, associated with an instance or not.",
+		newAddressesAllocateCommand(s), newAddressesListCommand(s), newAddressesAssociateCommand(s),
+		newAddressesDisassociateCommand(s), newAddressesReleaseCommand(s))
+	cmd.Aliases = []string{"address", "addr"}
+	return cmd
+}
+
+// printAddresses prints addresses as a table or as JSON or YAML.
+func printAddresses(w io.Writer, format string, one bool, as ...*cloud.Address) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, as[0])
+		}
+		return writeData(w, format, as)
+	}
+	if len(as) == 0 {
+		_, err := fmt.Fprintln(w, "no addresses")
+		return err
+	}
+	tenants := false
+	for _, a := range as {
+		tenants = tenants || a.TenantID != as[0].TenantID
+	}
+	header := []string{"ID", "IP", "ZONE", "INSTANCE", "AGE", "RELEASED"}
+	if tenants {
+		header = append([]string{"TENANT"}, header...)
+	}
+	rows := [][]string{header}
+	for _, a := range as {
+		released := "-"
+		if a.ReleasedAt != nil {
+			released = ago(*a.ReleasedAt) + " ago"
+		}
+		row := []string{a.ID, a.IP, dash(a.Zone), dash(a.InstanceID), ago(a.CreatedAt), released}
+		if tenants {
+			row = append([]string{a.TenantID}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return writeTable(w, rows)
+}
+
+func newAddressesAllocateCommand(s *session) *cobra.Command {
+	var (
+		req httpapi.AllocateAddressRequest
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "allocate [--zone Z] [--instance ID]",
+		Short:   "Allocate a public address",
+		Long:    "Allocate the lowest free address of the server's pool, and with --instance\nassociate it with that instance at once.",
+		Example: "  gpucloud addresses allocate --zone a\n  gpucloud addresses allocate --instance i-0123456789abcdef",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				var err error
+				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
+					return err
+				}
+				a, err := c.AllocateAddress(ctx, req)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Zone, "zone", "", "the zone (default the instance's)")
+	f.StringVar(&req.InstanceID, "instance", "", "associate it with this instance")
+	f.StringVar(&req.Tenant, "tenant", "", "allocate for this tenant, by name or ID (admins only)")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
+	return cmd
+}
+
+func newAddressesListCommand(s *session) *cobra.Command {
+	var (
+		tenant   string
+		released bool
+		out      outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List addresses",
+		Long:    "List addresses: members their tenant's, admins every tenant's or one tenant's.",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				as, err := c.Addresses(ctx, t, released)
+				if err != nil {
+					return c.explain(err)
+				}
+				if as == nil {
+					as = []*cloud.Address{}
+				}
+				return printAddresses(cmd.OutOrStdout(), out.format, false, as...)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's addresses, by name or ID (admins)")
+	cmd.Flags().BoolVar(&released, "released", false, "include released addresses")
+	out.register(cmd)
+	return cmd
+}
+
+func newAddressesAssociateCommand(s *session) *cobra.Command {
+	var (
+		instance string
+		out      outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "associate ADDRESS --instance ID",
+		Short:   "Associate an address with an instance",
+		Example: "  gpucloud addresses associate eip-0123456789abcdef --instance i-0123456789abcdef",
+		Args:    exactArgs(1, "one address ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if instance == "" {
+				return usagef(cmd, "--instance is required")
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				a, err := c.AssociateAddress(ctx, args[0], instance)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&instance, "instance", "", "the instance; required")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
+	return cmd
+}
+
+// newAddressActionCommand builds disassociate and release, which take an
+// address ID and nothing else.
+func newAddressActionCommand(s *session, use, short, long string,
+	call func(c *conn) func(context.Context, string) (*cloud.Address, error)) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   use + " ADDRESS",
+		Short: short,
+		Long:  long,
+		Args:  exactArgs(1, "one address ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				a, err := call(c)(ctx, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newAddressesDisassociateCommand(s *session) *cobra.Command {
+	return newAddressActionCommand(s, "disassociate", "Disassociate an address from its instance",
+		"Disassociate an address from its instance; it stays allocated (and billed).",
+		func(c *conn) func(context.Context, string) (*cloud.Address, error) { return c.DisassociateAddress })
+}
+
+func newAddressesReleaseCommand(s *session) *cobra.Command {
+	return newAddressActionCommand(s, "release", "Release an address",
+		"Release an address: it stops billing and goes back to the pool. Releasing a\nreleased address changes nothing.",
+		func(c *conn) func(context.Context, string) (*cloud.Address, error) { return c.ReleaseAddress })
+}

@@ -1,0 +1,441 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/money"
+)
+
+func newSpotCommand(s *session) *cobra.Command {
+	requests := groupCommand("requests", "Create, list and cancel spot requests",
+		"A spot request asks for capacity in one of its pools (an offering in a zone; the\n"+
+			"first is preferred, the others are backups) at the spot price, up to a max\n"+
+			"price. A one-time request launches once; a persistent one relaunches after\n"+
+			"every interruption until cancelled.",
+		newSpotRequestsCreateCommand(s), newSpotRequestsListCommand(s), newSpotRequestsDescribeCommand(s),
+		newSpotRequestsCancelCommand(s))
+	requests.Aliases = []string{"request", "req"}
+	return groupCommand("spot", "Spot prices, pools and requests",
+		"The spot market prices each pool (an offering in a zone) by its demand: cheap\n"+
+			"while it has room, up to the on-demand price when full. Spot instances may be\n"+
+			"reclaimed with a notice.",
+		newSpotPricesCommand(s), newSpotPoolsCommand(s), requests)
+}
+
+// parsePool reads OFFERING/ZONE (zone may be empty: OFFERING or OFFERING/).
+func parsePool(cmd *cobra.Command, flag, v string, zoneRequired bool) (cloud.Pool, error) {
+	off, zone, _ := strings.Cut(v, "/")
+	if off == "" || zoneRequired && zone == "" {
+		return cloud.Pool{}, usagef(cmd, "--%s %q: want OFFERING/ZONE, e.g. h100.1x/zone-a", flag, v)
+	}
+	return cloud.Pool{Offering: off, Zone: zone}, nil
+}
+
+func newSpotPricesCommand(s *session) *cobra.Command {
+	var (
+		pools        []string
+		since, until string
+		limit        int
+		out          outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "prices [--pool OFFERING/ZONE ...]",
+		Short: "Show spot price history",
+		Long: "Show the spot price history of some pools (every pool by default), oldest\n" +
+			"first: each point is the price per hour from its time until the next point.",
+		Example: "  gpucloud spot prices --pool h100.1x/zone-a --since 2h\n  gpucloud spot prices --since 2026-12-01T00:00:00Z -o json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			o := httpapi.SpotPricesOptions{Limit: limit}
+			for _, v := range pools {
+				p, err := parsePool(cmd, "pool", v, true)
+				if err != nil {
+					return err
+				}
+				o.Pools = append(o.Pools, p)
+			}
+			var err error
+			if o.Since, err = parseWhen(cmd, "since", since); err != nil {
+				return err
+			}
+			if o.Until, err = parseWhen(cmd, "until", until); err != nil {
+				return err
+			}
+			if limit < 0 || limit > 10_000 {
+				return usagef(cmd, "--limit %d: want 1..10000", limit)
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				ps, err := c.SpotPrices(ctx, o)
+				if err != nil {
+					return c.explain(err)
+				}
+				if ps == nil {
+					ps = []cloud.SpotPrice{}
+				}
+				w := cmd.OutOrStdout()
+				if !out.table() {
+					return writeData(w, out.format, ps)
+				}
+				if len(ps) == 0 {
+					_, err := fmt.Fprintln(w, "no spot prices in that window")
+					return err
+				}
+				rows := [][]string{{"TIME", "POOL", "PRICE"}}
+				for _, p := range ps {
+					rows = append(rows, []string{p.Time.UTC().Format(time.RFC3339), p.Pool.String(), p.Price.String() + "/h"})
+				}
+				return writeTable(w, rows)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&pools, "pool", nil, "only this pool, OFFERING/ZONE (repeatable)")
+	f.StringVar(&since, "since", "", "from this time, RFC 3339 or a duration ago such as 2h (default 24h)")
+	f.StringVar(&until, "until", "", "until this time, RFC 3339 or a duration ago (default now)")
+	f.IntVar(&limit, "limit", 0, "at most this many points (default 1000, at most 10000)")
+	out.register(cmd)
+	return cmd
+}
+
+func newSpotPoolsCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "pools",
+		Short: "Show every pool's current spot price beside its on-demand price",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				ps, err := c.SpotPools(ctx)
+				if err != nil {
+					return c.explain(err)
+				}
+				if ps == nil {
+					ps = []httpapi.SpotPool{}
+				}
+				w := cmd.OutOrStdout()
+				if !out.table() {
+					return writeData(w, out.format, ps)
+				}
+				if len(ps) == 0 {
+					_, err := fmt.Fprintln(w, "no spot pools have a price yet")
+					return err
+				}
+				rows := [][]string{{"POOL", "SPOT", "ON-DEMAND", "SAVING", "SINCE"}}
+				for _, p := range ps {
+					od, saving := "-", "-"
+					if p.OnDemand != nil {
+						od = p.OnDemand.String() + "/h"
+						if *p.OnDemand > 0 {
+							if bp, err := money.MulDiv(*p.OnDemand-p.Price, 10_000, int64(*p.OnDemand)); err == nil {
+								saving = basisPoints(int64(bp))
+							}
+						}
+					}
+					rows = append(rows, []string{p.Pool.String(), p.Price.String() + "/h", od, saving, ago(p.Time)})
+				}
+				return writeTable(w, rows)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// printSpotRequests prints spot requests as a table or as JSON or YAML.
+func printSpotRequests(w io.Writer, format string, one bool, rs ...*cloud.SpotRequest) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, rs[0])
+		}
+		return writeData(w, format, rs)
+	}
+	if len(rs) == 0 {
+		_, err := fmt.Fprintln(w, "no spot requests")
+		return err
+	}
+	tenants := false
+	for _, r := range rs {
+		tenants = tenants || r.TenantID != rs[0].TenantID
+	}
+	header := []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE"}
+	if tenants {
+		header = append([]string{"TENANT"}, header...)
+	}
+	rows := [][]string{header}
+	for _, r := range rs {
+		row := []string{r.ID, dash(r.Name), string(r.Type), string(r.State), poolList(r.Pools), maxPriceText(r.MaxPrice),
+			dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt)}
+		if tenants {
+			row = append([]string{r.TenantID}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return writeTable(w, rows)
+}
+
+// poolList renders pools as "h100.1x/a, l40s.1x/*" (* is any zone).
+func poolList(ps []cloud.Pool) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Offering + "/" + cmpOrDash(p.Zone, "*")
+	}
+	return strings.Join(names, ", ")
+}
+
+func maxPriceText(m money.Micros) string {
+	if m == 0 {
+		return "on-demand"
+	}
+	return m.String() + "/h"
+}
+
+func newSpotRequestsCreateCommand(s *session) *cobra.Command {
+	var (
+		req                httpapi.CreateSpotRequestRequest
+		offering, zone     string
+		backups, env, tags []string
+		persistent         bool
+		maxPrice           moneyFlag
+		key                string
+		out                outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "create --offering NAME [--zone Z] [flags] [-- COMMAND ARGS...]",
+		Short: "Request spot capacity",
+		Long: "Create a spot request for an offering in a zone (any zone when left out), with\n" +
+			"backup pools to use when the first has no room, and launch its first instance.\n" +
+			"The max price defaults to the on-demand price. On interruption the instance is\n" +
+			"terminated, or with --interruption stop stopped with its volumes (for one-time\n" +
+			"and persistent requests alike).\n\n" +
+			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
+			"a retry with the same key answers the request the first call made.",
+		Example: strings.Join([]string{
+			"  gpucloud spot requests create --offering h100.1x --zone a -- python train.py",
+			"  gpucloud spot requests create --offering h100.1x --zone a --backup h100.1x/b --backup a100.1x/a \\",
+			"      --persistent --max-price 1.20 --interruption stop --volume v-0123 -- python train.py --resume",
+		}, "\n"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
+				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if offering == "" {
+				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+			}
+			req.Pools = []cloud.Pool{{Offering: offering, Zone: zone}}
+			for _, b := range backups {
+				p, err := parsePool(cmd, "backup", b, false)
+				if err != nil {
+					return err
+				}
+				req.Pools = append(req.Pools, p)
+			}
+			if persistent {
+				req.Type = cloud.SpotPersistent
+			}
+			if maxPrice.set {
+				v := maxPrice.v
+				req.MaxPrice = &v
+			}
+			if req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, req.Interruption) {
+				return usagef(cmd, "--interruption %q: want terminate or stop", req.Interruption)
+			}
+			var err error
+			if req.Env, err = keyValues(cmd, "env", env); err != nil {
+				return err
+			}
+			if req.Tags, err = keyValues(cmd, "tag", tags); err != nil {
+				return err
+			}
+			req.Command = args
+			if key == "" {
+				key = newUUID()
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				var err error
+				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
+					return err
+				}
+				r, err := c.CreateSpotRequest(ctx, req, key)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printSpotRequests(cmd.OutOrStdout(), out.format, true, r)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&offering, "offering", "", "the offering to rent; required")
+	f.StringVar(&zone, "zone", "", "the zone of the first pool (default any zone)")
+	f.StringArrayVar(&backups, "backup", nil, "a backup pool OFFERING/ZONE, in order of preference (repeatable)")
+	f.BoolVar(&persistent, "persistent", false, "relaunch after every interruption until cancelled")
+	f.Var(&maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
+	f.StringVar(&req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
+	f.StringVar(&req.Name, "name", "", "a name for the request and its instances")
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
+	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
+	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	f.StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
+	_ = cmd.RegisterFlagCompletionFunc("interruption", cobra.FixedCompletions([]string{"terminate", "stop"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// spotStates are the values of --state.
+var spotStates = []string{"open", "active", "disabled", "closed", "cancelled"}
+
+func newSpotRequestsListCommand(s *session) *cobra.Command {
+	var (
+		states []string
+		tenant string
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List spot requests",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			var want []cloud.SpotRequestState
+			for _, st := range states {
+				st = strings.ToLower(strings.TrimSpace(st))
+				if !slices.Contains(spotStates, st) {
+					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(spotStates, ", "))
+				}
+				want = append(want, cloud.SpotRequestState(st))
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				rs, err := c.SpotRequests(ctx, t, want...)
+				if err != nil {
+					return c.explain(err)
+				}
+				if rs == nil {
+					rs = []*cloud.SpotRequest{}
+				}
+				return printSpotRequests(cmd.OutOrStdout(), out.format, false, rs...)
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(spotStates, ", "))
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's requests, by name or ID (admins)")
+	out.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(spotStates, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "describe ID",
+		Aliases: []string{"show", "get"},
+		Short:   "Show a spot request",
+		Args:    exactArgs(1, "one spot request ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				r, err := c.GetSpotRequest(ctx, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				if !out.table() {
+					return writeData(cmd.OutOrStdout(), out.format, r)
+				}
+				var rows [][]string
+				add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+				add("ID", r.ID)
+				add("Name", dash(r.Name))
+				add("Tenant", r.TenantID)
+				add("Type", string(r.Type))
+				add("State", string(r.State))
+				add("Reason", dash(r.Reason))
+				add("Pools", poolList(r.Pools))
+				add("Max price", maxPriceText(r.MaxPrice))
+				add("Interruption", r.Interruption)
+				add("Instance", dash(r.InstanceID))
+				add("Launches", strconv.Itoa(r.Launches))
+				add("Command", dash(shellJoin(r.Command)))
+				add("Env", dash(joinMap(r.Env)))
+				add("Volumes", dash(strings.Join(r.Volumes, ", ")))
+				add("Tags", dash(joinMap(r.Tags)))
+				add("Version", strconv.FormatInt(r.Version, 10))
+				add("Created", stamp(r.CreatedAt))
+				add("Updated", stamp(r.UpdatedAt))
+				return writeTable(cmd.OutOrStdout(), rows)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newSpotRequestsCancelCommand(s *session) *cobra.Command {
+	var (
+		kill    bool
+		ifMatch string
+		out     outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "cancel ID [--terminate-instance]",
+		Short: "Cancel a spot request",
+		Long: "Cancel a spot request: it launches nothing more. Its current instance keeps\n" +
+			"running unless --terminate-instance is given. Cancelling a cancelled or closed\n" +
+			"request changes nothing.",
+		Args: exactArgs(1, "one spot request ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			var version int64
+			if ifMatch != "" {
+				v, err := parseIfMatch(ifMatch)
+				if err != nil {
+					return usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "request's", 1))
+				}
+				version = v
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				r, err := c.CancelSpotRequest(ctx, args[0], kill, version)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printSpotRequests(cmd.OutOrStdout(), out.format, true, r)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&kill, "terminate-instance", false, "also terminate the request's current instance")
+	cmd.Flags().StringVar(&ifMatch, "if-match", "", "fail unless the request is still at this version")
+	out.register(cmd)
+	return cmd
+}

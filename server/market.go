@@ -1,0 +1,575 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/spot"
+)
+
+// Defaults of the spot market controller.
+const (
+	DefaultClearInterval = 10 * time.Second
+	DefaultKeepFailed    = 10 * time.Minute
+)
+
+// Market runs the spot market around the pure core of package spot: it
+// clears each pool's price from supply (the scheduler's fleet) and demand
+// (instances and reservations), records every change, reclaims spot
+// instances whose max price the price passed, recommends rebalancing when a
+// pool's risk rises, keeps pending spot instances to the zones within their
+// max price, and drives spot requests: one-time requests close when their
+// instance ends, persistent ones relaunch after a reclaim (in the first
+// pool with room, backups included, with the same volumes), and a pending
+// launch moves to a backup pool that has room. It shares the scheduler's
+// fleet, so it runs in the scheduler's goroutine, before each Step (from
+// the second on: the first builds the fleet). A pending spot instance is
+// placed only once the market has seen it.
+type Market struct {
+	Store  cloud.Store
+	Sched  *Scheduler
+	Config spot.Config
+	// ClearInterval is how often prices are cleared; KeepFailed how long
+	// a failed spot instance is kept for inspection before its persistent
+	// request relaunches.
+	ClearInterval time.Duration
+	KeepFailed    time.Duration
+	Now           func() time.Time
+	Log           *slog.Logger
+
+	last      map[cloud.Pool]money.Micros
+	lastClear time.Time
+	supply    map[cloud.Pool]spot.Supply
+}
+
+// NewMarket returns a market controller with the default configuration.
+func NewMarket(st cloud.Store, sched *Scheduler) *Market {
+	return &Market{Store: st, Sched: sched, Config: spot.DefaultConfig(), ClearInterval: DefaultClearInterval,
+		KeepFailed: DefaultKeepFailed, Now: time.Now, Log: slog.Default()}
+}
+
+// marketSnap is what one market step reads.
+type marketSnap struct {
+	prices   *billing.PriceBook
+	requests map[string]*cloud.SpotRequest
+	spot     []*cloud.Instance // non-terminated spot instances
+	pending  []*cloud.Instance // pending on-demand instances
+}
+
+func (m *Market) read(ctx context.Context) (*marketSnap, error) {
+	var ms *marketSnap
+	err := m.Store.Tx(ctx, func(tx cloud.Tx) error {
+		ms = &marketSnap{requests: map[string]*cloud.SpotRequest{}}
+		ps, err := tx.ListPrices(ctx, cloud.PriceFilter{Kind: cloud.PriceCompute})
+		if err != nil {
+			return err
+		}
+		ms.prices = billing.NewPriceBook(ps, nil)
+		rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{States: []cloud.SpotRequestState{cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled}})
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			ms.requests[r.ID] = r
+		}
+		live := []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
+			cloud.Terminating, cloud.Stopped, cloud.Failed, cloud.Lost}
+		if ms.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: live}); err != nil {
+			return err
+		}
+		all, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
+		if err != nil {
+			return err
+		}
+		for _, in := range all {
+			if in.Market != cloud.MarketSpot {
+				ms.pending = append(ms.pending, in)
+			}
+		}
+		if m.last == nil {
+			latest, err := tx.LatestSpotPrices(ctx)
+			if err != nil {
+				return err
+			}
+			m.last = map[cloud.Pool]money.Micros{}
+			for _, p := range latest {
+				m.last[p.Pool] = p.Price
+			}
+		}
+		return nil
+	})
+	return ms, err
+}
+
+// Step runs one round of the market. The scheduler's fleet must be built
+// (run Scheduler.Step first).
+func (m *Market) Step(ctx context.Context) error {
+	if m.Sched.fleet == nil {
+		return nil
+	}
+	now := m.Now()
+	ms, err := m.read(ctx)
+	if err != nil {
+		return err
+	}
+	if m.supply == nil || now.Sub(m.lastClear) >= m.interval() {
+		if err := m.clear(ctx, ms, now); err != nil {
+			return err
+		}
+		m.lastClear = now
+	}
+	m.gate(ms)
+	if err := m.watch(ctx, ms, now); err != nil {
+		return err
+	}
+	return m.drive(ctx, ms, now)
+}
+
+func (m *Market) interval() time.Duration {
+	if m.ClearInterval > 0 {
+		return m.ClearInterval
+	}
+	return DefaultClearInterval
+}
+
+// Prices returns the current spot price of every pool.
+func (m *Market) Prices() map[cloud.Pool]money.Micros {
+	out := make(map[cloud.Pool]money.Micros, len(m.last))
+	for k, v := range m.last {
+		out[k] = v
+	}
+	return out
+}
+
+// clear computes every pool's supply and demand, clears the prices and
+// records the ones that changed.
+func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error {
+	counts := poolSupply(m.Sched.fleet, m.Sched.Catalog)
+	zonesOf := map[string][]string{}
+	for _, p := range sortedPools(counts) {
+		zonesOf[p.Offering] = append(zonesOf[p.Offering], p.Zone)
+	}
+	supply := map[cloud.Pool]*spot.Supply{}
+	for p, c := range counts {
+		od, ok := ms.prices.Compute(p.Offering, p.Zone, now)
+		if !ok {
+			continue // no on-demand price: no market
+		}
+		supply[p] = &spot.Supply{Pool: p, Capacity: c.capacity, Free: c.free, OnDemandPrice: od, Prev: m.last[p]}
+	}
+	// Demand without a zone weighs on every zone of its offering.
+	each := func(offering string, zones []string, f func(*spot.Supply)) {
+		if len(zones) == 0 {
+			zones = zonesOf[offering]
+		}
+		for _, z := range zones {
+			if s := supply[cloud.Pool{Offering: offering, Zone: z}]; s != nil {
+				f(s)
+			}
+		}
+	}
+	for _, in := range ms.spot {
+		switch {
+		case in.State == cloud.Pending:
+			each(in.Offering, in.Zones, func(s *spot.Supply) { s.SpotPending++ })
+		case in.State.Holds():
+			each(in.Offering, []string{in.Zone}, func(s *spot.Supply) { s.SpotRunning++ })
+		}
+	}
+	for _, in := range ms.pending {
+		each(in.Offering, in.Zones, func(s *spot.Supply) { s.OnDemandPending++ })
+	}
+	for id := range m.Sched.phantoms {
+		if a := m.Sched.fleet.Allocation(id); a != nil {
+			if h := m.Sched.fleet.Host(a.HostID); h != nil {
+				// The placeholder's offering is its commitment's.
+				if c := m.commitmentOf(id); c != "" {
+					each(c, []string{h.Zone}, func(s *spot.Supply) { s.Reserved++ })
+				}
+			}
+		}
+	}
+	pools := sortedPools(supply)
+	in := make([]spot.Supply, len(pools))
+	for i, p := range pools {
+		in[i] = *supply[p]
+	}
+	prices := spot.ClearAll(in, m.Config, nil)
+	var changed []cloud.SpotPrice
+	m.supply = make(map[cloud.Pool]spot.Supply, len(pools))
+	for i, p := range pools {
+		m.supply[p] = in[i]
+		if prices[i] != m.last[p] {
+			changed = append(changed, cloud.SpotPrice{Pool: p, Time: now, Price: prices[i]})
+		}
+	}
+	if len(changed) > 0 {
+		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return tx.AppendSpotPrices(ctx, changed) }); err != nil {
+			return err
+		}
+		for _, c := range changed {
+			m.last[c.Pool] = c.Price
+		}
+	}
+	sp := make(map[cloud.Pool]int64, len(m.last))
+	for k, v := range m.last {
+		sp[k] = int64(v)
+	}
+	m.Sched.spotPrice = sp
+	return nil
+}
+
+// commitmentOf returns the offering a placeholder reserves.
+func (m *Market) commitmentOf(phantom string) string {
+	a := m.Sched.fleet.Allocation(phantom)
+	if a == nil {
+		return ""
+	}
+	cid := m.Sched.phantoms[phantom]
+	for _, c := range m.Sched.lastCommitments {
+		if c.ID == cid {
+			return c.Offering
+		}
+	}
+	return ""
+}
+
+// maxPrice is a request's max price in a pool: its own, or the on-demand
+// price when it has none.
+func maxPrice(r *cloud.SpotRequest, od money.Micros) money.Micros {
+	if r.MaxPrice > 0 {
+		return r.MaxPrice
+	}
+	return od
+}
+
+// gate tells the scheduler, for every pending spot instance, the zones
+// of its pool whose price is within the request's max price (nil: any
+// zone, when the request has no max price), or why none is.
+func (m *Market) gate(ms *marketSnap) {
+	zones, blocked := map[string][]string{}, map[string]string{}
+	for _, in := range ms.spot {
+		if in.State != cloud.Pending {
+			continue
+		}
+		r := ms.requests[in.SpotRequestID]
+		if r == nil || r.MaxPrice == 0 {
+			zones[in.ID] = nil
+			continue
+		}
+		ok := []string{}
+		cheapest := money.Micros(-1)
+		for p, s := range m.supply {
+			if p.Offering != in.Offering || (len(in.Zones) > 0 && !contains(in.Zones, p.Zone)) {
+				continue
+			}
+			price := m.last[p]
+			if price <= maxPrice(r, s.OnDemandPrice) {
+				ok = append(ok, p.Zone)
+			} else if cheapest < 0 || price < cheapest {
+				cheapest = price
+			}
+		}
+		sort.Strings(ok)
+		zones[in.ID] = ok
+		if len(ok) == 0 {
+			blocked[in.ID] = fmt.Sprintf("spot price %s is above the max price %s in every zone of %s", cheapest, r.MaxPrice, in.Offering)
+		}
+	}
+	m.Sched.spotZones, m.Sched.spotBlocked = zones, blocked
+}
+
+// watch reclaims spot instances whose pool price passed their max price
+// and recommends rebalancing to those in pools at risk.
+func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error {
+	type move struct {
+		id     string
+		reason string
+	}
+	var moves []move
+	for _, in := range ms.spot {
+		if !in.State.Holds() || in.State == cloud.Stopping || in.State == cloud.Terminating {
+			continue
+		}
+		if in.Interruption != nil && in.Interruption.Action != "" {
+			continue
+		}
+		p := cloud.Pool{Offering: in.Offering, Zone: in.Zone}
+		s, ok := m.supply[p]
+		if !ok {
+			continue
+		}
+		if r := ms.requests[in.SpotRequestID]; r != nil && m.last[p] > maxPrice(r, s.OnDemandPrice) {
+			moves = append(moves, move{in.ID, cloud.ReclaimPrice})
+			continue
+		}
+		if in.Interruption == nil && spot.RiskOf(s).Rebalance() {
+			moves = append(moves, move{in.ID, cloud.ReclaimRebalance})
+		}
+	}
+	if len(moves) == 0 {
+		return nil
+	}
+	return m.Store.Tx(ctx, func(tx cloud.Tx) error {
+		for _, mv := range moves {
+			in, err := tx.GetInstance(ctx, mv.id)
+			if err != nil {
+				if cloud.IsNotFound(err) {
+					continue
+				}
+				return err
+			}
+			if !in.State.Holds() || (in.Interruption != nil && in.Interruption.Action != "") {
+				continue
+			}
+			if mv.reason == cloud.ReclaimPrice {
+				if err := m.Sched.announce(ctx, tx, in, cloud.ReclaimPrice, "", now); err != nil {
+					return err
+				}
+				continue
+			}
+			if in.Interruption != nil {
+				continue
+			}
+			in.Interruption = &cloud.Interruption{Reason: cloud.ReclaimRebalance, NoticedAt: now}
+			in.UpdatedAt = now
+			if err := tx.UpdateInstance(ctx, in); err != nil {
+				if cloud.IsConflict(err) {
+					continue
+				}
+				return err
+			}
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRebalance, TenantID: in.TenantID,
+				InstanceID: in.ID, HostID: in.HostID, Actor: "market",
+				Reason: "rebalance recommended: reclaim risk in pool " + cloud.Pool{Offering: in.Offering, Zone: in.Zone}.String() + " is elevated"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// drive moves every live spot request along with its instance.
+func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error {
+	byID := map[string]*cloud.Instance{}
+	for _, in := range ms.spot {
+		byID[in.ID] = in
+	}
+	for _, id := range sortedKeys(ms.requests) {
+		r := ms.requests[id]
+		in := byID[r.InstanceID]
+		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, r.ID, in == nil, now) }); err != nil {
+			if cloud.IsConflict(err) {
+				continue // changed meanwhile: next step
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// driveOne handles one request in its own transaction, re-reading it and
+// its instance.
+func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, _ bool, now time.Time) error {
+	r, err := tx.GetSpotRequest(ctx, id)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	if r.State != cloud.SpotOpen && r.State != cloud.SpotActive && r.State != cloud.SpotDisabled {
+		return nil
+	}
+	in, err := tx.GetInstance(ctx, r.InstanceID)
+	if err != nil && !cloud.IsNotFound(err) {
+		return err
+	}
+	set := func(st cloud.SpotRequestState, reason string) error {
+		if r.State == st && r.Reason == reason {
+			return nil
+		}
+		r.State, r.Reason, r.UpdatedAt = st, reason, now
+		if err := tx.UpdateSpotRequest(ctx, r); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRequest, TenantID: r.TenantID,
+			InstanceID: r.InstanceID, Reason: fmt.Sprintf("spot request %s %s: %s", r.ID, st, reason), Actor: "market"})
+	}
+	persistent := r.Type == cloud.SpotPersistent
+	if in == nil {
+		if persistent {
+			return m.relaunch(ctx, tx, r, "its instance is gone", now)
+		}
+		return set(cloud.SpotClosed, "its instance is gone")
+	}
+	reclaimed := in.Interruption != nil && in.Interruption.Action != ""
+	switch in.State {
+	case cloud.Pending:
+		if moved, err := m.toBackup(ctx, tx, r, in, now); err != nil || moved {
+			return err
+		}
+		return set(cloud.SpotOpen, "waiting for capacity")
+	case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Terminating:
+		return set(cloud.SpotActive, "instance "+in.ID+" "+string(in.State))
+	case cloud.Stopped:
+		if in.Reason == cloud.ReasonExitedOK {
+			return set(cloud.SpotClosed, "its workload completed")
+		}
+		if reclaimed && persistent {
+			// Stop behaviour: the same instance, with its volumes, starts
+			// again when capacity returns.
+			from := in.State
+			in.State, in.Reason, in.Interruption, in.UpdatedAt = cloud.Pending, "", nil, now
+			if err := tx.UpdateInstance(ctx, in); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
+				InstanceID: in.ID, From: from, To: cloud.Pending, Actor: "market",
+				Reason: "persistent spot request " + r.ID + " restarts its stopped instance"}); err != nil {
+				return err
+			}
+			return set(cloud.SpotOpen, "restarting its stopped instance")
+		}
+		return set(cloud.SpotDisabled, "its instance is stopped; start it to resume")
+	case cloud.Terminated:
+		if reclaimed && persistent {
+			return m.relaunch(ctx, tx, r, "instance "+in.ID+" was reclaimed", now)
+		}
+		if !persistent {
+			return set(cloud.SpotClosed, "its instance terminated")
+		}
+		return set(cloud.SpotClosed, "its instance was terminated by the tenant")
+	case cloud.Failed, cloud.Lost:
+		if !persistent {
+			return set(cloud.SpotClosed, "its instance "+string(in.State))
+		}
+		if in.State == cloud.Failed && now.Sub(in.UpdatedAt) < m.keepFailed() {
+			return set(cloud.SpotOpen, fmt.Sprintf("instance %s failed; kept for inspection until %s", in.ID,
+				in.UpdatedAt.Add(m.keepFailed()).UTC().Format(time.RFC3339)))
+		}
+		from := in.State
+		in.State, in.UpdatedAt = cloud.Terminated, now
+		if err := tx.UpdateInstance(ctx, in); err != nil {
+			return err
+		}
+		if err := detachVolumes(ctx, tx, in); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
+			InstanceID: in.ID, From: from, To: cloud.Terminated, Actor: "market",
+			Reason: "persistent spot request " + r.ID + " relaunches"}); err != nil {
+			return err
+		}
+		return m.relaunch(ctx, tx, r, "instance "+in.ID+" "+string(from), now)
+	}
+	return nil
+}
+
+func (m *Market) keepFailed() time.Duration {
+	if m.KeepFailed > 0 {
+		return m.KeepFailed
+	}
+	return DefaultKeepFailed
+}
+
+// bestPool is the first of the request's pools (backups in order) where an
+// instance fits now within the max price; the primary when none does.
+func (m *Market) bestPool(r *cloud.SpotRequest, skip cloud.Pool) (cloud.Pool, bool) {
+	for _, p := range r.Pools {
+		if p == skip {
+			continue
+		}
+		if m.fits(r, p) {
+			return p, true
+		}
+	}
+	return r.Pools[0], false
+}
+
+// fits reports whether an instance of the pool's offering fits the
+// scheduler's fleet now, in a zone whose price is within the max price.
+func (m *Market) fits(r *cloud.SpotRequest, p cloud.Pool) bool {
+	o, err := m.Sched.Catalog.Offering(p.Offering)
+	if err != nil {
+		return false
+	}
+	var zones []string
+	for pool, s := range m.supply {
+		if pool.Offering != p.Offering || (p.Zone != "" && pool.Zone != p.Zone) {
+			continue
+		}
+		if m.last[pool] <= maxPrice(r, s.OnDemandPrice) {
+			zones = append(zones, pool.Zone)
+		}
+	}
+	if len(zones) == 0 {
+		return false
+	}
+	req, err := RequestFor(&cloud.Instance{ID: "probe", Zones: zones}, o)
+	if err != nil {
+		return false
+	}
+	req.Preemptible = true
+	_, err = m.Sched.Engine.Place(m.Sched.fleet, req)
+	return err == nil
+}
+
+// relaunch launches the request's next instance in its best pool.
+func (m *Market) relaunch(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest, why string, now time.Time) error {
+	if len(r.Pools) == 0 {
+		return cloud.Errorf(cloud.Invalid, "spot request %s has no pools", r.ID)
+	}
+	pool, _ := m.bestPool(r, cloud.Pool{})
+	in, err := cloud.LaunchSpot(ctx, tx, r, pool, newInstanceID(), "market", now)
+	if err != nil {
+		return err
+	}
+	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRequest, TenantID: r.TenantID,
+		InstanceID: in.ID, Actor: "market",
+		Reason: fmt.Sprintf("spot request %s relaunched as %s in pool %s (launch %d): %s", r.ID, in.ID, pool, r.Launches, why)})
+}
+
+// toBackup moves a pending launch that the scheduler could not place to
+// the first other pool of the request that has room now.
+func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest, in *cloud.Instance, now time.Time) (bool, error) {
+	if len(r.Pools) < 2 || in.Reason == "" {
+		return false, nil
+	}
+	cur := cloud.Pool{Offering: in.Offering}
+	if len(in.Zones) == 1 {
+		cur.Zone = in.Zones[0]
+	}
+	if m.fits(r, cur) {
+		return false, nil // the scheduler will place it
+	}
+	pool, ok := m.bestPool(r, cur)
+	if !ok {
+		return false, nil
+	}
+	from := in.State
+	in.State, in.Reason, in.UpdatedAt = cloud.Terminated, "moved to backup pool "+pool.String(), now
+	if err := tx.UpdateInstance(ctx, in); err != nil {
+		return false, err
+	}
+	if err := detachVolumes(ctx, tx, in); err != nil {
+		return false, err
+	}
+	if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
+		InstanceID: in.ID, From: from, To: cloud.Terminated, Reason: in.Reason, Actor: "market"}); err != nil {
+		return false, err
+	}
+	return true, m.relaunch(ctx, tx, r, "no room in pool "+cur.String(), now)
+}
+
+// newInstanceID returns an instance ID in the API's format.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "i-" + hex.EncodeToString(b[:])
+}

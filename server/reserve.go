@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// reservationPrefix starts the IDs of the placeholder allocations that
+// hold capacity for zonal commitments: "rsv/<commitment>/<n>". They live
+// only in the scheduler's fleet (a new leader places them again), are not
+// preemptible, and so make others' on-demand and spot requests fail for
+// that capacity or, through reclaim, evict spot instances from it.
+const reservationPrefix = "rsv/"
+
+func reservationID(commitment string, n int) string {
+	return fmt.Sprintf("%s%s/%d", reservationPrefix, commitment, n)
+}
+
+// reserve keeps, for every active zonal commitment of an exact offering,
+// as many placeholders in the fleet as the tenant has not used with
+// instances of its own: quantity minus the tenant's on-demand instances of
+// that offering holding capacity in the zone. A placeholder that does not
+// fit reclaims spot capacity; when even that fails, the shortfall is an
+// event (once until it changes). Family commitments are billing only.
+func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
+	now := s.Now()
+	s.lastCommitments = snap.commitments
+	want := map[string]*cloud.Commitment{}
+	for _, c := range snap.commitments {
+		if c.Zone == "" || !c.Active(now) {
+			continue
+		}
+		if _, err := s.Catalog.Offering(c.Offering); err != nil {
+			continue
+		}
+		used := 0
+		for _, in := range snap.tenantHolding[c.TenantID] {
+			if in.Offering == c.Offering && in.Zone == c.Zone && in.Market != cloud.MarketSpot {
+				used++
+			}
+		}
+		for n := 0; n < c.Quantity-used; n++ {
+			want[reservationID(c.ID, n)] = c
+		}
+	}
+	for id := range s.phantoms {
+		if want[id] == nil {
+			if err := s.fleet.Release(id); err != nil {
+				s.Log.Error("release a capacity reservation", "id", id, "err", err)
+			}
+			delete(s.phantoms, id)
+			s.epoch++
+		}
+	}
+	short := map[string]int{}
+	for _, id := range sortedKeys(want) {
+		if _, ok := s.phantoms[id]; ok {
+			continue
+		}
+		c := want[id]
+		o, _ := s.Catalog.Offering(c.Offering)
+		req, err := RequestFor(&cloud.Instance{ID: id, Zones: []string{c.Zone}}, o)
+		if err != nil {
+			return err
+		}
+		p, err := s.Engine.Place(s.fleet, req)
+		if err == nil {
+			p.ID = id
+			if err := s.fleet.Apply(p); err != nil {
+				return err
+			}
+			s.phantoms[id] = c.ID
+			continue
+		}
+		ok, err := s.reclaim(ctx, snap, id, req)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			short[c.ID]++
+		}
+	}
+	for cid, n := range short {
+		if s.shortfall[cid] == n {
+			continue
+		}
+		s.shortfall[cid] = n
+		var c *cloud.Commitment
+		for _, x := range snap.commitments {
+			if x.ID == cid {
+				c = x
+			}
+		}
+		if c == nil {
+			continue
+		}
+		reason := fmt.Sprintf("commitment %s: %d of %d reserved %s instances in %s cannot be held: no capacity, even by reclaiming spot",
+			c.ID, n, c.Quantity, c.Offering, c.Zone)
+		s.Log.Warn(reason)
+		if err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventCommitment, TenantID: c.TenantID,
+				Reason: reason, Actor: "scheduler"})
+		}); err != nil {
+			return err
+		}
+	}
+	for cid := range s.shortfall {
+		if short[cid] == 0 {
+			delete(s.shortfall, cid)
+		}
+	}
+	return nil
+}
+
+// takeReservation frees one of the tenant's placeholders that an
+// on-demand instance of the same offering may use, so that the instance
+// lands in the capacity kept for it.
+func (s *Scheduler) takeReservation(snap *snapshot, in *cloud.Instance) {
+	if in.Market == cloud.MarketSpot || len(s.phantoms) == 0 {
+		return
+	}
+	for _, c := range snap.commitments {
+		if c.TenantID != in.TenantID || c.Offering != in.Offering || c.Zone == "" {
+			continue
+		}
+		if len(in.Zones) > 0 && !contains(in.Zones, c.Zone) {
+			continue
+		}
+		for _, id := range sortedKeys(s.phantoms) {
+			if s.phantoms[id] != c.ID || !strings.HasPrefix(id, reservationPrefix) {
+				continue
+			}
+			if err := s.fleet.Release(id); err == nil {
+				delete(s.phantoms, id)
+				s.epoch++
+				return
+			}
+		}
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
