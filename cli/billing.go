@@ -525,6 +525,10 @@ func hours(seconds int64) string {
 func lineQuantity(l billing.Line) string {
 	switch l.Unit {
 	case billing.UnitSecond:
+		if l.Quantity < 3600 {
+			// Under an hour, 0.00 h would hide what was billed.
+			return strconv.FormatInt(l.Quantity, 10) + " s"
+		}
 		return hours(l.Quantity) + " h"
 	case billing.UnitGiBSecond:
 		return hours(l.Quantity) + " GiB-h"
@@ -545,9 +549,53 @@ func lineUnitPrice(l billing.Line) string {
 	return l.UnitPrice.String() + "/h"
 }
 
+// lineGroup is invoice lines that differ only in unit price (a spot
+// pool's seconds at each price in force), summed for the table.
+type lineGroup struct {
+	billing.Line
+	n int
+}
+
+// average is the group's average unit price, rounded to a micro.
+func (g lineGroup) average() money.Micros {
+	per := int64(money.SecondsPerHour)
+	if g.Unit == billing.UnitGiBSecond {
+		per = money.SecondsPerMonth
+	}
+	if g.Quantity == 0 {
+		return g.UnitPrice
+	}
+	avg, err := money.MulDiv(g.Amount, per, g.Quantity)
+	if err != nil {
+		return g.UnitPrice
+	}
+	return avg
+}
+
+// groupLines sums consecutive lines that differ only in unit price, unless
+// detail asks for every line. Amounts add exactly, so the total is the
+// same either way.
+func groupLines(lines []billing.Line, detail bool) []lineGroup {
+	var out []lineGroup
+	for _, l := range lines {
+		if n := len(out); !detail && n > 0 {
+			p := &out[n-1]
+			if p.Category == l.Category && p.Model == l.Model && p.Offering == l.Offering && p.Zone == l.Zone &&
+				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description {
+				p.Quantity += l.Quantity
+				p.Amount += l.Amount
+				p.n++
+				continue
+			}
+		}
+		out = append(out, lineGroup{Line: l, n: 1})
+	}
+	return out
+}
+
 // printInvoices writes invoices as tables: a heading per invoice, its lines
-// and its total.
-func printInvoices(w io.Writer, invs []*billing.Invoice) error {
+// (those that differ only in price summed, unless detail) and its total.
+func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 	if len(invs) == 0 {
 		_, err := fmt.Fprintln(w, "no invoices")
 		return err
@@ -562,8 +610,12 @@ func printInvoices(w io.Writer, invs []*billing.Invoice) error {
 		}
 		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
 		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
-		for _, l := range inv.Lines {
-			rows = append(rows, []string{l.Description, lineQuantity(l), lineUnitPrice(l), l.Amount.String()})
+		for _, g := range groupLines(inv.Lines, detail) {
+			price := lineUnitPrice(g.Line)
+			if g.n > 1 {
+				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
+			}
+			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, g.Amount.String()})
 		}
 		rows = append(rows, []string{"TOTAL", "", "", inv.Total.Cents() + " " + inv.Currency})
 		if err := writeTable(w, rows); err != nil {
@@ -577,6 +629,7 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 	var (
 		o      httpapi.InvoicesOptions
 		format string
+		detail bool
 	)
 	formats := []string{"table", "json", "yaml", "csv"}
 	cmd := &cobra.Command{
@@ -585,7 +638,9 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 		Long: "Show a month's invoice (default the current month, UTC): each line with its\n" +
 			"quantity (hours for time-metered lines), unit price and amount, and the total.\n" +
 			"Members see their tenant's; admins one tenant's with --tenant, else every\n" +
-			"tenant's. -o json keeps exact quantities (seconds); -o csv writes the CSV export.",
+			"tenant's. Spot seconds are billed at the price in force each second; the table\n" +
+			"sums them per pool with the average price (--detail shows every price), and\n" +
+			"-o json and -o csv keep one line per price, with exact quantities in seconds.",
 		Example: "  gpucloud invoices show\n  gpucloud invoices show --month 2026-12 -o csv > invoice.csv",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -621,7 +676,7 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 				if format != "table" {
 					return writeData(w, format, invs)
 				}
-				return printInvoices(w, invs)
+				return printInvoices(w, invs, detail)
 			})
 		},
 	}
@@ -629,6 +684,7 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 	f.StringVar(&o.Month, "month", "", "the month, YYYY-MM (default the current month, UTC)")
 	f.StringVar(&o.Tenant, "tenant", "", "only this tenant, by name or ID (admins; default every tenant)")
 	f.StringVarP(&format, "output", "o", "table", `output format: "table", "json", "yaml" or "csv"`)
+	f.BoolVar(&detail, "detail", false, "one table row per unit price (spot lines are otherwise summed per pool, with their average price)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -318,3 +318,31 @@ func TestBudgetCommitmentsAndAddresses(t *testing.T) {
 	}
 	e.usage(tok, "--instance is required", "addresses", "associate", a.ID)
 }
+
+func TestInvoiceTableGroupsSpotPrices(t *testing.T) {
+	spot := func(price string, secs int64) billing.Line {
+		p := money.MustParse(price)
+		return billing.Line{Category: billing.CategoryCompute, Model: billing.ModelSpot, Offering: "h100.1x", Zone: "a",
+			Description: "spot h100.1x/a", Quantity: secs, Unit: billing.UnitSecond, UnitPrice: p, Amount: money.PerHour(p, secs)}
+	}
+	lines := []billing.Line{spot("1.00", 1800), spot("2.00", 1800),
+		{Category: billing.CategoryVolume, Description: "volumes", Quantity: 3600, Unit: billing.UnitGiBSecond, UnitPrice: 80_000, Amount: 110}}
+	inv := &billing.Invoice{TenantID: "t", Month: "2026-12", Currency: "USD", Lines: lines, Total: 1_500_000 + 110}
+	var b strings.Builder
+	if err := printInvoices(&b, []*billing.Invoice{inv}, false); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"1.00 h", "2 prices, avg 1.50/h", "1.50", "volumes", "1.50 USD"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := printInvoices(&b, []*billing.Invoice{inv}, true); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "prices, avg") || strings.Count(b.String(), "spot h100.1x/a") != 2 {
+		t.Errorf("--detail table:\n%s", b.String())
+	}
+}

@@ -334,12 +334,30 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	add("Name", dash(in.Name))
 	add("Tenant", in.TenantID)
 	add("Offering", in.Offering)
+	market := string(in.Market)
+	if market == "" {
+		market = string(cloud.MarketOnDemand)
+	}
+	if in.SpotRequestID != "" {
+		market += " (request " + in.SpotRequestID + ")"
+	}
+	add("Market", market)
 	add("State", string(in.State))
 	add("Reason", dash(in.Reason))
+	if it := in.Interruption; it != nil {
+		if it.Action != "" {
+			add("Interruption", fmt.Sprintf("%s at %s (%s), noticed %s", it.Action, stamp(it.Deadline), it.Reason, stamp(it.NoticedAt)))
+		} else {
+			add("Interruption", "rebalance recommended "+stamp(it.NoticedAt))
+		}
+	}
 	add("Version", strconv.FormatInt(in.Version, 10))
 	add("Created", stamp(in.CreatedAt))
 	add("Updated", stamp(in.UpdatedAt))
 	add("Zones", dash(strings.Join(in.Zones, ", ")))
+	if in.Zone != "" {
+		add("Placed in", in.Zone)
+	}
 	add("Labels", dash(strings.Join(in.Labels, ", ")))
 	add("Tags", dash(joinMap(in.Tags)))
 	add("Command", dash(shellJoin(in.Command)))

@@ -47,6 +47,7 @@ type Market struct {
 
 	last      map[cloud.Pool]money.Micros
 	lastClear time.Time
+	hosts     int
 	supply    map[cloud.Pool]spot.Supply
 }
 
@@ -120,7 +121,10 @@ func (m *Market) Step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.supply == nil || now.Sub(m.lastClear) >= m.interval() {
+	// Clear on the interval, and at once when hosts come or go, so that a
+	// new host's pools get a price without waiting.
+	if hosts := len(m.Sched.fleet.Hosts); m.supply == nil || hosts != m.hosts || now.Sub(m.lastClear) >= m.interval() {
+		m.hosts = hosts
 		if err := m.clear(ctx, ms, now); err != nil {
 			return err
 		}
@@ -416,7 +420,7 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, _ bool, n
 		}
 		return set(cloud.SpotOpen, "waiting for capacity")
 	case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Terminating:
-		return set(cloud.SpotActive, "instance "+in.ID+" "+string(in.State))
+		return set(cloud.SpotActive, "instance "+in.ID+" holds capacity")
 	case cloud.Stopped:
 		if in.Reason == cloud.ReasonExitedOK {
 			return set(cloud.SpotClosed, "its workload completed")
