@@ -3,7 +3,9 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gpucloud/gpucloud/catalog"
 )
@@ -89,6 +91,9 @@ type Fleet struct {
 	Hosts  []*Host
 	byID   map[string]*Host
 	allocs map[string]*Placement
+	// onHost[i] lists the allocations on Hosts[i], sorted by ID; the
+	// placements are the ones in allocs.
+	onHost [][]*Placement
 
 	templates map[string]int
 	classes   map[string]*Class
@@ -142,6 +147,7 @@ func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
 	}
 	c.index = len(f.Hosts)
 	f.Hosts = append(f.Hosts, c)
+	f.onHost = append(f.onHost, nil)
 	f.byID[c.ID] = c
 	c.template = f.templateOf(c)
 	f.reclass(c)
@@ -175,6 +181,30 @@ func (f *Fleet) Allocations() []*Placement {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// HostAllocations returns the allocations on the host with the given ID,
+// sorted by ID (nil for an unknown host or one without allocations). It
+// copies nothing: the slice and the placements are owned by the fleet, must
+// not be changed, and are valid until the next Apply or Release.
+func (f *Fleet) HostAllocations(hostID string) []*Placement {
+	h := f.byID[hostID]
+	if h == nil {
+		return nil
+	}
+	return f.onHost[h.index]
+}
+
+// HostAllocationsAt is HostAllocations for the host Hosts[i] (i must be
+// in range), such as a member of a Class, without looking it up by ID.
+func (f *Fleet) HostAllocationsAt(i int) []*Placement {
+	return f.onHost[i]
+}
+
+// hostSlot returns where the allocation id is, or would go, in the sorted
+// list of a host's allocations.
+func hostSlot(list []*Placement, id string) (int, bool) {
+	return slices.BinarySearchFunc(list, id, func(p *Placement, id string) int { return strings.Compare(p.ID, id) })
 }
 
 // SetState changes a host's scheduling state.
@@ -236,6 +266,9 @@ func (f *Fleet) Apply(p *Placement) error {
 	cp := *p
 	cp.Devices = append([]Device(nil), p.Devices...)
 	f.allocs[p.ID] = &cp
+	list := f.onHost[h.index]
+	i, _ := hostSlot(list, p.ID)
+	f.onHost[h.index] = slices.Insert(list, i, &cp)
 	f.reclass(h)
 	return nil
 }
@@ -324,6 +357,21 @@ func (f *Fleet) Release(id string) error {
 		return fmt.Errorf("release %s: allocation %w", id, ErrUnknown)
 	}
 	h := f.byID[p.HostID]
+	unapply(h, p)
+	delete(f.allocs, id)
+	if i, ok := hostSlot(f.onHost[h.index], id); ok {
+		list := slices.Delete(f.onHost[h.index], i, i+1)
+		if len(list) == 0 {
+			list = nil
+		}
+		f.onHost[h.index] = list
+	}
+	f.reclass(h)
+	return nil
+}
+
+// unapply takes allocation p off host h's usage counters and GPUs.
+func unapply(h *Host, p *Placement) {
 	h.UsedCPUMilli -= p.CPUMilli
 	h.UsedMemoryMiB -= p.MemoryMiB
 	h.Allocs--
@@ -341,7 +389,7 @@ func (f *Fleet) Release(id string) error {
 			g.Shares--
 		case MIGSlice:
 			for i, in := range g.Instances {
-				if in.Alloc == id && in.Start == d.MIGStart {
+				if in.Alloc == p.ID && in.Start == d.MIGStart {
 					g.Instances = append(g.Instances[:i], g.Instances[i+1:]...)
 					if len(g.Instances) == 0 {
 						// Keep the slice canonical (nil) so the state after a
@@ -356,9 +404,68 @@ func (f *Fleet) Release(id string) error {
 			}
 		}
 	}
-	delete(f.allocs, id)
-	f.reclass(h)
+}
+
+// HostWithout sets *dst to the state the host hostID would be in once the
+// allocations ids (distinct, all on that host) were released, as Release
+// would leave it, without changing the fleet. It lets a caller try
+// evictions without copying the fleet or the host's allocations.
+//
+// dst is a scratch host: its GPU and MIG buffers are reused from call to
+// call (never pass a host of a fleet), its Labels map is the fleet host's
+// (read it, never change it), and it belongs to no fleet, so its Class is
+// nil.
+func (f *Fleet) HostWithout(dst *Host, hostID string, ids []string) error {
+	h := f.byID[hostID]
+	if h == nil {
+		return fmt.Errorf("host %s: %w", hostID, ErrUnknown)
+	}
+	var seen map[string]bool
+	if len(ids) > 16 {
+		seen = make(map[string]bool, len(ids))
+	}
+	for i, id := range ids {
+		if p := f.allocs[id]; p == nil || p.HostID != hostID {
+			return fmt.Errorf("release %s on host %s: allocation %w", id, hostID, ErrUnknown)
+		}
+		dup := false
+		if seen != nil {
+			dup, seen[id] = seen[id], true
+		} else {
+			dup = slices.Contains(ids[:i], id)
+		}
+		if dup {
+			return fmt.Errorf("release %s on host %s: listed twice", id, hostID)
+		}
+	}
+	copyHost(dst, h)
+	for _, id := range ids {
+		unapply(dst, f.allocs[id])
+	}
 	return nil
+}
+
+// copyHost makes dst a copy of h outside any fleet, reusing dst's GPU and
+// MIG instance buffers and sharing h's labels.
+func copyHost(dst, h *Host) {
+	old := dst.GPUs
+	*dst = *h
+	dst.class, dst.classPos = nil, 0
+	gpus := old[:0]
+	for i := range h.GPUs {
+		g := h.GPUs[i]
+		var buf []MIGInstance
+		if i < len(old) {
+			buf = old[i].Instances[:0]
+		}
+		if len(g.Instances) > 0 {
+			g.Instances = append(buf, g.Instances...)
+		} else {
+			g.Instances = nil
+		}
+		gpus = append(gpus, g)
+	}
+	dst.GPUs = gpus
 }
 
 // Clone returns a deep copy of the fleet, with its own class index.
@@ -372,10 +479,21 @@ func (f *Fleet) Clone() *Fleet {
 		hc.template = c.templateOf(hc)
 		c.reclass(hc)
 	}
-	for id, p := range f.allocs {
-		cp := *p
-		cp.Devices = append([]Device(nil), p.Devices...)
-		c.allocs[id] = &cp
+	// Copy the allocations host by host, which keeps every host's list in
+	// its order and, unlike walking the map, makes the copies in a fixed
+	// order. Check verifies that the lists hold every allocation.
+	c.onHost = make([][]*Placement, len(f.onHost))
+	for i, list := range f.onHost {
+		if len(list) == 0 {
+			continue
+		}
+		cl := make([]*Placement, len(list))
+		for j, p := range list {
+			cp := p.clone()
+			cl[j] = cp
+			c.allocs[cp.ID] = cp
+		}
+		c.onHost[i] = cl
 	}
 	return c
 }
@@ -421,6 +539,24 @@ func (f *Fleet) Check() error {
 				u.shares[d.GPU]++
 			}
 		}
+	}
+	if len(f.onHost) != len(f.Hosts) {
+		return fmt.Errorf("per-host allocation index has %d hosts, fleet %d", len(f.onHost), len(f.Hosts))
+	}
+	indexed := 0
+	for i, list := range f.onHost {
+		for j, p := range list {
+			if f.allocs[p.ID] != p || p.HostID != f.Hosts[i].ID {
+				return fmt.Errorf("host %s: allocation index lists %s, which is not an allocation of the host", f.Hosts[i].ID, p.ID)
+			}
+			if j > 0 && list[j-1].ID >= p.ID {
+				return fmt.Errorf("host %s: allocation index not sorted at %s", f.Hosts[i].ID, p.ID)
+			}
+		}
+		indexed += len(list)
+	}
+	if indexed != len(f.allocs) {
+		return fmt.Errorf("allocation index lists %d allocations, fleet has %d", indexed, len(f.allocs))
 	}
 	for _, h := range f.Hosts {
 		u := use[h.ID]

@@ -1,9 +1,12 @@
 package placement
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -61,36 +64,38 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 	}
 	s := e.shapeOf(req)
 
-	// Every allocation by host: the scratch copy of a host needs them all.
-	byHost := map[string][]*fleet.Placement{}
-	for _, a := range f.Allocations() {
-		byHost[a.HostID] = append(byHost[a.HostID], a)
-	}
-
-	var hosts []*preemptHost
+	// Only hosts ruled out for capacity can gain from evictions; their
+	// allocations come from the fleet's per-host index, uncopied.
+	pl := newPreemptPlanner(f, req, s)
+	var classes []*fleet.Class
+	hosts := 0
 	for _, c := range f.Classes() {
-		m := e.lookup(f, c, s)
-		if !capacityReason(Reason(m.reason)) {
-			continue
+		if m := e.lookup(f, c, s); capacityReason(Reason(m.reason)) {
+			classes = append(classes, c)
+			hosts += c.Size()
 		}
+	}
+	pl.hosts = make([]preemptHost, 0, hosts)
+	for _, c := range classes {
+		// Hosts of a class share their usage of CPU, memory and GPUs:
+		// read it once, then per host only what differs, its allocations.
+		pl.setClass(c.Rep)
 		for _, i := range c.Members() {
-			h := f.Hosts[i]
-			if !groupAllows(req.Group, h) {
+			if req.Group != nil && !groupAllows(req.Group, f.Hosts[i]) {
 				continue
 			}
-			if ph := newPreemptHost(h, byHost[h.ID], req, s); ph != nil {
-				hosts = append(hosts, ph)
-			}
+			pl.add(i)
 		}
 	}
-	sort.Slice(hosts, func(i, j int) bool { return hosts[i].bound.less(hosts[j].bound) })
+	pl.heapify()
 
 	var best *preemptResult
-	for _, ph := range hosts {
-		if best != nil && !ph.bound.less(best.key) {
-			break // sorted by lower bound: no later host can do better
+	for len(pl.heap) > 0 {
+		ph := pl.pop()
+		if best != nil && !ph.bound().less(best.key) {
+			break // in order of lower bound: no later host can do better
 		}
-		r, err := e.planHost(ph, s, best)
+		r, err := e.planHost(pl, ph, best)
 		if err != nil {
 			return nil, err
 		}
@@ -101,7 +106,7 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 	if best == nil {
 		return nil, err
 	}
-	return e.finishPlan(best, req)
+	return e.finishPlan(f, best, req)
 }
 
 // capacityReason reports whether a host ruled out for r might take the
@@ -149,11 +154,19 @@ func (a planKey) less(b planKey) bool {
 
 // preemptHost is a host that might take the request after evictions.
 type preemptHost struct {
-	h      *fleet.Host
-	allocs []*fleet.Placement // all allocations on the host
-	cands  []*fleet.Placement // the preemptible ones, cheapest first
-	// bound is a lower bound on the key of any plan on this host.
-	bound planKey
+	h *fleet.Host
+	// preemptible counts the preemptible allocations on the host; with
+	// more than maxExactVictims the host is planned greedily.
+	preemptible int32
+	// victims and price give a lower bound on the key of any plan on the
+	// host; see bound.
+	victims int32
+	price   int64
+}
+
+// bound is a lower bound on the key of any plan on the host.
+func (ph *preemptHost) bound() planKey {
+	return planKey{int(ph.victims), ph.price, ph.h.ID}
 }
 
 type preemptResult struct {
@@ -162,89 +175,336 @@ type preemptResult struct {
 	victims []*fleet.Placement
 }
 
-// newPreemptHost returns nil when even evicting every preemptible
-// allocation on h could not free enough CPU, memory or GPUs for req.
-func newPreemptHost(h *fleet.Host, allocs []*fleet.Placement, req *Request, s *shape) *preemptHost {
-	var cands []*fleet.Placement
+// gpuUnit is one GPU in the lower bound's GPU counts, which credit each
+// allocation holding a GPU with an equal share of it.
+const gpuUnit = 1 << 20
+
+// Dimensions of the lower bound.
+const (
+	dimCPU = iota
+	dimMemory
+	dimGPUs
+)
+
+// preemptPlanner plans evictions for one request. It keeps the candidate
+// hosts, ordered by lower bound, and scratch space that examining and
+// trying hosts reuses: beyond evaluate's own, the planner allocates nothing
+// per host or per trial.
+type preemptPlanner struct {
+	f   *fleet.Fleet
+	req *Request
+	s   *shape
+
+	hosts []preemptHost
+	heap  []int32 // indexes into hosts: a min-heap by bound
+
+	gpuMode, anyGPUs bool
+	// What setClass found for the current class: the deficits (GPUs in
+	// gpuUnit), whether every allocation is a candidate (a bare-metal
+	// request, or a host rented as bare metal), per GPU whether it is of a
+	// model the request may not use, and which GPUs that it may use are in
+	// MIG mode.
+	cpu, mem, gpus int64
+	all            bool
+	classBlocked   []bool
+	migGPUs        []int
+	// What examine found on the current host: per GPU the number of
+	// allocations on it and whether no eviction makes it count for the
+	// request; the preemptible allocations whose eviction can matter.
+	holders []int
+	blocked []bool
+	cands   []*fleet.Placement
+	vals    []int64
+
+	// Scratch for trials.
+	scratch fleet.Host
+	ids     []string
+	idx     []int
+	set     []*fleet.Placement
+	without []*fleet.Placement
+}
+
+func newPreemptPlanner(f *fleet.Fleet, req *Request, s *shape) *preemptPlanner {
+	return &preemptPlanner{f: f, req: req, s: s,
+		gpuMode: req.Mode == catalog.ModeGPU,
+		anyGPUs: req.Mode == catalog.ModeMIG || req.Mode == catalog.ModeShared}
+}
+
+// setClass reads what all hosts of h's class share: free CPU, memory and
+// GPUs (so the deficits), bare-metal rental, GPU models and MIG mode.
+func (pl *preemptPlanner) setClass(h *fleet.Host) {
+	req, s := pl.req, pl.s
+	pl.cpu, pl.mem, pl.gpus = req.CPUMilli-h.FreeCPU(), req.MemoryMiB-h.FreeMemory(), 0
+	pl.all = h.MetalAlloc != "" || req.Mode == catalog.ModeMetal
+	n := len(h.GPUs)
+	pl.classBlocked = slices.Grow(pl.classBlocked[:0], n)[:n]
+	pl.migGPUs = pl.migGPUs[:0]
+	free := 0
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		pl.classBlocked[i] = s.models != nil && !s.models[g.Model]
+		if !pl.gpuMode || pl.classBlocked[i] {
+			continue
+		}
+		switch {
+		case g.Empty() && !g.MIG:
+			free++
+		case g.MIG:
+			pl.migGPUs = append(pl.migGPUs, i)
+		}
+	}
+	if pl.gpuMode {
+		pl.gpus = int64(req.GPUs-free) * gpuUnit
+	}
+}
+
+// examine reads host h, of the class setClass read last, and its
+// allocations, and collects in pl.cands the preemptible allocations whose
+// eviction can change whether the request fits. By evaluate's rules
+// evicting any other one never does (it frees nothing the request lacks,
+// or only GPUs of another model, GPUs a non-preemptible allocation keeps
+// busy or GPUs that stay in the operator's MIG mode), so a minimal victim
+// set never holds one. It returns the number of preemptible allocations,
+// relevant or not.
+func (pl *preemptPlanner) examine(h *fleet.Host, allocs []*fleet.Placement) int {
+	pl.cands = pl.cands[:0]
+	pre := 0
 	for _, a := range allocs {
 		if a.Preemptible {
-			cands = append(cands, a)
+			pre++
 		}
 	}
-	if len(cands) == 0 {
-		return nil
+	if pre == 0 {
+		return 0
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].PriceMicros < cands[j].PriceMicros })
-
-	lb := 1
-	// need is how many of vals (largest first) it takes to cover deficit;
-	// -1 when all of them do not.
-	need := func(deficit int64, val func(*fleet.Placement) int64) int {
-		if deficit <= 0 {
-			return 0
-		}
-		vs := make([]int64, len(cands))
-		for i, c := range cands {
-			vs[i] = val(c)
-		}
-		sort.Slice(vs, func(i, j int) bool { return vs[i] > vs[j] })
-		for i, v := range vs {
-			deficit -= v
-			if deficit <= 0 {
-				return i + 1
-			}
-		}
-		return -1
-	}
-	cpu, mem := req.CPUMilli-h.FreeCPU(), req.MemoryMiB-h.FreeMemory()
-	var gpus int64
-	switch req.Mode {
-	case catalog.ModeMetal:
-		// Everything on the host must go, and the host must have the shape.
-		if len(cands) != len(allocs) || req.GPUs > 0 && len(h.GPUs) != req.GPUs ||
-			req.CPUMilli > h.CPUMilli || req.MemoryMiB > h.MemoryMiB {
-			return nil
-		}
-		lb, cpu, mem = len(cands), 0, 0
-	case catalog.ModeGPU:
-		free := 0
-		for i := range h.GPUs {
+	if pl.gpuMode {
+		n := len(pl.classBlocked)
+		pl.blocked = append(pl.blocked[:0], pl.classBlocked...)
+		pl.holders = slices.Grow(pl.holders[:0], n)[:n]
+		clear(pl.holders)
+		for _, i := range pl.migGPUs {
 			g := &h.GPUs[i]
-			if (s.models == nil || s.models[g.Model]) && g.Empty() && !g.MIG {
-				free++
+			if !g.MIGAuto {
+				pl.blocked[i] = true // the operator's MIG mode stays
+				continue
+			}
+			for _, in := range g.Instances {
+				if in.Alloc == "" {
+					pl.blocked[i] = true // an instance nobody rents stays
+				}
 			}
 		}
-		gpus = int64(req.GPUs - free)
+		for _, a := range allocs {
+			for _, d := range a.Devices {
+				if d.GPU >= 0 && d.GPU < n {
+					pl.holders[d.GPU]++
+					if !a.Preemptible {
+						pl.blocked[d.GPU] = true
+					}
+				}
+			}
+		}
+	} else {
+		pl.blocked = pl.classBlocked
 	}
-	for _, n := range []int{
-		need(cpu, func(p *fleet.Placement) int64 { return p.CPUMilli }),
-		need(mem, func(p *fleet.Placement) int64 { return p.MemoryMiB }),
-		need(gpus, func(p *fleet.Placement) int64 { return int64(len(p.Devices)) }),
-	} {
+	for _, a := range allocs {
+		if a.Preemptible && (pl.all || pl.cpu > 0 && a.CPUMilli > 0 || pl.mem > 0 && a.MemoryMiB > 0 || pl.gpuValue(a) > 0) {
+			pl.cands = append(pl.cands, a)
+		}
+	}
+	return pre
+}
+
+// gpuValue is what evicting a does for the request's GPUs. For ModeGPU it
+// credits a with an equal share (in gpuUnit, rounded up) of every GPU it
+// holds that evictions can free: a set of victims frees at most as many
+// GPUs as its summed values. For MIG and shared requests it is positive
+// when a holds a GPU of an allowed model.
+func (pl *preemptPlanner) gpuValue(a *fleet.Placement) int64 {
+	if !pl.gpuMode && !pl.anyGPUs {
+		return 0
+	}
+	var v int64
+	for _, d := range a.Devices {
+		if d.GPU < 0 || d.GPU >= len(pl.blocked) || pl.blocked[d.GPU] {
+			continue
+		}
+		if pl.gpuMode {
+			n := int64(pl.holders[d.GPU])
+			v += (gpuUnit + n - 1) / n
+		} else {
+			v += gpuUnit
+		}
+	}
+	return v
+}
+
+func (pl *preemptPlanner) value(a *fleet.Placement, dim int) int64 {
+	switch dim {
+	case dimCPU:
+		return a.CPUMilli
+	case dimMemory:
+		return a.MemoryMiB
+	}
+	return pl.gpuValue(a)
+}
+
+// need is how many of the candidates (largest first) it takes to cover
+// deficit in dimension dim; -1 when all of them do not.
+func (pl *preemptPlanner) need(deficit int64, dim int) int {
+	if deficit <= 0 {
+		return 0
+	}
+	vs := pl.vals[:0]
+	for _, a := range pl.cands {
+		vs = append(vs, pl.value(a, dim))
+	}
+	pl.vals = vs
+	slices.Sort(vs)
+	for i := len(vs) - 1; i >= 0; i-- {
+		deficit -= vs[i]
+		if deficit <= 0 {
+			return len(vs) - i
+		}
+	}
+	return -1
+}
+
+// covers reports whether evicting a alone covers every deficit.
+func (pl *preemptPlanner) covers(a *fleet.Placement) bool {
+	return (pl.cpu <= 0 || a.CPUMilli >= pl.cpu) && (pl.mem <= 0 || a.MemoryMiB >= pl.mem) &&
+		(pl.gpus <= 0 || pl.gpuValue(a) >= pl.gpus)
+}
+
+// add considers the host Hosts[i], of the class setClass read last,
+// keeping it with a lower bound on its plans unless even evicting every
+// preemptible allocation on it could not free enough CPU, memory or GPUs
+// for the request.
+func (pl *preemptPlanner) add(i int) {
+	h, allocs := pl.f.Hosts[i], pl.f.HostAllocationsAt(i)
+	pre := pl.examine(h, allocs)
+	if pre == 0 {
+		return
+	}
+	req := pl.req
+	ph := preemptHost{h: h, preemptible: int32(pre)}
+	if req.Mode == catalog.ModeMetal {
+		// Everything on the host must go, and the host must have the shape.
+		if pre != len(allocs) || req.GPUs > 0 && len(h.GPUs) != req.GPUs ||
+			req.CPUMilli > h.CPUMilli || req.MemoryMiB > h.MemoryMiB {
+			return
+		}
+		ph.victims = int32(pre)
+		for _, a := range allocs {
+			ph.price += a.PriceMicros
+		}
+	} else if !pl.bound(&ph) {
+		return
+	}
+	pl.hosts = append(pl.hosts, ph)
+}
+
+// bound sets ph's victims and price to a lower bound on the plans for the
+// host examine just read, or reports that no eviction helps there. A
+// minimal victim set holds only candidates: at least as many as it takes
+// to cover each deficit; a single victim only if one covers them all
+// (and then it costs at least the cheapest such); otherwise at least the
+// price of as many of the cheapest candidates. Exact plans cost at least
+// the bound, and greedy ones, not better than exact ones, too.
+func (pl *preemptPlanner) bound(ph *preemptHost) bool {
+	lb := 1
+	for _, n := range [...]int{pl.need(pl.cpu, dimCPU), pl.need(pl.mem, dimMemory), pl.need(pl.gpus, dimGPUs)} {
 		if n < 0 {
-			return nil
+			return false
 		}
 		lb = max(lb, n)
 	}
-	var price int64
-	for _, c := range cands[:lb] {
-		price += c.PriceMicros
+	if lb == 1 {
+		found := false
+		for _, a := range pl.cands {
+			if pl.covers(a) && (!found || a.PriceMicros < ph.price) {
+				ph.price, found = a.PriceMicros, true
+			}
+		}
+		if found {
+			ph.victims = 1
+			return true
+		}
+		lb = 2
 	}
-	return &preemptHost{h: h, allocs: allocs, cands: cands, bound: planKey{lb, price, h.ID}}
+	if lb > len(pl.cands) {
+		return false
+	}
+	ps := pl.vals[:0]
+	for _, a := range pl.cands {
+		ps = append(ps, a.PriceMicros)
+	}
+	pl.vals = ps
+	slices.Sort(ps)
+	ph.victims, ph.price = int32(lb), 0
+	for _, p := range ps[:lb] {
+		ph.price += p
+	}
+	return true
 }
 
-// scratchHost is a one-host fleet holding a copy of a host and its
-// allocations, where victims can be released and put back.
-type scratchHost struct {
-	f     *fleet.Fleet
-	h     *fleet.Host
-	byID  map[string]*fleet.Placement
-	evict []*fleet.Placement
+// heapify orders the hosts kept so far into a min-heap by bound.
+func (pl *preemptPlanner) heapify() {
+	pl.heap = make([]int32, len(pl.hosts))
+	for i := range pl.heap {
+		pl.heap[i] = int32(i)
+	}
+	for i := len(pl.heap)/2 - 1; i >= 0; i-- {
+		pl.down(i)
+	}
 }
 
-func newScratchHost(ph *preemptHost) (*scratchHost, error) {
-	hc := *ph.h
-	hc.GPUs = append([]fleet.GPU(nil), ph.h.GPUs...)
+func (pl *preemptPlanner) heapLess(i, j int) bool {
+	a, b := &pl.hosts[pl.heap[i]], &pl.hosts[pl.heap[j]]
+	if a.victims != b.victims {
+		return a.victims < b.victims
+	}
+	if a.price != b.price {
+		return a.price < b.price
+	}
+	return a.h.ID < b.h.ID
+}
+
+func (pl *preemptPlanner) down(i int) {
+	n := len(pl.heap)
+	for {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < n && pl.heapLess(l, m) {
+			m = l
+		}
+		if r < n && pl.heapLess(r, m) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		pl.heap[i], pl.heap[m] = pl.heap[m], pl.heap[i]
+		i = m
+	}
+}
+
+// pop removes and returns the host with the lowest bound.
+func (pl *preemptPlanner) pop() *preemptHost {
+	top := pl.heap[0]
+	last := len(pl.heap) - 1
+	pl.heap[0] = pl.heap[last]
+	pl.heap = pl.heap[:last]
+	if last > 0 {
+		pl.down(0)
+	}
+	return &pl.hosts[top]
+}
+
+// scratchFleet returns a one-host fleet holding a copy of host h and its
+// allocations, where the request can be placed once victims are released.
+func scratchFleet(h *fleet.Host, allocs []*fleet.Placement) (*fleet.Fleet, error) {
+	hc := *h
+	hc.GPUs = append([]fleet.GPU(nil), h.GPUs...)
 	for i := range hc.GPUs {
 		// A GPU that placement switched into MIG mode leaves it with its
 		// last instance; rebuild it that way so that releases here behave
@@ -257,8 +517,7 @@ func newScratchHost(ph *preemptHost) (*scratchHost, error) {
 	if err := sf.AddHost(&hc, nil); err != nil {
 		return nil, fmt.Errorf("plan preemption: copy host %s: %w", hc.ID, err)
 	}
-	sc := &scratchHost{f: sf, h: sf.Host(hc.ID), byID: map[string]*fleet.Placement{}}
-	for _, a := range ph.allocs {
+	for _, a := range allocs {
 		cp := *a
 		cp.Devices = append([]fleet.Device(nil), a.Devices...)
 		for i := range cp.Devices {
@@ -270,88 +529,93 @@ func newScratchHost(ph *preemptHost) (*scratchHost, error) {
 		if err := sf.Apply(&cp); err != nil {
 			return nil, fmt.Errorf("plan preemption: copy host %s: %w", hc.ID, err)
 		}
-		sc.byID[cp.ID] = &cp
 	}
-	return sc, nil
+	return sf, nil
 }
 
-// fitsWithout reports whether the request of shape s fits the host once
-// victims are gone, leaving the scratch host as it was.
-func (e *Engine) fitsWithout(sc *scratchHost, s *shape, victims []*fleet.Placement) (bool, error) {
+// fitsWithout reports whether the request fits host ph once victims are
+// gone. It evaluates the host as the fleet would leave it after releasing
+// them, built in scratch space; the fleet does not change.
+func (e *Engine) fitsWithout(pl *preemptPlanner, ph *preemptHost, victims []*fleet.Placement) (bool, error) {
+	ids := pl.ids[:0]
 	for _, v := range victims {
-		if err := sc.f.Release(v.ID); err != nil {
-			return false, fmt.Errorf("plan preemption: %w", err)
-		}
+		ids = append(ids, v.ID)
 	}
-	m := e.evaluate(sc.h, s)
-	for _, v := range victims {
-		if err := sc.f.Apply(sc.byID[v.ID]); err != nil {
-			return false, fmt.Errorf("plan preemption: restore %s: %w", v.ID, err)
-		}
+	pl.ids = ids
+	if err := pl.f.HostWithout(&pl.scratch, ph.h.ID, ids); err != nil {
+		return false, fmt.Errorf("plan preemption: %w", err)
 	}
+	m := e.evaluate(&pl.scratch, pl.s)
 	return m.reason == uint8(reasonNone), nil
 }
 
 // planHost finds the best victim set on one host, or nil when none helps or
 // none can beat best.
-func (e *Engine) planHost(ph *preemptHost, s *shape, best *preemptResult) (*preemptResult, error) {
-	sc, err := newScratchHost(ph)
-	if err != nil {
+func (e *Engine) planHost(pl *preemptPlanner, ph *preemptHost, best *preemptResult) (*preemptResult, error) {
+	// Only the candidates examine keeps can be in a minimal victim set;
+	// trying them in order of price, then ID, finds the same sets (ties
+	// included) as trying every preemptible allocation would.
+	pl.setClass(ph.h)
+	pl.examine(ph.h, pl.f.HostAllocationsAt(ph.h.Index()))
+	cands := pl.cands
+	slices.SortFunc(cands, func(a, b *fleet.Placement) int {
+		if c := cmp.Compare(a.PriceMicros, b.PriceMicros); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if ok, err := e.fitsWithout(pl, ph, cands); err != nil || !ok {
 		return nil, err
 	}
-	if ok, err := e.fitsWithout(sc, s, ph.cands); err != nil || !ok {
-		return nil, err
-	}
-	n := len(ph.cands)
-	if n > maxExactVictims {
-		return e.planGreedy(sc, ph, s)
+	if ph.preemptible > maxExactVictims {
+		return e.planGreedy(pl, ph, cands)
 	}
 	var (
 		found *preemptResult
-		idx   = make([]int, 0, n)
-		set   = make([]*fleet.Placement, 0, n)
+		n     = len(cands)
 	)
-	for k := ph.bound.victims; k <= n && found == nil; k++ {
+	for k := int(ph.victims); k <= n && found == nil; k++ {
 		if best != nil && k > best.key.victims {
 			break
 		}
 		// Every k-subset, in lexicographic order of the price-sorted
 		// candidates, so that ties keep the first (cheapest-leaning) set.
-		var walk func(from int) error
-		walk = func(from int) error {
-			if len(idx) == k {
-				key := planKey{k, 0, ph.h.ID}
+		idx := slices.Grow(pl.idx[:0], k)[:k]
+		pl.idx = idx
+		for i := range idx {
+			idx[i] = i
+		}
+		for {
+			key := planKey{k, 0, ph.h.ID}
+			for _, i := range idx {
+				key.price += cands[i].PriceMicros
+			}
+			if !(best != nil && !key.less(best.key) || found != nil && !key.less(found.key)) {
+				set := pl.set[:0]
 				for _, i := range idx {
-					key.price += ph.cands[i].PriceMicros
+					set = append(set, cands[i])
 				}
-				if best != nil && !key.less(best.key) || found != nil && !key.less(found.key) {
-					return nil
-				}
-				set = set[:0]
-				for _, i := range idx {
-					set = append(set, ph.cands[i])
-				}
-				ok, err := e.fitsWithout(sc, s, set)
+				pl.set = set
+				ok, err := e.fitsWithout(pl, ph, set)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				if ok {
-					found = &preemptResult{key: key, ph: ph, victims: append([]*fleet.Placement(nil), set...)}
-				}
-				return nil
-			}
-			for i := from; i <= n-(k-len(idx)); i++ {
-				idx = append(idx, i)
-				err := walk(i + 1)
-				idx = idx[:len(idx)-1]
-				if err != nil {
-					return err
+					found = &preemptResult{key: key, ph: ph, victims: slices.Clone(set)}
 				}
 			}
-			return nil
-		}
-		if err := walk(0); err != nil {
-			return nil, err
+			// The next k-subset: bump the last index that can move.
+			i := k - 1
+			for i >= 0 && idx[i] == n-k+i {
+				i--
+			}
+			if i < 0 {
+				break
+			}
+			idx[i]++
+			for j := i + 1; j < k; j++ {
+				idx[j] = idx[j-1] + 1
+			}
 		}
 	}
 	return found, nil
@@ -359,11 +623,11 @@ func (e *Engine) planHost(ph *preemptHost, s *shape, best *preemptResult) (*pree
 
 // planGreedy evicts the cheapest candidates until the request fits, then
 // drops, most expensive first, every victim it can do without.
-func (e *Engine) planGreedy(sc *scratchHost, ph *preemptHost, s *shape) (*preemptResult, error) {
+func (e *Engine) planGreedy(pl *preemptPlanner, ph *preemptHost, cands []*fleet.Placement) (*preemptResult, error) {
 	var set []*fleet.Placement
-	for _, c := range ph.cands {
+	for _, c := range cands {
 		set = append(set, c)
-		ok, err := e.fitsWithout(sc, s, set)
+		ok, err := e.fitsWithout(pl, ph, set)
 		if err != nil {
 			return nil, err
 		}
@@ -372,13 +636,14 @@ func (e *Engine) planGreedy(sc *scratchHost, ph *preemptHost, s *shape) (*preemp
 		}
 	}
 	for i := len(set) - 1; i >= 0; i-- {
-		without := append(append([]*fleet.Placement(nil), set[:i]...), set[i+1:]...)
-		ok, err := e.fitsWithout(sc, s, without)
+		without := append(append(pl.without[:0], set[:i]...), set[i+1:]...)
+		pl.without = without
+		ok, err := e.fitsWithout(pl, ph, without)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			set = without
+			set = append(set[:i], set[i+1:]...)
 		}
 	}
 	key := planKey{len(set), 0, ph.h.ID}
@@ -389,20 +654,20 @@ func (e *Engine) planGreedy(sc *scratchHost, ph *preemptHost, s *shape) (*preemp
 }
 
 // finishPlan places the request on the chosen host with its victims gone.
-func (e *Engine) finishPlan(r *preemptResult, req *Request) (*PreemptionPlan, error) {
-	sc, err := newScratchHost(r.ph)
+func (e *Engine) finishPlan(f *fleet.Fleet, r *preemptResult, req *Request) (*PreemptionPlan, error) {
+	sf, err := scratchFleet(r.ph.h, f.HostAllocationsAt(r.ph.h.Index()))
 	if err != nil {
 		return nil, err
 	}
 	plan := &PreemptionPlan{HostID: r.ph.h.ID, PriceMicros: r.key.price}
 	for _, v := range r.victims {
-		if err := sc.f.Release(v.ID); err != nil {
+		if err := sf.Release(v.ID); err != nil {
 			return nil, fmt.Errorf("plan preemption: %w", err)
 		}
 		plan.Victims = append(plan.Victims, v.ID)
 	}
 	sort.Strings(plan.Victims)
-	p, err := e.Place(sc.f, req)
+	p, err := e.Place(sf, req)
 	if err != nil {
 		return nil, fmt.Errorf("plan preemption: host %s does not take the request after evictions: %w", plan.HostID, err)
 	}

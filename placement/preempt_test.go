@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -514,4 +516,409 @@ func TestPreemptionScale(t *testing.T) {
 	if !sort.StringsAreSorted(ids) {
 		t.Error("victims not sorted")
 	}
+}
+
+// TestPlanPreemptionMatchesReference compares PlanPreemption with
+// refPlanPreemption, the straightforward planner it replaced (every
+// allocation copied and grouped by host, every preemptible one a candidate,
+// a scratch fleet per host): on random fleets, including hosts planned
+// greedily and ties in price, both must give the same plan or the same
+// error.
+func TestPlanPreemptionMatchesReference(t *testing.T) {
+	plans, errs, greedy := 0, 0, 0
+	for seed := int64(1); seed <= 8; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		f := randomFleet(r, 24)
+		fill := newEngine(t, DefaultPolicy)
+		for i := 0; i < 700; i++ {
+			req := randomRequest(r, fmt.Sprintf("fill%03d", i), f)
+			req.Group = nil
+			if req.Mode == catalog.ModeMetal && r.Intn(3) != 0 {
+				continue
+			}
+			if r.Intn(3) == 0 {
+				// Small CPU work, so that some hosts carry many candidates.
+				req = &Request{ID: req.ID, Mode: catalog.ModeCPU, CPUMilli: int64(1+r.Intn(4)) * 500, MemoryMiB: 512}
+			}
+			// Few distinct prices, so that ties are common.
+			req.Preemptible, req.PriceMicros = r.Intn(4) != 0, int64(1+r.Intn(4))*100
+			if p, err := fill.Place(f, req); err == nil {
+				if err := f.Apply(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		perHost := map[string]int{}
+		for _, a := range f.Allocations() {
+			if a.Preemptible {
+				perHost[a.HostID]++
+			}
+		}
+		for _, n := range perHost {
+			if n > maxExactVictims {
+				greedy++
+			}
+		}
+		for _, policy := range []string{DefaultPolicy, Policies()[len(Policies())-1]} {
+			e, ref := newEngine(t, policy), newEngine(t, policy)
+			for i := 0; i < 40; i++ {
+				req := randomRequest(r, fmt.Sprintf("q%d-%d", seed, i), f)
+				if r.Intn(2) == 0 {
+					// Big whole-GPU requests need evictions most often.
+					req.Mode, req.GPUs, req.MIGProfile, req.ShareMilli, req.ShareMemoryMiB = catalog.ModeGPU, []int{2, 4, 8}[r.Intn(3)], "", 0, 0
+				}
+				req.Preemptible, req.PriceMicros = false, 0
+				r1, r2 := *req, *req
+				got, err := e.PlanPreemption(f, &r1)
+				want, wantErr := ref.refPlanPreemption(f, &r2)
+				if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+					t.Fatalf("seed %d %s %+v: error %v, reference %v", seed, policy, *req, err, wantErr)
+				}
+				if err != nil {
+					errs++
+					continue
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d %s %+v:\nplan      %+v %+v\nreference %+v %+v", seed, policy, *req, *got, got.Placement, *want, want.Placement)
+				}
+				if len(got.Victims) > 0 {
+					plans++
+				}
+			}
+		}
+		if err := f.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if plans < 50 || errs < 10 || greedy == 0 {
+		t.Errorf("%d plans with victims, %d errors, %d hosts planned greedily: the test does not exercise the planner", plans, errs, greedy)
+	}
+	t.Logf("%d plans with victims, %d errors, %d hosts with more than %d candidates", plans, errs, greedy, maxExactVictims)
+}
+
+// refPlanPreemption is PlanPreemption as first written: simple, slow, and
+// the reference the optimised planner must agree with.
+func (e *Engine) refPlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, error) {
+	p, err := e.Place(f, in)
+	if err == nil {
+		return &PreemptionPlan{HostID: p.HostID, Placement: p}, nil
+	}
+	var ice *InsufficientCapacityError
+	if !errors.As(err, &ice) || in.Preemptible {
+		return nil, err
+	}
+	// Place validated a copy; normalise ours the same way (it cannot fail
+	// now) without touching the caller's request.
+	r := *in
+	r.Models = append([]string(nil), in.Models...)
+	req := &r
+	if err := req.Validate(e.cat); err != nil {
+		return nil, err
+	}
+	s := e.shapeOf(req)
+
+	// Every allocation by host: the scratch copy of a host needs them all.
+	byHost := map[string][]*fleet.Placement{}
+	for _, a := range f.Allocations() {
+		byHost[a.HostID] = append(byHost[a.HostID], a)
+	}
+
+	var hosts []*refPreemptHost
+	for _, c := range f.Classes() {
+		m := e.lookup(f, c, s)
+		if !capacityReason(Reason(m.reason)) {
+			continue
+		}
+		for _, i := range c.Members() {
+			h := f.Hosts[i]
+			if !groupAllows(req.Group, h) {
+				continue
+			}
+			if ph := refNewPreemptHost(h, byHost[h.ID], req, s); ph != nil {
+				hosts = append(hosts, ph)
+			}
+		}
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hosts[i].bound.less(hosts[j].bound) })
+
+	var best *refPreemptResult
+	for _, ph := range hosts {
+		if best != nil && !ph.bound.less(best.key) {
+			break // sorted by lower bound: no later host can do better
+		}
+		r, err := e.refPlanHost(ph, s, best)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil && (best == nil || r.key.less(best.key)) {
+			best = r
+		}
+	}
+	if best == nil {
+		return nil, err
+	}
+	return e.refFinishPlan(best, req)
+}
+
+// refPreemptHost is a host that might take the request after evictions.
+type refPreemptHost struct {
+	h      *fleet.Host
+	allocs []*fleet.Placement // all allocations on the host
+	cands  []*fleet.Placement // the preemptible ones, cheapest first
+	// bound is a lower bound on the key of any plan on this host.
+	bound planKey
+}
+
+type refPreemptResult struct {
+	key     planKey
+	ph      *refPreemptHost
+	victims []*fleet.Placement
+}
+
+// refNewPreemptHost returns nil when even evicting every preemptible
+// allocation on h could not free enough CPU, memory or GPUs for req.
+func refNewPreemptHost(h *fleet.Host, allocs []*fleet.Placement, req *Request, s *shape) *refPreemptHost {
+	var cands []*fleet.Placement
+	for _, a := range allocs {
+		if a.Preemptible {
+			cands = append(cands, a)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].PriceMicros < cands[j].PriceMicros })
+
+	lb := 1
+	// need is how many of vals (largest first) it takes to cover deficit;
+	// -1 when all of them do not.
+	need := func(deficit int64, val func(*fleet.Placement) int64) int {
+		if deficit <= 0 {
+			return 0
+		}
+		vs := make([]int64, len(cands))
+		for i, c := range cands {
+			vs[i] = val(c)
+		}
+		sort.Slice(vs, func(i, j int) bool { return vs[i] > vs[j] })
+		for i, v := range vs {
+			deficit -= v
+			if deficit <= 0 {
+				return i + 1
+			}
+		}
+		return -1
+	}
+	cpu, mem := req.CPUMilli-h.FreeCPU(), req.MemoryMiB-h.FreeMemory()
+	var gpus int64
+	switch req.Mode {
+	case catalog.ModeMetal:
+		// Everything on the host must go, and the host must have the shape.
+		if len(cands) != len(allocs) || req.GPUs > 0 && len(h.GPUs) != req.GPUs ||
+			req.CPUMilli > h.CPUMilli || req.MemoryMiB > h.MemoryMiB {
+			return nil
+		}
+		lb, cpu, mem = len(cands), 0, 0
+	case catalog.ModeGPU:
+		free := 0
+		for i := range h.GPUs {
+			g := &h.GPUs[i]
+			if (s.models == nil || s.models[g.Model]) && g.Empty() && !g.MIG {
+				free++
+			}
+		}
+		gpus = int64(req.GPUs - free)
+	}
+	for _, n := range []int{
+		need(cpu, func(p *fleet.Placement) int64 { return p.CPUMilli }),
+		need(mem, func(p *fleet.Placement) int64 { return p.MemoryMiB }),
+		need(gpus, func(p *fleet.Placement) int64 { return int64(len(p.Devices)) }),
+	} {
+		if n < 0 {
+			return nil
+		}
+		lb = max(lb, n)
+	}
+	var price int64
+	for _, c := range cands[:lb] {
+		price += c.PriceMicros
+	}
+	return &refPreemptHost{h: h, allocs: allocs, cands: cands, bound: planKey{lb, price, h.ID}}
+}
+
+// refScratchHost is a one-host fleet holding a copy of a host and its
+// allocations, where victims can be released and put back.
+type refScratchHost struct {
+	f     *fleet.Fleet
+	h     *fleet.Host
+	byID  map[string]*fleet.Placement
+	evict []*fleet.Placement
+}
+
+func refNewScratchHost(ph *refPreemptHost) (*refScratchHost, error) {
+	hc := *ph.h
+	hc.GPUs = append([]fleet.GPU(nil), ph.h.GPUs...)
+	for i := range hc.GPUs {
+		// A GPU that placement switched into MIG mode leaves it with its
+		// last instance; rebuild it that way so that releases here behave
+		// as they would in the fleet.
+		if g := &hc.GPUs[i]; g.MIGAuto {
+			g.MIG, g.Instances = false, nil
+		}
+	}
+	sf := fleet.New()
+	if err := sf.AddHost(&hc, nil); err != nil {
+		return nil, fmt.Errorf("plan preemption: copy host %s: %w", hc.ID, err)
+	}
+	sc := &refScratchHost{f: sf, h: sf.Host(hc.ID), byID: map[string]*fleet.Placement{}}
+	for _, a := range ph.allocs {
+		cp := *a
+		cp.Devices = append([]fleet.Device(nil), a.Devices...)
+		for i := range cp.Devices {
+			// Whichever instance comes back first switches the GPU on.
+			if cp.Devices[i].Kind == fleet.MIGSlice {
+				cp.Devices[i].EnableMIG = true
+			}
+		}
+		if err := sf.Apply(&cp); err != nil {
+			return nil, fmt.Errorf("plan preemption: copy host %s: %w", hc.ID, err)
+		}
+		sc.byID[cp.ID] = &cp
+	}
+	return sc, nil
+}
+
+// refFitsWithout reports whether the request of shape s fits the host once
+// victims are gone, leaving the scratch host as it was.
+func (e *Engine) refFitsWithout(sc *refScratchHost, s *shape, victims []*fleet.Placement) (bool, error) {
+	for _, v := range victims {
+		if err := sc.f.Release(v.ID); err != nil {
+			return false, fmt.Errorf("plan preemption: %w", err)
+		}
+	}
+	m := e.evaluate(sc.h, s)
+	for _, v := range victims {
+		if err := sc.f.Apply(sc.byID[v.ID]); err != nil {
+			return false, fmt.Errorf("plan preemption: restore %s: %w", v.ID, err)
+		}
+	}
+	return m.reason == uint8(reasonNone), nil
+}
+
+// refPlanHost finds the best victim set on one host, or nil when none helps or
+// none can beat best.
+func (e *Engine) refPlanHost(ph *refPreemptHost, s *shape, best *refPreemptResult) (*refPreemptResult, error) {
+	sc, err := refNewScratchHost(ph)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := e.refFitsWithout(sc, s, ph.cands); err != nil || !ok {
+		return nil, err
+	}
+	n := len(ph.cands)
+	if n > maxExactVictims {
+		return e.refPlanGreedy(sc, ph, s)
+	}
+	var (
+		found *refPreemptResult
+		idx   = make([]int, 0, n)
+		set   = make([]*fleet.Placement, 0, n)
+	)
+	for k := ph.bound.victims; k <= n && found == nil; k++ {
+		if best != nil && k > best.key.victims {
+			break
+		}
+		// Every k-subset, in lexicographic order of the price-sorted
+		// candidates, so that ties keep the first (cheapest-leaning) set.
+		var walk func(from int) error
+		walk = func(from int) error {
+			if len(idx) == k {
+				key := planKey{k, 0, ph.h.ID}
+				for _, i := range idx {
+					key.price += ph.cands[i].PriceMicros
+				}
+				if best != nil && !key.less(best.key) || found != nil && !key.less(found.key) {
+					return nil
+				}
+				set = set[:0]
+				for _, i := range idx {
+					set = append(set, ph.cands[i])
+				}
+				ok, err := e.refFitsWithout(sc, s, set)
+				if err != nil {
+					return err
+				}
+				if ok {
+					found = &refPreemptResult{key: key, ph: ph, victims: append([]*fleet.Placement(nil), set...)}
+				}
+				return nil
+			}
+			for i := from; i <= n-(k-len(idx)); i++ {
+				idx = append(idx, i)
+				err := walk(i + 1)
+				idx = idx[:len(idx)-1]
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := walk(0); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// refPlanGreedy evicts the cheapest candidates until the request fits, then
+// drops, most expensive first, every victim it can do without.
+func (e *Engine) refPlanGreedy(sc *refScratchHost, ph *refPreemptHost, s *shape) (*refPreemptResult, error) {
+	var set []*fleet.Placement
+	for _, c := range ph.cands {
+		set = append(set, c)
+		ok, err := e.refFitsWithout(sc, s, set)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
+	}
+	for i := len(set) - 1; i >= 0; i-- {
+		without := append(append([]*fleet.Placement(nil), set[:i]...), set[i+1:]...)
+		ok, err := e.refFitsWithout(sc, s, without)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			set = without
+		}
+	}
+	key := planKey{len(set), 0, ph.h.ID}
+	for _, v := range set {
+		key.price += v.PriceMicros
+	}
+	return &refPreemptResult{key: key, ph: ph, victims: set}, nil
+}
+
+// refFinishPlan places the request on the chosen host with its victims gone.
+func (e *Engine) refFinishPlan(r *refPreemptResult, req *Request) (*PreemptionPlan, error) {
+	sc, err := refNewScratchHost(r.ph)
+	if err != nil {
+		return nil, err
+	}
+	plan := &PreemptionPlan{HostID: r.ph.h.ID, PriceMicros: r.key.price}
+	for _, v := range r.victims {
+		if err := sc.f.Release(v.ID); err != nil {
+			return nil, fmt.Errorf("plan preemption: %w", err)
+		}
+		plan.Victims = append(plan.Victims, v.ID)
+	}
+	sort.Strings(plan.Victims)
+	p, err := e.Place(sc.f, req)
+	if err != nil {
+		return nil, fmt.Errorf("plan preemption: host %s does not take the request after evictions: %w", plan.HostID, err)
+	}
+	plan.Placement = p
+	return plan, nil
 }
