@@ -67,3 +67,27 @@ func LaunchSpot(ctx context.Context, tx Tx, r *SpotRequest, pool Pool, id, actor
 	}
 	return in, nil
 }
+
+// DetachVolumes detaches the volumes attached to an instance that is being
+// terminated, so that they can be attached elsewhere (a spot request's next
+// launch). The instance keeps its volume list as the record of what it ran
+// with.
+func DetachVolumes(ctx context.Context, tx Tx, in *Instance) error {
+	for _, id := range in.Volumes {
+		v, err := tx.GetVolume(ctx, id)
+		if IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if v.InstanceID != in.ID {
+			continue
+		}
+		v.InstanceID = ""
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -257,7 +257,7 @@ func (s *server) agentStatus(w http.ResponseWriter, r *http.Request, p principal
 			return nil
 		}
 		if in.State == cloud.Terminated {
-			if err := detachAll(ctx, tx, in); err != nil {
+			if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 				return err
 			}
 		}

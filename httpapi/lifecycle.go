@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -107,27 +106,5 @@ func (s *server) change(w http.ResponseWriter, r *http.Request, p principal, a a
 	}
 	w.Header().Set("ETag", etag(out.Version))
 	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// detachAll detaches the volumes attached to a terminated instance. The
-// instance keeps its volume list as the record of what it ran with.
-func detachAll(ctx context.Context, tx cloud.Tx, in *cloud.Instance) error {
-	for _, id := range in.Volumes {
-		v, err := tx.GetVolume(ctx, id)
-		if cloud.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if v.InstanceID != in.ID {
-			continue
-		}
-		v.InstanceID = ""
-		if err := tx.UpdateVolume(ctx, v); err != nil {
-			return err
-		}
-	}
 	return nil
 }

@@ -479,7 +479,7 @@ func (s *server) moveInstance(ctx context.Context, tx cloud.Tx, p principal, in 
 		return false, err
 	}
 	if to == cloud.Terminated || to == cloud.Terminating {
-		if err := detachAll(ctx, tx, in); err != nil {
+		if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 			return false, err
 		}
 	}

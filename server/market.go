@@ -123,7 +123,8 @@ func (m *Market) Step(ctx context.Context) error {
 	}
 	// Clear on the interval, and at once when hosts come or go, so that a
 	// new host's pools get a price without waiting.
-	if hosts := len(m.Sched.fleet.Hosts); m.supply == nil || hosts != m.hosts || now.Sub(m.lastClear) >= m.interval() {
+	// (Never twice at one instant: a pool has one price per time.)
+	if hosts := len(m.Sched.fleet.Hosts); m.supply == nil || (hosts != m.hosts && now.After(m.lastClear)) || now.Sub(m.lastClear) >= m.interval() {
 		m.hosts = hosts
 		if err := m.clear(ctx, ms, now); err != nil {
 			return err
@@ -462,7 +463,7 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, _ bool, n
 		if err := tx.UpdateInstance(ctx, in); err != nil {
 			return err
 		}
-		if err := detachVolumes(ctx, tx, in); err != nil {
+		if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 			return err
 		}
 		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
@@ -561,7 +562,7 @@ func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest
 	if err := tx.UpdateInstance(ctx, in); err != nil {
 		return false, err
 	}
-	if err := detachVolumes(ctx, tx, in); err != nil {
+	if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 		return false, err
 	}
 	if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,

@@ -120,7 +120,7 @@ func (mk *market) move(id string, to cloud.State) {
 			return err
 		}
 		if to == cloud.Terminated {
-			if err := detachVolumes(ctx, tx, in); err != nil {
+			if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 				return err
 			}
 		}
@@ -484,5 +484,70 @@ func TestBudgetAlertsOnce(t *testing.T) {
 	again, err := CheckBudgets(ctx, mk.st, at.Add(time.Hour))
 	if err != nil || len(again) != 0 {
 		t.Fatalf("alerts repeated: %+v %v", again, err)
+	}
+}
+
+func TestRebalanceRecommendedWhenRiskRises(t *testing.T) {
+	mk := newMarket(t)
+	mk.m.ClearInterval = time.Second
+	in := mk.spotRequest("r", cloud.SpotOneTime, cloud.ActionTerminate, 0)
+	mk.step()
+	mk.move(in.ID, cloud.Starting)
+	mk.move(in.ID, cloud.Running)
+	mk.step()
+	if it := mk.get(in.ID).Interruption; it != nil {
+		t.Fatalf("notice with no on-demand demand: %+v", it)
+	}
+	// On-demand demand for the last free GPU: the pool's risk is full,
+	// and the spot instance hears it before any reclaim.
+	mk.onDemand("od", "t2", "l40s.1x")
+	mk.clock.now = mk.clock.now.Add(time.Second)
+	mk.step()
+	it := mk.get(in.ID).Interruption
+	if it == nil || it.Action != "" || it.Reason != cloud.ReclaimRebalance || !it.NoticedAt.Equal(mk.clock.now) {
+		t.Fatalf("rebalance recommendation %+v", it)
+	}
+	if od := mk.get("od"); od.State != cloud.Scheduled {
+		t.Fatalf("on-demand %s: the free GPU was there", od.State)
+	}
+	if got := mk.get(in.ID); got.State != cloud.Running {
+		t.Fatalf("a recommendation stopped the instance: %s", got.State)
+	}
+}
+
+func TestPendingLaunchMovesToABackupPool(t *testing.T) {
+	mk := newMarket(t)
+	ctx := context.Background()
+	h := fleet.MockNVLinkHost("h100-a", "H100-80GB-SXM", 8)
+	tx(t, mk.st, func(tx cloud.Tx) error {
+		return tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: t0})
+	})
+	mk.onDemand("od", "t2", "l40s.2x")
+	mk.clock.now = mk.clock.now.Add(time.Second)
+	mk.step()
+	mk.step()
+	var first *cloud.Instance
+	tx(t, mk.st, func(tx cloud.Tx) error {
+		r := &cloud.SpotRequest{ID: "b", TenantID: "t1", Type: cloud.SpotPersistent, Interruption: cloud.ActionTerminate,
+			Pools:   []cloud.Pool{{Offering: "l40s.1x", Zone: fleet.MockZone}, {Offering: "h100.1x"}},
+			Command: []string{"train"}, State: cloud.SpotOpen, CreatedAt: t0, UpdatedAt: t0}
+		if err := tx.CreateSpotRequest(ctx, r); err != nil {
+			return err
+		}
+		var err error
+		first, err = cloud.LaunchSpot(ctx, tx, r, r.Pools[0], "i-b1", "test", t0)
+		return err
+	})
+	for i := 0; i < 4; i++ {
+		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.step()
+	}
+	if got := mk.get(first.ID); got.State != cloud.Terminated || !strings.Contains(got.Reason, "backup pool h100.1x/") {
+		t.Fatalf("launch in the full primary pool: %s %q", got.State, got.Reason)
+	}
+	r := mk.request("b")
+	next := mk.get(r.InstanceID)
+	if r.Launches != 2 || next.Offering != "h100.1x" || next.State != cloud.Scheduled {
+		t.Fatalf("request %+v, launch %s %s", r, next.Offering, next.State)
 	}
 }

@@ -210,7 +210,7 @@ func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, 
 				return err
 			}
 			if to == cloud.Terminating {
-				if err := detachVolumes(ctx, tx, in); err != nil {
+				if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
 					return err
 				}
 			}
@@ -223,26 +223,4 @@ func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, 
 		return nil
 	})
 	return moved, err
-}
-
-// detachVolumes detaches the volumes of an instance being terminated; the
-// instance keeps its list as the record of what it ran with.
-func detachVolumes(ctx context.Context, tx cloud.Tx, in *cloud.Instance) error {
-	for _, id := range in.Volumes {
-		v, err := tx.GetVolume(ctx, id)
-		if cloud.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if v.InstanceID != in.ID {
-			continue
-		}
-		v.InstanceID = ""
-		if err := tx.UpdateVolume(ctx, v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
