@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/server"
+	"github.com/gpucloud/gpucloud/spot"
 )
 
 // dataDir is where gpucloud keeps its embedded database and agent state by
@@ -38,6 +41,7 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 		db, listen string
 		hbTimeout  time.Duration
 		logLevel   string
+		spotFlags  spotServerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -61,9 +65,13 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}
+			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log}
+			if err := spotFlags.apply(cmd, &cfg); err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
-			s, err := serve.Start(ctx, serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log})
+			s, err := serve.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -82,7 +90,52 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.DurationVar(&hbTimeout, "heartbeat-timeout", 30*time.Second, "mark a host unhealthy after this long without a heartbeat")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	spotFlags.register(cmd)
 	return cmd
+}
+
+// spotServerFlags are the server's spot market settings.
+type spotServerFlags struct {
+	notice     time.Duration
+	poolNotice []string
+	clear      time.Duration
+	keepFailed time.Duration
+}
+
+func (f *spotServerFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.DurationVar(&f.notice, "spot-notice", server.DefaultNotice, "reclaim notice a spot instance gets before it is stopped (at least 30s)")
+	fs.StringArrayVar(&f.poolNotice, "pool-notice", nil, "reclaim notice of one pool or offering, e.g. h100.8x/us-east-1a=5m or h100.8x=3m (repeatable)")
+	fs.DurationVar(&f.clear, "spot-clear-interval", server.DefaultClearInterval, "how often spot prices clear")
+	fs.DurationVar(&f.keepFailed, "spot-keep-failed", server.DefaultKeepFailed, "how long a failed spot instance is kept for inspection before its persistent request relaunches")
+}
+
+// apply checks the flags and sets them on cfg.
+func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
+	if f.notice < server.MinNotice {
+		return usagef(cmd, "--spot-notice %s: at least %s", f.notice, server.MinNotice)
+	}
+	if f.clear <= 0 || f.keepFailed < 0 {
+		return usagef(cmd, "--spot-clear-interval must be positive and --spot-keep-failed not negative")
+	}
+	sc := spot.DefaultConfig()
+	sc.NoticeSeconds = int(f.notice / time.Second)
+	cfg.Spot, cfg.SpotClearInterval, cfg.KeepFailed = &sc, f.clear, f.keepFailed
+	for _, pn := range f.poolNotice {
+		k, v, ok := strings.Cut(pn, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || k == "" || err != nil {
+			return usagef(cmd, "--pool-notice %q: want OFFERING[/ZONE]=DURATION, e.g. h100.8x/us-east-1a=5m", pn)
+		}
+		if d < server.MinNotice {
+			return usagef(cmd, "--pool-notice %q: at least %s", pn, server.MinNotice)
+		}
+		if cfg.PoolNotice == nil {
+			cfg.PoolNotice = map[string]time.Duration{}
+		}
+		cfg.PoolNotice[k] = d
+	}
+	return nil
 }
 
 // newLogger returns a text logger on w at the named level.

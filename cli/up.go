@@ -72,6 +72,7 @@ func loadFleet(path string) ([]sim.Spec, error) {
 
 func newUpCommand(stderr io.Writer) *cobra.Command {
 	var (
+		spotFlags                        spotServerFlags
 		dir, listen, fleetFile, logLevel string
 		noNVML                           bool
 		interval                         time.Duration
@@ -104,7 +105,11 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			s, err := serve.Start(ctx, serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log})
+			cfg := serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log}
+			if err := spotFlags.apply(cmd, &cfg); err != nil {
+				return err
+			}
+			s, err := serve.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -188,6 +193,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	spotFlags.register(cmd)
 	f.StringVar(&dir, "data-dir", dataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
