@@ -291,19 +291,31 @@ func (r *rater) addrSched() *schedule {
 	return r.addr
 }
 
+// MissingPriceError says that usage accrued where the price book has no
+// price: an operator's gap to fill, not an internal failure.
+type MissingPriceError struct {
+	What string    // e.g. "on-demand price for offering h100.1x in us-east-1a"
+	At   time.Time // when the usage accrued
+}
+
+func (e *MissingPriceError) Error() string {
+	return "billing: no " + e.What + " at " + e.At.Format(time.RFC3339)
+}
+
 func (r *rater) noPrice(s *schedule, t int64) error {
-	when := unix(t).Format(time.RFC3339)
+	e := &MissingPriceError{At: unix(t)}
 	switch s.kind {
 	case schedOnDemand:
-		return fmt.Errorf("billing: no on-demand price for offering %s in %s at %s", s.offering, zoneName(s.zone), when)
+		e.What = fmt.Sprintf("on-demand price for offering %s in %s", s.offering, zoneName(s.zone))
 	case schedSpot:
-		return fmt.Errorf("billing: no price for spot pool %s/%s at %s (no spot price yet and no on-demand price for offering %s in %s)",
-			s.offering, s.zone, when, s.offering, zoneName(s.zone))
+		e.What = fmt.Sprintf("price for spot pool %s/%s (no spot price yet and no on-demand price for offering %s in %s)",
+			s.offering, s.zone, s.offering, zoneName(s.zone))
 	case schedVolume:
-		return fmt.Errorf("billing: no volume price at %s", when)
+		e.What = "volume price"
 	default:
-		return fmt.Errorf("billing: no address price at %s", when)
+		e.What = "address price"
 	}
+	return e
 }
 
 func zoneName(z string) string {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -61,7 +62,8 @@ func rate(ctx context.Context, tx cloud.Tx, tenant string, period billing.Period
 	}
 	res, err := billing.Rate(in)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "billing: no ") {
+		var missing *billing.MissingPriceError
+		if errors.As(err, &missing) {
 			// Usage accrued where the price book has a gap: the
 			// operator's to fix, and the caller should hear what it is.
 			return nil, &cloud.Error{Code: cloud.Conflict,
