@@ -1,8 +1,10 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -15,18 +17,27 @@ const spotLookback = 24 * time.Hour
 
 // Load reads the snapshot Rate needs for period p as of asOf: every price
 // version, the spot history up to p.End (including the point in force at
-// p.Start), the usage ledger before p.End and the commitments, of tenantID
-// or of every tenant when it is empty. A single tenant gets an invoice
+// p.Start), the usage ledger entries still open at p.Start and those of the
+// period, and the commitments, of tenantID or of every tenant when it is
+// empty. A single tenant gets an invoice
 // even when it has nothing to pay.
 func Load(ctx context.Context, tx cloud.Tx, tenantID string, p Period, asOf time.Time) (Input, error) {
 	prices, err := tx.ListPrices(ctx, cloud.PriceFilter{})
 	if err != nil {
 		return Input{}, fmt.Errorf("billing: load prices: %w", err)
 	}
-	usage, err := tx.ListUsage(ctx, cloud.UsageFilter{TenantID: tenantID, Before: p.End})
+	// What still accrued at the period's start, and the entries of the
+	// period: rating needs no older history, however long the ledger.
+	open, err := tx.OpenUsage(ctx, tenantID, p.Start)
 	if err != nil {
 		return Input{}, fmt.Errorf("billing: load usage: %w", err)
 	}
+	usage, err := tx.ListUsage(ctx, cloud.UsageFilter{TenantID: tenantID, Since: p.Start, Before: p.End})
+	if err != nil {
+		return Input{}, fmt.Errorf("billing: load usage: %w", err)
+	}
+	usage = append(open, usage...)
+	slices.SortStableFunc(usage, func(a, b *cloud.Usage) int { return cmp.Compare(a.ID, b.ID) })
 	commits, err := tx.ListCommitments(ctx, tenantID)
 	if err != nil {
 		return Input{}, fmt.Errorf("billing: load commitments: %w", err)

@@ -54,7 +54,26 @@ func (f *fakeTx) ListUsage(ctx context.Context, uf cloud.UsageFilter) ([]*cloud.
 	f.usageF = uf
 	var out []*cloud.Usage
 	for _, u := range f.usage {
-		if (uf.TenantID == "" || u.TenantID == uf.TenantID) && u.Time.Before(uf.Before) {
+		if (uf.TenantID == "" || u.TenantID == uf.TenantID) && u.Time.Before(uf.Before) && !u.Time.Before(uf.Since) {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// OpenUsage is the store's contract in a few lines: the On entries before
+// at that no Off of the same resource follows before at.
+func (f *fakeTx) OpenUsage(ctx context.Context, tenantID string, at time.Time) ([]*cloud.Usage, error) {
+	var out []*cloud.Usage
+	for i, u := range f.usage {
+		if !u.On || !u.Time.Before(at) || tenantID != "" && u.TenantID != tenantID {
+			continue
+		}
+		closed := false
+		for _, v := range f.usage[i+1:] {
+			closed = closed || !v.On && v.ResourceID == u.ResourceID && v.Kind == u.Kind && v.TenantID == u.TenantID && v.Time.Before(at)
+		}
+		if !closed {
 			out = append(out, u)
 		}
 	}
@@ -91,7 +110,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.usageF.TenantID != "acme" || !f.usageF.Before.Equal(dec.End) || f.commitT != "acme" || len(in.Usage) != 2 ||
+	if f.usageF.TenantID != "acme" || !f.usageF.Before.Equal(dec.End) || !f.usageF.Since.Equal(dec.Start) || f.commitT != "acme" || len(in.Usage) != 2 ||
 		len(in.Tenants) != 1 || in.Tenants[0] != "acme" || !in.AsOf.Equal(dec.End) || in.Period != dec {
 		t.Errorf("input %+v, usage filter %+v", in, f.usageF)
 	}

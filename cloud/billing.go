@@ -317,7 +317,9 @@ type SpotRequestFilter struct {
 // UsageFilter selects ledger entries in ID order.
 type UsageFilter struct {
 	TenantID string
-	// Before selects entries with Time < Before (zero: all).
+	// Since and Before select entries with Since <= Time < Before (zero:
+	// no bound).
+	Since   time.Time
 	Before  time.Time
 	AfterID int64
 	Limit   int
@@ -366,6 +368,12 @@ type BillingTx interface {
 
 	// ListUsage reads the usage ledger.
 	ListUsage(ctx context.Context, f UsageFilter) ([]*Usage, error)
+	// OpenUsage returns, in ID order, the On entries before at of the
+	// tenant's resources (every tenant's when tenantID is empty) that no
+	// Off follows before at: what is still accruing at at. With the
+	// entries from at on, it is all that rating a period starting at at
+	// needs, however long the ledger's history.
+	OpenUsage(ctx context.Context, tenantID string, at time.Time) ([]*Usage, error)
 
 	PutBudget(ctx context.Context, b *Budget) error // upsert
 	GetBudget(ctx context.Context, tenantID string) (*Budget, error)

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -117,6 +118,9 @@ func (t *tx) ListUsage(ctx context.Context, f cloud.UsageFilter) ([]*cloud.Usage
 	if f.TenantID != "" {
 		conds, args = append(conds, "tenant_id = ?"), append(args, f.TenantID)
 	}
+	if !f.Since.IsZero() {
+		conds, args = append(conds, "at >= ?"), append(args, t.s.d.timeArg(normTime(f.Since)))
+	}
 	if !f.Before.IsZero() {
 		conds, args = append(conds, "at < ?"), append(args, t.s.d.timeArg(normTime(f.Before)))
 	}
@@ -128,4 +132,24 @@ func (t *tx) ListUsage(ctx context.Context, f cloud.UsageFilter) ([]*cloud.Usage
 		return nil, err
 	}
 	return list(ctx, t, "list usage", q, args, scanUsage)
+}
+
+// OpenUsage finds the On entries before at that no Off of the same
+// resource follows before at. It reads the tenant's index by time and, per
+// On, the resource's later entries by the (resource_id, id) index, so it
+// returns a handful of rows however long the history; an interval that
+// opened with several Ons (which rating ignores after the first) returns
+// them all, so that rating from them equals rating from the whole ledger.
+func (t *tx) OpenUsage(ctx context.Context, tenantID string, at time.Time) ([]*cloud.Usage, error) {
+	ts := t.s.d.timeArg(normTime(at))
+	conds := []string{"u.on_ = ?", "u.at < ?"}
+	args := []any{true, ts}
+	if tenantID != "" {
+		conds, args = append(conds, "u.tenant_id = ?"), append(args, tenantID)
+	}
+	conds = append(conds, "NOT EXISTS (SELECT 1 FROM usage v WHERE v.resource_id = u.resource_id"+
+		" AND v.kind = u.kind AND v.tenant_id = u.tenant_id AND v.id > u.id AND v.on_ = ? AND v.at < ?)")
+	args = append(args, false, ts)
+	cols := "u." + strings.ReplaceAll(usageCols, ", ", ", u.")
+	return list(ctx, t, "open usage", "SELECT "+cols+" FROM usage u"+where(conds)+" ORDER BY u.id", args, scanUsage)
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -814,4 +815,65 @@ func testUsageLedger(t *testing.T, s cloud.Store) {
 		return tx.ListUsage(ctx, cloud.UsageFilter{Limit: -1})
 	})
 	wantCode(t, "a negative Limit", err, cloud.Invalid, "")
+}
+
+func testOpenUsage(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1", "t-2")
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	vol := func(id, tenant string, created int) {
+		inTx(t, s, func(tx cloud.Tx) error {
+			return tx.CreateVolume(ctx, &cloud.Volume{ID: id, TenantID: tenant, Name: id, SizeGiB: 10, CreatedAt: at(created)})
+		})
+	}
+	del := func(id string, m int) {
+		inTx(t, s, func(tx cloud.Tx) error {
+			v, err := tx.GetVolume(ctx, id)
+			if err != nil {
+				return err
+			}
+			v.DeletedAt = new(at(m))
+			return tx.UpdateVolume(ctx, v)
+		})
+	}
+	vol("v-1", "t-1", 0)
+	vol("v-2", "t-1", 5)
+	vol("v-9", "t-2", 6)
+	del("v-1", 10)
+	vol("v-3", "t-1", 20)
+	open := func(tenant string, m int) []string {
+		t.Helper()
+		us := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Usage, error) { return tx.OpenUsage(ctx, tenant, at(m)) })
+		var ids []string
+		for _, u := range us {
+			if !u.On {
+				t.Errorf("OpenUsage returned an Off: %+v", u)
+			}
+			ids = append(ids, u.ResourceID)
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		tenant string
+		m      int
+		want   string
+	}{
+		{"t-1", 0, ""},          // nothing before the first entry
+		{"t-1", 7, "v-1 v-2"},   // both live
+		{"t-1", 10, "v-1 v-2"},  // the Off at 10 is not before 10
+		{"t-1", 11, "v-2"},      // v-1 deleted
+		{"t-1", 30, "v-2 v-3"},  //
+		{"", 30, "v-2 v-9 v-3"}, // every tenant, in ID order
+		{"t-2", 30, "v-9"},
+	} {
+		if got := strings.Join(open(c.tenant, c.m), " "); got != c.want {
+			t.Errorf("OpenUsage(%q, +%dm) = %q, want %q", c.tenant, c.m, got, c.want)
+		}
+	}
+	// Since and Before bound ListUsage.
+	us := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Usage, error) {
+		return tx.ListUsage(ctx, cloud.UsageFilter{TenantID: "t-1", Since: at(5), Before: at(20)})
+	})
+	if len(us) != 2 || us[0].ResourceID != "v-2" || us[1].ResourceID != "v-1" || us[1].On {
+		t.Errorf("ListUsage(since 5m, before 20m) = %+v, want v-2 On and v-1 Off", us)
+	}
 }
