@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -10,14 +12,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/estimate"
+	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
 func newCostCommand() *cobra.Command {
 	return groupCommand("cost", "Estimate what workloads cost on each pricing plan",
 		"Estimate what a workload costs on demand, on reservations, on a retainer and\n"+
-			"on spot. The estimates run offline, against list prices.",
+			"on spot, against list prices offline, or against a server's prices and its\n"+
+			"spot pool's recent reclaim rate.",
 		newCostEstimateCommand())
 }
 
@@ -26,6 +31,8 @@ func newCostCommand() *cobra.Command {
 type costOptions struct {
 	f                   catalogFlags
 	offering            string
+	zone                string
+	offline             bool
 	pricePerHour        string
 	hoursPerDay         string
 	days, count         int
@@ -60,10 +67,18 @@ func newCostEstimateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "estimate",
 		Short: "Compare a workload's cost on demand, reserved, on a retainer and on spot",
-		Long: "Compare what a workload costs on each pricing plan. It runs offline: nothing\n" +
-			"is sent to a server, and --offering is priced at the catalog's built-in list\n" +
-			"price (an operator's price book may differ); --price-per-hour sets the\n" +
+		Long: "Compare what a workload costs on each pricing plan. By default it runs offline:\n" +
+			"nothing is sent to a server, and --offering is priced at the catalog's built-in\n" +
+			"list price (an operator's price book may differ); --price-per-hour sets the\n" +
 			"on-demand price instead.\n\n" +
+			"With --offering and --zone, and a server configured (--server and --token, the\n" +
+			"environment or the config file of `gpucloud login`), it uses live numbers: the\n" +
+			"on-demand price in force now, and the pool's current spot price and its reclaims\n" +
+			"per spot instance-hour over the last 7 days (`gpucloud spot pools`). Explicit\n" +
+			"--spot-price, --spot-discount and --reclaim-rate win over the live ones; a pool\n" +
+			"that ran no spot instances in that time keeps the --reclaim-rate default. When\n" +
+			"no server is configured or it cannot be reached, or with --offline, the estimate\n" +
+			"runs offline. The output says which numbers it used and where they came from.\n\n" +
 			"The workload is --count instances, each running --hours-per-day for --days.\n" +
 			"The rows:\n\n" +
 			"  on demand     the used hours at the on-demand price\n" +
@@ -87,13 +102,16 @@ func newCostEstimateCommand() *cobra.Command {
 			"  # Four h100.8x at list price around the clock for 90 days; training that",
 			"  # checkpoints every 30 minutes",
 			"  gpucloud cost estimate --offering h100.8x --count 4 --days 90 --interruptible --checkpoint-interval 30m",
+			"",
+			"  # The same at the server's prices and zone-a's recent reclaim rate",
+			"  gpucloud cost estimate --offering h100.8x --zone zone-a --count 4 --days 90 --interruptible",
 		}, "\n"),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.f.validate(cmd); err != nil {
 				return err
 			}
-			w, source, err := o.workload(cmd)
+			w, src, err := o.workload(cmd)
 			if err != nil {
 				return err
 			}
@@ -108,17 +126,21 @@ func newCostEstimateCommand() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if o.f.output != "table" {
 				return writeData(out, o.f.output, struct {
-					Offering    string `json:"offering,omitempty"`
-					PriceSource string `json:"price_source"`
+					Offering    string       `json:"offering,omitempty"`
+					Zone        string       `json:"zone,omitempty"`
+					PriceSource string       `json:"price_source"`
+					Sources     *costSources `json:"sources"`
 					*estimate.Comparison
-				}{o.offering, source, c})
+				}{o.offering, o.zone, src.price, src, c})
 			}
-			return writeCostTable(cmd, c, o.offering, source)
+			return writeCostTable(cmd, c, o.offering, src)
 		},
 	}
 	o.f.register(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&o.offering, "offering", "", "price the workload at this offering's list price (one of --offering and --price-per-hour)")
+	fl.StringVar(&o.zone, "zone", "", "the zone of --offering: with a server configured, use its live prices and this pool's reclaim rate")
+	fl.BoolVar(&o.offline, "offline", false, "use list prices and the flags only, even with --zone and a server configured")
 	fl.StringVar(&o.pricePerHour, "price-per-hour", "", "on-demand price of one instance per hour, e.g. 12 or 2.49")
 	fl.StringVar(&o.hoursPerDay, "hours-per-day", "24", "hours each instance runs a day (decimals ok), up to 24")
 	fl.IntVar(&o.days, "days", 30, "days the workload runs")
@@ -146,48 +168,55 @@ func newCostEstimateCommand() *cobra.Command {
 	return cmd
 }
 
-// workload parses the flags into a workload and says where its price
-// comes from. Bad values are usage errors.
-func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, string, error) {
+// workload parses the flags into a workload and says where its numbers
+// come from. With --offering and --zone (and not --offline) it then asks
+// the server for the live numbers (see fetchCostLive), once every flag is
+// known to be valid. Bad values are usage errors.
+func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSources, error) {
 	fl := cmd.Flags()
+	o.zone = strings.TrimSpace(o.zone)
 	switch {
 	case fl.Changed("offering") == fl.Changed("price-per-hour"):
-		return nil, "", usagef(cmd, "give one of --offering and --price-per-hour")
+		return nil, nil, usagef(cmd, "give one of --offering and --price-per-hour")
 	case fl.Changed("spot-price") && fl.Changed("spot-discount"):
-		return nil, "", usagef(cmd, "give --spot-price or --spot-discount, not both")
+		return nil, nil, usagef(cmd, "give --spot-price or --spot-discount, not both")
+	case fl.Changed("zone") && !fl.Changed("offering"):
+		return nil, nil, usagef(cmd, "--zone needs --offering: a spot pool is an offering in a zone")
+	case fl.Changed("zone") && o.zone == "":
+		return nil, nil, usagef(cmd, "--zone must not be empty")
 	}
 	w := &estimate.Workload{Days: o.days, Count: o.count, InterruptionTolerant: o.interruptible}
-	var source string
+	src := &costSources{}
 	if fl.Changed("offering") {
 		cat, err := o.f.load()
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if w.PricePerHour, err = billing.ListPrice(cat, o.offering); err != nil {
-			return nil, "", usagef(cmd, "--offering: %v", err)
+			return nil, nil, usagef(cmd, "--offering: %v", err)
 		}
 		if of, err := cat.Offering(o.offering); err == nil {
 			o.offering = of.Name // the canonical spelling, for the output
 		}
-		source = "list price of " + o.offering
+		src.price, src.OnDemand = "list price of "+o.offering, "list price"
 	} else {
 		p, err := costAmount(cmd, "--price-per-hour", o.pricePerHour)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
-		w.PricePerHour, source = p, "--price-per-hour"
+		w.PricePerHour, src.price, src.OnDemand = p, "--price-per-hour", "--price-per-hour"
 	}
 
 	hours, err := costDecimal(cmd, "--hours-per-day", o.hoursPerDay, 1_000_000)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	// hours is in micro-hours; a second is 1/3600 h.
 	switch {
 	case hours > 24_000_000:
-		return nil, "", usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
+		return nil, nil, usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
 	case hours*money.SecondsPerHour%1_000_000 != 0:
-		return nil, "", usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
+		return nil, nil, usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
 	}
 	w.SecondsPerDay = hours * money.SecondsPerHour / 1_000_000
 
@@ -197,35 +226,34 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, string, 
 		to   *int64
 	}{{"--checkpoint-interval", o.checkpoint, &w.CheckpointIntervalSeconds}, {"--restart-overhead", o.restart, &w.RestartOverheadSeconds}} {
 		if d.v%time.Second != 0 {
-			return nil, "", usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
+			return nil, nil, usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
 		}
 		*d.to = int64(d.v / time.Second)
 	}
 	if w.ReclaimRateBP, err = costDecimal(cmd, "--reclaim-rate", o.reclaimRate, 10_000); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
+	src.ReclaimRate = flagSource(fl.Changed("reclaim-rate"), "--reclaim-rate")
 
+	var spotDiscountBP int64
 	if fl.Changed("spot-price") {
 		if w.SpotPrice, err = costAmount(cmd, "--spot-price", o.spotPrice); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if w.SpotPrice == 0 {
-			return nil, "", usagef(cmd, "--spot-price must be more than 0")
+			return nil, nil, usagef(cmd, "--spot-price must be more than 0")
 		}
+		src.Spot = "--spot-price"
 	} else {
-		if w.SpotDiscountBP, err = costPercent(cmd, "--spot-discount", o.spotDiscount); err != nil {
-			return nil, "", err
+		if spotDiscountBP, err = costPercent(cmd, "--spot-discount", o.spotDiscount); err != nil {
+			return nil, nil, err
 		}
-		if w.SpotDiscountBP == 0 {
-			// The package reads zero as the default: no discount is
-			// spot at the on-demand price.
-			w.SpotPrice = w.PricePerHour
-		}
+		src.Spot = flagSource(fl.Changed("spot-discount"), "--spot-discount")
 	}
 	for _, s := range o.reservedDiscounts {
 		bp, err := costPercent(cmd, "--reserved-discount", s)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		w.ReservedDiscountsBP = append(w.ReservedDiscountsBP, bp)
 	}
@@ -234,13 +262,220 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, string, 
 		to      *int64
 	}{{"--retainer-fee", o.retainerFee, &w.RetainerFeeBP}, {"--retainer-discount", o.retainerDiscount, &w.RetainerDiscountBP}} {
 		if *p.to, err = costPercent(cmd, p.flag, p.s); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if *p.to == 0 {
-			return nil, "", usagef(cmd, "%s must be more than 0", p.flag)
+			return nil, nil, usagef(cmd, "%s must be more than 0", p.flag)
 		}
 	}
-	return w, source, nil
+
+	// Live numbers replace the list price and the defaults, never a flag
+	// given explicitly.
+	var live *costLive
+	switch {
+	case !fl.Changed("offering"):
+	case o.offline:
+		src.OfflineReason = "--offline"
+	case o.zone != "":
+		if live, err = fetchCostLive(cmd, o.offering, o.zone); err != nil {
+			src.OfflineReason, live = err.Error(), nil
+		}
+	}
+	if live != nil {
+		w.PricePerHour = live.onDemand
+		src.Live, src.Server, src.Pool, src.WindowSeconds = true, live.server, live.pool.String(), live.windowSeconds
+		src.price, src.OnDemand = "live from "+live.server, "live"
+		if !fl.Changed("reclaim-rate") {
+			switch {
+			case live.spot == nil || live.spot.SpotSeconds <= 0:
+				src.ReclaimRateNote = "no spot usage in the pool over " + costWindow(live.windowSeconds)
+			case live.spot.ReclaimRateBP > estimate.MaxReclaimRateBP:
+				w.ReclaimRateBP, src.ReclaimRate = estimate.MaxReclaimRateBP, "live"
+				src.ReclaimRateNote = "capped at 1 from " + reclaimsPerHour(live.spot.ReclaimRateBP)
+			default:
+				w.ReclaimRateBP, src.ReclaimRate = live.spot.ReclaimRateBP, "live"
+			}
+		}
+		if !fl.Changed("spot-price") && !fl.Changed("spot-discount") {
+			if live.spot != nil && live.spot.Price > 0 {
+				w.SpotPrice, src.Spot = live.spot.Price, "live"
+			} else {
+				src.SpotNote = "the pool has no spot price yet"
+			}
+		}
+	}
+	if w.SpotPrice == 0 {
+		w.SpotDiscountBP = spotDiscountBP
+		if spotDiscountBP == 0 {
+			// The package reads zero as the default: no discount is
+			// spot at the on-demand price.
+			w.SpotPrice = w.PricePerHour
+		}
+	}
+	return w, src, nil
+}
+
+// costSources says where the numbers of an estimate came from: "live" (the
+// server), "list price", or a flag ("--reclaim-rate" when given, "the
+// --reclaim-rate default" when not).
+type costSources struct {
+	// Live is true when the estimate used a server's numbers: its URL,
+	// the pool, and the window its reclaim rate covers.
+	Live          bool   `json:"live"`
+	Server        string `json:"server,omitempty"`
+	Pool          string `json:"pool,omitempty"`
+	WindowSeconds int64  `json:"window_seconds,omitempty"`
+	OnDemand      string `json:"on_demand"`
+	Spot          string `json:"spot"`
+	ReclaimRate   string `json:"reclaim_rate"`
+	// SpotNote and ReclaimRateNote say why a live estimate did not use
+	// the server's number.
+	SpotNote        string `json:"spot_note,omitempty"`
+	ReclaimRateNote string `json:"reclaim_rate_note,omitempty"`
+	// OfflineReason says why an estimate with --offering and --zone ran
+	// offline: --offline, no server configured, or the server's error.
+	OfflineReason string `json:"offline_reason,omitempty"`
+
+	price string // price_source: what the on-demand price is
+}
+
+// flagSource is a flag's name when it was given, else its default's.
+func flagSource(changed bool, flag string) string {
+	if changed {
+		return flag
+	}
+	return "the " + flag + " default"
+}
+
+// liveLine is the line of a live estimate that says where each number
+// came from: "Live from http://…, pool h100.1x/zone-a: on-demand 2.49/h,
+// spot 0.85/h, 0.031 reclaims per instance-hour over 7 days."
+func (s *costSources) liveLine(c *estimate.Comparison) string {
+	w := c.Workload
+	why := func(from, note string) string {
+		switch {
+		case from == "live" && note == "":
+			return ""
+		case from == "live":
+			return " (" + note + ")"
+		case note != "":
+			return " (" + from + ": " + note + ")"
+		}
+		return " (" + from + ")"
+	}
+	over := ""
+	if s.ReclaimRate == "live" {
+		over = " over " + costWindow(s.WindowSeconds)
+	}
+	return fmt.Sprintf("Live from %s, pool %s: on-demand %s/h, spot %s/h%s, %s reclaims per instance-hour%s%s.",
+		s.Server, s.Pool, w.PricePerHour, c.SpotPrice, why(s.Spot, s.SpotNote),
+		reclaimsPerHour(w.ReclaimRateBP), over, why(s.ReclaimRate, s.ReclaimRateNote))
+}
+
+// costWindow prints a window in days or hours when it is whole ones:
+// "7 days", "36 hours", "90s".
+func costWindow(seconds int64) string {
+	switch {
+	case seconds > 0 && seconds%86400 == 0:
+		return plural(int(seconds/86400), "day", "days")
+	case seconds > 0 && seconds%3600 == 0:
+		return plural(int(seconds/3600), "hour", "hours")
+	}
+	return (time.Duration(seconds) * time.Second).String()
+}
+
+// Live numbers: the window the reclaim rate covers, and how long the
+// estimate waits for the server before it runs offline.
+const (
+	costReclaimWindow = 7 * 24 * time.Hour
+	costLiveTimeout   = 10 * time.Second
+)
+
+// costLive is what a live estimate read from the server: the on-demand
+// price of the offering in the zone now, and its spot pool (nil when the
+// pool has no spot price yet).
+type costLive struct {
+	server        string
+	pool          cloud.Pool
+	onDemand      money.Micros
+	spot          *httpapi.SpotPool
+	windowSeconds int64
+}
+
+// fetchCostLive reads the live numbers of the pool offering/zone from the
+// server that --server and --token (or the environment, or the config
+// file) name. Its error says why the estimate runs offline instead.
+func fetchCostLive(cmd *cobra.Command, offering, zone string) (*costLive, error) {
+	// The cost command is not among the billing commands that
+	// bindConnFlags feeds, so it reads root's connection flags itself.
+	s := &session{}
+	if f := cmd.Flags().Lookup("server"); f != nil {
+		s.server = f.Value.String()
+	}
+	if f := cmd.Flags().Lookup("token"); f != nil {
+		s.token = f.Value.String()
+	}
+	// No server at all is the ordinary offline case: say so briefly,
+	// without connect's advice on starting one. connect reads the
+	// settings again and warns about the config file, once.
+	if server, _, _, _, err := s.settings(io.Discard); err == nil && server == "" {
+		return nil, errors.New("no gpucloud server configured")
+	}
+	c, err := s.connect(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(contextOf(cmd), costLiveTimeout)
+	defer cancel()
+	live := &costLive{server: c.server, pool: cloud.Pool{Offering: offering, Zone: zone},
+		windowSeconds: int64(costReclaimWindow / time.Second)}
+
+	prices, err := c.Prices(ctx, httpapi.PricesOptions{Kind: cloud.PriceCompute, Offering: offering, At: clockNow()})
+	if err != nil {
+		return nil, costExplain(c, err)
+	}
+	// A zone without a price of its own is priced by the zoneless one.
+	var zoned, zoneless *cloud.Price
+	for _, p := range prices {
+		switch p.Zone {
+		case zone:
+			zoned = p
+		case "":
+			zoneless = p
+		}
+	}
+	switch {
+	case zoned != nil:
+		live.onDemand = zoned.Amount
+	case zoneless != nil:
+		live.onDemand = zoneless.Amount
+	default:
+		return nil, fmt.Errorf("%s has no on-demand price for %s in %s", c.server, offering, zone)
+	}
+
+	pools, err := c.SpotPoolsOver(ctx, costReclaimWindow)
+	if err != nil {
+		return nil, costExplain(c, err)
+	}
+	for i := range pools {
+		if pools[i].Pool == live.pool {
+			live.spot = &pools[i]
+			if pools[i].WindowSeconds > 0 {
+				live.windowSeconds = pools[i].WindowSeconds
+			}
+		}
+	}
+	return live, nil
+}
+
+// costExplain is conn.explain without its hint at `gpucloud up`, which
+// an estimate that falls back to list prices does not need; a deadline is
+// the server not answering in time.
+func costExplain(c *conn, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("the gpucloud server at %s did not answer within %s", c.server, costLiveTimeout)
+	}
+	return c.explain(err)
 }
 
 // costDecimal parses a non-negative decimal into units of 1/scale (scale a
@@ -296,18 +531,27 @@ func costFieldErrors(err error) string {
 	return strings.Join(parts, "; ")
 }
 
-// writeCostTable prints the comparison as a table under two header lines.
-func writeCostTable(cmd *cobra.Command, c *estimate.Comparison, offering, source string) error {
+// writeCostTable prints the comparison as a table under header lines: the
+// workload, then where the numbers came from (and, for an estimate that
+// could not go live, why).
+func writeCostTable(cmd *cobra.Command, c *estimate.Comparison, offering string, src *costSources) error {
 	w := c.Workload
 	out := cmd.OutOrStdout()
 	what, price := plural(w.Count, "instance", "instances"), "Offline estimate"
 	if offering != "" {
-		what, price = plural(w.Count, offering, offering), "Offline estimate against the "+source
+		what, price = plural(w.Count, offering, offering), "Offline estimate against the "+src.price
 	}
 	fmt.Fprintf(out, "%s at %s/h on demand, %s h/day for %s: %s instance-hours, %s utilisation.\n",
 		what, w.PricePerHour.Cents(), estimate.Hours(w.SecondsPerDay), plural(w.Days, "day", "days"),
 		estimate.Hours(c.InstanceSeconds), estimate.Percent(c.UtilisationBP))
-	fmt.Fprintf(out, "%s; spot at %s/h.\n\n", price, c.SpotPrice.Cents())
+	switch {
+	case src.Live:
+		fmt.Fprintf(out, "%s\n\n", src.liveLine(c))
+	case src.OfflineReason != "":
+		fmt.Fprintf(out, "%s; spot at %s/h.\nOffline: list prices (%s).\n\n", price, c.SpotPrice.Cents(), src.OfflineReason)
+	default:
+		fmt.Fprintf(out, "%s; spot at %s/h.\n\n", price, c.SpotPrice.Cents())
+	}
 	rows := [][]string{{"PLAN", "TOTAL", "PER HOUR", "SAVINGS", "NOTE"}}
 	for _, r := range c.Rows {
 		savings := "-"

@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -202,6 +207,246 @@ func TestCostThousands(t *testing.T) {
 	for in, want := range map[string]string{"0": "0.00", "999.999": "1,000.00", "4320": "4,320.00", "1234567.891": "1,234,567.89", "-4320.5": "-4,320.50", "12": "12.00"} {
 		if got := costThousands(money.MustParse(in)); got != want {
 			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}
+
+// newCostEnv is a billing server whose price book has l4.1x at 1.00/h in
+// every zone and 1.20/h in zone-b; pool l4.1x/zone-a at 0.35/h with 100
+// spot instance-hours and 3 reclaims in the last week (0.03 an hour), pool
+// l4.1x/zone-b at 0.50/h without spot usage; zone-c has no pool. It
+// returns the env, a member's token and the clock.
+func newCostEnv(t *testing.T) (*cloudEnv, string, *testClock) {
+	t.Helper()
+	e, clk := newBillingEnv(t)
+	tenant, tok := e.member("acme", "alice")
+	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.00")
+	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--zone", "zone-b", "--amount", "1.20")
+	ctx := context.Background()
+	now := clk.Now()
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		if err := tx.AppendSpotPrices(ctx, []cloud.SpotPrice{
+			{Pool: cloud.Pool{Offering: "l4.1x", Zone: "zone-a"}, Time: now.Add(-time.Hour), Price: money.MustParse("0.35")},
+			{Pool: cloud.Pool{Offering: "l4.1x", Zone: "zone-b"}, Time: now.Add(-time.Hour), Price: money.MustParse("0.50")},
+		}); err != nil {
+			return err
+		}
+		return tx.CreateInstance(ctx, &cloud.Instance{ID: "i-spot", TenantID: tenant, Name: "spot", Offering: "l4.1x",
+			Market: cloud.MarketSpot, State: cloud.Pending, CreatedAt: now.Add(-200 * time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.moveTo("i-spot", cloud.Running, "zone-a", now.Add(-100*time.Hour))
+	err = e.st.Tx(ctx, func(tx cloud.Tx) error {
+		for _, ago := range []time.Duration{90, 50, 2, 300} { // the last is before the week
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now.Add(-ago * time.Hour), Kind: cloud.EventSpotInterruption,
+				TenantID: tenant, InstanceID: "i-spot", Reason: "test"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, tok, clk
+}
+
+// costLines returns the two lines above the table of cost estimate.
+func costLines(t *testing.T, out string) string {
+	t.Helper()
+	head, _, ok := strings.Cut(out, "\n\n")
+	if !ok {
+		t.Fatalf("no blank line before the table:\n%s", out)
+	}
+	return head
+}
+
+func TestCostEstimateLive(t *testing.T) {
+	e, tok, _ := newCostEnv(t)
+	live := []string{"cost", "estimate", "--offering", "l4.1x", "--zone", "zone-a", "--interruptible"}
+
+	// The on-demand price in force, the pool's spot price and its reclaim
+	// rate: 720 h at 1.00; spot 720 h × 0.03 = 21.6 reclaims × (5 + 2) min
+	// = 2.52 h more, at 0.35: 252.88.
+	out := e.ok(tok, live...)
+	want := "Live from " + e.url + ", pool l4.1x/zone-a: on-demand 1.00/h, spot 0.35/h, 0.03 reclaims per instance-hour over 7 days."
+	if head := costLines(t, out); !strings.Contains(head, want) || strings.Contains(head, "ffline") ||
+		!strings.HasPrefix(head, "1 l4.1x at 1.00/h on demand, 24 h/day for 30 days") {
+		t.Errorf("header:\n%s\nwant the line %q", head, want)
+	}
+	if got := tableRow(t, out, "on demand"); got[1] != "720.00" {
+		t.Errorf("on demand row %q", got)
+	}
+	if got := tableRow(t, out, "spot"); got[1] != "252.88" || !strings.Contains(got[4], "21.6 expected reclaims") {
+		t.Errorf("spot row %q", got)
+	}
+
+	var js struct {
+		PriceSource string `json:"price_source"`
+		Zone        string `json:"zone"`
+		SpotPrice   string `json:"spot_price"`
+		Sources     struct {
+			Live          bool   `json:"live"`
+			Server        string `json:"server"`
+			Pool          string `json:"pool"`
+			WindowSeconds int64  `json:"window_seconds"`
+			OnDemand      string `json:"on_demand"`
+			Spot          string `json:"spot"`
+			ReclaimRate   string `json:"reclaim_rate"`
+		} `json:"sources"`
+		Workload struct {
+			PricePerHour  string `json:"price_per_hour"`
+			ReclaimRateBP int64  `json:"reclaim_rate_bp"`
+		} `json:"workload"`
+	}
+	decodeJSON(t, e.ok(tok, append(live, "-o", "json")...), &js)
+	s := js.Sources
+	if js.PriceSource != "live from "+e.url || js.Zone != "zone-a" || js.SpotPrice != "0.35" || !s.Live || s.Server != e.url ||
+		s.Pool != "l4.1x/zone-a" || s.WindowSeconds != 7*86400 || s.OnDemand != "live" || s.Spot != "live" || s.ReclaimRate != "live" ||
+		js.Workload.PricePerHour != "1.00" || js.Workload.ReclaimRateBP != 300 {
+		t.Errorf("json %+v", js)
+	}
+
+	// A zone with its own price, and a pool without spot usage keeps the
+	// --reclaim-rate default; a zone without a pool keeps the spot
+	// discount's default too.
+	out = e.ok(tok, "cost", "estimate", "--offering", "l4.1x", "--zone", "zone-b")
+	want = "Live from " + e.url + ", pool l4.1x/zone-b: on-demand 1.20/h, spot 0.50/h, 0.05 reclaims per instance-hour" +
+		" (the --reclaim-rate default: no spot usage in the pool over 7 days)."
+	if head := costLines(t, out); !strings.Contains(head, want) {
+		t.Errorf("zone-b header:\n%s\nwant %q", head, want)
+	}
+	out = e.ok(tok, "cost", "estimate", "--offering", "l4.1x", "--zone", "zone-c")
+	want = "Live from " + e.url + ", pool l4.1x/zone-c: on-demand 1.00/h, spot 0.40/h (the --spot-discount default: the pool has no spot price yet)," +
+		" 0.05 reclaims per instance-hour (the --reclaim-rate default: no spot usage in the pool over 7 days)."
+	if head := costLines(t, out); !strings.Contains(head, want) {
+		t.Errorf("zone-c header:\n%s\nwant %q", head, want)
+	}
+
+	// Explicit flags win over the live numbers.
+	out = e.ok(tok, append(live, "--spot-price", "0.30", "--reclaim-rate", "0.2")...)
+	want = "on-demand 1.00/h, spot 0.30/h (--spot-price), 0.2 reclaims per instance-hour (--reclaim-rate)."
+	if head := costLines(t, out); !strings.Contains(head, want) {
+		t.Errorf("explicit flags:\n%s\nwant %q", head, want)
+	}
+	out = e.ok(tok, append(live, "--spot-discount", "50")...)
+	want = "on-demand 1.00/h, spot 0.50/h (--spot-discount), 0.03 reclaims per instance-hour over 7 days."
+	if head := costLines(t, out); !strings.Contains(head, want) {
+		t.Errorf("--spot-discount:\n%s\nwant %q", head, want)
+	}
+	if got := tableRow(t, out, "spot"); got[2] != "0.50" && !strings.HasPrefix(got[2], "0.50") {
+		t.Errorf("spot row with --spot-discount 50 %q", got)
+	}
+
+	// The server's settings may come from the environment or the config
+	// file, as for every other command.
+	t.Setenv(EnvServer, e.url)
+	t.Setenv(EnvToken, tok)
+	if out := mustRun(t, live...); !strings.Contains(out, "Live from "+e.url) {
+		t.Errorf("from the environment:\n%s", out)
+	}
+}
+
+func TestCostEstimateOfflineFallback(t *testing.T) {
+	e, tok, _ := newCostEnv(t)
+	args := []string{"cost", "estimate", "--offering", "l4.1x", "--zone", "zone-a"}
+	// l4.1x lists at 0.49/h.
+	offline := "Offline estimate against the list price of l4.1x; spot at 0.20/h."
+	check := func(desc, out, reason string) {
+		t.Helper()
+		head := costLines(t, out)
+		if !strings.Contains(head, "1 l4.1x at 0.49/h on demand") || !strings.Contains(head, offline) ||
+			strings.Contains(head, "Live") || !strings.Contains(head, reason) {
+			t.Errorf("%s:\n%s\nwant offline, saying %q", desc, head, reason)
+		}
+	}
+
+	check("--offline", e.ok(tok, append(args, "--offline")...), "Offline: list prices (--offline).")
+
+	// No server configured: newBillingEnv clears the environment and
+	// points the config file at a path that does not exist.
+	out := mustRun(t, args...)
+	check("no server", out, "Offline: list prices (no gpucloud server configured).")
+
+	// A server that does not answer.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	out = mustRun(t, append([]string{"--server", dead, "--token", tok}, args...)...)
+	check("unreachable", out, "cannot reach the gpucloud server at "+dead)
+
+	// A token the server refuses.
+	code, out, errOut := e.as("gpc_tk-0_bad", args...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("bad token: exit %d, stderr %q", code, errOut)
+	}
+	check("bad token", out, "unauthenticated")
+
+	// Without --zone, no server is asked and nothing is said about it.
+	out = e.ok(tok, "cost", "estimate", "--offering", "l4.1x")
+	if head := costLines(t, out); !strings.Contains(head, offline) || strings.Contains(head, "Offline:") {
+		t.Errorf("without --zone:\n%s", head)
+	}
+	var js struct {
+		PriceSource string `json:"price_source"`
+		Sources     struct {
+			Live          bool   `json:"live"`
+			OnDemand      string `json:"on_demand"`
+			Spot          string `json:"spot"`
+			ReclaimRate   string `json:"reclaim_rate"`
+			OfflineReason string `json:"offline_reason"`
+		} `json:"sources"`
+	}
+	decodeJSON(t, e.ok(tok, append(args, "--offline", "-o", "json")...), &js)
+	if s := js.Sources; js.PriceSource != "list price of l4.1x" || s.Live || s.OnDemand != "list price" ||
+		s.Spot != "the --spot-discount default" || s.ReclaimRate != "the --reclaim-rate default" || s.OfflineReason != "--offline" {
+		t.Errorf("offline json %+v", js)
+	}
+
+	e.usage(tok, "--zone needs --offering", "cost", "estimate", "--price-per-hour", "2", "--zone", "zone-a")
+	e.usage(tok, "--zone must not be empty", "cost", "estimate", "--offering", "l4.1x", "--zone", " ")
+	// Flags are checked before any server is asked.
+	e.usage(tok, "--hours-per-day", "cost", "estimate", "--offering", "l4.1x", "--zone", "zone-a", "--hours-per-day", "25")
+}
+
+func TestSpotPoolsReclaimColumn(t *testing.T) {
+	e, tok, _ := newCostEnv(t)
+	out := e.ok(tok, "spot", "pools")
+	if got := tableRow(t, out, "POOL"); !reflect.DeepEqual(got, []string{"POOL", "SPOT", "ON-DEMAND", "SAVING", "RECLAIMS/H", "SINCE"}) {
+		t.Errorf("header %q", got)
+	}
+	if got := tableRow(t, out, "l4.1x/zone-a"); got[1] != "0.35/h" || got[2] != "1.00/h" || got[3] != "65%" || got[4] != "0.03" {
+		t.Errorf("zone-a row %q", got)
+	}
+	if got := tableRow(t, out, "l4.1x/zone-b"); got[2] != "1.20/h" || got[4] != "-" {
+		t.Errorf("zone-b row %q", got)
+	}
+	// Over two days: one reclaim in 48 spot instance-hours.
+	var pools []httpapi.SpotPool
+	decodeJSON(t, e.ok(tok, "spot", "pools", "--window", "48h", "-o", "json"), &pools)
+	if len(pools) != 2 || pools[0].Reclaims != 1 || pools[0].SpotSeconds != 48*3600 || pools[0].ReclaimRateBP != 208 ||
+		pools[0].WindowSeconds != 48*3600 {
+		t.Errorf("pools over 48h %+v", pools)
+	}
+	for _, w := range []string{"0s", "721h", "1500ms"} {
+		e.usage(tok, "--window", "spot", "pools", "--window", w)
+	}
+}
+
+func TestReclaimsPerHour(t *testing.T) {
+	for bp, want := range map[int64]string{0: "0", 1: "0.0001", 310: "0.031", 500: "0.05", 10_000: "1", 13_333: "1.3333", 20_000: "2"} {
+		if got := reclaimsPerHour(bp); got != want {
+			t.Errorf("reclaimsPerHour(%d) = %q, want %q", bp, got, want)
+		}
+	}
+	for s, want := range map[int64]string{7 * 86400: "7 days", 86400: "1 day", 36 * 3600: "36 hours", 3600: "1 hour", 90: "1m30s"} {
+		if got := costWindow(s); got != want {
+			t.Errorf("costWindow(%d) = %q, want %q", s, got, want)
 		}
 	}
 }

@@ -111,17 +111,30 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 }
 
 func newSpotPoolsCommand(s *session) *cobra.Command {
-	var out outputFlag
+	var (
+		out    outputFlag
+		window time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "pools",
-		Short: "Show every pool's current spot price beside its on-demand price",
-		Args:  noArgs,
+		Short: "Show every pool's current spot price beside its on-demand price, and its reclaim rate",
+		Long: "Show every pool's newest spot price beside the on-demand price of its offering in\n" +
+			"its zone, and how often its spot instances were reclaimed over the last --window:\n" +
+			"RECLAIMS/H is reclaim notices per spot instance-hour (0.05: one in 20 hours),\n" +
+			"counted over every tenant's instances; \"-\" when the pool ran no spot instances\n" +
+			"in the window. -o json adds the counts (reclaims, spot_seconds) and the rate in\n" +
+			"basis points (reclaim_rate_bp).",
+		Example: "  gpucloud spot pools\n  gpucloud spot pools --window 24h -o json",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
+			if err := checkReclaimWindow(cmd, window); err != nil {
+				return err
+			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				ps, err := c.SpotPools(ctx)
+				ps, err := c.SpotPoolsOver(ctx, window)
 				if err != nil {
 					return c.explain(err)
 				}
@@ -136,7 +149,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 					_, err := fmt.Fprintln(w, "no spot pools have a price yet")
 					return err
 				}
-				rows := [][]string{{"POOL", "SPOT", "ON-DEMAND", "SAVING", "SINCE"}}
+				rows := [][]string{{"POOL", "SPOT", "ON-DEMAND", "SAVING", "RECLAIMS/H", "SINCE"}}
 				for _, p := range ps {
 					od, saving := "-", "-"
 					if p.OnDemand != nil {
@@ -147,14 +160,41 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 							}
 						}
 					}
-					rows = append(rows, []string{p.Pool.String(), p.Price.String() + "/h", od, saving, ago(p.Time)})
+					rate := "-"
+					if p.SpotSeconds > 0 {
+						rate = reclaimsPerHour(p.ReclaimRateBP)
+					}
+					rows = append(rows, []string{p.Pool.String(), p.Price.String() + "/h", od, saving, rate, ago(p.Time)})
 				}
 				return writeTable(w, rows)
 			})
 		},
 	}
+	cmd.Flags().DurationVar(&window, "window", 7*24*time.Hour, "count reclaims over this long before now, whole seconds up to 720h")
 	out.register(cmd)
 	return cmd
+}
+
+// maxReclaimWindow is the longest window GET /v1/spot/pools counts
+// reclaims over.
+const maxReclaimWindow = 30 * 24 * time.Hour
+
+// checkReclaimWindow checks a --window flag as the server would.
+func checkReclaimWindow(cmd *cobra.Command, d time.Duration) error {
+	if d < time.Second || d > maxReclaimWindow || d%time.Second != 0 {
+		return usagef(cmd, "--window %s: want whole seconds from 1s to 720h", d)
+	}
+	return nil
+}
+
+// reclaimsPerHour prints a rate in basis points per hour as a decimal
+// number per hour: 310 is "0.031", 500 "0.05", 0 "0".
+func reclaimsPerHour(bp int64) string {
+	s := strconv.FormatInt(bp/10_000, 10)
+	if r := bp % 10_000; r != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%04d", r), "0")
+	}
+	return s
 }
 
 // printSpotRequests prints spot requests as a table or as JSON or YAML.

@@ -154,8 +154,12 @@ type EventFilter struct {
 	TenantID   string
 	InstanceID string
 	HostID     string
-	AfterID    int64
-	Limit      int
+	// Kinds selects events of any of these kinds (none: every kind).
+	Kinds []EventKind
+	// Since selects events whose Time is at or after it (zero: any time).
+	Since   time.Time
+	AfterID int64
+	Limit   int
 }
 
 // Isolation asks a Store for a transaction isolation level through the

@@ -105,10 +105,21 @@ func (c *Client) SpotPrices(ctx context.Context, o SpotPricesOptions) ([]cloud.S
 	return out.Prices, err
 }
 
-// SpotPools lists every pool's newest spot price with its on-demand price.
+// SpotPools lists every pool's newest spot price with its on-demand price
+// and its reclaims over the server's default window (a week).
 func (c *Client) SpotPools(ctx context.Context) ([]SpotPool, error) {
+	return c.SpotPoolsOver(ctx, 0)
+}
+
+// SpotPoolsOver is SpotPools with the reclaims counted over window before
+// now (whole seconds, up to 720h); 0 is the server's default.
+func (c *Client) SpotPoolsOver(ctx context.Context, window time.Duration) ([]SpotPool, error) {
+	w := ""
+	if window != 0 {
+		w = window.String()
+	}
 	var out SpotPoolList
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/spot/pools", out: &out})
+	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/spot/pools" + query("window", w), out: &out})
 	return out.Pools, err
 }
 

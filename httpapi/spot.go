@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // Bounds of the spot routes.
@@ -103,11 +104,46 @@ func (s *server) spotPrices(w http.ResponseWriter, r *http.Request, p principal)
 	return nil
 }
 
+// Bounds of the reclaim window of GET /v1/spot/pools.
+const (
+	defaultReclaimWindow = 7 * 24 * time.Hour
+	maxReclaimWindow     = 30 * 24 * time.Hour
+)
+
+// reclaimWindow parses ?window: a Go duration of whole seconds, from 1s to
+// 720h; 168h when absent.
+func reclaimWindow(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("window")
+	if v == "" {
+		return defaultReclaimWindow, nil
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return 0, field("window", "%s is not a duration such as 168h or 30m", quote(v))
+	case d < time.Second || d > maxReclaimWindow:
+		return 0, field("window", "%s is out of range: want 1s to %s", quote(v), hoursOf(maxReclaimWindow))
+	case d%time.Second != 0:
+		return 0, field("window", "%s is not a whole number of seconds", quote(v))
+	}
+	return d, nil
+}
+
+// hoursOf prints a whole number of hours as Go would parse it back: "720h".
+func hoursOf(d time.Duration) string { return strconv.FormatInt(int64(d/time.Hour), 10) + "h" }
+
 // spotPools handles GET /v1/spot/pools: every pool's newest spot price,
-// with the on-demand price of its offering in its zone beside it.
+// with the on-demand price of its offering in its zone beside it, and its
+// recent reclaims over ?window (default 168h, at most 720h) before now.
+// The reclaim figures aggregate every tenant's instances and carry counts
+// only, so members see them too.
 func (s *server) spotPools(w http.ResponseWriter, r *http.Request, p principal) error {
+	window, err := reclaimWindow(r)
+	if err != nil {
+		return err
+	}
 	out := SpotPoolList{Pools: []SpotPool{}}
-	err := s.tx(r.Context(), func(tx cloud.Tx) error {
+	err = s.tx(r.Context(), func(tx cloud.Tx) error {
 		ctx := r.Context()
 		out.Pools = out.Pools[:0]
 		latest, err := tx.LatestSpotPrices(ctx)
@@ -119,10 +155,18 @@ func (s *server) spotPools(w http.ResponseWriter, r *http.Request, p principal) 
 			return err
 		}
 		book, now := billing.NewPriceBook(prices, nil), s.now()
+		stats, err := reclaimStats(ctx, tx, now, window)
+		if err != nil {
+			return err
+		}
 		for _, sp := range latest {
-			pool := SpotPool{Pool: sp.Pool, Price: sp.Price, Time: sp.Time}
+			pool := SpotPool{Pool: sp.Pool, Price: sp.Price, Time: sp.Time, WindowSeconds: int64(window / time.Second)}
 			if od, ok := book.Compute(sp.Pool.Offering, sp.Pool.Zone, now); ok {
 				pool.OnDemand = &od
+			}
+			if st := stats[sp.Pool]; st != nil {
+				pool.Reclaims, pool.SpotSeconds = st.reclaims, st.seconds
+				pool.ReclaimRateBP = reclaimRateBP(st.reclaims, st.seconds)
 			}
 			out.Pools = append(out.Pools, pool)
 		}
@@ -136,6 +180,110 @@ func (s *server) spotPools(w http.ResponseWriter, r *http.Request, p principal) 
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// poolReclaims is what a pool went through in a reclaim window: the
+// reclaim notices its spot instances got, and the instance-seconds of spot
+// usage it billed.
+type poolReclaims struct {
+	reclaims, seconds int64
+}
+
+// reclaimRateBP is reclaims per spot instance-hour in basis points,
+// rounded down; 0 without spot seconds.
+func reclaimRateBP(reclaims, seconds int64) int64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return reclaims * money.SecondsPerHour * 10_000 / seconds
+}
+
+// reclaimStats measures every pool over [now-window, now).
+//
+// Seconds come from the usage ledger as rating reads it: compute intervals
+// of market spot (billing.Intervals, open ones cut at now), their bounds
+// truncated to whole seconds and clipped to the window. Only the entries
+// that matter are read: those still open when the window starts, and those
+// within it.
+//
+// Reclaims are the spot.interruption events in the window. Each counts in
+// the pool of its instance's spot interval at the time of the notice, or,
+// when it had none (a notice before the instance ran), in the pool of the
+// instance's offering and zone as stored.
+func reclaimStats(ctx context.Context, tx cloud.Tx, now time.Time, window time.Duration) (map[cloud.Pool]*poolReclaims, error) {
+	since := now.Add(-window)
+	open, err := tx.OpenUsage(ctx, "", since)
+	if err != nil {
+		return nil, err
+	}
+	recent, err := tx.ListUsage(ctx, cloud.UsageFilter{Since: since, Before: now})
+	if err != nil {
+		return nil, err
+	}
+	var usage []*cloud.Usage
+	for _, u := range slices.Concat(open, recent) {
+		if u.Kind == cloud.UsageCompute {
+			usage = append(usage, u)
+		}
+	}
+	// Both lists are in ID order; rating pairs the ledger in that order.
+	slices.SortFunc(usage, func(a, b *cloud.Usage) int { return cmp.Compare(a.ID, b.ID) })
+
+	stats := map[cloud.Pool]*poolReclaims{}
+	of := func(p cloud.Pool) *poolReclaims {
+		st := stats[p]
+		if st == nil {
+			st = &poolReclaims{}
+			stats[p] = st
+		}
+		return st
+	}
+	lo, hi := since.Unix(), now.Unix()
+	spotOf := map[string][]billing.Interval{}
+	for _, iv := range billing.Intervals(usage, now) {
+		if iv.Market != cloud.MarketSpot {
+			continue
+		}
+		pool := cloud.Pool{Offering: iv.Offering, Zone: iv.Zone}
+		if a, b := max(iv.Start.Unix(), lo), min(iv.End.Unix(), hi); a < b {
+			of(pool).seconds += b - a
+		}
+		spotOf[iv.ResourceID] = append(spotOf[iv.ResourceID], iv)
+	}
+
+	events, err := tx.ListEvents(ctx, cloud.EventFilter{Kinds: []cloud.EventKind{cloud.EventSpotInterruption}, Since: since})
+	if err != nil {
+		return nil, err
+	}
+	instances := map[string]*cloud.Instance{}
+	for _, e := range events {
+		if e.InstanceID == "" || !e.Time.Before(now) {
+			continue
+		}
+		pool, found := cloud.Pool{}, false
+		for _, iv := range spotOf[e.InstanceID] {
+			if !e.Time.Before(iv.Start) && !e.Time.After(iv.End) {
+				pool, found = cloud.Pool{Offering: iv.Offering, Zone: iv.Zone}, true
+				break
+			}
+		}
+		if !found {
+			in, seen := instances[e.InstanceID]
+			if !seen {
+				in, err = tx.GetInstance(ctx, e.InstanceID)
+				if err != nil && !cloud.IsNotFound(err) {
+					return nil, err
+				}
+				instances[e.InstanceID] = in
+			}
+			if in == nil {
+				continue
+			}
+			pool = cloud.Pool{Offering: in.Offering, Zone: in.Zone}
+		}
+		of(pool).reclaims++
+	}
+	return stats, nil
 }
 
 // checkSpotRequest validates what can be checked without the store and

@@ -225,12 +225,21 @@ type SpotPriceList struct {
 }
 
 // SpotPool is a pool's newest spot price with the on-demand price of its
-// offering in its zone (absent when there is none).
+// offering in its zone (absent when there is none), and how often its spot
+// instances were reclaimed recently: over the WindowSeconds before now,
+// Reclaims notices and SpotSeconds instance-seconds of spot usage, every
+// tenant's together. ReclaimRateBP is reclaims per spot instance-hour in
+// basis points (Reclaims × 3600 × 10000 / SpotSeconds, rounded down; 0
+// without spot seconds): 500 is 0.05 reclaims per instance-hour.
 type SpotPool struct {
 	cloud.Pool
-	Price    money.Micros  `json:"price"`
-	Time     time.Time     `json:"time"`
-	OnDemand *money.Micros `json:"on_demand,omitempty"`
+	Price         money.Micros  `json:"price"`
+	Time          time.Time     `json:"time"`
+	OnDemand      *money.Micros `json:"on_demand,omitempty"`
+	WindowSeconds int64         `json:"window_seconds"`
+	Reclaims      int64         `json:"reclaims"`
+	SpotSeconds   int64         `json:"spot_seconds"`
+	ReclaimRateBP int64         `json:"reclaim_rate_bp"`
 }
 
 // SpotPoolList answers GET /v1/spot/pools.

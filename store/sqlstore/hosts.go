@@ -267,7 +267,8 @@ func (t *tx) eventArgs(e *cloud.Event) ([]any, time.Time, error) {
 var errNoID = &cloud.Error{Code: cloud.Internal, Message: "insert returned no id"}
 
 // ListEvents returns the matching events in ID order, after f.AfterID and
-// at most f.Limit of them.
+// at most f.Limit of them. Since compares with the stored time, which is
+// normalized like every time the store keeps, so Since is normalized too.
 func (t *tx) ListEvents(ctx context.Context, f cloud.EventFilter) ([]*cloud.Event, error) {
 	var conds []string
 	var args []any
@@ -278,6 +279,16 @@ func (t *tx) ListEvents(ctx context.Context, f cloud.EventFilter) ([]*cloud.Even
 			conds = append(conds, c.col+" = ?")
 			args = append(args, c.val)
 		}
+	}
+	if len(f.Kinds) > 0 {
+		conds = append(conds, "kind IN ("+values("?", len(f.Kinds))+")")
+		for _, k := range f.Kinds {
+			args = append(args, string(k))
+		}
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, "at >= ?")
+		args = append(args, t.s.d.timeArg(normTime(f.Since)))
 	}
 	if f.AfterID > 0 {
 		conds = append(conds, "id > ?")

@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Volumes", testVolumes},
 		{"Events", testEvents},
 		{"ListEvents", testListEvents},
+		{"EventFilter", testEventFilter},
 		{"Times", testTimes},
 		{"Rollback", testRollback},
 		{"TxErrors", testTxErrors},
@@ -64,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Addresses", testAddresses},
 		{"Budgets", testBudgets},
 		{"UsageLedger", testUsageLedger},
+		{"OpenUsage", testOpenUsage},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
