@@ -52,9 +52,15 @@ type Config struct {
 	Driver   gpu.Driver
 	Runtime  runtime.Runtime
 	Metadata *metadata.Server // optional: without it workloads get no metadata URL
-	// DataDir holds volumes (DataDir/volumes/<id>), per-instance work
-	// directories (DataDir/instances/<id>) and output logs (DataDir/logs).
+	// DataDir holds volumes (DataDir/volumes/<id>, unless VolumeDir is
+	// set), per-instance work directories (DataDir/instances/<id>) and
+	// output logs (DataDir/logs).
 	DataDir string
+	// VolumeDir, when set, holds the volumes instead (VolumeDir/<id>): a
+	// filesystem every host mounts (NFS, a cluster filesystem) lets a
+	// volume follow its instance from host to host, as a spot request's
+	// relaunches need to find their checkpoints.
+	VolumeDir string
 	// Interval is the poll and heartbeat period (DefaultInterval when zero).
 	Interval time.Duration
 	// ManageMIG lets the agent change the MIG layout: switch MIG mode and

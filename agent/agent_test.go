@@ -535,3 +535,21 @@ func TestSpotNoticesReachTheMetadataEndpoint(t *testing.T) {
 		t.Fatal("the workload stopped on the notice; it must run until the deadline's stop")
 	}
 }
+
+// TestVolumeDir: with VolumeDir set, volumes live there rather than in the
+// agent's data directory.
+func TestVolumeDir(t *testing.T) {
+	shared := t.TempDir()
+	e := newEnv(t, h100, func(c *agent.Config) { c.VolumeDir = shared })
+	a := e.assignment("i-shared", whole(e.host.ID(), 0), `pwd > "$OUT.pwd"; `+serveScript)
+	a.Volumes = []string{"vol-a"}
+	e.assign(a)
+	e.workloadEnv("i-shared")
+	pwd, err := os.ReadFile(e.outFile("i-shared") + ".pwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(pwd)), filepath.Join(shared, "vol-a"); got != want {
+		t.Fatalf("working directory %q, want %q", got, want)
+	}
+}

@@ -337,6 +337,9 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 			return &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
 		}
 		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
+		if a.cfg.VolumeDir != "" {
+			dir = filepath.Join(a.cfg.VolumeDir, v)
+		}
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return err
 		}

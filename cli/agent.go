@@ -22,9 +22,9 @@ import (
 
 func newAgentCommand(stderr io.Writer) *cobra.Command {
 	var (
-		joinToken, credFile, driver, simHost, dir, logLevel string
-		manageMIG                                           bool
-		interval                                            time.Duration
+		joinToken, credFile, driver, simHost, dir, volumeDir, logLevel string
+		manageMIG                                                      bool
+		interval                                                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -103,7 +103,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			md := metadata.New()
 			defer md.Close()
 			a := agent.New(httpapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
-				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, Interval: interval, ManageMIG: manageMIG, Log: log,
+				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, VolumeDir: volumeDir, Interval: interval, ManageMIG: manageMIG, Log: log,
 			})
 			fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, dir)
 			err = a.Run(ctx)
@@ -122,6 +122,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
 	f.StringVar(&simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
 	f.StringVar(&dir, "data-dir", filepath.Join(dataDir(), "agent"), "volumes, work directories and workload logs")
+	f.StringVar(&volumeDir, "volume-dir", "", "keep volumes here (VOLUME-DIR/<id>) rather than in the data directory: a filesystem every host mounts lets volumes follow instances across hosts (spot relaunches find their checkpoints)")
 	f.BoolVar(&manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
 	f.DurationVar(&interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

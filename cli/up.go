@@ -35,7 +35,10 @@ type hostAgent struct {
 }
 
 // startAgent joins a host to the server and returns its running agent.
-func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
+// Every agent of a local cloud keeps volumes under volumeDir, so that a
+// volume follows its instance from host to host as on a cloud's network
+// storage.
+func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
 	joined, err := agent.Join(ctx, httpapi.NewClient(url, "", nil), joinToken, drv)
 	if err != nil {
 		return nil, err
@@ -46,7 +49,7 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir 
 	}
 	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), gpu: len(inv.Host.GPUs)}
 	h.ag = agent.New(httpapi.NewClient(url, joined.Credential, nil), agent.Config{
-		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
+		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 	})
 	return h, nil
@@ -133,7 +136,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
-				h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", spec.ID), true, interval, log)
+				h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", spec.ID), filepath.Join(dir, "volumes"), true, interval, log)
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
@@ -141,7 +144,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			if !noNVML {
 				if drv, err := nvml.Open(); err == nil {
-					if h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", "nvml"), false, interval, log); err == nil {
+					if h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", "nvml"), filepath.Join(dir, "volumes"), false, interval, log); err == nil {
 						hosts = append(hosts, h)
 					} else {
 						log.Warn("NVIDIA GPUs found but the host could not join", "err", err)
