@@ -59,24 +59,31 @@ func printAddresses(w io.Writer, format string, one bool, as ...*cloud.Address) 
 func newAddressesAllocateCommand(s *session) *cobra.Command {
 	var (
 		req httpapi.AllocateAddressRequest
+		key string
 		out outputFlag
 	)
 	cmd := &cobra.Command{
-		Use:     "allocate [--zone Z] [--instance ID]",
-		Short:   "Allocate a public address",
-		Long:    "Allocate the lowest free address of the server's pool, and with --instance\nassociate it with that instance at once.",
+		Use:   "allocate [--zone Z] [--instance ID]",
+		Short: "Allocate a public address",
+		Long: "Allocate the lowest free address of the server's pool, and with --instance\n" +
+			"associate it with that instance at once.\n\n" +
+			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
+			"a retry with the same key answers the address the first call allocated.",
 		Example: "  gpucloud addresses allocate --zone a\n  gpucloud addresses allocate --instance i-0123456789abcdef",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
+			if key == "" {
+				key = newUUID()
+			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				var err error
 				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
 					return err
 				}
-				a, err := c.AllocateAddress(ctx, req)
+				a, err := c.AllocateAddress(ctx, req, key)
 				if err != nil {
 					return c.explain(err)
 				}
@@ -88,6 +95,7 @@ func newAddressesAllocateCommand(s *session) *cobra.Command {
 	f.StringVar(&req.Zone, "zone", "", "the zone (default the instance's)")
 	f.StringVar(&req.InstanceID, "instance", "", "associate it with this instance")
 	f.StringVar(&req.Tenant, "tenant", "", "allocate for this tenant, by name or ID (admins only)")
+	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same address (default: a random UUID)")
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
 	return cmd

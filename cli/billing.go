@@ -215,13 +215,17 @@ func newPricesSetCommand(s *session) *cobra.Command {
 		kind        string
 		amount      moneyFlag
 		effectiveAt string
+		key         string
 		out         outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "set --offering NAME --amount 12.50 [flags]",
 		Short: "Set a price from now or a later time (admin)",
 		Long: "Add a price version, in force from --effective-at (default now) until the next\n" +
-			"version. Prices are never changed in the past: what was billed stays billed.",
+			"version. Prices are never changed in the past: what was billed stays billed.\n\n" +
+			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
+			"a retry with the same key answers the version the first call added. Keys are\n" +
+			"one space for every price, not per tenant.",
 		Example: strings.Join([]string{
 			"  gpucloud prices set --offering h100.8x --amount 19.92",
 			"  gpucloud prices set --offering h100.8x --zone b --amount 17.50 --effective-at 2026-12-01T00:00:00Z",
@@ -251,8 +255,11 @@ func newPricesSetCommand(s *session) *cobra.Command {
 				}
 				req.EffectiveAt = &t
 			}
+			if key == "" {
+				key = newUUID()
+			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				p, err := c.SetPrice(ctx, req)
+				p, err := c.SetPrice(ctx, req, key)
 				if err != nil {
 					return c.explain(err)
 				}
@@ -266,6 +273,7 @@ func newPricesSetCommand(s *session) *cobra.Command {
 	f.StringVar(&req.Zone, "zone", "", "price this zone only (default: every zone without its own price)")
 	f.Var(&amount, "amount", "the price: per hour, per GiB-month for volumes (e.g. 12.50); required")
 	f.StringVar(&effectiveAt, "effective-at", "", "when the price takes effect, RFC 3339 (default now)")
+	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same version (default: a random UUID)")
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions(priceKinds, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)

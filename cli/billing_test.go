@@ -346,3 +346,45 @@ func TestInvoiceTableGroupsSpotPrices(t *testing.T) {
 		t.Errorf("--detail table:\n%s", b.String())
 	}
 }
+
+// TestCreatesIdempotencyKey retries volumes create, addresses allocate and
+// prices set with one --idempotency-key: each prints the first resource
+// again; without the flag, each call sends a key of its own.
+func TestCreatesIdempotencyKey(t *testing.T) {
+	e, _ := newBillingEnv(t)
+	_, tok := e.member("acme", "alice")
+
+	var v1, v2, v3 cloud.Volume
+	decodeJSON(t, e.ok(tok, "volumes", "create", "--name", "data", "--size-gib", "10", "--idempotency-key", "k", "-o", "json"), &v1)
+	decodeJSON(t, e.ok(tok, "volumes", "create", "--name", "data", "--size-gib", "10", "--idempotency-key", "k", "-o", "json"), &v2)
+	decodeJSON(t, e.ok(tok, "volumes", "create", "--name", "data", "--size-gib", "10", "-o", "json"), &v3)
+	if v1.ID == "" || v2.ID != v1.ID || v3.ID == v1.ID {
+		t.Errorf("volumes: %s, retry %s, without a key %s", v1.ID, v2.ID, v3.ID)
+	}
+	if out := e.ok(tok, "volumes", "create", "--name", "data", "--size-gib", "10", "--idempotency-key", "k"); !strings.Contains(out, v1.ID) {
+		t.Errorf("table retry does not print %s:\n%s", v1.ID, out)
+	}
+	code, _, errOut := e.as(tok, "volumes", "create", "--name", "data", "--size-gib", "20", "--idempotency-key", "k")
+	oneLine(t, code, errOut, "size_gib", v1.ID)
+	var vs []cloud.Volume
+	decodeJSON(t, e.ok(tok, "volumes", "list", "-o", "json"), &vs)
+	if len(vs) != 2 {
+		t.Errorf("%d volumes after the retries, want 2", len(vs))
+	}
+
+	var a1, a2, a3 cloud.Address
+	decodeJSON(t, e.ok(tok, "addresses", "allocate", "--idempotency-key", "k", "-o", "json"), &a1)
+	decodeJSON(t, e.ok(tok, "addresses", "allocate", "--idempotency-key", "k", "-o", "json"), &a2)
+	decodeJSON(t, e.ok(tok, "addresses", "allocate", "-o", "json"), &a3)
+	if a1.ID == "" || a2.ID != a1.ID || a2.IP != a1.IP || a3.ID == a1.ID {
+		t.Errorf("addresses: %s, retry %s, without a key %s", a1.ID, a2.ID, a3.ID)
+	}
+
+	var p1, p2, p3 cloud.Price
+	decodeJSON(t, e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.50", "--idempotency-key", "k", "-o", "json"), &p1)
+	decodeJSON(t, e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.50", "--idempotency-key", "k", "-o", "json"), &p2)
+	decodeJSON(t, e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.50", "-o", "json"), &p3)
+	if p1.ID == 0 || p2.ID != p1.ID || p3.ID == p1.ID {
+		t.Errorf("prices: %d, retry %d, without a key %d", p1.ID, p2.ID, p3.ID)
+	}
+}

@@ -169,13 +169,19 @@ func printVolumes(w io.Writer, format string, one bool, vs ...*cloud.Volume) err
 func newVolumesCreateCommand(s *session) *cobra.Command {
 	var (
 		req httpapi.CreateVolumeRequest
+		key string
 		out outputFlag
 	)
 	cmd := &cobra.Command{
-		Use:     "create --name NAME --size-gib N",
-		Short:   "Create a volume",
-		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a",
-		Args:    noArgs,
+		Use:   "create --name NAME --size-gib N",
+		Short: "Create a volume",
+		Long: "Create a volume of --size-gib GiB, billed per GiB-month from its creation.\n\n" +
+			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
+			"a retry with the same key answers the volume the first call created.",
+		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a\n" +
+			"  # Safe to retry from a script\n" +
+			"  gpucloud volumes create --name datasets --size-gib 500 --idempotency-key datasets-1",
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -186,12 +192,15 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 			if req.SizeGiB <= 0 {
 				return usagef(cmd, "--size-gib is required and must be positive")
 			}
+			if key == "" {
+				key = newUUID()
+			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				var err error
 				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
 					return err
 				}
-				v, err := c.CreateVolume(ctx, req)
+				v, err := c.CreateVolume(ctx, req, key)
 				if err != nil {
 					return c.explain(err)
 				}
@@ -203,6 +212,7 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 	cmd.Flags().Int64Var(&req.SizeGiB, "size-gib", 0, "size in GiB; required")
 	cmd.Flags().StringVar(&req.Zone, "zone", "", "the zone to create it in (instances using it must be allowed there)")
 	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same volume (default: a random UUID)")
 	out.register(cmd)
 	return cmd
 }

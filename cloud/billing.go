@@ -67,6 +67,10 @@ type Price struct {
 	EffectiveAt time.Time    `json:"effective_at"`
 	CreatedAt   time.Time    `json:"created_at"`
 	Actor       string       `json:"actor,omitempty"`
+	// IdempotencyKey makes a retried AddPrice return the first version.
+	// Prices are the operator's, not a tenant's: the key is unique across
+	// every price (empty: not idempotent).
+	IdempotencyKey string `json:"-"`
 }
 
 // Plan is the kind of a commitment.
@@ -211,6 +215,9 @@ type Address struct {
 	InstanceID string     `json:"instance_id,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	ReleasedAt *time.Time `json:"released_at,omitempty"`
+	// IdempotencyKey makes a retried allocation return the first address
+	// (unique per tenant; empty: not idempotent).
+	IdempotencyKey string `json:"-"`
 }
 
 // UsageKind is what a usage record meters.
@@ -328,7 +335,11 @@ type UsageFilter struct {
 // BillingTx is the part of Tx that holds prices, commitments, the spot
 // market, addresses, the usage ledger and budgets.
 type BillingTx interface {
-	// AddPrice appends a price version and sets p.ID.
+	// AddPrice appends a price version and sets p.ID. A repeated
+	// non-empty IdempotencyKey (of any price: prices are the operator's)
+	// appends nothing, sets *p to the version added first and returns
+	// Conflict whose Details carry "existing_id" (that version's ID, an
+	// int64).
 	AddPrice(ctx context.Context, p *Price) error
 	// ListPrices lists price versions by kind, offering, zone and
 	// effective time.
@@ -358,7 +369,10 @@ type BillingTx interface {
 	LatestSpotPrices(ctx context.Context) ([]SpotPrice, error)
 
 	// CreateAddress allocates an address (and appends its usage On);
-	// Conflict when the IP is held by an unreleased address.
+	// Conflict when the IP is held by an unreleased address. A repeated
+	// non-empty IdempotencyKey of the tenant writes nothing (no second
+	// usage On), sets *a to the address allocated first and returns
+	// Conflict with "existing_id".
 	CreateAddress(ctx context.Context, a *Address) error
 	GetAddress(ctx context.Context, id string) (*Address, error)
 	ListAddresses(ctx context.Context, tenantID string) ([]*Address, error)

@@ -185,6 +185,9 @@ type Volume struct {
 	InstanceID string     `json:"instance_id,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	DeletedAt  *time.Time `json:"deleted_at,omitempty"`
+	// IdempotencyKey makes a retried create return the first volume
+	// (unique per tenant; empty: not idempotent).
+	IdempotencyKey string `json:"-"`
 }
 
 // Host is a GPU server as the control plane records it: its inventory as

@@ -98,6 +98,10 @@ type Tx interface {
 	// HostStamp).
 	HostStamp(ctx context.Context) (HostStamp, error)
 
+	// CreateVolume inserts a volume (and appends its usage On). If the
+	// tenant already has a volume with the same non-empty IdempotencyKey,
+	// it writes nothing (no second usage On), sets *v to that volume and
+	// returns a Conflict error whose Details carry "existing_id".
 	CreateVolume(ctx context.Context, v *Volume) error
 	GetVolume(ctx context.Context, id string) (*Volume, error)
 	// ListVolumes lists a tenant's volumes (deleted ones too) in ID order,

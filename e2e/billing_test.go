@@ -30,9 +30,15 @@ func testStoppedBilling(t *testing.T, db string) {
 	ctx := t.Context()
 	_, alice, _ := c.member("acme", "alice")
 
-	vol, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 500, Zone: "e2e-a"})
+	// Each create is retried with its key, as a client that lost the
+	// answer would: the invoice below bills one volume and one address.
+	volReq := httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 500, Zone: "e2e-a"}
+	vol, err := alice.CreateVolume(ctx, volReq, "stopped-billing-vol")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if again, err := alice.CreateVolume(ctx, volReq, "stopped-billing-vol"); err != nil || again.ID != vol.ID {
+		t.Fatalf("retried volume create = %+v, %v; want %s", again, err, vol.ID)
 	}
 	in, err := alice.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
 		Volumes: []string{vol.ID}}, "stopped-billing")
@@ -40,9 +46,12 @@ func testStoppedBilling(t *testing.T, db string) {
 		t.Fatal(err)
 	}
 	c.waitState(alice, in.ID, cloud.Running)
-	addr, err := alice.AllocateAddress(ctx, httpapi.AllocateAddressRequest{InstanceID: in.ID})
+	addr, err := alice.AllocateAddress(ctx, httpapi.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if again, err := alice.AllocateAddress(ctx, httpapi.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip"); err != nil || again.ID != addr.ID {
+		t.Fatalf("retried address allocation = %+v, %v; want %s", again, err, addr.ID)
 	}
 	time.Sleep(time.Second) // a minute of the scaled clock
 	if _, err := alice.StopInstance(ctx, in.ID, 0); err != nil {

@@ -466,11 +466,11 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 	c.refused("256-character Idempotency-Key", cloud.Invalid, http.StatusBadRequest,
 		post("/v1/instances", aliceToken, js, []byte(valid), map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}))
 	c.refused("negative volume size", cloud.Invalid, 0, func() (int, error) {
-		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: -1})
+		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: -1}, "")
 		return client(err)
 	})
 	c.refused("oversize volume", cloud.Invalid, 0, func() (int, error) {
-		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 1 << 40})
+		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 1 << 40}, "")
 		return client(err)
 	})
 	c.refused("negative quota", cloud.Invalid, 0, func() (int, error) {

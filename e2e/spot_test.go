@@ -113,7 +113,7 @@ func testSpot(t *testing.T, bin, db string) {
 	_, bob, _ := c.member("globex", "bob")
 	pool := cloud.Pool{Offering: "l4.1x", Zone: "e2e-a"}
 
-	vol, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "ckpt", SizeGiB: 10, Zone: "e2e-a"})
+	vol, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "ckpt", SizeGiB: 10, Zone: "e2e-a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,10 +71,17 @@ var errAddressTaken = errors.New("address taken meanwhile")
 
 // allocateAddress handles POST /v1/addresses: the lowest free address of
 // the pool, in a zone, optionally associated with one of the tenant's live
-// instances at once. An exhausted pool is insufficient_capacity.
+// instances at once. An exhausted pool is insufficient_capacity. With an
+// Idempotency-Key, a retry answers the address the first call allocated,
+// with 200 instead of 201 (released or not, wherever it is associated
+// now); the same key with another zone or instance is a conflict.
 func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req AllocateAddressRequest
 	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkIdempotencyKey(key); err != nil {
 		return err
 	}
 	if err := checkName("zone", req.Zone, false); err != nil {
@@ -88,12 +95,27 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 		return fmt.Errorf("allocate address: %w", s.addrPoolErr)
 	}
 	var out *cloud.Address
+	created := false
 	for range addressRetries {
 		err = s.tx(r.Context(), func(tx cloud.Tx) error {
 			ctx := r.Context()
+			out, created = nil, false
 			tenant, err := s.scope(ctx, tx, p, asked, p.TenantID)
 			if err != nil {
 				return err
+			}
+			// Every address, to find the key's and the free ones.
+			all, err := tx.ListAddresses(ctx, "")
+			if err != nil {
+				return err
+			}
+			if key != "" {
+				for _, a := range all {
+					if a.TenantID == tenant && a.IdempotencyKey == key {
+						out = a
+						return sameAddress(a, &req)
+					}
+				}
 			}
 			zone := req.Zone
 			var in *cloud.Instance
@@ -107,10 +129,6 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 				if zone == "" {
 					zone = in.Zone
 				}
-			}
-			all, err := tx.ListAddresses(ctx, "")
-			if err != nil {
-				return err
 			}
 			held := map[netip.Addr]bool{}
 			for _, a := range all {
@@ -127,12 +145,15 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 					Details: map[string]any{"pool": s.addrPool.String(), "allocated": len(held)}}
 			}
 			now := s.now()
-			a := &cloud.Address{ID: newID("eip-"), TenantID: tenant, IP: ip.String(), Zone: zone, CreatedAt: now}
+			a := &cloud.Address{ID: newID("eip-"), TenantID: tenant, IP: ip.String(), Zone: zone, CreatedAt: now,
+				IdempotencyKey: key}
 			if in != nil {
 				a.InstanceID = in.ID
 			}
 			if err := tx.CreateAddress(ctx, a); err != nil {
-				if cloud.IsConflict(err) {
+				// Another allocation took the IP: try the next free one.
+				// A taken key is a keyRace, not an IP conflict.
+				if err = asKeyRace(err, key); cloud.IsConflict(err) {
 					return errAddressTaken
 				}
 				return err
@@ -141,9 +162,12 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 			if in != nil {
 				reason += " and associated with instance " + in.ID
 			}
-			out = a
-			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventAddressAllocated, TenantID: tenant,
-				InstanceID: a.InstanceID, Actor: p.UserID, Reason: reason})
+			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventAddressAllocated, TenantID: tenant,
+				InstanceID: a.InstanceID, Actor: p.UserID, Reason: reason}); err != nil {
+				return err
+			}
+			out, created = a, true
+			return nil
 		})
 		if !errors.Is(err, errAddressTaken) {
 			break
@@ -153,12 +177,45 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 		return &cloud.Error{Code: cloud.Conflict, Message: "other allocations kept taking the chosen address; retry",
 			Details: map[string]any{"pool": s.addrPool.String()}}
 	}
+	var race *keyRace
+	if errors.As(err, &race) {
+		// A concurrent call with the same key won; answer its address.
+		err = s.tx(r.Context(), func(tx cloud.Tx) error {
+			var err error
+			if out, err = tx.GetAddress(r.Context(), race.id); err != nil {
+				return err
+			}
+			return sameAddress(out, &req)
+		})
+	}
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", "/v1/addresses/"+out.ID)
-	writeJSON(w, http.StatusCreated, out)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/addresses/"+out.ID)
+	}
+	writeJSON(w, status, out)
 	return nil
+}
+
+// sameAddress reports a conflict when an idempotency key is reused for
+// another allocation. The zone is fixed at allocation; the association is
+// not, so the instance is compared only when the request names one (a
+// retry after a disassociation or release is then a conflict, which
+// says where the address is now).
+func sameAddress(old *cloud.Address, req *AllocateAddressRequest) error {
+	var d keyDiffs
+	// Without a zone or an instance the first call asked for no zone;
+	// with an instance alone it took the instance's.
+	if req.Zone != "" || req.InstanceID == "" {
+		d.addString("zone", old.Zone, req.Zone)
+	}
+	if req.InstanceID != "" {
+		d.addString("instance_id", old.InstanceID, req.InstanceID)
+	}
+	return d.err("address", old.ID, old.ID)
 }
 
 // bodyOrQueryTenant is the tenant a create asks for, in its body or as

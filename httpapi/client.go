@@ -220,12 +220,8 @@ func (c *Client) RevokeToken(ctx context.Context, id string) (*cloud.Token, erro
 // CreateInstance creates one instance. A non-empty idemKey makes retries
 // safe: the same key returns the instance the first call created.
 func (c *Client) CreateInstance(ctx context.Context, req CreateInstanceRequest, idemKey string) (*cloud.Instance, error) {
-	var h http.Header
-	if idemKey != "" {
-		h = http.Header{"Idempotency-Key": {idemKey}}
-	}
 	var out cloud.Instance
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/instances", body: req, header: h, out: &out})
+	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/instances", body: req, header: idemHeader(idemKey), out: &out})
 	return nilOnErr(&out, err)
 }
 
@@ -324,10 +320,11 @@ func (c *Client) Events(ctx context.Context, o EventsOptions) (*EventList, error
 	return nilOnErr(&out, err)
 }
 
-// CreateVolume creates a volume.
-func (c *Client) CreateVolume(ctx context.Context, req CreateVolumeRequest) (*cloud.Volume, error) {
+// CreateVolume creates a volume. A non-empty idemKey makes retries safe:
+// the same key returns the volume the first call created.
+func (c *Client) CreateVolume(ctx context.Context, req CreateVolumeRequest, idemKey string) (*cloud.Volume, error) {
 	var out cloud.Volume
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/volumes", body: req, out: &out})
+	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/volumes", body: req, header: idemHeader(idemKey), out: &out})
 	return nilOnErr(&out, err)
 }
 

@@ -35,10 +35,12 @@ func (c *Client) Prices(ctx context.Context, o PricesOptions) ([]*cloud.Price, e
 	return out.Prices, err
 }
 
-// SetPrice adds a price version (admin).
-func (c *Client) SetPrice(ctx context.Context, req SetPriceRequest) (*cloud.Price, error) {
+// SetPrice adds a price version (admin). A non-empty idemKey makes retries
+// safe: the same key returns the version the first call added (keys are
+// one space for every price).
+func (c *Client) SetPrice(ctx context.Context, req SetPriceRequest, idemKey string) (*cloud.Price, error) {
 	var out cloud.Price
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/prices", body: req, out: &out})
+	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/prices", body: req, header: idemHeader(idemKey), out: &out})
 	return nilOnErr(&out, err)
 }
 
@@ -228,10 +230,11 @@ func (c *Client) Budget(ctx context.Context, tenant string) (*BudgetStatus, erro
 	return nilOnErr(&out, err)
 }
 
-// AllocateAddress allocates a public address.
-func (c *Client) AllocateAddress(ctx context.Context, req AllocateAddressRequest) (*cloud.Address, error) {
+// AllocateAddress allocates a public address. A non-empty idemKey makes
+// retries safe: the same key returns the address the first call allocated.
+func (c *Client) AllocateAddress(ctx context.Context, req AllocateAddressRequest, idemKey string) (*cloud.Address, error) {
 	var out cloud.Address
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/addresses", body: req, out: &out})
+	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/addresses", body: req, header: idemHeader(idemKey), out: &out})
 	return nilOnErr(&out, err)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,10 +142,18 @@ func inForce(ps []*cloud.Price, t time.Time) []*cloud.Price {
 // setPrice handles POST /v1/prices (admin): a new version of a price, in
 // force from effective_at (default now) until the next version. Versions
 // are never changed or deleted, and a new one may not take effect in the
-// past, so that what was billed stays billed.
+// past, so that what was billed stays billed. With an Idempotency-Key
+// (one key space for every price: they are the operator's), a retry
+// answers the version the first call added, with 200 instead of 201, even
+// once its effective_at has passed; the same key with another kind,
+// offering, zone, amount or effective_at is a conflict.
 func (s *server) setPrice(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req SetPriceRequest
 	if err := decodeMoneyBody(w, r, &req, "amount"); err != nil {
+		return err
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkIdempotencyKey(key); err != nil {
 		return err
 	}
 	kind, err := priceKind("kind", string(req.Kind))
@@ -169,27 +178,110 @@ func (s *server) setPrice(w http.ResponseWriter, r *http.Request, p principal) e
 	}
 	now := s.now()
 	effective := now
+	var past error
 	if req.EffectiveAt != nil {
 		effective = *req.EffectiveAt
 		if effective.Before(now.Add(-priceBackdate)) {
-			return field("effective_at", "%s is in the past; a price takes effect now or later, so that billed usage keeps its price (leave it out for now)",
+			past = field("effective_at", "%s is in the past; a price takes effect now or later, so that billed usage keeps its price (leave it out for now)",
 				effective.UTC().Format(time.RFC3339))
 		}
 	}
-	price := &cloud.Price{Kind: kind, Offering: offering, Zone: req.Zone, Amount: req.Amount,
-		EffectiveAt: effective.UTC(), CreatedAt: now, Actor: p.UserID}
+	if past != nil && key == "" {
+		return past
+	}
+	var out *cloud.Price
+	created := false
 	err = s.tx(r.Context(), func(tx cloud.Tx) error {
-		if err := tx.AddPrice(r.Context(), price); err != nil {
+		ctx := r.Context()
+		out, created = nil, false
+		if key != "" {
+			old, err := priceByKey(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if old != nil {
+				out = old
+				return samePrice(old, kind, offering, &req)
+			}
+		}
+		// Only a retry, answered above, may name a time now past.
+		if past != nil {
+			return past
+		}
+		price := &cloud.Price{Kind: kind, Offering: offering, Zone: req.Zone, Amount: req.Amount,
+			EffectiveAt: effective.UTC(), CreatedAt: now, Actor: p.UserID, IdempotencyKey: key}
+		if err := tx.AddPrice(ctx, price); err != nil {
+			var ce *cloud.Error
+			if errors.As(err, &ce) && ce.Code == cloud.Conflict && key != "" {
+				if id, ok := ce.Details["existing_id"].(int64); ok {
+					return &keyRace{id: strconv.FormatInt(id, 10)}
+				}
+			}
 			return err
 		}
-		return tx.AppendEvent(r.Context(), &cloud.Event{Time: now, Kind: cloud.EventPriceChange, Actor: p.UserID,
-			Reason: priceReason(price)})
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventPriceChange, Actor: p.UserID,
+			Reason: priceReason(price)}); err != nil {
+			return err
+		}
+		out, created = price, true
+		return nil
 	})
+	var race *keyRace
+	if errors.As(err, &race) {
+		// A concurrent call with the same key won; answer its version.
+		err = s.tx(r.Context(), func(tx cloud.Tx) error {
+			var err error
+			if out, err = priceByKey(r.Context(), tx, key); err != nil {
+				return err
+			}
+			if out == nil {
+				return fmt.Errorf("price %s of idempotency key %s not found", race.id, quote(key))
+			}
+			return samePrice(out, kind, offering, &req)
+		})
+	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, price)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, out)
 	return nil
+}
+
+// priceByKey finds the price version added with an idempotency key.
+func priceByKey(ctx context.Context, tx cloud.Tx, key string) (*cloud.Price, error) {
+	ps, err := tx.ListPrices(ctx, cloud.PriceFilter{})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		if p.IdempotencyKey == key {
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
+// samePrice reports a conflict when an idempotency key is reused for
+// another price version. A request without effective_at took effect when
+// it was first made, so its retry matches any time.
+func samePrice(old *cloud.Price, kind cloud.PriceKind, offering string, req *SetPriceRequest) error {
+	var d keyDiffs
+	d.addString("kind", string(old.Kind), string(kind))
+	d.addString("offering", old.Offering, offering)
+	d.addString("zone", old.Zone, req.Zone)
+	if old.Amount != req.Amount {
+		d.add("amount", quote(old.Amount.String()), quote(req.Amount.String()))
+	}
+	if req.EffectiveAt != nil {
+		if at := req.EffectiveAt.UTC().Truncate(time.Microsecond); !at.Equal(old.EffectiveAt) {
+			d.add("effective_at", old.EffectiveAt.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+		}
+	}
+	return d.err("price", strconv.FormatInt(old.ID, 10), old.ID)
 }
 
 // priceReason describes a price version for the event trail.

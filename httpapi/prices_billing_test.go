@@ -20,7 +20,7 @@ func testSetAndListPrices(t *testing.T, e *env) {
 	now := e.clock.Now()
 	ptr := func(t time.Time) *time.Time { return &t }
 
-	p, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")})
+	p, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,14 +29,14 @@ func testSetAndListPrices(t *testing.T, e *env) {
 		t.Errorf("SetPrice = %+v", p)
 	}
 	// A later version, and zonal and volume prices.
-	later, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("2"), EffectiveAt: ptr(now.Add(time.Hour))})
+	later, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("2"), EffectiveAt: ptr(now.Add(time.Hour))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Zone: "zone-b", Amount: money.MustParse("1.25")}); err != nil {
+	if _, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Zone: "zone-b", Amount: money.MustParse("1.25")}, ""); err != nil {
 		t.Fatal(err)
 	}
-	vol, err := e.admin.SetPrice(ctx, SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")})
+	vol, err := e.admin.SetPrice(ctx, SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}, "")
 	if err != nil || vol.Kind != cloud.PriceVolume || vol.Offering != "" {
 		t.Fatalf("volume price = %+v, %v", vol, err)
 	}
@@ -100,7 +100,7 @@ func testSetPriceRejects(t *testing.T, e *env) {
 		{"bad zone", SetPriceRequest{Offering: "l4.1x", Zone: "zone a", Amount: 1}, "zone"},
 		{"history rewritten", SetPriceRequest{Offering: "l4.1x", Amount: 1, EffectiveAt: func() *time.Time { t := now.Add(-2 * time.Minute); return &t }()}, "effective_at"},
 	} {
-		_, err := e.admin.SetPrice(ctx, tc.req)
+		_, err := e.admin.SetPrice(ctx, tc.req, "")
 		ce := wantCode(t, err, cloud.Invalid)
 		if ce.Details["field"] != tc.field {
 			t.Errorf("%s: field %v, want %s (%s)", tc.name, ce.Details["field"], tc.field, ce.Message)
@@ -115,13 +115,13 @@ func testSetPriceRejects(t *testing.T, e *env) {
 		t.Errorf("amount with 7 decimals: %d %s", code, body)
 	}
 	// Members may read prices but not set them.
-	_, err := e.acme.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: 1})
+	_, err := e.acme.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: 1}, "")
 	wantCode(t, err, cloud.PermissionDenied)
 	e.billingUnchanged(before, "rejected prices")
 
 	// A little skew is fine.
 	if _, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: 0,
-		EffectiveAt: func() *time.Time { t := now.Add(-30 * time.Second); return &t }()}); err != nil {
+		EffectiveAt: func() *time.Time { t := now.Add(-30 * time.Second); return &t }()}, ""); err != nil {
 		t.Errorf("price 30 s in the past: %v", err)
 	}
 }

@@ -36,7 +36,7 @@ func testBillingCreateRaces(t *testing.T, e *env) {
 		}()
 		go func() {
 			defer wg.Done()
-			addresses[i], errs[2*n+i] = e.acme.AllocateAddress(ctx, AllocateAddressRequest{})
+			addresses[i], errs[2*n+i] = e.acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
 		}()
 	}
 	wg.Wait()

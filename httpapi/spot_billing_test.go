@@ -176,7 +176,7 @@ func testSpotRequestRejects(t *testing.T, e *env) {
 	for i := range nine {
 		nine[i] = cloud.Pool{Offering: "l4.1x", Zone: "z" + string(rune('a'+i))}
 	}
-	vol, err := e.globex.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1})
+	vol, err := e.globex.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -15,10 +17,16 @@ const (
 	EventVolumeDetached cloud.EventKind = "volume.detached"
 )
 
-// createVolume handles POST /v1/volumes.
+// createVolume handles POST /v1/volumes. With an Idempotency-Key, a retry
+// answers the volume the first call created, with 200 instead of 201; the
+// same key with another name, size or zone is a conflict.
 func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateVolumeRequest
 	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkIdempotencyKey(key); err != nil {
 		return err
 	}
 	if err := checkName("name", req.Name, true); err != nil {
@@ -37,28 +45,86 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p principa
 		}
 		asked = q
 	}
-	var v *cloud.Volume
+	var out *cloud.Volume
+	created := false
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ctx := r.Context()
+		out, created = nil, false
 		tenant, err := s.scope(ctx, tx, p, asked, p.TenantID)
 		if err != nil {
 			return err
 		}
+		if key != "" {
+			old, err := volumeByKey(ctx, tx, tenant, key)
+			if err != nil {
+				return err
+			}
+			if old != nil {
+				out = old
+				return sameVolume(old, &req)
+			}
+		}
 		now := s.now()
-		v = &cloud.Volume{ID: newID("v-"), TenantID: tenant, Name: req.Name, SizeGiB: req.SizeGiB,
-			Zone: req.Zone, CreatedAt: now}
+		v := &cloud.Volume{ID: newID("v-"), TenantID: tenant, Name: req.Name, SizeGiB: req.SizeGiB,
+			Zone: req.Zone, CreatedAt: now, IdempotencyKey: key}
 		if err := tx.CreateVolume(ctx, v); err != nil {
+			return asKeyRace(err, key)
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: tenant,
+			Actor: p.UserID, Reason: "volume " + v.ID + " created"}); err != nil {
 			return err
 		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: tenant,
-			Actor: p.UserID, Reason: "volume " + v.ID + " created"})
+		out, created = v, true
+		return nil
 	})
+	var race *keyRace
+	if errors.As(err, &race) {
+		// A concurrent call with the same key won; answer its volume.
+		err = s.tx(r.Context(), func(tx cloud.Tx) error {
+			var err error
+			if out, err = tx.GetVolume(r.Context(), race.id); err != nil {
+				return err
+			}
+			return sameVolume(out, &req)
+		})
+	}
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", "/v1/volumes/"+v.ID)
-	writeJSON(w, http.StatusCreated, v)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/volumes/"+out.ID)
+	}
+	writeJSON(w, status, out)
 	return nil
+}
+
+// volumeByKey finds a tenant's volume created with an idempotency key.
+func volumeByKey(ctx context.Context, tx cloud.Tx, tenant, key string) (*cloud.Volume, error) {
+	vs, err := tx.ListVolumes(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		if v.IdempotencyKey == key {
+			return v, nil
+		}
+	}
+	return nil, nil
+}
+
+// sameVolume reports a conflict when an idempotency key is reused for
+// another volume. Name, size and zone are fixed at creation (no route
+// changes them), so a true retry always matches.
+func sameVolume(old *cloud.Volume, req *CreateVolumeRequest) error {
+	var d keyDiffs
+	d.addString("name", old.Name, req.Name)
+	if old.SizeGiB != req.SizeGiB {
+		d.add("size_gib", strconv.FormatInt(old.SizeGiB, 10), strconv.FormatInt(req.SizeGiB, 10))
+	}
+	d.addString("zone", old.Zone, req.Zone)
+	return d.err("volume", old.ID, old.ID)
 }
 
 // listVolumes handles GET /v1/volumes: the tenant's volumes; admins every

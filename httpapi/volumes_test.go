@@ -21,18 +21,18 @@ func TestVolumes(t *testing.T) {
 		{Name: "", SizeGiB: 10},
 		{Name: "data", SizeGiB: 10, Zone: "bad zone"},
 	} {
-		_, err := e.acme.CreateVolume(ctx, req)
+		_, err := e.acme.CreateVolume(ctx, req, "")
 		wantCode(t, err, cloud.Invalid)
 	}
-	_, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 10, Tenant: e.globexID})
+	_, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 10, Tenant: e.globexID}, "")
 	wantCode(t, err, cloud.NotFound)
 	e.unchanged(before, "bad volumes")
 
-	v, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"})
+	v, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}, "")
 	if err != nil || v.TenantID != e.acmeID || !strings.HasPrefix(v.ID, "v-") {
 		t.Fatalf("CreateVolume = %+v, %v", v, err)
 	}
-	gv, err := e.admin.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1, Tenant: e.globexID})
+	gv, err := e.admin.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1, Tenant: e.globexID}, "")
 	if err != nil || gv.TenantID != e.globexID {
 		t.Fatalf("admin creates for globex: %+v, %v", gv, err)
 	}

@@ -36,12 +36,12 @@ func inList[T ~string](col string, vals []T, args []any) (string, []any) {
 
 // ---- prices ----
 
-const priceCols = "id, kind, offering, zone, amount, effective_at, created_at, actor"
+const priceCols = "id, kind, offering, zone, amount, effective_at, created_at, actor, idempotency_key"
 
 func scanPrice(sc scanner) (*cloud.Price, error) {
 	var p cloud.Price
 	err := sc.Scan(&p.ID, &p.Kind, &p.Offering, &p.Zone, &p.Amount, timeCol{&p.EffectiveAt},
-		timeCol{&p.CreatedAt}, &p.Actor)
+		timeCol{&p.CreatedAt}, &p.Actor, &p.IdempotencyKey)
 	return &p, err
 }
 
@@ -53,7 +53,9 @@ func validPriceKind(k cloud.PriceKind) bool {
 	return false
 }
 
-// AddPrice appends a version; the ID it sets only grows.
+// AddPrice appends a version; the ID it sets only grows. It is idempotent
+// by key as CreateInstance is, the key unique across every price, and for
+// the same reasons looks the key up before and after its insert.
 func (t *tx) AddPrice(ctx context.Context, p *cloud.Price) error {
 	if !validPriceKind(p.Kind) {
 		return invalidf("price kind %q is not compute, volume or address", p.Kind)
@@ -61,19 +63,56 @@ func (t *tx) AddPrice(ctx context.Context, p *cloud.Price) error {
 	if p.Amount < 0 {
 		return invalidf("price amount %d is negative", p.Amount)
 	}
+	if p.IdempotencyKey != "" {
+		if err := t.priceByKey(ctx, p); err != nil {
+			return err
+		}
+	}
 	effective, created := normTime(p.EffectiveAt), normTime(p.CreatedAt)
 	d := &t.s.d
 	var id int64
-	err := t.get(ctx, "add price", func() error { return internal("add price", errNoID) },
-		"INSERT INTO prices (kind, offering, zone, amount, effective_at, created_at, actor)"+
-			" VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-		[]any{string(p.Kind), p.Offering, p.Zone, int64(p.Amount), d.timeArg(effective), d.timeArg(created), p.Actor},
+	added := true
+	err := t.get(ctx, "add price", func() error { added = false; return nil },
+		"INSERT INTO prices (kind, offering, zone, amount, effective_at, created_at, actor, idempotency_key)"+
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+		[]any{string(p.Kind), p.Offering, p.Zone, int64(p.Amount), d.timeArg(effective), d.timeArg(created), p.Actor,
+			p.IdempotencyKey},
 		&id)
 	if err != nil {
 		return err
 	}
+	if !added {
+		// Only the key is unique: a concurrent add with it committed
+		// after the lookup above.
+		if p.IdempotencyKey != "" {
+			if err := t.priceByKey(ctx, p); err != nil {
+				return err
+			}
+		}
+		return internal("add price", errNoID)
+	}
 	p.ID, p.EffectiveAt, p.CreatedAt = id, effective, created
 	return nil
+}
+
+// priceByKey returns the idempotency Conflict, with *p set to the version
+// added first and Details "existing_id" its (int64) ID, when a price was
+// already added with p's key; nil when none was.
+func (t *tx) priceByKey(ctx context.Context, p *cloud.Price) error {
+	found := true
+	old, err := one(ctx, t, "find price by idempotency key", func() error { found = false; return nil },
+		"SELECT "+priceCols+" FROM prices WHERE idempotency_key = ? AND idempotency_key <> ''",
+		[]any{p.IdempotencyKey}, scanPrice)
+	if err != nil || !found {
+		return err
+	}
+	key := p.IdempotencyKey
+	*p = *old
+	return &cloud.Error{
+		Code:    cloud.Conflict,
+		Message: "price " + strconv.FormatInt(old.ID, 10) + " was already added with idempotency key " + strconv.Quote(key),
+		Details: map[string]any{"existing_id": old.ID},
+	}
 }
 
 // ListPrices orders by kind, offering, zone, effective time and ID (byte
@@ -490,19 +529,20 @@ func (t *tx) LatestSpotPrices(ctx context.Context) ([]cloud.SpotPrice, error) {
 
 // ---- addresses ----
 
-const addressCols = "id, tenant_id, ip, zone, instance_id, created_at, released_at"
+const addressCols = "id, tenant_id, ip, zone, instance_id, created_at, released_at, idempotency_key"
 
 func scanAddress(sc scanner) (*cloud.Address, error) {
 	var a cloud.Address
 	err := sc.Scan(&a.ID, &a.TenantID, &a.IP, &a.Zone, strCol{&a.InstanceID}, timeCol{&a.CreatedAt},
-		nullTimeCol{&a.ReleasedAt})
+		nullTimeCol{&a.ReleasedAt}, &a.IdempotencyKey)
 	return &a, err
 }
 
 // CreateAddress stores the IP in its canonical text form (and sets a.IP to
 // it), so that two spellings of one IPv6 address cannot both be held. It
 // appends the usage On at CreatedAt, and the Off at ReleasedAt when the
-// address is created released.
+// address is created released. It is idempotent by key as CreateInstance
+// is: a retry appends no usage.
 func (t *tx) CreateAddress(ctx context.Context, a *cloud.Address) error {
 	if a.ID == "" {
 		return invalidf("address has no id")
@@ -518,6 +558,11 @@ func (t *tx) CreateAddress(ctx context.Context, a *cloud.Address) error {
 	if released != nil && released.Before(created) {
 		return invalidf("address %s is released before it is created", a.ID)
 	}
+	if a.IdempotencyKey != "" {
+		if err := t.addressByKey(ctx, a); err != nil {
+			return err
+		}
+	}
 	if err := t.mustExist(ctx, "tenants", "tenant", a.TenantID); err != nil {
 		return err
 	}
@@ -528,12 +573,18 @@ func (t *tx) CreateAddress(ctx context.Context, a *cloud.Address) error {
 	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create address "+a.ID,
-		"INSERT INTO addresses ("+addressCols+") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-		a.ID, a.TenantID, ip.String(), a.Zone, nullStr(a.InstanceID), d.timeArg(created), d.nullTimeArg(released))
+		"INSERT INTO addresses ("+addressCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		a.ID, a.TenantID, ip.String(), a.Zone, nullStr(a.InstanceID), d.timeArg(created), d.nullTimeArg(released),
+		a.IdempotencyKey)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
+		if a.IdempotencyKey != "" {
+			if err := t.addressByKey(ctx, a); err != nil {
+				return err
+			}
+		}
 		dup, err := t.exists(ctx, "find address "+a.ID, "SELECT 1 FROM addresses WHERE id = ?", a.ID)
 		if err != nil {
 			return err
@@ -549,6 +600,20 @@ func (t *tx) CreateAddress(ctx context.Context, a *cloud.Address) error {
 		meter = append(meter, addressUsage(a, *released, false))
 	}
 	return t.appendUsage(ctx, meter...)
+}
+
+// addressByKey is commitmentByKey for addresses.
+func (t *tx) addressByKey(ctx context.Context, a *cloud.Address) error {
+	found := true
+	old, err := one(ctx, t, "find address by idempotency key", func() error { found = false; return nil },
+		"SELECT "+addressCols+" FROM addresses WHERE tenant_id = ? AND idempotency_key = ?"+
+			" AND idempotency_key <> ''", []any{a.TenantID, a.IdempotencyKey}, scanAddress)
+	if err != nil || !found {
+		return err
+	}
+	key := a.IdempotencyKey
+	*a = *old
+	return idempotencyConflict("address", old.ID, key)
 }
 
 func (t *tx) GetAddress(ctx context.Context, id string) (*cloud.Address, error) {

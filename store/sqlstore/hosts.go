@@ -98,18 +98,26 @@ func (t *tx) Heartbeat(ctx context.Context, id string, at time.Time) error {
 	return nil
 }
 
-const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at"
+const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key"
 
 func scanVolume(sc scanner) (*cloud.Volume, error) {
 	var v cloud.Volume
 	err := sc.Scan(&v.ID, &v.TenantID, &v.Name, &v.SizeGiB, &v.Zone, strCol{&v.InstanceID},
-		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt})
+		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt}, &v.IdempotencyKey)
 	return &v, err
 }
 
+// CreateVolume is idempotent by key as CreateInstance is, and for the same
+// reasons looks the key up before and after its insert; a retry appends no
+// usage.
 func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	if v.ID == "" {
 		return invalidf("volume has no id")
+	}
+	if v.IdempotencyKey != "" {
+		if err := t.volumeByKey(ctx, v); err != nil {
+			return err
+		}
 	}
 	if err := t.mustExist(ctx, "tenants", "tenant", v.TenantID); err != nil {
 		return err
@@ -125,13 +133,18 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create volume "+v.ID,
-		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		v.ID, v.TenantID, v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID),
-		d.timeArg(created), d.nullTimeArg(deleted))
+		d.timeArg(created), d.nullTimeArg(deleted), v.IdempotencyKey)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
+		if v.IdempotencyKey != "" {
+			if err := t.volumeByKey(ctx, v); err != nil {
+				return err
+			}
+		}
 		return conflictf("volume %s already exists", v.ID)
 	}
 	meter := []*cloud.Usage{volumeUsage(v, created, true, v.SizeGiB)}
@@ -143,6 +156,20 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	}
 	v.CreatedAt, v.DeletedAt = created, deleted
 	return nil
+}
+
+// volumeByKey is commitmentByKey for volumes.
+func (t *tx) volumeByKey(ctx context.Context, v *cloud.Volume) error {
+	found := true
+	old, err := one(ctx, t, "find volume by idempotency key", func() error { found = false; return nil },
+		"SELECT "+volumeCols+" FROM volumes WHERE tenant_id = ? AND idempotency_key = ?"+
+			" AND idempotency_key <> ''", []any{v.TenantID, v.IdempotencyKey}, scanVolume)
+	if err != nil || !found {
+		return err
+	}
+	key := v.IdempotencyKey
+	*v = *old
+	return idempotencyConflict("volume", old.ID, key)
 }
 
 func (t *tx) GetVolume(ctx context.Context, id string) (*cloud.Volume, error) {

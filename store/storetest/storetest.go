@@ -66,6 +66,10 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Budgets", testBudgets},
 		{"UsageLedger", testUsageLedger},
 		{"OpenUsage", testOpenUsage},
+		{"VolumeIdempotency", testVolumeIdempotency},
+		{"AddressIdempotency", testAddressIdempotency},
+		{"PriceIdempotency", testPriceIdempotency},
+		{"ConcurrentIdempotentCreates", testConcurrentIdempotentCreates},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
