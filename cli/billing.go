@@ -541,6 +541,9 @@ func lineQuantity(l billing.Line) string {
 	case billing.UnitGiBSecond:
 		return hours(l.Quantity) + " GiB-h"
 	case billing.UnitUnitSecond:
+		if l.Quantity < 3600 {
+			return strconv.FormatInt(l.Quantity, 10) + " unit-s"
+		}
 		return hours(l.Quantity) + " unit-h"
 	}
 	return strconv.FormatInt(l.Quantity, 10)
