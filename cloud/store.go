@@ -148,6 +148,9 @@ type InstanceFilter struct {
 	// launches of one spot request.
 	Market        Market
 	SpotRequestID string
+	// Interrupted selects instances that carry an Interruption (a reclaim
+	// notice or a rebalance recommendation).
+	Interrupted bool
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.
 	Limit   int
 	AfterID string

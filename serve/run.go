@@ -49,6 +49,10 @@ type Config struct {
 	SpotClearInterval time.Duration
 	KeepFailed        time.Duration
 	BudgetInterval    time.Duration
+	// MarketInterval is how often the spot market drives requests and
+	// watches prices (1 s when zero); reclaim deadlines are enforced by the
+	// scheduler on every step regardless.
+	MarketInterval time.Duration
 }
 
 // Server is a running control plane: the API on a listener, and the
@@ -184,7 +188,7 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 	}
 	tick := time.NewTicker(cfg.ScheduleInterval)
 	defer tick.Stop()
-	lastHealth, lastBudget := time.Time{}, time.Time{}
+	lastHealth, lastBudget, lastMarket := time.Time{}, time.Time{}, time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,8 +198,15 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 		// The market first (it needs the fleet of the previous step): it
 		// tells the scheduler which zones each pending spot instance may
 		// use and launches relaunches, which the scheduler then places.
-		if err := s.Market.Step(ctx); err != nil && ctx.Err() == nil {
-			cfg.Log.Error("spot market step", "err", err)
+		marketEvery := cfg.MarketInterval
+		if marketEvery <= 0 {
+			marketEvery = time.Second
+		}
+		if now := cfg.Now(); now.Sub(lastMarket) >= marketEvery {
+			lastMarket = now
+			if err := s.Market.Step(ctx); err != nil && ctx.Err() == nil {
+				cfg.Log.Error("spot market step", "err", err)
+			}
 		}
 		if _, err := s.Scheduler.Step(ctx); err != nil && ctx.Err() == nil {
 			cfg.Log.Error("scheduler step", "err", err)

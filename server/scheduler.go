@@ -172,7 +172,8 @@ type snapshot struct {
 	stamp   cloud.HostStamp
 	holding map[string]bool
 	pending []*cloud.Instance
-	// spot holds the spot instances that hold capacity; commitments the
+	// spot holds the spot instances that hold capacity and carry an
+	// interruption; commitments the
 	// active zonal commitments, and tenantHolding the instances holding
 	// capacity of the tenants that have one.
 	spot          []*cloud.Instance
@@ -202,7 +203,9 @@ func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
 		if err != nil {
 			return err
 		}
-		snap.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: cloud.HoldingStates()})
+		// Only spot instances under a notice matter here (the reclaim
+		// view, the deadlines): a cheap read however many run.
+		snap.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: cloud.HoldingStates(), Interrupted: true})
 		if err != nil {
 			return err
 		}

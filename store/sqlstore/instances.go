@@ -215,6 +215,9 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.SpotRequestID != "" {
 		add("spot_request_id = ?", f.SpotRequestID)
 	}
+	if f.Interrupted {
+		conds = append(conds, "interruption IS NOT NULL")
+	}
 	if f.AfterID != "" {
 		add("id > ?", f.AfterID)
 	}

@@ -550,6 +550,7 @@ func testSpotInstances(t *testing.T, s cloud.Store) {
 		{"by spot request", cloud.InstanceFilter{SpotRequestID: "sr-2"}, []string{"i-4"}},
 		{"with other fields", cloud.InstanceFilter{Market: cloud.MarketSpot, States: []cloud.State{cloud.Running}},
 			[]string{"i-3"}},
+		{"interrupted", cloud.InstanceFilter{Interrupted: true}, []string{"i-3"}},
 	} {
 		got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
 		wantEqual(t, c.desc, ids(got), c.want)
