@@ -86,14 +86,8 @@ func (m *Market) read(ctx context.Context) (*marketSnap, error) {
 		if ms.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: live}); err != nil {
 			return err
 		}
-		all, err := tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
-		if err != nil {
+		if ms.pending, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketOnDemand, States: []cloud.State{cloud.Pending}}); err != nil {
 			return err
-		}
-		for _, in := range all {
-			if in.Market != cloud.MarketSpot {
-				ms.pending = append(ms.pending, in)
-			}
 		}
 		if m.last == nil {
 			latest, err := tx.LatestSpotPrices(ctx)
@@ -192,15 +186,8 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 	for _, in := range ms.pending {
 		each(in.Offering, in.Zones, func(s *spot.Supply) { s.OnDemandPending++ })
 	}
-	for id := range m.Sched.phantoms {
-		if a := m.Sched.fleet.Allocation(id); a != nil {
-			if h := m.Sched.fleet.Host(a.HostID); h != nil {
-				// The placeholder's offering is its commitment's.
-				if c := m.commitmentOf(id); c != "" {
-					each(c, []string{h.Zone}, func(s *spot.Supply) { s.Reserved++ })
-				}
-			}
-		}
+	for _, ph := range m.Sched.phantoms {
+		each(ph.pool.Offering, []string{ph.pool.Zone}, func(s *spot.Supply) { s.Reserved++ })
 	}
 	pools := sortedPools(supply)
 	in := make([]spot.Supply, len(pools))
@@ -230,21 +217,6 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 	}
 	m.Sched.spotPrice = sp
 	return nil
-}
-
-// commitmentOf returns the offering a placeholder reserves.
-func (m *Market) commitmentOf(phantom string) string {
-	a := m.Sched.fleet.Allocation(phantom)
-	if a == nil {
-		return ""
-	}
-	cid := m.Sched.phantoms[phantom]
-	for _, c := range m.Sched.lastCommitments {
-		if c.ID == cid {
-			return c.Offering
-		}
-	}
-	return ""
 }
 
 // maxPrice is a request's max price in a pool: its own, or the on-demand
@@ -362,16 +334,19 @@ func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error
 	})
 }
 
-// drive moves every live spot request along with its instance.
+// drive moves every live spot request along with its instance. A request
+// already where its instance puts it (active while the instance holds
+// capacity, open while it waits in its only pool) costs no transaction.
 func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error {
 	byID := map[string]*cloud.Instance{}
 	for _, in := range ms.spot {
 		byID[in.ID] = in
 	}
 	for _, id := range sortedKeys(ms.requests) {
-		r := ms.requests[id]
-		in := byID[r.InstanceID]
-		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, r.ID, in == nil, now) }); err != nil {
+		if settled(ms.requests[id], byID[ms.requests[id].InstanceID]) {
+			continue
+		}
+		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, id, now) }); err != nil {
 			if cloud.IsConflict(err) {
 				continue // changed meanwhile: next step
 			}
@@ -381,9 +356,28 @@ func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error
 	return nil
 }
 
+// The reasons a request keeps while nothing happens to it.
+const reasonWaiting = "waiting for capacity"
+
+func reasonActive(in *cloud.Instance) string { return "instance " + in.ID + " holds capacity" }
+
+// settled reports whether driveOne would leave the request as it is, as
+// far as the snapshot tells.
+func settled(r *cloud.SpotRequest, in *cloud.Instance) bool {
+	switch {
+	case in == nil:
+		return false
+	case in.State.Holds():
+		return r.State == cloud.SpotActive && r.Reason == reasonActive(in)
+	case in.State == cloud.Pending:
+		return r.State == cloud.SpotOpen && r.Reason == reasonWaiting && (len(r.Pools) < 2 || in.Reason == "")
+	}
+	return false
+}
+
 // driveOne handles one request in its own transaction, re-reading it and
 // its instance.
-func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, _ bool, now time.Time) error {
+func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.Time) error {
 	r, err := tx.GetSpotRequest(ctx, id)
 	if err != nil {
 		return ignoreNotFound(err)
@@ -419,9 +413,9 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, _ bool, n
 		if moved, err := m.toBackup(ctx, tx, r, in, now); err != nil || moved {
 			return err
 		}
-		return set(cloud.SpotOpen, "waiting for capacity")
+		return set(cloud.SpotOpen, reasonWaiting)
 	case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Terminating:
-		return set(cloud.SpotActive, "instance "+in.ID+" holds capacity")
+		return set(cloud.SpotActive, reasonActive(in))
 	case cloud.Stopped:
 		if in.Reason == cloud.ReasonExitedOK {
 			return set(cloud.SpotClosed, "its workload completed")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -15,6 +14,12 @@ import (
 // preemptible, and so make others' on-demand and spot requests fail for
 // that capacity or, through reclaim, evict spot instances from it.
 const reservationPrefix = "rsv/"
+
+// phantom is a placeholder's commitment and the pool it holds capacity in.
+type phantom struct {
+	commitment string
+	pool       cloud.Pool
+}
 
 func reservationID(commitment string, n int) string {
 	return fmt.Sprintf("%s%s/%d", reservationPrefix, commitment, n)
@@ -28,7 +33,6 @@ func reservationID(commitment string, n int) string {
 // event (once until it changes). Family commitments are billing only.
 func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 	now := s.Now()
-	s.lastCommitments = snap.commitments
 	want := map[string]*cloud.Commitment{}
 	for _, c := range snap.commitments {
 		if c.Zone == "" || !c.Active(now) {
@@ -73,7 +77,7 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			if err := s.fleet.Apply(p); err != nil {
 				return err
 			}
-			s.phantoms[id] = c.ID
+			s.phantoms[id] = phantom{commitment: c.ID, pool: cloud.Pool{Offering: c.Offering, Zone: c.Zone}}
 			continue
 		}
 		ok, err := s.reclaim(ctx, snap, id, req)
@@ -131,7 +135,7 @@ func (s *Scheduler) takeReservation(snap *snapshot, in *cloud.Instance) {
 			continue
 		}
 		for _, id := range sortedKeys(s.phantoms) {
-			if s.phantoms[id] != c.ID || !strings.HasPrefix(id, reservationPrefix) {
+			if s.phantoms[id].commitment != c.ID {
 				continue
 			}
 			if err := s.fleet.Release(id); err == nil {

@@ -60,12 +60,11 @@ type Scheduler struct {
 	waiting map[string]wait
 	steps   int
 
-	// phantoms are the capacity reservations placed in the fleet
-	// (placeholder ID to commitment ID); shortfall counts, per
-	// commitment, the placeholders that found no room.
-	phantoms        map[string]string
-	shortfall       map[string]int
-	lastCommitments []*cloud.Commitment
+	// phantoms are the capacity reservations placed in the fleet, by
+	// placeholder ID; shortfall counts, per commitment, the placeholders
+	// that found no room.
+	phantoms  map[string]phantom
+	shortfall map[string]int
 	// view is this step's reclaim view (see reclaimView).
 	view *reclaimView
 	// spotPrice is each pool's current spot price in micros (set by the
@@ -90,7 +89,7 @@ func NewScheduler(st cloud.Store, cat *catalog.Catalog) *Scheduler {
 	}
 	sc, _ := placement.NewScorer(placement.DefaultPolicy, nil)
 	return &Scheduler{Store: st, Catalog: cat, Engine: placement.NewEngine(cat, sc, 1), Now: time.Now, Log: slog.Default(),
-		phantoms: map[string]string{}, shortfall: map[string]int{}}
+		phantoms: map[string]phantom{}, shortfall: map[string]int{}}
 }
 
 // Fleet returns the scheduler's fleet index (read it, do not change it).
@@ -161,7 +160,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
 	// Capacity reservations live only in the fleet: the next step places
 	// them again on the new one.
-	s.phantoms = map[string]string{}
+	s.phantoms = map[string]phantom{}
 	s.epoch++
 	return nil
 }
