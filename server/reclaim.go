@@ -75,15 +75,8 @@ func (s *Scheduler) reclaim(ctx context.Context, snap *snapshot, id string, req 
 		}
 		return false, err
 	}
-	for _, victim := range plan.Victims {
-		if strings.HasPrefix(victim, reservationPrefix) {
-			// Reservations are not preemptible; the planner never picks
-			// them. Be safe anyway.
-			return false, nil
-		}
-	}
 	if len(plan.Victims) > 0 {
-		if err := s.notice(ctx, snap, plan.Victims, id); err != nil {
+		if err := s.notice(ctx, plan.Victims, id); err != nil {
 			return false, err
 		}
 		for _, victim := range plan.Victims {
@@ -102,7 +95,7 @@ func (s *Scheduler) reclaim(ctx context.Context, snap *snapshot, id string, req 
 // notice announces capacity reclaims to spot instances, in one
 // transaction. An instance that changed meanwhile (stopped, already under
 // notice) is skipped.
-func (s *Scheduler) notice(ctx context.Context, snap *snapshot, victims []string, forID string) error {
+func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) error {
 	now := s.Now()
 	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
 		for _, id := range victims {
