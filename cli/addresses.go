@@ -102,40 +102,12 @@ func newAddressesAllocateCommand(s *session) *cobra.Command {
 }
 
 func newAddressesListCommand(s *session) *cobra.Command {
-	var (
-		tenant   string
-		released bool
-		out      outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List addresses",
-		Long:    "List addresses: members their tenant's, admins every tenant's or one tenant's.",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				as, err := c.Addresses(ctx, t, released)
-				if err != nil {
-					return c.explain(err)
-				}
-				if as == nil {
-					as = []*cloud.Address{}
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, false, as...)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's addresses, by name or ID (admins)")
+	var released bool
+	cmd := newTenantListCommand(s, "addresses", "List addresses: members their tenant's, admins every tenant's or one tenant's.",
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Address, error) {
+			return c.Addresses(ctx, t, released)
+		}, printAddresses)
 	cmd.Flags().BoolVar(&released, "released", false, "include released addresses")
-	out.register(cmd)
 	return cmd
 }
 

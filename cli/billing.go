@@ -424,39 +424,10 @@ func newCommitmentsCreateCommand(s *session) *cobra.Command {
 }
 
 func newCommitmentsListCommand(s *session) *cobra.Command {
-	var (
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List commitments",
-		Long:    "List commitments: members their tenant's, admins every tenant's or one tenant's.",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				cs, err := c.Commitments(ctx, t)
-				if err != nil {
-					return c.explain(err)
-				}
-				if cs == nil {
-					cs = []*cloud.Commitment{}
-				}
-				return printCommitments(cmd.OutOrStdout(), out.format, false, cs...)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's commitments, by name or ID (admins)")
-	out.register(cmd)
-	return cmd
+	return newTenantListCommand(s, "commitments", "List commitments: members their tenant's, admins every tenant's or one tenant's.",
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Commitment, error) {
+			return c.Commitments(ctx, t)
+		}, printCommitments)
 }
 
 func newCommitmentsDescribeCommand(s *session) *cobra.Command {

@@ -58,39 +58,8 @@ func printTokens(w io.Writer, format string, one bool, ts ...*cloud.Token) error
 }
 
 func newTokensListCommand(s *session) *cobra.Command {
-	var (
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List tokens",
-		Long:    "List tokens (never their secrets): members their tenant's, admins every\ntenant's or one tenant's with --tenant.",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				ts, err := c.Tokens(ctx, t)
-				if err != nil {
-					return c.explain(err)
-				}
-				if ts == nil {
-					ts = []*cloud.Token{}
-				}
-				return printTokens(cmd.OutOrStdout(), out.format, false, ts...)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's tokens, by name or ID (admins)")
-	out.register(cmd)
-	return cmd
+	return newTenantListCommand(s, "tokens", "List tokens (never their secrets): members their tenant's, admins every\ntenant's or one tenant's with --tenant.",
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Token, error) { return c.Tokens(ctx, t) }, printTokens)
 }
 
 // parseExpiry parses --expires-in: a Go duration ("12h", "90m") or a

@@ -218,39 +218,8 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 }
 
 func newVolumesListCommand(s *session) *cobra.Command {
-	var (
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List volumes",
-		Long:    "List volumes: members their tenant's, admins every tenant's or one tenant's.",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				vs, err := c.Volumes(ctx, t)
-				if err != nil {
-					return c.explain(err)
-				}
-				if vs == nil {
-					vs = []*cloud.Volume{}
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, false, vs...)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's volumes, by name or ID (admins)")
-	out.register(cmd)
-	return cmd
+	return newTenantListCommand(s, "volumes", "List volumes: members their tenant's, admins every tenant's or one tenant's.",
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Volume, error) { return c.Volumes(ctx, t) }, printVolumes)
 }
 
 func newVolumesAttachCommand(s *session) *cobra.Command {
