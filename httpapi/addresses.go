@@ -177,26 +177,11 @@ func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p princ
 		return &cloud.Error{Code: cloud.Conflict, Message: "other allocations kept taking the chosen address; retry",
 			Details: map[string]any{"pool": s.addrPool.String()}}
 	}
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its address.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			if out, err = tx.GetAddress(r.Context(), race.id); err != nil {
-				return err
-			}
-			return sameAddress(out, &req)
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.Address, error) { return tx.GetAddress(r.Context(), id) }, func(a *cloud.Address) error { return sameAddress(a, &req) })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/addresses/"+out.ID)
-	}
-	writeJSON(w, status, out)
+	writeCreated(w, created, "/v1/addresses/"+out.ID, out)
 	return nil
 }
 

@@ -243,26 +243,11 @@ func (s *server) createCommitment(w http.ResponseWriter, r *http.Request, p prin
 			Reason: fmt.Sprintf("commitment %s: %s of %d %s%s for %s from %s, fixed from the on-demand price %s",
 				c.ID, c.Plan, c.Quantity, c.Offering, inZone(c.Zone), req.Term, c.Start.Format(time.RFC3339), price)})
 	})
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its commitment.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			if out, err = tx.GetCommitment(r.Context(), race.id); err != nil {
-				return err
-			}
-			return sameCommitment(out, &req, name)
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.Commitment, error) { return tx.GetCommitment(r.Context(), id) }, func(c *cloud.Commitment) error { return sameCommitment(c, &req, name) })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/commitments/"+out.ID)
-	}
-	writeJSON(w, status, out)
+	writeCreated(w, created, "/v1/commitments/"+out.ID, out)
 	return nil
 }
 

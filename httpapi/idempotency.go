@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -53,4 +55,37 @@ func asKeyRace(err error, key string) error {
 		}
 	}
 	return err
+}
+
+// raceWinner finishes a create that may have lost a race on its
+// Idempotency-Key: when err is a *keyRace, it reads, in a new
+// transaction, the resource the winning call made (get) and checks it
+// against this request (same); otherwise out and err pass unchanged.
+func raceWinner[T any](s *server, ctx context.Context, out T, err error,
+	get func(tx cloud.Tx, id string) (T, error), same func(T) error) (T, error) {
+	var race *keyRace
+	if !errors.As(err, &race) {
+		return out, err
+	}
+	err = s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		if out, err = get(tx, race.id); err != nil {
+			return err
+		}
+		return same(out)
+	})
+	return out, err
+}
+
+// writeCreated answers a create: 201 with the resource's Location when
+// this call created it, 200 when it answers an earlier call's (a retry).
+func writeCreated(w http.ResponseWriter, created bool, location string, v any) {
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		if location != "" {
+			w.Header().Set("Location", location)
+		}
+	}
+	writeJSON(w, status, v)
 }

@@ -237,25 +237,12 @@ func (s *server) createInstance(w http.ResponseWriter, r *http.Request, p princi
 		ctx = r.Context()
 		err = s.tx(ctx, body)
 	}
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its instance.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			out, err = tx.GetInstance(r.Context(), race.id)
-			return err
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(r.Context(), id) }, func(*cloud.Instance) error { return nil })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/instances/"+out.ID)
-	}
 	w.Header().Set("ETag", etag(out.Version))
-	writeJSON(w, status, out)
+	writeCreated(w, created, "/v1/instances/"+out.ID, out)
 	return nil
 }
 

@@ -226,28 +226,17 @@ func (s *server) setPrice(w http.ResponseWriter, r *http.Request, p principal) e
 		out, created = price, true
 		return nil
 	})
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its version.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			if out, err = priceByKey(r.Context(), tx, key); err != nil {
-				return err
-			}
-			if out == nil {
-				return fmt.Errorf("price %s of idempotency key %s not found", race.id, quote(key))
-			}
-			return samePrice(out, kind, offering, &req)
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.Price, error) {
+		p, err := priceByKey(r.Context(), tx, key)
+		if err == nil && p == nil {
+			err = fmt.Errorf("price %s of idempotency key %s not found", id, quote(key))
+		}
+		return p, err
+	}, func(p *cloud.Price) error { return samePrice(p, kind, offering, &req) })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, out)
+	writeCreated(w, created, "", out)
 	return nil
 }
 

@@ -413,27 +413,12 @@ func (s *server) createSpotRequest(w http.ResponseWriter, r *http.Request, p pri
 		out, created = sr, true
 		return nil
 	})
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its request.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			if out, err = tx.GetSpotRequest(r.Context(), race.id); err != nil {
-				return err
-			}
-			return sameSpotRequest(out, &req)
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.SpotRequest, error) { return tx.GetSpotRequest(r.Context(), id) }, func(sr *cloud.SpotRequest) error { return sameSpotRequest(sr, &req) })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/spot/requests/"+out.ID)
-	}
 	w.Header().Set("ETag", etag(out.Version))
-	writeJSON(w, status, out)
+	writeCreated(w, created, "/v1/spot/requests/"+out.ID, out)
 	return nil
 }
 

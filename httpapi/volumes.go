@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -77,26 +76,11 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p principa
 		out, created = v, true
 		return nil
 	})
-	var race *keyRace
-	if errors.As(err, &race) {
-		// A concurrent call with the same key won; answer its volume.
-		err = s.tx(r.Context(), func(tx cloud.Tx) error {
-			var err error
-			if out, err = tx.GetVolume(r.Context(), race.id); err != nil {
-				return err
-			}
-			return sameVolume(out, &req)
-		})
-	}
+	out, err = raceWinner(s, r.Context(), out, err, func(tx cloud.Tx, id string) (*cloud.Volume, error) { return tx.GetVolume(r.Context(), id) }, func(v *cloud.Volume) error { return sameVolume(v, &req) })
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-		w.Header().Set("Location", "/v1/volumes/"+out.ID)
-	}
-	writeJSON(w, status, out)
+	writeCreated(w, created, "/v1/volumes/"+out.ID, out)
 	return nil
 }
 
