@@ -51,7 +51,7 @@ const EnvVolumes = runtime.EnvVolumes
 type Config struct {
 	Driver   gpu.Driver
 	Runtime  runtime.Runtime
-	Metadata *metadata.Server // optional: without it workloads get no metadata URL
+	Metadata *metadata.Endpoints // optional: without it workloads get no metadata URL
 	// DataDir holds volumes (DataDir/volumes/<id>, unless VolumeDir is
 	// set), per-instance work directories (DataDir/instances/<id>) and
 	// output logs (DataDir/logs).

@@ -22,7 +22,7 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 )
 
-var _ agent.Server = (*agenttest.Server)(nil)
+var _ agent.Server = (*agenttest.ControlPlane)(nil)
 
 // testInterval is the agent's period in tests.
 const testInterval = 20 * time.Millisecond
@@ -32,9 +32,9 @@ const testInterval = 20 * time.Millisecond
 type env struct {
 	t    *testing.T
 	host *sim.Host
-	srv  *agenttest.Server
+	srv  *agenttest.ControlPlane
 	rt   *process.Runtime
-	md   *metadata.Server
+	md   *metadata.Endpoints
 	ag   *agent.Agent
 	dir  string // the agent's DataDir
 	out  string // where workloads write what tests read

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/serve"
-	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/spot"
 )
 
@@ -104,16 +104,16 @@ type spotServerFlags struct {
 
 func (f *spotServerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.DurationVar(&f.notice, "spot-notice", server.DefaultNotice, "reclaim notice a spot instance gets before it is stopped (at least 30s)")
+	fs.DurationVar(&f.notice, "spot-notice", controller.DefaultNotice, "reclaim notice a spot instance gets before it is stopped (at least 30s)")
 	fs.StringArrayVar(&f.poolNotice, "pool-notice", nil, "reclaim notice of one pool or offering, e.g. h100.8x/us-east-1a=5m or h100.8x=3m (repeatable)")
-	fs.DurationVar(&f.clear, "spot-clear-interval", server.DefaultClearInterval, "how often spot prices clear")
-	fs.DurationVar(&f.keepFailed, "spot-keep-failed", server.DefaultKeepFailed, "how long a failed spot instance is kept for inspection before its persistent request relaunches")
+	fs.DurationVar(&f.clear, "spot-clear-interval", controller.DefaultClearInterval, "how often spot prices clear")
+	fs.DurationVar(&f.keepFailed, "spot-keep-failed", controller.DefaultKeepFailed, "how long a failed spot instance is kept for inspection before its persistent request relaunches")
 }
 
 // apply checks the flags and sets them on cfg.
 func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
-	if f.notice < server.MinNotice {
-		return usagef(cmd, "--spot-notice %s: at least %s", f.notice, server.MinNotice)
+	if f.notice < controller.MinNotice {
+		return usagef(cmd, "--spot-notice %s: at least %s", f.notice, controller.MinNotice)
 	}
 	if f.clear <= 0 || f.keepFailed < 0 {
 		return usagef(cmd, "--spot-clear-interval must be positive and --spot-keep-failed not negative")
@@ -127,8 +127,8 @@ func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
 		if !ok || k == "" || err != nil {
 			return usagef(cmd, "--pool-notice %q: want OFFERING[/ZONE]=DURATION, e.g. h100.8x/us-east-1a=5m", pn)
 		}
-		if d < server.MinNotice {
-			return usagef(cmd, "--pool-notice %q: at least %s", pn, server.MinNotice)
+		if d < controller.MinNotice {
+			return usagef(cmd, "--pool-notice %q: at least %s", pn, controller.MinNotice)
 		}
 		if cfg.PoolNotice == nil {
 			cfg.PoolNotice = map[string]time.Duration{}

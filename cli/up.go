@@ -30,7 +30,7 @@ type hostAgent struct {
 	id  string
 	ag  *agent.Agent
 	rt  *process.Runtime
-	md  *metadata.Server
+	md  *metadata.Endpoints
 	gpu int
 }
 

@@ -58,7 +58,7 @@ func logger() *slog.Logger {
 // host, each with its own process runtime and metadata service.
 type cluster struct {
 	t     *testing.T
-	srv   *serve.Server
+	srv   *serve.Replica
 	hc    *http.Client
 	admin *httpapi.Client
 	hosts map[string]*simHost
@@ -75,7 +75,7 @@ type simHost struct {
 	spec sim.Spec
 	sim  *sim.Host
 	rt   *trackingRuntime
-	md   *metadata.Server
+	md   *metadata.Endpoints
 	// dir is the agent's data directory (volumes live under it).
 	dir string
 	// api is the agent's own client (its credential), for looking at the

@@ -16,9 +16,9 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -349,7 +349,7 @@ func (c *cluster) checkEmpty(metadataURLs map[string]string) {
 			t.Errorf("host %s still has allocations: %+v", h.ID, h)
 		}
 	}
-	sch := server.NewScheduler(c.srv.Store, nil)
+	sch := controller.NewScheduler(c.srv.Store, nil)
 	if err := sch.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ var errAddressTaken = errors.New("address taken meanwhile")
 // Idempotency-Key, a retry answers the address the first call allocated,
 // with 200 instead of 201 (released or not, wherever it is associated
 // now); the same key with another zone or instance is a conflict.
-func (s *server) allocateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) allocateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req AllocateAddressRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -246,7 +246,7 @@ func sameZone(zone string, in *cloud.Instance) error {
 // listAddresses handles GET /v1/addresses: the tenant's unreleased
 // addresses (admins: every tenant's, or ?tenant's); ?released=true adds the
 // released ones.
-func (s *server) listAddresses(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listAddresses(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	released := false
 	switch q.Get("released") {
@@ -301,7 +301,7 @@ func released(a *cloud.Address) error {
 // associateAddress handles POST /v1/addresses/{id}/associate. Associating
 // an address with the instance it is on changes nothing; one on another
 // instance must be disassociated first.
-func (s *server) associateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) associateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req AssociateAddressRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -351,7 +351,7 @@ func (s *server) associateAddress(w http.ResponseWriter, r *http.Request, p prin
 
 // disassociateAddress handles POST /v1/addresses/{id}/disassociate;
 // disassociating a free address changes nothing.
-func (s *server) disassociateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) disassociateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var out *cloud.Address
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ctx := r.Context()
@@ -381,7 +381,7 @@ func (s *server) disassociateAddress(w http.ResponseWriter, r *http.Request, p p
 // releaseAddress handles DELETE /v1/addresses/{id}: the address stops
 // billing and goes back to the pool, disassociated. Releasing a released
 // address answers it unchanged.
-func (s *server) releaseAddress(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) releaseAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var out *cloud.Address
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ctx := r.Context()

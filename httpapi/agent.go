@@ -50,7 +50,7 @@ func agentActor(host string) string { return "agent:" + host }
 
 // createJoinToken handles POST /v1/join-tokens (admin): a token with role
 // join, owned by the calling admin. The secret is in the answer only.
-func (s *server) createJoinToken(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createJoinToken(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateJoinTokenRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (s *server) createJoinToken(w http.ResponseWriter, r *http.Request, p princ
 
 // listJoinTokens handles GET /v1/join-tokens (admin): every join token,
 // revoked and expired ones included. DELETE /v1/tokens/{id} revokes one.
-func (s *server) listJoinTokens(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listJoinTokens(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := TokenList{Tokens: []*cloud.Token{}}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ts, err := tx.ListTokens(r.Context(), "")
@@ -108,7 +108,7 @@ func (s *server) listJoinTokens(w http.ResponseWriter, r *http.Request, p princi
 // agentJoin handles POST /v1/agent/join. The route is public: the join
 // token travels in the body, and is checked here. It answers 201 for a new
 // host and 200 for a re-join.
-func (s *server) agentJoin(w http.ResponseWriter, r *http.Request, _ principal) error {
+func (s *api) agentJoin(w http.ResponseWriter, r *http.Request, _ principal) error {
 	var req JoinRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *server) agentJoin(w http.ResponseWriter, r *http.Request, _ principal) 
 
 // rejoin updates an existing host from a new join: new spec, healthy again
 // if it was unhealthy, earlier credentials revoked.
-func (s *server) rejoin(ctx context.Context, tx cloud.Tx, h *cloud.Host, spec fleet.Host, joinToken string, now time.Time) error {
+func (s *api) rejoin(ctx context.Context, tx cloud.Tx, h *cloud.Host, spec fleet.Host, joinToken string, now time.Time) error {
 	if err := claimMIG(ctx, tx, h.ID, &spec); err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func (s *server) rejoin(ctx context.Context, tx cloud.Tx, h *cloud.Host, spec fl
 // heal makes an unhealthy host schedulable again, with an event; the
 // caller writes the host. Hosts in other states keep them: a cordoned host
 // stays cordoned.
-func (s *server) heal(ctx context.Context, tx cloud.Tx, h *cloud.Host, now time.Time, why string) error {
+func (s *api) heal(ctx context.Context, tx cloud.Tx, h *cloud.Host, now time.Time, why string) error {
 	if h.State != fleet.Unhealthy {
 		return nil
 	}
@@ -245,7 +245,7 @@ func (s *server) heal(ctx context.Context, tx cloud.Tx, h *cloud.Host, now time.
 // rebuild its fleet for nothing. A changed inventory replaces the spec and
 // bumps the version (the scheduler rebuilds from it), with an event. An
 // unhealthy host becomes schedulable again, with an event.
-func (s *server) agentHeartbeat(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) agentHeartbeat(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req HeartbeatRequest
 	if err := decodeOptionalBody(w, r, &req); err != nil {
 		return err
@@ -308,7 +308,7 @@ func (s *server) agentHeartbeat(w http.ResponseWriter, r *http.Request, p princi
 // CUDA versions become the labels "driver" and "cuda" unless the inventory
 // sets them, so that label selectors such as "driver>=550" work. Anything
 // the scheduler could not use is invalid_argument.
-func (s *server) hostSpec(inv *gpu.Inventory, id string) (fleet.Host, error) {
+func (s *api) hostSpec(inv *gpu.Inventory, id string) (fleet.Host, error) {
 	src := &inv.Host
 	if src.ID != "" && src.ID != id {
 		return fleet.Host{}, field("inventory.host.id", "is %s, but this credential is for host %s", quote(src.ID), quote(id))
@@ -383,7 +383,7 @@ func (s *server) hostSpec(inv *gpu.Inventory, id string) (fleet.Host, error) {
 // checkMIGInstances sets g's MIG instances from the reported ones, each
 // checked with the geometry the agent's drivers use (gpu.CheckMIG) and
 // completed from the catalog's profile.
-func (s *server) checkMIGInstances(name string, g *fleet.GPU, reported []fleet.MIGInstance) error {
+func (s *api) checkMIGInstances(name string, g *fleet.GPU, reported []fleet.MIGInstance) error {
 	if len(reported) == 0 {
 		return nil
 	}

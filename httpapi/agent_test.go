@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/cloud"
+	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	control "github.com/gpucloud/gpucloud/server"
 )
 
 // inventory is what an agent of a host with gpus GPUs of model reports:

@@ -31,7 +31,7 @@ const (
 
 // agentAssignments handles GET /v1/agent/assignments: every instance
 // holding an allocation on the caller's host.
-func (s *server) agentAssignments(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) agentAssignments(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := AssignmentList{Assignments: []Assignment{}}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ins, err := tx.ListInstances(r.Context(), cloud.InstanceFilter{HostID: p.HostID, States: cloud.HoldingStates()})
@@ -204,7 +204,7 @@ func lastHost(ctx context.Context, tx cloud.Tx, instanceID string) (string, erro
 // caller's host is not_found, except a repeat of the final report that
 // released it from this host, which answers 204, so that an agent may
 // retry a report whose answer it did not get.
-func (s *server) agentStatus(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) agentStatus(w http.ResponseWriter, r *http.Request, p principal) error {
 	var rep StatusReport
 	if err := decodeBody(w, r, &rep); err != nil {
 		return err
@@ -278,7 +278,7 @@ func (s *server) agentStatus(w http.ResponseWriter, r *http.Request, p principal
 // instance's output, as text/plain (or application/octet-stream), at most
 // 1 MiB. The instance must be on the caller's host, or have been on it
 // last: output read after the final status report is still accepted.
-func (s *server) agentLogs(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) agentLogs(w http.ResponseWriter, r *http.Request, p principal) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "text/plain" && mt != "application/octet-stream" {
 		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
@@ -328,7 +328,7 @@ func (s *server) agentLogs(w http.ResponseWriter, r *http.Request, p principal) 
 // 1 MiB of the instance's output from offset N on (0 when absent), and the
 // offset to ask for next. A page never ends inside a UTF-8 character: the
 // character's first bytes wait for the next page.
-func (s *server) instanceLogs(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) instanceLogs(w http.ResponseWriter, r *http.Request, p principal) error {
 	var offset int64
 	if q := r.URL.Query().Get("offset"); q != "" {
 		n, err := strconv.ParseInt(q, 10, 64)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	control "github.com/gpucloud/gpucloud/server"
 )
 
 // schedule runs one scheduler step, as the leader's loop would, and

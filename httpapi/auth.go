@@ -80,7 +80,7 @@ func unauthenticated(msg string) error {
 }
 
 // authenticate finds the principal of the request's bearer token.
-func (s *server) authenticate(r *http.Request) (principal, error) {
+func (s *api) authenticate(r *http.Request) (principal, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return principal{}, unauthenticated("missing Authorization header; send Authorization: Bearer gpc_...")
@@ -94,7 +94,7 @@ func (s *server) authenticate(r *http.Request) (principal, error) {
 }
 
 // lookupToken finds the principal of a token string.
-func (s *server) lookupToken(ctx context.Context, tok string) (principal, error) {
+func (s *api) lookupToken(ctx context.Context, tok string) (principal, error) {
 	if !strings.HasPrefix(tok, tokenPrefix) || len(tok) > maxTokenLen {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
 	}

@@ -53,7 +53,7 @@ func checkBudget(spec BudgetSpec) ([]int, error) {
 // putBudget handles PUT /v1/budget: sets the monthly budget of the
 // caller's tenant (admins: ?tenant's, else their own). Budgets alert when
 // spending crosses a threshold; they never stop anything.
-func (s *server) putBudget(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) putBudget(w http.ResponseWriter, r *http.Request, p principal) error {
 	var spec BudgetSpec
 	if err := decodeMoneyBody(w, r, &spec, "amount"); err != nil {
 		return err
@@ -100,7 +100,7 @@ func percents(ths []int) string {
 // getBudget handles GET /v1/budget: the budget of the caller's tenant
 // (admins: ?tenant's, else their own), null when none is set, with the
 // spending of the current month rated live and this month's alerts.
-func (s *server) getBudget(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getBudget(w http.ResponseWriter, r *http.Request, p principal) error {
 	var out *BudgetStatus
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		tenant, err := s.scope(r.Context(), tx, p, r.URL.Query().Get("tenant"), p.TenantID)
@@ -119,7 +119,7 @@ func (s *server) getBudget(w http.ResponseWriter, r *http.Request, p principal) 
 
 // budgetStatus reads a tenant's budget, rates its current month and lists
 // the month's alerts.
-func (s *server) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*BudgetStatus, error) {
+func (s *api) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*BudgetStatus, error) {
 	now := s.now().UTC()
 	period := billing.Month(now.Year(), now.Month())
 	out := &BudgetStatus{TenantID: tenant, Month: period.Name(), Alerts: []*cloud.BudgetAlert{}}

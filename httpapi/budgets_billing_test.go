@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/money"
-	control "github.com/gpucloud/gpucloud/server"
 )
 
 func TestBudgets(t *testing.T) { onBothStores(t, testBudgets) }

@@ -74,7 +74,7 @@ func parseDiscountPct(n string) (int64, error) {
 // commitmentOfferings resolves a commitment's offering: an offering name,
 // or a family that prefixes at least one offering ("h100" matches every
 // "h100.*"). It returns the canonical name and the offerings it covers.
-func (s *server) commitmentOfferings(name string) (string, []*catalog.Offering, error) {
+func (s *api) commitmentOfferings(name string) (string, []*catalog.Offering, error) {
 	if name == "" {
 		return "", nil, field("offering", "is required: an offering (\"h100.8x\") or a family (\"h100\")")
 	}
@@ -126,7 +126,7 @@ func onDemandPrice(ctx context.Context, tx cloud.Tx, offerings []*catalog.Offeri
 // price in force. With an Idempotency-Key, a retry answers the commitment
 // the first call made, with 200; the same key for another commitment is a
 // conflict.
-func (s *server) createCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateCommitmentRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -286,7 +286,7 @@ func sameCommitment(old *cloud.Commitment, req *CreateCommitmentRequest, offerin
 
 // listCommitments handles GET /v1/commitments: the tenant's (admins:
 // every tenant's, or ?tenant's).
-func (s *server) listCommitments(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listCommitments(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := CommitmentList{}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		out.Commitments = []*cloud.Commitment{}
@@ -310,7 +310,7 @@ func (s *server) listCommitments(w http.ResponseWriter, r *http.Request, p princ
 
 // getCommitment handles GET /v1/commitments/{id}; another tenant's answers
 // like a missing one.
-func (s *server) getCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	var c *cloud.Commitment
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {

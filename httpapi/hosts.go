@@ -15,7 +15,7 @@ const (
 )
 
 // listHosts handles GET /v1/hosts (admin).
-func (s *server) listHosts(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listHosts(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := HostList{}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		hs, err := tx.ListHosts(r.Context())
@@ -36,7 +36,7 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request, p principal) 
 // what it runs and takes nothing new. Cordoning a cordoned host changes
 // nothing; an unhealthy host is cordoned too, so that it does not take
 // work when it recovers.
-func (s *server) cordonHost(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) cordonHost(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.setHostState(w, r, p, fleet.Cordoned, EventHostCordoned, func(from fleet.HostState) error {
 		return nil
 	})
@@ -45,7 +45,7 @@ func (s *server) cordonHost(w http.ResponseWriter, r *http.Request, p principal)
 // uncordonHost handles POST /v1/hosts/{id}/uncordon (admin). Only a
 // cordoned host becomes schedulable; an unhealthy one stays unhealthy until
 // its heartbeats say otherwise, so uncordoning it is a conflict.
-func (s *server) uncordonHost(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) uncordonHost(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.setHostState(w, r, p, fleet.Schedulable, EventHostUncordoned, func(from fleet.HostState) error {
 		if from == fleet.Unhealthy {
 			return &cloud.Error{Code: cloud.Conflict,
@@ -60,7 +60,7 @@ func (s *server) uncordonHost(w http.ResponseWriter, r *http.Request, p principa
 // check makes a concurrent change (a scheduler commit, another operator) a
 // conflict instead of a lost update. An optional If-Match pins the version
 // the operator saw.
-func (s *server) setHostState(w http.ResponseWriter, r *http.Request, p principal, to fleet.HostState,
+func (s *api) setHostState(w http.ResponseWriter, r *http.Request, p principal, to fleet.HostState,
 	kind cloud.EventKind, allowed func(from fleet.HostState) error) error {
 	want, err := ifMatch(r)
 	if err != nil {
@@ -109,7 +109,7 @@ func (s *server) setHostState(w http.ResponseWriter, r *http.Request, p principa
 // stops it, the allocation is released; its tenant may start it again and
 // it is placed elsewhere). Instances being terminated carry on. Draining a
 // drained host changes nothing. The answer lists the instances it stopped.
-func (s *server) drainHost(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) drainHost(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	var stopped []*cloud.Instance
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {

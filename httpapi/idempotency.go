@@ -61,7 +61,7 @@ func asKeyRace(err error, key string) error {
 // Idempotency-Key: when err is a *keyRace, it reads, in a new
 // transaction, the resource the winning call made (get) and checks it
 // against this request (same); otherwise out and err pass unchanged.
-func raceWinner[T any](s *server, ctx context.Context, out T, err error,
+func raceWinner[T any](s *api, ctx context.Context, out T, err error,
 	get func(tx cloud.Tx, id string) (T, error), same func(T) error) (T, error) {
 	var race *keyRace
 	if !errors.As(err, &race) {

@@ -25,7 +25,7 @@ const (
 // checkInstanceRequest validates what can be checked without the store
 // and returns the offering. Label selectors are stored in their parsed,
 // canonical spelling.
-func (s *server) checkInstanceRequest(req *CreateInstanceRequest) (*catalog.Offering, error) {
+func (s *api) checkInstanceRequest(req *CreateInstanceRequest) (*catalog.Offering, error) {
 	if req.Offering == "" {
 		return nil, field("offering", "is required; GET /v1/offerings lists them")
 	}
@@ -143,7 +143,7 @@ func (k *keyRace) Error() string { return "idempotency key taken by " + k.id }
 // createInstance handles POST /v1/instances. With an Idempotency-Key, a
 // retry returns the instance the first call created, with 200 instead of
 // 201; the same key with another offering or name is a conflict.
-func (s *server) createInstance(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createInstance(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateInstanceRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -313,7 +313,7 @@ func parseStates(s string) ([]cloud.State, error) {
 // listInstances handles GET /v1/instances. Members list their tenant's;
 // admins every tenant's, or one tenant's with ?tenant. Pages are in ID
 // order; next is the ?after of the following page.
-func (s *server) listInstances(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listInstances(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	states, err := parseStates(q.Get("state"))
 	if err != nil {
@@ -360,7 +360,7 @@ func (s *server) listInstances(w http.ResponseWriter, r *http.Request, p princip
 }
 
 // getInstance handles GET /v1/instances/{id}; the ETag is the version.
-func (s *server) getInstance(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getInstance(w http.ResponseWriter, r *http.Request, p principal) error {
 	var in *cloud.Instance
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		var err error
@@ -396,7 +396,7 @@ func eventPage(ctx context.Context, tx cloud.Tx, f cloud.EventFilter) (EventList
 }
 
 // instanceEvents handles GET /v1/instances/{id}/events.
-func (s *server) instanceEvents(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) instanceEvents(w http.ResponseWriter, r *http.Request, p principal) error {
 	limit, err := queryLimit(r)
 	if err != nil {
 		return err
@@ -423,7 +423,7 @@ func (s *server) instanceEvents(w http.ResponseWriter, r *http.Request, p princi
 
 // listEvents handles GET /v1/events (admin), filtered by ?host, ?tenant
 // and ?instance.
-func (s *server) listEvents(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listEvents(w http.ResponseWriter, r *http.Request, p principal) error {
 	limit, err := queryLimit(r)
 	if err != nil {
 		return err

@@ -86,7 +86,7 @@ func rate(ctx context.Context, tx cloud.Tx, tenant string, period billing.Period
 // month's is a running total (final is false until the month is over).
 // Members get their tenant's; admins one tenant's with ?tenant, else every
 // tenant's. ?format=csv, or Accept: text/csv, answers CSV.
-func (s *server) listInvoices(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listInvoices(w http.ResponseWriter, r *http.Request, p principal) error {
 	now := s.now()
 	period, err := queryMonth(r, now)
 	if err != nil {

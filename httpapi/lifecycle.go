@@ -64,15 +64,15 @@ var terminate = action{verb: "terminate", target: func(id string, from cloud.Sta
 	return cloud.Terminated, false, nil
 }}
 
-func (s *server) stopInstance(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) stopInstance(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.change(w, r, p, stop)
 }
 
-func (s *server) startInstance(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) startInstance(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.change(w, r, p, start)
 }
 
-func (s *server) terminateInstance(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) terminateInstance(w http.ResponseWriter, r *http.Request, p principal) error {
 	return s.change(w, r, p, terminate)
 }
 
@@ -81,7 +81,7 @@ func (s *server) terminateInstance(w http.ResponseWriter, r *http.Request, p pri
 // is a conflict, even when the action would change nothing), moves the
 // state, writes the event, and on terminate detaches the volumes, which
 // outlive their instances.
-func (s *server) change(w http.ResponseWriter, r *http.Request, p principal, a action) error {
+func (s *api) change(w http.ResponseWriter, r *http.Request, p principal, a action) error {
 	want, err := ifMatch(r)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func priceKind(fieldName, s string) (cloud.PriceKind, error) {
 
 // offeringField resolves an offering of the catalog for a request field,
 // answering the closest names when it does not exist.
-func (s *server) offeringField(name, offering string) (*catalog.Offering, error) {
+func (s *api) offeringField(name, offering string) (*catalog.Offering, error) {
 	if offering == "" {
 		return nil, field(name, "is required; GET /v1/offerings lists them")
 	}
@@ -69,7 +69,7 @@ func decodeMoneyBody(w http.ResponseWriter, r *http.Request, v any, amountField 
 // listPrices handles GET /v1/prices: every version of the prices that
 // match ?kind, ?offering and ?zone, or with ?at (RFC 3339) only the
 // versions in force at that time.
-func (s *server) listPrices(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listPrices(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	f := cloud.PriceFilter{Zone: q.Get("zone")}
 	if k := q.Get("kind"); k != "" {
@@ -147,7 +147,7 @@ func inForce(ps []*cloud.Price, t time.Time) []*cloud.Price {
 // answers the version the first call added, with 200 instead of 201, even
 // once its effective_at has passed; the same key with another kind,
 // offering, zone, amount or effective_at is a conflict.
-func (s *server) setPrice(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) setPrice(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req SetPriceRequest
 	if err := decodeMoneyBody(w, r, &req, "amount"); err != nil {
 		return err

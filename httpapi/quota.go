@@ -23,7 +23,7 @@ const defaultMetalGPUs = 8
 // instance its compute slices out of 7, a time-slice its share, a bare
 // metal host all its GPUs. CPU offerings and metal offerings without a
 // model hold no GPU quota (model "").
-func (s *server) gpuDemand(o *catalog.Offering) (model string, gpus float64) {
+func (s *api) gpuDemand(o *catalog.Offering) (model string, gpus float64) {
 	if o.Model == "" {
 		return "", 0
 	}
@@ -54,7 +54,7 @@ func (s *server) gpuDemand(o *catalog.Offering) (model string, gpus float64) {
 // usage sums what a tenant's non-terminated instances hold. An instance
 // whose offering left the catalog counts as an instance but holds no GPUs
 // any more: the operator removed what it was charged by.
-func (s *server) usage(ctx context.Context, tx cloud.Tx, tenant string) (Usage, error) {
+func (s *api) usage(ctx context.Context, tx cloud.Tx, tenant string) (Usage, error) {
 	ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: tenant, States: liveStates})
 	if err != nil {
 		return Usage{}, err
@@ -81,7 +81,7 @@ const quotaEpsilon = 1e-9
 // enforceQuota answers quota_exceeded when one more instance of offering o
 // would take the tenant over its quota. The details carry the limit, what
 // is used and what was requested, so that the caller can see by how much.
-func (s *server) enforceQuota(ctx context.Context, tx cloud.Tx, tenant string, o *catalog.Offering) error {
+func (s *api) enforceQuota(ctx context.Context, tx cloud.Tx, tenant string, o *catalog.Offering) error {
 	q, err := getQuota(ctx, tx, tenant)
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ const (
 
 // parsePool reads a pool as the API names it, "OFFERING/ZONE", with the
 // offering resolved through the catalog.
-func (s *server) parsePool(fieldName, v string) (cloud.Pool, error) {
+func (s *api) parsePool(fieldName, v string) (cloud.Pool, error) {
 	off, zone, ok := strings.Cut(v, "/")
 	if !ok || off == "" || zone == "" {
 		return cloud.Pool{}, field(fieldName, "%s is not a pool: want OFFERING/ZONE, e.g. h100.1x/zone-a", quote(v))
@@ -59,7 +59,7 @@ func queryTime(r *http.Request, name string) (time.Time, error) {
 // of ?pool (repeatable; every pool when absent) from ?since (default 24
 // hours ago) until ?until (default no end), oldest first, at most ?limit
 // points (default 1000, at most 10000).
-func (s *server) spotPrices(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) spotPrices(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	f := cloud.SpotPriceFilter{Limit: defaultSpotPoints}
 	for _, v := range q["pool"] {
@@ -137,7 +137,7 @@ func hoursOf(d time.Duration) string { return strconv.FormatInt(int64(d/time.Hou
 // recent reclaims over ?window (default 168h, at most 720h) before now.
 // The reclaim figures aggregate every tenant's instances and carry counts
 // only, so members see them too.
-func (s *server) spotPools(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) spotPools(w http.ResponseWriter, r *http.Request, p principal) error {
 	window, err := reclaimWindow(r)
 	if err != nil {
 		return err
@@ -288,7 +288,7 @@ func reclaimStats(ctx context.Context, tx cloud.Tx, now time.Time, window time.D
 
 // checkSpotRequest validates what can be checked without the store and
 // fills in the defaults; pool offerings are stored by canonical name.
-func (s *server) checkSpotRequest(req *CreateSpotRequestRequest) error {
+func (s *api) checkSpotRequest(req *CreateSpotRequestRequest) error {
 	if err := checkName("name", req.Name, false); err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func (s *server) checkSpotRequest(req *CreateSpotRequestRequest) error {
 // (pending, for the scheduler and the market to place). With an
 // Idempotency-Key a retry answers the request the first call made, with
 // 200; the same key for another request is a conflict.
-func (s *server) createSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateSpotRequestRequest
 	if err := decodeMoneyBody(w, r, &req, "max_price"); err != nil {
 		return err
@@ -476,7 +476,7 @@ func spotStates(v string) ([]cloud.SpotRequestState, error) {
 
 // listSpotRequests handles GET /v1/spot/requests: the tenant's (admins:
 // every tenant's, or ?tenant's), optionally only in the states of ?state.
-func (s *server) listSpotRequests(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listSpotRequests(w http.ResponseWriter, r *http.Request, p principal) error {
 	states, err := spotStates(r.URL.Query().Get("state"))
 	if err != nil {
 		return err
@@ -511,7 +511,7 @@ func getVisibleSpotRequest(ctx context.Context, tx cloud.Tx, p principal, id str
 
 // getSpotRequest handles GET /v1/spot/requests/{id}; the ETag is the
 // version.
-func (s *server) getSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
 	var sr *cloud.SpotRequest
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		var err error
@@ -532,7 +532,7 @@ func (s *server) getSpotRequest(w http.ResponseWriter, r *http.Request, p princi
 // /v1/instances/{id}/terminate would, in the same transaction. Cancelling
 // a cancelled or closed request answers it unchanged (and still
 // terminates the instance when asked to).
-func (s *server) cancelSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) cancelSpotRequest(w http.ResponseWriter, r *http.Request, p principal) error {
 	want, err := ifMatch(r)
 	if err != nil {
 		return err
@@ -594,7 +594,7 @@ func (s *server) cancelSpotRequest(w http.ResponseWriter, r *http.Request, p pri
 // target decides the move, the instance and its event are written, and
 // terminating detaches its volumes. A noop (the instance is already where
 // the action leads) writes nothing.
-func (s *server) moveInstance(ctx context.Context, tx cloud.Tx, p principal, in *cloud.Instance, a action, now time.Time, why string) (noop bool, err error) {
+func (s *api) moveInstance(ctx context.Context, tx cloud.Tx, p principal, in *cloud.Instance, a action, now time.Time, why string) (noop bool, err error) {
 	from := in.State
 	to, noop, err := a.target(in.ID, from)
 	if err != nil || noop {

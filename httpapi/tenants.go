@@ -23,7 +23,7 @@ const (
 const maxQuota = 1_000_000
 
 // createTenant handles POST /v1/tenants (admin).
-func (s *server) createTenant(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createTenant(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateTenantRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -52,7 +52,7 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request, p principa
 }
 
 // listTenants handles GET /v1/tenants (admin).
-func (s *server) listTenants(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listTenants(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := TenantList{Tenants: []*cloud.Tenant{}}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ts, err := tx.ListTenants(r.Context())
@@ -79,7 +79,7 @@ func getTenant(ctx context.Context, tx cloud.Tx, id string) (*cloud.Tenant, erro
 
 // createUser handles POST /v1/tenants/{id}/users (admin): a user and its
 // first token, whose secret is in the answer and nowhere else.
-func (s *server) createUser(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createUser(w http.ResponseWriter, r *http.Request, p principal) error {
 	tenantID := r.PathValue("id")
 	var req CreateUserRequest
 	if err := decodeBody(w, r, &req); err != nil {
@@ -125,7 +125,7 @@ func (s *server) createUser(w http.ResponseWriter, r *http.Request, p principal)
 }
 
 // checkQuota validates a quota body and canonicalizes its model names.
-func (s *server) checkQuota(spec QuotaSpec) (map[string]float64, error) {
+func (s *api) checkQuota(spec QuotaSpec) (map[string]float64, error) {
 	if spec.Instances < 0 || spec.Instances > maxQuota {
 		return nil, field("instances", "%d is out of range 0..%d (0 means no limit)", spec.Instances, maxQuota)
 	}
@@ -151,7 +151,7 @@ func (s *server) checkQuota(spec QuotaSpec) (map[string]float64, error) {
 }
 
 // putQuota handles PUT /v1/tenants/{id}/quota (admin).
-func (s *server) putQuota(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) putQuota(w http.ResponseWriter, r *http.Request, p principal) error {
 	tenantID := r.PathValue("id")
 	var spec QuotaSpec
 	if err := decodeBody(w, r, &spec); err != nil {
@@ -187,7 +187,7 @@ func (s *server) putQuota(w http.ResponseWriter, r *http.Request, p principal) e
 
 // getQuota handles GET /v1/tenants/{id}/quota: admins for any tenant,
 // members for their own.
-func (s *server) getQuota(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getQuota(w http.ResponseWriter, r *http.Request, p principal) error {
 	tenantID := r.PathValue("id")
 	if !p.visible(tenantID) {
 		return notFound("tenant", tenantID)
@@ -223,7 +223,7 @@ func getQuota(ctx context.Context, tx cloud.Tx, tenantID string) (*cloud.Quota, 
 
 // listTokens handles GET /v1/tokens: the caller's tenant's tokens; admins
 // see every tenant's, or one tenant's with ?tenant.
-func (s *server) listTokens(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listTokens(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := TokenList{Tokens: []*cloud.Token{}}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		out.Tokens = out.Tokens[:0]
@@ -259,7 +259,7 @@ func tokenVisible(p principal, t *cloud.Token) bool {
 
 // createToken handles POST /v1/tokens: a new token for the calling user,
 // with the user's role. The secret is in the answer and nowhere else.
-func (s *server) createToken(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createToken(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateTokenRequest
 	if err := decodeOptionalBody(w, r, &req); err != nil {
 		return err
@@ -295,7 +295,7 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request, p principal
 // revokeToken handles DELETE /v1/tokens/{id}. Members revoke their
 // tenant's tokens, admins any. Revoking a revoked token changes nothing
 // and answers it again.
-func (s *server) revokeToken(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) revokeToken(w http.ResponseWriter, r *http.Request, p principal) error {
 	id := r.PathValue("id")
 	var out *cloud.Token
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {

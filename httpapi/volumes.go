@@ -19,7 +19,7 @@ const (
 // createVolume handles POST /v1/volumes. With an Idempotency-Key, a retry
 // answers the volume the first call created, with 200 instead of 201; the
 // same key with another name, size or zone is a conflict.
-func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) createVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req CreateVolumeRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -113,7 +113,7 @@ func sameVolume(old *cloud.Volume, req *CreateVolumeRequest) error {
 
 // listVolumes handles GET /v1/volumes: the tenant's volumes; admins every
 // tenant's, or one tenant's with ?tenant.
-func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listVolumes(w http.ResponseWriter, r *http.Request, p principal) error {
 	out := VolumeList{}
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		out.Volumes = []*cloud.Volume{}
@@ -151,7 +151,7 @@ func getVisibleVolume(ctx context.Context, tx cloud.Tx, p principal, id string) 
 }
 
 // getVolume handles GET /v1/volumes/{id}.
-func (s *server) getVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) getVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var v *cloud.Volume
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		var err error
@@ -181,7 +181,7 @@ func mutableVolumes(in *cloud.Instance) error {
 // attachVolume handles POST /v1/volumes/{id}/attach. A volume is attached
 // to one instance at a time, of its own tenant; attaching it again to the
 // same instance changes nothing.
-func (s *server) attachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) attachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req AttachVolumeRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
@@ -243,7 +243,7 @@ func (s *server) attachVolume(w http.ResponseWriter, r *http.Request, p principa
 
 // detachVolume handles POST /v1/volumes/{id}/detach. Detaching a detached
 // volume changes nothing.
-func (s *server) detachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) detachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var out *cloud.Volume
 	err := s.tx(r.Context(), func(tx cloud.Tx) error {
 		ctx := r.Context()

@@ -107,7 +107,7 @@ func TestMeasureMatchesNaive(t *testing.T) {
 		}
 		w.Types = append(w.Types, tt)
 	}
-	s := NewOurs(w)
+	s := NewGPUCloud(w)
 	for trial := 0; trial < 200; trial++ {
 		v := &View{CPU: int64(rnd.Intn(64)) * 1000, Memory: int64(rnd.Intn(8)) * 8192, CPUCap: 64000, MemoryCap: 65536}
 		for g := 0; g < 1+rnd.Intn(8); g++ {
@@ -144,7 +144,7 @@ func TestRecalibrateGuardsScarceHosts(t *testing.T) {
 	if want := float64(8*8+24*2) / float64(8*8); math.Abs(initial-want) > 1e-9 {
 		t.Fatalf("initial 8-GPU scarcity %v, want %v", initial, want)
 	}
-	s := NewOurs(w)
+	s := NewGPUCloud(w)
 	e := NewEngine(nil, s, 1)
 	// Fill six of the eight big hosts with one GPU each.
 	for i := 0; i < 6; i++ {
@@ -157,7 +157,7 @@ func TestRecalibrateGuardsScarceHosts(t *testing.T) {
 		t.Fatal("recalibrate reported no change after filling big hosts")
 	}
 	// The engine's own copy holds the new weights.
-	got := e.Scorer().(*Ours).w.Types[1].Scarcity
+	got := e.Scorer().(*GPUCloud).w.Types[1].Scarcity
 	if got <= initial*2 {
 		t.Fatalf("8-GPU scarcity after filling %v, want well above %v", got, initial)
 	}
@@ -178,7 +178,7 @@ func TestMIGSlotKeepsRoom(t *testing.T) {
 	h := fleet.MockHost("h100", "H100-80GB-SXM", 1)
 	h.GPUs[0].MIG = true
 	f := fleet.MockFleet(h)
-	e := NewEngine(nil, NewOurs(nil), 1)
+	e := NewEngine(nil, NewGPUCloud(nil), 1)
 	p := mustPlace(t, e, f, migReq("a", "3g.40gb"))
 	if p.Devices[0].MIGStart != 4 {
 		t.Fatalf("3g placed at slot %d, want 4", p.Devices[0].MIGStart)
@@ -198,7 +198,7 @@ func TestMIGPacksPartialGPU(t *testing.T) {
 	h := fleet.MockHost("h100", "H100-80GB-SXM", 2)
 	h.GPUs[0].MIG, h.GPUs[1].MIG = true, true
 	f := fleet.MockFleet(h)
-	e := NewEngine(nil, NewOurs(nil), 1)
+	e := NewEngine(nil, NewGPUCloud(nil), 1)
 	first := mustPlace(t, e, f, migReq("a", "1g.10gb"))
 	second := mustPlace(t, e, f, migReq("b", "1g.10gb"))
 	if second.Devices[0].GPU != first.Devices[0].GPU {
@@ -216,7 +216,7 @@ func TestCacheEviction(t *testing.T) {
 		hosts = append(hosts, fleet.MockHost(fmt.Sprintf("h%02d", i), []string{"T4", "L40S", "A100-80GB-SXM"}[i%3], 2+i%3))
 	}
 	f := fleet.MockFleet(hosts...)
-	e := NewEngine(nil, NewOurs(nil), 1)
+	e := NewEngine(nil, NewGPUCloud(nil), 1)
 	for i := 0; i < 200; i++ {
 		req := gpuReq(fmt.Sprintf("r%d", i), 1)
 		req.CPUMilli = int64(100 * (i % 37)) // 37 shapes, revisited
@@ -224,7 +224,7 @@ func TestCacheEviction(t *testing.T) {
 			req = shareReq(fmt.Sprintf("r%d", i), 100+i%7*100, 0)
 		}
 		p, err := e.Place(f, req)
-		fresh, err2 := NewEngine(nil, NewOurs(nil), 1).Place(f, req)
+		fresh, err2 := NewEngine(nil, NewGPUCloud(nil), 1).Place(f, req)
 		if (err == nil) != (err2 == nil) || err == nil && Explain(p) != Explain(fresh) {
 			t.Fatalf("request %d: cached %v/%v, fresh %v/%v", i, p, err, fresh, err2)
 		}

@@ -120,7 +120,7 @@ func NewScorer(name string, w *Workload) (Scorer, error) {
 	case "fgd":
 		return NewFGD(w), nil
 	case DefaultPolicy, "default":
-		return NewOurs(w), nil
+		return NewGPUCloud(w), nil
 	}
 	names := Policies()
 	sort.Strings(names)

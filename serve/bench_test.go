@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -124,7 +124,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // server on it (limiting its store to maxTx concurrent transactions when
 // maxTx >= 0, 0 meaning no limit; -1 keeps the store's default) and waits until its scheduler has built the fleet index. It
 // returns the server and one member token per tenant.
-func benchSetup(b *testing.B, db string, maxTx int) (*Server, []string) {
+func benchSetup(b *testing.B, db string, maxTx int) (*Replica, []string) {
 	ctx := context.Background()
 	st, err := OpenStore(ctx, db)
 	if err != nil {
@@ -207,7 +207,7 @@ func benchHost(i int) *fleet.Host {
 
 // benchBurst sends every create, benchWorkers at a time, and polls the
 // store until all are scheduled.
-func benchBurst(b *testing.B, s *Server, tokens []string) burst {
+func benchBurst(b *testing.B, s *Replica, tokens []string) burst {
 	ctx := context.Background()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: benchWorkers, MaxIdleConnsPerHost: benchWorkers}}
 	defer hc.CloseIdleConnections()
@@ -317,7 +317,7 @@ func countState(b *testing.B, db *sql.DB, state cloud.State) int {
 // benchVerify checks the end state: exactly every create scheduled and
 // nothing else, and a fleet rebuilt from the store that holds every stored
 // allocation (a GPU handed out twice would not fit) and passes Check.
-func benchVerify(b *testing.B, s *Server) {
+func benchVerify(b *testing.B, s *Replica) {
 	db := rawDB(b, s.Store)
 	if n := countState(b, db, cloud.Scheduled); n != benchCreates {
 		b.Fatalf("%d instances scheduled, want %d", n, benchCreates)
@@ -326,7 +326,7 @@ func benchVerify(b *testing.B, s *Server) {
 		b.Fatalf("%d instances still pending", n)
 	}
 	var misfits countingHandler
-	check := server.NewScheduler(s.Store, nil)
+	check := controller.NewScheduler(s.Store, nil)
 	check.Log = slog.New(&misfits)
 	if err := check.Rebuild(context.Background()); err != nil {
 		b.Fatal(err)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -55,17 +55,17 @@ type Config struct {
 	MarketInterval time.Duration
 }
 
-// Server is a running control plane: the API on a listener, and the
+// Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
 // controllers, which run only while this replica is the leader.
-type Server struct {
+type Replica struct {
 	Store cloud.Store
 	// URL is the API's base URL.
 	URL string
 	// AdminToken is set on the very first start, when the operator tenant
 	// and its admin token were created; it is shown once.
 	AdminToken string
-	Scheduler  *server.Scheduler
-	Market     *server.Market
+	Scheduler  *controller.Scheduler
+	Market     *controller.Market
 
 	http   *http.Server
 	cancel context.CancelFunc
@@ -87,7 +87,7 @@ func OpenStore(ctx context.Context, url string) (cloud.Store, error) {
 // Start opens the store (applying migrations), creates the operator's
 // admin token on the first start, serves the API and starts campaigning
 // for leadership. Close stops everything.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Catalog == nil {
 		cfg.Catalog = catalog.Default()
 	}
@@ -101,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.ScheduleInterval = 200 * time.Millisecond
 	}
 	if cfg.HeartbeatTimeout == 0 {
-		cfg.HeartbeatTimeout = server.DefaultHeartbeatTimeout
+		cfg.HeartbeatTimeout = controller.DefaultHeartbeatTimeout
 	}
 	st, err := OpenStore(ctx, cfg.DB)
 	if err != nil {
@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{Store: st, URL: "http://" + ln.Addr().String()}
+	s := &Replica{Store: st, URL: "http://" + ln.Addr().String()}
 	if created {
 		s.AdminToken = token
 	}
@@ -135,9 +135,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			cfg.Log.Error("api server stopped", "err", err)
 		}
 	}()
-	s.Scheduler = server.NewScheduler(st, cfg.Catalog)
+	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
 	s.Scheduler.Now, s.Scheduler.Log = cfg.Now, cfg.Log
-	s.Market = server.NewMarket(st, s.Scheduler)
+	s.Market = controller.NewMarket(st, s.Scheduler)
 	s.Market.Now, s.Market.Log = cfg.Now, cfg.Log
 	if cfg.Spot != nil {
 		if err := cfg.Spot.Validate(); err != nil {
@@ -149,10 +149,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.Scheduler.Notice = time.Duration(cfg.Spot.NoticeSeconds) * time.Second
 	}
 	for k, d := range cfg.PoolNotice {
-		if d < server.MinNotice {
+		if d < controller.MinNotice {
 			st.Close()
 			ln.Close()
-			return nil, fmt.Errorf("reclaim notice of %s is %s; the minimum is %s", k, d, server.MinNotice)
+			return nil, fmt.Errorf("reclaim notice of %s is %s; the minimum is %s", k, d, controller.MinNotice)
 		}
 	}
 	s.Scheduler.PoolNotice = cfg.PoolNotice
@@ -174,15 +174,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // IsLeader reports whether this replica runs the controllers now.
-func (s *Server) IsLeader() bool { return s.leader.get() }
+func (s *Replica) IsLeader() bool { return s.leader.get() }
 
 // LeaderTerms counts the times this replica became leader.
-func (s *Server) LeaderTerms() int { return s.leader.termCount() }
+func (s *Replica) LeaderTerms() int { return s.leader.termCount() }
 
 // controllers runs the scheduler and the heartbeat watcher until ctx ends
 // (leadership lost or server closing). It rebuilds the scheduler's fleet
 // from the store first, so a new leader never double-places.
-func (s *Server) controllers(ctx context.Context, cfg Config) {
+func (s *Replica) controllers(ctx context.Context, cfg Config) {
 	if err := s.Scheduler.Rebuild(ctx); err != nil && ctx.Err() == nil {
 		cfg.Log.Error("scheduler rebuild", "err", err)
 	}
@@ -217,13 +217,13 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 		}
 		if now := cfg.Now(); now.Sub(lastBudget) >= budgetEvery {
 			lastBudget = now
-			if _, err := server.CheckBudgets(ctx, s.Store, now); err != nil && ctx.Err() == nil {
+			if _, err := controller.CheckBudgets(ctx, s.Store, now); err != nil && ctx.Err() == nil {
 				cfg.Log.Error("budget check", "err", err)
 			}
 		}
 		if now := cfg.Now(); now.Sub(lastHealth) >= cfg.HeartbeatTimeout/4 {
 			lastHealth = now
-			if marked, err := server.MarkSilentHosts(ctx, s.Store, now, cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
+			if marked, err := controller.MarkSilentHosts(ctx, s.Store, now, cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
 				cfg.Log.Error("heartbeat watcher", "err", err)
 			} else if len(marked) > 0 {
 				cfg.Log.Warn("hosts missed heartbeats", "hosts", marked)
@@ -234,7 +234,7 @@ func (s *Server) controllers(ctx context.Context, cfg Config) {
 
 // Close stops the controllers and the API (waiting up to ctx for requests
 // in flight) and closes the store.
-func (s *Server) Close(ctx context.Context) error {
+func (s *Replica) Close(ctx context.Context) error {
 	s.cancel()
 	// Shutdown waits for requests in flight, but also up to five seconds
 	// for connections that were opened and never used (clients dial

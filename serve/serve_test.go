@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/server"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for killLockHolders
@@ -22,7 +22,7 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func start(t *testing.T, db string) *Server {
+func start(t *testing.T, db string) *Replica {
 	t.Helper()
 	s, err := Start(context.Background(), Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: 20 * time.Millisecond, Log: quiet})
 	if err != nil {
@@ -186,7 +186,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return true
 	})
-	check := server.NewScheduler(follower.Store, nil)
+	check := controller.NewScheduler(follower.Store, nil)
 	if err := check.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -181,10 +181,10 @@ type Reference struct {
 	// Workload is the pod list, e.g. "openb_pod_list_default".
 	Workload string `json:"workload"`
 	// Policy is the paper's name (Random, DotProd, GpuClustering,
-	// GpuPacking, BestFit, FGD); Ours the equivalent built-in policy, empty
+	// GpuPacking, BestFit, FGD); Builtin the equivalent built-in policy, empty
 	// for GpuClustering, which has none.
 	Policy    string `json:"policy"`
-	Ours      string `json:"ours,omitempty"`
+	Builtin   string `json:"builtin,omitempty"`
 	Seeds     int    `json:"seeds"`
 	TotalGPUs int    `json:"total_gpus"`
 	// Unalloc100 and Unalloc130 are the unallocated GPU % at 100% and 130%
@@ -293,7 +293,7 @@ func ParseReference(rd io.Reader, source string) ([]Reference, error) {
 		if ref.Workload == "" || ref.Policy == "" {
 			return nil, fmt.Errorf("%s:%d: workload and policy must not be empty", source, line)
 		}
-		ref.Ours, _ = ReferencePolicy(ref.Policy)
+		ref.Builtin, _ = ReferencePolicy(ref.Policy)
 		var vals [7]float64
 		for i, c := range referenceColumns[2:] {
 			if vals[i], err = num(c); err != nil {
@@ -341,7 +341,7 @@ func (r *Report) AttachReference(refs []Reference, workload string) int {
 		p := &r.Policies[i]
 		p.Paper = nil
 		for j := range refs {
-			if refs[j].Ours != "" && refs[j].Ours == p.Policy && sameWorkload(refs[j].Workload, workload) {
+			if refs[j].Builtin != "" && refs[j].Builtin == p.Policy && sameWorkload(refs[j].Workload, workload) {
 				ref := refs[j]
 				p.Paper = &ref
 				matched++

@@ -82,13 +82,13 @@ func TestParseReference(t *testing.T) {
 	if len(refs) != 5 {
 		t.Fatalf("got %d rows", len(refs))
 	}
-	want := Reference{Workload: "openb_pod_list_default", Policy: "FGD", Ours: "fgd", Seeds: 10, TotalGPUs: 6212,
+	want := Reference{Workload: "openb_pod_list_default", Policy: "FGD", Builtin: "fgd", Seeds: 10, TotalGPUs: 6212,
 		Unalloc100: Stat{4.77, 0.11, 10}, Unalloc100GPUs: 296, Unalloc130: Stat{4.60, 0.10, 10}, Line: 5}
 	if refs[3] != want {
 		t.Errorf("got  %+v\nwant %+v", refs[3], want)
 	}
-	if refs[1].Ours != "" || refs[2].Ours != "packing" || refs[0].Ours != "random" {
-		t.Errorf("policy mapping: %q %q %q", refs[0].Ours, refs[1].Ours, refs[2].Ours)
+	if refs[1].Builtin != "" || refs[2].Builtin != "packing" || refs[0].Builtin != "random" {
+		t.Errorf("policy mapping: %q %q %q", refs[0].Builtin, refs[1].Builtin, refs[2].Builtin)
 	}
 
 	for _, tc := range []struct{ in, want string }{

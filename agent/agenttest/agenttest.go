@@ -34,14 +34,14 @@ const MaxLogChunk = 1 << 20
 
 var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs}
 
-// Server is the fake control plane. It is safe for concurrent use.
+// ControlPlane is the fake control plane. It is safe for concurrent use.
 //
 // Like the real server it answers a report for an instance that has no
 // assignment with a not_found error, refuses unknown phases, an exited
 // report without exit code and log chunks over MaxLogChunk, and releases an instance when it reports a
 // terminal phase (exited, stopped, failed): its assignment disappears. A
 // report refused through FailNext changes nothing, as on the real server.
-type Server struct {
+type ControlPlane struct {
 	mu          sync.Mutex
 	tokens      map[string]string // join token -> host ID
 	joins       []httpapi.JoinRequest
@@ -59,22 +59,22 @@ type failure struct {
 }
 
 // New returns a server with no assignments and no join tokens.
-func New() *Server {
-	return &Server{
+func New() *ControlPlane {
+	return &ControlPlane{
 		tokens: map[string]string{}, reports: map[string][]httpapi.StatusReport{},
 		logs: map[string][]byte{}, calls: map[string]int{}, fail: map[string]*failure{},
 	}
 }
 
 // AddJoinToken accepts token for a join as host hostID.
-func (s *Server) AddJoinToken(token, hostID string) {
+func (s *ControlPlane) AddJoinToken(token, hostID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tokens[token] = hostID
 }
 
 // SetAssignments replaces the assignments.
-func (s *Server) SetAssignments(as ...httpapi.Assignment) {
+func (s *ControlPlane) SetAssignments(as ...httpapi.Assignment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.assignments = nil
@@ -84,7 +84,7 @@ func (s *Server) SetAssignments(as ...httpapi.Assignment) {
 }
 
 // Put adds an assignment, or replaces the one with its instance ID.
-func (s *Server) Put(a httpapi.Assignment) {
+func (s *ControlPlane) Put(a httpapi.Assignment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a = roundTrip(a)
@@ -97,7 +97,7 @@ func (s *Server) Put(a httpapi.Assignment) {
 
 // SetDesired changes the desired state of an assignment; it fails for an
 // instance without one.
-func (s *Server) SetDesired(id, desired string) error {
+func (s *ControlPlane) SetDesired(id, desired string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.index(id)
@@ -110,7 +110,7 @@ func (s *Server) SetDesired(id, desired string) error {
 
 // Drop removes an assignment without telling the agent, as when an
 // instance is terminated behind its back.
-func (s *Server) Drop(id string) {
+func (s *ControlPlane) Drop(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i := s.index(id); i >= 0 {
@@ -119,20 +119,20 @@ func (s *Server) Drop(id string) {
 }
 
 // Assigned reports whether the instance has an assignment.
-func (s *Server) Assigned(id string) bool {
+func (s *ControlPlane) Assigned(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.index(id) >= 0
 }
 
-func (s *Server) index(id string) int {
+func (s *ControlPlane) index(id string) int {
 	return slices.IndexFunc(s.assignments, func(a httpapi.Assignment) bool { return a.InstanceID == id })
 }
 
 // FailNext makes the next n calls of op fail with err (n < 0: every call,
 // until FailNext(op, 0, nil)). A failed call is counted but changes
 // nothing. It panics on an unknown op.
-func (s *Server) FailNext(op string, n int, err error) {
+func (s *ControlPlane) FailNext(op string, n int, err error) {
 	if !slices.Contains(knownOps, op) {
 		panic(fmt.Sprintf("agenttest: unknown operation %q", op))
 	}
@@ -146,35 +146,35 @@ func (s *Server) FailNext(op string, n int, err error) {
 }
 
 // Calls returns how many times op was called, failed calls included.
-func (s *Server) Calls(op string) int {
+func (s *ControlPlane) Calls(op string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[op]
 }
 
 // Joins returns the join requests that succeeded.
-func (s *Server) Joins() []httpapi.JoinRequest {
+func (s *ControlPlane) Joins() []httpapi.JoinRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.joins)
 }
 
 // Heartbeats returns the heartbeats that succeeded, in order.
-func (s *Server) Heartbeats() []httpapi.HeartbeatRequest {
+func (s *ControlPlane) Heartbeats() []httpapi.HeartbeatRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.heartbeats)
 }
 
 // Reports returns the reports taken for an instance, in order.
-func (s *Server) Reports(id string) []httpapi.StatusReport {
+func (s *ControlPlane) Reports(id string) []httpapi.StatusReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.reports[id])
 }
 
 // Phases returns the phases of the reports taken for an instance.
-func (s *Server) Phases(id string) []string {
+func (s *ControlPlane) Phases(id string) []string {
 	var out []string
 	for _, r := range s.Reports(id) {
 		out = append(out, r.Phase)
@@ -183,7 +183,7 @@ func (s *Server) Phases(id string) []string {
 }
 
 // Logs returns the output uploaded for an instance.
-func (s *Server) Logs(id string) []byte {
+func (s *ControlPlane) Logs(id string) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.logs[id])
@@ -191,7 +191,7 @@ func (s *Server) Logs(id string) []byte {
 
 // enter counts a call of op and returns its injected failure, if any. The
 // caller holds s.mu.
-func (s *Server) enter(ctx context.Context, op string) error {
+func (s *ControlPlane) enter(ctx context.Context, op string) error {
 	s.calls[op]++
 	if err := ctx.Err(); err != nil {
 		return err
@@ -209,7 +209,7 @@ func (s *Server) enter(ctx context.Context, op string) error {
 }
 
 // Join implements agent.Server.
-func (s *Server) Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error) {
+func (s *ControlPlane) Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpJoin); err != nil {
@@ -229,7 +229,7 @@ func (s *Server) Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.Jo
 }
 
 // Heartbeat implements agent.Server.
-func (s *Server) Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error {
+func (s *ControlPlane) Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpHeartbeat); err != nil {
@@ -240,7 +240,7 @@ func (s *Server) Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) er
 }
 
 // Assignments implements agent.Server.
-func (s *Server) Assignments(ctx context.Context) (*httpapi.AssignmentList, error) {
+func (s *ControlPlane) Assignments(ctx context.Context) (*httpapi.AssignmentList, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpAssignments); err != nil {
@@ -254,7 +254,7 @@ func (s *Server) Assignments(ctx context.Context) (*httpapi.AssignmentList, erro
 }
 
 // ReportStatus implements agent.Server.
-func (s *Server) ReportStatus(ctx context.Context, id string, r httpapi.StatusReport) error {
+func (s *ControlPlane) ReportStatus(ctx context.Context, id string, r httpapi.StatusReport) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpReportStatus); err != nil {
@@ -286,7 +286,7 @@ func (s *Server) ReportStatus(ctx context.Context, id string, r httpapi.StatusRe
 }
 
 // AppendLogs implements agent.Server.
-func (s *Server) AppendLogs(ctx context.Context, id string, chunk []byte) error {
+func (s *ControlPlane) AppendLogs(ctx context.Context, id string, chunk []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpAppendLogs); err != nil {

@@ -58,9 +58,9 @@ type Action struct {
 	Time   time.Time `json:"time"`
 }
 
-// Server serves the metadata of the instances on one host. It is safe for
+// Endpoints serves the metadata of the instances on one host (one endpoint each). It is safe for
 // concurrent use.
-type Server struct {
+type Endpoints struct {
 	mu        sync.Mutex
 	docs      map[string]Document
 	actions   map[string]Action
@@ -78,15 +78,15 @@ type listener struct {
 var ErrClosed = errors.New("metadata server closed")
 
 // New returns a server with no instances and no listeners.
-func New() *Server {
-	return &Server{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
+func New() *Endpoints {
+	return &Endpoints{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
 		listeners: map[string]*listener{}}
 }
 
 // Set stores (or replaces) the document of an instance; an empty doc.ID
 // becomes id. The document is copied, so the caller may reuse its slices
 // and maps.
-func (s *Server) Set(id string, doc Document) {
+func (s *Endpoints) Set(id string, doc Document) {
 	if doc.ID == "" {
 		doc.ID = id
 	}
@@ -106,7 +106,7 @@ func (s *Server) Set(id string, doc Document) {
 
 // SetAction announces a reclaim to the instance, or withdraws it when a is
 // nil. The action must be ActionTerminate or ActionStop and carry a time.
-func (s *Server) SetAction(id string, a *Action) error {
+func (s *Endpoints) SetAction(id string, a *Action) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a == nil {
@@ -132,7 +132,7 @@ type Rebalance struct {
 
 // SetRebalance shows a rebalance recommendation to the instance, or
 // withdraws it when at is zero.
-func (s *Server) SetRebalance(id string, at time.Time) {
+func (s *Endpoints) SetRebalance(id string, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if at.IsZero() {
@@ -143,7 +143,7 @@ func (s *Server) SetRebalance(id string, at time.Time) {
 }
 
 // Delete forgets an instance and closes its listener.
-func (s *Server) Delete(id string) {
+func (s *Endpoints) Delete(id string) {
 	s.mu.Lock()
 	delete(s.docs, id)
 	delete(s.actions, id)
@@ -159,7 +159,7 @@ func (s *Server) Delete(id string) {
 // Listen opens the instance's own listener on an ephemeral 127.0.0.1 port
 // and returns its address ("127.0.0.1:N"). It is idempotent: while the
 // listener is open, Listen returns the same address.
-func (s *Server) Listen(id string) (string, error) {
+func (s *Endpoints) Listen(id string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -181,7 +181,7 @@ func (s *Server) Listen(id string) (string, error) {
 
 // Close closes every listener; Listen fails afterwards. The documents stay,
 // for Handler.
-func (s *Server) Close() error {
+func (s *Endpoints) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	ls := s.listeners
@@ -197,7 +197,7 @@ func (s *Server) Close() error {
 // Handler serves the metadata of instance id, whoever asks: the listener
 // is what identifies the caller. Listen uses it; tests and other transports
 // (a Unix socket) may too.
-func (s *Server) Handler(id string) http.Handler {
+func (s *Endpoints) Handler(id string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body any
 		found := false

@@ -1,7 +1,7 @@
-// Package server runs the control plane's controllers around the pure
+// Package controller runs the control plane's controllers around the pure
 // core: the scheduler loop places pending instances with the placement
 // engine and commits each allocation together with the state change.
-package server
+package controller
 
 import (
 	"context"
@@ -60,11 +60,11 @@ type Scheduler struct {
 	waiting map[string]wait
 	steps   int
 
-	// phantoms are the capacity reservations placed in the fleet, by
+	// placeholders are the capacity placeholders placed in the fleet, by
 	// placeholder ID; shortfall counts, per commitment, the placeholders
 	// that found no room.
-	phantoms  map[string]phantom
-	shortfall map[string]int
+	placeholders map[string]placeholder
+	shortfall    map[string]int
 	// view is this step's reclaim view (see reclaimView).
 	view *reclaimView
 	// spotPrice is each pool's current spot price in micros (set by the
@@ -89,7 +89,7 @@ func NewScheduler(st cloud.Store, cat *catalog.Catalog) *Scheduler {
 	}
 	sc, _ := placement.NewScorer(placement.DefaultPolicy, nil)
 	return &Scheduler{Store: st, Catalog: cat, Engine: placement.NewEngine(cat, sc, 1), Now: time.Now, Log: slog.Default(),
-		phantoms: map[string]phantom{}, shortfall: map[string]int{}}
+		placeholders: map[string]placeholder{}, shortfall: map[string]int{}}
 }
 
 // Fleet returns the scheduler's fleet index (read it, do not change it).
@@ -160,7 +160,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
 	// Capacity reservations live only in the fleet: the next step places
 	// them again on the new one.
-	s.phantoms = map[string]phantom{}
+	s.placeholders = map[string]placeholder{}
 	s.epoch++
 	return nil
 }

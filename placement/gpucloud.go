@@ -7,9 +7,9 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
-// Ours is gpucloud's default policy, "scarcity-weighted potential" (see
+// GPUCloud is gpucloud's default policy, "scarcity-weighted potential" (see
 // docs/PLACEMENT.md). FGD asks how much free GPU a placement strands for the
-// expected workload; Ours keeps that as a minor term and adds:
+// expected workload; GPUCloud keeps that as a minor term and adds:
 //
 //   - Potential: for each task type of the workload, how many more copies of
 //     it the host could still take, limited by GPU, CPU and memory alike, in
@@ -23,9 +23,9 @@ import (
 //     take a large job are guarded ever more closely.
 //   - CPU spreading: prefer the host left with more free CPU, so CPU-only and
 //     CPU-heavy requests do not strand the GPUs of a few hosts.
-type Ours struct {
+type GPUCloud struct {
 	w   *Workload
-	cfg OursConfig
+	cfg GPUCloudConfig
 
 	// Caches, valid until the next Recalibrate: the task types per host GPU
 	// model, and the measures of "before" views by fleet class.
@@ -38,9 +38,9 @@ type Ours struct {
 	sig   sigScratch
 }
 
-// OursConfig weighs the terms of the default policy. The defaults were
+// GPUCloudConfig weighs the terms of the default policy. The defaults were
 // chosen on the openb trace (docs/BENCHMARKS.md).
-type OursConfig struct {
+type GPUCloudConfig struct {
 	// FragWeight weighs FGD's fragmentation change against the potential
 	// loss (both in GPU milli).
 	FragWeight float64
@@ -59,29 +59,29 @@ type OursConfig struct {
 	RecalibrateThreshold float64
 }
 
-// DefaultOursConfig returns the tuned defaults.
-func DefaultOursConfig() OursConfig {
-	return OursConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, MIGWeight: 4, RecalibrateThreshold: 0.3}
+// DefaultGPUCloudConfig returns the tuned defaults.
+func DefaultGPUCloudConfig() GPUCloudConfig {
+	return GPUCloudConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, MIGWeight: 4, RecalibrateThreshold: 0.3}
 }
 
-// NewOurs returns the default policy for workload w (nil: a generic mix)
+// NewGPUCloud returns the default policy for workload w (nil: a generic mix)
 // with the default configuration.
-func NewOurs(w *Workload) *Ours { return NewOursConfig(w, DefaultOursConfig()) }
+func NewGPUCloud(w *Workload) *GPUCloud { return NewGPUCloudConfig(w, DefaultGPUCloudConfig()) }
 
-// NewOursConfig returns the default policy with a custom configuration.
-func NewOursConfig(w *Workload, cfg OursConfig) *Ours {
+// NewGPUCloudConfig returns the default policy with a custom configuration.
+func NewGPUCloudConfig(w *Workload, cfg GPUCloudConfig) *GPUCloud {
 	if w == nil || len(w.Types) == 0 {
 		w = defaultWorkload()
 	}
-	return &Ours{w: w, cfg: cfg}
+	return &GPUCloud{w: w, cfg: cfg}
 }
 
 // Clone returns a copy with empty caches, for another engine.
-func (s *Ours) Clone() Scorer { return &Ours{w: s.w, cfg: s.cfg} }
+func (s *GPUCloud) Clone() Scorer { return &GPUCloud{w: s.w, cfg: s.cfg} }
 
-func (*Ours) Name() string { return DefaultPolicy }
+func (*GPUCloud) Name() string { return DefaultPolicy }
 
-func (s *Ours) Score(req *Request, before, after *View) float64 {
+func (s *GPUCloud) Score(req *Request, before, after *View) float64 {
 	if before.Epoch == 0 || before.Epoch != s.epoch {
 		s.types = s.forHost(before)
 		s.base = s.baseOf(before)
@@ -125,7 +125,7 @@ type baseMeasure struct {
 
 // baseOf measures a before view, from the cache when the fleet class was
 // seen before.
-func (s *Ours) baseOf(v *View) *baseMeasure {
+func (s *GPUCloud) baseOf(v *View) *baseMeasure {
 	if b, ok := s.beforeCache[v.Class]; ok && v.Class >= 0 {
 		return b
 	}
@@ -168,7 +168,7 @@ func migLoss(before, after *View) float64 {
 // current free resources. It reports whether the weights changed by more
 // than the configured threshold; only then are they replaced (and the
 // engine must drop its cached scores).
-func (s *Ours) Recalibrate(f *fleet.Fleet) bool {
+func (s *GPUCloud) Recalibrate(f *fleet.Fleet) bool {
 	// Hosts of one class have equal views: weigh each class by its size.
 	var views []View
 	var weights []float64
@@ -202,13 +202,13 @@ func (s *Ours) Recalibrate(f *fleet.Fleet) bool {
 
 // Calibrate sets each task type's Scarcity from the hosts as they would be
 // when empty, capped at the default cap. Use it when a workload is built
-// before the fleet fills; Ours.Recalibrate then follows the fleet.
+// before the fleet fills; GPUCloud.Recalibrate then follows the fleet.
 func (w *Workload) Calibrate(hosts []*fleet.Host) {
 	views := make([]View, len(hosts))
 	for i, h := range hosts {
 		views[i] = emptyView(h)
 	}
-	w.calibrate(views, nil, DefaultOursConfig().ScarcityCap)
+	w.calibrate(views, nil, DefaultGPUCloudConfig().ScarcityCap)
 }
 
 // calibrate sets Scarcity = free GPU of the views / free GPU that could run
@@ -281,7 +281,7 @@ func emptyView(h *fleet.Host) View {
 // contribute the same to every option of every host (no potential; FGD
 // counts all free GPU as stranded, which changes by exactly the request's
 // size wherever it goes), so leaving them out changes no ranking.
-func (s *Ours) forHost(v *View) *hostTypes {
+func (s *GPUCloud) forHost(v *View) *hostTypes {
 	const mixed = "\x00mixed"
 	model := ""
 	if len(v.GPUs) > 0 {

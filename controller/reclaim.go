@@ -1,4 +1,4 @@
-package server
+package controller
 
 import (
 	"context"
@@ -142,7 +142,7 @@ func (s *Scheduler) announce(ctx context.Context, tx cloud.Tx, in *cloud.Instanc
 	switch {
 	case reason == cloud.ReclaimPrice:
 		why = "spot price above the max price"
-	case strings.HasPrefix(forID, reservationPrefix):
+	case strings.HasPrefix(forID, placeholderPrefix):
 		why = "reserved capacity needed"
 	case forID != "":
 		why = "capacity needed by " + forID

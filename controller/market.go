@@ -1,4 +1,4 @@
-package server
+package controller
 
 import (
 	"context"
@@ -186,7 +186,7 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 	for _, in := range ms.pending {
 		each(in.Offering, in.Zones, func(s *spot.Supply) { s.OnDemandPending++ })
 	}
-	for _, ph := range m.Sched.phantoms {
+	for _, ph := range m.Sched.placeholders {
 		each(ph.pool.Offering, []string{ph.pool.Zone}, func(s *spot.Supply) { s.Reserved++ })
 	}
 	pools := sortedPools(supply)

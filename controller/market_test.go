@@ -1,4 +1,4 @@
-package server
+package controller
 
 import (
 	"context"
@@ -422,14 +422,14 @@ func TestReservationHoldsCapacity(t *testing.T) {
 			HourlyFee: 1, Start: t0, End: t0.Add(24 * time.Hour), CreatedAt: t0})
 	})
 	mk.step()
-	if it := mk.get(sp.ID).Interruption; it == nil || it.Reason != cloud.ReclaimCapacity || !strings.HasPrefix(it.For, reservationPrefix) {
+	if it := mk.get(sp.ID).Interruption; it == nil || it.Reason != cloud.ReclaimCapacity || !strings.HasPrefix(it.For, placeholderPrefix) {
 		t.Fatalf("spot on reserved capacity not reclaimed: %+v", it)
 	}
 	mk.clock.now = mk.clock.now.Add(DefaultNotice)
 	mk.step()
 	mk.move(sp.ID, cloud.Terminated)
 	mk.step()
-	if n := len(mk.s.phantoms); n != 2 {
+	if n := len(mk.s.placeholders); n != 2 {
 		t.Fatalf("%d reservations held, want 2", n)
 	}
 	// Another tenant's on-demand request is refused the reserved GPUs.
@@ -447,7 +447,7 @@ func TestReservationHoldsCapacity(t *testing.T) {
 			t.Fatalf("tenant's own %s on its reservation: %s %s", id, in.State, in.Reason)
 		}
 	}
-	if n := len(mk.s.phantoms); n != 0 {
+	if n := len(mk.s.placeholders); n != 0 {
 		t.Fatalf("%d placeholders left while the tenant uses its reservation", n)
 	}
 	// A restart (new scheduler) keeps the reservation.
@@ -458,8 +458,8 @@ func TestReservationHoldsCapacity(t *testing.T) {
 	if _, err := s2.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if in := mk.get("other"); in.State != cloud.Pending || len(s2.phantoms) != 1 {
-		t.Fatalf("after a restart: other %s, %d placeholders", in.State, len(s2.phantoms))
+	if in := mk.get("other"); in.State != cloud.Pending || len(s2.placeholders) != 1 {
+		t.Fatalf("after a restart: other %s, %d placeholders", in.State, len(s2.placeholders))
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package controller
 
 import (
 	"context"
@@ -8,21 +8,21 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
-// reservationPrefix starts the IDs of the placeholder allocations that
-// hold capacity for zonal commitments: "rsv/<commitment>/<n>". They live
+// placeholderPrefix starts the IDs of the placeholder allocations that
+// hold capacity for zonal commitments: "placeholder/<commitment>/<n>". They live
 // only in the scheduler's fleet (a new leader places them again), are not
 // preemptible, and so make others' on-demand and spot requests fail for
 // that capacity or, through reclaim, evict spot instances from it.
-const reservationPrefix = "rsv/"
+const placeholderPrefix = "placeholder/"
 
-// phantom is a placeholder's commitment and the pool it holds capacity in.
-type phantom struct {
+// placeholder is a capacity placeholder: the commitment it holds capacity for and the pool it holds it in.
+type placeholder struct {
 	commitment string
 	pool       cloud.Pool
 }
 
 func reservationID(commitment string, n int) string {
-	return fmt.Sprintf("%s%s/%d", reservationPrefix, commitment, n)
+	return fmt.Sprintf("%s%s/%d", placeholderPrefix, commitment, n)
 }
 
 // reserve keeps, for every active zonal commitment of an exact offering,
@@ -51,18 +51,18 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			want[reservationID(c.ID, n)] = c
 		}
 	}
-	for id := range s.phantoms {
+	for id := range s.placeholders {
 		if want[id] == nil {
 			if err := s.fleet.Release(id); err != nil {
 				s.Log.Error("release a capacity reservation", "id", id, "err", err)
 			}
-			delete(s.phantoms, id)
+			delete(s.placeholders, id)
 			s.epoch++
 		}
 	}
 	short := map[string]int{}
 	for _, id := range sortedKeys(want) {
-		if _, ok := s.phantoms[id]; ok {
+		if _, ok := s.placeholders[id]; ok {
 			continue
 		}
 		c := want[id]
@@ -77,7 +77,7 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			if err := s.fleet.Apply(p); err != nil {
 				return err
 			}
-			s.phantoms[id] = phantom{commitment: c.ID, pool: cloud.Pool{Offering: c.Offering, Zone: c.Zone}}
+			s.placeholders[id] = placeholder{commitment: c.ID, pool: cloud.Pool{Offering: c.Offering, Zone: c.Zone}}
 			continue
 		}
 		ok, err := s.reclaim(ctx, snap, id, req)
@@ -124,7 +124,7 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 // on-demand instance of the same offering may use, so that the instance
 // lands in the capacity kept for it.
 func (s *Scheduler) takeReservation(snap *snapshot, in *cloud.Instance) {
-	if in.Market == cloud.MarketSpot || len(s.phantoms) == 0 {
+	if in.Market == cloud.MarketSpot || len(s.placeholders) == 0 {
 		return
 	}
 	for _, c := range snap.commitments {
@@ -134,12 +134,12 @@ func (s *Scheduler) takeReservation(snap *snapshot, in *cloud.Instance) {
 		if len(in.Zones) > 0 && !contains(in.Zones, c.Zone) {
 			continue
 		}
-		for _, id := range sortedKeys(s.phantoms) {
-			if s.phantoms[id].commitment != c.ID {
+		for _, id := range sortedKeys(s.placeholders) {
+			if s.placeholders[id].commitment != c.ID {
 				continue
 			}
 			if err := s.fleet.Release(id); err == nil {
-				delete(s.phantoms, id)
+				delete(s.placeholders, id)
 				s.epoch++
 				return
 			}

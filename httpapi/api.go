@@ -55,9 +55,9 @@ const DefaultAddressPool = "203.0.113.0/24"
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
 const DefaultStopGrace = 30 * time.Second
 
-// server holds what the handlers share. It has no mutable state: all state
+// api holds what the handlers share. It has no mutable state: all state
 // is in the store.
-type server struct {
+type api struct {
 	store cloud.Store
 	cat   *catalog.Catalog
 	now   func() time.Time
@@ -96,7 +96,7 @@ const (
 
 // handlerFunc is a route's handler. It returns an error instead of writing
 // one, so that every error goes through writeError.
-type handlerFunc func(s *server, w http.ResponseWriter, r *http.Request, p principal) error
+type handlerFunc func(s *api, w http.ResponseWriter, r *http.Request, p principal) error
 
 // route is one entry of the API: the mux registers routeTable and the
 // OpenAPI test checks the document against it, so the two cannot drift.
@@ -109,72 +109,72 @@ type route struct {
 
 // routeTable lists every route of the API.
 var routeTable = []route{
-	{"GET", "/v1/openapi.json", public, (*server).openAPI},
-	{"GET", "/v1/offerings", authed, (*server).listOfferings},
+	{"GET", "/v1/openapi.json", public, (*api).openAPI},
+	{"GET", "/v1/offerings", authed, (*api).listOfferings},
 
-	{"POST", "/v1/tenants", adminOnly, (*server).createTenant},
-	{"GET", "/v1/tenants", adminOnly, (*server).listTenants},
-	{"POST", "/v1/tenants/{id}/users", adminOnly, (*server).createUser},
-	{"PUT", "/v1/tenants/{id}/quota", adminOnly, (*server).putQuota},
-	{"GET", "/v1/tenants/{id}/quota", authed, (*server).getQuota},
+	{"POST", "/v1/tenants", adminOnly, (*api).createTenant},
+	{"GET", "/v1/tenants", adminOnly, (*api).listTenants},
+	{"POST", "/v1/tenants/{id}/users", adminOnly, (*api).createUser},
+	{"PUT", "/v1/tenants/{id}/quota", adminOnly, (*api).putQuota},
+	{"GET", "/v1/tenants/{id}/quota", authed, (*api).getQuota},
 
-	{"GET", "/v1/tokens", authed, (*server).listTokens},
-	{"POST", "/v1/tokens", authed, (*server).createToken},
-	{"DELETE", "/v1/tokens/{id}", authed, (*server).revokeToken},
+	{"GET", "/v1/tokens", authed, (*api).listTokens},
+	{"POST", "/v1/tokens", authed, (*api).createToken},
+	{"DELETE", "/v1/tokens/{id}", authed, (*api).revokeToken},
 
-	{"POST", "/v1/instances", authed, (*server).createInstance},
-	{"GET", "/v1/instances", authed, (*server).listInstances},
-	{"GET", "/v1/instances/{id}", authed, (*server).getInstance},
-	{"POST", "/v1/instances/{id}/stop", authed, (*server).stopInstance},
-	{"POST", "/v1/instances/{id}/start", authed, (*server).startInstance},
-	{"POST", "/v1/instances/{id}/terminate", authed, (*server).terminateInstance},
-	{"GET", "/v1/instances/{id}/events", authed, (*server).instanceEvents},
-	{"GET", "/v1/events", adminOnly, (*server).listEvents},
+	{"POST", "/v1/instances", authed, (*api).createInstance},
+	{"GET", "/v1/instances", authed, (*api).listInstances},
+	{"GET", "/v1/instances/{id}", authed, (*api).getInstance},
+	{"POST", "/v1/instances/{id}/stop", authed, (*api).stopInstance},
+	{"POST", "/v1/instances/{id}/start", authed, (*api).startInstance},
+	{"POST", "/v1/instances/{id}/terminate", authed, (*api).terminateInstance},
+	{"GET", "/v1/instances/{id}/events", authed, (*api).instanceEvents},
+	{"GET", "/v1/events", adminOnly, (*api).listEvents},
 
-	{"POST", "/v1/volumes", authed, (*server).createVolume},
-	{"GET", "/v1/volumes", authed, (*server).listVolumes},
-	{"GET", "/v1/volumes/{id}", authed, (*server).getVolume},
-	{"POST", "/v1/volumes/{id}/attach", authed, (*server).attachVolume},
-	{"POST", "/v1/volumes/{id}/detach", authed, (*server).detachVolume},
+	{"POST", "/v1/volumes", authed, (*api).createVolume},
+	{"GET", "/v1/volumes", authed, (*api).listVolumes},
+	{"GET", "/v1/volumes/{id}", authed, (*api).getVolume},
+	{"POST", "/v1/volumes/{id}/attach", authed, (*api).attachVolume},
+	{"POST", "/v1/volumes/{id}/detach", authed, (*api).detachVolume},
 
-	{"GET", "/v1/instances/{id}/logs", authed, (*server).instanceLogs},
+	{"GET", "/v1/instances/{id}/logs", authed, (*api).instanceLogs},
 
-	{"GET", "/v1/prices", authed, (*server).listPrices},
-	{"POST", "/v1/prices", adminOnly, (*server).setPrice},
+	{"GET", "/v1/prices", authed, (*api).listPrices},
+	{"POST", "/v1/prices", adminOnly, (*api).setPrice},
 
-	{"POST", "/v1/commitments", authed, (*server).createCommitment},
-	{"GET", "/v1/commitments", authed, (*server).listCommitments},
-	{"GET", "/v1/commitments/{id}", authed, (*server).getCommitment},
+	{"POST", "/v1/commitments", authed, (*api).createCommitment},
+	{"GET", "/v1/commitments", authed, (*api).listCommitments},
+	{"GET", "/v1/commitments/{id}", authed, (*api).getCommitment},
 
-	{"GET", "/v1/spot/prices", authed, (*server).spotPrices},
-	{"GET", "/v1/spot/pools", authed, (*server).spotPools},
-	{"POST", "/v1/spot/requests", authed, (*server).createSpotRequest},
-	{"GET", "/v1/spot/requests", authed, (*server).listSpotRequests},
-	{"GET", "/v1/spot/requests/{id}", authed, (*server).getSpotRequest},
-	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*server).cancelSpotRequest},
+	{"GET", "/v1/spot/prices", authed, (*api).spotPrices},
+	{"GET", "/v1/spot/pools", authed, (*api).spotPools},
+	{"POST", "/v1/spot/requests", authed, (*api).createSpotRequest},
+	{"GET", "/v1/spot/requests", authed, (*api).listSpotRequests},
+	{"GET", "/v1/spot/requests/{id}", authed, (*api).getSpotRequest},
+	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*api).cancelSpotRequest},
 
-	{"GET", "/v1/invoices", authed, (*server).listInvoices},
-	{"PUT", "/v1/budget", authed, (*server).putBudget},
-	{"GET", "/v1/budget", authed, (*server).getBudget},
+	{"GET", "/v1/invoices", authed, (*api).listInvoices},
+	{"PUT", "/v1/budget", authed, (*api).putBudget},
+	{"GET", "/v1/budget", authed, (*api).getBudget},
 
-	{"POST", "/v1/addresses", authed, (*server).allocateAddress},
-	{"GET", "/v1/addresses", authed, (*server).listAddresses},
-	{"POST", "/v1/addresses/{id}/associate", authed, (*server).associateAddress},
-	{"POST", "/v1/addresses/{id}/disassociate", authed, (*server).disassociateAddress},
-	{"DELETE", "/v1/addresses/{id}", authed, (*server).releaseAddress},
+	{"POST", "/v1/addresses", authed, (*api).allocateAddress},
+	{"GET", "/v1/addresses", authed, (*api).listAddresses},
+	{"POST", "/v1/addresses/{id}/associate", authed, (*api).associateAddress},
+	{"POST", "/v1/addresses/{id}/disassociate", authed, (*api).disassociateAddress},
+	{"DELETE", "/v1/addresses/{id}", authed, (*api).releaseAddress},
 
-	{"GET", "/v1/hosts", adminOnly, (*server).listHosts},
-	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*server).cordonHost},
-	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*server).uncordonHost},
-	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*server).drainHost},
+	{"GET", "/v1/hosts", adminOnly, (*api).listHosts},
+	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*api).cordonHost},
+	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*api).uncordonHost},
+	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*api).drainHost},
 
-	{"POST", "/v1/join-tokens", adminOnly, (*server).createJoinToken},
-	{"GET", "/v1/join-tokens", adminOnly, (*server).listJoinTokens},
-	{"POST", "/v1/agent/join", public, (*server).agentJoin},
-	{"POST", "/v1/agent/heartbeat", agentOnly, (*server).agentHeartbeat},
-	{"GET", "/v1/agent/assignments", agentOnly, (*server).agentAssignments},
-	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*server).agentStatus},
-	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*server).agentLogs},
+	{"POST", "/v1/join-tokens", adminOnly, (*api).createJoinToken},
+	{"GET", "/v1/join-tokens", adminOnly, (*api).listJoinTokens},
+	{"POST", "/v1/agent/join", public, (*api).agentJoin},
+	{"POST", "/v1/agent/heartbeat", agentOnly, (*api).agentHeartbeat},
+	{"GET", "/v1/agent/assignments", agentOnly, (*api).agentAssignments},
+	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*api).agentStatus},
+	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*api).agentLogs},
 }
 
 // New returns the API handler over store, validating requests against cat.
@@ -184,7 +184,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	if ttl == 0 {
 		ttl = DefaultTokenCacheTTL
 	}
-	s := &server{store: store, cat: cat, now: opts.Now, log: opts.Logger,
+	s := &api{store: store, cat: cat, now: opts.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl)}
 	if s.now == nil {
 		s.now = time.Now
@@ -215,7 +215,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 
 // wrap authenticates and authorizes a request for rt, runs its handler and
 // answers its error.
-func (s *server) wrap(rt route) http.Handler {
+func (s *api) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -268,7 +268,7 @@ func allowed(rt route, p principal) error {
 
 // fallback answers paths and methods the API does not have, in the API's
 // error shape rather than net/http's plain text.
-func (s *server) fallback(w http.ResponseWriter, r *http.Request) {
+func (s *api) fallback(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.paths.Handler(r); pattern != "" && pattern != "/" {
 		var allow []string
 		for _, rt := range routeTable {
@@ -289,7 +289,7 @@ func (s *server) fallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // tx runs fn in one store transaction.
-func (s *server) tx(ctx context.Context, fn func(cloud.Tx) error) error {
+func (s *api) tx(ctx context.Context, fn func(cloud.Tx) error) error {
 	return s.store.Tx(ctx, fn)
 }
 
@@ -302,7 +302,7 @@ func (p principal) visible(tenant string) bool { return p.admin() || p.TenantID 
 // name any existing tenant. When nothing is asked for, members get their
 // own tenant and admins get dflt: their own tenant to create things, ""
 // (every tenant) to list them.
-func (s *server) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
+func (s *api) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
 	if asked == "" {
 		if !p.admin() {
 			return p.TenantID, nil
@@ -325,7 +325,7 @@ func (s *server) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dfl
 }
 
 // listOfferings answers the catalog's offerings.
-func (s *server) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *api) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
 	writeJSON(w, http.StatusOK, OfferingList{Offerings: s.cat.Offerings()})
 	return nil
 }
