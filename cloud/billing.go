@@ -397,3 +397,12 @@ type BillingTx interface {
 	RecordBudgetAlert(ctx context.Context, a *BudgetAlert) error
 	ListBudgetAlerts(ctx context.Context, tenantID string) ([]*BudgetAlert, error)
 }
+
+// Owner is the tenant a commitment belongs to.
+func (c *Commitment) Owner() string { return c.TenantID }
+
+// Owner is the tenant a spot request belongs to.
+func (r *SpotRequest) Owner() string { return r.TenantID }
+
+// Owner is the tenant an address belongs to.
+func (a *Address) Owner() string { return a.TenantID }

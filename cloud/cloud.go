@@ -246,3 +246,13 @@ type Event struct {
 	Actor      string          `json:"actor,omitempty"`
 	Details    json.RawMessage `json:"details,omitempty"`
 }
+
+// Owned is a resource that belongs to one tenant. Services use it to
+// answer another tenant's resource exactly like a missing one.
+type Owned interface{ Owner() string }
+
+// Owner is the tenant an instance belongs to.
+func (in *Instance) Owner() string { return in.TenantID }
+
+// Owner is the tenant a volume belongs to.
+func (v *Volume) Owner() string { return v.TenantID }

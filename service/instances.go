@@ -1,0 +1,430 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/placement"
+)
+
+// Instances is the instance service: create, read, and the lifecycle
+// actions tenants ask for.
+type Instances struct{ base }
+
+// InstanceSpec is what a caller asks for when it creates an instance. It
+// has the fields of the API's create request, so that a handler converts
+// one into the other.
+type InstanceSpec struct {
+	// Tenant is for admins creating an instance for another tenant;
+	// members leave it empty.
+	Tenant   string            `json:"tenant,omitempty"`
+	Name     string            `json:"name,omitempty"`
+	Offering string            `json:"offering"`
+	Zones    []string          `json:"zones,omitempty"`
+	Labels   []string          `json:"labels,omitempty"`
+	Command  []string          `json:"command,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Volumes  []string          `json:"volumes,omitempty"`
+	Tags     map[string]string `json:"tags,omitempty"`
+}
+
+// CheckInstanceSpec validates what can be checked without the store and
+// returns the offering. Label selectors are rewritten in their parsed,
+// canonical spelling.
+func CheckInstanceSpec(cat *catalog.Catalog, spec *InstanceSpec) (*catalog.Offering, error) {
+	if spec.Offering == "" {
+		return nil, Field("offering", "is required; GET /v1/offerings lists them")
+	}
+	o, err := cat.Offering(spec.Offering)
+	if err != nil {
+		var nf *catalog.NotFoundError
+		if errors.As(err, &nf) {
+			return nil, &cloud.Error{Code: cloud.Invalid, Message: "offering: " + err.Error(),
+				Details: map[string]any{"field": "offering", "known": nf.Known[:min(len(nf.Known), 8)]}}
+		}
+		return nil, Field("offering", "%v", err)
+	}
+	if err := CheckName("name", spec.Name, false); err != nil {
+		return nil, err
+	}
+	if len(spec.Zones) > maxZones {
+		return nil, Field("zones", "%d zones; the limit is %d", len(spec.Zones), maxZones)
+	}
+	for i, z := range spec.Zones {
+		if err := CheckName(fmt.Sprintf("zones[%d]", i), z, true); err != nil {
+			return nil, err
+		}
+	}
+	if len(spec.Labels) > maxLabels {
+		return nil, Field("labels", "%d selectors; the limit is %d", len(spec.Labels), maxLabels)
+	}
+	for i, l := range spec.Labels {
+		sel, err := placement.ParseLabelSelector(l)
+		if err != nil {
+			return nil, Field(fmt.Sprintf("labels[%d]", i), "%v (examples: \"driver>=550\", \"gpu-direct\", \"!maintenance\")", err)
+		}
+		spec.Labels[i] = sel.String()
+	}
+	if err := CheckWorkload(spec.Command, spec.Env, spec.Volumes, spec.Tags); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// CheckWorkload validates what an instance runs: its command, environment,
+// volumes and tags (instances and spot requests share the rule).
+func CheckWorkload(cmd []string, env map[string]string, volumes []string, tags map[string]string) error {
+	if err := checkCommand(cmd); err != nil {
+		return err
+	}
+	if err := checkEnv(env); err != nil {
+		return err
+	}
+	if len(tags) > maxTags {
+		return Field("tags", "%d tags; the limit is %d", len(tags), maxTags)
+	}
+	for k, v := range tags {
+		if k == "" {
+			return Field("tags", "a tag key is empty")
+		}
+		if err := CheckText("tags key", k, maxNameLen); err != nil {
+			return err
+		}
+		if err := CheckText("tags."+k, v, maxTagLen); err != nil {
+			return err
+		}
+	}
+	if len(volumes) > maxVolumes {
+		return Field("volumes", "%d volumes; the limit is %d", len(volumes), maxVolumes)
+	}
+	for i, v := range volumes {
+		if v == "" || slices.Contains(volumes[:i], v) {
+			return Field(fmt.Sprintf("volumes[%d]", i), "volume IDs must be non-empty and given once")
+		}
+	}
+	return nil
+}
+
+// checkCommand bounds the workload's argument vector. Arguments may hold
+// any text but NUL, which cannot pass through exec.
+func checkCommand(cmd []string) error {
+	if len(cmd) > maxCommandArgs {
+		return Field("command", "%d arguments; the limit is %d", len(cmd), maxCommandArgs)
+	}
+	size := 0
+	for i, a := range cmd {
+		size += len(a)
+		if strings.IndexByte(a, 0) >= 0 {
+			return Field(fmt.Sprintf("command[%d]", i), "contains a NUL byte")
+		}
+	}
+	if size > maxCommandSize {
+		return Field("command", "is %d bytes long; the limit is %d", size, maxCommandSize)
+	}
+	return nil
+}
+
+// checkEnv bounds the workload's environment.
+func checkEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return Field("env", "%d variables; the limit is %d", len(env), maxEnvVars)
+	}
+	size := 0
+	for k, v := range env {
+		size += len(k) + len(v)
+		if !checkEnvName(k) {
+			return Field("env", "%s is not a variable name (letters, digits and '_', not starting with a digit)", Quote(k))
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return Field("env."+k, "contains a NUL byte")
+		}
+	}
+	if size > maxEnvSize {
+		return Field("env", "is %d bytes long; the limit is %d", size, maxEnvSize)
+	}
+	return nil
+}
+
+// errNeedSerializable restarts a read-committed create at the store's
+// default isolation.
+var errNeedSerializable = errors.New("create needs serializable isolation")
+
+// NewInstance describes an instance to create: CreateInstance fills in its
+// ID (when empty), state, times and version. TenantID, Offering (a catalog
+// name) and the workload are the caller's.
+type NewInstance = cloud.Instance
+
+// CreateInstance is the one way an instance comes to be, whoever asks
+// (the API, a spot request's launch, the autoscaler, a stack): in tx it
+// checks the tenant's quota (EnforceQuota), checks and attaches the
+// volumes (one rule: the tenant's own, not deleted, in one of the
+// instance's zones, and not attached to another instance that is not
+// terminated), gives it an ID when it has none, writes it pending, and
+// appends its instance.created event with reason. A key the tenant used
+// before makes the store's unique constraint answer with the existing
+// instance's ID (see asKeyRace).
+//
+// Run at read committed (cloud.ReadCommitted) it refuses to decide on a
+// quota and answers errNeedSerializable instead, for the caller to run it
+// again at the store's default isolation.
+func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *NewInstance, actor, reason string) error {
+	o, err := cat.Offering(in.Offering)
+	if err != nil {
+		return Field("offering", "%v", err)
+	}
+	in.Offering = o.Name
+	if in.ID == "" {
+		in.ID = NewID(InstancePrefix)
+	}
+	if in.Market == "" {
+		in.Market = cloud.MarketOnDemand
+	}
+	in.State, in.UpdatedAt = cloud.Pending, in.CreatedAt
+	vols, err := attachable(ctx, tx, in)
+	if err != nil {
+		return err
+	}
+	if cloud.IsolationOf(ctx) == cloud.ReadCommitted {
+		q, err := GetQuota(ctx, tx, in.TenantID)
+		if err != nil {
+			return err
+		}
+		if q.Instances != 0 || len(q.GPUs) != 0 {
+			return errNeedSerializable
+		}
+	} else if err := EnforceQuota(ctx, tx, cat, in.TenantID, o); err != nil {
+		return err
+	}
+	if err := tx.CreateInstance(ctx, in); err != nil {
+		return asKeyRace(err, in.IdempotencyKey)
+	}
+	for _, v := range vols {
+		v.InstanceID = in.ID
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+	}
+	return tx.AppendEvent(ctx, &cloud.Event{Time: in.CreatedAt, Kind: cloud.EventInstanceCreated, TenantID: in.TenantID,
+		InstanceID: in.ID, To: cloud.Pending, Actor: actor, Reason: reason})
+}
+
+// attachable reads the volumes an instance asks for and checks that they
+// may be attached to it: the tenant's own and not deleted (a missing
+// volume and another tenant's answer the same, so that IDs do not leak),
+// in one of the instance's zones when it names zones, and not attached to
+// another instance that is not terminated.
+func attachable(ctx context.Context, tx cloud.Tx, in *cloud.Instance) ([]*cloud.Volume, error) {
+	var vols []*cloud.Volume
+	for i, id := range in.Volumes {
+		name := fmt.Sprintf("volumes[%d]", i)
+		v, err := tx.GetVolume(ctx, id)
+		if cloud.IsNotFound(err) || err == nil && (v.TenantID != in.TenantID || v.DeletedAt != nil) {
+			return nil, Field(name, "volume %s not found", Quote(id))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if v.InstanceID != "" && v.InstanceID != in.ID {
+			other, err := tx.GetInstance(ctx, v.InstanceID)
+			if err != nil && !cloud.IsNotFound(err) {
+				return nil, err
+			}
+			if err == nil && other.State != cloud.Terminated {
+				return nil, &cloud.Error{Code: cloud.Conflict,
+					Message: "volume " + v.ID + " is attached to instance " + v.InstanceID + " (" + string(other.State) + "); detach it first",
+					Details: map[string]any{"field": name, "instance_id": v.InstanceID}}
+			}
+		}
+		if v.Zone != "" && len(in.Zones) > 0 && !slices.Contains(in.Zones, v.Zone) {
+			return nil, Field(name, "volume %s is in zone %s, which the instance's zones %v exclude", v.ID, v.Zone, in.Zones)
+		}
+		vols = append(vols, v)
+	}
+	return vols, nil
+}
+
+// Create creates an instance for actor a. With an idempotency key, a retry
+// answers the instance the first call created (created false); the same
+// key with a request that differs in any field is a Conflict naming the
+// fields.
+func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key string) (out *cloud.Instance, created bool, err error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return nil, false, err
+	}
+	o, err := CheckInstanceSpec(s.cat, &spec)
+	if err != nil {
+		return nil, false, err
+	}
+	// A create without volumes, for a tenant without a quota, depends only
+	// on the unique (tenant, idempotency key) constraint: it runs at read
+	// committed, which spares it the aborts of serializable transactions
+	// under contention. A quota count or a volume attachment needs
+	// serializable isolation, so finding either restarts the create there.
+	txctx := ctx
+	if len(spec.Volumes) == 0 {
+		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
+	}
+	body := func(tx cloud.Tx) error {
+		out, created = nil, false
+		tenant, err := Scope(txctx, tx, a, spec.Tenant, a.TenantID)
+		if err != nil {
+			return err
+		}
+		if key != "" {
+			old, err := tx.InstanceByKey(txctx, tenant, key)
+			if err == nil {
+				out = old
+				return sameInstance(old, o, &spec)
+			}
+			if !cloud.IsNotFound(err) {
+				return err
+			}
+		}
+		now := s.now()
+		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name,
+			IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
+			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, CreatedAt: now}
+		if err := CreateInstance(txctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
+			return err
+		}
+		out, created = in, true
+		return nil
+	}
+	err = s.tx(txctx, body)
+	if errors.Is(err, errNeedSerializable) {
+		txctx = ctx
+		err = s.tx(txctx, body)
+	}
+	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
+		func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
+	return out, created && err == nil, err
+}
+
+// sameInstance reports a conflict when an idempotency key is reused for an
+// instance that differs in any field the request sent.
+func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *InstanceSpec) error {
+	var d KeyDiffs
+	d.String("name", old.Name, spec.Name)
+	d.String("offering", old.Offering, o.Name)
+	d.Strings("zones", old.Zones, spec.Zones)
+	d.Strings("labels", old.Labels, spec.Labels)
+	d.Strings("command", old.Command, spec.Command)
+	d.Map("env", old.Env, spec.Env)
+	d.Strings("volumes", old.Volumes, spec.Volumes)
+	d.Map("tags", old.Tags, spec.Tags)
+	return d.Err("instance", old.ID)
+}
+
+// Get reads an instance actor a may see.
+func (s *Instances) Get(ctx context.Context, a Actor, id string) (*cloud.Instance, error) {
+	var in *cloud.Instance
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		in, err = Visible(ctx, a, "instance", id, tx.GetInstance)
+		return err
+	})
+	return in, err
+}
+
+// InstanceQuery selects instances to list. Tenant is for admins (empty:
+// every tenant); members always list their own.
+type InstanceQuery struct {
+	Tenant   string
+	States   []cloud.State
+	Host     string
+	Offering string
+	Market   cloud.Market
+	// Limit caps the page (it must be positive); After pages by ID.
+	Limit int
+	After string
+}
+
+// List answers one page of the instances actor a may see, in ID order,
+// and the After of the next page ("" at the end).
+func (s *Instances) List(ctx context.Context, a Actor, q InstanceQuery) (ins []*cloud.Instance, next string, err error) {
+	if q.Offering != "" {
+		if o, err := s.cat.Offering(q.Offering); err == nil {
+			q.Offering = o.Name
+		}
+	}
+	if q.Market != "" && q.Market != cloud.MarketOnDemand && q.Market != cloud.MarketSpot {
+		return nil, "", Field("market", "want %s or %s, got %s", cloud.MarketOnDemand, cloud.MarketSpot, Quote(string(q.Market)))
+	}
+	if q.Limit <= 0 {
+		return nil, "", Field("limit", "must be positive")
+	}
+	err = s.tx(ctx, func(tx cloud.Tx) error {
+		tenant, err := Scope(ctx, tx, a, q.Tenant, "")
+		if err != nil {
+			return err
+		}
+		ins, err = tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: tenant, States: q.States,
+			HostID: q.Host, Offering: q.Offering, Market: q.Market, Limit: q.Limit + 1, AfterID: q.After})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(ins) > q.Limit {
+		ins = ins[:q.Limit]
+		next = ins[q.Limit-1].ID
+	}
+	return ins, next, nil
+}
+
+// Act applies a lifecycle action (Stop, Start, Terminate) that actor a
+// asks for. ifMatch, when not zero, is the version the caller read: a
+// stale one is a conflict, even when the action would change nothing.
+func (s *Instances) Act(ctx context.Context, a Actor, id string, action Action, ifMatch int64) (*cloud.Instance, error) {
+	var out *cloud.Instance
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		in, err := Visible(ctx, a, "instance", id, tx.GetInstance)
+		if err != nil {
+			return err
+		}
+		if err := CheckVersion("instance", id, ifMatch, in.Version); err != nil {
+			return err
+		}
+		out = in
+		_, err = Act(ctx, tx, a, in, action, "", s.now())
+		return err
+	})
+	return out, err
+}
+
+// Events answers one page of the events of an instance actor a may see,
+// after the event ID after, and the after of the next page (0 at the
+// end).
+func (s *Instances) Events(ctx context.Context, a Actor, id string, after int64, limit int) (evs []*cloud.Event, next int64, err error) {
+	err = s.tx(ctx, func(tx cloud.Tx) error {
+		in, err := Visible(ctx, a, "instance", id, tx.GetInstance)
+		if err != nil {
+			return err
+		}
+		evs, next, err = EventPage(ctx, tx, cloud.EventFilter{InstanceID: in.ID, AfterID: after, Limit: limit})
+		return err
+	})
+	return evs, next, err
+}
+
+// EventPage reads one page of events, asking the store for one more than
+// the limit to know whether there is a next page.
+func EventPage(ctx context.Context, tx cloud.Tx, f cloud.EventFilter) ([]*cloud.Event, int64, error) {
+	limit := f.Limit
+	f.Limit++
+	evs, err := tx.ListEvents(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	var next int64
+	if limit > 0 && len(evs) > limit {
+		evs = evs[:limit]
+		next = evs[limit-1].ID
+	}
+	return evs, next, nil
+}

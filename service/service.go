@@ -1,0 +1,160 @@
+// Package service holds gpucloud's domain services: every rule that
+// changes state lives here once, over cloud.Tx, and is testable without
+// HTTP. The /v1 handlers (httpapi), the controllers (controller) and, to
+// come, the autoscaler, stacks and the console call these services; none
+// of them re-implements a rule.
+//
+// Two layers:
+//
+//   - Functions over a cloud.Tx that other services and controllers
+//     compose inside their own transactions: MoveInstance and
+//     MoveInstances (the one way an instance changes state), CreateInstance
+//     (the one way an instance comes to be), LaunchSpot, DetachVolumes,
+//     EnforceQuota, Visible.
+//   - Services (Instances, Volumes, ...) whose methods take an Actor,
+//     run one transaction each, and decide tenancy: a member acts on its
+//     own tenant only, and another tenant's resource answers exactly like a
+//     missing one.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// Actor is who asks for a change: a user (admin or member of a tenant), a
+// host's agent, or a controller.
+type Actor struct {
+	// ID names the actor in events: a user ID, "agent/<host>", or a
+	// controller's name ("scheduler", "market", "health").
+	ID       string
+	TenantID string
+	Role     cloud.Role
+	// HostID is the host an agent speaks for.
+	HostID string
+}
+
+// Admin reports whether the actor operates the cloud.
+func (a Actor) Admin() bool { return a.Role == cloud.RoleAdmin }
+
+// Sees reports whether the actor may see a resource of tenant: admins see
+// every tenant's.
+func (a Actor) Sees(tenant string) bool { return a.Admin() || a.TenantID == tenant }
+
+// Controller is the actor of a control-plane controller: trusted, tenant
+// of nothing, named in the events it writes.
+func Controller(name string) Actor { return Actor{ID: name} }
+
+// AgentActor is the actor of host's agent.
+func AgentActor(host string) Actor {
+	return Actor{ID: "agent/" + host, Role: cloud.RoleAgent, HostID: host}
+}
+
+// NewID returns prefix followed by 16 random hex characters: the one ID
+// generator of every resource.
+func NewID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// ID prefixes of the resources services create.
+const (
+	TenantPrefix      = "tn-"
+	UserPrefix        = "u-"
+	TokenPrefix       = "tk-"
+	HostPrefix        = "h-"
+	InstancePrefix    = "i-"
+	VolumePrefix      = "v-"
+	AddressPrefix     = "eip-"
+	CommitmentPrefix  = "cm-"
+	SpotRequestPrefix = "sr-"
+)
+
+// Options configures the services. The zero value uses the wall clock
+// and the default catalog.
+type Options struct {
+	// Now is the clock; tests pass a settable one.
+	Now func() time.Time
+}
+
+// Services bundles the domain services over one store.
+type Services struct {
+	Instances *Instances
+	base
+}
+
+// base is what every service shares. It has no mutable state: all state
+// is in the store.
+type base struct {
+	store cloud.Store
+	cat   *catalog.Catalog
+	now   func() time.Time
+}
+
+// New returns the services over st, validating against cat.
+func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	b := base{store: st, cat: cat, now: opts.Now}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	return &Services{base: b, Instances: &Instances{base: b}}
+}
+
+// Store is the store the services write.
+func (b *base) Store() cloud.Store { return b.store }
+
+// Catalog is the catalog the services validate against.
+func (b *base) Catalog() *catalog.Catalog { return b.cat }
+
+// Now is the services' clock.
+func (b *base) Now() time.Time { return b.now() }
+
+func (b *base) tx(ctx context.Context, fn func(cloud.Tx) error) error { return b.store.Tx(ctx, fn) }
+
+// Visible reads a resource of the given kind that actor a may see: a
+// missing one and another tenant's answer the same NotFound, so that IDs
+// do not leak.
+func Visible[T cloud.Owned](ctx context.Context, a Actor, kind, id string, get func(context.Context, string) (T, error)) (T, error) {
+	v, err := get(ctx, id)
+	if cloud.IsNotFound(err) || err == nil && !a.Sees(v.Owner()) {
+		var zero T
+		return zero, NotFound(kind, id)
+	}
+	return v, err
+}
+
+// Scope resolves the tenant a request acts on from what it asked for. A
+// member may only name its own tenant; another answers not_found, like any
+// other tenant's resource. An admin may name any existing tenant. When
+// nothing is asked for, members get their own tenant and admins get dflt:
+// their own tenant to create things, "" (every tenant) to list them.
+func Scope(ctx context.Context, tx cloud.Tx, a Actor, asked, dflt string) (string, error) {
+	if asked == "" {
+		if !a.Admin() {
+			return a.TenantID, nil
+		}
+		return dflt, nil
+	}
+	if !a.Admin() {
+		if asked != a.TenantID {
+			return "", NotFound("tenant", asked)
+		}
+		return asked, nil
+	}
+	if _, err := tx.GetTenant(ctx, asked); err != nil {
+		if cloud.IsNotFound(err) {
+			return "", NotFound("tenant", asked)
+		}
+		return "", err
+	}
+	return asked, nil
+}

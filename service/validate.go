@@ -1,0 +1,89 @@
+package service
+
+import (
+	"unicode/utf8"
+)
+
+// Limits on request fields. They keep one request from filling the store
+// or the agent's process table, and are generous for real workloads.
+const (
+	maxNameLen     = 63
+	maxZones       = 16
+	maxLabels      = 32
+	maxVolumes     = 16
+	maxTags        = 64
+	maxTagLen      = 256
+	maxCommandArgs = 256
+	maxCommandSize = 64 << 10 // bytes over all arguments
+	maxEnvVars     = 256
+	maxEnvSize     = 64 << 10 // bytes over all names and values
+	maxVolumeGiB   = 64 << 10 // 64 TiB
+	maxIdemKeyLen  = 255
+)
+
+// CheckName validates a resource name: 1..63 characters, letters, digits,
+// '-', '_' and '.', starting with a letter or digit. The same rule for
+// every resource means a name that works in one place works in all.
+func CheckName(fieldName, s string, required bool) error {
+	if s == "" {
+		if required {
+			return Field(fieldName, "is required")
+		}
+		return nil
+	}
+	if len(s) > maxNameLen {
+		return Field(fieldName, "is %d characters long; the limit is %d", len(s), maxNameLen)
+	}
+	for i, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '-' || c == '_' || c == '.')
+		if !ok {
+			return Field(fieldName, "%s: use letters, digits, '-', '_' and '.', starting with a letter or digit", Quote(s))
+		}
+	}
+	return nil
+}
+
+// CheckText validates a free-form string: valid UTF-8 without control
+// characters (NUL would break C strings in the agent and terminals).
+func CheckText(fieldName, s string, maxLen int) error {
+	if len(s) > maxLen {
+		return Field(fieldName, "is %d bytes long; the limit is %d", len(s), maxLen)
+	}
+	if !utf8.ValidString(s) {
+		return Field(fieldName, "is not valid UTF-8")
+	}
+	for _, c := range s {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return Field(fieldName, "contains control character %U", c)
+		}
+	}
+	return nil
+}
+
+// checkEnvName accepts POSIX environment variable names.
+func checkEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckIdempotencyKey validates the Idempotency-Key header: printable
+// ASCII, at most maxIdemKeyLen characters.
+func CheckIdempotencyKey(k string) error {
+	if len(k) > maxIdemKeyLen {
+		return Field("Idempotency-Key", "is %d characters long; the limit is %d", len(k), maxIdemKeyLen)
+	}
+	for _, c := range k {
+		if c < 0x21 || c > 0x7e {
+			return Field("Idempotency-Key", "use printable ASCII without spaces")
+		}
+	}
+	return nil
+}
