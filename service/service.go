@@ -81,13 +81,60 @@ const (
 type Options struct {
 	// Now is the clock; tests pass a settable one.
 	Now func() time.Time
+	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
+	// when it stops an instance; DefaultStopGrace when zero.
+	StopGrace time.Duration
+	// AddressPool is the IPv4 block (CIDR) public addresses are allocated
+	// from, lowest free address first; DefaultAddressPool when empty.
+	AddressPool string
 }
+
+// DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
+const DefaultStopGrace = 30 * time.Second
+
+// DefaultAddressPool is the address pool when Options.AddressPool is
+// empty: TEST-NET-3 (RFC 5737), which is never routed, so that a local
+// cloud hands out addresses that cannot collide with real ones.
+const DefaultAddressPool = "203.0.113.0/24"
 
 // Services bundles the domain services over one store.
 type Services struct {
-	Instances *Instances
+	Instances   *Instances
+	Volumes     *Volumes
+	Addresses   *Addresses
+	Commitments *Commitments
+	Prices      *Prices
+	Spot        *Spot
+	Billing     *Billing
+	Accounts    *Accounts
+	Hosts       *Hosts
+	Agents      *Agents
 	base
 }
+
+// The services. Each has its methods in the file of its name.
+type (
+	// Volumes creates, attaches, detaches, resizes and deletes volumes.
+	Volumes struct{ base }
+	// Addresses allocates, associates, disassociates and releases public
+	// addresses.
+	Addresses struct{ base }
+	// Commitments creates and reads reservations and retainer plans.
+	Commitments struct{ base }
+	// Prices reads and versions the price book.
+	Prices struct{ base }
+	// Spot creates and cancels spot requests and reads pools and prices.
+	Spot struct{ base }
+	// Billing rates invoices and keeps budgets.
+	Billing struct{ base }
+	// Accounts keeps tenants, users, tokens and quotas.
+	Accounts struct{ base }
+	// Hosts keeps the operator's view of hosts: cordon, uncordon, drain.
+	Hosts struct{ base }
+	// Agents is the control plane's side of the agent protocol: join,
+	// heartbeat, assignments, status reports and logs.
+	Agents struct{ base }
+)
 
 // base is what every service shares. It has no mutable state: all state
 // is in the store.
@@ -95,6 +142,7 @@ type base struct {
 	store cloud.Store
 	cat   *catalog.Catalog
 	now   func() time.Time
+	opts  Options
 }
 
 // New returns the services over st, validating against cat.
@@ -102,11 +150,19 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	if cat == nil {
 		cat = catalog.Default()
 	}
-	b := base{store: st, cat: cat, now: opts.Now}
-	if b.now == nil {
-		b.now = time.Now
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	return &Services{base: b, Instances: &Instances{base: b}}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = DefaultStopGrace
+	}
+	if opts.AddressPool == "" {
+		opts.AddressPool = DefaultAddressPool
+	}
+	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
+	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
+		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}}
 }
 
 // Store is the store the services write.
