@@ -25,16 +25,16 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
-	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/agentapi"
 )
 
-// Server is the control plane as the agent sees it. httpapi.Client
+// Server is the control plane as the agent sees it. agentapi.Client
 // implements it.
 type Server interface {
-	Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error)
-	Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error
-	Assignments(ctx context.Context) (*httpapi.AssignmentList, error)
-	ReportStatus(ctx context.Context, instanceID string, r httpapi.StatusReport) error
+	Join(ctx context.Context, req agentapi.JoinRequest) (*agentapi.JoinResponse, error)
+	Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) error
+	Assignments(ctx context.Context) (*agentapi.AssignmentList, error)
+	ReportStatus(ctx context.Context, instanceID string, r agentapi.StatusReport) error
 	AppendLogs(ctx context.Context, instanceID string, chunk []byte) error
 }
 
@@ -145,7 +145,7 @@ func (a *Agent) check() error {
 // Join performs the join with a join token: it reads the host's inventory
 // and sends both. It returns the host ID and the credential the caller must
 // persist and build its Server client with from then on.
-func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*httpapi.JoinResponse, error) {
+func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*agentapi.JoinResponse, error) {
 	if joinToken == "" {
 		return nil, errors.New("join: no join token")
 	}
@@ -153,7 +153,7 @@ func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*h
 	if err != nil {
 		return nil, fmt.Errorf("join: read inventory: %w", err)
 	}
-	resp, err := srv.Join(ctx, httpapi.JoinRequest{JoinToken: joinToken, Inventory: inv})
+	resp, err := srv.Join(ctx, agentapi.JoinRequest{JoinToken: joinToken, Inventory: inv})
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
@@ -238,7 +238,7 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("encode inventory: %w", err)
 	}
-	var req httpapi.HeartbeatRequest
+	var req agentapi.HeartbeatRequest
 	if !bytes.Equal(b, a.lastInv) {
 		req.Inventory = inv
 	}
@@ -258,7 +258,7 @@ func (a *Agent) driverCtx(ctx context.Context) (context.Context, context.CancelF
 
 // inventory reads the host's inventory and remembers its host ID and zone
 // for metadata documents.
-func (a *Agent) inventory(ctx context.Context) (*gpu.Inventory, error) {
+func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	dctx, cancel := a.driverCtx(ctx)
 	defer cancel()
 	inv, err := a.cfg.Driver.Inventory(dctx)

@@ -19,8 +19,8 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // TestEachKindStartsAndStops runs a whole, a MIG and a shared instance side
@@ -47,8 +47,8 @@ func TestEachKindStartsAndStops(t *testing.T) {
 	}
 	for name, w := range want {
 		env := e.workloadEnv(name)
-		e.untilPhase(name, httpapi.PhaseRunning)
-		e.wantPhases(name, httpapi.PhaseStarting, httpapi.PhaseRunning)
+		e.untilPhase(name, agentapi.PhaseRunning)
+		e.wantPhases(name, agentapi.PhaseStarting, agentapi.PhaseRunning)
 		for k, v := range map[string]string{
 			runtime.EnvCUDAVisible: w.devices, runtime.EnvNVIDIAVisible: w.devices,
 			runtime.EnvShareMilli: w.milli, runtime.EnvShareMemoryMiB: w.mb,
@@ -79,7 +79,7 @@ func TestEachKindStartsAndStops(t *testing.T) {
 		t.Fatalf("CreateMIG called %d times, want 1", n)
 	}
 	for name := range want {
-		e.wantPhases(name, httpapi.PhaseStarting, httpapi.PhaseRunning)
+		e.wantPhases(name, agentapi.PhaseStarting, agentapi.PhaseRunning)
 	}
 
 	env := e.workloadEnv("i-mig")
@@ -87,17 +87,17 @@ func TestEachKindStartsAndStops(t *testing.T) {
 		e.ready(name)
 	}
 	for name := range want {
-		if err := e.srv.SetDesired(name, httpapi.DesiredStop); err != nil {
+		if err := e.srv.SetDesired(name, agentapi.DesiredStop); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for name := range want {
-		e.untilPhase(name, httpapi.PhaseStopped)
+		e.untilPhase(name, agentapi.PhaseStopped)
 		e.until(name+" forgotten by the runtime", func() bool { return e.gone(name) })
 	}
 	e.steps(5)
 	for name := range want {
-		e.wantPhases(name, httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseStopped)
+		e.wantPhases(name, agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseStopped)
 		if r := e.lastReport(name); exitCode(r) != 0 || r.Message != "" {
 			t.Errorf("%s: stopped report %+v, want exit code 0", name, r)
 		}
@@ -137,9 +137,9 @@ func TestExitReportedOnce(t *testing.T) {
 	e := newEnv(t, h100)
 	e.srv.FailNext(agenttest.OpReportStatus, 1, errors.New("connection refused"))
 	e.assign(e.assignment("i-exit", mig3g(e.host.ID(), 0, 0, true), "echo bye; exit 3"))
-	e.untilPhase("i-exit", httpapi.PhaseExited)
+	e.untilPhase("i-exit", agentapi.PhaseExited)
 	e.steps(10)
-	e.wantPhases("i-exit", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseExited)
+	e.wantPhases("i-exit", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseExited)
 	if r := e.lastReport("i-exit"); exitCode(r) != 3 {
 		t.Fatalf("exited report %+v, want exit code 3", r)
 	}
@@ -161,7 +161,7 @@ func TestRefusedExitNotRestarted(t *testing.T) {
 	e := newEnv(t, h100)
 	script := `echo run >> "$OUT.runs"; while [ ! -e "$OUT.go" ]; do sleep 0.02; done; exit 3`
 	e.assign(e.assignment("i-refused", whole(e.host.ID(), 0), script))
-	e.untilPhase("i-refused", httpapi.PhaseRunning)
+	e.untilPhase("i-refused", agentapi.PhaseRunning)
 	e.srv.FailNext(agenttest.OpReportStatus, 1, cloud.Errorf(cloud.Conflict, "instance is not running"))
 	if err := os.WriteFile(e.outFile("i-refused")+".go", nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestRefusedExitNotRestarted(t *testing.T) {
 		return e.srv.Calls(agenttest.OpReportStatus) == 3
 	})
 	e.steps(10)
-	e.wantPhases("i-refused", httpapi.PhaseStarting, httpapi.PhaseRunning)
+	e.wantPhases("i-refused", agentapi.PhaseStarting, agentapi.PhaseRunning)
 	if runs, err := os.ReadFile(e.outFile("i-refused") + ".runs"); err != nil || string(runs) != "run\n" {
 		t.Fatalf("runs %q, %v; want exactly one", runs, err)
 	}
@@ -186,11 +186,11 @@ func TestWithdrawnAssignmentStoppedSilently(t *testing.T) {
 	e := newEnv(t, h100)
 	e.assign(e.assignment("i-orphan", mig3g(e.host.ID(), 1, 0, true), serveScript))
 	e.ready("i-orphan")
-	e.untilPhase("i-orphan", httpapi.PhaseRunning)
+	e.untilPhase("i-orphan", agentapi.PhaseRunning)
 	e.srv.Drop("i-orphan")
 	e.until("the orphan stopped", func() bool { return e.gone("i-orphan") })
 	e.steps(3)
-	e.wantPhases("i-orphan", httpapi.PhaseStarting, httpapi.PhaseRunning)
+	e.wantPhases("i-orphan", agentapi.PhaseStarting, agentapi.PhaseRunning)
 	if got := string(e.srv.Logs("i-orphan")); got != "ready\ngot TERM\n" {
 		t.Fatalf("the orphan's output %q; want it stopped with SIGTERM", got)
 	}
@@ -207,20 +207,20 @@ func TestStopEscalatesAfterGrace(t *testing.T) {
 	a := e.assignment("i-stubborn", whole(e.host.ID(), 0), `trap '' TERM; echo ready; while :; do sleep 0.05; done 2>/dev/null`)
 	a.GraceSeconds = 1
 	e.assign(a)
-	e.untilPhase("i-stubborn", httpapi.PhaseRunning)
+	e.untilPhase("i-stubborn", agentapi.PhaseRunning)
 	e.until("the trap set", func() bool { return string(e.srv.Logs("i-stubborn")) == "ready\n" })
-	if err := e.srv.SetDesired("i-stubborn", httpapi.DesiredStop); err != nil {
+	if err := e.srv.SetDesired("i-stubborn", agentapi.DesiredStop); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	e.untilPhase("i-stubborn", httpapi.PhaseStopped)
+	e.untilPhase("i-stubborn", agentapi.PhaseStopped)
 	if d := time.Since(start); d < time.Second {
 		t.Fatalf("stopped after %v, before its grace period", d)
 	}
 	if r := e.lastReport("i-stubborn"); exitCode(r) != 137 || r.Message != "killed by SIGKILL" {
 		t.Fatalf("stopped report %+v", r)
 	}
-	e.wantPhases("i-stubborn", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseStopped)
+	e.wantPhases("i-stubborn", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseStopped)
 }
 
 // TestStopBeforeStart: an instance told to stop before the agent started it
@@ -228,11 +228,11 @@ func TestStopEscalatesAfterGrace(t *testing.T) {
 func TestStopBeforeStart(t *testing.T) {
 	e := newEnv(t, h100)
 	a := e.assignment("i-never", whole(e.host.ID(), 0), serveScript)
-	a.Desired = httpapi.DesiredStop
+	a.Desired = agentapi.DesiredStop
 	e.assign(a)
-	e.untilPhase("i-never", httpapi.PhaseStopped)
+	e.untilPhase("i-never", agentapi.PhaseStopped)
 	e.steps(3)
-	e.wantPhases("i-never", httpapi.PhaseStopped)
+	e.wantPhases("i-never", agentapi.PhaseStopped)
 	if r := e.lastReport("i-never"); r.ExitCode != nil {
 		t.Fatalf("stopped report of a workload that never ran has an exit code: %+v", r)
 	}
@@ -250,12 +250,12 @@ func TestRestartAfterStop(t *testing.T) {
 	e := newEnv(t, h100)
 	a := e.assignment("i-again", whole(e.host.ID(), 0), `echo run >> runs; cat runs; `+serveScript)
 	e.assign(a)
-	e.untilPhase("i-again", httpapi.PhaseRunning)
+	e.untilPhase("i-again", agentapi.PhaseRunning)
 	e.ready("i-again")
-	if err := e.srv.SetDesired("i-again", httpapi.DesiredStop); err != nil {
+	if err := e.srv.SetDesired("i-again", agentapi.DesiredStop); err != nil {
 		t.Fatal(err)
 	}
-	e.untilPhase("i-again", httpapi.PhaseStopped)
+	e.untilPhase("i-again", agentapi.PhaseStopped)
 	if e.srv.Assigned("i-again") {
 		t.Fatal("the fake kept the stopped instance's assignment")
 	}
@@ -264,9 +264,9 @@ func TestRestartAfterStop(t *testing.T) {
 	}
 	e.assign(a)
 	e.workloadEnv("i-again")
-	e.untilPhase("i-again", httpapi.PhaseRunning)
-	e.wantPhases("i-again", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseStopped,
-		httpapi.PhaseStarting, httpapi.PhaseRunning)
+	e.untilPhase("i-again", agentapi.PhaseRunning)
+	e.wantPhases("i-again", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseStopped,
+		agentapi.PhaseStarting, agentapi.PhaseRunning)
 	e.ready("i-again")
 	if got, want := string(e.srv.Logs("i-again")), "run\nready\ngot TERM\nrun\nrun\nready\n"; got != want {
 		t.Fatalf("output of both runs %q, want %q", got, want)
@@ -289,8 +289,8 @@ func TestAdoptsKnownWorkload(t *testing.T) {
 	if err := os.WriteFile(e.outFile("i-adopt")+".go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.untilPhase("i-adopt", httpapi.PhaseExited)
-	e.wantPhases("i-adopt", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseRunning, httpapi.PhaseExited)
+	e.untilPhase("i-adopt", agentapi.PhaseExited)
+	e.wantPhases("i-adopt", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseRunning, agentapi.PhaseExited)
 	if r := e.lastReport("i-adopt"); exitCode(r) != 4 {
 		t.Fatalf("exited report %+v", r)
 	}
@@ -313,12 +313,12 @@ func TestAdoptedWorkloadStopped(t *testing.T) {
 		Driver: e.host, Runtime: e.rt, DataDir: e.dir, Interval: testInterval, ManageMIG: true,
 		Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
-	if err := e.srv.SetDesired("i-adopt-stop", httpapi.DesiredStop); err != nil {
+	if err := e.srv.SetDesired("i-adopt-stop", agentapi.DesiredStop); err != nil {
 		t.Fatal(err)
 	}
-	e.untilPhase("i-adopt-stop", httpapi.PhaseStopped)
+	e.untilPhase("i-adopt-stop", agentapi.PhaseStopped)
 	e.steps(3)
-	e.wantPhases("i-adopt-stop", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseStopped)
+	e.wantPhases("i-adopt-stop", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseStopped)
 	if r := e.lastReport("i-adopt-stop"); exitCode(r) != 0 {
 		t.Fatalf("stopped report %+v; want the workload's own exit 0", r)
 	}
@@ -334,7 +334,7 @@ func TestHungDriverCallTimesOut(t *testing.T) {
 	e.host.Hang(sim.OpDevices)
 	t.Cleanup(e.host.Recover)
 	e.assign(e.assignment("i-hang", whole(e.host.ID(), 0), serveScript))
-	e.untilPhase("i-hang", httpapi.PhaseFailed)
+	e.untilPhase("i-hang", agentapi.PhaseFailed)
 	if r := e.lastReport("i-hang"); !strings.Contains(r.Message, "find the devices of the placement") ||
 		!strings.Contains(r.Message, "deadline exceeded") {
 		t.Fatalf("failed report %+v", r)
@@ -361,9 +361,9 @@ func TestMIGCreateFailureReportsFailed(t *testing.T) {
 			e := newEnv(t, h100)
 			e.host.Fail(sim.OpCreateMIG, tc.err)
 			e.assign(e.assignment("i-fail", mig3g(e.host.ID(), 2, 4, true), serveScript))
-			e.untilPhase("i-fail", httpapi.PhaseFailed)
+			e.untilPhase("i-fail", agentapi.PhaseFailed)
 			e.steps(3)
-			e.wantPhases("i-fail", httpapi.PhaseFailed)
+			e.wantPhases("i-fail", agentapi.PhaseFailed)
 			r := e.lastReport("i-fail")
 			if !strings.Contains(r.Message, "create MIG instance 3g.40gb at slot 4 on gpu 2") || !strings.Contains(r.Message, "injected") {
 				t.Fatalf("failed report %+v", r)
@@ -408,14 +408,14 @@ func TestUnmanagedMIG(t *testing.T) {
 	if got, want := env[runtime.EnvCUDAVisible], sim.MIGUUID(id, 0, 9, 0); got != want {
 		t.Fatalf("CUDA_VISIBLE_DEVICES=%q, want %q", got, want)
 	}
-	e.untilPhase("i-missing", httpapi.PhaseFailed)
+	e.untilPhase("i-missing", agentapi.PhaseFailed)
 	if r := e.lastReport("i-missing"); !strings.Contains(r.Message, "gpu 1 has no MIG instance 3g.40gb at slot 4, and this agent does not manage MIG layouts") {
 		t.Fatalf("failed report %+v", r)
 	}
-	if err := e.srv.SetDesired("i-have", httpapi.DesiredStop); err != nil {
+	if err := e.srv.SetDesired("i-have", agentapi.DesiredStop); err != nil {
 		t.Fatal(err)
 	}
-	e.untilPhase("i-have", httpapi.PhaseStopped)
+	e.untilPhase("i-have", agentapi.PhaseStopped)
 	if _, ins := e.instances(0); len(ins) != 1 {
 		t.Fatalf("the operator's MIG instance was touched: %+v", ins)
 	}
@@ -472,14 +472,14 @@ func TestBadAssignmentsFail(t *testing.T) {
 		"i-badvol":  `bad volume id "../etc"`,
 		"i-noplace": "no placement",
 	} {
-		e.untilPhase(id, httpapi.PhaseFailed)
+		e.untilPhase(id, agentapi.PhaseFailed)
 		if r := e.lastReport(id); !strings.Contains(r.Message, msg) {
 			t.Errorf("%s: failed report %+v, want %q", id, r, msg)
 		}
 	}
 	// The failed start with a program left its starting report; the
 	// others failed before anything started.
-	if ps := e.srv.Phases("i-noprog"); !slices.Equal(ps, []string{httpapi.PhaseStarting, httpapi.PhaseFailed}) {
+	if ps := e.srv.Phases("i-noprog"); !slices.Equal(ps, []string{agentapi.PhaseStarting, agentapi.PhaseFailed}) {
 		t.Fatalf("i-noprog reported %v", ps)
 	}
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 var _ agent.Server = (*agenttest.ControlPlane)(nil)
@@ -95,7 +95,7 @@ func (e *env) killAll() {
 }
 
 // assign puts an assignment on the fake server.
-func (e *env) assign(as ...httpapi.Assignment) {
+func (e *env) assign(as ...agentapi.Assignment) {
 	e.mu.Lock()
 	for _, a := range as {
 		e.ids = append(e.ids, a.InstanceID)
@@ -155,7 +155,7 @@ func (e *env) wantPhases(id string, want ...string) {
 }
 
 // lastReport returns the instance's last report.
-func (e *env) lastReport(id string) httpapi.StatusReport {
+func (e *env) lastReport(id string) agentapi.StatusReport {
 	e.t.Helper()
 	rs := e.srv.Reports(id)
 	if len(rs) == 0 {
@@ -220,13 +220,13 @@ echo ready
 while :; do sleep 0.05; done 2>/dev/null`
 
 // assignment is an assignment to run a shell script.
-func (e *env) assignment(id string, pl *fleet.Placement, script string) httpapi.Assignment {
+func (e *env) assignment(id string, pl *fleet.Placement, script string) agentapi.Assignment {
 	pl.ID = id
 	if pl.HostID == "" {
 		pl.HostID = e.host.ID()
 	}
-	return httpapi.Assignment{
-		InstanceID: id, TenantID: "tenant-1", Offering: "h100.test", Desired: httpapi.DesiredRun,
+	return agentapi.Assignment{
+		InstanceID: id, TenantID: "tenant-1", Offering: "h100.test", Desired: agentapi.DesiredRun,
 		Placement: pl, Command: []string{"/bin/sh", "-c", script},
 		Env:          map[string]string{"OUT": e.outFile(id), "GREETING": "hello"},
 		Tags:         map[string]string{"team": "ml"},
@@ -260,7 +260,7 @@ func shared(hostID string, gpu, milli int, memMiB int64) *fleet.Placement {
 var h100 = sim.Spec{ID: "h1", Zone: "zone-a", GPUs: sim.GPUSpec{Model: "H100", Count: 4}}
 
 // exitCode returns a report's exit code, or -1 without one.
-func exitCode(r httpapi.StatusReport) int {
+func exitCode(r agentapi.StatusReport) int {
 	if r.ExitCode == nil {
 		return -1
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/agenttest"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // TestHeartbeatInventoryOnlyOnChange: the first heartbeat carries the
@@ -126,7 +126,7 @@ func TestLogsShippedAndRetried(t *testing.T) {
 	const lines = 250000 // 2.75 MB: three chunks of the process runtime
 	e.assign(e.assignment("i-logs", whole(e.host.ID(), 0), `yes 0123456789 | head -n 250000; echo end`))
 	e.run()
-	e.untilPhase("i-logs", httpapi.PhaseExited)
+	e.untilPhase("i-logs", agentapi.PhaseExited)
 	want := strings.Repeat("0123456789\n", lines) + "end\n"
 	e.until("all output shipped", func() bool { return len(e.srv.Logs("i-logs")) >= len(want) })
 	if got := string(e.srv.Logs("i-logs")); got != want {
@@ -135,7 +135,7 @@ func TestLogsShippedAndRetried(t *testing.T) {
 	if n := e.srv.Calls(agenttest.OpAppendLogs); n < 3+3 {
 		t.Fatalf("AppendLogs called %d times; want the 3 failures retried", n)
 	}
-	e.wantPhases("i-logs", httpapi.PhaseStarting, httpapi.PhaseRunning, httpapi.PhaseExited)
+	e.wantPhases("i-logs", agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseExited)
 }
 
 // TestLogsStreamWhileRunning: output is shipped as the workload writes it,
@@ -154,5 +154,5 @@ func TestLogsStreamWhileRunning(t *testing.T) {
 	if n := e.srv.Calls(agenttest.OpAppendLogs); n < calls+3 {
 		t.Fatalf("AppendLogs called %d more times; want the 2 failures retried", n-calls)
 	}
-	e.wantPhases("i-stream", httpapi.PhaseStarting, httpapi.PhaseRunning)
+	e.wantPhases("i-stream", agentapi.PhaseStarting, agentapi.PhaseRunning)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
@@ -156,7 +157,7 @@ func share(pl *fleet.Placement, spec *runtime.Spec) error {
 	return nil
 }
 
-func gpuOf(inv *gpu.Inventory, index int) *fleet.GPU {
+func gpuOf(inv *agentapi.Inventory, index int) *fleet.GPU {
 	for i := range inv.Host.GPUs {
 		if inv.Host.GPUs[i].Index == index {
 			return &inv.Host.GPUs[i]

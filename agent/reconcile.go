@@ -13,9 +13,9 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // state is where an instance is in the agent's hands.
@@ -37,7 +37,7 @@ const (
 // inst is what the agent keeps of one instance.
 type inst struct {
 	id       string
-	a        httpapi.Assignment
+	a        agentapi.Assignment
 	state    state
 	attempts int  // failed start attempts that may succeed when retried
 	starting bool // the starting phase was queued
@@ -53,7 +53,7 @@ type inst struct {
 	// gonePasses counts the passes since the assignment went, to bound how
 	// long the agent tries to ship the last output.
 	gonePasses int
-	reports    []httpapi.StatusReport
+	reports    []agentapi.StatusReport
 	stopSince  time.Time
 }
 
@@ -81,7 +81,7 @@ type pass struct {
 	gpuUsers map[int][]string
 }
 
-func newPass(as []httpapi.Assignment) *pass {
+func newPass(as []agentapi.Assignment) *pass {
 	p := &pass{listed: map[string]bool{}, migOwner: map[[2]int]string{}, gpuUsers: map[int][]string{}}
 	for _, a := range as {
 		p.listed[a.InstanceID] = true
@@ -155,7 +155,7 @@ func (a *Agent) Step(ctx context.Context) error {
 }
 
 // reconcile moves one listed instance toward its desired state.
-func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) error {
+func (a *Agent) reconcile(ctx context.Context, p *pass, as agentapi.Assignment) error {
 	s := a.insts[as.InstanceID]
 	if s != nil && s.state == stateDone && (s.final || s.orphan) {
 		// The server released the instance (it took the terminal report,
@@ -172,13 +172,13 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) e
 		a.insts[s.id] = s
 	}
 	s.a = as
-	if as.Desired != httpapi.DesiredRun && as.Desired != httpapi.DesiredStop {
+	if as.Desired != agentapi.DesiredRun && as.Desired != agentapi.DesiredStop {
 		return fmt.Errorf("unknown desired state %q", as.Desired)
 	}
 	a.notice(as)
 	switch s.state {
 	case statePending:
-		if as.Desired == httpapi.DesiredStop {
+		if as.Desired == agentapi.DesiredStop {
 			if _, err := a.cfg.Runtime.Status(s.id); err == nil {
 				// Started before this agent knew it (the agent restarted,
 				// the runtime did not): stop it.
@@ -187,11 +187,11 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) e
 			}
 			// Never started: nothing runs, but the server waits for the
 			// stop, and a partial partition may be left to undo.
-			return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseStopped})
+			return a.finish(ctx, p, s, &agentapi.StatusReport{Phase: agentapi.PhaseStopped})
 		}
 		return a.start(ctx, p, s)
 	case stateRunning:
-		if as.Desired == httpapi.DesiredStop {
+		if as.Desired == agentapi.DesiredStop {
 			return a.stop(ctx, p, s)
 		}
 		return a.watch(ctx, p, s)
@@ -205,7 +205,7 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as httpapi.Assignment) e
 // notice shows the server's spot notices on the instance's metadata
 // endpoint: the instance-action of a reclaim, or a rebalance
 // recommendation. A notice the server withdrew disappears.
-func (a *Agent) notice(as httpapi.Assignment) {
+func (a *Agent) notice(as agentapi.Assignment) {
 	md := a.cfg.Metadata
 	if md == nil {
 		return
@@ -248,7 +248,7 @@ func (a *Agent) orphan(ctx context.Context, p *pass, s *inst) error {
 }
 
 // finish queues the terminal report (none for an orphan) and cleans up.
-func (a *Agent) finish(ctx context.Context, p *pass, s *inst, r *httpapi.StatusReport) error {
+func (a *Agent) finish(ctx context.Context, p *pass, s *inst, r *agentapi.StatusReport) error {
 	s.state = stateDone
 	if r != nil && !s.orphan {
 		s.reports = append(s.reports, *r)
@@ -267,7 +267,7 @@ func (a *Agent) start(ctx context.Context, p *pass, s *inst) error {
 		// reported.
 		a.adopt(s)
 		if st.State == runtime.StateRunning {
-			s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseRunning})
+			s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning})
 			return nil
 		}
 		return a.watch(ctx, p, s)
@@ -280,7 +280,7 @@ func (a *Agent) start(ctx context.Context, p *pass, s *inst) error {
 		s.attempts++
 	}
 	if definitive(err) || s.attempts >= maxStartAttempts {
-		return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseFailed, Message: err.Error()})
+		return a.finish(ctx, p, s, &agentapi.StatusReport{Phase: agentapi.PhaseFailed, Message: err.Error()})
 	}
 	return fmt.Errorf("start (attempt %d of %d): %w", s.attempts, maxStartAttempts, err)
 }
@@ -375,13 +375,13 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	}
 	if !s.starting {
 		s.starting = true
-		s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseStarting})
+		s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseStarting})
 	}
 	if err := a.cfg.Runtime.Start(ctx, spec); err != nil {
 		return err
 	}
 	s.state, s.started = stateRunning, true
-	s.reports = append(s.reports, httpapi.StatusReport{Phase: httpapi.PhaseRunning})
+	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning})
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
 	return nil
 }
@@ -391,7 +391,7 @@ func (a *Agent) watch(ctx context.Context, p *pass, s *inst) error {
 	st, err := a.cfg.Runtime.Status(s.id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		s.started = false
-		return a.finish(ctx, p, s, &httpapi.StatusReport{Phase: httpapi.PhaseFailed, Message: "the runtime lost track of the workload"})
+		return a.finish(ctx, p, s, &agentapi.StatusReport{Phase: agentapi.PhaseFailed, Message: "the runtime lost track of the workload"})
 	}
 	if err != nil {
 		return err
@@ -399,7 +399,7 @@ func (a *Agent) watch(ctx context.Context, p *pass, s *inst) error {
 	if st.State != runtime.StateExited {
 		return nil
 	}
-	return a.finish(ctx, p, s, exitReport(httpapi.PhaseExited, st))
+	return a.finish(ctx, p, s, exitReport(agentapi.PhaseExited, st))
 }
 
 // stop stops the workload: SIGTERM, then SIGKILL after the grace period the
@@ -417,11 +417,11 @@ func (a *Agent) stop(ctx context.Context, p *pass, s *inst) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	err := a.cfg.Runtime.Stop(wctx, s.id)
 	cancel()
-	var r *httpapi.StatusReport
+	var r *agentapi.StatusReport
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
 		s.started = false
-		r = &httpapi.StatusReport{Phase: httpapi.PhaseStopped}
+		r = &agentapi.StatusReport{Phase: agentapi.PhaseStopped}
 	case err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)):
 		return err
 	default:
@@ -432,7 +432,7 @@ func (a *Agent) stop(ctx context.Context, p *pass, s *inst) error {
 		if st.State != runtime.StateExited {
 			return nil // still within its grace period
 		}
-		r = exitReport(httpapi.PhaseStopped, st)
+		r = exitReport(agentapi.PhaseStopped, st)
 	}
 	a.log.Info("agent: instance stopped", "instance", s.id, "after", a.cfg.Now().Sub(s.stopSince))
 	if s.orphan {
@@ -442,9 +442,9 @@ func (a *Agent) stop(ctx context.Context, p *pass, s *inst) error {
 }
 
 // exitReport is the report of an exited workload.
-func exitReport(phase string, st runtime.Status) *httpapi.StatusReport {
+func exitReport(phase string, st runtime.Status) *agentapi.StatusReport {
 	code := st.ExitCode
-	r := &httpapi.StatusReport{Phase: phase, ExitCode: &code}
+	r := &agentapi.StatusReport{Phase: phase, ExitCode: &code}
 	if st.Signal != "" {
 		r.Message = "killed by " + st.Signal
 	}

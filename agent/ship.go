@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // MaxLogChunk is the most output one AppendLogs call carries, the server's
@@ -80,7 +80,7 @@ func (a *Agent) sendReports(ctx context.Context, s *inst) error {
 
 func terminal(phase string) bool {
 	switch phase {
-	case httpapi.PhaseExited, httpapi.PhaseStopped, httpapi.PhaseFailed:
+	case agentapi.PhaseExited, agentapi.PhaseStopped, agentapi.PhaseFailed:
 		return true
 	}
 	return false

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 func newAddressesCommand(s *session) *cobra.Command {
@@ -58,7 +58,7 @@ func printAddresses(w io.Writer, format string, one bool, as ...*cloud.Address) 
 
 func newAddressesAllocateCommand(s *session) *cobra.Command {
 	var (
-		req httpapi.AllocateAddressRequest
+		req api.AllocateAddressRequest
 		key string
 		out outputFlag
 	)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // --- hosts ---
@@ -227,7 +227,7 @@ func newTenantsCreateCommand(s *session) *cobra.Command {
 
 func newTenantsAddUserCommand(s *session) *cobra.Command {
 	var (
-		req  httpapi.CreateUserRequest
+		req  api.CreateUserRequest
 		role string
 		out  outputFlag
 	)
@@ -300,7 +300,7 @@ func newQuotasCommand(s *session) *cobra.Command {
 
 // printQuota prints a quota with its usage, one row per limited or used
 // resource.
-func printQuota(w io.Writer, format string, q *httpapi.QuotaStatus) error {
+func printQuota(w io.Writer, format string, q *api.QuotaStatus) error {
 	if format != "table" {
 		return writeData(w, format, q)
 	}
@@ -407,7 +407,7 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				spec := httpapi.QuotaSpec{GPUs: map[string]float64{}}
+				spec := api.QuotaSpec{GPUs: map[string]float64{}}
 				if !reset {
 					cur, err := c.Quota(ctx, tenant)
 					if err != nil {
@@ -465,7 +465,7 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := httpapi.CreateJoinTokenRequest{Name: name}
+			req := api.CreateJoinTokenRequest{Name: name}
 			if expiresIn > 0 {
 				at := time.Now().Add(expiresIn)
 				req.ExpiresAt = &at

@@ -12,9 +12,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 func TestTenantsAndUsers(t *testing.T) {
@@ -65,13 +65,13 @@ func TestQuotas(t *testing.T) {
 	}
 	// Setting one limit keeps the others; 0 removes one.
 	e.ok(e.admin, "quotas", "set", acme, "--gpus", "a100=2.5")
-	var q httpapi.QuotaStatus
+	var q api.QuotaStatus
 	decodeJSON(t, e.ok(e.admin, "quotas", "get", "acme", "-o", "json"), &q)
 	if q.Instances != 5 || q.GPUs["H100-80GB-SXM"] != 4 || q.GPUs["A100-80GB-SXM"] != 2.5 {
 		t.Errorf("after merge: %+v", q)
 	}
 	e.ok(e.admin, "quotas", "set", "acme", "--gpus", "h100-80gb-sxm=0", "--instances", "0")
-	q = httpapi.QuotaStatus{}
+	q = api.QuotaStatus{}
 	decodeJSON(t, e.ok(e.admin, "quotas", "get", "acme", "-o", "json"), &q)
 	if q.Instances != 0 || len(q.GPUs) != 1 || q.GPUs["A100-80GB-SXM"] != 2.5 {
 		t.Errorf("after removing: %+v", q)
@@ -112,7 +112,7 @@ func TestTokens(t *testing.T) {
 	if !strings.Contains(out, "Secret:") || !strings.Contains(out, "shown only this once") {
 		t.Errorf("tokens create:\n%s", out)
 	}
-	var ct httpapi.CreatedToken
+	var ct api.CreatedToken
 	decodeJSON(t, e.ok(tok, "tokens", "create", "--name", "laptop", "-o", "json"), &ct)
 	if ct.Token.Name != "laptop" || ct.Token.ExpiresAt != nil || !strings.HasPrefix(ct.Secret, "gpc_") {
 		t.Errorf("created %+v", ct)

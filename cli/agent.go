@@ -17,7 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
-	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/agentapi"
 )
 
 func newAgentCommand(stderr io.Writer) *cobra.Command {
@@ -87,7 +87,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				if joinToken == "" {
 					return usagef(cmd, "no credential in %s: the first start needs --join-token", credFile)
 				}
-				joined, err := agent.Join(ctx, httpapi.NewClient(server, "", nil), joinToken, drv)
+				joined, err := agent.Join(ctx, agentapi.NewClient(server, "", nil), joinToken, drv)
 				if err != nil {
 					return fmt.Errorf("join %s: %w", server, err)
 				}
@@ -102,7 +102,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			rt := process.New(filepath.Join(dir, "runtime"))
 			md := metadata.New()
 			defer md.Close()
-			a := agent.New(httpapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
+			a := agent.New(agentapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
 				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, VolumeDir: volumeDir, Interval: interval, ManageMIG: manageMIG, Log: log,
 			})
 			fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, dir)

@@ -12,9 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -161,7 +162,7 @@ func checkKind(cmd *cobra.Command, kind string) (cloud.PriceKind, error) {
 
 func newPricesListCommand(s *session) *cobra.Command {
 	var (
-		o                    httpapi.PricesOptions
+		o                    client.PricesOptions
 		kind, offering, zone string
 		at                   string
 		out                  outputFlag
@@ -211,7 +212,7 @@ func newPricesListCommand(s *session) *cobra.Command {
 
 func newPricesSetCommand(s *session) *cobra.Command {
 	var (
-		req         httpapi.SetPriceRequest
+		req         api.SetPriceRequest
 		kind        string
 		amount      moneyFlag
 		effectiveAt string
@@ -339,7 +340,7 @@ func basisPoints(bp int64) string {
 
 func newCommitmentsCreateCommand(s *session) *cobra.Command {
 	var (
-		req        httpapi.CreateCommitmentRequest
+		req        api.CreateCommitmentRequest
 		plan, pay  string
 		discount   string
 		start, key string
@@ -609,7 +610,7 @@ func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 
 func newInvoicesShowCommand(s *session) *cobra.Command {
 	var (
-		o      httpapi.InvoicesOptions
+		o      client.InvoicesOptions
 		format string
 		detail bool
 	)
@@ -684,7 +685,7 @@ func newBudgetCommand(s *session) *cobra.Command {
 }
 
 // printBudget writes a budget status.
-func printBudget(w io.Writer, format string, st *httpapi.BudgetStatus) error {
+func printBudget(w io.Writer, format string, st *api.BudgetStatus) error {
 	if format != "table" {
 		return writeData(w, format, st)
 	}
@@ -773,7 +774,7 @@ func newBudgetSetCommand(s *session) *cobra.Command {
 			if !amount.set {
 				return usagef(cmd, "--amount is required")
 			}
-			spec := httpapi.BudgetSpec{Amount: amount.v, Thresholds: thresholds}
+			spec := api.BudgetSpec{Amount: amount.v, Thresholds: thresholds}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				t, err := c.tenantID(ctx, tenant)
 				if err != nil {

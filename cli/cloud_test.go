@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/httpapi"
@@ -79,7 +80,7 @@ func (e *cloudEnv) member(tenant, user string) (tenantID, token string) {
 	e.t.Helper()
 	var tn cloud.Tenant
 	decodeJSON(e.t, e.ok(e.admin, "tenants", "create", tenant, "-o", "json"), &tn)
-	var cu httpapi.CreatedUser
+	var cu api.CreatedUser
 	decodeJSON(e.t, e.ok(e.admin, "tenants", "add-user", tenant, "--name", user, "-o", "json"), &cu)
 	if cu.User.TenantID != tn.ID || !strings.HasPrefix(cu.Secret, "gpc_") {
 		e.t.Fatalf("add-user answered %+v", cu)

@@ -22,8 +22,8 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // Environment variables of the connection settings. They override the
@@ -138,7 +138,7 @@ type session struct {
 // conn is a client of one server, with what the CLI needs to explain
 // failures: the URL, and where the token came from.
 type conn struct {
-	*httpapi.Client
+	*client.Client
 	server, tokenFrom string
 }
 
@@ -186,7 +186,7 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 		return nil, fmt.Errorf("no token for the gpucloud server at %s: run `gpucloud login --server %s --token TOKEN`, or set $%s", server, server, EnvToken)
 	}
 	hc := &http.Client{Timeout: requestTimeout}
-	return &conn{Client: httpapi.NewClient(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
+	return &conn{Client: client.New(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
 }
 
 // checkServerURL accepts http and https URLs with a host.

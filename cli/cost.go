@@ -11,10 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/estimate"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -398,7 +399,7 @@ type costLive struct {
 	server        string
 	pool          cloud.Pool
 	onDemand      money.Micros
-	spot          *httpapi.SpotPool
+	spot          *api.SpotPool
 	windowSeconds int64
 }
 
@@ -430,7 +431,7 @@ func fetchCostLive(cmd *cobra.Command, offering, zone string) (*costLive, error)
 	live := &costLive{server: c.server, pool: cloud.Pool{Offering: offering, Zone: zone},
 		windowSeconds: int64(costReclaimWindow / time.Second)}
 
-	prices, err := c.Prices(ctx, httpapi.PricesOptions{Kind: cloud.PriceCompute, Offering: offering, At: clockNow()})
+	prices, err := c.Prices(ctx, client.PricesOptions{Kind: cloud.PriceCompute, Offering: offering, At: clockNow()})
 	if err != nil {
 		return nil, costExplain(c, err)
 	}

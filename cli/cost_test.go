@@ -10,8 +10,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -427,7 +427,7 @@ func TestSpotPoolsReclaimColumn(t *testing.T) {
 		t.Errorf("zone-b row %q", got)
 	}
 	// Over two days: one reclaim in 48 spot instance-hours.
-	var pools []httpapi.SpotPool
+	var pools []api.SpotPool
 	decodeJSON(t, e.ok(tok, "spot", "pools", "--window", "48h", "-o", "json"), &pools)
 	if len(pools) != 2 || pools[0].Reclaims != 1 || pools[0].SpotSeconds != 48*3600 || pools[0].ReclaimRateBP != 208 ||
 		pools[0].WindowSeconds != 48*3600 {

@@ -13,9 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // allStates lists the instance states in lifecycle order, for --state.
@@ -48,7 +49,7 @@ func newUUID() string {
 
 func newInstancesCreateCommand(s *session) *cobra.Command {
 	var (
-		req       httpapi.CreateInstanceRequest
+		req       api.CreateInstanceRequest
 		count     int
 		env, tags []string
 		key       string
@@ -195,7 +196,7 @@ func newInstancesListCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			o := httpapi.ListInstancesOptions{Tenant: tenant, Offering: offering, Host: hn, Limit: 1000}
+			o := client.ListInstancesOptions{Tenant: tenant, Offering: offering, Host: hn, Limit: 1000}
 			for _, st := range states {
 				st = strings.ToLower(strings.TrimSpace(st))
 				if !slices.Contains(names, st) {
@@ -448,7 +449,7 @@ func shellJoin(args []string) string {
 // allEvents reads every event of an instance, oldest first.
 func (c *conn) allEvents(ctx context.Context, id string) ([]*cloud.Event, error) {
 	all := []*cloud.Event{}
-	o := httpapi.EventsOptions{Limit: 1000}
+	o := client.EventsOptions{Limit: 1000}
 	for {
 		page, err := c.InstanceEvents(ctx, id, o)
 		if err != nil {
@@ -495,7 +496,7 @@ func (s *session) completeInstances(multi bool) cobra.CompletionFunc {
 		live := slices.DeleteFunc(slices.Clone(allStates), func(st cloud.State) bool {
 			return st == cloud.Terminated || st == cloud.Terminating
 		})
-		page, err := c.ListInstances(contextOf(cmd), httpapi.ListInstancesOptions{States: live, Limit: 1000})
+		page, err := c.ListInstances(contextOf(cmd), client.ListInstancesOptions{States: live, Limit: 1000})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

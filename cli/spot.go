@@ -11,8 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -59,7 +60,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			o := httpapi.SpotPricesOptions{Limit: limit}
+			o := client.SpotPricesOptions{Limit: limit}
 			for _, v := range pools {
 				p, err := parsePool(cmd, "pool", v, true)
 				if err != nil {
@@ -139,7 +140,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 					return c.explain(err)
 				}
 				if ps == nil {
-					ps = []httpapi.SpotPool{}
+					ps = []api.SpotPool{}
 				}
 				w := cmd.OutOrStdout()
 				if !out.table() {
@@ -247,7 +248,7 @@ func maxPriceText(m money.Micros) string {
 
 func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 	var (
-		req                httpapi.CreateSpotRequestRequest
+		req                api.CreateSpotRequestRequest
 		offering, zone     string
 		backups, env, tags []string
 		persistent         bool

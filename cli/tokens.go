@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 func newTokensCommand(s *session) *cobra.Command {
@@ -97,7 +97,7 @@ func newTokensCreateCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			req := httpapi.CreateTokenRequest{Name: name}
+			req := api.CreateTokenRequest{Name: name}
 			if expiresIn != "" {
 				d, err := parseExpiry(expiresIn)
 				if err != nil {

@@ -21,7 +21,9 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
-	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/serve"
 )
 
@@ -39,7 +41,7 @@ type hostAgent struct {
 // volume follows its instance from host to host as on a cloud's network
 // storage.
 func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
-	joined, err := agent.Join(ctx, httpapi.NewClient(url, "", nil), joinToken, drv)
+	joined, err := agent.Join(ctx, agentapi.NewClient(url, "", nil), joinToken, drv)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +50,7 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 		return nil, err
 	}
 	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), gpu: len(inv.Host.GPUs)}
-	h.ag = agent.New(httpapi.NewClient(url, joined.Credential, nil), agent.Config{
+	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, nil), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 	})
@@ -125,8 +127,8 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			admin := httpapi.NewClient(s.URL, token, nil)
-			jt, err := admin.CreateJoinToken(ctx, httpapi.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
+			admin := client.New(s.URL, token, nil)
+			jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
 			if err != nil {
 				return fmt.Errorf("create join token: %w", err)
 			}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // canonicalModel resolves a GPU model name or alias through the built-in
@@ -168,7 +168,7 @@ func printVolumes(w io.Writer, format string, one bool, vs ...*cloud.Volume) err
 
 func newVolumesCreateCommand(s *session) *cobra.Command {
 	var (
-		req httpapi.CreateVolumeRequest
+		req api.CreateVolumeRequest
 		key string
 		out outputFlag
 	)

@@ -7,6 +7,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/placement"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // assignment is a placement chosen for a pending instance and applied to
@@ -31,25 +32,25 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 	}
 	spot := in.Market == cloud.MarketSpot
 	if spot {
-		zones, seen := s.spotZones[in.ID]
+		gate, seen := s.hints.Gates[in.ID]
 		if !seen {
 			// The market has not looked at this instance yet, so its max
 			// price is unchecked: it waits for the market's next round.
 			return nil, nil, nil
 		}
 		req.Preemptible = true
-		if why := s.spotBlocked[in.ID]; why != "" {
+		if why := gate.Blocked; why != "" {
 			v, err := s.unschedulable(ctx, in, why)
 			if err != nil || v == 0 {
 				return nil, nil, err
 			}
 			return nil, &wait{version: v, epoch: s.epoch}, nil
 		}
-		if zones != nil {
-			req.Zones = zones
+		if gate.Zones != nil {
+			req.Zones = gate.Zones
 		}
 		for _, z := range req.Zones {
-			req.PriceMicros = max(req.PriceMicros, s.spotPrice[cloud.Pool{Offering: in.Offering, Zone: z}])
+			req.PriceMicros = max(req.PriceMicros, int64(s.hints.Prices[cloud.Pool{Offering: in.Offering, Zone: z}]))
 		}
 	} else {
 		s.takeReservation(snap, in)
@@ -89,9 +90,10 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 }
 
 // commit writes a batch of assignments in one transaction: each instance
-// moves to scheduled with its placement if its version is still the one
-// read (else it is left out, and its placement given back to the fleet),
-// with its event, and each host that receives a placement has its version
+// moves to scheduled with its placement (service.MoveInstances, a few
+// statements for the whole batch) if its version is still the one read
+// (else it is left out, and its placement given back to the fleet), with
+// its event, and each host that receives a placement has its version
 // bumped from the one the fleet was built from. A host that changed fails
 // the batch: every placement is given back and the fleet rebuilt. A batch
 // that keeps losing serialization races to concurrent transactions is
@@ -112,42 +114,38 @@ func (s *Scheduler) commit(ctx context.Context, batch []assignment) (int, error)
 	// scheduler's state to the code after the commit.
 	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
 		stale, bumped, hostErr = map[string]bool{}, map[string]int64{}, nil
+		// Copies: MoveInstances updates what it moves, and this function
+		// may run again from the instances as read.
 		ins := make([]*cloud.Instance, len(batch))
+		moves := make([]service.Move, len(batch))
 		for i, a := range batch {
 			in := *a.in
-			in.State, in.Reason, in.HostID, in.Placement, in.UpdatedAt =
-				cloud.Scheduled, "placed on "+placement.Explain(a.p), a.p.HostID, a.p, now
-			if h := s.fleet.Host(a.p.HostID); h != nil {
-				in.Zone = h.Zone
-			}
 			ins[i] = &in
+			moves[i] = service.Move{To: cloud.Scheduled, Reason: "placed on " + placement.Explain(a.p),
+				Actor: schedulerActor, Placement: a.p}
+			if h := s.fleet.Host(a.p.HostID); h != nil {
+				moves[i].Zone = h.Zone
+			}
 		}
 		// The version check is the state check: each instance was
 		// pending at the version read.
-		ids, err := tx.UpdateInstances(ctx, ins)
+		ids, err := service.MoveInstances(ctx, tx, ins, moves, now)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
 			stale[id] = true
 		}
-		events := make([]*cloud.Event, 0, len(batch))
-		for _, in := range ins {
-			if stale[in.ID] {
-				continue
+		for _, a := range batch {
+			if !stale[a.in.ID] {
+				bumped[a.p.HostID] = s.versions[a.p.HostID]
 			}
-			bumped[in.HostID] = s.versions[in.HostID]
-			events = append(events, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-				InstanceID: in.ID, HostID: in.HostID, From: cloud.Pending, To: cloud.Scheduled,
-				Reason: in.Reason, Actor: "scheduler"})
 		}
-		if err := tx.BumpHosts(ctx, bumped); err != nil {
-			if cloud.IsConflict(err) || cloud.IsNotFound(err) {
-				hostErr = err
-			}
-			return err
+		err = tx.BumpHosts(ctx, bumped)
+		if cloud.IsConflict(err) || cloud.IsNotFound(err) {
+			hostErr = err
 		}
-		return tx.AppendEvents(ctx, events)
+		return err
 	})
 	if err != nil {
 		s.giveBack(batch)
@@ -211,7 +209,7 @@ func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reaso
 			return ignoreConflict(err)
 		}
 		if err := tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: cloud.EventInstanceUnschedulable, TenantID: cur.TenantID,
-			InstanceID: cur.ID, Reason: reason, Actor: "scheduler"}); err != nil {
+			InstanceID: cur.ID, Reason: reason, Actor: schedulerActor}); err != nil {
 			return err
 		}
 		version = cur.Version
@@ -220,18 +218,15 @@ func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reaso
 	return version, err
 }
 
-// fail moves a pending instance that can never be placed to failed.
+// fail moves a pending instance that can never be placed to failed. An
+// instance that changed meanwhile is left alone.
 func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string) error {
 	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
 		cur, err := tx.GetInstance(ctx, in.ID)
 		if err != nil || cur.State != cloud.Pending {
 			return ignoreNotFound(err)
 		}
-		cur.State, cur.Reason, cur.UpdatedAt = cloud.Failed, reason, s.Now()
-		if err := tx.UpdateInstance(ctx, cur); err != nil {
-			return ignoreConflict(err)
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: cloud.EventInstanceState, TenantID: cur.TenantID,
-			InstanceID: cur.ID, From: cloud.Pending, To: cloud.Failed, Reason: reason, Actor: "scheduler"})
+		return ignoreConflict(service.MoveInstance(ctx, tx, cur,
+			service.Move{To: cloud.Failed, Reason: reason, Actor: schedulerActor}, s.Now()))
 	})
 }

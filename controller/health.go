@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // DefaultHeartbeatTimeout is how long a host may stay silent before it is
@@ -14,9 +15,9 @@ const DefaultHeartbeatTimeout = 30 * time.Second
 
 // MarkSilentHosts marks schedulable or cordoned hosts whose last heartbeat
 // is older than timeout as unhealthy, and moves every instance holding an
-// allocation there to lost (releasing it), each with an event. It returns
-// the hosts it marked. The scheduler notices the host version change and
-// rebuilds its fleet.
+// allocation there to lost (service.MoveInstance: releasing it, with its
+// event). It returns the hosts it marked. The scheduler notices the host
+// version change and rebuilds its fleet.
 func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout time.Duration) ([]string, error) {
 	var marked []string
 	err := st.Tx(ctx, func(tx cloud.Tx) error {
@@ -36,7 +37,7 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 			}
 			reason := "no heartbeat since " + h.LastHeartbeat.UTC().Format(time.RFC3339)
 			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventHostUnhealthy, HostID: h.ID,
-				Reason: reason + " (was " + string(from) + ")", Actor: "health"}); err != nil {
+				Reason: reason + " (was " + string(from) + ")", Actor: healthActor}); err != nil {
 				return err
 			}
 			ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: h.ID,
@@ -45,13 +46,8 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 				return err
 			}
 			for _, in := range ins {
-				prev := in.State
-				in.State, in.Reason, in.HostID, in.Placement, in.UpdatedAt = cloud.Lost, "host "+h.ID+" lost: "+reason, "", nil, now
-				if err := tx.UpdateInstance(ctx, in); err != nil {
-					return err
-				}
-				if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-					InstanceID: in.ID, HostID: h.ID, From: prev, To: cloud.Lost, Reason: in.Reason, Actor: "health"}); err != nil {
+				if err := service.MoveInstance(ctx, tx, in, service.Move{To: cloud.Lost,
+					Reason: "host " + h.ID + " lost: " + reason, Actor: healthActor}, now); err != nil {
 					return err
 				}
 			}

@@ -2,24 +2,35 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/spot"
 )
 
 // Defaults of the spot market controller.
 const (
-	DefaultClearInterval = 10 * time.Second
-	DefaultKeepFailed    = 10 * time.Minute
+	DefaultMarketInterval = time.Second
+	DefaultClearInterval  = 10 * time.Second
+	DefaultKeepFailed     = 10 * time.Minute
 )
+
+// SpotScheduler is what the market needs of the scheduler: a read-only
+// view of its fleet, and a way to tell it the spot prices and where each
+// pending spot instance may go. *Scheduler implements it.
+type SpotScheduler interface {
+	FleetView() FleetView
+	SetSpotHints(SpotHints)
+}
 
 // Market runs the spot market around the pure core of package spot: it
 // clears each pool's price from supply (the scheduler's fleet) and demand
@@ -29,33 +40,64 @@ const (
 // max price, and drives spot requests: one-time requests close when their
 // instance ends, persistent ones relaunch after a reclaim (in the first
 // pool with room, backups included, with the same volumes), and a pending
-// launch moves to a backup pool that has room. It shares the scheduler's
-// fleet, so it runs in the scheduler's goroutine, before each Step (from
-// the second on: the first builds the fleet). A pending spot instance is
-// placed only once the market has seen it.
+// launch moves to a backup pool that has room. Instances move only through
+// service.MoveInstance and launch only through service.LaunchSpot (quota
+// and volume rule included); a relaunch the service refuses (a quota, a
+// deleted volume) is recorded on the request, which stays open and is
+// tried again on later rounds.
+//
+// It reads the scheduler's fleet through Sched.FleetView and tells the
+// scheduler what it decided through Sched.SetSpotHints, nothing else. It
+// runs in the scheduler's goroutine, before the scheduler's Step (the
+// leader's Loop lists it first), from the second round on: the first
+// builds the fleet. A pending spot instance is placed only once the market
+// has seen it.
 type Market struct {
-	Store  cloud.Store
-	Sched  *Scheduler
-	Config spot.Config
+	Store   cloud.Store
+	Sched   SpotScheduler
+	Catalog *catalog.Catalog
+	Config  spot.Config
 	// ClearInterval is how often prices are cleared; KeepFailed how long
 	// a failed spot instance is kept for inspection before its persistent
 	// request relaunches.
 	ClearInterval time.Duration
 	KeepFailed    time.Duration
-	Now           func() time.Time
-	Log           *slog.Logger
+	// Every is how often the leader runs a round (Interval); 0 is
+	// DefaultMarketInterval. Prices clear every ClearInterval regardless.
+	Every time.Duration
+	Now   func() time.Time
+	Log   *slog.Logger
 
 	last      map[cloud.Pool]money.Micros
 	lastClear time.Time
 	hosts     int
 	supply    map[cloud.Pool]spot.Supply
+	// prices is m.last as last given to the scheduler (a copy: the
+	// scheduler keeps it).
+	prices map[cloud.Pool]money.Micros
 }
 
-// NewMarket returns a market controller with the default configuration.
+// NewMarket returns a market controller with the default configuration,
+// for sched's fleet and catalog.
 func NewMarket(st cloud.Store, sched *Scheduler) *Market {
-	return &Market{Store: st, Sched: sched, Config: spot.DefaultConfig(), ClearInterval: DefaultClearInterval,
+	return &Market{Store: st, Sched: sched, Catalog: sched.Catalog, Config: spot.DefaultConfig(), ClearInterval: DefaultClearInterval,
 		KeepFailed: DefaultKeepFailed, Now: time.Now, Log: slog.Default()}
 }
+
+// Name is the market's name as a Controller.
+func (m *Market) Name() string { return "market" }
+
+// Interval is how often the leader runs a round: Every, or
+// DefaultMarketInterval.
+func (m *Market) Interval() time.Duration {
+	if m.Every > 0 {
+		return m.Every
+	}
+	return DefaultMarketInterval
+}
+
+// Reconcile runs one Step, as a Controller.
+func (m *Market) Reconcile(ctx context.Context) error { return m.Step(ctx) }
 
 // marketSnap is what one market step reads.
 type marketSnap struct {
@@ -105,9 +147,10 @@ func (m *Market) read(ctx context.Context) (*marketSnap, error) {
 }
 
 // Step runs one round of the market. The scheduler's fleet must be built
-// (run Scheduler.Step first).
+// (run Scheduler.Step first); until it is, Step does nothing.
 func (m *Market) Step(ctx context.Context) error {
-	if m.Sched.fleet == nil {
+	view := m.Sched.FleetView()
+	if !view.Built() {
 		return nil
 	}
 	now := m.Now()
@@ -118,18 +161,18 @@ func (m *Market) Step(ctx context.Context) error {
 	// Clear on the interval, and at once when hosts come or go, so that a
 	// new host's pools get a price without waiting.
 	// (Never twice at one instant: a pool has one price per time.)
-	if hosts := len(m.Sched.fleet.Hosts); m.supply == nil || (hosts != m.hosts && now.After(m.lastClear)) || now.Sub(m.lastClear) >= m.interval() {
+	if hosts := view.Hosts(); m.supply == nil || (hosts != m.hosts && now.After(m.lastClear)) || now.Sub(m.lastClear) >= m.interval() {
 		m.hosts = hosts
-		if err := m.clear(ctx, ms, now); err != nil {
+		if err := m.clear(ctx, view, ms, now); err != nil {
 			return err
 		}
 		m.lastClear = now
 	}
-	m.gate(ms)
-	if err := m.watch(ctx, ms, now); err != nil {
+	m.Sched.SetSpotHints(SpotHints{Prices: m.prices, Gates: m.gate(ms)})
+	if err := m.watch(ctx, view, ms, now); err != nil {
 		return err
 	}
-	return m.drive(ctx, ms, now)
+	return m.drive(ctx, view, ms, now)
 }
 
 func (m *Market) interval() time.Duration {
@@ -150,8 +193,8 @@ func (m *Market) Prices() map[cloud.Pool]money.Micros {
 
 // clear computes every pool's supply and demand, clears the prices and
 // records the ones that changed.
-func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error {
-	counts := poolSupply(m.Sched.fleet, m.Sched.Catalog)
+func (m *Market) clear(ctx context.Context, view FleetView, ms *marketSnap, now time.Time) error {
+	counts := view.Supply()
 	zonesOf := map[string][]string{}
 	for _, p := range sortedPools(counts) {
 		zonesOf[p.Offering] = append(zonesOf[p.Offering], p.Zone)
@@ -162,7 +205,7 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 		if !ok {
 			continue // no on-demand price: no market
 		}
-		supply[p] = &spot.Supply{Pool: p, Capacity: c.capacity, Free: c.free, OnDemandPrice: od, Prev: m.last[p]}
+		supply[p] = &spot.Supply{Pool: p, Capacity: c.Capacity, Free: c.Free, OnDemandPrice: od, Prev: m.last[p]}
 	}
 	// Demand without a zone weighs on every zone of its offering.
 	each := func(offering string, zones []string, f func(*spot.Supply)) {
@@ -186,8 +229,8 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 	for _, in := range ms.pending {
 		each(in.Offering, in.Zones, func(s *spot.Supply) { s.OnDemandPending++ })
 	}
-	for _, ph := range m.Sched.placeholders {
-		each(ph.pool.Offering, []string{ph.pool.Zone}, func(s *spot.Supply) { s.Reserved++ })
+	for p, n := range view.Reserved() {
+		each(p.Offering, []string{p.Zone}, func(s *spot.Supply) { s.Reserved += n })
 	}
 	pools := sortedPools(supply)
 	in := make([]spot.Supply, len(pools))
@@ -211,11 +254,10 @@ func (m *Market) clear(ctx context.Context, ms *marketSnap, now time.Time) error
 			m.last[c.Pool] = c.Price
 		}
 	}
-	sp := make(map[cloud.Pool]int64, len(m.last))
+	m.prices = make(map[cloud.Pool]money.Micros, len(m.last))
 	for k, v := range m.last {
-		sp[k] = int64(v)
+		m.prices[k] = v
 	}
-	m.Sched.spotPrice = sp
 	return nil
 }
 
@@ -228,18 +270,19 @@ func maxPrice(r *cloud.SpotRequest, od money.Micros) money.Micros {
 	return od
 }
 
-// gate tells the scheduler, for every pending spot instance, the zones
-// of its pool whose price is within the request's max price (nil: any
-// zone, when the request has no max price), or why none is.
-func (m *Market) gate(ms *marketSnap) {
-	zones, blocked := map[string][]string{}, map[string]string{}
+// gate finds, for every pending spot instance, the zones of its pool
+// whose price is within the request's max price (nil: any zone, when the
+// request has no max price), or why none is: the gates the scheduler
+// places them by.
+func (m *Market) gate(ms *marketSnap) map[string]SpotGate {
+	gates := map[string]SpotGate{}
 	for _, in := range ms.spot {
 		if in.State != cloud.Pending {
 			continue
 		}
 		r := ms.requests[in.SpotRequestID]
 		if r == nil || r.MaxPrice == 0 {
-			zones[in.ID] = nil
+			gates[in.ID] = SpotGate{}
 			continue
 		}
 		ok := []string{}
@@ -256,17 +299,18 @@ func (m *Market) gate(ms *marketSnap) {
 			}
 		}
 		sort.Strings(ok)
-		zones[in.ID] = ok
+		g := SpotGate{Zones: ok}
 		if len(ok) == 0 {
-			blocked[in.ID] = fmt.Sprintf("spot price %s is above the max price %s in every zone of %s", cheapest, r.MaxPrice, in.Offering)
+			g.Blocked = fmt.Sprintf("spot price %s is above the max price %s in every zone of %s", cheapest, r.MaxPrice, in.Offering)
 		}
+		gates[in.ID] = g
 	}
-	m.Sched.spotZones, m.Sched.spotBlocked = zones, blocked
+	return gates
 }
 
 // watch reclaims spot instances whose pool price passed their max price
 // and recommends rebalancing to those in pools at risk.
-func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error {
+func (m *Market) watch(ctx context.Context, view FleetView, ms *marketSnap, now time.Time) error {
 	type move struct {
 		id     string
 		reason string
@@ -308,7 +352,8 @@ func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error
 				continue
 			}
 			if mv.reason == cloud.ReclaimPrice {
-				if err := m.Sched.announce(ctx, tx, in, cloud.ReclaimPrice, "", now); err != nil {
+				notice := view.Notice(cloud.Pool{Offering: in.Offering, Zone: in.Zone})
+				if err := announce(ctx, tx, in, cloud.ReclaimPrice, "", notice, now); err != nil {
 					return err
 				}
 				continue
@@ -325,7 +370,7 @@ func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error
 				return err
 			}
 			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRebalance, TenantID: in.TenantID,
-				InstanceID: in.ID, HostID: in.HostID, Actor: "market",
+				InstanceID: in.ID, HostID: in.HostID, Actor: marketActor,
 				Reason: "rebalance recommended: reclaim risk in pool " + cloud.Pool{Offering: in.Offering, Zone: in.Zone}.String() + " is elevated"}); err != nil {
 				return err
 			}
@@ -337,7 +382,7 @@ func (m *Market) watch(ctx context.Context, ms *marketSnap, now time.Time) error
 // drive moves every live spot request along with its instance. A request
 // already where its instance puts it (active while the instance holds
 // capacity, open while it waits in its only pool) costs no transaction.
-func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error {
+func (m *Market) drive(ctx context.Context, view FleetView, ms *marketSnap, now time.Time) error {
 	byID := map[string]*cloud.Instance{}
 	for _, in := range ms.spot {
 		byID[in.ID] = in
@@ -346,7 +391,7 @@ func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error
 		if settled(ms.requests[id], byID[ms.requests[id].InstanceID]) {
 			continue
 		}
-		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, id, now) }); err != nil {
+		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, view, id, now) }); err != nil {
 			if cloud.IsConflict(err) {
 				continue // changed meanwhile: next step
 			}
@@ -358,6 +403,12 @@ func (m *Market) drive(ctx context.Context, ms *marketSnap, now time.Time) error
 
 // The reasons a request keeps while nothing happens to it.
 const reasonWaiting = "waiting for capacity"
+
+// reasonRefused starts the reason of a request whose relaunch (persistent
+// requests, moves to a backup pool) the instance service refused: a
+// quota, a volume. It stays open, the instance the market ended does not
+// close it, and the relaunch is tried again on every round.
+const reasonRefused = "relaunch refused: "
 
 func reasonActive(in *cloud.Instance) string { return "instance " + in.ID + " holds capacity" }
 
@@ -377,7 +428,7 @@ func settled(r *cloud.SpotRequest, in *cloud.Instance) bool {
 
 // driveOne handles one request in its own transaction, re-reading it and
 // its instance.
-func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.Time) error {
+func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, view FleetView, id string, now time.Time) error {
 	r, err := tx.GetSpotRequest(ctx, id)
 	if err != nil {
 		return ignoreNotFound(err)
@@ -398,19 +449,33 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.
 			return err
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRequest, TenantID: r.TenantID,
-			InstanceID: r.InstanceID, Reason: fmt.Sprintf("spot request %s %s: %s", r.ID, st, reason), Actor: "market"})
+			InstanceID: r.InstanceID, Reason: fmt.Sprintf("spot request %s %s: %s", r.ID, st, reason), Actor: marketActor})
+	}
+	// relaunch launches the request's next instance, or records why the
+	// instance service refused it.
+	relaunch := func(why string) error {
+		err := m.relaunch(ctx, tx, view, r, why, now)
+		if refused(err) {
+			return set(cloud.SpotOpen, reasonRefused+errMessage(err))
+		}
+		return err
 	}
 	persistent := r.Type == cloud.SpotPersistent
 	if in == nil {
 		if persistent {
-			return m.relaunch(ctx, tx, r, "its instance is gone", now)
+			return relaunch("its instance is gone")
 		}
 		return set(cloud.SpotClosed, "its instance is gone")
 	}
 	reclaimed := in.Interruption != nil && in.Interruption.Action != ""
 	switch in.State {
 	case cloud.Pending:
-		if moved, err := m.toBackup(ctx, tx, r, in, now); err != nil || moved {
+		moved, err := m.toBackup(ctx, tx, view, r, in, now)
+		if refused(err) {
+			// The launch is terminated; the next rounds relaunch.
+			return set(cloud.SpotOpen, reasonRefused+errMessage(err))
+		}
+		if err != nil || moved {
 			return err
 		}
 		return set(cloud.SpotOpen, reasonWaiting)
@@ -422,15 +487,10 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.
 		}
 		if reclaimed && persistent {
 			// Stop behaviour: the same instance, with its volumes, starts
-			// again when capacity returns.
-			from := in.State
-			in.State, in.Reason, in.Interruption, in.UpdatedAt = cloud.Pending, "", nil, now
-			if err := tx.UpdateInstance(ctx, in); err != nil {
-				return err
-			}
-			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-				InstanceID: in.ID, From: from, To: cloud.Pending, Actor: "market",
-				Reason: "persistent spot request " + r.ID + " restarts its stopped instance"}); err != nil {
+			// again when capacity returns (the move to pending clears the
+			// notice and the reason).
+			if err := service.MoveInstance(ctx, tx, in, service.Move{To: cloud.Pending, Actor: marketActor,
+				Reason: "persistent spot request " + r.ID + " restarts its stopped instance"}, now); err != nil {
 				return err
 			}
 			return set(cloud.SpotOpen, "restarting its stopped instance")
@@ -438,7 +498,13 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.
 		return set(cloud.SpotDisabled, "its instance is stopped; start it to resume")
 	case cloud.Terminated:
 		if reclaimed && persistent {
-			return m.relaunch(ctx, tx, r, "instance "+in.ID+" was reclaimed", now)
+			return relaunch("instance " + in.ID + " was reclaimed")
+		}
+		if strings.HasPrefix(r.Reason, reasonRefused) {
+			// The market ended it to relaunch (a failed or lost instance
+			// of a persistent request, a move to a backup pool) and the
+			// relaunch was refused: try again.
+			return relaunch("instance " + in.ID + " ended")
 		}
 		if !persistent {
 			return set(cloud.SpotClosed, "its instance terminated")
@@ -453,21 +519,35 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, id string, now time.
 				in.UpdatedAt.Add(m.keepFailed()).UTC().Format(time.RFC3339)))
 		}
 		from := in.State
-		in.State, in.UpdatedAt = cloud.Terminated, now
-		if err := tx.UpdateInstance(ctx, in); err != nil {
+		// The instance keeps the reason it failed or was lost with.
+		if err := service.MoveInstance(ctx, tx, in, service.Move{To: cloud.Terminated, Actor: marketActor, KeepReason: true,
+			Reason: "persistent spot request " + r.ID + " relaunches"}, now); err != nil {
 			return err
 		}
-		if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
-			return err
-		}
-		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-			InstanceID: in.ID, From: from, To: cloud.Terminated, Actor: "market",
-			Reason: "persistent spot request " + r.ID + " relaunches"}); err != nil {
-			return err
-		}
-		return m.relaunch(ctx, tx, r, "instance "+in.ID+" "+string(from), now)
+		return relaunch("instance " + in.ID + " " + string(from))
 	}
 	return nil
+}
+
+// errMessage is the message of a domain error, without its code.
+func errMessage(err error) string {
+	var e *cloud.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// refused reports whether the instance service refused a launch for a
+// reason that only the tenant or the operator can change (a quota, a
+// volume that is gone, an offering that left the catalog), as opposed to a
+// race (a conflict: the next round tries again) or a failure of the store.
+func refused(err error) bool {
+	switch cloud.ErrorCode(err) {
+	case cloud.QuotaExceeded, cloud.Invalid, cloud.NotFound:
+		return true
+	}
+	return false
 }
 
 func (m *Market) keepFailed() time.Duration {
@@ -479,12 +559,12 @@ func (m *Market) keepFailed() time.Duration {
 
 // bestPool is the first of the request's pools (backups in order) where an
 // instance fits now within the max price; the primary when none does.
-func (m *Market) bestPool(r *cloud.SpotRequest, skip cloud.Pool) (cloud.Pool, bool) {
+func (m *Market) bestPool(view FleetView, r *cloud.SpotRequest, skip cloud.Pool) (cloud.Pool, bool) {
 	for _, p := range r.Pools {
 		if p == skip {
 			continue
 		}
-		if m.fits(r, p) {
+		if m.fits(view, r, p) {
 			return p, true
 		}
 	}
@@ -493,11 +573,7 @@ func (m *Market) bestPool(r *cloud.SpotRequest, skip cloud.Pool) (cloud.Pool, bo
 
 // fits reports whether an instance of the pool's offering fits the
 // scheduler's fleet now, in a zone whose price is within the max price.
-func (m *Market) fits(r *cloud.SpotRequest, p cloud.Pool) bool {
-	o, err := m.Sched.Catalog.Offering(p.Offering)
-	if err != nil {
-		return false
-	}
+func (m *Market) fits(view FleetView, r *cloud.SpotRequest, p cloud.Pool) bool {
 	var zones []string
 	for pool, s := range m.supply {
 		if pool.Offering != p.Offering || (p.Zone != "" && pool.Zone != p.Zone) {
@@ -507,36 +583,37 @@ func (m *Market) fits(r *cloud.SpotRequest, p cloud.Pool) bool {
 			zones = append(zones, pool.Zone)
 		}
 	}
-	if len(zones) == 0 {
-		return false
-	}
-	req, err := RequestFor(&cloud.Instance{ID: "probe", Zones: zones}, o)
-	if err != nil {
-		return false
-	}
-	req.Preemptible = true
-	_, err = m.Sched.Engine.Place(m.Sched.fleet, req)
-	return err == nil
+	return view.FitsSpot(p.Offering, zones)
 }
 
-// relaunch launches the request's next instance in its best pool.
-func (m *Market) relaunch(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest, why string, now time.Time) error {
+// relaunch launches the request's next instance in its best pool, through
+// service.LaunchSpot. A launch the service refuses changes nothing and
+// returns its error (see refused).
+func (m *Market) relaunch(ctx context.Context, tx cloud.Tx, view FleetView, r *cloud.SpotRequest, why string, now time.Time) error {
 	if len(r.Pools) == 0 {
 		return cloud.Errorf(cloud.Invalid, "spot request %s has no pools", r.ID)
 	}
-	pool, _ := m.bestPool(r, cloud.Pool{})
-	in, err := cloud.LaunchSpot(ctx, tx, r, pool, newInstanceID(), "market", now)
+	pool, _ := m.bestPool(view, r, cloud.Pool{})
+	in, err := service.LaunchSpot(ctx, tx, m.catalog(), r, pool, marketActor, now)
 	if err != nil {
 		return err
 	}
 	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRequest, TenantID: r.TenantID,
-		InstanceID: in.ID, Actor: "market",
+		InstanceID: in.ID, Actor: marketActor,
 		Reason: fmt.Sprintf("spot request %s relaunched as %s in pool %s (launch %d): %s", r.ID, in.ID, pool, r.Launches, why)})
 }
 
+func (m *Market) catalog() *catalog.Catalog {
+	if m.Catalog != nil {
+		return m.Catalog
+	}
+	return catalog.Default()
+}
+
 // toBackup moves a pending launch that the scheduler could not place to
-// the first other pool of the request that has room now.
-func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest, in *cloud.Instance, now time.Time) (bool, error) {
+// the first other pool of the request that has room now: it terminates
+// the launch and relaunches in that pool.
+func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, view FleetView, r *cloud.SpotRequest, in *cloud.Instance, now time.Time) (bool, error) {
 	if len(r.Pools) < 2 || in.Reason == "" {
 		return false, nil
 	}
@@ -544,31 +621,16 @@ func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, r *cloud.SpotRequest
 	if len(in.Zones) == 1 {
 		cur.Zone = in.Zones[0]
 	}
-	if m.fits(r, cur) {
+	if m.fits(view, r, cur) {
 		return false, nil // the scheduler will place it
 	}
-	pool, ok := m.bestPool(r, cur)
+	pool, ok := m.bestPool(view, r, cur)
 	if !ok {
 		return false, nil
 	}
-	from := in.State
-	in.State, in.Reason, in.UpdatedAt = cloud.Terminated, "moved to backup pool "+pool.String(), now
-	if err := tx.UpdateInstance(ctx, in); err != nil {
+	if err := service.MoveInstance(ctx, tx, in, service.Move{To: cloud.Terminated,
+		Reason: "moved to backup pool " + pool.String(), Actor: marketActor}, now); err != nil {
 		return false, err
 	}
-	if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
-		return false, err
-	}
-	if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-		InstanceID: in.ID, From: from, To: cloud.Terminated, Reason: in.Reason, Actor: "market"}); err != nil {
-		return false, err
-	}
-	return true, m.relaunch(ctx, tx, r, "no room in pool "+cur.String(), now)
-}
-
-// newInstanceID returns an instance ID in the API's format.
-func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "i-" + hex.EncodeToString(b[:])
+	return true, m.relaunch(ctx, tx, view, r, "no room in pool "+cur.String(), now)
 }

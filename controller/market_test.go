@@ -11,6 +11,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // clock is a settable test clock.
@@ -87,7 +88,7 @@ func (mk *market) spotRequest(id string, typ cloud.SpotRequestType, interruption
 			return err
 		}
 		var err error
-		in, err = cloud.LaunchSpot(ctx, tx, r, r.Pools[0], "i-"+id, "test", mk.clock.now)
+		in, err = service.LaunchSpot(ctx, tx, catalog.Default(), r, r.Pools[0], "test", mk.clock.now)
 		return err
 	})
 	return in
@@ -196,7 +197,7 @@ func TestReclaimGivesNoticeAndStopsAtTheDeadline(t *testing.T) {
 		t.Fatalf("on-demand %s after the reclaim: %s", od.State, od.Reason)
 	}
 	// The one-time request closed.
-	if r := mk.request(strings.TrimPrefix(v.ID, "i-")); r.State != cloud.SpotClosed {
+	if r := mk.request(v.SpotRequestID); r.State != cloud.SpotClosed {
 		t.Fatalf("one-time request %s after its instance terminated", r.State)
 	}
 }
@@ -535,7 +536,7 @@ func TestPendingLaunchMovesToABackupPool(t *testing.T) {
 			return err
 		}
 		var err error
-		first, err = cloud.LaunchSpot(ctx, tx, r, r.Pools[0], "i-b1", "test", t0)
+		first, err = service.LaunchSpot(ctx, tx, catalog.Default(), r, r.Pools[0], "test", t0)
 		return err
 	})
 	for i := 0; i < 4; i++ {
@@ -549,5 +550,51 @@ func TestPendingLaunchMovesToABackupPool(t *testing.T) {
 	next := mk.get(r.InstanceID)
 	if r.Launches != 2 || next.Offering != "h100.1x" || next.State != cloud.Scheduled {
 		t.Fatalf("request %+v, launch %s %s", r, next.Offering, next.State)
+	}
+}
+
+// TestRelaunchRefusedForQuota: a relaunch the instance service refuses
+// for the tenant's quota does not fail the market's round: the request
+// stays open with the refusal as its reason (one event, not one per
+// round), the failed instance is terminated, and the relaunch happens once
+// the quota allows it.
+func TestRelaunchRefusedForQuota(t *testing.T) {
+	mk := newMarket(t)
+	ctx := context.Background()
+	mk.m.KeepFailed = time.Minute
+	first := mk.spotRequest("q", cloud.SpotPersistent, cloud.ActionTerminate, 0)
+	mk.step()
+	mk.move(first.ID, cloud.Starting)
+	mk.move(first.ID, cloud.Failed)
+	// Another instance of the tenant takes the one instance its quota
+	// allows.
+	mk.onDemand("other", "t1", "l40s.2x")
+	tx(t, mk.st, func(tx cloud.Tx) error { return tx.PutQuota(ctx, &cloud.Quota{TenantID: "t1", Instances: 1}) })
+	mk.clock.now = mk.clock.now.Add(time.Hour)
+	mk.step() // fails the test if the round fails
+	if got := mk.get(first.ID); got.State != cloud.Terminated {
+		t.Fatalf("failed instance %s, want terminated", got.State)
+	}
+	r := mk.request("q")
+	if r.State != cloud.SpotOpen || r.Launches != 1 || !strings.HasPrefix(r.Reason, reasonRefused) || !strings.Contains(r.Reason, "quota") {
+		t.Fatalf("request after a refused relaunch: %s %d %q", r.State, r.Launches, r.Reason)
+	}
+	refusals := events(t, mk.st, cloud.EventSpotRequest)
+	for i := 0; i < 3; i++ {
+		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.step()
+	}
+	if n := events(t, mk.st, cloud.EventSpotRequest); n != refusals {
+		t.Fatalf("%d spot request events after three more refused rounds, want %d", n, refusals)
+	}
+	// The quota frees up: the next round relaunches.
+	mk.move("other", cloud.Terminated)
+	mk.step()
+	r = mk.request("q")
+	if r.Launches != 2 || r.InstanceID == first.ID || strings.HasPrefix(r.Reason, reasonRefused) {
+		t.Fatalf("request once the quota allows a relaunch: %+v", r)
+	}
+	if next := mk.get(r.InstanceID); next.SpotRequestID != "q" || next.Market != cloud.MarketSpot {
+		t.Fatalf("relaunch %+v", next)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/placement"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // DefaultNotice is how long a spot instance is warned before a reclaim
@@ -109,7 +110,8 @@ func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) 
 			if !in.State.Holds() || in.Market != cloud.MarketSpot || (in.Interruption != nil && in.Interruption.Action != "") {
 				continue
 			}
-			if err := s.announce(ctx, tx, in, cloud.ReclaimCapacity, forID, now); err != nil {
+			notice := s.noticeFor(cloud.Pool{Offering: in.Offering, Zone: in.Zone})
+			if err := announce(ctx, tx, in, cloud.ReclaimCapacity, forID, notice, now); err != nil {
 				return err
 			}
 		}
@@ -117,10 +119,13 @@ func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) 
 	})
 }
 
-// announce writes a reclaim notice on a spot instance with its event. The
-// action follows the spot request's interruption behaviour (terminate
-// when the request is gone).
-func (s *Scheduler) announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, now time.Time) error {
+// announce writes a reclaim notice (notice long) on a spot instance with
+// its event: a field of the instance, not a state change. The action
+// follows the spot request's interruption behaviour (terminate when the
+// request is gone). The scheduler announces capacity reclaims, the market
+// price reclaims; the event names the scheduler, which enforces the
+// deadline.
+func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, notice time.Duration, now time.Time) error {
 	action := cloud.ActionTerminate
 	if in.SpotRequestID != "" {
 		r, err := tx.GetSpotRequest(ctx, in.SpotRequestID)
@@ -131,7 +136,6 @@ func (s *Scheduler) announce(ctx context.Context, tx cloud.Tx, in *cloud.Instanc
 			action = cloud.ActionStop
 		}
 	}
-	notice := s.noticeFor(cloud.Pool{Offering: in.Offering, Zone: in.Zone})
 	in.Interruption = &cloud.Interruption{Action: action, Reason: reason, NoticedAt: now,
 		Deadline: now.Add(notice), For: forID}
 	in.UpdatedAt = now
@@ -151,11 +155,12 @@ func (s *Scheduler) announce(ctx context.Context, tx cloud.Tx, in *cloud.Instanc
 		action, reason, in.Interruption.Deadline.UTC().Format(time.RFC3339Nano), int(notice/time.Second))
 	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotInterruption, TenantID: in.TenantID,
 		InstanceID: in.ID, HostID: in.HostID, Reason: fmt.Sprintf("spot %s in %s: %s", action, notice, why),
-		Actor: "scheduler", Details: []byte(details)})
+		Actor: schedulerActor, Details: []byte(details)})
 }
 
 // enforceDeadlines stops or terminates the spot instances whose reclaim
-// deadline has come: the agent then sends SIGTERM (and SIGKILL after the
+// deadline has come (service.MoveInstance, which detaches the volumes of
+// a terminating one): the agent then sends SIGTERM (and SIGKILL after the
 // grace period). It returns how many it moved.
 func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, error) {
 	now := s.Now()
@@ -193,22 +198,11 @@ func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, 
 			if it.Action == cloud.ActionStop {
 				to = cloud.Stopping
 			}
-			from := in.State
 			reason := fmt.Sprintf("spot reclaim (%s): deadline %s reached", it.Reason, it.Deadline.UTC().Format(time.RFC3339))
-			in.State, in.Reason, in.UpdatedAt = to, reason, now
-			if err := tx.UpdateInstance(ctx, in); err != nil {
+			if err := service.MoveInstance(ctx, tx, in, service.Move{To: to, Reason: reason, Actor: schedulerActor}, now); err != nil {
 				if cloud.IsConflict(err) {
-					continue
+					continue // changed meanwhile
 				}
-				return err
-			}
-			if to == cloud.Terminating {
-				if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
-					return err
-				}
-			}
-			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-				InstanceID: in.ID, HostID: in.HostID, From: from, To: to, Reason: reason, Actor: "scheduler"}); err != nil {
 				return err
 			}
 			moved++

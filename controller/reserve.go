@@ -107,7 +107,7 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 		s.Log.Warn(reason)
 		if err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
 			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventCommitment, TenantID: c.TenantID,
-				Reason: reason, Actor: "scheduler"})
+				Reason: reason, Actor: schedulerActor})
 		}); err != nil {
 			return err
 		}

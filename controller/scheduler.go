@@ -1,6 +1,16 @@
 // Package controller runs the control plane's controllers around the pure
-// core: the scheduler loop places pending instances with the placement
-// engine and commits each allocation together with the state change.
+// core. Each is a Controller: a name, an interval and one Reconcile round;
+// the leader runs them as one list (Loop), in order. The scheduler places
+// pending instances with the placement engine and commits each allocation
+// together with the state change; the market clears spot prices and drives
+// spot requests, talking to the scheduler only through SetSpotHints and its
+// FleetView; the budget checker and the heartbeat watcher are small
+// wrappers around CheckBudgets and MarkSilentHosts.
+//
+// No controller writes an instance's state by hand: every move goes
+// through service.MoveInstance or service.MoveInstances, and every launch
+// through service.LaunchSpot, so the lifecycle rules, the events and the
+// usage ledger are the API's.
 package controller
 
 import (
@@ -9,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -18,8 +29,12 @@ import (
 )
 
 // DefaultBatchSize is how many placements the scheduler commits in one
-// store transaction at most.
-const DefaultBatchSize = 128
+// store transaction at most, and DefaultScheduleInterval how often the
+// leader runs a scheduler step.
+const (
+	DefaultBatchSize        = 128
+	DefaultScheduleInterval = 200 * time.Millisecond
+)
 
 // Scheduler places pending instances. It keeps an in-memory fleet index,
 // rebuilt from the store by Rebuild, and commits placements in store
@@ -29,6 +44,17 @@ const DefaultBatchSize = 128
 // placement whose instance changed meanwhile is dropped; a host that
 // changed loses the whole batch, and the fleet is rebuilt. Either way the
 // instances are retried on the next Step. Only the leader runs it.
+//
+// The fleet is rebuilt from the store only when a host changed (the host
+// stamp) or a commit lost a host race; an instance that stops holding its
+// allocation (stopped, terminated, failed, lost: the agent's final report,
+// the health watcher) is released from the fleet incrementally on the next
+// Step, which reads the IDs of the instances that still hold one. Rebuilds
+// counts the full rebuilds.
+//
+// The spot market talks to it through two methods only: SetSpotHints
+// (prices, and the zones each pending spot instance may use) before a
+// step, and FleetView, a read-only view of the fleet, between steps.
 type Scheduler struct {
 	Store   cloud.Store
 	Catalog *catalog.Catalog
@@ -42,8 +68,14 @@ type Scheduler struct {
 	// per offering.
 	Notice     time.Duration
 	PoolNotice map[string]time.Duration
+	// Every is how often the leader runs a step (Interval);
+	// 0 is DefaultScheduleInterval.
+	Every time.Duration
 
 	fleet *fleet.Fleet
+	// rebuilds counts full rebuilds of the fleet (read by Rebuilds from
+	// any goroutine).
+	rebuilds atomic.Int64
 	// placed holds the IDs of the instances whose placements are applied
 	// to the fleet and committed.
 	placed map[string]bool
@@ -67,14 +99,8 @@ type Scheduler struct {
 	shortfall    map[string]int
 	// view is this step's reclaim view (see reclaimView).
 	view *reclaimView
-	// spotPrice is each pool's current spot price in micros (set by the
-	// market), the victims' price for the preemption planner; spotZones
-	// restricts a pending spot instance to the zones whose price is within
-	// its max price (absent: no restriction), with spotBlocked the reason
-	// when none is.
-	spotPrice   map[cloud.Pool]int64
-	spotZones   map[string][]string
-	spotBlocked map[string]string
+	// hints is what the market last told the scheduler (SetSpotHints).
+	hints SpotHints
 }
 
 type wait struct {
@@ -94,6 +120,29 @@ func NewScheduler(st cloud.Store, cat *catalog.Catalog) *Scheduler {
 
 // Fleet returns the scheduler's fleet index (read it, do not change it).
 func (s *Scheduler) Fleet() *fleet.Fleet { return s.fleet }
+
+// Rebuilds counts the full rebuilds of the fleet from the store since the
+// scheduler was made: the first, one per host change seen and one per
+// commit that lost a host race. Safe to call from any goroutine.
+func (s *Scheduler) Rebuilds() int { return int(s.rebuilds.Load()) }
+
+// Name is the scheduler's name as a Controller.
+func (s *Scheduler) Name() string { return "scheduler" }
+
+// Interval is how often the leader runs a step: Every, or
+// DefaultScheduleInterval.
+func (s *Scheduler) Interval() time.Duration {
+	if s.Every > 0 {
+		return s.Every
+	}
+	return DefaultScheduleInterval
+}
+
+// Reconcile runs one Step, as a Controller.
+func (s *Scheduler) Reconcile(ctx context.Context) error {
+	_, err := s.Step(ctx)
+	return err
+}
 
 // Rebuild loads hosts and the allocations of instances that hold one from
 // the store. A server restart loses nothing: pending stays pending, running
@@ -158,6 +207,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 		return err
 	}
 	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
+	s.rebuilds.Add(1)
 	// Capacity reservations live only in the fleet: the next step places
 	// them again on the new one.
 	s.placeholders = map[string]placeholder{}
@@ -321,7 +371,9 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 }
 
 // release frees the fleet allocations of instances that stopped holding
-// one (stopped, terminated, failed, lost, or back to pending).
+// one (stopped, terminated, failed, lost, or back to pending). This is how
+// capacity comes back after an agent's final report, which changes the
+// instance and not the host: no rebuild is needed.
 func (s *Scheduler) release(holding map[string]bool) error {
 	for id := range s.placed {
 		if holding[id] {

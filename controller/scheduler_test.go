@@ -10,6 +10,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/placement"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
 
@@ -235,4 +236,53 @@ func explainAll(ps []*fleet.Placement) []string {
 		out = append(out, p.ID+" "+placement.Explain(p))
 	}
 	return out
+}
+
+// TestSchedulerReleasesWithoutRebuild: an instance that stops holding its
+// allocation (the agent's final report moves it, and touches no host)
+// frees its capacity on the next step, incrementally: no full rebuild.
+func TestSchedulerReleasesWithoutRebuild(t *testing.T) {
+	st := newStore(t)
+	seed(t, st)
+	create(t, st, "a", "h100.8x", t0)
+	s := newScheduler(st)
+	if n, err := s.Step(context.Background()); err != nil || n != 1 {
+		t.Fatalf("placed %d, err %v", n, err)
+	}
+	if n := s.Rebuilds(); n != 1 {
+		t.Fatalf("%d rebuilds after the first step, want 1", n)
+	}
+	version := hostVersion(t, st, "h100-a")
+	// What the agent's reports do: starting, running, then exited 0.
+	tx(t, st, func(tx cloud.Tx) error {
+		in, err := tx.GetInstance(context.Background(), "a")
+		if err != nil {
+			return err
+		}
+		for _, to := range []cloud.State{cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped} {
+			if err := service.MoveInstance(context.Background(), tx, in, service.Move{To: to, Reason: cloud.ReasonExitedOK, Actor: "agent/h100-a"}, t0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if v := hostVersion(t, st, "h100-a"); v != version {
+		t.Fatalf("the host's version moved from %d to %d", version, v)
+	}
+	create(t, st, "b", "h100.8x", t0.Add(time.Second))
+	if n, err := s.Step(context.Background()); err != nil || n != 1 {
+		t.Fatalf("after the release: placed %d, err %v", n, err)
+	}
+	if in := get(t, st, "b"); in.State != cloud.Scheduled || in.HostID != "h100-a" {
+		t.Fatalf("b: %s on %q", in.State, in.HostID)
+	}
+	if s.Fleet().Allocation("a") != nil {
+		t.Fatal("the fleet still holds a's allocation")
+	}
+	if n := s.Rebuilds(); n != 1 {
+		t.Fatalf("%d rebuilds, want 1: a release needs none", n)
+	}
+	if err := s.Fleet().Check(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
-// poolCount is how many instances of an offering a zone could hold if its
-// schedulable hosts were empty (capacity), and how many more fit now
-// (free).
-type poolCount struct{ capacity, free int }
+// PoolSupply is how many instances of an offering a zone could hold if its
+// schedulable hosts were empty (Capacity), and how many more fit now
+// (Free).
+type PoolSupply struct{ Capacity, Free int }
 
 // poolSupply estimates capacity and free room for every offering in every
 // zone of the fleet. It is the supply side of the spot market, a price
@@ -19,8 +19,8 @@ type poolCount struct{ capacity, free int }
 // share, CPU and memory arithmetic, ignoring NVLink islands and MIG slot
 // geometry, which only the placement engine decides. Hosts of one
 // equivalence class have identical state, so each class is counted once.
-func poolSupply(f *fleet.Fleet, cat *catalog.Catalog) map[cloud.Pool]poolCount {
-	out := map[cloud.Pool]poolCount{}
+func poolSupply(f *fleet.Fleet, cat *catalog.Catalog) map[cloud.Pool]PoolSupply {
+	out := map[cloud.Pool]PoolSupply{}
 	offerings := cat.Offerings()
 	type perOffering struct{ capacity, free int }
 	for _, c := range f.Classes() {
@@ -44,8 +44,8 @@ func poolSupply(f *fleet.Fleet, cat *catalog.Catalog) map[cloud.Pool]poolCount {
 				}
 				k := cloud.Pool{Offering: o.Name, Zone: h.Zone}
 				pc := out[k]
-				pc.capacity += counts[i].capacity
-				pc.free += counts[i].free
+				pc.Capacity += counts[i].capacity
+				pc.Free += counts[i].free
 				out[k] = pc
 			}
 		}

@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/serve"
 	"github.com/gpucloud/gpucloud/store/pgtest"
@@ -32,7 +33,7 @@ func testStoppedBilling(t *testing.T, db string) {
 
 	// Each create is retried with its key, as a client that lost the
 	// answer would: the invoice below bills one volume and one address.
-	volReq := httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 500, Zone: "e2e-a"}
+	volReq := api.CreateVolumeRequest{Name: "data", SizeGiB: 500, Zone: "e2e-a"}
 	vol, err := alice.CreateVolume(ctx, volReq, "stopped-billing-vol")
 	if err != nil {
 		t.Fatal(err)
@@ -40,17 +41,17 @@ func testStoppedBilling(t *testing.T, db string) {
 	if again, err := alice.CreateVolume(ctx, volReq, "stopped-billing-vol"); err != nil || again.ID != vol.ID {
 		t.Fatalf("retried volume create = %+v, %v; want %s", again, err, vol.ID)
 	}
-	in, err := alice.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
+	in, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
 		Volumes: []string{vol.ID}}, "stopped-billing")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.waitState(alice, in.ID, cloud.Running)
-	addr, err := alice.AllocateAddress(ctx, httpapi.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip")
+	addr, err := alice.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := alice.AllocateAddress(ctx, httpapi.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip"); err != nil || again.ID != addr.ID {
+	if again, err := alice.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip"); err != nil || again.ID != addr.ID {
 		t.Fatalf("retried address allocation = %+v, %v; want %s", again, err, addr.ID)
 	}
 	time.Sleep(time.Second) // a minute of the scaled clock
@@ -60,7 +61,7 @@ func testStoppedBilling(t *testing.T, db string) {
 	c.waitState(alice, in.ID, cloud.Stopped)
 
 	// The seconds it ran, from its events.
-	evs, err := alice.InstanceEvents(ctx, in.ID, httpapi.EventsOptions{Limit: 1000})
+	evs, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func testStoppedBilling(t *testing.T, db string) {
 	}
 
 	invoice := func() *billing.Invoice {
-		invs, err := alice.Invoices(ctx, httpapi.InvoicesOptions{Month: "2026-12"})
+		invs, err := alice.Invoices(ctx, client.InvoicesOptions{Month: "2026-12"})
 		if err != nil || len(invs) != 1 {
 			t.Fatalf("invoices: %v, %v", invs, err)
 		}

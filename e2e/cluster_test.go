@@ -24,10 +24,12 @@ import (
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/serve"
 )
 
@@ -60,7 +62,7 @@ type cluster struct {
 	t     *testing.T
 	srv   *serve.Replica
 	hc    *http.Client
-	admin *httpapi.Client
+	admin *client.Client
 	hosts map[string]*simHost
 	// lastEvent is the ID of the newest event a snapshot saw.
 	lastEvent int64
@@ -80,7 +82,9 @@ type simHost struct {
 	dir string
 	// api is the agent's own client (its credential), for looking at the
 	// host's assignments as the agent sees them.
-	api *httpapi.Client
+	api *agentapi.Client
+	// cred is the agent's credential, for trying it on tenant routes.
+	cred string
 }
 
 // trackingRuntime is the process runtime, remembering every workload it
@@ -154,10 +158,10 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 15 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
-	c := &cluster{t: t, srv: srv, hc: hc, admin: httpapi.NewClient(srv.URL, srv.AdminToken, hc), hosts: map[string]*simHost{}}
+	c := &cluster{t: t, srv: srv, hc: hc, admin: client.New(srv.URL, srv.AdminToken, hc), hosts: map[string]*simHost{}}
 	c.until("the server to lead", func() (bool, string) { return srv.IsLeader(), "not leader" })
 
-	jt, err := c.admin.CreateJoinToken(ctx, httpapi.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(time.Now().Add(time.Hour))})
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(time.Now().Add(time.Hour))})
 	if err != nil {
 		t.Fatalf("create join token: %v", err)
 	}
@@ -180,7 +184,7 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 		if err != nil {
 			t.Fatal(err)
 		}
-		joined, err := agent.Join(ctx, httpapi.NewClient(srv.URL, "", hc), jt.Secret, drv)
+		joined, err := agent.Join(ctx, agentapi.NewClient(srv.URL, "", hc), jt.Secret, drv)
 		if err != nil {
 			t.Fatalf("host %s: %v", spec.ID, err)
 		}
@@ -193,7 +197,7 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 		}
 		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(), dir: dir,
 			rt:  &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))},
-			api: httpapi.NewClient(srv.URL, joined.Credential, hc)}
+			api: agentapi.NewClient(srv.URL, joined.Credential, hc), cred: joined.Credential}
 		ag := agent.New(h.api, agent.Config{
 			Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
 			Interval: agentInterval, ManageMIG: true, Log: log.With("host", h.id),
@@ -227,25 +231,25 @@ func (c *cluster) until(what string, cond func() (bool, string)) {
 
 // member creates a tenant and a member user in it, and returns the
 // tenant, a client holding the member's token, and the token.
-func (c *cluster) member(tenant, user string) (*cloud.Tenant, *httpapi.Client, string) {
+func (c *cluster) member(tenant, user string) (*cloud.Tenant, *client.Client, string) {
 	c.t.Helper()
 	ctx := c.t.Context()
 	tn, err := c.admin.CreateTenant(ctx, tenant)
 	if err != nil {
 		c.t.Fatalf("create tenant %s: %v", tenant, err)
 	}
-	u, err := c.admin.CreateUser(ctx, tn.ID, httpapi.CreateUserRequest{Name: user})
+	u, err := c.admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: user})
 	if err != nil {
 		c.t.Fatalf("create user %s: %v", user, err)
 	}
 	if u.User.Role != cloud.RoleMember || u.Secret == "" {
 		c.t.Fatalf("user %s: role %s, secret %q; want a member with a token", user, u.User.Role, u.Secret)
 	}
-	return tn, httpapi.NewClient(c.srv.URL, u.Secret, c.hc), u.Secret
+	return tn, client.New(c.srv.URL, u.Secret, c.hc), u.Secret
 }
 
 // get reads an instance, failing the test on error.
-func (c *cluster) get(cl *httpapi.Client, id string) *cloud.Instance {
+func (c *cluster) get(cl *client.Client, id string) *cloud.Instance {
 	c.t.Helper()
 	in, err := cl.GetInstance(c.t.Context(), id)
 	if err != nil {
@@ -257,7 +261,7 @@ func (c *cluster) get(cl *httpapi.Client, id string) *cloud.Instance {
 // waitState waits until the instance is in state want and returns it. A
 // failed, lost or terminated instance that was not expected to be ends the
 // wait at once, with its reason.
-func (c *cluster) waitState(cl *httpapi.Client, id string, want cloud.State) *cloud.Instance {
+func (c *cluster) waitState(cl *client.Client, id string, want cloud.State) *cloud.Instance {
 	c.t.Helper()
 	var in *cloud.Instance
 	c.until(fmt.Sprintf("instance %s to be %s", id, want), func() (bool, string) {
@@ -271,7 +275,7 @@ func (c *cluster) waitState(cl *httpapi.Client, id string, want cloud.State) *cl
 }
 
 // instances lists every instance the client sees (all pages).
-func (c *cluster) instances(cl *httpapi.Client, o httpapi.ListInstancesOptions) []*cloud.Instance {
+func (c *cluster) instances(cl *client.Client, o client.ListInstancesOptions) []*cloud.Instance {
 	c.t.Helper()
 	var out []*cloud.Instance
 	o.Limit = 1000
@@ -293,7 +297,7 @@ func (c *cluster) instances(cl *httpapi.Client, o httpapi.ListInstancesOptions) 
 func (c *cluster) eventsAfter(id int64) []*cloud.Event {
 	c.t.Helper()
 	var out []*cloud.Event
-	o := httpapi.EventsOptions{Limit: 1000}
+	o := client.EventsOptions{Limit: 1000}
 	if id > 0 {
 		o.After = strconv.FormatInt(id, 10)
 	}
@@ -337,7 +341,7 @@ type snapshot struct {
 func (c *cluster) snapshot() snapshot {
 	c.t.Helper()
 	s := snapshot{Instances: map[string]string{}}
-	for _, in := range c.instances(c.admin, httpapi.ListInstancesOptions{}) {
+	for _, in := range c.instances(c.admin, client.ListInstancesOptions{}) {
 		s.Instances[in.ID] = fmt.Sprintf("%s v%d on %q", in.State, in.Version, in.HostID)
 	}
 	// Only the events after the newest one seen so far are read: the
@@ -402,7 +406,7 @@ func (c *cluster) raw(method, path, token, contentType string, body []byte, head
 }
 
 // logs reads an instance's whole output through the API.
-func (c *cluster) logs(cl *httpapi.Client, id string) string {
+func (c *cluster) logs(cl *client.Client, id string) string {
 	c.t.Helper()
 	var b strings.Builder
 	var off int64
@@ -431,7 +435,7 @@ var envCommand = []string{"/bin/sh", "-c", "echo '" + envBegin + "'; env; echo '
 
 // workloadEnv waits until the instance's output holds run printed
 // environments (1 for the first run) and returns the last one.
-func (c *cluster) workloadEnv(cl *httpapi.Client, id string, run int) map[string]string {
+func (c *cluster) workloadEnv(cl *client.Client, id string, run int) map[string]string {
 	c.t.Helper()
 	var out string
 	c.until(fmt.Sprintf("the output of %s to show its environment (run %d)", id, run), func() (bool, string) {
@@ -493,7 +497,7 @@ func (c *cluster) placementFleet() *fleet.Fleet {
 			c.t.Fatalf("host %s: %v", id, err)
 		}
 	}
-	for _, in := range c.instances(c.admin, httpapi.ListInstancesOptions{States: cloud.HoldingStates()}) {
+	for _, in := range c.instances(c.admin, client.ListInstancesOptions{States: cloud.HoldingStates()}) {
 		if in.Placement == nil {
 			c.t.Fatalf("instance %s is %s but has no placement", in.ID, in.State)
 		}

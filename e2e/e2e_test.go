@@ -14,11 +14,12 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -45,8 +46,8 @@ var workloads = []workload{
 	{"shared", "l40s.shared.0.25", "sim-l40s"},
 }
 
-func (w workload) request() httpapi.CreateInstanceRequest {
-	return httpapi.CreateInstanceRequest{Name: "e2e-" + w.name, Offering: w.offering, Command: envCommand,
+func (w workload) request() api.CreateInstanceRequest {
+	return api.CreateInstanceRequest{Name: "e2e-" + w.name, Offering: w.offering, Command: envCommand,
 		Env: map[string]string{"GREETING": "hello"}, Tags: map[string]string{"mode": w.name}}
 }
 
@@ -158,7 +159,7 @@ func testCloud(t *testing.T, db string) {
 	phase("metal started again")
 
 	// Terminate everything.
-	for _, in := range c.instances(alice, httpapi.ListInstancesOptions{}) {
+	for _, in := range c.instances(alice, client.ListInstancesOptions{}) {
 		if in.State == cloud.Terminated {
 			continue
 		}
@@ -167,9 +168,9 @@ func testCloud(t *testing.T, db string) {
 			t.Fatalf("terminate %s (%s): %+v, %v; want terminating", in.ID, in.State, out, err)
 		}
 	}
-	for _, in := range c.instances(alice, httpapi.ListInstancesOptions{}) {
+	for _, in := range c.instances(alice, client.ListInstancesOptions{}) {
 		c.waitState(alice, in.ID, cloud.Terminated)
-		evs, err := alice.InstanceEvents(ctx, in.ID, httpapi.EventsOptions{Limit: 1000})
+		evs, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
 		if err != nil || len(evs.Events) == 0 || evs.Events[len(evs.Events)-1].To != cloud.Terminated {
 			t.Errorf("events of %s: %+v, %v; want the last to end in terminated", in.ID, evs, err)
 		}
@@ -184,7 +185,7 @@ func testCloud(t *testing.T, db string) {
 // reported), the environment its workload printed into the logs the API
 // serves, and what its metadata endpoint answers. run counts the times the
 // instance was started. It returns the workload's environment.
-func (c *cluster) checkWorkload(cl *httpapi.Client, w workload, in *cloud.Instance, run int) map[string]string {
+func (c *cluster) checkWorkload(cl *client.Client, w workload, in *cloud.Instance, run int) map[string]string {
 	t := c.t
 	t.Helper()
 	ctx := t.Context()
@@ -297,7 +298,7 @@ func (c *cluster) checkWorkload(cl *httpapi.Client, w workload, in *cloud.Instan
 // directly and through a fleet built from the hosts' inventories.
 func (c *cluster) checkPlacements() {
 	c.t.Helper()
-	for _, err := range overlaps(c.instances(c.admin, httpapi.ListInstancesOptions{States: cloud.HoldingStates()})) {
+	for _, err := range overlaps(c.instances(c.admin, client.ListInstancesOptions{States: cloud.HoldingStates()})) {
 		c.t.Error(err)
 	}
 	c.placementFleet()
@@ -305,9 +306,9 @@ func (c *cluster) checkPlacements() {
 
 // wantMoves checks that the instance's state events contain the moves
 // through the given states, in order, one after the other.
-func (c *cluster) wantMoves(cl *httpapi.Client, id string, states ...cloud.State) {
+func (c *cluster) wantMoves(cl *client.Client, id string, states ...cloud.State) {
 	c.t.Helper()
-	evs, err := cl.InstanceEvents(c.t.Context(), id, httpapi.EventsOptions{Limit: 1000})
+	evs, err := cl.InstanceEvents(c.t.Context(), id, client.EventsOptions{Limit: 1000})
 	if err != nil {
 		c.t.Fatalf("events of %s: %v", id, err)
 	}
@@ -337,7 +338,7 @@ func (c *cluster) checkEmpty(metadataURLs map[string]string) {
 	t := c.t
 	t.Helper()
 	ctx := t.Context()
-	if held := c.instances(c.admin, httpapi.ListInstancesOptions{States: cloud.HoldingStates()}); len(held) > 0 {
+	if held := c.instances(c.admin, client.ListInstancesOptions{States: cloud.HoldingStates()}); len(held) > 0 {
 		t.Fatalf("%d instances still hold an allocation: %+v", len(held), held)
 	}
 	f := c.placementFleet()
@@ -393,7 +394,7 @@ func (c *cluster) checkEmpty(metadataURLs map[string]string) {
 // badInput sends what a new user gets wrong. Every request must be
 // refused with the right code (and, where the status says more, the
 // status), and leave instances, events, volumes and tenants as they were.
-func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, target string) {
+func (c *cluster) badInput(alice, bob *client.Client, aliceToken, tenantID, target string) {
 	t := c.t
 	ctx := t.Context()
 	c.prev = nil
@@ -410,7 +411,7 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 	get := func(path, token string) func() (int, error) {
 		return func() (int, error) { return raw(c.raw("GET", path, token, "", nil, nil)) }
 	}
-	client := func(err error) (int, error) { return 0, err }
+	viaClient := func(err error) (int, error) { return 0, err }
 	const js = "application/json"
 	valid := `{"offering":"h100.1x","command":["/bin/true"]}`
 
@@ -418,12 +419,12 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 	c.refused("unknown offering", cloud.Invalid, http.StatusBadRequest,
 		post("/v1/instances", aliceToken, js, []byte(`{"offering":"h100.16x","command":["/bin/true"]}`), nil))
 	c.refused("unknown offering (client)", cloud.Invalid, 0, func() (int, error) {
-		_, err := alice.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "b200.1x"}, "bad-offering")
+		_, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "b200.1x"}, "bad-offering")
 		var ce *cloud.Error
 		if errors.As(err, &ce) && ce.Details["field"] != "offering" {
 			t.Errorf("unknown offering: details %v do not name the field", ce.Details)
 		}
-		return client(err)
+		return viaClient(err)
 	})
 	c.refused("no offering", cloud.Invalid, http.StatusBadRequest,
 		post("/v1/instances", aliceToken, js, []byte(`{"command":["/bin/true"]}`), nil))
@@ -447,7 +448,7 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 
 	// Negative and oversize fields.
 	long := strings.Repeat("a", 64)
-	for name, req := range map[string]httpapi.CreateInstanceRequest{
+	for name, req := range map[string]api.CreateInstanceRequest{
 		"64-character name":  {Offering: "h100.1x", Name: long},
 		"257 arguments":      {Offering: "h100.1x", Command: slices.Repeat([]string{"x"}, 257)},
 		"65 KiB argument":    {Offering: "h100.1x", Command: []string{"/bin/echo", strings.Repeat("x", 65<<10)}},
@@ -460,26 +461,26 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 	} {
 		c.refused(name, cloud.Invalid, 0, func() (int, error) {
 			_, err := alice.CreateInstance(ctx, req, "")
-			return client(err)
+			return viaClient(err)
 		})
 	}
 	c.refused("256-character Idempotency-Key", cloud.Invalid, http.StatusBadRequest,
 		post("/v1/instances", aliceToken, js, []byte(valid), map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}))
 	c.refused("negative volume size", cloud.Invalid, 0, func() (int, error) {
-		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: -1}, "")
-		return client(err)
+		_, err := alice.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: -1}, "")
+		return viaClient(err)
 	})
 	c.refused("oversize volume", cloud.Invalid, 0, func() (int, error) {
-		_, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "data", SizeGiB: 1 << 40}, "")
-		return client(err)
+		_, err := alice.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 1 << 40}, "")
+		return viaClient(err)
 	})
 	c.refused("negative quota", cloud.Invalid, 0, func() (int, error) {
-		_, err := c.admin.SetQuota(ctx, tenantID, httpapi.QuotaSpec{Instances: -1})
-		return client(err)
+		_, err := c.admin.SetQuota(ctx, tenantID, api.QuotaSpec{Instances: -1})
+		return viaClient(err)
 	})
 	c.refused("negative GPU quota", cloud.Invalid, 0, func() (int, error) {
-		_, err := c.admin.SetQuota(ctx, tenantID, httpapi.QuotaSpec{GPUs: map[string]float64{"H100-80GB-SXM": -8}})
-		return client(err)
+		_, err := c.admin.SetQuota(ctx, tenantID, api.QuotaSpec{GPUs: map[string]float64{"H100-80GB-SXM": -8}})
+		return viaClient(err)
 	})
 	c.refused("negative limit", cloud.Invalid, http.StatusBadRequest, get("/v1/instances?limit=-1", aliceToken))
 	c.refused("oversize limit", cloud.Invalid, http.StatusBadRequest, get("/v1/instances?limit=1000000", aliceToken))
@@ -501,15 +502,15 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 	c.refused("made-up token", cloud.Unauthenticated, http.StatusUnauthorized, post("/v1/instances", "gpc_nope_nope", js, []byte(valid), nil))
 	c.refused("no token", cloud.Unauthenticated, http.StatusUnauthorized, post("/v1/instances", "", js, []byte(valid), nil))
 	c.refused("wrong token (client)", cloud.Unauthenticated, 0, func() (int, error) {
-		_, err := httpapi.NewClient(c.srv.URL, wrong, c.hc).CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "h100.1x"}, "")
-		return client(err)
+		_, err := client.New(c.srv.URL, wrong, c.hc).CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, "")
+		return viaClient(err)
 	})
 	c.refused("member on an admin route", cloud.PermissionDenied, http.StatusForbidden,
 		post("/v1/tenants", aliceToken, js, []byte(`{"name":"evil"}`), nil))
-	agentCred := c.hosts["sim-h100"].api
+	agentCred := client.New(c.srv.URL, c.hosts["sim-h100"].cred, c.hc)
 	c.refused("agent credential on a tenant route", cloud.PermissionDenied, 0, func() (int, error) {
 		_, err := agentCred.GetInstance(ctx, target)
-		return client(err)
+		return viaClient(err)
 	})
 
 	// Another tenant's instance answers as if it did not exist.
@@ -519,15 +520,15 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 		"start":     func() error { _, err := bob.StartInstance(ctx, target, 0); return err },
 		"terminate": func() error { _, err := bob.TerminateInstance(ctx, target, 0); return err },
 		"logs":      func() error { _, err := bob.InstanceLogs(ctx, target, 0); return err },
-		"events":    func() error { _, err := bob.InstanceEvents(ctx, target, httpapi.EventsOptions{}); return err },
+		"events":    func() error { _, err := bob.InstanceEvents(ctx, target, client.EventsOptions{}); return err },
 		"create in its tenant": func() error {
-			_, err := bob.CreateInstance(ctx, httpapi.CreateInstanceRequest{Tenant: tenantID, Offering: "h100.1x"}, "")
+			_, err := bob.CreateInstance(ctx, api.CreateInstanceRequest{Tenant: tenantID, Offering: "h100.1x"}, "")
 			return err
 		},
 	} {
-		c.refused("another tenant's instance: "+name, cloud.NotFound, 0, func() (int, error) { return client(do()) })
+		c.refused("another tenant's instance: "+name, cloud.NotFound, 0, func() (int, error) { return viaClient(do()) })
 	}
-	if l, err := bob.ListInstances(ctx, httpapi.ListInstancesOptions{}); err != nil || len(l.Instances) != 0 {
+	if l, err := bob.ListInstances(ctx, client.ListInstancesOptions{}); err != nil || len(l.Instances) != 0 {
 		t.Errorf("another tenant lists %+v, %v; want nothing", l, err)
 	}
 	c.refused("a made-up instance", cloud.NotFound, http.StatusNotFound, get("/v1/instances/i-doesnotexist", aliceToken))
@@ -543,7 +544,7 @@ func (c *cluster) badInput(alice, bob *httpapi.Client, aliceToken, tenantID, tar
 		if errors.As(err, &ce) && fmt.Sprint(ce.Details["current_version"]) != strconv.FormatInt(in.Version, 10) {
 			t.Errorf("stale If-Match: details %v, want current_version %d", ce.Details, in.Version)
 		}
-		return client(err)
+		return viaClient(err)
 	})
 	c.refused("terminate with a stale If-Match (raw)", cloud.Conflict, http.StatusConflict,
 		post("/v1/instances/"+target+"/terminate", aliceToken, "", nil, map[string]string{"If-Match": strconv.Quote(strconv.FormatInt(in.Version-1, 10))}))

@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/serve"
 	"github.com/gpucloud/gpucloud/store/pgtest"
@@ -113,7 +114,7 @@ func testSpot(t *testing.T, bin, db string) {
 	_, bob, _ := c.member("globex", "bob")
 	pool := cloud.Pool{Offering: "l4.1x", Zone: "e2e-a"}
 
-	vol, err := alice.CreateVolume(ctx, httpapi.CreateVolumeRequest{Name: "ckpt", SizeGiB: 10, Zone: "e2e-a"}, "")
+	vol, err := alice.CreateVolume(ctx, api.CreateVolumeRequest{Name: "ckpt", SizeGiB: 10, Zone: "e2e-a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func testSpot(t *testing.T, bin, db string) {
 			return n >= want, fmt.Sprintf("%d steps", n)
 		})
 		// On-demand demand for every GPU of the host.
-		od, err := bob.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l4.4x", Command: []string{"sleep", "600"}},
+		od, err := bob.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.4x", Command: []string{"sleep", "600"}},
 			fmt.Sprintf("od-%d", r))
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +162,7 @@ func testSpot(t *testing.T, bin, db string) {
 		in := c.waitState(alice, cur, cloud.Terminated)
 		// SIGTERM came at the deadline, not earlier: the move to
 		// terminating is the stop the agent acts on.
-		evs, err := alice.InstanceEvents(ctx, cur, httpapi.EventsOptions{Limit: 1000})
+		evs, err := alice.InstanceEvents(ctx, cur, client.EventsOptions{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +246,7 @@ func testSpot(t *testing.T, bin, db string) {
 	perPrice := map[money.Micros]int64{}
 	minimum := map[money.Micros]int64{}
 	for _, id := range launches {
-		evs, err := alice.InstanceEvents(ctx, id, httpapi.EventsOptions{Limit: 1000})
+		evs, err := alice.InstanceEvents(ctx, id, client.EventsOptions{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,10 +2,10 @@ package httpapi
 
 import (
 	"context"
-	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -14,23 +14,23 @@ func TestAddressAllocationOrder(t *testing.T) { onBothStores(t, testAddressAlloc
 func testAddressAllocationOrder(t *testing.T, e *env) {
 	ctx := context.Background()
 	// The default pool's first address.
-	a, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-a"}, "")
+	a, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-a"}, "")
 	if err != nil || a.IP != "203.0.113.1" || !strings.HasPrefix(a.ID, "eip-") || a.TenantID != e.acmeID || a.Zone != "zone-a" {
 		t.Fatalf("first address = %+v, %v", a, err)
 	}
 
 	// A /30 has two addresses to give: .1 and .2.
 	acme := e.serverWith(t, e.acmeToken, func(o *Options) { o.AddressPool = "198.51.100.4/30" })
-	one, err := acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	one, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || one.IP != "198.51.100.5" {
 		t.Fatalf("first of the /30 = %+v, %v", one, err)
 	}
-	two, err := acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	two, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || two.IP != "198.51.100.6" {
 		t.Fatalf("second of the /30 = %+v, %v", two, err)
 	}
 	before := e.billingCounts()
-	_, err = acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	_, err = acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if ce := wantCode(t, err, cloud.InsufficientCapacity); ce.Details["pool"] != "198.51.100.4/30" {
 		t.Errorf("exhausted: %v", ce)
 	}
@@ -48,7 +48,7 @@ func testAddressAllocationOrder(t *testing.T, e *env) {
 		t.Errorf("release again = %+v, %v", again, err)
 	}
 	e.billingUnchanged(before, "releasing a released address")
-	three, err := acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	three, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || three.IP != "198.51.100.5" || three.ID == one.ID {
 		t.Errorf("after release = %+v, %v", three, err)
 	}
@@ -69,36 +69,9 @@ func testAddressAllocationOrder(t *testing.T, e *env) {
 	// An unusable pool fails allocations, not the server.
 	bad := e.serverWith(t, e.acmeToken, func(o *Options) { o.AddressPool = "not a pool" })
 	before = e.billingCounts()
-	_, err = bad.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	_, err = bad.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	wantCode(t, err, cloud.Internal)
 	e.billingUnchanged(before, "allocation from a bad pool")
-}
-
-func TestAddressPoolRange(t *testing.T) {
-	for _, tc := range []struct{ pool, first, last string }{
-		{"10.0.0.0/8", "10.0.0.1", "10.255.255.254"},
-		{"192.0.2.9/30", "192.0.2.9", "192.0.2.10"},
-		{"192.0.2.8/31", "192.0.2.8", "192.0.2.9"},
-		{"192.0.2.7/32", "192.0.2.7", "192.0.2.7"},
-	} {
-		p, err := parseAddressPool(tc.pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		first, last := poolRange(p)
-		if first.String() != tc.first || last.String() != tc.last {
-			t.Errorf("%s: %s..%s, want %s..%s", tc.pool, first, last, tc.first, tc.last)
-		}
-	}
-	for _, s := range []string{"2001:db8::/64", "10.0.0.0", "x"} {
-		if _, err := parseAddressPool(s); err == nil {
-			t.Errorf("pool %q accepted", s)
-		}
-	}
-	p, _ := parseAddressPool("192.0.2.0/30")
-	if ip, ok := lowestFree(p, map[netip.Addr]bool{netip.MustParseAddr("192.0.2.1"): true}); !ok || ip.String() != "192.0.2.2" {
-		t.Errorf("lowest free = %s, %v", ip, ok)
-	}
 }
 
 func TestAddressAssociation(t *testing.T) { onBothStores(t, testAddressAssociation) }
@@ -108,11 +81,11 @@ func testAddressAssociation(t *testing.T, e *env) {
 	in := e.mustCreate(e.acme, "l4.1x")
 	other := e.mustCreate(e.acme, "l4.1x")
 	gin := e.mustCreate(e.globex, "l4.1x")
-	a, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: in.ID}, "")
+	a, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "")
 	if err != nil || a.InstanceID != in.ID {
 		t.Fatalf("allocate with instance = %+v, %v", a, err)
 	}
-	b, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+	b, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || b.IP != "203.0.113.2" {
 		t.Fatalf("second = %+v, %v", b, err)
 	}
@@ -135,23 +108,23 @@ func testAddressAssociation(t *testing.T, e *env) {
 	if ce := wantCode(t, err, cloud.Invalid); ce.Details["field"] != "instance_id" {
 		t.Errorf("another tenant's instance: %v", ce)
 	}
-	_, err = e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: gin.ID}, "")
+	_, err = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: gin.ID}, "")
 	wantCode(t, err, cloud.Invalid)
 	_, err = e.acme.AssociateAddress(ctx, b.ID, "")
 	wantCode(t, err, cloud.Invalid)
-	_, err = e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone a"}, "")
+	_, err = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone a"}, "")
 	wantCode(t, err, cloud.Invalid)
-	_, err = e.acme.AllocateAddress(ctx, AllocateAddressRequest{Tenant: e.globexID}, "")
+	_, err = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Tenant: e.globexID}, "")
 	wantCode(t, err, cloud.NotFound)
 	e.billingUnchanged(before, "rejected address actions")
 
 	// Zones must agree once the instance has one.
 	e.move(other.ID, cloud.Running, "zone-b")
-	zb, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: other.ID}, "")
+	zb, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: other.ID}, "")
 	if err != nil || zb.Zone != "zone-b" {
 		t.Errorf("zone from the instance = %+v, %v", zb, err)
 	}
-	za, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-a"}, "")
+	za, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -15,31 +19,42 @@ import (
 
 // inventory is what an agent of a host with gpus GPUs of model reports:
 // the mock host without a state, plus driver versions.
-func inventory(id, model string, gpus int) *gpu.Inventory {
+func inventory(id, model string, gpus int) *agentapi.Inventory {
 	h := fleet.MockHost(id, model, gpus)
 	h.State = ""
 	delete(h.Labels, "driver")
-	return &gpu.Inventory{Host: *h, Driver: "550.54.15", CUDA: "12.4"}
+	return &agentapi.Inventory{Host: *h, Driver: "550.54.15", CUDA: "12.4"}
 }
 
 // joinToken creates a join token and returns its secret.
 func (e *env) joinToken(name string) string {
 	e.t.Helper()
-	jt, err := e.admin.CreateJoinToken(context.Background(), CreateJoinTokenRequest{Name: name})
+	jt, err := e.admin.CreateJoinToken(context.Background(), api.CreateJoinTokenRequest{Name: name})
 	if err != nil {
 		e.t.Fatalf("create join token: %v", err)
 	}
 	return jt.Secret
 }
 
-// join joins a host and returns a client with its agent credential.
-func (e *env) join(inv *gpu.Inventory) (*Client, string) {
+// agentClient returns an agent protocol client with token.
+func (e *env) agentClient(token string) *agentapi.Client {
+	return agentapi.NewClient(e.srv.URL, token, e.srv.Client())
+}
+
+// agentConn is a joined host's agent: its client and its credential.
+type agentConn struct {
+	*agentapi.Client
+	token string
+}
+
+// join joins a host and returns its agent, with its credential.
+func (e *env) join(inv *agentapi.Inventory) (*agentConn, string) {
 	e.t.Helper()
-	jr, err := e.client("").Join(context.Background(), JoinRequest{JoinToken: e.joinToken("join-" + inv.Host.ID), Inventory: inv})
+	jr, err := e.agentClient("").Join(context.Background(), agentapi.JoinRequest{JoinToken: e.joinToken("join-" + inv.Host.ID), Inventory: inv})
 	if err != nil {
 		e.t.Fatalf("join %s: %v", inv.Host.ID, err)
 	}
-	return e.client(jr.Credential), jr.HostID
+	return &agentConn{Client: e.agentClient(jr.Credential), token: jr.Credential}, jr.HostID
 }
 
 func (e *env) host(id string) *cloud.Host {
@@ -58,7 +73,7 @@ func (e *env) host(id string) *cloud.Host {
 // events returns the kinds of the events that name host id.
 func (e *env) hostEvents(id string) []cloud.EventKind {
 	e.t.Helper()
-	evs, err := e.admin.Events(context.Background(), EventsOptions{Host: id})
+	evs, err := e.admin.Events(context.Background(), client.EventsOptions{Host: id})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -72,16 +87,16 @@ func (e *env) hostEvents(id string) []cloud.EventKind {
 func TestJoinTokens(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	jt, err := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "rack-12"})
+	jt, err := e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "rack-12"})
 	if err != nil || jt.Token.Role != cloud.RoleJoin || !strings.HasPrefix(jt.Secret, "gpc_") {
 		t.Fatalf("CreateJoinToken = %+v, %v", jt, err)
 	}
-	_, err = e.acme.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "mine"})
+	_, err = e.acme.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "mine"})
 	wantCode(t, err, cloud.PermissionDenied)
-	_, err = e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{})
+	_, err = e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{})
 	wantCode(t, err, cloud.Invalid)
 	past := e.clock.Now().Add(-time.Minute)
-	_, err = e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "old", ExpiresAt: &past})
+	_, err = e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "old", ExpiresAt: &past})
 	wantCode(t, err, cloud.Invalid)
 
 	list, err := e.admin.JoinTokens(ctx)
@@ -102,16 +117,16 @@ func TestJoinRefused(t *testing.T) {
 	ctx := context.Background()
 	good := e.joinToken("good")
 	soon := e.clock.Now().Add(time.Minute)
-	expiring, err := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "soon", ExpiresAt: &soon})
+	expiring, err := e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "soon", ExpiresAt: &soon})
 	if err != nil {
 		t.Fatal(err)
 	}
-	revoked, _ := e.admin.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "revoked"})
+	revoked, _ := e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "revoked"})
 	if _, err := e.admin.RevokeToken(ctx, revoked.Token.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Minute)
-	anon := e.client("")
+	anon := e.agentClient("")
 	before := e.counts()
 	for _, c := range []struct {
 		desc  string
@@ -126,43 +141,43 @@ func TestJoinRefused(t *testing.T) {
 		{"a member's token", e.acmeToken, cloud.PermissionDenied},
 		{"an admin's token", e.adminToken, cloud.PermissionDenied},
 	} {
-		_, err := anon.Join(ctx, JoinRequest{JoinToken: c.token, Inventory: inventory("n-1", "L4", 1)})
+		_, err := anon.Join(ctx, agentapi.JoinRequest{JoinToken: c.token, Inventory: inventory("n-1", "L4", 1)})
 		if got := cloud.ErrorCode(err); got != c.code {
 			t.Errorf("%s: %v, want %s", c.desc, err, c.code)
 		}
 	}
 
-	bad := func(change func(inv *gpu.Inventory)) *gpu.Inventory {
+	bad := func(change func(inv *agentapi.Inventory)) *agentapi.Inventory {
 		inv := inventory("n-1", "H100", 2)
 		change(inv)
 		return inv
 	}
 	for _, c := range []struct {
 		desc string
-		inv  *gpu.Inventory
+		inv  *agentapi.Inventory
 		msg  string
 	}{
 		{"no inventory", nil, "inventory"},
-		{"an unknown GPU model", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].Model = "B300" }), "B300"},
-		{"a GPU without UUID", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[0].UUID = "" }), "uuid"},
-		{"a UUID twice", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].UUID = inv.Host.GPUs[0].UUID }), "twice"},
-		{"GPUs out of order", bad(func(inv *gpu.Inventory) { inv.Host.GPUs[1].Index = 5 }), "index"},
-		{"negative CPU", bad(func(inv *gpu.Inventory) { inv.Host.CPUMilli = -1 }), "negative"},
-		{"a bad host ID", bad(func(inv *gpu.Inventory) { inv.Host.ID = "no spaces" }), "inventory.host.id"},
-		{"MIG instances without MIG mode", bad(func(inv *gpu.Inventory) {
+		{"an unknown GPU model", bad(func(inv *agentapi.Inventory) { inv.Host.GPUs[1].Model = "B300" }), "B300"},
+		{"a GPU without UUID", bad(func(inv *agentapi.Inventory) { inv.Host.GPUs[0].UUID = "" }), "uuid"},
+		{"a UUID twice", bad(func(inv *agentapi.Inventory) { inv.Host.GPUs[1].UUID = inv.Host.GPUs[0].UUID }), "twice"},
+		{"GPUs out of order", bad(func(inv *agentapi.Inventory) { inv.Host.GPUs[1].Index = 5 }), "index"},
+		{"negative CPU", bad(func(inv *agentapi.Inventory) { inv.Host.CPUMilli = -1 }), "negative"},
+		{"a bad host ID", bad(func(inv *agentapi.Inventory) { inv.Host.ID = "no spaces" }), "inventory.host.id"},
+		{"MIG instances without MIG mode", bad(func(inv *agentapi.Inventory) {
 			inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 0}}
 		}), "not in MIG mode"},
-		{"a MIG instance at a slot its profile cannot use", bad(func(inv *gpu.Inventory) {
+		{"a MIG instance at a slot its profile cannot use", bad(func(inv *agentapi.Inventory) {
 			inv.Host.GPUs[0].MIG = true
 			inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 2}}
 		}), "slot"},
-		{"MIG on a model without MIG", func() *gpu.Inventory {
+		{"MIG on a model without MIG", func() *agentapi.Inventory {
 			inv := inventory("n-1", "L4", 1)
 			inv.Host.GPUs[0].MIG = true
 			return inv
 		}(), "no MIG"},
 	} {
-		_, err := anon.Join(ctx, JoinRequest{JoinToken: good, Inventory: c.inv})
+		_, err := anon.Join(ctx, agentapi.JoinRequest{JoinToken: good, Inventory: c.inv})
 		ce := wantCode(t, err, cloud.Invalid)
 		if !strings.Contains(ce.Message, c.msg) {
 			t.Errorf("%s: %q does not mention %q", c.desc, ce.Message, c.msg)
@@ -176,7 +191,7 @@ func TestJoin(t *testing.T) {
 	ctx := context.Background()
 	inv := inventory("node-1", "H100", 2)
 	inv.Host.GPUs[1].WholeAlloc, inv.Host.UsedCPUMilli, inv.Host.Allocs = "i-ghost", 1000, 1
-	jr, err := e.client("").Join(ctx, JoinRequest{JoinToken: e.joinToken("j"), Inventory: inv})
+	jr, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("j"), Inventory: inv})
 	if err != nil || jr.HostID != "node-1" {
 		t.Fatalf("Join = %+v, %v", jr, err)
 	}
@@ -189,7 +204,7 @@ func TestJoin(t *testing.T) {
 	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined}) {
 		t.Errorf("events %v", k)
 	}
-	agent := e.client(jr.Credential)
+	agent := e.agentClient(jr.Credential)
 	if as, err := agent.Assignments(ctx); err != nil || len(as.Assignments) != 0 {
 		t.Errorf("assignments of a new host = %+v, %v", as, err)
 	}
@@ -207,7 +222,7 @@ func TestJoin(t *testing.T) {
 	for i := range inv2.Host.GPUs {
 		inv2.Host.GPUs[i].UUID += "-b"
 	}
-	jr2, err := e.client("").Join(ctx, JoinRequest{JoinToken: e.joinToken("k"), Inventory: inv2})
+	jr2, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("k"), Inventory: inv2})
 	if err != nil || !strings.HasPrefix(jr2.HostID, "h-") {
 		t.Fatalf("Join without ID = %+v, %v", jr2, err)
 	}
@@ -230,10 +245,10 @@ func TestRejoin(t *testing.T) {
 	if id != "node-1" || h.Version != v+1 || len(h.Spec.GPUs) != 2 || h.State != fleet.Cordoned || !h.LastHeartbeat.Equal(e.clock.Now()) {
 		t.Errorf("re-joined host %+v (version was %d)", h, v)
 	}
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
 		t.Errorf("new credential: %v", err)
 	}
-	wantCode(t, old.Heartbeat(ctx, HeartbeatRequest{}), cloud.Unauthenticated)
+	wantCode(t, old.Heartbeat(ctx, agentapi.HeartbeatRequest{}), cloud.Unauthenticated)
 	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined, EventHostCordoned, EventHostRejoined}) {
 		t.Errorf("events %v", k)
 	}
@@ -247,14 +262,14 @@ func TestHeartbeat(t *testing.T) {
 	v := e.host("node-1").Version
 
 	e.clock.Advance(10 * time.Second)
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
 		t.Errorf("heartbeat without inventory: version %d (was %d), last %v", h.Version, v, h.LastHeartbeat)
 	}
 	e.clock.Advance(10 * time.Second)
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
@@ -262,7 +277,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	inv.Host.GPUs[0].MIG = true
 	inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 4}}
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
 		t.Fatal(err)
 	}
 	h := e.host("node-1")
@@ -271,14 +286,14 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("heartbeat with a new inventory: version %d (was %d), gpu 0 %+v", h.Version, v, got)
 	}
 	inv.Host.ID = "node-2"
-	wantCode(t, agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}), cloud.Invalid)
+	wantCode(t, agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}), cloud.Invalid)
 
 	// A silent host is marked unhealthy; its next heartbeat heals it.
 	e.clock.Advance(time.Minute)
 	if marked, err := control.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil || len(marked) != 1 {
 		t.Fatalf("MarkSilentHosts = %v, %v", marked, err)
 	}
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.State != fleet.Schedulable || h.Spec.State != fleet.Schedulable {
@@ -293,23 +308,25 @@ func TestHeartbeat(t *testing.T) {
 func TestAgentRoles(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	agent, _ := e.join(inventory("node-1", "L4", 1))
-	join := e.client(e.joinToken("j"))
+	joined, _ := e.join(inventory("node-1", "L4", 1))
+	agent := e.client(joined.token)
+	joinToken := e.joinToken("j")
+	join := e.client(joinToken)
 	for _, c := range []struct {
 		desc string
 		err  error
 	}{
-		{"an agent lists instances", func() error { _, err := agent.ListInstances(ctx, ListInstancesOptions{}); return err }()},
-		{"an agent makes itself a token", func() error { _, err := agent.CreateToken(ctx, CreateTokenRequest{}); return err }()},
+		{"an agent lists instances", func() error { _, err := agent.ListInstances(ctx, client.ListInstancesOptions{}); return err }()},
+		{"an agent makes itself a token", func() error { _, err := agent.CreateToken(ctx, api.CreateTokenRequest{}); return err }()},
 		{"an agent lists hosts", func() error { _, err := agent.Hosts(ctx); return err }()},
 		{"an agent makes join tokens", func() error {
-			_, err := agent.CreateJoinToken(ctx, CreateJoinTokenRequest{Name: "x"})
+			_, err := agent.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "x"})
 			return err
 		}()},
-		{"a join token lists instances", func() error { _, err := join.ListInstances(ctx, ListInstancesOptions{}); return err }()},
-		{"a join token heartbeats", join.Heartbeat(ctx, HeartbeatRequest{})},
-		{"a member heartbeats", e.acme.Heartbeat(ctx, HeartbeatRequest{})},
-		{"an admin reads assignments", func() error { _, err := e.admin.Assignments(ctx); return err }()},
+		{"a join token lists instances", func() error { _, err := join.ListInstances(ctx, client.ListInstancesOptions{}); return err }()},
+		{"a join token heartbeats", e.agentClient(joinToken).Heartbeat(ctx, agentapi.HeartbeatRequest{})},
+		{"a member heartbeats", e.agentClient(e.acmeToken).Heartbeat(ctx, agentapi.HeartbeatRequest{})},
+		{"an admin reads assignments", func() error { _, err := e.agentClient(e.adminToken).Assignments(ctx); return err }()},
 	} {
 		if cloud.ErrorCode(c.err) != cloud.PermissionDenied {
 			t.Errorf("%s: %v, want permission_denied", c.desc, c.err)
@@ -317,7 +334,7 @@ func TestAgentRoles(t *testing.T) {
 	}
 	// Members do not see join tokens and agent credentials, even in the
 	// operator tenant.
-	u, err := e.admin.CreateUser(ctx, OperatorTenant, CreateUserRequest{Name: "op"})
+	u, err := e.admin.CreateUser(ctx, OperatorTenant, api.CreateUserRequest{Name: "op"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,4 +356,13 @@ func TestAgentRoles(t *testing.T) {
 			wantCode(t, err, cloud.NotFound)
 		}
 	}
+}
+
+// sameSpec reports whether two specs describe the same host, whatever
+// their State fields say (the host's State is the one that counts).
+func sameSpec(a, b fleet.Host) bool {
+	a.State, b.State = "", ""
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }

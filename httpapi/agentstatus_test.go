@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // schedule runs one scheduler step, as the leader's loop would, and
@@ -42,7 +46,7 @@ func (e *env) instance(id string) *cloud.Instance {
 // moves returns an instance's state changes as "from>to" strings.
 func (e *env) moves(id string) []string {
 	e.t.Helper()
-	evs, err := e.admin.InstanceEvents(context.Background(), id, EventsOptions{})
+	evs, err := e.admin.InstanceEvents(context.Background(), id, client.EventsOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -58,7 +62,7 @@ func (e *env) moves(id string) []string {
 func intp(n int) *int { return &n }
 
 // assignments lists an agent's assignments.
-func (e *env) assignments(agent *Client) []Assignment {
+func (e *env) assignments(agent *agentConn) []agentapi.Assignment {
 	e.t.Helper()
 	as, err := agent.Assignments(context.Background())
 	if err != nil {
@@ -80,21 +84,21 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatalf("assignments = %+v", as)
 	}
 	a := as[0]
-	if a.InstanceID != in.ID || a.TenantID != e.acmeID || a.Offering != "l4.1x" || a.Desired != DesiredRun ||
+	if a.InstanceID != in.ID || a.TenantID != e.acmeID || a.Offering != "l4.1x" || a.Desired != agentapi.DesiredRun ||
 		a.GraceSeconds != 30 || a.Placement == nil || a.Placement.HostID != host || a.Placement.Devices[0].UUID != "GPU-node-1-0" {
 		t.Errorf("assignment %+v", a)
 	}
 
 	report := func(phase string, code *int) {
 		t.Helper()
-		if err := agent.ReportStatus(ctx, in.ID, StatusReport{Phase: phase, ExitCode: code}); err != nil {
+		if err := agent.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: phase, ExitCode: code}); err != nil {
 			t.Fatalf("report %s: %v", phase, err)
 		}
 	}
-	report(PhaseStarting, nil)
-	report(PhaseRunning, nil)
-	report(PhaseRunning, nil)  // a repeat changes nothing
-	report(PhaseStarting, nil) // a late report changes nothing
+	report(agentapi.PhaseStarting, nil)
+	report(agentapi.PhaseRunning, nil)
+	report(agentapi.PhaseRunning, nil)  // a repeat changes nothing
+	report(agentapi.PhaseStarting, nil) // a late report changes nothing
 	if got := e.instance(in.ID); got.State != cloud.Running || got.HostID != host {
 		t.Errorf("after running: %s on %q", got.State, got.HostID)
 	}
@@ -103,18 +107,18 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	as = e.assignments(agent)
-	if len(as) != 1 || as[0].Desired != DesiredStop {
+	if len(as) != 1 || as[0].Desired != agentapi.DesiredStop {
 		t.Fatalf("assignments after stop: %+v", as)
 	}
-	report(PhaseRunning, nil) // the stop wins
+	report(agentapi.PhaseRunning, nil) // the stop wins
 	v := e.host(host).Version
-	report(PhaseStopped, nil)
+	report(agentapi.PhaseStopped, nil)
 	got := e.instance(in.ID)
 	if got.State != cloud.Stopped || got.HostID != "" || got.Placement != nil {
 		t.Errorf("after stopped: %+v", got)
 	}
-	if h := e.host(host); h.Version != v+1 {
-		t.Errorf("release: host version %d, want %d", h.Version, v+1)
+	if h := e.host(host); h.Version != v {
+		t.Errorf("release: host version %d, want %d (a release does not write the host)", h.Version, v)
 	}
 	if as := e.assignments(agent); len(as) != 0 {
 		t.Errorf("assignments after the release: %+v", as)
@@ -125,7 +129,7 @@ func TestAgentLifecycle(t *testing.T) {
 	}
 	// A repeat of the final report, after the release, answers 204 and
 	// changes nothing.
-	report(PhaseStopped, nil)
+	report(agentapi.PhaseStopped, nil)
 	if m := e.moves(in.ID); len(m) != len(want) {
 		t.Errorf("a repeated stopped report added events: %v", m)
 	}
@@ -156,24 +160,24 @@ func TestAgentExitAndFailure(t *testing.T) {
 		t.Fatalf("placed %d", n)
 	}
 	for _, id := range ids[:3] {
-		if err := agent.ReportStatus(ctx, id, StatusReport{Phase: PhaseRunning}); err != nil {
+		if err := agent.ReportStatus(ctx, id, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range []struct {
 		id     string
-		rep    StatusReport
+		rep    agentapi.StatusReport
 		state  cloud.State
 		reason string
 		moves  []string
 	}{
-		{ids[0], StatusReport{Phase: PhaseExited, ExitCode: intp(0)}, cloud.Stopped, "exited with code 0",
+		{ids[0], agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(0)}, cloud.Stopped, "exited with code 0",
 			[]string{"running>stopping", "stopping>stopped"}},
-		{ids[1], StatusReport{Phase: PhaseExited, ExitCode: intp(3), Message: "CUDA out of memory\nat line 4"},
+		{ids[1], agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(3), Message: "CUDA out of memory\nat line 4"},
 			cloud.Failed, "exit code 3: CUDA out of memory at line 4", []string{"running>failed"}},
-		{ids[2], StatusReport{Phase: PhaseFailed, Message: "MIG layout: busy"}, cloud.Failed, "MIG layout: busy",
+		{ids[2], agentapi.StatusReport{Phase: agentapi.PhaseFailed, Message: "MIG layout: busy"}, cloud.Failed, "MIG layout: busy",
 			[]string{"running>failed"}},
-		{ids[3], StatusReport{Phase: PhaseFailed}, cloud.Failed, "could not start", []string{"scheduled>failed"}},
+		{ids[3], agentapi.StatusReport{Phase: agentapi.PhaseFailed}, cloud.Failed, "could not start", []string{"scheduled>failed"}},
 	} {
 		if err := agent.ReportStatus(ctx, c.id, c.rep); err != nil {
 			t.Fatalf("%+v: %v", c.rep, err)
@@ -202,7 +206,7 @@ func TestAgentExitAndFailure(t *testing.T) {
 
 	before := e.counts()
 	as := e.assignments(agent)
-	for _, rep := range []StatusReport{{}, {Phase: "crashed"}, {Phase: PhaseExited}} {
+	for _, rep := range []agentapi.StatusReport{{}, {Phase: "crashed"}, {Phase: agentapi.PhaseExited}} {
 		wantCode(t, agent.ReportStatus(ctx, as[0].InstanceID, rep), cloud.Invalid)
 	}
 	e.unchanged(before, "invalid reports")
@@ -215,7 +219,7 @@ func TestAgentTerminate(t *testing.T) {
 	a, b := e.mustCreate(e.acme, "l4.1x"), e.mustCreate(e.acme, "l4.1x")
 	e.schedule()
 	for _, id := range []string{a.ID, b.ID} {
-		if err := agent.ReportStatus(ctx, id, StatusReport{Phase: PhaseRunning}); err != nil {
+		if err := agent.ReportStatus(ctx, id, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.acme.TerminateInstance(ctx, id, 0); err != nil {
@@ -223,14 +227,14 @@ func TestAgentTerminate(t *testing.T) {
 		}
 	}
 	as := e.assignments(agent)
-	if len(as) != 2 || as[0].Desired != DesiredStop || as[1].Desired != DesiredStop {
+	if len(as) != 2 || as[0].Desired != agentapi.DesiredStop || as[1].Desired != agentapi.DesiredStop {
 		t.Fatalf("assignments of terminating instances: %+v", as)
 	}
 	v := e.host(host).Version
-	if err := agent.ReportStatus(ctx, a.ID, StatusReport{Phase: PhaseStopped}); err != nil {
+	if err := agent.ReportStatus(ctx, a.ID, agentapi.StatusReport{Phase: agentapi.PhaseStopped}); err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.ReportStatus(ctx, b.ID, StatusReport{Phase: PhaseExited, ExitCode: intp(137)}); err != nil {
+	if err := agent.ReportStatus(ctx, b.ID, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(137)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{a.ID, b.ID} {
@@ -241,12 +245,12 @@ func TestAgentTerminate(t *testing.T) {
 			t.Errorf("%s: moves %v", id, m)
 		}
 		// Repeats answer 204.
-		if err := agent.ReportStatus(ctx, id, StatusReport{Phase: PhaseStopped}); err != nil {
+		if err := agent.ReportStatus(ctx, id, agentapi.StatusReport{Phase: agentapi.PhaseStopped}); err != nil {
 			t.Errorf("repeat: %v", err)
 		}
 	}
-	if h := e.host(host); h.Version != v+2 {
-		t.Errorf("host version %d, want %d", h.Version, v+2)
+	if h := e.host(host); h.Version != v {
+		t.Errorf("host version %d, want %d (a release does not write the host)", h.Version, v)
 	}
 }
 
@@ -261,25 +265,25 @@ func TestAgentOtherHost(t *testing.T) {
 		t.Fatalf("placed on %q", got.HostID)
 	}
 	before := e.counts()
-	wantCode(t, agentA.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseRunning}), cloud.NotFound)
+	wantCode(t, agentA.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning}), cloud.NotFound)
 	wantCode(t, agentA.AppendLogs(ctx, in.ID, []byte("x")), cloud.NotFound)
-	wantCode(t, agentA.ReportStatus(ctx, "i-nothing", StatusReport{Phase: PhaseRunning}), cloud.NotFound)
+	wantCode(t, agentA.ReportStatus(ctx, "i-nothing", agentapi.StatusReport{Phase: agentapi.PhaseRunning}), cloud.NotFound)
 	if as := e.assignments(agentA); len(as) != 0 {
 		t.Errorf("host A sees %+v", as)
 	}
 	e.unchanged(before, "another host's reports")
 
-	if err := agentB.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseExited, ExitCode: intp(1)}); err != nil {
+	if err := agentB.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(1)}); err != nil {
 		t.Fatal(err)
 	}
 	// After the release only B's repeat is answered 204; output read
 	// after the final report is still B's to send.
-	wantCode(t, agentA.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseExited, ExitCode: intp(1)}), cloud.NotFound)
-	if err := agentB.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseExited, ExitCode: intp(1)}); err != nil {
+	wantCode(t, agentA.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(1)}), cloud.NotFound)
+	if err := agentB.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(1)}); err != nil {
 		t.Errorf("repeat by B: %v", err)
 	}
-	wantCode(t, agentB.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseRunning}), cloud.NotFound)
-	wantCode(t, agentB.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseStopped}), cloud.NotFound)
+	wantCode(t, agentB.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning}), cloud.NotFound)
+	wantCode(t, agentB.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseStopped}), cloud.NotFound)
 	if err := agentB.AppendLogs(ctx, in.ID, []byte("last words\n")); err != nil {
 		t.Errorf("logs after the final report: %v", err)
 	}
@@ -292,19 +296,19 @@ func TestAgentLostInstance(t *testing.T) {
 	agent, _ := e.join(inventory("node-1", "L4", 1))
 	in := e.mustCreate(e.acme, "l4.1x")
 	e.schedule()
-	if err := agent.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseRunning}); err != nil {
+	if err := agent.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Minute)
 	if _, err := control.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// The instance was lost while the host was silent: the agent must
 	// stop it, and its reports are not the host's any more.
-	wantCode(t, agent.ReportStatus(ctx, in.ID, StatusReport{Phase: PhaseExited, ExitCode: intp(0)}), cloud.NotFound)
+	wantCode(t, agent.ReportStatus(ctx, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: intp(0)}), cloud.NotFound)
 	if got := e.instance(in.ID); got.State != cloud.Lost {
 		t.Errorf("state %s, want lost", got.State)
 	}
@@ -329,7 +333,7 @@ func TestAgentMIGClaim(t *testing.T) {
 	d := p.Devices[0]
 	inv.Host.GPUs[0].MIG = true
 	inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: d.MIGProfileID, Start: d.MIGStart}}
-	if err := agent.Heartbeat(ctx, HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.host(host).Spec.GPUs[0].Instances; len(got) != 1 || got[0].Alloc != in.ID {
@@ -354,7 +358,7 @@ func TestStopGrace(t *testing.T) {
 	e.schedule()
 	srv := httptest.NewServer(New(e.store, catalog.Default(), Options{Now: e.clock.Now, StopGrace: 90 * time.Second}))
 	defer srv.Close()
-	c := NewClient(srv.URL, agent.token, srv.Client())
+	c := agentapi.NewClient(srv.URL, agent.token, srv.Client())
 	as, err := c.Assignments(context.Background())
 	if err != nil || len(as.Assignments) != 1 || as.Assignments[0].GraceSeconds != 90 {
 		t.Errorf("assignments with StopGrace 90s: %+v, %v", as, err)
@@ -369,7 +373,7 @@ func TestLogs(t *testing.T) {
 	e.schedule()
 
 	page, err := e.acme.InstanceLogs(ctx, in.ID, 0)
-	if err != nil || *page != (LogPage{}) {
+	if err != nil || *page != (api.LogPage{}) {
 		t.Fatalf("logs before any output: %+v, %v", page, err)
 	}
 	// "wörld" is cut inside the ö: the page waits for its second byte.
@@ -400,7 +404,7 @@ func TestLogs(t *testing.T) {
 	wantCode(t, err, cloud.NotFound)
 	_, err = e.acme.InstanceLogs(ctx, in.ID, 14)
 	wantCode(t, err, cloud.Invalid)
-	_, err = agent.InstanceLogs(ctx, in.ID, 0)
+	_, err = e.client(agent.token).InstanceLogs(ctx, in.ID, 0)
 	wantCode(t, err, cloud.PermissionDenied)
 	if status, _, _ := e.raw("GET", "/v1/instances/"+in.ID+"/logs?offset=-1", e.acmeToken, nil, nil); status != 400 {
 		t.Errorf("negative offset: %d", status)
@@ -411,17 +415,17 @@ func TestLogs(t *testing.T) {
 	if status != 415 {
 		t.Errorf("JSON body: %d, want 415", status)
 	}
-	big := bytes.Repeat([]byte("x"), maxLogChunk+1)
+	big := bytes.Repeat([]byte("x"), service.MaxLogChunk+1)
 	status, _, _ = e.raw("POST", path, agent.token, bytes.NewReader(big), map[string]string{"Content-Type": "text/plain"})
 	if status != 413 {
 		t.Errorf("a chunk over 1 MiB: %d, want 413", status)
 	}
-	status, _, _ = e.raw("POST", path, agent.token, bytes.NewReader(big[:maxLogChunk]), map[string]string{"Content-Type": "application/octet-stream"})
+	status, _, _ = e.raw("POST", path, agent.token, bytes.NewReader(big[:service.MaxLogChunk]), map[string]string{"Content-Type": "application/octet-stream"})
 	if status != 204 {
 		t.Errorf("a chunk of exactly 1 MiB: %d, want 204", status)
 	}
 	page, err = e.acme.InstanceLogs(ctx, in.ID, 13)
-	if err != nil || len(page.Data) != maxLogPage || page.Offset != 13+maxLogPage {
+	if err != nil || len(page.Data) != service.MaxLogPage || page.Offset != 13+service.MaxLogPage {
 		t.Errorf("a full page: %d bytes, offset %d, %v", len(page.Data), page.Offset, err)
 	}
 }

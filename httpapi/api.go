@@ -1,11 +1,14 @@
-// Package httpapi is gpucloud's /v1 JSON API over HTTP: the handlers, the
-// bearer-token authentication, the one table from error codes to statuses,
-// the embedded OpenAPI document, and the Go client that the CLI, the agent
-// and the tests use.
+// Package httpapi is the server side of gpucloud's /v1 JSON API over HTTP:
+// the handlers, the bearer-token authentication, the one table from error
+// codes to statuses and the embedded OpenAPI document. The request and
+// response bodies are package api's, the agent protocol's are package
+// agentapi's, and the Go clients are packages client and agentapi.
 //
-// Handlers are thin: they authenticate, validate the request, run one store
-// transaction and answer. Every error is JSON {code, message, details} with
-// the codes of cloud.Code; statusOf maps them to HTTP statuses.
+// Handlers are thin: they decode the request, check the route's access
+// (routeTable), call one method of a domain service (package service, which
+// holds every rule that changes state) and encode the answer. Every error
+// is JSON {code, message, details} with the codes of cloud.Code; statusOf
+// maps them to HTTP statuses.
 //
 // Tenancy: a member acts on its own tenant only, and another tenant's
 // resource answers 404 not_found, never 403, so that IDs do not leak. An
@@ -18,12 +21,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // Options configures the handler. The zero value uses the wall clock and
@@ -47,23 +51,21 @@ type Options struct {
 	AddressPool string
 }
 
-// DefaultAddressPool is the address pool when Options.AddressPool is empty:
-// TEST-NET-3 (RFC 5737), which is never routed, so that a local cloud
-// hands out addresses that cannot collide with real ones.
-const DefaultAddressPool = "203.0.113.0/24"
+// DefaultAddressPool and DefaultStopGrace are the services' defaults.
+const (
+	DefaultAddressPool = service.DefaultAddressPool
+	DefaultStopGrace   = service.DefaultStopGrace
+)
 
-// DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
-const DefaultStopGrace = 30 * time.Second
-
-// api holds what the handlers share. It has no mutable state: all state
+// handlers holds what the handlers share. It has no mutable state: all state
 // is in the store.
-type api struct {
+type handlers struct {
+	// svc holds the domain services every handler calls.
+	svc   *service.Services
 	store cloud.Store
 	cat   *catalog.Catalog
 	now   func() time.Time
 	log   *slog.Logger
-	// grace is the stop grace period in whole seconds.
-	grace int
 	mux   *http.ServeMux
 	// tokens caches token lookups for a short time.
 	tokens *tokenCache
@@ -71,10 +73,6 @@ type api struct {
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
 	paths *http.ServeMux
-	// addrPool is Options.AddressPool parsed; addrPoolErr says why it is
-	// unusable, and address allocation then fails with it.
-	addrPool    netip.Prefix
-	addrPoolErr error
 }
 
 // access is who may call a route.
@@ -96,7 +94,7 @@ const (
 
 // handlerFunc is a route's handler. It returns an error instead of writing
 // one, so that every error goes through writeError.
-type handlerFunc func(s *api, w http.ResponseWriter, r *http.Request, p principal) error
+type handlerFunc func(s *handlers, w http.ResponseWriter, r *http.Request, p principal) error
 
 // route is one entry of the API: the mux registers routeTable and the
 // OpenAPI test checks the document against it, so the two cannot drift.
@@ -109,72 +107,72 @@ type route struct {
 
 // routeTable lists every route of the API.
 var routeTable = []route{
-	{"GET", "/v1/openapi.json", public, (*api).openAPI},
-	{"GET", "/v1/offerings", authed, (*api).listOfferings},
+	{"GET", "/v1/openapi.json", public, (*handlers).openAPI},
+	{"GET", "/v1/offerings", authed, (*handlers).listOfferings},
 
-	{"POST", "/v1/tenants", adminOnly, (*api).createTenant},
-	{"GET", "/v1/tenants", adminOnly, (*api).listTenants},
-	{"POST", "/v1/tenants/{id}/users", adminOnly, (*api).createUser},
-	{"PUT", "/v1/tenants/{id}/quota", adminOnly, (*api).putQuota},
-	{"GET", "/v1/tenants/{id}/quota", authed, (*api).getQuota},
+	{"POST", "/v1/tenants", adminOnly, (*handlers).createTenant},
+	{"GET", "/v1/tenants", adminOnly, (*handlers).listTenants},
+	{"POST", "/v1/tenants/{id}/users", adminOnly, (*handlers).createUser},
+	{"PUT", "/v1/tenants/{id}/quota", adminOnly, (*handlers).putQuota},
+	{"GET", "/v1/tenants/{id}/quota", authed, (*handlers).getQuota},
 
-	{"GET", "/v1/tokens", authed, (*api).listTokens},
-	{"POST", "/v1/tokens", authed, (*api).createToken},
-	{"DELETE", "/v1/tokens/{id}", authed, (*api).revokeToken},
+	{"GET", "/v1/tokens", authed, (*handlers).listTokens},
+	{"POST", "/v1/tokens", authed, (*handlers).createToken},
+	{"DELETE", "/v1/tokens/{id}", authed, (*handlers).revokeToken},
 
-	{"POST", "/v1/instances", authed, (*api).createInstance},
-	{"GET", "/v1/instances", authed, (*api).listInstances},
-	{"GET", "/v1/instances/{id}", authed, (*api).getInstance},
-	{"POST", "/v1/instances/{id}/stop", authed, (*api).stopInstance},
-	{"POST", "/v1/instances/{id}/start", authed, (*api).startInstance},
-	{"POST", "/v1/instances/{id}/terminate", authed, (*api).terminateInstance},
-	{"GET", "/v1/instances/{id}/events", authed, (*api).instanceEvents},
-	{"GET", "/v1/events", adminOnly, (*api).listEvents},
+	{"POST", "/v1/instances", authed, (*handlers).createInstance},
+	{"GET", "/v1/instances", authed, (*handlers).listInstances},
+	{"GET", "/v1/instances/{id}", authed, (*handlers).getInstance},
+	{"POST", "/v1/instances/{id}/stop", authed, (*handlers).stopInstance},
+	{"POST", "/v1/instances/{id}/start", authed, (*handlers).startInstance},
+	{"POST", "/v1/instances/{id}/terminate", authed, (*handlers).terminateInstance},
+	{"GET", "/v1/instances/{id}/events", authed, (*handlers).instanceEvents},
+	{"GET", "/v1/events", adminOnly, (*handlers).listEvents},
 
-	{"POST", "/v1/volumes", authed, (*api).createVolume},
-	{"GET", "/v1/volumes", authed, (*api).listVolumes},
-	{"GET", "/v1/volumes/{id}", authed, (*api).getVolume},
-	{"POST", "/v1/volumes/{id}/attach", authed, (*api).attachVolume},
-	{"POST", "/v1/volumes/{id}/detach", authed, (*api).detachVolume},
+	{"POST", "/v1/volumes", authed, (*handlers).createVolume},
+	{"GET", "/v1/volumes", authed, (*handlers).listVolumes},
+	{"GET", "/v1/volumes/{id}", authed, (*handlers).getVolume},
+	{"POST", "/v1/volumes/{id}/attach", authed, (*handlers).attachVolume},
+	{"POST", "/v1/volumes/{id}/detach", authed, (*handlers).detachVolume},
 
-	{"GET", "/v1/instances/{id}/logs", authed, (*api).instanceLogs},
+	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
 
-	{"GET", "/v1/prices", authed, (*api).listPrices},
-	{"POST", "/v1/prices", adminOnly, (*api).setPrice},
+	{"GET", "/v1/prices", authed, (*handlers).listPrices},
+	{"POST", "/v1/prices", adminOnly, (*handlers).setPrice},
 
-	{"POST", "/v1/commitments", authed, (*api).createCommitment},
-	{"GET", "/v1/commitments", authed, (*api).listCommitments},
-	{"GET", "/v1/commitments/{id}", authed, (*api).getCommitment},
+	{"POST", "/v1/commitments", authed, (*handlers).createCommitment},
+	{"GET", "/v1/commitments", authed, (*handlers).listCommitments},
+	{"GET", "/v1/commitments/{id}", authed, (*handlers).getCommitment},
 
-	{"GET", "/v1/spot/prices", authed, (*api).spotPrices},
-	{"GET", "/v1/spot/pools", authed, (*api).spotPools},
-	{"POST", "/v1/spot/requests", authed, (*api).createSpotRequest},
-	{"GET", "/v1/spot/requests", authed, (*api).listSpotRequests},
-	{"GET", "/v1/spot/requests/{id}", authed, (*api).getSpotRequest},
-	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*api).cancelSpotRequest},
+	{"GET", "/v1/spot/prices", authed, (*handlers).spotPrices},
+	{"GET", "/v1/spot/pools", authed, (*handlers).spotPools},
+	{"POST", "/v1/spot/requests", authed, (*handlers).createSpotRequest},
+	{"GET", "/v1/spot/requests", authed, (*handlers).listSpotRequests},
+	{"GET", "/v1/spot/requests/{id}", authed, (*handlers).getSpotRequest},
+	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*handlers).cancelSpotRequest},
 
-	{"GET", "/v1/invoices", authed, (*api).listInvoices},
-	{"PUT", "/v1/budget", authed, (*api).putBudget},
-	{"GET", "/v1/budget", authed, (*api).getBudget},
+	{"GET", "/v1/invoices", authed, (*handlers).listInvoices},
+	{"PUT", "/v1/budget", authed, (*handlers).putBudget},
+	{"GET", "/v1/budget", authed, (*handlers).getBudget},
 
-	{"POST", "/v1/addresses", authed, (*api).allocateAddress},
-	{"GET", "/v1/addresses", authed, (*api).listAddresses},
-	{"POST", "/v1/addresses/{id}/associate", authed, (*api).associateAddress},
-	{"POST", "/v1/addresses/{id}/disassociate", authed, (*api).disassociateAddress},
-	{"DELETE", "/v1/addresses/{id}", authed, (*api).releaseAddress},
+	{"POST", "/v1/addresses", authed, (*handlers).allocateAddress},
+	{"GET", "/v1/addresses", authed, (*handlers).listAddresses},
+	{"POST", "/v1/addresses/{id}/associate", authed, (*handlers).associateAddress},
+	{"POST", "/v1/addresses/{id}/disassociate", authed, (*handlers).disassociateAddress},
+	{"DELETE", "/v1/addresses/{id}", authed, (*handlers).releaseAddress},
 
-	{"GET", "/v1/hosts", adminOnly, (*api).listHosts},
-	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*api).cordonHost},
-	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*api).uncordonHost},
-	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*api).drainHost},
+	{"GET", "/v1/hosts", adminOnly, (*handlers).listHosts},
+	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*handlers).cordonHost},
+	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*handlers).uncordonHost},
+	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*handlers).drainHost},
 
-	{"POST", "/v1/join-tokens", adminOnly, (*api).createJoinToken},
-	{"GET", "/v1/join-tokens", adminOnly, (*api).listJoinTokens},
-	{"POST", "/v1/agent/join", public, (*api).agentJoin},
-	{"POST", "/v1/agent/heartbeat", agentOnly, (*api).agentHeartbeat},
-	{"GET", "/v1/agent/assignments", agentOnly, (*api).agentAssignments},
-	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*api).agentStatus},
-	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*api).agentLogs},
+	{"POST", "/v1/join-tokens", adminOnly, (*handlers).createJoinToken},
+	{"GET", "/v1/join-tokens", adminOnly, (*handlers).listJoinTokens},
+	{"POST", "/v1/agent/join", public, (*handlers).agentJoin},
+	{"POST", "/v1/agent/heartbeat", agentOnly, (*handlers).agentHeartbeat},
+	{"GET", "/v1/agent/assignments", agentOnly, (*handlers).agentAssignments},
+	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*handlers).agentStatus},
+	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
 }
 
 // New returns the API handler over store, validating requests against cat.
@@ -184,22 +182,17 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	if ttl == 0 {
 		ttl = DefaultTokenCacheTTL
 	}
-	s := &api{store: store, cat: cat, now: opts.Now, log: opts.Logger,
+	s := &handlers{store: store, cat: cat, now: opts.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl)}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool})
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	grace := opts.StopGrace
-	if grace <= 0 {
-		grace = DefaultStopGrace
-	}
-	s.grace = int((grace + time.Second - 1) / time.Second)
-	s.addrPool, s.addrPoolErr = parseAddressPool(opts.AddressPool)
-	if s.addrPoolErr != nil {
-		s.log.Error("address pool unusable; address allocation will fail", "pool", opts.AddressPool, "err", s.addrPoolErr)
+	if _, err := service.ParseAddressPool(opts.AddressPool); opts.AddressPool != "" && err != nil {
+		s.log.Error("address pool unusable; address allocation will fail", "pool", opts.AddressPool, "err", err)
 	}
 	seen := map[string]bool{}
 	for _, rt := range routeTable {
@@ -215,7 +208,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 
 // wrap authenticates and authorizes a request for rt, runs its handler and
 // answers its error.
-func (s *api) wrap(rt route) http.Handler {
+func (s *handlers) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -268,7 +261,7 @@ func allowed(rt route, p principal) error {
 
 // fallback answers paths and methods the API does not have, in the API's
 // error shape rather than net/http's plain text.
-func (s *api) fallback(w http.ResponseWriter, r *http.Request) {
+func (s *handlers) fallback(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.paths.Handler(r); pattern != "" && pattern != "/" {
 		var allow []string
 		for _, rt := range routeTable {
@@ -289,7 +282,7 @@ func (s *api) fallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // tx runs fn in one store transaction.
-func (s *api) tx(ctx context.Context, fn func(cloud.Tx) error) error {
+func (s *handlers) tx(ctx context.Context, fn func(cloud.Tx) error) error {
 	return s.store.Tx(ctx, fn)
 }
 
@@ -302,7 +295,7 @@ func (p principal) visible(tenant string) bool { return p.admin() || p.TenantID 
 // name any existing tenant. When nothing is asked for, members get their
 // own tenant and admins get dflt: their own tenant to create things, ""
 // (every tenant) to list them.
-func (s *api) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
+func (s *handlers) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
 	if asked == "" {
 		if !p.admin() {
 			return p.TenantID, nil
@@ -311,13 +304,13 @@ func (s *api) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt s
 	}
 	if !p.admin() {
 		if asked != p.TenantID {
-			return "", notFound("tenant", asked)
+			return "", service.NotFound("tenant", asked)
 		}
 		return asked, nil
 	}
 	if _, err := tx.GetTenant(ctx, asked); err != nil {
 		if cloud.IsNotFound(err) {
-			return "", notFound("tenant", asked)
+			return "", service.NotFound("tenant", asked)
 		}
 		return "", err
 	}
@@ -325,7 +318,7 @@ func (s *api) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt s
 }
 
 // listOfferings answers the catalog's offerings.
-func (s *api) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
-	writeJSON(w, http.StatusOK, OfferingList{Offerings: s.cat.Offerings()})
+func (s *handlers) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
+	writeJSON(w, http.StatusOK, api.OfferingList{Offerings: s.cat.Offerings()})
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/money"
@@ -30,7 +31,7 @@ func testBudgets(t *testing.T, e *env) {
 		t.Errorf("no budget JSON: %s", body)
 	}
 
-	st, err = e.acme.SetBudget(ctx, "", BudgetSpec{Amount: money.MustParse("3")})
+	st, err = e.acme.SetBudget(ctx, "", api.BudgetSpec{Amount: money.MustParse("3")})
 	if err != nil || st.Budget == nil || st.Budget.Amount != money.MustParse("3") ||
 		!slices.Equal(st.Budget.Thresholds, []int{50, 80, 100}) || st.Spent != money.MustParse("2") {
 		t.Fatalf("SetBudget = %+v, %v", st, err)
@@ -45,7 +46,7 @@ func testBudgets(t *testing.T, e *env) {
 	}
 
 	// Thresholds are kept sorted; admins set any tenant's budget.
-	st, err = e.admin.SetBudget(ctx, e.globexID, BudgetSpec{Amount: money.MustParse("1000"), Thresholds: []int{120, 10}})
+	st, err = e.admin.SetBudget(ctx, e.globexID, api.BudgetSpec{Amount: money.MustParse("1000"), Thresholds: []int{120, 10}})
 	if err != nil || st.TenantID != e.globexID || !slices.Equal(st.Budget.Thresholds, []int{10, 120}) || st.Spent != 0 {
 		t.Errorf("admin SetBudget = %+v, %v", st, err)
 	}
@@ -59,19 +60,19 @@ func testBudgets(t *testing.T, e *env) {
 	before := e.billingCounts()
 	_, err = e.globex.Budget(ctx, e.acmeID)
 	wantCode(t, err, cloud.NotFound)
-	_, err = e.globex.SetBudget(ctx, e.acmeID, BudgetSpec{Amount: 1})
+	_, err = e.globex.SetBudget(ctx, e.acmeID, api.BudgetSpec{Amount: 1})
 	wantCode(t, err, cloud.NotFound)
 	for _, tc := range []struct {
 		name  string
-		spec  BudgetSpec
+		spec  api.BudgetSpec
 		field string
 	}{
-		{"zero", BudgetSpec{}, "amount"},
-		{"negative", BudgetSpec{Amount: -1}, "amount"},
-		{"threshold 0", BudgetSpec{Amount: 1, Thresholds: []int{0}}, "thresholds"},
-		{"threshold 1001", BudgetSpec{Amount: 1, Thresholds: []int{1001}}, "thresholds"},
-		{"repeated", BudgetSpec{Amount: 1, Thresholds: []int{50, 50}}, "thresholds"},
-		{"too many", BudgetSpec{Amount: 1, Thresholds: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}, "thresholds"},
+		{"zero", api.BudgetSpec{}, "amount"},
+		{"negative", api.BudgetSpec{Amount: -1}, "amount"},
+		{"threshold 0", api.BudgetSpec{Amount: 1, Thresholds: []int{0}}, "thresholds"},
+		{"threshold 1001", api.BudgetSpec{Amount: 1, Thresholds: []int{1001}}, "thresholds"},
+		{"repeated", api.BudgetSpec{Amount: 1, Thresholds: []int{50, 50}}, "thresholds"},
+		{"too many", api.BudgetSpec{Amount: 1, Thresholds: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}, "thresholds"},
 	} {
 		_, err := e.acme.SetBudget(ctx, "", tc.spec)
 		if ce := wantCode(t, err, cloud.Invalid); ce.Details["field"] != tc.field {

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -18,7 +20,7 @@ func TestCommitments(t *testing.T) { onBothStores(t, testCommitments) }
 func testCommitments(t *testing.T, e *env) {
 	ctx := context.Background()
 	now := e.clock.Now()
-	req := CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "h100.8x", Zone: "zone-a", Quantity: 2,
+	req := api.CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "h100.8x", Zone: "zone-a", Quantity: 2,
 		Term: "1y", Payment: cloud.PaymentAllUpfront}
 
 	// Without a price there is nothing to fix the fees from.
@@ -64,7 +66,7 @@ func testCommitments(t *testing.T, e *env) {
 	e.billingUnchanged(before, "idempotent retries")
 
 	// A family is priced from its cheapest offering; a retainer by the hour.
-	fam, err := e.acme.CreateCommitment(ctx, CreateCommitmentRequest{Plan: cloud.PlanRetainer, Offering: "h100", Quantity: 1, Term: "720h"}, "")
+	fam, err := e.acme.CreateCommitment(ctx, api.CreateCommitmentRequest{Plan: cloud.PlanRetainer, Offering: "h100", Quantity: 1, Term: "720h"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func testCommitments(t *testing.T, e *env) {
 	}
 
 	// Admins may set the discount, for any tenant.
-	g, err := e.admin.CreateCommitment(ctx, CreateCommitmentRequest{Tenant: e.globexID, Plan: cloud.PlanReservation,
+	g, err := e.admin.CreateCommitment(ctx, api.CreateCommitmentRequest{Tenant: e.globexID, Plan: cloud.PlanReservation,
 		Offering: "l4.1x", Quantity: 1, Term: "3y", DiscountPct: "62.5"}, "")
 	if err != nil || g.TenantID != e.globexID || g.DiscountBP != 6250 || g.Payment != cloud.PaymentNoUpfront {
 		t.Errorf("admin commitment = %+v, %v", g, err)
@@ -105,11 +107,11 @@ func testCommitments(t *testing.T, e *env) {
 	}
 	_, err = e.acme.Commitments(ctx, e.globexID)
 	wantCode(t, err, cloud.NotFound)
-	_, err = e.acme.CreateCommitment(ctx, CreateCommitmentRequest{Tenant: e.globexID, Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "1y"}, "")
+	_, err = e.acme.CreateCommitment(ctx, api.CreateCommitmentRequest{Tenant: e.globexID, Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "1y"}, "")
 	wantCode(t, err, cloud.NotFound)
 
 	var events int
-	evs, _ := e.admin.Events(ctx, EventsOptions{Limit: 1000})
+	evs, _ := e.admin.Events(ctx, client.EventsOptions{Limit: 1000})
 	for _, ev := range evs.Events {
 		if ev.Kind == cloud.EventCommitment {
 			events++
@@ -126,25 +128,25 @@ func testCommitmentRejects(t *testing.T, e *env) {
 	e.withPrices()
 	ctx := context.Background()
 	past := e.clock.Now().Add(-time.Hour)
-	ok := CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "h100.8x", Quantity: 1, Term: "1y"}
+	ok := api.CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "h100.8x", Quantity: 1, Term: "1y"}
 	before := e.billingCounts()
 	for _, tc := range []struct {
 		name  string
-		edit  func(*CreateCommitmentRequest)
+		edit  func(*api.CreateCommitmentRequest)
 		field string
 	}{
-		{"no plan", func(r *CreateCommitmentRequest) { r.Plan = "" }, "plan"},
-		{"unknown plan", func(r *CreateCommitmentRequest) { r.Plan = "lease" }, "plan"},
-		{"unknown offering", func(r *CreateCommitmentRequest) { r.Offering = "h900" }, "offering"},
-		{"prefix that is no family", func(r *CreateCommitmentRequest) { r.Offering = "h10" }, "offering"},
-		{"zero quantity", func(r *CreateCommitmentRequest) { r.Quantity = 0 }, "quantity"},
-		{"no term", func(r *CreateCommitmentRequest) { r.Term = "" }, "term"},
-		{"term too short", func(r *CreateCommitmentRequest) { r.Term = "59m" }, "term"},
-		{"term too long", func(r *CreateCommitmentRequest) { r.Term = "4y" }, "term"},
-		{"term nonsense", func(r *CreateCommitmentRequest) { r.Term = "forever" }, "term"},
-		{"unknown payment", func(r *CreateCommitmentRequest) { r.Payment = "later" }, "payment"},
-		{"retainer with payment", func(r *CreateCommitmentRequest) { r.Plan, r.Payment = cloud.PlanRetainer, cloud.PaymentAllUpfront }, "payment"},
-		{"start in the past", func(r *CreateCommitmentRequest) { r.Start = &past }, "start"},
+		{"no plan", func(r *api.CreateCommitmentRequest) { r.Plan = "" }, "plan"},
+		{"unknown plan", func(r *api.CreateCommitmentRequest) { r.Plan = "lease" }, "plan"},
+		{"unknown offering", func(r *api.CreateCommitmentRequest) { r.Offering = "h900" }, "offering"},
+		{"prefix that is no family", func(r *api.CreateCommitmentRequest) { r.Offering = "h10" }, "offering"},
+		{"zero quantity", func(r *api.CreateCommitmentRequest) { r.Quantity = 0 }, "quantity"},
+		{"no term", func(r *api.CreateCommitmentRequest) { r.Term = "" }, "term"},
+		{"term too short", func(r *api.CreateCommitmentRequest) { r.Term = "59m" }, "term"},
+		{"term too long", func(r *api.CreateCommitmentRequest) { r.Term = "4y" }, "term"},
+		{"term nonsense", func(r *api.CreateCommitmentRequest) { r.Term = "forever" }, "term"},
+		{"unknown payment", func(r *api.CreateCommitmentRequest) { r.Payment = "later" }, "payment"},
+		{"retainer with payment", func(r *api.CreateCommitmentRequest) { r.Plan, r.Payment = cloud.PlanRetainer, cloud.PaymentAllUpfront }, "payment"},
+		{"start in the past", func(r *api.CreateCommitmentRequest) { r.Start = &past }, "start"},
 	} {
 		req := ok
 		tc.edit(&req)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // maxBodyBytes caps every request body. The largest legitimate body, an
@@ -129,24 +130,10 @@ func ifMatch(r *http.Request) (int64, error) {
 	h = strings.Trim(h, `"`)
 	v, err := strconv.ParseInt(h, 10, 64)
 	if err != nil || v < 1 {
-		return 0, invalid("If-Match must be a version as the ETag gives it, e.g. \"3\"; got %s", quote(r.Header.Get("If-Match")))
+		return 0, invalid("If-Match must be a version as the ETag gives it, e.g. \"3\"; got %s", service.Quote(r.Header.Get("If-Match")))
 	}
 	return v, nil
 }
-
-// checkVersion answers a stale If-Match with a conflict that carries both
-// versions, so that the client can re-read and retry.
-func checkVersion(kind, id string, want, have int64) error {
-	if want == 0 || want == have {
-		return nil
-	}
-	return &cloud.Error{Code: cloud.Conflict,
-		Message: fmt.Sprintf("%s %s changed: If-Match is version %d, the current version is %d; read it again and retry", kind, quote(id), want, have),
-		Details: map[string]any{"expected_version": want, "current_version": have}}
-}
-
-// etag renders a version as an ETag.
-func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
 
 // Paging bounds for list routes.
 const (
@@ -162,7 +149,7 @@ func queryLimit(r *http.Request) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > maxLimit {
-		return 0, invalid("limit must be an integer in 1..%d, got %s", maxLimit, quote(s))
+		return 0, invalid("limit must be an integer in 1..%d, got %s", maxLimit, service.Quote(s))
 	}
 	return n, nil
 }
@@ -175,7 +162,7 @@ func queryAfterInt(r *http.Request) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, invalid("after must be the next value of a previous page, got %s", quote(s))
+		return 0, invalid("after must be the next value of a previous page, got %s", service.Quote(s))
 	}
 	return n, nil
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -48,11 +50,11 @@ type env struct {
 	logs  *bytes.Buffer
 
 	adminToken string
-	admin      *Client
+	admin      *client.Client
 	// acme and globex are member clients of the two tenants.
 	acmeID, globexID     string
 	acmeToken            string
-	acme, globex         *Client
+	acme, globex         *client.Client
 	acmeUser, globexUser *cloud.User
 }
 
@@ -80,7 +82,7 @@ func newEnv(t *testing.T) *env {
 		if err != nil {
 			t.Fatalf("create tenant %s: %v", name, err)
 		}
-		cu, err := e.admin.CreateUser(ctx, tn.ID, CreateUserRequest{Name: name + "-dev"})
+		cu, err := e.admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: name + "-dev"})
 		if err != nil {
 			t.Fatalf("create user in %s: %v", name, err)
 		}
@@ -93,8 +95,8 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) client(token string) *Client {
-	return NewClient(e.srv.URL, token, e.srv.Client())
+func (e *env) client(token string) *client.Client {
+	return client.New(e.srv.URL, token, e.srv.Client())
 }
 
 // syncWriter lets the handler goroutines and the test share a buffer.
@@ -273,9 +275,9 @@ func (e *env) setState(id string, s cloud.State) *cloud.Instance {
 }
 
 // mustCreate creates an instance of offering for c.
-func (e *env) mustCreate(c *Client, offering string) *cloud.Instance {
+func (e *env) mustCreate(c *client.Client, offering string) *cloud.Instance {
 	e.t.Helper()
-	in, err := c.CreateInstance(context.Background(), CreateInstanceRequest{Offering: offering}, "")
+	in, err := c.CreateInstance(context.Background(), api.CreateInstanceRequest{Offering: offering}, "")
 	if err != nil {
 		e.t.Fatalf("create %s: %v", offering, err)
 	}

@@ -37,29 +37,6 @@ func statusOf(c cloud.Code) int {
 	return http.StatusInternalServerError
 }
 
-// codeOfStatus maps a status back to a code. The client uses it when a
-// response carries no error body, e.g. from a proxy in front of the server.
-func codeOfStatus(status int) cloud.Code {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge,
-		http.StatusUnsupportedMediaType, http.StatusMethodNotAllowed:
-		return cloud.Invalid
-	case http.StatusUnauthorized:
-		return cloud.Unauthenticated
-	case http.StatusForbidden:
-		return cloud.PermissionDenied
-	case http.StatusNotFound:
-		return cloud.NotFound
-	case http.StatusConflict, http.StatusPreconditionFailed:
-		return cloud.Conflict
-	case http.StatusTooManyRequests:
-		return cloud.QuotaExceeded
-	case http.StatusServiceUnavailable:
-		return cloud.InsufficientCapacity
-	}
-	return cloud.Internal
-}
-
 // statusError is a *cloud.Error answered with a status other than the one
 // statusOf gives its code: one of the exceptions statusOf documents.
 type statusError struct {
@@ -122,29 +99,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // invalid, notFound and conflict are shorthands for the errors handlers
 // return most.
 func invalid(format string, args ...any) error { return cloud.Errorf(cloud.Invalid, format, args...) }
-
-func notFound(kind, id string) error {
-	return &cloud.Error{Code: cloud.NotFound, Message: kind + " " + quote(id) + " not found",
-		Details: map[string]any{"kind": kind, "id": id}}
-}
-
-// quote quotes s for a message, cutting it short so that a hostile ID
-// cannot blow up an error response or a log line.
-func quote(s string) string {
-	const max = 80
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	b, _ := json.Marshal(s)
-	return string(b)
-}
-
-// illegalMove is the conflict of a state change cloud.CanMove forbids.
-func illegalMove(id string, from, to cloud.State, hint string) error {
-	msg := "instance " + quote(id) + " cannot go from " + string(from) + " to " + string(to)
-	if hint != "" {
-		msg += ": " + hint
-	}
-	return &cloud.Error{Code: cloud.Conflict, Message: msg,
-		Details: map[string]any{"from": from, "to": to}}
-}

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/store/pgtest"
@@ -51,7 +53,7 @@ func newEnvOn(t *testing.T, st cloud.Store) *env {
 		if err != nil {
 			t.Fatalf("create tenant %s: %v", name, err)
 		}
-		cu, err := e.admin.CreateUser(ctx, tn.ID, CreateUserRequest{Name: name + "-dev"})
+		cu, err := e.admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: name + "-dev"})
 		if err != nil {
 			t.Fatalf("create user in %s: %v", name, err)
 		}
@@ -192,11 +194,11 @@ func (e *env) move(id string, to cloud.State, zone string) *cloud.Instance {
 // serverWith starts a second API server over e's store with opts changed
 // by fn (the clock and logger stay e's), and returns a client of it as
 // token.
-func (e *env) serverWith(t *testing.T, token string, fn func(*Options)) *Client {
+func (e *env) serverWith(t *testing.T, token string, fn func(*Options)) *client.Client {
 	t.Helper()
 	opts := Options{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}
 	fn(&opts)
 	srv := httptest.NewServer(New(e.store, catalog.Default(), opts))
 	t.Cleanup(srv.Close)
-	return NewClient(srv.URL, token, srv.Client())
+	return client.New(srv.URL, token, srv.Client())
 }

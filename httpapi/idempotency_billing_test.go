@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -66,7 +68,7 @@ func TestVolumeIdempotency(t *testing.T) { onBothStores(t, testVolumeIdempotency
 
 func testVolumeIdempotency(t *testing.T, e *env) {
 	ctx := context.Background()
-	req := CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}
+	req := api.CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}
 	before := e.billingCounts()
 	var v1, v2 cloud.Volume
 	c1, h1 := e.post("/v1/volumes", e.acmeToken, "vol-1", req, &v1)
@@ -92,7 +94,7 @@ func testVolumeIdempotency(t *testing.T, e *env) {
 	other.SizeGiB, other.Zone = 200, "zone-b"
 	_, err = e.acme.CreateVolume(ctx, other, "vol-1")
 	wantKeyReused(t, err, v1.ID, "size_gib", "zone")
-	_, err = e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "logs", SizeGiB: 100, Zone: "zone-a"}, "vol-1")
+	_, err = e.acme.CreateVolume(ctx, api.CreateVolumeRequest{Name: "logs", SizeGiB: 100, Zone: "zone-a"}, "vol-1")
 	wantKeyReused(t, err, v1.ID, "name")
 	e.billingUnchanged(before, "volume retries and reused keys")
 
@@ -110,7 +112,7 @@ func testVolumeIdempotency(t *testing.T, e *env) {
 		t.Errorf("after the other creates: %+v, want 3 more volumes and usage entries than %+v", c, before)
 	}
 	// An admin creating for a tenant uses that tenant's keys.
-	a, err := e.admin.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a", Tenant: e.acmeID}, "vol-1")
+	a, err := e.admin.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a", Tenant: e.acmeID}, "vol-1")
 	if err != nil || a.ID != v1.ID {
 		t.Errorf("admin retry for acme = %+v, %v; want %s", a, err, v1.ID)
 	}
@@ -127,8 +129,8 @@ func testAddressIdempotency(t *testing.T, e *env) {
 	ctx := context.Background()
 	before := e.billingCounts()
 	var a1, a2 cloud.Address
-	c1, h1 := e.post("/v1/addresses", e.acmeToken, "ip-1", AllocateAddressRequest{Zone: "zone-a"}, &a1)
-	c2, h2 := e.post("/v1/addresses", e.acmeToken, "ip-1", AllocateAddressRequest{Zone: "zone-a"}, &a2)
+	c1, h1 := e.post("/v1/addresses", e.acmeToken, "ip-1", api.AllocateAddressRequest{Zone: "zone-a"}, &a1)
+	c2, h2 := e.post("/v1/addresses", e.acmeToken, "ip-1", api.AllocateAddressRequest{Zone: "zone-a"}, &a2)
 	if c1 != http.StatusCreated || h1.Get("Location") != "/v1/addresses/"+a1.ID || c2 != http.StatusOK ||
 		h2.Get("Location") != "" || a1.ID == "" || a2.ID != a1.ID || a2.IP != a1.IP {
 		t.Fatalf("first %d %+v, retry %d %+v: want 201 then 200 with the same address", c1, a1, c2, a2)
@@ -139,12 +141,12 @@ func testAddressIdempotency(t *testing.T, e *env) {
 	}
 
 	before = after
-	if again, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-a"}, "ip-1"); err != nil || again.ID != a1.ID {
+	if again, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-a"}, "ip-1"); err != nil || again.ID != a1.ID {
 		t.Errorf("client retry = %+v, %v; want %s", again, err, a1.ID)
 	}
-	_, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-b"}, "ip-1")
+	_, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-b"}, "ip-1")
 	wantKeyReused(t, err, a1.ID, "zone")
-	_, err = e.acme.AllocateAddress(ctx, AllocateAddressRequest{}, "ip-1")
+	_, err = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "ip-1")
 	wantKeyReused(t, err, a1.ID, "zone")
 	e.billingUnchanged(before, "address retries and reused keys")
 
@@ -152,15 +154,15 @@ func testAddressIdempotency(t *testing.T, e *env) {
 	// instance under the key is a conflict.
 	in := e.mustCreate(e.acme, "l4.1x")
 	other := e.mustCreate(e.acme, "l4.1x")
-	b, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: in.ID}, "ip-2")
+	b, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "ip-2")
 	if err != nil || b.InstanceID != in.ID {
 		t.Fatalf("allocate with instance = %+v, %v", b, err)
 	}
 	before = e.billingCounts()
-	if again, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: in.ID}, "ip-2"); err != nil || again.ID != b.ID {
+	if again, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "ip-2"); err != nil || again.ID != b.ID {
 		t.Errorf("retry with instance = %+v, %v; want %s", again, err, b.ID)
 	}
-	_, err = e.acme.AllocateAddress(ctx, AllocateAddressRequest{InstanceID: other.ID}, "ip-2")
+	_, err = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: other.ID}, "ip-2")
 	wantKeyReused(t, err, b.ID, "instance_id")
 	e.billingUnchanged(before, "retries with an instance")
 
@@ -170,18 +172,18 @@ func testAddressIdempotency(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	before = e.billingCounts()
-	rel, err := e.acme.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-a"}, "ip-1")
+	rel, err := e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-a"}, "ip-1")
 	if err != nil || rel.ID != a1.ID || rel.ReleasedAt == nil {
 		t.Errorf("retry after the release = %+v, %v; want the released %s", rel, err, a1.ID)
 	}
 	e.billingUnchanged(before, "a retry of a released address")
 
-	g, err := e.globex.AllocateAddress(ctx, AllocateAddressRequest{Zone: "zone-a"}, "ip-1")
+	g, err := e.globex.AllocateAddress(ctx, api.AllocateAddressRequest{Zone: "zone-a"}, "ip-1")
 	if err != nil || g.ID == a1.ID || g.TenantID != e.globexID {
 		t.Errorf("globex with the same key = %+v, %v; want its own address", g, err)
 	}
 	var junk cloud.Address
-	if code, _ := e.post("/v1/addresses", e.acmeToken, strings.Repeat("k", 256), AllocateAddressRequest{}, &junk); code != http.StatusBadRequest {
+	if code, _ := e.post("/v1/addresses", e.acmeToken, strings.Repeat("k", 256), api.AllocateAddressRequest{}, &junk); code != http.StatusBadRequest {
 		t.Errorf("a 256-character key: %d, want 400", code)
 	}
 }
@@ -190,7 +192,7 @@ func TestPriceIdempotency(t *testing.T) { onBothStores(t, testPriceIdempotency) 
 
 func testPriceIdempotency(t *testing.T, e *env) {
 	ctx := context.Background()
-	req := SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")}
+	req := api.SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")}
 	before := e.billingCounts()
 	var p1, p2 cloud.Price
 	c1, _ := e.post("/v1/prices", e.adminToken, "price-1", req, &p1)
@@ -208,17 +210,17 @@ func testPriceIdempotency(t *testing.T, e *env) {
 	if again, err := e.admin.SetPrice(ctx, req, "price-1"); err != nil || again.ID != p1.ID {
 		t.Errorf("client retry = %+v, %v; want %d", again, err, p1.ID)
 	}
-	_, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.75")}, "price-1")
+	_, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.75")}, "price-1")
 	wantKeyReused(t, err, float64(p1.ID), "amount")
 	// Prices are the operator's: one key space across kinds.
-	_, err = e.admin.SetPrice(ctx, SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("1.50")}, "price-1")
+	_, err = e.admin.SetPrice(ctx, api.SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("1.50")}, "price-1")
 	wantKeyReused(t, err, float64(p1.ID), "kind", "offering")
 	e.billingUnchanged(before, "price retries and reused keys")
 
 	// A retry of a version that took effect meanwhile is answered, not
 	// refused as a price in the past; a new key with that time is.
 	at := e.clock.Now().Add(time.Hour)
-	later := SetPriceRequest{Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("2"), EffectiveAt: &at}
+	later := api.SetPriceRequest{Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("2"), EffectiveAt: &at}
 	p3, err := e.admin.SetPrice(ctx, later, "price-2")
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +235,7 @@ func testPriceIdempotency(t *testing.T, e *env) {
 		t.Errorf("a new key in the past: %v", ce)
 	}
 	moved := at.Add(time.Second)
-	_, err = e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("2"),
+	_, err = e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("2"),
 		EffectiveAt: &moved}, "price-2")
 	wantKeyReused(t, err, float64(p3.ID), "effective_at")
 	e.billingUnchanged(before, "a retry of a version in force")
@@ -257,15 +259,15 @@ func testIdempotentCreateRaces(t *testing.T, e *env) {
 		wg.Add(3)
 		go func() {
 			defer wg.Done()
-			volumes[i], errs[i] = e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 10}, "race")
+			volumes[i], errs[i] = e.acme.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "race")
 		}()
 		go func() {
 			defer wg.Done()
-			addresses[i], errs[n+i] = e.acme.AllocateAddress(ctx, AllocateAddressRequest{}, "race")
+			addresses[i], errs[n+i] = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "race")
 		}()
 		go func() {
 			defer wg.Done()
-			prices[i], errs[2*n+i] = e.admin.SetPrice(ctx, SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}, "race")
+			prices[i], errs[2*n+i] = e.admin.SetPrice(ctx, api.SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}, "race")
 		}()
 	}
 	wg.Wait()
@@ -372,18 +374,18 @@ func testIdempotentCreateLostLookup(t *testing.T, e *env) {
 	srv := httptest.NewServer(New(blind, catalog.Default(), Options{Now: e.clock.Now,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}))
 	t.Cleanup(srv.Close)
-	acme, admin := NewClient(srv.URL, e.acmeToken, srv.Client()), NewClient(srv.URL, e.adminToken, srv.Client())
+	acme, admin := client.New(srv.URL, e.acmeToken, srv.Client()), client.New(srv.URL, e.adminToken, srv.Client())
 
-	vol := CreateVolumeRequest{Name: "data", SizeGiB: 10}
+	vol := api.CreateVolumeRequest{Name: "data", SizeGiB: 10}
 	v, err := acme.CreateVolume(ctx, vol, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := acme.AllocateAddress(ctx, AllocateAddressRequest{}, "k")
+	a, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	price := SetPriceRequest{Kind: cloud.PriceAddress, Amount: money.MustParse("0.01")}
+	price := api.SetPriceRequest{Kind: cloud.PriceAddress, Amount: money.MustParse("0.01")}
 	p, err := admin.SetPrice(ctx, price, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -405,7 +407,7 @@ func testIdempotentCreateLostLookup(t *testing.T, e *env) {
 		return idOf(r, err, func(v *cloud.Volume) string { return v.ID })
 	}, v.ID)
 	retry("address", func() (string, error) {
-		r, err := acme.AllocateAddress(ctx, AllocateAddressRequest{}, "k")
+		r, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "k")
 		return idOf(r, err, func(a *cloud.Address) string { return a.ID })
 	}, a.ID)
 	retry("price", func() (string, error) {
@@ -416,7 +418,7 @@ func testIdempotentCreateLostLookup(t *testing.T, e *env) {
 
 	// A different request under the key is still a conflict.
 	blind.arm()
-	_, err = acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 20}, "k")
+	_, err = acme.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 20}, "k")
 	wantKeyReused(t, err, v.ID, "size_gib")
 	e.billingUnchanged(before, "a reused key past the lookup")
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -44,7 +46,7 @@ func TestCreateInstance(t *testing.T) {
 	if after.Instances != before.Instances+1 || after.Events != before.Events+1 {
 		t.Errorf("counts %+v -> %+v, want one instance and one event more", before, after)
 	}
-	evs, err := e.acme.InstanceEvents(context.Background(), in.ID, EventsOptions{})
+	evs, err := e.acme.InstanceEvents(context.Background(), in.ID, client.EventsOptions{})
 	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != EventInstanceCreated || evs.Events[0].To != cloud.Pending {
 		t.Fatalf("events = %+v, %v; want one instance.created", evs, err)
 	}
@@ -129,7 +131,7 @@ func TestCreateInstanceRejects(t *testing.T) {
 
 func TestUnknownOfferingListsKnown(t *testing.T) {
 	e := newEnv(t)
-	_, err := e.acme.CreateInstance(context.Background(), CreateInstanceRequest{Offering: "h100.mig.3g"}, "")
+	_, err := e.acme.CreateInstance(context.Background(), api.CreateInstanceRequest{Offering: "h100.mig.3g"}, "")
 	ce := wantCode(t, err, cloud.Invalid)
 	known, _ := ce.Details["known"].([]any)
 	if ce.Details["field"] != "offering" || len(known) == 0 || !strings.HasPrefix(known[0].(string), "h100.mig.") {
@@ -156,14 +158,14 @@ func TestIdempotentCreate(t *testing.T) {
 	}
 
 	// Another tenant may use the same key for its own instance.
-	other, err := e.globex.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x", Name: "web"}, "k-1")
+	other, err := e.globex.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Name: "web"}, "k-1")
 	if err != nil || other.ID == i1.ID {
 		t.Errorf("globex with the same key: %+v, %v; want a new instance", other, err)
 	}
 
 	// The same key for a different instance is a mistake, not a retry.
 	mid := e.counts()
-	_, err = e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.2x", Name: "web"}, "k-1")
+	_, err = e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.2x", Name: "web"}, "k-1")
 	ce := wantCode(t, err, cloud.Conflict)
 	if ce.Details["existing_id"] != i1.ID {
 		t.Errorf("details %v, want existing_id %s", ce.Details, i1.ID)
@@ -174,10 +176,10 @@ func TestIdempotentCreate(t *testing.T) {
 func TestQuota(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.admin.SetQuota(ctx, e.acmeID, QuotaSpec{Instances: 2}); err != nil {
+	if _, err := e.admin.SetQuota(ctx, e.acmeID, api.QuotaSpec{Instances: 2}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x"}, "q-1")
+	first, err := e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x"}, "q-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +187,10 @@ func TestQuota(t *testing.T) {
 	before := e.counts()
 	// A retry of a create that succeeded is not a new instance, so the
 	// quota does not refuse it.
-	if again, err := e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x"}, "q-1"); err != nil || again.ID != first.ID {
+	if again, err := e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x"}, "q-1"); err != nil || again.ID != first.ID {
 		t.Errorf("retry at the quota = %v, %v; want %s", again, err, first.ID)
 	}
-	_, err = e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x"}, "")
+	_, err = e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 	ce := wantCode(t, err, cloud.QuotaExceeded)
 	if ce.Details["limit"] != 2.0 || ce.Details["used"] != 2.0 || ce.Details["requested"] != 1.0 {
 		t.Errorf("details %v, want limit 2, used 2, requested 1", ce.Details)
@@ -210,7 +212,7 @@ func TestQuota(t *testing.T) {
 func TestGPUQuota(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.admin.SetQuota(ctx, e.acmeID, QuotaSpec{GPUs: map[string]float64{"H100": 1}}); err != nil {
+	if _, err := e.admin.SetQuota(ctx, e.acmeID, api.QuotaSpec{GPUs: map[string]float64{"H100": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	// Two 3g MIG instances hold 6/7 of an H100.
@@ -218,7 +220,7 @@ func TestGPUQuota(t *testing.T) {
 	e.mustCreate(e.acme, "h100.mig.3g.40gb")
 	before := e.counts()
 	for _, o := range []string{"h100.mig.3g.40gb", "h100.1x", "h100.metal"} {
-		_, err := e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: o}, "")
+		_, err := e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: o}, "")
 		ce := wantCode(t, err, cloud.QuotaExceeded)
 		if ce.Details["model"] != "H100-80GB-SXM" || ce.Details["resource"] != "gpus" {
 			t.Errorf("%s: details %v", o, ce.Details)
@@ -262,7 +264,7 @@ func TestOtherTenantsInstance(t *testing.T) {
 		}
 		e.unchanged(before, tc.method+" "+tc.path)
 	}
-	page, err := e.globex.ListInstances(context.Background(), ListInstancesOptions{})
+	page, err := e.globex.ListInstances(context.Background(), client.ListInstancesOptions{})
 	if err != nil || len(page.Instances) != 0 {
 		t.Errorf("globex lists %+v, %v; want nothing", page, err)
 	}
@@ -274,7 +276,7 @@ func TestOtherTenantsInstance(t *testing.T) {
 // globexToken makes a second token for the globex member and returns it.
 func (e *env) globexToken(t *testing.T) string {
 	t.Helper()
-	ct, err := e.globex.CreateToken(context.Background(), CreateTokenRequest{Name: "second"})
+	ct, err := e.globex.CreateToken(context.Background(), api.CreateTokenRequest{Name: "second"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +305,7 @@ func TestListInstances(t *testing.T) {
 
 	// Paging visits every acme instance once, in ID order.
 	var seen []string
-	opts := ListInstancesOptions{Limit: 2}
+	opts := client.ListInstancesOptions{Limit: 2}
 	for pages := 0; ; pages++ {
 		page, err := e.acme.ListInstances(ctx, opts)
 		if err != nil {
@@ -325,17 +327,17 @@ func TestListInstances(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		c    *Client
-		opts ListInstancesOptions
+		c    *client.Client
+		opts client.ListInstancesOptions
 		want int
 	}{
-		{"running", e.acme, ListInstancesOptions{States: []cloud.State{cloud.Running}}, 2},
-		{"running or pending", e.acme, ListInstancesOptions{States: []cloud.State{cloud.Running, cloud.Pending}}, 6},
-		{"offering, any spelling", e.acme, ListInstancesOptions{Offering: "A100.1x"}, 1},
-		{"host", e.acme, ListInstancesOptions{Host: "host-1"}, 1},
-		{"admin sees all", e.admin, ListInstancesOptions{}, 7},
-		{"admin one tenant", e.admin, ListInstancesOptions{Tenant: e.globexID}, 1},
-		{"member names own tenant", e.acme, ListInstancesOptions{Tenant: e.acmeID}, 6},
+		{"running", e.acme, client.ListInstancesOptions{States: []cloud.State{cloud.Running}}, 2},
+		{"running or pending", e.acme, client.ListInstancesOptions{States: []cloud.State{cloud.Running, cloud.Pending}}, 6},
+		{"offering, any spelling", e.acme, client.ListInstancesOptions{Offering: "A100.1x"}, 1},
+		{"host", e.acme, client.ListInstancesOptions{Host: "host-1"}, 1},
+		{"admin sees all", e.admin, client.ListInstancesOptions{}, 7},
+		{"admin one tenant", e.admin, client.ListInstancesOptions{Tenant: e.globexID}, 1},
+		{"member names own tenant", e.acme, client.ListInstancesOptions{Tenant: e.acmeID}, 6},
 	} {
 		page, err := tc.c.ListInstances(ctx, tc.opts)
 		if err != nil || len(page.Instances) != tc.want {
@@ -380,22 +382,22 @@ func TestInstanceEventsPaging(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p1, err := e.acme.InstanceEvents(ctx, in.ID, EventsOptions{Limit: 2})
+	p1, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 2})
 	if err != nil || len(p1.Events) != 2 || p1.Next == "" {
 		t.Fatalf("page 1 = %+v, %v", p1, err)
 	}
-	p2, err := e.acme.InstanceEvents(ctx, in.ID, EventsOptions{Limit: 2, After: p1.Next})
+	p2, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 2, After: p1.Next})
 	if err != nil || len(p2.Events) != 1 || p2.Next != "" {
 		t.Fatalf("page 2 = %+v, %v", p2, err)
 	}
 	if ev := p2.Events[0]; ev.From != cloud.Stopping || ev.To != cloud.Terminating || ev.Actor != e.acmeUser.ID {
 		t.Errorf("last event %+v", ev)
 	}
-	all, err := e.admin.Events(ctx, EventsOptions{Instance: in.ID})
+	all, err := e.admin.Events(ctx, client.EventsOptions{Instance: in.ID})
 	if err != nil || len(all.Events) != 3 {
 		t.Errorf("admin events = %+v, %v", all, err)
 	}
-	_, err = e.acme.Events(ctx, EventsOptions{})
+	_, err = e.acme.Events(ctx, client.EventsOptions{})
 	wantCode(t, err, cloud.PermissionDenied)
 }
 
@@ -409,7 +411,7 @@ func TestConcurrentIdempotentCreate(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			in, err := e.acme.CreateInstance(context.Background(), CreateInstanceRequest{Offering: "t4.1x"}, "race")
+			in, err := e.acme.CreateInstance(context.Background(), api.CreateInstanceRequest{Offering: "t4.1x"}, "race")
 			if err != nil {
 				errs <- err
 				return
@@ -439,7 +441,7 @@ func TestConcurrentIdempotentCreate(t *testing.T) {
 func TestAdminCreatesForTenant(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	in, err := e.admin.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x", Tenant: e.globexID}, "")
+	in, err := e.admin.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Tenant: e.globexID}, "")
 	if err != nil || in.TenantID != e.globexID {
 		t.Fatalf("admin create for globex = %+v, %v", in, err)
 	}
@@ -478,12 +480,12 @@ func TestListInstancesByMarket(t *testing.T) {
 		return nil
 	})
 	for market, want := range map[cloud.Market]string{cloud.MarketSpot: "i-spot", cloud.MarketOnDemand: "i-od"} {
-		page, err := e.acme.ListInstances(ctx, ListInstancesOptions{Market: market})
+		page, err := e.acme.ListInstances(ctx, client.ListInstancesOptions{Market: market})
 		if err != nil || len(page.Instances) != 1 || page.Instances[0].ID != want {
 			t.Fatalf("market %s: %+v %v", market, page, err)
 		}
 	}
-	_, err := e.acme.ListInstances(ctx, ListInstancesOptions{Market: "cheap"})
+	_, err := e.acme.ListInstances(ctx, client.ListInstancesOptions{Market: "cheap"})
 	if cloud.ErrorCode(err) != cloud.Invalid {
 		t.Fatalf("bad market: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -31,7 +32,7 @@ func testInvoices(t *testing.T, e *env) {
 	ctx := context.Background()
 	in := e.runFor(2 * time.Hour)
 
-	invs, err := e.acme.Invoices(ctx, InvoicesOptions{})
+	invs, err := e.acme.Invoices(ctx, client.InvoicesOptions{})
 	if err != nil || len(invs) != 1 {
 		t.Fatalf("acme invoices = %v, %v", invs, err)
 	}
@@ -69,33 +70,33 @@ func testInvoices(t *testing.T, e *env) {
 			t.Errorf("CSV = %v", rows)
 		}
 	}
-	csvBody, err := e.acme.InvoicesCSV(ctx, InvoicesOptions{Month: "2025-03"})
+	csvBody, err := e.acme.InvoicesCSV(ctx, client.InvoicesOptions{Month: "2025-03"})
 	if err != nil || !strings.Contains(string(csvBody), e.acmeID+",2025-03,compute") {
 		t.Errorf("InvoicesCSV = %s, %v", csvBody, err)
 	}
 
 	// Admins: every tenant with charges, or one tenant (even without).
-	if all, err := e.admin.Invoices(ctx, InvoicesOptions{}); err != nil || len(all) != 1 || all[0].TenantID != e.acmeID {
+	if all, err := e.admin.Invoices(ctx, client.InvoicesOptions{}); err != nil || len(all) != 1 || all[0].TenantID != e.acmeID {
 		t.Errorf("admin invoices = %v, %v", all, err)
 	}
-	if g, err := e.admin.Invoices(ctx, InvoicesOptions{Tenant: e.globexID}); err != nil || len(g) != 1 || g[0].Total != 0 || len(g[0].Lines) != 0 {
+	if g, err := e.admin.Invoices(ctx, client.InvoicesOptions{Tenant: e.globexID}); err != nil || len(g) != 1 || g[0].Total != 0 || len(g[0].Lines) != 0 {
 		t.Errorf("admin, globex's invoice = %+v, %v", g, err)
 	}
-	if g, err := e.globex.Invoices(ctx, InvoicesOptions{}); err != nil || len(g) != 1 || g[0].TenantID != e.globexID || g[0].Total != 0 {
+	if g, err := e.globex.Invoices(ctx, client.InvoicesOptions{}); err != nil || len(g) != 1 || g[0].TenantID != e.globexID || g[0].Total != 0 {
 		t.Errorf("globex invoice = %+v, %v", g, err)
 	}
-	_, err = e.globex.Invoices(ctx, InvoicesOptions{Tenant: e.acmeID})
+	_, err = e.globex.Invoices(ctx, client.InvoicesOptions{Tenant: e.acmeID})
 	wantCode(t, err, cloud.NotFound)
-	_, err = e.globex.InvoicesCSV(ctx, InvoicesOptions{Tenant: e.acmeID})
+	_, err = e.globex.InvoicesCSV(ctx, client.InvoicesOptions{Tenant: e.acmeID})
 	wantCode(t, err, cloud.NotFound)
 
 	// A past month is final; a stopped instance stops accruing.
-	if feb, err := e.acme.Invoices(ctx, InvoicesOptions{Month: "2025-02"}); err != nil || len(feb) != 1 || !feb[0].Final || feb[0].Total != 0 {
+	if feb, err := e.acme.Invoices(ctx, client.InvoicesOptions{Month: "2025-02"}); err != nil || len(feb) != 1 || !feb[0].Final || feb[0].Total != 0 {
 		t.Errorf("February = %+v, %v", feb, err)
 	}
 	e.move(in.ID, cloud.Stopped, "")
 	e.clock.Advance(time.Hour)
-	if invs, err := e.acme.Invoices(ctx, InvoicesOptions{}); err != nil || invs[0].Total != money.MustParse("2") {
+	if invs, err := e.acme.Invoices(ctx, client.InvoicesOptions{}); err != nil || invs[0].Total != money.MustParse("2") {
 		t.Errorf("after stop = %+v, %v", invs, err)
 	}
 
@@ -116,7 +117,7 @@ func testInvoiceWithoutPrice(t *testing.T, e *env) {
 	in := e.mustCreate(e.acme, "l4.1x")
 	e.move(in.ID, cloud.Running, "zone-a")
 	e.clock.Advance(time.Hour)
-	_, err := e.acme.Invoices(ctx, InvoicesOptions{})
+	_, err := e.acme.Invoices(ctx, client.InvoicesOptions{})
 	if ce := wantCode(t, err, cloud.Conflict); !strings.Contains(ce.Message, "l4.1x") || !strings.Contains(ce.Message, "POST /v1/prices") {
 		t.Errorf("no price: %v", ce)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -80,7 +82,7 @@ func TestLifecycle(t *testing.T) {
 				if got.State != tc.want || got.Version != in.Version+1 || !cloud.CanMove(tc.from, tc.want) {
 					t.Errorf("got %s version %d, want %s version %d", got.State, got.Version, tc.want, in.Version+1)
 				}
-				evs, err := e.acme.InstanceEvents(ctx, in.ID, EventsOptions{})
+				evs, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -123,12 +125,12 @@ func TestIfMatch(t *testing.T) {
 		t.Fatalf("stop with the current version: %+v, %v", got, err)
 	}
 	status, h, _ := e.raw("GET", "/v1/instances/"+in.ID, e.acmeToken, nil, nil)
-	if status != 200 || h.Get("ETag") != etag(got.Version) {
-		t.Errorf("GET: %d, ETag %q, want %q", status, h.Get("ETag"), etag(got.Version))
+	if status != 200 || h.Get("ETag") != api.ETag(got.Version) {
+		t.Errorf("GET: %d, ETag %q, want %q", status, h.Get("ETag"), api.ETag(got.Version))
 	}
 	// The bare version works too.
 	status, _, b := e.raw("POST", "/v1/instances/"+in.ID+"/terminate", e.acmeToken, nil,
-		map[string]string{"If-Match": strings.Trim(etag(got.Version), `"`)})
+		map[string]string{"If-Match": strings.Trim(api.ETag(got.Version), `"`)})
 	if status != 200 {
 		t.Errorf("bare If-Match: %d %s", status, b)
 	}

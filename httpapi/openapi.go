@@ -17,7 +17,7 @@ func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
 
 // openAPI handles GET /v1/openapi.json. It needs no token, so that API
 // tools can discover the API before they have one.
-func (s *api) openAPI(w http.ResponseWriter, r *http.Request, p principal) error {
+func (s *handlers) openAPI(w http.ResponseWriter, r *http.Request, p principal) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	_, _ = w.Write(openAPIDoc)

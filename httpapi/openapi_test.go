@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/gpucloud/gpucloud/client"
 )
 
 // openAPIDocument is the part of an OpenAPI 3.0 document the tests check.
@@ -150,7 +152,7 @@ func TestOpenAPIOperations(t *testing.T) {
 
 func TestServeOpenAPI(t *testing.T) {
 	e := newEnv(t)
-	got, err := NewClient(e.srv.URL, "", e.srv.Client()).OpenAPIDocument(context.Background())
+	got, err := client.New(e.srv.URL, "", e.srv.Client()).OpenAPIDocument(context.Background())
 	if err != nil || !bytes.Equal(got, bytes.TrimSpace(openAPIDoc)) {
 		t.Fatalf("GET /v1/openapi.json without a token: %d bytes, %v", len(got), err)
 	}

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -20,7 +22,7 @@ func testSetAndListPrices(t *testing.T, e *env) {
 	now := e.clock.Now()
 	ptr := func(t time.Time) *time.Time { return &t }
 
-	p, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")}, "")
+	p, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("1.50")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,40 +31,40 @@ func testSetAndListPrices(t *testing.T, e *env) {
 		t.Errorf("SetPrice = %+v", p)
 	}
 	// A later version, and zonal and volume prices.
-	later, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("2"), EffectiveAt: ptr(now.Add(time.Hour))}, "")
+	later, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("2"), EffectiveAt: ptr(now.Add(time.Hour))}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Zone: "zone-b", Amount: money.MustParse("1.25")}, ""); err != nil {
+	if _, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Zone: "zone-b", Amount: money.MustParse("1.25")}, ""); err != nil {
 		t.Fatal(err)
 	}
-	vol, err := e.admin.SetPrice(ctx, SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}, "")
+	vol, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}, "")
 	if err != nil || vol.Kind != cloud.PriceVolume || vol.Offering != "" {
 		t.Fatalf("volume price = %+v, %v", vol, err)
 	}
 
 	// Members read prices; every version, or those in force at a time.
-	all, err := e.acme.Prices(ctx, PricesOptions{Offering: "l4.1x"})
+	all, err := e.acme.Prices(ctx, client.PricesOptions{Offering: "l4.1x"})
 	if err != nil || len(all) != 3 {
 		t.Fatalf("l4.1x prices = %v, %v", all, err)
 	}
-	at, err := e.acme.Prices(ctx, PricesOptions{Offering: "l4.1x", Zone: "", At: now.Add(30 * time.Minute)})
+	at, err := e.acme.Prices(ctx, client.PricesOptions{Offering: "l4.1x", Zone: "", At: now.Add(30 * time.Minute)})
 	if err != nil || len(at) != 2 || at[0].Amount != money.MustParse("1.50") || at[1].Zone != "zone-b" {
 		t.Errorf("in force at +30m = %v, %v", at, err)
 	}
-	at, err = e.acme.Prices(ctx, PricesOptions{Offering: "l4.1x", At: now.Add(2 * time.Hour)})
+	at, err = e.acme.Prices(ctx, client.PricesOptions{Offering: "l4.1x", At: now.Add(2 * time.Hour)})
 	if err != nil || len(at) != 2 || at[0].ID != later.ID {
 		t.Errorf("in force at +2h = %v, %v", at, err)
 	}
-	at, err = e.acme.Prices(ctx, PricesOptions{At: now.Add(-time.Hour)})
+	at, err = e.acme.Prices(ctx, client.PricesOptions{At: now.Add(-time.Hour)})
 	if err != nil || len(at) != 0 {
 		t.Errorf("in force before any price = %v, %v", at, err)
 	}
-	if vs, err := e.acme.Prices(ctx, PricesOptions{Kind: cloud.PriceVolume}); err != nil || len(vs) != 1 || vs[0].ID != vol.ID {
+	if vs, err := e.acme.Prices(ctx, client.PricesOptions{Kind: cloud.PriceVolume}); err != nil || len(vs) != 1 || vs[0].ID != vol.ID {
 		t.Errorf("volume prices = %v, %v", vs, err)
 	}
 	var changes int
-	evs, _ := e.admin.Events(ctx, EventsOptions{Limit: 1000})
+	evs, _ := e.admin.Events(ctx, client.EventsOptions{Limit: 1000})
 	for _, ev := range evs.Events {
 		if ev.Kind == cloud.EventPriceChange {
 			changes++
@@ -88,17 +90,17 @@ func testSetPriceRejects(t *testing.T, e *env) {
 	before := e.billingCounts()
 	for _, tc := range []struct {
 		name  string
-		req   SetPriceRequest
+		req   api.SetPriceRequest
 		field string
 	}{
-		{"no offering for compute", SetPriceRequest{Amount: 1}, "offering"},
-		{"unknown offering", SetPriceRequest{Offering: "h900.1x", Amount: 1}, "offering"},
-		{"offering on a volume price", SetPriceRequest{Kind: cloud.PriceVolume, Offering: "l4.1x", Amount: 1}, "offering"},
-		{"offering on an address price", SetPriceRequest{Kind: cloud.PriceAddress, Offering: "l4.1x", Amount: 1}, "offering"},
-		{"unknown kind", SetPriceRequest{Kind: "gpu", Offering: "l4.1x", Amount: 1}, "kind"},
-		{"negative amount", SetPriceRequest{Offering: "l4.1x", Amount: -1}, "amount"},
-		{"bad zone", SetPriceRequest{Offering: "l4.1x", Zone: "zone a", Amount: 1}, "zone"},
-		{"history rewritten", SetPriceRequest{Offering: "l4.1x", Amount: 1, EffectiveAt: func() *time.Time { t := now.Add(-2 * time.Minute); return &t }()}, "effective_at"},
+		{"no offering for compute", api.SetPriceRequest{Amount: 1}, "offering"},
+		{"unknown offering", api.SetPriceRequest{Offering: "h900.1x", Amount: 1}, "offering"},
+		{"offering on a volume price", api.SetPriceRequest{Kind: cloud.PriceVolume, Offering: "l4.1x", Amount: 1}, "offering"},
+		{"offering on an address price", api.SetPriceRequest{Kind: cloud.PriceAddress, Offering: "l4.1x", Amount: 1}, "offering"},
+		{"unknown kind", api.SetPriceRequest{Kind: "gpu", Offering: "l4.1x", Amount: 1}, "kind"},
+		{"negative amount", api.SetPriceRequest{Offering: "l4.1x", Amount: -1}, "amount"},
+		{"bad zone", api.SetPriceRequest{Offering: "l4.1x", Zone: "zone a", Amount: 1}, "zone"},
+		{"history rewritten", api.SetPriceRequest{Offering: "l4.1x", Amount: 1, EffectiveAt: func() *time.Time { t := now.Add(-2 * time.Minute); return &t }()}, "effective_at"},
 	} {
 		_, err := e.admin.SetPrice(ctx, tc.req, "")
 		ce := wantCode(t, err, cloud.Invalid)
@@ -115,12 +117,12 @@ func testSetPriceRejects(t *testing.T, e *env) {
 		t.Errorf("amount with 7 decimals: %d %s", code, body)
 	}
 	// Members may read prices but not set them.
-	_, err := e.acme.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: 1}, "")
+	_, err := e.acme.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Amount: 1}, "")
 	wantCode(t, err, cloud.PermissionDenied)
 	e.billingUnchanged(before, "rejected prices")
 
 	// A little skew is fine.
-	if _, err := e.admin.SetPrice(ctx, SetPriceRequest{Offering: "l4.1x", Amount: 0,
+	if _, err := e.admin.SetPrice(ctx, api.SetPriceRequest{Offering: "l4.1x", Amount: 0,
 		EffectiveAt: func() *time.Time { t := now.Add(-30 * time.Second); return &t }()}, ""); err != nil {
 		t.Errorf("price 30 s in the past: %v", err)
 	}
@@ -138,7 +140,7 @@ func testBootstrapPrices(t *testing.T, e *env) {
 	if err != nil || n != len(want) {
 		t.Fatalf("BootstrapPrices = %d, %v; want %d", n, err, len(want))
 	}
-	ps, err := e.acme.Prices(ctx, PricesOptions{Offering: "h100.8x"})
+	ps, err := e.acme.Prices(ctx, client.PricesOptions{Offering: "h100.8x"})
 	if lp, _ := billing.ListPrice(catalog.Default(), "h100.8x"); err != nil || len(ps) != 1 || ps[0].Amount != lp {
 		t.Errorf("h100.8x prices = %v, %v", ps, err)
 	}

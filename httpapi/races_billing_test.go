@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -26,17 +27,17 @@ func testBillingCreateRaces(t *testing.T, e *env) {
 		wg.Add(3)
 		go func() {
 			defer wg.Done()
-			commitments[i], errs[i] = e.acme.CreateCommitment(ctx, CreateCommitmentRequest{Plan: cloud.PlanRetainer,
+			commitments[i], errs[i] = e.acme.CreateCommitment(ctx, api.CreateCommitmentRequest{Plan: cloud.PlanRetainer,
 				Offering: "l4.1x", Quantity: 1, Term: "1y"}, "race")
 		}()
 		go func() {
 			defer wg.Done()
-			requests[i], errs[n+i] = e.acme.CreateSpotRequest(ctx, CreateSpotRequestRequest{
+			requests[i], errs[n+i] = e.acme.CreateSpotRequest(ctx, api.CreateSpotRequestRequest{
 				Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-a"}}}, "race")
 		}()
 		go func() {
 			defer wg.Done()
-			addresses[i], errs[2*n+i] = e.acme.AllocateAddress(ctx, AllocateAddressRequest{}, "")
+			addresses[i], errs[2*n+i] = e.acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 		}()
 	}
 	wg.Wait()

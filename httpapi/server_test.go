@@ -2,12 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/rest"
 )
 
 func TestStatusOf(t *testing.T) {
@@ -25,8 +24,8 @@ func TestStatusOf(t *testing.T) {
 		if got := statusOf(code); got != want {
 			t.Errorf("statusOf(%s) = %d, want %d", code, got, want)
 		}
-		if want != 500 && codeOfStatus(want) != code {
-			t.Errorf("codeOfStatus(%d) = %s, want %s", want, codeOfStatus(want), code)
+		if want != 500 && rest.CodeOfStatus(want) != code {
+			t.Errorf("rest.CodeOfStatus(%d) = %s, want %s", want, rest.CodeOfStatus(want), code)
 		}
 	}
 }
@@ -79,35 +78,5 @@ func TestInternalErrorsAreHidden(t *testing.T) {
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "closed") {
 		t.Errorf("log does not carry the cause: %s", logs)
-	}
-}
-
-// TestClientErrors checks that the client turns every error response,
-// including ones that are not the API's JSON, into *cloud.Error.
-func TestClientErrors(t *testing.T) {
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/v1/instances/i-404":
-			http.Error(w, "no such thing", http.StatusNotFound)
-		case "/v1/instances/i-409":
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(409)
-			w.Write([]byte(`{"code":"conflict","message":"stale","details":{"current_version":3}}`))
-		default:
-			http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
-		}
-	}))
-	defer proxy.Close()
-	c := NewClient(proxy.URL+"/", "tok", proxy.Client())
-	ctx := context.Background()
-	_, err := c.GetInstance(ctx, "i-404")
-	wantCode(t, err, cloud.NotFound)
-	_, err = c.GetInstance(ctx, "i-409")
-	if ce := wantCode(t, err, cloud.Conflict); ce.Details["current_version"] != 3.0 || ce.Message != "stale" {
-		t.Errorf("conflict = %+v", ce)
-	}
-	_, err = c.Offerings(ctx)
-	if ce := wantCode(t, err, cloud.Internal); !strings.Contains(ce.Message, "502") {
-		t.Errorf("502 = %+v", ce)
 	}
 }

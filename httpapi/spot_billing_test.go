@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -30,15 +32,15 @@ func testSpotPricesAndPools(t *testing.T, e *env) {
 	if err := e.store.Tx(ctx, func(tx cloud.Tx) error { return tx.AppendSpotPrices(ctx, points) }); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.acme.SpotPrices(ctx, SpotPricesOptions{})
+	got, err := e.acme.SpotPrices(ctx, client.SpotPricesOptions{})
 	if err != nil || len(got) != 3 || got[0].Price != money.MustParse("0.20") || got[2].Price != money.MustParse("0.25") {
 		t.Errorf("last 24h = %v, %v", got, err)
 	}
-	got, err = e.acme.SpotPrices(ctx, SpotPricesOptions{Pools: []cloud.Pool{a}, Since: now.Add(-48 * time.Hour), Limit: 2})
+	got, err = e.acme.SpotPrices(ctx, client.SpotPricesOptions{Pools: []cloud.Pool{a}, Since: now.Add(-48 * time.Hour), Limit: 2})
 	if err != nil || len(got) != 2 || got[0].Price != money.MustParse("0.10") || got[1].Pool != a {
 		t.Errorf("pool a since 48h, 2 points = %v, %v", got, err)
 	}
-	got, err = e.acme.SpotPrices(ctx, SpotPricesOptions{Pools: []cloud.Pool{b, a}, Until: now.Add(-80 * time.Minute)})
+	got, err = e.acme.SpotPrices(ctx, client.SpotPricesOptions{Pools: []cloud.Pool{b, a}, Until: now.Add(-80 * time.Minute)})
 	if err != nil || len(got) != 2 {
 		t.Errorf("until -80m = %v, %v", got, err)
 	}
@@ -75,7 +77,7 @@ func testSpotRequests(t *testing.T, e *env) {
 	e.withPrices()
 	ctx := context.Background()
 	max := money.MustParse("0.50")
-	req := CreateSpotRequestRequest{Name: "train", Type: cloud.SpotPersistent, MaxPrice: &max, Interruption: cloud.ActionStop,
+	req := api.CreateSpotRequestRequest{Name: "train", Type: cloud.SpotPersistent, MaxPrice: &max, Interruption: cloud.ActionStop,
 		Pools:   []cloud.Pool{{Offering: "l4.1x", Zone: "zone-a"}, {Offering: "l40s.1x", Zone: "zone-b"}},
 		Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"}, Tags: map[string]string{"team": "ml"}}
 	sr, err := e.acme.CreateSpotRequest(ctx, req, "spot-1")
@@ -111,7 +113,7 @@ func testSpotRequests(t *testing.T, e *env) {
 	e.billingUnchanged(before, "spot retries")
 
 	// Defaults: one-time, terminate, no cap.
-	plain, err := e.acme.CreateSpotRequest(ctx, CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-c"}}}, "")
+	plain, err := e.acme.CreateSpotRequest(ctx, api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-c"}}}, "")
 	if err != nil || plain.Type != cloud.SpotOneTime || plain.Interruption != cloud.ActionTerminate || plain.MaxPrice != 0 {
 		t.Errorf("defaults = %+v, %v", plain, err)
 	}
@@ -176,27 +178,27 @@ func testSpotRequestRejects(t *testing.T, e *env) {
 	for i := range nine {
 		nine[i] = cloud.Pool{Offering: "l4.1x", Zone: "z" + string(rune('a'+i))}
 	}
-	vol, err := e.globex.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1}, "")
+	vol, err := e.globex.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := e.billingCounts()
 	for _, tc := range []struct {
 		name  string
-		req   CreateSpotRequestRequest
+		req   api.CreateSpotRequestRequest
 		field string
 	}{
-		{"no pools", CreateSpotRequestRequest{}, "pools"},
-		{"nine pools", CreateSpotRequestRequest{Pools: nine}, "pools"},
-		{"duplicate pools", CreateSpotRequestRequest{Pools: append(pool, pool[0])}, "pools[1]"},
-		{"unknown offering", CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "h900.1x"}}}, "pools[0].offering"},
-		{"bad zone", CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone a"}}}, "pools[0].zone"},
-		{"unknown type", CreateSpotRequestRequest{Pools: pool, Type: "sometimes"}, "type"},
-		{"unknown interruption", CreateSpotRequestRequest{Pools: pool, Interruption: "hibernate"}, "interruption"},
-		{"zero max price", CreateSpotRequestRequest{Pools: pool, MaxPrice: &zero}, "max_price"},
-		{"negative max price", CreateSpotRequestRequest{Pools: pool, MaxPrice: &neg}, "max_price"},
-		{"bad env", CreateSpotRequestRequest{Pools: pool, Env: map[string]string{"1X": "y"}}, "env"},
-		{"another tenant's volume", CreateSpotRequestRequest{Pools: pool, Volumes: []string{vol.ID}}, "volumes[0]"},
+		{"no pools", api.CreateSpotRequestRequest{}, "pools"},
+		{"nine pools", api.CreateSpotRequestRequest{Pools: nine}, "pools"},
+		{"duplicate pools", api.CreateSpotRequestRequest{Pools: append(pool, pool[0])}, "pools[1]"},
+		{"unknown offering", api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "h900.1x"}}}, "pools[0].offering"},
+		{"bad zone", api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone a"}}}, "pools[0].zone"},
+		{"unknown type", api.CreateSpotRequestRequest{Pools: pool, Type: "sometimes"}, "type"},
+		{"unknown interruption", api.CreateSpotRequestRequest{Pools: pool, Interruption: "hibernate"}, "interruption"},
+		{"zero max price", api.CreateSpotRequestRequest{Pools: pool, MaxPrice: &zero}, "max_price"},
+		{"negative max price", api.CreateSpotRequestRequest{Pools: pool, MaxPrice: &neg}, "max_price"},
+		{"bad env", api.CreateSpotRequestRequest{Pools: pool, Env: map[string]string{"1X": "y"}}, "env"},
+		{"another tenant's volume", api.CreateSpotRequestRequest{Pools: pool, Volumes: []string{vol.ID}}, "volumes[0]"},
 	} {
 		_, err := e.acme.CreateSpotRequest(ctx, tc.req, "")
 		if ce := wantCode(t, err, cloud.Invalid); ce.Details["field"] != tc.field {
@@ -209,12 +211,12 @@ func testSpotRequestRejects(t *testing.T, e *env) {
 		t.Errorf("max_price cheap: %d %s", code, body)
 	}
 	// The quota counts spot instances as any other.
-	if _, err := e.admin.SetQuota(ctx, e.acmeID, QuotaSpec{Instances: 1}); err != nil {
+	if _, err := e.admin.SetQuota(ctx, e.acmeID, api.QuotaSpec{Instances: 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.mustCreate(e.acme, "l4.1x")
 	before = e.billingCounts()
-	_, err = e.acme.CreateSpotRequest(ctx, CreateSpotRequestRequest{Pools: pool}, "")
+	_, err = e.acme.CreateSpotRequest(ctx, api.CreateSpotRequestRequest{Pools: pool}, "")
 	wantCode(t, err, cloud.QuotaExceeded)
 	e.billingUnchanged(before, "rejected spot requests")
 }

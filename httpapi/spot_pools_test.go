@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -150,7 +152,7 @@ func testSpotPoolsReclaims(t *testing.T, e *env) {
 	type figures struct {
 		window, reclaims, seconds, rate int64
 	}
-	check := func(desc string, c *Client, window time.Duration, want map[cloud.Pool]figures) {
+	check := func(desc string, c *client.Client, window time.Duration, want map[cloud.Pool]figures) {
 		t.Helper()
 		pools, err := c.SpotPoolsOver(ctx, window)
 		if err != nil {
@@ -242,17 +244,6 @@ func TestSpotPoolsNoPools(t *testing.T) {
 	}
 }
 
-func TestReclaimRateBP(t *testing.T) {
-	for _, c := range []struct{ reclaims, seconds, want int64 }{
-		{0, 0, 0}, {3, 0, 0}, {0, 3600, 0}, {1, 3600, 10_000}, {1, 20 * 3600, 500}, {1, 7 * 24 * 3600, 59},
-		{31, 1000 * 3600, 310}, {5, 1800, 100_000},
-	} {
-		if got := reclaimRateBP(c.reclaims, c.seconds); got != c.want {
-			t.Errorf("reclaimRateBP(%d, %d) = %d, want %d", c.reclaims, c.seconds, got, c.want)
-		}
-	}
-}
-
 // TestOpenAPISpotPools checks that the document describes every field of
 // SpotPool and the window parameter of GET /v1/spot/pools.
 func TestOpenAPISpotPools(t *testing.T) {
@@ -275,7 +266,7 @@ func TestOpenAPISpotPools(t *testing.T) {
 			fields = append(fields, strings.Split(f.Tag.Get("json"), ",")[0])
 		}
 	}
-	walk(reflect.TypeFor[SpotPool]())
+	walk(reflect.TypeFor[api.SpotPool]())
 	var documented []string
 	for name := range schema.Properties {
 		documented = append(documented, name)

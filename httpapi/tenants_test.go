@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestBootstrapOnce(t *testing.T) {
@@ -21,7 +24,7 @@ func TestBootstrapOnce(t *testing.T) {
 	}
 	// The store keeps only the hash.
 	err = e.store.Tx(context.Background(), func(tx cloud.Tx) error {
-		tk, err := tx.TokenByHash(context.Background(), hashToken(e.adminToken), e.clock.Now())
+		tk, err := tx.TokenByHash(context.Background(), service.HashToken(e.adminToken), e.clock.Now())
 		if err == nil && (tk.Role != cloud.RoleAdmin || tk.TenantID != OperatorTenant) {
 			t.Errorf("bootstrap token %+v", tk)
 		}
@@ -68,25 +71,25 @@ func TestTenantsAndUsers(t *testing.T) {
 		_, err = e.admin.CreateTenant(ctx, name)
 		wantCode(t, err, cloud.Invalid)
 	}
-	_, err = e.admin.CreateUser(ctx, "tn-missing", CreateUserRequest{Name: "bob"})
+	_, err = e.admin.CreateUser(ctx, "tn-missing", api.CreateUserRequest{Name: "bob"})
 	wantCode(t, err, cloud.NotFound)
-	_, err = e.admin.CreateUser(ctx, e.acmeID, CreateUserRequest{Name: "bob", Role: cloud.RoleAdmin})
+	_, err = e.admin.CreateUser(ctx, e.acmeID, api.CreateUserRequest{Name: "bob", Role: cloud.RoleAdmin})
 	wantCode(t, err, cloud.Invalid)
-	_, err = e.admin.CreateUser(ctx, e.acmeID, CreateUserRequest{Name: "bob", Role: "owner"})
+	_, err = e.admin.CreateUser(ctx, e.acmeID, api.CreateUserRequest{Name: "bob", Role: "owner"})
 	wantCode(t, err, cloud.Invalid)
 	e.unchanged(before, "bad tenant and user requests")
 
 	// A new member's first token works at once and sees its tenant only.
-	cu, err := e.admin.CreateUser(ctx, e.acmeID, CreateUserRequest{Name: "bob"})
+	cu, err := e.admin.CreateUser(ctx, e.acmeID, api.CreateUserRequest{Name: "bob"})
 	if err != nil || cu.User.Role != cloud.RoleMember || cu.Token.TenantID != e.acmeID || cu.Secret == "" {
 		t.Fatalf("CreateUser = %+v, %v", cu, err)
 	}
 	bob := e.client(cu.Secret)
-	if _, err := bob.ListInstances(ctx, ListInstancesOptions{}); err != nil {
+	if _, err := bob.ListInstances(ctx, client.ListInstancesOptions{}); err != nil {
 		t.Errorf("bob cannot list: %v", err)
 	}
 	// A second admin joins the operator tenant.
-	ad, err := e.admin.CreateUser(ctx, OperatorTenant, CreateUserRequest{Name: "ops2", Role: cloud.RoleAdmin})
+	ad, err := e.admin.CreateUser(ctx, OperatorTenant, api.CreateUserRequest{Name: "ops2", Role: cloud.RoleAdmin})
 	if err != nil || ad.Token.Role != cloud.RoleAdmin {
 		t.Fatalf("second admin = %+v, %v", ad, err)
 	}
@@ -103,7 +106,7 @@ func TestQuotaRoutes(t *testing.T) {
 		t.Fatalf("quota before any = %+v, %v; want no limits", q, err)
 	}
 	before := e.counts()
-	for _, spec := range []QuotaSpec{
+	for _, spec := range []api.QuotaSpec{
 		{Instances: -1},
 		{Instances: 2_000_000},
 		{GPUs: map[string]float64{"H100": -1}},
@@ -113,7 +116,7 @@ func TestQuotaRoutes(t *testing.T) {
 		_, err := e.admin.SetQuota(ctx, e.acmeID, spec)
 		wantCode(t, err, cloud.Invalid)
 	}
-	_, err = e.admin.SetQuota(ctx, "tn-missing", QuotaSpec{Instances: 1})
+	_, err = e.admin.SetQuota(ctx, "tn-missing", api.QuotaSpec{Instances: 1})
 	wantCode(t, err, cloud.NotFound)
 	status, _, b := e.raw("PUT", "/v1/tenants/"+e.acmeID+"/quota", e.adminToken, strings.NewReader(`{"instances":"many"}`), nil)
 	if status != 400 || !strings.Contains(decodeErr(t, b).Message, `"instances" must be an integer`) {
@@ -121,7 +124,7 @@ func TestQuotaRoutes(t *testing.T) {
 	}
 	e.unchanged(before, "bad quotas")
 
-	q, err = e.admin.SetQuota(ctx, e.acmeID, QuotaSpec{Instances: 10, GPUs: map[string]float64{"h100": 2.5}})
+	q, err = e.admin.SetQuota(ctx, e.acmeID, api.QuotaSpec{Instances: 10, GPUs: map[string]float64{"h100": 2.5}})
 	if err != nil || q.GPUs["H100-80GB-SXM"] != 2.5 || q.Instances != 10 {
 		t.Fatalf("SetQuota = %+v, %v; want canonical model names", q, err)
 	}
@@ -130,14 +133,14 @@ func TestQuotaRoutes(t *testing.T) {
 	}
 	_, err = e.globex.Quota(ctx, e.acmeID)
 	wantCode(t, err, cloud.NotFound)
-	_, err = e.acme.SetQuota(ctx, e.acmeID, QuotaSpec{Instances: 100})
+	_, err = e.acme.SetQuota(ctx, e.acmeID, api.QuotaSpec{Instances: 100})
 	wantCode(t, err, cloud.PermissionDenied)
 }
 
 func TestTokens(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	ct, err := e.acme.CreateToken(ctx, CreateTokenRequest{Name: "ci"})
+	ct, err := e.acme.CreateToken(ctx, api.CreateTokenRequest{Name: "ci"})
 	if err != nil || ct.Token.UserID != e.acmeUser.ID || ct.Token.Role != cloud.RoleMember || !strings.HasPrefix(ct.Secret, "gpc_"+ct.Token.ID+"_") {
 		t.Fatalf("CreateToken = %+v, %v", ct, err)
 	}
@@ -173,9 +176,9 @@ func TestTokens(t *testing.T) {
 	}
 
 	// Expiry: a token works until its time, then it does not.
-	_, err = e.acme.CreateToken(ctx, CreateTokenRequest{ExpiresAt: ptr(e.clock.Now().Add(-time.Minute))})
+	_, err = e.acme.CreateToken(ctx, api.CreateTokenRequest{ExpiresAt: ptr(e.clock.Now().Add(-time.Minute))})
 	wantCode(t, err, cloud.Invalid)
-	short, err := e.acme.CreateToken(ctx, CreateTokenRequest{Name: "short", ExpiresAt: ptr(e.clock.Now().Add(time.Hour))})
+	short, err := e.acme.CreateToken(ctx, api.CreateTokenRequest{Name: "short", ExpiresAt: ptr(e.clock.Now().Add(time.Hour))})
 	if err != nil {
 		t.Fatal(err)
 	}

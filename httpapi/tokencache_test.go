@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestRevokedTokenStopsAtOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	made, err := e.acme.CreateToken(ctx, CreateTokenRequest{Name: "ci"})
+	made, err := e.acme.CreateToken(ctx, api.CreateTokenRequest{Name: "ci"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -14,7 +16,7 @@ func TestVolumes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	before := e.counts()
-	for _, req := range []CreateVolumeRequest{
+	for _, req := range []api.CreateVolumeRequest{
 		{Name: "data", SizeGiB: 0},
 		{Name: "data", SizeGiB: -5},
 		{Name: "data", SizeGiB: 1 << 40},
@@ -24,15 +26,15 @@ func TestVolumes(t *testing.T) {
 		_, err := e.acme.CreateVolume(ctx, req, "")
 		wantCode(t, err, cloud.Invalid)
 	}
-	_, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 10, Tenant: e.globexID}, "")
+	_, err := e.acme.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 10, Tenant: e.globexID}, "")
 	wantCode(t, err, cloud.NotFound)
 	e.unchanged(before, "bad volumes")
 
-	v, err := e.acme.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}, "")
+	v, err := e.acme.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}, "")
 	if err != nil || v.TenantID != e.acmeID || !strings.HasPrefix(v.ID, "v-") {
 		t.Fatalf("CreateVolume = %+v, %v", v, err)
 	}
-	gv, err := e.admin.CreateVolume(ctx, CreateVolumeRequest{Name: "data", SizeGiB: 1, Tenant: e.globexID}, "")
+	gv, err := e.admin.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 1, Tenant: e.globexID}, "")
 	if err != nil || gv.TenantID != e.globexID {
 		t.Fatalf("admin creates for globex: %+v, %v", gv, err)
 	}
@@ -46,7 +48,7 @@ func TestVolumes(t *testing.T) {
 	wantCode(t, err, cloud.NotFound)
 
 	// Create with the volume attaches it; a second instance cannot have it.
-	in, err := e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
+	in, err := e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +56,9 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("volume attached to %q, want %s", got.InstanceID, in.ID)
 	}
 	before = e.counts()
-	_, err = e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
+	_, err = e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
 	wantCode(t, err, cloud.Conflict)
-	_, err = e.acme.CreateInstance(ctx, CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{gv.ID}}, "")
+	_, err = e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{gv.ID}}, "")
 	wantCode(t, err, cloud.Invalid) // another tenant's volume is "not found" in the body
 	_, err = e.globex.DetachVolume(ctx, v.ID)
 	wantCode(t, err, cloud.NotFound)
@@ -90,7 +92,7 @@ func TestVolumes(t *testing.T) {
 	third := e.mustCreate(e.acme, "l4.1x")
 	for _, tc := range []struct {
 		name string
-		c    *Client
+		c    *client.Client
 		vol  string
 		inst string
 		code cloud.Code
@@ -122,14 +124,14 @@ func TestVolumes(t *testing.T) {
 	}
 	e.unchanged(before, "detach again")
 	// Zones must agree.
-	zoned := e.setState(mustCreateReq(t, e.acme, CreateInstanceRequest{Offering: "l4.1x", Zones: []string{"zone-b"}}).ID, cloud.Stopped)
+	zoned := e.setState(mustCreateReq(t, e.acme, api.CreateInstanceRequest{Offering: "l4.1x", Zones: []string{"zone-b"}}).ID, cloud.Stopped)
 	_, err = e.acme.AttachVolume(ctx, v.ID, zoned.ID)
 	wantCode(t, err, cloud.Invalid)
 }
 
-func (e *env) mustCreateQuiet(c *Client) string { return e.mustCreate(c, "l4.1x").ID }
+func (e *env) mustCreateQuiet(c *client.Client) string { return e.mustCreate(c, "l4.1x").ID }
 
-func mustCreateReq(t *testing.T, c *Client, req CreateInstanceRequest) *cloud.Instance {
+func mustCreateReq(t *testing.T, c *client.Client, req api.CreateInstanceRequest) *cloud.Instance {
 	t.Helper()
 	in, err := c.CreateInstance(context.Background(), req, "")
 	if err != nil {
@@ -168,7 +170,7 @@ func TestHosts(t *testing.T) {
 	if err != nil || u.State != fleet.Schedulable {
 		t.Fatalf("uncordon = %+v, %v", u, err)
 	}
-	evs, err := e.admin.Events(ctx, EventsOptions{Host: h.ID})
+	evs, err := e.admin.Events(ctx, client.EventsOptions{Host: h.ID})
 	if err != nil || len(evs.Events) != 2 || evs.Events[0].Kind != EventHostCordoned || evs.Events[1].Kind != EventHostUncordoned {
 		t.Errorf("host events = %+v, %v", evs, err)
 	}

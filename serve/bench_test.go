@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
@@ -15,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -33,13 +36,18 @@ import (
 //
 // The first runs on SQLite only; the second on PostgreSQL too, once with
 // the store's defaults and once limited to benchMaxTx concurrent
-// transactions. Each iteration starts from an empty database; only the
-// burst is timed. The figures: p50-ms, p99-ms and max-ms of the create
-// latency (retries included), creates/s (answered creates over the time
-// from the first create sent to the last answered), placed/s (creates over
-// the time from the first sent to all scheduled), and client-retries
-// (creates the server answered with a conflict after losing its own
-// retries, sent again with the same key).
+// transactions. The "-exits" runs add churn: benchExits instances run
+// before the burst, and their agents report their exit during it (the
+// final report that releases an allocation). Each iteration starts from
+// an empty database; only the burst is timed. The figures: p50-ms, p99-ms
+// and max-ms of the create latency (retries included), creates/s
+// (answered creates over the time from the first create sent to the last
+// answered), placed/s (creates over the time from the first sent to all
+// scheduled), client-retries (creates the server answered with a conflict
+// after losing its own retries, sent again with the same key), and
+// rebuilds (full rebuilds of the scheduler's fleet from the first create
+// until the burst and its exits are done and the scheduler has stepped
+// since).
 const (
 	benchHosts   = 1000
 	benchCreates = 2000
@@ -49,6 +57,11 @@ const (
 	// benchTenants spreads the creates over several tenants, each with its
 	// own member token, as a public cloud's traffic is.
 	benchTenants = 8
+	// benchExits instances (h100.1x) run before the burst of an "-exits"
+	// run; their agents report their exit one every benchExitEvery once
+	// the burst starts.
+	benchExits     = 200
+	benchExitEvery = 5 * time.Millisecond
 )
 
 // benchOfferings is the mix of creates, in equal parts; it fits the fleet
@@ -57,17 +70,16 @@ var benchOfferings = []string{"h100.1x", "h100.mig.3g.40gb", "a100.2x", "l40s.sh
 
 // BenchmarkControlPlane runs the burst on each backend with the store's
 // defaults (PostgreSQL runs at most postgres.DefaultMaxTx transactions at
-// once), and on PostgreSQL without that limit, for comparison.
+// once), on PostgreSQL without that limit, for comparison, and on each
+// backend with exits during the burst.
 func BenchmarkControlPlane(b *testing.B) {
-	b.Run("sqlite", func(b *testing.B) {
-		benchControlPlane(b, -1, func() string { return "sqlite://" + filepath.Join(b.TempDir(), "gpucloud.db") })
-	})
-	b.Run("postgres", func(b *testing.B) {
-		benchControlPlane(b, -1, func() string { return pgtest.URL(b) })
-	})
-	b.Run("postgres-unlimited-tx", func(b *testing.B) {
-		benchControlPlane(b, 0, func() string { return pgtest.URL(b) })
-	})
+	sqliteDB := func() string { return "sqlite://" + filepath.Join(b.TempDir(), "gpucloud.db") }
+	pgDB := func() string { return pgtest.URL(b) }
+	b.Run("sqlite", func(b *testing.B) { benchControlPlane(b, -1, 0, sqliteDB) })
+	b.Run("postgres", func(b *testing.B) { benchControlPlane(b, -1, 0, pgDB) })
+	b.Run("postgres-unlimited-tx", func(b *testing.B) { benchControlPlane(b, 0, 0, pgDB) })
+	b.Run("sqlite-exits", func(b *testing.B) { benchControlPlane(b, -1, benchExits, sqliteDB) })
+	b.Run("postgres-exits", func(b *testing.B) { benchControlPlane(b, -1, benchExits, pgDB) })
 }
 
 // burst is what one iteration measured.
@@ -76,17 +88,30 @@ type burst struct {
 	creating  time.Duration // first create sent to last create answered
 	placing   time.Duration // first create sent to all scheduled
 	retries   int64
+	rebuilds  int // the scheduler's Rebuilds when the first create was sent
 }
 
-func benchControlPlane(b *testing.B, maxTx int, newDB func() string) {
+// exiting is an instance that runs before the burst and exits during it,
+// with the agent of its host.
+type exiting struct {
+	id    string
+	agent *agentapi.Client
+}
+
+func benchControlPlane(b *testing.B, maxTx, exits int, newDB func() string) {
 	var all []burst
+	var rebuilds int
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		db := newDB()
-		s, tokens := benchSetup(b, db, maxTx)
+		s, tokens, ex := benchSetup(b, db, maxTx, exits)
 		b.StartTimer()
-		r := benchBurst(b, s, tokens)
+		r := benchBurst(b, s, tokens, ex)
 		b.StopTimer()
+		// Rebuilds caused by the last exits happen on the scheduler's
+		// next steps.
+		time.Sleep(3 * controller.DefaultScheduleInterval)
+		rebuilds += s.Scheduler.Rebuilds() - r.rebuilds
 		benchVerify(b, s)
 		if err := s.Close(context.Background()); err != nil {
 			b.Fatal(err)
@@ -112,6 +137,7 @@ func benchControlPlane(b *testing.B, maxTx int, newDB func() string) {
 	b.ReportMetric(n/creating.Seconds(), "creates/s")
 	b.ReportMetric(n/placing.Seconds(), "placed/s")
 	b.ReportMetric(float64(retries)/float64(len(all)), "client-retries")
+	b.ReportMetric(float64(rebuilds)/float64(len(all)), "rebuilds")
 }
 
 // percentile returns the p-quantile of sorted durations (nearest rank).
@@ -122,15 +148,18 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 // benchSetup registers the fleet directly through the store, starts the
 // server on it (limiting its store to maxTx concurrent transactions when
-// maxTx >= 0, 0 meaning no limit; -1 keeps the store's default) and waits until its scheduler has built the fleet index. It
-// returns the server and one member token per tenant.
-func benchSetup(b *testing.B, db string, maxTx int) (*Replica, []string) {
+// maxTx >= 0, 0 meaning no limit; -1 keeps the store's default) and waits
+// until its scheduler has built the fleet index. It returns the server,
+// one member token per tenant, and the exits instances it started (each
+// placed and reported running by the agent of its host).
+func benchSetup(b *testing.B, db string, maxTx, exits int) (*Replica, []string, []exiting) {
 	ctx := context.Background()
 	st, err := OpenStore(ctx, db)
 	if err != nil {
 		b.Fatal(err)
 	}
 	now := time.Now()
+	agentTokens := benchAgentTokens(b, st, now)
 	for lo := 0; lo < benchHosts; lo += 100 {
 		err := st.Tx(ctx, func(tx cloud.Tx) error {
 			for i := lo; i < min(lo+100, benchHosts); i++ {
@@ -157,14 +186,14 @@ func benchSetup(b *testing.B, db string, maxTx int) (*Replica, []string) {
 	if maxTx >= 0 {
 		s.Store.(interface{ LimitTx(int) }).LimitTx(maxTx)
 	}
-	admin := httpapi.NewClient(s.URL, s.AdminToken, nil)
+	admin := client.New(s.URL, s.AdminToken, nil)
 	var tokens []string
 	for i := 0; i < benchTenants; i++ {
 		t, err := admin.CreateTenant(ctx, fmt.Sprintf("bench-%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}
-		u, err := admin.CreateUser(ctx, t.ID, httpapi.CreateUserRequest{Name: "load"})
+		u, err := admin.CreateUser(ctx, t.ID, api.CreateUserRequest{Name: "load"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -172,7 +201,7 @@ func benchSetup(b *testing.B, db string, maxTx int) (*Replica, []string) {
 	}
 	// An instance that fits no host gets its reason once a scheduler step
 	// has run over the rebuilt fleet; then it is terminated, out of the way.
-	probe, err := admin.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "t4.1x"}, "probe")
+	probe, err := admin.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "t4.1x"}, "probe")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -189,7 +218,75 @@ func benchSetup(b *testing.B, db string, maxTx int) (*Replica, []string) {
 	if _, err := admin.TerminateInstance(ctx, probe.ID, probe.Version); err != nil {
 		b.Fatal(err)
 	}
-	return s, tokens
+	return s, tokens, benchRunning(b, s, admin, agentTokens, exits)
+}
+
+// benchAgentTokens writes an agent credential for every host of the fleet
+// into the store (as a join would, without its host write) and returns
+// them by host.
+func benchAgentTokens(b *testing.B, st cloud.Store, now time.Time) map[string]string {
+	ctx := context.Background()
+	tokens := map[string]string{}
+	err := st.Tx(ctx, func(tx cloud.Tx) error {
+		if err := tx.CreateTenant(ctx, &cloud.Tenant{ID: "tn-bench-agents", Name: "bench-agents", CreatedAt: now}); err != nil {
+			return err
+		}
+		if err := tx.CreateUser(ctx, &cloud.User{ID: "u-bench-agents", TenantID: "tn-bench-agents", Name: "agents",
+			Role: cloud.RoleAdmin, CreatedAt: now}); err != nil {
+			return err
+		}
+		for i := 0; i < benchHosts; i++ {
+			host := benchHost(i).ID
+			id := fmt.Sprintf("tk-bench%04d", i)
+			secret := "gpc_" + id + "_" + randomKey()
+			sum := sha256.Sum256([]byte(secret))
+			if err := tx.CreateToken(ctx, &cloud.Token{ID: id, UserID: "u-bench-agents", TenantID: "tn-bench-agents",
+				Role: cloud.RoleAgent, Name: "agent-" + host, Hash: sum[:], CreatedAt: now, HostID: host}); err != nil {
+				return err
+			}
+			tokens[host] = secret
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tokens
+}
+
+// benchRunning creates n h100.1x instances, waits until they are placed,
+// and has the agent of each one's host report it running.
+func benchRunning(b *testing.B, s *Replica, admin *client.Client, agentTokens map[string]string, n int) []exiting {
+	ctx := context.Background()
+	var out []exiting
+	for i := 0; i < n; i++ {
+		in, err := admin.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, randomKey())
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, exiting{id: in.ID})
+	}
+	deadline := time.Now().Add(time.Minute)
+	for i := range out {
+		for {
+			in, err := admin.GetInstance(ctx, out[i].id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if in.State == cloud.Scheduled {
+				out[i].agent = agentapi.NewClient(s.URL, agentTokens[in.HostID], nil)
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("instance %s is %s after a minute", in.ID, in.State)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := out[i].agent.ReportStatus(ctx, out[i].id, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
 }
 
 // benchHost returns host i of the fleet: 40% 8x H100 and 30% 8x A100 on
@@ -205,28 +302,42 @@ func benchHost(i int) *fleet.Host {
 	return fleet.MockHost(id, "L40S", 8)
 }
 
-// benchBurst sends every create, benchWorkers at a time, and polls the
-// store until all are scheduled.
-func benchBurst(b *testing.B, s *Replica, tokens []string) burst {
+// benchBurst sends every create, benchWorkers at a time, has the agents
+// of the exiting instances report their exits meanwhile, and polls the
+// store until all creates are scheduled and all exits reported.
+func benchBurst(b *testing.B, s *Replica, tokens []string, exits []exiting) burst {
 	ctx := context.Background()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: benchWorkers, MaxIdleConnsPerHost: benchWorkers}}
 	defer hc.CloseIdleConnections()
-	clients := make([]*httpapi.Client, len(tokens))
+	clients := make([]*client.Client, len(tokens))
 	for i, tok := range tokens {
-		clients[i] = httpapi.NewClient(s.URL, tok, hc)
+		clients[i] = client.New(s.URL, tok, hc)
 	}
 	jobs := make(chan int)
 	r := burst{latencies: make([]time.Duration, benchCreates)}
 	var retries atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	r.rebuilds = s.Scheduler.Rebuilds()
 	start := time.Now()
+	exited := make(chan error, 1)
+	go func() {
+		var err error
+		for _, e := range exits {
+			time.Sleep(benchExitEvery)
+			code := 0
+			if err = e.agent.ReportStatus(ctx, e.id, agentapi.StatusReport{Phase: agentapi.PhaseExited, ExitCode: &code}); err != nil {
+				break
+			}
+		}
+		exited <- err
+	}()
 	for w := 0; w < benchWorkers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				req := httpapi.CreateInstanceRequest{Offering: benchOfferings[i%len(benchOfferings)]}
+				req := api.CreateInstanceRequest{Offering: benchOfferings[i%len(benchOfferings)]}
 				key := randomKey()
 				t := time.Now()
 				// A create that lost its serialization races is retried
@@ -279,6 +390,9 @@ func benchBurst(b *testing.B, s *Replica, tokens []string) burst {
 			b.Fatalf("%d of %d scheduled after five minutes", n, benchCreates)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if err := <-exited; err != nil {
+		b.Fatalf("exit report: %v", err)
 	}
 	r.retries = retries.Load()
 	return r

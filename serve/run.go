@@ -1,6 +1,7 @@
 // Package serve runs a gpucloud server process: it opens the store, serves
 // the /v1 API, campaigns for leadership, and runs the controllers of
-// package server while it leads.
+// package controller while it leads: one list, built in one place
+// (Replica.controllerList), stepped in order by a controller.Loop.
 package serve
 
 import (
@@ -31,7 +32,9 @@ type Config struct {
 	Listen  string
 	Catalog *catalog.Catalog
 	// ScheduleInterval is how often the scheduler looks at pending
-	// instances; HeartbeatTimeout when a silent host becomes unhealthy.
+	// instances (200 ms when zero); HeartbeatTimeout when a silent host
+	// becomes unhealthy (30 s when zero; hosts are checked four times per
+	// timeout).
 	ScheduleInterval time.Duration
 	HeartbeatTimeout time.Duration
 	Log              *slog.Logger
@@ -46,6 +49,7 @@ type Config struct {
 	// KeepFailed how long a failed spot instance is kept for inspection
 	// before its persistent request relaunches (10 min when zero);
 	// BudgetInterval how often budgets are checked (1 min when zero).
+	// Intervals are measured on Now.
 	SpotClearInterval time.Duration
 	KeepFailed        time.Duration
 	BudgetInterval    time.Duration
@@ -66,6 +70,8 @@ type Replica struct {
 	AdminToken string
 	Scheduler  *controller.Scheduler
 	Market     *controller.Market
+	// Controllers is what the leader runs, in order (controllerList).
+	Controllers []controller.Controller
 
 	http   *http.Server
 	cancel context.CancelFunc
@@ -98,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.ScheduleInterval == 0 {
-		cfg.ScheduleInterval = 200 * time.Millisecond
+		cfg.ScheduleInterval = controller.DefaultScheduleInterval
 	}
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = controller.DefaultHeartbeatTimeout
@@ -136,9 +142,9 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		}
 	}()
 	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
-	s.Scheduler.Now, s.Scheduler.Log = cfg.Now, cfg.Log
+	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	s.Market = controller.NewMarket(st, s.Scheduler)
-	s.Market.Now, s.Market.Log = cfg.Now, cfg.Log
+	s.Market.Now, s.Market.Log, s.Market.Every = cfg.Now, cfg.Log, cfg.MarketInterval
 	if cfg.Spot != nil {
 		if err := cfg.Spot.Validate(); err != nil {
 			st.Close()
@@ -162,6 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.KeepFailed > 0 {
 		s.Market.KeepFailed = cfg.KeepFailed
 	}
+	s.Controllers = s.controllerList(cfg)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.leader = &leaderState{}
@@ -179,57 +186,30 @@ func (s *Replica) IsLeader() bool { return s.leader.get() }
 // LeaderTerms counts the times this replica became leader.
 func (s *Replica) LeaderTerms() int { return s.leader.termCount() }
 
-// controllers runs the scheduler and the heartbeat watcher until ctx ends
-// (leadership lost or server closing). It rebuilds the scheduler's fleet
-// from the store first, so a new leader never double-places.
+// controllerList is the one list of the controllers the leader runs, in
+// order; a new controller is one more line here. The order is a contract:
+// the market runs before the scheduler, so that the gates and relaunches
+// it decides are placed in the same tick, on the fleet of the previous
+// step (TestControllerOrder holds it).
+func (s *Replica) controllerList(cfg Config) []controller.Controller {
+	return []controller.Controller{
+		s.Market,
+		s.Scheduler,
+		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
+		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},
+	}
+}
+
+// controllers runs the controllers until ctx ends (leadership lost or
+// server closing). It rebuilds the scheduler's fleet from the store
+// first, so a new leader never double-places; each term starts a fresh
+// loop, which runs every controller on its first tick.
 func (s *Replica) controllers(ctx context.Context, cfg Config) {
 	if err := s.Scheduler.Rebuild(ctx); err != nil && ctx.Err() == nil {
 		cfg.Log.Error("scheduler rebuild", "err", err)
 	}
-	tick := time.NewTicker(cfg.ScheduleInterval)
-	defer tick.Stop()
-	lastHealth, lastBudget, lastMarket := time.Time{}, time.Time{}, time.Time{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		// The market first (it needs the fleet of the previous step): it
-		// tells the scheduler which zones each pending spot instance may
-		// use and launches relaunches, which the scheduler then places.
-		marketEvery := cfg.MarketInterval
-		if marketEvery <= 0 {
-			marketEvery = time.Second
-		}
-		if now := cfg.Now(); now.Sub(lastMarket) >= marketEvery {
-			lastMarket = now
-			if err := s.Market.Step(ctx); err != nil && ctx.Err() == nil {
-				cfg.Log.Error("spot market step", "err", err)
-			}
-		}
-		if _, err := s.Scheduler.Step(ctx); err != nil && ctx.Err() == nil {
-			cfg.Log.Error("scheduler step", "err", err)
-		}
-		budgetEvery := cfg.BudgetInterval
-		if budgetEvery <= 0 {
-			budgetEvery = time.Minute
-		}
-		if now := cfg.Now(); now.Sub(lastBudget) >= budgetEvery {
-			lastBudget = now
-			if _, err := controller.CheckBudgets(ctx, s.Store, now); err != nil && ctx.Err() == nil {
-				cfg.Log.Error("budget check", "err", err)
-			}
-		}
-		if now := cfg.Now(); now.Sub(lastHealth) >= cfg.HeartbeatTimeout/4 {
-			lastHealth = now
-			if marked, err := controller.MarkSilentHosts(ctx, s.Store, now, cfg.HeartbeatTimeout); err != nil && ctx.Err() == nil {
-				cfg.Log.Error("heartbeat watcher", "err", err)
-			} else if len(marked) > 0 {
-				cfg.Log.Warn("hosts missed heartbeats", "hosts", marked)
-			}
-		}
-	}
+	loop := &controller.Loop{Controllers: s.Controllers, Now: cfg.Now, Log: cfg.Log}
+	loop.Run(ctx)
 }
 
 // Close stops the controllers and the API (waiting up to ctx for requests

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for killLockHolders
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/store/pgtest"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for killLockHolders
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -52,7 +53,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func state(t *testing.T, c *httpapi.Client, id string) cloud.State {
+func state(t *testing.T, c *client.Client, id string) cloud.State {
 	in, err := c.GetInstance(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +79,14 @@ func testRestart(t *testing.T, db string) {
 		t.Fatal("first start printed no admin token")
 	}
 	addHost(t, s.Store, fleet.MockHost("l40s-1", "L40S", 2))
-	c := httpapi.NewClient(s.URL, token, nil)
+	c := client.New(s.URL, token, nil)
 	ctx := context.Background()
-	placed, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l40s.1x"}, "key-1")
+	placed, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.1x"}, "key-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "scheduled", func() bool { return state(t, c, placed.ID) == cloud.Scheduled })
-	pending, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l40s.4x"}, "key-2")
+	pending, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.4x"}, "key-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func testRestart(t *testing.T, db string) {
 	if s2.AdminToken != "" {
 		t.Fatal("second start created another admin token")
 	}
-	c2 := httpapi.NewClient(s2.URL, token, nil)
+	c2 := client.New(s2.URL, token, nil)
 	waitFor(t, "leadership", s2.IsLeader)
 	if st := state(t, c2, placed.ID); st != cloud.Scheduled {
 		t.Fatalf("placed instance is %s after restart", st)
@@ -129,10 +130,10 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	token := a.AdminToken + b.AdminToken // exactly one start created it
 	addHost(t, leader.Store, fleet.MockNVLinkHost("h100-1", "H100-80GB-SXM", 8))
-	c := httpapi.NewClient(follower.URL, token, nil)
+	c := client.New(follower.URL, token, nil)
 	var ids []string
 	for i := 0; i < 4; i++ {
-		in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
+		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,9 +154,9 @@ func TestLeaderFailover(t *testing.T) {
 		b = nil
 	}
 	waitFor(t, "the follower to lead", follower.IsLeader)
-	c = httpapi.NewClient(follower.URL, token, nil)
+	c = client.New(follower.URL, token, nil)
 	for i := 4; i < 10; i++ {
-		in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
+		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +210,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 	run := func(t *testing.T, db string) {
 		s := start(t, db)
 		defer s.Close(context.Background())
-		c := httpapi.NewClient(s.URL, s.AdminToken, nil)
+		c := client.New(s.URL, s.AdminToken, nil)
 		ctx := context.Background()
 		const n = 16
 		ids := make(chan string, 2*n)
@@ -220,7 +221,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 				wg.Add(1)
 				go func(key string) {
 					defer wg.Done()
-					in, err := c.CreateInstance(ctx, httpapi.CreateInstanceRequest{Offering: "l4.1x"}, key)
+					in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x"}, key)
 					if err != nil {
 						errs <- err
 						return
@@ -244,7 +245,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 		if len(seen) != 1 {
 			t.Fatalf("one key gave %d instances: %v", len(seen), seen)
 		}
-		list, err := c.ListInstances(ctx, httpapi.ListInstancesOptions{Limit: 1000})
+		list, err := c.ListInstances(ctx, client.ListInstancesOptions{Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

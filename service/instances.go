@@ -428,3 +428,16 @@ func EventPage(ctx context.Context, tx cloud.Tx, f cloud.EventFilter) ([]*cloud.
 	}
 	return evs, next, nil
 }
+
+// EventLog answers one page of the whole event trail (admins only),
+// filtered by f, and the after of the next page (0 at the end).
+func (s *Instances) EventLog(ctx context.Context, a Actor, f cloud.EventFilter) (evs []*cloud.Event, next int64, err error) {
+	if !a.Admin() {
+		return nil, 0, &cloud.Error{Code: cloud.PermissionDenied, Message: "the event trail is for admins only"}
+	}
+	err = s.tx(ctx, func(tx cloud.Tx) error {
+		evs, next, err = EventPage(ctx, tx, f)
+		return err
+	})
+	return evs, next, err
+}

@@ -18,7 +18,7 @@ type Move struct {
 	To     cloud.State
 	Reason string
 	// Actor names who moves it in the event: a user ID, "scheduler",
-	// "market", "health", "agent/<host>".
+	// "market", "health", "agent:<host>".
 	Actor string
 	// Placement is where a move to scheduled puts the instance, and
 	// Zone the zone of its host; a move to scheduled needs both (Zone may

@@ -30,7 +30,7 @@ import (
 // Actor is who asks for a change: a user (admin or member of a tenant), a
 // host's agent, or a controller.
 type Actor struct {
-	// ID names the actor in events: a user ID, "agent/<host>", or a
+	// ID names the actor in events: a user ID, "agent:<host>", or a
 	// controller's name ("scheduler", "market", "health").
 	ID       string
 	TenantID string
@@ -52,7 +52,7 @@ func Controller(name string) Actor { return Actor{ID: name} }
 
 // AgentActor is the actor of host's agent.
 func AgentActor(host string) Actor {
-	return Actor{ID: "agent/" + host, Role: cloud.RoleAgent, HostID: host}
+	return Actor{ID: "agent:" + host, Role: cloud.RoleAgent, HostID: host}
 }
 
 // NewID returns prefix followed by 16 random hex characters: the one ID
@@ -114,7 +114,7 @@ type Services struct {
 
 // The services. Each has its methods in the file of its name.
 type (
-	// Volumes creates, attaches, detaches, resizes and deletes volumes.
+	// Volumes creates, lists, attaches and detaches volumes.
 	Volumes struct{ base }
 	// Addresses allocates, associates, disassociates and releases public
 	// addresses.

@@ -15,8 +15,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 )
 
 // The operations failures can be injected into: the Server method names.
@@ -44,10 +44,10 @@ var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAp
 type ControlPlane struct {
 	mu          sync.Mutex
 	tokens      map[string]string // join token -> host ID
-	joins       []httpapi.JoinRequest
-	assignments []httpapi.Assignment
-	heartbeats  []httpapi.HeartbeatRequest
-	reports     map[string][]httpapi.StatusReport
+	joins       []agentapi.JoinRequest
+	assignments []agentapi.Assignment
+	heartbeats  []agentapi.HeartbeatRequest
+	reports     map[string][]agentapi.StatusReport
 	logs        map[string][]byte
 	calls       map[string]int
 	fail        map[string]*failure
@@ -61,7 +61,7 @@ type failure struct {
 // New returns a server with no assignments and no join tokens.
 func New() *ControlPlane {
 	return &ControlPlane{
-		tokens: map[string]string{}, reports: map[string][]httpapi.StatusReport{},
+		tokens: map[string]string{}, reports: map[string][]agentapi.StatusReport{},
 		logs: map[string][]byte{}, calls: map[string]int{}, fail: map[string]*failure{},
 	}
 }
@@ -74,7 +74,7 @@ func (s *ControlPlane) AddJoinToken(token, hostID string) {
 }
 
 // SetAssignments replaces the assignments.
-func (s *ControlPlane) SetAssignments(as ...httpapi.Assignment) {
+func (s *ControlPlane) SetAssignments(as ...agentapi.Assignment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.assignments = nil
@@ -84,7 +84,7 @@ func (s *ControlPlane) SetAssignments(as ...httpapi.Assignment) {
 }
 
 // Put adds an assignment, or replaces the one with its instance ID.
-func (s *ControlPlane) Put(a httpapi.Assignment) {
+func (s *ControlPlane) Put(a agentapi.Assignment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a = roundTrip(a)
@@ -126,7 +126,7 @@ func (s *ControlPlane) Assigned(id string) bool {
 }
 
 func (s *ControlPlane) index(id string) int {
-	return slices.IndexFunc(s.assignments, func(a httpapi.Assignment) bool { return a.InstanceID == id })
+	return slices.IndexFunc(s.assignments, func(a agentapi.Assignment) bool { return a.InstanceID == id })
 }
 
 // FailNext makes the next n calls of op fail with err (n < 0: every call,
@@ -153,21 +153,21 @@ func (s *ControlPlane) Calls(op string) int {
 }
 
 // Joins returns the join requests that succeeded.
-func (s *ControlPlane) Joins() []httpapi.JoinRequest {
+func (s *ControlPlane) Joins() []agentapi.JoinRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.joins)
 }
 
 // Heartbeats returns the heartbeats that succeeded, in order.
-func (s *ControlPlane) Heartbeats() []httpapi.HeartbeatRequest {
+func (s *ControlPlane) Heartbeats() []agentapi.HeartbeatRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.heartbeats)
 }
 
 // Reports returns the reports taken for an instance, in order.
-func (s *ControlPlane) Reports(id string) []httpapi.StatusReport {
+func (s *ControlPlane) Reports(id string) []agentapi.StatusReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.reports[id])
@@ -209,7 +209,7 @@ func (s *ControlPlane) enter(ctx context.Context, op string) error {
 }
 
 // Join implements agent.Server.
-func (s *ControlPlane) Join(ctx context.Context, req httpapi.JoinRequest) (*httpapi.JoinResponse, error) {
+func (s *ControlPlane) Join(ctx context.Context, req agentapi.JoinRequest) (*agentapi.JoinResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpJoin); err != nil {
@@ -225,11 +225,11 @@ func (s *ControlPlane) Join(ctx context.Context, req httpapi.JoinRequest) (*http
 	}
 	delete(s.tokens, req.JoinToken) // a join token is good for one join
 	s.joins = append(s.joins, req)
-	return &httpapi.JoinResponse{HostID: host, Credential: "agent-credential-" + host}, nil
+	return &agentapi.JoinResponse{HostID: host, Credential: "agent-credential-" + host}, nil
 }
 
 // Heartbeat implements agent.Server.
-func (s *ControlPlane) Heartbeat(ctx context.Context, req httpapi.HeartbeatRequest) error {
+func (s *ControlPlane) Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpHeartbeat); err != nil {
@@ -240,21 +240,21 @@ func (s *ControlPlane) Heartbeat(ctx context.Context, req httpapi.HeartbeatReque
 }
 
 // Assignments implements agent.Server.
-func (s *ControlPlane) Assignments(ctx context.Context) (*httpapi.AssignmentList, error) {
+func (s *ControlPlane) Assignments(ctx context.Context) (*agentapi.AssignmentList, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpAssignments); err != nil {
 		return nil, err
 	}
-	list := roundTrip(httpapi.AssignmentList{Assignments: s.assignments})
+	list := roundTrip(agentapi.AssignmentList{Assignments: s.assignments})
 	if list.Assignments == nil {
-		list.Assignments = []httpapi.Assignment{}
+		list.Assignments = []agentapi.Assignment{}
 	}
 	return &list, nil
 }
 
 // ReportStatus implements agent.Server.
-func (s *ControlPlane) ReportStatus(ctx context.Context, id string, r httpapi.StatusReport) error {
+func (s *ControlPlane) ReportStatus(ctx context.Context, id string, r agentapi.StatusReport) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpReportStatus); err != nil {
@@ -267,13 +267,13 @@ func (s *ControlPlane) ReportStatus(ctx context.Context, id string, r httpapi.St
 	}
 	terminal := false
 	switch r.Phase {
-	case httpapi.PhaseStarting, httpapi.PhaseRunning:
-	case httpapi.PhaseExited:
+	case agentapi.PhaseStarting, agentapi.PhaseRunning:
+	case agentapi.PhaseExited:
 		if r.ExitCode == nil {
 			return cloud.Errorf(cloud.Invalid, "an exited report needs an exit code")
 		}
 		terminal = true
-	case httpapi.PhaseStopped, httpapi.PhaseFailed:
+	case agentapi.PhaseStopped, agentapi.PhaseFailed:
 		terminal = true
 	default:
 		return cloud.Errorf(cloud.Invalid, "unknown phase %q", r.Phase)

@@ -1,7 +1,8 @@
 // Package gpu is the agent's seam to the GPUs of its host. The Driver
-// interface is what the agent calls to report inventory, lay out MIG
-// instances and find the device UUIDs a workload may see; agent/gpu/sim
-// implements it for simulated hosts and tests, agent/gpu/nvml for real GPUs.
+// interface is what the agent calls to read the inventory it reports (an
+// agentapi.Inventory, the agent protocol's type), lay out MIG instances and
+// find the device UUIDs a workload may see; agent/gpu/sim implements it for
+// simulated hosts and tests, agent/gpu/nvml for real GPUs.
 //
 // The MIG geometry (which profile may start at which slot, how slots and
 // compute slices are budgeted) is checked here, against the catalog's profile
@@ -14,38 +15,9 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
 )
-
-// Inventory is what a host reports: its fleet description plus versions.
-type Inventory struct {
-	// Host describes the host as the scheduler places on it. GPUs carry their
-	// index, UUID, canonical model, memory, NVLink island and MIG mode;
-	// Instances lists the MIG instances that exist on the hardware, all with
-	// an empty Alloc, because the driver does not know which allocation holds
-	// them (the server matches them by GPU and start slot). State is left
-	// empty: whether a host is schedulable is the operator's decision.
-	Host fleet.Host `json:"host"`
-	// Driver and CUDA are the driver version ("550.54.15") and the highest
-	// CUDA version it supports ("12.4"); empty when the driver cannot say.
-	Driver string `json:"driver"`
-	CUDA   string `json:"cuda"`
-	// Health has one entry per GPU, in index order.
-	Health []GPUHealth `json:"health"`
-}
-
-// GPUHealth is the health and load of one GPU. Fields the driver cannot read
-// stay zero: a GPU that does not report utilization is not unhealthy.
-type GPUHealth struct {
-	Index int    `json:"index"`
-	UUID  string `json:"uuid"`
-	// Healthy is false after an XID error, a fallen-off-the-bus GPU or a
-	// failed health check; Reason then says which.
-	Healthy        bool   `json:"healthy"`
-	Reason         string `json:"reason,omitempty"`
-	UtilizationPct int    `json:"utilization_pct"`
-	MemoryUsedMiB  int64  `json:"memory_used_mib"`
-}
 
 // MIGInstance is a GPU instance as the driver creates it; UUID is the MIG
 // device UUID ("MIG-...") to expose to workloads.
@@ -73,7 +45,7 @@ type Driver interface {
 	// counter reports 0%. It fails only when the host cannot be read at all
 	// (ErrUnavailable when the driver or host is gone). The result is the
 	// caller's to keep: later calls do not change it.
-	Inventory(ctx context.Context) (*Inventory, error)
+	Inventory(ctx context.Context) (*agentapi.Inventory, error)
 
 	// SetMIGMode switches a GPU's MIG mode; the GPU must be idle. Setting
 	// the mode a GPU is already in succeeds and changes nothing, even when
@@ -115,13 +87,14 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrBusy means the GPU or instance is in use: processes run on it, or
 	// other MIG instances hold what the request needs.
-	ErrBusy = errors.New("busy")
+	ErrBusy = fleet.ErrBusy
 	// ErrNotSupported means the GPU model or driver cannot do what was
 	// asked, such as MIG on an L40S; retrying does not help.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = fleet.ErrNotSupported
 	// ErrInvalid means the request is malformed or does not fit the GPU's
-	// state or geometry, such as a 3g profile at slot 2.
-	ErrInvalid = errors.New("invalid request")
+	// state or geometry, such as a 3g profile at slot 2. The MIG geometry
+	// check (fleet.CheckMIG) shares these three values.
+	ErrInvalid = fleet.ErrInvalid
 	// ErrUnavailable means the driver or host cannot be reached (the driver
 	// unloaded, the host vanished); the agent retries and stops heartbeating
 	// healthy.

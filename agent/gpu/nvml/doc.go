@@ -22,7 +22,7 @@
 // the catalog's table, not from NVML's placement size: go-nvml's mock servers
 // are known to disagree with real GPUs there, and placement must agree with
 // the scheduler's own table. Requests are checked against the table with
-// gpu.CheckMIG before any MIG call reaches NVML.
+// fleet.CheckMIG before any MIG call reaches NVML.
 //
 // NVLink islands are read from the links themselves: each active link's
 // remote PCI address and device type (GPU or NVSwitch). GPUs that share a

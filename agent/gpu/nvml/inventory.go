@@ -10,7 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -21,11 +21,11 @@ import (
 // cannot be read or NVML says it is lost, and healthy with a note in Reason
 // for lesser gaps (an unknown model, an unreadable counter). Inventory fails
 // only when NVML cannot list the GPUs at all.
-func (d *Driver) Inventory(ctx context.Context) (*gpu.Inventory, error) {
+func (d *Driver) Inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	inv := &gpu.Inventory{Host: fleet.Host{ID: d.HostID}}
+	inv := &agentapi.Inventory{Host: fleet.Host{ID: d.HostID}}
 	version, ret := d.lib.SystemGetDriverVersion()
 	switch {
 	case ret == nvml.SUCCESS:
@@ -53,7 +53,7 @@ func (d *Driver) Inventory(ctx context.Context) (*gpu.Inventory, error) {
 	assignIslands(reports)
 
 	inv.Host.GPUs = make([]fleet.GPU, n)
-	inv.Health = make([]gpu.GPUHealth, n)
+	inv.Health = make([]agentapi.GPUHealth, n)
 	for i, r := range reports {
 		inv.Host.GPUs[i] = r.gpu
 		inv.Health[i] = r.health
@@ -80,7 +80,7 @@ func (d *Driver) cudaVersion() (string, error) {
 // gpuReport gathers what Inventory learns about one GPU.
 type gpuReport struct {
 	gpu    fleet.GPU
-	health gpu.GPUHealth
+	health agentapi.GPUHealth
 	notes  []string
 	// dev is nil when NVML gave no handle.
 	dev nvml.Device
@@ -131,7 +131,7 @@ func (r *gpuReport) may(what string, ret nvml.Return) bool {
 func (d *Driver) readGPU(i int) *gpuReport {
 	r := &gpuReport{
 		gpu:    fleet.GPU{Index: i, Island: -1},
-		health: gpu.GPUHealth{Index: i, Healthy: true},
+		health: agentapi.GPUHealth{Index: i, Healthy: true},
 	}
 	dev, ret := d.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {

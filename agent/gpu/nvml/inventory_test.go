@@ -12,11 +12,12 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
-func inventory(t *testing.T, lib *fakeLib) *gpu.Inventory {
+func inventory(t *testing.T, lib *fakeLib) *agentapi.Inventory {
 	t.Helper()
 	d := New(lib, catalog.Default())
 	d.HostID = "host-1"
@@ -47,7 +48,7 @@ func TestInventoryH100NVSwitch(t *testing.T) {
 			t.Errorf("gpu %d = %+v, want %+v", i, g, want)
 		}
 		h := inv.Health[i]
-		wantH := gpu.GPUHealth{Index: i, UUID: lib.gpus[i].uuid, Healthy: true, UtilizationPct: 37, MemoryUsedMiB: 1024}
+		wantH := agentapi.GPUHealth{Index: i, UUID: lib.gpus[i].uuid, Healthy: true, UtilizationPct: 37, MemoryUsedMiB: 1024}
 		if h != wantH {
 			t.Errorf("health %d = %+v, want %+v", i, h, wantH)
 		}

@@ -74,7 +74,7 @@ func (d *Driver) SetMIGMode(ctx context.Context, i int, on bool) error {
 
 // CreateMIG creates a GPU instance of profile profileID at slot start on GPU
 // i, with one compute instance spanning it, and returns its MIG device UUID.
-// The request is checked against the catalog's table (gpu.CheckMIG) before
+// The request is checked against the catalog's table (fleet.CheckMIG) before
 // any MIG call reaches NVML, first alone (profile and start) and then against
 // the instances on the GPU. An identical existing instance is returned as it
 // is; one that lacks its compute instance gets it. When the compute instance
@@ -94,7 +94,7 @@ func (d *Driver) CreateMIG(ctx context.Context, i, profileID, start int) (gpu.MI
 	if err != nil {
 		return out, err
 	}
-	profile, err := gpu.CheckMIG(model, nil, profileID, start)
+	profile, err := fleet.CheckMIG(model, nil, profileID, start)
 	if err != nil {
 		return out, fmt.Errorf("gpu %d: %w", i, err)
 	}
@@ -104,7 +104,7 @@ func (d *Driver) CreateMIG(ctx context.Context, i, profileID, start int) (gpu.MI
 	}
 	if !on {
 		return out, fmt.Errorf("gpu %d: not in MIG mode, so it cannot hold MIG profile %s: %w",
-			i, gpu.ProfileLabel(model, profileID), gpu.ErrInvalid)
+			i, fleet.MIGProfileLabel(model, profileID), gpu.ErrInvalid)
 	}
 	list, err := listInstances(i, dev)
 	if err != nil {
@@ -119,7 +119,7 @@ func (d *Driver) CreateMIG(ctx context.Context, i, profileID, start int) (gpu.MI
 		}
 		existing = append(existing, in)
 	}
-	if _, err := gpu.CheckMIG(model, existing, profileID, start); err != nil {
+	if _, err := fleet.CheckMIG(model, existing, profileID, start); err != nil {
 		return out, fmt.Errorf("gpu %d: %w", i, err)
 	}
 	info, err := findProfile(i, dev, profileID)
@@ -132,7 +132,7 @@ func (d *Driver) CreateMIG(ctx context.Context, i, profileID, start int) (gpu.MI
 
 	// From here on the call completes or undoes what it did, whatever ctx
 	// says, so that it never leaves a half-made instance.
-	what := fmt.Sprintf("gpu %d: create MIG instance %s at slot %d", i, gpu.ProfileLabel(model, profileID), start)
+	what := fmt.Sprintf("gpu %d: create MIG instance %s at slot %d", i, fleet.MIGProfileLabel(model, profileID), start)
 	placement := nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(profile.MemorySlots)}
 	gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &placement)
 	if ret != nvml.SUCCESS {
@@ -434,10 +434,10 @@ func (d *Driver) modelOrNil(i int, dev nvml.Device) *catalog.Model {
 	return id.model
 }
 
-// profileLabel is gpu.ProfileLabel for a model that may be unknown.
+// profileLabel is fleet.MIGProfileLabel for a model that may be unknown.
 func profileLabel(m *catalog.Model, id int) string {
 	if m == nil {
 		return fmt.Sprintf("id %d", id)
 	}
-	return gpu.ProfileLabel(m, id)
+	return fleet.MIGProfileLabel(m, id)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -33,7 +34,7 @@ func OpenCatalog(*catalog.Catalog) (*Driver, error) { return nil, errNoCgo }
 // Close does nothing.
 func (d *Driver) Close() error { return nil }
 
-func (d *Driver) Inventory(context.Context) (*gpu.Inventory, error) { return nil, errNoCgo }
+func (d *Driver) Inventory(context.Context) (*agentapi.Inventory, error) { return nil, errNoCgo }
 
 func (d *Driver) SetMIGMode(context.Context, int, bool) error { return errNoCgo }
 

@@ -21,6 +21,7 @@ import (
 	"sync"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -45,7 +46,7 @@ type simGPU struct {
 	procs int
 	// instances are kept sorted by start slot.
 	instances []instance
-	health    gpu.GPUHealth
+	health    agentapi.GPUHealth
 }
 
 type instance struct {
@@ -95,7 +96,7 @@ func New(spec Spec, opts ...Option) (*Host, error) {
 	h.gpus = make([]simGPU, s.GPUs.Count)
 	for i := range h.gpus {
 		u := GPUUUID(s.ID, i)
-		h.gpus[i] = simGPU{uuid: u, mig: s.GPUs.MIG, health: gpu.GPUHealth{Index: i, UUID: u, Healthy: true}}
+		h.gpus[i] = simGPU{uuid: u, mig: s.GPUs.MIG, health: agentapi.GPUHealth{Index: i, UUID: u, Healthy: true}}
 	}
 	return h, nil
 }
@@ -135,14 +136,14 @@ func uuidLike(s string) string {
 }
 
 // Inventory implements gpu.Driver.
-func (h *Host) Inventory(ctx context.Context) (*gpu.Inventory, error) {
+func (h *Host) Inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	if err := h.enter(ctx, OpInventory); err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := &h.spec
-	inv := &gpu.Inventory{
+	inv := &agentapi.Inventory{
 		Host: fleet.Host{
 			ID: s.ID, Zone: s.Zone, Rack: s.Rack, Labels: maps.Clone(s.Labels),
 			CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB,
@@ -239,7 +240,7 @@ func (h *Host) CreateMIG(ctx context.Context, index, profileID, start int) (gpu.
 	for i, in := range g.instances {
 		existing[i] = in.MIGInstance
 	}
-	p, err := gpu.CheckMIG(h.model, existing, profileID, start)
+	p, err := fleet.CheckMIG(h.model, existing, profileID, start)
 	if err != nil {
 		return gpu.MIGInstance{}, fmt.Errorf("sim host %s gpu %d: %w", h.spec.ID, index, err)
 	}
@@ -269,7 +270,7 @@ func (h *Host) DestroyMIG(ctx context.Context, index, start int) error {
 		}
 		if in.procs > 0 {
 			return fmt.Errorf("sim host %s gpu %d: MIG instance %s at slot %d runs %d process(es): %w",
-				h.spec.ID, index, gpu.ProfileLabel(h.model, in.ProfileID), start, in.procs, gpu.ErrBusy)
+				h.spec.ID, index, fleet.MIGProfileLabel(h.model, in.ProfileID), start, in.procs, gpu.ErrBusy)
 		}
 		g.instances = slices.Delete(g.instances, i, i+1)
 		return nil
@@ -316,7 +317,7 @@ func (h *Host) Devices(ctx context.Context, p *fleet.Placement) ([]string, error
 			}
 			if u == "" {
 				return nil, fmt.Errorf("sim host %s gpu %d has no MIG instance of %s at slot %d: %w",
-					h.spec.ID, d.GPU, gpu.ProfileLabel(h.model, d.MIGProfileID), d.MIGStart, gpu.ErrNotFound)
+					h.spec.ID, d.GPU, fleet.MIGProfileLabel(h.model, d.MIGProfileID), d.MIGStart, gpu.ErrNotFound)
 			}
 			out = append(out, u)
 		default:

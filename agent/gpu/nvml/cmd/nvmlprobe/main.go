@@ -24,11 +24,12 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+	"github.com/gpucloud/gpucloud/agentapi"
 )
 
 // report is the probe's output.
 type report struct {
-	Inventory *gpu.Inventory `json:"inventory"`
+	Inventory *agentapi.Inventory `json:"inventory"`
 	// Profiles maps a GPU index to the check of its MIG profiles.
 	Profiles map[string][]nvml.ProfileCheck `json:"mig_profiles,omitempty"`
 	// Notes say why a GPU's profiles were not checked.

@@ -1,17 +1,16 @@
-package httpapi
+package agentapi
 
 import (
-	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
-// The agent protocol's wire types (docs/CONTROL_PLANE.md, "Agent protocol").
+// The agent protocol's request and response bodies.
 
 // JoinRequest is what a new agent sends with its join token.
 type JoinRequest struct {
-	JoinToken string         `json:"join_token"`
-	Inventory *gpu.Inventory `json:"inventory"`
+	JoinToken string     `json:"join_token"`
+	Inventory *Inventory `json:"inventory"`
 }
 
 // JoinResponse gives the agent its host ID and its own credential (an API
@@ -24,7 +23,7 @@ type JoinResponse struct {
 // HeartbeatRequest keeps a host healthy; the inventory is sent when it
 // changed (GPUs, MIG layout, versions) and may be omitted otherwise.
 type HeartbeatRequest struct {
-	Inventory *gpu.Inventory `json:"inventory,omitempty"`
+	Inventory *Inventory `json:"inventory,omitempty"`
 }
 
 // Desired states of an assignment.

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/rest"
 )
 
 // PricesOptions filters GET /v1/prices; zero fields match all.
@@ -29,8 +31,8 @@ func (c *Client) Prices(ctx context.Context, o PricesOptions) ([]*cloud.Price, e
 	if !o.At.IsZero() {
 		at = o.At.UTC().Format(time.RFC3339)
 	}
-	var out PriceList
-	_, _, err := c.do(ctx, call{method: "GET", out: &out, path: "/v1/prices" + query(
+	var out api.PriceList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Out: &out, Path: "/v1/prices" + rest.Query(
 		"kind", string(o.Kind), "offering", o.Offering, "zone", o.Zone, "at", at)})
 	return out.Prices, err
 }
@@ -38,10 +40,10 @@ func (c *Client) Prices(ctx context.Context, o PricesOptions) ([]*cloud.Price, e
 // SetPrice adds a price version (admin). A non-empty idemKey makes retries
 // safe: the same key returns the version the first call added (keys are
 // one space for every price).
-func (c *Client) SetPrice(ctx context.Context, req SetPriceRequest, idemKey string) (*cloud.Price, error) {
+func (c *Client) SetPrice(ctx context.Context, req api.SetPriceRequest, idemKey string) (*cloud.Price, error) {
 	var out cloud.Price
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/prices", body: req, header: idemHeader(idemKey), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/prices", Body: req, Header: idemHeader(idemKey), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // idemHeader is the Idempotency-Key header of a create; none for "".
@@ -54,25 +56,25 @@ func idemHeader(key string) http.Header {
 
 // CreateCommitment buys a commitment. A non-empty idemKey makes retries
 // safe: the same key returns the commitment the first call made.
-func (c *Client) CreateCommitment(ctx context.Context, req CreateCommitmentRequest, idemKey string) (*cloud.Commitment, error) {
+func (c *Client) CreateCommitment(ctx context.Context, req api.CreateCommitmentRequest, idemKey string) (*cloud.Commitment, error) {
 	var out cloud.Commitment
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/commitments", body: req, header: idemHeader(idemKey), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/commitments", Body: req, Header: idemHeader(idemKey), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // Commitments lists commitments: the caller's tenant's, or for an admin
 // one tenant's (tenant not empty) or every tenant's.
 func (c *Client) Commitments(ctx context.Context, tenant string) ([]*cloud.Commitment, error) {
-	var out CommitmentList
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/commitments" + query("tenant", tenant), out: &out})
+	var out api.CommitmentList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/commitments" + rest.Query("tenant", tenant), Out: &out})
 	return out.Commitments, err
 }
 
 // GetCommitment reads a commitment.
 func (c *Client) GetCommitment(ctx context.Context, id string) (*cloud.Commitment, error) {
 	var out cloud.Commitment
-	_, _, err := c.do(ctx, call{method: "GET", path: pathOf("commitments", id), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("commitments", id), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // SpotPricesOptions selects spot price history; zero fields take the
@@ -102,35 +104,35 @@ func (c *Client) SpotPrices(ctx context.Context, o SpotPricesOptions) ([]cloud.S
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var out SpotPriceList
-	_, _, err := c.do(ctx, call{method: "GET", path: path, out: &out})
+	var out api.SpotPriceList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: path, Out: &out})
 	return out.Prices, err
 }
 
 // SpotPools lists every pool's newest spot price with its on-demand price
 // and its reclaims over the server's default window (a week).
-func (c *Client) SpotPools(ctx context.Context) ([]SpotPool, error) {
+func (c *Client) SpotPools(ctx context.Context) ([]api.SpotPool, error) {
 	return c.SpotPoolsOver(ctx, 0)
 }
 
 // SpotPoolsOver is SpotPools with the reclaims counted over window before
 // now (whole seconds, up to 720h); 0 is the server's default.
-func (c *Client) SpotPoolsOver(ctx context.Context, window time.Duration) ([]SpotPool, error) {
+func (c *Client) SpotPoolsOver(ctx context.Context, window time.Duration) ([]api.SpotPool, error) {
 	w := ""
 	if window != 0 {
 		w = window.String()
 	}
-	var out SpotPoolList
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/spot/pools" + query("window", w), out: &out})
+	var out api.SpotPoolList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/spot/pools" + rest.Query("window", w), Out: &out})
 	return out.Pools, err
 }
 
 // CreateSpotRequest creates a spot request and launches its first
 // instance. A non-empty idemKey makes retries safe.
-func (c *Client) CreateSpotRequest(ctx context.Context, req CreateSpotRequestRequest, idemKey string) (*cloud.SpotRequest, error) {
+func (c *Client) CreateSpotRequest(ctx context.Context, req api.CreateSpotRequestRequest, idemKey string) (*cloud.SpotRequest, error) {
 	var out cloud.SpotRequest
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/spot/requests", body: req, header: idemHeader(idemKey), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/spot/requests", Body: req, Header: idemHeader(idemKey), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // SpotRequests lists spot requests: the caller's tenant's, or for an admin
@@ -141,17 +143,17 @@ func (c *Client) SpotRequests(ctx context.Context, tenant string, states ...clou
 	for i, s := range states {
 		names[i] = string(s)
 	}
-	var out SpotRequestList
-	_, _, err := c.do(ctx, call{method: "GET", out: &out,
-		path: "/v1/spot/requests" + query("tenant", tenant, "state", strings.Join(names, ","))})
+	var out api.SpotRequestList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Out: &out,
+		Path: "/v1/spot/requests" + rest.Query("tenant", tenant, "state", strings.Join(names, ","))})
 	return out.Requests, err
 }
 
 // GetSpotRequest reads a spot request; its Version is what If-Match takes.
 func (c *Client) GetSpotRequest(ctx context.Context, id string) (*cloud.SpotRequest, error) {
 	var out cloud.SpotRequest
-	_, _, err := c.do(ctx, call{method: "GET", path: pathOf("spot", "requests", id), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("spot", "requests", id), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // CancelSpotRequest cancels a spot request, and with terminateInstance
@@ -160,12 +162,12 @@ func (c *Client) GetSpotRequest(ctx context.Context, id string) (*cloud.SpotRequ
 func (c *Client) CancelSpotRequest(ctx context.Context, id string, terminateInstance bool, ifMatch int64) (*cloud.SpotRequest, error) {
 	q := ""
 	if terminateInstance {
-		q = query("terminate_instance", "true")
+		q = rest.Query("terminate_instance", "true")
 	}
 	var out cloud.SpotRequest
-	_, _, err := c.do(ctx, call{method: "POST", path: pathOf("spot", "requests", id, "cancel") + q,
-		header: ifMatchHeader(ifMatch), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("spot", "requests", id, "cancel") + q,
+		Header: ifMatchHeader(ifMatch), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // InvoicesOptions selects invoices: Month "2026-12" (default the current
@@ -177,8 +179,8 @@ type InvoicesOptions struct {
 
 // Invoices rates a month live and returns its invoices.
 func (c *Client) Invoices(ctx context.Context, o InvoicesOptions) ([]*billing.Invoice, error) {
-	var out InvoiceList
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/invoices" + query("month", o.Month, "tenant", o.Tenant), out: &out})
+	var out api.InvoiceList[*billing.Invoice]
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/invoices" + rest.Query("month", o.Month, "tenant", o.Tenant), Out: &out})
 	return out.Invoices, err
 }
 
@@ -187,23 +189,17 @@ const maxCSVBody = 64 << 20
 
 // InvoicesCSV is Invoices as CSV (billing.WriteCSV's format).
 func (c *Client) InvoicesCSV(ctx context.Context, o InvoicesOptions) ([]byte, error) {
-	path := "/v1/invoices" + query("month", o.Month, "tenant", o.Tenant, "format", "csv")
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	path := "/v1/invoices" + rest.Query("month", o.Month, "tenant", o.Tenant, "format", "csv")
+	req, err := c.r.NewRequest(ctx, "GET", path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/csv")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.r.Send(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, decodeError(resp)
-	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCSVBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("read answer of GET %s: %w", path, err)
@@ -216,26 +212,26 @@ func (c *Client) InvoicesCSV(ctx context.Context, o InvoicesOptions) ([]byte, er
 
 // SetBudget sets the monthly budget of the caller's tenant, or for an
 // admin of tenant (not empty).
-func (c *Client) SetBudget(ctx context.Context, tenant string, spec BudgetSpec) (*BudgetStatus, error) {
-	var out BudgetStatus
-	_, _, err := c.do(ctx, call{method: "PUT", path: "/v1/budget" + query("tenant", tenant), body: spec, out: &out})
-	return nilOnErr(&out, err)
+func (c *Client) SetBudget(ctx context.Context, tenant string, spec api.BudgetSpec) (*api.BudgetStatus, error) {
+	var out api.BudgetStatus
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "PUT", Path: "/v1/budget" + rest.Query("tenant", tenant), Body: spec, Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // Budget reads the budget of the caller's tenant (or for an admin of
 // tenant), with this month's spending and alerts.
-func (c *Client) Budget(ctx context.Context, tenant string) (*BudgetStatus, error) {
-	var out BudgetStatus
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/budget" + query("tenant", tenant), out: &out})
-	return nilOnErr(&out, err)
+func (c *Client) Budget(ctx context.Context, tenant string) (*api.BudgetStatus, error) {
+	var out api.BudgetStatus
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/budget" + rest.Query("tenant", tenant), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // AllocateAddress allocates a public address. A non-empty idemKey makes
 // retries safe: the same key returns the address the first call allocated.
-func (c *Client) AllocateAddress(ctx context.Context, req AllocateAddressRequest, idemKey string) (*cloud.Address, error) {
+func (c *Client) AllocateAddress(ctx context.Context, req api.AllocateAddressRequest, idemKey string) (*cloud.Address, error) {
 	var out cloud.Address
-	_, _, err := c.do(ctx, call{method: "POST", path: "/v1/addresses", body: req, header: idemHeader(idemKey), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/addresses", Body: req, Header: idemHeader(idemKey), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // Addresses lists addresses: the caller's tenant's, or for an admin one
@@ -246,29 +242,29 @@ func (c *Client) Addresses(ctx context.Context, tenant string, withReleased bool
 	if withReleased {
 		rel = "true"
 	}
-	var out AddressList
-	_, _, err := c.do(ctx, call{method: "GET", path: "/v1/addresses" + query("tenant", tenant, "released", rel), out: &out})
+	var out api.AddressList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/addresses" + rest.Query("tenant", tenant, "released", rel), Out: &out})
 	return out.Addresses, err
 }
 
 // AssociateAddress associates an address with an instance of its tenant.
 func (c *Client) AssociateAddress(ctx context.Context, id, instanceID string) (*cloud.Address, error) {
 	var out cloud.Address
-	_, _, err := c.do(ctx, call{method: "POST", path: pathOf("addresses", id, "associate"),
-		body: AssociateAddressRequest{InstanceID: instanceID}, out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("addresses", id, "associate"),
+		Body: api.AssociateAddressRequest{InstanceID: instanceID}, Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // DisassociateAddress disassociates an address; a free one is unchanged.
 func (c *Client) DisassociateAddress(ctx context.Context, id string) (*cloud.Address, error) {
 	var out cloud.Address
-	_, _, err := c.do(ctx, call{method: "POST", path: pathOf("addresses", id, "disassociate"), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("addresses", id, "disassociate"), Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // ReleaseAddress releases an address; releasing it again succeeds.
 func (c *Client) ReleaseAddress(ctx context.Context, id string) (*cloud.Address, error) {
 	var out cloud.Address
-	_, _, err := c.do(ctx, call{method: "DELETE", path: pathOf("addresses", id), out: &out})
-	return nilOnErr(&out, err)
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "DELETE", Path: rest.PathOf("addresses", id), Out: &out})
+	return rest.NilOnErr(&out, err)
 }

@@ -1,13 +1,27 @@
-package gpu
+package fleet
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/catalog"
-	"github.com/gpucloud/gpucloud/fleet"
+)
+
+// Errors of the MIG geometry check. The agent's drivers (agent/gpu) use
+// the same values, so errors.Is works across both.
+var (
+	// ErrBusy means the GPU or instance is in use: processes run on it, or
+	// other MIG instances hold what the request needs.
+	ErrBusy = errors.New("busy")
+	// ErrNotSupported means the GPU model or driver cannot do what was
+	// asked, such as MIG on an L40S; retrying does not help.
+	ErrNotSupported = errors.New("not supported")
+	// ErrInvalid means the request is malformed or does not fit the GPU's
+	// state or geometry, such as a 3g profile at slot 2.
+	ErrInvalid = errors.New("invalid request")
 )
 
 // CheckMIG reports whether a GPU instance of profile profileID can be created
@@ -23,7 +37,7 @@ import (
 // the operator reading it has to see why without a profile table at hand.
 // CheckMIG does not look for an identical existing instance: callers that
 // are idempotent look for one first.
-func CheckMIG(m *catalog.Model, existing []fleet.MIGInstance, profileID, start int) (*catalog.MIGProfile, error) {
+func CheckMIG(m *catalog.Model, existing []MIGInstance, profileID, start int) (*catalog.MIGProfile, error) {
 	if !m.SupportsMIG() {
 		return nil, fmt.Errorf("gpu model %s has no MIG: %w", m.Name, ErrNotSupported)
 	}
@@ -34,19 +48,19 @@ func CheckMIG(m *catalog.Model, existing []fleet.MIGInstance, profileID, start i
 	}
 	if !slices.Contains(p.Starts, start) {
 		return nil, fmt.Errorf("MIG profile %s can start at slot %s, not %d: %w",
-			ProfileLabel(m, p.ID), joinInts(p.Starts), start, ErrInvalid)
+			MIGProfileLabel(m, p.ID), joinInts(p.Starts), start, ErrInvalid)
 	}
 	want := slotMask(start, p.MemorySlots)
 	slicesUsed, count := 0, 0
 	for _, in := range existing {
 		if slotMask(in.Start, in.Slots)&want != 0 {
 			return nil, fmt.Errorf("MIG profile %s at slot %d needs slots %s, but %s holds slots %s: %w",
-				ProfileLabel(m, p.ID), start, slotRange(start, p.MemorySlots),
-				ProfileLabel(m, in.ProfileID), slotRange(in.Start, in.Slots), ErrBusy)
+				MIGProfileLabel(m, p.ID), start, slotRange(start, p.MemorySlots),
+				MIGProfileLabel(m, in.ProfileID), slotRange(in.Start, in.Slots), ErrBusy)
 		}
 		if p.MediaExtensions && in.Media {
 			return nil, fmt.Errorf("MIG profile %s needs the media engines, but %s at slot %d has them (one +me instance per GPU): %w",
-				ProfileLabel(m, p.ID), ProfileLabel(m, in.ProfileID), in.Start, ErrBusy)
+				MIGProfileLabel(m, p.ID), MIGProfileLabel(m, in.ProfileID), in.Start, ErrBusy)
 		}
 		slicesUsed += in.Slices
 		if in.ProfileID == p.ID {
@@ -55,18 +69,18 @@ func CheckMIG(m *catalog.Model, existing []fleet.MIGInstance, profileID, start i
 	}
 	if count >= p.MaxPerGPU {
 		return nil, fmt.Errorf("a GPU holds at most %d instance(s) of MIG profile %s, and has %d: %w",
-			p.MaxPerGPU, ProfileLabel(m, p.ID), count, ErrBusy)
+			p.MaxPerGPU, MIGProfileLabel(m, p.ID), count, ErrBusy)
 	}
 	if slicesUsed+p.ComputeSlices > catalog.MIGComputeSlices {
 		return nil, fmt.Errorf("MIG profile %s needs %d compute slices, but only %d of %d are free: %w",
-			ProfileLabel(m, p.ID), p.ComputeSlices, catalog.MIGComputeSlices-slicesUsed, catalog.MIGComputeSlices, ErrBusy)
+			MIGProfileLabel(m, p.ID), p.ComputeSlices, catalog.MIGComputeSlices-slicesUsed, catalog.MIGComputeSlices, ErrBusy)
 	}
 	return p, nil
 }
 
-// ProfileLabel names a profile the way error messages and logs show it:
+// MIGProfileLabel names a profile the way error messages and logs show it:
 // "3g.40gb (id 9)", or "id 9" when the model does not know the ID.
-func ProfileLabel(m *catalog.Model, id int) string {
+func MIGProfileLabel(m *catalog.Model, id int) string {
 	if p := m.ProfileByID(id); p != nil {
 		return fmt.Sprintf("%s (id %d)", p.Name, id)
 	}

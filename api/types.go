@@ -1,4 +1,4 @@
-package httpapi
+package api
 
 import (
 	"encoding/json"
@@ -142,6 +142,12 @@ type (
 	}
 )
 
+// DrainResult is the answer to POST /v1/hosts/{id}/drain.
+type DrainResult struct {
+	Host     string            `json:"host"`
+	Stopping []*cloud.Instance `json:"stopping"`
+}
+
 // CreateJoinTokenRequest is the body of POST /v1/join-tokens (admin).
 type CreateJoinTokenRequest struct {
 	// Name says what the token is for ("rack-12", "ci"); it is required,
@@ -186,6 +192,13 @@ type SetPriceRequest struct {
 // PriceList answers GET /v1/prices.
 type PriceList struct {
 	Prices []*cloud.Price `json:"prices"`
+}
+
+// InvoiceList answers GET /v1/invoices; T is *billing.Invoice. It is
+// generic because billing is a server-side package that api does not
+// import: the handler and the client both use InvoiceList[*billing.Invoice].
+type InvoiceList[T any] struct {
+	Invoices []T `json:"invoices"`
 }
 
 // CreateCommitmentRequest is the body of POST /v1/commitments.

@@ -1,4 +1,4 @@
-package gpu
+package fleet
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/catalog"
-	"github.com/gpucloud/gpucloud/fleet"
 )
 
 func model(t *testing.T, name string) *catalog.Model {
@@ -21,15 +20,15 @@ func model(t *testing.T, name string) *catalog.Model {
 
 // layout builds existing instances from "id@start" pairs using the model's
 // profile table, so that test cases read like nvidia-smi output.
-func layout(t *testing.T, m *catalog.Model, specs ...[2]int) []fleet.MIGInstance {
+func layout(t *testing.T, m *catalog.Model, specs ...[2]int) []MIGInstance {
 	t.Helper()
-	var out []fleet.MIGInstance
+	var out []MIGInstance
 	for _, s := range specs {
 		p := m.ProfileByID(s[0])
 		if p == nil {
 			t.Fatalf("no profile %d", s[0])
 		}
-		out = append(out, fleet.MIGInstance{ProfileID: p.ID, Start: s[1], Slots: p.MemorySlots, Slices: p.ComputeSlices, Media: p.MediaExtensions})
+		out = append(out, MIGInstance{ProfileID: p.ID, Start: s[1], Slots: p.MemorySlots, Slices: p.ComputeSlices, Media: p.MediaExtensions})
 	}
 	return out
 }
@@ -69,7 +68,7 @@ func TestCheckMIG(t *testing.T) {
 			if tt.model != "" {
 				m = model(t, tt.model)
 			}
-			var existing []fleet.MIGInstance
+			var existing []MIGInstance
 			if m.SupportsMIG() {
 				existing = layout(t, m, tt.existing...)
 			}
@@ -100,7 +99,7 @@ func TestCheckMIGAgreesWithFleet(t *testing.T) {
 	for _, name := range []string{"A100-40GB-SXM", "A100-80GB-SXM", "H100", "H200"} {
 		m := model(t, name)
 		for seed := 0; seed < 200; seed++ {
-			var existing []fleet.MIGInstance
+			var existing []MIGInstance
 			r := uint32(seed*2654435761 + 1)
 			for step := 0; step < 12; step++ {
 				r = r*1664525 + 1013904223
@@ -112,12 +111,12 @@ func TestCheckMIGAgreesWithFleet(t *testing.T) {
 					}
 					continue
 				}
-				existing = append(existing, fleet.MIGInstance{ProfileID: p.ID, Start: start, Slots: p.MemorySlots, Slices: p.ComputeSlices, Media: p.MediaExtensions})
+				existing = append(existing, MIGInstance{ProfileID: p.ID, Start: start, Slots: p.MemorySlots, Slices: p.ComputeSlices, Media: p.MediaExtensions})
 			}
-			h := fleet.MockHost(fmt.Sprintf("h-%d", seed), name, 1)
+			h := MockHost(fmt.Sprintf("h-%d", seed), name, 1)
 			h.GPUs[0].MIG = true
 			h.GPUs[0].Instances = existing
-			f := fleet.MockFleet(h)
+			f := MockFleet(h)
 			if err := f.Check(); err != nil {
 				t.Fatalf("%s seed %d: layout %+v: %v", name, seed, existing, err)
 			}

@@ -1,0 +1,71 @@
+package agentapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gpucloud/gpucloud/internal/rest"
+)
+
+// Client is the agent's side of the protocol. An agent joins with a client
+// made without a token (NewClient(url, "", nil)), then makes a new client
+// with the credential the join answered and uses it for everything else.
+// The methods' signatures are those of the agent's Server interface
+// (agent/agent.go), which *Client implements. Every method returns the
+// API's error as a *cloud.Error, so callers branch with cloud.ErrorCode;
+// transport failures are returned as they are. A Client is safe for
+// concurrent use.
+type Client struct {
+	r *rest.Client
+}
+
+// NewClient returns a client of the server at baseURL (e.g.
+// "http://127.0.0.1:8080") that authenticates with token, the agent's
+// credential (empty to join). A nil hc uses http.DefaultClient.
+func NewClient(baseURL, token string, hc *http.Client) *Client {
+	return &Client{r: rest.New(baseURL, token, hc)}
+}
+
+// Join joins the host that req.Inventory describes with req.JoinToken,
+// and returns the host's ID and the agent's credential (shown only once).
+// Joining again with the ID of an existing host (Inventory.Host.ID)
+// re-issues the credential and revokes the earlier ones. The client needs
+// no token for it.
+func (c *Client) Join(ctx context.Context, req JoinRequest) (*JoinResponse, error) {
+	var out JoinResponse
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/agent/join", Body: req, Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// Heartbeat tells the server that the agent's host is alive;
+// req.Inventory, when not nil, is its current inventory (send it when it
+// changed).
+func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) error {
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/agent/heartbeat", Body: req})
+	return err
+}
+
+// Assignments lists what the agent's host must run or stop.
+func (c *Client) Assignments(ctx context.Context) (*AssignmentList, error) {
+	var out AssignmentList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/agent/assignments", Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// ReportStatus reports what became of an instance's workload. A report
+// that no longer applies succeeds without a change; a not_found error
+// means the instance is no longer the host's: stop it and forget it.
+func (c *Client) ReportStatus(ctx context.Context, instanceID string, rep StatusReport) error {
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("agent", "instances", instanceID, "status"), Body: rep})
+	return err
+}
+
+// AppendLogs sends a chunk of an instance's output, at most 1 MiB.
+func (c *Client) AppendLogs(ctx context.Context, instanceID string, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("agent", "instances", instanceID, "logs"),
+		Raw: data, RawType: "text/plain; charset=utf-8"})
+	return err
+}

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+// Controller is one control loop of the leader: a name for its logs, how
+// often it runs, and one round of work. The leader runs a list of them
+// (Loop); adding a controller is adding it to that list.
+type Controller interface {
+	Name() string
+	// Interval is how long the loop waits between two rounds, on the
+	// loop's clock; zero or less runs it on every tick.
+	Interval() time.Duration
+	// Reconcile runs one round. An error is logged; the controller runs
+	// again at its next interval.
+	Reconcile(ctx context.Context) error
+}
+
+// The actors the controllers name in the events they write.
+var (
+	schedulerActor = service.Controller("scheduler").ID
+	marketActor    = service.Controller("market").ID
+	healthActor    = service.Controller("health").ID
+)
+
+// minTick is the loop's tick when no controller has an interval.
+const minTick = DefaultScheduleInterval
+
+// Loop runs a list of controllers in one goroutine. It ticks at the
+// smallest of their intervals and, on every tick, runs each controller
+// whose interval has passed since its last round, in list order: the
+// order is the contract between controllers (the market before the
+// scheduler: the scheduler places the relaunches and the gates the market
+// decided in the same tick). The first tick runs every controller.
+type Loop struct {
+	Controllers []Controller
+	// Now is the clock the intervals are measured on (time.Now when nil);
+	// a test's scaled clock speeds every controller up alike.
+	Now func() time.Time
+	Log *slog.Logger
+
+	last []time.Time
+}
+
+// Tick returns the loop's tick: the smallest positive interval of its
+// controllers.
+func (l *Loop) Tick() time.Duration {
+	tick := time.Duration(0)
+	for _, c := range l.Controllers {
+		if d := c.Interval(); d > 0 && (tick == 0 || d < tick) {
+			tick = d
+		}
+	}
+	if tick == 0 {
+		tick = minTick
+	}
+	return tick
+}
+
+// Step runs, in list order, every controller that is due, and returns the
+// names of those it ran. A controller is due when its interval has passed
+// since its last round, less half a tick: a ticker's jitter must not make
+// a controller skip the tick it is due at.
+func (l *Loop) Step(ctx context.Context) []string {
+	now := orNow(l.Now)
+	log := l.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(l.last) != len(l.Controllers) {
+		l.last = make([]time.Time, len(l.Controllers))
+	}
+	slack := l.Tick() / 2
+	var ran []string
+	for i, c := range l.Controllers {
+		if ctx.Err() != nil {
+			break
+		}
+		t := now()
+		if !l.last[i].IsZero() && t.Sub(l.last[i]) < c.Interval()-slack {
+			continue
+		}
+		l.last[i] = t
+		ran = append(ran, c.Name())
+		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Error("controller round failed", "controller", c.Name(), "err", err)
+		}
+	}
+	return ran
+}
+
+// Run steps the loop on every tick until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	tick := time.NewTicker(l.Tick())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		l.Step(ctx)
+	}
+}
+
+// BudgetChecker runs CheckBudgets as a Controller.
+type BudgetChecker struct {
+	Store cloud.Store
+	Now   func() time.Time
+	// Every is how often budgets are checked; 0 is DefaultBudgetInterval.
+	Every time.Duration
+	Log   *slog.Logger
+}
+
+// DefaultBudgetInterval is how often the leader checks budgets.
+const DefaultBudgetInterval = time.Minute
+
+func (b *BudgetChecker) Name() string { return "budgets" }
+
+func (b *BudgetChecker) Interval() time.Duration {
+	if b.Every > 0 {
+		return b.Every
+	}
+	return DefaultBudgetInterval
+}
+
+func (b *BudgetChecker) Reconcile(ctx context.Context) error {
+	_, err := CheckBudgets(ctx, b.Store, orNow(b.Now)())
+	return err
+}
+
+// HeartbeatWatcher runs MarkSilentHosts as a Controller, four times per
+// timeout.
+type HeartbeatWatcher struct {
+	Store cloud.Store
+	Now   func() time.Time
+	// Timeout is how long a host may stay silent; 0 is
+	// DefaultHeartbeatTimeout.
+	Timeout time.Duration
+	Log     *slog.Logger
+}
+
+func (h *HeartbeatWatcher) Name() string { return "health" }
+
+func (h *HeartbeatWatcher) timeout() time.Duration {
+	if h.Timeout > 0 {
+		return h.Timeout
+	}
+	return DefaultHeartbeatTimeout
+}
+
+func (h *HeartbeatWatcher) Interval() time.Duration { return h.timeout() / 4 }
+
+func (h *HeartbeatWatcher) Reconcile(ctx context.Context) error {
+	marked, err := MarkSilentHosts(ctx, h.Store, orNow(h.Now)(), h.timeout())
+	if err == nil && len(marked) > 0 {
+		log := h.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("hosts missed heartbeats", "hosts", marked)
+	}
+	return err
+}
+
+func orNow(now func() time.Time) func() time.Time {
+	if now == nil {
+		return time.Now
+	}
+	return now
+}

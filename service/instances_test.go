@@ -1,0 +1,256 @@
+package service_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+// world is a store with two tenants (a member each) and an admin, and the
+// services over it on a test clock.
+type world struct {
+	st         cloud.Store
+	svc        *service.Services
+	clock      *testkit.Clock
+	admin      service.Actor
+	acme, glob service.Actor
+}
+
+func newWorld(t *testing.T, st cloud.Store) *world {
+	t.Helper()
+	w := &world{st: st, clock: testkit.NewClock(testkit.Epoch),
+		admin: service.Actor{ID: "u-admin", TenantID: "tn-op", Role: cloud.RoleAdmin},
+		acme:  service.Actor{ID: "u-acme", TenantID: "tn-acme", Role: cloud.RoleMember},
+		glob:  service.Actor{ID: "u-glob", TenantID: "tn-glob", Role: cloud.RoleMember}}
+	w.svc = service.New(st, catalog.Default(), service.Options{Now: w.clock.Now})
+	ctx := context.Background()
+	err := st.Tx(ctx, func(tx cloud.Tx) error {
+		for _, tn := range []string{"tn-op", "tn-acme", "tn-glob"} {
+			if err := tx.CreateTenant(ctx, &cloud.Tenant{ID: tn, Name: tn, CreatedAt: testkit.Epoch}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// rows counts what a failed call must not have written.
+func (w *world) rows(t *testing.T) (instances, events, attached int) {
+	t.Helper()
+	ctx := context.Background()
+	err := w.st.Tx(ctx, func(tx cloud.Tx) error {
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
+		if err != nil {
+			return err
+		}
+		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
+		if err != nil {
+			return err
+		}
+		vols, err := tx.ListVolumes(ctx, "")
+		for _, v := range vols {
+			if v.InstanceID != "" {
+				attached++
+			}
+		}
+		instances, events = len(ins), len(evs)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func (w *world) volume(t *testing.T, tenant, id, zone string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.st.Tx(ctx, func(tx cloud.Tx) error {
+		return tx.CreateVolume(ctx, &cloud.Volume{ID: id, TenantID: tenant, Name: id, SizeGiB: 10, Zone: zone, CreatedAt: testkit.Epoch})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCreateInstanceKeyConflicts: the same idempotency key with a request
+// that differs in any one field is a conflict naming that field, and
+// writes nothing; the identical request answers the first instance.
+func TestCreateInstanceKeyConflicts(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		ctx := context.Background()
+		w.volume(t, "tn-acme", "v-1", "zone-a")
+		w.volume(t, "tn-acme", "v-2", "zone-a")
+		base := service.InstanceSpec{Name: "train", Offering: "h100.1x", Zones: []string{"zone-a"},
+			Labels: []string{"driver>=550"}, Command: []string{"python", "train.py"}, Env: map[string]string{"EPOCHS": "3"},
+			Volumes: []string{"v-1"}, Tags: map[string]string{"team": "nlp"}}
+		cases := []struct {
+			field  string
+			change func(*service.InstanceSpec)
+		}{
+			{"name", func(s *service.InstanceSpec) { s.Name = "train2" }},
+			{"offering", func(s *service.InstanceSpec) { s.Offering = "h100.2x" }},
+			{"zones", func(s *service.InstanceSpec) { s.Zones = []string{"zone-a", "zone-b"} }},
+			{"labels", func(s *service.InstanceSpec) { s.Labels = []string{"driver>=560"} }},
+			{"command", func(s *service.InstanceSpec) { s.Command = []string{"python", "eval.py"} }},
+			{"env", func(s *service.InstanceSpec) { s.Env = map[string]string{"EPOCHS": "4"} }},
+			{"volumes", func(s *service.InstanceSpec) { s.Volumes = []string{"v-2"} }},
+			{"tags", func(s *service.InstanceSpec) { s.Tags = nil }},
+		}
+		first, created, err := w.svc.Instances.Create(ctx, w.acme, clone(base), "key-1")
+		if err != nil || !created {
+			t.Fatalf("first create: %v, created %v", err, created)
+		}
+		for _, c := range cases {
+			spec := clone(base)
+			c.change(&spec)
+			i0, e0, a0 := w.rows(t)
+			_, _, err := w.svc.Instances.Create(ctx, w.acme, spec, "key-1")
+			ce, ok := err.(*cloud.Error)
+			if !ok || ce.Code != cloud.Conflict {
+				t.Errorf("%s differs: %v, want a conflict", c.field, err)
+				continue
+			}
+			if fields, _ := ce.Details["fields"].([]string); !slices.Equal(fields, []string{c.field}) || ce.Details["existing_id"] != first.ID {
+				t.Errorf("%s differs: details %v", c.field, ce.Details)
+			}
+			if i1, e1, a1 := w.rows(t); i1 != i0 || e1 != e0 || a1 != a0 {
+				t.Errorf("%s differs: the refused create wrote something", c.field)
+			}
+		}
+		again, created, err := w.svc.Instances.Create(ctx, w.acme, clone(base), "key-1")
+		if err != nil || created || again.ID != first.ID {
+			t.Errorf("identical retry: %v, created %v, id %s (first %s)", err, created, again.ID, first.ID)
+		}
+		// The key is the tenant's: another tenant's same key is another instance.
+		spec := clone(base)
+		spec.Volumes = nil
+		other, created, err := w.svc.Instances.Create(ctx, w.glob, spec, "key-1")
+		if err != nil || !created || other.ID == first.ID {
+			t.Errorf("another tenant's key: %v, created %v", err, created)
+		}
+	})
+}
+
+func clone(s service.InstanceSpec) service.InstanceSpec {
+	s.Zones, s.Labels, s.Command, s.Volumes = slices.Clone(s.Zones), slices.Clone(s.Labels), slices.Clone(s.Command), slices.Clone(s.Volumes)
+	return s
+}
+
+// TestCreateInstanceRules: the one create path checks quota and the one
+// volume rule, whoever calls it.
+func TestCreateInstanceRules(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		ctx := context.Background()
+		w.volume(t, "tn-acme", "v-a", "zone-a")
+		w.volume(t, "tn-glob", "v-g", "")
+		cases := []struct {
+			name string
+			who  service.Actor
+			spec service.InstanceSpec
+			want cloud.Code
+		}{
+			{"ok", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""},
+			{"volume already attached", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, cloud.Conflict},
+			{"another tenant's volume", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-g"}}, cloud.Invalid},
+			{"missing volume", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-none"}}, cloud.Invalid},
+			{"unknown offering", w.acme, service.InstanceSpec{Offering: "nope"}, cloud.Invalid},
+			{"member names another tenant", w.acme, service.InstanceSpec{Tenant: "tn-glob", Offering: "h100.1x"}, cloud.NotFound},
+			{"admin for a tenant", w.admin, service.InstanceSpec{Tenant: "tn-glob", Offering: "h100.1x"}, ""},
+			{"bad label", w.acme, service.InstanceSpec{Offering: "h100.1x", Labels: []string{"=="}}, cloud.Invalid},
+			{"NUL in command", w.acme, service.InstanceSpec{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
+		}
+		for _, c := range cases {
+			i0, e0, _ := w.rows(t)
+			in, _, err := w.svc.Instances.Create(ctx, c.who, c.spec, "")
+			if got := cloud.ErrorCode(err); got != c.want {
+				t.Errorf("%s: %v, want code %q", c.name, err, c.want)
+				continue
+			}
+			i1, e1, _ := w.rows(t)
+			if c.want != "" && (i1 != i0 || e1 != e0) {
+				t.Errorf("%s: refused create wrote something", c.name)
+			}
+			if c.want == "" && (in.State != cloud.Pending || in.Market != cloud.MarketOnDemand || i1 != i0+1 || e1 != e0+1) {
+				t.Errorf("%s: created %+v with %d rows, %d events", c.name, in, i1-i0, e1-e0)
+			}
+		}
+		// A volume attached to a terminated instance may be attached again
+		// (spot relaunches depend on it).
+		ins, _, _ := w.svc.Instances.List(ctx, w.acme, service.InstanceQuery{Limit: 10})
+		var holder *cloud.Instance
+		for _, in := range ins {
+			if len(in.Volumes) == 1 {
+				holder = in
+			}
+		}
+		testkit.Move(t, st, holder.ID, cloud.Terminated, nil, w.clock.Now())
+		if _, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""); err != nil {
+			t.Errorf("volume of a terminated instance: %v", err)
+		}
+		// Quota: one instance more than the quota is refused.
+		if err := st.Tx(ctx, func(tx cloud.Tx) error {
+			return tx.PutQuota(ctx, &cloud.Quota{TenantID: "tn-glob", Instances: 1})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := w.svc.Instances.Create(ctx, w.glob, service.InstanceSpec{Offering: "h100.1x"}, "")
+		if cloud.ErrorCode(err) != cloud.QuotaExceeded {
+			t.Errorf("over quota: %v", err)
+		}
+	})
+}
+
+// TestInstancesTenancy: another tenant's member can neither read nor
+// change an instance (it answers like a missing one); an admin can.
+func TestInstancesTenancy(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		ctx := context.Background()
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "h100.1x", Env: map[string]string{"HF_TOKEN": "secret"}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.svc.Instances.Get(ctx, w.glob, in.ID); cloud.ErrorCode(err) != cloud.NotFound {
+			t.Errorf("glob reads acme's instance: %v", err)
+		}
+		if _, _, err := w.svc.Instances.Events(ctx, w.glob, in.ID, 0, 10); cloud.ErrorCode(err) != cloud.NotFound {
+			t.Errorf("glob reads acme's events: %v", err)
+		}
+		for _, a := range []service.Action{service.Stop, service.Start, service.Terminate} {
+			if _, err := w.svc.Instances.Act(ctx, w.glob, in.ID, a, 0); cloud.ErrorCode(err) != cloud.NotFound {
+				t.Errorf("glob %ss acme's instance: %v", a.Verb, err)
+			}
+		}
+		if list, _, err := w.svc.Instances.List(ctx, w.glob, service.InstanceQuery{Limit: 10}); err != nil || len(list) != 0 {
+			t.Errorf("glob lists %d instances (%v)", len(list), err)
+		}
+		if _, _, err := w.svc.Instances.List(ctx, w.glob, service.InstanceQuery{Tenant: "tn-acme", Limit: 10}); cloud.ErrorCode(err) != cloud.NotFound {
+			t.Errorf("glob lists acme's: %v", err)
+		}
+		if _, _, err := w.svc.Instances.EventLog(ctx, w.acme, cloud.EventFilter{}); cloud.ErrorCode(err) != cloud.PermissionDenied {
+			t.Errorf("a member reads the event trail: %v", err)
+		}
+		if got, err := w.svc.Instances.Get(ctx, w.admin, in.ID); err != nil || got.ID != in.ID {
+			t.Errorf("admin reads: %v", err)
+		}
+		if got, err := w.svc.Instances.Act(ctx, w.acme, in.ID, service.Stop, 0); err != nil || got.State != cloud.Stopped {
+			t.Errorf("acme stops its own: %v", err)
+		}
+		w.clock.Advance(time.Second)
+		if _, err := w.svc.Instances.Act(ctx, w.acme, in.ID, service.Start, 1); cloud.ErrorCode(err) != cloud.Conflict {
+			t.Errorf("stale If-Match: %v", err)
+		}
+	})
+}
