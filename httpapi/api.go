@@ -61,12 +61,11 @@ const (
 // is in the store.
 type handlers struct {
 	// svc holds the domain services every handler calls.
-	svc   *service.Services
-	store cloud.Store
-	cat   *catalog.Catalog
-	now   func() time.Time
-	log   *slog.Logger
-	mux   *http.ServeMux
+	svc *service.Services
+	cat *catalog.Catalog
+	now func() time.Time
+	log *slog.Logger
+	mux *http.ServeMux
 	// tokens caches token lookups for a short time.
 	tokens *tokenCache
 	// paths holds every route's path without its method, so that a request
@@ -182,7 +181,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	if ttl == 0 {
 		ttl = DefaultTokenCacheTTL
 	}
-	s := &handlers{store: store, cat: cat, now: opts.Now, log: opts.Logger,
+	s := &handlers{cat: cat, now: opts.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl)}
 	if s.now == nil {
 		s.now = time.Now
@@ -279,11 +278,6 @@ func (s *handlers) fallback(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, s.log, &cloud.Error{Code: cloud.NotFound,
 		Message: "no such route: " + r.Method + " " + r.URL.Path + "; GET /v1/openapi.json lists the routes",
 		Details: map[string]any{"path": r.URL.Path}})
-}
-
-// tx runs fn in one store transaction.
-func (s *handlers) tx(ctx context.Context, fn func(cloud.Tx) error) error {
-	return s.store.Tx(ctx, fn)
 }
 
 // visible reports whether p may see a resource of tenant: admins see all.

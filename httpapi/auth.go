@@ -67,12 +67,7 @@ func (s *handlers) lookupToken(ctx context.Context, tok string) (principal, erro
 	if p, ok := s.tokens.get(tok, now); ok {
 		return p, nil
 	}
-	var t *cloud.Token
-	err := s.store.Tx(ctx, func(tx cloud.Tx) error {
-		var err error
-		t, err = tx.TokenByHash(ctx, service.HashToken(tok), now)
-		return err
-	})
+	t, err := s.svc.Accounts.TokenOf(ctx, tok)
 	if cloud.IsNotFound(err) {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
 	}

@@ -477,3 +477,17 @@ func (s *Accounts) RevokeToken(ctx context.Context, a Actor, id string) (*cloud.
 	}
 	return out, nil
 }
+
+// TokenOf finds the live token (not revoked, not expired) whose secret is
+// secret: how every request's bearer token is authenticated. An unknown,
+// revoked or expired token is NotFound; the caller answers all of them
+// alike.
+func (s *Accounts) TokenOf(ctx context.Context, secret string) (*cloud.Token, error) {
+	var t *cloud.Token
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		t, err = tx.TokenByHash(ctx, HashToken(secret), s.now())
+		return err
+	})
+	return t, err
+}
