@@ -121,7 +121,7 @@ func (mk *market) move(id string, to cloud.State) {
 			return err
 		}
 		if to == cloud.Terminated {
-			if err := cloud.DetachVolumes(ctx, tx, in); err != nil {
+			if err := service.DetachVolumes(ctx, tx, in); err != nil {
 				return err
 			}
 		}
