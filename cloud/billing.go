@@ -406,3 +406,12 @@ func (r *SpotRequest) Owner() string { return r.TenantID }
 
 // Owner is the tenant an address belongs to.
 func (a *Address) Owner() string { return a.TenantID }
+
+// Key is the idempotency key the commitment was created with.
+func (c *Commitment) Key() string { return c.IdempotencyKey }
+
+// Key is the idempotency key the spot request was created with.
+func (r *SpotRequest) Key() string { return r.IdempotencyKey }
+
+// Key is the idempotency key the price version was added with.
+func (p *Price) Key() string { return p.IdempotencyKey }

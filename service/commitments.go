@@ -286,7 +286,7 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 			return err
 		}
 		if key != "" {
-			old, err := commitmentByKey(ctx, tx, tenant, key)
+			old, err := withKey[*cloud.Commitment](key)(tx.ListCommitments(ctx, tenant))
 			if err != nil {
 				return err
 			}
@@ -335,21 +335,6 @@ func inZone(zone string) string {
 		return ""
 	}
 	return " in zone " + zone
-}
-
-// commitmentByKey finds a tenant's commitment made with an idempotency
-// key; nil when there is none.
-func commitmentByKey(ctx context.Context, tx cloud.Tx, tenant, key string) (*cloud.Commitment, error) {
-	cs, err := tx.ListCommitments(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range cs {
-		if c.IdempotencyKey == key {
-			return c, nil
-		}
-	}
-	return nil, nil
 }
 
 // sameCommitment reports a conflict when an idempotency key is reused for

@@ -119,7 +119,7 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
 		if key != "" {
-			old, err := priceByKey(ctx, tx, key)
+			old, err := withKey[*cloud.Price](key)(tx.ListPrices(ctx, cloud.PriceFilter{}))
 			if err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 		return nil
 	})
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Price, error) {
-		p, err := priceByKey(ctx, tx, key)
+		p, err := withKey[*cloud.Price](key)(tx.ListPrices(ctx, cloud.PriceFilter{}))
 		if err == nil && p == nil {
 			err = fmt.Errorf("price %s of idempotency key %s not found", id, Quote(key))
 		}
@@ -164,21 +164,6 @@ func asPriceKeyRace(err error, key string) error {
 		}
 	}
 	return err
-}
-
-// priceByKey finds the price version added with an idempotency key; nil
-// when there is none.
-func priceByKey(ctx context.Context, tx cloud.Tx, key string) (*cloud.Price, error) {
-	ps, err := tx.ListPrices(ctx, cloud.PriceFilter{})
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range ps {
-		if p.IdempotencyKey == key {
-			return p, nil
-		}
-	}
-	return nil, nil
 }
 
 // samePrice reports a conflict when an idempotency key is reused for

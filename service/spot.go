@@ -118,7 +118,7 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 			return err
 		}
 		if key != "" {
-			old, err := spotRequestByKey(ctx, tx, tenant, key)
+			old, err := withKey[*cloud.SpotRequest](key)(tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{TenantID: tenant}))
 			if err != nil {
 				return err
 			}
@@ -158,21 +158,6 @@ func poolNames(pools []cloud.Pool) string {
 		names[i] = pl.Offering + "/" + cmp.Or(pl.Zone, "*")
 	}
 	return strings.Join(names, ", ")
-}
-
-// spotRequestByKey finds a tenant's spot request made with an idempotency
-// key; nil when there is none.
-func spotRequestByKey(ctx context.Context, tx cloud.Tx, tenant, key string) (*cloud.SpotRequest, error) {
-	rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{TenantID: tenant})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rs {
-		if r.IdempotencyKey == key {
-			return r, nil
-		}
-	}
-	return nil, nil
 }
 
 // sameSpotRequest reports a conflict when an idempotency key is reused

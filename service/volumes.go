@@ -60,7 +60,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 			return err
 		}
 		if key != "" {
-			old, err := volumeByKey(ctx, tx, tenant, key)
+			old, err := withKey[*cloud.Volume](key)(tx.ListVolumes(ctx, tenant))
 			if err != nil {
 				return err
 			}
@@ -85,21 +85,6 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Volume, error) { return tx.GetVolume(ctx, id) },
 		func(v *cloud.Volume) error { return sameVolume(v, &spec) })
 	return out, created && err == nil, err
-}
-
-// volumeByKey finds a tenant's volume created with an idempotency key;
-// nil when there is none.
-func volumeByKey(ctx context.Context, tx cloud.Tx, tenant, key string) (*cloud.Volume, error) {
-	vs, err := tx.ListVolumes(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range vs {
-		if v.IdempotencyKey == key {
-			return v, nil
-		}
-	}
-	return nil, nil
 }
 
 // sameVolume reports a conflict when an idempotency key is reused for a
