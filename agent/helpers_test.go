@@ -20,6 +20,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 var _ agent.Server = (*agenttest.ControlPlane)(nil)
@@ -106,25 +107,18 @@ func (e *env) assign(as ...agentapi.Assignment) {
 	}
 }
 
-// until polls cond, stepping the agent when Run does not drive it, until
-// cond holds; it fails the test after a generous deadline.
+// until waits until cond holds (testkit.Eventually), stepping the agent
+// before each look when Run does not drive it.
 func (e *env) until(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(e.t, 0, what, func() bool {
 		if !e.running {
 			if err := e.ag.Step(e.t.Context()); err != nil {
 				e.t.Logf("step: %v", err)
 			}
 		}
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cond()
+	})
 }
 
 // steps runs n more passes (for checks that nothing else happens).

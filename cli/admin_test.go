@@ -15,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 func TestTenantsAndUsers(t *testing.T) {
@@ -230,7 +231,7 @@ func TestInstanceLogs(t *testing.T) {
 	_, tok := e.member("acme", "alice")
 	var in cloud.Instance
 	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "-o", "json"), &in)
-	e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Running })
+	e.move(in.ID, cloud.Running, testkit.Via{})
 	if out := e.ok(tok, "instances", "logs", in.ID); out != "" {
 		t.Errorf("logs of a silent instance: %q", out)
 	}
@@ -242,18 +243,17 @@ func TestInstanceLogs(t *testing.T) {
 		t.Fatalf("logs: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
-	// --follow prints new output until the instance stops.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(20 * time.Millisecond)
-		e.appendLog(in.ID, "epoch 3\n", 1<<20)
-		time.Sleep(20 * time.Millisecond)
-		e.appendLog(in.ID, "done\n", 1<<20)
-		e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Stopped })
-	}()
-	code, out, errOut = e.as(tok, "instances", "logs", in.ID, "--follow")
-	<-done
+	// --follow prints new output until the instance stops: the output
+	// grows while the CLI follows (it has asked for the logs since each
+	// step).
+	cli := e.start(tok, "instances", "logs", in.ID, "--follow")
+	logs := "GET /v1/instances/" + in.ID + "/logs"
+	e.askedAgain(logs)
+	e.appendLog(in.ID, "epoch 3\n", 1<<20)
+	e.askedAgain(logs)
+	e.appendLog(in.ID, "done\n", 1<<20)
+	e.move(in.ID, cloud.Stopped, testkit.Via{})
+	code, out, errOut = cli()
 	if code != 0 || !strings.HasSuffix(out, "epoch 1\nepoch 2\nepoch 3\ndone\n") {
 		t.Fatalf("logs --follow: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

@@ -3,68 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/csv"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpucloud/gpucloud/billing"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
-	"github.com/gpucloud/gpucloud/store/sqlite"
 )
-
-// testClock is a settable clock shared by the server and the CLI.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// newBillingEnv is newCloudEnv with a settable clock for the server and the
-// CLI, so that invoices come out exact.
-func newBillingEnv(t *testing.T) (*cloudEnv, *testClock) {
-	t.Helper()
-	ctx := context.Background()
-	clk := &testClock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
-	config := filepath.Join(t.TempDir(), "gpucloud", "config.yaml")
-	t.Setenv(EnvConfig, config)
-	t.Setenv(EnvServer, "")
-	t.Setenv(EnvToken, "")
-	oldNow := clockNow
-	clockNow = clk.Now
-	t.Cleanup(func() { clockNow = oldNow })
-	st, err := sqlite.Open(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(httpapi.New(st, catalog.Default(), httpapi.Options{Logger: log, Now: clk.Now}))
-	t.Cleanup(srv.Close)
-	tok, created, err := httpapi.Bootstrap(ctx, st, clk.Now())
-	if err != nil || !created {
-		t.Fatalf("bootstrap: %v", err)
-	}
-	return &cloudEnv{t: t, st: st, url: srv.URL, admin: tok, config: config}, clk
-}
 
 // usage runs the CLI and fails unless it exits with a usage error whose
 // line mentions want.
@@ -76,31 +23,9 @@ func (e *cloudEnv) usage(token, want string, args ...string) {
 	}
 }
 
-// moveTo changes an instance's state with its instance.state event, as
-// the scheduler or agent would, so that the store meters it.
-func (e *cloudEnv) moveTo(id string, to cloud.State, zone string, at time.Time) {
-	e.t.Helper()
-	ctx := context.Background()
-	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
-		in, err := tx.GetInstance(ctx, id)
-		if err != nil {
-			return err
-		}
-		from := in.State
-		in.State, in.Zone, in.UpdatedAt = to, zone, at
-		if err := tx.UpdateInstance(ctx, in); err != nil {
-			return err
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: at, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-			InstanceID: in.ID, From: from, To: to, Reason: "test"})
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-}
-
 func TestPricesSetAndList(t *testing.T) {
-	e, clk := newBillingEnv(t)
+	e := newCloudEnv(t)
+	clk := e.clock
 	_, tok := e.member("acme", "alice")
 
 	var p cloud.Price
@@ -142,7 +67,7 @@ func TestPricesSetAndList(t *testing.T) {
 }
 
 func TestSpotRequestsCreate(t *testing.T) {
-	e, _ := newBillingEnv(t)
+	e := newCloudEnv(t)
 	_, tok := e.member("acme", "alice")
 
 	var r cloud.SpotRequest
@@ -193,7 +118,8 @@ func TestSpotRequestsCreate(t *testing.T) {
 }
 
 func TestSpotPricesAndPools(t *testing.T) {
-	e, clk := newBillingEnv(t)
+	e := newCloudEnv(t)
+	clk := e.clock
 	_, tok := e.member("acme", "alice")
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.00")
 	now := clk.Now()
@@ -220,12 +146,13 @@ func TestSpotPricesAndPools(t *testing.T) {
 }
 
 func TestInvoicesShow(t *testing.T) {
-	e, clk := newBillingEnv(t)
+	e := newCloudEnv(t)
+	clk := e.clock
 	tenant, tok := e.member("acme", "alice")
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.00")
 	var in cloud.Instance
 	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "-o", "json"), &in)
-	e.moveTo(in.ID, cloud.Running, "zone-a", clk.Now())
+	e.move(in.ID, cloud.Running, testkit.Via{Zone: "zone-a"})
 	clk.Advance(90 * time.Minute)
 
 	// The table: the line in hours, its unit price and amount, the total.
@@ -259,7 +186,8 @@ func TestInvoicesShow(t *testing.T) {
 }
 
 func TestBudgetCommitmentsAndAddresses(t *testing.T) {
-	e, clk := newBillingEnv(t)
+	e := newCloudEnv(t)
+	clk := e.clock
 	_, tok := e.member("acme", "alice")
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.00")
 
@@ -351,7 +279,7 @@ func TestInvoiceTableGroupsSpotPrices(t *testing.T) {
 // prices set with one --idempotency-key: each prints the first resource
 // again; without the flag, each call sends a key of its own.
 func TestCreatesIdempotencyKey(t *testing.T) {
-	e, _ := newBillingEnv(t)
+	e := newCloudEnv(t)
 	_, tok := e.member("acme", "alice")
 
 	var v1, v2, v3 cloud.Volume

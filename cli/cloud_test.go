@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +21,105 @@ import (
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
-// cloudEnv is a real API server on loopback over an in-memory SQLite
-// store, bootstrapped, with the CLI's environment isolated from the
-// user's: no config file, no GPUCLOUD_* variables.
+// cloudEnv is a real API server on loopback (testkit.API) over an
+// in-memory SQLite store, bootstrapped, on a settable clock that the CLI
+// reads too (so that ages, expiry times and invoices come out exact), with
+// the CLI's environment isolated from the user's: no config file, no
+// GPUCLOUD_* variables.
 type cloudEnv struct {
+	*testkit.API
 	t      *testing.T
 	st     cloud.Store
 	url    string
 	admin  string // the bootstrap admin token
 	config string // the config file path the CLI uses
+	clock  *testkit.Clock
+
+	mu sync.Mutex
+	// asked counts the requests the server got, by "METHOD /path", and
+	// answered is the highest of those counts whose request it answered.
+	asked, answered map[string]int
 }
+
+// cliEpoch is where the clock of the CLI's tests starts.
+var cliEpoch = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 
 func newCloudEnv(t *testing.T) *cloudEnv {
 	t.Helper()
-	ctx := context.Background()
 	config := filepath.Join(t.TempDir(), "gpucloud", "config.yaml")
 	t.Setenv(EnvConfig, config)
 	t.Setenv(EnvServer, "")
 	t.Setenv(EnvToken, "")
-	old := pollEvery
+	oldPoll, oldNow := pollEvery, clockNow
 	pollEvery = 5 * time.Millisecond
-	t.Cleanup(func() { pollEvery = old })
+	t.Cleanup(func() { pollEvery, clockNow = oldPoll, oldNow })
 
-	st, err := sqlite.Open(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	e := &cloudEnv{t: t, config: config, asked: map[string]int{}, answered: map[string]int{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(httpapi.New(st, catalog.Default(), httpapi.Options{Logger: log}))
-	t.Cleanup(srv.Close)
-	tok, created, err := httpapi.Bootstrap(ctx, st, time.Now())
-	if err != nil || !created {
-		t.Fatalf("bootstrap: %v", err)
+	a := testkit.NewAPI(t, testkit.Backends()[0].Open(t), func(st cloud.Store, now func() time.Time) http.Handler {
+		h := httpapi.New(st, catalog.Default(), httpapi.Options{Logger: log, Now: now})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			route := r.Method + " " + r.URL.Path
+			e.mu.Lock()
+			e.asked[route]++
+			n := e.asked[route]
+			e.mu.Unlock()
+			h.ServeHTTP(w, r)
+			e.mu.Lock()
+			e.answered[route] = max(e.answered[route], n)
+			e.mu.Unlock()
+		})
+	})
+	a.Clock.Set(cliEpoch)
+	clockNow = a.Clock.Now
+	e.API, e.st, e.url, e.admin, e.clock = a, a.Store, a.URL, a.AdminToken, a.Clock
+	return e
+}
+
+// askedAgain waits until the server has answered a request for route
+// ("GET /v1/instances/i-...") that came after the call: one that saw
+// whatever the test changed before it. It is how a test knows that the
+// CLI, polling, has seen a change, rather than hoping it has after a
+// sleep.
+func (e *cloudEnv) askedAgain(route string) {
+	e.t.Helper()
+	e.mu.Lock()
+	n := e.asked[route]
+	e.mu.Unlock()
+	testkit.Eventually(e.t, 0, "the CLI to ask for "+route+" again", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.answered[route] > n
+	})
+}
+
+// start runs the CLI as token in the background (as as does), while the
+// test plays the scheduler or the agent; the function it returns waits
+// for the CLI to exit and returns what as would.
+func (e *cloudEnv) start(token string, args ...string) (wait func() (code int, stdout, stderr string)) {
+	type result struct {
+		code        int
+		out, errOut string
 	}
-	return &cloudEnv{t: t, st: st, url: srv.URL, admin: tok, config: config}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.code, r.out, r.errOut = run(e.t, append([]string{"--server", e.url, "--token", token}, args...)...)
+		done <- r
+	}()
+	return func() (int, string, string) {
+		e.t.Helper()
+		select {
+		case r := <-done:
+			return r.code, r.out, r.errOut
+		case <-time.After(testkit.WaitTimeout):
+			e.t.Fatalf("%v: still running after %s", args, testkit.WaitTimeout)
+			return 0, "", ""
+		}
+	}
 }
 
 // as runs the CLI with the server and the given token on the command line.
@@ -89,7 +153,7 @@ func (e *cloudEnv) member(tenant, user string) (tenantID, token string) {
 }
 
 // update changes an instance in the store, as the scheduler or an agent
-// would.
+// would; its state changes only by move.
 func (e *cloudEnv) update(id string, fn func(*cloud.Instance)) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -98,12 +162,24 @@ func (e *cloudEnv) update(id string, fn func(*cloud.Instance)) {
 		if err != nil {
 			return err
 		}
+		state := in.State
 		fn(in)
+		if in.State != state {
+			return fmt.Errorf("update changed the state of %s to %s: move it", id, in.State)
+		}
 		return tx.UpdateInstance(ctx, in)
 	})
 	if err != nil {
 		e.t.Error(err)
 	}
+}
+
+// move moves an instance to state to at the clock's time, step by step as
+// the scheduler and the agent would (testkit.Walk, which places it at at
+// if its way passes through scheduled), with the events the store meters.
+func (e *cloudEnv) move(id string, to cloud.State, via testkit.Via) *cloud.Instance {
+	e.t.Helper()
+	return testkit.Walk(e.t, e.st, id, to, via, e.clock.Now())
 }
 
 func decodeJSON(t *testing.T, s string, v any) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -216,9 +217,10 @@ func TestCostThousands(t *testing.T) {
 // spot instance-hours and 3 reclaims in the last week (0.03 an hour), pool
 // l4.1x/zone-b at 0.50/h without spot usage; zone-c has no pool. It
 // returns the env, a member's token and the clock.
-func newCostEnv(t *testing.T) (*cloudEnv, string, *testClock) {
+func newCostEnv(t *testing.T) (*cloudEnv, string, *testkit.Clock) {
 	t.Helper()
-	e, clk := newBillingEnv(t)
+	e := newCloudEnv(t)
+	clk := e.clock
 	tenant, tok := e.member("acme", "alice")
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--amount", "1.00")
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--zone", "zone-b", "--amount", "1.20")
@@ -237,7 +239,7 @@ func newCostEnv(t *testing.T) (*cloudEnv, string, *testClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.moveTo("i-spot", cloud.Running, "zone-a", now.Add(-100*time.Hour))
+	testkit.Walk(t, e.st, "i-spot", cloud.Running, testkit.Via{Zone: "zone-a"}, now.Add(-100*time.Hour))
 	err = e.st.Tx(ctx, func(tx cloud.Tx) error {
 		for _, ago := range []time.Duration{90, 50, 2, 300} { // the last is before the week
 			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now.Add(-ago * time.Hour), Kind: cloud.EventSpotInterruption,

@@ -5,14 +5,13 @@ import (
 	"io"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 func TestInstancesLifecycle(t *testing.T) {
@@ -57,8 +56,8 @@ func TestInstancesLifecycle(t *testing.T) {
 	}
 
 	// Describe shows the workload, the placement and the events.
+	e.move(in.ID, cloud.Running, testkit.Via{Host: "h100-a"})
 	e.update(in.ID, func(in *cloud.Instance) {
-		in.State, in.HostID = cloud.Running, "h100-a"
 		in.Placement = &fleet.Placement{ID: in.ID, HostID: "h100-a", CPUMilli: 10000, MemoryMiB: 103 << 10,
 			Devices: []fleet.Device{{GPU: 3, UUID: "GPU-h100-a-3", Kind: fleet.MIGSlice, MIGProfile: "3g.40gb",
 				MIGProfileID: 9, MIGStart: 4, MIGSlots: 4, MIGSlices: 3}}}
@@ -76,7 +75,8 @@ func TestInstancesLifecycle(t *testing.T) {
 		Events []*cloud.Event `json:"events"`
 	}
 	decodeJSON(t, e.ok(tok, "instances", "describe", in.ID, "-o", "json"), &desc)
-	if desc.ID != in.ID || desc.Placement == nil || len(desc.Events) != 1 {
+	// Its events: created, and the moves to scheduled, starting, running.
+	if desc.ID != in.ID || desc.Placement == nil || len(desc.Events) != 4 {
 		t.Errorf("describe -o json: %+v", desc)
 	}
 
@@ -142,32 +142,30 @@ func TestInstancesIdempotencyKey(t *testing.T) {
 	}
 }
 
-// flip waits for the first pending instance in the store, gives it a
-// scheduler reason, and after a moment moves it to state with reason.
-func (e *cloudEnv) flip(state cloud.State, reason string) (wait func()) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ctx := context.Background()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			var ins []*cloud.Instance
-			_ = e.st.Tx(ctx, func(tx cloud.Tx) (err error) {
-				ins, err = tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
-				return err
-			})
-			if len(ins) > 0 {
-				id := ins[0].ID
-				e.update(id, func(in *cloud.Instance) { in.Reason = "0/8 hosts available: 8 no free GPU" })
-				time.Sleep(60 * time.Millisecond)
-				e.update(id, func(in *cloud.Instance) { in.State, in.Reason = state, reason })
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
+// flip plays the scheduler and the agent while the CLI waits: it waits
+// for the pending instance the CLI created, gives it a scheduler reason,
+// waits until the CLI has asked for it since (so that it has seen the
+// reason), and moves it to state with reason (the default reason when
+// empty).
+func (e *cloudEnv) flip(state cloud.State, reason string) {
+	e.t.Helper()
+	ctx := context.Background()
+	var id string
+	testkit.Eventually(e.t, 0, "a pending instance", func() bool {
+		var ins []*cloud.Instance
+		err := e.st.Tx(ctx, func(tx cloud.Tx) (err error) {
+			ins, err = tx.ListInstances(ctx, cloud.InstanceFilter{States: []cloud.State{cloud.Pending}})
+			return err
+		})
+		if err != nil || len(ins) == 0 {
+			return false
 		}
-	}()
-	return wg.Wait
+		id = ins[0].ID
+		return true
+	})
+	e.update(id, func(in *cloud.Instance) { in.Reason = "0/8 hosts available: 8 no free GPU" })
+	e.askedAgain("GET /v1/instances/" + id)
+	e.move(id, state, testkit.Via{Reason: reason})
 }
 
 func TestInstancesCreateWait(t *testing.T) {
@@ -179,18 +177,18 @@ func TestInstancesCreateWait(t *testing.T) {
 	t.Cleanup(func() { terminalWidth = old })
 
 	// Not a terminal: quiet, and the instance printed once running.
-	wait := e.flip(cloud.Running, "")
-	code, out, errOut := e.as(tok, "instances", "create", "--offering", "l4.1x", "--wait", "--timeout", "5s")
-	wait()
+	cli := e.start(tok, "instances", "create", "--offering", "l4.1x", "--wait", "--timeout", "5s")
+	e.flip(cloud.Running, "")
+	code, out, errOut := cli()
 	if code != 0 || errOut != "" || !strings.Contains(out, "running") {
 		t.Fatalf("create --wait: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
 	// A terminal gets one progress line, redrawn in place and cleared.
 	terminal = true
-	wait = e.flip(cloud.Running, "")
-	code, out, errOut = e.as(tok, "instances", "create", "--offering", "l4.1x", "--wait", "-o", "json")
-	wait()
+	cli = e.start(tok, "instances", "create", "--offering", "l4.1x", "--wait", "-o", "json")
+	e.flip(cloud.Running, "")
+	code, out, errOut = cli()
 	if code != 0 || !strings.Contains(out, `"state": "running"`) {
 		t.Fatalf("create --wait on a terminal: exit %d, stderr %q", code, errOut)
 	}
@@ -201,9 +199,9 @@ func TestInstancesCreateWait(t *testing.T) {
 	terminal = false
 
 	// A failure ends the wait with the reason.
-	wait = e.flip(cloud.Failed, "exit status 3")
-	code, _, errOut = e.as(tok, "instances", "create", "--offering", "l4.1x", "--wait")
-	wait()
+	cli = e.start(tok, "instances", "create", "--offering", "l4.1x", "--wait")
+	e.flip(cloud.Failed, "exit status 3")
+	code, _, errOut = cli()
 	oneLine(t, code, errOut, "failed: exit status 3")
 
 	// So does the timeout, and the instance keeps going.
@@ -216,21 +214,23 @@ func TestInstancesStopWait(t *testing.T) {
 	_, tok := e.member("acme", "alice")
 	var in cloud.Instance
 	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "-o", "json"), &in)
-	e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Running })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		time.Sleep(30 * time.Millisecond)
-		e.update(in.ID, func(in *cloud.Instance) { in.State = cloud.Stopped })
-	}()
-	out := e.ok(tok, "instances", "stop", in.ID, "--wait")
-	<-done
-	if !strings.Contains(out, "stopped") {
-		t.Errorf("stop --wait:\n%s", out)
+	e.move(in.ID, cloud.Running, testkit.Via{})
+	cli := e.start(tok, "instances", "stop", in.ID, "--wait")
+	// The server moves it to stopping; once the CLI has seen that, the
+	// agent reports it stopped.
+	testkit.Eventually(t, 0, "the server to stop "+in.ID, func() bool {
+		got, err := e.Admin.GetInstance(context.Background(), in.ID)
+		return err == nil && got.State == cloud.Stopping
+	})
+	e.askedAgain("GET /v1/instances/" + in.ID)
+	e.move(in.ID, cloud.Stopped, testkit.Via{})
+	code, out, errOut := cli()
+	if code != 0 || !strings.Contains(out, "stopped") {
+		t.Errorf("stop --wait: exit %d, stderr %q:\n%s", code, errOut, out)
 	}
 	// Waiting for a terminated instance to run fails at once.
 	e.ok(tok, "instances", "terminate", in.ID)
-	code, _, errOut := e.as(tok, "instances", "start", in.ID, "--wait")
+	code, _, errOut = e.as(tok, "instances", "start", in.ID, "--wait")
 	oneLine(t, code, errOut, "(conflict)")
 }
 

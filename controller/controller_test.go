@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 // fake is a controller that records its rounds.
@@ -32,7 +35,7 @@ func (f *fake) Reconcile(context.Context) error {
 // with the controller's name.
 func TestLoopRunsDueControllersInOrder(t *testing.T) {
 	var ran []string
-	c := &clock{now: t0}
+	c := testkit.NewClock(t0)
 	var logs bytes.Buffer
 	l := &Loop{Now: c.Now, Log: slog.New(slog.NewTextHandler(&logs, nil)), Controllers: []Controller{
 		&fake{name: "market", every: time.Second, ran: &ran},
@@ -47,7 +50,7 @@ func TestLoopRunsDueControllersInOrder(t *testing.T) {
 		ran = ran[:0]
 		got := l.Step(context.Background())
 		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(ran) != fmt.Sprint(want) {
-			t.Fatalf("at %s: ran %v (reported %v), want %v", c.now.Sub(t0), ran, got, want)
+			t.Fatalf("at %s: ran %v (reported %v), want %v", c.Now().Sub(t0), ran, got, want)
 		}
 	}
 	step("market", "scheduler", "budgets")
@@ -56,29 +59,38 @@ func TestLoopRunsDueControllersInOrder(t *testing.T) {
 	}
 	for i := 1; i < 5; i++ {
 		// A tick that comes a little early still runs the scheduler.
-		c.now = t0.Add(time.Duration(i)*200*time.Millisecond - time.Millisecond)
+		c.Set(t0.Add(time.Duration(i)*200*time.Millisecond - time.Millisecond))
 		step("scheduler")
 	}
-	c.now = t0.Add(time.Second)
+	c.Set(t0.Add(time.Second))
 	step("market", "scheduler")
-	c.now = t0.Add(time.Minute)
+	c.Set(t0.Add(time.Minute))
 	step("market", "scheduler", "budgets")
 }
 
-// TestLoopRunUntilCancelled: Run ticks on its own and stops with ctx.
+// counting is a controller that counts its rounds.
+type counting struct{ rounds atomic.Int64 }
+
+func (c *counting) Name() string                    { return "a" }
+func (c *counting) Interval() time.Duration         { return time.Millisecond }
+func (c *counting) Reconcile(context.Context) error { c.rounds.Add(1); return nil }
+
+// TestLoopRunUntilCancelled: Run ticks on its own (rounds come without
+// the test stepping it) and returns when ctx is cancelled.
 func TestLoopRunUntilCancelled(t *testing.T) {
-	var ran []string
+	c := &counting{}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Loop{Controllers: []Controller{&fake{name: "a", every: time.Millisecond, ran: &ran}}}
+	l := &Loop{Controllers: []Controller{c}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.Run(ctx)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, 0, "two rounds at a 1 ms interval", func() bool { return c.rounds.Load() >= 2 })
 	cancel()
-	<-done
-	if len(ran) < 2 {
-		t.Fatalf("ran %d rounds in 50 ms at a 1 ms interval", len(ran))
+	select {
+	case <-done:
+	case <-time.After(testkit.WaitTimeout):
+		t.Fatal("Run did not return after its context was cancelled")
 	}
 }

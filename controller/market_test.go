@@ -10,21 +10,17 @@ import (
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/service"
 )
-
-// clock is a settable test clock.
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
 
 // market is a scheduler and a market on a store with one 2-GPU L40S host
 // (zone MockZone) and the built-in price book.
 type market struct {
 	t     *testing.T
 	st    cloud.Store
-	clock *clock
+	clock *testkit.Clock
 	s     *Scheduler
 	m     *Market
 }
@@ -53,7 +49,7 @@ func newMarket(t *testing.T) *market {
 		}
 		return nil
 	})
-	c := &clock{now: t0}
+	c := testkit.NewClock(t0)
 	s := NewScheduler(st, nil)
 	s.Now = c.Now
 	m := NewMarket(st, s)
@@ -83,12 +79,12 @@ func (mk *market) spotRequest(id string, typ cloud.SpotRequestType, interruption
 	tx(mk.t, mk.st, func(tx cloud.Tx) error {
 		r := &cloud.SpotRequest{ID: id, TenantID: "t1", Type: typ, Interruption: interruption, MaxPrice: max,
 			Pools: []cloud.Pool{{Offering: "l40s.1x", Zone: fleet.MockZone}}, Command: []string{"train"}, Volumes: vols,
-			State: cloud.SpotOpen, CreatedAt: mk.clock.now, UpdatedAt: mk.clock.now}
+			State: cloud.SpotOpen, CreatedAt: mk.clock.Now(), UpdatedAt: mk.clock.Now()}
 		if err := tx.CreateSpotRequest(ctx, r); err != nil {
 			return err
 		}
 		var err error
-		in, err = service.LaunchSpot(ctx, tx, catalog.Default(), r, r.Pools[0], "test", mk.clock.now)
+		in, err = service.LaunchSpot(ctx, tx, catalog.Default(), r, r.Pools[0], "test", mk.clock.Now())
 		return err
 	})
 	return in
@@ -98,36 +94,15 @@ func (mk *market) onDemand(id, tenant, offering string) {
 	mk.t.Helper()
 	tx(mk.t, mk.st, func(tx cloud.Tx) error {
 		return tx.CreateInstance(context.Background(), &cloud.Instance{ID: id, TenantID: tenant, Offering: offering,
-			State: cloud.Pending, Market: cloud.MarketOnDemand, CreatedAt: mk.clock.now, UpdatedAt: mk.clock.now})
+			State: cloud.Pending, Market: cloud.MarketOnDemand, CreatedAt: mk.clock.Now(), UpdatedAt: mk.clock.Now()})
 	})
 }
 
-// move changes an instance's state with its event, as the agent's reports
-// would.
+// move moves an instance to state to, step by step as the agent's reports
+// would (testkit.Walk).
 func (mk *market) move(id string, to cloud.State) {
 	mk.t.Helper()
-	ctx := context.Background()
-	tx(mk.t, mk.st, func(tx cloud.Tx) error {
-		in, err := tx.GetInstance(ctx, id)
-		if err != nil {
-			return err
-		}
-		from := in.State
-		in.State, in.UpdatedAt = to, mk.clock.now
-		if !to.Holds() {
-			in.HostID, in.Placement = "", nil
-		}
-		if err := tx.UpdateInstance(ctx, in); err != nil {
-			return err
-		}
-		if to == cloud.Terminated {
-			if err := service.DetachVolumes(ctx, tx, in); err != nil {
-				return err
-			}
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: mk.clock.now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-			InstanceID: in.ID, From: from, To: to})
-	})
+	testkit.Walk(mk.t, mk.st, id, to, testkit.Via{}, mk.clock.Now())
 }
 
 func (mk *market) get(id string) *cloud.Instance { return get(mk.t, mk.st, id) }
@@ -172,7 +147,7 @@ func TestReclaimGivesNoticeAndStopsAtTheDeadline(t *testing.T) {
 		t.Fatalf("on-demand %s: %q", od.State, od.Reason)
 	}
 	// Steps before the deadline neither reclaim more nor stop anything.
-	mk.clock.now = it.Deadline.Add(-time.Second)
+	mk.clock.Set(it.Deadline.Add(-time.Second))
 	mk.step()
 	mk.step()
 	for _, id := range []string{a.ID, b.ID} {
@@ -186,7 +161,7 @@ func TestReclaimGivesNoticeAndStopsAtTheDeadline(t *testing.T) {
 	}
 	// At the deadline the victim goes to terminating (the agent sends
 	// SIGTERM), and once it is gone the on-demand instance lands.
-	mk.clock.now = it.Deadline
+	mk.clock.Set(it.Deadline)
 	mk.step()
 	if in := mk.get(v.ID); in.State != cloud.Terminating {
 		t.Fatalf("victim %s at the deadline, want terminating", in.State)
@@ -229,7 +204,7 @@ func TestPersistentRequestRelaunchesWithItsVolumes(t *testing.T) {
 	if it := mk.get(first.ID).Interruption; it == nil || it.Action != cloud.ActionTerminate {
 		t.Fatalf("no notice: %+v", it)
 	}
-	mk.clock.now = mk.clock.now.Add(DefaultNotice)
+	mk.clock.Advance(DefaultNotice)
 	mk.step()
 	mk.move(first.ID, cloud.Terminated)
 	mk.step()
@@ -277,7 +252,7 @@ func TestStopBehaviourRestartsTheSameInstance(t *testing.T) {
 	if it := mk.get(in.ID).Interruption; it == nil || it.Action != cloud.ActionStop {
 		t.Fatalf("notice %+v, want stop", it)
 	}
-	mk.clock.now = mk.clock.now.Add(DefaultNotice)
+	mk.clock.Advance(DefaultNotice)
 	mk.step()
 	if got := mk.get(in.ID); got.State != cloud.Stopping {
 		t.Fatalf("%s at the deadline, want stopping", got.State)
@@ -304,7 +279,7 @@ func TestFailedInstanceIsKeptThenRelaunched(t *testing.T) {
 	if r := mk.request("f"); r.Launches != 1 || !strings.Contains(r.Reason, "kept for inspection") {
 		t.Fatalf("request right after the failure: %+v", r)
 	}
-	mk.clock.now = mk.clock.now.Add(time.Hour)
+	mk.clock.Advance(time.Hour)
 	mk.step()
 	if got := mk.get(in.ID); got.State != cloud.Terminated {
 		t.Fatalf("failed instance %s after keep time", got.State)
@@ -320,19 +295,8 @@ func TestWorkloadCompletionClosesTheRequest(t *testing.T) {
 	mk.step()
 	mk.move(in.ID, cloud.Starting)
 	mk.move(in.ID, cloud.Running)
-	ctx := context.Background()
-	tx(t, mk.st, func(tx cloud.Tx) error {
-		got, err := tx.GetInstance(ctx, in.ID)
-		if err != nil {
-			return err
-		}
-		got.State, got.Reason, got.HostID, got.Placement = cloud.Stopped, cloud.ReasonExitedOK, "", nil
-		if err := tx.UpdateInstance(ctx, got); err != nil {
-			return err
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: mk.clock.now, Kind: cloud.EventInstanceState, TenantID: "t1",
-			InstanceID: in.ID, From: cloud.Running, To: cloud.Stopped})
-	})
+	// The workload exits 0: the agent reports it stopped with that reason.
+	testkit.Walk(t, mk.st, in.ID, cloud.Stopped, testkit.Via{Reason: cloud.ReasonExitedOK}, mk.clock.Now())
 	mk.step()
 	if r := mk.request("c"); r.State != cloud.SpotClosed || r.Launches != 1 {
 		t.Fatalf("request after its workload completed: %+v", r)
@@ -354,7 +318,7 @@ func TestSpotPricesClearAndRecord(t *testing.T) {
 	mk.onDemand("od", "t2", "l40s.2x")
 	prev := idle
 	for i := 0; i < 40; i++ {
-		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.clock.Advance(time.Second)
 		mk.step()
 		p := mk.m.Prices()[pool]
 		if p < prev || p > od {
@@ -400,7 +364,7 @@ func TestMaxPriceReclaimsAndGates(t *testing.T) {
 	mk.move(ok.ID, cloud.Running)
 	mk.onDemand("od", "t2", "l40s.1x")
 	for i := 0; i < 20 && mk.get(ok.ID).Interruption == nil; i++ {
-		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.clock.Advance(time.Second)
 		mk.step()
 	}
 	it := mk.get(ok.ID).Interruption
@@ -426,7 +390,7 @@ func TestReservationHoldsCapacity(t *testing.T) {
 	if it := mk.get(sp.ID).Interruption; it == nil || it.Reason != cloud.ReclaimCapacity || !strings.HasPrefix(it.For, placeholderPrefix) {
 		t.Fatalf("spot on reserved capacity not reclaimed: %+v", it)
 	}
-	mk.clock.now = mk.clock.now.Add(DefaultNotice)
+	mk.clock.Advance(DefaultNotice)
 	mk.step()
 	mk.move(sp.ID, cloud.Terminated)
 	mk.step()
@@ -502,10 +466,10 @@ func TestRebalanceRecommendedWhenRiskRises(t *testing.T) {
 	// On-demand demand for the last free GPU: the pool's risk is full,
 	// and the spot instance hears it before any reclaim.
 	mk.onDemand("od", "t2", "l40s.1x")
-	mk.clock.now = mk.clock.now.Add(time.Second)
+	mk.clock.Advance(time.Second)
 	mk.step()
 	it := mk.get(in.ID).Interruption
-	if it == nil || it.Action != "" || it.Reason != cloud.ReclaimRebalance || !it.NoticedAt.Equal(mk.clock.now) {
+	if it == nil || it.Action != "" || it.Reason != cloud.ReclaimRebalance || !it.NoticedAt.Equal(mk.clock.Now()) {
 		t.Fatalf("rebalance recommendation %+v", it)
 	}
 	if od := mk.get("od"); od.State != cloud.Scheduled {
@@ -524,7 +488,7 @@ func TestPendingLaunchMovesToABackupPool(t *testing.T) {
 		return tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: t0})
 	})
 	mk.onDemand("od", "t2", "l40s.2x")
-	mk.clock.now = mk.clock.now.Add(time.Second)
+	mk.clock.Advance(time.Second)
 	mk.step()
 	mk.step()
 	var first *cloud.Instance
@@ -540,7 +504,7 @@ func TestPendingLaunchMovesToABackupPool(t *testing.T) {
 		return err
 	})
 	for i := 0; i < 4; i++ {
-		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.clock.Advance(time.Second)
 		mk.step()
 	}
 	if got := mk.get(first.ID); got.State != cloud.Terminated || !strings.Contains(got.Reason, "backup pool h100.1x/") {
@@ -570,7 +534,7 @@ func TestRelaunchRefusedForQuota(t *testing.T) {
 	// allows.
 	mk.onDemand("other", "t1", "l40s.2x")
 	tx(t, mk.st, func(tx cloud.Tx) error { return tx.PutQuota(ctx, &cloud.Quota{TenantID: "t1", Instances: 1}) })
-	mk.clock.now = mk.clock.now.Add(time.Hour)
+	mk.clock.Advance(time.Hour)
 	mk.step() // fails the test if the round fails
 	if got := mk.get(first.ID); got.State != cloud.Terminated {
 		t.Fatalf("failed instance %s, want terminated", got.State)
@@ -581,7 +545,7 @@ func TestRelaunchRefusedForQuota(t *testing.T) {
 	}
 	refusals := events(t, mk.st, cloud.EventSpotRequest)
 	for i := 0; i < 3; i++ {
-		mk.clock.now = mk.clock.now.Add(time.Second)
+		mk.clock.Advance(time.Second)
 		mk.step()
 	}
 	if n := events(t, mk.st, cloud.EventSpotRequest); n != refusals {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -131,14 +132,7 @@ func TestSchedulerExplainsAndRetries(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 	// Stopping the first frees its GPUs, and the second is placed.
-	tx(t, st, func(tx cloud.Tx) error {
-		big, err := tx.GetInstance(context.Background(), "big")
-		if err != nil {
-			return err
-		}
-		big.State, big.HostID, big.Placement = cloud.Stopped, "", nil
-		return tx.UpdateInstance(context.Background(), big)
-	})
+	testkit.Walk(t, st, "big", cloud.Stopped, testkit.Via{}, t0)
 	if n, err := s.Step(context.Background()); err != nil || n != 1 {
 		t.Fatalf("after stop: placed %d, err %v", n, err)
 	}

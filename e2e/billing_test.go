@@ -11,7 +11,6 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
-	"github.com/gpucloud/gpucloud/serve"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -27,7 +26,7 @@ func TestStoppedInstanceBillsStorage(t *testing.T) {
 func testStoppedBilling(t *testing.T, db string) {
 	clock := newScaledClock()
 	spec := sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
-	c := startClusterWith(t, db, func(cfg *serve.Config) { cfg.Now = clock.Now }, spec)
+	c := startClusterWith(t, db, clock.configure, spec)
 	ctx := t.Context()
 	_, alice, _ := c.member("acme", "alice")
 
@@ -54,7 +53,7 @@ func testStoppedBilling(t *testing.T, db string) {
 	if again, err := alice.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "stopped-billing-ip"); err != nil || again.ID != addr.ID {
 		t.Fatalf("retried address allocation = %+v, %v; want %s", again, err, addr.ID)
 	}
-	time.Sleep(time.Second) // a minute of the scaled clock
+	clock.pass(t, time.Minute)
 	if _, err := alice.StopInstance(ctx, in.ID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +116,7 @@ func testStoppedBilling(t *testing.T, db string) {
 		return
 	}
 	_, v1, a1 := check(invoice())
-	time.Sleep(time.Second) // another scaled minute, stopped
+	clock.pass(t, time.Minute) // stopped
 	inv := invoice()
 	_, v2, a2 := check(inv)
 	if v2 <= v1 || a2 <= a1 {

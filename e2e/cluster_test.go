@@ -30,16 +30,15 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/serve"
 )
 
-// Timing of the whole cloud: the scheduler and the agents poll every 20 ms,
-// and every wait of a test polls every pollEvery for at most waitFor.
+// Timing of the whole cloud: the scheduler and the agents poll every 20 ms;
+// every wait of a test is testkit's (until).
 const (
 	scheduleInterval = 20 * time.Millisecond
 	agentInterval    = 20 * time.Millisecond
-	pollEvery        = 10 * time.Millisecond
-	waitFor          = 10 * time.Second
 )
 
 // logger is where the server and the agents log: nowhere, unless
@@ -161,7 +160,13 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 	c := &cluster{t: t, srv: srv, hc: hc, admin: client.New(srv.URL, srv.AdminToken, hc), hosts: map[string]*simHost{}}
 	c.until("the server to lead", func() (bool, string) { return srv.IsLeader(), "not leader" })
 
-	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(time.Now().Add(time.Hour))})
+	// The token expires an hour after now on the server's clock, which
+	// may be a test's scaled one.
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(now().Add(time.Hour))})
 	if err != nil {
 		t.Fatalf("create join token: %v", err)
 	}
@@ -212,21 +217,11 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 	return c
 }
 
-// until polls cond every pollEvery until it holds, failing the test after
-// waitFor with what cond last said.
+// until waits until cond holds (testkit.EventuallySays), failing the test
+// with what cond last said.
 func (c *cluster) until(what string, cond func() (bool, string)) {
 	c.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %v waiting for %s; last: %s", waitFor, what, last)
-		}
-		time.Sleep(pollEvery)
-	}
+	testkit.EventuallySays(c.t, 0, what, cond)
 }
 
 // member creates a tenant and a member user in it, and returns the

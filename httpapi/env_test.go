@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,36 +17,21 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// env is one API server on loopback over a fresh in-memory SQLite store,
+// env is one API server on loopback (testkit.API) over a fresh store,
 // bootstrapped, with two tenants ("acme" and "globex") that have one member
-// each.
+// each. Its fields name the API's parts as the tests of this package
+// always have.
 type env struct {
+	*testkit.API
 	t     *testing.T
 	store cloud.Store
 	srv   *httptest.Server
-	clock *clock
-	logs  *bytes.Buffer
+	clock *testkit.Clock
+	// logs is what the server logged.
+	logs *bytes.Buffer
 
 	adminToken string
 	admin      *client.Client
@@ -58,46 +42,27 @@ type env struct {
 	acmeUser, globexUser *cloud.User
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts the env over a fresh in-memory SQLite store, or over on
+// when given (onBothStores gives each backend's).
+func newEnv(t *testing.T, on ...cloud.Store) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, "")
-	if err != nil {
-		t.Fatalf("open store: %v", err)
+	st := on
+	if len(st) == 0 {
+		st = []cloud.Store{testkit.Backends()[0].Open(t)}
 	}
-	t.Cleanup(func() { st.Close() })
-	e := &env{t: t, store: st, clock: &clock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}, logs: &bytes.Buffer{}}
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))
-	e.srv = httptest.NewServer(New(st, catalog.Default(), Options{Now: e.clock.Now, Logger: log}))
-	t.Cleanup(e.srv.Close)
-
-	tok, created, err := Bootstrap(ctx, st, e.clock.Now())
-	if err != nil || !created || !strings.HasPrefix(tok, "gpc_") {
-		t.Fatalf("Bootstrap = %q, %v, %v", tok, created, err)
-	}
-	e.adminToken = tok
-	e.admin = e.client(tok)
-	for _, name := range []string{"acme", "globex"} {
-		tn, err := e.admin.CreateTenant(ctx, name)
-		if err != nil {
-			t.Fatalf("create tenant %s: %v", name, err)
-		}
-		cu, err := e.admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: name + "-dev"})
-		if err != nil {
-			t.Fatalf("create user in %s: %v", name, err)
-		}
-		if name == "acme" {
-			e.acmeID, e.acme, e.acmeUser, e.acmeToken = tn.ID, e.client(cu.Secret), cu.User, cu.Secret
-		} else {
-			e.globexID, e.globex, e.globexUser = tn.ID, e.client(cu.Secret), cu.User
-		}
-	}
-	return e
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil))
+	a := testkit.NewAPI(t, st[0], func(st cloud.Store, now func() time.Time) http.Handler {
+		return New(st, catalog.Default(), Options{Now: now, Logger: log})
+	})
+	acme, globex := a.Member("acme", "acme-dev"), a.Member("globex", "globex-dev")
+	return &env{API: a, t: t, store: a.Store, srv: a.Server, clock: a.Clock, logs: logs,
+		adminToken: a.AdminToken, admin: a.Admin,
+		acmeID: acme.TenantID, acme: acme.Client, acmeUser: acme.User, acmeToken: acme.Token,
+		globexID: globex.TenantID, globex: globex.Client, globexUser: globex.User}
 }
 
-func (e *env) client(token string) *client.Client {
-	return client.New(e.srv.URL, token, e.srv.Client())
-}
+func (e *env) client(token string) *client.Client { return e.Client(token) }
 
 // syncWriter lets the handler goroutines and the test share a buffer.
 type syncWriter struct {
@@ -111,72 +76,13 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// counts is a snapshot of how many rows the store holds, to check that a
-// failed request changed nothing.
-type counts struct {
-	Instances, Events, Volumes, Tokens, Tenants, Hosts int
-	Attached                                           int
-	Versions                                           int64
-}
+// counts is a snapshot of the store's rows (testkit.Rows), to check that
+// a failed request changed nothing.
+type counts = testkit.Rows
 
 func (e *env) counts() counts {
 	e.t.Helper()
-	var c counts
-	err := e.store.Tx(context.Background(), func(tx cloud.Tx) error {
-		ctx := context.Background()
-		c = counts{}
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
-		if err != nil {
-			return err
-		}
-		c.Instances = len(ins)
-		for _, in := range ins {
-			c.Versions += in.Version
-		}
-		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
-		if err != nil {
-			return err
-		}
-		c.Events = len(evs)
-		vs, err := tx.ListVolumes(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Volumes = len(vs)
-		for _, v := range vs {
-			if v.InstanceID != "" {
-				c.Attached++
-			}
-		}
-		ts, err := tx.ListTokens(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Tokens = len(ts)
-		for _, t := range ts {
-			if t.RevokedAt != nil {
-				c.Tokens += 1000
-			}
-		}
-		tns, err := tx.ListTenants(ctx)
-		if err != nil {
-			return err
-		}
-		c.Tenants = len(tns)
-		hs, err := tx.ListHosts(ctx)
-		if err != nil {
-			return err
-		}
-		c.Hosts = len(hs)
-		for _, h := range hs {
-			c.Versions += h.Version
-		}
-		return nil
-	})
-	if err != nil {
-		e.t.Fatalf("count store rows: %v", err)
-	}
-	return c
+	return e.Rows()
 }
 
 // unchanged fails the test if the store changed since before.
@@ -256,22 +162,12 @@ func (e *env) putHost(id, model string, gpus int) *cloud.Host {
 	return h
 }
 
-// setState forces an instance's state, as the scheduler or agent would.
+// setState moves an instance to state s, as the scheduler and the agent
+// would, step by step (testkit.Walk: through scheduled, on testkit.Host,
+// when it must).
 func (e *env) setState(id string, s cloud.State) *cloud.Instance {
 	e.t.Helper()
-	var in *cloud.Instance
-	err := e.store.Tx(context.Background(), func(tx cloud.Tx) error {
-		var err error
-		if in, err = tx.GetInstance(context.Background(), id); err != nil {
-			return err
-		}
-		in.State = s
-		return tx.UpdateInstance(context.Background(), in)
-	})
-	if err != nil {
-		e.t.Fatalf("set state of %s: %v", id, err)
-	}
-	return in
+	return testkit.Walk(e.t, e.store, id, s, testkit.Via{}, e.clock.Now())
 }
 
 // mustCreate creates an instance of offering for c.

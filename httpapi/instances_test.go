@@ -12,6 +12,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 func TestCreateInstance(t *testing.T) {
@@ -352,22 +353,11 @@ func TestListInstances(t *testing.T) {
 	}
 }
 
-// setStateHost forces an instance's state and host.
+// setStateHost moves an instance to state s as setState does, placing it
+// on host.
 func (e *env) setStateHost(id string, s cloud.State, host string) *cloud.Instance {
 	e.t.Helper()
-	var in *cloud.Instance
-	err := e.store.Tx(context.Background(), func(tx cloud.Tx) error {
-		var err error
-		if in, err = tx.GetInstance(context.Background(), id); err != nil {
-			return err
-		}
-		in.State, in.HostID = s, host
-		return tx.UpdateInstance(context.Background(), in)
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return in
+	return testkit.Walk(e.t, e.store, id, s, testkit.Via{Host: host}, e.clock.Now())
 }
 
 func TestInstanceEventsPaging(t *testing.T) {
@@ -382,19 +372,21 @@ func TestInstanceEventsPaging(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p1, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 2})
-	if err != nil || len(p1.Events) != 2 || p1.Next == "" {
+	// Six events: created, the three moves to running (scheduled,
+	// starting, running), stop and terminate.
+	p1, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 4})
+	if err != nil || len(p1.Events) != 4 || p1.Next == "" {
 		t.Fatalf("page 1 = %+v, %v", p1, err)
 	}
-	p2, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 2, After: p1.Next})
-	if err != nil || len(p2.Events) != 1 || p2.Next != "" {
+	p2, err := e.acme.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 4, After: p1.Next})
+	if err != nil || len(p2.Events) != 2 || p2.Next != "" {
 		t.Fatalf("page 2 = %+v, %v", p2, err)
 	}
-	if ev := p2.Events[0]; ev.From != cloud.Stopping || ev.To != cloud.Terminating || ev.Actor != e.acmeUser.ID {
+	if ev := p2.Events[1]; ev.From != cloud.Stopping || ev.To != cloud.Terminating || ev.Actor != e.acmeUser.ID {
 		t.Errorf("last event %+v", ev)
 	}
 	all, err := e.admin.Events(ctx, client.EventsOptions{Instance: in.ID})
-	if err != nil || len(all.Events) != 3 {
+	if err != nil || len(all.Events) != 6 {
 		t.Errorf("admin events = %+v, %v", all, err)
 	}
 	_, err = e.acme.Events(ctx, client.EventsOptions{})

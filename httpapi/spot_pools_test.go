@@ -13,6 +13,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -35,29 +36,26 @@ func (s poolsSeed) instance(id, tenant, offering, zone string, market cloud.Mark
 	}
 }
 
-// move changes an instance's state (and zone, when not empty) at at, with
-// its instance.state event.
+// move moves an instance to state to at at, step by step as the scheduler
+// and the agents would (testkit.Walk), with the instance.state events the
+// store meters; a zone (when not empty) is where it then stands.
 func (s poolsSeed) move(id string, to cloud.State, zone string, at time.Time) {
 	s.t.Helper()
+	testkit.Walk(s.t, s.e.store, id, to, testkit.Via{Zone: zone}, at)
+	if zone == "" {
+		return
+	}
 	ctx := context.Background()
 	err := s.e.store.Tx(ctx, func(tx cloud.Tx) error {
 		in, err := tx.GetInstance(ctx, id)
 		if err != nil {
 			return err
 		}
-		from := in.State
-		in.State, in.UpdatedAt = to, at
-		if zone != "" {
-			in.Zone = zone
-		}
-		if err := tx.UpdateInstance(ctx, in); err != nil {
-			return err
-		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: at, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-			InstanceID: in.ID, From: from, To: to, Reason: "test"})
+		in.Zone = zone
+		return tx.UpdateInstance(ctx, in)
 	})
 	if err != nil {
-		s.t.Fatalf("move %s to %s: %v", id, to, err)
+		s.t.Fatalf("move %s to zone %s: %v", id, zone, err)
 	}
 }
 

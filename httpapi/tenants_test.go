@@ -15,7 +15,7 @@ import (
 
 func TestBootstrapOnce(t *testing.T) {
 	e := newEnv(t)
-	tok, created, err := Bootstrap(context.Background(), e.store, e.clock.Now())
+	tok, created, err := service.New(e.store, nil, service.Options{Now: e.clock.Now}).Accounts.Bootstrap(context.Background())
 	if err != nil || created || tok != "" {
 		t.Fatalf("second Bootstrap = %q, %v, %v; want nothing created", tok, created, err)
 	}

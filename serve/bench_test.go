@@ -22,6 +22,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -205,16 +206,12 @@ func benchSetup(b *testing.B, db string, maxTx, exits int) (*Replica, []string, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for probe.Reason == "" {
-		if time.Now().After(deadline) {
-			b.Fatal("the scheduler did not look at the probe instance within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
+	testkit.Eventually(b, time.Minute, "the scheduler to look at the probe instance", func() bool {
 		if probe, err = admin.GetInstance(ctx, probe.ID); err != nil {
 			b.Fatal(err)
 		}
-	}
+		return probe.Reason != ""
+	})
 	if _, err := admin.TerminateInstance(ctx, probe.ID, probe.Version); err != nil {
 		b.Fatal(err)
 	}
@@ -266,22 +263,18 @@ func benchRunning(b *testing.B, s *Replica, admin *client.Client, agentTokens ma
 		}
 		out = append(out, exiting{id: in.ID})
 	}
-	deadline := time.Now().Add(time.Minute)
 	for i := range out {
-		for {
+		testkit.EventuallySays(b, time.Minute, "instance "+out[i].id+" to be scheduled", func() (bool, string) {
 			in, err := admin.GetInstance(ctx, out[i].id)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if in.State == cloud.Scheduled {
-				out[i].agent = agentapi.NewClient(s.URL, agentTokens[in.HostID], nil)
-				break
+			if in.State != cloud.Scheduled {
+				return false, string(in.State)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("instance %s is %s after a minute", in.ID, in.State)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			out[i].agent = agentapi.NewClient(s.URL, agentTokens[in.HostID], nil)
+			return true, ""
+		})
 		if err := out[i].agent.ReportStatus(ctx, out[i].id, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
 			b.Fatal(err)
 		}

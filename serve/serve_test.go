@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -42,17 +43,6 @@ func addHost(t *testing.T, st cloud.Store, h *fleet.Host) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func state(t *testing.T, c *client.Client, id string) cloud.State {
 	in, err := c.GetInstance(context.Background(), id)
 	if err != nil {
@@ -72,7 +62,7 @@ func TestServeRestartLosesNothing(t *testing.T) {
 func testRestart(t *testing.T, db string) {
 	s := start(t, db)
 	if s.AdminToken == "" || !s.IsLeader() {
-		waitFor(t, "leadership", s.IsLeader)
+		testkit.Eventually(t, 0, "leadership", s.IsLeader)
 	}
 	token := s.AdminToken
 	if token == "" {
@@ -85,7 +75,7 @@ func testRestart(t *testing.T, db string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "scheduled", func() bool { return state(t, c, placed.ID) == cloud.Scheduled })
+	testkit.Eventually(t, 0, "scheduled", func() bool { return state(t, c, placed.ID) == cloud.Scheduled })
 	pending, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.4x"}, "key-2")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +90,7 @@ func testRestart(t *testing.T, db string) {
 		t.Fatal("second start created another admin token")
 	}
 	c2 := client.New(s2.URL, token, nil)
-	waitFor(t, "leadership", s2.IsLeader)
+	testkit.Eventually(t, 0, "leadership", s2.IsLeader)
 	if st := state(t, c2, placed.ID); st != cloud.Scheduled {
 		t.Fatalf("placed instance is %s after restart", st)
 	}
@@ -108,7 +98,7 @@ func testRestart(t *testing.T, db string) {
 	if err != nil || in.State != cloud.Pending {
 		t.Fatalf("pending instance after restart: %+v, %v", in, err)
 	}
-	waitFor(t, "the unplaceable instance's reason", func() bool {
+	testkit.Eventually(t, 0, "the unplaceable instance's reason", func() bool {
 		in, _ := c2.GetInstance(ctx, pending.ID)
 		return in != nil && in.Reason != ""
 	})
@@ -123,7 +113,7 @@ func TestLeaderFailover(t *testing.T) {
 	a := start(t, db)
 	b := start(t, db)
 	defer b.Close(ctx)
-	waitFor(t, "a leader", func() bool { return a.IsLeader() != b.IsLeader() })
+	testkit.Eventually(t, 0, "a leader", func() bool { return a.IsLeader() != b.IsLeader() })
 	leader, follower := a, b
 	if b.IsLeader() {
 		leader, follower = b, a
@@ -139,7 +129,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		ids = append(ids, in.ID)
 	}
-	waitFor(t, "the first four placed", func() bool {
+	testkit.Eventually(t, 0, "the first four placed", func() bool {
 		for _, id := range ids {
 			if state(t, c, id) != cloud.Scheduled {
 				return false
@@ -153,7 +143,7 @@ func TestLeaderFailover(t *testing.T) {
 	if leader == b {
 		b = nil
 	}
-	waitFor(t, "the follower to lead", follower.IsLeader)
+	testkit.Eventually(t, 0, "the follower to lead", follower.IsLeader)
 	c = client.New(follower.URL, token, nil)
 	for i := 4; i < 10; i++ {
 		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
@@ -162,7 +152,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		ids = append(ids, in.ID)
 	}
-	waitFor(t, "eight placed, two pending", func() bool {
+	testkit.Eventually(t, 0, "eight placed, two pending", func() bool {
 		n := 0
 		for _, id := range ids {
 			if state(t, c, id) == cloud.Scheduled {
@@ -177,9 +167,9 @@ func TestLeaderFailover(t *testing.T) {
 	// new host, and nothing is placed twice.
 	terms := follower.LeaderTerms()
 	killLockHolders(t, db)
-	waitFor(t, "a new leadership term", func() bool { return follower.LeaderTerms() > terms && follower.IsLeader() })
+	testkit.Eventually(t, 0, "a new leadership term", func() bool { return follower.LeaderTerms() > terms && follower.IsLeader() })
 	addHost(t, follower.Store, fleet.MockNVLinkHost("h100-2", "H100-80GB-SXM", 8))
-	waitFor(t, "all ten placed", func() bool {
+	testkit.Eventually(t, 0, "all ten placed", func() bool {
 		for _, id := range ids {
 			if state(t, c, id) != cloud.Scheduled {
 				return false

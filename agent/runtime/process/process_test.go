@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 // grace is short so that the SIGKILL path costs the tests little time.
@@ -46,17 +48,12 @@ func logs(t *testing.T, rt *Runtime, id string) string {
 // ready (a trap installed, a child started) instead of the test sleeping.
 func waitLog(t *testing.T, rt *Runtime, id, s string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out := logs(t, rt, id)
-		if strings.Contains(out, s) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("output of %s never contained %q; got %q", id, s, out)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var out string
+	testkit.EventuallySays(t, 0, fmt.Sprintf("the output of %s to contain %q", id, s), func() (bool, string) {
+		out = logs(t, rt, id)
+		return strings.Contains(out, s), fmt.Sprintf("%q", out)
+	})
+	return out
 }
 
 func wait(t *testing.T, rt *Runtime, id string) runtime.Status {
@@ -253,13 +250,7 @@ func TestGroupDies(t *testing.T) {
 			} else {
 				wait(t, rt, id)
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for alive(pid) {
-				if time.Now().After(deadline) {
-					t.Fatalf("child %d outlived its instance", pid)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			testkit.Eventually(t, 0, fmt.Sprintf("child %d to die with its instance", pid), func() bool { return !alive(pid) })
 		})
 	}
 }

@@ -1,0 +1,211 @@
+package testkit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+// API is the environment of the tests that go through the API: a server on
+// loopback over a store, on a settable clock, bootstrapped as a first
+// start would (service.Accounts.Bootstrap), with the admin's client.
+type API struct {
+	T     testing.TB
+	Store cloud.Store
+	// Server serves the handler; URL is its base URL.
+	Server *httptest.Server
+	URL    string
+	// Clock is the server's clock (and the bootstrap's), at Epoch.
+	Clock *Clock
+	// AdminToken is the bootstrap admin token and Admin its client.
+	AdminToken string
+	Admin      *client.Client
+}
+
+// Member is a tenant with one member user, as Member makes them.
+type Member struct {
+	TenantID string
+	User     *cloud.User
+	// Token is the member's token and Client its client.
+	Token  string
+	Client *client.Client
+}
+
+// NewAPI serves handler(st, clock) on loopback (closed when the test ends)
+// and bootstraps st. The handler is the caller's (httpapi.New with its
+// options), so that this package need not import the API server: the
+// server's own tests use it.
+func NewAPI(t testing.TB, st cloud.Store, handler func(st cloud.Store, now func() time.Time) http.Handler) *API {
+	t.Helper()
+	a := &API{T: t, Store: st, Clock: NewClock(Epoch)}
+	a.Server = httptest.NewServer(handler(st, a.Clock.Now))
+	t.Cleanup(a.Server.Close)
+	a.URL = a.Server.URL
+	tok, created, err := service.New(st, nil, service.Options{Now: a.Clock.Now}).Accounts.Bootstrap(context.Background())
+	if err != nil || !created || !strings.HasPrefix(tok, service.SecretPrefix) {
+		t.Fatalf("bootstrap = %q, %v, %v; want a new admin token", tok, created, err)
+	}
+	a.AdminToken, a.Admin = tok, a.Client(tok)
+	return a
+}
+
+// Client is a client of the server holding token.
+func (a *API) Client(token string) *client.Client {
+	return client.New(a.URL, token, a.Server.Client())
+}
+
+// Member creates tenant (as the admin) with one member user named user.
+func (a *API) Member(tenant, user string) Member {
+	a.T.Helper()
+	ctx := context.Background()
+	tn, err := a.Admin.CreateTenant(ctx, tenant)
+	if err != nil {
+		a.T.Fatalf("create tenant %s: %v", tenant, err)
+	}
+	cu, err := a.Admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: user})
+	if err != nil {
+		a.T.Fatalf("create user %s in %s: %v", user, tenant, err)
+	}
+	return Member{TenantID: tn.ID, User: cu.User, Token: cu.Secret, Client: a.Client(cu.Secret)}
+}
+
+// Rows is a snapshot of what a store holds: how many rows of each kind,
+// and the sums of the versions of the versioned ones, so that a test can
+// check that a refused request changed nothing.
+type Rows struct {
+	// Tokens counts a revoked token as 1001, so that a revocation shows.
+	Instances, Events, Volumes, Tokens, Tenants, Hosts int
+	// Attached counts the volumes attached to an instance.
+	Attached int
+	// Versions sums the versions of instances and hosts.
+	Versions int64
+
+	Prices, Commitments, SpotRequests, Usage, Budgets, Alerts int
+	// Addresses counts addresses, Released the released ones, Associated
+	// the ones on an instance.
+	Addresses, Released, Associated int
+	SpotVersions                    int64
+}
+
+// CountRows takes the snapshot of st.
+func CountRows(t testing.TB, st cloud.Store) Rows {
+	t.Helper()
+	var c Rows
+	ctx := context.Background()
+	err := st.Tx(ctx, func(tx cloud.Tx) error {
+		c = Rows{}
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
+		if err != nil {
+			return err
+		}
+		c.Instances = len(ins)
+		for _, in := range ins {
+			c.Versions += in.Version
+		}
+		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
+		if err != nil {
+			return err
+		}
+		c.Events = len(evs)
+		vs, err := tx.ListVolumes(ctx, "")
+		if err != nil {
+			return err
+		}
+		c.Volumes = len(vs)
+		for _, v := range vs {
+			if v.InstanceID != "" {
+				c.Attached++
+			}
+		}
+		ts, err := tx.ListTokens(ctx, "")
+		if err != nil {
+			return err
+		}
+		c.Tokens = len(ts)
+		for _, t := range ts {
+			if t.RevokedAt != nil {
+				c.Tokens += 1000
+			}
+		}
+		tns, err := tx.ListTenants(ctx)
+		if err != nil {
+			return err
+		}
+		c.Tenants = len(tns)
+		hs, err := tx.ListHosts(ctx)
+		if err != nil {
+			return err
+		}
+		c.Hosts = len(hs)
+		for _, h := range hs {
+			c.Versions += h.Version
+		}
+		ps, err := tx.ListPrices(ctx, cloud.PriceFilter{})
+		if err != nil {
+			return err
+		}
+		c.Prices = len(ps)
+		cs, err := tx.ListCommitments(ctx, "")
+		if err != nil {
+			return err
+		}
+		c.Commitments = len(cs)
+		rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{})
+		if err != nil {
+			return err
+		}
+		c.SpotRequests = len(rs)
+		for _, r := range rs {
+			c.SpotVersions += r.Version
+		}
+		as, err := tx.ListAddresses(ctx, "")
+		if err != nil {
+			return err
+		}
+		c.Addresses = len(as)
+		for _, a := range as {
+			if a.ReleasedAt != nil {
+				c.Released++
+			}
+			if a.InstanceID != "" {
+				c.Associated++
+			}
+		}
+		bs, err := tx.ListBudgets(ctx)
+		if err != nil {
+			return err
+		}
+		c.Budgets = len(bs)
+		for _, b := range bs {
+			al, err := tx.ListBudgetAlerts(ctx, b.TenantID)
+			if err != nil {
+				return err
+			}
+			c.Alerts += len(al)
+		}
+		us, err := tx.ListUsage(ctx, cloud.UsageFilter{})
+		if err != nil {
+			return err
+		}
+		c.Usage = len(us)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("count the store's rows: %v", err)
+	}
+	return c
+}
+
+// Rows is CountRows of the API's store.
+func (a *API) Rows() Rows {
+	a.T.Helper()
+	return CountRows(a.T, a.Store)
+}
