@@ -26,7 +26,6 @@ type Controller interface {
 var (
 	schedulerActor = service.Controller("scheduler").ID
 	marketActor    = service.Controller("market").ID
-	healthActor    = service.Controller("health").ID
 )
 
 // minTick is the loop's tick when no controller has an interval.
@@ -109,7 +108,7 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 }
 
-// BudgetChecker runs CheckBudgets as a Controller.
+// BudgetChecker runs service.CheckBudgets as a Controller.
 type BudgetChecker struct {
 	Store cloud.Store
 	Now   func() time.Time
@@ -131,11 +130,11 @@ func (b *BudgetChecker) Interval() time.Duration {
 }
 
 func (b *BudgetChecker) Reconcile(ctx context.Context) error {
-	_, err := CheckBudgets(ctx, b.Store, orNow(b.Now)())
+	_, err := service.CheckBudgets(ctx, b.Store, orNow(b.Now)())
 	return err
 }
 
-// HeartbeatWatcher runs MarkSilentHosts as a Controller, four times per
+// HeartbeatWatcher runs service.MarkSilentHosts as a Controller, four times per
 // timeout.
 type HeartbeatWatcher struct {
 	Store cloud.Store
@@ -158,7 +157,7 @@ func (h *HeartbeatWatcher) timeout() time.Duration {
 func (h *HeartbeatWatcher) Interval() time.Duration { return h.timeout() / 4 }
 
 func (h *HeartbeatWatcher) Reconcile(ctx context.Context) error {
-	marked, err := MarkSilentHosts(ctx, h.Store, orNow(h.Now)(), h.timeout())
+	marked, err := service.MarkSilentHosts(ctx, h.Store, orNow(h.Now)(), h.timeout())
 	if err == nil && len(marked) > 0 {
 		log := h.Log
 		if log == nil {

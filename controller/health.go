@@ -1,59 +1,7 @@
 package controller
 
-import (
-	"context"
-	"time"
-
-	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/service"
-)
+import "time"
 
 // DefaultHeartbeatTimeout is how long a host may stay silent before it is
-// marked unhealthy and its instances lost.
+// marked unhealthy and its instances lost (service.MarkSilentHosts).
 const DefaultHeartbeatTimeout = 30 * time.Second
-
-// MarkSilentHosts marks schedulable or cordoned hosts whose last heartbeat
-// is older than timeout as unhealthy, and moves every instance holding an
-// allocation there to lost (service.MoveInstance: releasing it, with its
-// event). It returns the hosts it marked. The scheduler notices the host
-// version change and rebuilds its fleet.
-func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout time.Duration) ([]string, error) {
-	var marked []string
-	err := st.Tx(ctx, func(tx cloud.Tx) error {
-		marked = marked[:0]
-		hosts, err := tx.ListHosts(ctx)
-		if err != nil {
-			return err
-		}
-		for _, h := range hosts {
-			if h.State == fleet.Unhealthy || now.Sub(h.LastHeartbeat) <= timeout {
-				continue
-			}
-			from := h.State
-			h.State = fleet.Unhealthy
-			if err := tx.PutHost(ctx, h); err != nil {
-				return err
-			}
-			reason := "no heartbeat since " + h.LastHeartbeat.UTC().Format(time.RFC3339)
-			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventHostUnhealthy, HostID: h.ID,
-				Reason: reason + " (was " + string(from) + ")", Actor: healthActor}); err != nil {
-				return err
-			}
-			ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: h.ID,
-				States: cloud.HoldingStates()})
-			if err != nil {
-				return err
-			}
-			for _, in := range ins {
-				if err := service.MoveInstance(ctx, tx, in, service.Move{To: cloud.Lost,
-					Reason: "host " + h.ID + " lost: " + reason, Actor: healthActor}, now); err != nil {
-					return err
-				}
-			}
-			marked = append(marked, h.ID)
-		}
-		return nil
-	})
-	return marked, err
-}

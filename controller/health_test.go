@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestMarkSilentHosts(t *testing.T) {
@@ -26,7 +27,7 @@ func TestMarkSilentHosts(t *testing.T) {
 		h.LastHeartbeat = t0.Add(50 * time.Second)
 		return tx.PutHost(context.Background(), h)
 	})
-	marked, err := MarkSilentHosts(context.Background(), st, t0.Add(60*time.Second), 30*time.Second)
+	marked, err := service.MarkSilentHosts(context.Background(), st, t0.Add(60*time.Second), 30*time.Second)
 	if err != nil || len(marked) != 1 || marked[0] != "h100-a" {
 		t.Fatalf("marked %v, %v", marked, err)
 	}
@@ -40,7 +41,7 @@ func TestMarkSilentHosts(t *testing.T) {
 		t.Fatalf("host state %s", h.State)
 	}
 	// Marking again changes nothing; the scheduler rebuilds and frees the GPU.
-	if marked, _ := MarkSilentHosts(context.Background(), st, t0.Add(70*time.Second), 30*time.Second); len(marked) != 0 {
+	if marked, _ := service.MarkSilentHosts(context.Background(), st, t0.Add(70*time.Second), 30*time.Second); len(marked) != 0 {
 		t.Fatalf("marked again: %v", marked)
 	}
 	if _, err := s.Step(context.Background()); err != nil {

@@ -439,14 +439,14 @@ func TestBudgetAlertsOnce(t *testing.T) {
 		return tx.CreateVolume(ctx, &cloud.Volume{ID: "vol-b", TenantID: "t1", Name: "big", SizeGiB: 500, CreatedAt: t0})
 	})
 	at := t0.Add(24 * time.Hour)
-	got, err := CheckBudgets(ctx, mk.st, at)
+	got, err := service.CheckBudgets(ctx, mk.st, at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0].Threshold != 50 || got[1].Threshold != 100 {
 		t.Fatalf("alerts %+v, want 50 and 100", got)
 	}
-	again, err := CheckBudgets(ctx, mk.st, at.Add(time.Hour))
+	again, err := service.CheckBudgets(ctx, mk.st, at.Add(time.Hour))
 	if err != nil || len(again) != 0 {
 		t.Fatalf("alerts repeated: %+v %v", again, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // inventory is what an agent of a host with gpus GPUs of model reports:
@@ -290,7 +291,7 @@ func TestHeartbeat(t *testing.T) {
 
 	// A silent host is marked unhealthy; its next heartbeat heals it.
 	e.clock.Advance(time.Minute)
-	if marked, err := control.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil || len(marked) != 1 {
+	if marked, err := service.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil || len(marked) != 1 {
 		t.Fatalf("MarkSilentHosts = %v, %v", marked, err)
 	}
 	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {

@@ -300,7 +300,7 @@ func TestAgentLostInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Minute)
-	if _, err := control.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil {
+	if _, err := service.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {

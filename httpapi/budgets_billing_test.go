@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestBudgets(t *testing.T) { onBothStores(t, testBudgets) }
@@ -37,7 +37,7 @@ func testBudgets(t *testing.T, e *env) {
 		t.Fatalf("SetBudget = %+v, %v", st, err)
 	}
 	// The controller alerts; the budget shows this month's alerts.
-	if _, err := control.CheckBudgets(ctx, e.store, e.clock.Now()); err != nil {
+	if _, err := service.CheckBudgets(ctx, e.store, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	st, err = e.acme.Budget(ctx, "")

@@ -1,4 +1,4 @@
-package controller
+package service
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 // records an alert (a budget.alert event, and the alert the API lists) for
 // each threshold its spending crossed for the first time this month. It
 // returns the alerts it recorded. Budgets alert; they never stop anything.
+// The budget checker (controller.BudgetChecker) runs it.
 func CheckBudgets(ctx context.Context, st cloud.Store, now time.Time) ([]*cloud.BudgetAlert, error) {
 	now = now.UTC()
 	period := billing.Month(now.Year(), now.Month())
