@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -50,8 +51,9 @@ func TestTxFirstComeFirstServed(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		// Let each one start waiting before the next comes.
-		time.Sleep(5 * time.Millisecond)
+		// Let each one wait at the gate before the next comes.
+		testkit.Eventually(t, 0, "transaction to wait", func() bool { return st.Waiting() == i+1 })
+		time.Sleep(time.Millisecond)
 	}
 	close(hold)
 	wg.Wait()
@@ -73,11 +75,16 @@ func TestLimitTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	most := func() int {
+	// Each transaction stays until as many run as the limit allows (or
+	// every other one is done), so the most that ran at once does not
+	// depend on how fast the machine starts goroutines; a transaction that
+	// the limit wrongly let in would raise the count past it.
+	most := func(limit int) int {
+		const n = 6
 		var mu sync.Mutex
-		running, most := 0, 0
+		running, most, done := 0, 0, 0
 		var wg sync.WaitGroup
-		for i := 0; i < 6; i++ {
+		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -86,9 +93,20 @@ func TestLimitTx(t *testing.T) {
 					running++
 					most = max(most, running)
 					mu.Unlock()
-					time.Sleep(50 * time.Millisecond)
+					deadline := time.Now().Add(testkit.WaitTimeout)
+					for time.Now().Before(deadline) {
+						mu.Lock()
+						full := running >= limit || running+done == n
+						mu.Unlock()
+						if full {
+							break
+						}
+						time.Sleep(time.Millisecond)
+					}
+					time.Sleep(5 * time.Millisecond) // room for a wrongly admitted one
 					mu.Lock()
 					running--
+					done++
 					mu.Unlock()
 					return nil
 				})
@@ -100,15 +118,15 @@ func TestLimitTx(t *testing.T) {
 		wg.Wait()
 		return most
 	}
-	if n := most(); n != 6 {
+	if n := most(6); n != 6 {
 		t.Errorf("%d of 6 transactions ran at once with no limit", n)
 	}
 	st.LimitTx(2)
-	if n := most(); n != 2 {
+	if n := most(2); n != 2 {
 		t.Errorf("%d transactions ran at once with a limit of 2", n)
 	}
 	st.LimitTx(0)
-	if n := most(); n != 6 {
+	if n := most(6); n != 6 {
 		t.Errorf("%d of 6 transactions ran at once with the limit lifted", n)
 	}
 }

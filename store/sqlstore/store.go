@@ -21,6 +21,8 @@ type Store struct {
 	// gate, when set, holds one slot per transaction running (see
 	// LimitTx).
 	gate atomic.Pointer[chan struct{}]
+	// waiting counts the transactions waiting at the gate.
+	waiting atomic.Int64
 }
 
 // New returns a store over db. It takes ownership: Close closes db. When
@@ -56,6 +58,9 @@ func (s *Store) LimitTx(n int) {
 	s.gate.Store(&g)
 }
 
+// Waiting is how many transactions wait for their turn (see LimitTx).
+func (s *Store) Waiting() int { return int(s.waiting.Load()) }
+
 // DB returns the underlying database, for tests and administration.
 func (s *Store) DB() *sql.DB { return s.db }
 
@@ -79,9 +84,12 @@ func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 	if g := s.gate.Load(); g != nil {
 		// Blocked senders on a channel are served first come, first
 		// served.
+		s.waiting.Add(1)
 		select {
 		case *g <- struct{}{}:
+			s.waiting.Add(-1)
 		case <-ctx.Done():
+			s.waiting.Add(-1)
 			return ctx.Err()
 		}
 		defer func() { <-*g }()
