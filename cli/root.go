@@ -156,6 +156,6 @@ func newSimCommand(stderr io.Writer) *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	sim.AddCommand(newReplayCommand(stderr))
+	sim.AddCommand(newReplayCommand(stderr), newAutoscaleCommand(), newDemandCommand())
 	return sim
 }

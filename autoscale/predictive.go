@@ -1,0 +1,259 @@
+package autoscale
+
+import (
+	"math"
+	"time"
+)
+
+const (
+	// minSlot is the finest slot of the seasonal profiles.
+	minSlot = 10 * time.Minute
+	// levelSpan is the recent stretch whose mean is the forecast's level.
+	levelSpan = 5 * time.Minute
+	// weekDecay and dayDecay are the weight one period's observations of
+	// a slot keep after one more period: a half-life of one week for the
+	// weekly profile, about three days for the daily one.
+	weekDecay = 0.5
+	dayDecay  = 0.8
+)
+
+// profile is a seasonal profile: one exponentially weighted mean per slot
+// of a period (a day or a week).
+type profile struct {
+	slot   time.Duration
+	period time.Duration
+	val    []float64
+	set    []bool
+	alpha  float64 // per observation
+}
+
+func newProfile(period, slot, interval time.Duration, decay float64) profile {
+	n := int((period + slot - 1) / slot)
+	perSlot := max(1.0, float64(slot)/float64(interval))
+	return profile{
+		slot: slot, period: period,
+		val: make([]float64, n), set: make([]bool, n),
+		alpha: 1 - math.Pow(decay, 1/perSlot),
+	}
+}
+
+// offset is t's position in the period: the time since the period began
+// (Sunday 00:00 for a week, 00:00 for a day) in t's zone.
+func offset(t time.Time, period time.Duration) time.Duration {
+	h, m, s := t.Clock()
+	d := time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(s)*time.Second
+	if period > 24*time.Hour {
+		d += time.Duration(t.Weekday()) * 24 * time.Hour
+	}
+	return d
+}
+
+func (p *profile) observe(t time.Time, v float64) {
+	i := int(offset(t, p.period) / p.slot)
+	if !p.set[i] {
+		p.val[i], p.set[i] = v, true
+		return
+	}
+	p.val[i] += p.alpha * (v - p.val[i])
+}
+
+// at is the profile at t, interpolated between slot centres; ok is false
+// when either slot has no data yet.
+func (p *profile) at(t time.Time) (float64, bool) {
+	x := float64(offset(t, p.period))/float64(p.slot) - 0.5
+	k := int(math.Floor(x))
+	f := x - float64(k)
+	n := len(p.val)
+	a, b := ((k%n)+n)%n, ((k+1)%n+n)%n
+	if !p.set[a] || !p.set[b] {
+		return 0, false
+	}
+	return p.val[a]*(1-f) + p.val[b]*f, true
+}
+
+// forecaster predicts demand from its own history: the recent level plus
+// the seasonal change between now and the forecast time, from a daily
+// and (after a week of history) a weekly profile.
+type forecaster struct {
+	interval  time.Duration
+	week, day profile
+	seen      int
+	recent    []float64 // the last levelSteps observations, a ring
+	levelN    int
+}
+
+func newForecaster(interval time.Duration) *forecaster {
+	slot := max(interval, minSlot)
+	n := max(1, int((levelSpan+interval/2)/interval))
+	return &forecaster{
+		interval: interval,
+		week:     newProfile(7*24*time.Hour, slot, interval, weekDecay),
+		day:      newProfile(24*time.Hour, slot, interval, dayDecay),
+		recent:   make([]float64, n),
+	}
+}
+
+// update takes the observations of in.Past not seen yet.
+func (f *forecaster) update(in Input) {
+	start := in.Now.Add(-time.Duration(len(in.Past)) * in.Interval)
+	for ; f.seen < len(in.Past); f.seen++ {
+		t := start.Add(time.Duration(f.seen) * in.Interval)
+		v := in.Past[f.seen]
+		f.week.observe(t, v)
+		f.day.observe(t, v)
+		f.recent[f.seen%len(f.recent)] = v
+		f.levelN = min(f.levelN+1, len(f.recent))
+	}
+}
+
+// seasonal is the profile value at t: the mean of the weekly and daily
+// profiles once a week has been seen, the daily one before.
+func (f *forecaster) seasonal(t time.Time) (float64, bool) {
+	d, ok := f.day.at(t)
+	if !ok {
+		return 0, false
+	}
+	if time.Duration(f.seen)*f.interval >= 7*24*time.Hour {
+		if w, ok := f.week.at(t); ok {
+			return (w + d) / 2, true
+		}
+	}
+	return d, true
+}
+
+// maxOver is the highest forecast demand of the steps starting at now,
+// now+interval, ... up to and including now+horizon.
+func (f *forecaster) maxOver(now time.Time, horizon time.Duration) float64 {
+	if f.levelN == 0 {
+		return 0
+	}
+	level := 0.0
+	for i := 0; i < f.levelN; i++ {
+		level += f.recent[i]
+	}
+	level /= float64(f.levelN)
+	// The level is the mean of the last levelN steps, each observed at
+	// its start time: it stands for the mean of those times.
+	ref := now.Add(-time.Duration(f.levelN+1) * f.interval / 2)
+	base, okRef := f.seasonal(ref)
+	best := 0.0
+	for t := now; !t.After(now.Add(horizon)); t = t.Add(f.interval) {
+		v := level
+		if s, ok := f.seasonal(t); ok && okRef {
+			v += s - base
+		}
+		best = max(best, v)
+	}
+	return best
+}
+
+// horizon is how far ahead a decision must cover: it is usable after
+// boot and the next decision's capacity only a step later.
+func horizon(cfg Config, interval time.Duration) time.Duration {
+	steps := (cfg.Boot + cfg.Buffer + interval - 1) / interval
+	return steps * interval
+}
+
+// predictive sizes the group to its own forecast: the highest forecast
+// demand from now until the capacity of the next decision is usable,
+// plus the buffer (EC2's SchedulingBufferTime). Unlike EC2's predictive
+// scaling, which only raises the minimum, it also scales in on the
+// forecast, at once; gpucloud is the combination with a reactive floor.
+type predictive struct {
+	cfg Config
+	f   *forecaster
+}
+
+func newPredictive(cfg Config) Policy { return &predictive{cfg: cfg} }
+
+func (p *predictive) Name() string { return "predictive" }
+
+func (p *predictive) Decide(in Input) Decision {
+	if p.f == nil {
+		p.f = newForecaster(in.Interval)
+	}
+	p.f.update(in)
+	fc := p.f.maxOver(in.Now, horizon(p.cfg, in.Interval))
+	d := Decision{Raw: instancesFor(fc, p.cfg.UnitGPUs), Forecast: fc}
+	d.Desired, d.Limit = p.cfg.Limits.clamp(d.Raw)
+	return d
+}
+
+// errStats is an exponentially weighted mean and variance.
+type errStats struct {
+	alpha, mean, varc float64
+	n                 int
+}
+
+func (s *errStats) add(e float64) {
+	if s.n == 0 {
+		s.mean = e
+	} else {
+		d := e - s.mean
+		s.mean += s.alpha * d
+		s.varc = (1 - s.alpha) * (s.varc + s.alpha*d*d)
+	}
+	s.n++
+}
+
+func (s *errStats) bound(z float64) float64 { return s.mean + z*math.Sqrt(s.varc) }
+
+// gpucloud is the default policy: the larger of
+//   - the forecast (as predictive) plus a safety margin of SafetySigmas
+//     standard deviations of its own past error, where the error is the
+//     highest actual demand of a decision's horizon less what was
+//     planned, over two time scales (two days and six hours, whichever is
+//     larger, so that a noisy spell widens the margin quickly), and
+//   - a reactive floor: the instances that hold the last step's demand;
+//
+// with scale-in stabilized over ScaleInWindow, as target tracking.
+type gpucloud struct {
+	cfg         Config
+	f           *forecaster
+	window      windowMax
+	planned     []float64 // planned[i%len]: the forecast of decision i
+	slow, fast  errStats
+	horizonSize int // steps in a horizon, counting the first
+}
+
+func newGPUCloud(cfg Config) Policy {
+	return &gpucloud{cfg: cfg, window: windowMax{window: cfg.ScaleInWindow}}
+}
+
+func (p *gpucloud) Name() string { return "gpucloud" }
+
+func (p *gpucloud) Decide(in Input) Decision {
+	h := horizon(p.cfg, in.Interval)
+	if p.f == nil {
+		p.f = newForecaster(in.Interval)
+		p.horizonSize = int(h/in.Interval) + 1
+		p.planned = make([]float64, p.horizonSize+1)
+		p.slow.alpha = min(1, float64(in.Interval)/float64(48*time.Hour))
+		p.fast.alpha = min(1, float64(in.Interval)/float64(6*time.Hour))
+	}
+	p.f.update(in)
+	n := len(in.Past)
+	// Score the decision whose horizon has just been fully observed.
+	if s := n - p.horizonSize; s >= 0 {
+		actual := 0.0
+		for _, v := range in.Past[s:n] {
+			actual = max(actual, v)
+		}
+		e := actual - p.planned[s%len(p.planned)]
+		p.slow.add(e)
+		p.fast.add(e)
+	}
+	fc := p.f.maxOver(in.Now, h)
+	p.planned[n%len(p.planned)] = fc
+	margin := 0.0
+	if p.slow.n > 0 {
+		margin = max(0, p.slow.bound(p.cfg.SafetySigmas), p.fast.bound(p.cfg.SafetySigmas))
+	}
+	raw := instancesFor(fc+margin, p.cfg.UnitGPUs)
+	if n > 0 {
+		raw = max(raw, instancesFor(in.Past[n-1], p.cfg.UnitGPUs))
+	}
+	d := Decision{Raw: raw, Forecast: fc + margin}
+	d.Desired, d.Limit = p.cfg.Limits.clamp(p.window.push(in.Now, raw))
+	return d
+}
