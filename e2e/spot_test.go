@@ -275,7 +275,8 @@ func testSpot(t *testing.T, bin, db string) {
 		t.Fatal(err)
 	}
 	if len(prices.Prices) < 3 {
-		t.Fatalf("the spot price of %s changed %d times while on-demand demand came and went; want it to move", pool, len(prices.Prices))
+		t.Fatalf("the spot price of %s changed %d times while on-demand demand came and went; want it to move (history %+v; the market's prices now %v; clock %s)",
+			pool, len(prices.Prices), prices.Prices, c.srv.Market.Prices(), clock.Now().Format(time.RFC3339Nano))
 	}
 	book := billing.NewPriceBook([]*cloud.Price{{Kind: cloud.PriceCompute, Offering: pool.Offering, Amount: od, EffectiveAt: time.Unix(0, 0)}}, prices.Prices)
 	priceAt := func(s time.Time) money.Micros {
