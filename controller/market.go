@@ -540,12 +540,21 @@ func errMessage(err error) string {
 
 // refused reports whether the instance service refused a launch for a
 // reason that only the tenant or the operator can change (a quota, a
-// volume that is gone, an offering that left the catalog), as opposed to a
-// race (a conflict: the next round tries again) or a failure of the store.
+// volume that is gone or attached to another live instance, an offering
+// that left the catalog), as opposed to a race (a version conflict: the
+// next round tries again) or a failure of the store.
 func refused(err error) bool {
-	switch cloud.ErrorCode(err) {
+	var ce *cloud.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.Code {
 	case cloud.QuotaExceeded, cloud.Invalid, cloud.NotFound:
 		return true
+	case cloud.Conflict:
+		// The volume rule names the volume's field; a race names none.
+		f, _ := ce.Details["field"].(string)
+		return strings.HasPrefix(f, "volumes[")
 	}
 	return false
 }

@@ -562,3 +562,42 @@ func TestRelaunchRefusedForQuota(t *testing.T) {
 		t.Fatalf("relaunch %+v", next)
 	}
 }
+
+// TestRelaunchRefusedForAttachedVolume: a relaunch whose volume the
+// tenant attached to another live instance is refused by the volume
+// rule; the request stays open with the reason, the market's round does
+// not fail (so other requests are still driven), and once the volume is
+// free the next round relaunches.
+func TestRelaunchRefusedForAttachedVolume(t *testing.T) {
+	mk := newMarket(t)
+	ctx := context.Background()
+	mk.m.KeepFailed = time.Minute
+	tx(t, mk.st, func(tx cloud.Tx) error {
+		return tx.CreateVolume(ctx, &cloud.Volume{ID: "vol-a", TenantID: "t1", Name: "ckpt", SizeGiB: 10, Zone: fleet.MockZone, CreatedAt: t0})
+	})
+	first := mk.spotRequest("q", cloud.SpotPersistent, cloud.ActionTerminate, 0, "vol-a")
+	mk.step()
+	mk.move(first.ID, cloud.Starting)
+	mk.move(first.ID, cloud.Failed)
+	// The tenant attaches the volume to another instance that runs on.
+	mk.onDemand("other", "t1", "l40s.2x")
+	tx(t, mk.st, func(tx cloud.Tx) error {
+		v, err := tx.GetVolume(ctx, "vol-a")
+		if err != nil {
+			return err
+		}
+		v.InstanceID = "other"
+		return tx.UpdateVolume(ctx, v)
+	})
+	mk.clock.Advance(time.Hour)
+	mk.step() // fails the test if the round fails
+	r := mk.request("q")
+	if r.State != cloud.SpotOpen || r.Launches != 1 || !strings.HasPrefix(r.Reason, reasonRefused) || !strings.Contains(r.Reason, "vol-a") {
+		t.Fatalf("request after a refused relaunch: %s %d %q", r.State, r.Launches, r.Reason)
+	}
+	mk.move("other", cloud.Terminated)
+	mk.step()
+	if r = mk.request("q"); r.Launches != 2 || strings.HasPrefix(r.Reason, reasonRefused) {
+		t.Fatalf("request once the volume is free: %+v", r)
+	}
+}
