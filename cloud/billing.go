@@ -344,11 +344,18 @@ type BillingTx interface {
 	// ListPrices lists price versions by kind, offering, zone and
 	// effective time.
 	ListPrices(ctx context.Context, f PriceFilter) ([]*Price, error)
+	// PriceByKey finds the price version added with a non-empty
+	// idempotency key (prices are the operator's: keys are global);
+	// NotFound when there is none.
+	PriceByKey(ctx context.Context, key string) (*Price, error)
 
 	// CreateCommitment inserts a commitment; a repeated non-empty
 	// IdempotencyKey of the tenant returns Conflict with "existing_id".
 	CreateCommitment(ctx context.Context, c *Commitment) error
 	GetCommitment(ctx context.Context, id string) (*Commitment, error)
+	// CommitmentByKey finds the tenant's commitment created with a
+	// non-empty idempotency key; NotFound when there is none.
+	CommitmentByKey(ctx context.Context, tenantID, key string) (*Commitment, error)
 	// ListCommitments lists a tenant's commitments (all when tenantID is
 	// empty) in ID order.
 	ListCommitments(ctx context.Context, tenantID string) ([]*Commitment, error)
@@ -358,6 +365,9 @@ type BillingTx interface {
 	CreateSpotRequest(ctx context.Context, r *SpotRequest) error
 	GetSpotRequest(ctx context.Context, id string) (*SpotRequest, error)
 	ListSpotRequests(ctx context.Context, f SpotRequestFilter) ([]*SpotRequest, error)
+	// SpotRequestByKey finds the tenant's spot request created with a
+	// non-empty idempotency key; NotFound when there is none.
+	SpotRequestByKey(ctx context.Context, tenantID, key string) (*SpotRequest, error)
 	// UpdateSpotRequest writes r when the stored version equals r.Version
 	// and increments it; Conflict otherwise.
 	UpdateSpotRequest(ctx context.Context, r *SpotRequest) error
@@ -406,12 +416,3 @@ func (r *SpotRequest) Owner() string { return r.TenantID }
 
 // Owner is the tenant an address belongs to.
 func (a *Address) Owner() string { return a.TenantID }
-
-// Key is the idempotency key the commitment was created with.
-func (c *Commitment) Key() string { return c.IdempotencyKey }
-
-// Key is the idempotency key the spot request was created with.
-func (r *SpotRequest) Key() string { return r.IdempotencyKey }
-
-// Key is the idempotency key the price version was added with.
-func (p *Price) Key() string { return p.IdempotencyKey }

@@ -256,9 +256,3 @@ func (in *Instance) Owner() string { return in.TenantID }
 
 // Owner is the tenant a volume belongs to.
 func (v *Volume) Owner() string { return v.TenantID }
-
-// Keyed is a resource a create with an idempotency key may have made.
-type Keyed interface{ Key() string }
-
-// Key is the idempotency key the volume was created with ("" for none).
-func (v *Volume) Key() string { return v.IdempotencyKey }

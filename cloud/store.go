@@ -104,6 +104,9 @@ type Tx interface {
 	// returns a Conflict error whose Details carry "existing_id".
 	CreateVolume(ctx context.Context, v *Volume) error
 	GetVolume(ctx context.Context, id string) (*Volume, error)
+	// VolumeByKey finds the tenant's volume created with a non-empty
+	// idempotency key; NotFound when there is none.
+	VolumeByKey(ctx context.Context, tenantID, key string) (*Volume, error)
 	// ListVolumes lists a tenant's volumes (deleted ones too) in ID order,
 	// every tenant's when tenantID is empty.
 	ListVolumes(ctx context.Context, tenantID string) ([]*Volume, error)

@@ -304,7 +304,7 @@ func (b *blindStore) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 	return b.Store.Tx(ctx, func(tx cloud.Tx) error { return fn(&blindTx{Tx: tx, b: b}) })
 }
 
-// arm blinds the next list call; armed reports whether it is still to
+// arm blinds the next lookup (a list or a by-key read); armed reports whether it is still to
 // come.
 func (b *blindStore) arm() {
 	b.mu.Lock()
@@ -361,6 +361,21 @@ func (t *blindTx) ListAddresses(ctx context.Context, tenant string) ([]*cloud.Ad
 func (t *blindTx) ListPrices(ctx context.Context, f cloud.PriceFilter) ([]*cloud.Price, error) {
 	ps, err := t.Tx.ListPrices(ctx, f)
 	return unkeyed(t.b, ps, func(p *cloud.Price) string { return p.IdempotencyKey }, err)
+}
+
+// VolumeByKey and PriceByKey miss the key when the store is blind.
+func (t *blindTx) VolumeByKey(ctx context.Context, tenant, key string) (*cloud.Volume, error) {
+	if t.b.blind() {
+		return nil, cloud.Errorf(cloud.NotFound, "blinded")
+	}
+	return t.Tx.VolumeByKey(ctx, tenant, key)
+}
+
+func (t *blindTx) PriceByKey(ctx context.Context, key string) (*cloud.Price, error) {
+	if t.b.blind() {
+		return nil, cloud.Errorf(cloud.NotFound, "blinded")
+	}
+	return t.Tx.PriceByKey(ctx, key)
 }
 
 // TestIdempotentCreateLostLookup runs the retries of volumes, addresses

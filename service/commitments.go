@@ -286,7 +286,7 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 			return err
 		}
 		if key != "" {
-			old, err := withKey[*cloud.Commitment](key)(tx.ListCommitments(ctx, tenant))
+			old, err := keyed(tx.CommitmentByKey(ctx, tenant, key))
 			if err != nil {
 				return err
 			}

@@ -88,24 +88,13 @@ func (d *KeyDiffs) Err(what, existing string) error {
 		Details: map[string]any{"existing_id": existing, "fields": d.fields}}
 }
 
-// withKey returns a function that picks, from a store's list answer, the
-// first resource made with idempotency key key (nil when there is none),
-// passing the list's error through:
-//
-//	old, err := withKey[*cloud.Volume](key)(tx.ListVolumes(ctx, tenant))
-func withKey[T cloud.Keyed](key string) func(items []T, err error) (T, error) {
-	return func(items []T, err error) (T, error) {
-		var zero T
-		if err != nil {
-			return zero, err
-		}
-		for _, it := range items {
-			if it.Key() == key {
-				return it, nil
-			}
-		}
-		return zero, nil
+// keyed turns a store's by-key lookup into "the resource made with
+// the key, or nil when there is none": NotFound is no error here.
+func keyed[T any](v *T, err error) (*T, error) {
+	if cloud.IsNotFound(err) {
+		return nil, nil
 	}
+	return v, err
 }
 
 // keyRace is returned from a create transaction that lost an idempotency

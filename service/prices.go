@@ -119,7 +119,7 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
 		if key != "" {
-			old, err := withKey[*cloud.Price](key)(tx.ListPrices(ctx, cloud.PriceFilter{}))
+			old, err := keyed(tx.PriceByKey(ctx, key))
 			if err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 		return nil
 	})
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Price, error) {
-		p, err := withKey[*cloud.Price](key)(tx.ListPrices(ctx, cloud.PriceFilter{}))
+		p, err := keyed(tx.PriceByKey(ctx, key))
 		if err == nil && p == nil {
 			err = fmt.Errorf("price %s of idempotency key %s not found", id, Quote(key))
 		}

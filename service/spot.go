@@ -118,7 +118,7 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 			return err
 		}
 		if key != "" {
-			old, err := withKey[*cloud.SpotRequest](key)(tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{TenantID: tenant}))
+			old, err := keyed(tx.SpotRequestByKey(ctx, tenant, key))
 			if err != nil {
 				return err
 			}

@@ -60,7 +60,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 			return err
 		}
 		if key != "" {
-			old, err := withKey[*cloud.Volume](key)(tx.ListVolumes(ctx, tenant))
+			old, err := keyed(tx.VolumeByKey(ctx, tenant, key))
 			if err != nil {
 				return err
 			}

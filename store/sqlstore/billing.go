@@ -770,3 +770,28 @@ func (t *tx) ListBudgetAlerts(ctx context.Context, tenantID string) ([]*cloud.Bu
 	}
 	return list(ctx, t, "list budget alerts", q+" ORDER BY tenant_id, month, threshold", args, scanBudgetAlert)
 }
+
+func (t *tx) PriceByKey(ctx context.Context, key string) (*cloud.Price, error) {
+	return one(ctx, t, "find price by idempotency key",
+		func() error { return notFoundf("no price version has idempotency key %s", strconv.Quote(key)) },
+		"SELECT "+priceCols+" FROM prices WHERE idempotency_key = ? AND idempotency_key <> ''",
+		[]any{key}, scanPrice)
+}
+
+func (t *tx) CommitmentByKey(ctx context.Context, tenantID, key string) (*cloud.Commitment, error) {
+	return one(ctx, t, "find commitment by idempotency key",
+		func() error {
+			return notFoundf("tenant %s has no commitment with idempotency key %s", tenantID, strconv.Quote(key))
+		},
+		"SELECT "+commitmentCols+" FROM commitments WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''",
+		[]any{tenantID, key}, scanCommitment)
+}
+
+func (t *tx) SpotRequestByKey(ctx context.Context, tenantID, key string) (*cloud.SpotRequest, error) {
+	return one(ctx, t, "find spot request by idempotency key",
+		func() error {
+			return notFoundf("tenant %s has no spot request with idempotency key %s", tenantID, strconv.Quote(key))
+		},
+		"SELECT "+spotRequestCols+" FROM spot_requests WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''",
+		[]any{tenantID, key}, scanSpotRequest)
+}

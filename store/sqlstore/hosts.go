@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -330,3 +331,12 @@ func (t *tx) ListEvents(ctx context.Context, f cloud.EventFilter) ([]*cloud.Even
 
 // Compile-time check that tx implements the whole interface.
 var _ cloud.Tx = (*tx)(nil)
+
+func (t *tx) VolumeByKey(ctx context.Context, tenantID, key string) (*cloud.Volume, error) {
+	return one(ctx, t, "find volume by idempotency key",
+		func() error {
+			return notFoundf("tenant %s has no volume with idempotency key %s", tenantID, strconv.Quote(key))
+		},
+		"SELECT "+volumeCols+" FROM volumes WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''",
+		[]any{tenantID, key}, scanVolume)
+}

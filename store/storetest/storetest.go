@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"VolumeIdempotency", testVolumeIdempotency},
 		{"AddressIdempotency", testAddressIdempotency},
 		{"PriceIdempotency", testPriceIdempotency},
+		{"ByKey", testByKey},
 		{"ConcurrentIdempotentCreates", testConcurrentIdempotentCreates},
 	} {
 		t.Run(c.name, func(t *testing.T) {
