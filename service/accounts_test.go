@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -61,73 +60,12 @@ func newAHFixture(t *testing.T, st cloud.Store) *ahFixture {
 	return f
 }
 
-// ahState is what a refused or repeated call must leave as it was: every
+// state is what a refused or repeated call must leave as it was: every
 // row the accounts, hosts and agents services write, summarized.
-type ahState struct {
-	Tenants, Tokens, Revoked, Events, Quotas int
-	Hosts                                    cloud.HostStamp
-	Instances                                int
-	Versions                                 int64
-	Logs                                     string
-}
-
-func (f *ahFixture) state() ahState {
-	f.t.Helper()
-	ctx := context.Background()
-	var s ahState
-	err := f.st.Tx(ctx, func(tx cloud.Tx) error {
-		s = ahState{}
-		ts, err := tx.ListTenants(ctx)
-		if err != nil {
-			return err
-		}
-		s.Tenants = len(ts)
-		for _, tn := range ts {
-			if _, err := tx.GetQuota(ctx, tn.ID); err == nil {
-				s.Quotas++
-			}
-		}
-		toks, err := tx.ListTokens(ctx, "")
-		if err != nil {
-			return err
-		}
-		s.Tokens = len(toks)
-		for _, tk := range toks {
-			if tk.RevokedAt != nil {
-				s.Revoked++
-			}
-		}
-		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
-		if err != nil {
-			return err
-		}
-		s.Events = len(evs)
-		if s.Hosts, err = tx.HostStamp(ctx); err != nil {
-			return err
-		}
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
-		if err != nil {
-			return err
-		}
-		s.Instances = len(ins)
-		for _, in := range ins {
-			s.Versions += in.Version
-			c, err := tx.ReadLog(ctx, in.ID, 0, 1<<30)
-			if err != nil {
-				return err
-			}
-			s.Logs += fmt.Sprintf("%s:%d;", in.ID, c.End)
-		}
-		return nil
-	})
-	if err != nil {
-		f.t.Fatalf("state: %v", err)
-	}
-	return s
-}
+func (f *ahFixture) state() testkit.Rows { return testkit.CountRows(f.t, f.st) }
 
 // unchanged fails the test when anything was written since before.
-func (f *ahFixture) unchanged(before ahState, what string) {
+func (f *ahFixture) unchanged(before testkit.Rows, what string) {
 	f.t.Helper()
 	if after := f.state(); after != before {
 		f.t.Errorf("%s wrote: %+v -> %+v", what, before, after)

@@ -44,33 +44,8 @@ func newWorld(t *testing.T, st cloud.Store) *world {
 	return w
 }
 
-// rows counts what a failed call must not have written.
-func (w *world) rows(t *testing.T) (instances, events, attached int) {
-	t.Helper()
-	ctx := context.Background()
-	err := w.st.Tx(ctx, func(tx cloud.Tx) error {
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
-		if err != nil {
-			return err
-		}
-		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
-		if err != nil {
-			return err
-		}
-		vols, err := tx.ListVolumes(ctx, "")
-		for _, v := range vols {
-			if v.InstanceID != "" {
-				attached++
-			}
-		}
-		instances, events = len(ins), len(evs)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return
-}
+// rows is what a failed call must not have changed.
+func (w *world) rows(t *testing.T) testkit.Rows { return testkit.CountRows(t, w.st) }
 
 func (w *world) volume(t *testing.T, tenant, id, zone string) {
 	t.Helper()
@@ -114,7 +89,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 		for _, c := range cases {
 			spec := clone(base)
 			c.change(&spec)
-			i0, e0, a0 := w.rows(t)
+			before := w.rows(t)
 			_, _, err := w.svc.Instances.Create(ctx, w.acme, spec, "key-1")
 			ce, ok := err.(*cloud.Error)
 			if !ok || ce.Code != cloud.Conflict {
@@ -124,7 +99,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 			if fields, _ := ce.Details["fields"].([]string); !slices.Equal(fields, []string{c.field}) || ce.Details["existing_id"] != first.ID {
 				t.Errorf("%s differs: details %v", c.field, ce.Details)
 			}
-			if i1, e1, a1 := w.rows(t); i1 != i0 || e1 != e0 || a1 != a0 {
+			if w.rows(t) != before {
 				t.Errorf("%s differs: the refused create wrote something", c.field)
 			}
 		}
@@ -172,18 +147,18 @@ func TestCreateInstanceRules(t *testing.T) {
 			{"NUL in command", w.acme, service.InstanceSpec{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
 		}
 		for _, c := range cases {
-			i0, e0, _ := w.rows(t)
+			before := w.rows(t)
 			in, _, err := w.svc.Instances.Create(ctx, c.who, c.spec, "")
 			if got := cloud.ErrorCode(err); got != c.want {
 				t.Errorf("%s: %v, want code %q", c.name, err, c.want)
 				continue
 			}
-			i1, e1, _ := w.rows(t)
-			if c.want != "" && (i1 != i0 || e1 != e0) {
+			after := w.rows(t)
+			if c.want != "" && (after.Instances != before.Instances || after.Events != before.Events) {
 				t.Errorf("%s: refused create wrote something", c.name)
 			}
-			if c.want == "" && (in.State != cloud.Pending || in.Market != cloud.MarketOnDemand || i1 != i0+1 || e1 != e0+1) {
-				t.Errorf("%s: created %+v with %d rows, %d events", c.name, in, i1-i0, e1-e0)
+			if c.want == "" && (in.State != cloud.Pending || in.Market != cloud.MarketOnDemand || after.Instances != before.Instances+1 || after.Events != before.Events+1) {
+				t.Errorf("%s: created %+v with %d rows, %d events", c.name, in, after.Instances-before.Instances, after.Events-before.Events)
 			}
 		}
 		// A volume attached to a terminated instance may be attached again

@@ -44,66 +44,8 @@ func newVAFixture(t *testing.T, st cloud.Store, opts service.Options) *vaFixture
 	return f
 }
 
-// vaCounts is what a rejected or repeated call must leave as it was.
-type vaCounts struct {
-	Instances, Volumes, Attached, Addresses, Associated, Events, Usage int
-	Versions                                                           int64
-}
-
-func (f *vaFixture) counts() vaCounts {
-	f.t.Helper()
-	var c vaCounts
-	ctx := context.Background()
-	err := f.st.Tx(ctx, func(tx cloud.Tx) error {
-		c = vaCounts{}
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
-		if err != nil {
-			return err
-		}
-		c.Instances = len(ins)
-		for _, in := range ins {
-			c.Versions += in.Version
-		}
-		vs, err := tx.ListVolumes(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Volumes = len(vs)
-		for _, v := range vs {
-			if v.InstanceID != "" {
-				c.Attached++
-			}
-		}
-		as, err := tx.ListAddresses(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Addresses = len(as)
-		for _, a := range as {
-			if a.InstanceID != "" {
-				c.Associated++
-			}
-		}
-		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
-		if err != nil {
-			return err
-		}
-		c.Events = len(evs)
-		us, err := tx.ListUsage(ctx, cloud.UsageFilter{})
-		if err != nil {
-			return err
-		}
-		c.Usage = len(us)
-		return nil
-	})
-	if err != nil {
-		f.t.Fatalf("counts: %v", err)
-	}
-	return c
-}
-
 // unchanged fails the test when the counts moved since before.
-func (f *vaFixture) unchanged(before vaCounts, what string) {
+func (f *vaFixture) unchanged(before testkit.Rows, what string) {
 	f.t.Helper()
 	if after := f.counts(); after != before {
 		f.t.Errorf("%s wrote: %+v -> %+v", what, before, after)
@@ -493,3 +435,6 @@ func TestVolumeAttachRule(t *testing.T) {
 		f.unchanged(before, "a deleted volume")
 	})
 }
+
+// counts is what a rejected or repeated call must leave as it was.
+func (f *vaFixture) counts() testkit.Rows { return testkit.CountRows(f.t, f.st) }

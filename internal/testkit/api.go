@@ -93,6 +93,10 @@ type Rows struct {
 	// the ones on an instance.
 	Addresses, Released, Associated int
 	SpotVersions                    int64
+	// Quotas counts the tenants with a quota; LogBytes sums the end
+	// offsets of every instance's output log.
+	Quotas   int
+	LogBytes int64
 }
 
 // CountRows takes the snapshot of st.
@@ -105,6 +109,13 @@ func CountRows(t testing.TB, st cloud.Store) Rows {
 		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
 		if err != nil {
 			return err
+		}
+		for _, in := range ins {
+			lc, err := tx.ReadLog(ctx, in.ID, 0, 1)
+			if err != nil {
+				return err
+			}
+			c.LogBytes += lc.End
 		}
 		c.Instances = len(ins)
 		for _, in := range ins {
@@ -140,6 +151,13 @@ func CountRows(t testing.TB, st cloud.Store) Rows {
 			return err
 		}
 		c.Tenants = len(tns)
+		for _, tn := range tns {
+			if _, err := tx.GetQuota(ctx, tn.ID); err == nil {
+				c.Quotas++
+			} else if !cloud.IsNotFound(err) {
+				return err
+			}
+		}
 		hs, err := tx.ListHosts(ctx)
 		if err != nil {
 			return err
