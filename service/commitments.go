@@ -285,15 +285,10 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 		if err != nil {
 			return err
 		}
-		if key != "" {
-			old, err := keyed(tx.CommitmentByKey(ctx, tenant, key))
-			if err != nil {
-				return err
-			}
-			if old != nil {
-				out = old
-				return same(old)
-			}
+		byKey := func(k string) (*cloud.Commitment, error) { return tx.CommitmentByKey(ctx, tenant, k) }
+		if old, found, err := prior(key, byKey, same); found || err != nil {
+			out = old
+			return err
 		}
 		// Only a retry, answered above, may name a start now past.
 		if past != nil {

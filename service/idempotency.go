@@ -88,13 +88,24 @@ func (d *KeyDiffs) Err(what, existing string) error {
 		Details: map[string]any{"existing_id": existing, "fields": d.fields}}
 }
 
-// keyed turns a store's by-key lookup into "the resource made with
-// the key, or nil when there is none": NotFound is no error here.
-func keyed[T any](v *T, err error) (*T, error) {
-	if cloud.IsNotFound(err) {
-		return nil, nil
+// prior answers a keyed create's first question: did the tenant already
+// make a resource with this key? find looks the key up in the store (its
+// NotFound means no); when there is one, it is returned with found set and
+// err is same's verdict on this request against it (nil: a retry, answered
+// with the first resource; a Conflict naming the differing fields). An
+// empty key finds nothing.
+func prior[T any](key string, find func(key string) (*T, error), same func(*T) error) (old *T, found bool, err error) {
+	if key == "" {
+		return nil, false, nil
 	}
-	return v, err
+	old, err = find(key)
+	if cloud.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return old, true, same(old)
 }
 
 // keyRace is returned from a create transaction that lost an idempotency

@@ -275,15 +275,11 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 		if err != nil {
 			return err
 		}
-		if key != "" {
-			old, err := tx.InstanceByKey(txctx, tenant, key)
-			if err == nil {
-				out = old
-				return sameInstance(old, o, &spec)
-			}
-			if !cloud.IsNotFound(err) {
-				return err
-			}
+		byKey := func(k string) (*cloud.Instance, error) { return tx.InstanceByKey(txctx, tenant, k) }
+		same := func(old *cloud.Instance) error { return sameInstance(old, o, &spec) }
+		if old, found, err := prior(key, byKey, same); found || err != nil {
+			out = old
+			return err
 		}
 		now := s.now()
 		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name,

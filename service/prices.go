@@ -118,15 +118,10 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 	same := func(p *cloud.Price) error { return samePrice(p, kind, offering, &spec) }
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
-		if key != "" {
-			old, err := keyed(tx.PriceByKey(ctx, key))
-			if err != nil {
-				return err
-			}
-			if old != nil {
-				out = old
-				return same(old)
-			}
+		byKey := func(k string) (*cloud.Price, error) { return tx.PriceByKey(ctx, k) }
+		if old, found, err := prior(key, byKey, same); found || err != nil {
+			out = old
+			return err
 		}
 		// Only a retry, answered above, may name a time now past.
 		if past != nil {
@@ -145,11 +140,7 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 		return nil
 	})
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Price, error) {
-		p, err := keyed(tx.PriceByKey(ctx, key))
-		if err == nil && p == nil {
-			err = fmt.Errorf("price %s of idempotency key %s not found", id, Quote(key))
-		}
-		return p, err
+		return tx.PriceByKey(ctx, key)
 	}, same)
 	return out, created && err == nil, err
 }

@@ -117,15 +117,10 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 		if err != nil {
 			return err
 		}
-		if key != "" {
-			old, err := keyed(tx.SpotRequestByKey(ctx, tenant, key))
-			if err != nil {
-				return err
-			}
-			if old != nil {
-				out = old
-				return same(old)
-			}
+		byKey := func(k string) (*cloud.SpotRequest, error) { return tx.SpotRequestByKey(ctx, tenant, k) }
+		if old, found, err := prior(key, byKey, same); found || err != nil {
+			out = old
+			return err
 		}
 		now := s.now()
 		sr := &cloud.SpotRequest{ID: NewID(SpotRequestPrefix), TenantID: tenant, Name: spec.Name, Type: spec.Type,

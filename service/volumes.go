@@ -59,15 +59,11 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 		if err != nil {
 			return err
 		}
-		if key != "" {
-			old, err := keyed(tx.VolumeByKey(ctx, tenant, key))
-			if err != nil {
-				return err
-			}
-			if old != nil {
-				out = old
-				return sameVolume(old, &spec)
-			}
+		byKey := func(k string) (*cloud.Volume, error) { return tx.VolumeByKey(ctx, tenant, k) }
+		same := func(v *cloud.Volume) error { return sameVolume(v, &spec) }
+		if old, found, err := prior(key, byKey, same); found || err != nil {
+			out = old
+			return err
 		}
 		now := s.now()
 		v := &cloud.Volume{ID: NewID(VolumePrefix), TenantID: tenant, Name: spec.Name, SizeGiB: spec.SizeGiB,
