@@ -266,15 +266,7 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 		return nil, false, err
 	}
 	now := s.now()
-	start := now
-	var past error
-	if spec.Start != nil {
-		start = *spec.Start
-		if start.Before(now.Add(-CommitmentBackdate)) {
-			past = Field("start", "%s is in the past; a commitment starts now or later (leave start out for now)",
-				start.UTC().Format(time.RFC3339))
-		}
-	}
+	start, past := startAt("start", spec.Start, now, CommitmentBackdate, "a commitment starts now or later (leave start out for now)")
 	if past != nil && key == "" {
 		return nil, false, past
 	}

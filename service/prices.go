@@ -103,15 +103,8 @@ func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (
 		return nil, false, Field("amount", "%s is out of range 0..%s", spec.Amount, maxPrice)
 	}
 	now := s.now()
-	effective := now
-	var past error
-	if spec.EffectiveAt != nil {
-		effective = *spec.EffectiveAt
-		if effective.Before(now.Add(-PriceBackdate)) {
-			past = Field("effective_at", "%s is in the past; a price takes effect now or later, so that billed usage keeps its price (leave it out for now)",
-				effective.UTC().Format(time.RFC3339))
-		}
-	}
+	effective, past := startAt("effective_at", spec.EffectiveAt, now, PriceBackdate,
+		"a price takes effect now or later, so that billed usage keeps its price (leave it out for now)")
 	if past != nil && key == "" {
 		return nil, false, past
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"time"
 	"unicode/utf8"
 )
 
@@ -86,4 +87,19 @@ func CheckIdempotencyKey(k string) error {
 		}
 	}
 	return nil
+}
+
+// startAt is when a create asks something to begin: at, or now when at
+// is nil. A time more than slack before now comes with past, the error
+// that refuses it (hint says why); the caller returns it only once the
+// create is known not to be a retry, which may name a time that has passed
+// since.
+func startAt(field string, at *time.Time, now time.Time, slack time.Duration, hint string) (time.Time, error) {
+	if at == nil {
+		return now, nil
+	}
+	if at.Before(now.Add(-slack)) {
+		return *at, Field(field, "%s is in the past; %s", at.UTC().Format(time.RFC3339), hint)
+	}
+	return *at, nil
 }
