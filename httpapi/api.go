@@ -17,7 +17,6 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -278,37 +277,6 @@ func (s *handlers) fallback(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, s.log, &cloud.Error{Code: cloud.NotFound,
 		Message: "no such route: " + r.Method + " " + r.URL.Path + "; GET /v1/openapi.json lists the routes",
 		Details: map[string]any{"path": r.URL.Path}})
-}
-
-// visible reports whether p may see a resource of tenant: admins see all.
-func (p principal) visible(tenant string) bool { return p.admin() || p.TenantID == tenant }
-
-// scope resolves the tenant a request acts on from what it asked for
-// (?tenant or a body field). A member may only name its own tenant;
-// another answers not_found, like any other tenant's resource. An admin may
-// name any existing tenant. When nothing is asked for, members get their
-// own tenant and admins get dflt: their own tenant to create things, ""
-// (every tenant) to list them.
-func (s *handlers) scope(ctx context.Context, tx cloud.Tx, p principal, asked, dflt string) (string, error) {
-	if asked == "" {
-		if !p.admin() {
-			return p.TenantID, nil
-		}
-		return dflt, nil
-	}
-	if !p.admin() {
-		if asked != p.TenantID {
-			return "", service.NotFound("tenant", asked)
-		}
-		return asked, nil
-	}
-	if _, err := tx.GetTenant(ctx, asked); err != nil {
-		if cloud.IsNotFound(err) {
-			return "", service.NotFound("tenant", asked)
-		}
-		return "", err
-	}
-	return asked, nil
 }
 
 // listOfferings answers the catalog's offerings.
