@@ -103,6 +103,7 @@ func TestCommitmentIdempotencyDefaults(t *testing.T) {
 		if again, created, err := f.svc.Commitments.Create(ctx, f.acme, explicit, "k"); err != nil || created || again.ID != c.ID {
 			t.Errorf("retry with the default payment = %+v, %v, %v", again, created, err)
 		}
+		f.unchanged(before, "a retry with the default payment")
 		longer := base
 		longer.Term = "3y"
 		_, _, err = f.svc.Commitments.Create(ctx, f.acme, longer, "k")

@@ -124,6 +124,7 @@ func TestSpotRequestLaunchRules(t *testing.T) {
 		if billCode(t, err, cloud.Invalid).Details["field"] != "volumes[0]" {
 			t.Errorf("a volume in another zone: %v", err)
 		}
+		f.unchanged(before, "refused volumes")
 		err = st.Tx(ctx, func(tx cloud.Tx) error { return tx.PutQuota(ctx, &cloud.Quota{TenantID: f.acmeID, Instances: 1}) })
 		if err != nil {
 			t.Fatal(err)
