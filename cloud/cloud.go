@@ -171,6 +171,11 @@ type Instance struct {
 	SpotRequestID string        `json:"spot_request_id,omitempty"`
 	Interruption  *Interruption `json:"interruption,omitempty"`
 
+	// GroupID is the autoscaling group the instance belongs to (empty:
+	// none); ScaleIn its scale-in protection and completion lock.
+	GroupID string   `json:"group_id,omitempty"`
+	ScaleIn *ScaleIn `json:"scale_in,omitempty"`
+
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

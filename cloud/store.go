@@ -29,6 +29,7 @@ type Store interface {
 // use and is invalid after fn returns.
 type Tx interface {
 	BillingTx
+	GroupTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
 	GetTenant(ctx context.Context, id string) (*Tenant, error)
@@ -61,6 +62,10 @@ type Tx interface {
 	// return, in the same order, without reading the rest of their rows:
 	// what a controller needs to know which instances are in a state.
 	InstanceIDs(ctx context.Context, f InstanceFilter) ([]string, error)
+	// InstanceVersions returns the ID and version of the instances
+	// ListInstances(f) would return, in ID order: a reader that caches
+	// instances re-reads (InstanceFilter.IDs) only the changed ones.
+	InstanceVersions(ctx context.Context, f InstanceFilter) ([]RowVersion, error)
 	// UpdateInstance writes in if the stored version equals in.Version,
 	// and increments in.Version; otherwise it returns Conflict and changes
 	// nothing.
@@ -154,6 +159,12 @@ type InstanceFilter struct {
 	// Interrupted selects instances that carry an Interruption (a reclaim
 	// notice or a rebalance recommendation).
 	Interrupted bool
+	// GroupID selects the members of one group; InGroup the members of
+	// any group.
+	GroupID string
+	InGroup bool
+	// IDs selects these instances (none: any).
+	IDs []string
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.
 	Limit   int
 	AfterID string
@@ -199,4 +210,11 @@ func WithIsolation(ctx context.Context, l Isolation) context.Context {
 func IsolationOf(ctx context.Context) Isolation {
 	l, _ := ctx.Value(isolationKey{}).(Isolation)
 	return l
+}
+
+// RowVersion is a row's ID and version: what a reader that caches rows
+// compares to re-read only the rows that changed.
+type RowVersion struct {
+	ID      string
+	Version int64
 }

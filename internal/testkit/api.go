@@ -97,6 +97,10 @@ type Rows struct {
 	// offsets of every instance's output log.
 	Quotas   int
 	LogBytes int64
+	// Groups counts autoscaling groups (deleted ones too), GroupVersions
+	// sums their versions, and Metrics counts metric points.
+	Groups, Metrics int
+	GroupVersions   int64
 }
 
 // CountRows takes the snapshot of st.
@@ -214,6 +218,19 @@ func CountRows(t testing.TB, st cloud.Store) Rows {
 			return err
 		}
 		c.Usage = len(us)
+		gs, err := tx.ListGroups(ctx, cloud.GroupFilter{})
+		if err != nil {
+			return err
+		}
+		c.Groups = len(gs)
+		for _, g := range gs {
+			c.GroupVersions += g.Version
+		}
+		ms, err := tx.ListMetrics(ctx, cloud.MetricFilter{})
+		if err != nil {
+			return err
+		}
+		c.Metrics = len(ms)
 		return nil
 	})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
-	"zone, market, spot_request_id, interruption"
+	"zone, market, spot_request_id, interruption, group_id, scale_in"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -18,29 +18,30 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		&in.IdempotencyKey, jsonCol{&in.Zones}, jsonCol{&in.Labels}, jsonCol{&in.Command},
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
-		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption})
+		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn})
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
 	return &in, err
 }
 
-// instanceDoc is the JSON text of an instance's list, map, placement and
-// interruption fields, in column order, with the values of the instance's
-// fields that the store normalizes: the market (empty is on demand) and the
-// interruption's times (UTC microseconds, a copy: the caller's may be
-// shared).
+// instanceDoc is the JSON text of an instance's list, map, placement,
+// interruption and scale-in fields, in column order, with the values of the
+// instance's fields that the store normalizes: the market (empty is on
+// demand), the interruption's times and the scale-in lock's time (UTC
+// microseconds, in copies: the caller's may be shared).
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
-	placement, interruption                    any
+	placement, interruption, scaleIn           any
 	market                                     cloud.Market
 	intr                                       *cloud.Interruption
+	scale                                      *cloud.ScaleIn
 }
 
 // normalize sets the fields of in that the store normalizes to what was
 // stored, after a successful write.
 func (d *instanceDoc) normalize(in *cloud.Instance) {
-	in.Market, in.Interruption = d.market, d.intr
+	in.Market, in.Interruption, in.ScaleIn = d.market, d.intr, d.scale
 }
 
 func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
@@ -76,6 +77,19 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 		intr.NoticedAt, intr.Deadline = normTime(intr.NoticedAt), normTime(intr.Deadline)
 		d.intr = &intr
 		if d.interruption, err = jsonArg("instance "+in.ID+" interruption", d.intr); err != nil {
+			return nil, err
+		}
+	}
+	// No scale-in protection is SQL NULL as well.
+	if in.ScaleIn != nil {
+		sc := *in.ScaleIn
+		if sc.Lock != nil {
+			lock := *sc.Lock
+			lock.At = normTime(lock.At)
+			sc.Lock = &lock
+		}
+		d.scale = &sc
+		if d.scaleIn, err = jsonArg("instance "+in.ID+" scale-in", d.scale); err != nil {
 			return nil, err
 		}
 	}
@@ -120,11 +134,11 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 	d := &t.s.d
 	n, err := t.execN(ctx, "create instance "+in.ID,
 		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
-			" ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+			" ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
 		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 		d.timeArg(created), d.timeArg(updated),
-		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption)
+		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn)
 	if err != nil {
 		return err
 	}
@@ -192,6 +206,15 @@ func (t *tx) InstanceIDs(ctx context.Context, f cloud.InstanceFilter) ([]string,
 	return out, nil
 }
 
+// InstanceVersions is ListInstances reading the id and version columns.
+func (t *tx) InstanceVersions(ctx context.Context, f cloud.InstanceFilter) ([]cloud.RowVersion, error) {
+	q, args, err := instanceQuery("id, version", f)
+	if err != nil {
+		return nil, err
+	}
+	return listVersions(ctx, t, "list instance versions", q, args)
+}
+
 // instanceQuery is the query of ListInstances for the columns cols.
 func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	var conds []string
@@ -218,8 +241,19 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.Interrupted {
 		conds = append(conds, "interruption IS NOT NULL")
 	}
+	if f.GroupID != "" {
+		add("group_id = ?", f.GroupID)
+	}
+	if f.InGroup {
+		conds = append(conds, "group_id <> ''")
+	}
 	if f.AfterID != "" {
 		add("id > ?", f.AfterID)
+	}
+	if len(f.IDs) > 0 {
+		var cond string
+		cond, args = inList("id", f.IDs, args)
+		conds = append(conds, cond)
 	}
 	if len(f.States) > 0 {
 		marks := strings.Repeat(", ?", len(f.States))[2:]
@@ -243,11 +277,11 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	n, err := t.execN(ctx, "update instance "+in.ID,
 		"UPDATE instances SET name = ?, offering = ?, state = ?, reason = ?, zones = ?, labels = ?,"+
 			" command = ?, env = ?, volumes = ?, tags = ?, host_id = ?, placement = ?, updated_at = ?,"+
-			" zone = ?, market = ?, spot_request_id = ?, interruption = ?,"+
+			" zone = ?, market = ?, spot_request_id = ?, interruption = ?, group_id = ?, scale_in = ?,"+
 			" version = version + 1 WHERE id = ? AND version = ?",
 		in.Name, in.Offering, string(in.State), in.Reason, doc.zones, doc.labels,
 		doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement, t.s.d.timeArg(updated),
-		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption,
+		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn,
 		in.ID, in.Version)
 	if err != nil {
 		return err

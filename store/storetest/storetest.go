@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +70,14 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"PriceIdempotency", testPriceIdempotency},
 		{"ByKey", testByKey},
 		{"ConcurrentIdempotentCreates", testConcurrentIdempotentCreates},
+		{"Groups", testGroups},
+		{"GroupNormalization", testGroupNormalization},
+		{"GroupIdempotency", testGroupIdempotency},
+		{"GroupNames", testGroupNames},
+		{"GroupErrors", testGroupErrors},
+		{"Metrics", testMetrics},
+		{"GroupHistory", testGroupHistory},
+		{"GroupInstances", testGroupInstances},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -152,12 +159,6 @@ func ids(ins []*cloud.Instance) []string {
 		out = append(out, in.ID)
 	}
 	return out
-}
-
-func sorted(s []string) []string {
-	s = slices.Clone(s)
-	slices.Sort(s)
-	return s
 }
 
 var ctx = context.Background()
