@@ -1,6 +1,9 @@
 // Package agent is the host agent: it joins the control plane, heartbeats
 // the host's inventory, and reconciles the host's workloads with the
 // assignments the server hands out (docs/CONTROL_PLANE.md, "Agent protocol").
+// Alongside, it samples its instances' GPU and CPU utilization every
+// MetricsInterval for the control plane's autoscaling (SampleMetrics), and
+// records the completion locks workloads take on their metadata endpoint.
 //
 // One reconcile pass (Step) fetches the assignments and, per instance,
 // applies the GPU partition (MIG mode and instances), starts the workload in
@@ -26,6 +29,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // Server is the control plane as the agent sees it. agentapi.Client
@@ -36,6 +40,8 @@ type Server interface {
 	Assignments(ctx context.Context) (*agentapi.AssignmentList, error)
 	ReportStatus(ctx context.Context, instanceID string, r agentapi.StatusReport) error
 	AppendLogs(ctx context.Context, instanceID string, chunk []byte) error
+	ReportMetrics(ctx context.Context, rep agentapi.MetricsReport) error
+	SetScaleInLock(ctx context.Context, instanceID string, req agentapi.LockRequest) (*cloud.ScaleIn, error)
 }
 
 // Defaults of Config.
@@ -71,8 +77,12 @@ type Config struct {
 	// DriverTimeout bounds each driver call (DefaultDriverTimeout when
 	// zero), so that a call stuck in the kernel cannot stall the agent.
 	DriverTimeout time.Duration
-	Now           func() time.Time
-	Log           *slog.Logger
+	// MetricsInterval is how often the agent samples the GPU and CPU
+	// utilization of its instances and reports it (DefaultMetricsInterval
+	// when zero; negative: never).
+	MetricsInterval time.Duration
+	Now             func() time.Time
+	Log             *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
@@ -100,6 +110,13 @@ type Agent struct {
 	// carried.
 	lastInv []byte
 
+	// smu guards targets, what the metrics sampler keeps of the running
+	// instances; it is never held across a call out, so sampling and
+	// reconciling do not wait for each other. sampleMu serializes samples.
+	smu      sync.Mutex
+	targets  map[string]*target
+	sampleMu sync.Mutex
+
 	// hostMu guards what the agent learnt from the last inventory.
 	hostMu sync.Mutex
 	hostID string
@@ -122,10 +139,22 @@ func New(srv Server, cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Agent{
+	if cfg.MetricsInterval == 0 {
+		cfg.MetricsInterval = DefaultMetricsInterval
+	}
+	a := &Agent{
 		srv: srv, cfg: cfg, log: cfg.Log,
 		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
+		targets: map[string]*target{},
 	}
+	if md := cfg.Metadata; md != nil {
+		_, simulated := cfg.Driver.(gpu.LoadSimulator)
+		md.SetSimulated(simulated)
+		if srv != nil {
+			md.SetLockHook(a.recordLock)
+		}
+	}
+	return a
 }
 
 func (a *Agent) check() error {
@@ -173,6 +202,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat) })
+	if a.cfg.MetricsInterval > 0 {
+		wg.Go(func() { a.sampleLoop(ctx) })
+	}
 	a.loop(ctx, "reconcile", a.Step)
 	wg.Wait()
 	return nil

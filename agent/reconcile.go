@@ -202,9 +202,10 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as agentapi.Assignment) 
 	}
 }
 
-// notice shows the server's spot notices on the instance's metadata
-// endpoint: the instance-action of a reclaim, or a rebalance
-// recommendation. A notice the server withdrew disappears.
+// notice shows the server's notices on the instance's metadata endpoint:
+// the instance-action of a spot reclaim or of a group's scale-in (any
+// interruption with an action, whatever the instance's market), or a
+// rebalance recommendation. A notice the server withdrew disappears.
 func (a *Agent) notice(as agentapi.Assignment) {
 	md := a.cfg.Metadata
 	if md == nil {
@@ -216,7 +217,7 @@ func (a *Agent) notice(as agentapi.Assignment) {
 	switch {
 	case in == nil:
 	case in.Action != "":
-		act = &metadata.Action{Action: in.Action, Time: in.Deadline}
+		act = &metadata.Action{Action: in.Action, Time: in.Deadline, Reason: in.Reason}
 		rebalance = in.NoticedAt
 	case in.Reason == cloud.ReclaimRebalance:
 		rebalance = in.NoticedAt
@@ -250,6 +251,7 @@ func (a *Agent) orphan(ctx context.Context, p *pass, s *inst) error {
 // finish queues the terminal report (none for an orphan) and cleans up.
 func (a *Agent) finish(ctx context.Context, p *pass, s *inst, r *agentapi.StatusReport) error {
 	s.state = stateDone
+	a.untrack(s.id)
 	if r != nil && !s.orphan {
 		s.reports = append(s.reports, *r)
 		a.log.Info("agent: instance finished", "instance", s.id, "phase", r.Phase, "message", r.Message)
@@ -290,6 +292,7 @@ func (a *Agent) start(ctx context.Context, p *pass, s *inst) error {
 // did, or it is lost, but it is not sent twice.
 func (a *Agent) adopt(s *inst) {
 	s.state, s.started = stateRunning, true
+	a.track(s.id, s.a.Placement, nil)
 	if _, ok := a.logOff[s.id]; !ok {
 		if _, end, err := a.cfg.Runtime.Logs(s.id, 1<<62); err == nil {
 			a.logOff[s.id] = end
@@ -382,6 +385,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	}
 	s.state, s.started = stateRunning, true
 	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning})
+	a.track(s.id, pl, devices)
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
 	return nil
 }
@@ -501,6 +505,7 @@ func (a *Agent) retire(s *inst) {
 }
 
 func (a *Agent) forget(s *inst) {
+	a.untrack(s.id)
 	delete(a.insts, s.id)
 	if s.drained {
 		delete(a.logOff, s.id)

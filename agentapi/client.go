@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/rest"
 )
 
@@ -68,4 +69,20 @@ func (c *Client) AppendLogs(ctx context.Context, instanceID string, data []byte)
 	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("agent", "instances", instanceID, "logs"),
 		Raw: data, RawType: "text/plain; charset=utf-8"})
 	return err
+}
+
+// ReportMetrics sends utilization samples of the host's instances. The
+// server takes all of them or none: a not_found error names (details "id")
+// an instance that is not on the agent's host any more.
+func (c *Client) ReportMetrics(ctx context.Context, rep MetricsReport) error {
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/agent/metrics", Body: rep})
+	return err
+}
+
+// SetScaleInLock takes or releases an instance's completion lock and
+// returns the instance's scale-in protection as the server recorded it.
+func (c *Client) SetScaleInLock(ctx context.Context, instanceID string, req LockRequest) (*cloud.ScaleIn, error) {
+	var out cloud.ScaleIn
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("agent", "instances", instanceID, "scale-in-lock"), Body: req, Out: &out})
+	return rest.NilOnErr(&out, err)
 }

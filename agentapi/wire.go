@@ -1,6 +1,8 @@
 package agentapi
 
 import (
+	"time"
+
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -89,3 +91,46 @@ type StatusReport struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Message  string `json:"message,omitempty"`
 }
+
+// MetricsReport is what POST /v1/agent/metrics carries: utilization
+// samples of the instances the agent runs, one per instance per sampling
+// interval. The server answers 204 and writes every sample, or refuses the
+// whole report and writes none: a sample of an instance that is not on the
+// agent's host (another host's, or an unknown ID) is not_found, with the
+// instance's ID in the error's details ("id"); a value outside [0, 1] is
+// invalid_argument. A report holds at most MaxMetricSamples samples.
+type MetricsReport struct {
+	Samples []InstanceSample `json:"samples"`
+}
+
+// MaxMetricSamples bounds the samples of one MetricsReport.
+const MaxMetricSamples = 1024
+
+// InstanceSample is one instance's utilization at one time. A value the
+// agent could not read is left out (nil), never sent as 0; a sample needs
+// at least one.
+type InstanceSample struct {
+	InstanceID string    `json:"instance_id"`
+	At         time.Time `json:"at"`
+	// GPUUtilization is the mean busy fraction (0..1) of the instance's
+	// GPUs or MIG devices, as the GPU driver reads it.
+	GPUUtilization *float64 `json:"gpu_utilization,omitempty"`
+	// CPUUtilization is the CPU time the workload used over the last
+	// interval divided by the interval and the instance's vCPUs (0..1).
+	CPUUtilization *float64 `json:"cpu_utilization,omitempty"`
+}
+
+// LockRequest is what POST /v1/agent/instances/{id}/scale-in-lock carries:
+// the instance's workload takes (Locked) or releases its completion lock
+// through its metadata endpoint, and the agent records it here before it
+// answers the workload. The server answers the instance's cloud.ScaleIn as
+// it now stands ({} when nothing holds the instance).
+type LockRequest struct {
+	Locked bool `json:"locked"`
+	// Reason says why the workload holds the lock ("saving step 1200"):
+	// printable text, at most MaxLockReason bytes. Ignored when releasing.
+	Reason string `json:"reason,omitempty"`
+}
+
+// MaxLockReason bounds LockRequest.Reason, in bytes.
+const MaxLockReason = 200

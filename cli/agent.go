@@ -24,7 +24,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	var (
 		joinToken, credFile, driver, simHost, dir, volumeDir, logLevel string
 		manageMIG                                                      bool
-		interval                                                       time.Duration
+		interval, metricsInterval                                      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -104,6 +104,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			defer md.Close()
 			a := agent.New(agentapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
 				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, VolumeDir: volumeDir, Interval: interval, ManageMIG: manageMIG, Log: log,
+				MetricsInterval: metricsInterval,
 			})
 			fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, dir)
 			err = a.Run(ctx)
@@ -125,6 +126,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&volumeDir, "volume-dir", "", "keep volumes here (VOLUME-DIR/<id>) rather than in the data directory: a filesystem every host mounts lets volumes follow instances across hosts (spot relaunches find their checkpoints)")
 	f.BoolVar(&manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
 	f.DurationVar(&interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
+	f.DurationVar(&metricsInterval, "metrics-interval", agent.DefaultMetricsInterval, "how often instances' GPU and CPU utilization is sampled and reported (negative: never)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }

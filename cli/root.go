@@ -106,6 +106,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	})
 	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), newServerCommand(stderr), newUpCommand(stderr), newAgentCommand(stderr))
 	root.AddCommand(newCloudCommands(root)...)
+	root.AddCommand(newGroupCommands(root)...)
 	root.AddCommand(newBillingCommands(root)...)
 	root.AddCommand(newCostCommand())
 	return root

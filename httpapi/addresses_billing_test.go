@@ -141,6 +141,7 @@ func testAddressAssociation(t *testing.T, e *env) {
 	if got, err := e.acme.DisassociateAddress(ctx, a.ID); err != nil || got.InstanceID != "" {
 		t.Errorf("disassociate again = %+v, %v", got, err)
 	}
+	e.billingUnchanged(before, "disassociating a disassociated address")
 	if _, err := e.acme.TerminateInstance(ctx, in.ID, 0); err != nil {
 		t.Fatal(err)
 	}

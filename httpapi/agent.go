@@ -98,3 +98,35 @@ func (s *handlers) agentHeartbeat(w http.ResponseWriter, r *http.Request, p prin
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// agentMetrics handles POST /v1/agent/metrics: utilization samples of the
+// instances on the caller's host (service.Agents.ReportMetrics), all
+// written or, when one names an instance that is not on the host, none.
+func (s *handlers) agentMetrics(w http.ResponseWriter, r *http.Request, p principal) error {
+	var rep agentapi.MetricsReport
+	if err := decodeBody(w, r, &rep); err != nil {
+		return err
+	}
+	if err := s.svc.Agents.ReportMetrics(r.Context(), p.actor(), rep); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// agentScaleInLock handles POST /v1/agent/instances/{id}/scale-in-lock:
+// the instance's workload takes or releases its completion lock
+// (service.Agents.SetScaleInLock). It answers the instance's scale-in
+// protection as it now stands ({} when nothing holds it).
+func (s *handlers) agentScaleInLock(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req agentapi.LockRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	si, err := s.svc.Agents.SetScaleInLock(r.Context(), p.actor(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, si)
+	return nil
+}

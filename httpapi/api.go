@@ -125,6 +125,7 @@ var routeTable = []route{
 	{"POST", "/v1/instances/{id}/start", authed, (*handlers).startInstance},
 	{"POST", "/v1/instances/{id}/terminate", authed, (*handlers).terminateInstance},
 	{"GET", "/v1/instances/{id}/events", authed, (*handlers).instanceEvents},
+	{"POST", "/v1/instances/{id}/protection", authed, (*handlers).protectInstance},
 	{"GET", "/v1/events", adminOnly, (*handlers).listEvents},
 
 	{"POST", "/v1/volumes", authed, (*handlers).createVolume},
@@ -149,6 +150,16 @@ var routeTable = []route{
 	{"GET", "/v1/spot/requests/{id}", authed, (*handlers).getSpotRequest},
 	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*handlers).cancelSpotRequest},
 
+	{"POST", "/v1/groups", authed, (*handlers).createGroup},
+	{"GET", "/v1/groups", authed, (*handlers).listGroups},
+	{"GET", "/v1/groups/{id}", authed, (*handlers).getGroup},
+	{"PATCH", "/v1/groups/{id}", authed, (*handlers).updateGroup},
+	{"DELETE", "/v1/groups/{id}", authed, (*handlers).deleteGroup},
+	{"POST", "/v1/groups/{id}/desired", authed, (*handlers).setGroupDesired},
+	{"GET", "/v1/groups/{id}/events", authed, (*handlers).groupEvents},
+	{"GET", "/v1/groups/{id}/forecast", authed, (*handlers).groupForecast},
+	{"POST", "/v1/metrics", authed, (*handlers).putMetrics},
+
 	{"GET", "/v1/invoices", authed, (*handlers).listInvoices},
 	{"PUT", "/v1/budget", authed, (*handlers).putBudget},
 	{"GET", "/v1/budget", authed, (*handlers).getBudget},
@@ -171,6 +182,8 @@ var routeTable = []route{
 	{"GET", "/v1/agent/assignments", agentOnly, (*handlers).agentAssignments},
 	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*handlers).agentStatus},
 	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
+	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},
+	{"POST", "/v1/agent/metrics", agentOnly, (*handlers).agentMetrics},
 }
 
 // New returns the API handler over store, validating requests against cat.

@@ -210,6 +210,7 @@ func testSpotRequestRejects(t *testing.T, e *env) {
 	if eb := decodeErr(t, body); code != http.StatusBadRequest || eb.Details["field"] != "max_price" {
 		t.Errorf("max_price cheap: %d %s", code, body)
 	}
+	e.billingUnchanged(before, "invalid spot requests")
 	// The quota counts spot instances as any other.
 	if _, err := e.admin.SetQuota(ctx, e.acmeID, api.QuotaSpec{Instances: 1}); err != nil {
 		t.Fatal(err)

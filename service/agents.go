@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -672,4 +673,202 @@ func describe(h *fleet.Host) string {
 		out += ", driver " + d
 	}
 	return out
+}
+
+// MaxMetricSkew is how far in the future a metric sample's time may lie
+// (the agent's clock runs ahead of the server's); ReportMetrics records a
+// sample further ahead at the server's time instead.
+const MaxMetricSkew = time.Minute
+
+// ReportMetrics records the utilization samples a's agent took of the
+// instances on its host, as cloud.MetricPoints (gpu_utilization and
+// cpu_utilization, with the instance's tenant and group), all in one
+// transaction: the whole report is written or none of it.
+//
+// A report is refused, and nothing of it written, when a sample names an
+// instance that is not on a's host: a missing instance and another host's
+// answer the same NotFound (as the other agent routes do), whose details
+// carry the instance's "id" and the sample's "field", so that an agent
+// whose instance just left can send the rest again. A sample needs an
+// instance ID, a time and at least one value; values must be finite and in
+// [0, 1]. Times more than MaxMetricSkew ahead of the server's clock are
+// clamped to the server's now rather than refused: an agent with a fast
+// clock still reports, and no point lands in the future, where it would
+// confuse readers that page by time. An empty report writes nothing.
+func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.MetricsReport) error {
+	if err := agentOnly(a); err != nil {
+		return err
+	}
+	if err := checkMetrics(rep); err != nil {
+		return err
+	}
+	if len(rep.Samples) == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx cloud.Tx) error {
+		now := s.now()
+		ins := map[string]*cloud.Instance{}
+		points := make([]cloud.MetricPoint, 0, 2*len(rep.Samples))
+		for i, smp := range rep.Samples {
+			in := ins[smp.InstanceID]
+			if in == nil {
+				got, err := tx.GetInstance(ctx, smp.InstanceID)
+				if err != nil && !cloud.IsNotFound(err) {
+					return err
+				}
+				if err != nil || got.HostID != a.HostID {
+					return notOnHost(smp.InstanceID, fmt.Sprintf("samples[%d].instance_id", i))
+				}
+				in, ins[smp.InstanceID] = got, got
+			}
+			at := smp.At.UTC()
+			if at.After(now.Add(MaxMetricSkew)) {
+				at = now.UTC()
+			}
+			for _, m := range []struct {
+				name string
+				v    *float64
+			}{{cloud.MetricGPUUtilization, smp.GPUUtilization}, {cloud.MetricCPUUtilization, smp.CPUUtilization}} {
+				if m.v != nil {
+					points = append(points, cloud.MetricPoint{TenantID: in.TenantID, Name: m.name,
+						InstanceID: in.ID, GroupID: in.GroupID, At: at, Value: *m.v})
+				}
+			}
+		}
+		return tx.AppendMetrics(ctx, points)
+	})
+}
+
+// notOnHost is the NotFound of an instance an agent named that is not on
+// its host, with the request field that named it.
+func notOnHost(id, field string) error {
+	err := NotFound("instance", id).(*cloud.Error)
+	err.Message += " on this host"
+	err.Details["field"] = field
+	return err
+}
+
+// checkMetrics validates a metrics report before any read.
+func checkMetrics(rep agentapi.MetricsReport) error {
+	if n := len(rep.Samples); n > agentapi.MaxMetricSamples {
+		return Field("samples", "%d samples; the limit is %d per report", n, agentapi.MaxMetricSamples)
+	}
+	for i, smp := range rep.Samples {
+		name := fmt.Sprintf("samples[%d]", i)
+		if smp.InstanceID == "" {
+			return Field(name+".instance_id", "is required")
+		}
+		if smp.At.IsZero() {
+			return Field(name+".at", "is required")
+		}
+		if smp.GPUUtilization == nil && smp.CPUUtilization == nil {
+			return Field(name, "has neither gpu_utilization nor cpu_utilization")
+		}
+		for _, f := range []struct {
+			field string
+			v     *float64
+		}{{"gpu_utilization", smp.GPUUtilization}, {"cpu_utilization", smp.CPUUtilization}} {
+			if f.v != nil && !(*f.v >= 0 && *f.v <= 1) { // NaN fails both
+				return Field(name+"."+f.field, "%v is not a utilization: want a number from 0 to 1", *f.v)
+			}
+		}
+	}
+	return nil
+}
+
+// SetScaleInLock takes (req.Locked) or releases the completion lock of
+// instance id, on behalf of its workload, which asked through its metadata
+// endpoint: scale-in and idle release never pick a locked instance. Only
+// the live instances on a's host may be locked; another host's, or a
+// missing one, is NotFound, as on the other agent routes. The lock's time
+// is the server's; the tenant's Protected flag is kept as it is. Taking a
+// lock the instance already holds with the same reason, or releasing one
+// it does not hold, changes nothing; any other change writes the instance
+// (with its version; a write that lost a race is retried once) and an
+// instance.scale_in event naming the agent. It answers the instance's
+// scale-in protection as it now stands, empty when nothing holds it.
+func (s *Agents) SetScaleInLock(ctx context.Context, a Actor, id string, req agentapi.LockRequest) (*cloud.ScaleIn, error) {
+	if err := agentOnly(a); err != nil {
+		return nil, err
+	}
+	if !req.Locked {
+		req.Reason = ""
+	}
+	if err := checkPrintable("reason", req.Reason, agentapi.MaxLockReason); err != nil {
+		return nil, err
+	}
+	var out *cloud.ScaleIn
+	set := func() error {
+		return s.tx(ctx, func(tx cloud.Tx) error {
+			in, err := tx.GetInstance(ctx, id)
+			if err != nil && !cloud.IsNotFound(err) {
+				return err
+			}
+			if err != nil || in.HostID != a.HostID || !slices.Contains(cloud.HoldingStates(), in.State) {
+				return notOnHost(id, "id")
+			}
+			now := s.now()
+			si := &cloud.ScaleIn{}
+			if in.ScaleIn != nil {
+				si.Protected = in.ScaleIn.Protected
+				if l := in.ScaleIn.Lock; l != nil {
+					si.Lock = &cloud.ScaleLock{Reason: l.Reason, At: l.At}
+				}
+			}
+			out = si
+			var why string
+			switch {
+			case req.Locked && si.Lock != nil && si.Lock.Reason == req.Reason:
+				return nil
+			case req.Locked:
+				si.Lock = &cloud.ScaleLock{Reason: req.Reason, At: now.UTC()}
+				why = "the workload took its completion lock"
+				if req.Reason != "" {
+					why += ": " + req.Reason
+				}
+			case si.Lock == nil:
+				return nil
+			default:
+				si.Lock = nil
+				why = "the workload released its completion lock"
+			}
+			in.ScaleIn = &cloud.ScaleIn{Protected: si.Protected, Lock: si.Lock}
+			if !in.ScaleIn.Held() {
+				in.ScaleIn = nil
+			}
+			if err := tx.UpdateInstance(ctx, in); err != nil {
+				return err
+			}
+			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceScaleIn, TenantID: in.TenantID,
+				InstanceID: in.ID, HostID: in.HostID, Actor: AgentActor(a.HostID).ID, Reason: why})
+		})
+	}
+	err := set()
+	if cloud.IsConflict(err) {
+		// Another writer (the API's protection, a lifecycle move) changed
+		// the instance between our read and write: read it again.
+		err = set()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkPrintable accepts valid UTF-8 of printable characters (letters,
+// marks, numbers, punctuation, symbols and the ASCII space) up to maxLen
+// bytes.
+func checkPrintable(field, v string, maxLen int) error {
+	if len(v) > maxLen {
+		return Field(field, "is %d bytes long; the limit is %d", len(v), maxLen)
+	}
+	if !utf8.ValidString(v) {
+		return Field(field, "is not valid UTF-8")
+	}
+	for _, c := range v {
+		if !unicode.IsPrint(c) {
+			return Field(field, "contains the unprintable character %U", c)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -102,6 +103,11 @@ func MoveInstance(ctx context.Context, tx cloud.Tx, in *cloud.Instance, m Move, 
 			return err
 		}
 	}
+	if m.To == cloud.Terminated {
+		if err := deleteMemberVolumes(ctx, tx, &next, m.Actor, now); err != nil {
+			return err
+		}
+	}
 	if err := tx.AppendEvent(ctx, ev); err != nil {
 		return err
 	}
@@ -143,11 +149,56 @@ func MoveInstances(ctx context.Context, tx cloud.Tx, ins []*cloud.Instance, move
 			if err := DetachVolumes(ctx, tx, n); err != nil {
 				return nil, err
 			}
+			if m.To == cloud.Terminated {
+				if err := deleteMemberVolumes(ctx, tx, n, m.Actor, now); err != nil {
+					return nil, err
+				}
+			}
 		}
 		written = append(written, events[i])
 		*ins[i] = *n
 	}
 	return stale, tx.AppendEvents(ctx, written)
+}
+
+// deleteMemberVolumes deletes the volumes a group created for a member
+// (Template.VolumeGiB) once the member is terminated: they are the
+// member's own scratch space, like an EC2 Auto Scaling instance's volumes
+// with delete-on-termination, and their storage is billed until deleted.
+// A volume the tenant attached to the member is never deleted.
+func deleteMemberVolumes(ctx context.Context, tx cloud.Tx, in *cloud.Instance, actor string, now time.Time) error {
+	if in.GroupID == "" {
+		return nil
+	}
+	for _, id := range in.Volumes {
+		v, err := tx.GetVolume(ctx, id)
+		if cloud.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if v.DeletedAt != nil || !IsMemberVolume(v, in.GroupID) || v.InstanceID != "" && v.InstanceID != in.ID {
+			continue
+		}
+		at := now
+		v.InstanceID, v.DeletedAt = "", &at
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDeleted, TenantID: v.TenantID,
+			InstanceID: in.ID, Actor: actor, Reason: "volume " + v.ID + " of group member " + in.ID + " deleted with it",
+			Details: []byte(fmt.Sprintf(`{"volume_id":%q,"group_id":%q}`, v.ID, in.GroupID))}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IsMemberVolume reports whether v is the volume group groupID created
+// for one of its members.
+func IsMemberVolume(v *cloud.Volume, groupID string) bool {
+	return strings.HasPrefix(v.IdempotencyKey, "group:"+groupID+":") && strings.HasSuffix(v.IdempotencyKey, ":volume")
 }
 
 // DetachVolumes detaches the volumes attached to an instance that is

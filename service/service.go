@@ -9,7 +9,8 @@
 //   - Functions over a cloud.Tx that other services and controllers
 //     compose inside their own transactions: MoveInstance and
 //     MoveInstances (the one way an instance changes state), CreateInstance
-//     (the one way an instance comes to be), LaunchSpot, DetachVolumes,
+//     (the one way an instance comes to be), LaunchSpot, LaunchGroupMember
+//     and NoticeGroupMember (the group controller's), DetachVolumes,
 //     EnforceQuota, Visible.
 //   - Services (Instances, Volumes, ...) whose methods take an Actor,
 //     run one transaction each, and decide tenancy: a member acts on its
@@ -74,6 +75,7 @@ const (
 	AddressPrefix     = "eip-"
 	CommitmentPrefix  = "cm-"
 	SpotRequestPrefix = "sr-"
+	GroupPrefix       = "asg-"
 )
 
 // Options configures the services. The zero value uses the wall clock
@@ -109,6 +111,7 @@ type Services struct {
 	Accounts    *Accounts
 	Hosts       *Hosts
 	Agents      *Agents
+	Groups      *Groups
 	base
 }
 
@@ -134,6 +137,9 @@ type (
 	// Agents is the control plane's side of the agent protocol: join,
 	// heartbeat, assignments, status reports and logs.
 	Agents struct{ base }
+	// Groups creates, reads, resizes and deletes autoscaling groups, and
+	// takes the custom metrics tenants publish for them.
+	Groups struct{ base }
 )
 
 // base is what every service shares. It has no mutable state: all state
@@ -162,7 +168,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
 	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
-		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}}
+		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b}}
 }
 
 // Store is the store the services write.

@@ -15,6 +15,7 @@ const (
 	EventVolumeCreated  cloud.EventKind = "volume.created"
 	EventVolumeAttached cloud.EventKind = "volume.attached"
 	EventVolumeDetached cloud.EventKind = "volume.detached"
+	EventVolumeDeleted  cloud.EventKind = "volume.deleted"
 )
 
 // VolumeSpec is what a caller asks for when it creates a volume. It has

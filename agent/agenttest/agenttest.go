@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -21,18 +22,20 @@ import (
 
 // The operations failures can be injected into: the Server method names.
 const (
-	OpJoin         = "Join"
-	OpHeartbeat    = "Heartbeat"
-	OpAssignments  = "Assignments"
-	OpReportStatus = "ReportStatus"
-	OpAppendLogs   = "AppendLogs"
+	OpJoin           = "Join"
+	OpHeartbeat      = "Heartbeat"
+	OpAssignments    = "Assignments"
+	OpReportStatus   = "ReportStatus"
+	OpAppendLogs     = "AppendLogs"
+	OpReportMetrics  = "ReportMetrics"
+	OpSetScaleInLock = "SetScaleInLock"
 )
 
 // MaxLogChunk is the most output one AppendLogs call may carry, as on the
 // real server.
 const MaxLogChunk = 1 << 20
 
-var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs}
+var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs, OpReportMetrics, OpSetScaleInLock}
 
 // ControlPlane is the fake control plane. It is safe for concurrent use.
 //
@@ -41,6 +44,12 @@ var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAp
 // report without exit code and log chunks over MaxLogChunk, and releases an instance when it reports a
 // terminal phase (exited, stopped, failed): its assignment disappears. A
 // report refused through FailNext changes nothing, as on the real server.
+//
+// Metrics reports and scale-in locks are taken for assigned instances
+// only, as the real server takes them for the instances on the agent's
+// host: a report with a sample of an unassigned instance is refused whole
+// with not_found (details "id"), and so is a lock of one. Samples must hold
+// a value, each in [0, 1].
 type ControlPlane struct {
 	mu          sync.Mutex
 	tokens      map[string]string // join token -> host ID
@@ -49,6 +58,9 @@ type ControlPlane struct {
 	heartbeats  []agentapi.HeartbeatRequest
 	reports     map[string][]agentapi.StatusReport
 	logs        map[string][]byte
+	samples     []agentapi.InstanceSample
+	locks       map[string][]agentapi.LockRequest
+	scaleIn     map[string]*cloud.ScaleIn
 	calls       map[string]int
 	fail        map[string]*failure
 }
@@ -63,6 +75,7 @@ func New() *ControlPlane {
 	return &ControlPlane{
 		tokens: map[string]string{}, reports: map[string][]agentapi.StatusReport{},
 		logs: map[string][]byte{}, calls: map[string]int{}, fail: map[string]*failure{},
+		locks: map[string][]agentapi.LockRequest{}, scaleIn: map[string]*cloud.ScaleIn{},
 	}
 }
 
@@ -189,6 +202,40 @@ func (s *ControlPlane) Logs(id string) []byte {
 	return slices.Clone(s.logs[id])
 }
 
+// Samples returns the metric samples taken (of every instance when id is
+// empty), in the order they arrived.
+func (s *ControlPlane) Samples(id string) []agentapi.InstanceSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []agentapi.InstanceSample
+	for _, smp := range s.samples {
+		if id == "" || smp.InstanceID == id {
+			out = append(out, smp)
+		}
+	}
+	return out
+}
+
+// LockRequests returns the scale-in lock requests taken for an instance,
+// in order.
+func (s *ControlPlane) LockRequests(id string) []agentapi.LockRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.locks[id])
+}
+
+// ScaleIn returns an instance's scale-in protection as recorded (nil when
+// nothing holds it).
+func (s *ControlPlane) ScaleIn(id string) *cloud.ScaleIn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if si := s.scaleIn[id]; si != nil {
+		out := roundTrip(*si)
+		return &out
+	}
+	return nil
+}
+
 // enter counts a call of op and returns its injected failure, if any. The
 // caller holds s.mu.
 func (s *ControlPlane) enter(ctx context.Context, op string) error {
@@ -297,6 +344,70 @@ func (s *ControlPlane) AppendLogs(ctx context.Context, id string, chunk []byte) 
 	}
 	s.logs[id] = append(s.logs[id], chunk...)
 	return nil
+}
+
+// ReportMetrics implements agent.Server.
+func (s *ControlPlane) ReportMetrics(ctx context.Context, rep agentapi.MetricsReport) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpReportMetrics); err != nil {
+		return err
+	}
+	rep = roundTrip(rep)
+	if len(rep.Samples) > agentapi.MaxMetricSamples {
+		return cloud.Errorf(cloud.Invalid, "%d samples; the limit is %d", len(rep.Samples), agentapi.MaxMetricSamples)
+	}
+	for i, smp := range rep.Samples {
+		if s.index(smp.InstanceID) < 0 {
+			return &cloud.Error{Code: cloud.NotFound, Message: fmt.Sprintf("instance %q not found on this host", smp.InstanceID),
+				Details: map[string]any{"kind": "instance", "id": smp.InstanceID, "field": fmt.Sprintf("samples[%d].instance_id", i)}}
+		}
+		if smp.At.IsZero() || smp.GPUUtilization == nil && smp.CPUUtilization == nil {
+			return cloud.Errorf(cloud.Invalid, "samples[%d] needs a time and a value", i)
+		}
+		for _, v := range []*float64{smp.GPUUtilization, smp.CPUUtilization} {
+			if v != nil && !(*v >= 0 && *v <= 1) {
+				return cloud.Errorf(cloud.Invalid, "samples[%d]: %v is not a utilization", i, *v)
+			}
+		}
+	}
+	s.samples = append(s.samples, rep.Samples...)
+	return nil
+}
+
+// SetScaleInLock implements agent.Server.
+func (s *ControlPlane) SetScaleInLock(ctx context.Context, id string, req agentapi.LockRequest) (*cloud.ScaleIn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter(ctx, OpSetScaleInLock); err != nil {
+		return nil, err
+	}
+	req = roundTrip(req)
+	if s.index(id) < 0 {
+		return nil, &cloud.Error{Code: cloud.NotFound, Message: fmt.Sprintf("instance %q not found on this host", id),
+			Details: map[string]any{"kind": "instance", "id": id}}
+	}
+	if len(req.Reason) > agentapi.MaxLockReason {
+		return nil, cloud.Errorf(cloud.Invalid, "reason: %d bytes; the limit is %d", len(req.Reason), agentapi.MaxLockReason)
+	}
+	s.locks[id] = append(s.locks[id], req)
+	si := s.scaleIn[id]
+	if si == nil {
+		si = &cloud.ScaleIn{}
+	}
+	switch {
+	case req.Locked && (si.Lock == nil || si.Lock.Reason != req.Reason):
+		si.Lock = &cloud.ScaleLock{Reason: req.Reason, At: time.Now().UTC()}
+	case !req.Locked:
+		si.Lock = nil
+	}
+	if si.Held() {
+		s.scaleIn[id] = si
+	} else {
+		delete(s.scaleIn, id)
+	}
+	out := roundTrip(*si)
+	return &out, nil
 }
 
 // roundTrip copies v through JSON, as the wire does.

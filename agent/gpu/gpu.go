@@ -79,6 +79,28 @@ type Driver interface {
 	// ErrInvalid when the placement is for another host or asks for a whole
 	// or shared GPU that is in MIG mode.
 	Devices(ctx context.Context, p *fleet.Placement) ([]string, error)
+
+	// Utilization returns the mean busy fraction (0..1) of the devices
+	// with the given UUIDs (whole GPUs or MIG devices, as Devices returns
+	// them) over the driver's own sampling period: what the agent reports
+	// as an instance's GPU utilization. A shared GPU reports the whole
+	// GPU's utilization, whoever uses it. A device the driver cannot read
+	// a value for is left out of the mean; when none can be read it fails
+	// with ErrNotSupported (NVML cannot read a MIG device, see
+	// agent/gpu/nvml). Errors: ErrInvalid for no UUIDs, ErrNotFound for a
+	// UUID the host does not have.
+	Utilization(ctx context.Context, uuids []string) (float64, error)
+}
+
+// LoadSimulator is implemented by the drivers of simulated hosts, whose
+// GPUs run nothing: the agent passes them the load each device's workloads
+// declare (metadata's PUT /v1/load), and Utilization reports it. The
+// agent's metadata endpoint accepts a load only when its driver is one.
+type LoadSimulator interface {
+	// SetLoad sets the utilization (0..1) Utilization reports for the
+	// device with the given UUID. Errors: ErrNotFound for an unknown
+	// UUID, ErrInvalid for a value outside [0, 1].
+	SetLoad(uuid string, utilization float64) error
 }
 
 var (

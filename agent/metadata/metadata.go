@@ -1,6 +1,8 @@
 // Package metadata is the instance metadata service the agent runs for its
 // workloads: who am I (instance ID, offering, GPU UUIDs, tags, zone, host),
-// and is a spot reclaim coming (the instance-action slot).
+// is a reclaim or scale-in coming (the instance-action slot), and the two
+// things a workload tells its host: that it must not be scaled in right now
+// (its completion lock) and, on a simulated host, how busy its GPUs are.
 //
 // A caller is identified by where it connects, not by what it says: each
 // instance gets its own listener on 127.0.0.1, and the runtime passes that
@@ -8,23 +10,51 @@
 // reachable by every local process, so this keeps honest workloads apart
 // rather than hostile ones; network namespaces are the stronger boundary.
 //
-// Routes, all GET (or HEAD), all JSON:
+// Routes, all JSON; GET also answers HEAD:
 //
-//	/v1/instance              the instance's Document; 404 until Set
-//	/v1/spot/instance-action  {"action", "time"}; 404 {code: "not_found"} until SetAction
-//	/v1/spot/rebalance-recommendation  {"notice_time"}; 404 until SetRebalance
+//	GET /v1/instance              the instance's Document; 404 until Set
+//	GET /v1/instance-action       {"action", "time", "reason"}: the instance
+//	                              will be stopped or terminated at time, for
+//	                              a spot reclaim ("capacity", "price") or a
+//	                              group's scale-in ("scale-in", "idle",
+//	                              "price-ratio"), whatever its market; 404
+//	                              {code: "not_found"} until SetAction
+//	GET /v1/spot/instance-action  the same, at the path spot workloads know
+//	GET /v1/spot/rebalance-recommendation  {"notice_time"}; 404 until SetRebalance
+//	GET /v1/scale-in-lock         the completion lock {"reason", "at"}; 404 when
+//	                              the workload holds none
+//	PUT /v1/scale-in-lock         take the lock; optional body {"reason": "..."}
+//	                              (printable, at most 200 bytes). 200 with the
+//	                              lock once the control plane has recorded it;
+//	                              503 when it could not (retry)
+//	DELETE /v1/scale-in-lock      release it; 204 once recorded, 503 as above
+//	GET /v1/load                  {"gpu_utilization"} the workload set; 404 until set
+//	PUT /v1/load                  {"gpu_utilization": 0..1}: the GPU load of a
+//	                              SIMULATED host, which runs no real kernels,
+//	                              reported as the instance's GPU utilization;
+//	                              409 on a host with real GPUs, whose
+//	                              utilization the driver measures
+//
+// Request bodies are JSON objects of at most MaxBodyBytes without unknown
+// fields; any Content-Type is accepted, so that `curl -d` works.
 package metadata
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -52,11 +82,32 @@ const (
 	ActionStop = "stop"
 )
 
-// Action is a pending reclaim: what will happen to the instance, and when.
+// Action is a pending reclaim or scale-in: what will happen to the
+// instance, when, and why (cloud.Interruption's reason: "capacity" or
+// "price" for a spot reclaim, "scale-in", "idle" or "price-ratio" for a
+// group's scale-in; empty when the control plane did not say).
 type Action struct {
 	Action string    `json:"action"`
 	Time   time.Time `json:"time"`
+	Reason string    `json:"reason,omitempty"`
 }
+
+// LockHook records a completion lock with the control plane: lock is the
+// lock the workload takes, nil to release it. It returns the instance's
+// scale-in protection as the control plane recorded it. The agent installs
+// it (SetLockHook); it must honour ctx.
+type LockHook func(ctx context.Context, instanceID string, lock *cloud.ScaleLock) (*cloud.ScaleIn, error)
+
+// Limits of the writable routes.
+const (
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes = 4 << 10
+	// MaxLockReason bounds a lock's reason, in bytes.
+	MaxLockReason = 200
+	// LockTimeout bounds how long a lock change waits for the control
+	// plane before it answers 503.
+	LockTimeout = 15 * time.Second
+)
 
 // Endpoints serves the metadata of the instances on one host (one endpoint each). It is safe for
 // concurrent use.
@@ -65,8 +116,15 @@ type Endpoints struct {
 	docs      map[string]Document
 	actions   map[string]Action
 	rebalance map[string]Rebalance
+	locks     map[string]cloud.ScaleLock
+	loads     map[string]float64
 	listeners map[string]*listener
 	closed    bool
+	simulated bool
+	lockHook  LockHook
+	// lockOps serializes the lock changes of each instance, so that what
+	// the endpoint shows is the control plane's answer to the last one.
+	lockOps map[string]*sync.Mutex
 }
 
 type listener struct {
@@ -80,7 +138,42 @@ var ErrClosed = errors.New("metadata server closed")
 // New returns a server with no instances and no listeners.
 func New() *Endpoints {
 	return &Endpoints{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
+		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{},
 		listeners: map[string]*listener{}}
+}
+
+// SetLockHook installs the hook that records completion locks with the
+// control plane. Without one, PUT and DELETE /v1/scale-in-lock answer 503.
+func (s *Endpoints) SetLockHook(h LockHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lockHook = h
+}
+
+// SetSimulated says whether the host's GPUs are simulated: only then may a
+// workload set its GPU load (PUT /v1/load).
+func (s *Endpoints) SetSimulated(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.simulated = on
+}
+
+// Load returns the GPU load (0..1) the instance's workload set with PUT
+// /v1/load, and whether it set one.
+func (s *Endpoints) Load(id string) (float64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.loads[id]
+	return v, ok
+}
+
+// Lock returns the completion lock the instance's workload holds, as the
+// control plane recorded it, and whether it holds one.
+func (s *Endpoints) Lock(id string) (cloud.ScaleLock, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.locks[id]
+	return l, ok
 }
 
 // Set stores (or replaces) the document of an instance; an empty doc.ID
@@ -119,7 +212,7 @@ func (s *Endpoints) SetAction(id string, a *Action) error {
 	if a.Time.IsZero() {
 		return fmt.Errorf("instance %s: instance action %q has no time", id, a.Action)
 	}
-	s.actions[id] = Action{Action: a.Action, Time: a.Time.UTC()}
+	s.actions[id] = Action{Action: a.Action, Time: a.Time.UTC(), Reason: a.Reason}
 	return nil
 }
 
@@ -148,6 +241,9 @@ func (s *Endpoints) Delete(id string) {
 	delete(s.docs, id)
 	delete(s.actions, id)
 	delete(s.rebalance, id)
+	delete(s.locks, id)
+	delete(s.loads, id)
+	delete(s.lockOps, id)
 	l := s.listeners[id]
 	delete(s.listeners, id)
 	s.mu.Unlock()
@@ -199,36 +295,217 @@ func (s *Endpoints) Close() error {
 // (a Unix socket) may too.
 func (s *Endpoints) Handler(id string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body any
-		found := false
+		method := r.Method
+		if method == http.MethodHead {
+			method = http.MethodGet
+		}
 		switch r.URL.Path {
-		case "/v1/instance":
-			s.mu.Lock()
-			body, found = s.docs[id]
-			s.mu.Unlock()
-		case "/v1/spot/instance-action":
-			s.mu.Lock()
-			body, found = s.actions[id]
-			s.mu.Unlock()
-		case "/v1/spot/rebalance-recommendation":
-			s.mu.Lock()
-			body, found = s.rebalance[id]
-			s.mu.Unlock()
+		case "/v1/instance", "/v1/instance-action", "/v1/spot/instance-action", "/v1/spot/rebalance-recommendation":
+			if method != http.MethodGet {
+				w.Header().Set("Allow", "GET, HEAD")
+				writeError(w, http.StatusMethodNotAllowed, cloud.Invalid, "metadata is read-only; use GET")
+				return
+			}
+			s.read(w, r, id)
+		case "/v1/scale-in-lock":
+			switch method {
+			case http.MethodGet:
+				s.read(w, r, id)
+			case http.MethodPut, http.MethodDelete:
+				s.changeLock(w, r, id)
+			default:
+				w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
+				writeError(w, http.StatusMethodNotAllowed, cloud.Invalid, "use GET to read the scale-in lock, PUT to take it, DELETE to release it")
+			}
+		case "/v1/load":
+			switch method {
+			case http.MethodGet:
+				s.read(w, r, id)
+			case http.MethodPut:
+				s.setLoad(w, r, id)
+			default:
+				w.Header().Set("Allow", "GET, HEAD, PUT")
+				writeError(w, http.StatusMethodNotAllowed, cloud.Invalid, "use GET to read the simulated GPU load, PUT to set it")
+			}
 		default:
 			writeError(w, http.StatusNotFound, cloud.NotFound, "no such metadata path "+r.URL.Path)
-			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, cloud.Invalid, "metadata is read-only; use GET")
-			return
-		}
-		if !found {
-			writeError(w, http.StatusNotFound, cloud.NotFound, "nothing at "+r.URL.Path+" for this instance")
-			return
-		}
-		writeJSON(w, http.StatusOK, body)
 	})
+}
+
+// load is the body of GET and PUT /v1/load.
+type load struct {
+	GPUUtilization *float64 `json:"gpu_utilization"`
+}
+
+// read answers a GET of one of the instance's slots.
+func (s *Endpoints) read(w http.ResponseWriter, r *http.Request, id string) {
+	var body any
+	found := false
+	s.mu.Lock()
+	switch r.URL.Path {
+	case "/v1/instance":
+		body, found = s.docs[id]
+	case "/v1/instance-action", "/v1/spot/instance-action":
+		body, found = s.actions[id]
+	case "/v1/spot/rebalance-recommendation":
+		body, found = s.rebalance[id]
+	case "/v1/scale-in-lock":
+		body, found = s.locks[id]
+	case "/v1/load":
+		var v float64
+		v, found = s.loads[id]
+		body = load{GPUUtilization: &v}
+	}
+	s.mu.Unlock()
+	if !found {
+		writeError(w, http.StatusNotFound, cloud.NotFound, "nothing at "+r.URL.Path+" for this instance")
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// changeLock handles PUT (take) and DELETE (release) of the scale-in lock:
+// it answers once the control plane recorded the change, and 503 when the
+// control plane could not be told, so that the workload retries.
+func (s *Endpoints) changeLock(w http.ResponseWriter, r *http.Request, id string) {
+	var lock *cloud.ScaleLock
+	if r.Method == http.MethodPut {
+		var req struct {
+			Reason string `json:"reason"`
+		}
+		if !decode(w, r, &req, true) {
+			return
+		}
+		if msg := checkReason(req.Reason); msg != "" {
+			writeError(w, http.StatusBadRequest, cloud.Invalid, msg)
+			return
+		}
+		lock = &cloud.ScaleLock{Reason: req.Reason}
+	}
+	s.mu.Lock()
+	hook := s.lockHook
+	op := s.lockOps[id]
+	if op == nil {
+		op = &sync.Mutex{}
+		s.lockOps[id] = op
+	}
+	s.mu.Unlock()
+	if hook == nil {
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the scale-in lock cannot be recorded: this agent has no control plane")
+		return
+	}
+	op.Lock()
+	defer op.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), LockTimeout)
+	defer cancel()
+	si, err := hook(ctx, id, lock)
+	if err != nil {
+		code := cloud.ErrorCode(err)
+		if code == cloud.Internal {
+			code = codeUnavailable
+		}
+		writeError(w, http.StatusServiceUnavailable, code, "the control plane did not record the scale-in lock; retry: "+err.Error())
+		return
+	}
+	var held *cloud.ScaleLock
+	if si != nil {
+		held = si.Lock
+	}
+	s.mu.Lock()
+	switch {
+	case s.lockOps[id] != op:
+		// Delete forgot the instance meanwhile: keep nothing of it.
+	case held != nil:
+		s.locks[id] = cloud.ScaleLock{Reason: held.Reason, At: held.At.UTC()}
+	default:
+		delete(s.locks, id)
+	}
+	s.mu.Unlock()
+	switch {
+	case lock == nil && held == nil:
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+	case lock != nil && held != nil:
+		writeJSON(w, http.StatusOK, cloud.ScaleLock{Reason: held.Reason, At: held.At.UTC()})
+	default:
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the control plane answered without the change; retry")
+	}
+}
+
+// setLoad handles PUT /v1/load on a simulated host.
+func (s *Endpoints) setLoad(w http.ResponseWriter, r *http.Request, id string) {
+	s.mu.Lock()
+	simulated := s.simulated
+	s.mu.Unlock()
+	if !simulated {
+		writeError(w, http.StatusConflict, cloud.Conflict, "this host has real GPUs: the driver measures their utilization, "+
+			"so a workload cannot set it; PUT /v1/load is for simulated hosts only")
+		return
+	}
+	var req load
+	if !decode(w, r, &req, false) {
+		return
+	}
+	v := req.GPUUtilization
+	if v == nil || math.IsNaN(*v) || *v < 0 || *v > 1 {
+		writeError(w, http.StatusBadRequest, cloud.Invalid, `want {"gpu_utilization": N} with N from 0 to 1`)
+		return
+	}
+	s.mu.Lock()
+	s.loads[id] = *v
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, load{GPUUtilization: v})
+}
+
+// codeUnavailable is the code of a 503: the control plane could not be
+// reached or refused the change; the workload should retry.
+const codeUnavailable cloud.Code = "unavailable"
+
+// decode reads a JSON object body of at most MaxBodyBytes without unknown
+// fields into v, or answers the error and returns false. An empty body is
+// accepted when optional.
+func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			writeError(w, http.StatusRequestEntityTooLarge, cloud.Invalid, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		} else {
+			writeError(w, http.StatusBadRequest, cloud.Invalid, "read the body: "+err.Error())
+		}
+		return false
+	}
+	if len(b) == 0 && optional {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, cloud.Invalid, "the body is not the JSON object this path takes: "+err.Error())
+		return false
+	}
+	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, cloud.Invalid, "the body has data after its JSON object")
+		return false
+	}
+	return true
+}
+
+// checkReason returns what is wrong with a lock's reason, or "".
+func checkReason(s string) string {
+	if len(s) > MaxLockReason {
+		return fmt.Sprintf("reason is %d bytes long; the limit is %d", len(s), MaxLockReason)
+	}
+	if !utf8.ValidString(s) {
+		return "reason is not valid UTF-8"
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return fmt.Sprintf("reason contains the unprintable character %U", c)
+		}
+	}
+	return ""
 }
 
 func writeError(w http.ResponseWriter, status int, code cloud.Code, msg string) {

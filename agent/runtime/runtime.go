@@ -114,6 +114,18 @@ type Runtime interface {
 	Remove(id string) error
 }
 
+// UsageReader is implemented by runtimes that can tell how much CPU a
+// workload used; the agent turns it into the instance's CPU utilization.
+type UsageReader interface {
+	// Usage returns the CPU time (user and system, in seconds) the
+	// workload's processes have used since it started, and false when the
+	// runtime cannot say (an unknown or exited workload, a host without
+	// the counters). The value may drop when a process ends without its
+	// time being counted for its parent; callers measure over intervals
+	// and skip one that goes backwards.
+	Usage(id string) (cpuSeconds float64, ok bool)
+}
+
 var (
 	// ErrNotFound means the runtime does not know the instance.
 	ErrNotFound = errors.New("instance not found")

@@ -45,3 +45,5 @@ func (d *Driver) CreateMIG(context.Context, int, int, int) (gpu.MIGInstance, err
 func (d *Driver) DestroyMIG(context.Context, int, int) error { return errNoCgo }
 
 func (d *Driver) Devices(context.Context, *fleet.Placement) ([]string, error) { return nil, errNoCgo }
+
+func (d *Driver) Utilization(context.Context, []string) (float64, error) { return 0, errNoCgo }

@@ -10,15 +10,16 @@ import (
 // The operations fault injection can target; they are the gpu.Driver method
 // names.
 const (
-	OpInventory  = "Inventory"
-	OpSetMIGMode = "SetMIGMode"
-	OpCreateMIG  = "CreateMIG"
-	OpDestroyMIG = "DestroyMIG"
-	OpDevices    = "Devices"
+	OpInventory   = "Inventory"
+	OpSetMIGMode  = "SetMIGMode"
+	OpCreateMIG   = "CreateMIG"
+	OpDestroyMIG  = "DestroyMIG"
+	OpDevices     = "Devices"
+	OpUtilization = "Utilization"
 )
 
 var knownOps = map[string]bool{
-	OpInventory: true, OpSetMIGMode: true, OpCreateMIG: true, OpDestroyMIG: true, OpDevices: true,
+	OpInventory: true, OpSetMIGMode: true, OpCreateMIG: true, OpDestroyMIG: true, OpDevices: true, OpUtilization: true,
 }
 
 // failure is an injected error and how many more calls it fails; a

@@ -8,6 +8,12 @@
 // MIG mode cannot change under processes or instances, and UUIDs are stable
 // across restarts because they derive from the host ID. Tests can make the
 // host fail, hang or vanish (see Fail, Hang, Vanish, Recover).
+//
+// A simulated GPU runs no kernels, so its utilization is what its workloads
+// say it is: the agent passes the load a workload sets on its metadata
+// endpoint (PUT /v1/load) to SetLoad, and Utilization reports it (0 until
+// set). A MIG instance has a load of its own; the GPU's load is that of the
+// workloads using it whole or shared.
 package sim
 
 import (
@@ -26,7 +32,10 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
-var _ gpu.Driver = (*Host)(nil)
+var (
+	_ gpu.Driver        = (*Host)(nil)
+	_ gpu.LoadSimulator = (*Host)(nil)
+)
 
 // Host is a simulated GPU host. It is safe for concurrent use.
 type Host struct {
@@ -42,6 +51,9 @@ type Host struct {
 type simGPU struct {
 	uuid string
 	mig  bool
+	// load is the utilization (0..1) Utilization reports for the whole
+	// GPU, as its workloads declared it (SetLoad).
+	load float64
 	// procs counts processes using the whole GPU (not a MIG instance).
 	procs int
 	// instances are kept sorted by start slot.
@@ -53,6 +65,7 @@ type instance struct {
 	fleet.MIGInstance
 	uuid  string
 	procs int
+	load  float64
 }
 
 // Option configures New.
@@ -379,4 +392,58 @@ func (h *Host) SetUsage(index, utilizationPct int, memoryUsedMiB int64) error {
 	}
 	g.health.UtilizationPct, g.health.MemoryUsedMiB = utilizationPct, memoryUsedMiB
 	return nil
+}
+
+// Utilization implements gpu.Driver: the mean of the loads SetLoad gave
+// the devices (0 for a device never set).
+func (h *Host) Utilization(ctx context.Context, uuids []string) (float64, error) {
+	if err := h.enter(ctx, OpUtilization); err != nil {
+		return 0, err
+	}
+	if len(uuids) == 0 {
+		return 0, fmt.Errorf("sim host %s: utilization of no device: %w", h.spec.ID, gpu.ErrInvalid)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sum := 0.0
+	for _, u := range uuids {
+		p, err := h.loadLocked(u)
+		if err != nil {
+			return 0, err
+		}
+		sum += *p
+	}
+	return sum / float64(len(uuids)), nil
+}
+
+// SetLoad implements gpu.LoadSimulator.
+func (h *Host) SetLoad(uuid string, utilization float64) error {
+	if !(utilization >= 0 && utilization <= 1) {
+		return fmt.Errorf("sim host %s: load %v of %s is not in [0, 1]: %w", h.spec.ID, utilization, uuid, gpu.ErrInvalid)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, err := h.loadLocked(uuid)
+	if err != nil {
+		return err
+	}
+	*p = utilization
+	return nil
+}
+
+// loadLocked returns where the load of the device with the given UUID, a
+// GPU or a MIG instance, is kept; h.mu must be held.
+func (h *Host) loadLocked(uuid string) (*float64, error) {
+	for i := range h.gpus {
+		g := &h.gpus[i]
+		if g.uuid == uuid {
+			return &g.load, nil
+		}
+		for j := range g.instances {
+			if g.instances[j].uuid == uuid {
+				return &g.instances[j].load, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("sim host %s has no device %s: %w", h.spec.ID, uuid, gpu.ErrNotFound)
 }

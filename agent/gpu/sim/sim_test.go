@@ -445,3 +445,50 @@ func TestUnknownOpPanics(t *testing.T) {
 	}()
 	newHost(t, "H100", 1, false).Fail("CreateMig", errors.New("x"))
 }
+
+func TestLoadAndUtilization(t *testing.T) {
+	ctx := context.Background()
+	h, err := New(Spec{ID: "h-load", GPUs: GPUSpec{Model: "H100", Count: 2, MIG: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g0, g1 := GPUUUID("h-load", 0), GPUUUID("h-load", 1)
+	in, err := h.CreateMIG(ctx, 1, 9, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := h.Utilization(ctx, []string{g0, in.UUID}); err != nil || v != 0 {
+		t.Fatalf("before any load: %v, %v", v, err)
+	}
+	for u, v := range map[string]float64{g0: 0.5, in.UUID: 0.9} {
+		if err := h.SetLoad(u, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := h.Utilization(ctx, []string{in.UUID}); err != nil || v != 0.9 {
+		t.Fatalf("MIG device: %v, %v", v, err)
+	}
+	if v, err := h.Utilization(ctx, []string{g0, in.UUID}); err != nil || v != 0.7 {
+		t.Fatalf("mean: %v, %v", v, err)
+	}
+	// The MIG instance's load is its own, not its GPU's.
+	if v, err := h.Utilization(ctx, []string{g1}); err != nil || v != 0 {
+		t.Fatalf("parent of the MIG instance: %v, %v", v, err)
+	}
+	if err := h.SetLoad(g0, 1.5); !errors.Is(err, gpu.ErrInvalid) {
+		t.Fatalf("load 1.5: %v", err)
+	}
+	if err := h.SetLoad("GPU-nope", 0.5); !errors.Is(err, gpu.ErrNotFound) {
+		t.Fatalf("unknown device: %v", err)
+	}
+	if _, err := h.Utilization(ctx, []string{"GPU-nope"}); !errors.Is(err, gpu.ErrNotFound) {
+		t.Fatalf("unknown device: %v", err)
+	}
+	if _, err := h.Utilization(ctx, nil); !errors.Is(err, gpu.ErrInvalid) {
+		t.Fatalf("no devices: %v", err)
+	}
+	h.FailNext(OpUtilization, 1, errors.New("boom"))
+	if _, err := h.Utilization(ctx, []string{g0}); err == nil || h.Calls(OpUtilization) == 0 {
+		t.Fatalf("injected failure: %v", err)
+	}
+}

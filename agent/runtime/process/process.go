@@ -24,7 +24,10 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime"
 )
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime     = (*Runtime)(nil)
+	_ runtime.UsageReader = (*Runtime)(nil)
+)
 
 // MaxLogChunk caps the bytes one Logs call returns, so that a chatty
 // workload cannot make the agent hold its whole output in memory.
@@ -38,7 +41,17 @@ type Runtime struct {
 
 	mu    sync.Mutex
 	procs map[string]*proc
+
+	// usageMu guards one reading of every group's CPU time, shared by the
+	// Usage calls of a short while so that n instances do not read /proc
+	// n times.
+	usageMu sync.Mutex
+	usageAt time.Time
+	usage   map[int]float64
 }
+
+// usageMaxAge is how long one reading of /proc serves Usage calls.
+const usageMaxAge = 500 * time.Millisecond
 
 // proc is one started workload.
 type proc struct {
@@ -255,6 +268,34 @@ func (r *Runtime) Remove(id string) error {
 	}
 	delete(r.procs, id)
 	return nil
+}
+
+// Usage implements runtime.UsageReader on Linux: the CPU time of the
+// workload's process group, read from /proc (utime + stime of every
+// process in the group, plus cutime + cstime: the time of the group's
+// children that exited and were waited for). Limitations: a process that
+// left the group (a new session or group) is not counted, nor one reaped
+// by a process outside the group, and the sum drops when a process ends
+// unwaited-for. It is false for an exited workload (its group ID may
+// belong to someone else by then) and on systems without /proc.
+func (r *Runtime) Usage(id string) (float64, bool) {
+	if !usageSupported {
+		return 0, false
+	}
+	r.mu.Lock()
+	p := r.procs[id]
+	running := p != nil && p.status.State == runtime.StateRunning
+	r.mu.Unlock()
+	if !running {
+		return 0, false
+	}
+	r.usageMu.Lock()
+	defer r.usageMu.Unlock()
+	if now := time.Now(); r.usage == nil || now.Sub(r.usageAt) > usageMaxAge || now.Before(r.usageAt) {
+		r.usage, r.usageAt = groupCPUSeconds(), now
+	}
+	v, ok := r.usage[p.pgid]
+	return v, ok
 }
 
 // lookPath finds a program in the workload's PATH rather than the agent's:

@@ -1,8 +1,9 @@
 //go:build cgo
 
 // Command nvmlprobe opens the host's NVIDIA driver through NVML and prints
-// what the agent would report, as JSON, changing nothing: the inventory, and
-// for each GPU with MIG the catalog check of NVML's MIG profile table. Run it
+// what the agent would report, as JSON, changing nothing: the inventory, each
+// GPU's utilization as the agent's metrics read it, and for each GPU with MIG
+// the catalog check of NVML's MIG profile table. Run it
 // on new hardware to see how the driver and the catalog describe it.
 //
 //	go run ./agent/gpu/nvml/cmd/nvmlprobe > probe.json
@@ -32,7 +33,10 @@ type report struct {
 	Inventory *agentapi.Inventory `json:"inventory"`
 	// Profiles maps a GPU index to the check of its MIG profiles.
 	Profiles map[string][]nvml.ProfileCheck `json:"mig_profiles,omitempty"`
-	// Notes say why a GPU's profiles were not checked.
+	// Utilization maps a GPU's UUID to what Driver.Utilization reads (0..1);
+	// a GPU it cannot read (one in MIG mode) has a note instead.
+	Utilization map[string]float64 `json:"utilization,omitempty"`
+	// Notes say why a GPU's profiles or utilization were not read.
 	Notes []string `json:"notes,omitempty"`
 }
 
@@ -61,7 +65,18 @@ func run(profiles bool, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	out := report{Inventory: inv, Profiles: map[string][]nvml.ProfileCheck{}}
+	out := report{Inventory: inv, Profiles: map[string][]nvml.ProfileCheck{}, Utilization: map[string]float64{}}
+	for _, g := range inv.Host.GPUs {
+		if g.UUID == "" {
+			continue
+		}
+		v, err := d.Utilization(ctx, []string{g.UUID})
+		if err != nil {
+			out.Notes = append(out.Notes, fmt.Sprintf("gpu %d utilization: %v", g.Index, err))
+			continue
+		}
+		out.Utilization[g.UUID] = v
+	}
 	if profiles {
 		for _, g := range inv.Host.GPUs {
 			checks, err := d.CheckProfiles(ctx, g.Index)
