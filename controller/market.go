@@ -643,3 +643,28 @@ func (m *Market) toBackup(ctx context.Context, tx cloud.Tx, view FleetView, r *c
 	}
 	return true, m.relaunch(ctx, tx, view, r, "no room in pool "+cur.String(), now)
 }
+
+// PoolQuote is what the market knows of one pool for a buyer choosing
+// where to launch: the prices, the room left, and the reclaim risk.
+type PoolQuote struct {
+	OnDemand, Spot money.Micros
+	// Free is how many more instances of the offering fit in the zone now
+	// (the market's last supply count).
+	Free int
+	// Risk is the pool's reclaim risk (spot.RiskOf), in basis points.
+	Risk spot.Risk
+}
+
+// Quotes returns every pool's quote as of the last clearing (nil before
+// the first). The autoscaling group controller reads it: it runs after the
+// market in the leader's loop, in the same goroutine.
+func (m *Market) Quotes() map[cloud.Pool]PoolQuote {
+	if m.supply == nil {
+		return nil
+	}
+	out := make(map[cloud.Pool]PoolQuote, len(m.supply))
+	for p, s := range m.supply {
+		out[p] = PoolQuote{OnDemand: s.OnDemandPrice, Spot: m.last[p], Free: s.Free, Risk: spot.RiskOf(s)}
+	}
+	return out
+}

@@ -167,7 +167,7 @@ func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, 
 	var due []string
 	for _, in := range snap.spot {
 		it := in.Interruption
-		if it == nil || it.Action == "" || now.Before(it.Deadline) {
+		if it == nil || it.Action == "" || now.Before(it.Deadline) || cloud.IsGroupNotice(it.Reason) {
 			continue
 		}
 		if in.State == cloud.Stopping || in.State == cloud.Terminating {
@@ -190,7 +190,7 @@ func (s *Scheduler) enforceDeadlines(ctx context.Context, snap *snapshot) (int, 
 				return err
 			}
 			it := in.Interruption
-			if it == nil || it.Action == "" || now.Before(it.Deadline) || !in.State.Holds() ||
+			if it == nil || it.Action == "" || now.Before(it.Deadline) || cloud.IsGroupNotice(it.Reason) || !in.State.Holds() ||
 				in.State == cloud.Stopping || in.State == cloud.Terminating {
 				continue
 			}

@@ -17,7 +17,7 @@ import (
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-func newStore(t *testing.T) cloud.Store {
+func newStore(t testing.TB) cloud.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), "")
 	if err != nil {

@@ -132,6 +132,14 @@ func startCluster(t *testing.T, db string, specs ...sim.Spec) *cluster {
 // configuration (a scaled clock, spot market settings).
 func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs ...sim.Spec) *cluster {
 	t.Helper()
+	return startClusterTuned(t, db, tune, nil, specs...)
+}
+
+// startClusterTuned is startClusterWith with a change to every agent's
+// configuration as well (its clock, how often it samples utilization);
+// tuneAgent may be nil.
+func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAgent func(*agent.Config), specs ...sim.Spec) *cluster {
+	t.Helper()
 	// Made first, so that it is removed last, after the workloads that
 	// write into it are gone.
 	base := t.TempDir()
@@ -203,10 +211,14 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(), dir: dir,
 			rt:  &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))},
 			api: agentapi.NewClient(srv.URL, joined.Credential, hc), cred: joined.Credential}
-		ag := agent.New(h.api, agent.Config{
+		acfg := agent.Config{
 			Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
 			Interval: agentInterval, ManageMIG: true, Log: log.With("host", h.id),
-		})
+		}
+		if tuneAgent != nil {
+			tuneAgent(&acfg)
+		}
+		ag := agent.New(h.api, acfg)
 		c.hosts[h.id] = h
 		wg.Go(func() {
 			if err := ag.Run(agentCtx); err != nil {

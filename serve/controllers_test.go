@@ -33,7 +33,10 @@ func TestControllerOrder(t *testing.T) {
 	if s.Controllers[market] != s.Market || s.Controllers[sched] != s.Scheduler {
 		t.Fatalf("the listed market and scheduler are not the replica's")
 	}
-	for _, name := range []string{"budgets", "health"} {
+	if groups := slices.Index(names, "groups"); groups < market || groups > sched {
+		t.Errorf("controllers %v: the group controller must run between the market and the scheduler", names)
+	}
+	for _, name := range []string{"budgets", "health", "groups"} {
 		if !slices.Contains(names, name) {
 			t.Errorf("controllers %v: no %s", names, name)
 		}

@@ -53,6 +53,9 @@ type Config struct {
 	SpotClearInterval time.Duration
 	KeepFailed        time.Duration
 	BudgetInterval    time.Duration
+	// GroupInterval is how often the autoscaling group controller runs
+	// (10 s when zero).
+	GroupInterval time.Duration
 	// MarketInterval is how often the spot market drives requests and
 	// watches prices (1 s when zero); reclaim deadlines are enforced by the
 	// scheduler on every step regardless.
@@ -190,10 +193,13 @@ func (s *Replica) LeaderTerms() int { return s.leader.termCount() }
 // order; a new controller is one more line here. The order is a contract:
 // the market runs before the scheduler, so that the gates and relaunches
 // it decides are placed in the same tick, on the fleet of the previous
-// step (TestControllerOrder holds it).
+// step; the group controller runs between them, so that it reads the
+// market's quotes of this tick and the scheduler places its launches at
+// once (TestControllerOrder holds it).
 func (s *Replica) controllerList(cfg Config) []controller.Controller {
 	return []controller.Controller{
 		s.Market,
+		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},
