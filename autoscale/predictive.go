@@ -206,7 +206,12 @@ func (s *errStats) bound(z float64) float64 { return s.mean + z*math.Sqrt(s.varc
 //     larger, so that a noisy spell widens the margin quickly), and
 //   - a reactive floor: the instances that hold the last step's demand;
 //
-// with scale-in stabilized over ScaleInWindow, as target tracking.
+// with scale-in stabilized over ScaleInWindow, as target tracking. The
+// margin adapts: the policy keeps a week's exponentially weighted share
+// of demand its usable capacity missed (demand above the ready
+// instances) and scales SafetySigmas by a factor in [0.25, 2] that falls
+// while that share is under targetUnmet (0.3%) and rises while it is
+// above, so a smooth series is not charged the margin a noisy one needs.
 type gpucloud struct {
 	cfg         Config
 	f           *forecaster
@@ -214,7 +219,15 @@ type gpucloud struct {
 	planned     []float64 // planned[i%len]: the forecast of decision i
 	slow, fast  errStats
 	horizonSize int // steps in a horizon, counting the first
+	// unmet and demand are exponentially weighted sums of the demand
+	// the usable capacity missed and of the demand; scale adapts the
+	// margin so that their ratio stays near targetUnmet.
+	unmet, demand, scale, alpha float64
 }
+
+// targetUnmet is the share of demand the adaptive margin aims to leave
+// unmet.
+const targetUnmet = 0.003
 
 func newGPUCloud(cfg Config) Policy {
 	return &gpucloud{cfg: cfg, window: windowMax{window: cfg.ScaleInWindow}}
@@ -230,6 +243,8 @@ func (p *gpucloud) Decide(in Input) Decision {
 		p.planned = make([]float64, p.horizonSize+1)
 		p.slow.alpha = min(1, float64(in.Interval)/float64(48*time.Hour))
 		p.fast.alpha = min(1, float64(in.Interval)/float64(6*time.Hour))
+		p.alpha = min(1, float64(in.Interval)/float64(7*24*time.Hour))
+		p.scale = 1
 	}
 	p.f.update(in)
 	n := len(in.Past)
@@ -243,11 +258,23 @@ func (p *gpucloud) Decide(in Input) Decision {
 		p.slow.add(e)
 		p.fast.add(e)
 	}
+	if n > 0 {
+		d := in.Past[n-1]
+		short := max(0, d-float64(in.Ready*p.cfg.UnitGPUs))
+		p.unmet += p.alpha * (short - p.unmet)
+		p.demand += p.alpha * (d - p.demand)
+		if p.demand > 0 {
+			r := p.unmet/p.demand/targetUnmet - 1
+			p.scale *= math.Exp(p.alpha * 4 * max(-1, min(3, r)))
+			p.scale = max(0.25, min(2, p.scale))
+		}
+	}
 	fc := p.f.maxOver(in.Now, h)
 	p.planned[n%len(p.planned)] = fc
 	margin := 0.0
 	if p.slow.n > 0 {
-		margin = max(0, p.slow.bound(p.cfg.SafetySigmas), p.fast.bound(p.cfg.SafetySigmas))
+		z := p.cfg.SafetySigmas * p.scale
+		margin = max(0, p.slow.bound(z), p.fast.bound(z))
 	}
 	raw := instancesFor(fc+margin, p.cfg.UnitGPUs)
 	if n > 0 {
