@@ -206,7 +206,7 @@ func (a *Agent) simulateLoad(ids []string, snap map[string]target) {
 // instance that is not on the host (any more), it sends the rest again.
 func (a *Agent) sendMetrics(ctx context.Context, samples []agentapi.InstanceSample) error {
 	for try := 0; len(samples) > 0; try++ {
-		err := a.srv.ReportMetrics(ctx, agentapi.MetricsReport{Samples: samples})
+		err := a.srv.ReportMetrics(ctx, agentapi.MetricsReport{Samples: samples, SentAt: a.cfg.Now().UTC()})
 		if err == nil {
 			return nil
 		}

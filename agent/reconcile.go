@@ -79,6 +79,8 @@ type pass struct {
 	migOwner map[[2]int]string
 	// gpuUsers maps a GPU index to the listed instances placed on it.
 	gpuUsers map[int][]string
+	// fetched is the wall clock when the assignments were asked for.
+	fetched time.Time
 }
 
 func newPass(as []agentapi.Assignment) *pass {
@@ -115,6 +117,7 @@ func (a *Agent) Step(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	fetched := time.Now()
 	list, err := a.srv.Assignments(ctx)
 	if err != nil {
 		return fmt.Errorf("fetch assignments: %w", err)
@@ -123,6 +126,7 @@ func (a *Agent) Step(ctx context.Context) error {
 		return errors.New("fetch assignments: no answer")
 	}
 	p := newPass(list.Assignments)
+	p.fetched = fetched
 	var errs []error
 	seen := map[string]bool{}
 	for _, as := range list.Assignments {
@@ -175,7 +179,7 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as agentapi.Assignment) 
 	if as.Desired != agentapi.DesiredRun && as.Desired != agentapi.DesiredStop {
 		return fmt.Errorf("unknown desired state %q", as.Desired)
 	}
-	a.notice(as)
+	a.notice(as, p.fetched)
 	switch s.state {
 	case statePending:
 		if as.Desired == agentapi.DesiredStop {
@@ -205,12 +209,18 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as agentapi.Assignment) 
 // notice shows the server's notices on the instance's metadata endpoint:
 // the instance-action of a spot reclaim or of a group's scale-in (any
 // interruption with an action, whatever the instance's market), or a
-// rebalance recommendation. A notice the server withdrew disappears.
-func (a *Agent) notice(as agentapi.Assignment) {
+// rebalance recommendation. A notice the server withdrew disappears. It
+// also shows the completion lock the server holds for the instance.
+func (a *Agent) notice(as agentapi.Assignment, fetched time.Time) {
 	md := a.cfg.Metadata
 	if md == nil {
 		return
 	}
+	var lock *cloud.ScaleLock
+	if as.ScaleIn != nil {
+		lock = as.ScaleIn.Lock
+	}
+	md.SyncLock(as.InstanceID, lock, fetched)
 	in := as.Interruption
 	var act *metadata.Action
 	rebalance := time.Time{}

@@ -58,6 +58,10 @@ type Assignment struct {
 	// belongs to (its metadata document shows them).
 	Market        cloud.Market `json:"market,omitempty"`
 	SpotRequestID string       `json:"spot_request_id,omitempty"`
+	// ScaleIn is the instance's scale-in protection as recorded: the
+	// agent shows its completion lock on the metadata endpoint (after an
+	// agent restart, too).
+	ScaleIn *cloud.ScaleIn `json:"scale_in,omitempty"`
 }
 
 // AssignmentList is the answer to GET /v1/agent/assignments.
@@ -101,6 +105,11 @@ type StatusReport struct {
 // invalid_argument. A report holds at most MaxMetricSamples samples.
 type MetricsReport struct {
 	Samples []InstanceSample `json:"samples"`
+	// SentAt is the agent's clock when it sent the report. The server
+	// shifts the samples' times by the difference between its clock and
+	// SentAt, so that an agent whose clock is off still reports samples
+	// at the right time on the server's. Zero: no correction.
+	SentAt time.Time `json:"sent_at,omitempty"`
 }
 
 // MaxMetricSamples bounds the samples of one MetricsReport.

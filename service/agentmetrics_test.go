@@ -136,6 +136,28 @@ func TestAgentsReportMetrics(t *testing.T) {
 			got[0].Name != cloud.MetricGPUUtilization || !got[0].At.Equal(now.Add(30*time.Second)) || got[0].Value != 0 {
 			t.Fatalf("globex's points %+v", got)
 		}
+
+		// An agent whose clock is 10 minutes slow says when it sent the
+		// report: its sample of 3 s before sending lands 3 s before the
+		// server's now, not 10 minutes in the past (where the group
+		// controller would take it for stale).
+		slow := now.Add(-10 * time.Minute)
+		late := agentapi.InstanceSample{InstanceID: inA.ID, At: slow.Add(-3 * time.Second), GPUUtilization: amPtr(0.75)}
+		if err := f.svc.Agents.ReportMetrics(ctx, agentA, agentapi.MetricsReport{Samples: []agentapi.InstanceSample{late}, SentAt: slow}); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, p := range f.amMetrics(f.acme.TenantID) {
+			if p.Value == 0.75 {
+				found = true
+				if !p.At.Equal(now.Add(-3 * time.Second)) {
+					t.Fatalf("a slow agent's sample: %+v, want it at %v", p, now.Add(-3*time.Second))
+				}
+			}
+		}
+		if !found {
+			t.Fatal("the slow agent's sample was not written")
+		}
 	})
 }
 

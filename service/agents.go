@@ -266,7 +266,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 			out = append(out, agentapi.Assignment{InstanceID: in.ID, TenantID: in.TenantID,
 				Offering: in.Offering, Desired: desired, Placement: in.Placement, Command: in.Command,
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
-				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID})
+				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn})
 		}
 		return nil
 	})
@@ -691,10 +691,13 @@ const MaxMetricSkew = time.Minute
 // carry the instance's "id" and the sample's "field", so that an agent
 // whose instance just left can send the rest again. A sample needs an
 // instance ID, a time and at least one value; values must be finite and in
-// [0, 1]. Times more than MaxMetricSkew ahead of the server's clock are
-// clamped to the server's now rather than refused: an agent with a fast
-// clock still reports, and no point lands in the future, where it would
-// confuse readers that page by time. An empty report writes nothing.
+// [0, 1]. When the report says when it was sent (SentAt), every sample's
+// time is shifted by the server's now less SentAt, which corrects an agent
+// clock that is off in either direction (a slow one would otherwise make
+// fresh samples look stale to the group controller). Times still more than
+// MaxMetricSkew ahead of the server's clock are clamped to the server's
+// now rather than refused, so that no point lands in the future, where it
+// would confuse readers that page by time. An empty report writes nothing.
 func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.MetricsReport) error {
 	if err := agentOnly(a); err != nil {
 		return err
@@ -722,6 +725,9 @@ func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.Metric
 				in, ins[smp.InstanceID] = got, got
 			}
 			at := smp.At.UTC()
+			if !rep.SentAt.IsZero() {
+				at = at.Add(now.Sub(rep.SentAt))
+			}
 			if at.After(now.Add(MaxMetricSkew)) {
 				at = now.UTC()
 			}

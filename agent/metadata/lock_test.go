@@ -238,3 +238,42 @@ func TestInstanceAction(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncLock: the lock the control plane holds shows on the endpoint (an
+// agent that restarted learns it from its assignments), unless the
+// workload changed its lock after the control plane's answer was read.
+func TestSyncLock(t *testing.T) {
+	s := New()
+	defer s.Close()
+	addr, err := s.Listen("i-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	s.SyncLock("i-1", &cloud.ScaleLock{Reason: "saving", At: at}, time.Now())
+	if status, body := call(t, addr, http.MethodGet, "/v1/scale-in-lock", ""); status != 200 || body != `{"reason":"saving","at":"2025-03-01T12:00:00Z"}` {
+		t.Fatalf("GET after a sync: %d %s", status, body)
+	}
+	if l, ok := s.Lock("i-1"); !ok || l.Reason != "saving" {
+		t.Fatalf("Lock() = %+v, %v", l, ok)
+	}
+	// The workload releases it; an answer read before that does not bring
+	// it back, one read after does clear or set it.
+	s.SetLockHook((&fakePlane{at: at}).hook)
+	before := time.Now()
+	if status, body := call(t, addr, http.MethodDelete, "/v1/scale-in-lock", ""); status != 204 {
+		t.Fatalf("DELETE: %d %s", status, body)
+	}
+	s.SyncLock("i-1", &cloud.ScaleLock{Reason: "saving", At: at}, before)
+	if _, ok := s.Lock("i-1"); ok {
+		t.Fatal("a stale assignment brought back a released lock")
+	}
+	s.SyncLock("i-1", &cloud.ScaleLock{Reason: "again", At: at}, time.Now())
+	if l, ok := s.Lock("i-1"); !ok || l.Reason != "again" {
+		t.Fatalf("a fresh sync: %+v, %v", l, ok)
+	}
+	s.SyncLock("i-1", nil, time.Now())
+	if status, _ := call(t, addr, http.MethodGet, "/v1/scale-in-lock", ""); status != 404 {
+		t.Fatalf("GET after the server dropped the lock: %d", status)
+	}
+}

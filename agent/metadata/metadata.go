@@ -125,6 +125,9 @@ type Endpoints struct {
 	// lockOps serializes the lock changes of each instance, so that what
 	// the endpoint shows is the control plane's answer to the last one.
 	lockOps map[string]*sync.Mutex
+	// lockChanged is when the workload last changed each instance's lock
+	// here (SyncLock ignores what the control plane said before that).
+	lockChanged map[string]time.Time
 }
 
 type listener struct {
@@ -138,7 +141,7 @@ var ErrClosed = errors.New("metadata server closed")
 // New returns a server with no instances and no listeners.
 func New() *Endpoints {
 	return &Endpoints{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
-		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{},
+		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{}, lockChanged: map[string]time.Time{},
 		listeners: map[string]*listener{}}
 }
 
@@ -235,6 +238,31 @@ func (s *Endpoints) SetRebalance(id string, at time.Time) {
 	s.rebalance[id] = Rebalance{NoticeTime: at.UTC()}
 }
 
+// SyncLock sets the completion lock an instance holds as the control plane
+// recorded it (nil: none), as read at asOf (the wall clock when the agent
+// asked for its assignments): after an agent restart the endpoint so shows
+// the lock the workload took before. It changes nothing while the
+// workload is changing its lock, or when the workload changed it after
+// asOf (the control plane's answer predates that change).
+func (s *Endpoints) SyncLock(id string, lock *cloud.ScaleLock, asOf time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if op := s.lockOps[id]; op != nil {
+		if !op.TryLock() {
+			return // a PUT or DELETE is in flight
+		}
+		defer op.Unlock()
+	}
+	if asOf.Before(s.lockChanged[id]) {
+		return
+	}
+	if lock == nil {
+		delete(s.locks, id)
+		return
+	}
+	s.locks[id] = cloud.ScaleLock{Reason: lock.Reason, At: lock.At.UTC()}
+}
+
 // Delete forgets an instance and closes its listener.
 func (s *Endpoints) Delete(id string) {
 	s.mu.Lock()
@@ -244,6 +272,7 @@ func (s *Endpoints) Delete(id string) {
 	delete(s.locks, id)
 	delete(s.loads, id)
 	delete(s.lockOps, id)
+	delete(s.lockChanged, id)
 	l := s.listeners[id]
 	delete(s.listeners, id)
 	s.mu.Unlock()
@@ -418,8 +447,10 @@ func (s *Endpoints) changeLock(w http.ResponseWriter, r *http.Request, id string
 		// Delete forgot the instance meanwhile: keep nothing of it.
 	case held != nil:
 		s.locks[id] = cloud.ScaleLock{Reason: held.Reason, At: held.At.UTC()}
+		s.lockChanged[id] = time.Now()
 	default:
 		delete(s.locks, id)
+		s.lockChanged[id] = time.Now()
 	}
 	s.mu.Unlock()
 	switch {
