@@ -129,7 +129,7 @@ func newVolumesCommand(s *session) *cobra.Command {
 	cmd := groupCommand("volumes", "Create, list, attach and detach volumes",
 		"Volumes are persistent storage of a tenant. A volume is attached to at most\n"+
 			"one instance at a time and outlives it: terminating the instance detaches it.",
-		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s))
+		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s))
 	cmd.Aliases = []string{"volume"}
 	return cmd
 }
@@ -267,6 +267,34 @@ func newVolumesDetachCommand(s *session) *cobra.Command {
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				v, err := c.DetachVolume(ctx, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+func newVolumesDeleteCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "delete VOLUME",
+		Aliases: []string{"rm"},
+		Short:   "Delete a volume: its data is gone and its storage stops being billed",
+		Long: "Delete a volume. A volume attached to an instance that is not terminated, or\n" +
+			"named by a spot request that may still launch, is refused: detach it or cancel\n" +
+			"the request first. Deleting a deleted volume changes nothing.",
+		Example: "  gpucloud volumes delete v-0123456789abcdef",
+		Args:    exactArgs(1, "one volume ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				v, err := c.DeleteVolume(ctx, args[0])
 				if err != nil {
 					return c.explain(err)
 				}

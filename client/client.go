@@ -272,6 +272,13 @@ func (c *Client) DetachVolume(ctx context.Context, volumeID string) (*cloud.Volu
 	return rest.NilOnErr(&out, err)
 }
 
+// DeleteVolume deletes a volume; its storage stops being billed.
+func (c *Client) DeleteVolume(ctx context.Context, volumeID string) (*cloud.Volume, error) {
+	var out cloud.Volume
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "DELETE", Path: rest.PathOf("volumes", volumeID), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
 // Hosts lists the hosts (admin).
 func (c *Client) Hosts(ctx context.Context) ([]*cloud.Host, error) {
 	var out api.HostList

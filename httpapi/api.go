@@ -133,6 +133,7 @@ var routeTable = []route{
 	{"GET", "/v1/volumes/{id}", authed, (*handlers).getVolume},
 	{"POST", "/v1/volumes/{id}/attach", authed, (*handlers).attachVolume},
 	{"POST", "/v1/volumes/{id}/detach", authed, (*handlers).detachVolume},
+	{"DELETE", "/v1/volumes/{id}", authed, (*handlers).deleteVolume},
 
 	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
 

@@ -74,3 +74,13 @@ func (s *handlers) detachVolume(w http.ResponseWriter, r *http.Request, p princi
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
+
+// deleteVolume handles DELETE /v1/volumes/{id} (service.Volumes.Delete).
+func (s *handlers) deleteVolume(w http.ResponseWriter, r *http.Request, p principal) error {
+	v, err := s.svc.Volumes.Delete(r.Context(), p.actor(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}

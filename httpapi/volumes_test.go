@@ -62,6 +62,10 @@ func TestVolumes(t *testing.T) {
 	wantCode(t, err, cloud.Invalid) // another tenant's volume is "not found" in the body
 	_, err = e.globex.DetachVolume(ctx, v.ID)
 	wantCode(t, err, cloud.NotFound)
+	_, err = e.globex.DeleteVolume(ctx, v.ID)
+	wantCode(t, err, cloud.NotFound)
+	_, err = e.acme.DeleteVolume(ctx, v.ID) // attached to a live instance
+	wantCode(t, err, cloud.Conflict)
 	e.unchanged(before, "volume conflicts")
 	// A running instance's volumes do not change under its workload.
 	e.setState(in.ID, cloud.Running)
@@ -124,6 +128,20 @@ func TestVolumes(t *testing.T) {
 	}
 	e.unchanged(before, "detach again")
 	// Zones must agree.
+	defer func() {
+		// Deleted, it is gone from reads and lists, and a retry is a no-op.
+		del, err := e.acme.DeleteVolume(ctx, v.ID)
+		if err != nil || del.DeletedAt == nil {
+			t.Fatalf("delete = %+v, %v", del, err)
+		}
+		_, err = e.acme.GetVolume(ctx, v.ID)
+		wantCode(t, err, cloud.NotFound)
+		before := e.counts()
+		if _, err := e.acme.DeleteVolume(ctx, v.ID); err != nil {
+			t.Errorf("delete again: %v", err)
+		}
+		e.unchanged(before, "delete again")
+	}()
 	zoned := e.setState(mustCreateReq(t, e.acme, api.CreateInstanceRequest{Offering: "l4.1x", Zones: []string{"zone-b"}}).ID, cloud.Stopped)
 	_, err = e.acme.AttachVolume(ctx, v.ID, zoned.ID)
 	wantCode(t, err, cloud.Invalid)

@@ -31,6 +31,10 @@ func TestSpotRequestIdempotency(t *testing.T) {
 			sr.InstanceID == "" || sr.MaxPrice != capped || sr.Version < 2 {
 			t.Fatalf("create = %+v, %v, %v", sr, created, err)
 		}
+		// Its volume cannot be deleted while the request may launch with it.
+		if _, err := f.svc.Volumes.Delete(ctx, f.acme, vol); cloud.ErrorCode(err) != cloud.Conflict {
+			t.Errorf("delete the volume of a live spot request: %v", err)
+		}
 		after := f.counts()
 		if after.SpotRequests != before.SpotRequests+1 || after.Instances != before.Instances+1 ||
 			after.Attached != before.Attached+1 || after.Events != before.Events+2 {

@@ -282,3 +282,55 @@ func (s *Volumes) Detach(ctx context.Context, a Actor, id string) (*cloud.Volume
 	})
 	return out, err
 }
+
+// Delete deletes volume id, which actor a must see: its storage stops
+// being billed at once (the ledger's entry is appended with the write) and
+// it leaves the volume list. A volume attached to an instance that is not
+// terminated, or named by a spot request that may still launch (open,
+// active or disabled), is a conflict: detach it or cancel the request
+// first. Deleting a deleted volume answers it unchanged.
+func (s *Volumes) Delete(ctx context.Context, a Actor, id string) (*cloud.Volume, error) {
+	var out *cloud.Volume
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		v, err := Visible(ctx, a, "volume", id, tx.GetVolume)
+		if err != nil {
+			return err
+		}
+		out = v
+		if v.DeletedAt != nil {
+			return nil
+		}
+		if v.InstanceID != "" {
+			in, err := tx.GetInstance(ctx, v.InstanceID)
+			switch {
+			case cloud.IsNotFound(err):
+			case err != nil:
+				return err
+			case in.State != cloud.Terminated:
+				return &cloud.Error{Code: cloud.Conflict,
+					Message: "volume " + v.ID + " is attached to instance " + in.ID + " (" + string(in.State) + "); detach it first",
+					Details: map[string]any{"instance_id": in.ID}}
+			}
+		}
+		rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{TenantID: v.TenantID,
+			States: []cloud.SpotRequestState{cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled}})
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if slices.Contains(r.Volumes, v.ID) {
+				return &cloud.Error{Code: cloud.Conflict,
+					Message: "volume " + v.ID + " is named by spot request " + r.ID + " (" + string(r.State) + "), which may launch with it; cancel the request first",
+					Details: map[string]any{"spot_request_id": r.ID}}
+			}
+		}
+		now := s.now()
+		v.InstanceID, v.DeletedAt = "", &now
+		if err := tx.UpdateVolume(ctx, v); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDeleted, TenantID: v.TenantID,
+			Actor: a.ID, Reason: "volume " + v.ID + " deleted"})
+	})
+	return out, err
+}

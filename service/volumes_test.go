@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -243,6 +244,8 @@ func TestVolumeTenantIsolation(t *testing.T) {
 			vaHidden(t, err, "volume", id)
 			_, err = f.svc.Volumes.Detach(ctx, f.globex, id)
 			vaHidden(t, err, "volume", id)
+			_, err = f.svc.Volumes.Delete(ctx, f.globex, id)
+			vaHidden(t, err, "volume", id)
 		}
 		if vs, err := f.svc.Volumes.List(ctx, f.globex, ""); err != nil || len(vs) != 0 {
 			t.Errorf("globex lists %v, %v", vs, err)
@@ -438,3 +441,80 @@ func TestVolumeAttachRule(t *testing.T) {
 
 // counts is what a rejected or repeated call must leave as it was.
 func (f *vaFixture) counts() testkit.Rows { return testkit.CountRows(f.t, f.st) }
+
+// TestVolumeDelete: a volume attached to a live instance is refused; once
+// the instance is terminated the volume is deleted (gone from lists and
+// reads, a volume.deleted event, its storage off the ledger), and deleting
+// it again answers it unchanged.
+func TestVolumeDelete(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		ctx := context.Background()
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Name: "data", SizeGiB: 10}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := f.instance(f.acme)
+		if _, err := f.svc.Volumes.Attach(ctx, f.acme, v.ID, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		before := f.counts()
+		ce := vaCode(t, errOf(f.svc.Volumes.Delete(ctx, f.acme, v.ID)), cloud.Conflict)
+		if ce.Details["instance_id"] != in.ID || !strings.Contains(ce.Message, "detach it first") {
+			t.Errorf("delete an attached volume: %v", ce)
+		}
+		f.unchanged(before, "a refused delete")
+		if _, err := f.svc.Instances.Act(ctx, f.acme, in.ID, service.Terminate, 0); err != nil {
+			t.Fatal(err)
+		}
+		// A persistent spot request that may launch again with it holds
+		// it too, until the request ends.
+		sr := &cloud.SpotRequest{ID: "sr-1", TenantID: f.acme.TenantID, Type: cloud.SpotPersistent, Interruption: cloud.ActionTerminate,
+			Pools: []cloud.Pool{{Offering: "l4.1x"}}, Volumes: []string{v.ID}, State: cloud.SpotDisabled,
+			CreatedAt: f.clock.Now(), UpdatedAt: f.clock.Now()}
+		if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.CreateSpotRequest(ctx, sr) }); err != nil {
+			t.Fatal(err)
+		}
+		before = f.counts()
+		ce = vaCode(t, errOf(f.svc.Volumes.Delete(ctx, f.acme, v.ID)), cloud.Conflict)
+		if ce.Details["spot_request_id"] != "sr-1" {
+			t.Errorf("delete a volume of a live spot request: %v", ce)
+		}
+		f.unchanged(before, "a refused delete")
+		if err := st.Tx(ctx, func(tx cloud.Tx) error {
+			cur, err := tx.GetSpotRequest(ctx, "sr-1")
+			if err != nil {
+				return err
+			}
+			cur.State = cloud.SpotCancelled
+			return tx.UpdateSpotRequest(ctx, cur)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		del, err := f.svc.Volumes.Delete(ctx, f.acme, v.ID)
+		if err != nil || del.DeletedAt == nil || del.InstanceID != "" {
+			t.Fatalf("delete = %+v, %v", del, err)
+		}
+		if vs, err := f.svc.Volumes.List(ctx, f.acme, ""); err != nil || len(vs) != 0 {
+			t.Errorf("list after delete: %v, %v", vs, err)
+		}
+		_, err = f.svc.Volumes.Get(ctx, f.acme, v.ID)
+		vaHidden(t, err, "volume", v.ID)
+		before = f.counts()
+		again, err := f.svc.Volumes.Delete(ctx, f.acme, v.ID)
+		if err != nil || again.DeletedAt == nil || !again.DeletedAt.Equal(*del.DeletedAt) {
+			t.Errorf("delete again = %+v, %v", again, err)
+		}
+		f.unchanged(before, "deleting a deleted volume")
+		var found bool
+		if err := st.Tx(ctx, func(tx cloud.Tx) error {
+			es, err := tx.ListEvents(ctx, cloud.EventFilter{TenantID: f.acme.TenantID, Kinds: []cloud.EventKind{service.EventVolumeDeleted}})
+			found = len(es) == 1
+			return err
+		}); err != nil || !found {
+			t.Errorf("volume.deleted events: found %v, %v", found, err)
+		}
+	})
+}
+
+func errOf[T any](_ T, err error) error { return err }
