@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +117,11 @@ type Agent struct {
 	smu      sync.Mutex
 	targets  map[string]*target
 	sampleMu sync.Mutex
+
+	// asgMu guards assigned, the assignments the last pass fetched, which
+	// Assignments hands out without waiting for a pass.
+	asgMu    sync.Mutex
+	assigned []agentapi.Assignment
 
 	// hostMu guards what the agent learnt from the last inventory.
 	hostMu sync.Mutex
@@ -315,4 +321,26 @@ func (a *Agent) hostInfo(ctx context.Context) (id, zone string) {
 		}
 	}
 	return id, zone
+}
+
+// Assignments returns the assignments the last reconcile pass fetched (nil
+// before the first): what the host's GPUs are allocated to, for the metrics
+// exporter's instance and tenant labels. It never waits for a pass. The
+// slice is the caller's; the placements and maps in it are shared and must
+// not be changed.
+func (a *Agent) Assignments() []agentapi.Assignment {
+	a.asgMu.Lock()
+	defer a.asgMu.Unlock()
+	return slices.Clone(a.assigned)
+}
+
+// setAssigned records the assignments a pass fetched.
+func (a *Agent) setAssigned(as []agentapi.Assignment) {
+	as = slices.Clone(as)
+	if as == nil {
+		as = []agentapi.Assignment{}
+	}
+	a.asgMu.Lock()
+	a.assigned = as
+	a.asgMu.Unlock()
 }

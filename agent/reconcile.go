@@ -125,6 +125,7 @@ func (a *Agent) Step(ctx context.Context) error {
 	if list == nil {
 		return errors.New("fetch assignments: no answer")
 	}
+	a.setAssigned(list.Assignments)
 	p := newPass(list.Assignments)
 	p.fetched = fetched
 	var errs []error

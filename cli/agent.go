@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/exporter"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -23,6 +24,7 @@ import (
 func newAgentCommand(stderr io.Writer) *cobra.Command {
 	var (
 		joinToken, credFile, driver, simHost, dir, volumeDir, logLevel string
+		metricsListen                                                  string
 		manageMIG                                                      bool
 		interval, metricsInterval                                      time.Duration
 	)
@@ -35,9 +37,12 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			"The agent reports the host's GPUs (NVML on real GPUs, or a simulated host from\n" +
 			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
 			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
-			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.",
+			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.\n\n" +
+			"With --metrics-listen it serves the GPUs' metrics for Prometheus on /metrics, under\n" +
+			"the DCGM exporter's names and gpucloud_gpu_* names (docs/METRICS.md).",
 		Example: "  gpucloud agent --server http://10.0.0.5:7878 --join-token gpc_tk-..._... --driver nvml\n" +
-			"  gpucloud agent --server http://127.0.0.1:7878 --join-token $T --driver sim --sim-host h100.yaml",
+			"  gpucloud agent --server http://127.0.0.1:7878 --join-token $T --driver sim --sim-host h100.yaml\n" +
+			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			server, _ := cmd.Flags().GetString("server")
@@ -52,6 +57,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				return usagef(cmd, "%v", err)
 			}
 			var drv gpu.Driver
+			hostname, _ := os.Hostname()
 			switch driver {
 			case "sim":
 				if simHost == "" {
@@ -61,7 +67,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				drv, manageMIG = h, true
+				drv, manageMIG, hostname = h, true, h.ID()
 			case "nvml":
 				d, err := nvml.Open()
 				if err != nil {
@@ -106,6 +112,19 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, VolumeDir: volumeDir, Interval: interval, ManageMIG: manageMIG, Log: log,
 				MetricsInterval: metricsInterval,
 			})
+			if metricsListen != "" {
+				c := exporter.New(exporter.Config{Driver: drv, Hostname: hostname, Assignments: a.Assignments, Log: log})
+				ms, err := exporter.Listen(metricsListen, exporter.Handler(c, log))
+				if err != nil {
+					return fmt.Errorf("--metrics-listen: %w", err)
+				}
+				go func() {
+					if err := ms.Serve(ctx); err != nil {
+						log.Error("agent: metrics server stopped", "err", err)
+					}
+				}()
+				fmt.Fprintf(cmd.OutOrStdout(), "GPU metrics on http://%s/metrics\n", ms.Addr())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, dir)
 			err = a.Run(ctx)
 			shut, cancel := contextWithTimeout(10 * time.Second)
@@ -127,6 +146,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.BoolVar(&manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
 	f.DurationVar(&interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
 	f.DurationVar(&metricsInterval, "metrics-interval", agent.DefaultMetricsInterval, "how often instances' GPU and CPU utilization is sampled and reported (negative: never)")
+	f.StringVar(&metricsListen, "metrics-listen", "", `serve GPU metrics for Prometheus on http://ADDR/metrics, e.g. "127.0.0.1:9400" (default off)`)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }

@@ -12,10 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/exporter"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -33,6 +35,7 @@ type hostAgent struct {
 	ag  *agent.Agent
 	rt  *process.Runtime
 	md  *metadata.Endpoints
+	drv gpu.Driver
 	gpu int
 }
 
@@ -49,7 +52,7 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 	if err != nil {
 		return nil, err
 	}
-	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), gpu: len(inv.Host.GPUs)}
+	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, nil), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
@@ -81,6 +84,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 		dir, listen, fleetFile, logLevel string
 		noNVML                           bool
 		interval                         time.Duration
+		metricsListen                    string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -163,6 +167,20 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 					}
 				}(h)
 			}
+			// One listener serves the GPU metrics of every host's agent.
+			agentMetrics := ""
+			if metricsListen != "" {
+				cs := make([]prometheus.Collector, len(hosts))
+				for i, h := range hosts {
+					cs[i] = exporter.New(exporter.Config{Driver: h.drv, Hostname: h.id, Assignments: h.ag.Assignments, Log: log})
+				}
+				ms, err := exporter.Listen(metricsListen, exporter.HandlerOf(log, cs...))
+				if err != nil {
+					return fmt.Errorf("--agent-metrics-listen: %w", err)
+				}
+				go func() { _ = ms.Serve(ctx) }()
+				agentMetrics = "http://" + ms.Addr() + "/metrics"
+			}
 			cfgPath := ConfigPath()
 			if cfgPath != "" {
 				if err := WriteConfig(cfgPath, s.URL, token); err != nil {
@@ -177,6 +195,10 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "gpucloud is up: %s (%d hosts, %d GPUs, data in %s)\n", s.URL, len(hosts), gpus, dir)
 			fmt.Fprintf(out, "admin token: %s\n", token)
+			fmt.Fprintf(out, "server metrics: %s (Prometheus; send the admin token as a bearer token)\n", s.MetricsURL())
+			if agentMetrics != "" {
+				fmt.Fprintf(out, "agent metrics: %s (GPU metrics of every host, DCGM exporter names; no token)\n", agentMetrics)
+			}
 			if cfgPath != "" {
 				fmt.Fprintf(out, "CLI configured in %s; try:\n", cfgPath)
 			} else {
@@ -205,6 +227,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	f.BoolVar(&noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
 	f.DurationVar(&interval, "agent-interval", time.Second, "how often agents poll for assignments and heartbeat")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	f.StringVar(&metricsListen, "agent-metrics-listen", "127.0.0.1:9400", `where the agents serve their GPU metrics for Prometheus ("" turns it off)`)
 	return cmd
 }
 

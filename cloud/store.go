@@ -3,6 +3,8 @@ package cloud
 import (
 	"context"
 	"time"
+
+	"github.com/gpucloud/gpucloud/fleet"
 )
 
 // Store persists the domain. Implementations: store/sqlite (embedded, the
@@ -102,6 +104,13 @@ type Tx interface {
 	// a controller can tell cheaply whether any host changed (see
 	// HostStamp).
 	HostStamp(ctx context.Context) (HostStamp, error)
+	// CountInstances counts the instances by state, offering, market and
+	// tenant, and CountHosts the hosts by state, each in one aggregate
+	// query (the metrics read them at every scrape, never the rows). Only
+	// groups with at least one member are returned, in the order of their
+	// fields.
+	CountInstances(ctx context.Context) ([]InstanceCount, error)
+	CountHosts(ctx context.Context) ([]HostCount, error)
 
 	// CreateVolume inserts a volume (and appends its usage On). If the
 	// tenant already has a volume with the same non-empty IdempotencyKey,
@@ -144,6 +153,22 @@ type Tx interface {
 type HostStamp struct {
 	Hosts      int
 	VersionSum int64
+}
+
+// InstanceCount is how many instances share a state, an offering, a
+// market and a tenant (Tx.CountInstances).
+type InstanceCount struct {
+	State    State
+	Offering string
+	Market   Market
+	TenantID string
+	Count    int
+}
+
+// HostCount is how many hosts are in a state (Tx.CountHosts).
+type HostCount struct {
+	State fleet.HostState
+	Count int
 }
 
 // InstanceFilter selects instances; zero fields match everything.

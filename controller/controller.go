@@ -43,6 +43,12 @@ type Loop struct {
 	// a test's scaled clock speeds every controller up alike.
 	Now func() time.Time
 	Log *slog.Logger
+	// Observe, when set, is called after every controller's round, in the
+	// loop's goroutine, with the controller's name, how long the round
+	// took on the wall clock and its error (nil when it succeeded; a
+	// round cut short because ctx ended is not reported): the metrics'
+	// hook, which keeps this package free of any metrics library.
+	Observe func(name string, took time.Duration, err error)
 
 	last []time.Time
 }
@@ -87,8 +93,16 @@ func (l *Loop) Step(ctx context.Context) []string {
 		}
 		l.last[i] = t
 		ran = append(ran, c.Name())
-		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		start := time.Now()
+		err := c.Reconcile(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
 			log.Error("controller round failed", "controller", c.Name(), "err", err)
+		}
+		if l.Observe != nil {
+			l.Observe(c.Name(), time.Since(start), err)
 		}
 	}
 	return ran

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/billing"
@@ -75,6 +76,8 @@ type Market struct {
 	// prices is m.last as last given to the scheduler (a copy: the
 	// scheduler keeps it).
 	prices map[cloud.Pool]money.Micros
+	// quotes is what Quotes returns, made at each clearing.
+	quotes atomic.Pointer[map[cloud.Pool]PoolQuote]
 }
 
 // NewMarket returns a market controller with the default configuration,
@@ -248,6 +251,7 @@ func (m *Market) clear(ctx context.Context, view FleetView, ms *marketSnap, now 
 	}
 	if len(changed) > 0 {
 		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return tx.AppendSpotPrices(ctx, changed) }); err != nil {
+			m.publishQuotes()
 			return err
 		}
 		for _, c := range changed {
@@ -258,7 +262,18 @@ func (m *Market) clear(ctx context.Context, view FleetView, ms *marketSnap, now 
 	for k, v := range m.last {
 		m.prices[k] = v
 	}
+	m.publishQuotes()
 	return nil
+}
+
+// publishQuotes makes the quotes that Quotes returns from the supply and
+// prices of the last clearing.
+func (m *Market) publishQuotes() {
+	quotes := make(map[cloud.Pool]PoolQuote, len(m.supply))
+	for p, s := range m.supply {
+		quotes[p] = PoolQuote{OnDemand: s.OnDemandPrice, Spot: m.last[p], Free: s.Free, Risk: spot.RiskOf(s)}
+	}
+	m.quotes.Store(&quotes)
 }
 
 // maxPrice is a request's max price in a pool: its own, or the on-demand
@@ -656,15 +671,17 @@ type PoolQuote struct {
 }
 
 // Quotes returns every pool's quote as of the last clearing (nil before
-// the first). The autoscaling group controller reads it: it runs after the
-// market in the leader's loop, in the same goroutine.
+// the first), in a map of the caller's. The autoscaling group controller
+// reads it (it runs after the market in the leader's loop) and so do the
+// metrics, at scrape: it is safe to call from any goroutine.
 func (m *Market) Quotes() map[cloud.Pool]PoolQuote {
-	if m.supply == nil {
+	p := m.quotes.Load()
+	if p == nil {
 		return nil
 	}
-	out := make(map[cloud.Pool]PoolQuote, len(m.supply))
-	for p, s := range m.supply {
-		out[p] = PoolQuote{OnDemand: s.OnDemandPrice, Spot: m.last[p], Free: s.Free, Risk: spot.RiskOf(s)}
+	out := make(map[cloud.Pool]PoolQuote, len(*p))
+	for k, v := range *p {
+		out[k] = v
 	}
 	return out
 }

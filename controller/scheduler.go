@@ -71,6 +71,9 @@ type Scheduler struct {
 	// Every is how often the leader runs a step (Interval);
 	// 0 is DefaultScheduleInterval.
 	Every time.Duration
+	// Placed, when set, is called after every Reconcile with the number of
+	// instances the step placed (the metrics' hook).
+	Placed func(n int)
 
 	fleet *fleet.Fleet
 	// rebuilds counts full rebuilds of the fleet (read by Rebuilds from
@@ -101,6 +104,11 @@ type Scheduler struct {
 	view *reclaimView
 	// hints is what the market last told the scheduler (SetSpotHints).
 	hints SpotHints
+	// usage is the GPU usage of the fleet as of the last step (GPUUsage),
+	// computed from the fleet usageOf at its change count usageAt.
+	usage   atomic.Pointer[[]fleet.GPUCount]
+	usageOf *fleet.Fleet
+	usageAt uint64
 }
 
 type wait struct {
@@ -140,8 +148,32 @@ func (s *Scheduler) Interval() time.Duration {
 
 // Reconcile runs one Step, as a Controller.
 func (s *Scheduler) Reconcile(ctx context.Context) error {
-	_, err := s.Step(ctx)
+	n, err := s.Step(ctx)
+	if s.Placed != nil {
+		s.Placed(n)
+	}
 	return err
+}
+
+// GPUUsage counts the fleet's GPUs by model, mode and allocation
+// (fleet.GPUUsage) as of the end of the last Step or Rebuild; nil before
+// the fleet is built. Unlike Fleet and FleetView it is safe to call from
+// any goroutine: the scrape of the metrics reads it.
+func (s *Scheduler) GPUUsage() []fleet.GPUCount {
+	if p := s.usage.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishUsage recounts the GPUs for GPUUsage when the fleet changed.
+func (s *Scheduler) publishUsage() {
+	if s.fleet == nil || (s.fleet == s.usageOf && s.fleet.Changes() == s.usageAt) {
+		return
+	}
+	u := s.fleet.GPUUsage()
+	s.usage.Store(&u)
+	s.usageOf, s.usageAt = s.fleet, s.fleet.Changes()
 }
 
 // Rebuild loads hosts and the allocations of instances that hold one from
@@ -212,6 +244,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	// them again on the new one.
 	s.placeholders = map[string]placeholder{}
 	s.epoch++
+	s.publishUsage()
 	return nil
 }
 
@@ -293,6 +326,7 @@ func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
 // they are chosen, so that the next ones see them, and committed in
 // batches; what a batch fails to commit is given back to the fleet.
 func (s *Scheduler) Step(ctx context.Context) (int, error) {
+	defer s.publishUsage()
 	snap, err := s.snapshot(ctx)
 	if err != nil {
 		return 0, err

@@ -146,6 +146,7 @@ func (f *Fleet) stateKey(h *Host) string {
 
 // reclass moves h into the class matching its current state.
 func (f *Fleet) reclass(h *Host) {
+	f.changes++
 	key := f.stateKey(h)
 	if h.class != nil {
 		if h.class.Key == key {

@@ -105,6 +105,8 @@ type Fleet struct {
 	slotGen   []uint32
 	freeSlots []int
 	id        uint64
+	// changes counts the calls of reclass (see Changes).
+	changes uint64
 }
 
 // New returns an empty fleet.

@@ -48,6 +48,9 @@ type Options struct {
 	// network and broadcast addresses of a block larger than /31 are never
 	// handed out.
 	AddressPool string
+	// Metrics serves GET /metrics, to admin tokens only (the exposition
+	// counts instances per tenant); nil answers not_found.
+	Metrics http.Handler
 }
 
 // DefaultAddressPool and DefaultStopGrace are the services' defaults.
@@ -67,6 +70,8 @@ type handlers struct {
 	mux *http.ServeMux
 	// tokens caches token lookups for a short time.
 	tokens *tokenCache
+	// metrics serves GET /metrics (Options.Metrics).
+	metrics http.Handler
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -185,6 +190,8 @@ var routeTable = []route{
 	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
 	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},
 	{"POST", "/v1/agent/metrics", agentOnly, (*handlers).agentMetrics},
+
+	{"GET", "/metrics", adminOnly, (*handlers).serveMetrics},
 }
 
 // New returns the API handler over store, validating requests against cat.
@@ -195,7 +202,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 		ttl = DefaultTokenCacheTTL
 	}
 	s := &handlers{cat: cat, now: opts.Now, log: opts.Logger,
-		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl)}
+		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -291,6 +298,16 @@ func (s *handlers) fallback(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, s.log, &cloud.Error{Code: cloud.NotFound,
 		Message: "no such route: " + r.Method + " " + r.URL.Path + "; GET /v1/openapi.json lists the routes",
 		Details: map[string]any{"path": r.URL.Path}})
+}
+
+// serveMetrics answers the Prometheus exposition of Options.Metrics; the
+// route table has already checked that the token is an admin's.
+func (s *handlers) serveMetrics(w http.ResponseWriter, r *http.Request, p principal) error {
+	if s.metrics == nil {
+		return &cloud.Error{Code: cloud.NotFound, Message: "this server does not serve metrics"}
+	}
+	s.metrics.ServeHTTP(w, r)
+	return nil
 }
 
 // listOfferings answers the catalog's offerings.

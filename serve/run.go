@@ -19,6 +19,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/metrics"
 	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -75,6 +76,9 @@ type Replica struct {
 	Market     *controller.Market
 	// Controllers is what the leader runs, in order (controllerList).
 	Controllers []controller.Controller
+	// Metrics is the replica's Prometheus registry, served at GET
+	// /metrics on the API listener to admin tokens (MetricsURL).
+	Metrics *metrics.Server
 
 	http   *http.Server
 	cancel context.CancelFunc
@@ -126,12 +130,14 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Replica{Store: st, URL: "http://" + ln.Addr().String()}
+	s := &Replica{Store: st, URL: "http://" + ln.Addr().String(), Metrics: metrics.NewServer(), leader: &leaderState{}}
 	if created {
 		s.AdminToken = token
 	}
+	s.Metrics.Log = cfg.Log
+	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler()})
 	s.http = &http.Server{
-		Handler:           httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log}),
+		Handler:           s.Metrics.Instrument(api),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -172,9 +178,13 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		s.Market.KeepFailed = cfg.KeepFailed
 	}
 	s.Controllers = s.controllerList(cfg)
+	s.Scheduler.Placed = s.Metrics.AddPlacements
+	s.Metrics.WatchStore(st)
+	s.Metrics.WatchMarket(s.Market)
+	s.Metrics.WatchFleet(s.Scheduler)
+	s.Metrics.Leader(s.IsLeader)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.leader = &leaderState{}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -182,6 +192,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}()
 	return s, nil
 }
+
+// MetricsURL is where the replica serves its Prometheus metrics: GET, with
+// an admin token as the bearer token.
+func (s *Replica) MetricsURL() string { return s.URL + "/metrics" }
 
 // IsLeader reports whether this replica runs the controllers now.
 func (s *Replica) IsLeader() bool { return s.leader.get() }
@@ -214,7 +228,7 @@ func (s *Replica) controllers(ctx context.Context, cfg Config) {
 	if err := s.Scheduler.Rebuild(ctx); err != nil && ctx.Err() == nil {
 		cfg.Log.Error("scheduler rebuild", "err", err)
 	}
-	loop := &controller.Loop{Controllers: s.Controllers, Now: cfg.Now, Log: cfg.Log}
+	loop := &controller.Loop{Controllers: s.Controllers, Now: cfg.Now, Log: cfg.Log, Observe: s.Metrics.ObserveStep}
 	loop.Run(ctx)
 }
 

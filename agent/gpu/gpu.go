@@ -90,6 +90,63 @@ type Driver interface {
 	// agent/gpu/nvml). Errors: ErrInvalid for no UUIDs, ErrNotFound for a
 	// UUID the host does not have.
 	Utilization(ctx context.Context, uuids []string) (float64, error)
+
+	// Telemetry reads what the agent's metrics exporter serves of each GPU
+	// (agent/exporter), in index order. A field the device does not answer
+	// (a counter the product lacks, a GPU in MIG mode that has no
+	// utilization of its own) is nil, never a made-up zero. It fails only
+	// when the GPUs cannot be listed at all (ErrUnavailable when the driver
+	// or host is gone); a GPU whose UUID cannot be read is left out. The
+	// result is the caller's to keep.
+	Telemetry(ctx context.Context) ([]Telemetry, error)
+}
+
+// Telemetry is one GPU's monitoring readings, as Driver.Telemetry returns
+// them. Nil pointers are readings the device did not give.
+type Telemetry struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// Model is the fleet's model name (the catalog's, or the driver's own
+	// name for a GPU the catalog does not know).
+	Model string `json:"model"`
+	// MIG is set when the GPU is in MIG mode; its slices are in Instances.
+	MIG bool `json:"mig,omitempty"`
+	// Utilization is the fraction (0..1) of the last sample period a kernel
+	// ran on the GPU.
+	Utilization *float64 `json:"utilization,omitempty"`
+	// MemoryUsedBytes and MemoryFreeBytes are the framebuffer memory in use
+	// and free.
+	MemoryUsedBytes *uint64 `json:"memory_used_bytes,omitempty"`
+	MemoryFreeBytes *uint64 `json:"memory_free_bytes,omitempty"`
+	// SMClockMHz is the current SM clock.
+	SMClockMHz *float64 `json:"sm_clock_mhz,omitempty"`
+	// PowerWatts is the current power draw.
+	PowerWatts *float64 `json:"power_watts,omitempty"`
+	// TemperatureC is the GPU core temperature in degrees Celsius.
+	TemperatureC *float64 `json:"temperature_c,omitempty"`
+	// XIDErrors counts the XID errors the driver saw on the GPU since it
+	// started; nil when the driver does not count them.
+	XIDErrors *uint64 `json:"xid_errors,omitempty"`
+	// Instances are the MIG instances of a GPU in MIG mode, by start slot.
+	Instances []MIGTelemetry `json:"instances,omitempty"`
+}
+
+// MIGTelemetry is one MIG instance's readings.
+type MIGTelemetry struct {
+	// ID is the GPU instance ID (nvidia-smi's GI ID; DCGM's GPU_I_ID).
+	ID int `json:"id"`
+	// ProfileID and Profile are the GPU instance profile's ID and name
+	// ("3g.40gb"; empty when the catalog does not know the profile).
+	ProfileID int    `json:"profile_id"`
+	Profile   string `json:"profile,omitempty"`
+	// Start is the first memory slot the instance holds.
+	Start int `json:"start"`
+	// UUID is the MIG device UUID; empty for an instance without a compute
+	// instance.
+	UUID string `json:"uuid,omitempty"`
+	// EngineActive is the fraction (0..1) of time the instance's graphics
+	// engine was busy (DCGM's GR_ENGINE_ACTIVE).
+	EngineActive *float64 `json:"engine_active,omitempty"`
 }
 
 // LoadSimulator is implemented by the drivers of simulated hosts, whose

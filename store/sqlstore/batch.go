@@ -225,3 +225,40 @@ func (t *tx) AppendEvents(ctx context.Context, es []*cloud.Event) error {
 	}
 	return t.meterEvents(ctx, es)
 }
+
+// CountInstances is one GROUP BY over the instances table. The groups are
+// sorted here, in byte order, whatever the database's collation.
+func (t *tx) CountInstances(ctx context.Context) ([]cloud.InstanceCount, error) {
+	out, err := list(ctx, t, "count instances",
+		"SELECT state, offering, market, tenant_id, COUNT(*) FROM instances GROUP BY state, offering, market, tenant_id", nil,
+		func(sc scanner) (*cloud.InstanceCount, error) {
+			var c cloud.InstanceCount
+			err := sc.Scan(&c.State, &c.Offering, &c.Market, &c.TenantID, &c.Count)
+			return &c, err
+		})
+	if err != nil {
+		return nil, err
+	}
+	counts := derefAll(out)
+	slices.SortFunc(counts, func(a, b cloud.InstanceCount) int {
+		return cmp.Or(cmp.Compare(a.State, b.State), cmp.Compare(a.Offering, b.Offering),
+			cmp.Compare(a.Market, b.Market), cmp.Compare(a.TenantID, b.TenantID))
+	})
+	return counts, nil
+}
+
+// CountHosts is one GROUP BY over the hosts table.
+func (t *tx) CountHosts(ctx context.Context) ([]cloud.HostCount, error) {
+	out, err := list(ctx, t, "count hosts", "SELECT state, COUNT(*) FROM hosts GROUP BY state", nil,
+		func(sc scanner) (*cloud.HostCount, error) {
+			var c cloud.HostCount
+			err := sc.Scan(&c.State, &c.Count)
+			return &c, err
+		})
+	if err != nil {
+		return nil, err
+	}
+	counts := derefAll(out)
+	slices.SortFunc(counts, func(a, b cloud.HostCount) int { return cmp.Compare(a.State, b.State) })
+	return counts, nil
+}

@@ -203,3 +203,62 @@ func testAppendEvents(t *testing.T, s cloud.Store) {
 	again := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Event, error) { return tx.ListEvents(ctx, cloud.EventFilter{}) })
 	wantEqual(t, "a bad event stores none of its batch", again, got)
 }
+
+// testCounts checks CountInstances and CountHosts: one group per distinct
+// (state, offering, market, tenant) and per host state, in field order,
+// nothing for a group without members.
+func testCounts(t *testing.T, s cloud.Store) {
+	wantEqual(t, "no instances", mustRead(t, s, func(tx cloud.Tx) ([]cloud.InstanceCount, error) {
+		return tx.CountInstances(ctx)
+	}), []cloud.InstanceCount{})
+	wantEqual(t, "no hosts", mustRead(t, s, func(tx cloud.Tx) ([]cloud.HostCount, error) {
+		return tx.CountHosts(ctx)
+	}), []cloud.HostCount{})
+
+	seedTenants(t, s, "t-1", "t-2")
+	rows := []struct {
+		tenant, offering string
+		state            cloud.State
+		market           cloud.Market
+		n                int
+	}{
+		{"t-1", "h100x1", cloud.Running, cloud.MarketOnDemand, 3},
+		{"t-1", "h100x1", cloud.Running, "", 1}, // stored as on_demand
+		{"t-1", "h100x1", cloud.Running, cloud.MarketSpot, 2},
+		{"t-2", "h100x1", cloud.Running, cloud.MarketOnDemand, 1},
+		{"t-2", "a100x8", cloud.Pending, cloud.MarketOnDemand, 2},
+		{"t-1", "a100x8", cloud.Terminated, cloud.MarketSpot, 1},
+	}
+	inTx(t, s, func(tx cloud.Tx) error {
+		i := 0
+		for _, r := range rows {
+			for range r.n {
+				i++
+				in := &cloud.Instance{ID: fmt.Sprintf("i-%03d", i), TenantID: r.tenant, Offering: r.offering,
+					State: r.state, Market: r.market, CreatedAt: t0, UpdatedAt: t0}
+				if err := tx.CreateInstance(ctx, in); err != nil {
+					return err
+				}
+			}
+		}
+		for i, st := range []fleet.HostState{fleet.Schedulable, fleet.Schedulable, fleet.Cordoned, fleet.Schedulable, fleet.Unhealthy} {
+			id := fmt.Sprintf("h-%d", i)
+			if err := tx.PutHost(ctx, &cloud.Host{ID: id, State: st, Spec: hostSpec(id), LastHeartbeat: t0}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	wantEqual(t, "CountInstances", mustRead(t, s, func(tx cloud.Tx) ([]cloud.InstanceCount, error) {
+		return tx.CountInstances(ctx)
+	}), []cloud.InstanceCount{
+		{State: cloud.Pending, Offering: "a100x8", Market: cloud.MarketOnDemand, TenantID: "t-2", Count: 2},
+		{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketOnDemand, TenantID: "t-1", Count: 4},
+		{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketOnDemand, TenantID: "t-2", Count: 1},
+		{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketSpot, TenantID: "t-1", Count: 2},
+		{State: cloud.Terminated, Offering: "a100x8", Market: cloud.MarketSpot, TenantID: "t-1", Count: 1},
+	})
+	wantEqual(t, "CountHosts", mustRead(t, s, func(tx cloud.Tx) ([]cloud.HostCount, error) {
+		return tx.CountHosts(ctx)
+	}), []cloud.HostCount{{State: fleet.Cordoned, Count: 1}, {State: fleet.Schedulable, Count: 3}, {State: fleet.Unhealthy, Count: 1}})
+}

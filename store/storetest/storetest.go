@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Heartbeat", testHeartbeat},
 		{"BumpHosts", testBumpHosts},
 		{"HostStamp", testHostStamp},
+		{"Counts", testCounts},
 		{"UpdateInstances", testUpdateInstances},
 		{"AppendEvents", testAppendEvents},
 		{"Logs", testLogs},

@@ -110,6 +110,9 @@ type fakeGPU struct {
 
 	totalMiB, usedMiB uint64
 	util              uint32
+	// smMHz, powerMW and tempC are what GetClockInfo(CLOCK_SM),
+	// GetPowerUsage and GetTemperature answer.
+	smMHz, powerMW, tempC uint32
 
 	// model, when it has MIG, gives the GPU its MIG profile table; nil or
 	// a model without MIG makes MIG calls answer ERROR_NOT_SUPPORTED.
@@ -192,6 +195,33 @@ func (g *fakeGPU) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 		return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	return nvml.Utilization{Gpu: g.util}, nvml.SUCCESS
+}
+
+func (g *fakeGPU) GetClockInfo(typ nvml.ClockType) (uint32, nvml.Return) {
+	if ret, ok := g.call("GetClockInfo"); ok {
+		return 0, ret
+	}
+	if typ != nvml.CLOCK_SM {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return g.smMHz, nvml.SUCCESS
+}
+
+func (g *fakeGPU) GetPowerUsage() (uint32, nvml.Return) {
+	if ret, ok := g.call("GetPowerUsage"); ok {
+		return 0, ret
+	}
+	return g.powerMW, nvml.SUCCESS
+}
+
+func (g *fakeGPU) GetTemperature(sensor nvml.TemperatureSensors) (uint32, nvml.Return) {
+	if ret, ok := g.call("GetTemperature"); ok {
+		return 0, ret
+	}
+	if sensor != nvml.TEMPERATURE_GPU {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return g.tempC, nvml.SUCCESS
 }
 
 func (g *fakeGPU) GetNvLinkState(link int) (nvml.EnableState, nvml.Return) {

@@ -47,3 +47,5 @@ func (d *Driver) DestroyMIG(context.Context, int, int) error { return errNoCgo }
 func (d *Driver) Devices(context.Context, *fleet.Placement) ([]string, error) { return nil, errNoCgo }
 
 func (d *Driver) Utilization(context.Context, []string) (float64, error) { return 0, errNoCgo }
+
+func (d *Driver) Telemetry(context.Context) ([]gpu.Telemetry, error) { return nil, errNoCgo }

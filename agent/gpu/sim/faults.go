@@ -16,10 +16,11 @@ const (
 	OpDestroyMIG  = "DestroyMIG"
 	OpDevices     = "Devices"
 	OpUtilization = "Utilization"
+	OpTelemetry   = "Telemetry"
 )
 
 var knownOps = map[string]bool{
-	OpInventory: true, OpSetMIGMode: true, OpCreateMIG: true, OpDestroyMIG: true, OpDevices: true, OpUtilization: true,
+	OpInventory: true, OpSetMIGMode: true, OpCreateMIG: true, OpDestroyMIG: true, OpDevices: true, OpUtilization: true, OpTelemetry: true,
 }
 
 // failure is an injected error and how many more calls it fails; a

@@ -36,6 +36,9 @@ type report struct {
 	// Utilization maps a GPU's UUID to what Driver.Utilization reads (0..1);
 	// a GPU it cannot read (one in MIG mode) has a note instead.
 	Utilization map[string]float64 `json:"utilization,omitempty"`
+	// Telemetry is what Driver.Telemetry reads (what the agent's metrics
+	// exporter serves).
+	Telemetry []gpu.Telemetry `json:"telemetry,omitempty"`
 	// Notes say why a GPU's profiles or utilization were not read.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -76,6 +79,11 @@ func run(profiles bool, timeout time.Duration) error {
 			continue
 		}
 		out.Utilization[g.UUID] = v
+	}
+	if tel, err := d.Telemetry(ctx); err != nil {
+		out.Notes = append(out.Notes, fmt.Sprintf("telemetry: %v", err))
+	} else {
+		out.Telemetry = tel
 	}
 	if profiles {
 		for _, g := range inv.Host.GPUs {

@@ -1,0 +1,18 @@
+# Sourced by .ci/run: installs what the tests need besides Go and
+# PostgreSQL from Debian's packages when it is missing. promtool (Debian's
+# prometheus package) checks every metrics exposition the tests produce.
+gpucloud_need_tool() { # TOOL PACKAGE
+	if command -v "$1" >/dev/null 2>&1; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "tools.sh: $1 is missing and installing $2 needs root" >&2
+		return 1
+	fi
+	echo "tools.sh: installing $2 from Debian's packages (for $1)"
+	apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null || return 1
+	command -v "$1" >/dev/null 2>&1
+}
+
+gpucloud_need_tool promtool prometheus

@@ -1,0 +1,73 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the /metrics handler: promhttp over a registry of its
+// own that holds only c. A collector error is logged and the scrape still
+// serves what could be read.
+func Handler(c prometheus.Collector, log *slog.Logger) http.Handler { return HandlerOf(log, c) }
+
+// HandlerOf is Handler over several collectors in one registry: the hosts
+// of `gpucloud up`, each with its own Hostname.
+func HandlerOf(log *slog.Logger, cs ...prometheus.Collector) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(cs...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Registry:      reg,
+	})
+}
+
+// Server serves /metrics on one listener.
+type Server struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// Listen listens on addr ("127.0.0.1:9400"; port 0 picks one) for the
+// /metrics handler h. Serve serves it.
+func Listen(addr string, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until ctx ends, then shuts down, giving scrapes in flight a
+// few seconds; it returns nil then, or the error that stopped it earlier.
+func (s *Server) Serve(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(shut)
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}

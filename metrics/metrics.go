@@ -1,0 +1,137 @@
+// Package metrics is the control plane's Prometheus instrumentation: the
+// server's registry, its collectors, and the /metrics handler.
+//
+// Names follow the Prometheus conventions: the prefix gpucloud_, base
+// units (seconds, dollars), _total on counters. Three kinds of series:
+//
+//   - events counted as they happen: HTTP requests (Instrument), the
+//     controllers' rounds (ObserveStep) and the scheduler's placements
+//     (AddPlacements), fed by hooks so that the packages they measure do
+//     not import this one or Prometheus;
+//   - the spot market's quotes (WatchMarket) and the fleet's GPUs
+//     (WatchFleet), read from the controllers' published snapshots at
+//     scrape;
+//   - object counts in the style of kube-state-metrics (WatchStore):
+//     instances and hosts, one aggregate query each at scrape, never the
+//     rows.
+//
+// The HTTP metrics carry no tenant or instance label: their route label is
+// the pattern that matched, never the path. The object metrics do carry the
+// tenant, which is why the API serves /metrics to admins only.
+package metrics
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace prefixes every metric of the server.
+const Namespace = "gpucloud"
+
+// Server holds the control plane's registry and the metrics fed by hooks.
+type Server struct {
+	Registry *prometheus.Registry
+	// Log receives the errors of collectors at scrape (slog.Default when
+	// nil).
+	Log *slog.Logger
+
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	stepDuration *prometheus.HistogramVec
+	stepErrors   *prometheus.CounterVec
+	placements   prometheus.Counter
+}
+
+// NewServer returns a registry with the Go and process collectors and the
+// HTTP, controller and scheduler metrics.
+func NewServer() *Server {
+	r := prometheus.NewRegistry()
+	r.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s := &Server{
+		Registry: r,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "http", Name: "requests_total",
+			Help: "HTTP requests answered by the API, by method, route pattern (\"unmatched\" for none) and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "http", Name: "request_duration_seconds",
+			Help:    "Time the API took to answer a request, by method and route pattern.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"method", "route"}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "controller", Name: "step_duration_seconds",
+			Help:    "Time one round of a controller took, by controller.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"controller"}),
+		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "controller", Name: "step_errors_total",
+			Help: "Rounds of a controller that failed, by controller.",
+		}, []string{"controller"}),
+		placements: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "scheduler", Name: "placements_total",
+			Help: "Instances the scheduler placed.",
+		}),
+	}
+	r.MustRegister(s.requests, s.duration, s.stepDuration, s.stepErrors, s.placements)
+	return s
+}
+
+// Handler serves the registry in the Prometheus exposition formats. A
+// collector that fails (the store unreachable) is logged and left out;
+// the rest is served.
+func (s *Server) Handler() http.Handler {
+	return promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{
+		Registry:      s.Registry,
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      errorLog{s.log()},
+	})
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+// errorLog is promhttp's logger over slog.
+type errorLog struct{ log *slog.Logger }
+
+func (e errorLog) Println(v ...any) { e.log.Error("metrics scrape", "err", v) }
+
+// ObserveStep records one controller round: the controller.Loop's Observe
+// hook.
+func (s *Server) ObserveStep(name string, took time.Duration, err error) {
+	s.stepDuration.WithLabelValues(name).Observe(took.Seconds())
+	c := s.stepErrors.WithLabelValues(name) // the series exists at 0
+	if err != nil {
+		c.Inc()
+	}
+}
+
+// AddPlacements counts instances placed: the controller.Scheduler's
+// Placed hook.
+func (s *Server) AddPlacements(n int) {
+	if n > 0 {
+		s.placements.Add(float64(n))
+	}
+}
+
+// Leader exposes gpucloud_leader: 1 while isLeader reports that this
+// replica runs the controllers (only the leader has controller, scheduler,
+// market and GPU series), 0 otherwise.
+func (s *Server) Leader(isLeader func() bool) {
+	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "leader",
+		Help: "1 when this replica is the leader and runs the controllers, 0 otherwise.",
+	}, func() float64 {
+		if isLeader() {
+			return 1
+		}
+		return 0
+	}))
+}
