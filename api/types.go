@@ -124,6 +124,28 @@ type AttachVolumeRequest struct {
 // OfferingList answers GET /v1/offerings.
 type OfferingList struct {
 	Offerings []*catalog.Offering `json:"offerings"`
+	// Availability says, per offering name, whether the fleet can run it.
+	// It is present only when the answering server knows the fleet (the
+	// leader, once its scheduler has built the fleet index); a client
+	// treats a missing entry as "unknown", not as "no".
+	Availability map[string]OfferingAvailability `json:"availability,omitempty"`
+}
+
+// OfferingAvailability is what the fleet can do for one offering, as of
+// the scheduler's last step.
+type OfferingAvailability struct {
+	// Hosts counts the schedulable hosts that could run one instance of
+	// the offering if they were empty: the right GPU model, MIG mode and
+	// size. Zero means no host in the fleet ever could.
+	Hosts int `json:"hosts"`
+	// FitsNow counts the hosts with room for one instance right now.
+	FitsNow int `json:"fits_now"`
+	// Reasons, when FitsNow is 0, counts the hosts by the placement
+	// engine's reason for refusing ("wrong GPU model", "not enough free
+	// GPUs", ...).
+	Reasons map[string]int `json:"reasons,omitempty"`
+	// AsOf is when the scheduler computed it.
+	AsOf time.Time `json:"as_of"`
 }
 
 // TenantList, TokenList, VolumeList and HostList answer the list routes.

@@ -59,6 +59,14 @@ func (c *Client) Offerings(ctx context.Context) ([]*catalog.Offering, error) {
 	return out.Offerings, err
 }
 
+// OfferingList lists the catalog's offerings with the fleet's availability
+// of each, when the server knows it (api.OfferingList).
+func (c *Client) OfferingList(ctx context.Context) (*api.OfferingList, error) {
+	var out api.OfferingList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/offerings", Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
 // CreateTenant creates a tenant (admin).
 func (c *Client) CreateTenant(ctx context.Context, name string) (*cloud.Tenant, error) {
 	var out cloud.Tenant
