@@ -131,22 +131,9 @@ type OfferingList struct {
 	Availability map[string]OfferingAvailability `json:"availability,omitempty"`
 }
 
-// OfferingAvailability is what the fleet can do for one offering, as of
-// the scheduler's last step.
-type OfferingAvailability struct {
-	// Hosts counts the schedulable hosts that could run one instance of
-	// the offering if they were empty: the right GPU model, MIG mode and
-	// size. Zero means no host in the fleet ever could.
-	Hosts int `json:"hosts"`
-	// FitsNow counts the hosts with room for one instance right now.
-	FitsNow int `json:"fits_now"`
-	// Reasons, when FitsNow is 0, counts the hosts by the placement
-	// engine's reason for refusing ("wrong GPU model", "not enough free
-	// GPUs", ...).
-	Reasons map[string]int `json:"reasons,omitempty"`
-	// AsOf is when the scheduler computed it.
-	AsOf time.Time `json:"as_of"`
-}
+// OfferingAvailability is what the fleet can do for one offering
+// (cloud.OfferingAvailability).
+type OfferingAvailability = cloud.OfferingAvailability
 
 // TenantList, TokenList, VolumeList and HostList answer the list routes.
 type (

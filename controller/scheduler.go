@@ -109,6 +109,8 @@ type Scheduler struct {
 	usage   atomic.Pointer[[]fleet.GPUCount]
 	usageOf *fleet.Fleet
 	usageAt uint64
+	// avail is the availability summary (Availability).
+	avail capacity
 }
 
 type wait struct {
@@ -149,6 +151,7 @@ func (s *Scheduler) Interval() time.Duration {
 // Reconcile runs one Step, as a Controller.
 func (s *Scheduler) Reconcile(ctx context.Context) error {
 	n, err := s.Step(ctx)
+	s.publishAvailability()
 	if s.Placed != nil {
 		s.Placed(n)
 	}

@@ -51,6 +51,10 @@ type Options struct {
 	// Metrics serves GET /metrics, to admin tokens only (the exposition
 	// counts instances per tenant); nil answers not_found.
 	Metrics http.Handler
+	// Availability answers what the fleet can do for each offering
+	// (service.Options.Availability): GET /v1/offerings shows it, and
+	// creates refuse an offering no host could ever run.
+	Availability func() map[string]cloud.OfferingAvailability
 }
 
 // DefaultAddressPool and DefaultStopGrace are the services' defaults.
@@ -206,7 +210,8 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool})
+	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool,
+		Availability: opts.Availability})
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -310,8 +315,9 @@ func (s *handlers) serveMetrics(w http.ResponseWriter, r *http.Request, p princi
 	return nil
 }
 
-// listOfferings answers the catalog's offerings.
+// listOfferings answers the catalog's offerings, with the fleet's
+// availability of each when this server knows it.
 func (s *handlers) listOfferings(w http.ResponseWriter, r *http.Request, p principal) error {
-	writeJSON(w, http.StatusOK, api.OfferingList{Offerings: s.cat.Offerings()})
+	writeJSON(w, http.StatusOK, api.OfferingList{Offerings: s.cat.Offerings(), Availability: s.svc.Availability()})
 	return nil
 }

@@ -513,3 +513,48 @@ func Explain(p *fleet.Placement) string {
 	}
 	return p.HostID + " [" + strings.Join(parts, " ") + "]"
 }
+
+// Count evaluates req against every host of f without placing it: hosts is
+// the number of hosts considered, fit how many could take it right now,
+// and reasons counts the others by the first reason that rules them out
+// (as in *InsufficientCapacityError). A placement group is ignored: Count
+// answers "is there room for one", which is what availability displays and
+// dry runs ask. It returns a *RequestError for an invalid request and
+// changes nothing but the engine's cache.
+func (e *Engine) Count(f *fleet.Fleet, in *Request) (hosts, fit int, reasons map[string]int, err error) {
+	r := *in
+	r.Models = append([]string(nil), in.Models...)
+	r.Group = nil
+	req := &r
+	if err := req.Validate(e.cat); err != nil {
+		return 0, 0, nil, err
+	}
+	s := e.shapeOf(req)
+	var counts [numReasons]int
+	slots, sizes, gens := f.Slots()
+	table := e.table(f, s, len(slots))
+	for i, n32 := range sizes {
+		if n32 == 0 {
+			continue
+		}
+		n := int(n32)
+		hosts += n
+		m := &table[i]
+		if m.gen != gens[i] {
+			*m = e.evaluate(slots[i].Rep, s)
+			m.gen = gens[i]
+		}
+		if m.reason != 0 {
+			counts[m.reason] += n
+			continue
+		}
+		fit += n
+	}
+	reasons = map[string]int{}
+	for r, n := range counts {
+		if n > 0 {
+			reasons[Reason(r).Describe(req)] += n
+		}
+	}
+	return hosts, fit, reasons, nil
+}

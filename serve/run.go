@@ -135,7 +135,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		s.AdminToken = token
 	}
 	s.Metrics.Log = cfg.Log
-	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler()})
+	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
+	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
+	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
+		Availability: s.availability})
 	s.http = &http.Server{
 		Handler:           s.Metrics.Instrument(api),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -150,8 +153,6 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 			cfg.Log.Error("api server stopped", "err", err)
 		}
 	}()
-	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
-	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	s.Market = controller.NewMarket(st, s.Scheduler)
 	s.Market.Now, s.Market.Log, s.Market.Every = cfg.Now, cfg.Log, cfg.MarketInterval
 	if cfg.Spot != nil {
@@ -196,6 +197,16 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 // MetricsURL is where the replica serves its Prometheus metrics: GET, with
 // an admin token as the bearer token.
 func (s *Replica) MetricsURL() string { return s.URL + "/metrics" }
+
+// availability is the leading scheduler's view of what the fleet can run
+// (controller.Scheduler.Availability); a replica that does not lead does
+// not know, and says nil.
+func (s *Replica) availability() map[string]cloud.OfferingAvailability {
+	if !s.IsLeader() {
+		return nil
+	}
+	return s.Scheduler.Availability()
+}
 
 // IsLeader reports whether this replica runs the controllers now.
 func (s *Replica) IsLeader() bool { return s.leader.get() }

@@ -76,7 +76,8 @@ func testRestart(t *testing.T, db string) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 0, "scheduled", func() bool { return state(t, c, placed.ID) == cloud.Scheduled })
-	pending, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.4x"}, "key-2")
+	// l40s.2x fits the host only when it is empty: it waits.
+	pending, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.2x"}, "key-2")
 	if err != nil {
 		t.Fatal(err)
 	}

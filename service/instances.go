@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -281,6 +282,9 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 			out = old
 			return err
 		}
+		if err := s.runnable(o); err != nil {
+			return err
+		}
 		now := s.now()
 		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name,
 			IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
@@ -436,4 +440,46 @@ func (s *Instances) EventLog(ctx context.Context, a Actor, f cloud.EventFilter) 
 		return err
 	})
 	return evs, next, err
+}
+
+// runnable refuses an offering that no host of the fleet could ever run
+// (Options.Availability), rather than accepting an instance that would
+// wait forever. When the fleet is unknown, or empty, it says nothing.
+func (s *base) runnable(o *catalog.Offering) error {
+	a, ok := s.Availability()[o.Name]
+	if !ok || a.Hosts > 0 || total(a.Reasons) == 0 {
+		return nil
+	}
+	return &cloud.Error{Code: cloud.Invalid,
+		Message: fmt.Sprintf("offering %s: no host in this cloud could ever run it (%s); 'gpucloud offerings --available' lists the offerings its hosts can run",
+			o.Name, describeReasons(a.Reasons)),
+		Details: map[string]any{"field": "offering", "hosts": total(a.Reasons), "reasons": a.Reasons}}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// describeReasons renders reason counts as "3 wrong GPU model, 1 host
+// cordoned", largest first.
+func describeReasons(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return fmt.Sprintf("%d hosts: %s", total(m), strings.Join(parts, ", "))
 }

@@ -89,6 +89,12 @@ type Options struct {
 	// AddressPool is the IPv4 block (CIDR) public addresses are allocated
 	// from, lowest free address first; DefaultAddressPool when empty.
 	AddressPool string
+	// Availability, when set, answers what the fleet can do for each
+	// offering (the leading scheduler's controller.Scheduler.Availability,
+	// or nil on a replica that does not lead). Instances.Create refuses an
+	// offering that no host could ever run; nil, or an offering missing
+	// from the answer, means "unknown", and the create is accepted.
+	Availability func() map[string]cloud.OfferingAvailability
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
@@ -169,6 +175,15 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b}}
+}
+
+// Availability answers what the fleet can do for each offering, or nil
+// when this server does not know (Options.Availability).
+func (b *base) Availability() map[string]cloud.OfferingAvailability {
+	if b.opts.Availability == nil {
+		return nil
+	}
+	return b.opts.Availability()
 }
 
 // Store is the store the services write.

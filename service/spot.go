@@ -122,6 +122,9 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 			out = old
 			return err
 		}
+		if err := s.anyRunnable(spec.Pools); err != nil {
+			return err
+		}
 		now := s.now()
 		sr := &cloud.SpotRequest{ID: NewID(SpotRequestPrefix), TenantID: tenant, Name: spec.Name, Type: spec.Type,
 			Interruption: spec.Interruption, Pools: spec.Pools, State: cloud.SpotOpen, Command: spec.Command,
@@ -499,4 +502,24 @@ func reclaimStats(ctx context.Context, tx cloud.Tx, now time.Time, window time.D
 		of(pool).reclaims++
 	}
 	return stats, nil
+}
+
+// anyRunnable refuses a spot request none of whose pools' offerings any
+// host could ever run (base.runnable).
+func (s *Spot) anyRunnable(pools []cloud.Pool) error {
+	var first error
+	for _, p := range pools {
+		o, err := s.cat.Offering(p.Offering)
+		if err != nil {
+			return nil // CheckSpotRequestSpec has said so already
+		}
+		err = s.runnable(o)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/placement"
+)
+
+// availabilityEvery is how often at most the scheduler recounts the
+// offerings' availability while the fleet keeps changing.
+const availabilityEvery = time.Second
+
+// capacity is the scheduler's availability summary (Availability): per
+// offering, how many hosts could ever run it and how many have room now.
+// It is counted with an engine of its own, so that the counts never evict
+// the scheduler's cache, over the live fleet and over an "empty" copy of
+// it (every host as it would be with nothing placed and not cordoned),
+// which answers "could ever run".
+type capacity struct {
+	engine *placement.Engine
+	// empty is built from the fleet emptyOf (a rebuild makes a new fleet,
+	// so pointer identity says when the host set changed).
+	empty   *fleet.Fleet
+	emptyOf *fleet.Fleet
+	// counted is the fleet and change count of the last count, at wall
+	// time last.
+	countedOf *fleet.Fleet
+	countedAt uint64
+	last      time.Time
+
+	published atomic.Pointer[map[string]cloud.OfferingAvailability]
+}
+
+// Availability answers, per offering name, how many hosts could ever run
+// one instance of it and how many could now, as of the last step (see
+// cloud.OfferingAvailability); nil before the fleet is built. It is safe
+// to call from any goroutine: the API's offering list and instance create
+// read it.
+func (s *Scheduler) Availability() map[string]cloud.OfferingAvailability {
+	if p := s.avail.published.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishAvailability recounts the availability when the fleet changed,
+// at most every availabilityEvery.
+func (s *Scheduler) publishAvailability() {
+	c := &s.avail
+	f := s.fleet
+	if f == nil || (f == c.countedOf && f.Changes() == c.countedAt) {
+		return
+	}
+	if c.countedOf != nil && time.Since(c.last) < availabilityEvery {
+		return
+	}
+	if c.engine == nil {
+		c.engine = placement.NewEngine(s.Catalog, s.Engine.Scorer(), 1)
+	}
+	if c.emptyOf != f {
+		c.empty = emptyFleet(f, s)
+		c.emptyOf = f
+	}
+	now := s.Now()
+	out := map[string]cloud.OfferingAvailability{}
+	for _, o := range s.Catalog.Offerings() {
+		req, err := RequestFor(&cloud.Instance{ID: "availability"}, o)
+		if err != nil {
+			continue
+		}
+		_, ever, _, err := c.engine.Count(c.empty, req)
+		if err != nil {
+			continue
+		}
+		_, fit, reasons, err := c.engine.Count(f, req)
+		if err != nil {
+			continue
+		}
+		a := cloud.OfferingAvailability{Hosts: ever, FitsNow: fit, AsOf: now}
+		if fit == 0 && len(reasons) > 0 {
+			a.Reasons = reasons
+		}
+		out[o.Name] = a
+	}
+	c.published.Store(&out)
+	c.countedOf, c.countedAt, c.last = f, f.Changes(), time.Now()
+}
+
+// emptyFleet copies f's hosts with nothing placed on them, every one
+// schedulable, and GPUs that placement switched into MIG mode switched
+// back: the fleet as it could be.
+func emptyFleet(f *fleet.Fleet, s *Scheduler) *fleet.Fleet {
+	e := fleet.New()
+	for _, h := range f.Hosts {
+		c := *h
+		c.State = fleet.Schedulable
+		c.GPUs = append([]fleet.GPU(nil), h.GPUs...)
+		for i := range c.GPUs {
+			if c.GPUs[i].MIGAuto {
+				c.GPUs[i].MIG = false
+			}
+		}
+		if err := e.AddHost(&c, s.Catalog); err != nil {
+			s.Log.Error("availability: host does not copy", "host", h.ID, "err", err)
+		}
+	}
+	return e
+}
