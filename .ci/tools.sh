@@ -16,3 +16,6 @@ gpucloud_need_tool() { # TOOL PACKAGE
 }
 
 gpucloud_need_tool promtool prometheus
+# Chromium (Debian's chromium package) runs the web console's browser tests
+# (e2e/console_test.go); they fail in CI without it.
+gpucloud_need_tool chromium chromium

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/metrics"
@@ -139,8 +140,14 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
 		Availability: s.availability})
+	// One listener: the API under /v1/, the metrics, and the web console
+	// on every other path.
+	root := http.NewServeMux()
+	root.Handle("/v1/", api)
+	root.Handle("/metrics", api)
+	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability}))
 	s.http = &http.Server{
-		Handler:           s.Metrics.Instrument(api),
+		Handler:           s.Metrics.Instrument(root),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -1,0 +1,309 @@
+// Package console is gpucloud's web console: server-rendered HTML pages,
+// embedded in the binary, over the same domain services as the API. A
+// tenant's member sees exactly what their token sees through the API, an
+// admin sees everything; every rule is the services', the console only
+// renders and forwards.
+//
+// Log in exchanges an API token for a session cookie (HttpOnly, Secure,
+// SameSite=Strict) that holds the token, so that revoking the token ends
+// the session at once. Every form that changes something carries a CSRF
+// token derived from the session's token (an HMAC only the holder of the
+// cookie can compute), and a POST whose Origin is another site is refused
+// before anything is read.
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// SessionCookie is the name of the console's session cookie.
+const SessionCookie = "gpucloud_session"
+
+// sessionTTL is how long a session cookie lives in the browser; the
+// token's own expiry and revocation end it sooner.
+const sessionTTL = 12 * time.Hour
+
+// Options configure the console.
+type Options struct {
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Logger receives the causes of internal errors.
+	Logger *slog.Logger
+	// Availability is the leading scheduler's view of the fleet
+	// (service.Options.Availability); the launch flow shows it.
+	Availability func() map[string]cloud.OfferingAvailability
+}
+
+// Console is the console's http.Handler.
+type Console struct {
+	svc  *service.Services
+	cat  *catalog.Catalog
+	now  func() time.Time
+	log  *slog.Logger
+	mux  *http.ServeMux
+	tmpl map[string]*template.Template
+}
+
+// New returns the console over st.
+func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Console {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Console{
+		svc: service.New(st, cat, service.Options{Now: opts.Now, Availability: opts.Availability}),
+		cat: cat, now: opts.Now, log: opts.Logger, mux: http.NewServeMux(),
+	}
+	c.tmpl = parseTemplates()
+	static, _ := fs.Sub(staticFS, "static")
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
+	c.mux.HandleFunc("GET /login", c.loginPage)
+	c.mux.HandleFunc("POST /login", c.login)
+	c.mux.HandleFunc("POST /logout", c.authed(c.logout))
+	c.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/instances", http.StatusSeeOther)
+	})
+	c.mux.HandleFunc("GET /instances", c.authed(c.instances))
+	c.mux.HandleFunc("GET /instances/{id}", c.authed(c.instance))
+	c.mux.HandleFunc("GET /instances/{id}/log", c.authed(c.instanceLog))
+	c.mux.HandleFunc("GET /instances/{id}/charts", c.authed(c.instanceCharts))
+	c.mux.HandleFunc("POST /instances/{id}/{action}", c.authed(c.act))
+	c.mux.HandleFunc("GET /launch", c.authed(c.launchPage))
+	c.mux.HandleFunc("POST /launch", c.authed(c.launch))
+	c.mux.HandleFunc("GET /fleet", c.authed(c.fleetPage))
+	c.mux.HandleFunc("GET /spot", c.authed(c.spotPage))
+	c.mux.HandleFunc("GET /billing", c.authed(c.billingPage))
+	c.mux.HandleFunc("GET /billing/meter", c.authed(c.meter))
+	c.mux.HandleFunc("GET /groups", c.authed(c.groupsPage))
+	c.mux.HandleFunc("GET /groups/{id}", c.authed(c.groupPage))
+	c.mux.HandleFunc("/", c.notFound)
+	return c
+}
+
+// ServeHTTP serves the console with its security headers.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Frame-Options", "DENY")
+	if r.Method == http.MethodPost && !sameOrigin(r) {
+		http.Error(w, "cross-site request refused", http.StatusForbidden)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin reports whether a state-changing request comes from the
+// console's own pages: browsers send Sec-Fetch-Site and Origin on POSTs.
+func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+func cacheStatic(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// session is who a console request acts as.
+type session struct {
+	actor  service.Actor
+	secret string
+	csrf   string
+	user   string
+}
+
+func (s *session) admin() bool { return s.actor.Admin() }
+
+type handler func(w http.ResponseWriter, r *http.Request, s *session) error
+
+// authed resolves the session cookie to its token's actor, sends the
+// browser to the login page without one, checks the CSRF token of every
+// POST, and renders a handler's error as a page.
+func (c *Console) authed(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := c.session(r.Context(), r)
+		if err != nil {
+			if cloud.ErrorCode(err) == cloud.Unauthenticated {
+				clearCookie(w)
+				if r.Method == http.MethodGet && r.Header.Get("Accept") != "application/json" {
+					http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+					return
+				}
+			}
+			c.fail(w, r, nil, err)
+			return
+		}
+		if r.Method == http.MethodPost && !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
+			c.fail(w, r, s, &cloud.Error{Code: cloud.PermissionDenied, Message: "the form's CSRF token is missing or stale; reload the page and try again"})
+			return
+		}
+		if err := h(w, r, s); err != nil {
+			c.fail(w, r, s, err)
+		}
+	}
+}
+
+// session reads and checks the session cookie.
+func (c *Console) session(ctx context.Context, r *http.Request) (*session, error) {
+	ck, err := r.Cookie(SessionCookie)
+	if err != nil || ck.Value == "" {
+		return nil, cloud.Errorf(cloud.Unauthenticated, "not logged in")
+	}
+	return c.sessionOf(ctx, ck.Value)
+}
+
+func (c *Console) sessionOf(ctx context.Context, secret string) (*session, error) {
+	if !strings.HasPrefix(secret, service.SecretPrefix) || len(secret) > 256 {
+		return nil, cloud.Errorf(cloud.Unauthenticated, "invalid, revoked or expired token")
+	}
+	t, err := c.svc.Accounts.TokenOf(ctx, secret)
+	if cloud.IsNotFound(err) {
+		return nil, cloud.Errorf(cloud.Unauthenticated, "invalid, revoked or expired token")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Role != cloud.RoleAdmin && t.Role != cloud.RoleMember {
+		return nil, cloud.Errorf(cloud.Unauthenticated, "a %s token cannot log in to the console; use a user's API token", t.Role)
+	}
+	return &session{actor: service.Actor{ID: t.UserID, TenantID: t.TenantID, Role: t.Role},
+		secret: secret, csrf: csrfToken(secret), user: t.UserID}, nil
+}
+
+// csrfToken is the CSRF token of a session: an HMAC of a fixed label
+// keyed by the session's secret, so that a page from another site, which
+// can neither read the cookie nor the console's pages, cannot forge it.
+func csrfToken(secret string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("gpucloud console csrf v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func setCookie(w http.ResponseWriter, secret string) {
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: secret, Path: "/", MaxAge: int(sessionTTL / time.Second),
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+}
+
+func clearCookie(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "login", nil, map[string]any{"Next": safeNext(r.URL.Query().Get("next"))})
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	next := safeNext(r.PostFormValue("next"))
+	s, err := c.sessionOf(r.Context(), secret)
+	if err != nil {
+		status := http.StatusUnauthorized
+		msg := "That token is not valid: it may be mistyped, revoked or expired."
+		if cloud.ErrorCode(err) != cloud.Unauthenticated {
+			status, msg = http.StatusInternalServerError, "The server could not check the token; try again."
+			c.log.Error("console login", "err", err)
+		} else if strings.Contains(err.Error(), "cannot log in") {
+			msg = err.Error()
+			msg = strings.TrimPrefix(msg, string(cloud.Unauthenticated)+": ")
+		}
+		c.render(w, r, status, "login", nil, map[string]any{"Next": next, "Error": msg})
+		return
+	}
+	_ = s
+	setCookie(w, secret)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect on this console.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.HasPrefix(next, "/login") {
+		return "/instances"
+	}
+	return next
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) error {
+	clearCookie(w)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	return nil
+}
+
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
+	s, _ := c.session(r.Context(), r)
+	c.render(w, r, http.StatusNotFound, "error", s, map[string]any{"Status": 404, "Message": "There is no page at " + r.URL.Path + "."})
+}
+
+// fail renders an error page with the status the API would answer, and
+// the API's message: another tenant's instance is "not found", exactly as
+// a missing one.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	var ce *cloud.Error
+	status, msg := http.StatusInternalServerError, "Something went wrong on the server; it has been logged."
+	if errors.As(err, &ce) {
+		msg = ce.Message
+		switch ce.Code {
+		case cloud.Invalid:
+			status = http.StatusBadRequest
+		case cloud.NotFound:
+			status = http.StatusNotFound
+		case cloud.Conflict:
+			status = http.StatusConflict
+		case cloud.QuotaExceeded, cloud.PermissionDenied:
+			status = http.StatusForbidden
+		case cloud.InsufficientCapacity:
+			status = http.StatusServiceUnavailable
+		case cloud.Unauthenticated:
+			status = http.StatusUnauthorized
+		default:
+			msg = "Something went wrong on the server; it has been logged."
+			c.log.Error("console", "path", r.URL.Path, "err", err)
+		}
+	} else {
+		c.log.Error("console", "path", r.URL.Path, "err", err)
+	}
+	if r.Header.Get("Accept") == "application/json" {
+		writeJSON(w, status, map[string]any{"error": msg})
+		return
+	}
+	c.render(w, r, status, "error", s, map[string]any{"Status": status, "Message": msg})
+}

@@ -1,0 +1,359 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/console"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/store/sqlite"
+)
+
+// world is a server with the API and the console on one listener, two
+// tenants with an instance each, and a host.
+type world struct {
+	*testkit.API
+	acme, glob     testkit.Member
+	acmeIn, globIn *cloud.Instance
+}
+
+func newWorld(t *testing.T, st cloud.Store) *world {
+	w := &world{}
+	w.API = testkit.NewAPI(t, st, func(st cloud.Store, now func() time.Time) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("/v1/", httpapi.New(st, catalog.Default(), httpapi.Options{Now: now}))
+		mux.Handle("/", console.New(st, catalog.Default(), console.Options{Now: now}))
+		return mux
+	})
+	ctx := context.Background()
+	if _, err := httpapi.BootstrapPrices(ctx, st, catalog.Default(), testkit.Epoch.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Tx(ctx, func(tx cloud.Tx) error {
+		h := fleet.MockHost("h100-1", "H100", 8)
+		return tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: testkit.Epoch})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.acme, w.glob = w.Member("acme", "alice"), w.Member("globex", "bob")
+	var err error
+	if w.acmeIn, err = w.acme.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: "acme-train", Offering: "h100.1x"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if w.globIn, err = w.glob.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: "globex-secret", Offering: "h100.mig.1g.10gb"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func sqliteStore(t *testing.T) cloud.Store {
+	st, err := sqlite.Open(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// browser is a cookie-holding client that does not follow redirects.
+type browser struct {
+	t      *testing.T
+	base   string
+	cookie string
+}
+
+func (w *world) browser(t *testing.T) *browser { return &browser{t: t, base: w.URL} }
+
+type page struct {
+	status   int
+	body     string
+	location string
+	header   http.Header
+}
+
+func (b *browser) do(method, path string, form url.Values, header map[string]string) page {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, b.base+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if b.cookie != "" {
+		req.Header.Set("Cookie", console.SessionCookie+"="+b.cookie)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 10 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, c := range resp.Cookies() {
+		if c.Name == console.SessionCookie {
+			b.cookie = c.Value
+			if c.MaxAge < 0 {
+				b.cookie = ""
+			}
+		}
+	}
+	return page{status: resp.StatusCode, body: string(data), location: resp.Header.Get("Location"), header: resp.Header}
+}
+
+func (b *browser) get(path string) page { return b.do("GET", path, nil, nil) }
+
+func (b *browser) login(token string) page {
+	b.t.Helper()
+	p := b.do("POST", "/login", url.Values{"token": {token}, "next": {"/instances"}}, nil)
+	if p.status != http.StatusSeeOther || b.cookie == "" {
+		b.t.Fatalf("login: %d %s", p.status, p.body)
+	}
+	return p
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func (b *browser) csrf(path string) string {
+	b.t.Helper()
+	m := csrfRE.FindStringSubmatch(b.get(path).body)
+	if m == nil {
+		b.t.Fatalf("%s has no CSRF token", path)
+	}
+	return m[1]
+}
+
+func TestLogin(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	b := w.browser(t)
+	if p := b.get("/instances"); p.status != http.StatusSeeOther || !strings.HasPrefix(p.location, "/login?next=") {
+		t.Fatalf("anonymous /instances: %d %q", p.status, p.location)
+	}
+	for _, bad := range []string{"", "nope", "gpc_x_y", w.acme.Token + "x"} {
+		p := b.do("POST", "/login", url.Values{"token": {bad}}, nil)
+		if p.status != http.StatusUnauthorized || !strings.Contains(p.body, "not valid") || b.cookie != "" {
+			t.Errorf("login with %q: %d, cookie %q", bad, p.status, b.cookie)
+		}
+	}
+	// A join token is not a user's.
+	jt, err := w.Admin.CreateJoinToken(context.Background(), api.CreateJoinTokenRequest{Name: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := b.do("POST", "/login", url.Values{"token": {jt.Secret}}, nil); p.status != http.StatusUnauthorized || !strings.Contains(p.body, "cannot log in") {
+		t.Errorf("join token login: %d %s", p.status, p.body)
+	}
+	p := b.do("POST", "/login", url.Values{"token": {w.acme.Token}, "next": {"//evil.example/x"}}, nil)
+	if p.status != http.StatusSeeOther || p.location != "/instances" {
+		t.Errorf("login redirect to another site: %d %q", p.status, p.location)
+	}
+	set := p.header.Get("Set-Cookie")
+	for _, want := range []string{"HttpOnly", "Secure", "SameSite=Strict", "Path=/"} {
+		if !strings.Contains(set, want) {
+			t.Errorf("session cookie %q lacks %s", set, want)
+		}
+	}
+	if p := b.get("/instances"); p.status != http.StatusOK || !strings.Contains(p.body, w.acmeIn.ID) {
+		t.Fatalf("/instances after login: %d", p.status)
+	}
+	// Revoking the token ends the session at once.
+	toks, err := w.acme.Client.Tokens(context.Background(), "")
+	if err != nil || len(toks) == 0 {
+		t.Fatal(toks, err)
+	}
+	if _, err := w.Admin.RevokeToken(context.Background(), toks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if p := b.get("/instances"); p.status != http.StatusSeeOther {
+		t.Errorf("/instances with a revoked token: %d", p.status)
+	}
+}
+
+// TestTenantIsolation: a member sees only their own tenant's instances,
+// and another tenant's instance page, log, charts and actions answer
+// "not found" exactly like a missing instance, changing nothing; the
+// fleet map is for admins.
+func TestTenantIsolation(t *testing.T) {
+	testkit.EachStore(t, testTenantIsolation)
+}
+
+func testTenantIsolation(t *testing.T, st cloud.Store) {
+	w := newWorld(t, st)
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	list := b.get("/instances")
+	if !strings.Contains(list.body, w.acmeIn.ID) || strings.Contains(list.body, w.globIn.ID) || strings.Contains(list.body, "globex-secret") {
+		t.Errorf("acme's list shows globex's instance or misses its own")
+	}
+	missing := b.get("/instances/i-doesnotexist")
+	for _, path := range []string{"/instances/" + w.globIn.ID, "/instances/" + w.globIn.ID + "/log", "/instances/" + w.globIn.ID + "/charts"} {
+		p := b.get(path)
+		if p.status != http.StatusNotFound || strings.Contains(p.body, "globex-secret") {
+			t.Errorf("%s: %d", path, p.status)
+		}
+		if path == "/instances/"+w.globIn.ID && strings.ReplaceAll(p.body, w.globIn.ID, "X") != strings.ReplaceAll(missing.body, "i-doesnotexist", "X") {
+			t.Errorf("another tenant's instance page differs from a missing one's")
+		}
+	}
+	rows := testkit.CountRows(t, w.Store)
+	tok := b.csrf("/instances/" + w.acmeIn.ID)
+	for _, action := range []string{"stop", "terminate"} {
+		p := b.do("POST", "/instances/"+w.globIn.ID+"/"+action, url.Values{"csrf": {tok}}, nil)
+		if p.status != http.StatusNotFound {
+			t.Errorf("acme %ss globex's instance: %d", action, p.status)
+		}
+	}
+	if testkit.CountRows(t, w.Store) != rows {
+		t.Errorf("refused actions changed the store")
+	}
+	if p := b.get("/fleet"); p.status != http.StatusForbidden {
+		t.Errorf("member /fleet: %d", p.status)
+	}
+	if p := b.get("/billing"); p.status != http.StatusOK || strings.Contains(p.body, w.glob.TenantID) {
+		t.Errorf("member /billing: %d, shows globex %v", p.status, strings.Contains(p.body, w.glob.TenantID))
+	}
+	if p := b.get("/instances?tenant=" + w.glob.TenantID); strings.Contains(p.body, w.globIn.ID) {
+		t.Errorf("a member's tenant filter reached another tenant")
+	}
+	// The admin sees both, and the fleet.
+	a := w.browser(t)
+	a.login(w.AdminToken)
+	if p := a.get("/instances"); !strings.Contains(p.body, w.acmeIn.ID) || !strings.Contains(p.body, w.globIn.ID) {
+		t.Errorf("admin list misses an instance")
+	}
+	if p := a.get("/fleet"); p.status != http.StatusOK || !strings.Contains(p.body, "h100-1") {
+		t.Errorf("admin /fleet: %d", p.status)
+	}
+}
+
+// TestCSRF: a POST without the session's CSRF token, or from another
+// site, changes nothing.
+func TestCSRF(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	rows := testkit.CountRows(t, w.Store)
+	path := "/instances/" + w.acmeIn.ID + "/terminate"
+	cases := []struct {
+		name   string
+		form   url.Values
+		header map[string]string
+	}{
+		{"no token", url.Values{}, nil},
+		{"another session's token", url.Values{"csrf": {strings.Repeat("ab", 32)}}, nil},
+		{"cross-site origin", url.Values{"csrf": {b.csrf("/instances/" + w.acmeIn.ID)}}, map[string]string{"Origin": "https://evil.example"}},
+		{"cross-site fetch", url.Values{"csrf": {b.csrf("/instances/" + w.acmeIn.ID)}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	}
+	for _, c := range cases {
+		if p := b.do("POST", path, c.form, c.header); p.status != http.StatusForbidden {
+			t.Errorf("%s: %d", c.name, p.status)
+		}
+	}
+	if testkit.CountRows(t, w.Store) != rows {
+		t.Fatal("a refused POST changed the store")
+	}
+	p := b.do("POST", path, url.Values{"csrf": {b.csrf("/instances/" + w.acmeIn.ID)}}, map[string]string{"Origin": w.URL})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("terminate with the token: %d %s", p.status, p.body)
+	}
+	if in, _ := w.acme.Client.GetInstance(context.Background(), w.acmeIn.ID); in.State != cloud.Terminated && in.State != cloud.Terminating {
+		t.Errorf("after terminate: %s", in.State)
+	}
+}
+
+// TestPagesRender: every page renders for an admin and a member, with the
+// security headers.
+func TestPagesRender(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	for _, who := range []struct {
+		name  string
+		token string
+		pages []string
+	}{
+		{"admin", w.AdminToken, []string{"/instances", "/instances?state=pending&offering=h100.1x&market=on_demand", "/instances/" + w.acmeIn.ID, "/launch", "/fleet", "/spot", "/billing", "/billing?tenant=" + w.acme.TenantID, "/groups"}},
+		{"member", w.acme.Token, []string{"/instances", "/instances/" + w.acmeIn.ID, "/launch", "/spot", "/billing", "/groups"}},
+	} {
+		b := w.browser(t)
+		b.login(who.token)
+		for _, path := range who.pages {
+			p := b.get(path)
+			if p.status != http.StatusOK {
+				t.Errorf("%s %s: %d %s", who.name, path, p.status, p.body)
+				continue
+			}
+			if !strings.Contains(p.header.Get("Content-Security-Policy"), "default-src 'self'") || p.header.Get("X-Frame-Options") != "DENY" {
+				t.Errorf("%s %s: security headers %v", who.name, path, p.header)
+			}
+			if !strings.Contains(p.body, `<main id="main"`) || !strings.Contains(p.body, `lang="en"`) {
+				t.Errorf("%s %s: not a console page", who.name, path)
+			}
+		}
+	}
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	launch := b.get("/launch")
+	for _, want := range []string{"h100.1x", "$", "/h", `<label for="o-h100.1x">`} {
+		if !strings.Contains(launch.body, want) {
+			t.Errorf("/launch lacks %q", want)
+		}
+	}
+	if p := b.get("/nope"); p.status != http.StatusNotFound {
+		t.Errorf("/nope: %d", p.status)
+	}
+	if p := b.get("/static/console.css"); p.status != http.StatusOK || !strings.Contains(p.body, "focus-visible") {
+		t.Errorf("static css: %d", p.status)
+	}
+}
+
+// TestLaunch: the launch form creates the instance through the service
+// (one per form even when submitted twice), and a bad offering is a
+// clear error that creates nothing.
+func TestLaunch(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	page := b.get("/launch")
+	key := regexp.MustCompile(`name="key" value="([^"]+)"`).FindStringSubmatch(page.body)
+	tok := csrfRE.FindStringSubmatch(page.body)
+	if key == nil || tok == nil {
+		t.Fatal("launch form lacks its key or CSRF token")
+	}
+	form := url.Values{"csrf": {tok[1]}, "key": {key[1]}, "offering": {"h100.2x"}, "name": {"from-console"}, "command": {"echo hi"}, "market": {"on_demand"}}
+	first := b.do("POST", "/launch", form, nil)
+	second := b.do("POST", "/launch", form, nil)
+	if first.status != http.StatusSeeOther || first.location != second.location || !strings.HasPrefix(first.location, "/instances/i-") {
+		t.Fatalf("launch twice: %d %q, %d %q", first.status, first.location, second.status, second.location)
+	}
+	in, err := w.acme.Client.GetInstance(context.Background(), strings.TrimPrefix(first.location, "/instances/"))
+	if err != nil || in.Name != "from-console" || in.Offering != "h100.2x" || strings.Join(in.Command, " ") != "/bin/sh -c echo hi" {
+		t.Fatalf("launched %+v, %v", in, err)
+	}
+	rows := testkit.CountRows(t, w.Store)
+	form.Set("offering", "nope.9x")
+	form.Set("key", "another")
+	if p := b.do("POST", "/launch", form, nil); p.status != http.StatusBadRequest || !strings.Contains(p.body, "nope.9x") {
+		t.Errorf("bad offering: %d %s", p.status, p.body)
+	}
+	if testkit.CountRows(t, w.Store) != rows {
+		t.Errorf("a refused launch changed the store")
+	}
+}

@@ -1,0 +1,479 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+// pageSize is the instances list's page.
+const pageSize = 50
+
+// --- instances -------------------------------------------------------------
+
+func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) error {
+	q := r.URL.Query()
+	query := service.InstanceQuery{Offering: q.Get("offering"), Market: cloud.Market(q.Get("market")),
+		Limit: pageSize, After: q.Get("after")}
+	if s.admin() {
+		query.Tenant = q.Get("tenant")
+	}
+	if st := q.Get("state"); st != "" {
+		query.States = []cloud.State{cloud.State(st)}
+	}
+	list, next, err := c.svc.Instances.List(r.Context(), s.actor, query)
+	if err != nil {
+		return err
+	}
+	nextURL := ""
+	if next != "" {
+		v := r.URL.Query()
+		v.Set("after", next)
+		nextURL = "/instances?" + v.Encode()
+	}
+	offerings := make([]string, 0, len(c.cat.Offerings()))
+	for _, o := range c.cat.Offerings() {
+		offerings = append(offerings, o.Name)
+	}
+	c.render(w, r, http.StatusOK, "instances", s, map[string]any{
+		"Title": "Instances", "Instances": list, "Next": nextURL, "First": q.Get("after") != "",
+		"State": q.Get("state"), "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
+		"States":    []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost},
+		"Offerings": offerings,
+	})
+	return nil
+}
+
+// gpuLine is one device of an instance's placement, as the page shows it.
+type gpuLine struct {
+	Index   int
+	UUID    string
+	Model   string
+	What    string
+	MIGUUID string
+}
+
+func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	in, err := c.svc.Instances.Get(ctx, s.actor, id)
+	if err != nil {
+		return err
+	}
+	evs, _, err := c.svc.Instances.Events(ctx, s.actor, id, 0, 200)
+	if err != nil {
+		return err
+	}
+	cost, err := c.svc.Billing.InstanceCost(ctx, s.actor, id)
+	if err != nil && cloud.ErrorCode(err) != cloud.Conflict {
+		return err
+	}
+	costNote := ""
+	if err != nil {
+		costNote = strings.TrimPrefix(err.Error(), string(cloud.Conflict)+": ")
+	}
+	var gpus []gpuLine
+	if p := in.Placement; p != nil {
+		for _, d := range p.Devices {
+			g := gpuLine{Index: d.GPU, UUID: d.UUID}
+			switch d.Kind {
+			case fleet.MIGSlice:
+				g.What = "MIG " + d.MIGProfile
+			case fleet.Share:
+				g.What = fmt.Sprintf("share: %d.%d%% compute, %d MiB", d.Milli/10, d.Milli%10, d.MemoryMiB)
+			default:
+				g.What = "whole GPU"
+			}
+			gpus = append(gpus, g)
+		}
+	}
+	o, _ := c.cat.Offering(in.Offering)
+	c.render(w, r, http.StatusOK, "instance", s, map[string]any{
+		"Title": "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
+		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in),
+		"CanStop":      in.State == cloud.Running || in.State == cloud.Starting || in.State == cloud.Scheduled || in.State == cloud.Pending,
+		"CanStart":     in.State == cloud.Stopped,
+		"CanTerminate": in.State != cloud.Terminated && in.State != cloud.Terminating,
+	})
+	return nil
+}
+
+// instanceLog answers the log from ?offset= as JSON, for the page's tail.
+func (c *Console) instanceLog(w http.ResponseWriter, r *http.Request, s *session) error {
+	off, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
+	if err != nil && r.URL.Query().Get("offset") != "" {
+		return &cloud.Error{Code: cloud.Invalid, Message: "offset must be a byte offset"}
+	}
+	chunk, err := c.svc.Agents.Logs(r.Context(), s.actor, r.PathValue("id"), off)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": string(chunk.Data), "start": chunk.Start, "next": chunk.Start + int64(len(chunk.Data))})
+	return nil
+}
+
+// chartWindow is how far back the instance page's charts go.
+const chartWindow = time.Hour
+
+func (c *Console) charts(r *http.Request, s *session, in *cloud.Instance) []chart {
+	now := c.now()
+	pts, err := c.svc.Instances.InstanceMetrics(r.Context(), s.actor, in.ID, now.Add(-chartWindow))
+	if err != nil {
+		return nil
+	}
+	series := map[string][]point{}
+	for _, p := range pts {
+		series[p.Name] = append(series[p.Name], point{p.At, p.Value})
+	}
+	var out []chart
+	for _, m := range []struct{ name, title, unit string }{
+		{"gpu_utilization", "GPU utilization", "%"},
+		{"gpu_memory_used_bytes", "GPU memory used", "GiB"},
+		{"cpu_utilization", "CPU utilization", "%"},
+	} {
+		out = append(out, lineChart(m.title, m.unit, series[m.name], now.Add(-chartWindow), now))
+	}
+	return out
+}
+
+// instanceCharts answers just the charts, for the page's refresh.
+func (c *Console) instanceCharts(w http.ResponseWriter, r *http.Request, s *session) error {
+	in, err := c.svc.Instances.Get(r.Context(), s.actor, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, ch := range c.charts(r, s, in) {
+		b.WriteString(string(ch.SVG))
+	}
+	w.Header().Set("Content-Type", "image/svg+xml; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(b.String()))
+	return nil
+}
+
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session) error {
+	var a service.Action
+	switch r.PathValue("action") {
+	case "stop":
+		a = service.Stop
+	case "start":
+		a = service.Start
+	case "terminate":
+		a = service.Terminate
+	default:
+		return &cloud.Error{Code: cloud.NotFound, Message: "no action " + r.PathValue("action")}
+	}
+	id := r.PathValue("id")
+	if _, err := c.svc.Instances.Act(r.Context(), s.actor, id, a, 0); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/instances/"+id, http.StatusSeeOther)
+	return nil
+}
+
+// --- launch ----------------------------------------------------------------
+
+// offerRow is one offering in the launch flow.
+type offerRow struct {
+	O          *catalog.Offering
+	OnDemand   money.Micros
+	HasPrice   bool
+	Spot       money.Micros
+	HasSpot    bool
+	ReclaimBP  int64
+	Known      bool
+	Hosts      int
+	FitsNow    int
+	Reasons    string
+	Selectable bool
+}
+
+func (c *Console) offerRows(r *http.Request, s *session) ([]offerRow, error) {
+	ctx := r.Context()
+	now := c.now()
+	prices, err := c.svc.Prices.List(ctx, s.actor, service.PriceQuery{Kind: cloud.PriceCompute, At: now})
+	if err != nil {
+		return nil, err
+	}
+	onDemand := map[string]money.Micros{}
+	for _, p := range prices {
+		if p.Zone == "" || onDemand[p.Offering] == 0 {
+			onDemand[p.Offering] = p.Amount
+		}
+	}
+	pools, err := c.svc.Spot.Pools(ctx, s.actor, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	spot := map[string]service.PoolStats{}
+	for _, p := range pools {
+		if cur, ok := spot[p.Offering]; !ok || p.Price < cur.Price {
+			spot[p.Offering] = p
+		}
+	}
+	avail := c.svc.Availability()
+	var rows []offerRow
+	for _, o := range c.cat.Offerings() {
+		row := offerRow{O: o}
+		row.OnDemand, row.HasPrice = onDemand[o.Name]
+		if p, ok := spot[o.Name]; ok {
+			row.Spot, row.HasSpot, row.ReclaimBP = p.Price, true, p.ReclaimRateBP
+		}
+		if a, ok := avail[o.Name]; ok {
+			row.Known, row.Hosts, row.FitsNow = true, a.Hosts, a.FitsNow
+			row.Reasons = reasonText(a.Reasons)
+		}
+		row.Selectable = !row.Known || row.Hosts > 0
+		rows = append(rows, row)
+	}
+	// Runnable first (fits now, then possible), then by name.
+	rank := func(x offerRow) int {
+		switch {
+		case x.Known && x.FitsNow > 0:
+			return 0
+		case !x.Known:
+			return 1
+		case x.Hosts > 0:
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rank(rows[i]) < rank(rows[j]) })
+	return rows, nil
+}
+
+func reasonText(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (c *Console) launchPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	rows, err := c.offerRows(r, s)
+	if err != nil {
+		return err
+	}
+	c.render(w, r, http.StatusOK, "launch", s, map[string]any{"Title": "Launch an instance", "Offerings": rows,
+		"Selected": r.URL.Query().Get("offering")})
+	return nil
+}
+
+func (c *Console) launch(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	offering := r.PostFormValue("offering")
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	var command []string
+	if cmd := strings.TrimSpace(r.PostFormValue("command")); cmd != "" {
+		command = []string{"/bin/sh", "-c", cmd}
+	}
+	key := r.PostFormValue("key") // one per rendered form: a double submit creates one instance
+	if r.PostFormValue("market") == "spot" {
+		req, _, err := c.svc.Spot.Create(ctx, s.actor, service.SpotRequestSpec{Name: name, Type: cloud.SpotOneTime,
+			Pools: []cloud.Pool{{Offering: offering}}, Command: command}, key)
+		if err != nil {
+			return err
+		}
+		http.Redirect(w, r, "/instances?market=spot#"+req.ID, http.StatusSeeOther)
+		return nil
+	}
+	in, _, err := c.svc.Instances.Create(ctx, s.actor, service.InstanceSpec{Name: name, Offering: offering, Command: command}, key)
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/instances/"+in.ID, http.StatusSeeOther)
+	return nil
+}
+
+// --- fleet -----------------------------------------------------------------
+
+// fleetPageSize is how many hosts the fleet map draws per page.
+const fleetPageSize = 100
+
+func (c *Console) fleetPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	if !s.admin() {
+		return &cloud.Error{Code: cloud.PermissionDenied, Message: "the fleet map is for the cloud's operators (admin tokens)"}
+	}
+	ctx := r.Context()
+	hosts, err := c.svc.Hosts.List(ctx, s.actor)
+	if err != nil {
+		return err
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hosts[i].ID < hosts[j].ID })
+	pageNo, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	if pageNo < 0 {
+		pageNo = 0
+	}
+	from := min(pageNo*fleetPageSize, len(hosts))
+	to := min(from+fleetPageSize, len(hosts))
+	shown := hosts[from:to]
+	allocs := map[string][]*cloud.Instance{}
+	for _, h := range shown {
+		list, _, err := c.svc.Instances.List(ctx, s.actor, service.InstanceQuery{Host: h.ID, States: cloud.HoldingStates(), Limit: 1000})
+		if err != nil {
+			return err
+		}
+		allocs[h.ID] = list
+	}
+	maps := make([]hostMap, 0, len(shown))
+	for _, h := range shown {
+		maps = append(maps, drawHost(c.cat, h, allocs[h.ID]))
+	}
+	data := map[string]any{"Title": "Fleet", "Hosts": maps, "Total": len(hosts), "From": from + 1, "To": to}
+	if pageNo > 0 {
+		data["Prev"] = fmt.Sprintf("/fleet?page=%d", pageNo-1)
+	}
+	if to < len(hosts) {
+		data["Next"] = fmt.Sprintf("/fleet?page=%d", pageNo+1)
+	}
+	data["Summary"] = summarize(maps)
+	c.render(w, r, http.StatusOK, "fleet", s, data)
+	return nil
+}
+
+// --- spot ------------------------------------------------------------------
+
+func (c *Console) spotPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	now := c.now()
+	pools, err := c.svc.Spot.Pools(ctx, s.actor, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	sort.Slice(pools, func(i, j int) bool { return pools[i].Pool.String() < pools[j].Pool.String() })
+	hist, err := c.svc.Spot.Prices(ctx, s.actor, service.SpotPriceQuery{Since: now.Add(-24 * time.Hour), Limit: service.MaxSpotPoints})
+	if err != nil {
+		return err
+	}
+	byPool := map[string][]point{}
+	for _, p := range hist {
+		byPool[p.Pool.String()] = append(byPool[p.Pool.String()], point{p.Time, float64(p.Price) / 1e6})
+	}
+	type row struct {
+		P     service.PoolStats
+		Chart chart
+	}
+	var rows []row
+	for _, p := range pools {
+		series := byPool[p.Pool.String()]
+		var od float64
+		if p.OnDemand != nil {
+			od = float64(*p.OnDemand) / 1e6
+		}
+		rows = append(rows, row{P: p, Chart: priceChart(p.Pool.String(), series, od, now.Add(-24*time.Hour), now)})
+	}
+	c.render(w, r, http.StatusOK, "spot", s, map[string]any{"Title": "Spot market", "Pools": rows})
+	return nil
+}
+
+// --- billing ---------------------------------------------------------------
+
+func (c *Console) billingPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	tenant := ""
+	if s.admin() {
+		tenant = r.URL.Query().Get("tenant")
+	}
+	period, err := c.svc.Billing.Month(r.URL.Query().Get("month"))
+	if err != nil {
+		return err
+	}
+	invs, err := c.svc.Billing.Invoices(ctx, s.actor, tenant, period)
+	if err != nil {
+		return err
+	}
+	data := map[string]any{"Title": "Billing", "Invoices": invs, "Month": period.Name(), "TenantFilter": tenant}
+	if !s.admin() || tenant != "" {
+		b, err := c.svc.Billing.Budget(ctx, s.actor, tenant)
+		if err != nil {
+			return err
+		}
+		data["Budget"] = b
+		if b.Budget != nil && b.Budget.Amount > 0 {
+			pct, err := money.MulDiv(b.Spent, 100, int64(b.Budget.Amount))
+			if err == nil {
+				data["BudgetPct"] = int64(pct)
+			}
+		}
+	}
+	m, err := c.meterOf(r, s, tenant)
+	if err != nil {
+		return err
+	}
+	data["Meter"] = m
+	c.render(w, r, http.StatusOK, "billing", s, data)
+	return nil
+}
+
+// meterReading is the live meter: what the current clock hour has cost
+// so far, and the rate it accrues at now.
+type meterReading struct {
+	HourStart time.Time    `json:"hour_start"`
+	AsOf      time.Time    `json:"as_of"`
+	Spent     money.Micros `json:"spent"`
+	SpentText string       `json:"spent_text"`
+}
+
+func (c *Console) meterOf(r *http.Request, s *session, tenant string) (*meterReading, error) {
+	now := c.now()
+	hour := now.UTC().Truncate(time.Hour)
+	invs, err := c.svc.Billing.Invoices(r.Context(), s.actor, tenant, billing.Period{Start: hour, End: hour.Add(time.Hour)})
+	if err != nil {
+		return nil, err
+	}
+	var spent money.Micros
+	for _, inv := range invs {
+		spent += inv.Total
+	}
+	return &meterReading{HourStart: hour, AsOf: now, Spent: spent, SpentText: dollars(spent)}, nil
+}
+
+func (c *Console) meter(w http.ResponseWriter, r *http.Request, s *session) error {
+	tenant := ""
+	if s.admin() {
+		tenant = r.URL.Query().Get("tenant")
+	}
+	m, err := c.meterOf(r, s, tenant)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, m)
+	return nil
+}
+
+// --- groups ----------------------------------------------------------------
+
+func (c *Console) groupsPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	gs, err := c.svc.Groups.List(r.Context(), s.actor, "")
+	if err != nil {
+		return err
+	}
+	c.render(w, r, http.StatusOK, "groups", s, map[string]any{"Title": "Autoscaling groups", "Groups": gs})
+	return nil
+}
+
+func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, s *session) error {
+	d, err := c.svc.Groups.Describe(r.Context(), s.actor, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	c.render(w, r, http.StatusOK, "group", s, map[string]any{"Title": "Group " + d.Group.Name, "Section": "groups", "D": d})
+	return nil
+}

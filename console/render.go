@@ -1,0 +1,131 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
+)
+
+// pages are the templates that render a whole page inside the layout.
+var pages = []string{"login", "error", "instances", "instance", "launch", "fleet", "spot", "billing", "groups", "group"}
+
+// parseTemplates parses the layout with each page. A template error is a
+// build defect: the console's tests parse every page.
+func parseTemplates() map[string]*template.Template {
+	out := map[string]*template.Template{}
+	for _, p := range pages {
+		t := template.New("layout.html").Funcs(funcs)
+		t = template.Must(t.ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html"))
+		out[p] = t
+	}
+	return out
+}
+
+var funcs = template.FuncMap{
+	"dollars": dollars,
+	"perHour": func(m money.Micros) string { return dollars(m) + "/h" },
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ago": func(now, t time.Time) string { return roughDuration(now.Sub(t)) },
+	"until": func(now, t time.Time) string {
+		if !t.After(now) {
+			return "now"
+		}
+		return roughDuration(t.Sub(now))
+	},
+	"bp": func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
+	"join": strings.Join,
+	"add":  func(a, b int) int { return a + b },
+	"stateClass": func(s cloud.State) string {
+		switch s {
+		case cloud.Running:
+			return "ok"
+		case cloud.Failed, cloud.Lost:
+			return "bad"
+		case cloud.Terminated, cloud.Stopped:
+			return "off"
+		}
+		return "wait"
+	},
+}
+
+// dollars prints micro-dollars as "$1.2345": four decimals, enough for
+// per-hour prices of GPU shares, and the same everywhere in the console.
+func dollars(m money.Micros) string {
+	sign := ""
+	if m < 0 {
+		sign, m = "-", -m
+	}
+	r := m.Round(100)
+	return fmt.Sprintf("%s$%d.%04d", sign, int64(r)/1_000_000, (int64(r)%1_000_000)/100)
+}
+
+func roughDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// page is what every page's template gets: the session's facts, the
+// current section for the navigation, and the page's own data.
+type page struct {
+	Title   string
+	Section string
+	Admin   bool
+	User    string
+	Tenant  string
+	CSRF    string
+	Now     time.Time
+	Data    map[string]any
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, s *session, data map[string]any) {
+	p := page{Section: name, Now: c.now(), Data: data}
+	if t, ok := data["Title"].(string); ok {
+		p.Title = t
+	}
+	if s != nil {
+		p.Admin, p.User, p.Tenant, p.CSRF = s.admin(), s.user, s.actor.TenantID, s.csrf
+	}
+	if sec, ok := data["Section"].(string); ok {
+		p.Section = sec
+	}
+	var buf bytes.Buffer
+	if err := c.tmpl[name].Execute(&buf, p); err != nil {
+		c.log.Error("console template", "page", name, "err", err)
+		http.Error(w, "template error", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
