@@ -45,7 +45,7 @@ var funcs = template.FuncMap{
 		}
 		return roughDuration(t.Sub(now))
 	},
-	"bp": func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
+	"bp":   func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
 	"join": strings.Join,
 	"add":  func(a, b int) int { return a + b },
 	"stateClass": func(s cloud.State) string {
