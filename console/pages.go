@@ -271,8 +271,16 @@ func (c *Console) launchPage(w http.ResponseWriter, r *http.Request, s *session)
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "launch", s, map[string]any{"Title": "Launch an instance", "Offerings": rows,
-		"Selected": r.URL.Query().Get("offering")})
+	var runnable, never []offerRow
+	for _, row := range rows {
+		if row.Selectable {
+			runnable = append(runnable, row)
+		} else {
+			never = append(never, row)
+		}
+	}
+	c.render(w, r, http.StatusOK, "launch", s, map[string]any{"Title": "Launch an instance", "Offerings": runnable,
+		"Never": never, "Selected": r.URL.Query().Get("offering")})
 	return nil
 }
 
@@ -358,13 +366,18 @@ func (c *Console) spotPage(w http.ResponseWriter, r *http.Request, s *session) e
 		return err
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Pool.String() < pools[j].Pool.String() })
-	hist, err := c.svc.Spot.Prices(ctx, s.actor, service.SpotPriceQuery{Since: now.Add(-24 * time.Hour), Limit: service.MaxSpotPoints})
-	if err != nil {
-		return err
-	}
+	// Each pool's history, from a little before the window so that the
+	// price in force at its start is drawn from the left edge.
 	byPool := map[string][]point{}
-	for _, p := range hist {
-		byPool[p.Pool.String()] = append(byPool[p.Pool.String()], point{p.Time, float64(p.Price) / 1e6})
+	for _, p := range pools {
+		hist, err := c.svc.Spot.Prices(ctx, s.actor, service.SpotPriceQuery{Pools: []string{p.Pool.String()},
+			Since: now.Add(-25 * time.Hour), Limit: service.MaxSpotPoints})
+		if err != nil {
+			return err
+		}
+		for _, h := range hist {
+			byPool[p.Pool.String()] = append(byPool[p.Pool.String()], point{h.Time, float64(h.Price) / 1e6})
+		}
 	}
 	type row struct {
 		P     service.PoolStats

@@ -48,6 +48,12 @@ var funcs = template.FuncMap{
 	"bp":   func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
 	"join": strings.Join,
 	"add":  func(a, b int) int { return a + b },
+	"hosts": func(n int) string {
+		if n == 1 {
+			return "1 host"
+		}
+		return fmt.Sprintf("%d hosts", n)
+	},
 	"stateClass": func(s cloud.State) string {
 		switch s {
 		case cloud.Running:

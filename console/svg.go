@@ -101,8 +101,8 @@ func draw(title, unit string, series [][]point, scales []float64, top float64, f
 		fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, padL, chartW-8, y(top*f), y(top*f))
 		fmt.Fprintf(&b, `<text class="axis" x="%d" y="%.1f" text-anchor="end">%s</text>`, padL-4, y(top*f)+4, esc(axisLabel(top*f, unit)))
 	}
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">%s</text>`, padL, chartH-6, esc(from.UTC().Format("15:04")))
-	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d" text-anchor="end">%s UTC</text>`, chartW-8, chartH-6, esc(to.UTC().Format("15:04")))
+	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d">%s ago</text>`, padL, chartH-6, esc(roughDuration(to.Sub(from))))
+	fmt.Fprintf(&b, `<text class="axis" x="%d" y="%d" text-anchor="end">now (%s UTC)</text>`, chartW-8, chartH-6, esc(to.UTC().Format("15:04")))
 	for _, r := range refs {
 		fmt.Fprintf(&b, `<line class="ref" x1="%d" x2="%d" y1="%.1f" y2="%.1f"><title>on-demand %s</title></line>`, padL, chartW-8, y(r), y(r), esc(axisLabel(r, unit)))
 	}
@@ -120,7 +120,11 @@ func draw(title, unit string, series [][]point, scales []float64, top float64, f
 			}
 		}
 		fmt.Fprintf(&d, " H%.1f", x(to))
+		last := ps[len(ps)-1]
 		fmt.Fprintf(&b, `<path class="series s%d" d="%s"/>`, i, d.String())
+		// The newest value as a dot: a series that only began at the right
+		// edge is still visible.
+		fmt.Fprintf(&b, `<circle class="dot s%d" cx="%.1f" cy="%.1f" r="3"/>`, i, x(last.At), y(last.Value*scales[i]))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

@@ -114,7 +114,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func TestConsoleInBrowser(t *testing.T) {
 	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"),
 		sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
-		sim.Spec{ID: "sim-a100", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "A100-80GB", Count: 2}})
+		sim.Spec{ID: "sim-a100", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "A100-80GB", Count: 2}},
+		sim.Spec{ID: "sim-l4b", Zone: "e2e-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
 	ctx := t.Context()
 	_, _, alice := c.member("acme", "alice")
 	_, bob, _ := c.member("globex", "bob")
@@ -122,6 +123,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		Command: []string{"sleep", "600"}}, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Globex also holds MIG slices and GPU shares, for the fleet map.
+	for _, o := range []string{"a100.mig.3g.40gb", "a100.mig.1g.10gb", "a100.mig.1g.10gb", "a100.mig.2g.20gb", "l4.shared.0.25", "l4.shared.0.5"} {
+		if _, err := bob.CreateInstance(ctx, api.CreateInstanceRequest{Offering: o, Command: []string{"sleep", "600"}}, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.until("the scheduler's availability", func() (bool, string) {
 		l, err := bob.OfferingList(ctx)
@@ -231,10 +238,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`nav[aria-label="Main"]`)))
 	screenshot(t, b, "instances")
 	run(t, b, "fleet", chromedp.Navigate(base+"/fleet"), chromedp.WaitVisible(css("#fleet")))
-	if fleet := get(t, b, "the fleet map", chromedp.Text(css("#fleet"))); !strings.Contains(fleet, "sim-l4") || !strings.Contains(fleet, "sim-a100") {
+	if fleet := get(t, b, "the fleet map", chromedp.Text(css("#fleet"))); !strings.Contains(fleet, "sim-l4") || !strings.Contains(fleet, "sim-a100") || !strings.Contains(fleet, "sim-l4b") {
 		t.Errorf("fleet map: %s", fleet)
 	}
 	screenshot(t, b, "fleet")
 	run(t, b, "spot", chromedp.Navigate(base+"/spot"), chromedp.WaitVisible(css("#main h1")))
+	if n := get(t, b, "spot price lines", chromedp.Evaluate[int](`document.querySelectorAll("section.pool svg .dot").length`)); n == 0 {
+		t.Errorf("the spot page draws no price")
+	}
 	screenshot(t, b, "spot")
 }
