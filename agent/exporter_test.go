@@ -31,7 +31,8 @@ func TestExporterFollowsAgent(t *testing.T) {
 	}
 	e.sample("i-x")
 
-	h := exporter.Handler(exporter.New(exporter.Config{Driver: e.host, Hostname: e.host.ID(), Assignments: e.ag.Assignments}), nil)
+	h := exporter.Handler(exporter.New(exporter.Config{Driver: e.host, Hostname: e.host.ID(), Assignments: e.ag.Assignments,
+		Workloads: e.rt}), nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
@@ -42,5 +43,14 @@ func TestExporterFollowsAgent(t *testing.T) {
 	idle := regexp.MustCompile(`(?m)^DCGM_FI_DEV_GPU_UTIL\{Hostname="[^"]+",UUID="[^"]+",gpu="0",modelName="[^"]+"\} 0$`)
 	if !idle.MatchString(body) {
 		t.Errorf("no unlabelled DCGM_FI_DEV_GPU_UTIL 0 for gpu 0 in:\n%s", body)
+	}
+	// The workload's process group, read by the process runtime.
+	for _, re := range []string{
+		`(?m)^gpucloud_instance_cpu_seconds_total\{instance_id="i-x",tenant="tenant-1"\} [0-9.e+-]+$`,
+		`(?m)^gpucloud_instance_memory_bytes\{instance_id="i-x",tenant="tenant-1"\} [1-9][0-9.e+-]*$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(body) {
+			t.Errorf("no %s in:\n%s", re, body)
+		}
 	}
 }

@@ -113,7 +113,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				MetricsInterval: metricsInterval,
 			})
 			if metricsListen != "" {
-				c := exporter.New(exporter.Config{Driver: drv, Hostname: hostname, Assignments: a.Assignments, Log: log})
+				c := exporter.New(exporter.Config{Driver: drv, Hostname: hostname, Assignments: a.Assignments, Workloads: rt, Log: log})
 				ms, err := exporter.Listen(metricsListen, exporter.Handler(c, log))
 				if err != nil {
 					return fmt.Errorf("--metrics-listen: %w", err)

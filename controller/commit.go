@@ -44,7 +44,7 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 			if err != nil || v == 0 {
 				return nil, nil, err
 			}
-			return nil, &wait{version: v, epoch: s.epoch}, nil
+			return nil, &wait{version: v, epoch: s.epoch, reason: PendingSpotPrice}, nil
 		}
 		if gate.Zones != nil {
 			req.Zones = gate.Zones
@@ -71,11 +71,11 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 					reason += "; reclaiming spot capacity for it"
 				}
 			}
-			v, err := s.unschedulable(ctx, in, reason)
-			if err != nil || v == 0 {
-				return nil, nil, err
+			v, uerr := s.unschedulable(ctx, in, reason)
+			if uerr != nil || v == 0 {
+				return nil, nil, uerr
 			}
-			return nil, &wait{version: v, epoch: s.epoch}, nil
+			return nil, &wait{version: v, epoch: s.epoch, reason: pendingReason(req, err)}, nil
 		}
 		return nil, nil, err
 	}

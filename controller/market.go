@@ -68,6 +68,16 @@ type Market struct {
 	Every time.Duration
 	Now   func() time.Time
 	Log   *slog.Logger
+	// The metrics' hooks, each called (when set) once what it counts is
+	// committed: Reclaimed with a reason (cloud.ReclaimPrice: notices for
+	// instances whose max price the price passed; cloud.ReclaimRebalance:
+	// rebalance recommendations) and how many spot instances got one;
+	// Relaunched with how many instances spot requests launched again
+	// (see drive); Cleared after every clearing of the prices that
+	// recorded them, with the wall-clock time it took.
+	Reclaimed  func(reason string, n int)
+	Relaunched func(n int)
+	Cleared    func(took time.Duration)
 
 	last      map[cloud.Pool]money.Micros
 	lastClear time.Time
@@ -166,8 +176,12 @@ func (m *Market) Step(ctx context.Context) error {
 	// (Never twice at one instant: a pool has one price per time.)
 	if hosts := view.Hosts(); m.supply == nil || (hosts != m.hosts && now.After(m.lastClear)) || now.Sub(m.lastClear) >= m.interval() {
 		m.hosts = hosts
+		start := time.Now()
 		if err := m.clear(ctx, view, ms, now); err != nil {
 			return err
+		}
+		if m.Cleared != nil {
+			m.Cleared(time.Since(start))
 		}
 		m.lastClear = now
 	}
@@ -354,7 +368,9 @@ func (m *Market) watch(ctx context.Context, view FleetView, ms *marketSnap, now 
 	if len(moves) == 0 {
 		return nil
 	}
-	return m.Store.Tx(ctx, func(tx cloud.Tx) error {
+	var priced, rebalanced int
+	err := m.Store.Tx(ctx, func(tx cloud.Tx) error {
+		priced, rebalanced = 0, 0 // the function may run again
 		for _, mv := range moves {
 			in, err := tx.GetInstance(ctx, mv.id)
 			if err != nil {
@@ -368,8 +384,12 @@ func (m *Market) watch(ctx context.Context, view FleetView, ms *marketSnap, now 
 			}
 			if mv.reason == cloud.ReclaimPrice {
 				notice := view.Notice(cloud.Pool{Offering: in.Offering, Zone: in.Zone})
-				if err := announce(ctx, tx, in, cloud.ReclaimPrice, "", notice, now); err != nil {
+				done, err := announce(ctx, tx, in, cloud.ReclaimPrice, "", notice, now)
+				if err != nil {
 					return err
+				}
+				if done {
+					priced++
 				}
 				continue
 			}
@@ -389,29 +409,56 @@ func (m *Market) watch(ctx context.Context, view FleetView, ms *marketSnap, now 
 				Reason: "rebalance recommended: reclaim risk in pool " + cloud.Pool{Offering: in.Offering, Zone: in.Zone}.String() + " is elevated"}); err != nil {
 				return err
 			}
+			rebalanced++
 		}
 		return nil
 	})
+	if err == nil && m.Reclaimed != nil {
+		if priced > 0 {
+			m.Reclaimed(cloud.ReclaimPrice, priced)
+		}
+		if rebalanced > 0 {
+			m.Reclaimed(cloud.ReclaimRebalance, rebalanced)
+		}
+	}
+	return err
 }
 
 // drive moves every live spot request along with its instance. A request
 // already where its instance puts it (active while the instance holds
 // capacity, open while it waits in its only pool) costs no transaction.
+//
+// The Relaunched hook counts the relaunches it committed: a request's next
+// instance after the last was reclaimed, failed, was lost or went away
+// (persistent requests), one tried again after a refusal, and a
+// persistent request's stopped instance started again (the stop
+// behaviour). A pending launch moved to a backup pool is not a relaunch.
 func (m *Market) drive(ctx context.Context, view FleetView, ms *marketSnap, now time.Time) error {
 	byID := map[string]*cloud.Instance{}
 	for _, in := range ms.spot {
 		byID[in.ID] = in
 	}
+	relaunched := 0
+	defer func() {
+		if relaunched > 0 && m.Relaunched != nil {
+			m.Relaunched(relaunched)
+		}
+	}()
 	for _, id := range sortedKeys(ms.requests) {
 		if settled(ms.requests[id], byID[ms.requests[id].InstanceID]) {
 			continue
 		}
-		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error { return m.driveOne(ctx, tx, view, id, now) }); err != nil {
+		n := 0
+		if err := m.Store.Tx(ctx, func(tx cloud.Tx) error {
+			n = 0 // the function may run again
+			return m.driveOne(ctx, tx, view, id, now, &n)
+		}); err != nil {
 			if cloud.IsConflict(err) {
 				continue // changed meanwhile: next step
 			}
 			return err
 		}
+		relaunched += n
 	}
 	return nil
 }
@@ -442,8 +489,8 @@ func settled(r *cloud.SpotRequest, in *cloud.Instance) bool {
 }
 
 // driveOne handles one request in its own transaction, re-reading it and
-// its instance.
-func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, view FleetView, id string, now time.Time) error {
+// its instance. It adds the relaunches it made to *relaunched.
+func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, view FleetView, id string, now time.Time, relaunched *int) error {
 	r, err := tx.GetSpotRequest(ctx, id)
 	if err != nil {
 		return ignoreNotFound(err)
@@ -472,6 +519,9 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, view FleetView, id s
 		err := m.relaunch(ctx, tx, view, r, why, now)
 		if refused(err) {
 			return set(cloud.SpotOpen, reasonRefused+errMessage(err))
+		}
+		if err == nil {
+			*relaunched++
 		}
 		return err
 	}
@@ -508,6 +558,7 @@ func (m *Market) driveOne(ctx context.Context, tx cloud.Tx, view FleetView, id s
 				Reason: "persistent spot request " + r.ID + " restarts its stopped instance"}, now); err != nil {
 				return err
 			}
+			*relaunched++
 			return set(cloud.SpotOpen, "restarting its stopped instance")
 		}
 		return set(cloud.SpotDisabled, "its instance is stopped; start it to resume")

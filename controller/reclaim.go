@@ -95,10 +95,13 @@ func (s *Scheduler) reclaim(ctx context.Context, snap *snapshot, id string, req 
 
 // notice announces capacity reclaims to spot instances, in one
 // transaction. An instance that changed meanwhile (stopped, already under
-// notice) is skipped.
+// notice) is skipped. The Reclaimed hook hears of the notices once they
+// are committed.
 func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) error {
 	now := s.Now()
-	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
+	noticed := 0
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		noticed = 0 // the function may run again
 		for _, id := range victims {
 			in, err := tx.GetInstance(ctx, id)
 			if err != nil {
@@ -111,12 +114,20 @@ func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) 
 				continue
 			}
 			notice := s.noticeFor(cloud.Pool{Offering: in.Offering, Zone: in.Zone})
-			if err := announce(ctx, tx, in, cloud.ReclaimCapacity, forID, notice, now); err != nil {
+			done, err := announce(ctx, tx, in, cloud.ReclaimCapacity, forID, notice, now)
+			if err != nil {
 				return err
+			}
+			if done {
+				noticed++
 			}
 		}
 		return nil
 	})
+	if err == nil && noticed > 0 && s.Reclaimed != nil {
+		s.Reclaimed(cloud.ReclaimCapacity, noticed)
+	}
+	return err
 }
 
 // announce writes a reclaim notice (notice long) on a spot instance with
@@ -124,13 +135,14 @@ func (s *Scheduler) notice(ctx context.Context, victims []string, forID string) 
 // follows the spot request's interruption behaviour (terminate when the
 // request is gone). The scheduler announces capacity reclaims, the market
 // price reclaims; the event names the scheduler, which enforces the
-// deadline.
-func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, notice time.Duration, now time.Time) error {
+// deadline. It reports whether it wrote the notice: false when the
+// instance changed meanwhile.
+func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, notice time.Duration, now time.Time) (bool, error) {
 	action := cloud.ActionTerminate
 	if in.SpotRequestID != "" {
 		r, err := tx.GetSpotRequest(ctx, in.SpotRequestID)
 		if err != nil && !cloud.IsNotFound(err) {
-			return err
+			return false, err
 		}
 		if err == nil && r.Interruption == cloud.ActionStop {
 			action = cloud.ActionStop
@@ -140,7 +152,7 @@ func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forI
 		Deadline: now.Add(notice), For: forID}
 	in.UpdatedAt = now
 	if err := tx.UpdateInstance(ctx, in); err != nil {
-		return ignoreConflict(err)
+		return false, ignoreConflict(err)
 	}
 	why := "on-demand capacity needed"
 	switch {
@@ -153,9 +165,10 @@ func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forI
 	}
 	details := fmt.Sprintf(`{"action":%q,"reason":%q,"deadline":%q,"notice_seconds":%d}`,
 		action, reason, in.Interruption.Deadline.UTC().Format(time.RFC3339Nano), int(notice/time.Second))
-	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotInterruption, TenantID: in.TenantID,
+	err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotInterruption, TenantID: in.TenantID,
 		InstanceID: in.ID, HostID: in.HostID, Reason: fmt.Sprintf("spot %s in %s: %s", action, notice, why),
 		Actor: schedulerActor, Details: []byte(details)})
+	return err == nil, err
 }
 
 // enforceDeadlines stops or terminates the spot instances whose reclaim

@@ -74,6 +74,10 @@ type Scheduler struct {
 	// Placed, when set, is called after every Reconcile with the number of
 	// instances the step placed (the metrics' hook).
 	Placed func(n int)
+	// Reclaimed, when set, is called after a step's reclaim notices
+	// commit, with their reason (cloud.ReclaimCapacity) and how many spot
+	// instances got one (the metrics' hook).
+	Reclaimed func(reason string, n int)
 
 	fleet *fleet.Fleet
 	// rebuilds counts full rebuilds of the fleet (read by Rebuilds from
@@ -109,6 +113,8 @@ type Scheduler struct {
 	usage   atomic.Pointer[[]fleet.GPUCount]
 	usageOf *fleet.Fleet
 	usageAt uint64
+	// pending is what PendingByReason returns (pending.go).
+	pending atomic.Pointer[map[string]int]
 	// avail is the availability summary (Availability).
 	avail capacity
 }
@@ -116,6 +122,8 @@ type Scheduler struct {
 type wait struct {
 	version int64
 	epoch   uint64
+	// reason is why the instance waits (PendingReasons).
+	reason string
 }
 
 // NewScheduler returns a scheduler with the default policy.
@@ -404,6 +412,7 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 		}
 	}
 	s.waiting = waiting
+	s.publishPending(waiting)
 	return placed, flush()
 }
 

@@ -70,8 +70,9 @@ func Metrics() ([]string, error) {
 	return out, err
 }
 
-// Agent reports whether a metric is one the agents serve (the GPUs' own)
-// rather than the server.
+// Agent reports whether a metric is one the agents serve (the GPUs' own,
+// the instances' CPU and memory) rather than the server.
 func Agent(name string) bool {
-	return strings.HasPrefix(name, "DCGM_") || strings.HasPrefix(name, "gpucloud_gpu_") && name != "gpucloud_gpu_mig_slices"
+	return strings.HasPrefix(name, "DCGM_") || strings.HasPrefix(name, "gpucloud_gpu_") && name != "gpucloud_gpu_mig_slices" ||
+		strings.HasPrefix(name, "gpucloud_instance_")
 }

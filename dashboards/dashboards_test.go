@@ -21,3 +21,15 @@ func TestMetricsParsed(t *testing.T) {
 		t.Errorf("metrics %v lack some of %v", ms, want)
 	}
 }
+
+func TestAgent(t *testing.T) {
+	for name, agent := range map[string]bool{
+		"DCGM_FI_DEV_GPU_UTIL": true, "gpucloud_gpu_xid_errors_total": true, "gpucloud_instance_cpu_seconds_total": true,
+		"gpucloud_instance_memory_bytes": true, "gpucloud_gpu_mig_slices": false, "gpucloud_instances": false,
+		"gpucloud_instances_pending": false, "gpucloud_tenant_accrued_dollars": false,
+	} {
+		if Agent(name) != agent {
+			t.Errorf("Agent(%s) = %v, want %v", name, !agent, agent)
+		}
+	}
+}

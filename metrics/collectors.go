@@ -26,6 +26,16 @@ type GPUSource interface {
 	GPUUsage() []fleet.GPUCount
 }
 
+// PendingSource is the scheduler as the metrics read it: why the pending
+// instances of its last step wait, safe to call from the scrape's
+// goroutine. *controller.Scheduler implements it.
+type PendingSource interface {
+	PendingByReason() map[string]int
+}
+
+// WatchPending exposes the pending instances by reason at every scrape.
+func (s *Server) WatchPending(p PendingSource) { s.Registry.MustRegister(NewPendingCollector(p)) }
+
 // WatchMarket exposes the spot market's quotes at every scrape.
 func (s *Server) WatchMarket(q QuoteSource) { s.Registry.MustRegister(NewMarketCollector(q)) }
 
@@ -132,6 +142,46 @@ func (c *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range slices {
 		ch <- prometheus.MustNewConstMetric(c.mslis, prometheus.GaugeValue, float64(n), k.model, k.status)
+	}
+}
+
+// PendingCollector exposes gpucloud_instances_pending{reason}: the pending
+// instances the scheduler's last step could not place, by why, over the
+// bounded set controller.PendingReasons (every reason, 0 included; a
+// reason outside it counts as "other"). Nothing before the first step (a
+// replica that does not lead has none).
+type PendingCollector struct {
+	src     PendingSource
+	pending *prometheus.Desc
+}
+
+// NewPendingCollector reads p at every scrape.
+func NewPendingCollector(p PendingSource) *PendingCollector {
+	return &PendingCollector{src: p, pending: desc("instances_pending",
+		"Pending instances the scheduler's last step could not place, by reason: the placement engine's check that the hosts closest to taking it failed (gpus, mig_slot, gpu_model...), spot_price (above the max price in every zone), no_hosts, other.",
+		"reason")}
+}
+
+func (c *PendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.pending }
+
+func (c *PendingCollector) Collect(ch chan<- prometheus.Metric) {
+	by := c.src.PendingByReason()
+	if by == nil {
+		return
+	}
+	reasons := controller.PendingReasons()
+	counts := make(map[string]int, len(reasons))
+	for _, r := range reasons {
+		counts[r] = 0
+	}
+	for r, n := range by {
+		if _, ok := counts[r]; !ok {
+			r = controller.PendingOther
+		}
+		counts[r] += n
+	}
+	for r, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(n), r)
 	}
 }
 

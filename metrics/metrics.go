@@ -5,15 +5,20 @@
 // units (seconds, dollars), _total on counters. Three kinds of series:
 //
 //   - events counted as they happen: HTTP requests (Instrument), the
-//     controllers' rounds (ObserveStep) and the scheduler's placements
-//     (AddPlacements), fed by hooks so that the packages they measure do
-//     not import this one or Prometheus;
-//   - the spot market's quotes (WatchMarket) and the fleet's GPUs
-//     (WatchFleet), read from the controllers' published snapshots at
-//     scrape;
+//     controllers' rounds (ObserveStep), the scheduler's placements
+//     (AddPlacements), spot reclaims (AddReclaims), relaunches
+//     (AddRelaunches) and the market's clearings (ObserveClearing), fed by
+//     hooks so that the packages they measure do not import this one or
+//     Prometheus;
+//   - the spot market's quotes (WatchMarket), the fleet's GPUs
+//     (WatchFleet) and the pending instances by reason (WatchPending),
+//     read from the controllers' published snapshots at scrape;
 //   - object counts in the style of kube-state-metrics (WatchStore):
 //     instances and hosts, one aggregate query each at scrape, never the
-//     rows.
+//     rows;
+//   - the amount each tenant accrued this month (WatchAccrued), rated by
+//     package billing and cached between scrapes, because rating every
+//     tenant costs far more than a scrape should.
 //
 // The HTTP metrics carry no tenant or instance label: their route label is
 // the pattern that matched, never the path. The object metrics do carry the
@@ -23,10 +28,13 @@ package metrics
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // Namespace prefixes every metric of the server.
@@ -44,10 +52,18 @@ type Server struct {
 	stepDuration *prometheus.HistogramVec
 	stepErrors   *prometheus.CounterVec
 	placements   prometheus.Counter
+	reclaims     *prometheus.CounterVec
+	relaunches   prometheus.Counter
+	clearings    prometheus.Counter
+	clearingTime prometheus.Histogram
 }
 
+// ReclaimReasons are the values of gpucloud_spot_reclaims_total's reason
+// label; any other reason is counted as "other".
+var ReclaimReasons = []string{cloud.ReclaimCapacity, cloud.ReclaimPrice, cloud.ReclaimRebalance}
+
 // NewServer returns a registry with the Go and process collectors and the
-// HTTP, controller and scheduler metrics.
+// HTTP, controller, scheduler and spot market metrics fed by hooks.
 func NewServer() *Server {
 	r := prometheus.NewRegistry()
 	r.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -75,8 +91,29 @@ func NewServer() *Server {
 			Namespace: Namespace, Subsystem: "scheduler", Name: "placements_total",
 			Help: "Instances the scheduler placed.",
 		}),
+		reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "spot", Name: "reclaims_total",
+			Help: "Spot instances that got a reclaim notice, by reason: capacity (on-demand or reserved demand needs the slot), price (the spot price passed the max price), rebalance (a recommendation to move, without a deadline).",
+		}, []string{"reason"}),
+		relaunches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "spot", Name: "relaunches_total",
+			Help: "Instances that spot requests launched again after their previous instance was reclaimed, failed, was lost or went away (a stopped instance started again included).",
+		}),
+		clearings: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "market", Name: "clearings_total",
+			Help: "Clearings of the spot prices of every pool by the market.",
+		}),
+		clearingTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Subsystem: "market", Name: "clearing_duration_seconds",
+			Help:    "Time one clearing of the spot prices took, recording the prices that changed included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
 	}
-	r.MustRegister(s.requests, s.duration, s.stepDuration, s.stepErrors, s.placements)
+	for _, r := range ReclaimReasons {
+		s.reclaims.WithLabelValues(r) // every reason exists at 0
+	}
+	r.MustRegister(s.requests, s.duration, s.stepDuration, s.stepErrors, s.placements,
+		s.reclaims, s.relaunches, s.clearings, s.clearingTime)
 	return s
 }
 
@@ -119,6 +156,33 @@ func (s *Server) AddPlacements(n int) {
 	if n > 0 {
 		s.placements.Add(float64(n))
 	}
+}
+
+// AddReclaims counts n spot instances noticed for reason: the
+// controller.Scheduler's and controller.Market's Reclaimed hooks.
+func (s *Server) AddReclaims(reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	if !slices.Contains(ReclaimReasons, reason) {
+		reason = "other"
+	}
+	s.reclaims.WithLabelValues(reason).Add(float64(n))
+}
+
+// AddRelaunches counts instances spot requests launched again: the
+// controller.Market's Relaunched hook.
+func (s *Server) AddRelaunches(n int) {
+	if n > 0 {
+		s.relaunches.Add(float64(n))
+	}
+}
+
+// ObserveClearing counts one clearing of the spot prices and its duration:
+// the controller.Market's Cleared hook.
+func (s *Server) ObserveClearing(took time.Duration) {
+	s.clearings.Inc()
+	s.clearingTime.Observe(took.Seconds())
 }
 
 // Leader exposes gpucloud_leader: 1 while isLeader reports that this

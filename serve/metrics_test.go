@@ -110,11 +110,21 @@ func TestMetricsEndpoint(t *testing.T) {
 		`gpucloud_http_requests_total{code="201",method="POST",route="POST /v1/instances"} 4`,
 		`gpucloud_http_request_duration_seconds_count{method="GET",route="GET /v1/instances/{id}"}`,
 		`gpucloud_leader 1`,
+		`gpucloud_instances_pending{reason="gpus"} 0`,
+		`gpucloud_spot_reclaims_total{reason="capacity"} 0`,
+		`gpucloud_spot_relaunches_total 0`,
+		`gpucloud_market_clearings_total `,
+		`gpucloud_market_clearing_duration_seconds_count `,
+		`gpucloud_tenant_accrued_dollars{tenant="` + tenants["acme"] + `"} 0`,
+		`gpucloud_tenant_accrued_dollars{tenant="` + tenants["globex"] + `"} 0`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the exposition lacks %s", want)
 		}
+	}
+	if strings.Contains(body, "gpucloud_market_clearings_total 0\n") {
+		t.Error("the market cleared the prices, yet no clearing is counted: is its hook wired?")
 	}
 	for _, id := range ids {
 		if strings.Contains(body, id) {

@@ -187,9 +187,13 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	s.Controllers = s.controllerList(cfg)
 	s.Scheduler.Placed = s.Metrics.AddPlacements
+	s.Scheduler.Reclaimed, s.Market.Reclaimed = s.Metrics.AddReclaims, s.Metrics.AddReclaims
+	s.Market.Relaunched, s.Market.Cleared = s.Metrics.AddRelaunches, s.Metrics.ObserveClearing
 	s.Metrics.WatchStore(st)
 	s.Metrics.WatchMarket(s.Market)
 	s.Metrics.WatchFleet(s.Scheduler)
+	s.Metrics.WatchPending(s.Scheduler)
+	s.Metrics.WatchAccrued(st, 0, cfg.Now)
 	s.Metrics.Leader(s.IsLeader)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

@@ -8,7 +8,9 @@
 // DCGM's names, units and labels, so that existing Grafana dashboards work,
 // and under Prometheus-conventional names in base units with snake-case
 // labels (gpucloud_gpu_*; uuid, model_name, hostname, mig_profile,
-// mig_instance). docs/METRICS.md lists them.
+// mig_instance). XID errors are a counter per GPU and XID code. With the
+// agent's runtime (Config.Workloads) it also serves each running
+// instance's CPU time and memory. docs/METRICS.md lists them.
 //
 // A reading the driver does not give (a counter the product lacks) is left
 // out, never served as 0.
@@ -26,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -53,6 +56,7 @@ const (
 	LabelHostnameSnake = "hostname"
 	LabelMIGProfile    = "mig_profile"
 	LabelMIGInstance   = "mig_instance"
+	LabelXID           = "xid"
 )
 
 // dcgmNames and snakeNames name the GPU labels (gpu, UUID, model, host,
@@ -71,6 +75,11 @@ type Config struct {
 	// Assignments returns the host's current assignments (agent.Agent's
 	// Assignments); nil means no instance_id or tenant labels.
 	Assignments func() []agentapi.Assignment
+	// Workloads reads the CPU time and memory of the host's instances
+	// (the agent's runtime, when it is a runtime.ResourceReader); nil
+	// means no gpucloud_instance_* series. Only the instances of
+	// Assignments are read.
+	Workloads runtime.ResourceReader
 	// Timeout bounds the driver call of one scrape (DefaultTimeout when
 	// zero).
 	Timeout time.Duration
@@ -120,9 +129,12 @@ var (
 	smClock  = metric{"gpucloud_gpu_sm_clock_hertz", "Current SM clock of the GPU.", prometheus.GaugeValue}
 	power    = metric{"gpucloud_gpu_power_watts", "Current power draw of the GPU.", prometheus.GaugeValue}
 	temp     = metric{"gpucloud_gpu_temperature_celsius", "GPU core temperature.", prometheus.GaugeValue}
-	xids     = metric{"gpucloud_gpu_xid_errors_total", "XID errors the GPU driver reported since it started.", prometheus.CounterValue}
+	xids     = metric{"gpucloud_gpu_xid_errors_total", "XID errors the GPU driver reported on the GPU since it started (the agent's start on NVML), by XID code.", prometheus.CounterValue}
 	migUtil  = metric{"gpucloud_gpu_mig_utilization_ratio", "Fraction of time the graphics engine of a MIG instance was active.", prometheus.GaugeValue}
 	upMetric = metric{"gpucloud_gpu_telemetry_up", "Whether the last scrape could read the GPUs (1) or not (0).", prometheus.GaugeValue}
+
+	instCPU = metric{"gpucloud_instance_cpu_seconds_total", "CPU time (user and system) the instance's workload has used since it started.", prometheus.CounterValue}
+	instMem = metric{"gpucloud_instance_memory_bytes", "Memory the instance's workload holds: its cgroup's, or the sum of its processes' resident sets.", prometheus.GaugeValue}
 )
 
 // Describe implements prometheus.Collector; it sends nothing, which makes
@@ -130,10 +142,44 @@ var (
 func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector: it reads the driver once and
-// sends every reading it gave. When the driver fails it sends
-// gpucloud_gpu_telemetry_up 0 and an invalid metric carrying the error, so
-// that the scrape reports it.
+// sends every reading it gave, then the instances' CPU time and memory.
+// When the driver fails it sends gpucloud_gpu_telemetry_up 0 and an
+// invalid metric carrying the error, so that the scrape reports it (the
+// instances' series are still sent).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	var as []agentapi.Assignment
+	if c.cfg.Assignments != nil {
+		as = c.cfg.Assignments()
+	}
+	c.collectInstances(ch, as)
+	c.collectGPUs(ch, as)
+}
+
+// collectInstances sends the CPU time and memory of every instance of as
+// whose workload the runtime can read.
+func (c *Collector) collectInstances(ch chan<- prometheus.Metric, as []agentapi.Assignment) {
+	if c.cfg.Workloads == nil {
+		return
+	}
+	tenants := map[string]string{}
+	for _, a := range as {
+		if a.InstanceID != "" {
+			tenants[a.InstanceID] = a.TenantID
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(tenants)) {
+		r, ok := c.cfg.Workloads.Resources(id)
+		if !ok {
+			continue
+		}
+		l := labels{{LabelInstanceID, id}, {LabelTenant, tenants[id]}}
+		send(ch, instCPU, l, r.CPUSeconds)
+		send(ch, instMem, l, float64(r.MemoryBytes))
+	}
+}
+
+// collectGPUs reads the driver once and sends every reading it gave.
+func (c *Collector) collectGPUs(ch chan<- prometheus.Metric, as []agentapi.Assignment) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
 	tel, err := c.cfg.Driver.Telemetry(ctx)
@@ -150,10 +196,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	send(ch, upMetric, up, 1)
-	var as []agentapi.Assignment
-	if c.cfg.Assignments != nil {
-		as = c.cfg.Assignments()
-	}
 	owners := ownersOf(as, len(tel))
 	for _, t := range tel {
 		vals := []string{strconv.Itoa(t.Index), t.UUID, t.Model, c.cfg.Hostname}
@@ -183,8 +225,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			send(ch, dcgmTemp, dl, *v)
 			send(ch, temp, sl, *v)
 		}
-		if v := t.XIDErrors; v != nil {
-			send(ch, xids, sl, float64(*v))
+		// One series per XID code seen: a GPU without XIDs has none.
+		for _, code := range slices.Sorted(maps.Keys(t.XIDErrors)) {
+			send(ch, xids, append(slices.Clone(sl), label{LabelXID, strconv.Itoa(code)}), float64(t.XIDErrors[code]))
 		}
 		for _, in := range t.Instances {
 			if in.EngineActive == nil {

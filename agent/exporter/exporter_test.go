@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/exporter"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/dashboards"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -130,8 +131,10 @@ func TestCollectorWholeAndSharedGPUs(t *testing.T) {
 	if err := h.SetLoad(u0, 0.25); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.InjectXID(2); err != nil {
-		t.Fatal(err)
+	for _, xid := range []int{79, 13, 79} {
+		if err := h.InjectXID(2, xid); err != nil {
+			t.Fatal(err)
+		}
 	}
 	all, _ := scrape(t, hd)
 
@@ -190,11 +193,15 @@ func TestCollectorWholeAndSharedGPUs(t *testing.T) {
 	if v := find(t, all, "gpucloud_gpu_temperature_celsius", map[string]string{"gpu": "0"}).value; v != idleC+(maxC-idleC)/4 {
 		t.Errorf("temperature %v C", v)
 	}
-	if v := find(t, all, "gpucloud_gpu_xid_errors_total", map[string]string{"gpu": "2"}).value; v != 1 {
-		t.Errorf("XIDs of gpu 2: %v", v)
+	// XIDs: one series per GPU and code seen, none for a GPU without.
+	if v := find(t, all, "gpucloud_gpu_xid_errors_total", map[string]string{"gpu": "2", "xid": "79", "uuid": u2}).value; v != 2 {
+		t.Errorf("XID 79 of gpu 2: %v, want 2", v)
 	}
-	if v := find(t, all, "gpucloud_gpu_xid_errors_total", map[string]string{"gpu": "0"}).value; v != 0 {
-		t.Errorf("XIDs of gpu 0: %v", v)
+	if v := find(t, all, "gpucloud_gpu_xid_errors_total", map[string]string{"gpu": "2", "xid": "13"}).value; v != 1 {
+		t.Errorf("XID 13 of gpu 2: %v, want 1", v)
+	}
+	if n := count(all, "gpucloud_gpu_xid_errors_total"); n != 2 {
+		t.Errorf("%d XID series, want 2 (gpu 2's codes)", n)
 	}
 
 	// A shared GPU is one series naming all its instances and tenants.
@@ -220,7 +227,7 @@ func TestCollectorWholeAndSharedGPUs(t *testing.T) {
 	for _, name := range []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_SM_CLOCK",
 		"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "gpucloud_gpu_utilization_ratio", "gpucloud_gpu_memory_used_bytes",
 		"gpucloud_gpu_memory_free_bytes", "gpucloud_gpu_sm_clock_hertz", "gpucloud_gpu_power_watts",
-		"gpucloud_gpu_temperature_celsius", "gpucloud_gpu_xid_errors_total"} {
+		"gpucloud_gpu_temperature_celsius"} {
 		if n := count(all, name); n != 3 {
 			t.Errorf("%s: %d series, want one per GPU", name, n)
 		}
@@ -295,6 +302,60 @@ func TestCollectorMIG(t *testing.T) {
 	}
 }
 
+// workloads is a runtime's reading of its workloads: what each running
+// one uses.
+type workloads map[string]runtime.Resources
+
+func (w workloads) Resources(id string) (runtime.Resources, bool) {
+	r, ok := w[id]
+	return r, ok
+}
+
+// TestCollectorInstances: each assigned instance whose workload runs has
+// its CPU time (a counter) and memory, labelled with the instance and its
+// tenant; one whose workload does not run, or a workload of no assignment,
+// has none.
+func TestCollectorInstances(t *testing.T) {
+	h := newHost(t, false)
+	assignments := []agentapi.Assignment{
+		{InstanceID: "i-a", TenantID: "t1", Placement: &fleet.Placement{ID: "i-a", Devices: []fleet.Device{{GPU: 0, Kind: fleet.Whole}}}},
+		{InstanceID: "i-cpu", TenantID: "t3", Placement: &fleet.Placement{ID: "i-cpu", CPUMilli: 1000}},
+		{InstanceID: "i-starting", TenantID: "t3", Placement: &fleet.Placement{ID: "i-starting", CPUMilli: 1000}},
+	}
+	w := workloads{"i-a": {CPUSeconds: 12.5, MemoryBytes: 3 << 30}, "i-cpu": {CPUSeconds: 0.25, MemoryBytes: 1 << 20},
+		"i-gone": {CPUSeconds: 1, MemoryBytes: 1}}
+	c := exporter.New(exporter.Config{Driver: h, Hostname: "node-1", Log: quiet(), Workloads: w,
+		Assignments: func() []agentapi.Assignment { return assignments }})
+	all, body := scrape(t, exporter.Handler(c, quiet()))
+	for _, want := range []struct {
+		name, id, tenant string
+		value            float64
+	}{
+		{"gpucloud_instance_cpu_seconds_total", "i-a", "t1", 12.5},
+		{"gpucloud_instance_memory_bytes", "i-a", "t1", 3 << 30},
+		{"gpucloud_instance_cpu_seconds_total", "i-cpu", "t3", 0.25},
+		{"gpucloud_instance_memory_bytes", "i-cpu", "t3", 1 << 20},
+	} {
+		s := find(t, all, want.name, map[string]string{"instance_id": want.id})
+		if s.value != want.value || s.labels["tenant"] != want.tenant || len(s.labels) != 2 {
+			t.Errorf("%s of %s: %+v, want %v with tenant %s only", want.name, want.id, s, want.value, want.tenant)
+		}
+	}
+	if n := count(all, "gpucloud_instance_cpu_seconds_total"); n != 2 {
+		t.Errorf("%d CPU series, want 2", n)
+	}
+	if !strings.Contains(body, "# TYPE gpucloud_instance_cpu_seconds_total counter") ||
+		!strings.Contains(body, "# TYPE gpucloud_instance_memory_bytes gauge") {
+		t.Errorf("types:\n%s", body)
+	}
+	// Still served when the GPUs cannot be read.
+	h.Fail(sim.OpTelemetry, gpu.ErrUnavailable)
+	all, _ = scrape(t, exporter.Handler(c, quiet()))
+	if n := count(all, "gpucloud_instance_memory_bytes"); n != 2 {
+		t.Errorf("%d memory series with the driver down, want 2", n)
+	}
+}
+
 // partial is a driver that answers some readings only.
 type partial struct{ gpu.Driver }
 
@@ -357,8 +418,18 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 				agentapi.Assignment{InstanceID: "i-2", TenantID: "t2", Placement: &fleet.Placement{Devices: []fleet.Device{{GPU: 1, Kind: fleet.Share, Milli: 250}}}},
 				agentapi.Assignment{InstanceID: "i-3", TenantID: "t1", Placement: &fleet.Placement{Devices: []fleet.Device{{GPU: 1, Kind: fleet.Share, Milli: 250}}}})
 		}
-		c := exporter.New(exporter.Config{Driver: h, Hostname: "node-1", Log: quiet(), Assignments: func() []agentapi.Assignment { return as }})
+		if err := h.InjectXID(0, 79); err != nil {
+			t.Fatal(err)
+		}
+		w := workloads{"i-1": {CPUSeconds: 3.5, MemoryBytes: 1 << 30}}
+		c := exporter.New(exporter.Config{Driver: h, Hostname: "node-1", Log: quiet(), Workloads: w,
+			Assignments: func() []agentapi.Assignment { return as }})
 		_, body := scrape(t, exporter.Handler(c, quiet()))
+		for _, n := range []string{"gpucloud_gpu_xid_errors_total", "gpucloud_instance_cpu_seconds_total", "gpucloud_instance_memory_bytes"} {
+			if !strings.Contains(body, "# TYPE "+n+" ") {
+				t.Errorf("the exposition checked lacks %s", n)
+			}
+		}
 		cmd := exec.Command(promtool, "check", "metrics")
 		cmd.Stdin = strings.NewReader(body)
 		var out bytes.Buffer
@@ -434,7 +505,13 @@ func TestDashboardMetricsExist(t *testing.T) {
 		} else {
 			_ = h.SetLoad(sim.GPUUUID("sim-h1", 0), 0.5)
 		}
-		_, body := scrape(t, exporter.Handler(exporter.New(exporter.Config{Driver: h, Hostname: "node-1", Log: quiet()}), quiet()))
+		if err := h.InjectXID(0, 79); err != nil {
+			t.Fatal(err)
+		}
+		as := []agentapi.Assignment{{InstanceID: "i-1", TenantID: "t1", Placement: &fleet.Placement{CPUMilli: 1000}}}
+		c := exporter.New(exporter.Config{Driver: h, Hostname: "node-1", Log: quiet(),
+			Assignments: func() []agentapi.Assignment { return as }, Workloads: workloads{"i-1": {CPUSeconds: 1, MemoryBytes: 1}}})
+		_, body := scrape(t, exporter.Handler(c, quiet()))
 		all.WriteString(body)
 	}
 	for _, n := range names {

@@ -125,8 +125,11 @@ type Telemetry struct {
 	// TemperatureC is the GPU core temperature in degrees Celsius.
 	TemperatureC *float64 `json:"temperature_c,omitempty"`
 	// XIDErrors counts the XID errors the driver saw on the GPU since it
-	// started; nil when the driver does not count them.
-	XIDErrors *uint64 `json:"xid_errors,omitempty"`
+	// started (the agent's start, for NVML), by XID code (NVIDIA's table:
+	// 13 graphics engine exception, 48 double-bit ECC error, 79 fallen off
+	// the bus...); empty when it saw none, nil when the driver does not
+	// count them.
+	XIDErrors map[int]uint64 `json:"xid_errors,omitempty"`
 	// Instances are the MIG instances of a GPU in MIG mode, by start slot.
 	Instances []MIGTelemetry `json:"instances,omitempty"`
 }

@@ -126,6 +126,33 @@ type UsageReader interface {
 	Usage(id string) (cpuSeconds float64, ok bool)
 }
 
+// Resources is what a workload's processes use, as a ResourceReader reads
+// it.
+type Resources struct {
+	// CPUSeconds is the CPU time (user and system) the workload has used
+	// since it started. It counts up, but may drop when a process ends
+	// without its time being counted for its parent (see UsageReader).
+	CPUSeconds float64
+	// MemoryBytes is the memory the workload holds now: its cgroup's
+	// memory.current (page cache included) when it has a cgroup of its
+	// own, else the sum of its processes' resident sets (pages that
+	// processes share count once per process).
+	MemoryBytes uint64
+}
+
+// ResourceReader is implemented by runtimes that can tell what each
+// workload uses; the agent's metrics exporter serves it per instance
+// (gpucloud_instance_cpu_seconds_total, gpucloud_instance_memory_bytes). A
+// runtime that gives each workload a cgroup of its own (containers) reads
+// the cgroup, with ReadCgroup; the process runtime, whose workloads share
+// the agent's cgroup, sums the workload's processes from /proc.
+type ResourceReader interface {
+	// Resources returns what the running workload uses now, and false
+	// when the runtime cannot say (an unknown or exited workload, a host
+	// without the counters).
+	Resources(id string) (Resources, bool)
+}
+
 var (
 	// ErrNotFound means the runtime does not know the instance.
 	ErrNotFound = errors.New("instance not found")

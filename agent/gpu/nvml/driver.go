@@ -34,6 +34,10 @@ type Driver struct {
 	// a caller of New keeps the library's lifetime to itself.
 	owned bool
 	mu    sync.Mutex
+	// xid counts XID events once WatchXIDs started it (xid.go); xmu
+	// guards the pointer.
+	xmu sync.Mutex
+	xid *xidWatch
 }
 
 var _ gpu.Driver = (*Driver)(nil)
@@ -48,9 +52,10 @@ func New(lib nvml.Interface, cat *catalog.Catalog) *Driver {
 	return &Driver{lib: lib, cat: cat}
 }
 
-// Close shuts NVML down when Open started it; for a Driver from New it does
-// nothing.
+// Close stops counting XID errors (WatchXIDs) and shuts NVML down when
+// Open started it; for a Driver from New it only stops the counting.
 func (d *Driver) Close() error {
+	d.stopXIDs()
 	if !d.owned {
 		return nil
 	}

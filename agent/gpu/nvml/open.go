@@ -12,8 +12,9 @@ import (
 )
 
 // Open loads the NVIDIA driver's libnvidia-ml.so.1, initializes NVML and
-// returns a Driver on it that matches GPUs against the built-in catalog.
-// Close shuts NVML down again. On a machine without the NVIDIA driver it
+// returns a Driver on it that matches GPUs against the built-in catalog,
+// counting XID errors from then on (WatchXIDs; a host whose GPUs report no
+// XID events counts none). Close shuts NVML down again. On a machine without the NVIDIA driver it
 // fails with an error wrapping gpu.ErrUnavailable.
 func Open() (*Driver, error) { return OpenCatalog(catalog.Default()) }
 
@@ -31,5 +32,7 @@ func OpenCatalog(cat *catalog.Catalog) (*Driver, error) {
 	}
 	d := New(lib, cat)
 	d.owned = true
+	// Without XID events the driver works as before, with no XID counts.
+	_ = d.WatchXIDs()
 	return d, nil
 }

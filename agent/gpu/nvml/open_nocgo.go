@@ -31,6 +31,9 @@ func Open() (*Driver, error) { return nil, errNoCgo }
 // OpenCatalog fails: the NVML driver requires cgo.
 func OpenCatalog(*catalog.Catalog) (*Driver, error) { return nil, errNoCgo }
 
+// WatchXIDs fails: the NVML driver requires cgo.
+func (d *Driver) WatchXIDs() error { return errNoCgo }
+
 // Close does nothing.
 func (d *Driver) Close() error { return nil }
 

@@ -18,10 +18,11 @@ import (
 // fails over one counter. A GPU whose handle or UUID cannot be read is left
 // out.
 //
-// Limitations: XID errors are not counted (XIDErrors stays nil): NVML
-// reports them only as events (nvmlEventSetWait on EventTypeXidCriticalError),
-// which needs a goroutine waiting on an event set from the agent's start,
-// not a read at scrape time. A GPU in MIG mode has no utilization, and NVML
+// XIDErrors are the counts of the XID events seen since WatchXIDs started
+// (Open starts it), by code: NVML reports XIDs only as events; nil for a
+// GPU that is not watched.
+//
+// Limitations: a GPU in MIG mode has no utilization, and NVML
 // has no per-MIG-instance counter (see Utilization), so its instances are
 // listed without EngineActive; DCGM's profiling module or NVML's GPM
 // metrics (Hopper and later) would be needed.
@@ -46,7 +47,7 @@ func (d *Driver) Telemetry(ctx context.Context) ([]gpu.Telemetry, error) {
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		t := gpu.Telemetry{Index: i, UUID: uuid}
+		t := gpu.Telemetry{Index: i, UUID: uuid, XIDErrors: d.xidsOf(uuid)}
 		id, err := d.identify(i, dev)
 		if err == nil {
 			t.Model = id.modelName()

@@ -51,7 +51,7 @@ func TestTelemetry(t *testing.T) {
 		t.Errorf("gpu 0 clock %v power %v temperature %v", ta.SMClockMHz, ta.PowerWatts, ta.TemperatureC)
 	}
 	if ta.XIDErrors != nil {
-		t.Errorf("XIDs are not read, got %d", *ta.XIDErrors)
+		t.Errorf("XIDs counted without WatchXIDs: %v", ta.XIDErrors)
 	}
 	tb := got[1]
 	if tb.Model != "L40S" || tb.Utilization == nil || tb.SMClockMHz != nil || tb.PowerWatts != nil || tb.TemperatureC != nil {

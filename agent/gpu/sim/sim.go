@@ -59,8 +59,8 @@ type simGPU struct {
 	// instances are kept sorted by start slot.
 	instances []instance
 	health    agentapi.GPUHealth
-	// xids counts the XID errors injected with InjectXID.
-	xids uint64
+	// xids counts the XID errors injected with InjectXID, by code.
+	xids map[int]uint64
 }
 
 type instance struct {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/catalog"
@@ -57,7 +58,7 @@ func lerp(lo, hi, f float64) float64 { return lo + (hi-lo)*f }
 // instances' loads weighted by their compute slices out of the GPU's
 // seven) sets the memory used (that fraction of the model's memory) and
 // places power, SM clock and temperature between the model's idle and
-// full-load values. The XID count is what InjectXID injected. A MIG
+// full-load values. The XID counts are what InjectXID injected. A MIG
 // instance's GPU instance ID is its start slot.
 func (h *Host) Telemetry(ctx context.Context) ([]gpu.Telemetry, error) {
 	if err := h.enter(ctx, OpTelemetry); err != nil {
@@ -94,23 +95,34 @@ func (h *Host) Telemetry(ctx context.Context) ([]gpu.Telemetry, error) {
 		t.PowerWatts = ptr(lerp(idleW, maxW, busy))
 		t.SMClockMHz = ptr(lerp(idleMHz, maxMHz, busy))
 		t.TemperatureC = ptr(lerp(idleC, maxC, busy))
-		t.XIDErrors = ptr(g.xids)
+		t.XIDErrors = make(map[int]uint64, len(g.xids))
+		for xid, n := range g.xids {
+			t.XIDErrors[xid] = n
+		}
 		out = append(out, t)
 	}
 	return out, nil
 }
 
-// InjectXID records an XID error on a GPU, as the kernel driver would log
-// one: Telemetry's XID count goes up by one. It does not change the GPU's
-// health; SetHealth does, for the XIDs that make a GPU unusable.
-func (h *Host) InjectXID(index int) error {
+// InjectXID records an XID error of code xid (79: fallen off the bus) on a
+// GPU, as the kernel driver would log one: Telemetry's count of that XID
+// goes up by one. It does not change the GPU's health; SetHealth does, for
+// the XIDs that make a GPU unusable. Errors: ErrNotFound for an unknown
+// GPU, ErrInvalid for a code that is not positive.
+func (h *Host) InjectXID(index, xid int) error {
+	if xid <= 0 {
+		return fmt.Errorf("XID %d: XIDs are positive: %w", xid, gpu.ErrInvalid)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g, err := h.gpuLocked(index)
 	if err != nil {
 		return err
 	}
-	g.xids++
+	if g.xids == nil {
+		g.xids = map[int]uint64{}
+	}
+	g.xids[xid]++
 	return nil
 }
 

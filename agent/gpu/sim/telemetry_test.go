@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"testing"
 
@@ -15,8 +16,10 @@ func TestTelemetryFollowsLoad(t *testing.T) {
 	if err := h.SetLoad(GPUUUID("h1", 1), 0.5); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.InjectXID(1); err != nil {
-		t.Fatal(err)
+	for _, xid := range []int{79, 13, 13} {
+		if err := h.InjectXID(1, xid); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got, err := h.Telemetry(ctx)
 	if err != nil {
@@ -32,18 +35,26 @@ func TestTelemetryFollowsLoad(t *testing.T) {
 		t.Errorf("identity: %+v", idle)
 	}
 	if *idle.Utilization != 0 || *idle.MemoryUsedBytes != 0 || *idle.MemoryFreeBytes != total ||
-		*idle.PowerWatts != idleW || *idle.SMClockMHz != idleMHz || *idle.TemperatureC != idleC || *idle.XIDErrors != 0 {
+		*idle.PowerWatts != idleW || *idle.SMClockMHz != idleMHz || *idle.TemperatureC != idleC || idle.XIDErrors == nil || len(idle.XIDErrors) != 0 {
 		t.Errorf("idle GPU: %+v", idle)
 	}
 	if *half.Utilization != 0.5 || *half.MemoryUsedBytes != total/2 || *half.MemoryFreeBytes != total/2 ||
 		*half.PowerWatts != (idleW+maxW)/2 || *half.SMClockMHz != (idleMHz+maxMHz)/2 || *half.TemperatureC != (idleC+maxC)/2 {
 		t.Errorf("half-loaded GPU: %+v", half)
 	}
-	if *half.XIDErrors != 1 {
-		t.Errorf("XIDs %d, want 1", *half.XIDErrors)
+	if want := map[int]uint64{13: 2, 79: 1}; !maps.Equal(half.XIDErrors, want) {
+		t.Errorf("XIDs %v, want %v", half.XIDErrors, want)
 	}
-	if err := h.InjectXID(7); !errors.Is(err, gpu.ErrNotFound) {
+	if err := h.InjectXID(7, 79); !errors.Is(err, gpu.ErrNotFound) {
 		t.Errorf("XID on gpu 7: %v", err)
+	}
+	if err := h.InjectXID(0, 0); !errors.Is(err, gpu.ErrInvalid) {
+		t.Errorf("XID 0: %v", err)
+	}
+	// Telemetry's counts are the caller's.
+	half.XIDErrors[13] = 100
+	if again, err := h.Telemetry(ctx); err != nil || again[1].XIDErrors[13] != 2 {
+		t.Errorf("a caller changed the driver's counts: %v %v", again[1].XIDErrors, err)
 	}
 	h.Fail(OpTelemetry, gpu.ErrUnavailable)
 	if _, err := h.Telemetry(ctx); !errors.Is(err, gpu.ErrUnavailable) {

@@ -25,8 +25,9 @@ import (
 )
 
 var (
-	_ runtime.Runtime     = (*Runtime)(nil)
-	_ runtime.UsageReader = (*Runtime)(nil)
+	_ runtime.Runtime        = (*Runtime)(nil)
+	_ runtime.UsageReader    = (*Runtime)(nil)
+	_ runtime.ResourceReader = (*Runtime)(nil)
 )
 
 // MaxLogChunk caps the bytes one Logs call returns, so that a chatty
@@ -42,12 +43,18 @@ type Runtime struct {
 	mu    sync.Mutex
 	procs map[string]*proc
 
-	// usageMu guards one reading of every group's CPU time, shared by the
-	// Usage calls of a short while so that n instances do not read /proc
-	// n times.
+	// usageMu guards one reading of every group's CPU time and memory,
+	// shared by the Usage and Resources calls of a short while so that n
+	// instances do not read /proc n times.
 	usageMu sync.Mutex
 	usageAt time.Time
-	usage   map[int]float64
+	usage   map[int]usage
+}
+
+// usage is what one process group uses.
+type usage struct {
+	cpuSeconds  float64
+	memoryBytes uint64
 }
 
 // usageMaxAge is how long one reading of /proc serves Usage calls.
@@ -279,23 +286,41 @@ func (r *Runtime) Remove(id string) error {
 // unwaited-for. It is false for an exited workload (its group ID may
 // belong to someone else by then) and on systems without /proc.
 func (r *Runtime) Usage(id string) (float64, bool) {
+	u, ok := r.groupOf(id)
+	return u.cpuSeconds, ok
+}
+
+// Resources implements runtime.ResourceReader on Linux. A process workload
+// has no cgroup of its own (it shares the agent's), so its figures are its
+// process group's, read from /proc/<pid>/stat: CPUSeconds as Usage says,
+// MemoryBytes the sum of the resident sets (rss) of the group's processes,
+// where pages that processes share count once per process. It is false
+// when Usage is.
+func (r *Runtime) Resources(id string) (runtime.Resources, bool) {
+	u, ok := r.groupOf(id)
+	return runtime.Resources{CPUSeconds: u.cpuSeconds, MemoryBytes: u.memoryBytes}, ok
+}
+
+// groupOf is what the process group of a running workload uses, from a
+// reading of /proc at most usageMaxAge old.
+func (r *Runtime) groupOf(id string) (usage, bool) {
 	if !usageSupported {
-		return 0, false
+		return usage{}, false
 	}
 	r.mu.Lock()
 	p := r.procs[id]
 	running := p != nil && p.status.State == runtime.StateRunning
 	r.mu.Unlock()
 	if !running {
-		return 0, false
+		return usage{}, false
 	}
 	r.usageMu.Lock()
 	defer r.usageMu.Unlock()
 	if now := time.Now(); r.usage == nil || now.Sub(r.usageAt) > usageMaxAge || now.Before(r.usageAt) {
-		r.usage, r.usageAt = groupCPUSeconds(), now
+		r.usage, r.usageAt = groupUsage(), now
 	}
-	v, ok := r.usage[p.pgid]
-	return v, ok
+	u, ok := r.usage[p.pgid]
+	return u, ok
 }
 
 // lookPath finds a program in the workload's PATH rather than the agent's:
