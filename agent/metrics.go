@@ -124,6 +124,10 @@ func (a *Agent) SampleMetrics(ctx context.Context) error {
 		a.track(id, t.placement, devices)
 	}
 	a.simulateLoad(ids, snap)
+	mem, err := a.gpuMemory(ctx, snap)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	usage, _ := a.cfg.Runtime.(runtime.UsageReader)
 	var samples []agentapi.InstanceSample
 	for _, id := range ids {
@@ -144,7 +148,10 @@ func (a *Agent) SampleMetrics(ctx context.Context) error {
 		if usage != nil {
 			smp.CPUUtilization = a.cpuUtilization(id, usage, t.vcpus())
 		}
-		if smp.GPUUtilization != nil || smp.CPUUtilization != nil {
+		if m, ok := mem[id]; ok {
+			smp.GPUMemoryUsedBytes = &m
+		}
+		if smp.GPUUtilization != nil || smp.CPUUtilization != nil || smp.GPUMemoryUsedBytes != nil {
 			samples = append(samples, smp)
 		}
 	}
@@ -261,4 +268,64 @@ func (a *Agent) recordLock(ctx context.Context, instanceID string, lock *cloud.S
 		si = &cloud.ScaleIn{}
 	}
 	return si, nil
+}
+
+// gpuMemory reads the framebuffer memory in use on the whole GPUs of each
+// instance that holds only whole GPUs, from one Telemetry call: the GPU's
+// memory is the instance's alone. MIG slices and shares are left out (the
+// drivers report memory per GPU, which a share has neighbours on, and not
+// per MIG device). A driver without telemetry gives nothing.
+func (a *Agent) gpuMemory(ctx context.Context, snap map[string]target) (map[string]uint64, error) {
+	whole := map[string][]string{}
+	for id, t := range snap {
+		if t.placement == nil || len(t.placement.Devices) == 0 || t.placement.Metal {
+			continue
+		}
+		var uuids []string
+		for _, d := range t.placement.Devices {
+			if d.Kind != fleet.Whole || d.UUID == "" {
+				uuids = nil
+				break
+			}
+			uuids = append(uuids, d.UUID)
+		}
+		if uuids != nil {
+			whole[id] = uuids
+		}
+	}
+	if len(whole) == 0 {
+		return nil, nil
+	}
+	dctx, cancel := a.driverCtx(ctx)
+	tel, err := a.cfg.Driver.Telemetry(dctx)
+	cancel()
+	if errors.Is(err, gpu.ErrNotSupported) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read GPU memory: %w", err)
+	}
+	used := map[string]uint64{}
+	for _, g := range tel {
+		if g.MemoryUsedBytes != nil && !g.MIG {
+			used[g.UUID] = *g.MemoryUsedBytes
+		}
+	}
+	out := map[string]uint64{}
+	for id, uuids := range whole {
+		var sum uint64
+		ok := true
+		for _, u := range uuids {
+			v, found := used[u]
+			if !found {
+				ok = false
+				break
+			}
+			sum += v
+		}
+		if ok {
+			out[id] = sum
+		}
+	}
+	return out, nil
 }

@@ -74,6 +74,11 @@ func TestMetricsSampleGPUAndCPU(t *testing.T) {
 	if len(got) != 2 || last.GPUUtilization == nil || *last.GPUUtilization != 0.8 {
 		t.Fatalf("the sample after PUT /v1/load: %+v", got)
 	}
+	// The whole GPU's memory is the instance's: the simulated GPU's
+	// memory in use grows with its load.
+	if first[0].GPUMemoryUsedBytes == nil || last.GPUMemoryUsedBytes == nil || *last.GPUMemoryUsedBytes <= *first[0].GPUMemoryUsedBytes {
+		t.Fatalf("GPU memory used: first %v, then %v; want it reported and growing with the load", first[0].GPUMemoryUsedBytes, last.GPUMemoryUsedBytes)
+	}
 	// One busy CPU of one vCPU, on a machine that runs other tests too.
 	if last.CPUUtilization == nil || *last.CPUUtilization < 0.2 || *last.CPUUtilization > 1 {
 		t.Fatalf("CPU utilization %v of a busy loop", last.CPUUtilization)
@@ -97,8 +102,13 @@ func TestMetricsSharedGPUAndDroppedInstance(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"i-a", "i-b"} {
-		if got := e.sample(id); len(got) == 0 || got[len(got)-1].GPUUtilization == nil || *got[len(got)-1].GPUUtilization != 0.75 {
+		got := e.sample(id)
+		if len(got) == 0 || got[len(got)-1].GPUUtilization == nil || *got[len(got)-1].GPUUtilization != 0.75 {
 			t.Fatalf("%s: %+v, want 0.75", id, got)
+		}
+		// A share's GPU memory is its neighbours' too: not reported.
+		if m := got[len(got)-1].GPUMemoryUsedBytes; m != nil {
+			t.Errorf("%s: a share reports the GPU's memory %d", id, *m)
 		}
 	}
 	e.srv.Drop("i-b") // the agent has not seen it go yet

@@ -127,6 +127,10 @@ type InstanceSample struct {
 	// CPUUtilization is the CPU time the workload used over the last
 	// interval divided by the interval and the instance's vCPUs (0..1).
 	CPUUtilization *float64 `json:"cpu_utilization,omitempty"`
+	// GPUMemoryUsedBytes is the framebuffer memory in use on the
+	// instance's whole GPUs, summed; absent for MIG slices and GPU shares,
+	// whose memory the drivers do not report per instance.
+	GPUMemoryUsedBytes *uint64 `json:"gpu_memory_used_bytes,omitempty"`
 }
 
 // LockRequest is what POST /v1/agent/instances/{id}/scale-in-lock carries:

@@ -93,6 +93,10 @@ const (
 	// I/O or preprocessing (low GPU, high CPU) still scales out.
 	MetricGPUOrCPU     = "gpu_cpu_utilization"
 	CustomMetricPrefix = "custom:"
+	// MetricGPUMemoryUsed is an instance's framebuffer memory in use, in
+	// bytes, on its whole GPUs (the console charts it; no policy tracks
+	// it).
+	MetricGPUMemoryUsed = "gpu_memory_used_bytes"
 )
 
 // ScalingPolicy is one rule of a group. When several disagree, the largest

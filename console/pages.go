@@ -137,9 +137,9 @@ func (c *Console) charts(r *http.Request, s *session, in *cloud.Instance) []char
 	}
 	var out []chart
 	for _, m := range []struct{ name, title, unit string }{
-		{"gpu_utilization", "GPU utilization", "%"},
-		{"gpu_memory_used_bytes", "GPU memory used", "GiB"},
-		{"cpu_utilization", "CPU utilization", "%"},
+		{cloud.MetricGPUUtilization, "GPU utilization", "%"},
+		{cloud.MetricGPUMemoryUsed, "GPU memory used", "GiB"},
+		{cloud.MetricCPUUtilization, "CPU utilization", "%"},
 	} {
 		out = append(out, lineChart(m.title, m.unit, series[m.name], now.Add(-chartWindow), now))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/api"
 )
@@ -112,7 +113,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // that another tenant's instance page is not found. The keyboard reaches
 // the skip link and the login form.
 func TestConsoleInBrowser(t *testing.T) {
-	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"),
+	// Agents sample utilization every 100 ms, so that the charts have
+	// points within the test.
+	c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), nil,
+		func(cfg *agent.Config) { cfg.MetricsInterval = 100 * time.Millisecond },
 		sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
 		sim.Spec{ID: "sim-a100", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "A100-80GB", Count: 2}},
 		sim.Spec{ID: "sim-l4b", Zone: "e2e-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
@@ -206,6 +210,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		if !strings.Contains(main, want) {
 			t.Errorf("the instance page lacks %q", want)
 		}
+	}
+	// The charts: GPU utilization, GPU memory (a whole GPU's is the
+	// instance's) and CPU, from the agent's samples.
+	charts := waitText(t, b, "#charts", "the charts have samples", func(s string) bool {
+		return strings.Count(s, "samples in the last hour") == 3 && strings.Count(s, "latest") == 3
+	})
+	if !strings.Contains(charts, "GPU memory used: latest") {
+		t.Errorf("charts: %s", charts)
 	}
 	screenshot(t, b, "instance")
 

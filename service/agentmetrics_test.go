@@ -60,7 +60,8 @@ func TestAgentsReportMetrics(t *testing.T) {
 		inB := f.placed(f.acme, "h-b", cloud.Running)
 		agentA := service.AgentActor("h-a")
 		now := f.clock.Now()
-		good := agentapi.InstanceSample{InstanceID: inA.ID, At: now.Add(-time.Second), GPUUtilization: amPtr(0.5), CPUUtilization: amPtr(0.25)}
+		good := agentapi.InstanceSample{InstanceID: inA.ID, At: now.Add(-time.Second), GPUUtilization: amPtr(0.5), CPUUtilization: amPtr(0.25),
+			GPUMemoryUsedBytes: new(uint64(40 << 30))}
 
 		// Refused reports write nothing.
 		for _, c := range []struct {
@@ -89,6 +90,8 @@ func TestAgentsReportMetrics(t *testing.T) {
 				{InstanceID: inA.ID, GPUUtilization: amPtr(0.1)}}}, cloud.Invalid, "samples[0].at"},
 			{"no instance", agentA, agentapi.MetricsReport{Samples: []agentapi.InstanceSample{
 				{At: now, GPUUtilization: amPtr(0.1)}}}, cloud.Invalid, "samples[0].instance_id"},
+			{"GPU memory beyond any host", agentA, agentapi.MetricsReport{Samples: []agentapi.InstanceSample{
+				{InstanceID: inA.ID, At: now, GPUMemoryUsedBytes: new(uint64(service.MaxGPUMemoryBytes + 1))}}}, cloud.Invalid, "samples[0].gpu_memory_used_bytes"},
 			{"too many", agentA, agentapi.MetricsReport{Samples: make([]agentapi.InstanceSample, agentapi.MaxMetricSamples+1)}, cloud.Invalid, "samples"},
 		} {
 			err := f.svc.Agents.ReportMetrics(ctx, c.actor, c.rep)
@@ -119,6 +122,7 @@ func TestAgentsReportMetrics(t *testing.T) {
 		want := []cloud.MetricPoint{
 			{TenantID: f.acme.TenantID, Name: cloud.MetricGPUUtilization, InstanceID: inA.ID, GroupID: "g-1", At: now.Add(-time.Second), Value: 0.5},
 			{TenantID: f.acme.TenantID, Name: cloud.MetricCPUUtilization, InstanceID: inA.ID, GroupID: "g-1", At: now.Add(-time.Second), Value: 0.25},
+			{TenantID: f.acme.TenantID, Name: cloud.MetricGPUMemoryUsed, InstanceID: inA.ID, GroupID: "g-1", At: now.Add(-time.Second), Value: 40 << 30},
 			{TenantID: f.acme.TenantID, Name: cloud.MetricCPUUtilization, InstanceID: inA.ID, GroupID: "g-1", At: now, Value: 1},
 		}
 		got := f.amMetrics(f.acme.TenantID)

@@ -731,10 +731,15 @@ func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.Metric
 			if at.After(now.Add(MaxMetricSkew)) {
 				at = now.UTC()
 			}
+			var mem *float64
+			if smp.GPUMemoryUsedBytes != nil {
+				mem = new(float64(*smp.GPUMemoryUsedBytes))
+			}
 			for _, m := range []struct {
 				name string
 				v    *float64
-			}{{cloud.MetricGPUUtilization, smp.GPUUtilization}, {cloud.MetricCPUUtilization, smp.CPUUtilization}} {
+			}{{cloud.MetricGPUUtilization, smp.GPUUtilization}, {cloud.MetricCPUUtilization, smp.CPUUtilization},
+				{cloud.MetricGPUMemoryUsed, mem}} {
 				if m.v != nil {
 					points = append(points, cloud.MetricPoint{TenantID: in.TenantID, Name: m.name,
 						InstanceID: in.ID, GroupID: in.GroupID, At: at, Value: *m.v})
@@ -754,6 +759,10 @@ func notOnHost(id, field string) error {
 	return err
 }
 
+// MaxGPUMemoryBytes bounds a reported GPU memory figure: 64 GPUs of
+// 1 TiB, far above any host.
+const MaxGPUMemoryBytes = 64 << 40
+
 // checkMetrics validates a metrics report before any read.
 func checkMetrics(rep agentapi.MetricsReport) error {
 	if n := len(rep.Samples); n > agentapi.MaxMetricSamples {
@@ -767,8 +776,11 @@ func checkMetrics(rep agentapi.MetricsReport) error {
 		if smp.At.IsZero() {
 			return Field(name+".at", "is required")
 		}
-		if smp.GPUUtilization == nil && smp.CPUUtilization == nil {
-			return Field(name, "has neither gpu_utilization nor cpu_utilization")
+		if smp.GPUUtilization == nil && smp.CPUUtilization == nil && smp.GPUMemoryUsedBytes == nil {
+			return Field(name, "has none of gpu_utilization, cpu_utilization and gpu_memory_used_bytes")
+		}
+		if m := smp.GPUMemoryUsedBytes; m != nil && *m > MaxGPUMemoryBytes {
+			return Field(name+".gpu_memory_used_bytes", "%d bytes is more than any host's GPUs hold (%d)", *m, uint64(MaxGPUMemoryBytes))
 		}
 		for _, f := range []struct {
 			field string
