@@ -13,15 +13,18 @@ import (
 // line with public GPU clouds in 2026. Operators replace it with their own
 // price book (gpucloud prices set); it exists so that a fresh `gpucloud up`
 // bills something sensible.
+// Keys are canonical catalog model names (ListPrice looks the offering's
+// model up in the catalog first); TestListPricesNameCatalogModels holds it.
 var listPerGPUHour = map[string]money.Micros{
-	"H200-141GB":    3_490_000,
-	"H100-80GB-SXM": 2_490_000,
-	"A100-80GB-SXM": 1_790_000,
-	"A100-40GB":     1_290_000,
-	"L40S":          990_000,
-	"A10":           590_000,
-	"L4":            490_000,
-	"T4":            290_000,
+	"H200-141GB":     3_490_000,
+	"H100-80GB-SXM":  2_490_000,
+	"A100-80GB-SXM":  1_790_000,
+	"A100-40GB-SXM":  1_290_000,
+	"A100-40GB-PCIE": 1_290_000,
+	"L40S":           990_000,
+	"A10":            590_000,
+	"L4":             490_000,
+	"T4":             290_000,
 }
 
 // Built-in prices of storage, addresses and host CPUs.

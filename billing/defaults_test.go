@@ -37,3 +37,25 @@ func TestListPrices(t *testing.T) {
 		t.Error("unknown offering priced")
 	}
 }
+
+// TestListPricesNameCatalogModels: every key of the built-in GPU price
+// list is a canonical model of the default catalog, so that no model
+// silently falls back to the vCPU-based price.
+func TestListPricesNameCatalogModels(t *testing.T) {
+	cat := catalog.Default()
+	for name, price := range listPerGPUHour {
+		m, err := cat.Model(name)
+		if err != nil || m.Name != name {
+			t.Errorf("list price key %q is not a canonical catalog model (%v)", name, err)
+		}
+		if price <= 0 {
+			t.Errorf("%s: price %s", name, price)
+		}
+	}
+	// An A100 40GB offering in an operator catalog gets the A100 40GB price.
+	for _, m := range []string{"A100-40GB-SXM", "A100-40GB-PCIE"} {
+		if listPerGPUHour[m] != 1_290_000 {
+			t.Errorf("%s: %s", m, listPerGPUHour[m])
+		}
+	}
+}
