@@ -357,3 +357,40 @@ func TestLaunch(t *testing.T) {
 		t.Errorf("a refused launch changed the store")
 	}
 }
+
+// TestLaunchAdvisor: the launch page's advisor ranks this cloud's
+// offerings for a described workload, light inference gets a slice or a
+// share first, and bad input is a clear error on the page.
+func TestLaunchAdvisor(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	p := b.get("/launch?advise=1&params=7B&precision=int8&task=inference&nodes=1&hours=8&days=30&checkpoint=0")
+	if p.status != http.StatusOK || !strings.Contains(p.body, `id="advice"`) {
+		t.Fatalf("advice: %d", p.status)
+	}
+	first := regexp.MustCompile(`<td>1</td><td><a href="/launch\?offering=([^"&]+)`).FindStringSubmatch(p.body)
+	if first == nil || !(strings.Contains(first[1], ".mig.") || strings.Contains(first[1], ".shared.")) {
+		t.Errorf("light inference's first option is %v, want a MIG slice or a share", first)
+	}
+	for _, want := range []string{"compute", "storage", "$"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("advice lacks %q", want)
+		}
+	}
+	bad := b.get("/launch?advise=1&params=lots&precision=bf16&task=inference&nodes=1&hours=8&days=30&checkpoint=0")
+	if bad.status != http.StatusOK || !strings.Contains(bad.body, `role="alert"`) || !strings.Contains(bad.body, "params") {
+		t.Errorf("bad params: %d", bad.status)
+	}
+	// A 70B model trained on 2 nodes gets 8-GPU NVLink hosts only.
+	big := b.get("/launch?advise=1&params=70B&precision=bf16&task=train&nodes=2&hours=24&days=14&checkpoint=30")
+	opts := regexp.MustCompile(`<td><a href="/launch\?offering=([^"&]+)`).FindAllStringSubmatch(big.body, -1)
+	if len(opts) == 0 {
+		t.Fatal("no option for a 70B model on 2 nodes")
+	}
+	for _, m := range opts {
+		if !strings.HasSuffix(m[1], ".8x") && !strings.HasSuffix(m[1], ".metal") {
+			t.Errorf("a multi-node training option is %s", m[1])
+		}
+	}
+}

@@ -3,11 +3,13 @@ package console
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/advise"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -271,6 +273,18 @@ func (c *Console) launchPage(w http.ResponseWriter, r *http.Request, s *session)
 	if err != nil {
 		return err
 	}
+	q := r.URL.Query()
+	var advice *advise.Advice
+	var adviceErr string
+	if q.Get("advise") != "" {
+		advice, err = c.advise(r, s, q)
+		if err != nil {
+			if cloud.ErrorCode(err) != cloud.Invalid {
+				return err
+			}
+			adviceErr = strings.TrimPrefix(err.Error(), string(cloud.Invalid)+": ")
+		}
+	}
 	var runnable, never []offerRow
 	for _, row := range rows {
 		if row.Selectable {
@@ -279,8 +293,19 @@ func (c *Console) launchPage(w http.ResponseWriter, r *http.Request, s *session)
 			never = append(never, row)
 		}
 	}
+	form := map[string]string{"params": "7B", "precision": "bf16", "task": "inference", "nodes": "1",
+		"hours": "8", "days": "30", "checkpoint": "0"}
+	for k := range form {
+		if v := q.Get(k); v != "" {
+			form[k] = v
+		}
+	}
+	if advice != nil && len(advice.Options) > 5 {
+		advice.Options = advice.Options[:5]
+	}
 	c.render(w, r, http.StatusOK, "launch", s, map[string]any{"Title": "Launch an instance", "Offerings": runnable,
-		"Never": never, "Selected": r.URL.Query().Get("offering")})
+		"Never": never, "Selected": q.Get("offering"), "Advice": advice, "AdviceError": adviceErr, "Form": form,
+		"Precisions": []string{"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"}})
 	return nil
 }
 
@@ -489,4 +514,62 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	c.render(w, r, http.StatusOK, "group", s, map[string]any{"Title": "Group " + d.Group.Name, "Section": "groups", "D": d})
 	return nil
+}
+
+// advise runs the selection advisor (package advise) on the workload the
+// launch page's form describes, over this cloud's live market: the price
+// book, the spot pools' prices and reclaim rates over a week, and the
+// leading scheduler's availability, all read through the services as the
+// session's actor.
+func (c *Console) advise(r *http.Request, s *session, q url.Values) (*advise.Advice, error) {
+	field := func(name, format string, args ...any) error {
+		return &cloud.Error{Code: cloud.Invalid, Message: name + ": " + fmt.Sprintf(format, args...), Details: map[string]any{"field": name}}
+	}
+	var w advise.Workload
+	var err error
+	if w.Params, err = advise.ParseParams(q.Get("params")); err != nil {
+		return nil, field("params", "%v", err)
+	}
+	if w.Precision, err = advise.ParsePrecision(q.Get("precision")); err != nil {
+		return nil, field("precision", "%v", err)
+	}
+	if w.Task, err = advise.ParseTask(q.Get("task")); err != nil {
+		return nil, field("task", "%v", err)
+	}
+	ints := map[string]*int{"nodes": &w.Nodes, "days": &w.Days}
+	for name, dst := range ints {
+		n, err := strconv.Atoi(q.Get(name))
+		if err != nil {
+			return nil, field(name, "want a whole number, got %q", q.Get(name))
+		}
+		*dst = n
+	}
+	hours, err := strconv.Atoi(q.Get("hours"))
+	if err != nil || hours < 1 || hours > 24 {
+		return nil, field("hours", "want whole hours per day from 1 to 24, got %q", q.Get("hours"))
+	}
+	w.PerDay = time.Duration(hours) * time.Hour
+	ckpt, err := strconv.Atoi(q.Get("checkpoint"))
+	if err != nil || ckpt < 0 {
+		return nil, field("checkpoint", "want minutes between checkpoints (0: the job cannot be interrupted), got %q", q.Get("checkpoint"))
+	}
+	w.CheckpointInterval = time.Duration(ckpt) * time.Minute
+	ctx := r.Context()
+	now := c.now()
+	prices, err := c.svc.Prices.List(ctx, s.actor, service.PriceQuery{At: now})
+	if err != nil {
+		return nil, err
+	}
+	pools, err := c.svc.Spot.Pools(ctx, s.actor, 7*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	live := advise.Live{Source: "this cloud, live", Prices: prices, Availability: c.svc.Availability()}
+	for _, o := range c.cat.Offerings() {
+		live.Offerings = append(live.Offerings, o.Name)
+	}
+	for _, p := range pools {
+		live.Pools = append(live.Pools, advise.LivePool{Pool: p.Pool, Price: p.Price, ReclaimRateBP: p.ReclaimRateBP, SpotSeconds: p.SpotSeconds})
+	}
+	return advise.Advise(w, advise.LiveMarket(live), c.cat)
 }
