@@ -105,7 +105,66 @@ func priceUnit(k cloud.PriceKind) string {
 	if k == cloud.PriceVolume {
 		return "/GiB-month"
 	}
-	return "/hour"
+	return "/h"
+}
+
+// Money in the CLI's tables and messages has one format (-o json, yaml and
+// csv keep the API's exact decimal strings instead):
+//
+//   - an amount (a total, a fee paid once, a budget) is in dollars and cents
+//     with thousands separators: "$4,320.00", "-$0.13";
+//   - a price (per hour, per GiB-month) has four decimals, a hundredth of a
+//     cent: "$2.4900/h", "$0.2557/h" for 0.255714. A price under half of
+//     that, which four decimals would show as zero, is shown exactly:
+//     "$0.00004/h".
+//
+// Both round half away from zero. Every amount is USD (billing.Currency).
+const currencySign = "$"
+
+// formatAmount prints an amount rounded to cents: "$4,320.00", "-$0.13".
+func formatAmount(m money.Micros) string {
+	return formatMoney(m, 2)
+}
+
+// formatPrice prints a price without its unit: "$2.4900", "$1,200.0000",
+// "$0.00004".
+func formatPrice(m money.Micros) string {
+	if m != 0 && m.Round(100) == 0 {
+		return formatMoney(m, 6)
+	}
+	return formatMoney(m, 4)
+}
+
+// formatMoney prints m rounded to decimals (2, 4 or 6) with the currency
+// sign and thousands separators; six decimals drop trailing zeros.
+func formatMoney(m money.Micros, decimals int) string {
+	unit := money.Micros(1)
+	for i := decimals; i < 6; i++ {
+		unit *= 10
+	}
+	r := m.Round(unit)
+	sign := ""
+	if r < 0 {
+		sign, r = "-", -r
+	}
+	frac := fmt.Sprintf("%06d", int64(r%money.Unit))[:decimals]
+	if decimals == 6 {
+		frac = strings.TrimRight(frac, "0")
+	}
+	return sign + currencySign + thousands(int64(r/money.Unit)) + "." + frac
+}
+
+// thousands prints a non-negative integer with a comma every three digits.
+func thousands(v int64) string {
+	s := strconv.FormatInt(v, 10)
+	var b strings.Builder
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
 }
 
 // --- prices ---
@@ -137,7 +196,7 @@ func printPrices(w io.Writer, format string, one bool, ps ...*cloud.Price) error
 	rows := [][]string{{"KIND", "OFFERING", "ZONE", "PRICE", "EFFECTIVE", "BY"}}
 	for _, p := range ps {
 		rows = append(rows, []string{string(p.Kind), dash(p.Offering), cmpOrDash(p.Zone, "(all)"),
-			p.Amount.String() + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)})
+			formatPrice(p.Amount) + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)})
 	}
 	return writeTable(w, rows)
 }
@@ -319,7 +378,7 @@ func printCommitments(w io.Writer, format string, one bool, cs ...*cloud.Commitm
 	for _, c := range cs {
 		row := []string{c.ID, string(c.Plan), c.Offering, dash(c.Zone), strconv.Itoa(c.Quantity),
 			c.Start.UTC().Format("2006-01-02 15:04"), c.End.UTC().Format("2006-01-02 15:04"),
-			c.UpfrontFee.String(), c.HourlyFee.String(), c.UsageRate.String(), basisPoints(c.DiscountBP)}
+			formatAmount(c.UpfrontFee), formatPrice(c.HourlyFee) + "/h", formatPrice(c.UsageRate) + "/h", basisPoints(c.DiscountBP)}
 		if tenants {
 			row = append([]string{c.TenantID}, row...)
 		}
@@ -460,9 +519,9 @@ func newCommitmentsDescribeCommand(s *session) *cobra.Command {
 				add("Quantity", strconv.Itoa(cm.Quantity))
 				add("Payment", dash(string(cm.Payment)))
 				add("Discount", basisPoints(cm.DiscountBP))
-				add("Upfront fee", cm.UpfrontFee.String())
-				add("Hourly fee", cm.HourlyFee.String()+" per unit-hour")
-				add("Usage rate", cm.UsageRate.String()+" per covered hour")
+				add("Upfront fee", formatAmount(cm.UpfrontFee))
+				add("Hourly fee", formatPrice(cm.HourlyFee)+"/h per unit")
+				add("Usage rate", formatPrice(cm.UsageRate)+"/h per covered hour")
 				add("Start", stamp(cm.Start))
 				add("End", cm.End.UTC().Format(time.RFC3339))
 				add("Created", stamp(cm.CreatedAt))
@@ -485,51 +544,53 @@ func newInvoicesCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// hours renders a count of seconds as hours with two decimals, rounded
-// half up, computed in integers: 7200 is "2.00", 61 is "0.02".
-func hours(seconds int64) string {
-	neg := seconds < 0
-	if neg {
-		seconds = -seconds
-	}
-	centi := (seconds*100 + 1800) / 3600
-	s := fmt.Sprintf("%d.%02d", centi/100, centi%100)
-	if neg {
-		s = "-" + s
-	}
-	return s
-}
-
-// lineQuantity renders a line's quantity for people: hours for the units
-// counted in seconds.
+// lineQuantity renders a line's quantity in the unit its price is per
+// (lineUnitPrice): hours for time-metered lines, GiB-months for storage,
+// so that quantity × unit price is the amount. Under an hour, four
+// decimals keep what was billed visible.
 func lineQuantity(l billing.Line) string {
 	switch l.Unit {
 	case billing.UnitSecond:
-		if l.Quantity < 3600 {
-			// Under an hour, 0.00 h would hide what was billed.
-			return strconv.FormatInt(l.Quantity, 10) + " s"
-		}
-		return hours(l.Quantity) + " h"
+		return secondsIn(l.Quantity, money.SecondsPerHour) + " h"
 	case billing.UnitGiBSecond:
-		return hours(l.Quantity) + " GiB-h"
+		return secondsIn(l.Quantity, money.SecondsPerMonth) + " GiB-month"
 	case billing.UnitUnitSecond:
-		if l.Quantity < 3600 {
-			return strconv.FormatInt(l.Quantity, 10) + " unit-s"
-		}
-		return hours(l.Quantity) + " unit-h"
+		return secondsIn(l.Quantity, money.SecondsPerHour) + " unit-h"
 	}
 	return strconv.FormatInt(l.Quantity, 10)
+}
+
+// secondsIn renders seconds in units of per seconds (an hour, a billing
+// month), computed in integers and rounded half up: two decimals from one
+// unit up, four below it, and "<0.0001" for a quantity too small for
+// that: secondsIn(5400, 3600) is "1.50", secondsIn(60, 3600) "0.0167".
+func secondsIn(seconds, per int64) string {
+	sign := ""
+	if seconds < 0 {
+		sign, seconds = "-", -seconds
+	}
+	decimals, scale := 2, int64(100)
+	if seconds < per {
+		decimals, scale = 4, 10_000
+	}
+	v := (seconds*scale*2 + per) / (2 * per)
+	if v == 0 && seconds > 0 {
+		return sign + "<0.0001"
+	}
+	return fmt.Sprintf("%s%d.%0*d", sign, v/scale, decimals, v%scale)
 }
 
 // lineUnitPrice renders a line's unit price with what it is per.
 func lineUnitPrice(l billing.Line) string {
 	switch l.Unit {
 	case billing.UnitGiBSecond:
-		return l.UnitPrice.String() + "/GiB-month"
+		return formatPrice(l.UnitPrice) + "/GiB-month"
+	case billing.UnitUnitSecond:
+		return formatPrice(l.UnitPrice) + "/unit-h"
 	case billing.UnitEach:
-		return l.UnitPrice.String()
+		return formatPrice(l.UnitPrice) + " each"
 	}
-	return l.UnitPrice.String() + "/h"
+	return formatPrice(l.UnitPrice) + "/h"
 }
 
 // lineGroup is invoice lines that differ only in unit price (a spot
@@ -593,16 +654,22 @@ func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 		}
 		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
 		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
+		var shown money.Micros
 		for _, g := range groupLines(inv.Lines, detail) {
 			price := lineUnitPrice(g.Line)
 			if g.n > 1 {
 				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
 			}
-			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, g.Amount.String()})
+			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(g.Amount)})
+			shown += g.Amount.Round(10_000)
 		}
-		rows = append(rows, []string{"TOTAL", "", "", inv.Total.Cents() + " " + inv.Currency})
+		rows = append(rows, []string{"TOTAL", "", "", formatAmount(inv.Total)})
 		if err := writeTable(w, rows); err != nil {
 			return err
+		}
+		if shown != inv.Total.Round(10_000) {
+			// Lines are metered to the micro-dollar and shown to the cent.
+			fmt.Fprintln(w, "Line amounts are rounded to cents; the total is their exact sum (-o json shows every digit).")
 		}
 	}
 	return nil
@@ -619,7 +686,8 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 		Use:   "show",
 		Short: "Show the invoice of a month",
 		Long: "Show a month's invoice (default the current month, UTC): each line with its\n" +
-			"quantity (hours for time-metered lines), unit price and amount, and the total.\n" +
+			"quantity in the unit of its price (hours, or GiB-months for volumes), unit\n" +
+			"price and amount, in dollars and cents, and the total.\n" +
 			"Members see their tenant's; admins one tenant's with --tenant, else every\n" +
 			"tenant's. Spot seconds are billed at the price in force each second; the table\n" +
 			"sums them per pool with the average price (--detail shows every price), and\n" +
@@ -694,15 +762,15 @@ func printBudget(w io.Writer, format string, st *api.BudgetStatus) error {
 	add("Tenant", st.TenantID)
 	if st.Budget == nil {
 		add("Budget", "none (gpucloud budget set --amount N sets one)")
-		add("Spent "+st.Month, st.Spent.Cents())
+		add("Spent "+st.Month, formatAmount(st.Spent))
 	} else {
-		add("Budget", st.Budget.Amount.Cents()+" per month")
+		add("Budget", formatAmount(st.Budget.Amount)+" per month")
 		ths := make([]string, len(st.Budget.Thresholds))
 		for i, t := range st.Budget.Thresholds {
 			ths[i] = strconv.Itoa(t) + "%"
 		}
 		add("Alerts at", strings.Join(ths, ", "))
-		spent := st.Spent.Cents()
+		spent := formatAmount(st.Spent)
 		if pct, err := money.MulDiv(st.Spent, 10_000, int64(st.Budget.Amount)); err == nil {
 			spent += " (" + basisPoints(int64(pct)) + " of the budget)"
 		}
@@ -718,7 +786,7 @@ func printBudget(w io.Writer, format string, st *api.BudgetStatus) error {
 	fmt.Fprintln(w, "Alerts:")
 	arows := [][]string{{"  THRESHOLD", "SPENT", "TIME"}}
 	for _, a := range st.Alerts {
-		arows = append(arows, []string{"  " + strconv.Itoa(a.Threshold) + "%", a.Spent.Cents(), a.Time.UTC().Format(time.RFC3339)})
+		arows = append(arows, []string{"  " + strconv.Itoa(a.Threshold) + "%", formatAmount(a.Spent), a.Time.UTC().Format(time.RFC3339)})
 	}
 	return writeTable(w, arows)
 }

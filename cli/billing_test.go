@@ -36,14 +36,14 @@ func TestPricesSetAndList(t *testing.T) {
 	later := clk.Now().Add(24 * time.Hour).Format(time.RFC3339)
 	e.ok(e.admin, "prices", "set", "--offering", "l4.1x", "--zone", "zone-b", "--amount", "2", "--effective-at", later)
 	out := e.ok(e.admin, "prices", "set", "--kind", "volume", "--amount", "0.10")
-	if !strings.Contains(out, "volume") || !strings.Contains(out, "0.10/GiB-month") {
+	if !strings.Contains(out, "volume") || !strings.Contains(out, "$0.1000/GiB-month") {
 		t.Errorf("volume price table:\n%s", out)
 	}
 
 	// Members list them: a table, filters, JSON with decimal strings.
 	out = e.ok(tok, "prices", "list", "--offering", "l4.1x")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "KIND") || !strings.Contains(lines[1], "1.50/hour") ||
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "KIND") || !strings.Contains(lines[1], "$1.5000/h") ||
 		!strings.Contains(lines[1], "(all)") || !strings.Contains(lines[2], "zone-b") {
 		t.Errorf("prices list:\n%s", out)
 	}
@@ -84,7 +84,7 @@ func TestSpotRequestsCreate(t *testing.T) {
 		t.Errorf("spot requests list:\n%s", out)
 	}
 	out = e.ok(tok, "spot", "requests", "describe", r.ID)
-	if !strings.Contains(out, "0.80/h") || !strings.Contains(out, r.InstanceID) || !strings.Contains(out, "stop") {
+	if !strings.Contains(out, "$0.8000/h") || !strings.Contains(out, r.InstanceID) || !strings.Contains(out, "stop") {
 		t.Errorf("describe:\n%s", out)
 	}
 	// Defaults: one-time, terminate, capped at on demand.
@@ -134,11 +134,11 @@ func TestSpotPricesAndPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.ok(tok, "spot", "prices", "--pool", "l4.1x/zone-a", "--since", "2h")
-	if !strings.Contains(out, "0.40/h") || strings.Contains(out, "0.30/h") {
+	if !strings.Contains(out, "$0.4000/h") || strings.Contains(out, "0.3000/h") {
 		t.Errorf("spot prices --since 2h:\n%s", out)
 	}
 	out = e.ok(tok, "spot", "pools")
-	if !strings.Contains(out, "l4.1x/zone-a") || !strings.Contains(out, "0.40/h") || !strings.Contains(out, "1.00/h") || !strings.Contains(out, "60%") {
+	if !strings.Contains(out, "l4.1x/zone-a") || !strings.Contains(out, "$0.4000/h") || !strings.Contains(out, "$1.0000/h") || !strings.Contains(out, "60%") {
 		t.Errorf("spot pools:\n%s", out)
 	}
 	e.usage(tok, "--pool", "spot", "prices", "--pool", "l4.1x")
@@ -157,7 +157,7 @@ func TestInvoicesShow(t *testing.T) {
 
 	// The table: the line in hours, its unit price and amount, the total.
 	out := e.ok(tok, "invoices", "show")
-	for _, want := range []string{"Invoice 2026-12, tenant " + tenant, "running total", "DESCRIPTION", "1.50 h", "1.00/h", "TOTAL", "1.50 USD"} {
+	for _, want := range []string{"Invoice 2026-12, tenant " + tenant, "running total", "DESCRIPTION", "1.50 h", "$1.0000/h", "TOTAL", "$1.50"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("invoices show lacks %q:\n%s", want, out)
 		}
@@ -174,10 +174,10 @@ func TestInvoicesShow(t *testing.T) {
 		t.Errorf("invoices -o csv = %v, %v", rows, err)
 	}
 	// Admins see every tenant with charges; another month is empty.
-	if out := e.ok(e.admin, "invoices", "show", "--tenant", "acme"); !strings.Contains(out, "1.50 USD") {
+	if out := e.ok(e.admin, "invoices", "show", "--tenant", "acme"); !strings.Contains(out, "$1.50") {
 		t.Errorf("admin, acme:\n%s", out)
 	}
-	if out := e.ok(tok, "invoices", "show", "--month", "2026-11"); !strings.Contains(out, "(final)") || !strings.Contains(out, "0.00 USD") {
+	if out := e.ok(tok, "invoices", "show", "--month", "2026-11"); !strings.Contains(out, "(final)") || !strings.Contains(out, "$0.00") {
 		t.Errorf("November:\n%s", out)
 	}
 
@@ -196,7 +196,7 @@ func TestBudgetCommitmentsAndAddresses(t *testing.T) {
 		t.Errorf("budget show without one:\n%s", out)
 	}
 	out := e.ok(tok, "budget", "set", "--amount", "1000", "--threshold", "50", "--threshold", "90")
-	if !strings.Contains(out, "1000.00 per month") || !strings.Contains(out, "50%, 90%") || !strings.Contains(out, "0% of the budget") {
+	if !strings.Contains(out, "$1,000.00 per month") || !strings.Contains(out, "50%, 90%") || !strings.Contains(out, "0% of the budget") {
 		t.Errorf("budget set:\n%s", out)
 	}
 	e.usage(tok, "--amount is required", "budget", "set")
@@ -212,7 +212,7 @@ func TestBudgetCommitmentsAndAddresses(t *testing.T) {
 	if out := e.ok(tok, "commitments", "list"); !strings.Contains(out, c.ID) || !strings.Contains(out, "35%") {
 		t.Errorf("commitments list:\n%s", out)
 	}
-	if out := e.ok(tok, "commitments", "describe", c.ID); !strings.Contains(out, "all_upfront") || !strings.Contains(out, c.UpfrontFee.String()) {
+	if out := e.ok(tok, "commitments", "describe", c.ID); !strings.Contains(out, "all_upfront") || !strings.Contains(out, "Upfront fee:  "+formatAmount(c.UpfrontFee)) {
 		t.Errorf("commitments describe:\n%s", out)
 	}
 	code, _, errOut = e.as(tok, "commitments", "create", "--offering", "l4.1x", "--term", "1y", "--discount-pct", "50")
@@ -261,7 +261,9 @@ func TestInvoiceTableGroupsSpotPrices(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"1.00 h", "2 prices, avg 1.50/h", "1.50", "volumes", "1.50 USD"} {
+	// The volume line's quantity is in the unit of its price: 3600
+	// GiB-seconds are 0.0014 GiB-months at $0.0800/GiB-month.
+	for _, want := range []string{"1.00 h", "2 prices, avg $1.5000/h", "$1.50", "volumes", "0.0014 GiB-month", "$0.0800/GiB-month", "TOTAL"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -478,3 +478,43 @@ func TestCatalogDoc(t *testing.T) {
 		t.Errorf("CATALOG.md has %d example files and %d tested commands; want at least 2 and 3", files, tests)
 	}
 }
+
+// TestExampleCatalog keeps examples/catalog.yaml, the file the README's
+// `catalog validate` runs on, valid and identical to the worked example
+// of docs/CATALOG.md.
+func TestExampleCatalog(t *testing.T) {
+	path := filepath.Join("..", "examples", "catalog.yaml")
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "CATALOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- doc-file: catalog.yaml -->\n```yaml\n"
+	_, block, ok := strings.Cut(string(doc), marker)
+	if !ok {
+		t.Fatalf("docs/CATALOG.md has no %q block", marker)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	if block != string(file) {
+		t.Errorf("examples/catalog.yaml differs from the worked example of docs/CATALOG.md; copy one onto the other")
+	}
+	out := mustRun(t, "catalog", "validate", path)
+	if want := path + ": 3 models (1 new, 2 overriding built-ins), 5 offerings (4 new, 1 overriding a built-in); OK\n"; out != want {
+		t.Errorf("validate:\n got %q\nwant %q", out, want)
+	}
+	if got := tableRow(t, mustRun(t, "catalog", "offerings", "--catalog", path, "--model", "A40"), "a40.1x"); got[2] != "A40" {
+		t.Errorf("a40.1x row %q", got)
+	}
+	for _, doc := range []string{"README.md", filepath.Join("docs", "CATALOG.md")} {
+		b, err := os.ReadFile(filepath.Join("..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "examples/catalog.yaml") {
+			t.Errorf("%s does not point to examples/catalog.yaml", doc)
+		}
+	}
+}

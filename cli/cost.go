@@ -81,21 +81,25 @@ func newCostEstimateCommand() *cobra.Command {
 			"no server is configured or it cannot be reached, or with --offline, the estimate\n" +
 			"runs offline. The output says which numbers it used and where they came from.\n\n" +
 			"The workload is --count instances, each running --hours-per-day for --days.\n" +
-			"The rows:\n\n" +
+			"Each row's BILLED column says what its TOTAL is, hours times a price:\n\n" +
 			"  on demand     the used hours at the on-demand price\n" +
-			"  reserved ...  the used hours at the reservation's discount (1y and 3y, no,\n" +
-			"                partial or all upfront: 25/30/35% and 45/50/55% off; or one\n" +
-			"                row per --reserved-discount). The note gives what the same\n" +
-			"                reservation costs held 24 h/day, as a commitment is billed,\n" +
-			"                and the utilisation at which that breaks even\n" +
+			"  reserved ...  a reservation (1y and 3y, no, partial or all upfront:\n" +
+			"                25/30/35% and 45/50/55% off; or one per --reserved-discount)\n" +
+			"                bills every hour of its term. When the workload does not run\n" +
+			"                around the clock it has two rows: \"(24 h/day)\", held for this\n" +
+			"                workload alone, with the utilisation at which that breaks\n" +
+			"                even; and \"(used hours)\", what it costs if other work uses\n" +
+			"                the hours this one leaves idle\n" +
 			"  retainer      a fee of --retainer-fee of the on-demand price for every\n" +
 			"                hour of the days, plus the used hours at --retainer-discount\n" +
 			"  spot          the used hours plus the work lost to reclaims, at the spot\n" +
 			"                price: expected reclaims (--reclaim-rate per instance-hour)\n" +
 			"                times half a --checkpoint-interval plus --restart-overhead.\n" +
 			"                Unsuitable unless the workload is --interruptible\n\n" +
-			"Amounts are exact decimal arithmetic; -o json and -o yaml print them as\n" +
-			"strings with every digit, rates and discounts in basis points.",
+			"Totals are in dollars and cents, prices to a hundredth of a cent. Amounts are\n" +
+			"exact decimal arithmetic; -o json and -o yaml print them as strings with every\n" +
+			"digit (a reservation's total is its used hours, held_total its 24 h/day),\n" +
+			"rates and discounts in basis points.",
 		Example: strings.Join([]string{
 			"  # $12/h for 12 h/day over 30 days, against a 25% reservation",
 			"  gpucloud cost estimate --price-per-hour 12 --hours-per-day 12 --days 30 --reserved-discount 25",
@@ -349,8 +353,8 @@ func flagSource(changed bool, flag string) string {
 }
 
 // liveLine is the line of a live estimate that says where each number
-// came from: "Live from http://…, pool h100.1x/zone-a: on-demand 2.49/h,
-// spot 0.85/h, 0.031 reclaims per instance-hour over 7 days."
+// came from: "Live from http://…, pool h100.1x/zone-a: on-demand
+// $2.4900/h, spot $0.8500/h, 0.031 reclaims per instance-hour over 7 days."
 func (s *costSources) liveLine(c *estimate.Comparison) string {
 	w := c.Workload
 	why := func(from, note string) string {
@@ -369,7 +373,7 @@ func (s *costSources) liveLine(c *estimate.Comparison) string {
 		over = " over " + costWindow(s.WindowSeconds)
 	}
 	return fmt.Sprintf("Live from %s, pool %s: on-demand %s/h, spot %s/h%s, %s reclaims per instance-hour%s%s.",
-		s.Server, s.Pool, w.PricePerHour, c.SpotPrice, why(s.Spot, s.SpotNote),
+		s.Server, s.Pool, formatPrice(w.PricePerHour), formatPrice(c.SpotPrice), why(s.Spot, s.SpotNote),
 		reclaimsPerHour(w.ReclaimRateBP), over, why(s.ReclaimRate, s.ReclaimRateNote))
 }
 
@@ -534,7 +538,12 @@ func costFieldErrors(err error) string {
 
 // writeCostTable prints the comparison as a table under header lines: the
 // workload, then where the numbers came from (and, for an estimate that
-// could not go live, why).
+// could not go live, why). Each row's BILLED column says what its TOTAL
+// is, hours times a price, so that no figure leaves its assumption
+// unsaid. A reservation bills every hour of its term; when the workload
+// does not run around the clock a reservation has two rows: held 24 h/day
+// for this workload alone (what the commitment bills) and its used hours
+// only (what it costs if other work fills the rest).
 func writeCostTable(cmd *cobra.Command, c *estimate.Comparison, offering string, src *costSources) error {
 	w := c.Workload
 	out := cmd.OutOrStdout()
@@ -542,43 +551,86 @@ func writeCostTable(cmd *cobra.Command, c *estimate.Comparison, offering string,
 	if offering != "" {
 		what, price = plural(w.Count, offering, offering), "Offline estimate against the "+src.price
 	}
-	fmt.Fprintf(out, "%s at %s/h on demand, %s h/day for %s: %s instance-hours, %s utilisation.\n",
-		what, w.PricePerHour.Cents(), estimate.Hours(w.SecondsPerDay), plural(w.Days, "day", "days"),
-		estimate.Hours(c.InstanceSeconds), estimate.Percent(c.UtilisationBP))
+	held := 86400 * int64(w.Days) * int64(w.Count)
+	fmt.Fprintf(out, "%s at %s/h on demand, %s h/day for %s: %s of %s instance-hours used (%s utilisation).\n",
+		what, formatPrice(w.PricePerHour), estimate.Hours(w.SecondsPerDay), plural(w.Days, "day", "days"),
+		estimate.Hours(c.InstanceSeconds), estimate.Hours(held), estimate.Percent(c.UtilisationBP))
 	switch {
 	case src.Live:
 		fmt.Fprintf(out, "%s\n\n", src.liveLine(c))
 	case src.OfflineReason != "":
-		fmt.Fprintf(out, "%s; spot at %s/h.\nOffline: list prices (%s).\n\n", price, c.SpotPrice.Cents(), src.OfflineReason)
+		fmt.Fprintf(out, "%s; spot at %s/h.\nOffline: list prices (%s).\n\n", price, formatPrice(c.SpotPrice), src.OfflineReason)
 	default:
-		fmt.Fprintf(out, "%s; spot at %s/h.\n\n", price, c.SpotPrice.Cents())
+		fmt.Fprintf(out, "%s; spot at %s/h.\n\n", price, formatPrice(c.SpotPrice))
 	}
-	rows := [][]string{{"PLAN", "TOTAL", "PER HOUR", "SAVINGS", "NOTE"}}
-	for _, r := range c.Rows {
-		savings := "-"
-		if r.Kind != estimate.KindOnDemand {
-			savings = estimate.Percent(r.SavingsBP)
-		}
-		rows = append(rows, []string{r.Plan, costThousands(r.Total), r.PerHour.Cents(), savings, dash(r.Note)})
-	}
-	return writeTable(out, rows)
+	return writeTable(out, costRows(c))
 }
 
-// costThousands prints an amount in cents with thousands separators:
-// "4,320.00".
-func costThousands(m money.Micros) string {
-	s := m.Cents()
-	sign := ""
-	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
+// costRows are the rows of the cost table, header first.
+func costRows(c *estimate.Comparison) [][]string {
+	w := c.Workload
+	used := c.InstanceSeconds
+	held := 86400 * int64(w.Days) * int64(w.Count)
+	billed := func(seconds int64, price money.Micros) string {
+		return estimate.Hours(seconds) + " h × " + formatPrice(price) + "/h"
 	}
-	whole, frac, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	for i, d := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
+	// An average, not a price anyone set: four decimals.
+	perUsedHour := func(total money.Micros) string {
+		v, err := money.MulDiv(total, money.SecondsPerHour, used)
+		if err != nil {
+			return "-"
 		}
-		b.WriteRune(d)
+		return formatPrice(v.Round(100))
 	}
-	return sign + b.String() + "." + frac
+	savings := func(bp int64) string {
+		if bp == 0 {
+			return "0%"
+		}
+		return estimate.Percent(bp)
+	}
+	rows := [][]string{{"PLAN", "TOTAL", "BILLED", "PER USED HOUR", "SAVINGS", "NOTE"}}
+	add := func(plan string, total money.Micros, bill, save, note string) {
+		rows = append(rows, []string{plan, formatAmount(total), bill, perUsedHour(total), save, cmpOrDash(note, "-")})
+	}
+	for _, r := range c.Rows {
+		switch r.Kind {
+		case estimate.KindOnDemand:
+			add(r.Plan, r.Total, billed(used, w.PricePerHour), "-", "")
+		case estimate.KindReservation:
+			rate := money.BasisPoints(w.PricePerHour, 10_000-r.DiscountBP)
+			term := ""
+			if r.TermDays > w.Days {
+				term = fmt.Sprintf("; the term commits %d days", r.TermDays)
+			}
+			if used == held {
+				add(r.Plan, r.Total, billed(used, rate), savings(r.SavingsBP),
+					fmt.Sprintf("breaks even at %s utilisation%s", estimate.Percent(r.BreakEvenBP), term))
+				continue
+			}
+			add(r.Plan+" (24 h/day)", r.HeldTotal, billed(held, rate), savings(r.HeldSavingsBP),
+				fmt.Sprintf("a reservation bills every hour; breaks even at %s utilisation%s", estimate.Percent(r.BreakEvenBP), term))
+			add(r.Plan+" (used hours)", r.Total, billed(used, rate), savings(r.SavingsBP),
+				fmt.Sprintf("only if other work uses the %s reserved hours this workload leaves idle", estimate.Hours(held-used)))
+		case estimate.KindRetainer:
+			fee := money.BasisPoints(w.PricePerHour, w.RetainerFeeBP)
+			rate := money.BasisPoints(w.PricePerHour, 10_000-w.RetainerDiscountBP)
+			note := fmt.Sprintf("a fee of %s of on demand every hour, usage %s off", estimate.Percent(w.RetainerFeeBP), estimate.Percent(w.RetainerDiscountBP))
+			if r.BreakEvenBP > 0 {
+				note += fmt.Sprintf("; breaks even at %s utilisation", estimate.Percent(r.BreakEvenBP))
+			} else {
+				note += "; never cheaper than on demand"
+			}
+			add(r.Plan, r.Total, billed(held, fee)+" + "+billed(used, rate), savings(r.SavingsBP), note)
+		case estimate.KindSpot:
+			note := fmt.Sprintf("%s expected reclaims add %s h of lost work and restarts",
+				estimate.Milli(r.ExpectedReclaimsMilli), estimate.Hours(r.OverheadSeconds))
+			if r.Unsuitable {
+				note = "unsuitable: the workload does not tolerate interruptions (--interruptible); " + note
+			}
+			add(r.Plan, r.Total, billed(used+r.OverheadSeconds, c.SpotPrice), savings(r.SavingsBP), note)
+		default:
+			add(r.Plan, r.Total, "-", savings(r.SavingsBP), r.Note)
+		}
+	}
+	return rows
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,37 +17,62 @@ import (
 	"github.com/gpucloud/gpucloud/money"
 )
 
+// bareAmount matches an amount printed without its currency sign: two
+// decimals not after "$", and not a percentage.
+var bareAmount = regexp.MustCompile(`(^|[^$\d,.])(\d{1,3}(,\d{3})+|\d+)\.\d{2}([^\d%]|$)`)
+
 // articleArgs is the articles' example: $12/h, 12 h/day, 30 days, 25% off.
 var articleArgs = []string{"cost", "estimate", "--price-per-hour", "12", "--hours-per-day", "12", "--days", "30", "--reserved-discount", "25"}
 
 func TestCostEstimateTable(t *testing.T) {
 	out := mustRun(t, articleArgs...)
-	if got := tableRow(t, out, "PLAN"); !reflect.DeepEqual(got, []string{"PLAN", "TOTAL", "PER HOUR", "SAVINGS", "NOTE"}) {
+	if got := tableRow(t, out, "PLAN"); !reflect.DeepEqual(got, []string{"PLAN", "TOTAL", "BILLED", "PER USED HOUR", "SAVINGS", "NOTE"}) {
 		t.Errorf("header %q", got)
 	}
-	if got := tableRow(t, out, "on demand"); !reflect.DeepEqual(got[:4], []string{"on demand", "4,320.00", "12.00", "-"}) {
-		t.Errorf("on demand row %q", got)
-	}
-	want := []string{"reserved 25% off", "3,240.00", "9.00", "25%", "held 24 h/day: 6480.00; breaks even at 75% utilisation"}
-	if got := tableRow(t, out, "reserved 25% off"); !reflect.DeepEqual(got, want) {
-		t.Errorf("reserved row %q, want %q", got, want)
-	}
-	if got := tableRow(t, out, "retainer"); !reflect.DeepEqual(got[:4], []string{"retainer", "3,888.00", "10.80", "10%"}) {
-		t.Errorf("retainer row %q", got)
+	// Every row's total is what its BILLED column says, in one money
+	// format; a reservation held for 12 h/day of use has two rows, each
+	// saying what it assumes, instead of one total and a note that
+	// contradicts it.
+	for _, want := range [][]string{
+		{"on demand", "$4,320.00", "360 h × $12.0000/h", "$12.0000", "-", "-"},
+		{"reserved 25% off (24 h/day)", "$6,480.00", "720 h × $9.0000/h", "$18.0000", "-50%", "a reservation bills every hour; breaks even at 75% utilisation"},
+		{"reserved 25% off (used hours)", "$3,240.00", "360 h × $9.0000/h", "$9.0000", "25%", "only if other work uses the 360 reserved hours this workload leaves idle"},
+		{"retainer", "$3,888.00", "720 h × $1.2000/h + 360 h × $8.4000/h", "$10.8000", "10%", "a fee of 10% of on demand every hour, usage 30% off; breaks even at 33.34% utilisation"},
+	} {
+		if got := tableRow(t, out, want[0]); !reflect.DeepEqual(got, want) {
+			t.Errorf("row\n got %q\nwant %q", got, want)
+		}
 	}
 	// Spot with the defaults: 60% off, 0.05 reclaims/h, 10m checkpoints,
 	// 2m restarts: 362.1 h at 4.80, and not --interruptible.
 	sp := tableRow(t, out, "spot")
-	if !reflect.DeepEqual(sp[:4], []string{"spot", "1,738.08", "4.83", "59.77%"}) || !strings.HasPrefix(sp[4], "unsuitable:") {
+	if !reflect.DeepEqual(sp[:5], []string{"spot", "$1,738.08", "362.1 h × $4.8000/h", "$4.8280", "59.77%"}) ||
+		!strings.HasPrefix(sp[5], "unsuitable:") || !strings.HasSuffix(sp[5], "18 expected reclaims add 2.1 h of lost work and restarts") {
 		t.Errorf("spot row %q", sp)
 	}
-	for _, s := range []string{"1 instance at 12.00/h on demand, 12 h/day for 30 days: 360 instance-hours, 50% utilisation.", "Offline estimate; spot at 4.80/h."} {
+	for _, s := range []string{"1 instance at $12.0000/h on demand, 12 h/day for 30 days: 360 of 720 instance-hours used (50% utilisation).", "Offline estimate; spot at $4.8000/h."} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
 	if strings.Contains(out, "1y") {
 		t.Errorf("--reserved-discount should replace the built-in options:\n%s", out)
+	}
+	// One money format: no amount without its currency sign.
+	if bare := bareAmount.FindString(out); bare != "" {
+		t.Errorf("output has an amount without its currency sign, %q:\n%s", bare, out)
+	}
+}
+
+// TestCostRowsAroundTheClock: used around the clock, a reservation's used
+// hours are its held hours, so it has one row.
+func TestCostRowsAroundTheClock(t *testing.T) {
+	out := mustRun(t, "cost", "estimate", "--price-per-hour", "2", "--days", "10", "--reserved-discount", "40")
+	if got := tableRow(t, out, "reserved 40% off"); !reflect.DeepEqual(got, []string{"reserved 40% off", "$288.00", "240 h × $1.2000/h", "$1.2000", "40%", "breaks even at 60% utilisation"}) {
+		t.Errorf("reservation row %q", got)
+	}
+	if strings.Contains(out, "(24 h/day)") || strings.Contains(out, "(used hours)") {
+		t.Errorf("one reservation row expected at 100%% utilisation:\n%s", out)
 	}
 }
 
@@ -117,14 +143,14 @@ func TestCostEstimateJSON(t *testing.T) {
 func TestCostEstimateOffering(t *testing.T) {
 	// h100.8x lists at 8 × 2.49 = 19.92/h; around the clock for 30 days.
 	out := mustRun(t, "cost", "estimate", "--offering", "h100.8x", "--count", "2", "--spot-price", "7.5")
-	if got := tableRow(t, out, "on demand"); got[1] != "28,684.80" || got[2] != "19.92" {
+	if got := tableRow(t, out, "on demand"); got[1] != "$28,684.80" || got[2] != "1440 h × $19.9200/h" || got[3] != "$19.9200" {
 		t.Errorf("on demand row %q", got)
 	}
-	if got := tableRow(t, out, "reserved 3y all upfront"); got[1] != "12,908.16" || got[3] != "55%" ||
-		got[4] != "breaks even at 45% utilisation; the term commits 1095 days" {
+	if got := tableRow(t, out, "reserved 3y all upfront"); got[1] != "$12,908.16" || got[4] != "55%" ||
+		got[5] != "breaks even at 45% utilisation; the term commits 1095 days" {
 		t.Errorf("3y row %q", got)
 	}
-	for _, s := range []string{"2 h100.8x at 19.92/h on demand, 24 h/day for 30 days: 1440 instance-hours, 100% utilisation", "Offline estimate against the list price of h100.8x; spot at 7.50/h."} {
+	for _, s := range []string{"2 h100.8x at $19.9200/h on demand, 24 h/day for 30 days: 1440 of 1440 instance-hours used (100% utilisation)", "Offline estimate against the list price of h100.8x; spot at $7.5000/h."} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
@@ -136,7 +162,7 @@ func TestCostEstimateOffering(t *testing.T) {
 
 func TestCostEstimateSpotDiscountZero(t *testing.T) {
 	out := mustRun(t, "cost", "estimate", "--price-per-hour", "10", "--days", "1", "--spot-discount", "0", "--reclaim-rate", "0")
-	if got := tableRow(t, out, "spot"); got[1] != "240.00" || got[3] != "0%" {
+	if got := tableRow(t, out, "spot"); got[1] != "$240.00" || got[4] != "0%" {
 		t.Errorf("spot row %q", got)
 	}
 }
@@ -204,14 +230,6 @@ func TestCostEstimateHelp(t *testing.T) {
 	}
 }
 
-func TestCostThousands(t *testing.T) {
-	for in, want := range map[string]string{"0": "0.00", "999.999": "1,000.00", "4320": "4,320.00", "1234567.891": "1,234,567.89", "-4320.5": "-4,320.50", "12": "12.00"} {
-		if got := costThousands(money.MustParse(in)); got != want {
-			t.Errorf("%s: %q, want %q", in, got, want)
-		}
-	}
-}
-
 // newCostEnv is a billing server whose price book has l4.1x at 1.00/h in
 // every zone and 1.20/h in zone-b; pool l4.1x/zone-a at 0.35/h with 100
 // spot instance-hours and 3 reclaims in the last week (0.03 an hour), pool
@@ -273,15 +291,15 @@ func TestCostEstimateLive(t *testing.T) {
 	// rate: 720 h at 1.00; spot 720 h × 0.03 = 21.6 reclaims × (5 + 2) min
 	// = 2.52 h more, at 0.35: 252.88.
 	out := e.ok(tok, live...)
-	want := "Live from " + e.url + ", pool l4.1x/zone-a: on-demand 1.00/h, spot 0.35/h, 0.03 reclaims per instance-hour over 7 days."
+	want := "Live from " + e.url + ", pool l4.1x/zone-a: on-demand $1.0000/h, spot $0.3500/h, 0.03 reclaims per instance-hour over 7 days."
 	if head := costLines(t, out); !strings.Contains(head, want) || strings.Contains(head, "ffline") ||
-		!strings.HasPrefix(head, "1 l4.1x at 1.00/h on demand, 24 h/day for 30 days") {
+		!strings.HasPrefix(head, "1 l4.1x at $1.0000/h on demand, 24 h/day for 30 days") {
 		t.Errorf("header:\n%s\nwant the line %q", head, want)
 	}
-	if got := tableRow(t, out, "on demand"); got[1] != "720.00" {
+	if got := tableRow(t, out, "on demand"); got[1] != "$720.00" {
 		t.Errorf("on demand row %q", got)
 	}
-	if got := tableRow(t, out, "spot"); got[1] != "252.88" || !strings.Contains(got[4], "21.6 expected reclaims") {
+	if got := tableRow(t, out, "spot"); got[1] != "$252.88" || !strings.Contains(got[5], "21.6 expected reclaims") {
 		t.Errorf("spot row %q", got)
 	}
 
@@ -315,13 +333,13 @@ func TestCostEstimateLive(t *testing.T) {
 	// --reclaim-rate default; a zone without a pool keeps the spot
 	// discount's default too.
 	out = e.ok(tok, "cost", "estimate", "--offering", "l4.1x", "--zone", "zone-b")
-	want = "Live from " + e.url + ", pool l4.1x/zone-b: on-demand 1.20/h, spot 0.50/h, 0.05 reclaims per instance-hour" +
+	want = "Live from " + e.url + ", pool l4.1x/zone-b: on-demand $1.2000/h, spot $0.5000/h, 0.05 reclaims per instance-hour" +
 		" (the --reclaim-rate default: no spot usage in the pool over 7 days)."
 	if head := costLines(t, out); !strings.Contains(head, want) {
 		t.Errorf("zone-b header:\n%s\nwant %q", head, want)
 	}
 	out = e.ok(tok, "cost", "estimate", "--offering", "l4.1x", "--zone", "zone-c")
-	want = "Live from " + e.url + ", pool l4.1x/zone-c: on-demand 1.00/h, spot 0.40/h (the --spot-discount default: the pool has no spot price yet)," +
+	want = "Live from " + e.url + ", pool l4.1x/zone-c: on-demand $1.0000/h, spot $0.4000/h (the --spot-discount default: the pool has no spot price yet)," +
 		" 0.05 reclaims per instance-hour (the --reclaim-rate default: no spot usage in the pool over 7 days)."
 	if head := costLines(t, out); !strings.Contains(head, want) {
 		t.Errorf("zone-c header:\n%s\nwant %q", head, want)
@@ -329,16 +347,16 @@ func TestCostEstimateLive(t *testing.T) {
 
 	// Explicit flags win over the live numbers.
 	out = e.ok(tok, append(live, "--spot-price", "0.30", "--reclaim-rate", "0.2")...)
-	want = "on-demand 1.00/h, spot 0.30/h (--spot-price), 0.2 reclaims per instance-hour (--reclaim-rate)."
+	want = "on-demand $1.0000/h, spot $0.3000/h (--spot-price), 0.2 reclaims per instance-hour (--reclaim-rate)."
 	if head := costLines(t, out); !strings.Contains(head, want) {
 		t.Errorf("explicit flags:\n%s\nwant %q", head, want)
 	}
 	out = e.ok(tok, append(live, "--spot-discount", "50")...)
-	want = "on-demand 1.00/h, spot 0.50/h (--spot-discount), 0.03 reclaims per instance-hour over 7 days."
+	want = "on-demand $1.0000/h, spot $0.5000/h (--spot-discount), 0.03 reclaims per instance-hour over 7 days."
 	if head := costLines(t, out); !strings.Contains(head, want) {
 		t.Errorf("--spot-discount:\n%s\nwant %q", head, want)
 	}
-	if got := tableRow(t, out, "spot"); got[2] != "0.50" && !strings.HasPrefix(got[2], "0.50") {
+	if got := tableRow(t, out, "spot"); !strings.HasSuffix(got[2], " × $0.5000/h") {
 		t.Errorf("spot row with --spot-discount 50 %q", got)
 	}
 
@@ -355,11 +373,11 @@ func TestCostEstimateOfflineFallback(t *testing.T) {
 	e, tok, _ := newCostEnv(t)
 	args := []string{"cost", "estimate", "--offering", "l4.1x", "--zone", "zone-a"}
 	// l4.1x lists at 0.49/h.
-	offline := "Offline estimate against the list price of l4.1x; spot at 0.20/h."
+	offline := "Offline estimate against the list price of l4.1x; spot at $0.1960/h."
 	check := func(desc, out, reason string) {
 		t.Helper()
 		head := costLines(t, out)
-		if !strings.Contains(head, "1 l4.1x at 0.49/h on demand") || !strings.Contains(head, offline) ||
+		if !strings.Contains(head, "1 l4.1x at $0.4900/h on demand") || !strings.Contains(head, offline) ||
 			strings.Contains(head, "Live") || !strings.Contains(head, reason) {
 			t.Errorf("%s:\n%s\nwant offline, saying %q", desc, head, reason)
 		}
@@ -422,10 +440,10 @@ func TestSpotPoolsReclaimColumn(t *testing.T) {
 	if got := tableRow(t, out, "POOL"); !reflect.DeepEqual(got, []string{"POOL", "SPOT", "ON-DEMAND", "SAVING", "RECLAIMS/H", "SINCE"}) {
 		t.Errorf("header %q", got)
 	}
-	if got := tableRow(t, out, "l4.1x/zone-a"); got[1] != "0.35/h" || got[2] != "1.00/h" || got[3] != "65%" || got[4] != "0.03" {
+	if got := tableRow(t, out, "l4.1x/zone-a"); got[1] != "$0.3500/h" || got[2] != "$1.0000/h" || got[3] != "65%" || got[4] != "0.03" {
 		t.Errorf("zone-a row %q", got)
 	}
-	if got := tableRow(t, out, "l4.1x/zone-b"); got[2] != "1.20/h" || got[4] != "-" {
+	if got := tableRow(t, out, "l4.1x/zone-b"); got[2] != "$1.2000/h" || got[4] != "-" {
 		t.Errorf("zone-b row %q", got)
 	}
 	// Over two days: one reclaim in 48 spot instance-hours.

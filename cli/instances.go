@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -102,6 +104,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			req.Command = args
+			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
 			if key == "" {
 				key = newUUID()
 			}
@@ -264,14 +267,71 @@ func printInstances(w io.Writer, format string, ins ...*cloud.Instance) error {
 		header = append([]string{"TENANT"}, header...)
 	}
 	rows := [][]string{header}
+	now := clockNow()
 	for _, in := range ins {
-		row := []string{in.ID, dash(in.Name), in.Offering, string(in.State), dash(in.HostID), ago(in.CreatedAt), dash(clip(in.Reason, 60))}
+		// The reason is the last column and is never cut: a pending
+		// instance's reason is the whole answer to "why is it waiting?".
+		row := []string{in.ID, dash(in.Name), in.Offering, stateText(in, now), dash(in.HostID), ago(in.CreatedAt), dash(oneLineText(in.Reason))}
 		if tenants {
 			row = append([]string{in.TenantID}, row...)
 		}
 		rows = append(rows, row)
 	}
 	return writeTable(w, rows)
+}
+
+// stateText is an instance's state for a table, with the notice it is
+// under: "running (reclaim in 1m32s)", "running (scale-in in 30s)".
+func stateText(in *cloud.Instance, now time.Time) string {
+	if n := instanceNotice(in, now); n != "" {
+		return string(in.State) + " (" + n + ")"
+	}
+	return string(in.State)
+}
+
+// instanceNotice says, for an instance whose workload still runs, what notice
+// it is under and how long is left: "reclaim in 1m32s" (a spot reclaim),
+// "scale-in in 30s" (its group's notice), "reclaim due" once the deadline
+// has passed, "rebalance recommended"; "" for none.
+func instanceNotice(in *cloud.Instance, now time.Time) string {
+	it := in.Interruption
+	if it == nil || finished(in.State) || in.State == cloud.Terminating || in.State == cloud.Stopping {
+		return ""
+	}
+	if it.Action == "" {
+		return "rebalance recommended"
+	}
+	what := "reclaim"
+	if cloud.IsGroupNotice(it.Reason) {
+		what = "scale-in"
+	}
+	if left := it.Deadline.Sub(now); left > 0 {
+		return what + " in " + shortDuration(left)
+	}
+	return what + " due"
+}
+
+// shortDuration renders a duration rounded up to the second without zero
+// parts: "1m32s", "2m", "45s", "1h5m".
+func shortDuration(d time.Duration) string {
+	secs := int64((d + time.Second - 1) / time.Second)
+	h, m, sec := secs/3600, secs%3600/60, secs%60
+	var b strings.Builder
+	if h > 0 {
+		fmt.Fprintf(&b, "%dh", h)
+	}
+	if m > 0 {
+		fmt.Fprintf(&b, "%dm", m)
+	}
+	if sec > 0 || b.Len() == 0 {
+		fmt.Fprintf(&b, "%ds", sec)
+	}
+	return b.String()
+}
+
+// oneLineText keeps a free-text value on one table row.
+func oneLineText(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 func newInstancesDescribeCommand(s *session) *cobra.Command {
@@ -343,11 +403,17 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 		market += " (request " + in.SpotRequestID + ")"
 	}
 	add("Market", market)
-	add("State", string(in.State))
+	now := clockNow()
+	add("State", stateText(in, now))
 	add("Reason", dash(in.Reason))
 	if it := in.Interruption; it != nil {
 		if it.Action != "" {
-			add("Interruption", fmt.Sprintf("%s at %s (%s), noticed %s", it.Action, stamp(it.Deadline), it.Reason, stamp(it.NoticedAt)))
+			why := it.Reason
+			if it.For != "" {
+				why += " for " + it.For
+			}
+			add("Interruption", fmt.Sprintf("%s at %s (%s; %s), noticed %s", it.Action, it.Deadline.UTC().Format(time.RFC3339),
+				relative(it.Deadline, now), why, stamp(it.NoticedAt)))
 		} else {
 			add("Interruption", "rebalance recommended "+stamp(it.NoticedAt))
 		}
@@ -373,12 +439,20 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	}
 	if p := in.Placement; p != nil && len(p.Devices) > 0 {
 		fmt.Fprintln(w, "Devices:")
-		rows := [][]string{{"  GPU", "UUID", "KIND", "DETAIL"}}
+		rows := [][]string{{"  GPU", "GPU UUID", "KIND", "DETAIL"}}
+		mig := false
 		for _, d := range p.Devices {
 			rows = append(rows, []string{"  " + strconv.Itoa(d.GPU), dash(d.UUID), string(d.Kind), deviceDetail(d)})
+			mig = mig || d.Kind == fleet.MIGSlice
 		}
 		if err := writeTable(w, rows); err != nil {
 			return err
+		}
+		if mig {
+			// The server records the parent GPU of a MIG slice; the slice's
+			// own MIG-... UUID is known only to the host's agent.
+			fmt.Fprintln(w, "  A MIG slice is listed by its parent GPU's UUID; the workload sees the slice's own\n"+
+				"  MIG-... UUID in CUDA_VISIBLE_DEVICES (the server does not record it).")
 		}
 	}
 	if len(evs) == 0 {
@@ -387,6 +461,36 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	}
 	fmt.Fprintln(w, "Events:")
 	return writeEvents(w, evs, "  ")
+}
+
+// warnRelativeCommand notes on stderr that a workload's program given as
+// a relative path ("./train", "bin/train") is looked up in the instance's
+// working directory on its host (the first volume, else a directory of
+// the instance's own), not in the directory this command runs in; and
+// when the file exists here, which absolute path to give instead.
+func warnRelativeCommand(stderr io.Writer, command []string) {
+	if len(command) == 0 {
+		return
+	}
+	prog := command[0]
+	if !strings.Contains(prog, "/") || filepath.IsAbs(prog) {
+		return
+	}
+	msg := fmt.Sprintf("note: %s is relative to the instance's working directory on its host (its first volume, else a directory of its own), not to this directory", prog)
+	if abs, err := filepath.Abs(prog); err == nil {
+		if fi, err := os.Stat(abs); err == nil && fi.Mode().IsRegular() {
+			msg += "; to run this file, give " + abs
+		}
+	}
+	fmt.Fprintln(stderr, msg)
+}
+
+// relative says how far t is from now: "in 1m32s", "45s ago".
+func relative(t, now time.Time) string {
+	if d := t.Sub(now); d > 0 {
+		return "in " + shortDuration(d)
+	}
+	return shortDuration(now.Sub(t)) + " ago"
 }
 
 // allocationSummary says what a placement holds: "2 GPUs, 52 vCPUs, 512 GiB".
@@ -406,7 +510,8 @@ func allocationSummary(p *fleet.Placement) string {
 func deviceDetail(d fleet.Device) string {
 	switch d.Kind {
 	case fleet.MIGSlice:
-		s := fmt.Sprintf("%s (profile %d, memory slots %d-%d, %d compute slices)", d.MIGProfile, d.MIGProfileID,
+		// The row's GPU and GPU UUID columns name the parent GPU.
+		s := fmt.Sprintf("MIG %s on GPU %d (profile %d, memory slots %d-%d, %d compute slices)", d.MIGProfile, d.GPU, d.MIGProfileID,
 			d.MIGStart, d.MIGStart+d.MIGSlots-1, d.MIGSlices)
 		if d.EnableMIG {
 			s += ", enables MIG"

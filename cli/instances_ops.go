@@ -323,6 +323,28 @@ func finished(st cloud.State) bool {
 	return st == cloud.Stopped || st == cloud.Failed || st == cloud.Terminated || st == cloud.Lost
 }
 
+// notStarted reports whether an instance in state st has not started its
+// workload (yet, or again after a stop).
+func notStarted(st cloud.State) bool {
+	return st == cloud.Pending || st == cloud.Scheduled || st == cloud.Starting
+}
+
+// noOutputNote explains why an instance has no output, when its state
+// does: it has not started yet, or it failed (the reason says why, often
+// before its workload could write anything). "" when there is nothing to
+// explain: a running workload that has not written anything yet.
+func noOutputNote(in *cloud.Instance, follow bool) string {
+	switch {
+	case notStarted(in.State) && follow:
+		return fmt.Sprintf("%s has not started yet (%s%s); waiting for its output", in.ID, in.State, withReason(in))
+	case notStarted(in.State):
+		return fmt.Sprintf("%s has not started yet (%s%s), so it has no output", in.ID, in.State, withReason(in))
+	case in.State == cloud.Failed || in.State == cloud.Lost:
+		return fmt.Sprintf("%s wrote no output; it is %s%s", in.ID, in.State, withReason(in))
+	}
+	return ""
+}
+
 func newInstancesLogsCommand(s *session) *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
@@ -330,7 +352,10 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 		Short: "Print an instance's output",
 		Long: "Print what an instance's workload wrote to stdout and stderr, as its agent\n" +
 			"reported it. With --follow, keep printing new output until the instance stops,\n" +
-			"fails or is terminated (or Ctrl-C).",
+			"fails or is terminated (or Ctrl-C).\n\n" +
+			"An instance that has not started yet has no output: a one-line note on stderr\n" +
+			"says so (and its state), and the exit status is 0, as for any instance whose\n" +
+			"workload has written nothing yet.",
 		Example: "  gpucloud instances logs i-0123456789abcdef\n  gpucloud instances logs i-0123456789abcdef --follow",
 		Args:    exactArgs(1, "one instance ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -358,7 +383,7 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 // dropped to keep its log under its cap is noted on stderr.
 func (c *conn) copyLogs(ctx context.Context, w, stderr io.Writer, id string, follow bool) error {
 	var offset int64
-	last := false
+	last, noted := false, false
 	for {
 		ch, err := c.InstanceLogs(ctx, id, offset)
 		if err != nil {
@@ -380,6 +405,21 @@ func (c *conn) copyLogs(ctx context.Context, w, stderr io.Writer, id string, fol
 		offset = max(offset, ch.Offset)
 		if ch.Data != "" && moved {
 			continue
+		}
+		if offset == 0 && !noted {
+			// No output at all: say why, when the state explains it, on
+			// stderr so that what goes to stdout is still only the output.
+			noted = true
+			in, err := c.GetInstance(ctx, id)
+			if err != nil {
+				return c.explain(err)
+			}
+			if n := noOutputNote(in, follow); n != "" {
+				fmt.Fprintln(stderr, n)
+			}
+			if !follow {
+				return nil
+			}
 		}
 		if !follow || last {
 			return nil

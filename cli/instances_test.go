@@ -64,7 +64,7 @@ func TestInstancesLifecycle(t *testing.T) {
 	})
 	out = e.ok(tok, "instances", "describe", in.ID)
 	for _, s := range []string{"ID:", in.ID, "State:", "running", "Command:", "python train.py --epochs 3", "Env:", "A=1, B=x=y",
-		"Host:", "h100-a", "Allocation:", "1 device, 10 vCPUs, 103 GiB", "Devices:", "GPU-h100-a-3", "3g.40gb (profile 9, memory slots 4-7, 3 compute slices)",
+		"Host:", "h100-a", "Allocation:", "1 device, 10 vCPUs, 103 GiB", "Devices:", "GPU-h100-a-3", "MIG 3g.40gb on GPU 3 (profile 9, memory slots 4-7, 3 compute slices)", "the workload sees the slice's own",
 		"Events:", "instance.created", "created with offering h100.mig.3g.40gb"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe lacks %q:\n%s", s, out)

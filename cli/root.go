@@ -109,7 +109,53 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newGroupCommands(root)...)
 	root.AddCommand(newBillingCommands(root)...)
 	root.AddCommand(newCostCommand())
+	root.AddCommand(newAdviseCommand())
+	// --server and --token are root's persistent flags, so that they may
+	// come before the command (gpucloud --server URL instances list); the
+	// commands that never talk to a server neither list nor accept them.
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "up", "server", "sim", "catalog", "version":
+			offServer(c, "server", "token")
+		case "agent":
+			// The agent's --server is where it joins; it has no token.
+			offServer(c, "token")
+		}
+	}
 	return root
+}
+
+// offServer hides root's connection flags named in flags from the help of
+// cmd and its subcommands, which do not use them, and makes giving one a
+// usage error rather than silently ignoring it.
+func offServer(cmd *cobra.Command, flags ...string) {
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		for _, name := range flags {
+			if f := c.Root().PersistentFlags().Lookup(name); f != nil && !f.Hidden {
+				f.Hidden = true
+				defer func() { f.Hidden = false }()
+			}
+		}
+		help(c, args)
+	})
+	var guard func(c *cobra.Command)
+	guard = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(c *cobra.Command, args []string) error {
+				for _, name := range flags {
+					if f := c.Root().PersistentFlags().Lookup(name); f != nil && f.Changed {
+						return usagef(c, "%s does not use --%s: it talks to no gpucloud server", c.CommandPath(), name)
+					}
+				}
+				return run(c, args)
+			}
+		}
+		for _, sub := range c.Commands() {
+			guard(sub)
+		}
+	}
+	guard(cmd)
 }
 
 // noArgs rejects positional arguments as a usage error.

@@ -96,7 +96,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 				}
 				rows := [][]string{{"TIME", "POOL", "PRICE"}}
 				for _, p := range ps {
-					rows = append(rows, []string{p.Time.UTC().Format(time.RFC3339), p.Pool.String(), p.Price.String() + "/h"})
+					rows = append(rows, []string{p.Time.UTC().Format(time.RFC3339), p.Pool.String(), formatPrice(p.Price) + "/h"})
 				}
 				return writeTable(w, rows)
 			})
@@ -154,7 +154,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 				for _, p := range ps {
 					od, saving := "-", "-"
 					if p.OnDemand != nil {
-						od = p.OnDemand.String() + "/h"
+						od = formatPrice(*p.OnDemand) + "/h"
 						if *p.OnDemand > 0 {
 							if bp, err := money.MulDiv(*p.OnDemand-p.Price, 10_000, int64(*p.OnDemand)); err == nil {
 								saving = basisPoints(int64(bp))
@@ -165,7 +165,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 					if p.SpotSeconds > 0 {
 						rate = reclaimsPerHour(p.ReclaimRateBP)
 					}
-					rows = append(rows, []string{p.Pool.String(), p.Price.String() + "/h", od, saving, rate, ago(p.Time)})
+					rows = append(rows, []string{p.Pool.String(), formatPrice(p.Price) + "/h", od, saving, rate, ago(p.Time)})
 				}
 				return writeTable(w, rows)
 			})
@@ -200,6 +200,14 @@ func reclaimsPerHour(bp int64) string {
 
 // printSpotRequests prints spot requests as a table or as JSON or YAML.
 func printSpotRequests(w io.Writer, format string, one bool, rs ...*cloud.SpotRequest) error {
+	return printSpotRequestsOf(w, format, one, nil, rs...)
+}
+
+// printSpotRequestsOf is printSpotRequests with the requests' current
+// instances (by ID; nil or missing: unknown), whose reclaim notice shows
+// in the STATE column ("active (reclaim in 1m32s)") and whose pending
+// reason completes the request's.
+func printSpotRequestsOf(w io.Writer, format string, one bool, ins map[string]*cloud.Instance, rs ...*cloud.SpotRequest) error {
 	if format != "table" {
 		if one {
 			return writeData(w, format, rs[0])
@@ -214,20 +222,52 @@ func printSpotRequests(w io.Writer, format string, one bool, rs ...*cloud.SpotRe
 	for _, r := range rs {
 		tenants = tenants || r.TenantID != rs[0].TenantID
 	}
-	header := []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE"}
+	header := []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"}
 	if tenants {
 		header = append([]string{"TENANT"}, header...)
 	}
 	rows := [][]string{header}
+	now := clockNow()
 	for _, r := range rs {
-		row := []string{r.ID, dash(r.Name), string(r.Type), string(r.State), poolList(r.Pools), maxPriceText(r.MaxPrice),
-			dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt)}
+		state, reason := string(r.State), r.Reason
+		if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
+			if n := instanceNotice(in, now); n != "" {
+				state += " (" + n + ")"
+			}
+			if in.State == cloud.Pending && in.Reason != "" && !strings.Contains(reason, in.Reason) {
+				reason = strings.TrimSuffix(cmpOrDash(reason, "pending"), ".") + ": " + in.Reason
+			}
+		}
+		// The reason is last and never cut.
+		row := []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
+			dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
 		if tenants {
 			row = append([]string{r.TenantID}, row...)
 		}
 		rows = append(rows, row)
 	}
 	return writeTable(w, rows)
+}
+
+// liveSpotInstances reads the spot instances of a tenant ("" for every
+// one the caller sees) that may still be under a notice or waiting, by ID.
+func (c *conn) liveSpotInstances(ctx context.Context, tenant string) (map[string]*cloud.Instance, error) {
+	o := client.ListInstancesOptions{Tenant: tenant, Market: cloud.MarketSpot, Limit: 1000,
+		States: []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running}}
+	out := map[string]*cloud.Instance{}
+	for {
+		page, err := c.ListInstances(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range page.Instances {
+			out[in.ID] = in
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		o.After = page.Next
+	}
 }
 
 // poolList renders pools as "h100.1x/a, l40s.1x/*" (* is any zone).
@@ -243,7 +283,7 @@ func maxPriceText(m money.Micros) string {
 	if m == 0 {
 		return "on-demand"
 	}
-	return m.String() + "/h"
+	return formatPrice(m) + "/h"
 }
 
 func newSpotRequestsCreateCommand(s *session) *cobra.Command {
@@ -310,6 +350,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			req.Command = args
+			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
 			if key == "" {
 				key = newUUID()
 			}
@@ -383,7 +424,15 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 				if rs == nil {
 					rs = []*cloud.SpotRequest{}
 				}
-				return printSpotRequests(cmd.OutOrStdout(), out.format, false, rs...)
+				var ins map[string]*cloud.Instance
+				if out.table() && len(rs) > 0 {
+					// Without the instances the table still lists the
+					// requests, only without their notices.
+					if ins, err = c.liveSpotInstances(ctx, t); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot read the requests' instances, so reclaim notices are not shown: %v\n", c.explain(err))
+					}
+				}
+				return printSpotRequestsOf(cmd.OutOrStdout(), out.format, false, ins, rs...)
 			})
 		},
 	}
@@ -424,7 +473,14 @@ func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
 				add("Pools", poolList(r.Pools))
 				add("Max price", maxPriceText(r.MaxPrice))
 				add("Interruption", r.Interruption)
-				add("Instance", dash(r.InstanceID))
+				inst := dash(r.InstanceID)
+				if r.InstanceID != "" {
+					// The instance's state and notice, when it can be read.
+					if in, err := c.GetInstance(ctx, r.InstanceID); err == nil {
+						inst += ": " + stateText(in, clockNow())
+					}
+				}
+				add("Instance", inst)
 				add("Launches", strconv.Itoa(r.Launches))
 				add("Command", dash(shellJoin(r.Command)))
 				add("Env", dash(joinMap(r.Env)))

@@ -2,14 +2,18 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,7 +98,10 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			"4 of 2x L40S; or --fleet FILE) and an agent for every host. If this machine has\n" +
 			"NVIDIA GPUs and NVML works, they join as a real host too (MIG layouts untouched).\n\n" +
 			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
-			"the other commands work right away, and shuts down cleanly on Ctrl-C.",
+			"the other commands work right away, and shuts down cleanly on Ctrl-C (or\n" +
+			"SIGTERM), exiting 0. To run a second cloud beside it, give it another --listen\n" +
+			"port and --data-dir. --spot-notice shortens the two-minute notice a reclaimed\n" +
+			"spot instance gets, to watch reclaims without waiting.",
 		Example: "  gpucloud up\n" +
 			"  gpucloud instances create --offering h100.mig.3g.40gb --wait -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 3600'",
 		Args: noArgs,
@@ -119,6 +126,9 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			s, err := serve.Start(ctx, cfg)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return addressInUse(listen)
+			}
 			if err != nil {
 				return err
 			}
@@ -157,6 +167,31 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 					}
 				}
 			}
+			// One listener serves the GPU metrics of every host's agent. It
+			// is opened before the agents run, so that a failure to open it
+			// leaves no agent polling a server that has gone.
+			agentMetrics := ""
+			if metricsListen != "" {
+				cs := make([]prometheus.Collector, len(hosts))
+				for i, h := range hosts {
+					cs[i] = exporter.New(exporter.Config{Driver: h.drv, Hostname: h.id, Assignments: h.ag.Assignments, Workloads: h.rt, Log: log})
+				}
+				h := exporter.HandlerOf(log, cs...)
+				ms, err := exporter.Listen(metricsListen, h)
+				if errors.Is(err, syscall.EADDRINUSE) && !cmd.Flags().Changed("agent-metrics-listen") {
+					// The default port is taken (another `gpucloud up`, or a
+					// DCGM exporter): any free port does, and is printed below.
+					ms, err = exporter.Listen("127.0.0.1:0", h)
+				}
+				if errors.Is(err, syscall.EADDRINUSE) {
+					return fmt.Errorf("--agent-metrics-listen %s: the address is in use; give another, or \"\" to serve no agent metrics", metricsListen)
+				}
+				if err != nil {
+					return fmt.Errorf("--agent-metrics-listen: %w", err)
+				}
+				go func() { _ = ms.Serve(ctx) }()
+				agentMetrics = "http://" + ms.Addr() + "/metrics"
+			}
 			var wg sync.WaitGroup
 			for _, h := range hosts {
 				wg.Add(1)
@@ -166,20 +201,6 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 						log.Error("agent stopped", "host", h.id, "err", err)
 					}
 				}(h)
-			}
-			// One listener serves the GPU metrics of every host's agent.
-			agentMetrics := ""
-			if metricsListen != "" {
-				cs := make([]prometheus.Collector, len(hosts))
-				for i, h := range hosts {
-					cs[i] = exporter.New(exporter.Config{Driver: h.drv, Hostname: h.id, Assignments: h.ag.Assignments, Log: log})
-				}
-				ms, err := exporter.Listen(metricsListen, exporter.HandlerOf(log, cs...))
-				if err != nil {
-					return fmt.Errorf("--agent-metrics-listen: %w", err)
-				}
-				go func() { _ = ms.Serve(ctx) }()
-				agentMetrics = "http://" + ms.Addr() + "/metrics"
 			}
 			cfgPath := ConfigPath()
 			if cfgPath != "" {
@@ -229,6 +250,53 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.StringVar(&metricsListen, "agent-metrics-listen", "127.0.0.1:9400", `where the agents serve their GPU metrics for Prometheus ("" turns it off)`)
 	return cmd
+}
+
+// addressInUse explains why `up` cannot listen on addr: a gpucloud server
+// answers there (most likely another `gpucloud up`), or another program
+// holds the port; and how to run this one elsewhere.
+func addressInUse(addr string) error {
+	url := "http://" + probeAddr(addr)
+	who := "another program is listening there"
+	if isGPUCloud(url) {
+		who = "a gpucloud server is already running there (" + url + "), probably another `gpucloud up`: " +
+			"use it (the CLI configuration `gpucloud up` wrote points at it; try `gpucloud hosts list`), or stop it with Ctrl-C"
+	}
+	return fmt.Errorf("cannot listen on %s: %s. To run another cloud next to it, give it another port and data directory: "+
+		"gpucloud up --listen 127.0.0.1:7879 --data-dir DIR (--listen 127.0.0.1:0 picks a free port)", addr, who)
+}
+
+// probeAddr is where to reach a listen address from this machine: its
+// port on loopback when it listens on every interface.
+func probeAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// isGPUCloud reports whether a gpucloud server answers at url: its
+// OpenAPI document, which needs no token, names it.
+func isGPUCloud(url string) bool {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get(url + "/v1/openapi.json")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Info struct {
+			Title string `json:"title"`
+		} `json:"info"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<22)).Decode(&doc) != nil {
+		return false
+	}
+	return strings.HasPrefix(doc.Info.Title, "gpucloud")
 }
 
 // adminToken keeps the admin token of a data directory: the first start

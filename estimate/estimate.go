@@ -296,7 +296,9 @@ func Compare(w Workload) (*Comparison, error) {
 			HeldTotal: heldTotal, HeldSavingsBP: savings(heldTotal), BreakEvenBP: 10_000 - o.bp, TermDays: o.term}
 		r.Note = fmt.Sprintf("breaks even at %s utilisation", percent(r.BreakEvenBP))
 		if w.SecondsPerDay < 86400 {
-			r.Note = fmt.Sprintf("held 24 h/day: %s; %s", heldTotal.Cents(), r.Note)
+			// Total and HeldTotal assume different things; the note says
+			// which is which, so that they do not read as a contradiction.
+			r.Note = fmt.Sprintf("total counts the used hours only; held 24 h/day, as a commitment is billed: %s; %s", heldTotal.Cents(), r.Note)
 		}
 		if o.term > w.Days {
 			r.Note += fmt.Sprintf("; the term commits %d days", o.term)
@@ -411,3 +413,6 @@ func Percent(bp int64) string { return percent(bp) }
 
 // Hours prints seconds as hours, to four decimals at most: 7560 → "2.1".
 func Hours(seconds int64) string { return hours(seconds) }
+
+// Milli prints thousandths as a decimal number: 18000 → "18", 2500 → "2.5".
+func Milli(m int64) string { return milli(m) }

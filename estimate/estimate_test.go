@@ -52,7 +52,7 @@ func TestArticleExample(t *testing.T) {
 	if r.HeldTotal != money.MustParse("6480") || r.HeldSavingsBP != -5000 || r.BreakEvenBP != 7500 || r.Kind != KindReservation {
 		t.Errorf("reserved held %+v", r)
 	}
-	if want := "held 24 h/day: 6480.00; breaks even at 75% utilisation"; r.Note != want {
+	if want := "total counts the used hours only; held 24 h/day, as a commitment is billed: 6480.00; breaks even at 75% utilisation"; r.Note != want {
 		t.Errorf("note %q, want %q", r.Note, want)
 	}
 	// Retainer: 10% of $12 for 720 h = $864, plus 360 h at $8.40 = $3,024.

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runMainEnv makes the test binary run main() instead of the tests, so
+// that a test can start gpucloud as a process exactly as the built binary
+// runs: main's exit code, signals and all.
+const runMainEnv = "GPUCLOUD_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// startUp starts `gpucloud up` as a process on a free port with its own
+// data directory and CLI configuration, and returns it once it says it is
+// up, with what it printed so far and a function that waits for it to
+// exit and returns its error (nil: exit status 0) and the rest of its
+// output.
+// flags are the flags besides the port, the data directory and
+// --no-nvml (noMetrics: serve no agent metrics).
+func startUp(t *testing.T, flags ...string) (cmd *exec.Cmd, first string, wait func() (error, string)) {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"up", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--no-nvml", "--agent-interval", "100ms"}
+	cmd = exec.Command(os.Args[0], append(args, flags...)...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+filepath.Join(dir, "config.yaml"))
+	// Through an io.Pipe, Wait returns only after every byte the process
+	// wrote has been handed over, so none of its last lines are lost.
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Once the process has exited (and Wait has copied all it wrote), the
+	// pipe closes, which ends the reader below.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		pw.Close()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var out strings.Builder
+	deadline := time.After(2 * time.Minute)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("gpucloud up exited before it was up:\n%s", out.String())
+			}
+			out.WriteString(l + "\n")
+			if strings.HasPrefix(l, "Press Ctrl-C") {
+				return cmd, out.String(), func() (error, string) {
+					var b strings.Builder
+					for l := range lines {
+						b.WriteString(l + "\n")
+					}
+					<-exited
+					return waitErr, b.String()
+				}
+			}
+		case <-deadline:
+			t.Fatalf("gpucloud up is not up after 2 minutes:\n%s", out.String())
+		}
+	}
+}
+
+// noMetrics are the flags of an `up` that serves no agent metrics.
+var noMetrics = []string{"--agent-metrics-listen", ""}
+
+// TestUpExitsZeroOnSignal: Ctrl-C (SIGINT) or a service manager's SIGTERM
+// stops `gpucloud up` cleanly, and the process exits 0.
+func TestUpExitsZeroOnSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cloud")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd, out, wait := startUp(t, noMetrics...)
+			if !strings.Contains(out, "gpucloud is up: http://127.0.0.1:") {
+				t.Fatalf("output:\n%s", out)
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				err  error
+				rest string
+			}
+			done := make(chan result, 1)
+			go func() {
+				err, rest := wait()
+				done <- result{err, rest}
+			}()
+			select {
+			case r := <-done:
+				if r.err != nil {
+					t.Fatalf("gpucloud up after %s: %v, want exit status 0", sig, r.err)
+				}
+				if !strings.Contains(r.rest, "gpucloud stopped") {
+					t.Errorf("output after %s: %q, want the clean shutdown's \"gpucloud stopped\"", sig, r.rest)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("gpucloud up still running 30s after %s", sig)
+			}
+		})
+	}
+}
+
+// TestUpAgentMetricsPortTaken: when the default agent metrics port is
+// taken (another `gpucloud up`), `up` serves them on a free port instead
+// and says where.
+func TestUpAgentMetricsPortTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cloud")
+	}
+	// Hold the default port unless someone else already does.
+	if ln, err := net.Listen("tcp", "127.0.0.1:9400"); err == nil {
+		defer ln.Close()
+	}
+	// Without the flag: its default, 127.0.0.1:9400.
+	cmd, out, wait := startUp(t)
+	m := regexp.MustCompile(`agent metrics: http://127\.0\.0\.1:(\d+)/metrics`).FindStringSubmatch(out)
+	if m == nil || m[1] == "9400" {
+		t.Errorf("agent metrics not moved off the taken port:\n%s", out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err, _ := wait(); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+}
