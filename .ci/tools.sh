@@ -19,3 +19,10 @@ gpucloud_need_tool promtool prometheus
 # Chromium (Debian's chromium package) runs the web console's browser tests
 # (e2e/console_test.go); they fail in CI without it.
 gpucloud_need_tool chromium chromium
+# The container runtime's tests (agent/runtime/containerd) start a private
+# containerd with runc, run tini-static as each container's init, and build
+# their images from busybox-static; they fail in CI without them.
+gpucloud_need_tool containerd containerd
+gpucloud_need_tool runc runc
+gpucloud_need_tool tini-static tini
+gpucloud_need_tool busybox busybox-static

@@ -340,6 +340,11 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if err := share(pl, &spec); err != nil {
 		return err
 	}
+	// The limits and device nodes a container runtime enforces.
+	spec.CPUMilli, spec.MemoryMiB = pl.CPUMilli, pl.MemoryMiB
+	if err := a.deviceNodes(ctx, pl, &spec); err != nil {
+		return err
+	}
 	for _, dir := range []string{spec.WorkDir, filepath.Dir(spec.LogPath)} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return err
@@ -395,9 +400,42 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		return err
 	}
 	s.state, s.started = stateRunning, true
-	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning})
+	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices})
 	a.track(s.id, pl, devices)
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
+	return nil
+}
+
+// MIGNamer is implemented by GPU drivers that can name a MIG slice as
+// the driver's device nodes do (its GPU and compute instance IDs), which a
+// container runtime needs to give a workload its slice's nvidia-caps
+// nodes. The sim driver implements it; a driver without it gets MIG
+// workloads with their parent GPU's node only.
+type MIGNamer interface {
+	MIGIDs(ctx context.Context, gpu, start int) (gi, ci int, err error)
+}
+
+// deviceNodes fills the GPU indexes and MIG slices of a placement into
+// the spec: the device nodes a container runtime lets the workload open.
+func (a *Agent) deviceNodes(ctx context.Context, pl *fleet.Placement, spec *runtime.Spec) error {
+	namer, _ := a.cfg.Driver.(MIGNamer)
+	for _, d := range pl.Devices {
+		switch d.Kind {
+		case fleet.Whole, fleet.Share:
+			spec.GPUIndexes = append(spec.GPUIndexes, d.GPU)
+		case fleet.MIGSlice:
+			if namer == nil {
+				continue
+			}
+			dctx, cancel := a.driverCtx(ctx)
+			gi, ci, err := namer.MIGIDs(dctx, d.GPU, d.MIGStart)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("name the MIG instance at slot %d of gpu %d: %w", d.MIGStart, d.GPU, err)
+			}
+			spec.MIG = append(spec.MIG, runtime.MIGDevice{GPU: d.GPU, GI: gi, CI: ci})
+		}
+	}
 	return nil
 }
 

@@ -94,7 +94,14 @@ type StatusReport struct {
 	Phase    string `json:"phase"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// Devices, with the running report, are the device UUIDs the workload
+	// sees (CUDA_VISIBLE_DEVICES), in the placement's device order: a GPU's
+	// UUID, or a MIG slice's own MIG-... UUID, which only the host knows.
+	Devices []string `json:"devices,omitempty"`
 }
+
+// MaxDeviceUUID bounds one reported device UUID.
+const MaxDeviceUUID = 128
 
 // MetricsReport is what POST /v1/agent/metrics carries: utilization
 // samples of the instances the agent runs, one per instance per sampling

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 )
@@ -24,7 +27,7 @@ import (
 func newAgentCommand(stderr io.Writer) *cobra.Command {
 	var (
 		joinToken, credFile, driver, simHost, dir, volumeDir, logLevel string
-		metricsListen                                                  string
+		metricsListen, runtimeName, containerdSocket, defaultImage     string
 		manageMIG                                                      bool
 		interval, metricsInterval                                      time.Duration
 	)
@@ -38,11 +41,17 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
 			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
 			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.\n\n" +
+			"With --runtime containerd (run as root, with containerd and runc installed) each\n" +
+			"instance runs in a container of its own: its own namespaces, a non-root user, its\n" +
+			"CPU, memory and pids limits, only its volumes, and only its GPUs' device nodes\n" +
+			"(docs/RUNTIME.md). The default process runtime isolates nothing: it is for a\n" +
+			"single tenant.\n\n" +
 			"With --metrics-listen it serves the GPUs' metrics for Prometheus on /metrics, under\n" +
 			"the DCGM exporter's names and gpucloud_gpu_* names (docs/METRICS.md).",
 		Example: "  gpucloud agent --server http://10.0.0.5:7878 --join-token gpc_tk-..._... --driver nvml\n" +
 			"  gpucloud agent --server http://127.0.0.1:7878 --join-token $T --driver sim --sim-host h100.yaml\n" +
-			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400",
+			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400\n" +
+			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --runtime containerd",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			server, _ := cmd.Flags().GetString("server")
@@ -56,7 +65,11 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}
+			if runtimeName != "process" && runtimeName != "containerd" {
+				return usagef(cmd, "--runtime %q: want process or containerd", runtimeName)
+			}
 			var drv gpu.Driver
+			var simDevices *sim.Host
 			hostname, _ := os.Hostname()
 			switch driver {
 			case "sim":
@@ -67,7 +80,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				drv, manageMIG, hostname = h, true, h.ID()
+				drv, manageMIG, hostname, simDevices = h, true, h.ID(), h
 			case "nvml":
 				d, err := nvml.Open()
 				if err != nil {
@@ -105,7 +118,13 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			default:
 				return err
 			}
-			rt := process.New(filepath.Join(dir, "runtime"))
+			rt, err := newAgentRuntime(ctx, runtimeName, containerdSocket, defaultImage, dir, simDevices)
+			if err != nil {
+				return err
+			}
+			if runtimeName == "process" {
+				fmt.Fprintln(stderr, "warning: the process runtime does not isolate workloads from each other or from the agent: use --runtime containerd on a shared host")
+			}
 			md := metadata.New()
 			defer md.Close()
 			a := agent.New(agentapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
@@ -148,5 +167,43 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.DurationVar(&metricsInterval, "metrics-interval", agent.DefaultMetricsInterval, "how often instances' GPU and CPU utilization is sampled and reported (negative: never)")
 	f.StringVar(&metricsListen, "metrics-listen", "", `serve GPU metrics for Prometheus on http://ADDR/metrics, e.g. "127.0.0.1:9400" (default off)`)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
+	f.StringVar(&containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
+	f.StringVar(&defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
 	return cmd
+}
+
+// agentRuntime is what the agent command needs of a workload runtime.
+type agentRuntime interface {
+	runtime.Runtime
+	runtime.ResourceReader
+	StopAll(ctx context.Context) error
+}
+
+// newAgentRuntime opens the workload runtime the flags name. For the
+// containerd runtime on a simulated host, the sim driver's fake device
+// nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
+func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHost *sim.Host) (agentRuntime, error) {
+	if name == "process" {
+		return process.New(filepath.Join(dir, "runtime")), nil
+	}
+	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image}
+	if simHost != nil {
+		cfg.DevDir = filepath.Join(dir, "dev")
+		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)
+		if err := simHost.MakeDeviceNodes(cfg.DevDir); err != nil {
+			return nil, fmt.Errorf("--runtime containerd: the simulated host's device nodes: %w", err)
+		}
+	}
+	rt, err := containerd.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--runtime containerd: %w", err)
+	}
+	if image == containerd.BaseImage {
+		if err := rt.EnsureBaseImage(ctx, ""); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("--runtime containerd: the default image: %w", err)
+		}
+	}
+	return rt, nil
 }

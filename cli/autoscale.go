@@ -270,7 +270,7 @@ func writeAutoscaleTable(w io.Writer, rep autoscaleReport, priced bool) {
 		line := fmt.Sprintf("%s\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%d\t%d\t", r.Policy, r.ShortfallPercent, r.CostVsOracle,
 			r.CapacityGPUHours, r.ShortfallGPUHours, r.IdleGPUHours, r.ScalingActions, r.PeakInstances)
 		if priced && r.Cost != nil {
-			line += r.Cost.Cents() + "\t"
+			line += formatAmount(*r.Cost) + "\t"
 		}
 		fmt.Fprintln(tw, line)
 	}

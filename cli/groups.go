@@ -834,7 +834,7 @@ func describeGroup(w io.Writer, d *api.GroupDescribe) error {
 		timingText(tm.WarmupSeconds), timingText(tm.StabilizationSeconds), timingText(tm.NoticeSeconds)))
 	budget := "-"
 	if g.BudgetPerHour > 0 {
-		budget = g.BudgetPerHour.String() + "/h"
+		budget = formatPrice(g.BudgetPerHour) + "/h"
 	}
 	add("Budget", budget)
 	idle := "-"

@@ -80,7 +80,7 @@ func TestGroupsCreateFromFlags(t *testing.T) {
 		"target-gpu: hold gpu_utilization at 60%", "target-queue: hold custom:queue at 10 per member",
 		`schedule-1: at "0 8,20 * * 1-5" Asia/Shanghai sets desired=0`, "forecast only",
 		"spot above 1 on demand and 25% on demand, spot up to 70% of on demand, capacity rebalance",
-		"cooldown 3m0s, warmup 2m0s, stabilization 4m0s, notice 1m0s", "12.50/h", "under 10% GPU for 30m0s",
+		"cooldown 3m0s, warmup 2m0s, stabilization 4m0s, notice 1m0s", "$12.5000/h", "under 10% GPU for 30m0s",
 		"Volume:", "20 GiB per member", "Members:", in.ID, "web-1", "protected", "Decisions: none", "Events:", "group web created"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe lacks %q:\n%s", s, out)

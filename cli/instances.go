@@ -439,20 +439,21 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	}
 	if p := in.Placement; p != nil && len(p.Devices) > 0 {
 		fmt.Fprintln(w, "Devices:")
-		rows := [][]string{{"  GPU", "GPU UUID", "KIND", "DETAIL"}}
-		mig := false
+		rows := [][]string{{"  GPU", "VISIBLE UUID", "KIND", "DETAIL"}}
 		for _, d := range p.Devices {
-			rows = append(rows, []string{"  " + strconv.Itoa(d.GPU), dash(d.UUID), string(d.Kind), deviceDetail(d)})
-			mig = mig || d.Kind == fleet.MIGSlice
+			// The workload's UUID (a MIG slice's own MIG-... one) once the
+			// agent reported it; until then the GPU's.
+			uuid := d.VisibleUUID
+			if uuid == "" {
+				uuid = d.UUID
+				if d.Kind == fleet.MIGSlice && uuid != "" {
+					uuid += " (parent GPU; its agent has not reported the slice's MIG UUID yet)"
+				}
+			}
+			rows = append(rows, []string{"  " + strconv.Itoa(d.GPU), dash(uuid), string(d.Kind), deviceDetail(d)})
 		}
 		if err := writeTable(w, rows); err != nil {
 			return err
-		}
-		if mig {
-			// The server records the parent GPU of a MIG slice; the slice's
-			// own MIG-... UUID is known only to the host's agent.
-			fmt.Fprintln(w, "  A MIG slice is listed by its parent GPU's UUID; the workload sees the slice's own\n"+
-				"  MIG-... UUID in CUDA_VISIBLE_DEVICES (the server does not record it).")
 		}
 	}
 	if len(evs) == 0 {
@@ -510,9 +511,11 @@ func allocationSummary(p *fleet.Placement) string {
 func deviceDetail(d fleet.Device) string {
 	switch d.Kind {
 	case fleet.MIGSlice:
-		// The row's GPU and GPU UUID columns name the parent GPU.
 		s := fmt.Sprintf("MIG %s on GPU %d (profile %d, memory slots %d-%d, %d compute slices)", d.MIGProfile, d.GPU, d.MIGProfileID,
 			d.MIGStart, d.MIGStart+d.MIGSlots-1, d.MIGSlices)
+		if d.VisibleUUID != "" && d.UUID != "" {
+			s += ", parent " + d.UUID
+		}
 		if d.EnableMIG {
 			s += ", enables MIG"
 		}

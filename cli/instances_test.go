@@ -64,11 +64,18 @@ func TestInstancesLifecycle(t *testing.T) {
 	})
 	out = e.ok(tok, "instances", "describe", in.ID)
 	for _, s := range []string{"ID:", in.ID, "State:", "running", "Command:", "python train.py --epochs 3", "Env:", "A=1, B=x=y",
-		"Host:", "h100-a", "Allocation:", "1 device, 10 vCPUs, 103 GiB", "Devices:", "GPU-h100-a-3", "MIG 3g.40gb on GPU 3 (profile 9, memory slots 4-7, 3 compute slices)", "the workload sees the slice's own",
+		"Host:", "h100-a", "Allocation:", "1 device, 10 vCPUs, 103 GiB", "Devices:", "GPU-h100-a-3", "MIG 3g.40gb on GPU 3 (profile 9, memory slots 4-7, 3 compute slices)", "has not reported the slice's MIG UUID yet",
 		"Events:", "instance.created", "created with offering h100.mig.3g.40gb"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe lacks %q:\n%s", s, out)
 		}
+	}
+	// Once the agent reported it, the MIG slice's own UUID (the one in
+	// CUDA_VISIBLE_DEVICES) leads, and the parent GPU's follows.
+	e.update(in.ID, func(in *cloud.Instance) { in.Placement.Devices[0].VisibleUUID = "MIG-0b4c7a1e-1111-2222-3333-444455556666" })
+	out = e.ok(tok, "instances", "describe", in.ID)
+	if !strings.Contains(out, "3    MIG-0b4c7a1e-1111-2222-3333-444455556666") || !strings.Contains(out, "parent GPU-h100-a-3") {
+		t.Errorf("describe with the visible UUID:\n%s", out)
 	}
 	var desc struct {
 		cloud.Instance

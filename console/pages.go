@@ -87,7 +87,7 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 	var gpus []gpuLine
 	if p := in.Placement; p != nil {
 		for _, d := range p.Devices {
-			g := gpuLine{Index: d.GPU, UUID: d.UUID}
+			g := gpuLine{Index: d.GPU, UUID: d.UUID, MIGUUID: d.VisibleUUID}
 			switch d.Kind {
 			case fleet.MIGSlice:
 				g.What = "MIG " + d.MIGProfile

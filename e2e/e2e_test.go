@@ -254,6 +254,19 @@ func (c *cluster) checkWorkload(cl *client.Client, w workload, in *cloud.Instanc
 		t.Fatalf("%s: a device twice in %v", in.ID, want)
 	}
 
+	// The server records what the workload sees, MIG UUIDs included
+	// (describe shows them), from the agent's running report.
+	c.until(fmt.Sprintf("%s's visible device UUIDs recorded", in.ID), func() (bool, string) {
+		got := c.get(cl, in.ID)
+		var seen []string
+		if got.Placement != nil {
+			for _, d := range got.Placement.Devices {
+				seen = append(seen, d.VisibleUUID)
+			}
+		}
+		return slices.Equal(seen, want), fmt.Sprintf("recorded %v, want %v", seen, want)
+	})
+
 	env := c.workloadEnv(cl, in.ID, run)
 	devices := strings.Join(want, ",")
 	wantEnv := map[string]string{

@@ -37,6 +37,10 @@ type Device struct {
 	MIGMedia     bool   `json:"mig_media,omitempty"`
 	// EnableMIG asks the agent to switch the GPU into MIG mode first.
 	EnableMIG bool `json:"enable_mig,omitempty"`
+	// VisibleUUID is the UUID the workload sees for this device, as its
+	// host's agent reported it: the GPU's own, or the MIG slice's MIG-...
+	// UUID (UUID above is the parent GPU's). Empty until reported.
+	VisibleUUID string `json:"visible_uuid,omitempty"`
 
 	// Share fields, for Kind == Share.
 	Milli     int   `json:"milli,omitempty"`

@@ -313,10 +313,15 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 		}
 		path, reason := reportPath(in.State, rep)
 		now := s.now()
+		devicesChanged := rep.Phase == agentapi.PhaseRunning && recordDevices(in, rep.Devices)
 		for _, to := range path {
 			if err := MoveInstance(ctx, tx, in, Move{To: to, Reason: reason, Actor: AgentActor(host).ID}, now); err != nil {
 				return err
 			}
+		}
+		if devicesChanged && len(path) == 0 {
+			in.UpdatedAt = now
+			return tx.UpdateInstance(ctx, in)
 		}
 		return nil
 	})
@@ -400,7 +405,40 @@ func checkReport(rep *agentapi.StatusReport) error {
 			agentapi.PhaseStarting, agentapi.PhaseRunning, agentapi.PhaseExited, agentapi.PhaseStopped, agentapi.PhaseFailed)
 	}
 	rep.Message = cleanMessage(rep.Message)
+	for i, d := range rep.Devices {
+		if d == "" || len(d) > agentapi.MaxDeviceUUID || strings.IndexFunc(d, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
+			return Field(fmt.Sprintf("devices[%d]", i), "%s is not a device UUID (printable ASCII, 1 to %d characters)", Quote(d), agentapi.MaxDeviceUUID)
+		}
+	}
 	return nil
+}
+
+// recordDevices copies the device UUIDs an agent reported (the ones its
+// workload sees) into the instance's placement, in device order; a report
+// whose count does not match the placement's is ignored rather than
+// refused (an agent of another version). It reports whether anything
+// changed.
+func recordDevices(in *cloud.Instance, devices []string) bool {
+	p := in.Placement
+	if p == nil || len(devices) == 0 || len(devices) != len(p.Devices) {
+		return false
+	}
+	changed := false
+	for i := range p.Devices {
+		if p.Devices[i].VisibleUUID != devices[i] {
+			changed = true
+		}
+	}
+	if !changed {
+		return false
+	}
+	cp := *p
+	cp.Devices = slices.Clone(p.Devices)
+	for i := range cp.Devices {
+		cp.Devices[i].VisibleUUID = devices[i]
+	}
+	in.Placement = &cp
+	return true
 }
 
 // cleanMessage makes an agent's message fit for a Reason: valid UTF-8,

@@ -435,3 +435,43 @@ func TestAgentsLogs(t *testing.T) {
 		}
 	})
 }
+
+// TestReportRecordsVisibleDevices: the running report's device UUIDs (a
+// MIG slice's own) land on the placement in device order; a report whose
+// count does not match the placement is ignored; a malformed UUID is
+// invalid and changes nothing.
+func TestReportRecordsVisibleDevices(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		f.putHost("h-a", 2)
+		in := f.placed(f.acme, "h-a", cloud.Starting)
+		in = f.amUpdate(in.ID, func(in *cloud.Instance) {
+			in.Placement.Devices = []fleet.Device{{GPU: 0, UUID: "GPU-parent", Kind: fleet.MIGSlice, MIGProfile: "3g.40gb"}}
+		})
+		agentA := service.AgentActor("h-a")
+		before := f.state()
+		err := f.svc.Agents.Report(ctx, agentA, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: []string{"MIG bad\n"}})
+		ahCode(t, err, cloud.Invalid)
+		f.unchanged(before, "a malformed device UUID")
+		if err := f.svc.Agents.Report(ctx, agentA, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: []string{"MIG-1234"}}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.svc.Instances.Get(ctx, f.admin, in.ID)
+		if err != nil || got.State != cloud.Running || got.Placement.Devices[0].VisibleUUID != "MIG-1234" || got.Placement.Devices[0].UUID != "GPU-parent" {
+			t.Fatalf("after the running report: %+v, %v", got.Placement, err)
+		}
+		// Already running: a later report with other UUIDs updates them;
+		// one with the wrong count is ignored.
+		if err := f.svc.Agents.Report(ctx, agentA, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: []string{"MIG-5678"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.svc.Agents.Report(ctx, agentA, in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: []string{"a", "b"}}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = f.svc.Instances.Get(ctx, f.admin, in.ID)
+		if got.Placement.Devices[0].VisibleUUID != "MIG-5678" {
+			t.Errorf("visible UUID %q, want MIG-5678", got.Placement.Devices[0].VisibleUUID)
+		}
+	})
+}

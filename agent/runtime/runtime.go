@@ -65,8 +65,41 @@ type Spec struct {
 	// passed as GPUCLOUD_METADATA_URL when set.
 	MetadataURL string
 	// Volumes are the directories of the instance's volumes, passed to the
-	// workload as GPUCLOUD_VOLUMES (colon-separated).
+	// workload as GPUCLOUD_VOLUMES (colon-separated). A runtime that runs
+	// the workload in a filesystem of its own (a container) mounts them
+	// there and passes the paths the workload sees instead.
 	Volumes []string
+
+	// The fields below are for runtimes that isolate the workload (a
+	// container); the process runtime ignores them.
+
+	// Image is the container image the workload runs in ("docker.io/
+	// library/python:3.12", or a name imported from a tarball); empty means
+	// the operator's default image, which the runtime is configured with.
+	Image string
+	// CPUMilli, MemoryMiB and PidsLimit are the workload's limits: CPU in
+	// thousandths of a core (a CFS quota), memory in MiB (the workload is
+	// OOM-killed beyond it) and the most processes and threads it may have
+	// at once. Zero means the runtime's default: no CPU or memory limit,
+	// and the runtime's configured pids limit.
+	CPUMilli  int64
+	MemoryMiB int64
+	PidsLimit int64
+	// GPUIndexes are the host indexes of the GPUs the workload may open
+	// (/dev/nvidiaN): the GPUs it has whole or a share of, and the parents
+	// of its MIG slices. MIG names its MIG slices, whose nvidia-caps nodes
+	// it may open too.
+	GPUIndexes []int
+	MIG        []MIGDevice
+}
+
+// MIGDevice names a MIG slice as the NVIDIA driver's device nodes do: the
+// parent GPU's index, the GPU instance ID and the compute instance ID
+// (nvidia-smi's GI and CI IDs), which select its nvidia-caps nodes.
+type MIGDevice struct {
+	GPU int
+	GI  int
+	CI  int
 }
 
 // Status is what a runtime knows of a workload.
@@ -169,6 +202,7 @@ const (
 	EnvCUDAVisible     = "CUDA_VISIBLE_DEVICES"
 	EnvNVIDIAVisible   = "NVIDIA_VISIBLE_DEVICES"
 	EnvMPSThreads      = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSMemLimit     = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	EnvInstanceID      = "GPUCLOUD_INSTANCE_ID"
 	EnvShareMilli      = "GPUCLOUD_GPU_SHARE_MILLI"
 	EnvShareMemoryMiB  = "GPUCLOUD_GPU_MEMORY_MIB"
@@ -180,7 +214,7 @@ const (
 
 func reserved(key string) bool {
 	switch key {
-	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads:
+	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads, EnvMPSMemLimit:
 		return true
 	}
 	return strings.HasPrefix(key, reservedEnvPrefix)
@@ -214,6 +248,23 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("instance %s: share of %d milli and %d MiB is out of range: %w",
 			s.InstanceID, s.ShareMilli, s.ShareMemoryMiB, ErrInvalid)
 	}
+	if s.CPUMilli < 0 || s.MemoryMiB < 0 || s.PidsLimit < 0 {
+		return fmt.Errorf("instance %s: negative limits (%d milli-CPUs, %d MiB, %d pids): %w",
+			s.InstanceID, s.CPUMilli, s.MemoryMiB, s.PidsLimit, ErrInvalid)
+	}
+	if strings.ContainsAny(s.Image, " \t\n\x00") {
+		return fmt.Errorf("instance %s: bad image name %q: %w", s.InstanceID, s.Image, ErrInvalid)
+	}
+	for _, g := range s.GPUIndexes {
+		if g < 0 {
+			return fmt.Errorf("instance %s: bad GPU index %d: %w", s.InstanceID, g, ErrInvalid)
+		}
+	}
+	for _, m := range s.MIG {
+		if m.GPU < 0 || m.GI < 0 || m.CI < 0 {
+			return fmt.Errorf("instance %s: bad MIG device %+v: %w", s.InstanceID, m, ErrInvalid)
+		}
+	}
 	return nil
 }
 
@@ -239,9 +290,10 @@ func ValidateID(id string) error {
 //     commas, exactly, and empty when there are none, so that a CPU-only
 //     workload sees no GPU instead of every GPU;
 //   - GPUCLOUD_INSTANCE_ID;
-//   - for a share, GPUCLOUD_GPU_SHARE_MILLI, GPUCLOUD_GPU_MEMORY_MIB and
-//     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (milli/10, at least 1), the limit an
-//     MPS server honours;
+//   - for a share, GPUCLOUD_GPU_SHARE_MILLI, GPUCLOUD_GPU_MEMORY_MIB,
+//     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (milli/10, at least 1) and
+//     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=<MiB>M", the share's GPU memory
+//     on the one GPU it sees), the limits an MPS server honours;
 //   - GPUCLOUD_METADATA_URL when MetadataURL is set.
 //   - GPUCLOUD_VOLUMES when the instance has volumes.
 //
@@ -264,6 +316,10 @@ func Environ(s Spec, home string) []string {
 	}
 	if s.ShareMemoryMiB > 0 {
 		env[EnvShareMemoryMiB] = strconv.FormatInt(s.ShareMemoryMiB, 10)
+		if s.ShareMilli > 0 {
+			// The shared GPU is the only one the workload sees: device 0.
+			env[EnvMPSMemLimit] = "0=" + strconv.FormatInt(s.ShareMemoryMiB, 10) + "M"
+		}
 	}
 	if len(s.Volumes) > 0 {
 		env[EnvVolumes] = strings.Join(s.Volumes, ":")

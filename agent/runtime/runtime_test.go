@@ -26,7 +26,7 @@ func TestEnviron(t *testing.T) {
 		{
 			desc: "a share sets its limits and the MPS hint",
 			spec: Spec{InstanceID: "i-3", Devices: []string{"GPU-x"}, ShareMilli: 250, ShareMemoryMiB: 8192},
-			want: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_VISIBLE_DEVICES=GPU-x", "GPUCLOUD_GPU_MEMORY_MIB=8192", "GPUCLOUD_GPU_SHARE_MILLI=250",
+			want: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M", "CUDA_VISIBLE_DEVICES=GPU-x", "GPUCLOUD_GPU_MEMORY_MIB=8192", "GPUCLOUD_GPU_SHARE_MILLI=250",
 				"GPUCLOUD_INSTANCE_ID=i-3", "HOME=/w", "NVIDIA_VISIBLE_DEVICES=GPU-x", "PATH=" + DefaultPath},
 		},
 		{
@@ -72,6 +72,10 @@ func TestValidate(t *testing.T) {
 		{desc: "comma in a device", change: func(s *Spec) { s.Devices = []string{"GPU-1,GPU-2"} }, wantMsg: "bad device"},
 		{desc: "empty device", change: func(s *Spec) { s.Devices = []string{""} }, wantMsg: "bad device"},
 		{desc: "share over a GPU", change: func(s *Spec) { s.ShareMilli = 1001 }, wantMsg: "out of range"},
+		{desc: "negative memory limit", change: func(s *Spec) { s.MemoryMiB = -1 }, wantMsg: "negative limits"},
+		{desc: "image name with a space", change: func(s *Spec) { s.Image = "a b" }, wantMsg: "image name"},
+		{desc: "negative GPU index", change: func(s *Spec) { s.GPUIndexes = []int{-1} }, wantMsg: "GPU index"},
+		{desc: "negative MIG id", change: func(s *Spec) { s.MIG = []MIGDevice{{GPU: 0, GI: -1}} }, wantMsg: "MIG device"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {

@@ -334,7 +334,11 @@ func lookPath(name, pathEnv, workDir string) (string, error) {
 			p = filepath.Join(workDir, p)
 		}
 		if !executable(p) {
-			return "", fmt.Errorf("program %q is not an executable file: %w", name, runtime.ErrInvalid)
+			where := ""
+			if !filepath.IsAbs(name) {
+				where = fmt.Sprintf(" in the instance's working directory %s (a relative path starts there; give an absolute one)", workDir)
+			}
+			return "", fmt.Errorf("program %q is not an executable file%s: %w", name, where, runtime.ErrInvalid)
 		}
 		return p, nil
 	}

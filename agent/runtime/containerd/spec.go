@@ -1,0 +1,442 @@
+package containerd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/cdi"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpucloud/gpucloud/agent/runtime"
+)
+
+// mounts is where the instance's host directories appear in the
+// container.
+type mounts struct {
+	// cwd is the working directory in the container, and HOME.
+	cwd string
+	// binds are host directory → container path, in mount order.
+	binds [][2]string
+	// volumes are the container paths of Spec.Volumes, in order.
+	volumes []string
+}
+
+// layout places the working directory and volumes: each volume at
+// VolumesDir/<its directory's name>, the working directory at WorkDir
+// unless it is one of the volumes (the agent runs a workload with volumes
+// in its first one).
+func layout(s runtime.Spec) (mounts, error) {
+	var m mounts
+	seen := map[string]bool{}
+	work := filepath.Clean(s.WorkDir)
+	for _, v := range s.Volumes {
+		v = filepath.Clean(v)
+		name := filepath.Base(v)
+		if !filepath.IsAbs(v) || name == "/" || name == "." || seen[name] {
+			return m, fmt.Errorf("volume %q: want absolute directories with distinct names: %w", v, runtime.ErrInvalid)
+		}
+		seen[name] = true
+		p := path.Join(VolumesDir, name)
+		m.binds = append(m.binds, [2]string{v, p})
+		m.volumes = append(m.volumes, p)
+		if v == work {
+			m.cwd = p
+		}
+	}
+	if m.cwd == "" {
+		m.cwd = WorkDir
+		m.binds = append([][2]string{{work, WorkDir}}, m.binds...)
+	}
+	return m, nil
+}
+
+// containerEnv is the workload's environment: runtime.Environ with the
+// paths the workload sees.
+func containerEnv(s runtime.Spec, m mounts) []string {
+	s.Volumes = m.volumes
+	return runtime.Environ(s, m.cwd)
+}
+
+// specOpts builds the container's OCI spec.
+func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oci.SpecOpts, error) {
+	args := s.Command
+	var ms []specs.Mount
+	bindOpts := []string{"rbind", "rw", "nosuid", "nodev"}
+	for _, b := range m.binds {
+		ms = append(ms, specs.Mount{Destination: b[1], Type: "bind", Source: b[0], Options: bindOpts})
+	}
+	if r.init != "" {
+		ms = append(ms, specs.Mount{Destination: InitPath, Type: "bind", Source: r.init, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+		// -g: signals go to the workload's process group, as the process
+		// runtime sends them; -s is not needed as tini is PID 1.
+		args = append([]string{InitPath, "-g", "--"}, args...)
+	}
+	hostname := s.InstanceID
+	if len(hostname) > 63 {
+		hostname = hostname[:63]
+	}
+	opts := []oci.SpecOpts{
+		oci.WithDefaultSpec(),
+		oci.WithDefaultUnixDevices,
+		oci.WithProcessArgs(args...),
+		oci.WithProcessCwd(m.cwd),
+		// WithEnv merges; the spec's defaults are replaced wholesale.
+		func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+			sp.Process.Env = containerEnv(s, m)
+			return nil
+		},
+		oci.WithHostname(hostname),
+		oci.WithMounts(ms),
+		oci.WithUIDGID(r.uid, r.gid),
+		oci.WithNoNewPrivileges,
+		oci.WithCgroup(cgroup),
+		seccomp.WithDefaultProfile(),
+		withNofile(),
+	}
+	if r.uid != 0 {
+		// No capability at all: a non-root user keeps none across exec
+		// anyway; empty sets make it explicit, bounding set included.
+		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+			sp.Process.Capabilities = &specs.LinuxCapabilities{}
+			return nil
+		})
+	}
+	if netns != "" {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netns}))
+	}
+	pids := s.PidsLimit
+	if pids <= 0 {
+		pids = r.cfg.PidsLimit
+	}
+	opts = append(opts, oci.WithPidsLimit(pids))
+	if s.MemoryMiB > 0 {
+		opts = append(opts, oci.WithMemoryLimit(uint64(s.MemoryMiB)<<20))
+	}
+	if s.CPUMilli > 0 {
+		const period = 100_000 // µs
+		opts = append(opts, oci.WithCPUCFS(max(1000, s.CPUMilli*period/1000), period),
+			oci.WithCPUShares(uint64(max(2, s.CPUMilli*1024/1000))))
+	}
+	if r.cfg.CDI {
+		if len(s.Devices) > 0 {
+			names := make([]string, len(s.Devices))
+			for i, d := range s.Devices {
+				names[i] = "nvidia.com/gpu=" + d
+			}
+			opts = append(opts, cdi.WithCDIDevices(names...))
+		}
+		return opts, nil
+	}
+	devs, err := r.devices(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(devs) > 0 {
+		opts = append(opts, withDevices(devs))
+	}
+	return opts, nil
+}
+
+// withNofile sets RLIMIT_NOFILE to what the agent itself may have, at most
+// 65536 (containerd's default of 1024 is too few for data loaders).
+func withNofile() oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			return nil // keep the default
+		}
+		n := min(rl.Max, 65536)
+		for i := range sp.Process.Rlimits {
+			if sp.Process.Rlimits[i].Type == "RLIMIT_NOFILE" {
+				sp.Process.Rlimits[i].Hard, sp.Process.Rlimits[i].Soft = n, n
+			}
+		}
+		return nil
+	}
+}
+
+func runcOptions(binary string) *options.Options {
+	return &options.Options{BinaryName: binary}
+}
+
+// device is one device node a workload may open.
+type device struct {
+	// host is the node on the host; path is where it appears in the
+	// container.
+	host, path   string
+	major, minor int64
+}
+
+// devices are the device nodes of a Spec's GPUs: /dev/nvidiaN for each
+// of GPUIndexes, the control nodes (nvidiactl, nvidia-uvm,
+// nvidia-uvm-tools; those the host has) when there is a GPU, and the
+// nvidia-caps nodes of each MIG slice (its GPU instance's and its compute
+// instance's access nodes). Nodes are read from Config.DevDir, their
+// numbers from the nodes themselves, the MIG minors from Config.MIGMinors.
+func (r *Runtime) devices(s runtime.Spec) ([]device, error) {
+	if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 {
+		return nil, nil
+	}
+	var out []device
+	add := func(name string, required bool) error {
+		host := filepath.Join(r.cfg.DevDir, name)
+		ma, mi, err := charDevice(host)
+		if err != nil {
+			if !required && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("GPU device node: %w", err)
+		}
+		out = append(out, device{host: host, path: path.Join("/dev", name), major: ma, minor: mi})
+		return nil
+	}
+	gpus := slices.Clone(s.GPUIndexes)
+	for _, m := range s.MIG {
+		gpus = append(gpus, m.GPU)
+	}
+	slices.Sort(gpus)
+	for _, g := range slices.Compact(gpus) {
+		if err := add("nvidia"+strconv.Itoa(g), true); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+		if err := add(n, false); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.MIG) == 0 {
+		return out, nil
+	}
+	minors, err := readMIGMinors(r.cfg.MIGMinors)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range s.MIG {
+		for _, key := range []string{
+			fmt.Sprintf("gpu%d/gi%d/access", m.GPU, m.GI),
+			fmt.Sprintf("gpu%d/gi%d/ci%d/access", m.GPU, m.GI, m.CI),
+		} {
+			minor, ok := minors[key]
+			if !ok {
+				return nil, fmt.Errorf("MIG device %+v: %s has no %s", m, r.cfg.MIGMinors, key)
+			}
+			if err := add("nvidia-caps/nvidia-cap"+strconv.Itoa(minor), true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// readMIGMinors reads the NVIDIA driver's "name minor" table.
+func readMIGMinors(file string) (map[string]int, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("MIG capability minors: %w", err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); ok && err == nil {
+			out[k] = n
+		}
+	}
+	return out, sc.Err()
+}
+
+// charDevice returns the numbers of a character device node.
+func charDevice(p string) (major, minor int64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return 0, 0, &fs.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return 0, 0, fmt.Errorf("%s is not a character device", p)
+	}
+	return int64(unix.Major(uint64(st.Rdev))), int64(unix.Minor(uint64(st.Rdev))), nil
+}
+
+// withDevices creates the nodes in the container (0666, so the
+// workload's user opens them) and allows exactly them in the device
+// cgroup, after the default spec's deny-all.
+func withDevices(devs []device) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+		mode := os.FileMode(0o666)
+		zero := uint32(0)
+		for _, d := range devs {
+			sp.Linux.Devices = append(sp.Linux.Devices, specs.LinuxDevice{
+				Path: d.path, Type: "c", Major: d.major, Minor: d.minor, FileMode: &mode, UID: &zero, GID: &zero,
+			})
+			sp.Linux.Resources.Devices = append(sp.Linux.Resources.Devices, specs.LinuxDeviceCgroup{
+				Allow: true, Type: "c", Major: &d.major, Minor: &d.minor, Access: "rw",
+			})
+		}
+		return nil
+	}
+}
+
+// lookPath checks, as the process runtime does before it forks, that the
+// program exists: in the instance's mounts when its path leads there, else
+// in the image, searched along the workload's PATH. The image is looked at
+// through a read-only view of its root filesystem.
+func (r *Runtime) lookPath(ctx context.Context, img client.Image, s runtime.Spec, m mounts) error {
+	env := containerEnv(s, m)
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	name := s.Command[0]
+	var candidates []string
+	if strings.Contains(name, "/") {
+		p := name
+		if !path.IsAbs(p) {
+			p = path.Join(m.cwd, p)
+		}
+		candidates = []string{path.Clean(p)}
+	} else {
+		for _, dir := range strings.Split(pathEnv, ":") {
+			if path.IsAbs(dir) {
+				candidates = append(candidates, path.Join(dir, name))
+			}
+		}
+	}
+	// Paths under a mount are looked up on the host.
+	var inImage []string
+	for _, c := range candidates {
+		if host, ok := underMount(c, m); ok {
+			if executableIn(filepath.Dir(host), filepath.Base(host)) {
+				return nil
+			}
+			continue
+		}
+		inImage = append(inImage, c)
+	}
+	if len(inImage) > 0 {
+		found, err := r.inImage(ctx, img, s.InstanceID, inImage)
+		if err != nil {
+			// The check is a courtesy: if the image cannot be looked
+			// at, the start goes on and a missing program shows in the
+			// workload's exit status.
+			r.cfg.Log.Warn("containerd runtime: cannot look the program up in the image", "instance", s.InstanceID, "err", err)
+			return nil
+		}
+		if found {
+			return nil
+		}
+	}
+	if strings.Contains(name, "/") {
+		return fmt.Errorf("program %q is not an executable file in the container: %w", name, runtime.ErrInvalid)
+	}
+	return fmt.Errorf("program %q not found in the container's PATH %q: %w", name, pathEnv, runtime.ErrInvalid)
+}
+
+// underMount maps a container path under one of the instance's bind
+// mounts to its host path.
+func underMount(p string, m mounts) (string, bool) {
+	for _, b := range m.binds {
+		if rel, ok := strings.CutPrefix(p, b[1]); ok && (rel == "" || rel[0] == '/') {
+			return filepath.Join(b[0], filepath.FromSlash(rel)), true
+		}
+	}
+	return "", false
+}
+
+// inImage reports whether one of the paths is an executable file in the
+// image's root filesystem.
+func (r *Runtime) inImage(ctx context.Context, img client.Image, id string, paths []string) (bool, error) {
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return false, err
+	}
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	key := "gpucloud-lookpath-" + id
+	_ = sn.Remove(ctx, key) // a leftover of a crash
+	ms, err := sn.View(ctx, key, identity.ChainID(diffIDs).String())
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = sn.Remove(context.WithoutCancel(ctx), key) }()
+	found := false
+	err = mount.WithReadonlyTempMount(ctx, ms, func(root string) error {
+		for _, p := range paths {
+			if resolved, ok := resolveIn(root, p); ok && executableIn(root, resolved) {
+				found = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return found, err
+}
+
+// resolveIn resolves p inside root as the container would see it:
+// symlinks, absolute ones included, stay within root. It returns the
+// resolved path relative to root.
+func resolveIn(root, p string) (string, bool) {
+	parts := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
+	var cur []string
+	for hops := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) > 0 {
+				cur = cur[:len(cur)-1]
+			}
+			continue
+		}
+		next := append(slices.Clone(cur), part)
+		host := filepath.Join(root, filepath.FromSlash(strings.Join(next, "/")))
+		fi, err := os.Lstat(host)
+		if err != nil {
+			return "", false
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", false
+		}
+		target, err := os.Readlink(host)
+		if err != nil {
+			return "", false
+		}
+		if path.IsAbs(target) {
+			cur = nil
+		}
+		parts = append(strings.Split(strings.Trim(target, "/"), "/"), parts...)
+	}
+	return strings.Join(cur, "/"), true
+}
+
+// executableIn reports whether rel, inside dir, is a regular file with an
+// execute bit.
+func executableIn(dir, rel string) bool {
+	fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel)))
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
