@@ -109,7 +109,9 @@ const MaxDeviceUUID = 128
 // whole report and writes none: a sample of an instance that is not on the
 // agent's host (another host's, or an unknown ID) is not_found, with the
 // instance's ID in the error's details ("id"); a value outside [0, 1] is
-// invalid_argument. A report holds at most MaxMetricSamples samples.
+// invalid_argument, and so is a sample time more than an hour before the
+// server's clock (after the SentAt correction). A report holds at most
+// MaxMetricSamples samples.
 type MetricsReport struct {
 	Samples []InstanceSample `json:"samples"`
 	// SentAt is the agent's clock when it sent the report. The server

@@ -50,11 +50,16 @@ type CreatedToken struct {
 	Secret string       `json:"secret"`
 }
 
-// QuotaSpec is the body of PUT /v1/tenants/{id}/quota. Zero values mean no
-// limit. GPU model names may be aliases; the server stores canonical names.
+// QuotaSpec is the body of PUT /v1/tenants/{id}/quota (cloud.Quota has
+// the meaning of each field). Zero values mean no limit, or for the
+// request rate the server's default. GPU model names may be aliases; the
+// server stores canonical names.
 type QuotaSpec struct {
-	Instances int                `json:"instances,omitempty"`
-	GPUs      map[string]float64 `json:"gpus,omitempty"`
+	Instances         int                `json:"instances,omitempty"`
+	GPUs              map[string]float64 `json:"gpus,omitempty"`
+	GPUsPerModel      float64            `json:"gpus_per_model,omitempty"`
+	RequestsPerSecond int                `json:"requests_per_second,omitempty"`
+	Burst             int                `json:"burst,omitempty"`
 }
 
 // QuotaStatus answers the quota routes: the limits and what the tenant

@@ -17,6 +17,10 @@ type CSVOptions struct {
 	TimeColumn, ValueColumn string // default "time" and "gpus"
 }
 
+// maxSpan is the longest series ParseCSV reads: Series.Time computes a
+// step's time as a time.Duration from the start.
+const maxSpan = time.Duration(math.MaxInt64)
+
 // timeLayouts are the accepted time formats: RFC 3339 and minutes without
 // a zone (read as UTC).
 var timeLayouts = []string{time.RFC3339, "2006-01-02T15:04"}
@@ -118,12 +122,18 @@ func ParseCSV(r io.Reader, source string, opt CSVOptions) (Series, error) {
 			return Series{}, fmt.Errorf("%s:%d: time %s is before line %d's (%s): rows must be sorted by time", source, line, rec[ct], prevLine, prev.Format(time.RFC3339))
 		case n == 1:
 			s.Interval = t.Sub(prev)
+			if !prev.Add(s.Interval).Equal(t) { // Sub saturated
+				return Series{}, fmt.Errorf("%s:%d: time %s is more than %v after line %d; a series spans at most that", source, line, rec[ct], maxSpan, prevLine)
+			}
 			if s.Interval%time.Second != 0 {
 				return Series{}, fmt.Errorf("%s:%d: interval %v is not whole seconds", source, line, s.Interval)
 			}
 		case t.Sub(prev) != s.Interval:
 			return Series{}, fmt.Errorf("%s:%d: time %s is %v after line %d, but the series' interval is %v (set by its first two rows); fill gaps or resample",
 				source, line, rec[ct], t.Sub(prev), prevLine, s.Interval)
+		case s.Interval > maxSpan/time.Duration(n):
+			// Series.Time(n) would overflow.
+			return Series{}, fmt.Errorf("%s:%d: time %s is more than %v after the first row; a series spans at most that", source, line, rec[ct], maxSpan)
 		}
 		prev, prevLine = t, line
 		s.GPUs = append(s.GPUs, v)
@@ -134,12 +144,14 @@ func ParseCSV(r io.Reader, source string, opt CSVOptions) (Series, error) {
 	return s, nil
 }
 
-// WriteCSV writes s as "time,gpus" rows, times in RFC 3339.
+// WriteCSV writes s as "time,gpus" rows, times in RFC 3339 (with the
+// fraction of a second of a start that has one, so that ParseCSV reads
+// the series back as it was).
 func WriteCSV(w io.Writer, s Series) error {
 	b := make([]byte, 0, 64*1024)
 	b = append(b, "time,gpus\n"...)
 	for i, v := range s.GPUs {
-		b = s.Time(i).AppendFormat(b, time.RFC3339)
+		b = s.Time(i).AppendFormat(b, time.RFC3339Nano)
 		b = append(b, ',')
 		b = strconv.AppendFloat(b, v, 'f', -1, 64)
 		b = append(b, '\n')

@@ -85,6 +85,9 @@ func (s Series) Validate() error {
 	if len(s.GPUs) < 2 {
 		return errors.New("autoscale: a series needs at least two steps")
 	}
+	if s.Interval > maxSpan/time.Duration(len(s.GPUs)-1) {
+		return fmt.Errorf("autoscale: %d steps of %v: a series spans at most %v", len(s.GPUs), s.Interval, maxSpan)
+	}
 	for i, v := range s.GPUs {
 		if !(v >= 0) || math.IsInf(v, 0) {
 			return fmt.Errorf("autoscale: step %d (%s): demand %v is not a finite non-negative number", i, s.Time(i).Format(time.RFC3339), v)

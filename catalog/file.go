@@ -98,9 +98,14 @@ func Load(r io.Reader, source string) (*Catalog, error) {
 	}
 	list := make([]error, len(errs))
 	for i, e := range errs {
-		origin, section := offeringOrigin[e.index], "offerings"
+		// e.index counts the list its error is about: a model's must not
+		// be looked up among the offerings, which may be fewer.
+		var origin int
+		var section string
 		if e.model {
 			origin, section = modelOrigin[e.index], "models"
+		} else {
+			origin, section = offeringOrigin[e.index], "offerings"
 		}
 		if origin < 0 {
 			// Only a built-in offering can fail here without a file entry

@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // --- hosts ---
@@ -292,7 +294,10 @@ func newQuotasCommand(s *session) *cobra.Command {
 	cmd := groupCommand("quotas", "Show and set tenants' quotas",
 		"A quota caps what a tenant holds at once: non-terminated instances, and\n"+
 			"whole-GPU equivalents per GPU model (a MIG slice counts its compute slices\n"+
-			"/ 7, a share its fraction). No limit is set until an admin sets one.",
+			"/ 7, a share its fraction); and how fast each of its users may call the API\n"+
+			"(requests per second, and a burst). A new tenant starts with 64 instances\n"+
+			"and 16 GPUs of each model, at the server's default rate; the operator\n"+
+			"tenant has no limits. An admin changes them with quotas set.",
 		newQuotasGetCommand(s), newQuotasSetCommand(s))
 	cmd.Aliases = []string{"quota"}
 	return cmd
@@ -310,8 +315,15 @@ func printQuota(w io.Writer, format string, q *api.QuotaStatus) error {
 		}
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
+	rate := func(v int) string {
+		if v == 0 {
+			return "server default"
+		}
+		return strconv.Itoa(v)
+	}
 	rows := [][]string{{"RESOURCE", "LIMIT", "USED"},
-		{"instances", limit(float64(q.Instances)), strconv.Itoa(q.Used.Instances)}}
+		{"instances", limit(float64(q.Instances)), strconv.Itoa(q.Used.Instances)},
+		{"gpus per model", limit(q.GPUsPerModel), "-"}}
 	seen := map[string]bool{}
 	var models []string
 	for _, m := range [2]map[string]float64{q.GPUs, q.Used.GPUs} {
@@ -324,8 +336,14 @@ func printQuota(w io.Writer, format string, q *api.QuotaStatus) error {
 	}
 	sort.Strings(models)
 	for _, m := range models {
-		rows = append(rows, []string{"gpus " + m, limit(q.GPUs[m]), strconv.FormatFloat(q.Used.GPUs[m], 'f', -1, 64)})
+		l, own := q.GPUs[m]
+		if !own {
+			l = q.GPUsPerModel
+		}
+		rows = append(rows, []string{"gpus " + m, limit(l), strconv.FormatFloat(q.Used.GPUs[m], 'f', -1, 64)})
 	}
+	rows = append(rows, []string{"requests per second", rate(q.RequestsPerSecond), "-"},
+		[]string{"burst", rate(q.Burst), "-"})
 	fmt.Fprintf(w, "Quota of tenant %s\n", q.TenantID)
 	return writeTable(w, rows)
 }
@@ -360,35 +378,55 @@ func newQuotasGetCommand(s *session) *cobra.Command {
 
 func newQuotasSetCommand(s *session) *cobra.Command {
 	var (
-		instances int
-		gpus      []string
-		reset     bool
-		out       outputFlag
+		instances, rps, burst int
+		perModel              float64
+		gpus                  []string
+		reset                 bool
+		out                   outputFlag
 	)
 	cmd := &cobra.Command{
-		Use:   "set TENANT [--instances N] [--gpus MODEL=N]...",
+		Use:   "set TENANT [--instances N] [--gpus MODEL=N]... [--gpus-per-model N] [--requests-per-second N] [--burst N]",
 		Short: "Change a tenant's quota (admins)",
 		Long: "Change the limits given and keep the others: --instances N caps the tenant's\n" +
 			"non-terminated instances, --gpus MODEL=N its whole-GPU equivalents of a model\n" +
-			"(name or alias; N may be fractional). 0 removes a limit. --reset starts from\n" +
-			"no limits instead of the current quota.",
+			"(name or alias; N may be fractional), --gpus-per-model N those of each model\n" +
+			"without its own --gpus limit. 0 removes a limit (a model without its own\n" +
+			"then falls under --gpus-per-model). --requests-per-second N and --burst N\n" +
+			"set the token bucket of each of the tenant's users: N requests a second,\n" +
+			"up to --burst at once; 0 is the server's default (members 50 a second,\n" +
+			"500 at once; admins 200 and 2000). A user over it gets 429 rate_limited\n" +
+			"with Retry-After. --reset starts from no limits and the default rate\n" +
+			"instead of the current quota.",
 		Example: strings.Join([]string{
 			"  gpucloud quotas set acme --instances 20 --gpus H100=16 --gpus A100=4.5",
 			"",
 			"  # Remove the H100 limit, keep the rest",
 			"  gpucloud quotas set acme --gpus H100=0",
+			"",
+			"  # Raise a new tenant's defaults, and let its CI send 200 requests a second",
+			"  gpucloud quotas set acme --instances 500 --gpus-per-model 64 --requests-per-second 200 --burst 2000",
 		}, "\n"),
 		Args: exactArgs(1, "one TENANT (name or ID)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			setInstances := cmd.Flags().Changed("instances")
-			if !setInstances && len(gpus) == 0 && !reset {
-				return usagef(cmd, "nothing to set: give --instances, --gpus or --reset")
+			changed := cmd.Flags().Changed
+			setInstances := changed("instances")
+			if !setInstances && len(gpus) == 0 && !reset && !changed("gpus-per-model") && !changed("requests-per-second") && !changed("burst") {
+				return usagef(cmd, "nothing to set: give --instances, --gpus, --gpus-per-model, --requests-per-second, --burst or --reset")
 			}
 			if instances < 0 {
 				return usagef(cmd, "--instances %d: want 0 (no limit) or more", instances)
+			}
+			if !(perModel >= 0) { // negative, or NaN
+				return usagef(cmd, "--gpus-per-model %v: want 0 (no limit) or more", perModel)
+			}
+			if rps < 0 {
+				return usagef(cmd, "--requests-per-second %d: want 0 (the server's default) or more", rps)
+			}
+			if burst < 0 {
+				return usagef(cmd, "--burst %d: want 0 (the server's default) or more", burst)
 			}
 			kv, err := keyValues(cmd, "gpus", gpus)
 			if err != nil {
@@ -414,12 +452,22 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 						return c.explain(err)
 					}
 					spec.Instances = cur.Instances
+					spec.GPUsPerModel, spec.RequestsPerSecond, spec.Burst = cur.GPUsPerModel, cur.RequestsPerSecond, cur.Burst
 					for m, v := range cur.GPUs {
 						spec.GPUs[m] = v
 					}
 				}
 				if setInstances {
 					spec.Instances = instances
+				}
+				if changed("gpus-per-model") {
+					spec.GPUsPerModel = perModel
+				}
+				if changed("requests-per-second") {
+					spec.RequestsPerSecond = rps
+				}
+				if changed("burst") {
+					spec.Burst = burst
 				}
 				for m, v := range want {
 					for old := range spec.GPUs {
@@ -441,7 +489,10 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&instances, "instances", 0, "cap on non-terminated instances (0: no limit)")
 	cmd.Flags().StringArrayVar(&gpus, "gpus", nil, "cap MODEL=N on whole-GPU equivalents of a model (0: no limit; repeatable)")
-	cmd.Flags().BoolVar(&reset, "reset", false, "start from no limits rather than the current quota")
+	cmd.Flags().Float64Var(&perModel, "gpus-per-model", 0, "cap on whole-GPU equivalents of each model without its own --gpus (0: no limit)")
+	cmd.Flags().IntVar(&rps, "requests-per-second", 0, "API requests per second of each of the tenant's users (0: the server's default)")
+	cmd.Flags().IntVar(&burst, "burst", 0, "API requests each of the tenant's users may send at once (0: the server's default)")
+	cmd.Flags().BoolVar(&reset, "reset", false, "start from no limits and the default rate rather than the current quota")
 	out.register(cmd)
 	return cmd
 }
@@ -465,22 +516,33 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := api.CreateJoinTokenRequest{Name: name}
-			if expiresIn > 0 {
-				at := time.Now().Add(expiresIn)
-				req.ExpiresAt = &at
+			if expiresIn <= 0 {
+				return usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
 			}
+			at := time.Now().Add(expiresIn)
+			req := api.CreateJoinTokenRequest{Name: name, ExpiresAt: &at}
 			t, err := c.CreateJoinToken(contextOf(cmd), req)
 			if err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "join token %s (shown once): %s\n", t.Token.ID, t.Secret)
-			fmt.Fprintf(cmd.OutOrStdout(), "on the new host: gpucloud agent --server %s --join-token %s\n", c.server, t.Secret)
+			// The join string carries the fingerprint of the CA this CLI
+			// trusts for the server, so that the new host can trust it too.
+			join := t.Secret
+			if caPEM, err := trustedCA(c.server, cmd.ErrOrStderr()); err == nil && len(caPEM) > 0 {
+				if ca, err := pki.ParseCert(caPEM); err == nil {
+					join = agentapi.JoinString(t.Secret, pki.Fingerprint(ca))
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "join token %s (shown once): %s\n", t.Token.ID, join)
+			if t.Token.ExpiresAt != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "it joins hosts until %s (%s from now)\n", t.Token.ExpiresAt.UTC().Format(time.RFC3339), expiresIn)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "on the new host: GPUCLOUD_JOIN_TOKEN='%s' gpucloud agent --server %s\n", join, c.server)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "hosts", "what the token is for (shown in the token list)")
-	cmd.Flags().DurationVar(&expiresIn, "expires-in", 24*time.Hour, "how long the token joins hosts (0: until revoked)")
+	cmd.Flags().DurationVar(&expiresIn, "expires-in", 24*time.Hour, "how long the token joins hosts")
 	return cmd
 }
 

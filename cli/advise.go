@@ -332,12 +332,7 @@ func liveOf(server string, list *api.OfferingList, prices []*cloud.Price, pools 
 	for _, o := range list.Offerings {
 		l.Offerings = append(l.Offerings, o.Name)
 	}
-	if list.Availability != nil {
-		l.Availability = map[string]cloud.OfferingAvailability{}
-		for name, av := range list.Availability {
-			l.Availability[name] = cloud.OfferingAvailability{Hosts: av.Hosts, FitsNow: av.FitsNow, Reasons: av.Reasons, AsOf: av.AsOf}
-		}
-	}
+	l.Availability = list.Availability
 	for _, p := range pools {
 		l.Pools = append(l.Pools, advise.LivePool{Pool: p.Pool, Price: p.Price, ReclaimRateBP: p.ReclaimRateBP, SpotSeconds: p.SpotSeconds})
 	}

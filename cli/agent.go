@@ -26,17 +26,21 @@ import (
 
 func newAgentCommand(stderr io.Writer) *cobra.Command {
 	var (
-		joinToken, credFile, driver, simHost, dir, volumeDir, logLevel string
-		metricsListen, runtimeName, containerdSocket, defaultImage     string
-		manageMIG                                                      bool
-		interval, metricsInterval                                      time.Duration
+		joinToken, joinTokenFile, credFile, driver, simHost, dir   string
+		volumeDir, logLevel                                        string
+		metricsListen, runtimeName, containerdSocket, defaultImage string
+		manageMIG                                                  bool
+		interval, metricsInterval                                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the host agent: report GPUs, run assigned instances",
 		Long: "Run the gpucloud agent on a GPU host. The first start joins the cloud with a\n" +
 			"join token (created by an admin with `gpucloud hosts join-token`) and saves the\n" +
-			"host's own credential; later starts use the credential.\n\n" +
+			"host's own credential; later starts use the credential. The join token carries\n" +
+			"the fingerprint of the cloud's CA (TOKEN@sha256:...): the agent trusts the\n" +
+			"server on first contact only if it presents that CA, and keeps the CA in its\n" +
+			"data directory (0700) for later starts.\n\n" +
 			"The agent reports the host's GPUs (NVML on real GPUs, or a simulated host from\n" +
 			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
 			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
@@ -48,10 +52,10 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			"single tenant.\n\n" +
 			"With --metrics-listen it serves the GPUs' metrics for Prometheus on /metrics, under\n" +
 			"the DCGM exporter's names and gpucloud_gpu_* names (docs/METRICS.md).",
-		Example: "  gpucloud agent --server http://10.0.0.5:7878 --join-token gpc_tk-..._... --driver nvml\n" +
-			"  gpucloud agent --server http://127.0.0.1:7878 --join-token $T --driver sim --sim-host h100.yaml\n" +
-			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400\n" +
-			"  gpucloud agent --server http://10.0.0.5:7878 --driver nvml --runtime containerd",
+		Example: "  gpucloud agent --server https://10.0.0.5:7878 --join-token-file /root/join-token --driver nvml\n" +
+			"  GPUCLOUD_JOIN_TOKEN=$T gpucloud agent --server https://127.0.0.1:7878 --driver sim --sim-host h100.yaml\n" +
+			"  gpucloud agent --server https://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400\n" +
+			"  gpucloud agent --server https://10.0.0.5:7878 --driver nvml --runtime containerd",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			server, _ := cmd.Flags().GetString("server")
@@ -91,7 +95,12 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			default:
 				return usagef(cmd, "--driver %q: want sim or nvml", driver)
 			}
+			// The credential, the CA and the workloads' state: the host's
+			// root only (a directory made before keeps its mode otherwise).
 			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			if err := os.Chmod(dir, 0o700); err != nil {
 				return err
 			}
 			if credFile == "" {
@@ -99,14 +108,22 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			jt, err := readJoinToken(joinToken, joinTokenFile, stderr)
+			if err != nil {
+				return err
+			}
+			hc, secret, err := agentClient(ctx, server, jt, dir)
+			if err != nil {
+				return err
+			}
 			cred, err := os.ReadFile(credFile)
 			switch {
 			case err == nil:
 			case errors.Is(err, os.ErrNotExist):
-				if joinToken == "" {
-					return usagef(cmd, "no credential in %s: the first start needs --join-token", credFile)
+				if secret == "" {
+					return usagef(cmd, "no credential in %s: the first start needs a join token (--join-token-file FILE or $%s)", credFile, EnvJoinToken)
 				}
-				joined, err := agent.Join(ctx, agentapi.NewClient(server, "", nil), joinToken, drv)
+				joined, err := agent.Join(ctx, agentapi.NewClient(server, "", hc), secret, drv)
 				if err != nil {
 					return fmt.Errorf("join %s: %w", server, err)
 				}
@@ -127,7 +144,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			}
 			md := metadata.New()
 			defer md.Close()
-			a := agent.New(agentapi.NewClient(server, strings.TrimSpace(string(cred)), nil), agent.Config{
+			a := agent.New(agentapi.NewClient(server, strings.TrimSpace(string(cred)), hc), agent.Config{
 				Driver: drv, Runtime: rt, Metadata: md, DataDir: dir, VolumeDir: volumeDir, Interval: interval, ManageMIG: manageMIG, Log: log,
 				MetricsInterval: metricsInterval,
 			})
@@ -156,7 +173,8 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&joinToken, "join-token", "", "join token for the first start")
+	f.StringVar(&joinToken, "join-token", "", "join token for the first start (visible in ps: prefer --join-token-file or $"+EnvJoinToken+")")
+	f.StringVar(&joinTokenFile, "join-token-file", "", "file holding the join token for the first start")
 	f.StringVar(&credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
 	f.StringVar(&driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
 	f.StringVar(&simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")

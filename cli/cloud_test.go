@@ -208,7 +208,7 @@ func TestCloudConfigPrecedence(t *testing.T) {
 	}
 
 	// The file alone is enough.
-	if err := WriteConfig(e.config, e.url, e.admin); err != nil {
+	if err := WriteConfig(e.config, e.url, e.admin, nil); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errOut := run(t, "offerings"); code != 0 || !strings.Contains(out, "h100.mig.3g.40gb") {
@@ -314,14 +314,14 @@ func TestLoginWritesPrivateConfig(t *testing.T) {
 }
 
 func TestWriteConfigErrors(t *testing.T) {
-	if err := WriteConfig("", "http://x", "t"); err == nil || !strings.Contains(err.Error(), EnvConfig) {
+	if err := WriteConfig("", "http://x", "t", nil); err == nil || !strings.Contains(err.Error(), EnvConfig) {
 		t.Errorf("empty path: %v", err)
 	}
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteConfig(filepath.Join(file, "config.yaml"), "http://x", "t"); err == nil {
+	if err := WriteConfig(filepath.Join(file, "config.yaml"), "http://x", "t", nil); err == nil {
 		t.Error("config under a regular file: no error")
 	}
 }

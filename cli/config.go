@@ -3,13 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -22,8 +23,10 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // Environment variables of the connection settings. They override the
@@ -32,6 +35,9 @@ const (
 	EnvServer = "GPUCLOUD_SERVER"
 	EnvToken  = "GPUCLOUD_TOKEN"
 	EnvConfig = "GPUCLOUD_CONFIG"
+	// EnvCAFile names a PEM file of the CA to trust for the server's
+	// certificate, overriding the config file's.
+	EnvCAFile = "GPUCLOUD_CA_FILE"
 )
 
 // requestTimeout bounds one API call, so that a hung server does not hang
@@ -41,10 +47,14 @@ const requestTimeout = 60 * time.Second
 // clockNow is the clock for ages and expiry times; tests may replace it.
 var clockNow = time.Now
 
-// fileConfig is the config file: where the server is and the token to use.
+// fileConfig is the config file: where the server is, the token to use,
+// and the CA its certificate is signed by (PEM, base64, as a kubeconfig's
+// certificate-authority-data), so that a cloud with its own CA needs no
+// certificate setup.
 type fileConfig struct {
 	Server string `yaml:"server"`
 	Token  string `yaml:"token"`
+	CA     string `yaml:"certificate-authority-data,omitempty"`
 }
 
 // ConfigPath returns the config file gpucloud reads and `gpucloud login`
@@ -66,15 +76,20 @@ func ConfigPath() string {
 	return filepath.Join(home, ".config", "gpucloud", "config.yaml")
 }
 
-// WriteConfig writes the config file at path with the server URL and token,
-// readable by its owner only (0600), creating its directory (0700) if
-// needed. It replaces the file atomically, so a reader never sees half of
-// it.
-func WriteConfig(path string, server, token string) error {
+// WriteConfig writes the config file at path with the server URL, token
+// and CA certificate (PEM; nil when the server's certificate is signed by
+// a CA the system trusts, or the server is plain HTTP), readable by its
+// owner only (0600), creating its directory (0700) if needed. It replaces
+// the file atomically, so a reader never sees half of it.
+func WriteConfig(path string, server, token string, caPEM []byte) error {
 	if path == "" {
 		return fmt.Errorf("no place for the config file: set $%s or $HOME", EnvConfig)
 	}
-	b, err := yaml.Marshal(fileConfig{Server: server, Token: token})
+	fc := fileConfig{Server: server, Token: token}
+	if len(caPEM) > 0 {
+		fc.CA = base64.StdEncoding.EncodeToString(caPEM)
+	}
+	b, err := yaml.Marshal(fc)
 	if err != nil {
 		return err
 	}
@@ -185,8 +200,38 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 	if token == "" {
 		return nil, fmt.Errorf("no token for the gpucloud server at %s: run `gpucloud login --server %s --token TOKEN`, or set $%s", server, server, EnvToken)
 	}
-	hc := &http.Client{Timeout: requestTimeout}
+	caPEM, err := trustedCA(server, cmd.ErrOrStderr())
+	if err != nil {
+		return nil, err
+	}
+	hc, err := agentapi.TLSClient(caPEM)
+	if err != nil {
+		return nil, err
+	}
+	hc.Timeout = requestTimeout
 	return &conn{Client: client.New(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
+}
+
+// trustedCA is the CA to trust for server's certificate: the PEM file
+// $GPUCLOUD_CA_FILE names, else the config file's when it is the config
+// file's server, else none (the system's roots).
+func trustedCA(server string, stderr io.Writer) ([]byte, error) {
+	if p := os.Getenv(EnvCAFile); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", EnvCAFile, err)
+		}
+		return b, nil
+	}
+	fc, err := readConfig(ConfigPath(), stderr)
+	if err != nil || fc.CA == "" || strings.TrimRight(fc.Server, "/") != strings.TrimRight(server, "/") {
+		return nil, err
+	}
+	b, err := base64.StdEncoding.DecodeString(fc.CA)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: certificate-authority-data: %v", ConfigPath(), err)
+	}
+	return b, nil
 }
 
 // checkServerURL accepts http and https URLs with a host.
@@ -203,6 +248,10 @@ func checkServerURL(s string) error {
 func (c *conn) explain(err error) error {
 	if err == nil {
 		return nil
+	}
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		return fmt.Errorf("the server %s presents a certificate signed by a CA this CLI does not trust; run `gpucloud login --server %s --token TOKEN --ca-fingerprint sha256:...` with the fingerprint `gpucloud up` or `gpucloud server` printed, or set $%s to the CA's PEM file", c.server, c.server, EnvCAFile)
 	}
 	var ce *cloud.Error
 	if errors.As(err, &ce) {
@@ -259,7 +308,10 @@ func newCloudCommands(root *cobra.Command) []*cobra.Command {
 }
 
 func newLoginCommand(s *session) *cobra.Command {
-	var skipVerify bool
+	var (
+		skipVerify            bool
+		caFingerprint, caFile string
+	)
 	cmd := &cobra.Command{
 		Use:   "login",
 		Short: "Save the server URL and token for later commands",
@@ -268,9 +320,14 @@ func newLoginCommand(s *session) *cobra.Command {
 			"The file is $" + EnvConfig + " if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml,\n" +
 			"else ~/.config/gpucloud/config.yaml. Every command takes the server and token\n" +
 			"from --server and --token first, then $" + EnvServer + " and $" + EnvToken + ", then\n" +
-			"this file. login checks the token against the server before saving it.",
+			"this file. login checks the token against the server before saving it.\n\n" +
+			"A cloud serves TLS with a CA of its own: give its fingerprint (printed by\n" +
+			"`gpucloud up` and `gpucloud server`) with --ca-fingerprint, and login fetches the\n" +
+			"CA from the server, checks it against the fingerprint and saves it; or give the\n" +
+			"CA's PEM file with --ca-file. A server whose certificate the system trusts\n" +
+			"needs neither.",
 		Example: strings.Join([]string{
-			"  gpucloud login --server http://10.0.0.5:8080 --token gpc_tk-..._...",
+			"  gpucloud login --server https://10.0.0.5:7878 --token gpc_tk-..._... --ca-fingerprint sha256:9f86d0...",
 			"",
 			"  # Keep the saved server and replace the token",
 			"  gpucloud login --token gpc_tk-..._...",
@@ -287,6 +344,53 @@ func newLoginCommand(s *session) *cobra.Command {
 			if err := checkServerURL(server); err != nil {
 				return usagef(cmd, "--server: %v", err)
 			}
+			var caPEM []byte
+			switch {
+			case caFingerprint != "" && caFile != "":
+				return usagef(cmd, "give --ca-fingerprint or --ca-file, not both")
+			case caFingerprint != "":
+				fp, err := pki.ParseFingerprint(caFingerprint)
+				if err != nil {
+					return usagef(cmd, "--ca-fingerprint: %v", err)
+				}
+				ctx, cancel := interruptible(cmd)
+				caPEM, err = agentapi.FetchCA(ctx, server, fp)
+				cancel()
+				if err != nil {
+					return err
+				}
+			case caFile != "":
+				b, err := os.ReadFile(caFile)
+				if err != nil {
+					return fmt.Errorf("--ca-file: %w", err)
+				}
+				if _, err := pki.ParseCert(b); err != nil {
+					return fmt.Errorf("--ca-file %s: %w", caFile, err)
+				}
+				caPEM = b
+			default:
+				// Keep the CA saved for this server, if any.
+				if b, err := trustedCA(server, cmd.ErrOrStderr()); err == nil {
+					caPEM = b
+				}
+			}
+			if len(caPEM) > 0 {
+				f, err := os.CreateTemp("", "gpucloud-ca-*.pem")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(f.Name())
+				_, err = f.Write(caPEM)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return err
+				}
+				// connect reads the CA this way: the one being saved.
+				os.Setenv(EnvCAFile, f.Name())
+				defer os.Unsetenv(EnvCAFile)
+			}
 			if !skipVerify {
 				c, err := s.connect(cmd)
 				if err != nil {
@@ -299,7 +403,7 @@ func newLoginCommand(s *session) *cobra.Command {
 				}
 			}
 			path := ConfigPath()
-			if err := WriteConfig(path, strings.TrimRight(server, "/"), token); err != nil {
+			if err := WriteConfig(path, strings.TrimRight(server, "/"), token, caPEM); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Logged in to %s; saved to %s\n", strings.TrimRight(server, "/"), path)
@@ -307,6 +411,8 @@ func newLoginCommand(s *session) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&skipVerify, "skip-verify", false, "save without checking the token against the server")
+	cmd.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", "trust the cloud's own CA with this fingerprint (sha256:...), fetched from the server")
+	cmd.Flags().StringVar(&caFile, "ca-file", "", "trust the CA in this PEM file for the server's certificate")
 	return cmd
 }
 

@@ -72,7 +72,9 @@ func TestInstancesLifecycle(t *testing.T) {
 	}
 	// Once the agent reported it, the MIG slice's own UUID (the one in
 	// CUDA_VISIBLE_DEVICES) leads, and the parent GPU's follows.
-	e.update(in.ID, func(in *cloud.Instance) { in.Placement.Devices[0].VisibleUUID = "MIG-0b4c7a1e-1111-2222-3333-444455556666" })
+	e.update(in.ID, func(in *cloud.Instance) {
+		in.Placement.Devices[0].VisibleUUID = "MIG-0b4c7a1e-1111-2222-3333-444455556666"
+	})
 	out = e.ok(tok, "instances", "describe", in.ID)
 	if !strings.Contains(out, "3    MIG-0b4c7a1e-1111-2222-3333-444455556666") || !strings.Contains(out, "parent GPU-h100-a-3") {
 		t.Errorf("describe with the visible UUID:\n%s", out)

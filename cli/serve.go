@@ -42,6 +42,7 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 		hbTimeout  time.Duration
 		logLevel   string
 		spotFlags  spotServerFlags
+		tlsFlags   tlsServerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -65,7 +66,7 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}
-			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log}
+			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.config()}
 			if err := spotFlags.apply(cmd, &cfg); err != nil {
 				return err
 			}
@@ -76,6 +77,10 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "gpucloud server listening on %s (store %s)\n", s.URL, s.Store.Dialect())
+			if strings.HasPrefix(s.URL, "https://") {
+				fmt.Fprintf(cmd.OutOrStdout(), "TLS 1.3; the cloud's CA is %s (clients: gpucloud login --ca-fingerprint %s; the CA itself: %s/ca.crt)\n",
+					s.CAFingerprint(), s.CAFingerprint(), s.URL)
+			}
 			if s.AdminToken != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "admin token (shown once; keep it): %s\n", s.AdminToken)
 			}
@@ -91,7 +96,31 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 	f.DurationVar(&hbTimeout, "heartbeat-timeout", 30*time.Second, "mark a host unhealthy after this long without a heartbeat")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	spotFlags.register(cmd)
+	tlsFlags.register(cmd, true)
 	return cmd
+}
+
+// tlsServerFlags say how a server serves: TLS 1.3 with the cloud's own CA
+// by default.
+type tlsServerFlags struct {
+	cert, key string
+	hosts     []string
+	plain     bool
+}
+
+func (t *tlsServerFlags) register(cmd *cobra.Command, operator bool) {
+	f := cmd.Flags()
+	f.BoolVar(&t.plain, "plain-http", false, "serve plain HTTP instead of TLS 1.3 (development only; refused unless --listen is a loopback address)")
+	if !operator {
+		return
+	}
+	f.StringVar(&t.cert, "tls-cert", "", "the server certificate (PEM, chain after the leaf) instead of one the cloud's own CA issues")
+	f.StringVar(&t.key, "tls-key", "", "the key of --tls-cert")
+	f.StringSliceVar(&t.hosts, "tls-host", nil, "another name or address the issued server certificate covers (the one clients and agents reach the server by); repeatable")
+}
+
+func (t *tlsServerFlags) config() serve.TLS {
+	return serve.TLS{CertFile: t.cert, KeyFile: t.key, Hosts: t.hosts, Plain: t.plain}
 }
 
 // spotServerFlags are the server's spot market settings.

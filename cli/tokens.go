@@ -58,7 +58,7 @@ func printTokens(w io.Writer, format string, one bool, ts ...*cloud.Token) error
 }
 
 func newTokensListCommand(s *session) *cobra.Command {
-	return newTenantListCommand(s, "tokens", "List tokens (never their secrets): members their tenant's, admins every\ntenant's or one tenant's with --tenant.",
+	return newTenantListCommand(s, "tokens", "List tokens (never their secrets): members their own, admins every\ntenant's or one tenant's with --tenant.",
 		func(ctx context.Context, c *conn, t string) ([]*cloud.Token, error) { return c.Tokens(ctx, t) }, printTokens)
 }
 

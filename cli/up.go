@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,7 +50,11 @@ type hostAgent struct {
 // volume follows its instance from host to host as on a cloud's network
 // storage.
 func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
-	joined, err := agent.Join(ctx, agentapi.NewClient(url, "", nil), joinToken, drv)
+	hc, secret, err := agentClient(ctx, url, joinToken, dir)
+	if err != nil {
+		return nil, err
+	}
+	joined, err := agent.Join(ctx, agentapi.NewClient(url, "", hc), secret, drv)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +63,7 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 		return nil, err
 	}
 	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
-	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, nil), agent.Config{
+	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 	})
@@ -85,6 +91,7 @@ func loadFleet(path string) ([]sim.Spec, error) {
 func newUpCommand(stderr io.Writer) *cobra.Command {
 	var (
 		spotFlags                        spotServerFlags
+		tlsFlags                         tlsServerFlags
 		dir, listen, fleetFile, logLevel string
 		noNVML                           bool
 		interval                         time.Duration
@@ -121,7 +128,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log}
+			cfg := serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log, TLS: tlsFlags.config()}
 			if err := spotFlags.apply(cmd, &cfg); err != nil {
 				return err
 			}
@@ -141,7 +148,18 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			admin := client.New(s.URL, token, nil)
+			// The data directory is the operator's alone: the admin token
+			// and the database (with every tenant's data) are 0600 in a
+			// 0700 directory, whatever a previous run or the umask left.
+			if err := lockDown(dir); err != nil {
+				return err
+			}
+			// The CA certificate is public: curl --cacert and browsers
+			// that import it trust the cloud with it.
+			if err := os.WriteFile(filepath.Join(dir, "ca.crt"), s.CAPEM(), 0o644); err != nil {
+				return err
+			}
+			admin := client.New(s.URL, token, s.HTTPClient())
 			jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
 			if err != nil {
 				return fmt.Errorf("create join token: %w", err)
@@ -152,7 +170,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
-				h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", spec.ID), filepath.Join(dir, "volumes"), true, interval, log)
+				h, err := startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, filepath.Join(dir, "hosts", spec.ID), filepath.Join(dir, "volumes"), true, interval, log)
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
@@ -160,7 +178,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			if !noNVML {
 				if drv, err := nvml.Open(); err == nil {
-					if h, err := startAgent(ctx, s.URL, jt.Secret, drv, filepath.Join(dir, "hosts", "nvml"), filepath.Join(dir, "volumes"), false, interval, log); err == nil {
+					if h, err := startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, filepath.Join(dir, "hosts", "nvml"), filepath.Join(dir, "volumes"), false, interval, log); err == nil {
 						hosts = append(hosts, h)
 					} else {
 						log.Warn("NVIDIA GPUs found but the host could not join", "err", err)
@@ -204,7 +222,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			cfgPath := ConfigPath()
 			if cfgPath != "" {
-				if err := WriteConfig(cfgPath, s.URL, token); err != nil {
+				if err := WriteConfig(cfgPath, s.URL, token, s.CAPEM()); err != nil {
 					log.Warn("could not write the CLI configuration", "path", cfgPath, "err", err)
 					cfgPath = ""
 				}
@@ -216,6 +234,13 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "gpucloud is up: %s (%d hosts, %d GPUs, data in %s)\n", s.URL, len(hosts), gpus, dir)
 			fmt.Fprintf(out, "admin token: %s\n", token)
+			if strings.HasPrefix(s.URL, "https://") {
+				fmt.Fprintf(out, "TLS 1.3 with the cloud's own CA %s (saved to the CLI configuration; other machines: gpucloud login --ca-fingerprint)\n", s.CAFingerprint())
+				fmt.Fprintf(out, "console: %s/ (log in with the admin token; the browser must trust the cloud's CA, %s/ca.crt, or run up --plain-http)\n", s.URL, s.URL)
+			} else {
+				fmt.Fprintf(out, "plain HTTP on loopback (--plain-http): for development only\n")
+				fmt.Fprintf(out, "console: %s/ (log in with the admin token)\n", s.URL)
+			}
 			fmt.Fprintf(out, "server metrics: %s (Prometheus; send the admin token as a bearer token)\n", s.MetricsURL())
 			if agentMetrics != "" {
 				fmt.Fprintf(out, "agent metrics: %s (GPU metrics of every host, DCGM exporter names; no token)\n", agentMetrics)
@@ -240,6 +265,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			return nil
 		},
 	}
+	tlsFlags.register(cmd, false)
 	f := cmd.Flags()
 	spotFlags.register(cmd)
 	f.StringVar(&dir, "data-dir", dataDir(), "where the database, the admin token and the hosts' files live")
@@ -256,8 +282,14 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 // answers there (most likely another `gpucloud up`), or another program
 // holds the port; and how to run this one elsewhere.
 func addressInUse(addr string) error {
-	url := "http://" + probeAddr(addr)
 	who := "another program is listening there"
+	// A gpucloud serves TLS 1.3 (its own CA, which this probe need not
+	// trust: it only reads the public OpenAPI document's title), or plain
+	// HTTP in development.
+	url := "https://" + probeAddr(addr)
+	if !isGPUCloud(url) {
+		url = "http://" + probeAddr(addr)
+	}
 	if isGPUCloud(url) {
 		who = "a gpucloud server is already running there (" + url + "), probably another `gpucloud up`: " +
 			"use it (the CLI configuration `gpucloud up` wrote points at it; try `gpucloud hosts list`), or stop it with Ctrl-C"
@@ -282,7 +314,9 @@ func probeAddr(addr string) string {
 // isGPUCloud reports whether a gpucloud server answers at url: its
 // OpenAPI document, which needs no token, names it.
 func isGPUCloud(url string) bool {
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // identification only; nothing is sent
+	defer hc.CloseIdleConnections()
 	resp, err := hc.Get(url + "/v1/openapi.json")
 	if err != nil {
 		return false
@@ -320,4 +354,18 @@ func ptr[T any](v T) *T { return &v }
 // command's own context has ended.
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// lockDown makes the data directory 0700 and the database files and the
+// admin token in it 0600.
+func lockDown(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	for _, name := range []string{"gpucloud.db", "gpucloud.db-wal", "gpucloud.db-shm", "admin-token"} {
+		if err := os.Chmod(filepath.Join(dir, name), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }

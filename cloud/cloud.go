@@ -62,14 +62,26 @@ type Token struct {
 	HostID string `json:"host_id,omitempty"`
 }
 
-// Quota caps what a tenant may hold at once. Zero values mean no limit.
+// Quota caps what a tenant may hold at once, and how fast its users may
+// call the API. Zero values mean no limit (for the request rate: the
+// server's default).
 type Quota struct {
 	TenantID string `json:"tenant_id"`
 	// Instances caps non-terminated instances.
 	Instances int `json:"instances,omitempty"`
 	// GPUs caps whole-GPU equivalents per canonical GPU model (MIG slices
-	// count compute slices / 7, shares their fraction).
+	// count compute slices / 7, shares their fraction). A model listed
+	// with 0 has no limit.
 	GPUs map[string]float64 `json:"gpus,omitempty"`
+	// GPUsPerModel caps whole-GPU equivalents of each model that GPUs
+	// does not list.
+	GPUsPerModel float64 `json:"gpus_per_model,omitempty"`
+	// RequestsPerSecond and Burst are the token bucket of each of the
+	// tenant's users (admins and members, not agent credentials): the
+	// sustained rate and how many requests may come at once. Zero is the
+	// server's default for the user's role.
+	RequestsPerSecond int `json:"requests_per_second,omitempty"`
+	Burst             int `json:"burst,omitempty"`
 }
 
 // State is an instance's lifecycle state.

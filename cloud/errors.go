@@ -9,11 +9,17 @@ import (
 // status in a single table; clients branch on the code, never on messages.
 type Code string
 
+// The codes. RateLimited answers a request over its credential's request
+// rate, or from an address with too many failed authentications; the
+// server did nothing, and its details carry retry_after_seconds (the API
+// also sends it as the Retry-After header): the same request may succeed
+// after that wait.
 const (
 	Invalid              Code = "invalid_argument"
 	NotFound             Code = "not_found"
 	Conflict             Code = "conflict"
 	QuotaExceeded        Code = "quota_exceeded"
+	RateLimited          Code = "rate_limited"
 	InsufficientCapacity Code = "insufficient_capacity"
 	Unauthenticated      Code = "unauthenticated"
 	PermissionDenied     Code = "permission_denied"

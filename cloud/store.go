@@ -49,8 +49,21 @@ type Tx interface {
 	ListTokens(ctx context.Context, tenantID string) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 
+	// CreateClusterSecret stores a secret of the cloud itself (its CA)
+	// under name, once: Conflict when the name is taken, so that of two
+	// replicas starting together one wins and the other reads its value.
+	// ClusterSecret reads one back; NotFound when there is none.
+	CreateClusterSecret(ctx context.Context, name string, value []byte, at time.Time) error
+	ClusterSecret(ctx context.Context, name string) ([]byte, error)
+
 	PutQuota(ctx context.Context, q *Quota) error // upsert
 	GetQuota(ctx context.Context, tenantID string) (*Quota, error)
+	// LockQuota is GetQuota that also writes the quota's row (changing
+	// nothing), so that until this transaction ends another that locks or
+	// writes the row waits, and then sees this one's writes (read
+	// committed) or fails to serialize (serializable): creates of one
+	// tenant count its instances in turn, at any isolation.
+	LockQuota(ctx context.Context, tenantID string) (*Quota, error)
 
 	// CreateInstance inserts an instance with Version 1. If the tenant
 	// already has an instance with the same non-empty IdempotencyKey, it
@@ -111,6 +124,9 @@ type Tx interface {
 	// fields.
 	CountInstances(ctx context.Context) ([]InstanceCount, error)
 	CountHosts(ctx context.Context) ([]HostCount, error)
+	// CountTenantInstances is CountInstances for one tenant's instances
+	// (what a quota counts, without reading the rows), in the same order.
+	CountTenantInstances(ctx context.Context, tenantID string) ([]InstanceCount, error)
 
 	// CreateVolume inserts a volume (and appends its usage On). If the
 	// tenant already has a volume with the same non-empty IdempotencyKey,

@@ -163,7 +163,8 @@ func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAg
 	if srv.AdminToken == "" {
 		t.Fatal("the first start of the server created no admin token")
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 15 * time.Second}
+	hc := srv.HTTPClient() // trusts the cloud's CA: the API is TLS 1.3
+	hc.Timeout = 15 * time.Second
 	t.Cleanup(hc.CloseIdleConnections)
 	c := &cluster{t: t, srv: srv, hc: hc, admin: client.New(srv.URL, srv.AdminToken, hc), hosts: map[string]*simHost{}}
 	c.until("the server to lead", func() (bool, string) { return srv.IsLeader(), "not leader" })

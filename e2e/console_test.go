@@ -2,6 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +40,34 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// newBrowser starts a headless Chromium for one test.
-func newBrowser(t *testing.T) context.Context {
+// serverSPKI is the base64 SHA-256 of the server certificate's public key,
+// read over a TLS connection that trusts the cloud's CA: Chromium is told
+// to trust exactly that key (--ignore-certificate-errors-spki-list), as a
+// browser whose user installed the cloud's CA would.
+func serverSPKI(t *testing.T, c *cluster) string {
+	u, err := url.Parse(c.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.hc.Transport.(*http.Transport).TLSClientConfig.Clone()
+	conn, err := tls.Dial("tcp", u.Host, cfg)
+	if err != nil {
+		t.Fatalf("TLS to the server with its CA: %v", err)
+	}
+	defer conn.Close()
+	st := conn.ConnectionState()
+	if st.Version != tls.VersionTLS13 {
+		t.Errorf("the server speaks TLS %x, want 1.3", st.Version)
+	}
+	sum := sha256.Sum256(st.PeerCertificates[0].RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// newBrowser starts a headless Chromium for one test, trusting the server
+// key spki.
+func newBrowser(t *testing.T, spki string) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.Flag("ignore-certificate-errors-spki-list", spki),
 		chromedp.ExecPath(chromium(t)),
 		chromedp.NoSandbox, // CI runs as root
 		chromedp.DisableGPU,
@@ -139,7 +169,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return err == nil && l.Availability["l4.1x"].Hosts > 0, "unknown"
 	})
 
-	b := newBrowser(t)
+	b := newBrowser(t, serverSPKI(t, c))
 	base := c.srv.URL
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 

@@ -63,9 +63,9 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 		return err
 	}
 	if req.JoinToken == "" {
-		return unauthenticated("join_token is missing; an admin creates one with POST /v1/join-tokens")
+		return s.authFailed(r, unauthenticated("join_token is missing; an admin creates one with POST /v1/join-tokens"))
 	}
-	jp, err := s.lookupToken(r.Context(), req.JoinToken)
+	jp, err := s.checkToken(r, req.JoinToken)
 	if err != nil {
 		return err
 	}

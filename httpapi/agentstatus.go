@@ -49,15 +49,21 @@ func (s *handlers) agentStatus(w http.ResponseWriter, r *http.Request, p princip
 }
 
 // agentLogs handles POST /v1/agent/instances/{id}/logs: a chunk of the
-// instance's output, as text/plain (or application/octet-stream), at most
-// service.MaxLogChunk bytes (1 MiB), for service.Agents.AppendLog.
+// instance's output, as text/plain in UTF-8 (or application/octet-stream),
+// uncompressed, at most service.MaxLogChunk bytes (1 MiB), for
+// service.Agents.AppendLog.
 func (s *handlers) agentLogs(w http.ResponseWriter, r *http.Request, p principal) error {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "text/plain" && mt != "application/octet-stream" {
 		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
 			Code:    cloud.Invalid,
 			Message: "log chunks are sent with Content-Type: text/plain",
 			Details: map[string]any{"content_type": r.Header.Get("Content-Type")}}}
+	}
+	// The chunk is stored as the workload wrote it, valid UTF-8 or not;
+	// text in a charset the server would have to convert is refused.
+	if err := checkBody(w, r, params); err != nil {
+		return err
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, service.MaxLogChunk))
 	if err != nil {

@@ -14,6 +14,12 @@
 // resource answers 404 not_found, never 403, so that IDs do not leak. An
 // admin acts on every tenant; admin-only routes answer members 403
 // permission_denied.
+//
+// Limits (ratelimit.go): every authenticated request takes a token from
+// its credential's bucket, and every failed authentication one from its
+// source address's; over either, the answer is 429 rate_limited with
+// Retry-After. Request bodies are UTF-8 JSON without a content coding
+// (decode.go).
 package httpapi
 
 import (
@@ -55,6 +61,10 @@ type Options struct {
 	// (service.Options.Availability): GET /v1/offerings shows it, and
 	// creates refuse an offering no host could ever run.
 	Availability func() map[string]cloud.OfferingAvailability
+	// Limits are the request limits (per credential, and failed
+	// authentications per source address); the zero value has the
+	// defaults (DefaultRateLimits).
+	Limits RateLimits
 }
 
 // DefaultAddressPool and DefaultStopGrace are the services' defaults.
@@ -63,8 +73,8 @@ const (
 	DefaultStopGrace   = service.DefaultStopGrace
 )
 
-// handlers holds what the handlers share. It has no mutable state: all state
-// is in the store.
+// handlers holds what the handlers share. Its only mutable state is
+// caches and the rate limiter's buckets; everything else is in the store.
 type handlers struct {
 	// svc holds the domain services every handler calls.
 	svc *service.Services
@@ -74,6 +84,8 @@ type handlers struct {
 	mux *http.ServeMux
 	// tokens caches token lookups for a short time.
 	tokens *tokenCache
+	// limits applies the request limits.
+	limits *limiter
 	// metrics serves GET /metrics (Options.Metrics).
 	metrics http.Handler
 	// paths holds every route's path without its method, so that a request
@@ -212,6 +224,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	}
 	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool,
 		Availability: opts.Availability})
+	s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -230,8 +243,8 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 	return s.mux
 }
 
-// wrap authenticates and authorizes a request for rt, runs its handler and
-// answers its error.
+// wrap authenticates a request for rt, takes it from its credential's
+// request limit, authorizes it, runs its handler and answers its error.
 func (s *handlers) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -246,6 +259,10 @@ func (s *handlers) wrap(rt route) http.Handler {
 		if rt.access != public {
 			var err error
 			if p, err = s.authenticate(r); err != nil {
+				writeError(w, r, s.log, err)
+				return
+			}
+			if err := s.limits.allow(r.Context(), p); err != nil {
 				writeError(w, r, s.log, err)
 				return
 			}

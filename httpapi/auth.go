@@ -44,18 +44,63 @@ func unauthenticated(msg string) error {
 	return cloud.Errorf(cloud.Unauthenticated, "%s", msg)
 }
 
-// authenticate finds the principal of the request's bearer token.
+// authenticate finds the principal of the request's bearer token
+// (checkToken). A missing or malformed Authorization header is a failed
+// authentication too.
 func (s *handlers) authenticate(r *http.Request) (principal, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return principal{}, unauthenticated("missing Authorization header; send Authorization: Bearer gpc_...")
+		return principal{}, s.authFailed(r, unauthenticated("missing Authorization header; send Authorization: Bearer gpc_..."))
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	tok = strings.TrimSpace(tok)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return principal{}, unauthenticated("Authorization header must be \"Bearer <token>\"")
+		return principal{}, s.authFailed(r, unauthenticated("Authorization header must be \"Bearer <token>\""))
 	}
-	return s.lookupToken(r.Context(), tok)
+	return s.checkToken(r, tok)
+}
+
+// checkToken finds the principal of token tok, presented by request r
+// (as its bearer token, or a join token in its body), under the limit of
+// failed authentications per source address: a token this server has
+// just checked is trusted from its cache; from an address over the
+// limit, any other token is answered rate_limited without a lookup,
+// unless it authenticated here recently (a known token is not locked out
+// by an attack from behind the same address); a token that fails counts
+// against its address.
+func (s *handlers) checkToken(r *http.Request, tok string) (principal, error) {
+	if !strings.HasPrefix(tok, service.SecretPrefix) || len(tok) > maxTokenLen {
+		// Not a token at all: refused before any hashing.
+		return principal{}, s.authFailed(r, unauthenticated("invalid, revoked or expired token"))
+	}
+	if p, ok := s.tokens.get(tok, s.now()); ok {
+		return p, nil
+	}
+	addr, now := s.limits.sourceAddress(r), s.limits.now()
+	if err := s.limits.blocked(addr, tok, now); err != nil {
+		return principal{}, err
+	}
+	p, err := s.lookupToken(r.Context(), tok)
+	if cloud.ErrorCode(err) == cloud.Unauthenticated {
+		s.limits.failed(addr, tok, now)
+		return principal{}, err
+	}
+	if err == nil {
+		s.limits.succeeded(tok, now)
+	}
+	return p, err
+}
+
+// authFailed answers a request whose credentials are missing or
+// malformed: rate_limited when its address is over its failed
+// authentications, else err, counted as one more.
+func (s *handlers) authFailed(r *http.Request, err error) error {
+	addr, now := s.limits.sourceAddress(r), s.limits.now()
+	if blocked := s.limits.blocked(addr, "", now); blocked != nil {
+		return blocked
+	}
+	s.limits.failed(addr, "", now)
+	return err
 }
 
 // lookupToken finds the principal of a token string.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -20,18 +22,32 @@ import (
 const maxBodyBytes = 1 << 20
 
 // decodeBody reads the request's JSON body into v. It rejects a body that
-// is not application/json, larger than maxBodyBytes, malformed, with fields
-// v does not have, or followed by anything but white space; every
-// rejection says what is wrong in words a person can act on.
+// is not application/json in UTF-8 without a content coding (checkBody),
+// larger than maxBodyBytes, malformed, with fields v does not have, or
+// followed by anything but white space; every rejection says what is
+// wrong in words a person can act on.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
 			Code:    cloud.Invalid,
 			Message: "request body must be JSON with Content-Type: application/json",
 			Details: map[string]any{"content_type": r.Header.Get("Content-Type")}}}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err := checkBody(w, r, params); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		if tooLarge(err) {
+			return bodyError(err)
+		}
+		return fmt.Errorf("read request body: %w", err)
+	}
+	if err := checkUTF8(b); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err)
@@ -39,12 +55,60 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	// A second value, or garbage, after the object is almost always a
 	// client bug (two requests concatenated); refuse it rather than guess.
 	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
-		if err != nil && tooLarge(err) {
-			return bodyError(err)
-		}
 		return invalid("malformed JSON: unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// checkBody refuses, with 415, a request body the server would have to
+// guess at: one with a Content-Encoding other than identity (the server
+// decodes none, so a compressed body would be read as garbage; the answer
+// says Accept-Encoding: identity), or whose Content-Type names a charset
+// other than UTF-8 (the API's text is UTF-8 only). params are the
+// Content-Type's parameters.
+func checkBody(w http.ResponseWriter, r *http.Request, params map[string]string) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, coding := range strings.Split(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				w.Header().Set("Accept-Encoding", "identity")
+				return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
+					Code:    cloud.Invalid,
+					Message: fmt.Sprintf("Content-Encoding %s is not accepted: send the request body uncompressed, without Content-Encoding", service.Quote(coding)),
+					Details: map[string]any{"content_encoding": coding}}}
+			}
+		}
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
+			Code:    cloud.Invalid,
+			Message: fmt.Sprintf("charset %s is not accepted: send the request body in UTF-8 (charset=utf-8, or no charset)", service.Quote(cs)),
+			Details: map[string]any{"charset": cs}}}
+	}
+	return nil
+}
+
+// checkUTF8 refuses, with 415, a JSON body that is not valid UTF-8 (JSON
+// is UTF-8 by definition, RFC 8259): a body in another charset sent
+// without saying so is not read as a guess, with its bytes replaced.
+func checkUTF8(b []byte) error {
+	if utf8.Valid(b) {
+		if bytes.HasPrefix(b, []byte("\uFEFF")) {
+			return invalid("malformed JSON: the body starts with a byte order mark; send UTF-8 JSON without one")
+		}
+		return nil
+	}
+	off := 0
+	for off < len(b) {
+		r, n := utf8.DecodeRune(b[off:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		off += n
+	}
+	return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
+		Code:    cloud.Invalid,
+		Message: fmt.Sprintf("request body is not valid UTF-8 (byte %d): send JSON in UTF-8, whatever charset the data came in", off),
+		Details: map[string]any{"charset": "utf-8", "offset": off}}}
 }
 
 // decodeOptionalBody is decodeBody for routes whose body may be left out:

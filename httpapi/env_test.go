@@ -46,6 +46,13 @@ type env struct {
 // when given (onBothStores gives each backend's).
 func newEnv(t *testing.T, on ...cloud.Store) *env {
 	t.Helper()
+	return newEnvWith(t, Options{}, on...)
+}
+
+// newEnvWith is newEnv with the handler's options opts (their clock and
+// logger are the env's).
+func newEnvWith(t *testing.T, opts Options, on ...cloud.Store) *env {
+	t.Helper()
 	st := on
 	if len(st) == 0 {
 		st = []cloud.Store{testkit.Backends()[0].Open(t)}
@@ -53,7 +60,8 @@ func newEnv(t *testing.T, on ...cloud.Store) *env {
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil))
 	a := testkit.NewAPI(t, st[0], func(st cloud.Store, now func() time.Time) http.Handler {
-		return New(st, catalog.Default(), Options{Now: now, Logger: log})
+		opts.Now, opts.Logger = now, log
+		return New(st, catalog.Default(), opts)
 	})
 	acme, globex := a.Member("acme", "acme-dev"), a.Member("globex", "globex-dev")
 	return &env{API: a, t: t, store: a.Store, srv: a.Server, clock: a.Clock, logs: logs,
@@ -178,4 +186,14 @@ func (e *env) mustCreate(c *client.Client, offering string) *cloud.Instance {
 		e.t.Fatalf("create %s: %v", offering, err)
 	}
 	return in
+}
+
+// raiseQuota lifts a tenant's quota far above the default (as an admin
+// would for a tenant that needs more), for tests that create more
+// instances than a new tenant may hold.
+func (e *env) raiseQuota(tenant string) {
+	e.t.Helper()
+	if _, err := e.admin.SetQuota(context.Background(), tenant, api.QuotaSpec{Instances: 10_000, GPUsPerModel: 10_000}); err != nil {
+		e.t.Fatalf("raise the quota of %s: %v", tenant, err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -14,8 +15,10 @@ import (
 //
 // Three answers use another status than their code's, because HTTP has a
 // more precise one and generic clients and proxies understand it: a body
-// over the size limit is 413, a body that is not application/json is 415,
-// and a method the path does not take is 405. All three carry the code
+// over the size limit is 413, a body that is not application/json (or not
+// UTF-8, or has a content coding) is 415, and a method the path does not
+// take is 405. Both quota_exceeded and rate_limited are 429; a
+// rate_limited answer also carries Retry-After. All three carry the code
 // invalid_argument (see statusError).
 func statusOf(c cloud.Code) int {
 	switch c {
@@ -29,7 +32,7 @@ func statusOf(c cloud.Code) int {
 		return http.StatusNotFound
 	case cloud.Conflict:
 		return http.StatusConflict
-	case cloud.QuotaExceeded:
+	case cloud.QuotaExceeded, cloud.RateLimited:
 		return http.StatusTooManyRequests
 	case cloud.InsufficientCapacity:
 		return http.StatusServiceUnavailable
@@ -83,6 +86,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	}
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpucloud"`)
+	}
+	if secs, ok := ce.Details[retryAfterDetail].(int); ok && ce.Code == cloud.RateLimited {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, body)
 }

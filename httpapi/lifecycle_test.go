@@ -51,6 +51,7 @@ func TestLifecycle(t *testing.T) {
 		{cloud.Terminated, "terminate", noop},
 	}
 	e := newEnv(t)
+	e.raiseQuota(e.acmeID) // an instance per case
 	ctx := context.Background()
 	calls := map[string]func(context.Context, string, int64) (*cloud.Instance, error){
 		"stop": e.acme.StopInstance, "start": e.acme.StartInstance, "terminate": e.acme.TerminateInstance,

@@ -157,3 +157,54 @@ func TestServeOpenAPI(t *testing.T) {
 		t.Fatalf("GET /v1/openapi.json without a token: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestOpenAPIRateLimits: every route that takes a credential (and the
+// join, which takes one in its body) documents its 429 rate_limited with
+// Retry-After, and the quota schemas carry the limits' fields.
+func TestOpenAPIRateLimits(t *testing.T) {
+	doc := loadOpenAPI(t)
+	for _, rt := range routeTable {
+		op, ok := doc.Paths[rt.Path][strings.ToLower(rt.Method)]
+		if !ok || rt.access == public && rt.Path != "/v1/agent/join" {
+			continue
+		}
+		var ref struct {
+			Ref string `json:"$ref"`
+		}
+		if err := json.Unmarshal(op.Responses["429"], &ref); err != nil ||
+			ref.Ref != "#/components/responses/RateLimited" && ref.Ref != "#/components/responses/QuotaExceededOrRateLimited" {
+			t.Errorf("%s %s: 429 is %s, want a rate_limited response", rt.Method, rt.Path, op.Responses["429"])
+		}
+	}
+	for _, name := range []string{"RateLimited", "QuotaExceededOrRateLimited"} {
+		var resp struct {
+			Headers map[string]json.RawMessage `json:"headers"`
+		}
+		if err := json.Unmarshal(doc.Components.Responses[name], &resp); err != nil || resp.Headers["Retry-After"] == nil {
+			t.Errorf("response %s lacks Retry-After: %v", name, err)
+		}
+	}
+	var errSchema struct {
+		Properties struct {
+			Code struct {
+				Enum []string `json:"enum"`
+			} `json:"code"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(doc.Components.Schemas["Error"], &errSchema); err != nil || !slices.Contains(errSchema.Properties.Code.Enum, "rate_limited") {
+		t.Errorf("the Error schema's codes %v lack rate_limited (%v)", errSchema.Properties.Code.Enum, err)
+	}
+	for _, schema := range []string{"QuotaSpec", "QuotaStatus"} {
+		var s struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(doc.Components.Schemas[schema], &s); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"instances", "gpus", "gpus_per_model", "requests_per_second", "burst"} {
+			if s.Properties[f] == nil {
+				t.Errorf("schema %s lacks %s", schema, f)
+			}
+		}
+	}
+}

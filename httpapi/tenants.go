@@ -75,6 +75,8 @@ func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal)
 		return err
 	}
 	q, err := s.svc.Accounts.SetQuota(r.Context(), p.actor(), r.PathValue("id"), service.QuotaSpec(spec))
+	// After the commit: a request before it may have cached the old rate.
+	s.limits.tenantChanged(r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,19 +103,35 @@ func TestQuotaRoutes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	q, err := e.acme.Quota(ctx, e.acmeID)
-	if err != nil || q.Instances != 0 || q.GPUs != nil || q.TenantID != e.acmeID {
-		t.Fatalf("quota before any = %+v, %v; want no limits", q, err)
+	want := cloud.Quota{TenantID: e.acmeID, Instances: service.DefaultInstances, GPUsPerModel: service.DefaultGPUsPerModel}
+	if err != nil || !reflect.DeepEqual(q.Quota, want) {
+		t.Fatalf("quota of a new tenant = %+v, %v; want the default %+v", q, err, want)
+	}
+	if q, err := e.admin.Quota(ctx, OperatorTenant); err != nil || q.Instances != 0 || q.GPUs != nil || q.GPUsPerModel != 0 {
+		t.Errorf("operator quota = %+v, %v; want no limits", q, err)
 	}
 	before := e.counts()
-	for _, spec := range []api.QuotaSpec{
-		{Instances: -1},
-		{Instances: 2_000_000},
-		{GPUs: map[string]float64{"H100": -1}},
-		{GPUs: map[string]float64{"B300": 1}},
-		{GPUs: map[string]float64{"H100": 1, "H100-80GB-SXM": 2}},
+	for _, c := range []struct {
+		spec  api.QuotaSpec
+		field string
+	}{
+		{api.QuotaSpec{Instances: -1}, "instances"},
+		{api.QuotaSpec{Instances: 2_000_000}, "instances"},
+		{api.QuotaSpec{GPUs: map[string]float64{"H100": -1}}, "gpus.H100"},
+		{api.QuotaSpec{GPUs: map[string]float64{"B300": 1}}, "gpus.B300"},
+		{api.QuotaSpec{GPUs: map[string]float64{"H100": 1, "H100-80GB-SXM": 2}}, ""},
+		{api.QuotaSpec{GPUsPerModel: -0.5}, "gpus_per_model"},
+		{api.QuotaSpec{GPUsPerModel: 1e7}, "gpus_per_model"},
+		{api.QuotaSpec{RequestsPerSecond: -1}, "requests_per_second"},
+		{api.QuotaSpec{RequestsPerSecond: 2_000_000}, "requests_per_second"},
+		{api.QuotaSpec{Burst: -5}, "burst"},
+		{api.QuotaSpec{Burst: 2_000_000}, "burst"},
 	} {
-		_, err := e.admin.SetQuota(ctx, e.acmeID, spec)
-		wantCode(t, err, cloud.Invalid)
+		_, err := e.admin.SetQuota(ctx, e.acmeID, c.spec)
+		ce := wantCode(t, err, cloud.Invalid)
+		if c.field != "" && ce.Details["field"] != c.field {
+			t.Errorf("%+v: details %v, want field %s", c.spec, ce.Details, c.field)
+		}
 	}
 	_, err = e.admin.SetQuota(ctx, "tn-missing", api.QuotaSpec{Instances: 1})
 	wantCode(t, err, cloud.NotFound)

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -66,7 +67,7 @@ var ReclaimReasons = []string{cloud.ReclaimCapacity, cloud.ReclaimPrice, cloud.R
 // HTTP, controller, scheduler and spot market metrics fed by hooks.
 func NewServer() *Server {
 	r := prometheus.NewRegistry()
-	r.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{
 		Registry: r,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

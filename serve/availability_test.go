@@ -23,7 +23,7 @@ func TestOfferingAvailability(t *testing.T) {
 	testkit.Eventually(t, 0, "leadership", s.IsLeader)
 	ctx := context.Background()
 	addHost(t, s.Store, fleet.MockHost("l40s-1", "L40S", 2))
-	admin := client.New(s.URL, s.AdminToken, nil)
+	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 	tn, err := admin.CreateTenant(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ func TestOfferingAvailability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	member := client.New(s.URL, u.Secret, nil)
+	member := client.New(s.URL, u.Secret, s.HTTPClient())
 	var list *api.OfferingList
 	testkit.Eventually(t, 0, "availability of l40s.2x", func() bool {
 		list, err = member.OfferingList(ctx)

@@ -28,7 +28,7 @@ func scrape(t *testing.T, s *Replica, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	ctx := context.Background()
 	addHost(t, s.Store, fleet.MockHost("l40s-1", "L40S", 2))
 	addHost(t, s.Store, fleet.MockHost("h100-1", "H100", 8))
-	admin := client.New(s.URL, s.AdminToken, nil)
+	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 	members := map[string]*client.Client{}
 	tenants, secrets := map[string]string{}, map[string]string{}
 	for _, name := range []string{"acme", "globex"} {
@@ -64,7 +64,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		members[name], tenants[name], secrets[name] = client.New(s.URL, u.Secret, nil), tn.ID, u.Secret
+		members[name], tenants[name], secrets[name] = client.New(s.URL, u.Secret, s.HTTPClient()), tn.ID, u.Secret
 	}
 	var ids []string
 	for _, c := range []struct{ tenant, offering string }{{"acme", "l40s.1x"}, {"acme", "h100.1x"}, {"globex", "l40s.1x"}, {"globex", "h100.mig.3g.40gb"}} {

@@ -6,6 +6,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/metrics"
 	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/store/postgres"
@@ -62,13 +64,22 @@ type Config struct {
 	// watches prices (1 s when zero); reclaim deadlines are enforced by the
 	// scheduler on every step regardless.
 	MarketInterval time.Duration
+	// TLS says how the API is served: TLS 1.3 with the cloud's own CA by
+	// default (see TLS).
+	TLS TLS
+	// Limits are the API's request limits: per credential (members,
+	// admins, agents; a tenant's quota overrides its users'), failed
+	// authentications per source address, and the reverse proxies whose
+	// X-Forwarded-For names the client. The zero value has the defaults
+	// (httpapi.DefaultRateLimits). They hold per replica.
+	Limits httpapi.RateLimits
 }
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
 // controllers, which run only while this replica is the leader.
 type Replica struct {
 	Store cloud.Store
-	// URL is the API's base URL.
+	// URL is the API's base URL: https:// unless Config.TLS.Plain.
 	URL string
 	// AdminToken is set on the very first start, when the operator tenant
 	// and its admin token were created; it is shown once.
@@ -82,6 +93,7 @@ type Replica struct {
 	Metrics *metrics.Server
 
 	http   *http.Server
+	ca     *pki.CA
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	leader *leaderState
@@ -126,12 +138,32 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		st.Close()
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
+	ca, err := loadCA(ctx, st, cfg.Now())
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("the cloud's CA: %w", err)
+	}
+	if cfg.TLS.Plain {
+		if err := checkPlain(cfg.Listen); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	s := &Replica{Store: st, URL: "http://" + ln.Addr().String(), Metrics: metrics.NewServer(), leader: &leaderState{}}
+	scheme := "https://"
+	var tc *tls.Config
+	if cfg.TLS.Plain {
+		scheme = "http://"
+	} else if tc, err = serverTLS(cfg.TLS, ca, ln.Addr(), cfg.Now()); err != nil {
+		ln.Close()
+		st.Close()
+		return nil, err
+	}
+	s := &Replica{Store: st, URL: scheme + ln.Addr().String(), Metrics: metrics.NewServer(), leader: &leaderState{}, ca: ca}
 	if created {
 		s.AdminToken = token
 	}
@@ -139,15 +171,27 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
 	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
-		Availability: s.availability})
+		Availability: s.availability, Limits: cfg.Limits})
 	// One listener: the API under /v1/, the metrics, and the web console
 	// on every other path.
 	root := http.NewServeMux()
 	root.Handle("/v1/", api)
 	root.Handle("/metrics", api)
+	// The CA certificate is public: a client that has its fingerprint
+	// (gpucloud login --ca-fingerprint, a join token) fetches it here and
+	// checks it against the fingerprint before trusting it.
+	root.HandleFunc("GET /ca.crt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(pki.EncodeCert(ca.Cert))
+	})
 	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability}))
 	s.http = &http.Server{
-		Handler:           s.Metrics.Instrument(root),
+		Handler:   s.Metrics.Instrument(root),
+		TLSConfig: tc,
+		// Failed handshakes (a client that does not trust the CA yet)
+		// are the client's to report; keep them out of the server's log.
+		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -156,7 +200,11 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return s.http.Serve(ln) }
+		if tc != nil {
+			serve = func() error { return s.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cfg.Log.Error("api server stopped", "err", err)
 		}
 	}()

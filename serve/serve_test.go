@@ -69,7 +69,7 @@ func testRestart(t *testing.T, db string) {
 		t.Fatal("first start printed no admin token")
 	}
 	addHost(t, s.Store, fleet.MockHost("l40s-1", "L40S", 2))
-	c := client.New(s.URL, token, nil)
+	c := client.New(s.URL, token, s.HTTPClient())
 	ctx := context.Background()
 	placed, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l40s.1x"}, "key-1")
 	if err != nil {
@@ -90,7 +90,7 @@ func testRestart(t *testing.T, db string) {
 	if s2.AdminToken != "" {
 		t.Fatal("second start created another admin token")
 	}
-	c2 := client.New(s2.URL, token, nil)
+	c2 := client.New(s2.URL, token, s2.HTTPClient())
 	testkit.Eventually(t, 0, "leadership", s2.IsLeader)
 	if st := state(t, c2, placed.ID); st != cloud.Scheduled {
 		t.Fatalf("placed instance is %s after restart", st)
@@ -120,8 +120,13 @@ func TestLeaderFailover(t *testing.T) {
 		leader, follower = b, a
 	}
 	token := a.AdminToken + b.AdminToken // exactly one start created it
+	// Both serve the one CA of the cloud, from the store: an agent or a
+	// CLI pinned to it trusts either replica.
+	if a.CAFingerprint() != b.CAFingerprint() {
+		t.Fatalf("replicas with two CAs: %s and %s", a.CAFingerprint(), b.CAFingerprint())
+	}
 	addHost(t, leader.Store, fleet.MockNVLinkHost("h100-1", "H100-80GB-SXM", 8))
-	c := client.New(follower.URL, token, nil)
+	c := client.New(follower.URL, token, follower.HTTPClient())
 	var ids []string
 	for i := 0; i < 4; i++ {
 		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
@@ -145,7 +150,7 @@ func TestLeaderFailover(t *testing.T) {
 		b = nil
 	}
 	testkit.Eventually(t, 0, "the follower to lead", follower.IsLeader)
-	c = client.New(follower.URL, token, nil)
+	c = client.New(follower.URL, token, follower.HTTPClient())
 	for i := 4; i < 10; i++ {
 		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprintf("k%d", i))
 		if err != nil {
@@ -201,7 +206,7 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 	run := func(t *testing.T, db string) {
 		s := start(t, db)
 		defer s.Close(context.Background())
-		c := client.New(s.URL, s.AdminToken, nil)
+		c := client.New(s.URL, s.AdminToken, s.HTTPClient())
 		ctx := context.Background()
 		const n = 16
 		ids := make(chan string, 2*n)

@@ -50,11 +50,16 @@ type IssuedToken struct {
 	Secret string
 }
 
-// QuotaSpec is a quota an admin sets: zero values mean no limit, and GPU
-// model names may be aliases (the quota keeps canonical names).
+// QuotaSpec is a quota an admin sets (cloud.Quota says what each field
+// caps): zero values mean no limit, or for the request rate the server's
+// default, and GPU model names may be aliases (the quota keeps canonical
+// names).
 type QuotaSpec struct {
-	Instances int                `json:"instances,omitempty"`
-	GPUs      map[string]float64 `json:"gpus,omitempty"`
+	Instances         int                `json:"instances,omitempty"`
+	GPUs              map[string]float64 `json:"gpus,omitempty"`
+	GPUsPerModel      float64            `json:"gpus_per_model,omitempty"`
+	RequestsPerSecond int                `json:"requests_per_second,omitempty"`
+	Burst             int                `json:"burst,omitempty"`
 }
 
 // QuotaStatus is a tenant's quota and what the tenant holds against it now.
@@ -144,7 +149,8 @@ func (s *Accounts) Bootstrap(ctx context.Context) (adminToken string, created bo
 	return adminToken, created, nil
 }
 
-// CreateTenant creates a tenant (admins). Tenant names are unique: a name
+// CreateTenant creates a tenant (admins) with the default quota
+// (DefaultQuota), in one transaction. Tenant names are unique: a name
 // taken is a Conflict naming it.
 func (s *Accounts) CreateTenant(ctx context.Context, a Actor, name string) (*cloud.Tenant, error) {
 	if err := adminOnly(a, "creating tenants"); err != nil {
@@ -157,6 +163,9 @@ func (s *Accounts) CreateTenant(ctx context.Context, a Actor, name string) (*clo
 	t := &cloud.Tenant{ID: NewID(TenantPrefix), Name: name, CreatedAt: now}
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		if err := tx.CreateTenant(ctx, t); err != nil {
+			return err
+		}
+		if err := tx.PutQuota(ctx, DefaultQuota(t.ID)); err != nil {
 			return err
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventTenantCreated,
@@ -246,6 +255,9 @@ func CheckQuotaSpec(cat *catalog.Catalog, spec QuotaSpec) (map[string]float64, e
 	if spec.Instances < 0 || spec.Instances > MaxQuota {
 		return nil, Field("instances", "%d is out of range 0..%d (0 means no limit)", spec.Instances, MaxQuota)
 	}
+	if err := checkQuotaRates(spec); err != nil {
+		return nil, err
+	}
 	gpus := make(map[string]float64, len(spec.GPUs))
 	for name, n := range spec.GPUs {
 		key := "gpus." + name
@@ -283,7 +295,8 @@ func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec Qu
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
 		}
-		q := &cloud.Quota{TenantID: tenant, Instances: spec.Instances, GPUs: gpus}
+		q := &cloud.Quota{TenantID: tenant, Instances: spec.Instances, GPUs: gpus, GPUsPerModel: spec.GPUsPerModel,
+			RequestsPerSecond: spec.RequestsPerSecond, Burst: spec.Burst}
 		if err := tx.PutQuota(ctx, q); err != nil {
 			return err
 		}
@@ -321,17 +334,17 @@ func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (QuotaStat
 	return out, err
 }
 
-// tokenVisible reports whether a may list and revoke token t: join tokens
-// and agent credentials are the admins' business, even when a member of
-// the operator tenant asks.
+// tokenVisible reports whether a may list and revoke token t: an admin
+// any token; a member only their own user tokens. Other users' tokens
+// (an admin's included, when a member of the operator tenant asks), join
+// tokens and agent credentials are not a member's business.
 func tokenVisible(a Actor, t *cloud.Token) bool {
-	return a.Admin() || t.Role != cloud.RoleJoin && t.Role != cloud.RoleAgent
+	return a.Admin() || t.UserID == a.ID && t.Role != cloud.RoleJoin && t.Role != cloud.RoleAgent
 }
 
 // Tokens lists the tokens a may see, revoked and expired ones included:
-// a member its tenant's users' tokens; an admin every tenant's, or one
-// tenant's when it names one. Join tokens and agent credentials are listed
-// to admins only.
+// a member their own; an admin every tenant's, or one tenant's when it
+// names one. Join tokens and agent credentials are listed to admins only.
 func (s *Accounts) Tokens(ctx context.Context, a Actor, tenant string) ([]*cloud.Token, error) {
 	if err := usersOnly(a, "listing tokens"); err != nil {
 		return nil, err
@@ -367,17 +380,26 @@ func (s *Accounts) CreateToken(ctx context.Context, a Actor, name string, expire
 	return s.issue(ctx, a, name, expires, false)
 }
 
+// DefaultJoinTokenTTL is how long a join token lives when its creator
+// does not say.
+const DefaultJoinTokenTTL = 24 * time.Hour
+
 // CreateJoinToken makes a join token (admins): a token with role join,
 // owned by the calling admin, that an agent presents once to join its
 // host (Agents.Join). It is as sensitive as an admin token: whoever holds
 // it can take over any host ID. The name is required, so that the token
-// list tells join tokens apart when one must be revoked.
+// list tells join tokens apart when one must be revoked. It expires after
+// DefaultJoinTokenTTL unless expires says otherwise: a forgotten join
+// token does not stay a way in.
 func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, expires *time.Time) (IssuedToken, error) {
 	if err := adminOnly(a, "making join tokens"); err != nil {
 		return IssuedToken{}, err
 	}
 	if err := CheckName("name", name, true); err != nil {
 		return IssuedToken{}, err
+	}
+	if expires == nil {
+		expires = new(s.now().Add(DefaultJoinTokenTTL))
 	}
 	return s.issue(ctx, a, name, expires, true)
 }
@@ -391,6 +413,11 @@ func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *tim
 	now := s.now()
 	if expires != nil && !expires.After(now) {
 		return IssuedToken{}, Field("expires_at", "%s is not in the future", expires.Format(time.RFC3339))
+	}
+	if expires != nil {
+		if err := CheckTime("expires_at", *expires); err != nil {
+			return IssuedToken{}, err
+		}
 	}
 	var out IssuedToken
 	err := s.tx(ctx, func(tx cloud.Tx) error {
@@ -436,8 +463,9 @@ func (s *Accounts) JoinTokens(ctx context.Context, a Actor) ([]*cloud.Token, err
 	return out, err
 }
 
-// RevokeToken revokes a token a may see (Tokens): members their tenant's,
-// admins any. Another tenant's token answers NotFound, like a missing one.
+// RevokeToken revokes a token a may see (Tokens): members their own,
+// admins any. Another user's token answers NotFound, like a missing one:
+// a member of the operator tenant cannot revoke the admins' tokens.
 // Revoking a revoked token changes nothing and answers it again. Whoever
 // caches token checks must drop its cache once this returns.
 func (s *Accounts) RevokeToken(ctx context.Context, a Actor, id string) (*cloud.Token, error) {

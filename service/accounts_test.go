@@ -2,6 +2,8 @@ package service_test
 
 import (
 	"context"
+	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -197,8 +199,8 @@ func TestAccountsQuota(t *testing.T) {
 		ctx := context.Background()
 		acme := f.acme.TenantID
 		q, err := f.svc.Accounts.Quota(ctx, f.acme, acme)
-		if err != nil || q.Quota.Instances != 0 || q.Quota.GPUs != nil || q.Quota.TenantID != acme || q.Used.Instances != 0 {
-			t.Fatalf("quota before any = %+v, %v; want no limits", q, err)
+		if err != nil || !reflect.DeepEqual(q.Quota, service.DefaultQuota(acme)) || q.Used.Instances != 0 {
+			t.Fatalf("quota of a new tenant = %+v, %v; want the default", q.Quota, err)
 		}
 		before := f.state()
 		for _, c := range []struct {
@@ -209,6 +211,12 @@ func TestAccountsQuota(t *testing.T) {
 			{service.QuotaSpec{Instances: 2_000_000}, "instances"},
 			{service.QuotaSpec{GPUs: map[string]float64{"H100": -1}}, "gpus.H100"},
 			{service.QuotaSpec{GPUs: map[string]float64{"B300": 1}}, "gpus.B300"},
+			{service.QuotaSpec{GPUsPerModel: -1}, "gpus_per_model"},
+			{service.QuotaSpec{GPUsPerModel: math.NaN()}, "gpus_per_model"},
+			{service.QuotaSpec{RequestsPerSecond: -1}, "requests_per_second"},
+			{service.QuotaSpec{RequestsPerSecond: service.MaxQuota + 1}, "requests_per_second"},
+			{service.QuotaSpec{Burst: -1}, "burst"},
+			{service.QuotaSpec{Burst: service.MaxQuota + 1}, "burst"},
 		} {
 			_, err := f.svc.Accounts.SetQuota(ctx, f.admin, acme, c.spec)
 			if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != c.field {
@@ -291,10 +299,35 @@ func TestAccountsTokens(t *testing.T) {
 		if err != nil || len(l) == 0 || slices.ContainsFunc(l, func(tk *cloud.Token) bool { return tk.Role == cloud.RoleJoin }) {
 			t.Errorf("an operator member's tokens: %+v, %v", l, err)
 		}
+		if slices.ContainsFunc(l, func(tk *cloud.Token) bool { return tk.UserID != op.ID }) {
+			t.Errorf("an operator member sees other users' tokens: %+v", l)
+		}
 		before = f.state()
 		_, err = f.svc.Accounts.RevokeToken(ctx, opActor, jt.Token.ID)
 		ahHidden(t, err, "token", jt.Token.ID)
 		f.unchanged(before, "an operator member revokes a join token")
+		// Nor the admins' own tokens (the attack of issue 9).
+		adm, err := f.svc.Accounts.CreateToken(ctx, f.admin, "admin-ci", nil)
+		if err != nil || adm.Token.Role != cloud.RoleAdmin {
+			t.Fatalf("admin token = %+v, %v", adm, err)
+		}
+		before = f.state()
+		_, err = f.svc.Accounts.RevokeToken(ctx, opActor, adm.Token.ID)
+		ahHidden(t, err, "token", adm.Token.ID)
+		f.unchanged(before, "an operator member revokes an admin's token")
+		// Another member of the same tenant sees and revokes only their own.
+		bob, _, err := f.svc.Accounts.CreateUser(ctx, f.admin, f.acme.TenantID, "bob", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bobActor := service.Actor{ID: bob.ID, TenantID: bob.TenantID, Role: bob.Role}
+		if l, err := f.svc.Accounts.Tokens(ctx, bobActor, ""); err != nil || len(l) != 1 || l[0].UserID != bob.ID {
+			t.Errorf("bob's tokens = %+v, %v; want his one", l, err)
+		}
+		before = f.state()
+		_, err = f.svc.Accounts.RevokeToken(ctx, bobActor, ci.Token.ID)
+		ahHidden(t, err, "token", ci.Token.ID)
+		f.unchanged(before, "a member revokes a tenant colleague's token")
 
 		// Revoking: another tenant cannot (its answer is a missing
 		// token's); the owner's tenant can, once; an admin can.

@@ -735,7 +735,12 @@ const MaxMetricSkew = time.Minute
 // fresh samples look stale to the group controller). Times still more than
 // MaxMetricSkew ahead of the server's clock are clamped to the server's
 // now rather than refused, so that no point lands in the future, where it
-// would confuse readers that page by time. An empty report writes nothing.
+// would confuse readers that page by time. A time that lies, after the
+// correction, more than MetricMaxAge before the server's clock (the limit
+// of custom metrics too) is invalid_argument: an agent sends its samples
+// as it takes them, so such a time is a clock or a report gone wrong, and
+// one far enough back is not even a time the store can keep. An empty
+// report writes nothing.
 func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.MetricsReport) error {
 	if err := agentOnly(a); err != nil {
 		return err
@@ -768,6 +773,10 @@ func (s *Agents) ReportMetrics(ctx context.Context, a Actor, rep agentapi.Metric
 			}
 			if at.After(now.Add(MaxMetricSkew)) {
 				at = now.UTC()
+			}
+			if at.Before(now.Add(-MetricMaxAge)) {
+				return Field(fmt.Sprintf("samples[%d].at", i), "%s (after the sent_at correction) is more than %s before the server's clock; send samples as they are taken",
+					at.Format(time.RFC3339), MetricMaxAge)
 			}
 			var mem *float64
 			if smp.GPUMemoryUsedBytes != nil {

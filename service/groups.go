@@ -411,7 +411,7 @@ func groupQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant s
 			Message: fmt.Sprintf("the group's min %d is above the tenant's instance quota %d", g.Min, q.Instances),
 			Details: map[string]any{"resource": "instances", "limit": q.Instances, "requested": g.Min, "field": "min"}}
 	}
-	if len(q.GPUs) == 0 {
+	if len(q.GPUs) == 0 && q.GPUsPerModel == 0 {
 		return nil
 	}
 	var need []string
@@ -421,7 +421,7 @@ func groupQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant s
 			continue
 		}
 		model, n := GPUDemand(cat, o)
-		limit := q.GPUs[model]
+		limit := GPULimit(q, model)
 		if model == "" || n == 0 || limit == 0 || float64(g.Min)*n <= limit+quotaEpsilon {
 			return nil
 		}

@@ -151,10 +151,6 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-// errNeedSerializable restarts a read-committed create at the store's
-// default isolation.
-var errNeedSerializable = errors.New("create needs serializable isolation")
-
 // NewInstance describes an instance to create: CreateInstance fills in its
 // ID (when empty), state, times and version. TenantID, Offering (a catalog
 // name) and the workload are the caller's.
@@ -170,9 +166,8 @@ type NewInstance = cloud.Instance
 // before makes the store's unique constraint answer with the existing
 // instance's ID (see asKeyRace).
 //
-// Run at read committed (cloud.ReadCommitted) it refuses to decide on a
-// quota and answers errNeedSerializable instead, for the caller to run it
-// again at the store's default isolation.
+// It may run at read committed (cloud.ReadCommitted) when the instance
+// has no volumes: EnforceQuota locks the tenant's quota before it counts.
 func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *NewInstance, actor, reason string) error {
 	o, err := cat.Offering(in.Offering)
 	if err != nil {
@@ -190,15 +185,7 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 	if err != nil {
 		return err
 	}
-	if cloud.IsolationOf(ctx) == cloud.ReadCommitted {
-		q, err := GetQuota(ctx, tx, in.TenantID)
-		if err != nil {
-			return err
-		}
-		if q.Instances != 0 || len(q.GPUs) != 0 {
-			return errNeedSerializable
-		}
-	} else if err := EnforceQuota(ctx, tx, cat, in.TenantID, o); err != nil {
+	if err := EnforceQuota(ctx, tx, cat, in.TenantID, o); err != nil {
 		return err
 	}
 	if err := tx.CreateInstance(ctx, in); err != nil {
@@ -261,11 +248,12 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 	if err != nil {
 		return nil, false, err
 	}
-	// A create without volumes, for a tenant without a quota, depends only
-	// on the unique (tenant, idempotency key) constraint: it runs at read
-	// committed, which spares it the aborts of serializable transactions
-	// under contention. A quota count or a volume attachment needs
-	// serializable isolation, so finding either restarts the create there.
+	// A create without volumes depends only on the unique (tenant,
+	// idempotency key) constraint and on the tenant's quota, which
+	// EnforceQuota locks before it counts: it runs at read committed,
+	// which spares it the aborts of serializable transactions under
+	// contention (creates of one tenant take turns on its quota instead).
+	// A volume attachment needs serializable isolation.
 	txctx := ctx
 	if len(spec.Volumes) == 0 {
 		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
@@ -296,10 +284,6 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 		return nil
 	}
 	err = s.tx(txctx, body)
-	if errors.Is(err, errNeedSerializable) {
-		txctx = ctx
-		err = s.tx(txctx, body)
-	}
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
 		func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
 	return out, created && err == nil, err

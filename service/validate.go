@@ -98,8 +98,28 @@ func startAt(field string, at *time.Time, now time.Time, slack time.Duration, hi
 	if at == nil {
 		return now, nil
 	}
+	if err := CheckTime(field, *at); err != nil {
+		return *at, err // refused like a past time: no retry names it
+	}
 	if at.Before(now.Add(-slack)) {
 		return *at, Field(field, "%s is in the past; %s", at.UTC().Format(time.RFC3339), hint)
 	}
 	return *at, nil
+}
+
+// Times a request may carry: from year 1 to year 9999 in UTC, the times
+// every store keeps and reads back (SQLite's text form has four-digit
+// years) and JSON can encode. A time in range in its own zone may fall
+// outside in UTC ("9999-12-31T23:00:00-05:00").
+var (
+	minTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// CheckTime refuses a time outside minTime..maxTime in UTC.
+func CheckTime(fieldName string, t time.Time) error {
+	if t.Before(minTime) || t.After(maxTime) {
+		return Field(fieldName, "%s is out of range: times run from year 1 to year 9999 (UTC)", t.Format(time.RFC3339Nano))
+	}
+	return nil
 }

@@ -109,8 +109,16 @@ func TestUpExitsZeroOnSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd, out, wait := startUp(t, noMetrics...)
-			if !strings.Contains(out, "gpucloud is up: http://127.0.0.1:") {
+			if !strings.Contains(out, "gpucloud is up: https://127.0.0.1:") || !strings.Contains(out, "TLS 1.3 with the cloud's own CA sha256:") {
 				t.Fatalf("output:\n%s", out)
+			}
+			// The operator's secrets are the operator's alone.
+			data := strings.TrimSuffix(strings.SplitN(strings.SplitN(out, "data in ", 2)[1], ")", 2)[0], "/")
+			for name, want := range map[string]os.FileMode{"": 0o700, "gpucloud.db": 0o600, "admin-token": 0o600, "ca.crt": 0o644} {
+				st, err := os.Stat(filepath.Join(data, name))
+				if err != nil || st.Mode().Perm() != want {
+					t.Errorf("%s/%s: mode %v, %v; want %v", data, name, st.Mode().Perm(), err, want)
+				}
 			}
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)

@@ -9,11 +9,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -126,20 +129,58 @@ func (c *Client) Send(req *http.Request) (*http.Response, error) {
 
 // DecodeError reads an error response into a *cloud.Error. A body that is
 // not the API's error shape (a proxy's page, say) keeps the status's code
-// and shows the start of the body.
+// and shows the start of the body. A rate_limited error whose body does not
+// say when to retry takes it from the Retry-After header (RetryAfter reads
+// it back).
 func DecodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var e cloud.Error
-	if json.Unmarshal(b, &e) == nil && e.Code != "" {
-		return &e
+	if json.Unmarshal(b, &e) != nil || e.Code == "" {
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 200 {
+			msg = msg[:200] + "..."
+		}
+		e = cloud.Error{Code: CodeOfStatus(resp.StatusCode),
+			Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg),
+			Details: map[string]any{"status": resp.StatusCode}}
 	}
-	msg := strings.TrimSpace(string(b))
-	if len(msg) > 200 {
-		msg = msg[:200] + "..."
+	if e.Code == cloud.RateLimited {
+		if _, ok := e.Details[RetryAfterDetail]; !ok {
+			// Retry-After is whole seconds here; an HTTP date (which
+			// some proxies send) is left out rather than misread.
+			if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs >= 0 {
+				if e.Details == nil {
+					e.Details = map[string]any{}
+				}
+				e.Details[RetryAfterDetail] = float64(secs)
+			}
+		}
 	}
-	return &cloud.Error{Code: CodeOfStatus(resp.StatusCode),
-		Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg),
-		Details: map[string]any{"status": resp.StatusCode}}
+	return &e
+}
+
+// RetryAfterDetail is the detail of a rate_limited error that says how
+// many seconds to wait before the same request may succeed.
+const RetryAfterDetail = "retry_after_seconds"
+
+// RetryAfter is how long a rate_limited error asks the caller to wait, and
+// false for any other error or one that does not say.
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *cloud.Error
+	if !errors.As(err, &e) || e.Code != cloud.RateLimited {
+		return 0, false
+	}
+	switch v := e.Details[RetryAfterDetail].(type) {
+	case float64:
+		if v >= 0 && v < 1e9 {
+			return time.Duration(v * float64(time.Second)), true
+		}
+	case int:
+		if v >= 0 {
+			return time.Duration(v) * time.Second, true
+		}
+	}
+	return 0, false
 }
 
 // CodeOfStatus maps a status back to a code: the inverse of the server's
@@ -159,7 +200,9 @@ func CodeOfStatus(status int) cloud.Code {
 	case http.StatusConflict, http.StatusPreconditionFailed:
 		return cloud.Conflict
 	case http.StatusTooManyRequests:
-		return cloud.QuotaExceeded
+		// The server's own 429s carry their code (quota_exceeded or
+		// rate_limited) in the body; a bare one is a proxy's rate limit.
+		return cloud.RateLimited
 	case http.StatusServiceUnavailable:
 		return cloud.InsufficientCapacity
 	}

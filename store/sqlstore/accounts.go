@@ -195,10 +195,20 @@ func (t *tx) PutQuota(ctx context.Context, q *cloud.Quota) error {
 		return err
 	}
 	_, err = t.exec(ctx, "put quota of tenant "+q.TenantID,
-		"INSERT INTO quotas (tenant_id, instances, gpus) VALUES (?, ?, ?)"+
-			" ON CONFLICT (tenant_id) DO UPDATE SET instances = excluded.instances, gpus = excluded.gpus",
-		q.TenantID, q.Instances, gpus)
+		"INSERT INTO quotas (tenant_id, instances, gpus, gpus_per_model, requests_per_second, burst) VALUES (?, ?, ?, ?, ?, ?)"+
+			" ON CONFLICT (tenant_id) DO UPDATE SET instances = excluded.instances, gpus = excluded.gpus,"+
+			" gpus_per_model = excluded.gpus_per_model, requests_per_second = excluded.requests_per_second, burst = excluded.burst",
+		q.TenantID, q.Instances, gpus, q.GPUsPerModel, q.RequestsPerSecond, q.Burst)
 	return err
+}
+
+// quotaCols are the columns of a quota, as scanQuota reads them.
+const quotaCols = "tenant_id, instances, gpus, gpus_per_model, requests_per_second, burst"
+
+func scanQuota(sc scanner) (*cloud.Quota, error) {
+	var q cloud.Quota
+	err := sc.Scan(&q.TenantID, &q.Instances, jsonCol{&q.GPUs}, &q.GPUsPerModel, &q.RequestsPerSecond, &q.Burst)
+	return &q, err
 }
 
 // GetQuota returns NotFound for a tenant without a quota; callers treat that
@@ -206,10 +216,15 @@ func (t *tx) PutQuota(ctx context.Context, q *cloud.Quota) error {
 func (t *tx) GetQuota(ctx context.Context, tenantID string) (*cloud.Quota, error) {
 	return one(ctx, t, "get quota of tenant "+tenantID,
 		func() error { return notFoundf("quota of tenant %s not found", tenantID) },
-		"SELECT tenant_id, instances, gpus FROM quotas WHERE tenant_id = ?", []any{tenantID},
-		func(sc scanner) (*cloud.Quota, error) {
-			var q cloud.Quota
-			err := sc.Scan(&q.TenantID, &q.Instances, jsonCol{&q.GPUs})
-			return &q, err
-		})
+		"SELECT "+quotaCols+" FROM quotas WHERE tenant_id = ?", []any{tenantID}, scanQuota)
+}
+
+// LockQuota updates the quota's row to itself: the row lock of a write,
+// held to the end of the transaction, which a SELECT ... FOR UPDATE would
+// not give serializable transactions in PostgreSQL (they would wait for
+// it, then count from their older snapshot) and SQLite does not have.
+func (t *tx) LockQuota(ctx context.Context, tenantID string) (*cloud.Quota, error) {
+	return one(ctx, t, "lock quota of tenant "+tenantID,
+		func() error { return notFoundf("quota of tenant %s not found", tenantID) },
+		"UPDATE quotas SET instances = instances WHERE tenant_id = ? RETURNING "+quotaCols, []any{tenantID}, scanQuota)
 }

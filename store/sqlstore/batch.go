@@ -247,6 +247,26 @@ func (t *tx) CountInstances(ctx context.Context) ([]cloud.InstanceCount, error) 
 	return counts, nil
 }
 
+// CountTenantInstances is one GROUP BY over a tenant's instances, which
+// the instances_tenant_counts index covers.
+func (t *tx) CountTenantInstances(ctx context.Context, tenantID string) ([]cloud.InstanceCount, error) {
+	out, err := list(ctx, t, "count instances of tenant "+tenantID,
+		"SELECT state, offering, market, COUNT(*) FROM instances WHERE tenant_id = ? GROUP BY state, offering, market", []any{tenantID},
+		func(sc scanner) (*cloud.InstanceCount, error) {
+			c := cloud.InstanceCount{TenantID: tenantID}
+			err := sc.Scan(&c.State, &c.Offering, &c.Market, &c.Count)
+			return &c, err
+		})
+	if err != nil {
+		return nil, err
+	}
+	counts := derefAll(out)
+	slices.SortFunc(counts, func(a, b cloud.InstanceCount) int {
+		return cmp.Or(cmp.Compare(a.State, b.State), cmp.Compare(a.Offering, b.Offering), cmp.Compare(a.Market, b.Market))
+	})
+	return counts, nil
+}
+
 // CountHosts is one GROUP BY over the hosts table.
 func (t *tx) CountHosts(ctx context.Context) ([]cloud.HostCount, error) {
 	out, err := list(ctx, t, "count hosts", "SELECT state, COUNT(*) FROM hosts GROUP BY state", nil,

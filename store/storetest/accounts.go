@@ -235,7 +235,7 @@ func testTokenByHash(t *testing.T, s cloud.Store) {
 }
 
 func testQuotas(t *testing.T, s cloud.Store) {
-	seedTenants(t, s, "t-1")
+	seedTenants(t, s, "t-1", "t-2")
 	get := func() (*cloud.Quota, error) {
 		return read(t, s, func(tx cloud.Tx) (*cloud.Quota, error) { return tx.GetQuota(ctx, "t-1") })
 	}
@@ -250,6 +250,12 @@ func testQuotas(t *testing.T, s cloud.Store) {
 			GPUs: map[string]float64{"H100-SXM5-80GB": 2.5, "A100-SXM4-40GB": 1.0 / 7}}},
 		{"a second put replaces everything", &cloud.Quota{TenantID: "t-1", Instances: 10,
 			GPUs: map[string]float64{"L4": 8}}},
+		{"the per-model cap and the request rate persist", &cloud.Quota{TenantID: "t-1", Instances: 64,
+			GPUsPerModel: 16, RequestsPerSecond: 200, Burst: 2000}},
+		{"a fractional per-model cap keeps its fraction", &cloud.Quota{TenantID: "t-1",
+			GPUs: map[string]float64{"L4": 0}, GPUsPerModel: 2.0 / 7, RequestsPerSecond: 1_000_000, Burst: 1}},
+		{"a put changes the rate alone", &cloud.Quota{TenantID: "t-1", GPUs: map[string]float64{"L4": 0},
+			GPUsPerModel: 2.0 / 7, RequestsPerSecond: 5}},
 		{"a put with no limits clears them", &cloud.Quota{TenantID: "t-1"}},
 		{"an empty map stays empty, not nil", &cloud.Quota{TenantID: "t-1", GPUs: map[string]float64{}}},
 	} {
@@ -260,6 +266,19 @@ func testQuotas(t *testing.T, s cloud.Store) {
 			continue
 		}
 		wantEqual(t, c.desc, got, c.q)
+		// LockQuota reads the same, and changes nothing.
+		locked, err := read(t, s, func(tx cloud.Tx) (*cloud.Quota, error) { return tx.LockQuota(ctx, "t-1") })
+		if err != nil {
+			t.Errorf("%s: LockQuota: %v", c.desc, err)
+			continue
+		}
+		wantEqual(t, c.desc+" (LockQuota)", locked, c.q)
+		got, _ = get()
+		wantEqual(t, c.desc+" (after LockQuota)", got, c.q)
+	}
+	for _, tenant := range []string{"t-9", "t-2"} {
+		_, err := read(t, s, func(tx cloud.Tx) (*cloud.Quota, error) { return tx.LockQuota(ctx, tenant) })
+		wantCode(t, "LockQuota of a tenant without a quota is NotFound", err, cloud.NotFound, "quota of tenant "+tenant+" not found")
 	}
 	err = try(s, func(tx cloud.Tx) error { return tx.PutQuota(ctx, &cloud.Quota{TenantID: "t-9", Instances: 1}) })
 	wantCode(t, "a quota of a missing tenant is NotFound", err, cloud.NotFound, "tenant t-9 not found")

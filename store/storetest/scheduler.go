@@ -204,9 +204,9 @@ func testAppendEvents(t *testing.T, s cloud.Store) {
 	wantEqual(t, "a bad event stores none of its batch", again, got)
 }
 
-// testCounts checks CountInstances and CountHosts: one group per distinct
-// (state, offering, market, tenant) and per host state, in field order,
-// nothing for a group without members.
+// testCounts checks CountInstances, CountTenantInstances and CountHosts:
+// one group per distinct (state, offering, market, tenant) and per host
+// state, in field order, nothing for a group without members.
 func testCounts(t *testing.T, s cloud.Store) {
 	wantEqual(t, "no instances", mustRead(t, s, func(tx cloud.Tx) ([]cloud.InstanceCount, error) {
 		return tx.CountInstances(ctx)
@@ -261,4 +261,23 @@ func testCounts(t *testing.T, s cloud.Store) {
 	wantEqual(t, "CountHosts", mustRead(t, s, func(tx cloud.Tx) ([]cloud.HostCount, error) {
 		return tx.CountHosts(ctx)
 	}), []cloud.HostCount{{State: fleet.Cordoned, Count: 1}, {State: fleet.Schedulable, Count: 3}, {State: fleet.Unhealthy, Count: 1}})
+	for _, c := range []struct {
+		tenant string
+		want   []cloud.InstanceCount
+	}{
+		{"t-1", []cloud.InstanceCount{
+			{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketOnDemand, TenantID: "t-1", Count: 4},
+			{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketSpot, TenantID: "t-1", Count: 2},
+			{State: cloud.Terminated, Offering: "a100x8", Market: cloud.MarketSpot, TenantID: "t-1", Count: 1},
+		}},
+		{"t-2", []cloud.InstanceCount{
+			{State: cloud.Pending, Offering: "a100x8", Market: cloud.MarketOnDemand, TenantID: "t-2", Count: 2},
+			{State: cloud.Running, Offering: "h100x1", Market: cloud.MarketOnDemand, TenantID: "t-2", Count: 1},
+		}},
+		{"t-9", []cloud.InstanceCount{}},
+	} {
+		wantEqual(t, "CountTenantInstances "+c.tenant, mustRead(t, s, func(tx cloud.Tx) ([]cloud.InstanceCount, error) {
+			return tx.CountTenantInstances(ctx, c.tenant)
+		}), c.want)
+	}
 }

@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Tokens", testTokens},
 		{"TokenByHash", testTokenByHash},
 		{"Quotas", testQuotas},
+		{"ClusterSecrets", testClusterSecrets},
 		{"Instances", testInstances},
 		{"InstanceErrors", testInstanceErrors},
 		{"Idempotency", testIdempotency},

@@ -1,0 +1,91 @@
+package agentapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpucloud/gpucloud/internal/pki"
+)
+
+// SplitJoinToken splits a join string "SECRET@sha256:HEX" into the join
+// token's secret and the fingerprint of the cloud's CA that it carries
+// (empty when it carries none), so that a new host can trust the server on
+// first contact, as kubeadm's discovery hash does.
+func SplitJoinToken(s string) (secret, fingerprint string, err error) {
+	s = strings.TrimSpace(s)
+	i := strings.LastIndex(s, "@")
+	if i < 0 {
+		return s, "", nil
+	}
+	fp, err := pki.ParseFingerprint(s[i+1:])
+	if err != nil {
+		return "", "", fmt.Errorf("join token: %w", err)
+	}
+	return s[:i], fp, nil
+}
+
+// JoinString is the join token as an admin hands it to a new host: the
+// secret, and the CA's fingerprint when known.
+func JoinString(secret, fingerprint string) string {
+	if fingerprint == "" {
+		return secret
+	}
+	return secret + "@" + fingerprint
+}
+
+// FetchCA fetches the cloud's CA certificate from server (GET /ca.crt)
+// over a connection that trusts only a CA with the given fingerprint, and
+// returns its PEM once it checked that the certificate is that CA.
+func FetchCA(ctx context.Context, server, fingerprint string) ([]byte, error) {
+	cfg, err := pki.PinnedConfig(fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(server, "/")+"/ca.crt", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch the cloud's CA: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch the cloud's CA: %s answers %s", req.URL, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, err
+	}
+	c, err := pki.ParseCert(b)
+	if err != nil {
+		return nil, fmt.Errorf("the cloud's CA: %w", err)
+	}
+	if pki.Fingerprint(c) != fingerprint {
+		return nil, fmt.Errorf("the CA the server sent is %s, not %s", pki.Fingerprint(c), fingerprint)
+	}
+	return b, nil
+}
+
+// TLSClient is an HTTP client that trusts exactly the CA in caPEM (TLS
+// 1.3), or the system's roots when caPEM is empty.
+func TLSClient(caPEM []byte) (*http.Client, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13}
+	if len(caPEM) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("no PEM certificate in the CA data")
+		}
+		cfg.RootCAs = pool
+	}
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16}}, nil
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/internal/pki"
+	"github.com/gpucloud/gpucloud/serve"
+)
+
+// tlsCloud starts a real server (TLS 1.3, its own CA) and points the CLI's
+// config at a fresh file.
+func tlsCloud(t *testing.T) *serve.Replica {
+	t.Helper()
+	t.Setenv(EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
+	t.Setenv(EnvServer, "")
+	t.Setenv(EnvToken, "")
+	t.Setenv(EnvCAFile, "")
+	s, err := serve.Start(context.Background(), serve.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
+		Listen: "127.0.0.1:0", Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// TestLoginTrustsTheCloudCA: without the CA the CLI refuses the server and
+// says how to trust it; login with the fingerprint fetches the CA, checks
+// it, saves it, and later commands use it; a wrong fingerprint saves
+// nothing.
+func TestLoginTrustsTheCloudCA(t *testing.T) {
+	s := tlsCloud(t)
+	code, _, errOut := run(t, "--server", s.URL, "--token", s.AdminToken, "offerings")
+	if code != ExitError || !strings.Contains(errOut, "not trust") || !strings.Contains(errOut, "--ca-fingerprint") {
+		t.Fatalf("without the CA: %d %s", code, errOut)
+	}
+	other, err := pki.NewCA("other", timeNow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, "login", "--server", s.URL, "--token", s.AdminToken, "--ca-fingerprint", other.Fingerprint())
+	if code != ExitError || !strings.Contains(errOut, "not the") {
+		t.Fatalf("login with another CA's fingerprint: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(ConfigPath()); err == nil {
+		t.Fatal("a refused login wrote the config")
+	}
+	code, out, errOut := run(t, "login", "--server", s.URL, "--token", s.AdminToken, "--ca-fingerprint", strings.ToUpper(s.CAFingerprint()))
+	if code != ExitOK || !strings.Contains(out, "Logged in") {
+		t.Fatalf("login: %d %s %s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(ConfigPath())
+	if !strings.Contains(string(b), "certificate-authority-data:") {
+		t.Errorf("config lacks the CA:\n%s", b)
+	}
+	if code, out, errOut := run(t, "offerings"); code != ExitOK || !strings.Contains(out, "h100.1x") {
+		t.Fatalf("offerings after login: %d %s", code, errOut)
+	}
+	// The join token the CLI prints carries the CA's fingerprint.
+	code, out, errOut = run(t, "hosts", "join-token", "--name", "rack-1")
+	if code != ExitOK || !strings.Contains(out, "@"+s.CAFingerprint()) || !strings.Contains(out, "GPUCLOUD_JOIN_TOKEN=") || !strings.Contains(out, "joins hosts until") {
+		t.Fatalf("join-token: %d %s %s", code, out, errOut)
+	}
+}
+
+// TestAgentTrustsOnFirstContact: an agent whose join token carries the
+// CA's fingerprint fetches and keeps the CA (0600 in its 0700 data
+// directory) and talks TLS to the server from then on; a join token that
+// names another CA is refused before the secret is sent; a restart
+// without the join token uses the kept CA.
+func TestAgentTrustsOnFirstContact(t *testing.T) {
+	s := tlsCloud(t)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "agent")
+	other, _ := pki.NewCA("other", timeNow())
+	if _, _, err := agentClient(ctx, s.URL, agentapi.JoinString("gpc_x_y", other.Fingerprint()), dir); err == nil || !strings.Contains(err.Error(), "not") {
+		t.Fatalf("a join token naming another CA: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, caFileName)); err == nil {
+		t.Fatal("a refused first contact kept a CA")
+	}
+	hc, secret, err := agentClient(ctx, s.URL, agentapi.JoinString("gpc_x_y", s.CAFingerprint()), dir)
+	if err != nil || secret != "gpc_x_y" {
+		t.Fatalf("first contact: %q, %v", secret, err)
+	}
+	resp, err := hc.Get(s.URL + "/ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	st, err := os.Stat(filepath.Join(dir, caFileName))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("kept CA: %v, %v", st, err)
+	}
+	if d, _ := os.Stat(dir); d.Mode().Perm() != 0o700 {
+		t.Errorf("data directory mode %v", d.Mode().Perm())
+	}
+	hc, _, err = agentClient(ctx, s.URL, "", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := hc.Get(s.URL + "/ca.crt"); err != nil {
+		t.Fatalf("restart with the kept CA: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	// The join token on the command line draws a warning; a file does not.
+	var warn strings.Builder
+	if tok, _ := readJoinToken("gpc_a_b", "", &warn); tok != "gpc_a_b" || !strings.Contains(warn.String(), "visible to every user") {
+		t.Errorf("command-line join token: %q, warning %q", tok, warn.String())
+	}
+	f := filepath.Join(t.TempDir(), "jt")
+	os.WriteFile(f, []byte("gpc_c_d\n"), 0o600)
+	warn.Reset()
+	if tok, _ := readJoinToken("", f, &warn); tok != "gpc_c_d" || warn.Len() != 0 {
+		t.Errorf("join token file: %q, warning %q", tok, warn.String())
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func timeNow() time.Time { return time.Now() }
