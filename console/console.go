@@ -54,6 +54,13 @@ type Options struct {
 	// Availability is the leading scheduler's view of the fleet
 	// (service.Options.Availability); the launch flow shows it.
 	Availability func() map[string]cloud.OfferingAvailability
+	// CheckLogin, when set, checks a token typed on the login page the
+	// way the API checks a bearer token, with the API's limits on failed
+	// authentications from the browser's address (serve wires it to the
+	// API handler): nil when the token is good, a *cloud.Error
+	// (unauthenticated, rate_limited) when not. Without it the console
+	// checks the token against the store only.
+	CheckLogin func(r *http.Request, token string) error
 }
 
 // Console is the console's http.Handler.
@@ -64,6 +71,8 @@ type Console struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	tmpl map[string]*template.Template
+	// checkLogin is Options.CheckLogin.
+	checkLogin func(r *http.Request, token string) error
 }
 
 // New returns the console over st.
@@ -79,7 +88,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Console {
 	}
 	c := &Console{
 		svc: service.New(st, cat, service.Options{Now: opts.Now, Availability: opts.Availability}),
-		cat: cat, now: opts.Now, log: opts.Logger, mux: http.NewServeMux(),
+		cat: cat, now: opts.Now, log: opts.Logger, mux: http.NewServeMux(), checkLogin: opts.CheckLogin,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
@@ -235,6 +244,13 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	secret := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
+	if c.checkLogin != nil {
+		if err := c.checkLogin(r, secret); cloud.ErrorCode(err) == cloud.RateLimited {
+			c.render(w, r, http.StatusTooManyRequests, "login", nil, map[string]any{"Next": next,
+				"Error": "Too many failed logins from your address; " + strings.TrimPrefix(err.Error(), string(cloud.RateLimited)+": ")})
+			return
+		}
+	}
 	s, err := c.sessionOf(r.Context(), secret)
 	if err != nil {
 		status := http.StatusUnauthorized

@@ -97,6 +97,13 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Answers are a tenant's own data, and some carry a secret shown once
+	// (a new token, a join token, an agent's credential): no cache, proxy
+	// or browser may keep them. A handler that wants caching (an ETag'd
+	// read) sets its own header first.
+	if w.Header().Get("Cache-Control") == "" {
+		w.Header().Set("Cache-Control", "no-store")
+	}
 	w.WriteHeader(status)
 	// An error here means the client went away; there is nobody to tell.
 	_ = json.NewEncoder(w).Encode(v)

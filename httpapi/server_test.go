@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -81,5 +82,27 @@ func TestInternalErrorsAreHidden(t *testing.T) {
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "closed") {
 		t.Errorf("log does not carry the cause: %s", logs)
+	}
+}
+
+// TestSecretsAreNotCached: answers that carry a secret shown once (a new
+// token, a new user's token, a join token) say Cache-Control: no-store.
+func TestSecretsAreNotCached(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/tokens", `{"name":"ci"}`},
+		{"/v1/join-tokens", `{"name":"rack"}`},
+	} {
+		req, _ := http.NewRequest("POST", e.srv.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+e.adminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("POST %s: %d, Cache-Control %q", c.path, resp.StatusCode, resp.Header.Get("Cache-Control"))
+		}
 	}
 }

@@ -185,7 +185,8 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(pki.EncodeCert(ca.Cert))
 	})
-	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability}))
+	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability,
+		CheckLogin: loginChecker(api)}))
 	s.http = &http.Server{
 		Handler:   s.Metrics.Instrument(root),
 		TLSConfig: tc,
