@@ -29,6 +29,7 @@ targets=(
 	"./sim FuzzParseNodes"
 	"./sim FuzzParsePods"
 	"./autoscale FuzzParseCSV"
+	"./internal/imageref FuzzNormalize"
 )
 
 # Every fuzz target of the repository is in the list, so that a new one is

@@ -26,3 +26,8 @@ gpucloud_need_tool containerd containerd
 gpucloud_need_tool runc runc
 gpucloud_need_tool tini-static tini
 gpucloud_need_tool busybox busybox-static
+# The instance network's tests (agent/network, and agent/runtime/containerd's
+# network test) make bridges, veths and namespaces with ip(8) and rules with
+# nft(8); they fail in CI without them.
+gpucloud_need_tool ip iproute2
+gpucloud_need_tool nft nftables

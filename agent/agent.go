@@ -18,6 +18,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,10 +178,34 @@ func (a *Agent) check() error {
 	return nil
 }
 
-// Join performs the join with a join token: it reads the host's inventory
-// and sends both. It returns the host ID and the credential the caller must
-// persist and build its Server client with from then on.
-func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*agentapi.JoinResponse, error) {
+// Joined is what a join gives the agent: the server's answer (host ID,
+// credential, and the TLS client certificate from a server that serves
+// TLS) and the client key the certificate is for, which the agent made for
+// the join and which never left the host.
+type Joined struct {
+	agentapi.JoinResponse
+	// KeyPEM is the agent's TLS client key (PEM).
+	KeyPEM []byte
+}
+
+// TLSCertificate is the client certificate the join issued, with its
+// key, for the agent's HTTP client from then on; ok is false when the
+// server issued none (a plain-HTTP server).
+func (j *Joined) TLSCertificate() (cert tls.Certificate, ok bool, err error) {
+	if j.Certificate == "" {
+		return tls.Certificate{}, false, nil
+	}
+	cert, err = agentapi.ClientCertificate([]byte(j.Certificate), j.KeyPEM, j.HostID)
+	return cert, err == nil, err
+}
+
+// Join performs the join with a join token: it reads the host's inventory,
+// makes a TLS client key, and sends the inventory with the key's
+// certificate request. It returns the host ID, the credential and the
+// client certificate with its key, which the caller must persist and
+// build its Server client with from then on: over TLS, the server accepts
+// the credential only from a connection that presents the certificate.
+func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*Joined, error) {
 	if joinToken == "" {
 		return nil, errors.New("join: no join token")
 	}
@@ -188,14 +213,22 @@ func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*a
 	if err != nil {
 		return nil, fmt.Errorf("join: read inventory: %w", err)
 	}
-	resp, err := srv.Join(ctx, agentapi.JoinRequest{JoinToken: joinToken, Inventory: inv})
+	keyPEM, csrPEM, err := agentapi.NewClientKey()
+	if err != nil {
+		return nil, fmt.Errorf("join: make the TLS client key: %w", err)
+	}
+	resp, err := srv.Join(ctx, agentapi.JoinRequest{JoinToken: joinToken, Inventory: inv, CSR: string(csrPEM)})
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	if resp == nil || resp.Credential == "" || resp.HostID == "" {
 		return nil, errors.New("join: the server answered without a host ID or credential")
 	}
-	return resp, nil
+	j := &Joined{JoinResponse: *resp, KeyPEM: keyPEM}
+	if _, _, err := j.TLSCertificate(); err != nil {
+		return nil, fmt.Errorf("join: %w", err)
+	}
+	return j, nil
 }
 
 // Run heartbeats and reconciles, each every Interval, until ctx ends; it

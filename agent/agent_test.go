@@ -118,7 +118,7 @@ func fetchMetadata(t *testing.T, url string) metadata.Document {
 	if url == "" {
 		t.Fatal("no metadata URL")
 	}
-	resp, err := http.Get(url + "/v1/instance")
+	resp, err := metadataGet(t, url, "/v1/instance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestSpotNoticesReachTheMetadataEndpoint(t *testing.T) {
 		t.Fatal("no metadata URL")
 	}
 	fetch := func(path string) (int, map[string]any) {
-		resp, err := http.Get(base + path)
+		resp, err := metadataGet(t, base, path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -102,6 +102,15 @@ func TestJoin(t *testing.T) {
 	if len(joins) != 1 || joins[0].JoinToken != "join-secret" || joins[0].Inventory == nil || len(joins[0].Inventory.Host.GPUs) != 4 {
 		t.Fatalf("join requests %+v", joins)
 	}
+	// The join carries the certificate request of a key of the agent's
+	// own; a server that issues no certificate (this fake, a plain-HTTP
+	// server) leaves the agent without one.
+	if !strings.HasPrefix(joins[0].CSR, "-----BEGIN CERTIFICATE REQUEST-----") || !strings.Contains(string(resp.KeyPEM), "PRIVATE KEY") {
+		t.Fatalf("join's CSR %q, key kept: %v", joins[0].CSR, len(resp.KeyPEM) > 0)
+	}
+	if _, ok, err := resp.TLSCertificate(); ok || err != nil {
+		t.Fatalf("client certificate from a server that issued none: %v, %v", ok, err)
+	}
 	// The token is spent.
 	if _, err := agent.Join(t.Context(), srv, "join-secret", host); cloud.ErrorCode(err) != cloud.Unauthenticated {
 		t.Fatalf("second join: %v", err)

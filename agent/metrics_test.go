@@ -9,18 +9,25 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
-// metadataCall sends a request to an instance's metadata endpoint.
+// metadataCall sends a request to an instance's metadata endpoint, with a
+// session token.
 func metadataCall(t *testing.T, base, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	tok, err := metadata.Token(t.Context(), nil, base, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(metadata.TokenHeader, tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +35,21 @@ func metadataCall(t *testing.T, base, method, path, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// metadataGet reads path from an instance's metadata endpoint, with a
+// session token.
+func metadataGet(t *testing.T, base, path string) (*http.Response, error) {
+	tok, err := metadata.Token(t.Context(), nil, base, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(metadata.TokenHeader, tok)
+	return http.DefaultClient.Do(req)
 }
 
 // sample takes one sample and returns the samples of id it sent.

@@ -331,12 +331,13 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		return fmt.Errorf("find the devices of the placement: %w", err)
 	}
 	spec := runtime.Spec{
-		InstanceID: s.id, Command: as.Command, Devices: devices,
+		InstanceID: s.id, Image: as.Image, Command: as.Command, Devices: devices,
 		Grace:   time.Duration(as.GraceSeconds) * time.Second,
 		WorkDir: filepath.Join(a.cfg.DataDir, "instances", s.id),
 		LogPath: filepath.Join(a.cfg.DataDir, "logs", s.id+".log"),
 		Env:     maps.Clone(as.Env),
 	}
+	spec.TenantID = as.TenantID // the instance network puts a tenant's instances together
 	if err := share(pl, &spec); err != nil {
 		return err
 	}
@@ -386,11 +387,17 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		}
 		md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host,
 			Market: string(as.Market), SpotRequestID: as.SpotRequestID})
-		addr, err := md.Listen(s.id)
-		if err != nil {
-			return err
+		if _, ok := a.cfg.Runtime.(runtime.MetadataServer); ok {
+			// Served in the workload's own network namespace: nothing
+			// listens on the host.
+			spec.Metadata = md.Handler(s.id)
+		} else {
+			addr, err := md.Listen(s.id)
+			if err != nil {
+				return err
+			}
+			spec.MetadataURL = "http://" + addr
 		}
-		spec.MetadataURL = "http://" + addr
 	}
 	if !s.starting {
 		s.starting = true

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,9 +78,10 @@ func FetchCA(ctx context.Context, server, fingerprint string) ([]byte, error) {
 }
 
 // TLSClient is an HTTP client that trusts exactly the CA in caPEM (TLS
-// 1.3), or the system's roots when caPEM is empty.
-func TLSClient(caPEM []byte) (*http.Client, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13}
+// 1.3), or the system's roots when caPEM is empty. It presents the client
+// certificates given: an agent's, from its join, for mutual TLS.
+func TLSClient(caPEM []byte, certs ...tls.Certificate) (*http.Client, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: certs}
 	if len(caPEM) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(caPEM) {
@@ -88,4 +90,40 @@ func TLSClient(caPEM []byte) (*http.Client, error) {
 		cfg.RootCAs = pool
 	}
 	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16}}, nil
+}
+
+// NewClientKey makes an agent's TLS client key (ECDSA P-256) and the
+// certificate request its join sends (JoinRequest.CSR), both PEM. The
+// key never leaves the host.
+func NewClientKey() (keyPEM, csrPEM []byte, err error) {
+	key, csrPEM, err := pki.NewClientKey("gpucloud agent")
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = pki.EncodeKey(key); err != nil {
+		return nil, nil, err
+	}
+	return keyPEM, csrPEM, nil
+}
+
+// ClientCertificate pairs the certificate a join answered with the key
+// its CSR was made from, checking that they match and that the
+// certificate is a client certificate for host.
+func ClientCertificate(certPEM, keyPEM []byte, host string) (tls.Certificate, error) {
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("the agent's client certificate: %w", err)
+	}
+	if c.Leaf == nil {
+		if c.Leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return tls.Certificate{}, fmt.Errorf("the agent's client certificate: %w", err)
+		}
+	}
+	if host != "" && c.Leaf.Subject.CommonName != host {
+		return tls.Certificate{}, fmt.Errorf("the agent's client certificate is for host %q, not %q", c.Leaf.Subject.CommonName, host)
+	}
+	if !slices.Contains(c.Leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return tls.Certificate{}, errors.New("the agent's client certificate is not for client authentication")
+	}
+	return c, nil
 }

@@ -13,6 +13,12 @@ import (
 type JoinRequest struct {
 	JoinToken string     `json:"join_token"`
 	Inventory *Inventory `json:"inventory"`
+	// CSR is the PEM certificate request of the agent's new TLS client
+	// key (NewClientKey). A server that serves TLS signs a client
+	// certificate for it, named after the host whatever the request
+	// asks, and refuses a join without one (an agent too old for mutual
+	// TLS); a plain-HTTP server ignores it.
+	CSR string `json:"csr,omitempty"`
 }
 
 // JoinResponse gives the agent its host ID and its own credential (an API
@@ -20,6 +26,11 @@ type JoinRequest struct {
 type JoinResponse struct {
 	HostID     string `json:"host_id"`
 	Credential string `json:"credential"`
+	// Certificate is the agent's TLS client certificate (PEM), signed by
+	// the cloud's CA for the join's CSR with the host ID as its common
+	// name; empty from a plain-HTTP server. The credential works only
+	// over a connection that presents it (mutual TLS).
+	Certificate string `json:"certificate,omitempty"`
 }
 
 // HeartbeatRequest keeps a host healthy; the inventory is sent when it
@@ -62,6 +73,10 @@ type Assignment struct {
 	// agent shows its completion lock on the metadata endpoint (after an
 	// agent restart, too).
 	ScaleIn *cloud.ScaleIn `json:"scale_in,omitempty"`
+	// Image is the OCI image the workload runs in, canonical
+	// ("docker.io/library/python:3.12"); empty: the host's default image.
+	// The process runtime runs no image.
+	Image string `json:"image,omitempty"`
 }
 
 // AssignmentList is the answer to GET /v1/agent/assignments.

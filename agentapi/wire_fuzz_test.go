@@ -21,8 +21,10 @@ var wireTypes = []struct {
 		`{"join_token":"gpc_tk-1_s","inventory":{"host":{"id":"h-1","zone":"zone-a","rack":"r1","labels":{"gpu-direct":"true"},` +
 			`"cpu_milli":64000,"memory_mib":262144,"gpus":[{"index":0,"uuid":"GPU-0","model":"H100","memory_mib":81920,"island":0,"mig":true,` +
 			`"instances":[{"profile_id":9,"start":0}]}]},"driver":"550.54.15","cuda":"12.4",` +
-			`"health":[{"index":0,"uuid":"GPU-0","healthy":false,"reason":"xid 79","utilization_pct":40,"memory_used_mib":1024}]}}`},
-	{"JoinResponse", func() any { return new(JoinResponse) }, `{"host_id":"h-1","credential":"gpc_tk-2_secret"}`},
+			`"health":[{"index":0,"uuid":"GPU-0","healthy":false,"reason":"xid 79","utilization_pct":40,"memory_used_mib":1024}]},` +
+			`"csr":"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"}`},
+	{"JoinResponse", func() any { return new(JoinResponse) },
+		`{"host_id":"h-1","credential":"gpc_tk-2_secret","certificate":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}`},
 	{"HeartbeatRequest", func() any { return new(HeartbeatRequest) }, `{"inventory":{"host":{"id":"h-1"},"driver":"","cuda":"","health":null}}`},
 	{"AssignmentList", func() any { return new(AssignmentList) },
 		`{"assignments":[{"instance_id":"i-1","tenant_id":"tn-1","offering":"h100.mig.3g.40gb","desired":"run",` +

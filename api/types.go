@@ -85,6 +85,11 @@ type CreateInstanceRequest struct {
 	Name   string `json:"name,omitempty"`
 	// Offering names a catalog offering (GET /v1/offerings).
 	Offering string `json:"offering"`
+	// Image is the OCI image the workload runs in ("python:3.12",
+	// "ghcr.io/acme/train:1"), stored in canonical form
+	// ("docker.io/library/python:3.12"); empty: the operator's default
+	// image.
+	Image string `json:"image,omitempty"`
 	// Zones and Labels constrain placement; labels are selectors such as
 	// "driver>=550" or "!maintenance".
 	Zones  []string `json:"zones,omitempty"`
@@ -288,7 +293,10 @@ type CreateSpotRequestRequest struct {
 	Interruption string `json:"interruption,omitempty"`
 	// Pools are the acceptable pools, the first preferred: 1 to 8
 	// distinct ones, offerings of the catalog; an empty zone is any zone.
-	Pools   []cloud.Pool      `json:"pools"`
+	Pools []cloud.Pool `json:"pools"`
+	// Image of every launch, as an instance's (empty: the operator's
+	// default image).
+	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Volumes []string          `json:"volumes,omitempty"`

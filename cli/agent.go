@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +22,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/network"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
@@ -31,6 +36,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 		metricsListen, runtimeName, containerdSocket, defaultImage string
 		manageMIG                                                  bool
 		interval, metricsInterval                                  time.Duration
+		netFlags                                                   instanceNetFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -127,6 +133,10 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("join %s: %w", server, err)
 				}
+				// The client certificate first: a kept credential implies it.
+				if err := keepClientCert(dir, joined); err != nil {
+					return err
+				}
 				cred = []byte(joined.Credential)
 				if err := os.WriteFile(credFile, append(cred, '\n'), 0o600); err != nil {
 					return err
@@ -135,7 +145,16 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			default:
 				return err
 			}
-			rt, err := newAgentRuntime(ctx, runtimeName, containerdSocket, defaultImage, dir, simDevices)
+			// The credential works only with the host's client certificate
+			// (mutual TLS), at every start.
+			if hc, err = agentCredClient(server, dir); err != nil {
+				return err
+			}
+			netCfg, err := netFlags.config(server, log)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			rt, err := newAgentRuntime(ctx, runtimeName, containerdSocket, defaultImage, dir, simDevices, netCfg)
 			if err != nil {
 				return err
 			}
@@ -187,6 +206,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
 	f.StringVar(&containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
+	netFlags.register(cmd)
 	f.StringVar(&defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
 	return cmd
 }
@@ -201,11 +221,17 @@ type agentRuntime interface {
 // newAgentRuntime opens the workload runtime the flags name. For the
 // containerd runtime on a simulated host, the sim driver's fake device
 // nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
-func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHost *sim.Host) (agentRuntime, error) {
+func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHost *sim.Host, netCfg network.Config) (agentRuntime, error) {
 	if name == "process" {
 		return process.New(filepath.Join(dir, "runtime")), nil
 	}
-	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image}
+	// Each container's own network (a per-tenant bridge, NAT, nftables
+	// isolation from other tenants and the host: docs/RUNTIME.md).
+	net, err := network.New(ctx, netCfg)
+	if err != nil {
+		return nil, fmt.Errorf("--runtime containerd: the instance network: %w", err)
+	}
+	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net}
 	if simHost != nil {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)
@@ -224,4 +250,53 @@ func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHo
 		}
 	}
 	return rt, nil
+}
+
+// instanceNetFlags configure the containers' instance network.
+type instanceNetFlags struct {
+	subnet         string
+	forward        bool
+	blocked, allow []string
+}
+
+func (n *instanceNetFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&n.subnet, "instance-subnet", network.DefaultSubnet.String(), "the host's instance subnet, one /24 per tenant (--runtime containerd); must not overlap the host's networks")
+	f.BoolVar(&n.forward, "ip-forward", false, "turn on the host's IPv4 forwarding, which instances need to reach the outside through NAT (--runtime containerd)")
+	f.StringSliceVar(&n.blocked, "block-cidr", nil, "more destinations instances may not reach (the server's own addresses are always blocked); repeatable")
+	f.StringSliceVar(&n.allow, "allow-cidr", nil, "exceptions to the blocked private ranges (a dataset server on the host's network); never another tenant or the host; repeatable")
+}
+
+// config is the network configuration, with the server's addresses
+// blocked: a workload has no business with the control plane's API.
+func (n *instanceNetFlags) config(server string, log *slog.Logger) (network.Config, error) {
+	cfg := network.Config{Forwarding: n.forward, Log: log}
+	p, err := netip.ParsePrefix(n.subnet)
+	if err != nil {
+		return cfg, fmt.Errorf("--instance-subnet: %v", err)
+	}
+	cfg.Subnet = p
+	for _, list := range []struct {
+		flag string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"--block-cidr", n.blocked, &cfg.Blocked}, {"--allow-cidr", n.allow, &cfg.Allowed}} {
+		for _, s := range list.in {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return cfg, fmt.Errorf("%s %q: %v", list.flag, s, err)
+			}
+			*list.out = append(*list.out, p)
+		}
+	}
+	if u, err := url.Parse(server); err == nil && u.Hostname() != "" {
+		if addrs, err := net.LookupHost(u.Hostname()); err == nil {
+			for _, a := range addrs {
+				if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
+					cfg.Blocked = append(cfg.Blocked, netip.PrefixFrom(ip, 32))
+				}
+			}
+		}
+	}
+	return cfg, nil
 }

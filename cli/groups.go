@@ -109,7 +109,7 @@ func (g *groupFlags) register(cmd *cobra.Command, update bool) {
 	f := cmd.Flags()
 	f.StringVarP(&g.file, "file", "f", "", "read the request body from this YAML or JSON file (- for stdin)")
 	f.StringArrayVar(&g.offerings, "offering", nil, "an acceptable offering, in order of preference (repeatable)")
-	f.StringVar(&g.image, "image", "", "the image of the members (recorded as the gpucloud:image tag)")
+	f.StringVar(&g.image, "image", "", `the OCI image the members run in, e.g. "python:3.12" (default: the hosts' default image)`)
 	f.IntVar(&g.min, "min", 0, "the fewest members")
 	f.IntVar(&g.max, "max", 0, "the most members (at most 1000)")
 	f.IntVar(&g.desired, "desired", 0, "the members to start with (default --min)")
@@ -800,7 +800,7 @@ func describeGroup(w io.Writer, d *api.GroupDescribe) error {
 	add("Size", fmt.Sprintf("min %d, desired %d, max %d (%d running, %d other)", g.Min, g.Desired, g.Max, run, other))
 	t := g.Template
 	add("Offerings", strings.Join(t.Offerings, ", "))
-	add("Image", dash(t.Image))
+	add("Image", imageText(t.Image))
 	add("Command", dash(shellJoin(t.Command)))
 	add("Env", dash(joinMap(t.Env)))
 	add("Zones", dash(strings.Join(t.Zones, ", ")))

@@ -69,9 +69,17 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			"is random, so running the command twice creates two instances; pass\n" +
 			"--idempotency-key to make a script's retries safe.\n\n" +
 			"With --wait the command returns once the instance runs, and fails (exit 1)\n" +
-			"if it fails, stops or is terminated first, or at --timeout.",
+			"if it fails, stops or is terminated first, or at --timeout.\n\n" +
+			"--image names the OCI image the command runs in (\"python:3.12\" is\n" +
+			"docker.io/library/python:3.12); without it the workload runs in the default\n" +
+			"image the operator configured on the hosts. Hosts pull images from their\n" +
+			"registry, or an operator imports them (gpucloud images import). Hosts that run\n" +
+			"workloads as plain processes (single-tenant development mode) use no image.",
 		Example: strings.Join([]string{
 			"  gpucloud instances create --offering h100.1x --name train -- python train.py --epochs 3",
+			"",
+			"  # In an image of your own",
+			"  gpucloud instances create --offering h100.1x --image ghcr.io/acme/train:1 -- python /app/train.py",
 			"",
 			"  # Two zones allowed, a driver constraint, environment, and wait until running",
 			"  gpucloud instances create --offering h100.mig.3g.40gb --zone a --zone b \\",
@@ -159,6 +167,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 	f.StringVar(&req.Offering, "offering", "", "the offering (instance type) to rent; required")
 	f.IntVar(&count, "count", 1, "how many identical instances to create (1..100)")
 	f.StringVar(&req.Name, "name", "", "a name for the instance (letters, digits, '-', '_', '.')")
+	f.StringVar(&req.Image, "image", "", `the OCI image the command runs in, e.g. "python:3.12" or "ghcr.io/acme/train:1" (default: the hosts' default image)`)
 	f.StringSliceVar(&req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
 	f.StringArrayVar(&req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
@@ -427,6 +436,7 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	}
 	add("Labels", dash(strings.Join(in.Labels, ", ")))
 	add("Tags", dash(joinMap(in.Tags)))
+	add("Image", imageText(in.Image))
 	add("Command", dash(shellJoin(in.Command)))
 	add("Env", dash(joinMap(in.Env)))
 	add("Volumes", dash(strings.Join(in.Volumes, ", ")))
@@ -635,4 +645,12 @@ func (s *session) completeOfferings(cmd *cobra.Command, args []string, toComplet
 		}
 	}
 	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// imageText shows an image, or that the hosts' default is used.
+func imageText(image string) string {
+	if image == "" {
+		return "(the hosts' default)"
+	}
+	return image
 }

@@ -351,7 +351,7 @@ func TestUpAddressInUse(t *testing.T) {
 	busy := ln.Addr().String()
 	var stdout, stderr lockedBuffer
 	code := Main([]string{"up", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--no-nvml", "--agent-metrics-listen", busy,
-		"--agent-interval", "50ms"}, &stdout, &stderr)
+		"--agent-interval", "50ms", "--runtime", "process"}, &stdout, &stderr)
 	time.Sleep(500 * time.Millisecond) // agents left running would have polled and warned by now
 	want := "error: --agent-metrics-listen " + busy + ": the address is in use; give another, or \"\" to serve no agent metrics\n"
 	if code != ExitError || stdout.String() != "" || stderr.String() != want {

@@ -110,12 +110,13 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newBillingCommands(root)...)
 	root.AddCommand(newCostCommand())
 	root.AddCommand(newAdviseCommand())
+	root.AddCommand(newImagesCommand())
 	// --server and --token are root's persistent flags, so that they may
 	// come before the command (gpucloud --server URL instances list); the
 	// commands that never talk to a server neither list nor accept them.
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "up", "server", "sim", "catalog", "version":
+		case "up", "server", "sim", "catalog", "version", "images":
 			offServer(c, "server", "token")
 		case "agent":
 			// The agent's --server is where it joins; it has no token.

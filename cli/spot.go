@@ -308,6 +308,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 			"a retry with the same key answers the request the first call made.",
 		Example: strings.Join([]string{
 			"  gpucloud spot requests create --offering h100.1x --zone a -- python train.py",
+			"  gpucloud spot requests create --offering h100.1x --image ghcr.io/acme/train:1 -- python /app/train.py",
 			"  gpucloud spot requests create --offering h100.1x --zone a --backup h100.1x/b --backup a100.1x/a \\",
 			"      --persistent --max-price 1.20 --interruption stop --volume v-0123 -- python train.py --resume",
 		}, "\n"),
@@ -375,6 +376,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 	f.Var(&maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
 	f.StringVar(&req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
 	f.StringVar(&req.Name, "name", "", "a name for the request and its instances")
+	f.StringVar(&req.Image, "image", "", `the OCI image every launch runs in, e.g. "python:3.12" (default: the hosts' default image)`)
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
@@ -482,6 +484,7 @@ func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
 				}
 				add("Instance", inst)
 				add("Launches", strconv.Itoa(r.Launches))
+				add("Image", imageText(r.Image))
 				add("Command", dash(shellJoin(r.Command)))
 				add("Env", dash(joinMap(r.Env)))
 				add("Volumes", dash(strings.Join(r.Volumes, ", ")))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
@@ -22,10 +23,11 @@ const EnvJoinToken = "GPUCLOUD_JOIN_TOKEN"
 // caFileName is where an agent keeps the cloud's CA in its data directory.
 const caFileName = "ca.crt"
 
-// agentClient is the HTTP client an agent talks to server with: plain for
-// an http:// server; else trusting the CA kept in dataDir (ca.crt), or
-// the CA the join token's fingerprint names, fetched from the server and
-// checked against it, then kept; else the system's roots. joinString may
+// agentClient is the HTTP client an agent joins with: plain for an
+// http:// server; else trusting the CA kept in dataDir (ca.crt), or the CA
+// the join token's fingerprint names, fetched from the server and checked
+// against it, then kept; else the system's roots. It presents no client
+// certificate (the join issues one; agentCredClient presents it). joinString may
 // be empty (a restart with a credential). It returns the join token's
 // secret.
 func agentClient(ctx context.Context, server, joinString, dataDir string) (*http.Client, string, error) {
@@ -66,6 +68,99 @@ func agentClient(ctx context.Context, server, joinString, dataDir string) (*http
 	}
 	hc, err := agentapi.TLSClient(caPEM)
 	return hc, secret, err
+}
+
+// Where an agent keeps its TLS client key and the certificate its join
+// issued, in its data directory: the host's root only, like the
+// credential, which works only together with them.
+const (
+	clientKeyFileName  = "client.key"
+	clientCertFileName = "client.crt"
+)
+
+// keepClientCert writes the client key and certificate of a join into
+// dataDir (each 0600, the directory 0700), replacing those of an earlier
+// join. A join that issued no certificate (a plain-HTTP server) writes
+// nothing.
+func keepClientCert(dataDir string, j *agent.Joined) error {
+	if j.Certificate == "" {
+		return nil
+	}
+	if _, _, err := j.TLSCertificate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	if err := writeSecret(filepath.Join(dataDir, clientKeyFileName), j.KeyPEM); err != nil {
+		return err
+	}
+	return writeSecret(filepath.Join(dataDir, clientCertFileName), []byte(j.Certificate))
+}
+
+// writeSecret writes a file 0600 through a temporary file and a rename, so
+// that it is never seen half written or with a wider mode.
+func writeSecret(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename, there is nothing to remove
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// agentCredClient is the HTTP client an agent uses with its credential:
+// plain for an http:// server; else trusting the CA kept in dataDir (or
+// the system's roots without one, as agentClient) and presenting the
+// client certificate kept there (mutual TLS), without which the server
+// refuses the credential. A data directory that has none (an agent that
+// joined before mutual TLS) is an error saying to join again.
+func agentCredClient(server, dataDir string) (*http.Client, error) {
+	if strings.HasPrefix(server, "http://") {
+		return &http.Client{Timeout: 60 * time.Second}, nil
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dataDir, caFileName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	keyPath, certPath := filepath.Join(dataDir, clientKeyFileName), filepath.Join(dataDir, clientCertFileName)
+	keyPEM, kerr := os.ReadFile(keyPath)
+	certPEM, cerr := os.ReadFile(certPath)
+	if errors.Is(kerr, os.ErrNotExist) || errors.Is(cerr, os.ErrNotExist) {
+		return nil, fmt.Errorf("no TLS client certificate in %s (%s, %s): the server accepts the agent's credential only with it; this host joined before agents had one: remove its credential file and start the agent again with a join token", dataDir, clientCertFileName, clientKeyFileName)
+	}
+	if kerr != nil {
+		return nil, kerr
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	cert, err := agentapi.ClientCertificate(certPEM, keyPEM, "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", certPath, err)
+	}
+	return agentapi.TLSClient(caPEM, cert)
+}
+
+// joinedClient keeps what a join issued (keepClientCert) and returns the
+// client the agent uses with its new credential (agentCredClient).
+func joinedClient(server, dataDir string, j *agent.Joined) (*http.Client, error) {
+	if err := keepClientCert(dataDir, j); err != nil {
+		return nil, err
+	}
+	return agentCredClient(server, dataDir)
 }
 
 // readJoinToken is the join token from --join-token-file, $GPUCLOUD_JOIN_TOKEN

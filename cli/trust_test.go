@@ -10,7 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/serve"
 )
@@ -128,3 +133,66 @@ func TestAgentTrustsOnFirstContact(t *testing.T) {
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func timeNow() time.Time { return time.Now() }
+
+// TestAgentKeepsClientCert: the join's client key and certificate are
+// kept 0600 in the agent's 0700 data directory and presented from then
+// on, at restarts too; the credential alone, over TLS without them, is
+// refused; a data directory without them (a host that joined before
+// mutual TLS) is an error that says to join again.
+func TestAgentKeepsClientCert(t *testing.T) {
+	s := tlsCloud(t)
+	ctx := context.Background()
+	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
+	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "cli-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "agent")
+	hc, secret, err := agentClient(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv, err := sim.New(sim.Spec{ID: "h-cli", Zone: "zone-a", Rack: "r1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined, err := agent.Join(ctx, agentapi.NewClient(s.URL, "", hc), secret, drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahc, err := joinedClient(s.URL, dir, joined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{clientKeyFileName, clientCertFileName} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v; want mode 0600", name, st, err)
+		}
+	}
+	if d, _ := os.Stat(dir); d.Mode().Perm() != 0o700 {
+		t.Errorf("data directory mode %v", d.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("data directory holds %d files, want ca.crt, client.crt and client.key", len(ents))
+	}
+	if _, err := agentapi.NewClient(s.URL, joined.Credential, ahc).Assignments(ctx); err != nil {
+		t.Fatalf("with the client certificate: %v", err)
+	}
+	if _, err := agentapi.NewClient(s.URL, joined.Credential, hc).Assignments(ctx); cloud.ErrorCode(err) != cloud.Unauthenticated {
+		t.Fatalf("the credential without the client certificate: %v; want unauthenticated", err)
+	}
+	// A restart reads them back.
+	ahc, err = agentCredClient(s.URL, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentapi.NewClient(s.URL, joined.Credential, ahc).Assignments(ctx); err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+	// A host that joined before agents had client certificates.
+	os.Remove(filepath.Join(dir, clientCertFileName))
+	if _, err := agentCredClient(s.URL, dir); err == nil || !strings.Contains(err.Error(), "join token") {
+		t.Fatalf("no client certificate: %v", err)
+	}
+}

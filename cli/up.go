@@ -28,7 +28,6 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
-	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
@@ -39,17 +38,17 @@ import (
 type hostAgent struct {
 	id  string
 	ag  *agent.Agent
-	rt  *process.Runtime
+	rt  agentRuntime
 	md  *metadata.Endpoints
 	drv gpu.Driver
 	gpu int
 }
 
-// startAgent joins a host to the server and returns its running agent.
-// Every agent of a local cloud keeps volumes under volumeDir, so that a
-// volume follows its instance from host to host as on a cloud's network
-// storage.
-func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger) (*hostAgent, error) {
+// startAgent joins a host to the server and returns its running agent,
+// which runs workloads with rt. Every agent of a local cloud keeps volumes
+// under volumeDir, so that a volume follows its instance from host to host
+// as on a cloud's network storage.
+func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentRuntime) (*hostAgent, error) {
 	hc, secret, err := agentClient(ctx, url, joinToken, dir)
 	if err != nil {
 		return nil, err
@@ -58,11 +57,14 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 	if err != nil {
 		return nil, err
 	}
+	if hc, err = joinedClient(url, dir, joined); err != nil { // mutual TLS from now on
+		return nil, err
+	}
 	inv, err := drv.Inventory(ctx)
 	if err != nil {
 		return nil, err
 	}
-	h := &hostAgent{id: joined.HostID, rt: process.New(filepath.Join(dir, "runtime")), md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
+	h := &hostAgent{id: joined.HostID, rt: rt, md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
@@ -93,6 +95,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 		spotFlags                        spotServerFlags
 		tlsFlags                         tlsServerFlags
 		dir, listen, fleetFile, logLevel string
+		runtimeMode                      string
 		noNVML                           bool
 		interval                         time.Duration
 		metricsListen                    string
@@ -104,6 +107,11 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			"a simulated fleet (2 hosts of 8x H100-80GB-SXM and 2 of 8x A100-80GB-SXM on NVLink,\n" +
 			"4 of 2x L40S; or --fleet FILE) and an agent for every host. If this machine has\n" +
 			"NVIDIA GPUs and NVML works, they join as a real host too (MIG layouts untouched).\n\n" +
+			"Run as root with containerd, runc, tini and busybox-static installed (Debian's\n" +
+			"packages), it runs every instance in a container of its own, on a private\n" +
+			"containerd under DATA-DIR/ctr, in the busybox base image unless the instance\n" +
+			"names one (docs/RUNTIME.md). Otherwise workloads run as plain processes and up\n" +
+			"says why in one line: they are then not isolated from each other (--runtime).\n\n" +
 			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
 			"the other commands work right away, and shuts down cleanly on Ctrl-C (or\n" +
 			"SIGTERM), exiting 0. To run a second cloud beside it, give it another --listen\n" +
@@ -164,13 +172,25 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("create join token: %w", err)
 			}
+			// Containers on a private containerd when this machine can run
+			// them, else plain processes (rts.describe says which, and why).
+			rts, err := startUpRuntimes(ctx, runtimeMode, dir, log)
+			if err != nil {
+				return err
+			}
+			defer rts.close()
 			var hosts []*hostAgent
 			for _, spec := range specs {
 				drv, err := sim.New(spec)
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
-				h, err := startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, filepath.Join(dir, "hosts", spec.ID), filepath.Join(dir, "volumes"), true, interval, log)
+				hostDir := filepath.Join(dir, "hosts", spec.ID)
+				rt, err := rts.forHost(ctx, hostDir, drv)
+				if err != nil {
+					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
+				}
+				h, err := startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, hostDir, filepath.Join(dir, "volumes"), true, interval, log, rt)
 				if err != nil {
 					return fmt.Errorf("simulated host %s: %w", spec.ID, err)
 				}
@@ -178,9 +198,15 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			if !noNVML {
 				if drv, err := nvml.Open(); err == nil {
-					if h, err := startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, filepath.Join(dir, "hosts", "nvml"), filepath.Join(dir, "volumes"), false, interval, log); err == nil {
-						hosts = append(hosts, h)
-					} else {
+					hostDir := filepath.Join(dir, "hosts", "nvml")
+					rt, err := rts.forHost(ctx, hostDir, drv)
+					if err == nil {
+						var h *hostAgent
+						if h, err = startAgent(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), drv, hostDir, filepath.Join(dir, "volumes"), false, interval, log, rt); err == nil {
+							hosts = append(hosts, h)
+						}
+					}
+					if err != nil {
 						log.Warn("NVIDIA GPUs found but the host could not join", "err", err)
 					}
 				}
@@ -233,6 +259,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "gpucloud is up: %s (%d hosts, %d GPUs, data in %s)\n", s.URL, len(hosts), gpus, dir)
+			fmt.Fprintln(out, rts.describe())
 			fmt.Fprintf(out, "admin token: %s\n", token)
 			if strings.HasPrefix(s.URL, "https://") {
 				fmt.Fprintf(out, "TLS 1.3 with the cloud's own CA %s (saved to the CLI configuration; other machines: gpucloud login --ca-fingerprint)\n", s.CAFingerprint())
@@ -261,6 +288,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 				h.rt.StopAll(shut)
 				h.md.Close()
 			}
+			rts.close() // after the containers are stopped
 			fmt.Fprintln(out, "gpucloud stopped")
 			return nil
 		},
@@ -272,6 +300,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
 	f.BoolVar(&noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
+	f.StringVar(&runtimeMode, "runtime", upRuntimeAuto, "how workloads run: auto (containers when this machine can: root with containerd, runc, tini and busybox-static installed; else processes, with a warning), containerd (containers or fail) or process (plain processes, not isolated)")
 	f.DurationVar(&interval, "agent-interval", time.Second, "how often agents poll for assignments and heartbeat")
 	f.StringVar(&logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.StringVar(&metricsListen, "agent-metrics-listen", "127.0.0.1:9400", `where the agents serve their GPU metrics for Prometheus ("" turns it off)`)

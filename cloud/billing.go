@@ -185,7 +185,9 @@ type SpotRequest struct {
 	InstanceID   string           `json:"instance_id,omitempty"`
 	// Launches counts the instances launched for the request.
 	Launches int `json:"launches"`
-	// Template of every launch.
+	// Template of every launch: the image (canonical; empty: the hosts'
+	// default), command, environment, volumes and tags.
+	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Volumes []string          `json:"volumes,omitempty"`

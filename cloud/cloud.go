@@ -163,6 +163,10 @@ type Instance struct {
 	// Zones and Labels constrain placement beyond the offering.
 	Zones  []string `json:"zones,omitempty"`
 	Labels []string `json:"labels,omitempty"`
+	// Image is the OCI image the workload runs in, canonical
+	// ("docker.io/library/python:3.12"); empty: the default image the
+	// operator configured on the host.
+	Image string `json:"image,omitempty"`
 	// Command, Env and Volumes describe the workload the agent runs.
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`

@@ -75,7 +75,7 @@ type simHost struct {
 	id   string
 	spec sim.Spec
 	sim  *sim.Host
-	rt   *trackingRuntime
+	rt   hostRuntime
 	md   *metadata.Endpoints
 	// dir is the agent's data directory (volumes live under it).
 	dir string
@@ -84,41 +84,66 @@ type simHost struct {
 	api *agentapi.Client
 	// cred is the agent's credential, for trying it on tenant routes.
 	cred string
+	// hc is the agent's HTTP client: it trusts the cloud's CA and presents
+	// the client certificate the join issued (mutual TLS), without which
+	// the server refuses cred.
+	hc *http.Client
 }
 
-// trackingRuntime is the process runtime, remembering every workload it
+// hostRuntime is a host's workload runtime as the cluster uses it: the
+// process runtime (trackingRuntime) or the containerd one
+// (trackingContainers, containers_test.go), remembering every workload it
 // started so that a test can ask which of them still run.
-type trackingRuntime struct {
-	*process.Runtime
+type hostRuntime interface {
+	runtime.Runtime
+	StopAll(ctx context.Context) error
+	// running lists the workloads the runtime still runs.
+	running() []string
+}
+
+// tracker remembers the workloads a runtime started.
+type tracker struct {
 	mu      sync.Mutex
 	started []string
 }
 
-func (r *trackingRuntime) Start(ctx context.Context, s runtime.Spec) error {
-	err := r.Runtime.Start(ctx, s)
+// record notes a workload that started (err nil) and returns err.
+func (tr *tracker) record(id string, err error) error {
 	if err == nil {
-		r.mu.Lock()
-		if !slices.Contains(r.started, s.InstanceID) {
-			r.started = append(r.started, s.InstanceID)
+		tr.mu.Lock()
+		if !slices.Contains(tr.started, id) {
+			tr.started = append(tr.started, id)
 		}
-		r.mu.Unlock()
+		tr.mu.Unlock()
 	}
 	return err
 }
 
-// running lists the workloads the runtime still runs.
-func (r *trackingRuntime) running() []string {
-	r.mu.Lock()
-	ids := slices.Clone(r.started)
-	r.mu.Unlock()
+// runningOf lists the started workloads that rt still runs.
+func (tr *tracker) runningOf(rt runtime.Runtime) []string {
+	tr.mu.Lock()
+	ids := slices.Clone(tr.started)
+	tr.mu.Unlock()
 	var out []string
 	for _, id := range ids {
-		if st, err := r.Status(id); err == nil && st.State == runtime.StateRunning {
+		if st, err := rt.Status(id); err == nil && st.State == runtime.StateRunning {
 			out = append(out, id)
 		}
 	}
 	return out
 }
+
+// trackingRuntime is the process runtime with a tracker.
+type trackingRuntime struct {
+	*process.Runtime
+	tracker
+}
+
+func (r *trackingRuntime) Start(ctx context.Context, s runtime.Spec) error {
+	return r.record(s.InstanceID, r.Runtime.Start(ctx, s))
+}
+
+func (r *trackingRuntime) running() []string { return r.runningOf(r.Runtime) }
 
 // startCluster starts a server on db over loopback and joins one simulated
 // host per spec through a join token, each with a running agent. Cleanup
@@ -140,6 +165,20 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 // tuneAgent may be nil.
 func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAgent func(*agent.Config), specs ...sim.Spec) *cluster {
 	t.Helper()
+	return startClusterOn(t, db, tune, tuneAgent, nil, specs...)
+}
+
+// startClusterOn is startClusterTuned with the runtime of each host made
+// by newRuntime from the host's simulated driver and data directory (the
+// process runtime when nil; containerCluster passes containers).
+func startClusterOn(t *testing.T, db string, tune func(*serve.Config), tuneAgent func(*agent.Config),
+	newRuntime func(t *testing.T, h *sim.Host, dir string) hostRuntime, specs ...sim.Spec) *cluster {
+	t.Helper()
+	if newRuntime == nil {
+		newRuntime = func(_ *testing.T, _ *sim.Host, dir string) hostRuntime {
+			return &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))}
+		}
+	}
 	// Made first, so that it is removed last, after the workloads that
 	// write into it are gone.
 	base := t.TempDir()
@@ -205,13 +244,14 @@ func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAg
 		if joined.HostID != spec.ID {
 			t.Fatalf("host %s joined as %s", spec.ID, joined.HostID)
 		}
+		ahc := agentHTTPClient(t, srv, joined)
 		dir := filepath.Join(base, spec.ID)
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			t.Fatal(err)
 		}
 		h := &simHost{id: joined.HostID, spec: drv.Spec(), sim: drv, md: metadata.New(), dir: dir,
-			rt:  &trackingRuntime{Runtime: process.New(filepath.Join(dir, "runtime"))},
-			api: agentapi.NewClient(srv.URL, joined.Credential, hc), cred: joined.Credential}
+			rt:  newRuntime(t, drv, dir),
+			api: agentapi.NewClient(srv.URL, joined.Credential, ahc), cred: joined.Credential, hc: ahc}
 		acfg := agent.Config{
 			Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir,
 			Interval: agentInterval, ManageMIG: true, Log: log.With("host", h.id),
@@ -228,6 +268,24 @@ func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAg
 		})
 	}
 	return c
+}
+
+// agentHTTPClient is the HTTP client of a joined agent, as the agent
+// command makes it: trusting the cloud's CA and presenting the client
+// certificate of the join (the server refuses the credential without it).
+func agentHTTPClient(t *testing.T, srv *serve.Replica, joined *agent.Joined) *http.Client {
+	t.Helper()
+	cert, ok, err := joined.TLSCertificate()
+	if err != nil || !ok {
+		t.Fatalf("host %s: the join's client certificate: %v (issued: %v)", joined.HostID, err, ok)
+	}
+	hc, err := agentapi.TLSClient(srv.CAPEM(), cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Timeout = 15 * time.Second
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
 }
 
 // until waits until cond holds (testkit.EventuallySays), failing the test
@@ -467,7 +525,16 @@ func (c *cluster) workloadEnv(cl *client.Client, id string, run int) map[string]
 
 // fetchMetadata reads GET /v1/instance from a workload's metadata URL.
 func (c *cluster) fetchMetadata(url string) (*metadata.Document, error) {
-	resp, err := c.hc.Get(url + "/v1/instance")
+	tok, err := metadata.Token(c.t.Context(), c.hc, url, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(c.t.Context(), http.MethodGet, url+"/v1/instance", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(metadata.TokenHeader, tok)
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

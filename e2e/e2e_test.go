@@ -520,7 +520,7 @@ func (c *cluster) badInput(alice, bob *client.Client, aliceToken, tenantID, targ
 	})
 	c.refused("member on an admin route", cloud.PermissionDenied, http.StatusForbidden,
 		post("/v1/tenants", aliceToken, js, []byte(`{"name":"evil"}`), nil))
-	agentCred := client.New(c.srv.URL, c.hosts["sim-h100"].cred, c.hc)
+	agentCred := client.New(c.srv.URL, c.hosts["sim-h100"].cred, c.hosts["sim-h100"].hc)
 	c.refused("agent credential on a tenant route", cloud.PermissionDenied, 0, func() (int, error) {
 		_, err := agentCred.GetInstance(ctx, target)
 		return viaClient(err)

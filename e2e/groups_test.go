@@ -163,6 +163,11 @@ func (c *cluster) metadataCall(method, base, path string, body any) (int, []byte
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	tok, err := metadata.Token(c.t.Context(), c.hc, base, time.Minute)
+	if err != nil {
+		c.t.Fatalf("%s %s%s: session token: %v", method, base, path, err)
+	}
+	req.Header.Set(metadata.TokenHeader, tok)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s%s: %v", method, base, path, err)

@@ -69,7 +69,7 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 	if err != nil {
 		return err
 	}
-	id, credential, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory)
+	id, credential, cert, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory, []byte(req.CSR))
 	if !created {
 		// A re-join revoked the host's earlier credentials.
 		s.tokens.clear()
@@ -81,7 +81,7 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, agentapi.JoinResponse{HostID: id, Credential: credential})
+	writeJSON(w, status, agentapi.JoinResponse{HostID: id, Credential: credential, Certificate: string(cert)})
 	return nil
 }
 

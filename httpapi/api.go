@@ -65,6 +65,14 @@ type Options struct {
 	// authentications per source address); the zero value has the
 	// defaults (DefaultRateLimits).
 	Limits RateLimits
+	// SignAgentCert signs an agent's TLS client certificate at join
+	// (service.Options.SignAgentCert); nil issues none.
+	SignAgentCert func(csrPEM []byte, hostID string) ([]byte, error)
+	// RequireAgentCert accepts an agent credential only from a connection
+	// whose verified TLS client certificate names the credential's host
+	// (mutual TLS): a stolen credential alone opens nothing. A server that
+	// serves TLS sets it; over plain HTTP there is no certificate to check.
+	RequireAgentCert bool
 }
 
 // DefaultAddressPool and DefaultStopGrace are the services' defaults.
@@ -88,6 +96,8 @@ type handlers struct {
 	limits *limiter
 	// metrics serves GET /metrics (Options.Metrics).
 	metrics http.Handler
+	// requireAgentCert is Options.RequireAgentCert.
+	requireAgentCert bool
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -218,12 +228,13 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 		ttl = DefaultTokenCacheTTL
 	}
 	s := &handlers{cat: cat, now: opts.Now, log: opts.Logger,
-		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics}
+		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
+		requireAgentCert: opts.RequireAgentCert}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool,
-		Availability: opts.Availability})
+		Availability: opts.Availability, SignAgentCert: opts.SignAgentCert})
 	s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
 	if s.log == nil {
 		s.log = slog.Default()

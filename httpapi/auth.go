@@ -57,7 +57,34 @@ func (s *handlers) authenticate(r *http.Request) (principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return principal{}, s.authFailed(r, unauthenticated("Authorization header must be \"Bearer <token>\""))
 	}
-	return s.checkToken(r, tok)
+	p, err := s.checkToken(r, tok)
+	if err == nil && p.Role == cloud.RoleAgent && s.requireAgentCert && !hostCertificate(r, p.HostID) {
+		return principal{}, s.authFailed(r, unauthenticated(agentCertRequired))
+	}
+	return p, err
+}
+
+// agentCertRequired is the one answer to an agent credential presented
+// without its host's client certificate: none, or another host's. One the
+// cloud's CA did not sign never gets here: a client does not send it (the
+// server's certificate request names the CA), or the handshake refuses it.
+const agentCertRequired = "an agent credential is accepted only over mutual TLS, from a connection that presents a client certificate of the credential's host (the one the agent's join issued)"
+
+// hostCertificate reports whether the request came over a TLS connection
+// whose client certificate was verified against the cloud's CA (the
+// server's tls.Config: ClientCAs, VerifyClientCertIfGiven) and names host.
+// An unverified certificate (a server that only requests them) does not
+// count.
+func hostCertificate(r *http.Request, host string) bool {
+	if r.TLS == nil || host == "" {
+		return false
+	}
+	for _, chain := range r.TLS.VerifiedChains {
+		if len(chain) > 0 && chain[0].Subject.CommonName == host {
+			return true
+		}
+	}
+	return false
 }
 
 // checkToken finds the principal of token tok, presented by request r

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
@@ -302,7 +305,7 @@ func benchRunning(b *testing.B, s *Replica, admin *client.Client, agentTokens ma
 			if in.State != cloud.Scheduled {
 				return false, string(in.State)
 			}
-			out[i].agent = agentapi.NewClient(s.URL, agentTokens[in.HostID], s.HTTPClient())
+			out[i].agent = agentapi.NewClient(s.URL, agentTokens[in.HostID], benchAgentHTTP(b, s, in.HostID))
 			return true, ""
 		})
 		if err := out[i].agent.ReportStatus(ctx, out[i].id, agentapi.StatusReport{Phase: agentapi.PhaseRunning}); err != nil {
@@ -310,6 +313,34 @@ func benchRunning(b *testing.B, s *Replica, admin *client.Client, agentTokens ma
 		}
 	}
 	return out
+}
+
+// benchAgentHTTP is the HTTP client of host's agent: over TLS it presents
+// a client certificate of the cloud's CA for the host, as a join issues
+// it, so that the TLS runs measure the agents' mutual TLS.
+func benchAgentHTTP(b *testing.B, s *Replica, host string) *http.Client {
+	hc := s.HTTPClient()
+	if !strings.HasPrefix(s.URL, "https://") {
+		return hc
+	}
+	key, csr, err := pki.NewClientKey(host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	certPEM, err := s.ca.SignClient(csr, host, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	return hc
 }
 
 // benchHost returns host i of the fleet: 40% 8x H100 and 30% 8x A100 on

@@ -138,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		st.Close()
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
-	ca, err := loadCA(ctx, st, cfg.Now())
+	ca, err := loadCA(ctx, st, time.Now()) // certificates live on the wall clock, which TLS checks, not a test's scaled one
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("the cloud's CA: %w", err)
@@ -158,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	var tc *tls.Config
 	if cfg.TLS.Plain {
 		scheme = "http://"
-	} else if tc, err = serverTLS(cfg.TLS, ca, ln.Addr(), cfg.Now()); err != nil {
+	} else if tc, err = serverTLS(cfg.TLS, ca, ln.Addr(), time.Now()); err != nil {
 		ln.Close()
 		st.Close()
 		return nil, err
@@ -170,8 +170,13 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.Metrics.Log = cfg.Log
 	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
 	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
-	api := httpapi.New(st, cfg.Catalog, httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
-		Availability: s.availability, Limits: cfg.Limits})
+	apiOpts := httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
+		Availability: s.availability, Limits: cfg.Limits}
+	if tc != nil {
+		// Agents: a client certificate at join, and mutual TLS from then on.
+		apiOpts.SignAgentCert, apiOpts.RequireAgentCert = agentCertSigner(ca), true
+	}
+	api := httpapi.New(st, cfg.Catalog, apiOpts)
 	// One listener: the API under /v1/, the metrics, and the web console
 	// on every other path.
 	root := http.NewServeMux()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // The agent protocol, server side (docs/CONTROL_PLANE.md, "Agent
@@ -78,27 +80,40 @@ func agentOnly(a Actor) error {
 // joinToken that token's ID, named in the host's events. A host ID the
 // inventory leaves empty is chosen here. A new host is schedulable; an
 // existing one is re-joined (see the top of this file). It answers the
-// host's ID, the agent's credential (its secret, shown this once), and
-// whether the host is new. Whoever caches token checks must drop its cache
-// after a re-join, which revoked the host's earlier credentials.
-func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agentapi.Inventory) (hostID, credential string, created bool, err error) {
+// host's ID, the agent's credential (its secret, shown this once), the
+// agent's TLS client certificate (PEM) and whether the host is new.
+// Whoever caches token checks must drop its cache after a re-join, which
+// revoked the host's earlier credentials.
+//
+// When the server issues client certificates (Options.SignAgentCert),
+// csrPEM, the agent's certificate request, is required and signed with the
+// host ID as the certificate's name, whatever the request asks: a join
+// without one is an agent too old for mutual TLS, refused (invalid_argument
+// on field csr, reason AgentTooOld) before anything changes. Otherwise
+// csrPEM is ignored and no certificate is issued. A host's earlier
+// certificates stay valid until they expire, but they are useless without
+// a live credential of the host, and a re-join revokes those.
+func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agentapi.Inventory, csrPEM []byte) (hostID, credential string, certPEM []byte, created bool, err error) {
 	if a.Role != cloud.RoleJoin {
-		return "", "", false, &cloud.Error{Code: cloud.PermissionDenied,
+		return "", "", nil, false, &cloud.Error{Code: cloud.PermissionDenied,
 			Message: "join_token is not a join token; an admin creates one with POST /v1/join-tokens",
 			Details: map[string]any{"role": a.Role}}
 	}
 	if inv == nil {
-		return "", "", false, Field("inventory", "is required")
+		return "", "", nil, false, Field("inventory", "is required")
 	}
 	id := inv.Host.ID
 	if err := CheckName("inventory.host.id", id, false); err != nil {
-		return "", "", false, err
+		return "", "", nil, false, err
 	}
 	if id == "" {
 		id = NewID(HostPrefix)
 	}
 	if _, err := s.hostSpec(inv, id); err != nil {
-		return "", "", false, err
+		return "", "", nil, false, err
+	}
+	if certPEM, err = s.signAgentCert(csrPEM, id); err != nil {
+		return "", "", nil, false, err
 	}
 	actor := AgentActor(id).ID
 	err = s.tx(ctx, func(tx cloud.Tx) error {
@@ -143,9 +158,40 @@ func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agent
 		return nil
 	})
 	if err != nil {
-		return "", "", false, err
+		return "", "", nil, false, err
 	}
-	return id, credential, created, nil
+	return id, credential, certPEM, created, nil
+}
+
+// AgentTooOld is the reason (details "reason") of a join refused for
+// want of a certificate request: the agent predates mutual TLS.
+const AgentTooOld = "agent_too_old"
+
+// maxCSR bounds a join's certificate request; a real one is under 1 KiB.
+const maxCSR = 16 << 10
+
+// signAgentCert signs the agent's client certificate for host (nil when
+// the server issues none).
+func (s *Agents) signAgentCert(csrPEM []byte, host string) ([]byte, error) {
+	if s.opts.SignAgentCert == nil {
+		return nil, nil
+	}
+	if len(csrPEM) == 0 {
+		return nil, &cloud.Error{Code: cloud.Invalid,
+			Message: "csr: this server accepts agents only over mutual TLS, with the client certificate the join issues for a certificate request, and this join sent none: the agent is too old for this server; upgrade it to the server's version",
+			Details: map[string]any{"field": "csr", "reason": AgentTooOld}}
+	}
+	if len(csrPEM) > maxCSR {
+		return nil, Field("csr", "is %d bytes; a certificate request is at most %d", len(csrPEM), maxCSR)
+	}
+	cert, err := s.opts.SignAgentCert(csrPEM, host)
+	if errors.Is(err, pki.ErrBadCSR) {
+		return nil, Field("csr", "%v", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sign the agent's client certificate: %w", err)
+	}
+	return cert, nil
 }
 
 // rejoin updates an existing host from a new join: new spec, healthy again
@@ -264,7 +310,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				desired = agentapi.DesiredStop
 			}
 			out = append(out, agentapi.Assignment{InstanceID: in.ID, TenantID: in.TenantID,
-				Offering: in.Offering, Desired: desired, Placement: in.Placement, Command: in.Command,
+				Offering: in.Offering, Desired: desired, Placement: in.Placement, Image: in.Image, Command: in.Command,
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn})
 		}

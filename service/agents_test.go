@@ -98,22 +98,22 @@ func TestAgentsJoin(t *testing.T) {
 		join, jtID := f.joinActor("rack-1")
 
 		before := f.state()
-		_, _, _, err := f.svc.Agents.Join(ctx, f.admin, "tk-x", ahInventory("node-1", "L4", 1))
+		_, _, _, _, err := f.svc.Agents.Join(ctx, f.admin, "tk-x", ahInventory("node-1", "L4", 1), nil)
 		ahCode(t, err, cloud.PermissionDenied)
-		_, _, _, err = f.svc.Agents.Join(ctx, join, jtID, nil)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, nil, nil)
 		ahCode(t, err, cloud.Invalid)
 		bad := ahInventory("no spaces", "L4", 1)
-		_, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil)
 		if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != "inventory.host.id" {
 			t.Errorf("bad host ID: %+v", ce)
 		}
 		bad = ahInventory("node-1", "L4", 2)
 		bad.Host.GPUs[1].UUID = bad.Host.GPUs[0].UUID
-		_, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil)
 		ahCode(t, err, cloud.Invalid)
 		f.unchanged(before, "refused joins")
 
-		id, cred, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1))
+		id, cred, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), nil)
 		if err != nil || id != "node-1" || !created || !strings.HasPrefix(cred, service.SecretPrefix) {
 			t.Fatalf("Join = %q, %q, %v, %v", id, cred, created, err)
 		}
@@ -134,7 +134,7 @@ func TestAgentsJoin(t *testing.T) {
 		// Without a host ID the service names the host.
 		inv := ahInventory("", "L4", 1)
 		inv.Host.GPUs[0].UUID += "-b"
-		if id, _, created, err := f.svc.Agents.Join(ctx, join, jtID, inv); err != nil || !created || !strings.HasPrefix(id, service.HostPrefix) ||
+		if id, _, _, created, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil); err != nil || !created || !strings.HasPrefix(id, service.HostPrefix) ||
 			f.host(id).Spec.ID != id {
 			t.Errorf("Join without ID = %q, %v, %v", id, created, err)
 		}
@@ -146,7 +146,7 @@ func TestAgentsJoin(t *testing.T) {
 		}
 		v := f.host("node-1").Version
 		f.clock.Advance(time.Hour)
-		id, cred2, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 2))
+		id, cred2, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 2), nil)
 		if err != nil || id != "node-1" || created {
 			t.Fatalf("re-join = %q, %v, %v", id, created, err)
 		}
@@ -176,7 +176,7 @@ func TestAgentsHeartbeat(t *testing.T) {
 		ctx := context.Background()
 		join, jtID := f.joinActor("rack-1")
 		inv := ahInventory("node-1", "H100", 2)
-		if _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv); err != nil {
+		if _, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil); err != nil {
 			t.Fatal(err)
 		}
 		agent := service.AgentActor("node-1")

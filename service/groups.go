@@ -44,10 +44,9 @@ const (
 	// tags may not use it.
 	ReservedTagPrefix = "gpucloud:"
 	// TagGroup and TagGroupName are set on every member of a group: the
-	// group's ID and name. TagImage carries the template's image.
+	// group's ID and name.
 	TagGroup     = ReservedTagPrefix + "group"
 	TagGroupName = ReservedTagPrefix + "group-name"
-	TagImage     = ReservedTagPrefix + "image"
 	// DefaultGroupCooldown is the cooldown when Timing.CooldownSeconds is
 	// 0 (cloud.GroupTiming).
 	DefaultGroupCooldown = 300 * time.Second
@@ -60,12 +59,11 @@ const (
 
 	maxGroupOfferings = 8
 	maxGroupPolicies  = 16
-	maxImageLen       = 512
 	maxMetricNameLen  = 64
 	maxTimingSeconds  = 24 * 3600
 	maxNoticeSeconds  = 3600
 	// groupTags is how many tags a launch adds to the template's.
-	groupTags = 3
+	groupTags = 2
 )
 
 // GroupSpec is what a tenant asks for when it creates a group. It has the
@@ -161,11 +159,9 @@ func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 		}
 		t.Offerings[i] = o.Name
 	}
-	if err := CheckText("template.image", t.Image, maxImageLen); err != nil {
+	var err error
+	if t.Image, err = CheckImage("template.image", t.Image); err != nil {
 		return err
-	}
-	if strings.ContainsAny(t.Image, " \t") {
-		return Field("template.image", "%s contains white space", Quote(t.Image))
 	}
 	is := InstanceSpec{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
 	if _, err := CheckInstanceSpec(cat, &is); err != nil {
@@ -1002,8 +998,8 @@ func GroupMemberName(g *cloud.Group, seq int64) string {
 // asks for, through CreateInstance (so the tenant's quota and the volume
 // rule apply as to any instance): pending, GroupID set, from the template
 // as it is now (command, environment, labels, and the zones when l names
-// none), with the template's tags plus TagGroup, TagGroupName (and
-// TagImage when the template has an image), named GroupMemberName, with
+// none), with the template's image, its tags plus TagGroup and
+// TagGroupName, named GroupMemberName, with
 // idempotency key GroupMemberKey (a launch whose key was used answers the
 // instance made then and creates nothing), market l.Market (spot without a
 // spot request). When the template has a VolumeGiB, a new volume of that
@@ -1035,10 +1031,7 @@ func LaunchGroupMember(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, g
 		tags = map[string]string{}
 	}
 	tags[TagGroup], tags[TagGroupName] = g.ID, g.Name
-	if t.Image != "" {
-		tags[TagImage] = t.Image
-	}
-	in := &cloud.Instance{TenantID: g.TenantID, Name: GroupMemberName(g, l.Seq), Offering: l.Offering,
+	in := &cloud.Instance{TenantID: g.TenantID, Name: GroupMemberName(g, l.Seq), Offering: l.Offering, Image: t.Image,
 		IdempotencyKey: key, Zones: slices.Clone(t.Zones), Labels: slices.Clone(t.Labels), Command: slices.Clone(t.Command),
 		Env: maps.Clone(t.Env), Tags: tags, Market: l.Market, GroupID: g.ID, CreatedAt: now}
 	if l.Zone != "" {

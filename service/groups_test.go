@@ -114,9 +114,10 @@ func TestGroupCreate(t *testing.T) {
 		if err != nil || len(evs) != 1 || evs[0].Kind != cloud.EventGroup || evs[0].Actor != "u-acme" {
 			t.Errorf("events = %v, %v", evs, err)
 		}
-		// Desired defaults to min.
-		plain := service.GroupSpec{Name: "plain", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}}, Min: 3, Max: 5}
-		if p, _, err := w.svc.Groups.Create(ctx, w.acme, plain, ""); err != nil || p.Desired != 3 || p.Mixed.Spot {
+		// Desired defaults to min; the image is kept in canonical form.
+		plain := service.GroupSpec{Name: "plain", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}, Image: "python:3.12"}, Min: 3, Max: 5}
+		if p, _, err := w.svc.Groups.Create(ctx, w.acme, plain, ""); err != nil || p.Desired != 3 || p.Mixed.Spot ||
+			p.Template.Image != "docker.io/library/python:3.12" {
 			t.Errorf("plain = %+v, %v", p, err)
 		}
 		// A live name is the tenant's once.
@@ -137,6 +138,7 @@ func TestGroupCreate(t *testing.T) {
 			{"template.offerings[0]", func(s *service.GroupSpec) { s.Template.Offerings[0] = "h900.1x" }},
 			{"template.offerings[1]", func(s *service.GroupSpec) { s.Template.Offerings[1] = "l4.1x" }},
 			{"template.image", func(s *service.GroupSpec) { s.Template.Image = "a b" }},
+			{"template.image", func(s *service.GroupSpec) { s.Template.Image = "ghcr.io/acme/Web:1" }},
 			{"template.zones[1]", func(s *service.GroupSpec) { s.Template.Zones[1] = "zone b" }},
 			{"template.labels[0]", func(s *service.GroupSpec) { s.Template.Labels[0] = "driver>=" }},
 			{"template.env", func(s *service.GroupSpec) { s.Template.Env["1BAD"] = "x" }},
@@ -697,7 +699,7 @@ func TestLaunchGroupMember(t *testing.T) {
 		if in.GroupID != g.ID || in.Name != "web-1" || in.Market != cloud.MarketSpot || in.SpotRequestID != "" ||
 			in.State != cloud.Pending || in.Offering != "l40s.1x" || !slices.Equal(in.Zones, []string{"zone-b"}) ||
 			in.Tags[service.TagGroup] != g.ID || in.Tags[service.TagGroupName] != "web" || in.Tags["team"] != "web" ||
-			in.Tags[service.TagImage] != "ghcr.io/acme/web:1" || in.Env["PORT"] != "8080" || len(in.Volumes) != 1 {
+			in.Image != "ghcr.io/acme/web:1" || len(in.Tags) != 3 || in.Env["PORT"] != "8080" || len(in.Volumes) != 1 {
 			t.Errorf("member = %+v", in)
 		}
 		after := w.rows(t)

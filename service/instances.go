@@ -23,20 +23,23 @@ type Instances struct{ base }
 type InstanceSpec struct {
 	// Tenant is for admins creating an instance for another tenant;
 	// members leave it empty.
-	Tenant   string            `json:"tenant,omitempty"`
-	Name     string            `json:"name,omitempty"`
-	Offering string            `json:"offering"`
-	Zones    []string          `json:"zones,omitempty"`
-	Labels   []string          `json:"labels,omitempty"`
-	Command  []string          `json:"command,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Volumes  []string          `json:"volumes,omitempty"`
-	Tags     map[string]string `json:"tags,omitempty"`
+	Tenant   string `json:"tenant,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Offering string `json:"offering"`
+	// Image is the OCI image the workload runs in; empty: the operator's
+	// default image. CheckInstanceSpec writes it in canonical form.
+	Image   string            `json:"image,omitempty"`
+	Zones   []string          `json:"zones,omitempty"`
+	Labels  []string          `json:"labels,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Volumes []string          `json:"volumes,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
 }
 
 // CheckInstanceSpec validates what can be checked without the store and
-// returns the offering. Label selectors are rewritten in their parsed,
-// canonical spelling.
+// returns the offering. Label selectors and the image are rewritten in
+// their parsed, canonical spelling.
 func CheckInstanceSpec(cat *catalog.Catalog, spec *InstanceSpec) (*catalog.Offering, error) {
 	if spec.Offering == "" {
 		return nil, Field("offering", "is required; GET /v1/offerings lists them")
@@ -51,6 +54,9 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *InstanceSpec) (*catalog.Offer
 		return nil, Field("offering", "%v", err)
 	}
 	if err := CheckName("name", spec.Name, false); err != nil {
+		return nil, err
+	}
+	if spec.Image, err = CheckImage("image", spec.Image); err != nil {
 		return nil, err
 	}
 	if len(spec.Zones) > maxZones {
@@ -274,7 +280,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 			return err
 		}
 		now := s.now()
-		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name,
+		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
 			IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
 			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, CreatedAt: now}
 		if err := CreateInstance(txctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
@@ -295,6 +301,7 @@ func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *InstanceSpec) 
 	var d KeyDiffs
 	d.String("name", old.Name, spec.Name)
 	d.String("offering", old.Offering, o.Name)
+	d.String("image", old.Image, spec.Image)
 	d.Strings("zones", old.Zones, spec.Zones)
 	d.Strings("labels", old.Labels, spec.Labels)
 	d.Strings("command", old.Command, spec.Command)

@@ -66,7 +66,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 		ctx := context.Background()
 		w.volume(t, "tn-acme", "v-1", "zone-a")
 		w.volume(t, "tn-acme", "v-2", "zone-a")
-		base := service.InstanceSpec{Name: "train", Offering: "h100.1x", Zones: []string{"zone-a"},
+		base := service.InstanceSpec{Name: "train", Offering: "h100.1x", Image: "ghcr.io/acme/train:1", Zones: []string{"zone-a"},
 			Labels: []string{"driver>=550"}, Command: []string{"python", "train.py"}, Env: map[string]string{"EPOCHS": "3"},
 			Volumes: []string{"v-1"}, Tags: map[string]string{"team": "nlp"}}
 		cases := []struct {
@@ -75,6 +75,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 		}{
 			{"name", func(s *service.InstanceSpec) { s.Name = "train2" }},
 			{"offering", func(s *service.InstanceSpec) { s.Offering = "h100.2x" }},
+			{"image", func(s *service.InstanceSpec) { s.Image = "ghcr.io/acme/train:2" }},
 			{"zones", func(s *service.InstanceSpec) { s.Zones = []string{"zone-a", "zone-b"} }},
 			{"labels", func(s *service.InstanceSpec) { s.Labels = []string{"driver>=560"} }},
 			{"command", func(s *service.InstanceSpec) { s.Command = []string{"python", "eval.py"} }},
@@ -145,6 +146,8 @@ func TestCreateInstanceRules(t *testing.T) {
 			{"admin for a tenant", w.admin, service.InstanceSpec{Tenant: "tn-glob", Offering: "h100.1x"}, ""},
 			{"bad label", w.acme, service.InstanceSpec{Offering: "h100.1x", Labels: []string{"=="}}, cloud.Invalid},
 			{"NUL in command", w.acme, service.InstanceSpec{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
+			{"bad image", w.acme, service.InstanceSpec{Offering: "h100.1x", Image: "ghcr.io/acme/Train"}, cloud.Invalid},
+			{"image", w.acme, service.InstanceSpec{Offering: "h100.1x", Image: "ghcr.io/acme/train:1"}, ""},
 		}
 		for _, c := range cases {
 			before := w.rows(t)

@@ -95,6 +95,14 @@ type Options struct {
 	// offering that no host could ever run; nil, or an offering missing
 	// from the answer, means "unknown", and the create is accepted.
 	Availability func() map[string]cloud.OfferingAvailability
+	// SignAgentCert, when set, signs an agent's TLS client certificate at
+	// join from its certificate request (PEM), with hostID as the
+	// certificate's common name, and returns it (PEM); a request it
+	// refuses is an error wrapping pki.ErrBadCSR. A server that serves TLS
+	// sets it to its CA's SignClient, and then every join must carry a
+	// certificate request (Agents.Join). Nil: no client certificates (a
+	// plain-HTTP server).
+	SignAgentCert func(csrPEM []byte, hostID string) ([]byte, error)
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.

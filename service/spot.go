@@ -43,7 +43,9 @@ type SpotRequestSpec struct {
 	Interruption string `json:"interruption,omitempty"`
 	// Pools are the acceptable pools, the first preferred: 1 to 8
 	// distinct ones; an empty zone is any zone.
-	Pools   []cloud.Pool      `json:"pools"`
+	Pools []cloud.Pool `json:"pools"`
+	// Image of every launch (CheckImage; empty: the operator's default).
+	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	Volumes []string          `json:"volumes,omitempty"`
@@ -51,9 +53,9 @@ type SpotRequestSpec struct {
 }
 
 // CheckSpotRequestSpec validates what can be checked without the store
-// and fills in the defaults (type, interruption); pool offerings are
-// rewritten to their canonical names. The workload is checked as an
-// instance's (CheckWorkload).
+// and fills in the defaults (type, interruption); pool offerings and the
+// image are rewritten to their canonical names. The workload is checked as
+// an instance's (CheckImage, CheckWorkload).
 func CheckSpotRequestSpec(cat *catalog.Catalog, spec *SpotRequestSpec) error {
 	if err := CheckName("name", spec.Name, false); err != nil {
 		return err
@@ -92,6 +94,10 @@ func CheckSpotRequestSpec(cat *catalog.Catalog, spec *SpotRequestSpec) error {
 			return Field(name, "pool %s is given twice", spec.Pools[i])
 		}
 	}
+	var err error
+	if spec.Image, err = CheckImage("image", spec.Image); err != nil {
+		return err
+	}
 	return CheckWorkload(spec.Command, spec.Env, spec.Volumes, spec.Tags)
 }
 
@@ -127,7 +133,7 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 		}
 		now := s.now()
 		sr := &cloud.SpotRequest{ID: NewID(SpotRequestPrefix), TenantID: tenant, Name: spec.Name, Type: spec.Type,
-			Interruption: spec.Interruption, Pools: spec.Pools, State: cloud.SpotOpen, Command: spec.Command,
+			Interruption: spec.Interruption, Pools: spec.Pools, State: cloud.SpotOpen, Image: spec.Image, Command: spec.Command,
 			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, IdempotencyKey: key, CreatedAt: now, UpdatedAt: now}
 		if spec.MaxPrice != nil {
 			sr.MaxPrice = *spec.MaxPrice
@@ -177,6 +183,7 @@ func sameSpotRequest(old *cloud.SpotRequest, spec *SpotRequestSpec) error {
 		d.Add("max_price", Quote(old.MaxPrice.String()), Quote(asked.String()))
 	}
 	d.String("interruption", old.Interruption, spec.Interruption)
+	d.String("image", old.Image, spec.Image)
 	d.Strings("command", old.Command, spec.Command)
 	d.Map("env", old.Env, spec.Env)
 	d.Strings("volumes", old.Volumes, spec.Volumes)

@@ -56,6 +56,7 @@ func TestSpotRequestIdempotency(t *testing.T) {
 			{"type", func(s *service.SpotRequestSpec) { s.Type = cloud.SpotOneTime }},
 			{"type", func(s *service.SpotRequestSpec) { s.Type = "" }},
 			{"pools", func(s *service.SpotRequestSpec) { s.Pools = s.Pools[:1] }},
+			{"image", func(s *service.SpotRequestSpec) { s.Image = "python:3.12" }},
 			{"pools", func(s *service.SpotRequestSpec) { s.Pools = []cloud.Pool{s.Pools[1], s.Pools[0]} }},
 			{"max_price", func(s *service.SpotRequestSpec) { s.MaxPrice = &more }},
 			{"max_price", func(s *service.SpotRequestSpec) { s.MaxPrice = nil }},

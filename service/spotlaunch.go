@@ -12,13 +12,13 @@ import (
 
 // LaunchSpot creates the next instance of spot request r in pool through
 // CreateInstance (so the quota and the volume rule are the API's): pending,
-// market spot, with the request's command, environment, tags and volumes
+// market spot, with the request's image, command, environment, tags and volumes
 // (the workload finds the request's ID in its metadata document); and it
 // records the launch on r (State open, InstanceID, Launches) and writes r.
 // A launch that CreateInstance refuses changes nothing.
 func LaunchSpot(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, r *cloud.SpotRequest, pool cloud.Pool, actor string, now time.Time) (*cloud.Instance, error) {
 	in := &cloud.Instance{TenantID: r.TenantID, Name: r.Name, Offering: pool.Offering,
-		Market: cloud.MarketSpot, SpotRequestID: r.ID, Command: slices.Clone(r.Command), Env: maps.Clone(r.Env),
+		Market: cloud.MarketSpot, SpotRequestID: r.ID, Image: r.Image, Command: slices.Clone(r.Command), Env: maps.Clone(r.Env),
 		Volumes: slices.Clone(r.Volumes), Tags: maps.Clone(r.Tags), CreatedAt: now}
 	if pool.Zone != "" {
 		in.Zones = []string{pool.Zone}

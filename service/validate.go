@@ -3,6 +3,8 @@ package service
 import (
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpucloud/gpucloud/internal/imageref"
 )
 
 // Limits on request fields. They keep one request from filling the store
@@ -60,6 +62,23 @@ func CheckText(fieldName, s string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// CheckImage validates the image a workload runs in, an OCI reference
+// ("python:3.12", "ghcr.io/acme/train:1", "registry.local:5000/job@sha256:..."),
+// and returns it in its canonical form, the name a host pulls and
+// containerd keeps it under ("docker.io/library/python:3.12"): two
+// spellings of one image are one image, for idempotency too. Empty stays
+// empty: the image the operator configured on the hosts.
+func CheckImage(fieldName, s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	canon, err := imageref.Normalize(s)
+	if err != nil {
+		return "", Field(fieldName, "%s %v (an OCI image reference, e.g. \"python:3.12\", \"ghcr.io/acme/train:1\" or \"registry.local:5000/ml/job@sha256:<64 hex>\"; leave it out for the operator's default image)", Quote(s), err)
+	}
+	return canon, nil
 }
 
 // checkEnvName accepts POSIX environment variable names.

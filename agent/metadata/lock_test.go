@@ -26,6 +26,7 @@ func call(t *testing.T, addr, method, path, body string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set(TokenHeader, token(t, addr))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

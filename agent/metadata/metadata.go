@@ -4,14 +4,34 @@
 // things a workload tells its host: that it must not be scaled in right now
 // (its completion lock) and, on a simulated host, how busy its GPUs are.
 //
-// A caller is identified by where it connects, not by what it says: each
-// instance gets its own listener on 127.0.0.1, and the runtime passes that
-// listener's URL to the workload as GPUCLOUD_METADATA_URL. Loopback is
-// reachable by every local process, so this keeps honest workloads apart
-// rather than hostile ones; network namespaces are the stronger boundary.
+// A caller is identified by where it connects, not by what it says:
+// Handler(id) serves instance id only, and the runtime puts it where only
+// that instance's workload can reach it. The container runtime serves it
+// inside the instance's own network namespace, at 169.254.169.254:80, which
+// nothing else on the host reaches; the process runtime (a single-tenant
+// development mode) gets a listener on 127.0.0.1 per instance (Listen),
+// which any local process can reach.
 //
-// Routes, all JSON; GET also answers HEAD:
+// Every request needs a session token, as in AWS's IMDSv2: PUT /v1/token
+// with the header X-Metadata-Token-TTL-Seconds (1 to 21600) answers a token
+// (text/plain), which later requests send in X-Metadata-Token. A request
+// without a valid token is 401. A token is good for its TTL, for the
+// instance it was issued to and only while the agent that issued it runs:
+// a workload asks for a new one when it gets a 401. A PUT is what a
+// server-side request forgery through the workload (an open proxy, a URL
+// fetcher) rarely can send, and one with X-Forwarded-For (a proxy) is
+// refused, so that such a forgery cannot read the instance's metadata.
 //
+//	TOKEN=$(curl -s -X PUT -H "X-Metadata-Token-TTL-Seconds: 3600" "$GPUCLOUD_METADATA_URL/v1/token")
+//	curl -s -H "X-Metadata-Token: $TOKEN" "$GPUCLOUD_METADATA_URL/v1/instance"
+//
+// Routes, all JSON but the token; GET also answers HEAD:
+//
+//	PUT /v1/token                 a session token (text/plain) valid for the
+//	                              seconds X-Metadata-Token-TTL-Seconds says
+//	                              (1 to 21600; 400 otherwise), which the
+//	                              answer's header repeats; 403 with
+//	                              X-Forwarded-For
 //	GET /v1/instance              the instance's Document; 404 until Set
 //	GET /v1/instance-action       {"action", "time", "reason"}: the instance
 //	                              will be stopped or terminated at time, for
@@ -128,6 +148,11 @@ type Endpoints struct {
 	// lockChanged is when the workload last changed each instance's lock
 	// here (SyncLock ignores what the control plane said before that).
 	lockChanged map[string]time.Time
+	// key signs session tokens; salts holds a random value per instance
+	// that its tokens are bound to, dropped by Delete.
+	key   []byte
+	salts map[string][]byte
+	now   func() time.Time
 }
 
 type listener struct {
@@ -142,7 +167,7 @@ var ErrClosed = errors.New("metadata server closed")
 func New() *Endpoints {
 	return &Endpoints{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
 		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{}, lockChanged: map[string]time.Time{},
-		listeners: map[string]*listener{}}
+		listeners: map[string]*listener{}, key: randomBytes(32), salts: map[string][]byte{}, now: time.Now}
 }
 
 // SetLockHook installs the hook that records completion locks with the
@@ -273,6 +298,7 @@ func (s *Endpoints) Delete(id string) {
 	delete(s.loads, id)
 	delete(s.lockOps, id)
 	delete(s.lockChanged, id)
+	delete(s.salts, id)
 	l := s.listeners[id]
 	delete(s.listeners, id)
 	s.mu.Unlock()
@@ -283,7 +309,11 @@ func (s *Endpoints) Delete(id string) {
 
 // Listen opens the instance's own listener on an ephemeral 127.0.0.1 port
 // and returns its address ("127.0.0.1:N"). It is idempotent: while the
-// listener is open, Listen returns the same address.
+// listener is open, Listen returns the same address. It is for workloads
+// in the host's network namespace (the process runtime); every local
+// process can connect to it, and needs a session token as every caller
+// does. A runtime that gives each workload a network namespace serves
+// Handler there instead, and nothing listens on the host.
 func (s *Endpoints) Listen(id string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -319,14 +349,27 @@ func (s *Endpoints) Close() error {
 	return errors.Join(errs...)
 }
 
-// Handler serves the metadata of instance id, whoever asks: the listener
-// is what identifies the caller. Listen uses it; tests and other transports
-// (a Unix socket) may too.
+// Handler serves the metadata of instance id to whoever holds one of its
+// session tokens: where the handler is served is what identifies the
+// caller (Listen; the container runtime serves it inside the instance's
+// network namespace).
 func (s *Endpoints) Handler(id string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method := r.Method
 		if method == http.MethodHead {
 			method = http.MethodGet
+		}
+		if r.URL.Path == TokenPath {
+			s.issueToken(w, r, id)
+			return
+		}
+		if !s.validToken(id, r.Header.Get(TokenHeader)) {
+			msg := "this endpoint needs a session token: PUT " + TokenPath + " with " + TokenTTLHeader + ", then send it in " + TokenHeader
+			if r.Header.Get(TokenHeader) != "" {
+				msg = "the session token is not valid (expired, or not this instance's): PUT " + TokenPath + " for a new one"
+			}
+			writeError(w, http.StatusUnauthorized, cloud.Unauthenticated, msg)
+			return
 		}
 		switch r.URL.Path {
 		case "/v1/instance", "/v1/instance-action", "/v1/spot/instance-action", "/v1/spot/rebalance-recommendation":

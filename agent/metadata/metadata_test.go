@@ -12,13 +12,25 @@ import (
 	"time"
 )
 
-// get fetches path from a listener and decodes the JSON body.
+// token gets a session token from a listener.
+func token(t *testing.T, addr string) string {
+	t.Helper()
+	tok, err := Token(t.Context(), nil, "http://"+addr, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// get fetches path from a listener, with a session token, and decodes the
+// JSON body.
 func get(t *testing.T, addr, method, path string) (int, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+addr+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set(TokenHeader, token(t, addr))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +236,7 @@ func TestConcurrentUse(t *testing.T) {
 	s := New()
 	defer s.Close()
 	addr, _ := s.Listen("i")
+	tok := token(t, addr)
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Add(2)
@@ -238,7 +251,13 @@ func TestConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 20; i++ {
-				resp, err := http.Get("http://" + addr + "/v1/instance")
+				req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/instance", nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set(TokenHeader, tok)
+				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Error(err)
 					return

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,8 +63,16 @@ type Spec struct {
 	// DefaultGrace when zero or negative.
 	Grace time.Duration
 	// MetadataURL is the instance's metadata endpoint ("http://127.0.0.1:N"),
-	// passed as GPUCLOUD_METADATA_URL when set.
+	// passed as GPUCLOUD_METADATA_URL when set. A MetadataServer runtime
+	// takes Metadata instead.
 	MetadataURL string
+	// Metadata is the instance's metadata endpoint for a MetadataServer
+	// runtime, which serves it where only the workload reaches it and
+	// passes its own URL as GPUCLOUD_METADATA_URL.
+	Metadata http.Handler
+	// TenantID is the tenant the instance belongs to; a runtime with an
+	// instance network puts the tenant's instances on one network.
+	TenantID string
 	// Volumes are the directories of the instance's volumes, passed to the
 	// workload as GPUCLOUD_VOLUMES (colon-separated). A runtime that runs
 	// the workload in a filesystem of its own (a container) mounts them
@@ -145,6 +154,16 @@ type Runtime interface {
 	// Remove forgets an exited workload, keeping its files. Removing a
 	// running workload is ErrRunning; an unknown one is ErrNotFound.
 	Remove(id string) error
+}
+
+// MetadataServer is implemented by runtimes that serve each workload's
+// metadata endpoint (Spec.Metadata) themselves, inside the workload's own
+// network namespace, where nothing else on the host reaches it: the agent
+// then opens no listener on the host for it.
+type MetadataServer interface {
+	// MetadataURL is where each workload finds its endpoint
+	// (GPUCLOUD_METADATA_URL).
+	MetadataURL() string
 }
 
 // UsageReader is implemented by runtimes that can tell how much CPU a

@@ -97,8 +97,9 @@ func startUp(t *testing.T, flags ...string) (cmd *exec.Cmd, first string, wait f
 	}
 }
 
-// noMetrics are the flags of an `up` that serves no agent metrics.
-var noMetrics = []string{"--agent-metrics-listen", ""}
+// noMetrics are the flags of an `up` that serves no agent metrics, with
+// its workloads as processes (TestUpContainers runs containers).
+var noMetrics = []string{"--agent-metrics-listen", "", "--runtime", "process"}
 
 // TestUpExitsZeroOnSignal: Ctrl-C (SIGINT) or a service manager's SIGTERM
 // stops `gpucloud up` cleanly, and the process exits 0.
@@ -109,7 +110,8 @@ func TestUpExitsZeroOnSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd, out, wait := startUp(t, noMetrics...)
-			if !strings.Contains(out, "gpucloud is up: https://127.0.0.1:") || !strings.Contains(out, "TLS 1.3 with the cloud's own CA sha256:") {
+			if !strings.Contains(out, "gpucloud is up: https://127.0.0.1:") || !strings.Contains(out, "TLS 1.3 with the cloud's own CA sha256:") ||
+				!strings.Contains(out, "workloads: plain processes (--runtime process), not isolated") {
 				t.Fatalf("output:\n%s", out)
 			}
 			// The operator's secrets are the operator's alone.
@@ -159,7 +161,7 @@ func TestUpAgentMetricsPortTaken(t *testing.T) {
 		defer ln.Close()
 	}
 	// Without the flag: its default, 127.0.0.1:9400.
-	cmd, out, wait := startUp(t)
+	cmd, out, wait := startUp(t, "--runtime", "process")
 	m := regexp.MustCompile(`agent metrics: http://127\.0\.0\.1:(\d+)/metrics`).FindStringSubmatch(out)
 	if m == nil || m[1] == "9400" {
 		t.Errorf("agent metrics not moved off the taken port:\n%s", out)

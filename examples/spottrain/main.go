@@ -21,10 +21,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -116,18 +118,36 @@ func run(steps int, stepTime time.Duration, every int, poll time.Duration, dir s
 	return nil
 }
 
-// watch polls the instance-action until one appears.
+// watch polls the instance-action until one appears. Every request to the
+// metadata endpoint carries a session token (X-Metadata-Token), got with a
+// PUT to /v1/token; a 401 means it expired or the agent restarted, and a
+// new one is fetched.
 func watch(ctx context.Context, base string, every time.Duration, noticed *atomic.Bool) {
 	hc := &http.Client{Timeout: 2 * time.Second}
+	token := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
 		}
-		resp, err := hc.Get(base + "/v1/spot/instance-action")
+		if token == "" {
+			var err error
+			if token, err = metadataToken(ctx, hc, base); err != nil {
+				continue
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/spot/instance-action", nil)
 		if err != nil {
 			continue
+		}
+		req.Header.Set("X-Metadata-Token", token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			token = ""
 		}
 		var a struct {
 			Action string    `json:"action"`
@@ -142,6 +162,29 @@ func watch(ctx context.Context, base string, every time.Duration, noticed *atomi
 			return
 		}
 	}
+}
+
+// metadataToken asks the metadata endpoint for a session token valid for
+// an hour.
+func metadataToken(ctx context.Context, hc *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/token", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("X-Metadata-Token-TTL-Seconds", "3600")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("metadata token: %s", resp.Status)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func load(path string) (checkpoint, error) {

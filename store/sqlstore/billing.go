@@ -241,14 +241,14 @@ func (t *tx) ListCommitments(ctx context.Context, tenantID string) ([]*cloud.Com
 // ---- spot requests ----
 
 const spotRequestCols = "id, tenant_id, name, type, max_price, interruption, pools, state, reason, instance_id," +
-	" launches, command, env, volumes, tags, version, idempotency_key, created_at, updated_at"
+	" launches, command, env, volumes, tags, version, idempotency_key, created_at, updated_at, image"
 
 func scanSpotRequest(sc scanner) (*cloud.SpotRequest, error) {
 	var r cloud.SpotRequest
 	err := sc.Scan(&r.ID, &r.TenantID, &r.Name, &r.Type, &r.MaxPrice, &r.Interruption, jsonCol{&r.Pools},
 		&r.State, &r.Reason, &r.InstanceID, &r.Launches, jsonCol{&r.Command}, jsonCol{&r.Env},
 		jsonCol{&r.Volumes}, jsonCol{&r.Tags}, &r.Version, &r.IdempotencyKey,
-		timeCol{&r.CreatedAt}, timeCol{&r.UpdatedAt})
+		timeCol{&r.CreatedAt}, timeCol{&r.UpdatedAt}, &r.Image)
 	return &r, err
 }
 
@@ -323,11 +323,11 @@ func (t *tx) CreateSpotRequest(ctx context.Context, r *cloud.SpotRequest) error 
 	created, updated := normTime(r.CreatedAt), normTime(r.UpdatedAt)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create spot request "+r.ID,
-		"INSERT INTO spot_requests ("+spotRequestCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)"+
+		"INSERT INTO spot_requests ("+spotRequestCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)"+
 			" ON CONFLICT DO NOTHING",
 		r.ID, r.TenantID, r.Name, string(r.Type), int64(r.MaxPrice), r.Interruption, doc.pools, string(r.State),
 		r.Reason, r.InstanceID, r.Launches, doc.command, doc.env, doc.volumes, doc.tags, r.IdempotencyKey,
-		d.timeArg(created), d.timeArg(updated))
+		d.timeArg(created), d.timeArg(updated), r.Image)
 	if err != nil {
 		return err
 	}
@@ -391,10 +391,10 @@ func (t *tx) UpdateSpotRequest(ctx context.Context, r *cloud.SpotRequest) error 
 	n, err := t.execN(ctx, "update spot request "+r.ID,
 		"UPDATE spot_requests SET name = ?, type = ?, max_price = ?, interruption = ?, pools = ?, state = ?,"+
 			" reason = ?, instance_id = ?, launches = ?, command = ?, env = ?, volumes = ?, tags = ?,"+
-			" updated_at = ?, version = version + 1 WHERE id = ? AND version = ?",
+			" image = ?, updated_at = ?, version = version + 1 WHERE id = ? AND version = ?",
 		r.Name, string(r.Type), int64(r.MaxPrice), r.Interruption, doc.pools, string(r.State),
 		r.Reason, r.InstanceID, r.Launches, doc.command, doc.env, doc.volumes, doc.tags,
-		t.s.d.timeArg(updated), r.ID, r.Version)
+		r.Image, t.s.d.timeArg(updated), r.ID, r.Version)
 	if err != nil {
 		return err
 	}

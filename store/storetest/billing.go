@@ -148,7 +148,7 @@ func spotRequest(id, tenant, key string) *cloud.SpotRequest {
 		MaxPrice: 1_234_567, Interruption: cloud.ActionStop,
 		Pools: []cloud.Pool{{Offering: "h100.8x", Zone: "eu-1a"}, {Offering: "h100.8x", Zone: "eu-1b"}},
 		State: cloud.SpotOpen, Reason: "waiting for capacity", InstanceID: "i-" + id, Launches: 2,
-		Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "EMPTY": ""},
+		Image: "ghcr.io/acme/train:1", Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "EMPTY": ""},
 		Volumes: []string{"v-1"}, Tags: map[string]string{"team": "ml"},
 		IdempotencyKey: key, CreatedAt: t0, UpdatedAt: t0.Add(time.Second)}
 }
@@ -187,6 +187,7 @@ func testSpotRequests(t *testing.T, s cloud.Store) {
 	cur := mustRead(t, s, func(tx cloud.Tx) (*cloud.SpotRequest, error) { return tx.GetSpotRequest(ctx, "sr-1") })
 	cur.State, cur.Reason, cur.InstanceID, cur.Launches = cloud.SpotActive, "launched", "i-2", 3
 	cur.Pools, cur.Tags, cur.MaxPrice = []cloud.Pool{{Offering: "h200.8x", Zone: "eu-1c"}}, nil, bigMoney
+	cur.Image = "ghcr.io/acme/train@sha256:" + imageDigest
 	cur.UpdatedAt = t0.Add(time.Hour)
 	cur.TenantID, cur.IdempotencyKey, cur.CreatedAt = "t-2", "other", t0.Add(time.Hour)
 	inTx(t, s, func(tx cloud.Tx) error { return tx.UpdateSpotRequest(ctx, cur) })

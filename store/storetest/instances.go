@@ -171,6 +171,7 @@ func testUpdateInstance(t *testing.T, s cloud.Store) {
 			in.Name, in.Offering, in.State, in.Reason = "renamed", "h100x4", cloud.Running, "agent: started"
 			in.Zones, in.Labels, in.Command = []string{"z"}, []string{"l"}, []string{"sleep", "1"}
 			in.Env, in.Volumes, in.Tags = map[string]string{"A": "1"}, []string{"v"}, map[string]string{"t": "1"}
+			in.Image = "docker.io/library/python:3.12"
 			in.UpdatedAt = t0.Add(time.Hour)
 		}, ""},
 		{"clearing the placement stores none", 0, func(in *cloud.Instance) {

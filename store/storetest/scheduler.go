@@ -122,6 +122,7 @@ func testUpdateInstances(t *testing.T, s cloud.Store) {
 			c.Name, c.Offering, c.State, c.Reason = "renamed", "h100x4", cloud.Stopped, "stopped by the agent"
 			c.Zones, c.Labels, c.Command, c.Env = nil, []string{}, []string{"true"}, map[string]string{"B": "2"}
 			c.Volumes, c.Tags, c.HostID, c.Placement = []string{"v"}, nil, "", nil
+			c.Image = "docker.io/library/python:3.12"
 			c.TenantID, c.IdempotencyKey, c.CreatedAt = "t-1", "other", t0.Add(time.Hour)
 		} else {
 			c.State, c.Reason, c.HostID, c.Placement = cloud.Scheduled, "placed", "h-1", placement(c.ID, "h-1")

@@ -203,7 +203,7 @@ func placement(id, host string) *fleet.Placement {
 func fullInstance(id, tenant string) *cloud.Instance {
 	return &cloud.Instance{
 		ID: id, TenantID: tenant, Name: "train-" + id, Offering: "h100x2", State: cloud.Running,
-		Reason: "started", IdempotencyKey: "key-" + id,
+		Reason: "started", IdempotencyKey: "key-" + id, Image: "registry.local:5000/ml/train@sha256:" + imageDigest,
 		Zones: []string{"eu-1a", "eu-1b"}, Labels: []string{"nvlink", "ib"},
 		Command: []string{"python", "train.py", "--epochs=3"},
 		Env:     map[string]string{"NCCL_DEBUG": "INFO", "EMPTY": ""},
@@ -217,6 +217,9 @@ func fullInstance(id, tenant string) *cloud.Instance {
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Minute),
 	}
 }
+
+// imageDigest is the digest of the fixtures' images.
+const imageDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // hostSpec is a fleet host with labels, a MIG GPU with instances (one not
 // rented), a PCIe-only GPU, and usage figures. Empty lists are nil, the

@@ -32,7 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/url"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -50,12 +51,14 @@ import (
 	"github.com/containerd/platforms"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 )
 
 var (
 	_ runtime.Runtime        = (*Runtime)(nil)
 	_ runtime.UsageReader    = (*Runtime)(nil)
 	_ runtime.ResourceReader = (*Runtime)(nil)
+	_ runtime.MetadataServer = (*Runtime)(nil)
 )
 
 // Defaults of Config.
@@ -102,15 +105,24 @@ const (
 
 // NetworkHook gives each container a network namespace of its own. Without
 // one, each container gets a new network namespace with only a loopback
-// interface. The instance network (a veth into a per-tenant bridge, NAT,
-// nftables rules) plugs in here.
+// interface. The instance network (agent/network: a veth into a per-tenant
+// bridge, NAT, nftables rules) plugs in here.
 type NetworkHook interface {
-	// Setup prepares the instance's network and returns the path of the
-	// network namespace its container joins (/var/run/netns/<name>).
-	Setup(ctx context.Context, instanceID string) (netnsPath string, err error)
+	// Setup prepares the network of an instance of a tenant and returns
+	// the path of the network namespace its container joins
+	// (/var/run/netns/<name>).
+	Setup(ctx context.Context, instanceID, tenantID string) (netnsPath string, err error)
 	// Teardown releases it once the container has exited. It is called
 	// once per successful Setup, and must be idempotent.
 	Teardown(ctx context.Context, instanceID string) error
+}
+
+// NetworkReconciler is a NetworkHook that can drop what it holds for
+// instances that are gone: New calls it once it has adopted the
+// containers of an earlier runtime, with those that still run, so that
+// an agent that restarts leaks no instance network.
+type NetworkReconciler interface {
+	Reconcile(ctx context.Context, running []string) error
 }
 
 // Config configures the runtime. The zero value of every field takes its
@@ -160,6 +172,12 @@ type Config struct {
 	PidsLimit int64
 	// Network is the instance network; nil gives loopback only.
 	Network NetworkHook
+	// Host names the host whose workloads the runtime runs, when several
+	// share one containerd and namespace (gpucloud up runs a runtime per
+	// simulated host on one private daemon): the runtime labels its
+	// containers with it and adopts only the containers labelled with its
+	// own (none, when empty: the one agent of a real host).
+	Host string
 	// Log receives the runtime's warnings (slog.Default()).
 	Log *slog.Logger
 }
@@ -191,7 +209,10 @@ type inst struct {
 	cgroup  string
 	// netns is set when Config.Network set the instance's network up.
 	netns bool
-	proxy io.Closer
+	// meta serves the instance's metadata in its network namespace;
+	// metaOff is set once the workload exited (guarded by Runtime.mu).
+	meta    io.Closer
+	metaOff bool
 	// done is closed once the workload has exited, its processes are gone
 	// and its status is set.
 	done chan struct{}
@@ -204,6 +225,7 @@ type inst struct {
 // agent finds its instances again.
 const (
 	labelInstance = "gpucloud.instance"
+	labelHost     = "gpucloud.host"
 	labelLog      = "gpucloud.log"
 	labelGrace    = "gpucloud.grace"
 	labelStarted  = "gpucloud.started"
@@ -229,6 +251,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = BaseImage
+	}
+	var err error
+	if cfg.DefaultImage, err = imageref.Normalize(cfg.DefaultImage); err != nil {
+		return nil, fmt.Errorf("containerd runtime: default image: %w", err)
 	}
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
@@ -282,7 +308,26 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		_ = r.Close()
 		return nil, err
 	}
+	if rec, ok := cfg.Network.(NetworkReconciler); ok {
+		if err := rec.Reconcile(ctx, r.running()); err != nil {
+			_ = r.Close()
+			return nil, fmt.Errorf("containerd runtime: instance network: %w", err)
+		}
+	}
 	return r, nil
+}
+
+// hostLabel labels a new container with Config.Host, when set.
+func (r *Runtime) hostLabel() client.NewContainerOpts {
+	return func(ctx context.Context, _ *client.Client, c *containers.Container) error {
+		if r.cfg.Host != "" {
+			if c.Labels == nil {
+				c.Labels = map[string]string{}
+			}
+			c.Labels[labelHost] = r.cfg.Host
+		}
+		return nil
+	}
 }
 
 // parseUser reads "uid:gid".
@@ -335,6 +380,12 @@ func (r *Runtime) nsCtx(ctx context.Context) context.Context {
 // pulls if it does not have it and may. A program that is in neither the
 // image nor the instance's mounts is ErrInvalid, and leaves nothing
 // behind. The container is not tied to ctx: ctx only bounds the start.
+//
+// The runtime serves Spec.Metadata inside the container's network
+// namespace (MetadataURL); a Spec with a MetadataURL of its own is
+// ErrInvalid, since no address of the host is reachable from the
+// container. Starting a running instance again serves its metadata if
+// nothing does (a new agent's runtime, which adopted the container).
 func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -345,9 +396,25 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := identifiers.Validate(s.InstanceID); err != nil {
 		return fmt.Errorf("instance id %q: containerd takes letters and digits separated by single '.', '_' or '-', at most 76: %w", s.InstanceID, runtime.ErrInvalid)
 	}
+	if s.MetadataURL != "" && s.Metadata == nil {
+		return fmt.Errorf("instance %s: the containerd runtime serves the metadata endpoint itself (Spec.Metadata), at %s; "+
+			"the host's %s is out of the container's reach: %w", s.InstanceID, r.MetadataURL(), s.MetadataURL, runtime.ErrInvalid)
+	}
 	release, known, err := r.claim(ctx, s.InstanceID)
-	if err != nil || known {
+	if err != nil {
 		return err
+	}
+	if known {
+		if s.Metadata != nil {
+			if in, err := r.lookup(s.InstanceID); err == nil {
+				// The workload runs either way: an endpoint that cannot be
+				// served (the workload exiting meanwhile) fails no start.
+				if err := r.serveMetadata(in, s.Metadata); err != nil {
+					r.cfg.Log.Warn("containerd runtime: metadata endpoint of an adopted container", "instance", in.id, "err", err)
+				}
+			}
+		}
+		return nil
 	}
 	defer release()
 	in, err := r.create(r.nsCtx(ctx), s)
@@ -395,6 +462,11 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	imgName := s.Image
 	if imgName == "" {
 		imgName = r.cfg.DefaultImage
+	}
+	// A short name is the image of its canonical one ("python:3.12" is
+	// docker.io/library/python:3.12), as the server stores it.
+	if imgName, err = imageref.Normalize(imgName); err != nil {
+		return nil, fmt.Errorf("image %q %v: %w", s.Image, err, runtime.ErrInvalid)
 	}
 	img, err := r.image(ctx, imgName)
 	if err != nil {
@@ -448,7 +520,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	}
 	netns := ""
 	if r.cfg.Network != nil {
-		if netns, err = r.cfg.Network.Setup(ctx, s.InstanceID); err != nil {
+		if netns, err = r.cfg.Network.Setup(ctx, s.InstanceID, s.TenantID); err != nil {
 			return nil, fmt.Errorf("instance network: %w", err)
 		}
 		in.netns = true
@@ -477,6 +549,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 			labelInstance: s.InstanceID, labelLog: s.LogPath,
 			labelGrace: grace.String(), labelStarted: now.UTC().Format(time.RFC3339Nano),
 		}),
+		r.hostLabel(),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -496,14 +569,14 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	if err != nil {
 		return nil, fmt.Errorf("wait for task: %w", err)
 	}
-	if s.MetadataURL != "" {
-		if in.proxy, err = r.metadataProxy(s.MetadataURL, task.Pid()); err != nil {
+	if s.Metadata != nil {
+		if in.meta, err = metadataServer(s.Metadata, task.Pid()); err != nil {
 			return nil, fmt.Errorf("metadata endpoint: %w", err)
 		}
 	}
 	if err := task.Start(ctx); err != nil {
-		if in.proxy != nil {
-			in.proxy.Close()
+		if in.meta != nil {
+			in.meta.Close()
 		}
 		return nil, fmt.Errorf("start task: %w", err)
 	}
@@ -561,8 +634,12 @@ func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
 		}
 		cancel()
 	}
-	if in.proxy != nil {
-		in.proxy.Close()
+	r.mu.Lock()
+	meta := in.meta
+	in.meta, in.metaOff = nil, true
+	r.mu.Unlock()
+	if meta != nil {
+		meta.Close()
 	}
 	r.teardownNetwork(in)
 	r.mu.Lock()
@@ -571,6 +648,46 @@ func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
 	in.status.ExitedAt = exitedAt
 	r.mu.Unlock()
 	close(in.done)
+}
+
+// serveMetadata serves an adopted instance's metadata in its network
+// namespace, unless something does already or the workload exited.
+func (r *Runtime) serveMetadata(in *inst, h http.Handler) error {
+	r.mu.Lock()
+	if in.meta != nil || in.metaOff || in.task == nil || in.status.State != runtime.StateRunning {
+		r.mu.Unlock()
+		return nil
+	}
+	pid := in.task.Pid()
+	r.mu.Unlock()
+	m, err := metadataServer(h, pid)
+	if err != nil {
+		return fmt.Errorf("instance %s: metadata endpoint: %w", in.id, err)
+	}
+	r.mu.Lock()
+	keep := in.meta == nil && !in.metaOff
+	if keep {
+		in.meta = m
+	}
+	r.mu.Unlock()
+	if !keep {
+		m.Close()
+	}
+	return nil
+}
+
+// running returns the IDs of the instances whose workload runs.
+func (r *Runtime) running() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, in := range r.insts {
+		if in.status.State == runtime.StateRunning {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func (r *Runtime) teardownNetwork(in *inst) {
@@ -788,8 +905,8 @@ func (r *Runtime) adopt(ctx context.Context) error {
 	}
 	for _, ctr := range ctrs {
 		labels, err := ctr.Labels(ctx)
-		if err != nil || labels[labelInstance] != ctr.ID() {
-			continue // not one of ours
+		if err != nil || labels[labelInstance] != ctr.ID() || labels[labelHost] != r.cfg.Host {
+			continue // not one of ours, or another host's
 		}
 		grace, _ := time.ParseDuration(labels[labelGrace])
 		started, _ := time.Parse(time.RFC3339Nano, labels[labelStarted])
@@ -797,6 +914,7 @@ func (r *Runtime) adopt(ctx context.Context) error {
 			id: ctr.ID(), ctr: ctr, logPath: labels[labelLog], grace: max(grace, time.Second),
 			cgroup: "/" + r.cfg.Namespace + "/" + ctr.ID(), done: make(chan struct{}),
 			status: runtime.Status{State: runtime.StateRunning, StartedAt: started},
+			netns:  r.cfg.Network != nil, // the earlier runtime set it up
 		}
 		r.insts[in.id] = in
 		task, err := ctr.Task(ctx, nil)
@@ -828,13 +946,4 @@ func (r *Runtime) adopt(ctx context.Context) error {
 		go r.reap(in, exitC)
 	}
 	return nil
-}
-
-// metadataURLAddr is the host:port of a metadata URL.
-func metadataURLAddr(u string) (string, error) {
-	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return "", fmt.Errorf("bad metadata URL %q", u)
-	}
-	return p.Host, nil
 }

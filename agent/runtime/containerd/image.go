@@ -3,6 +3,7 @@ package containerd
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,7 +21,9 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
 )
 
 // BaseImage is the name of gpucloud's base image, the default image of an
@@ -315,15 +318,20 @@ func isStaticELF(b []byte) bool {
 // runtime's namespace and unpacks them for its snapshotter, and returns
 // their names. An image of the same name is replaced.
 func (r *Runtime) ImportImage(ctx context.Context, file io.Reader) ([]string, error) {
-	ctx = r.nsCtx(ctx)
-	imgs, err := r.client.Import(ctx, file, client.WithAllPlatforms(false))
+	return importImages(r.nsCtx(ctx), r.client, r.platform, r.cfg.Snapshotter, file)
+}
+
+// importImages imports a tarball's images with c into ctx's namespace and
+// unpacks them for snapshotter.
+func importImages(ctx context.Context, c *client.Client, platform platforms.MatchComparer, snapshotter string, file io.Reader) ([]string, error) {
+	imgs, err := c.Import(ctx, file, client.WithAllPlatforms(false))
 	if err != nil {
 		return nil, fmt.Errorf("import image: %w", err)
 	}
 	var names []string
 	for _, im := range imgs {
-		img := client.NewImageWithPlatform(r.client, im, r.platform)
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+		img := client.NewImageWithPlatform(c, im, platform)
+		if err := img.Unpack(ctx, snapshotter); err != nil {
 			return nil, fmt.Errorf("unpack image %s: %w", im.Name, err)
 		}
 		names = append(names, im.Name)
@@ -332,6 +340,32 @@ func (r *Runtime) ImportImage(ctx context.Context, file io.Reader) ([]string, er
 		return nil, errors.New("import image: the tarball holds no image")
 	}
 	return names, nil
+}
+
+// ImportImageFileTo imports an image tarball (see ImportImage) into the
+// namespace of the containerd at socket, unpacked for the snapshotter,
+// where the runtimes of that namespace find it (empty arguments take
+// DefaultSocket, DefaultNamespace and DefaultSnapshotter). Unlike New it
+// needs no init and adopts no container: it is what an operator runs on a
+// host, beside a running agent (gpucloud images import).
+func ImportImageFileTo(ctx context.Context, socket, namespace, snapshotter, file string) ([]string, error) {
+	socket = cmp.Or(socket, DefaultSocket)
+	namespace = cmp.Or(namespace, DefaultNamespace)
+	snapshotter = cmp.Or(snapshotter, DefaultSnapshotter)
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := os.Stat(socket); err != nil {
+		return nil, fmt.Errorf("containerd is not reachable at %s: %w", socket, err)
+	}
+	c, err := client.New(socket, client.WithDefaultNamespace(namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("containerd at %s: %w", socket, err)
+	}
+	defer c.Close()
+	return importImages(namespaces.WithNamespace(ctx, namespace), c, platforms.Default(), snapshotter, f)
 }
 
 // ImportImageFile imports an image tarball from a file (see ImportImage).

@@ -1,8 +1,11 @@
 package containerd
 
 import (
+	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -10,107 +13,97 @@ import (
 
 // The instance metadata endpoint inside the container.
 //
-// The agent serves each instance's metadata on the host's loopback
-// (GPUCLOUD_METADATA_URL, http://127.0.0.1:N). A container has a network
-// namespace of its own, whose loopback is not the host's, so the runtime
-// listens on the same address inside the container's namespace and
-// forwards each connection to the instance's own endpoint on the host: the
-// workload uses the URL it was given, and reaches its own metadata and
-// nothing else of the host. The instance network (Config.Network) will
-// replace this with a link-local address.
+// The runtime serves each instance's metadata (Spec.Metadata) inside the
+// container's own network namespace, at MetadataAddr: an address it adds
+// to the namespace's loopback interface, so that the workload's requests
+// never leave its namespace. Nothing listens on the host for it, and no
+// other namespace can reach that listener: another instance that connects
+// to the same address reaches its own. The agent's process serves it (a
+// socket belongs to the namespace it was made in, whichever thread serves
+// it), so the endpoint needs neither a route to the host nor a rule that
+// lets the instance reach the host. A new agent (after a restart) serves
+// it again when the agent starts the instance again: the address and URL
+// stay the same.
 
-// proxy forwards connections from a listener in a container's network
-// namespace to an address in the host's.
-type proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	closed bool
+// MetadataAddr is where a workload reaches its metadata endpoint: the
+// link-local address clouds use for it, on port 80.
+var MetadataAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{169, 254, 169, 254}), 80)
+
+// MetadataURL implements runtime.MetadataServer: the URL of MetadataAddr.
+func (r *Runtime) MetadataURL() string { return metadataURL() }
+
+func metadataURL() string {
+	if MetadataAddr.Port() == 80 {
+		return "http://" + MetadataAddr.Addr().String()
+	}
+	return "http://" + MetadataAddr.String()
 }
 
-// metadataProxy listens on the metadata URL's address inside the network
-// namespace of process pid (the container's init) and forwards to the
-// same address on the host.
-func (r *Runtime) metadataProxy(metadataURL string, pid uint32) (io.Closer, error) {
-	addr, err := metadataURLAddr(metadataURL)
+// metadataServer serves an instance's metadata handler inside the network
+// namespace of process pid (the container's init).
+func metadataServer(h http.Handler, pid uint32) (io.Closer, error) {
+	if h == nil {
+		return nil, errors.New("no metadata handler")
+	}
+	ln, err := listenInNetns("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/ns/net", MetadataAddr)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := listenInNetns("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/ns/net", addr)
-	if err != nil {
-		return nil, err
-	}
-	p := &proxy{ln: ln, target: addr, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.serve()
-	return p, nil
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
+	lim := &limitListener{Listener: ln, slots: make(chan struct{}, MaxMetadataConns)}
+	go func() { _ = srv.Serve(lim) }() // Serve returns ErrServerClosed on Close
+	return closer{srv: srv, ln: ln}, nil
 }
 
-func (p *proxy) serve() {
-	defer p.wg.Done()
+// MaxMetadataConns bounds the connections a workload may hold open to its
+// metadata endpoint at once: each is a file descriptor of the agent's, so
+// that a workload cannot starve the agent of them. One more is closed at
+// once.
+const MaxMetadataConns = 32
+
+// limitListener closes the connections beyond its slots.
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		c, err := p.ln.Accept()
+		c, err := l.Listener.Accept()
 		if err != nil {
-			return
+			return nil, err
 		}
-		p.wg.Add(1)
-		go p.forward(c)
-	}
-}
-
-// track records a connection to close with the proxy; false once closed.
-func (p *proxy) track(c net.Conn, on bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if on && p.closed {
-		return false
-	}
-	if on {
-		p.conns[c] = true
-	} else {
-		delete(p.conns, c)
-	}
-	return true
-}
-
-func (p *proxy) forward(c net.Conn) {
-	defer p.wg.Done()
-	defer c.Close()
-	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if !p.track(c, true) || !p.track(up, true) {
-		return
-	}
-	defer p.track(c, false)
-	defer p.track(up, false)
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
+		select {
+		case l.slots <- struct{}{}:
+			return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+		default:
+			c.Close()
 		}
-		done <- struct{}{}
 	}
-	go cp(up, c)
-	go cp(c, up)
-	<-done
-	<-done
 }
 
-// Close stops listening and closes the open connections.
-func (p *proxy) Close() error {
-	err := p.ln.Close()
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+// slotConn gives its slot back when closed.
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}
+
+// closer closes a metadata server and its listener.
+type closer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func (c closer) Close() error {
+	err := c.srv.Close()
+	_ = c.ln.Close() // closed by the server once it serves; not before
 	return err
 }

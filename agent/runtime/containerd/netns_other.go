@@ -5,9 +5,10 @@ package containerd
 import (
 	"errors"
 	"net"
+	"net/netip"
 )
 
 // listenInNetns needs Linux's network namespaces.
-func listenInNetns(string, string) (net.Listener, error) {
+func listenInNetns(string, netip.AddrPort) (net.Listener, error) {
 	return nil, errors.New("network namespaces need Linux")
 }

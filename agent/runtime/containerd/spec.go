@@ -68,9 +68,12 @@ func layout(s runtime.Spec) (mounts, error) {
 }
 
 // containerEnv is the workload's environment: runtime.Environ with the
-// paths the workload sees.
+// paths and the metadata URL the workload sees.
 func containerEnv(s runtime.Spec, m mounts) []string {
 	s.Volumes = m.volumes
+	if s.Metadata != nil {
+		s.MetadataURL = metadataURL()
+	}
 	return runtime.Environ(s, m.cwd)
 }
 

@@ -3,19 +3,22 @@
 package process
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 )
 
 // TestWorkloadReadsMetadata runs this test binary as a workload that reads
-// its metadata from GPUCLOUD_METADATA_URL: the runtime and the metadata
-// service together give a workload its identity and nothing else.
+// its metadata from GPUCLOUD_METADATA_URL, with a session token: the
+// runtime and the metadata service together give a workload its identity
+// and nothing else.
 func TestWorkloadReadsMetadata(t *testing.T) {
 	md := metadata.New()
 	defer md.Close()
@@ -50,7 +53,19 @@ func TestHelperMetadataClient(t *testing.T) {
 	if os.Getenv("HELPER") != "1" {
 		t.Skip("helper process only")
 	}
-	resp, err := http.Get(os.Getenv("GPUCLOUD_METADATA_URL") + "/v1/instance")
+	base := os.Getenv("GPUCLOUD_METADATA_URL")
+	tok, err := metadata.Token(context.Background(), nil, base, time.Minute)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/instance", nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	req.Header.Set(metadata.TokenHeader, tok)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -7,6 +7,10 @@
 // group, so a workload cannot leave children holding its GPUs. A process
 // that starts its own session or group escapes this; cgroups or containers
 // are the stronger boundary and belong to another runtime.
+//
+// Images are not used: a workload whose Spec names one runs its command on
+// the host all the same, and the first such Start of the process logs a
+// warning that says so (see Start).
 package process
 
 import (
@@ -14,11 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
@@ -39,6 +45,7 @@ type Runtime struct {
 	base string
 	// now is the clock for StartedAt and ExitedAt.
 	now func() time.Time
+	log *slog.Logger
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -77,13 +84,34 @@ type proc struct {
 // New returns a runtime that keeps each instance's default working
 // directory and log under baseDir/<instance id>/.
 func New(baseDir string) *Runtime {
-	return &Runtime{base: baseDir, now: time.Now, procs: map[string]*proc{}}
+	return &Runtime{base: baseDir, now: time.Now, log: slog.Default(), procs: map[string]*proc{}}
 }
+
+// SetLog sets where the runtime's warnings go (slog.Default() until set)
+// and returns r.
+func (r *Runtime) SetLog(l *slog.Logger) *Runtime {
+	if l != nil {
+		r.log = l
+	}
+	return r
+}
+
+// imageWarned is set once a Start of this process has warned that images
+// are not used: one line says it for every runtime (gpucloud up runs one
+// per simulated host) and every later instance.
+var imageWarned atomic.Bool
 
 // Start implements runtime.Runtime. The workload runs in its own process
 // group with runtime.Environ's environment, stdin from /dev/null, and stdout
 // and stderr appended to its log. It is not tied to ctx: ctx only bounds the
 // start itself.
+//
+// The Spec's image is ignored: the command runs on the host. This runtime is
+// the single-tenant development mode, where the requests, scripts and group
+// templates written for a cloud of containers should run unchanged rather
+// than fail; a workload that needs its image's contents then finds the
+// host's, and the warning logged for the first instance with an image
+// (once per process) says why.
 func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -100,6 +128,11 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	defer r.mu.Unlock()
 	if r.procs[s.InstanceID] != nil {
 		return nil
+	}
+	if s.Image != "" && imageWarned.CompareAndSwap(false, true) {
+		r.log.Warn("process runtime: images are not used; workloads run their command on the host "+
+			"(single-tenant development mode; the containerd runtime runs images). Not logged again for other instances",
+			"instance", s.InstanceID, "image", s.Image)
 	}
 	dir := filepath.Join(r.base, s.InstanceID)
 	workDir, logPath := s.WorkDir, s.LogPath

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+)
+
+// TestUpRuntimeChoice: --runtime process runs processes and says so; auto
+// falls back to processes with one line that says they are not isolated
+// and why; a bad mode is refused.
+func TestUpRuntimeChoice(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	u, err := startUpRuntimes(t.Context(), upRuntimeProcess, t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close()
+	if got := u.describe(); got != "workloads: plain processes (--runtime process), not isolated: a single-tenant development mode" {
+		t.Errorf("process: %q", got)
+	}
+	drv, err := sim.New(sim.Spec{ID: "h-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := u.forHost(context.Background(), filepath.Join(t.TempDir(), "h-1"), drv)
+	if _, ok := rt.(*process.Runtime); err != nil || !ok {
+		t.Errorf("forHost = %T, %v; want the process runtime", rt, err)
+	}
+	fallback := &upRuntimes{kind: upRuntimeProcess, why: "containerd is not installed"}
+	if got := fallback.describe(); strings.Count(got, "\n") != 0 || !strings.HasPrefix(got, "warning: workloads run as plain processes, NOT isolated") ||
+		!strings.Contains(got, "containerd is not installed") || !strings.Contains(got, "apt-get install containerd runc tini busybox-static") {
+		t.Errorf("fallback: %q", got)
+	}
+	if _, err := startUpRuntimes(t.Context(), "docker", t.TempDir(), log); err == nil || !strings.Contains(err.Error(), "want auto, containerd or process") {
+		t.Errorf("bad mode: %v", err)
+	}
+	// auto falls back, saying why, when this machine cannot run containers.
+	if why := containerdMissing(); why != "" {
+		u, err := startUpRuntimes(t.Context(), upRuntimeAuto, t.TempDir(), log)
+		if err != nil || u.kind != upRuntimeProcess || u.why != why {
+			t.Errorf("auto without containers: %+v, %v; want processes because %s", u, err, why)
+		}
+		if _, err := startUpRuntimes(t.Context(), upRuntimeContainerd, t.TempDir(), log); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("--runtime containerd without containers: %v", err)
+		}
+		return
+	}
+	// A data directory too long for a unix socket path falls back too.
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.MkdirAll(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	u, err = startUpRuntimes(t.Context(), upRuntimeAuto, long, log)
+	if err != nil || u.kind != upRuntimeProcess || !strings.Contains(u.why, "too long for a unix socket path") {
+		t.Errorf("auto with a long data directory: %+v, %v", u, err)
+	}
+}
