@@ -17,6 +17,10 @@ type OfferingAvailability struct {
 	// engine's reason for refusing ("wrong GPU model", "not enough free
 	// GPUs", ...).
 	Reasons map[string]int `json:"reasons,omitempty"`
-	// AsOf is when the scheduler computed it.
-	AsOf time.Time `json:"as_of"`
+	// AsOf is when the scheduler computed it; FleetHosts is how many
+	// hosts its fleet had then. A host that joined since makes the answer
+	// stale (the store's host count differs), and a create does not trust
+	// a stale "no host".
+	AsOf       time.Time `json:"as_of"`
+	FleetHosts int       `json:"fleet_hosts"`
 }

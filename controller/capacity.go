@@ -79,7 +79,7 @@ func (s *Scheduler) publishAvailability() {
 		if err != nil {
 			continue
 		}
-		a := cloud.OfferingAvailability{Hosts: ever, FitsNow: fit, AsOf: now}
+		a := cloud.OfferingAvailability{Hosts: ever, FitsNow: fit, AsOf: now, FleetHosts: len(f.Hosts)}
 		if fit == 0 && len(reasons) > 0 {
 			a.Reasons = reasons
 		}

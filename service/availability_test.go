@@ -23,6 +23,7 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 			"h100.1x":          {Hosts: 2, FitsNow: 0, Reasons: map[string]int{"insufficient GPUs": 2}},
 			"h200.mig.1g.18gb": {Hosts: 0, Reasons: map[string]int{"wrong GPU model": 2}},
 			"a10.1x":           {Hosts: 0, Reasons: map[string]int{"wrong GPU model": 2}},
+			"h200.1x":          {Hosts: 0, Reasons: map[string]int{"wrong GPU model": 2}, FleetHosts: 2},
 		}
 		w.svc = service.New(st, catalog.Default(), service.Options{Now: w.clock.Now,
 			Availability: func() map[string]cloud.OfferingAvailability { return avail }})
@@ -45,6 +46,9 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 			{"never", "h200.mig.1g.18gb", "", cloud.Invalid},
 			{"retry of an earlier create", "a10.1x", "k-early", ""},
 			{"new create of the same", "a10.1x", "k-late", cloud.Invalid},
+			// Counted over 2 hosts while the store has none: a host joined
+			// or left since, so "no host" is stale, and the create waits.
+			{"stale", "h200.1x", "", ""},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

@@ -276,7 +276,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 			out = old
 			return err
 		}
-		if err := s.runnable(o); err != nil {
+		if err := s.runnable(txctx, tx, o); err != nil {
 			return err
 		}
 		now := s.now()
@@ -435,10 +435,19 @@ func (s *Instances) EventLog(ctx context.Context, a Actor, f cloud.EventFilter) 
 
 // runnable refuses an offering that no host of the fleet could ever run
 // (Options.Availability), rather than accepting an instance that would
-// wait forever. When the fleet is unknown, or empty, it says nothing.
-func (s *base) runnable(o *catalog.Offering) error {
+// wait forever. When the fleet is unknown, empty, or stale (a host joined
+// or left since the scheduler counted: the store's host count differs),
+// it says nothing.
+func (s *base) runnable(ctx context.Context, tx cloud.Tx, o *catalog.Offering) error {
 	a, ok := s.Availability()[o.Name]
 	if !ok || a.Hosts > 0 || total(a.Reasons) == 0 {
+		return nil
+	}
+	st, err := tx.HostStamp(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Hosts != a.FleetHosts {
 		return nil
 	}
 	return &cloud.Error{Code: cloud.Invalid,
