@@ -89,7 +89,7 @@ func TLSClient(caPEM []byte, certs ...tls.Certificate) (*http.Client, error) {
 		}
 		cfg.RootCAs = pool
 	}
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16}}, nil
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: true}}, nil
 }
 
 // NewClientKey makes an agent's TLS client key (ECDSA P-256) and the

@@ -164,6 +164,7 @@ func (s *Replica) CAFingerprint() string { return s.ca.Fingerprint() }
 func (s *Replica) HTTPClient() *http.Client {
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: s.ca.Pool()},
+		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 64,
 	}}
 }
