@@ -83,7 +83,7 @@ const (
 	// minors.
 	DefaultMIGMinors = "/proc/driver/nvidia-caps/mig-minors"
 	// MaxLogChunk caps the bytes one Logs call returns.
-	MaxLogChunk = 1 << 20
+	MaxLogChunk = runtime.MaxLogChunk
 )
 
 // DefaultInits are the static inits the runtime looks for when Config.Init
@@ -838,20 +838,11 @@ func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	data, next, err := runtime.ReadLog(f, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}
-	size := fi.Size()
-	if offset >= size {
-		return nil, size, nil
-	}
-	buf := make([]byte, min(size-offset, MaxLogChunk))
-	n, err := f.ReadAt(buf, offset)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	return buf[:n], offset + int64(n), nil
+	return data, next, nil
 }
 
 // Remove implements runtime.Runtime: it deletes the exited container and

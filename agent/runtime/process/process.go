@@ -17,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -38,7 +37,7 @@ var (
 
 // MaxLogChunk caps the bytes one Logs call returns, so that a chatty
 // workload cannot make the agent hold its whole output in memory.
-const MaxLogChunk = 1 << 20
+const MaxLogChunk = runtime.MaxLogChunk
 
 // Runtime runs workloads as process groups. It is safe for concurrent use.
 type Runtime struct {
@@ -279,20 +278,11 @@ func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	data, next, err := runtime.ReadLog(f, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}
-	size := fi.Size()
-	if offset >= size {
-		return nil, size, nil
-	}
-	buf := make([]byte, min(size-offset, MaxLogChunk))
-	n, err := f.ReadAt(buf, offset)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	return buf[:n], offset + int64(n), nil
+	return data, next, nil
 }
 
 // Remove implements runtime.Runtime.
