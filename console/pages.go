@@ -15,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 )
 
@@ -234,7 +235,7 @@ func (c *Console) offerRows(r *http.Request, s *session) ([]offerRow, error) {
 		}
 		if a, ok := avail[o.Name]; ok {
 			row.Known, row.Hosts, row.FitsNow = true, a.Hosts, a.FitsNow
-			row.Reasons = reasonText(a.Reasons)
+			row.Reasons = placement.FormatReasons(a.Reasons)
 		}
 		row.Selectable = !row.Known || row.Hosts > 0
 		rows = append(rows, row)
@@ -253,19 +254,6 @@ func (c *Console) offerRows(r *http.Request, s *session) ([]offerRow, error) {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rank(rows[i]) < rank(rows[j]) })
 	return rows, nil
-}
-
-func reasonText(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d %s", m[k], k)
-	}
-	return strings.Join(parts, ", ")
 }
 
 func (c *Console) launchPage(w http.ResponseWriter, r *http.Request, s *session) error {

@@ -97,31 +97,31 @@ type InsufficientCapacityError struct {
 }
 
 func (e *InsufficientCapacityError) Error() string {
-	type kv struct {
-		k string
-		v int
+	s := fmt.Sprintf("0/%d hosts available", e.Hosts)
+	if len(e.Reasons) > 0 {
+		s += ": " + FormatReasons(e.Reasons)
 	}
-	var list []kv
-	for k, v := range e.Reasons {
-		list = append(list, kv{k, v})
+	return s
+}
+
+// FormatReasons renders per-reason host counts as "3 wrong GPU model,
+// 1 host cordoned": the most common first, ties by name.
+func FormatReasons(reasons map[string]int) string {
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
 	}
-	sort.Slice(list, func(i, j int) bool {
-		if list[i].v != list[j].v {
-			return list[i].v > list[j].v
+	sort.Slice(keys, func(i, j int) bool {
+		if reasons[keys[i]] != reasons[keys[j]] {
+			return reasons[keys[i]] > reasons[keys[j]]
 		}
-		return list[i].k < list[j].k
+		return keys[i] < keys[j]
 	})
-	var b strings.Builder
-	fmt.Fprintf(&b, "0/%d hosts available", e.Hosts)
-	for i, x := range list {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%d %s", x.v, x.k)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", reasons[k], k)
 	}
-	return b.String()
+	return strings.Join(parts, ", ")
 }
 
 // IsInsufficientCapacity reports whether err is (or wraps) an

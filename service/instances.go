@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -452,7 +451,7 @@ func (s *base) runnable(ctx context.Context, tx cloud.Tx, o *catalog.Offering) e
 	}
 	return &cloud.Error{Code: cloud.Invalid,
 		Message: fmt.Sprintf("offering %s: no host in this cloud could ever run it (%s); 'gpucloud offerings --available' lists the offerings its hosts can run",
-			o.Name, describeReasons(a.Reasons)),
+			o.Name, fmt.Sprintf("%d hosts: %s", total(a.Reasons), placement.FormatReasons(a.Reasons))),
 		Details: map[string]any{"field": "offering", "hosts": total(a.Reasons), "reasons": a.Reasons}}
 }
 
@@ -462,24 +461,4 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-// describeReasons renders reason counts as "3 wrong GPU model, 1 host
-// cordoned", largest first.
-func describeReasons(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if m[keys[i]] != m[keys[j]] {
-			return m[keys[i]] > m[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d %s", m[k], k)
-	}
-	return fmt.Sprintf("%d hosts: %s", total(m), strings.Join(parts, ", "))
 }
