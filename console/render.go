@@ -47,7 +47,6 @@ var funcs = template.FuncMap{
 	},
 	"bp":   func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
 	"join": strings.Join,
-	"add":  func(a, b int) int { return a + b },
 	"hosts": func(n int) string {
 		if n == 1 {
 			return "1 host"

@@ -222,11 +222,10 @@ func dial(netns, addr string, from netip.Addr, timeout time.Duration) (string, e
 
 // check is one connection the test tries; want "" means it must fail.
 type check struct {
-	desc         string
-	netns, addr  string
-	from         netip.Addr
-	want         string // a prefix of the answer
-	wantFailFast bool
+	desc        string
+	netns, addr string
+	from        netip.Addr
+	want        string // a prefix of the answer
 }
 
 // runChecks tries the connections in parallel.
