@@ -140,10 +140,11 @@ func (ch *containerHost) runtimeOf(t *testing.T, h *sim.Host, dir string) hostRu
 		t.Fatal(err)
 	}
 	// The host's instance network: tables, interfaces and a subnet of its
-	// own, so that hosts and clusters sharing this machine stay apart.
+	// own, so that hosts and clusters sharing this machine stay apart. The
+	// subnets are e2e's range, 10.100-139: see agent/network's freeSubnet.
 	seq := nsSeq.Add(1)
 	net, err := network.New(t.Context(), network.Config{
-		Subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + seq%50), 0, 0}), 16),
+		Subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + seq%40), 0, 0}), 16),
 		Table:    fmt.Sprintf("gce%d", seq%1000),
 		IfPrefix: fmt.Sprintf("e%d", seq%1000),
 	})

@@ -39,12 +39,15 @@ func TestHostileTenant(t *testing.T) {
 
 // hostileScript is B's workload. It builds its search patterns at run time
 // (a secret's marker, the token prefix), so that its own command line and
-// environment do not match them, and prints one line per finding.
+// environment do not match them, and prints one line per finding. It reads
+// regular files only (find -type f): the image's /bin is hundreds of links
+// to one busybox, which grep -r would read once per link (20 s here).
+// Every step that waits on the network is bounded by timeout.
 const hostileScript = `
 s="HOSTILE-"; s="${s}SECRET"; t="gp"; t="${t}c_"
 probe() { : | timeout 2 nc -w 1 "$1" "$2" >/dev/null 2>&1; }
 for d in /bin /etc /home /root /tmp /var /work /volumes /usr /opt /run /mnt /srv /data; do
-  [ -d "$d" ] && grep -rls -e "$s" -e "$t" "$d" 2>/dev/null | sed 's/^/FOUND /'
+  [ -d "$d" ] && find "$d" -type f -exec grep -ls -e "$s" -e "$t" {} + 2>/dev/null | sed 's/^/FOUND /'
 done
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
   grep -qs -e "$s" -e "$t" "$f" && echo "FOUND $f"
@@ -59,7 +62,7 @@ gw=$(ip route 2>/dev/null | awk '/^default/ {print $3}')
 if [ -n "$gw" ]; then for p in $SERVERPORTS; do probe "$gw" "$p" && echo "REACHED $gw:$p"; done; fi
 probe "$VICTIM" 8080 && echo "REACHED A's instance at $VICTIM:8080"
 probe "${HOSTPORT%:*}" "${HOSTPORT##*:}" && echo "REACHED the host at $HOSTPORT"
-tok=$(printf 'PUT /v1/token HTTP/1.0\r\nX-Metadata-Token-TTL-Seconds: 60\r\n\r\n' | nc 169.254.169.254 80 | tail -n 1)
+tok=$(printf 'PUT /v1/token HTTP/1.0\r\nX-Metadata-Token-TTL-Seconds: 60\r\n\r\n' | timeout 5 nc 169.254.169.254 80 | tail -n 1)
 echo "NOTOKEN $(timeout 2 wget -q -O - "$GPUCLOUD_METADATA_URL/v1/instance" 2>&1 | head -c 80)"
 echo "METADATA $(timeout 2 wget -q -O - --header "X-Metadata-Token: $tok" "$GPUCLOUD_METADATA_URL/v1/instance" | tr -d '\n')"
 echo scanned

@@ -55,8 +55,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)[:n]
 }
 
-// freeSubnet picks a /16 of 10.0.0.0/8 that no route of the host
-// overlaps.
+// freeSubnet picks a /16 of 10.140.0.0-10.189.0.0 that no route of the
+// host overlaps. The test packages that make instance networks each have
+// a range of their own (e2e 10.100-139, the containerd runtime 10.190-239),
+// since go test runs packages at once and a route check cannot see a
+// subnet another package is about to take.
 func freeSubnet(t *testing.T) netip.Prefix {
 	t.Helper()
 	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
@@ -77,7 +80,7 @@ func freeSubnet(t *testing.T) netip.Prefix {
 	for range 200 {
 		b := make([]byte, 1)
 		_, _ = rand.Read(b)
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 100 + b[0]%150, 0, 0}), 16)
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 140 + b[0]%50, 0, 0}), 16)
 		if !slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Overlaps(p) && r.Bits() > 0 }) {
 			return p
 		}

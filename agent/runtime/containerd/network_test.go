@@ -113,8 +113,8 @@ func testNetwork(t *testing.T) (*network.Network, network.Config) {
 		t.Fatal(err)
 	}
 	var subnet netip.Prefix
-	for i := range 150 {
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(100 + (int(b[2])+i)%150), 0, 0}), 16)
+	for i := range 50 { // this package's range, 10.190-239: see agent/network's freeSubnet
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(190 + (int(b[2])+i)%50), 0, 0}), 16)
 		if !strings.Contains(string(routes), strings.TrimSuffix(p.Addr().String(), "0.0")) {
 			subnet = p
 			break
