@@ -94,6 +94,10 @@ type CreateInstanceRequest struct {
 	// "driver>=550" or "!maintenance".
 	Zones  []string `json:"zones,omitempty"`
 	Labels []string `json:"labels,omitempty"`
+	// PlacementGroup is the ID of one of the tenant's placement groups
+	// (POST /v1/placement-groups): cluster keeps its members on one NVLink
+	// island or rack fabric, spread on different hosts.
+	PlacementGroup string `json:"placement_group,omitempty"`
 	// Command, Env and Volumes describe the workload.
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
@@ -347,4 +351,22 @@ type AssociateAddressRequest struct {
 // AddressList answers GET /v1/addresses.
 type AddressList struct {
 	Addresses []*cloud.Address `json:"addresses"`
+}
+
+// CreatePlacementGroupRequest is the body of POST /v1/placement-groups.
+type CreatePlacementGroupRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant string `json:"tenant,omitempty"`
+	// Name is unique among the tenant's live placement groups.
+	Name string `json:"name"`
+	// Strategy is cluster (members on one NVLink island or rack fabric)
+	// or spread (members on different hosts; racks with by_rack).
+	Strategy cloud.PlacementStrategy `json:"strategy"`
+	ByRack   bool                    `json:"by_rack,omitempty"`
+	Tags     map[string]string       `json:"tags,omitempty"`
+}
+
+// PlacementGroupList answers GET /v1/placement-groups.
+type PlacementGroupList struct {
+	PlacementGroups []*cloud.PlacementGroup `json:"placement_groups"`
 }

@@ -170,6 +170,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 	f.StringVar(&req.Image, "image", "", `the OCI image the command runs in, e.g. "python:3.12" or "ghcr.io/acme/train:1" (default: the hosts' default image)`)
 	f.StringSliceVar(&req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
 	f.StringArrayVar(&req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
+	f.StringVar(&req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
@@ -435,6 +436,9 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 		add("Placed in", in.Zone)
 	}
 	add("Labels", dash(strings.Join(in.Labels, ", ")))
+	if in.PlacementGroupID != "" {
+		add("Placement group", in.PlacementGroupID)
+	}
 	add("Tags", dash(joinMap(in.Tags)))
 	add("Image", imageText(in.Image))
 	add("Command", dash(shellJoin(in.Command)))

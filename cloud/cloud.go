@@ -163,6 +163,9 @@ type Instance struct {
 	// Zones and Labels constrain placement beyond the offering.
 	Zones  []string `json:"zones,omitempty"`
 	Labels []string `json:"labels,omitempty"`
+	// PlacementGroupID is the placement group the scheduler places the
+	// instance in (empty: none).
+	PlacementGroupID string `json:"placement_group,omitempty"`
 	// Image is the OCI image the workload runs in, canonical
 	// ("docker.io/library/python:3.12"); empty: the default image the
 	// operator configured on the host.

@@ -32,6 +32,7 @@ type Store interface {
 type Tx interface {
 	BillingTx
 	GroupTx
+	PlacementGroupTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
 	GetTenant(ctx context.Context, id string) (*Tenant, error)
@@ -204,6 +205,8 @@ type InstanceFilter struct {
 	// any group.
 	GroupID string
 	InGroup bool
+	// PlacementGroupID selects the members of one placement group.
+	PlacementGroupID string
 	// IDs selects these instances (none: any).
 	IDs []string
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.

@@ -30,6 +30,11 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 	if err != nil {
 		return nil, nil, s.fail(ctx, in, err.Error())
 	}
+	if in.PlacementGroupID != "" {
+		if req.Group, err = s.placementGroup(ctx, snap, in.PlacementGroupID); err != nil {
+			return nil, nil, err
+		}
+	}
 	spot := in.Market == cloud.MarketSpot
 	if spot {
 		gate, seen := s.hints.Gates[in.ID]
@@ -85,6 +90,13 @@ func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance
 		// instance stays pending and is tried again.
 		s.Log.Error("placement does not fit the fleet it was chosen from", "instance", in.ID, "err", err)
 		return nil, nil, nil
+	}
+	if g := req.Group; g != nil {
+		// The group's next member this step sees this one.
+		g.Hosts = append(g.Hosts, p.HostID)
+		if h := s.fleet.Host(p.HostID); h != nil {
+			g.Racks = append(g.Racks, h.Rack)
+		}
 	}
 	return &assignment{in: in, p: p}, nil, nil
 }
@@ -229,4 +241,49 @@ func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string)
 		return ignoreConflict(service.MoveInstance(ctx, tx, cur,
 			service.Move{To: cloud.Failed, Reason: reason, Actor: schedulerActor}, s.Now()))
 	})
+}
+
+// placementGroup is the placement.Group of placement group id for this
+// step: its strategy, and the hosts and racks where its members hold
+// capacity. The members this step places are added as it goes (plan), so
+// that a cluster's second member follows its first before either commits.
+// A group that no longer exists places its instance without a group.
+func (s *Scheduler) placementGroup(ctx context.Context, snap *snapshot, id string) (*placement.Group, error) {
+	if g, ok := snap.placementGroups[id]; ok {
+		return g, nil
+	}
+	if snap.placementGroups == nil {
+		snap.placementGroups = map[string]*placement.Group{}
+	}
+	var g *placement.Group
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		g = nil
+		pg, err := tx.GetPlacementGroup(ctx, id)
+		if cloud.ErrorCode(err) == cloud.NotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		members, err := tx.ListInstances(ctx, cloud.InstanceFilter{PlacementGroupID: id, States: cloud.HoldingStates()})
+		if err != nil {
+			return err
+		}
+		g = &placement.Group{Name: pg.Name, Strategy: placement.Strategy(pg.Strategy), ByRack: pg.ByRack}
+		for _, m := range members {
+			if m.HostID == "" {
+				continue
+			}
+			g.Hosts = append(g.Hosts, m.HostID)
+			if h := s.fleet.Host(m.HostID); h != nil {
+				g.Racks = append(g.Racks, h.Rack)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	snap.placementGroups[id] = g
+	return g, nil
 }

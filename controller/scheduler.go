@@ -272,6 +272,10 @@ type snapshot struct {
 	spot          []*cloud.Instance
 	commitments   []*cloud.Commitment
 	tenantHolding map[string][]*cloud.Instance
+	// placementGroups are the placement groups of this step's pending
+	// instances, read when first needed, with the hosts their members hold
+	// and the ones this step placed members on.
+	placementGroups map[string]*placement.Group
 }
 
 func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {

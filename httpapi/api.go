@@ -165,6 +165,10 @@ var routeTable = []route{
 	{"POST", "/v1/volumes/{id}/attach", authed, (*handlers).attachVolume},
 	{"POST", "/v1/volumes/{id}/detach", authed, (*handlers).detachVolume},
 	{"DELETE", "/v1/volumes/{id}", authed, (*handlers).deleteVolume},
+	{"POST", "/v1/placement-groups", authed, (*handlers).createPlacementGroup},
+	{"GET", "/v1/placement-groups", authed, (*handlers).listPlacementGroups},
+	{"GET", "/v1/placement-groups/{id}", authed, (*handlers).getPlacementGroup},
+	{"DELETE", "/v1/placement-groups/{id}", authed, (*handlers).deletePlacementGroup},
 
 	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
 

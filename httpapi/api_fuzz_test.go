@@ -75,6 +75,13 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"instances":10,"gpus":{"H100":8}}`, `{"gpus":{"h100":1,"H100-80GB-SXM":2}}`, `{"instances":-1}`, `{"gpus":{"H100":1e400}}`}},
 	{method: "POST", path: "/v1/tokens", optional: true, newReq: newOf[api.CreateTokenRequest](),
 		seeds: []string{``, `{"name":"ci"}`, `{"name":"ci","expires_at":"2025-04-01T00:00:00Z"}`, `{"expires_at":"2020-01-01T00:00:00Z"}`}},
+	{method: "POST", path: "/v1/placement-groups", newReq: newOf[api.CreatePlacementGroupRequest](),
+		check: func(cat *catalog.Catalog, req any) error {
+			spec := service.PlacementGroupSpec(*req.(*api.CreatePlacementGroupRequest))
+			return service.CheckPlacementGroupSpec(&spec)
+		},
+		seeds: []string{`{"name":"train","strategy":"cluster"}`, `{"name":"web","strategy":"spread","by_rack":true,"tags":{"a":"b"}}`,
+			`{"name":"x","strategy":"near"}`, `{"name":"x","strategy":"cluster","by_rack":true}`, `{"name":"x","strategy":"spread","tags":{"gpucloud:stack":"s"}}`}},
 	{method: "POST", path: "/v1/instances", newReq: newOf[api.CreateInstanceRequest](),
 		check: func(cat *catalog.Catalog, req any) error {
 			spec := service.InstanceSpec(*req.(*api.CreateInstanceRequest))

@@ -27,13 +27,16 @@ type InstanceSpec struct {
 	Offering string `json:"offering"`
 	// Image is the OCI image the workload runs in; empty: the operator's
 	// default image. CheckInstanceSpec writes it in canonical form.
-	Image   string            `json:"image,omitempty"`
-	Zones   []string          `json:"zones,omitempty"`
-	Labels  []string          `json:"labels,omitempty"`
-	Command []string          `json:"command,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	Volumes []string          `json:"volumes,omitempty"`
-	Tags    map[string]string `json:"tags,omitempty"`
+	Image  string   `json:"image,omitempty"`
+	Zones  []string `json:"zones,omitempty"`
+	Labels []string `json:"labels,omitempty"`
+	// PlacementGroup is the ID of a placement group of the same tenant
+	// (cluster or spread) the scheduler places the instance in.
+	PlacementGroup string            `json:"placement_group,omitempty"`
+	Command        []string          `json:"command,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Volumes        []string          `json:"volumes,omitempty"`
+	Tags           map[string]string `json:"tags,omitempty"`
 }
 
 // CheckInstanceSpec validates what can be checked without the store and
@@ -53,6 +56,9 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *InstanceSpec) (*catalog.Offer
 		return nil, Field("offering", "%v", err)
 	}
 	if err := CheckName("name", spec.Name, false); err != nil {
+		return nil, err
+	}
+	if err := CheckText("placement_group", spec.PlacementGroup, maxNameLen); err != nil {
 		return nil, err
 	}
 	if spec.Image, err = CheckImage("image", spec.Image); err != nil {
@@ -91,19 +97,8 @@ func CheckWorkload(cmd []string, env map[string]string, volumes []string, tags m
 	if err := checkEnv(env); err != nil {
 		return err
 	}
-	if len(tags) > maxTags {
-		return Field("tags", "%d tags; the limit is %d", len(tags), maxTags)
-	}
-	for k, v := range tags {
-		if k == "" {
-			return Field("tags", "a tag key is empty")
-		}
-		if err := CheckText("tags key", k, maxNameLen); err != nil {
-			return err
-		}
-		if err := CheckText("tags."+k, v, maxTagLen); err != nil {
-			return err
-		}
+	if err := CheckTags("tags", tags); err != nil {
+		return err
 	}
 	if len(volumes) > maxVolumes {
 		return Field("volumes", "%d volumes; the limit is %d", len(volumes), maxVolumes)
@@ -278,10 +273,15 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 		if err := s.runnable(txctx, tx, o); err != nil {
 			return err
 		}
+		if spec.PlacementGroup != "" {
+			if err := livePlacementGroup(txctx, tx, tenant, spec.PlacementGroup); err != nil {
+				return err
+			}
+		}
 		now := s.now()
 		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
 			IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
-			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, CreatedAt: now}
+			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: now}
 		if err := CreateInstance(txctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
 			return err
 		}
@@ -307,6 +307,7 @@ func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *InstanceSpec) 
 	d.Map("env", old.Env, spec.Env)
 	d.Strings("volumes", old.Volumes, spec.Volumes)
 	d.Map("tags", old.Tags, spec.Tags)
+	d.String("placement_group", old.PlacementGroupID, spec.PlacementGroup)
 	return d.Err("instance", old.ID)
 }
 

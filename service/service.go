@@ -76,6 +76,8 @@ const (
 	CommitmentPrefix  = "cm-"
 	SpotRequestPrefix = "sr-"
 	GroupPrefix       = "asg-"
+	PlacementPrefix   = "pg-"
+	StackPrefix       = "stk-"
 )
 
 // Options configures the services. The zero value uses the wall clock
@@ -126,6 +128,7 @@ type Services struct {
 	Hosts       *Hosts
 	Agents      *Agents
 	Groups      *Groups
+	Placement   *PlacementGroups
 	base
 }
 
@@ -154,6 +157,8 @@ type (
 	// Groups creates, reads, resizes and deletes autoscaling groups, and
 	// takes the custom metrics tenants publish for them.
 	Groups struct{ base }
+	// PlacementGroups creates, reads and deletes placement groups.
+	PlacementGroups struct{ base }
 )
 
 // base is what every service shares. It has no mutable state: all state
@@ -182,7 +187,8 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
 	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
-		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b}}
+		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
+		Placement: &PlacementGroups{b}}
 }
 
 // Availability answers what the fleet can do for each offering, or nil
