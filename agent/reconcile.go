@@ -416,8 +416,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 // MIGNamer is implemented by GPU drivers that can name a MIG slice as
 // the driver's device nodes do (its GPU and compute instance IDs), which a
 // container runtime needs to give a workload its slice's nvidia-caps
-// nodes. The sim driver implements it; a driver without it gets MIG
-// workloads with their parent GPU's node only.
+// nodes. The sim and NVML drivers implement it; a driver without it gets
+// MIG workloads with their parent GPU's node only.
 type MIGNamer interface {
 	MIGIDs(ctx context.Context, gpu, start int) (gi, ci int, err error)
 }

@@ -34,6 +34,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 		joinToken, joinTokenFile, credFile, driver, simHost, dir   string
 		volumeDir, logLevel                                        string
 		metricsListen, runtimeName, containerdSocket, defaultImage string
+		mpsControl                                                 string
 		manageMIG                                                  bool
 		interval, metricsInterval                                  time.Duration
 		netFlags                                                   instanceNetFlags
@@ -154,7 +155,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}
-			rt, err := newAgentRuntime(ctx, runtimeName, containerdSocket, defaultImage, dir, simDevices, netCfg)
+			rt, err := newAgentRuntime(ctx, runtimeName, containerdSocket, defaultImage, mpsControl, dir, simDevices, netCfg)
 			if err != nil {
 				return err
 			}
@@ -208,6 +209,7 @@ func newAgentCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
 	netFlags.register(cmd)
 	f.StringVar(&defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
+	f.StringVar(&mpsControl, "mps-control", "", "CUDA MPS control program run per shared GPU (--runtime containerd on real GPUs; "+containerd.DefaultMPSControl+" in PATH when empty)")
 	return cmd
 }
 
@@ -221,7 +223,7 @@ type agentRuntime interface {
 // newAgentRuntime opens the workload runtime the flags name. For the
 // containerd runtime on a simulated host, the sim driver's fake device
 // nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
-func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHost *sim.Host, netCfg network.Config) (agentRuntime, error) {
+func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config) (agentRuntime, error) {
 	if name == "process" {
 		return process.New(filepath.Join(dir, "runtime")), nil
 	}
@@ -231,7 +233,7 @@ func newAgentRuntime(ctx context.Context, name, socket, image, dir string, simHo
 	if err != nil {
 		return nil, fmt.Errorf("--runtime containerd: the instance network: %w", err)
 	}
-	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net}
+	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net, MPSControl: mpsControl}
 	if simHost != nil {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)

@@ -218,10 +218,13 @@ var (
 // nor any other GPUCLOUD_ variable: they are what the workload trusts about
 // its own allocation.
 const (
-	EnvCUDAVisible     = "CUDA_VISIBLE_DEVICES"
-	EnvNVIDIAVisible   = "NVIDIA_VISIBLE_DEVICES"
-	EnvMPSThreads      = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit     = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvCUDAVisible   = "CUDA_VISIBLE_DEVICES"
+	EnvNVIDIAVisible = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSThreads    = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvMPSPipe names the MPS control daemon's pipe directory; a runtime
+	// that runs the daemon of a share's GPU sets it.
+	EnvMPSPipe         = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvInstanceID      = "GPUCLOUD_INSTANCE_ID"
 	EnvShareMilli      = "GPUCLOUD_GPU_SHARE_MILLI"
 	EnvShareMemoryMiB  = "GPUCLOUD_GPU_MEMORY_MIB"
@@ -233,7 +236,7 @@ const (
 
 func reserved(key string) bool {
 	switch key {
-	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads, EnvMPSMemLimit:
+	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads, EnvMPSMemLimit, EnvMPSPipe:
 		return true
 	}
 	return strings.HasPrefix(key, reservedEnvPrefix)
@@ -316,8 +319,9 @@ func ValidateID(id string) error {
 //   - GPUCLOUD_METADATA_URL when MetadataURL is set.
 //   - GPUCLOUD_VOLUMES when the instance has volumes.
 //
-// Any other GPUCLOUD_ variable in Env is dropped. Nothing is inherited from
-// the calling process.
+// Any other GPUCLOUD_ variable in Env is dropped, and so is
+// CUDA_MPS_PIPE_DIRECTORY: a runtime that runs the MPS daemon of a share's
+// GPU adds its own. Nothing is inherited from the calling process.
 func Environ(s Spec, home string) []string {
 	env := map[string]string{"PATH": DefaultPath, "HOME": home}
 	for k, v := range s.Env {

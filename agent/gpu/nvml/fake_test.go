@@ -395,7 +395,9 @@ func (g *fakeGPU) instanceAt(start int) *fakeGI {
 }
 
 func (g *fakeGPU) GetMaxMigDeviceCount() (int, nvml.Return) {
-	g.call("GetMaxMigDeviceCount")
+	if ret, ok := g.call("GetMaxMigDeviceCount"); ok {
+		return 0, ret
+	}
 	if !g.hasMIG() {
 		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
@@ -407,9 +409,9 @@ func (g *fakeGPU) GetMigDeviceHandleByIndex(k int) (nvml.Device, nvml.Return) {
 	g.call("GetMigDeviceHandleByIndex")
 	n := 0
 	for _, gi := range g.instances {
-		for range gi.cis {
+		for _, ci := range gi.cis {
 			if n == k {
-				return &fakeMIGDevice{gi: gi}, nvml.SUCCESS
+				return &fakeMIGDevice{gi: gi, ci: ci}, nvml.SUCCESS
 			}
 			n++
 		}
@@ -417,13 +419,27 @@ func (g *fakeGPU) GetMigDeviceHandleByIndex(k int) (nvml.Device, nvml.Return) {
 	return nil, nvml.ERROR_NOT_FOUND
 }
 
-// fakeMIGDevice is the device handle of a MIG device.
+// fakeMIGDevice is the device handle of a MIG device: a compute instance
+// of a GPU instance.
 type fakeMIGDevice struct {
 	nvml.Device
 	gi *fakeGI
+	ci *fakeCI
 }
 
-func (m *fakeMIGDevice) GetGpuInstanceId() (int, nvml.Return) { return int(m.gi.id), nvml.SUCCESS }
+func (m *fakeMIGDevice) GetGpuInstanceId() (int, nvml.Return) {
+	if ret, ok := m.gi.gpu.call("MIG.GetGpuInstanceId"); ok {
+		return 0, ret
+	}
+	return int(m.gi.id), nvml.SUCCESS
+}
+
+func (m *fakeMIGDevice) GetComputeInstanceId() (int, nvml.Return) {
+	if ret, ok := m.gi.gpu.call("MIG.GetComputeInstanceId"); ok {
+		return 0, ret
+	}
+	return int(m.ci.id), nvml.SUCCESS
+}
 
 func (m *fakeMIGDevice) GetUUID() (string, nvml.Return) { return m.gi.uuid(), nvml.SUCCESS }
 

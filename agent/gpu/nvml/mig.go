@@ -318,9 +318,26 @@ func fullComputeProfile(i int, mi migInstance) (nvml.ComputeInstanceProfileInfo,
 // instance, found among the parent's MIG device handles by GPU instance ID.
 // An instance without a compute instance has no MIG device: ErrNotFound.
 func migDeviceUUID(i int, dev nvml.Device, mi migInstance) (string, error) {
+	mig, k, err := migDevice(i, dev, mi)
+	if err != nil {
+		return "", err
+	}
+	uuid, ret := mig.GetUUID()
+	if ret != nvml.SUCCESS {
+		return "", nvmlError(fmt.Sprintf("gpu %d: read MIG device %d's UUID", i, k), ret)
+	}
+	return uuid, nil
+}
+
+// migDevice returns the handle of the MIG device of a GPU instance and its
+// index under the parent: the first of the parent's MIG device handles
+// whose GPU instance ID is the instance's (gpucloud makes one compute
+// instance per GPU instance). An instance without a compute instance has
+// no MIG device: ErrNotFound.
+func migDevice(i int, dev nvml.Device, mi migInstance) (nvml.Device, int, error) {
 	n, ret := dev.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
-		return "", nvmlError(fmt.Sprintf("gpu %d: count MIG devices", i), ret)
+		return nil, 0, nvmlError(fmt.Sprintf("gpu %d: count MIG devices", i), ret)
 	}
 	for k := range n {
 		mig, ret := dev.GetMigDeviceHandleByIndex(k)
@@ -328,22 +345,17 @@ func migDeviceUUID(i int, dev nvml.Device, mi migInstance) (string, error) {
 			continue // An unused index.
 		}
 		if ret != nvml.SUCCESS {
-			return "", nvmlError(fmt.Sprintf("gpu %d: get MIG device %d", i, k), ret)
+			return nil, 0, nvmlError(fmt.Sprintf("gpu %d: get MIG device %d", i, k), ret)
 		}
 		id, ret := mig.GetGpuInstanceId()
 		if ret != nvml.SUCCESS {
-			return "", nvmlError(fmt.Sprintf("gpu %d: read MIG device %d's instance", i, k), ret)
+			return nil, 0, nvmlError(fmt.Sprintf("gpu %d: read MIG device %d's instance", i, k), ret)
 		}
-		if uint32(id) != mi.info.Id {
-			continue
+		if uint32(id) == mi.info.Id {
+			return mig, k, nil
 		}
-		uuid, ret := mig.GetUUID()
-		if ret != nvml.SUCCESS {
-			return "", nvmlError(fmt.Sprintf("gpu %d: read MIG device %d's UUID", i, k), ret)
-		}
-		return uuid, nil
 	}
-	return "", fmt.Errorf("gpu %d: the MIG instance at slot %d has no MIG device (no compute instance): %w", i, mi.start(), gpu.ErrNotFound)
+	return nil, 0, fmt.Errorf("gpu %d: the MIG instance at slot %d has no MIG device (no compute instance): %w", i, mi.start(), gpu.ErrNotFound)
 }
 
 // Devices returns the UUIDs to expose for a placement, in the order of

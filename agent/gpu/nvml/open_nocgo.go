@@ -47,6 +47,9 @@ func (d *Driver) CreateMIG(context.Context, int, int, int) (gpu.MIGInstance, err
 
 func (d *Driver) DestroyMIG(context.Context, int, int) error { return errNoCgo }
 
+// MIGIDs fails: the NVML driver requires cgo.
+func (d *Driver) MIGIDs(context.Context, int, int) (int, int, error) { return 0, 0, errNoCgo }
+
 func (d *Driver) Devices(context.Context, *fleet.Placement) ([]string, error) { return nil, errNoCgo }
 
 func (d *Driver) Utilization(context.Context, []string) (float64, error) { return 0, errNoCgo }

@@ -162,11 +162,28 @@ type Config struct {
 	// MIGMinors is the NVIDIA driver's MIG capability minors table
 	// (DefaultMIGMinors).
 	MIGMinors string
-	// CDI requests GPUs as CDI devices ("nvidia.com/gpu=<UUID>") from the
-	// specifications the NVIDIA Container Toolkit generates (nvidia-ctk
-	// cdi generate), which also bring the driver's libraries into the
-	// container, instead of exposing DevDir's nodes directly.
+	// CDI requests GPUs as CDI devices from the specifications the NVIDIA
+	// Container Toolkit generates (nvidia-ctk cdi generate), which also
+	// bring the driver's libraries into the container, instead of
+	// exposing DevDir's nodes directly. Devices are named as the
+	// toolkit's default (index) names them: nvidia.com/gpu=<index> for a
+	// whole or shared GPU, nvidia.com/gpu=<gpu>:<MIG device index> for a
+	// MIG slice (cdi.go).
 	CDI bool
+	// CDISpecDirs are the directories of the CDI specifications
+	// (/etc/cdi and /var/run/cdi when empty).
+	CDISpecDirs []string
+	// MPS says whether GPU shares get a CUDA MPS control daemon per GPU
+	// (MPSAuto: on real GPUs, not on a simulated host).
+	MPS MPSMode
+	// MPSControl is the MPS control program (DefaultMPSControl, looked up
+	// in PATH, when empty). A share that cannot have its daemon fails to
+	// start with ErrMPSUnavailable, naming the package.
+	MPSControl string
+	// MPSDir holds the daemons' pipe and log directories
+	// (DefaultMPSDir). The MPS server runs as the workloads' user: the
+	// directories above it must let that user through.
+	MPSDir string
 	// PidsLimit is the pids limit of a Spec that sets none
 	// (DefaultPidsLimit).
 	PidsLimit int64
@@ -189,6 +206,11 @@ type Runtime struct {
 	platform platforms.MatchComparer
 	uid, gid uint32
 	init     string // host path of the init; empty for none
+	// mps runs the shared GPUs' MPS control daemons; nil when the host
+	// runs none (simulated GPUs, MPSOff).
+	mps *mpsManager
+	// cdi holds the CDI specifications when Config.CDI is set.
+	cdi *cdiRegistry
 	// bg is the context of what outlives a call: waits, escalations,
 	// cleanups.
 	bg     context.Context
@@ -209,6 +231,9 @@ type inst struct {
 	cgroup  string
 	// netns is set when Config.Network set the instance's network up.
 	netns bool
+	// mpsGPU is the GPU whose MPS daemon the instance is a client of;
+	// empty when none, or once released.
+	mpsGPU string
 	// meta serves the instance's metadata in its network namespace;
 	// metaOff is set once the workload exited (guarded by Runtime.mu).
 	meta    io.Closer
@@ -231,6 +256,7 @@ const (
 	labelStarted  = "gpucloud.started"
 	labelExit     = "gpucloud.exit"
 	labelExited   = "gpucloud.exited"
+	labelMPS      = "gpucloud.mps"
 )
 
 // runcRuntime is the containerd runtime (shim) of the containers.
@@ -271,6 +297,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = DefaultPidsLimit
 	}
+	if cfg.MPSDir == "" {
+		cfg.MPSDir = DefaultMPSDir
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -284,6 +313,27 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	init, err := findInit(cfg.Init)
 	if err != nil {
 		return nil, err
+	}
+	var mps *mpsManager
+	switch cfg.MPS {
+	case MPSAuto:
+		if filepath.Clean(cfg.DevDir) == DefaultDevDir {
+			mps = newMPSManager(cfg.MPSControl, cfg.MPSDir, int(uid), int(gid), cfg.Log)
+		}
+	case MPSOn:
+		mps = newMPSManager(cfg.MPSControl, cfg.MPSDir, int(uid), int(gid), cfg.Log)
+	case MPSOff:
+	default:
+		return nil, fmt.Errorf("containerd runtime: MPS mode %q: want on, off or empty (auto)", cfg.MPS)
+	}
+	if mps != nil && !filepath.IsAbs(cfg.MPSDir) {
+		return nil, fmt.Errorf("containerd runtime: MPS directory %q is not absolute", cfg.MPSDir)
+	}
+	var cdiReg *cdiRegistry
+	if cfg.CDI {
+		if cdiReg, err = newCDIRegistry(cfg.CDISpecDirs); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := os.Stat(cfg.Socket); err != nil {
 		return nil, fmt.Errorf("containerd is not reachable at %s (start it, or pass --containerd-socket): %w", cfg.Socket, err)
@@ -300,13 +350,21 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	bg, bgCancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
 	r := &Runtime{
-		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, init: init,
+		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, init: init, mps: mps, cdi: cdiReg,
 		bg: bg, cancel: bgCancel,
 		insts: map[string]*inst{}, starting: map[string]chan struct{}{},
 	}
 	if err := r.adopt(ctx); err != nil {
 		_ = r.Close()
 		return nil, err
+	}
+	if r.mps != nil {
+		// The daemons of the adopted share workloads keep running; those
+		// nobody uses any more (their workloads exited while no agent
+		// ran) are quit.
+		if err := r.mps.reconcile(); err != nil {
+			r.cfg.Log.Warn("containerd runtime: MPS daemons of exited workloads", "err", err)
+		}
 	}
 	if rec, ok := cfg.Network.(NetworkReconciler); ok {
 		if err := rec.Reconcile(ctx, r.running()); err != nil {
@@ -513,6 +571,24 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		cgroup: "/" + r.cfg.Namespace + "/" + s.InstanceID,
 		done:   make(chan struct{}),
 	}
+	if gpu, ok, err := r.mpsGPU(s); err != nil {
+		return nil, err
+	} else if ok {
+		pipe, err := r.mps.acquire(ctx, gpu, s.InstanceID)
+		if err != nil {
+			return nil, err
+		}
+		in.mpsGPU = gpu
+		defer func() {
+			if err != nil {
+				r.releaseMPS(in)
+			}
+		}()
+		// The pipe directory at the same path: the sockets the daemon
+		// and the server made there, and CUDA_MPS_PIPE_DIRECTORY.
+		lay.binds = append(lay.binds, [2]string{pipe, pipe})
+		lay.mpsPipe = pipe
+	}
 	// An earlier container of the same ID that this runtime does not know
 	// (a crash between create and record) is in the way: remove it.
 	if old, err := r.client.LoadContainer(ctx, s.InstanceID); err == nil {
@@ -539,16 +615,20 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		runcOpts = runcOptions(r.cfg.Runc)
 	}
 	now := time.Now()
+	labels := map[string]string{
+		labelInstance: s.InstanceID, labelLog: s.LogPath,
+		labelGrace: grace.String(), labelStarted: now.UTC().Format(time.RFC3339Nano),
+	}
+	if in.mpsGPU != "" {
+		labels[labelMPS] = in.mpsGPU
+	}
 	ctr, err := r.client.NewContainer(ctx, s.InstanceID,
 		client.WithImage(img),
 		client.WithSnapshotter(r.cfg.Snapshotter),
 		client.WithNewSnapshot(s.InstanceID, img),
 		client.WithRuntime(runcRuntime, runcOpts),
 		client.WithNewSpec(specOpts...),
-		client.WithContainerLabels(map[string]string{
-			labelInstance: s.InstanceID, labelLog: s.LogPath,
-			labelGrace: grace.String(), labelStarted: now.UTC().Format(time.RFC3339Nano),
-		}),
+		client.WithContainerLabels(labels),
 		r.hostLabel(),
 	)
 	if err != nil {
@@ -642,6 +722,7 @@ func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
 		meta.Close()
 	}
 	r.teardownNetwork(in)
+	r.releaseMPS(in)
 	r.mu.Lock()
 	in.status.State = runtime.StateExited
 	in.status.ExitCode, in.status.Signal = code, signalOf(code)
@@ -688,6 +769,36 @@ func (r *Runtime) running() []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// mpsGPU returns the GPU whose MPS daemon a spec's workload is a client
+// of: a share's one GPU, when the runtime runs daemons.
+func (r *Runtime) mpsGPU(s runtime.Spec) (string, bool, error) {
+	if r.mps == nil || s.ShareMilli <= 0 {
+		return "", false, nil
+	}
+	if len(s.Devices) != 1 {
+		return "", false, fmt.Errorf("instance %s: a GPU share names exactly one GPU, not %d: %w", s.InstanceID, len(s.Devices), runtime.ErrInvalid)
+	}
+	if err := checkGPU(s.Devices[0]); err != nil {
+		return "", false, fmt.Errorf("instance %s: %w", s.InstanceID, err)
+	}
+	return s.Devices[0], true, nil
+}
+
+// releaseMPS ends the instance's use of its GPU's MPS daemon, which quits
+// with its last client.
+func (r *Runtime) releaseMPS(in *inst) {
+	r.mu.Lock()
+	gpu := in.mpsGPU
+	in.mpsGPU = ""
+	r.mu.Unlock()
+	if gpu == "" || r.mps == nil {
+		return
+	}
+	if err := r.mps.release(gpu, in.id); err != nil {
+		r.cfg.Log.Warn("containerd runtime: MPS daemon", "instance", in.id, "gpu", gpu, "err", err)
+	}
 }
 
 func (r *Runtime) teardownNetwork(in *inst) {
@@ -907,6 +1018,9 @@ func (r *Runtime) adopt(ctx context.Context) error {
 			status: runtime.Status{State: runtime.StateRunning, StartedAt: started},
 			netns:  r.cfg.Network != nil, // the earlier runtime set it up
 		}
+		if r.mps != nil {
+			in.mpsGPU = labels[labelMPS]
+		}
 		r.insts[in.id] = in
 		task, err := ctr.Task(ctx, nil)
 		if err != nil {
@@ -933,6 +1047,9 @@ func (r *Runtime) adopt(ctx context.Context) error {
 		exitC, err := task.Wait(r.bg)
 		if err != nil {
 			return fmt.Errorf("containerd: wait for %s: %w", in.id, err)
+		}
+		if in.mpsGPU != "" {
+			r.mps.adoptClient(in.mpsGPU, in.id)
 		}
 		go r.reap(in, exitC)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/mount"
-	"github.com/containerd/containerd/v2/pkg/cdi"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -36,6 +35,9 @@ type mounts struct {
 	binds [][2]string
 	// volumes are the container paths of Spec.Volumes, in order.
 	volumes []string
+	// mpsPipe is the pipe directory of the MPS daemon of a share's GPU,
+	// mounted at the same path; empty without one.
+	mpsPipe string
 }
 
 // layout places the working directory and volumes: each volume at
@@ -68,13 +70,19 @@ func layout(s runtime.Spec) (mounts, error) {
 }
 
 // containerEnv is the workload's environment: runtime.Environ with the
-// paths and the metadata URL the workload sees.
+// paths and the metadata URL the workload sees, and the MPS pipe
+// directory of a share whose GPU has a daemon.
 func containerEnv(s runtime.Spec, m mounts) []string {
 	s.Volumes = m.volumes
 	if s.Metadata != nil {
 		s.MetadataURL = metadataURL()
 	}
-	return runtime.Environ(s, m.cwd)
+	env := runtime.Environ(s, m.cwd)
+	if m.mpsPipe != "" {
+		env = append(env, runtime.EnvMPSPipe+"="+m.mpsPipe)
+		slices.Sort(env)
+	}
+	return env
 }
 
 // specOpts builds the container's OCI spec.
@@ -137,15 +145,29 @@ func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oc
 		opts = append(opts, oci.WithCPUCFS(max(1000, s.CPUMilli*period/1000), period),
 			oci.WithCPUShares(uint64(max(2, s.CPUMilli*1024/1000))))
 	}
-	if r.cfg.CDI {
-		if len(s.Devices) > 0 {
-			names := make([]string, len(s.Devices))
-			for i, d := range s.Devices {
-				names[i] = "nvidia.com/gpu=" + d
-			}
-			opts = append(opts, cdi.WithCDIDevices(names...))
+	gpus, err := r.gpuOpts(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, gpus...), nil
+}
+
+// gpuOpts give the workload its GPUs: the CDI devices that name them with
+// Config.CDI, else their device nodes from DevDir.
+func (r *Runtime) gpuOpts(s runtime.Spec) ([]oci.SpecOpts, error) {
+	var opts []oci.SpecOpts
+	if r.cdi != nil {
+		if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 {
+			return nil, nil
 		}
-		return opts, nil
+		if err := r.cdi.refresh(); err != nil {
+			r.cfg.Log.Warn("containerd runtime: CDI specifications", "err", err)
+		}
+		names, err := r.cdi.names(s, r.cfg.MIGMinors)
+		if err != nil {
+			return nil, err
+		}
+		return append(opts, r.cdi.withDevices(names)), nil
 	}
 	devs, err := r.devices(s)
 	if err != nil {
