@@ -181,6 +181,10 @@ func (a *Agent) reconcile(ctx context.Context, p *pass, as agentapi.Assignment) 
 		return fmt.Errorf("unknown desired state %q", as.Desired)
 	}
 	a.notice(as, p.fetched)
+	if !s.cleaned {
+		// Every pass: a peer's address appears once its agent reports it.
+		a.showStack(as)
+	}
 	switch s.state {
 	case statePending:
 		if as.Desired == agentapi.DesiredStop {
@@ -239,6 +243,58 @@ func (a *Agent) notice(as agentapi.Assignment, fetched time.Time) {
 	md.SetRebalance(as.InstanceID, rebalance)
 }
 
+// showStack shows the instance its place in its stack's job on its
+// metadata endpoint (GET /v1/stack), as the server computed it, or
+// withdraws it when the assignment has none.
+func (a *Agent) showStack(as agentapi.Assignment) {
+	if md := a.cfg.Metadata; md != nil {
+		md.SetStack(as.InstanceID, metadataStack(as.Stack))
+	}
+}
+
+// metadataStack is a stack job as the metadata endpoint shows it; nil for
+// none.
+func metadataStack(st *agentapi.StackInfo) *metadata.Stack {
+	if st == nil {
+		return nil
+	}
+	out := &metadata.Stack{Stack: st.Name, Resource: st.Resource, Rank: st.Rank, WorldSize: st.WorldSize,
+		Peers: make([]metadata.Peer, 0, len(st.Peers)), Env: maps.Clone(st.Env)}
+	for _, p := range st.Peers {
+		out.Peers = append(out.Peers, metadata.Peer{Rank: p.Rank, InstanceID: p.InstanceID, Address: p.Address})
+	}
+	return out
+}
+
+// addStackEnv adds the launchers' environment of the instance's stack job
+// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, NNODES) to env
+// once the job's master address is known; a variable the tenant's own
+// environment sets keeps the tenant's value. A workload started before
+// its master's address was known gets none of them: it reads GET
+// /v1/stack on its metadata endpoint, which shows the address as soon as
+// the server has it.
+func addStackEnv(env map[string]string, st *agentapi.StackInfo) {
+	if st == nil || st.Env[agentapi.EnvMasterAddr] == "" {
+		return
+	}
+	for k, v := range st.Env {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+}
+
+// address is the running workload's private address as the runtime knows
+// it (runtime.Addresser), for the running report; "" when it does not.
+func (a *Agent) address(id string) string {
+	if ad, ok := a.cfg.Runtime.(runtime.Addresser); ok {
+		if ip, ok := ad.Address(id); ok {
+			return ip.String()
+		}
+	}
+	return ""
+}
+
 // orphan handles an instance whose assignment is gone: the server
 // terminated it behind the agent's back. It is stopped and cleaned up
 // without reports.
@@ -280,7 +336,7 @@ func (a *Agent) start(ctx context.Context, p *pass, s *inst) error {
 		// reported.
 		a.adopt(s)
 		if st.State == runtime.StateRunning {
-			s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning})
+			s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, PrivateAddress: a.address(s.id)})
 			return nil
 		}
 		return a.watch(ctx, p, s)
@@ -368,6 +424,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if spec.Env == nil {
 		spec.Env = map[string]string{}
 	}
+	addStackEnv(spec.Env, as.Stack)
 	if len(vols) > 0 {
 		spec.Volumes = vols
 		spec.WorkDir = vols[0]
@@ -407,7 +464,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		return err
 	}
 	s.state, s.started = stateRunning, true
-	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices})
+	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id)})
 	a.track(s.id, pl, devices)
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
 	return nil

@@ -77,7 +77,64 @@ type Assignment struct {
 	// ("docker.io/library/python:3.12"); empty: the host's default image.
 	// The process runtime runs no image.
 	Image string `json:"image,omitempty"`
+	// Stack is the instance's place in its stack's job: set when the
+	// instance was created by a stack as a member of a job (the instances
+	// that train together), nil otherwise. The agent shows it on the
+	// instance's metadata endpoint (GET /v1/stack) and, when the job's
+	// master address is known as the workload starts, adds its Env to the
+	// workload's environment.
+	Stack *StackInfo `json:"stack,omitempty"`
 }
+
+// StackInfo is an instance's place in its stack's job, computed by the
+// server from the tags the stack engine sets (service.TagStack and the
+// others): only the same tenant's instances of the same stack and job,
+// terminated and failed ones left out, are peers.
+type StackInfo struct {
+	// Name is the stack's name and Resource the template resource the
+	// instance comes from.
+	Name     string `json:"name"`
+	Resource string `json:"resource"`
+	// Rank is the instance's rank in its job (0 first) and WorldSize the
+	// job's size, as torchrun's NODE_RANK and --nnodes.
+	Rank      int `json:"rank"`
+	WorldSize int `json:"world_size"`
+	// Peers are the job's instances, this one included, by rank (at most
+	// MaxStackPeers).
+	Peers []Peer `json:"peers"`
+	// Env is the launchers' environment (EnvMasterAddr and the others):
+	// MASTER_ADDR is rank 0's address and is left out while that is not
+	// known.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Peer is one instance of a stack's job.
+type Peer struct {
+	Rank       int    `json:"rank"`
+	InstanceID string `json:"instance_id"`
+	// Address is the peer's private address while it runs and its agent
+	// has reported it; empty otherwise (not started yet, or stopped: an
+	// address kept from an earlier run is not shown).
+	Address string `json:"address,omitempty"`
+}
+
+// The environment StackInfo.Env carries, as torchrun and NCCL's
+// launchers read it. WORLD_SIZE and NNODES are both the job's size in
+// instances (nodes), RANK and NODE_RANK the instance's rank.
+const (
+	EnvMasterAddr = "MASTER_ADDR"
+	EnvMasterPort = "MASTER_PORT"
+	EnvWorldSize  = "WORLD_SIZE"
+	EnvRank       = "RANK"
+	EnvNodeRank   = "NODE_RANK"
+	EnvNNodes     = "NNODES"
+	// StackMasterPort is MASTER_PORT: torchrun's default port.
+	StackMasterPort = 29500
+)
+
+// MaxStackPeers bounds StackInfo.Peers: a job larger than that lists its
+// first MaxStackPeers instances by rank.
+const MaxStackPeers = 4096
 
 // AssignmentList is the answer to GET /v1/agent/assignments.
 type AssignmentList struct {
@@ -113,6 +170,16 @@ type StatusReport struct {
 	// sees (CUDA_VISIBLE_DEVICES), in the placement's device order: a GPU's
 	// UUID, or a MIG slice's own MIG-... UUID, which only the host knows.
 	Devices []string `json:"devices,omitempty"`
+	// PrivateAddress, with the running report, is the instance's address
+	// on its host's instance network, where the other instances of its
+	// tenant reach it (the container runtime: the instance's own address;
+	// the process runtime, whose workloads share the host's network:
+	// 127.0.0.1). The server records it on the instance
+	// (cloud.Instance.PrivateAddress) for the peers of a stack's job. It
+	// must be an IP address without a zone (invalid_argument otherwise,
+	// and nothing is recorded); empty: not known, and the recorded one is
+	// left as it is.
+	PrivateAddress string `json:"private_address,omitempty"`
 }
 
 // MaxDeviceUUID bounds one reported device UUID.

@@ -31,12 +31,15 @@ var wireTypes = []struct {
 			`"placement":{"id":"i-1","host_id":"h-1","devices":[{"kind":"mig","gpu":0,"mig_profile_id":9,"mig_start":4}]},` +
 			`"command":["python","train.py"],"env":{"HF_TOKEN":"x"},"volumes":["v-1"],"tags":{"team":"ml"},"grace_seconds":30,` +
 			`"interruption":{"action":"terminate","reason":"capacity","noticed_at":"2025-03-01T12:00:00Z","deadline":"2025-03-01T12:02:00Z","for":"i-2"},` +
-			`"market":"spot","spot_request_id":"sr-1","scale_in":{"protected":true,"lock":{"reason":"saving","at":"2025-03-01T12:00:00+01:00"}}}]}`},
+			`"market":"spot","spot_request_id":"sr-1","scale_in":{"protected":true,"lock":{"reason":"saving","at":"2025-03-01T12:00:00+01:00"}},` +
+			`"stack":{"name":"llm","resource":"worker","rank":1,"world_size":2,"peers":[{"rank":0,"instance_id":"i-0","address":"10.0.0.2"},` +
+			`{"rank":1,"instance_id":"i-1"}],"env":{"MASTER_ADDR":"10.0.0.2","MASTER_PORT":"29500","NNODES":"2","NODE_RANK":"1","RANK":"1","WORLD_SIZE":"2"}}}]}`},
 	{"StatusReport", func() any { return new(StatusReport) }, `{"phase":"exited","exit_code":137,"message":"killed"}`},
 	{"MetricsReport", func() any { return new(MetricsReport) },
 		`{"samples":[{"instance_id":"i-1","at":"2025-03-01T11:59:30.123456789Z","gpu_utilization":0.5,"cpu_utilization":0,"gpu_memory_used_bytes":1073741824}],"sent_at":"2025-03-01T12:00:00-07:00"}`},
 	{"LockRequest", func() any { return new(LockRequest) }, `{"locked":true,"reason":"saving step 1200"}`},
 	{"Inventory", func() any { return new(Inventory) }, `{"host":{"id":"h-1","gpus":[]},"health":[]}`},
+	{"RunningReport", func() any { return new(StatusReport) }, `{"phase":"running","devices":["GPU-0"],"private_address":"10.240.0.5"}`},
 }
 
 // FuzzWire decodes the protocol's bodies (wireTypes). Whatever the

@@ -33,6 +33,9 @@ type CreateGroupRequest struct {
 	// absent or "0": no budget).
 	BudgetPerHour money.Micros       `json:"budget_per_hour,omitempty"`
 	IdleRelease   *cloud.IdleRelease `json:"idle_release,omitempty"`
+	// Tags are the group's own (its members carry template.tags); no
+	// "gpucloud:" prefix.
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // UpdateGroupRequest is the body of PATCH /v1/groups/{id}: absent fields

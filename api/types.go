@@ -128,6 +128,8 @@ type CreateVolumeRequest struct {
 	Name    string `json:"name"`
 	SizeGiB int64  `json:"size_gib"`
 	Zone    string `json:"zone,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // AttachVolumeRequest is the body of POST /v1/volumes/{id}/attach.
@@ -247,6 +249,8 @@ type CreateCommitmentRequest struct {
 	DiscountPct json.Number `json:"discount_pct,omitempty"`
 	// Start defaults to now and may not be in the past.
 	Start *time.Time `json:"start,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // CommitmentList answers GET /v1/commitments.
@@ -341,6 +345,8 @@ type AllocateAddressRequest struct {
 	// InstanceID, when set, associates the address at once with this
 	// instance of the tenant, which must not be terminated.
 	InstanceID string `json:"instance_id,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // AssociateAddressRequest is the body of POST /v1/addresses/{id}/associate.

@@ -24,7 +24,17 @@ const (
 	ExitOK    = 0
 	ExitError = 1 // the command ran and failed
 	ExitUsage = 2 // bad flags or arguments
+	ExitNoFit = 3 // stacks plan: the stack's instances do not fit now
 )
+
+// codeError is a failure with an exit code of its own.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
 
 // usageError marks errors in how the command was invoked; Main prints them
 // with a hint to --help and exits with ExitUsage.
@@ -50,8 +60,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	msg := strings.TrimSpace(err.Error())
-	var ue *usageError
+	var (
+		ue *usageError
+		ce *codeError
+	)
 	switch {
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "error: %s\n", strings.ReplaceAll(msg, "\n", "; "))
+		return ce.code
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", msg, ue.path)
 		return ExitUsage

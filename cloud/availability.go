@@ -24,3 +24,26 @@ type OfferingAvailability struct {
 	AsOf       time.Time `json:"as_of"`
 	FleetHosts int       `json:"fleet_hosts"`
 }
+
+// DryRunRequest is one instance of a placement dry run: an offering,
+// zones and label selectors as an instance has them, and the placement
+// group it would join, named within the dry run (Group, empty for none)
+// with its strategy.
+type DryRunRequest struct {
+	ID       string
+	Offering string
+	Zones    []string
+	Labels   []string
+	Group    string
+	Strategy PlacementStrategy
+	ByRack   bool
+}
+
+// DryRunResult is where a DryRunRequest would go now (Host), or why it
+// would wait (Reason: the placement engine's per-reason host counts).
+type DryRunResult struct {
+	ID     string
+	Fits   bool
+	Host   string
+	Reason string
+}

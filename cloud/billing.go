@@ -124,6 +124,8 @@ type Commitment struct {
 	End            time.Time    `json:"end"`
 	CreatedAt      time.Time    `json:"created_at"`
 	IdempotencyKey string       `json:"-"`
+	// Tags are the tenant's, and gpucloud's own (gpucloud:stack).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // Active reports whether the commitment's term covers t.
@@ -210,13 +212,15 @@ type SpotPrice struct {
 // Address is a public IP address a tenant holds; it bills from allocation
 // to release, attached to an instance or not.
 type Address struct {
-	ID         string     `json:"id"`
-	TenantID   string     `json:"tenant_id"`
-	IP         string     `json:"ip"`
-	Zone       string     `json:"zone,omitempty"`
-	InstanceID string     `json:"instance_id,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ReleasedAt *time.Time `json:"released_at,omitempty"`
+	ID         string `json:"id"`
+	TenantID   string `json:"tenant_id"`
+	IP         string `json:"ip"`
+	Zone       string `json:"zone,omitempty"`
+	InstanceID string `json:"instance_id,omitempty"`
+	// Tags are the tenant's, and gpucloud's own (gpucloud:stack).
+	Tags       map[string]string `json:"tags,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	ReleasedAt *time.Time        `json:"released_at,omitempty"`
 	// IdempotencyKey makes a retried allocation return the first address
 	// (unique per tenant; empty: not idempotent).
 	IdempotencyKey string `json:"-"`

@@ -176,6 +176,11 @@ type Instance struct {
 	Volumes []string          `json:"volumes,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
 
+	// PrivateAddress is the instance's address on its host's instance
+	// network, as the agent reported it (empty until then; kept after
+	// the instance stops holding it, as Zone is).
+	PrivateAddress string `json:"private_address,omitempty"`
+
 	// HostID and Placement are set while the instance holds an allocation.
 	HostID    string           `json:"host_id,omitempty"`
 	Placement *fleet.Placement `json:"placement,omitempty"`
@@ -201,14 +206,16 @@ type Instance struct {
 
 // Volume is persistent storage; it outlives the instances it is attached to.
 type Volume struct {
-	ID         string     `json:"id"`
-	TenantID   string     `json:"tenant_id"`
-	Name       string     `json:"name"`
-	SizeGiB    int64      `json:"size_gib"`
-	Zone       string     `json:"zone,omitempty"`
-	InstanceID string     `json:"instance_id,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	DeletedAt  *time.Time `json:"deleted_at,omitempty"`
+	ID         string `json:"id"`
+	TenantID   string `json:"tenant_id"`
+	Name       string `json:"name"`
+	SizeGiB    int64  `json:"size_gib"`
+	Zone       string `json:"zone,omitempty"`
+	InstanceID string `json:"instance_id,omitempty"`
+	// Tags are the tenant's, and gpucloud's own (gpucloud:stack).
+	Tags      map[string]string `json:"tags,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	DeletedAt *time.Time        `json:"deleted_at,omitempty"`
 	// IdempotencyKey makes a retried create return the first volume
 	// (unique per tenant; empty: not idempotent).
 	IdempotencyKey string `json:"-"`

@@ -33,6 +33,9 @@ type Group struct {
 	// IdleRelease, when set, releases instances whose GPU utilization
 	// stays under a threshold for a while.
 	IdleRelease *IdleRelease `json:"idle_release,omitempty"`
+	// Tags are the group's own (its members carry Template.Tags), the
+	// tenant's and gpucloud's (gpucloud:stack).
+	Tags map[string]string `json:"tags,omitempty"`
 
 	State GroupState `json:"state"`
 	// Status is the controller's view: what it decided last and why.

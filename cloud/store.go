@@ -33,6 +33,7 @@ type Tx interface {
 	BillingTx
 	GroupTx
 	PlacementGroupTx
+	StackTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
 	GetTenant(ctx context.Context, id string) (*Tenant, error)

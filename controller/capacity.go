@@ -32,6 +32,9 @@ type capacity struct {
 	last      time.Time
 
 	published atomic.Pointer[map[string]cloud.OfferingAvailability]
+	// snapshot is a copy of the live fleet as of the last count, for
+	// DryRun: never changed once stored.
+	snapshot atomic.Pointer[fleet.Fleet]
 }
 
 // Availability answers, per offering name, how many hosts could ever run
@@ -86,6 +89,7 @@ func (s *Scheduler) publishAvailability() {
 		out[o.Name] = a
 	}
 	c.published.Store(&out)
+	c.snapshot.Store(f.Clone())
 	c.countedOf, c.countedAt, c.last = f, f.Changes(), time.Now()
 }
 
@@ -108,4 +112,65 @@ func emptyFleet(f *fleet.Fleet, s *Scheduler) *fleet.Fleet {
 		}
 	}
 	return e
+}
+
+// DryRun places reqs in order on a copy of the fleet as of the last
+// availability count (at most availabilityEvery old), each after the ones
+// before it, honouring their placement groups within the run, and reserves
+// nothing: a stack's plan asks whether its compute fits now. It is safe to
+// call from any goroutine; ok is false before the fleet is built or while
+// it has no host.
+func (s *Scheduler) DryRun(reqs []cloud.DryRunRequest) (out []cloud.DryRunResult, ok bool) {
+	snap := s.avail.snapshot.Load()
+	if snap == nil || len(snap.Hosts) == 0 {
+		// No fleet yet, or none joined: nothing to say.
+		return nil, false
+	}
+	f := snap.Clone()
+	eng := placement.NewEngine(s.Catalog, s.Engine.Scorer(), 1)
+	groups := map[string]*placement.Group{}
+	for _, r := range reqs {
+		res := cloud.DryRunResult{ID: r.ID}
+		o, err := s.Catalog.Offering(r.Offering)
+		if err != nil {
+			res.Reason = err.Error()
+			out = append(out, res)
+			continue
+		}
+		req, err := RequestFor(&cloud.Instance{ID: r.ID, Zones: r.Zones, Labels: r.Labels}, o)
+		if err != nil {
+			res.Reason = err.Error()
+			out = append(out, res)
+			continue
+		}
+		if r.Group != "" {
+			g := groups[r.Group]
+			if g == nil {
+				g = &placement.Group{Name: r.Group, Strategy: placement.Strategy(r.Strategy), ByRack: r.ByRack}
+				groups[r.Group] = g
+			}
+			req.Group = g
+		}
+		p, err := eng.Place(f, req)
+		if err != nil {
+			res.Reason = err.Error()
+			out = append(out, res)
+			continue
+		}
+		p.ID = r.ID
+		if err := f.Apply(p); err != nil {
+			res.Reason = err.Error()
+			out = append(out, res)
+			continue
+		}
+		res.Fits, res.Host = true, p.HostID
+		if g := req.Group; g != nil {
+			g.Hosts = append(g.Hosts, p.HostID)
+			if h := f.Host(p.HostID); h != nil {
+				g.Racks = append(g.Racks, h.Rack)
+			}
+		}
+		out = append(out, res)
+	}
+	return out, true
 }

@@ -61,6 +61,9 @@ type Options struct {
 	// (service.Options.Availability): GET /v1/offerings shows it, and
 	// creates refuse an offering no host could ever run.
 	Availability func() map[string]cloud.OfferingAvailability
+	// DryRun places a stack plan's instances on a copy of the fleet
+	// (service.Options.DryRun); nil: a plan says the fit is unknown.
+	DryRun func([]cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
 	// Limits are the request limits (per credential, and failed
 	// authentications per source address); the zero value has the
 	// defaults (DefaultRateLimits).
@@ -170,6 +173,14 @@ var routeTable = []route{
 	{"GET", "/v1/placement-groups/{id}", authed, (*handlers).getPlacementGroup},
 	{"DELETE", "/v1/placement-groups/{id}", authed, (*handlers).deletePlacementGroup},
 
+	{"POST", "/v1/stacks/plan", authed, (*handlers).planStack},
+	{"GET", "/v1/stacks", authed, (*handlers).listStacks},
+	{"GET", "/v1/stacks/{name}", authed, (*handlers).getStack},
+	{"PUT", "/v1/stacks/{name}", authed, (*handlers).applyStack},
+	{"DELETE", "/v1/stacks/{name}", authed, (*handlers).destroyStack},
+	{"GET", "/v1/stacks/{name}/events", authed, (*handlers).stackEvents},
+	{"GET", "/v1/stacks/{name}/drift", authed, (*handlers).stackDrift},
+
 	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
 
 	{"GET", "/v1/prices", authed, (*handlers).listPrices},
@@ -238,7 +249,7 @@ func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
 		s.now = time.Now
 	}
 	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool,
-		Availability: opts.Availability, SignAgentCert: opts.SignAgentCert})
+		Availability: opts.Availability, DryRun: opts.DryRun, SignAgentCert: opts.SignAgentCert})
 	s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
 	if s.log == nil {
 		s.log = slog.Default()

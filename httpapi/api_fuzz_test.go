@@ -30,6 +30,7 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stack"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
 
@@ -164,6 +165,46 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"instance_id":"{instance}"}`, `{"instance_id":""}`}},
 	{method: "POST", path: "/v1/join-tokens", admin: true, newReq: newOf[api.CreateJoinTokenRequest](),
 		seeds: []string{`{"name":"rack-1"}`, `{"name":"rack-1","expires_at":"2025-03-02T12:00:00Z"}`, `{"name":""}`}},
+	{method: "POST", path: "/v1/stacks/plan", newReq: newOf[api.StackRequest](),
+		check: func(_ *catalog.Catalog, req any) error {
+			r := req.(*api.StackRequest)
+			return checkStackTemplate(r.Template, r.Parameters)
+		},
+		seeds: fuzzStackSeeds(`"name":"train",`)},
+	{method: "PUT", path: "/v1/stacks/{name}", newReq: newOf[api.ApplyStackRequest](),
+		check: func(_ *catalog.Catalog, req any) error {
+			r := req.(*api.ApplyStackRequest)
+			return checkStackTemplate(r.Template, r.Parameters)
+		},
+		seeds: append(fuzzStackSeeds(`"keep_on_failure":true,`), `{"template":"resources: {}"}`)},
+}
+
+// fuzzStackSeeds are stack bodies (plan or apply), each starting with
+// extra: a volume, a template that binds only with its parameter, a
+// syntax error, a reference cycle and bad parameters.
+func fuzzStackSeeds(extra string) []string {
+	vol := `resources:\n  ckpt:\n    type: volume\n    properties: {name: ckpt, size_gib: ${param.size}}\n`
+	sized := `"template":"parameters:\n  size: {type: integer, default: 10, min: 1, max: 100}\n` + vol + `"`
+	return []string{
+		`{` + extra + sized + `}`,
+		`{` + extra + sized + `,"parameters":{"size":"20"}}`,
+		`{` + extra + sized + `,"parameters":{"size":"x"}}`,
+		`{` + extra + sized + `,"parameters":{"nope":"1"}}`,
+		`{` + extra + `"template":"resources:\n  a: [\n"}`,
+		`{` + extra + `"template":"resources:\n  a: {type: volume, properties: {name: '${b.id}', size_gib: 1}}\n  b: {type: volume, properties: {name: '${a.id}', size_gib: 1}}\n"}`,
+		`{` + extra + `"template":"{\"resources\":{\"ip\":{\"type\":\"address\",\"properties\":{}}}}"}`,
+	}
+}
+
+// checkStackTemplate is what the stack service checks of a plan or an
+// apply before anything else: the template parses and binds.
+func checkStackTemplate(src string, params map[string]string) error {
+	t, err := stack.Parse([]byte(src))
+	if err != nil {
+		return err
+	}
+	_, err = t.Bind(params)
+	return err
 }
 
 // fuzzGroupBody is a valid group request of most features.
@@ -456,7 +497,8 @@ func (s *fuzzServer) mustDo(t testing.TB, method, path, token, body string, out 
 }
 
 // fill puts the fixture's resources in a path or a body: {id} becomes the
-// resource the route's path names, {instance} acme's instance.
+// resource the route's path names, {instance} acme's instance, {name} a
+// stack's name.
 func (s *fuzzServer) fill(route, v string) string {
 	id := s.instance
 	switch {
@@ -471,7 +513,7 @@ func (s *fuzzServer) fill(route, v string) string {
 	case strings.HasPrefix(route, "/v1/agent/"):
 		id = s.placed
 	}
-	return strings.NewReplacer("{id}", id, "{instance}", s.instance).Replace(v)
+	return strings.NewReplacer("{id}", id, "{instance}", s.instance, "{name}", "fuzz").Replace(v)
 }
 
 // fuzzServers hands each fuzz input a fixture, and a fresh one after

@@ -23,7 +23,7 @@ func (s *handlers) createCommitment(w http.ResponseWriter, r *http.Request, p pr
 	}
 	out, created, err := s.svc.Commitments.Create(r.Context(), p.actor(), service.CommitmentSpec{Tenant: tenant,
 		Plan: req.Plan, Offering: req.Offering, Zone: req.Zone, Quantity: req.Quantity, Term: req.Term,
-		Payment: req.Payment, DiscountPct: string(req.DiscountPct), Start: req.Start}, r.Header.Get("Idempotency-Key"))
+		Payment: req.Payment, DiscountPct: string(req.DiscountPct), Start: req.Start, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,13 @@ const maxBodyBytes = 1 << 20
 // followed by anything but white space; every rejection says what is
 // wrong in words a person can act on.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBodyLimit(w, r, v, maxBodyBytes)
+}
+
+// decodeBodyLimit is decodeBody with a body limit of its own, for the
+// routes whose bodies may be larger than maxBodyBytes (a stack's
+// template): the same checks and answers, with limit in the 413.
+func decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return &statusError{status: http.StatusUnsupportedMediaType, err: &cloud.Error{
@@ -37,10 +44,13 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := checkBody(w, r, params); err != nil {
 		return err
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if tooLarge(err) {
-			return bodyError(err)
+			return &statusError{status: http.StatusRequestEntityTooLarge, err: &cloud.Error{
+				Code:    cloud.Invalid,
+				Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit),
+				Details: map[string]any{"limit_bytes": limit}}}
 		}
 		return fmt.Errorf("read request body: %w", err)
 	}

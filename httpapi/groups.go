@@ -25,7 +25,7 @@ func (s *handlers) createGroup(w http.ResponseWriter, r *http.Request, p princip
 	}
 	out, created, err := s.svc.Groups.Create(r.Context(), p.actor(), service.GroupSpec{Tenant: tenant, Name: req.Name,
 		Template: req.Template, Min: req.Min, Max: req.Max, Desired: req.Desired, Policies: req.Policies, Mixed: req.Mixed,
-		Timing: req.Timing, BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease}, r.Header.Get("Idempotency-Key"))
+		Timing: req.Timing, BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

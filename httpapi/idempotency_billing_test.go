@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,7 @@ func testVolumeIdempotency(t *testing.T, e *env) {
 	c1, h1 := e.post("/v1/volumes", e.acmeToken, "vol-1", req, &v1)
 	c2, h2 := e.post("/v1/volumes", e.acmeToken, "vol-1", req, &v2)
 	if c1 != http.StatusCreated || h1.Get("Location") != "/v1/volumes/"+v1.ID || c2 != http.StatusOK ||
-		h2.Get("Location") != "" || v1.ID == "" || v2 != v1 {
+		h2.Get("Location") != "" || v1.ID == "" || !reflect.DeepEqual(v2, v1) {
 		t.Fatalf("first %d %+v, retry %d %+v (Location %q): want 201 then 200 with the same volume",
 			c1, v1, c2, v2, h2.Get("Location"))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/metrics"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
@@ -60,6 +61,10 @@ type Config struct {
 	// GroupInterval is how often the autoscaling group controller runs
 	// (10 s when zero).
 	GroupInterval time.Duration
+	// StackInterval is how often the stack controller runs a round of
+	// the stacks being applied or destroyed
+	// (controller.DefaultStackInterval when zero).
+	StackInterval time.Duration
 	// MarketInterval is how often the spot market drives requests and
 	// watches prices (1 s when zero); reclaim deadlines are enforced by the
 	// scheduler on every step regardless.
@@ -171,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
 	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	apiOpts := httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
-		Availability: s.availability, Limits: cfg.Limits}
+		Availability: s.availability, DryRun: s.dryRun, Limits: cfg.Limits}
 	if tc != nil {
 		// Agents: a client certificate at join, and mutual TLS from then on.
 		apiOpts.SignAgentCert, apiOpts.RequireAgentCert = agentCertSigner(ca), true
@@ -273,6 +278,15 @@ func (s *Replica) availability() map[string]cloud.OfferingAvailability {
 	return s.Scheduler.Availability()
 }
 
+// dryRun is the leading scheduler's placement dry run; a replica that
+// does not lead has no fleet and answers unknown.
+func (s *Replica) dryRun(reqs []cloud.DryRunRequest) ([]cloud.DryRunResult, bool) {
+	if !s.IsLeader() {
+		return nil, false
+	}
+	return s.Scheduler.DryRun(reqs)
+}
+
 // IsLeader reports whether this replica runs the controllers now.
 func (s *Replica) IsLeader() bool { return s.leader.get() }
 
@@ -285,11 +299,14 @@ func (s *Replica) LeaderTerms() int { return s.leader.termCount() }
 // it decides are placed in the same tick, on the fleet of the previous
 // step; the group controller runs between them, so that it reads the
 // market's quotes of this tick and the scheduler places its launches at
-// once (TestControllerOrder holds it).
+// once (TestControllerOrder holds it); the stack controller runs before
+// the scheduler too, so that the instances a stack creates are placed in
+// the same tick.
 func (s *Replica) controllerList(cfg Config) []controller.Controller {
 	return []controller.Controller{
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
+		&controller.Stacks{Stacks: service.New(s.Store, cfg.Catalog, service.Options{Now: cfg.Now}).Stacks, Every: cfg.StackInterval, Log: cfg.Log},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},

@@ -29,6 +29,8 @@ type AddressSpec struct {
 	// InstanceID, when set, associates the address at once with this
 	// instance of the tenant, which must not be terminated.
 	InstanceID string `json:"instance_id,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // ParseAddressPool parses Options.AddressPool: an IPv4 CIDR block,
@@ -100,6 +102,10 @@ func (s *Addresses) Allocate(ctx context.Context, a Actor, spec AddressSpec, key
 	if err := CheckName("zone", spec.Zone, false); err != nil {
 		return nil, false, err
 	}
+	if err := CheckTags("tags", spec.Tags); err != nil {
+		return nil, false, err
+	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	pool, err := ParseAddressPool(s.opts.AddressPool)
 	if err != nil {
 		return nil, false, &cloud.Error{Code: cloud.Internal, Message: "allocate address: " + err.Error(),
@@ -153,7 +159,7 @@ func (s *Addresses) Allocate(ctx context.Context, a Actor, spec AddressSpec, key
 					Details: map[string]any{"pool": pool.String(), "allocated": len(held)}}
 			}
 			now := s.now()
-			ad := &cloud.Address{ID: NewID(AddressPrefix), TenantID: tenant, IP: ip.String(), Zone: zone, CreatedAt: now,
+			ad := &cloud.Address{ID: NewID(AddressPrefix), TenantID: tenant, IP: ip.String(), Zone: zone, Tags: spec.Tags, CreatedAt: now,
 				IdempotencyKey: key}
 			if in != nil {
 				ad.InstanceID = in.ID
@@ -206,6 +212,7 @@ func sameAddress(old *cloud.Address, spec *AddressSpec) error {
 	if spec.InstanceID != "" {
 		d.String("instance_id", old.InstanceID, spec.InstanceID)
 	}
+	d.Map("tags", old.Tags, spec.Tags)
 	return d.Err("address", old.ID)
 }
 

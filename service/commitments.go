@@ -42,6 +42,8 @@ type CommitmentSpec struct {
 	// Start defaults to now and may not be more than CommitmentBackdate
 	// in the past.
 	Start *time.Time `json:"start,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // commitmentAsk is a checked CommitmentSpec: its offering resolved, its
@@ -57,6 +59,7 @@ type commitmentAsk struct {
 	payment   cloud.Payment
 	// discount is the override in basis points; 0 is the default.
 	discount int64
+	tags     map[string]string
 	start    *time.Time
 }
 
@@ -265,6 +268,10 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 	if err != nil {
 		return nil, false, err
 	}
+	if err := CheckTags("tags", spec.Tags); err != nil {
+		return nil, false, err
+	}
+	ask.tags = addSystemTags(ctx, spec.Tags)
 	now := s.now()
 	start, past := startAt("start", spec.Start, now, CommitmentBackdate, "a commitment starts now or later (leave start out for now)")
 	if past != nil && key == "" {
@@ -303,7 +310,7 @@ func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, 
 		if c.ID == "" {
 			c.ID = NewID(CommitmentPrefix)
 		}
-		c.IdempotencyKey, c.CreatedAt = key, now
+		c.IdempotencyKey, c.CreatedAt, c.Tags = key, now, ask.tags
 		if err := tx.CreateCommitment(ctx, c); err != nil {
 			return asKeyRace(err, key)
 		}
@@ -338,6 +345,7 @@ func sameCommitment(old *cloud.Commitment, ask *commitmentAsk) error {
 	d.String("offering", old.Offering, ask.offering)
 	d.String("zone", old.Zone, ask.zone)
 	Value(&d, "quantity", old.Quantity, ask.quantity)
+	d.Map("tags", old.Tags, ask.tags)
 	term := old.End.Sub(old.Start)
 	if term != ask.term {
 		d.Add("term", Quote(termString(term)), Quote(termString(ask.term)))

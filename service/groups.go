@@ -82,7 +82,9 @@ type GroupSpec struct {
 	Mixed         cloud.MixedInstances
 	Timing        cloud.GroupTiming
 	BudgetPerHour money.Micros
-	IdleRelease   *cloud.IdleRelease
+	// Tags are the group's own; members carry Template.Tags.
+	Tags        map[string]string
+	IdleRelease *cloud.IdleRelease
 }
 
 // GroupPatch is a change to a group: nil fields are left as they are.
@@ -121,6 +123,9 @@ func CheckGroupSpec(cat *catalog.Catalog, spec *GroupSpec) error {
 		return err
 	}
 	spec.Policies = namePolicies(spec.Policies)
+	if err := CheckTags("tags", spec.Tags); err != nil {
+		return err
+	}
 	return validateGroup(spec.group())
 }
 
@@ -128,7 +133,7 @@ func CheckGroupSpec(cat *catalog.Catalog, spec *GroupSpec) error {
 func (spec *GroupSpec) group() *cloud.Group {
 	g := &cloud.Group{Name: spec.Name, Template: spec.Template, Min: spec.Min, Max: spec.Max,
 		Policies: spec.Policies, Mixed: spec.Mixed, Timing: spec.Timing, BudgetPerHour: spec.BudgetPerHour,
-		IdleRelease: spec.IdleRelease, State: cloud.GroupActive}
+		IdleRelease: spec.IdleRelease, Tags: spec.Tags, State: cloud.GroupActive}
 	if spec.Desired != nil {
 		g.Desired = *spec.Desired
 	}
@@ -353,6 +358,7 @@ func (s *Groups) Create(ctx context.Context, a Actor, spec GroupSpec, key string
 	if err := CheckGroupSpec(s.cat, &spec); err != nil {
 		return nil, false, err
 	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(g *cloud.Group) error { return sameGroup(g, &spec) }
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
@@ -459,6 +465,7 @@ func sameGroup(old *cloud.Group, spec *GroupSpec) error {
 	d.Strings("template.labels", ot.Labels, st.Labels)
 	d.Map("template.tags", ot.Tags, st.Tags)
 	Value(&d, "template.volume_gib", ot.VolumeGiB, st.VolumeGiB)
+	d.Map("tags", old.Tags, spec.Tags)
 	if old.Status.LastActionAt.IsZero() {
 		Value(&d, "min", old.Min, spec.Min)
 		Value(&d, "max", old.Max, spec.Max)

@@ -248,6 +248,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 	if err != nil {
 		return nil, false, err
 	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	// A create without volumes depends only on the unique (tenant,
 	// idempotency key) constraint and on the tenant's quota, which
 	// EnforceQuota locks before it counts: it runs at read committed,
@@ -259,39 +260,91 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
 	}
 	body := func(tx cloud.Tx) error {
-		out, created = nil, false
-		tenant, err := Scope(txctx, tx, a, spec.Tenant, a.TenantID)
-		if err != nil {
-			return err
-		}
-		byKey := func(k string) (*cloud.Instance, error) { return tx.InstanceByKey(txctx, tenant, k) }
-		same := func(old *cloud.Instance) error { return sameInstance(old, o, &spec) }
-		if old, found, err := prior(key, byKey, same); found || err != nil {
-			out = old
-			return err
-		}
-		if err := s.runnable(txctx, tx, o); err != nil {
-			return err
-		}
-		if spec.PlacementGroup != "" {
-			if err := livePlacementGroup(txctx, tx, tenant, spec.PlacementGroup); err != nil {
-				return err
-			}
-		}
-		now := s.now()
-		in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
-			IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
-			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: now}
-		if err := CreateInstance(txctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
-			return err
-		}
-		out, created = in, true
-		return nil
+		out, created, err = s.createIn(txctx, tx, a, &spec, o, key)
+		return err
 	}
 	err = s.tx(txctx, body)
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
 		func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
 	return out, created && err == nil, err
+}
+
+// createIn is one create inside a transaction: the tenant, the key's
+// earlier instance (created false), the offering's availability, the
+// placement group, then CreateInstance.
+func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *InstanceSpec, o *catalog.Offering, key string) (*cloud.Instance, bool, error) {
+	tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
+	if err != nil {
+		return nil, false, err
+	}
+	byKey := func(k string) (*cloud.Instance, error) { return tx.InstanceByKey(ctx, tenant, k) }
+	same := func(old *cloud.Instance) error { return sameInstance(old, o, spec) }
+	if old, found, err := prior(key, byKey, same); found || err != nil {
+		return old, false, err
+	}
+	if err := s.runnable(ctx, tx, o); err != nil {
+		return nil, false, err
+	}
+	if spec.PlacementGroup != "" {
+		if err := livePlacementGroup(ctx, tx, tenant, spec.PlacementGroup); err != nil {
+			return nil, false, err
+		}
+	}
+	in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
+		IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
+		Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: s.now()}
+	if err := CreateInstance(ctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
+		return nil, false, err
+	}
+	return in, true, nil
+}
+
+// instanceItem is one create of createMany: a spec, its key, and the
+// system tags it carries (added after the spec's check).
+type instanceItem struct {
+	spec InstanceSpec
+	key  string
+	tags map[string]string
+}
+
+// createMany creates several instances of actor a in one transaction,
+// each exactly as Create would (createIn), and answers them in order; any
+// failure fails them all and writes nothing, and the caller creates them
+// one by one to learn which failed. The stack engine uses it for the
+// instances of one wave.
+func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceItem) ([]*cloud.Instance, error) {
+	offs := make([]*catalog.Offering, len(items))
+	volumes := false
+	for i := range items {
+		it := &items[i]
+		if err := CheckIdempotencyKey(it.key); err != nil {
+			return nil, err
+		}
+		o, err := CheckInstanceSpec(s.cat, &it.spec)
+		if err != nil {
+			return nil, err
+		}
+		offs[i] = o
+		it.spec.Tags = addSystemTags(withSystemTags(ctx, it.tags), it.spec.Tags)
+		volumes = volumes || len(it.spec.Volumes) > 0
+	}
+	txctx := ctx
+	if !volumes {
+		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
+	}
+	var out []*cloud.Instance
+	err := s.tx(txctx, func(tx cloud.Tx) error {
+		out = make([]*cloud.Instance, len(items))
+		for i := range items {
+			in, _, err := s.createIn(txctx, tx, a, &items[i].spec, offs[i], items[i].key)
+			if err != nil {
+				return err
+			}
+			out[i] = in
+		}
+		return nil
+	})
+	return out, err
 }
 
 // sameInstance reports a conflict when an idempotency key is reused for an

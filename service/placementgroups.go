@@ -50,6 +50,7 @@ func (s *PlacementGroups) Create(ctx context.Context, a Actor, spec PlacementGro
 	if err := CheckPlacementGroupSpec(&spec); err != nil {
 		return nil, false, err
 	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(g *cloud.PlacementGroup) error {
 		var d KeyDiffs
 		d.String("name", g.Name, spec.Name)

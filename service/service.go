@@ -97,6 +97,11 @@ type Options struct {
 	// offering that no host could ever run; nil, or an offering missing
 	// from the answer, means "unknown", and the create is accepted.
 	Availability func() map[string]cloud.OfferingAvailability
+	// DryRun, when set, places instances in order on a copy of the
+	// leading scheduler's fleet, reserving nothing
+	// (controller.Scheduler.DryRun); ok false (or nil) when this server
+	// does not know. A stack's plan uses it to say whether it fits now.
+	DryRun func(reqs []cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
 	// SignAgentCert, when set, signs an agent's TLS client certificate at
 	// join from its certificate request (PEM), with hostID as the
 	// certificate's common name, and returns it (PEM); a request it
@@ -129,6 +134,7 @@ type Services struct {
 	Agents      *Agents
 	Groups      *Groups
 	Placement   *PlacementGroups
+	Stacks      *Stacks
 	base
 }
 
@@ -188,7 +194,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}}
+		Placement: &PlacementGroups{b}, Stacks: &Stacks{b}}
 }
 
 // Availability answers what the fleet can do for each offering, or nil

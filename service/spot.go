@@ -116,6 +116,7 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key st
 	if err := CheckSpotRequestSpec(s.cat, &spec); err != nil {
 		return nil, false, err
 	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(r *cloud.SpotRequest) error { return sameSpotRequest(r, &spec) }
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false

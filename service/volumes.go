@@ -28,6 +28,8 @@ type VolumeSpec struct {
 	Name    string `json:"name"`
 	SizeGiB int64  `json:"size_gib"`
 	Zone    string `json:"zone,omitempty"`
+	// Tags are the tenant's (no "gpucloud:" prefix).
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // CheckVolumeSpec validates what can be checked without the store.
@@ -38,7 +40,10 @@ func CheckVolumeSpec(spec *VolumeSpec) error {
 	if spec.SizeGiB < 1 || spec.SizeGiB > maxVolumeGiB {
 		return Field("size_gib", "%d is out of range 1..%d", spec.SizeGiB, maxVolumeGiB)
 	}
-	return CheckName("zone", spec.Zone, false)
+	if err := CheckName("zone", spec.Zone, false); err != nil {
+		return err
+	}
+	return CheckTags("tags", spec.Tags)
 }
 
 // Create creates a volume for actor a and appends its volume.created
@@ -54,6 +59,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 	if err := CheckVolumeSpec(&spec); err != nil {
 		return nil, false, err
 	}
+	spec.Tags = addSystemTags(ctx, spec.Tags)
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
 		tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
@@ -68,7 +74,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 		}
 		now := s.now()
 		v := &cloud.Volume{ID: NewID(VolumePrefix), TenantID: tenant, Name: spec.Name, SizeGiB: spec.SizeGiB,
-			Zone: spec.Zone, CreatedAt: now, IdempotencyKey: key}
+			Zone: spec.Zone, Tags: spec.Tags, CreatedAt: now, IdempotencyKey: key}
 		if err := tx.CreateVolume(ctx, v); err != nil {
 			return asKeyRace(err, key)
 		}
@@ -93,6 +99,7 @@ func sameVolume(old *cloud.Volume, spec *VolumeSpec) error {
 	d.String("name", old.Name, spec.Name)
 	Value(&d, "size_gib", old.SizeGiB, spec.SizeGiB)
 	d.String("zone", old.Zone, spec.Zone)
+	d.Map("tags", old.Tags, spec.Tags)
 	return d.Err("volume", old.ID)
 }
 

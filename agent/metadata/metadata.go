@@ -1,7 +1,8 @@
 // Package metadata is the instance metadata service the agent runs for its
 // workloads: who am I (instance ID, offering, GPU UUIDs, tags, zone, host),
-// is a reclaim or scale-in coming (the instance-action slot), and the two
-// things a workload tells its host: that it must not be scaled in right now
+// is a reclaim or scale-in coming (the instance-action slot), who are my
+// peers when the instance is one of a stack's job (the stack slot), and
+// the two things a workload tells its host: that it must not be scaled in right now
 // (its completion lock) and, on a simulated host, how busy its GPUs are.
 //
 // A caller is identified by where it connects, not by what it says:
@@ -33,6 +34,15 @@
 //	                              answer's header repeats; 403 with
 //	                              X-Forwarded-For
 //	GET /v1/instance              the instance's Document; 404 until Set
+//	GET /v1/stack                 the instance's place in its stack's job
+//	                              (Stack): {"stack", "resource", "rank",
+//	                              "world_size", "peers": [{"rank",
+//	                              "instance_id", "address"}], "env"}, the
+//	                              document's "stack" too; a peer's address
+//	                              is "" until known, and env has
+//	                              MASTER_ADDR once rank 0's is. 404
+//	                              {code: "not_found"} when the instance is
+//	                              in no stack's job
 //	GET /v1/instance-action       {"action", "time", "reason"}: the instance
 //	                              will be stopped or terminated at time, for
 //	                              a spot reclaim ("capacity", "price") or a
@@ -92,6 +102,51 @@ type Document struct {
 	// spot request, which keeps one identity across relaunches.
 	Market        string `json:"market,omitempty"`
 	SpotRequestID string `json:"spot_request_id,omitempty"`
+	// Stack is the instance's place in its stack's job, as GET /v1/stack
+	// answers it; absent when the instance is in none. It is what
+	// SetStack says: Set ignores this field.
+	Stack *Stack `json:"stack,omitempty"`
+}
+
+// Stack is an instance's place in its stack's job (the instances of one
+// stack that train together): what a launcher needs to find its peers.
+type Stack struct {
+	// Stack is the stack's name, Resource the template resource the
+	// instance comes from.
+	Stack    string `json:"stack"`
+	Resource string `json:"resource"`
+	// Rank is the instance's rank in the job (0 first), WorldSize the
+	// job's size in instances.
+	Rank      int `json:"rank"`
+	WorldSize int `json:"world_size"`
+	// Peers are the job's instances, this one included, by rank.
+	Peers []Peer `json:"peers"`
+	// Env is the environment torchrun and NCCL's launchers expect:
+	// MASTER_ADDR (rank 0's address, absent until known), MASTER_PORT,
+	// WORLD_SIZE, RANK, NODE_RANK and NNODES.
+	Env map[string]string `json:"env"`
+}
+
+// Peer is one instance of a stack's job.
+type Peer struct {
+	Rank       int    `json:"rank"`
+	InstanceID string `json:"instance_id"`
+	// Address is where the peer is reached: empty until it runs and its
+	// host reported its address.
+	Address string `json:"address"`
+}
+
+// clone copies a Stack, with [] and {} for nil peers and env.
+func (st Stack) clone() Stack {
+	st.Peers = slices.Clone(st.Peers)
+	if st.Peers == nil {
+		st.Peers = []Peer{}
+	}
+	st.Env = maps.Clone(st.Env)
+	if st.Env == nil {
+		st.Env = map[string]string{}
+	}
+	return st
 }
 
 // The instance actions the control plane may announce.
@@ -134,6 +189,7 @@ const (
 type Endpoints struct {
 	mu        sync.Mutex
 	docs      map[string]Document
+	stacks    map[string]Stack
 	actions   map[string]Action
 	rebalance map[string]Rebalance
 	locks     map[string]cloud.ScaleLock
@@ -165,7 +221,7 @@ var ErrClosed = errors.New("metadata server closed")
 
 // New returns a server with no instances and no listeners.
 func New() *Endpoints {
-	return &Endpoints{docs: map[string]Document{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
+	return &Endpoints{docs: map[string]Document{}, stacks: map[string]Stack{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
 		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{}, lockChanged: map[string]time.Time{},
 		listeners: map[string]*listener{}, key: randomBytes(32), salts: map[string][]byte{}, now: time.Now}
 }
@@ -206,11 +262,12 @@ func (s *Endpoints) Lock(id string) (cloud.ScaleLock, bool) {
 
 // Set stores (or replaces) the document of an instance; an empty doc.ID
 // becomes id. The document is copied, so the caller may reuse its slices
-// and maps.
+// and maps. Its Stack is ignored: SetStack sets it.
 func (s *Endpoints) Set(id string, doc Document) {
 	if doc.ID == "" {
 		doc.ID = id
 	}
+	doc.Stack = nil
 	doc.GPUs = slices.Clone(doc.GPUs)
 	if doc.GPUs == nil {
 		// An instance without GPUs reads "gpus": [], not null.
@@ -223,6 +280,19 @@ func (s *Endpoints) Set(id string, doc Document) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.docs[id] = doc
+}
+
+// SetStack shows the instance its place in its stack's job (GET
+// /v1/stack, and the document's "stack"), or withdraws it when st is nil.
+// The stack is copied.
+func (s *Endpoints) SetStack(id string, st *Stack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == nil {
+		delete(s.stacks, id)
+		return
+	}
+	s.stacks[id] = st.clone()
 }
 
 // SetAction announces a reclaim to the instance, or withdraws it when a is
@@ -292,6 +362,7 @@ func (s *Endpoints) SyncLock(id string, lock *cloud.ScaleLock, asOf time.Time) {
 func (s *Endpoints) Delete(id string) {
 	s.mu.Lock()
 	delete(s.docs, id)
+	delete(s.stacks, id)
 	delete(s.actions, id)
 	delete(s.rebalance, id)
 	delete(s.locks, id)
@@ -372,7 +443,7 @@ func (s *Endpoints) Handler(id string) http.Handler {
 			return
 		}
 		switch r.URL.Path {
-		case "/v1/instance", "/v1/instance-action", "/v1/spot/instance-action", "/v1/spot/rebalance-recommendation":
+		case "/v1/instance", "/v1/stack", "/v1/instance-action", "/v1/spot/instance-action", "/v1/spot/rebalance-recommendation":
 			if method != http.MethodGet {
 				w.Header().Set("Allow", "GET, HEAD")
 				writeError(w, http.StatusMethodNotAllowed, cloud.Invalid, "metadata is read-only; use GET")
@@ -417,7 +488,19 @@ func (s *Endpoints) read(w http.ResponseWriter, r *http.Request, id string) {
 	s.mu.Lock()
 	switch r.URL.Path {
 	case "/v1/instance":
-		body, found = s.docs[id]
+		var doc Document
+		if doc, found = s.docs[id]; found {
+			if st, ok := s.stacks[id]; ok {
+				st = st.clone()
+				doc.Stack = &st
+			}
+		}
+		body = doc
+	case "/v1/stack":
+		var st Stack
+		if st, found = s.stacks[id]; found {
+			body = st.clone()
+		}
 	case "/v1/instance-action", "/v1/spot/instance-action":
 		body, found = s.actions[id]
 	case "/v1/spot/rebalance-recommendation":
@@ -430,6 +513,10 @@ func (s *Endpoints) read(w http.ResponseWriter, r *http.Request, id string) {
 		body = load{GPUUtilization: &v}
 	}
 	s.mu.Unlock()
+	if !found && r.URL.Path == "/v1/stack" {
+		writeError(w, http.StatusNotFound, cloud.NotFound, "this instance is in no stack's job")
+		return
+	}
 	if !found {
 		writeError(w, http.StatusNotFound, cloud.NotFound, "nothing at "+r.URL.Path+" for this instance")
 		return

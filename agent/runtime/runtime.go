@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,20 @@ type MetadataServer interface {
 	// MetadataURL is where each workload finds its endpoint
 	// (GPUCLOUD_METADATA_URL).
 	MetadataURL() string
+}
+
+// Addresser is implemented by runtimes that know the address where the
+// other instances of a tenant reach an instance's workload: the agent
+// reports it with the running report (agentapi.StatusReport's
+// PrivateAddress), and the control plane gives it to the instance's peers
+// in a stack's job (MASTER_ADDR). The container runtime answers the
+// instance's address on its instance network; the process runtime, whose
+// workloads share the host's network namespace, 127.0.0.1.
+type Addresser interface {
+	// Address returns the running workload's address, and false when the
+	// runtime cannot say (an unknown or exited workload, a workload
+	// without a network of its own beyond loopback).
+	Address(id string) (netip.Addr, bool)
 }
 
 // UsageReader is implemented by runtimes that can tell how much CPU a

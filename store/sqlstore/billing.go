@@ -136,13 +136,13 @@ func (t *tx) ListPrices(ctx context.Context, f cloud.PriceFilter) ([]*cloud.Pric
 // ---- commitments ----
 
 const commitmentCols = "id, tenant_id, plan, offering, zone, quantity, payment, discount_bp, upfront_fee," +
-	" hourly_fee, usage_rate, starts_at, ends_at, created_at, idempotency_key"
+	" hourly_fee, usage_rate, starts_at, ends_at, created_at, idempotency_key, tags"
 
 func scanCommitment(sc scanner) (*cloud.Commitment, error) {
 	var c cloud.Commitment
 	err := sc.Scan(&c.ID, &c.TenantID, &c.Plan, &c.Offering, &c.Zone, &c.Quantity, &c.Payment,
 		&c.DiscountBP, &c.UpfrontFee, &c.HourlyFee, &c.UsageRate, timeCol{&c.Start}, timeCol{&c.End},
-		timeCol{&c.CreatedAt}, &c.IdempotencyKey)
+		timeCol{&c.CreatedAt}, &c.IdempotencyKey, jsonCol{&c.Tags})
 	return &c, err
 }
 
@@ -187,13 +187,17 @@ func (t *tx) CreateCommitment(ctx context.Context, c *cloud.Commitment) error {
 		return err
 	}
 	start, end, created := normTime(c.Start), normTime(c.End), normTime(c.CreatedAt)
+	tags, err := jsonArg("commitment "+c.ID+" tags", c.Tags)
+	if err != nil {
+		return err
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create commitment "+c.ID,
-		"INSERT INTO commitments ("+commitmentCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"+
+		"INSERT INTO commitments ("+commitmentCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"+
 			" ON CONFLICT DO NOTHING",
 		c.ID, c.TenantID, string(c.Plan), c.Offering, c.Zone, c.Quantity, string(c.Payment), c.DiscountBP,
 		int64(c.UpfrontFee), int64(c.HourlyFee), int64(c.UsageRate),
-		d.timeArg(start), d.timeArg(end), d.timeArg(created), c.IdempotencyKey)
+		d.timeArg(start), d.timeArg(end), d.timeArg(created), c.IdempotencyKey, tags)
 	if err != nil {
 		return err
 	}
@@ -529,12 +533,12 @@ func (t *tx) LatestSpotPrices(ctx context.Context) ([]cloud.SpotPrice, error) {
 
 // ---- addresses ----
 
-const addressCols = "id, tenant_id, ip, zone, instance_id, created_at, released_at, idempotency_key"
+const addressCols = "id, tenant_id, ip, zone, instance_id, created_at, released_at, idempotency_key, tags"
 
 func scanAddress(sc scanner) (*cloud.Address, error) {
 	var a cloud.Address
 	err := sc.Scan(&a.ID, &a.TenantID, &a.IP, &a.Zone, strCol{&a.InstanceID}, timeCol{&a.CreatedAt},
-		nullTimeCol{&a.ReleasedAt}, &a.IdempotencyKey)
+		nullTimeCol{&a.ReleasedAt}, &a.IdempotencyKey, jsonCol{&a.Tags})
 	return &a, err
 }
 
@@ -571,11 +575,15 @@ func (t *tx) CreateAddress(ctx context.Context, a *cloud.Address) error {
 			return err
 		}
 	}
+	tags, err := jsonArg("address "+a.ID+" tags", a.Tags)
+	if err != nil {
+		return err
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create address "+a.ID,
-		"INSERT INTO addresses ("+addressCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO addresses ("+addressCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		a.ID, a.TenantID, ip.String(), a.Zone, nullStr(a.InstanceID), d.timeArg(created), d.nullTimeArg(released),
-		a.IdempotencyKey)
+		a.IdempotencyKey, tags)
 	if err != nil {
 		return err
 	}

@@ -21,13 +21,14 @@ import (
 // ---- groups ----
 
 const groupCols = "id, tenant_id, name, state, template, min_size, max_size, desired_size, policies, mixed," +
-	" timing, budget_per_hour, idle_release, status, version, idempotency_key, created_at, updated_at"
+	" timing, budget_per_hour, idle_release, status, version, idempotency_key, created_at, updated_at, tags"
 
 func scanGroup(sc scanner) (*cloud.Group, error) {
 	var g cloud.Group
 	err := sc.Scan(&g.ID, &g.TenantID, &g.Name, &g.State, jsonCol{&g.Template}, &g.Min, &g.Max, &g.Desired,
 		jsonCol{&g.Policies}, jsonCol{&g.Mixed}, jsonCol{&g.Timing}, &g.BudgetPerHour, jsonCol{&g.IdleRelease},
-		jsonCol{&g.Status}, &g.Version, &g.IdempotencyKey, timeCol{&g.CreatedAt}, timeCol{&g.UpdatedAt})
+		jsonCol{&g.Status}, &g.Version, &g.IdempotencyKey, timeCol{&g.CreatedAt}, timeCol{&g.UpdatedAt},
+		jsonCol{&g.Tags})
 	return &g, err
 }
 
@@ -151,13 +152,17 @@ func (t *tx) CreateGroup(ctx context.Context, g *cloud.Group) error {
 		return err
 	}
 	created, updated := normTime(g.CreatedAt), normTime(g.UpdatedAt)
+	tags, err := jsonArg("group "+g.ID+" tags", g.Tags)
+	if err != nil {
+		return err
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create group "+g.ID,
-		"INSERT INTO groups ("+groupCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)"+
+		"INSERT INTO groups ("+groupCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)"+
 			" ON CONFLICT DO NOTHING",
 		g.ID, g.TenantID, g.Name, string(g.State), doc.template, g.Min, g.Max, g.Desired, doc.policies,
 		doc.mixed, doc.timing, int64(g.BudgetPerHour), doc.idle, doc.status, g.IdempotencyKey,
-		d.timeArg(created), d.timeArg(updated))
+		d.timeArg(created), d.timeArg(updated), tags)
 	if err != nil {
 		return err
 	}

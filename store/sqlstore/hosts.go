@@ -99,12 +99,12 @@ func (t *tx) Heartbeat(ctx context.Context, id string, at time.Time) error {
 	return nil
 }
 
-const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key"
+const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key, tags"
 
 func scanVolume(sc scanner) (*cloud.Volume, error) {
 	var v cloud.Volume
 	err := sc.Scan(&v.ID, &v.TenantID, &v.Name, &v.SizeGiB, &v.Zone, strCol{&v.InstanceID},
-		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt}, &v.IdempotencyKey)
+		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt}, &v.IdempotencyKey, jsonCol{&v.Tags})
 	return &v, err
 }
 
@@ -132,11 +132,15 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	if deleted != nil && deleted.Before(created) {
 		return invalidf("volume %s is deleted before it is created", v.ID)
 	}
+	tags, err := jsonArg("volume "+v.ID+" tags", v.Tags)
+	if err != nil {
+		return err
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create volume "+v.ID,
-		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		v.ID, v.TenantID, v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID),
-		d.timeArg(created), d.nullTimeArg(deleted), v.IdempotencyKey)
+		d.timeArg(created), d.nullTimeArg(deleted), v.IdempotencyKey, tags)
 	if err != nil {
 		return err
 	}

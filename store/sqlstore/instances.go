@@ -10,7 +10,7 @@ import (
 
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
-	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id"
+	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -19,7 +19,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
-		&in.Image, &in.PlacementGroupID)
+		&in.Image, &in.PlacementGroupID, &in.PrivateAddress)
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -135,12 +135,12 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 	d := &t.s.d
 	n, err := t.execN(ctx, "create instance "+in.ID,
 		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
-			" ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+			" ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
 		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 		d.timeArg(created), d.timeArg(updated),
 		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.PlacementGroupID)
+		in.PlacementGroupID, in.PrivateAddress)
 	if err != nil {
 		return err
 	}
@@ -283,11 +283,11 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 		"UPDATE instances SET name = ?, offering = ?, state = ?, reason = ?, zones = ?, labels = ?,"+
 			" command = ?, env = ?, volumes = ?, tags = ?, host_id = ?, placement = ?, updated_at = ?,"+
 			" zone = ?, market = ?, spot_request_id = ?, interruption = ?, group_id = ?, scale_in = ?, image = ?,"+
-			" version = version + 1 WHERE id = ? AND version = ?",
+			" private_address = ?, version = version + 1 WHERE id = ? AND version = ?",
 		in.Name, in.Offering, string(in.State), in.Reason, doc.zones, doc.labels,
 		doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement, t.s.d.timeArg(updated),
 		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.ID, in.Version)
+		in.PrivateAddress, in.ID, in.Version)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ var (
 	_ runtime.Runtime        = (*Runtime)(nil)
 	_ runtime.UsageReader    = (*Runtime)(nil)
 	_ runtime.ResourceReader = (*Runtime)(nil)
+	_ runtime.Addresser      = (*Runtime)(nil)
 )
 
 // MaxLogChunk caps the bytes one Logs call returns, so that a chatty
@@ -298,6 +300,20 @@ func (r *Runtime) Remove(id string) error {
 	}
 	delete(r.procs, id)
 	return nil
+}
+
+// Address implements runtime.Addresser: a workload runs in the host's
+// network namespace, so 127.0.0.1 reaches it from the host's other
+// workloads (the single-tenant development mode runs every simulated host
+// on one machine). It is false for an unknown or exited workload.
+func (r *Runtime) Address(id string) (netip.Addr, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[id]
+	if p == nil || p.status.State != runtime.StateRunning {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom4([4]byte{127, 0, 0, 1}), true
 }
 
 // Usage implements runtime.UsageReader on Linux: the CPU time of the

@@ -1,0 +1,867 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/stack"
+)
+
+func newStacksCommand(s *session) *cobra.Command {
+	cmd := groupCommand("stacks", "Plan, apply, check and destroy stacks of resources made from templates",
+		"A stack is a set of resources (instances, spot requests, volumes, addresses,\n"+
+			"groups, placement groups, commitments) made from one YAML or JSON template\n"+
+			"(docs/STACKS.md). plan shows what an apply would change, what the stack\n"+
+			"costs per hour and whether it fits in the fleet now; apply makes it so;\n"+
+			"drift compares the live resources with the last apply; destroy deletes\n"+
+			"everything but what the template retains.\n\n"+
+			"Start from a blueprint: gpucloud stacks blueprints show llm-finetune > train.yaml",
+		newStacksPlanCommand(s), newStacksApplyCommand(s), newStacksDriftCommand(s), newStacksDestroyCommand(s),
+		newStacksListCommand(s), newStacksShowCommand(s), newStacksEventsCommand(s), newStacksBlueprintsCommand())
+	cmd.Aliases = []string{"stack"}
+	return cmd
+}
+
+// templateFlags are what plan and apply read: the template file and its
+// --param values.
+type templateFlags struct {
+	params []string
+	tenant string
+}
+
+func (f *templateFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.params, "param", nil, "a template parameter K=V, parsed by its type (repeatable; a list as a,b or a JSON array)")
+	cmd.Flags().StringVar(&f.tenant, "tenant", "", "the stack of this tenant, by name or ID (admins only)")
+}
+
+// read reads the template (FILE, or "-" for stdin) and parses --param;
+// a malformed --param is a usage error.
+func (f *templateFlags) read(cmd *cobra.Command, file string) (template string, params map[string]string, err error) {
+	if params, err = keyValues(cmd, "param", f.params); err != nil {
+		return "", nil, err
+	}
+	var b []byte
+	if file == "-" {
+		b, err = io.ReadAll(cmd.InOrStdin())
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if len(b) > stack.MaxTemplateBytes {
+		return "", nil, fmt.Errorf("%s: the template is %d bytes; the limit is %d", file, len(b), stack.MaxTemplateBytes)
+	}
+	return string(b), params, nil
+}
+
+func newStacksPlanCommand(s *session) *cobra.Command {
+	var (
+		f    templateFlags
+		name string
+		out  outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "plan FILE [--param K=V]... [--name NAME]",
+		Short: "Show what applying a template would change, cost and place",
+		Long: "Plan a template against the stack NAME (a new stack without --name, or when\n" +
+			"the tenant has none of that name): each resource to create, update in place,\n" +
+			"replace, start or delete, and why; the stack's price per hour, on demand and\n" +
+			"with spot; and whether its instances fit in the fleet now (a dry run through\n" +
+			"the placement engine that reserves nothing). It changes nothing. FILE may be\n" +
+			"- for stdin. The exit status is 3 when the instances do not fit now (each one\n" +
+			"that does not is shown with the engine's per-reason host counts).",
+		Example: "  gpucloud stacks blueprints show llm-finetune > train.yaml\n" +
+			"  gpucloud stacks plan train.yaml --param nodes=4 --name train",
+		Args: exactArgs(1, "the template file (- for stdin)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			tmpl, params, err := f.read(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				tenant, err := c.tenantID(ctx, f.tenant)
+				if err != nil {
+					return err
+				}
+				p, err := c.PlanStack(ctx, api.StackRequest{Tenant: tenant, Name: name, Template: tmpl, Parameters: params})
+				if err != nil {
+					return c.explain(err)
+				}
+				if !out.table() {
+					err = writeData(cmd.OutOrStdout(), out.format, p)
+				} else {
+					err = printPlan(cmd.OutOrStdout(), p)
+				}
+				if err == nil && p.Fit != nil && p.Fit.Known && !p.Fit.Fits {
+					err = &codeError{code: ExitNoFit, err: fmt.Errorf("the stack's instances do not fit in the fleet now (see Fit above)")}
+				}
+				return err
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "plan against this stack (default: a new stack)")
+	out.register(cmd)
+	return cmd
+}
+
+// printPlan writes a plan: its changes, the summary line, the cost per
+// hour and the fit.
+func printPlan(w io.Writer, p *api.StackPlan) error {
+	rows := [][]string{{"ACTION", "ADDRESS", "TYPE", "REASON"}}
+	var diffs []string
+	for _, c := range p.Changes {
+		if c.Action == stack.ActionNone && len(c.Diffs) == 0 {
+			continue
+		}
+		rows = append(rows, []string{string(c.Action), c.Address, c.Type, dash(c.Reason)})
+		for _, d := range c.Diffs {
+			diffs = append(diffs, fmt.Sprintf("  %s %s: %s -> %s", c.Address, d.Path, diffValue(d.Old), diffValue(d.New)))
+		}
+	}
+	if len(rows) == 1 {
+		fmt.Fprintln(w, "No changes: the stack is as the template says.")
+	} else if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	if len(diffs) > 0 {
+		fmt.Fprintln(w, "Differences:")
+		for _, d := range diffs {
+			fmt.Fprintln(w, d)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, planSummary(p.Summary))
+	fmt.Fprintf(w, "Cost: %s/h on demand, %s/h with spot\n", formatPrice(p.Cost.OnDemand), formatPrice(p.Cost.WithSpot))
+	for _, a := range p.Cost.Assumptions {
+		fmt.Fprintf(w, "  note: %s\n", a)
+	}
+	_, err := fmt.Fprintln(w, fitText(p.Fit))
+	return err
+}
+
+// planSummary is the plan's one line of counts; starts and retentions are
+// named only when there are some.
+func planSummary(sum map[stack.Action]int) string {
+	line := fmt.Sprintf("Plan: %d to create, %d to update, %d to replace, %d to delete",
+		sum[stack.ActionCreate], sum[stack.ActionUpdate], sum[stack.ActionReplace], sum[stack.ActionDelete])
+	if n := sum[stack.ActionStart]; n > 0 {
+		line += fmt.Sprintf(", %d to start", n)
+	}
+	if n := sum[stack.ActionRetain]; n > 0 {
+		line += fmt.Sprintf(", %d to retain", n)
+	}
+	return line + "."
+}
+
+// fitText says whether the plan's instances fit now, with each one that
+// does not and why.
+func fitText(f *api.StackFit) string {
+	switch {
+	case f == nil || !f.Known:
+		return "Fit: unknown (the server cannot dry-run the placement now)"
+	case f.Fits:
+		return "Fit: fits now"
+	}
+	lines := []string{"Fit: does not fit now"}
+	for _, l := range f.Lines {
+		if !l.Fits {
+			lines = append(lines, fmt.Sprintf("  %s: %s", l.Address, dash(l.Reason)))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// diffValue prints one side of a difference; absent is "-".
+func diffValue(v any) string {
+	if v == nil {
+		return "-"
+	}
+	return valueText(v)
+}
+
+func newStacksApplyCommand(s *session) *cobra.Command {
+	var (
+		f    templateFlags
+		name string
+		keep bool
+		w    waitFlags
+		out  outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "apply FILE --name NAME [--param K=V]... [--wait]",
+		Short: "Create or update a stack from a template",
+		Long: "Make the template the stack's wanted state (creating the stack when the\n" +
+			"tenant has none of that name). The server creates, updates, replaces and\n" +
+			"deletes resources in dependency order, in parallel where it can; a failed\n" +
+			"step rolls back what the apply changed, unless --keep-on-failure. A retried\n" +
+			"apply resumes; nothing is created twice. FILE may be - for stdin.\n\n" +
+			"With --wait the command prints each step as it happens, then waits until every\n" +
+			"instance of the stack runs; it exits non-zero when the apply fails.",
+		Example: "  gpucloud stacks apply train.yaml --name train --param nodes=4 --wait",
+		Args:    exactArgs(1, "the template file (- for stdin)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if name == "" {
+				return usagef(cmd, "--name is required: the stack's name")
+			}
+			if err := w.check(cmd); err != nil {
+				return err
+			}
+			tmpl, params, err := f.read(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				tenant, err := c.tenantID(ctx, f.tenant)
+				if err != nil {
+					return err
+				}
+				sw := &stackWatch{c: c, stderr: cmd.ErrOrStderr(), tenant: tenant, name: name}
+				if w.wait {
+					if err := sw.skip(ctx); err != nil {
+						return c.explain(err)
+					}
+				}
+				st, err := c.ApplyStack(ctx, name, api.ApplyStackRequest{Tenant: tenant, Template: tmpl, Parameters: params, KeepOnFailure: keep})
+				if err != nil {
+					return c.explain(err)
+				}
+				if !w.wait {
+					return printStackState(cmd.OutOrStdout(), out.format, st)
+				}
+				st, err = c.waitApply(ctx, sw, st, w.timeout)
+				if st != nil {
+					if perr := printStackState(cmd.OutOrStdout(), out.format, st); err == nil {
+						err = perr
+					}
+				}
+				return err
+			})
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "the stack's name (required)")
+	cmd.Flags().BoolVar(&keep, "keep-on-failure", false, "keep what a failed apply created instead of rolling it back")
+	cmd.Flags().BoolVar(&w.wait, "wait", false, "wait until the apply is done and every instance of the stack runs, printing each step")
+	cmd.Flags().DurationVar(&w.timeout, "timeout", defaultWaitTimeout, "with --wait, give up after this long")
+	out.register(cmd)
+	return cmd
+}
+
+// printStackState writes a stack's name and state (and why it failed), or
+// the stack as JSON or YAML.
+func printStackState(w io.Writer, format string, st *cloud.Stack) error {
+	if format != "table" {
+		return writeData(w, format, st)
+	}
+	line := fmt.Sprintf("stack %s: %s", st.Name, st.State)
+	if st.Reason != "" {
+		line += ": " + st.Reason
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
+}
+
+// stackWatch prints a stack's new events, one line each, on stderr.
+type stackWatch struct {
+	c      *conn
+	stderr io.Writer
+	tenant string
+	name   string
+	// after is the last event printed or skipped.
+	after int64
+}
+
+// skip passes over the events the stack has now, an earlier operation's;
+// a stack that does not exist yet has none.
+func (sw *stackWatch) skip(ctx context.Context) error {
+	err := sw.read(ctx, func(*cloud.StackEvent) {})
+	if cloud.ErrorCode(err) == cloud.NotFound {
+		return nil
+	}
+	return err
+}
+
+// events prints the events that came since the last call.
+func (sw *stackWatch) events(ctx context.Context) error {
+	return sw.read(ctx, func(ev *cloud.StackEvent) { fmt.Fprintln(sw.stderr, stackEventLine(ev)) })
+}
+
+// read passes each event after the last one read to fn.
+func (sw *stackWatch) read(ctx context.Context, fn func(*cloud.StackEvent)) error {
+	for {
+		page, err := sw.c.StackEvents(ctx, sw.tenant, sw.name, sw.after, 0)
+		if err != nil {
+			return err
+		}
+		for _, ev := range page.Events {
+			sw.after = ev.ID
+			fn(ev)
+		}
+		if page.Next == "" {
+			return nil
+		}
+	}
+}
+
+// stackEventLine is one event on one line.
+func stackEventLine(ev *cloud.StackEvent) string {
+	parts := []string{ev.Time.UTC().Format(time.RFC3339), cmpOrDash(ev.Address, "stack"), ev.Action, ev.Outcome}
+	if ev.Resource != "" {
+		parts = append(parts, ev.Resource)
+	}
+	if ev.Message != "" {
+		parts = append(parts, oneLineText(ev.Message))
+	}
+	return strings.Join(parts, "  ")
+}
+
+// waitApply follows an apply, printing the events sw has not seen, until
+// the stack is active and every instance of it runs, or the stack fails:
+// then it returns the stack and an error with the stack's reason.
+func (c *conn) waitApply(ctx context.Context, sw *stackWatch, st *cloud.Stack, timeout time.Duration) (*cloud.Stack, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tenant := sw.tenant
+	p := newProgressLine(sw.stderr)
+	defer p.clear()
+	var last *api.StackView
+	for {
+		v, err := c.GetStack(ctx, tenant, st.Name)
+		if err == nil {
+			last = v
+			p.clear()
+			err = sw.events(ctx)
+		}
+		if err == nil {
+			switch v.State {
+			case cloud.StackFailed:
+				return &v.Stack, fmt.Errorf("stack %s failed: %s", v.Name, cmpOrDash(v.Reason, "no reason given"))
+			case cloud.StackDestroying, cloud.StackDestroyed:
+				return &v.Stack, fmt.Errorf("stack %s is %s: it was destroyed while applying", v.Name, v.State)
+			case cloud.StackActive:
+				waiting, bad := stackInstances(v)
+				if len(bad) > 0 {
+					return &v.Stack, fmt.Errorf("stack %s is active, but %s", v.Name, strings.Join(bad, ", "))
+				}
+				if len(waiting) == 0 {
+					return &v.Stack, nil
+				}
+				p.show(fmt.Sprintf("%s: active; waiting for %s", v.Name, strings.Join(waiting, ", ")))
+			default:
+				p.show(fmt.Sprintf("%s: %s", v.Name, v.State))
+			}
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(pollEvery):
+				continue
+			}
+		}
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			what := "not read yet"
+			if last != nil {
+				what = string(last.State)
+				if waiting, _ := stackInstances(last); last.State == cloud.StackActive && len(waiting) > 0 {
+					what += ", waiting for " + strings.Join(waiting, ", ")
+				}
+			}
+			return nil, fmt.Errorf("gave up after %s: stack %s is %s; it keeps going (see `gpucloud stacks show %s`)", timeout, st.Name, what, st.Name)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("interrupted: stack %s keeps going (see `gpucloud stacks show %s`)", st.Name, st.Name)
+		}
+		return nil, c.explain(err)
+	}
+}
+
+// stackInstances sorts a stack's instances that do not run yet: waiting
+// ones ("box (starting)"), and bad ones, which never will without another
+// apply ("box i-... is failed").
+func stackInstances(v *api.StackView) (waiting, bad []string) {
+	for _, r := range v.Resources {
+		if r.Type != stack.TypeInstance {
+			continue
+		}
+		switch cloud.State(r.Status) {
+		case cloud.Running:
+		case cloud.Pending, cloud.Scheduled, cloud.Starting:
+			waiting = append(waiting, fmt.Sprintf("%s (%s)", r.Address, r.Status))
+		default:
+			bad = append(bad, fmt.Sprintf("%s %s is %s", r.Address, dash(r.ID), cmpOrDash(r.Status, "unknown")))
+		}
+	}
+	return waiting, bad
+}
+
+func newStacksDriftCommand(s *session) *cobra.Command {
+	var (
+		tenant string
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "drift NAME",
+		Short: "Compare a stack's live resources with its last apply",
+		Long: "List each resource of the stack that was terminated, deleted, stopped or\n" +
+			"changed outside the stack since its last apply. The next apply repairs them.\n" +
+			"The exit code is 0 whether or not the stack drifted.",
+		Args: exactArgs(1, "the stack's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				d, err := c.StackDrift(ctx, t, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				w := cmd.OutOrStdout()
+				if !out.table() {
+					return writeData(w, out.format, d)
+				}
+				if d.InSync {
+					_, err := fmt.Fprintf(w, "stack %s is in sync\n", args[0])
+					return err
+				}
+				rows := [][]string{{"ADDRESS", "TYPE", "ID", "DRIFT", "DETAILS"}}
+				for _, x := range d.Drift {
+					var details []string
+					for _, df := range x.Diffs {
+						details = append(details, fmt.Sprintf("%s: %s -> %s", df.Path, diffValue(df.Old), diffValue(df.New)))
+					}
+					rows = append(rows, []string{x.Address, x.Type, dash(x.ID), x.Drift, dash(strings.Join(details, "; "))})
+				}
+				if err := writeTable(w, rows); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(w, "`gpucloud stacks apply` repairs this.\n")
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the stack of this tenant, by name or ID (admins only)")
+	out.register(cmd)
+	return cmd
+}
+
+func newStacksDestroyCommand(s *session) *cobra.Command {
+	var (
+		tenant string
+		w      waitFlags
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "destroy NAME [--wait]",
+		Short: "Delete a stack's resources, keeping the retained ones",
+		Long: "Delete the stack's resources in reverse dependency order, keeping those with\n" +
+			"deletion_policy: retain (and commitments, which are never cancelled). After it\n" +
+			"nothing of the stack accrues cost but what it retained. With --wait the command\n" +
+			"prints each step and returns once the stack is destroyed, listing what it kept.",
+		Example: "  gpucloud stacks destroy train --wait",
+		Args:    exactArgs(1, "the stack's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if err := w.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				// What the stack holds, to say at the end what it kept.
+				before, err := c.GetStack(ctx, t, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				sw := &stackWatch{c: c, stderr: cmd.ErrOrStderr(), tenant: t, name: args[0]}
+				if w.wait {
+					if err := sw.skip(ctx); err != nil {
+						return c.explain(err)
+					}
+				}
+				st, err := c.DestroyStack(ctx, t, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				if !w.wait {
+					return printStackState(cmd.OutOrStdout(), out.format, st)
+				}
+				kept, err := c.waitDestroy(ctx, sw, st, before, w.timeout)
+				if err != nil {
+					return err
+				}
+				st.State = cloud.StackDestroyed
+				if err := printStackState(cmd.OutOrStdout(), out.format, st); err != nil || !out.table() {
+					return err
+				}
+				if len(kept) == 0 {
+					_, err = fmt.Fprintln(cmd.OutOrStdout(), "Retained: none")
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "Retained (left alive, and billed; the stack no longer manages them):")
+				rows := [][]string{{"  ADDRESS", "TYPE", "ID"}}
+				for _, r := range kept {
+					rows = append(rows, []string{"  " + r.Address, r.Type, dash(r.ID)})
+				}
+				return writeTable(cmd.OutOrStdout(), rows)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the stack of this tenant, by name or ID (admins only)")
+	w.register(cmd, "destroyed")
+	cmd.Flags().Lookup("wait").Usage = "wait until the stack is destroyed, printing each step and what it retained"
+	out.register(cmd)
+	return cmd
+}
+
+// waitDestroy follows a destroy, printing the events sw has not seen,
+// until the stack is gone (a destroyed stack is not found by its name any
+// more), and returns the resources it retained: those shown retained, and
+// those the template retains (deletion_policy: retain, and commitments).
+// before is the stack as it was before the destroy.
+func (c *conn) waitDestroy(ctx context.Context, sw *stackWatch, st *cloud.Stack, before *api.StackView, timeout time.Duration) ([]api.StackResource, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tenant := sw.tenant
+	p := newProgressLine(sw.stderr)
+	defer p.clear()
+	resources := map[string]api.StackResource{}
+	for _, r := range before.Resources {
+		resources[r.Address] = r
+	}
+	kept := map[string]bool{}
+	if t, err := stack.Parse([]byte(before.Template)); err == nil {
+		for addr, r := range resources {
+			name, _, _ := stack.SplitAddress(addr)
+			if res, ok := t.Resource(name); ok && res.DeletionPolicy == stack.DeletionRetain || r.Type == stack.TypeCommitment {
+				kept[addr] = true
+			}
+		}
+	}
+	done := func() []api.StackResource {
+		var out []api.StackResource
+		for addr := range kept {
+			if r, ok := resources[addr]; ok {
+				out = append(out, r)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
+		return out
+	}
+	for {
+		v, err := c.GetStack(ctx, tenant, st.Name)
+		if cloud.ErrorCode(err) == cloud.NotFound {
+			return done(), nil
+		}
+		if err == nil && v.ID != st.ID {
+			// Destroyed, and another apply made a new stack of the name.
+			return done(), nil
+		}
+		if err == nil {
+			for _, r := range v.Resources {
+				resources[r.Address] = r
+				if r.Status == "retained" {
+					kept[r.Address] = true
+				}
+			}
+			p.clear()
+			err = sw.events(ctx)
+			if cloud.ErrorCode(err) == cloud.NotFound {
+				return done(), nil
+			}
+		}
+		if err == nil {
+			if v.State == cloud.StackDestroyed {
+				return done(), nil
+			}
+			line := fmt.Sprintf("%s: %s, %d resources left", v.Name, v.State, len(v.Resources))
+			if v.Reason != "" {
+				line += " (" + v.Reason + ")"
+			}
+			p.show(line)
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(pollEvery):
+				continue
+			}
+		}
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return nil, fmt.Errorf("gave up after %s: stack %s is not destroyed yet; it keeps going (see `gpucloud stacks show %s`)", timeout, st.Name, st.Name)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("interrupted: stack %s keeps being destroyed (see `gpucloud stacks show %s`)", st.Name, st.Name)
+		}
+		return nil, c.explain(err)
+	}
+}
+
+func newStacksListCommand(s *session) *cobra.Command {
+	return newTenantListCommand(s, "stacks", "List the stacks that are not destroyed: members their tenant's, admins every tenant's or one tenant's.",
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Stack, error) {
+			return c.Stacks(ctx, t)
+		},
+		printStacks)
+}
+
+// printStacks prints stacks as a table, or as JSON or YAML.
+func printStacks(w io.Writer, format string, one bool, sts ...*cloud.Stack) error {
+	if format != "table" {
+		if one {
+			return writeData(w, format, sts[0])
+		}
+		return writeData(w, format, sts)
+	}
+	if len(sts) == 0 {
+		_, err := fmt.Fprintln(w, "no stacks")
+		return err
+	}
+	tenants := false
+	for _, st := range sts {
+		tenants = tenants || st.TenantID != sts[0].TenantID
+	}
+	header := []string{"NAME", "ID", "STATE", "REASON", "UPDATED", "AGE"}
+	if tenants {
+		header = append([]string{"TENANT"}, header...)
+	}
+	rows := [][]string{header}
+	for _, st := range sts {
+		row := []string{st.Name, st.ID, string(st.State), dash(clip(st.Reason, 60)), ago(st.UpdatedAt), ago(st.CreatedAt)}
+		if tenants {
+			row = append([]string{st.TenantID}, row...)
+		}
+		rows = append(rows, row)
+	}
+	return writeTable(w, rows)
+}
+
+func newStacksShowCommand(s *session) *cobra.Command {
+	var (
+		tenant string
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "show NAME",
+		Aliases: []string{"describe", "get"},
+		Short:   "Show a stack: its resources with their IDs and status, outputs and parameters",
+		Args:    exactArgs(1, "the stack's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				v, err := c.GetStack(ctx, t, args[0])
+				if err != nil {
+					return c.explain(err)
+				}
+				if !out.table() {
+					return writeData(cmd.OutOrStdout(), out.format, v)
+				}
+				return describeStack(cmd.OutOrStdout(), v)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the stack of this tenant, by name or ID (admins only)")
+	out.register(cmd)
+	return cmd
+}
+
+// describeStack writes the detail view of a stack.
+func describeStack(w io.Writer, v *api.StackView) error {
+	var rows [][]string
+	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	add("Name", v.Name)
+	add("ID", v.ID)
+	add("Tenant", v.TenantID)
+	add("State", string(v.State))
+	add("Reason", dash(v.Reason))
+	add("Created", stamp(v.CreatedAt))
+	add("Updated", stamp(v.UpdatedAt))
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	if len(v.Resources) == 0 {
+		fmt.Fprintln(w, "Resources: none")
+	} else {
+		fmt.Fprintln(w, "Resources:")
+		rows := [][]string{{"  ADDRESS", "TYPE", "ID", "STATUS"}}
+		for _, r := range v.Resources {
+			rows = append(rows, []string{"  " + r.Address, r.Type, dash(r.ID), dash(r.Status)})
+		}
+		if err := writeTable(w, rows); err != nil {
+			return err
+		}
+	}
+	if err := writeValues(w, "Outputs", v.Outputs); err != nil {
+		return err
+	}
+	return writeValues(w, "Parameters", v.Params)
+}
+
+// writeValues writes a titled map of values, one "  K = V" line each, in
+// key order.
+func writeValues(w io.Writer, title string, m map[string]any) error {
+	if len(m) == 0 {
+		_, err := fmt.Fprintf(w, "%s: none\n", title)
+		return err
+	}
+	fmt.Fprintf(w, "%s:\n", title)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, []string{"  " + k, "=", valueText(m[k])})
+	}
+	return writeTable(w, rows)
+}
+
+// valueText prints an output or parameter value on one line: strings as
+// they are, anything else as JSON.
+func valueText(v any) string {
+	if s, ok := v.(string); ok {
+		return oneLineText(s)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func newStacksEventsCommand(s *session) *cobra.Command {
+	var (
+		tenant string
+		limit  int
+		after  int64
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "events NAME",
+		Short: "List a stack's events: every step of its applies, destroys and drift checks",
+		Args:  exactArgs(1, "the stack's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			if limit < 1 || limit > 1000 {
+				return usagef(cmd, "--limit %d: want 1 to 1000", limit)
+			}
+			if after < 0 {
+				return usagef(cmd, "--after %d: want an event ID", after)
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				page, err := c.StackEvents(ctx, t, args[0], after, limit)
+				if err != nil {
+					return c.explain(err)
+				}
+				w := cmd.OutOrStdout()
+				if !out.table() {
+					return writeData(w, out.format, page)
+				}
+				if len(page.Events) == 0 {
+					_, err := fmt.Fprintln(w, "no events")
+					return err
+				}
+				rows := [][]string{{"ID", "TIME", "ADDRESS", "ACTION", "OUTCOME", "RESOURCE", "MESSAGE"}}
+				for _, ev := range page.Events {
+					rows = append(rows, []string{fmt.Sprint(ev.ID), ev.Time.UTC().Format(time.RFC3339), cmpOrDash(ev.Address, "stack"),
+						ev.Action, ev.Outcome, dash(ev.Resource), dash(oneLineText(ev.Message))})
+				}
+				if err := writeTable(w, rows); err != nil {
+					return err
+				}
+				if page.Next != "" {
+					_, err = fmt.Fprintf(w, "more: gpucloud stacks events %s --after %s\n", args[0], page.Next)
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the stack of this tenant, by name or ID (admins only)")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many events (1 to 1000)")
+	cmd.Flags().Int64Var(&after, "after", 0, "only events after this event ID (the \"more\" line gives it)")
+	out.register(cmd)
+	return cmd
+}
+
+func newStacksBlueprintsCommand() *cobra.Command {
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the built-in blueprints",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rows := [][]string{{"NAME", "DESCRIPTION"}}
+			for _, b := range stack.Blueprints() {
+				rows = append(rows, []string{b.Name, oneLineText(b.Description)})
+			}
+			return writeTable(cmd.OutOrStdout(), rows)
+		},
+	}
+	show := &cobra.Command{
+		Use:     "show NAME",
+		Aliases: []string{"get"},
+		Short:   "Print a blueprint's template, to save, edit and apply",
+		Example: "  gpucloud stacks blueprints show llm-finetune > train.yaml\n" +
+			"  gpucloud stacks plan train.yaml --param nodes=2",
+		Args: exactArgs(1, "a blueprint's name (gpucloud stacks blueprints list)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := stack.Blueprint(args[0])
+			if err != nil {
+				return usagef(cmd, "%s", strings.TrimPrefix(err.Error(), "stack: "))
+			}
+			_, err = cmd.OutOrStdout().Write(src)
+			return err
+		},
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, b := range stack.Blueprints() {
+				names = append(names, b.Name)
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+	}
+	return groupCommand("blueprints", "List and print the built-in stack templates",
+		"Blueprints are ordinary templates: print one, save it, edit it and apply it.\n"+
+			"They need no server.", list, show)
+}

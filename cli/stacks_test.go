@@ -1,0 +1,268 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stack"
+)
+
+// cliStack is an instance and a volume whose size is a parameter.
+const cliStack = `description: An instance and its volume.
+parameters:
+  size: {type: integer, default: 10, min: 1, max: 100}
+resources:
+  data:
+    type: volume
+    properties: {name: data, size_gib: "${param.size}"}
+  box:
+    type: instance
+    properties: {offering: l4.1x, command: [sleep, "600"]}
+outputs:
+  box_id: {value: "${box.id}"}
+`
+
+// writeTemplate saves a template in the test's directory and returns its
+// path.
+func writeTemplate(t *testing.T, src string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "stack.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestStackBlueprints(t *testing.T) {
+	code, out, errOut := run(t, "stacks", "blueprints", "list")
+	if code != 0 || !strings.HasPrefix(out, "NAME") {
+		t.Fatalf("blueprints list: exit %d, %q, %q", code, out, errOut)
+	}
+	for _, b := range stack.Blueprints() {
+		if !strings.Contains(out, b.Name) {
+			t.Errorf("blueprints list lacks %s:\n%s", b.Name, out)
+		}
+		code, src, errOut := run(t, "stacks", "blueprints", "show", b.Name)
+		if code != 0 {
+			t.Fatalf("blueprints show %s: exit %d, %q", b.Name, code, errOut)
+		}
+		// What it prints is a template as it is, to save and edit.
+		if _, err := stack.Parse([]byte(src)); err != nil {
+			t.Errorf("blueprint %s as printed does not parse: %v", b.Name, err)
+		}
+	}
+	if len(stack.Blueprints()) == 0 {
+		t.Error("no blueprints")
+	}
+	code, _, errOut = run(t, "stacks", "blueprints", "show", "nope")
+	if code != ExitUsage || !strings.Contains(errOut, "llm-finetune") {
+		t.Errorf("unknown blueprint: exit %d, %q; want a usage error listing the names", code, errOut)
+	}
+}
+
+func TestStacks(t *testing.T) {
+	e := newCloudEnv(t)
+	if _, err := httpapi.BootstrapPrices(context.Background(), e.st, catalog.Default(), e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, tok := e.member("acme", "alice")
+	_, other := e.member("globex", "gary")
+	file := writeTemplate(t, cliStack)
+
+	// plan: the changes, the summary, the cost and the fit.
+	var plan api.StackPlan
+	decodeJSON(t, e.ok(tok, "stacks", "plan", file, "--param", "size=20", "-o", "json"), &plan)
+	if plan.Summary[stack.ActionCreate] != 2 || plan.Cost.OnDemand <= 0 || plan.Params["size"] != float64(20) {
+		t.Fatalf("plan = %+v", plan)
+	}
+	out := e.ok(tok, "stacks", "plan", file, "--param", "size=20", "--name", "train")
+	for _, want := range []string{"ACTION", "create", "data", "box", "volume", "instance",
+		"Plan: 2 to create, 0 to update, 0 to replace, 0 to delete.",
+		"Cost: " + formatPrice(plan.Cost.OnDemand) + "/h on demand, " + formatPrice(plan.Cost.WithSpot) + "/h with spot",
+		"Fit: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Usage errors: a --param without '=', apply without --name, no file.
+	for _, args := range [][]string{
+		{"stacks", "plan", file, "--param", "size"},
+		{"stacks", "apply", file, "--name", "train", "--param", "=3"},
+		{"stacks", "apply", file},
+		{"stacks", "plan"},
+		{"stacks", "apply", file, "--name", "train", "--timeout", "1m"},
+	} {
+		code, _, errOut := e.as(tok, args...)
+		if code != ExitUsage || errOut == "" {
+			t.Errorf("%v: exit %d, %q; want a usage error", args, code, errOut)
+		}
+	}
+	// The server's refusals are one line naming the problem.
+	code, _, errOut := e.as(tok, "stacks", "plan", writeTemplate(t, "resources:\n  data: [\n"))
+	oneLine(t, code, errOut, "line ", "(invalid_argument)")
+	code, _, errOut = e.as(tok, "stacks", "apply", file, "--name", "train", "--param", "size=1000")
+	oneLine(t, code, errOut, "(invalid_argument)")
+
+	// apply: applying (no controller runs here).
+	if out := e.ok(tok, "stacks", "apply", file, "--name", "train", "--param", "size=20"); out != "stack train: applying\n" {
+		t.Errorf("apply printed %q", out)
+	}
+	// The same from stdin.
+	stdin, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldStdin := os.Stdin
+	os.Stdin = stdin
+	out = e.ok(tok, "stacks", "apply", "-", "--name", "train", "--param", "size=20")
+	os.Stdin = oldStdin
+	stdin.Close()
+	if out != "stack train: applying\n" {
+		t.Errorf("apply from stdin printed %q", out)
+	}
+
+	if out := e.ok(tok, "stacks", "list"); !strings.Contains(out, "train") || !strings.Contains(out, "applying") {
+		t.Errorf("list:\n%s", out)
+	}
+	out = e.ok(tok, "stacks", "show", "train")
+	for _, want := range []string{"Name:", "train", "State:", "applying", "Resources:", "Outputs:", "Parameters:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	var v api.StackView
+	decodeJSON(t, e.ok(tok, "stacks", "show", "train", "-o", "json"), &v)
+	if v.Name != "train" || v.State != cloud.StackApplying || v.Template != cliStack {
+		t.Errorf("show -o json = %+v", v)
+	}
+	if out := e.ok(tok, "stacks", "events", "train"); !strings.Contains(out, "apply") || !strings.Contains(out, "started") {
+		t.Errorf("events:\n%s", out)
+	}
+	if out := e.ok(tok, "stacks", "drift", "train"); !strings.Contains(out, "in sync") {
+		t.Errorf("drift:\n%s", out)
+	}
+
+	// Another tenant: not found, and its list is empty.
+	for _, args := range [][]string{
+		{"stacks", "show", "train"}, {"stacks", "drift", "train"}, {"stacks", "events", "train"}, {"stacks", "destroy", "train"},
+	} {
+		code, _, errOut := e.as(other, args...)
+		oneLine(t, code, errOut, "(not_found)")
+	}
+	if out := e.ok(other, "stacks", "list"); !strings.Contains(out, "no stacks") {
+		t.Errorf("globex lists:\n%s", out)
+	}
+
+	if out := e.ok(tok, "stacks", "destroy", "train"); out != "stack train: destroying\n" {
+		t.Errorf("destroy printed %q", out)
+	}
+}
+
+// TestStackWait plays the stack controller (service.Stacks.Step) and the
+// scheduler while apply --wait and destroy --wait follow: apply prints
+// each step and returns once the stack is active and its instance runs;
+// destroy returns once the stack is gone and lists what it retained.
+func TestStackWait(t *testing.T) {
+	e := newCloudEnv(t)
+	ctx := context.Background()
+	_, tok := e.member("acme", "alice")
+	svc := service.New(e.st, catalog.Default(), service.Options{Now: e.clock.Now})
+	file := writeTemplate(t, strings.Replace(cliStack, "    type: volume\n", "    type: volume\n    deletion_policy: retain\n", 1))
+	// stackState is the state of the stack train that is not destroyed,
+	// or destroyed when there is none.
+	stackState := func() (cloud.StackState, string) {
+		state, reason := cloud.StackDestroyed, ""
+		err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+			sts, err := tx.ListStacks(ctx, "", false)
+			if len(sts) > 0 {
+				state, reason = sts[0].State, sts[0].Reason
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return state, reason
+	}
+	step := func(want cloud.StackState) {
+		t.Helper()
+		testkit.EventuallySays(t, 0, "the stack to be "+string(want), func() (bool, string) {
+			if _, err := svc.Stacks.Step(ctx); err != nil {
+				t.Fatalf("step: %v", err)
+			}
+			state, reason := stackState()
+			return state == want, string(state) + " " + reason
+		})
+	}
+
+	wait := e.start(tok, "stacks", "apply", file, "--name", "train", "--wait")
+	step(cloud.StackActive)
+	var box *cloud.Instance
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
+		if len(ins) == 1 {
+			box = ins[0]
+		}
+		return err
+	})
+	if err != nil || box == nil {
+		t.Fatalf("the stack's instance: %+v, %v", box, err)
+	}
+	e.askedAgain("GET /v1/stacks/train")
+	e.move(box.ID, cloud.Running, testkit.Via{})
+	code, out, errOut := wait()
+	if code != 0 || out != "stack train: active\n" {
+		t.Fatalf("apply --wait: exit %d, %q, %q", code, out, errOut)
+	}
+	for _, want := range []string{"stack  apply  started", "box  create  succeeded  " + box.ID, "data  create  succeeded", "stack  apply  succeeded"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("apply --wait's steps lack %q:\n%s", want, errOut)
+		}
+	}
+
+	wait = e.start(tok, "stacks", "destroy", "train", "--wait")
+	e.askedAgain("DELETE /v1/stacks/train")
+	e.askedAgain("GET /v1/stacks/train/events")
+	testkit.Eventually(t, 0, "the instance to be terminating", func() bool {
+		if _, err := svc.Stacks.Step(ctx); err != nil {
+			t.Fatalf("step: %v", err)
+		}
+		var in *cloud.Instance
+		_ = e.st.Tx(ctx, func(tx cloud.Tx) (err error) { in, err = tx.GetInstance(ctx, box.ID); return err })
+		return in != nil && (in.State == cloud.Terminating || in.State == cloud.Terminated)
+	})
+	e.move(box.ID, cloud.Terminated, testkit.Via{})
+	step(cloud.StackDestroyed)
+	code, out, errOut = wait()
+	if code != 0 || !strings.Contains(out, "stack train: destroyed") || !strings.Contains(out, "Retained") || !strings.Contains(out, "data") {
+		t.Fatalf("destroy --wait: exit %d, %q, %q", code, out, errOut)
+	}
+	if strings.Contains(out, "box") {
+		t.Errorf("destroy --wait says the instance is retained:\n%s", out)
+	}
+	if !strings.Contains(errOut, "stack  destroy  started") || strings.Contains(errOut, "apply") {
+		t.Errorf("destroy --wait's steps are not the destroy's:\n%s", errOut)
+	}
+
+	// A failed apply (over the instance quota) exits 1 with the stack's
+	// reason.
+	e.ok(e.admin, "quotas", "set", "acme", "--instances", "1")
+	e.ok(tok, "instances", "create", "--offering", "l4.1x")
+	wait = e.start(tok, "stacks", "apply", file, "--name", "train", "--wait")
+	step(cloud.StackFailed)
+	code, out, errOut = wait()
+	_, reason := stackState()
+	if code != ExitError || out != "stack train: failed: "+reason+"\n" || !strings.Contains(errOut, "error: stack train failed: "+reason) {
+		t.Errorf("a failed apply --wait: exit %d, %q, %q", code, out, errOut)
+	}
+}
