@@ -95,7 +95,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 		spotFlags                        spotServerFlags
 		tlsFlags                         tlsServerFlags
 		dir, listen, fleetFile, logLevel string
-		runtimeMode                      string
+		runtimeMode, db                  string
 		noNVML                           bool
 		interval                         time.Duration
 		metricsListen                    string
@@ -136,7 +136,10 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := serve.Config{DB: "sqlite://" + filepath.Join(dir, "gpucloud.db"), Listen: listen, Log: log, TLS: tlsFlags.config()}
+			if db == "" {
+				db = "sqlite://" + filepath.Join(dir, "gpucloud.db")
+			}
+			cfg := serve.Config{DB: db, Listen: listen, Log: log, TLS: tlsFlags.config()}
 			if err := spotFlags.apply(cmd, &cfg); err != nil {
 				return err
 			}
@@ -298,6 +301,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	spotFlags.register(cmd)
 	f.StringVar(&dir, "data-dir", dataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
+	f.StringVar(&db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
 	f.StringVar(&fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
 	f.BoolVar(&noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
 	f.StringVar(&runtimeMode, "runtime", upRuntimeAuto, "how workloads run: auto (containers when this machine can: root with containerd, runc, tini and busybox-static installed; else processes, with a warning), containerd (containers or fail) or process (plain processes, not isolated)")

@@ -60,6 +60,10 @@ type stackRecord struct {
 	RollingBack string `json:"rolling_back,omitempty"`
 	// Waiting says, per address, why a change waits for a later round.
 	Waiting map[string]string `json:"waiting,omitempty"`
+	// Created are the IDs this apply created, by address: one that
+	// fails or goes while the apply runs fails the apply (it is not
+	// replaced over and over); one that goes later is drift.
+	Created map[string]string `json:"created,omitempty"`
 }
 
 type stackIntent struct {
@@ -291,7 +295,7 @@ func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 			if err != nil {
 				return err
 			}
-			rec.Actor, rec.Keep, rec.RollingBack = a.ID, req.KeepOnFailure, ""
+			rec.Actor, rec.Keep, rec.RollingBack, rec.Created = a.ID, req.KeepOnFailure, "", nil
 			if st.Applied, err = rec.encode(); err != nil {
 				return err
 			}
@@ -625,9 +629,12 @@ func (s *Stacks) round(ctx context.Context, st *cloud.Stack) error {
 	if err := r.finishPending(ctx); err != nil {
 		return r.fail(ctx, err)
 	}
-	live, _, err := s.refresh(ctx, r.actor, rec)
+	live, statuses, err := s.refresh(ctx, r.actor, rec)
 	if err != nil {
 		return err
+	}
+	if err := r.failedCreates(live, statuses, destroying); err != nil {
+		return r.fail(ctx, err)
 	}
 	// Each wave makes progress or the round ends, so a round runs at most
 	// one wave per change plus the retired copies' deletion.
@@ -660,10 +667,34 @@ func (s *Stacks) round(ctx context.Context, st *cloud.Stack) error {
 		}
 		// What ran changed the state: the next wave plans on it with no
 		// drift left for what was repaired.
-		live, _, err = s.refresh(ctx, r.actor, rec)
-		if err != nil {
+		if live, statuses, err = s.refresh(ctx, r.actor, rec); err != nil {
 			return err
 		}
+		if err := r.failedCreates(live, statuses, destroying); err != nil {
+			return r.fail(ctx, err)
+		}
+	}
+	return nil
+}
+
+// failedCreates fails an apply whose own creates failed or went since: an
+// instance that failed at start is not replaced again and again.
+func (r *stackRun) failedCreates(live map[string]stack.Live, statuses map[string]string, destroying bool) error {
+	if destroying || r.st.State != cloud.StackApplying || r.rec.RollingBack != "" {
+		return nil
+	}
+	for _, addr := range sortedAddresses(live) {
+		rs := r.rec.State.Resources[addr]
+		if !live[addr].Gone || rs == nil || r.rec.Created[addr] != rs.ID {
+			continue
+		}
+		msg := fmt.Sprintf("%s %s is %s", addr, rs.ID, statuses[addr])
+		if rs.Type == stack.TypeInstance {
+			if in, err := r.svc.Instances.Get(context.Background(), r.actor, rs.ID); err == nil && in.Reason != "" {
+				msg += ": " + in.Reason
+			}
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
@@ -695,6 +726,10 @@ func (r *stackRun) recordCreate(addr string, in *stackIntent, id string, attrs m
 	r.rec.State.Resources[addr] = &stack.ResourceState{Type: in.Type, ID: id, Properties: in.Properties,
 		Attributes: attrs, DependsOn: in.DependsOn, DeletionPolicy: in.DeletionPolicy}
 	delete(r.rec.Pending, addr)
+	if r.rec.Created == nil {
+		r.rec.Created = map[string]string{}
+	}
+	r.rec.Created[addr] = id
 }
 
 // tagged is ctx with the tags of a stack's resource copy (tagsOf).
@@ -807,6 +842,23 @@ func (r *stackRun) wave(ctx context.Context, b *stack.Bound, p *stack.PlanResult
 			continue
 		}
 		pending = true
+		if c.Action == stack.ActionReplace && c.Type == stack.TypeInstance {
+			if old := r.rec.State.Resources[c.Address]; old != nil && r.endsFirst(c, old, live) {
+				// The old copy ends before its replacement starts: it is
+				// gone already (failed), or it holds volumes the new one
+				// takes over.
+				if st, _ := old.Attributes["state"].(string); st != string(cloud.Terminated) {
+					if _, _, err := r.s.deleteResource(ctx, r.svc, r.actor, old); err != nil {
+						return ran, pending, fmt.Errorf("%s (replace): end %s: %w", c.Address, old.ID, err)
+					}
+					if st != string(cloud.Terminating) {
+						ran++
+					}
+					r.rec.Waiting[c.Address] = "waits for the copy it replaces, " + old.ID + ", to end"
+					continue
+				}
+			}
+		}
 		deps := map[string]bool{}
 		for k := range busy {
 			deps[k] = busy[k] && k != c.Address
@@ -905,6 +957,21 @@ func (r *stackRun) createInstances(ctx context.Context, changes []*stack.Change)
 		r.event(c.Address, string(c.Action), "succeeded", out[i].ID, c.Reason)
 	}
 	return len(changes), true
+}
+
+// endsFirst says whether an instance's replacement waits for the old copy
+// to end: when the old one is gone (failed or terminated outside the
+// stack), or either holds volumes, which attach to one instance at a
+// time.
+func (r *stackRun) endsFirst(c *stack.Change, old *stack.ResourceState, live map[string]stack.Live) bool {
+	if live[c.Address].Gone {
+		return true
+	}
+	vols := func(props map[string]any) bool {
+		v, _ := props["volumes"].([]any)
+		return len(v) > 0
+	}
+	return vols(old.Properties) || vols(c.Properties)
 }
 
 // isDestroy says whether the round removes everything (no template).
