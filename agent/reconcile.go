@@ -267,14 +267,15 @@ func metadataStack(st *agentapi.StackInfo) *metadata.Stack {
 }
 
 // addStackEnv adds the launchers' environment of the instance's stack job
-// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, NNODES) to env
-// once the job's master address is known; a variable the tenant's own
-// environment sets keeps the tenant's value. A workload started before
-// its master's address was known gets none of them: it reads GET
+// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK, NNODES) to env;
+// a variable the tenant's own environment sets keeps the tenant's value.
+// MASTER_ADDR is there once the job's master reported its address: a
+// workload started before (rank 0 itself, which starts first) reads GET
 // /v1/stack on its metadata endpoint, which shows the address as soon as
-// the server has it.
+// the server has it, or is given it by its template
+// (${head.private_address}).
 func addStackEnv(env map[string]string, st *agentapi.StackInfo) {
-	if st == nil || st.Env[agentapi.EnvMasterAddr] == "" {
+	if st == nil {
 		return
 	}
 	for k, v := range st.Env {

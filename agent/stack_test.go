@@ -58,9 +58,14 @@ func TestStackJob(t *testing.T) {
 	if r := e.lastReport("i-early"); r.PrivateAddress != "127.0.0.1" {
 		t.Fatalf("running report %+v, want private address 127.0.0.1", r)
 	}
-	for _, k := range []string{agentapi.EnvMasterAddr, agentapi.EnvMasterPort, agentapi.EnvRank, agentapi.EnvWorldSize} {
-		if v, ok := env[k]; ok {
-			t.Errorf("started before the master's address was known, the workload has %s=%q", k, v)
+	// Started before the master's address was known: the rank, sizes and
+	// port, and no MASTER_ADDR.
+	if v, ok := env[agentapi.EnvMasterAddr]; ok {
+		t.Errorf("started before the master's address was known, the workload has MASTER_ADDR=%q", v)
+	}
+	for k, want := range map[string]string{agentapi.EnvMasterPort: "29500", agentapi.EnvRank: "1", agentapi.EnvWorldSize: "2"} {
+		if env[k] != want {
+			t.Errorf("the early workload has %s=%q, want %q", k, env[k], want)
 		}
 	}
 	base := env[runtime.EnvMetadataURL]

@@ -60,14 +60,12 @@ func testUpStack(t *testing.T, flags ...string) {
 		return o
 	}
 
-	// The blueprint, saved and customised: the sleep stands in for the
-	// training script, which the local hosts' workloads do not have.
+	// The blueprint, saved and customised as the README does: the nodes
+	// print their launcher environment and wait, instead of training.
 	tmpl := cli("stacks", "blueprints", "show", "llm-finetune")
-	tmpl = strings.ReplaceAll(tmpl, "exec torchrun", "echo torchrun")
-	tmpl = strings.ReplaceAll(tmpl, "--checkpoint-dir=\"$${GPUCLOUD_VOLUMES%%:*}\"", "--checkpoint-dir=\"$${GPUCLOUD_VOLUMES%%:*}\"; exec sleep 600")
-	tmpl = strings.Replace(tmpl, "${param.script}\n\noutputs:", "${param.script}; exec sleep 600\n\noutputs:", 1)
-	if strings.Count(tmpl, "exec sleep 600") != 2 {
-		t.Fatalf("the blueprint's commands are not where this test expects them:\n%s", tmpl)
+	tmpl = strings.ReplaceAll(tmpl, "exec torchrun", `env | grep -E "MASTER|RANK|NNODES"; exec sleep 3600; : torchrun`)
+	if strings.Count(tmpl, "exec sleep 3600") != 2 {
+		t.Fatalf("the blueprint's commands are not where the README expects them:\n%s", tmpl)
 	}
 	file := filepath.Join(t.TempDir(), "train.yaml")
 	if err := os.WriteFile(file, []byte(tmpl), 0o600); err != nil {
