@@ -286,7 +286,7 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *In
 		return nil, false, err
 	}
 	if spec.PlacementGroup != "" {
-		if err := livePlacementGroup(ctx, tx, tenant, spec.PlacementGroup); err != nil {
+		if err := checkedPlacementGroup(ctx, tx, tenant, spec.PlacementGroup); err != nil {
 			return nil, false, err
 		}
 	}
@@ -335,8 +335,10 @@ func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceIte
 	var out []*cloud.Instance
 	err := s.tx(txctx, func(tx cloud.Tx) error {
 		out = make([]*cloud.Instance, len(items))
+		// A fresh count for each attempt of the transaction.
+		bctx := withQuotaBatch(txctx)
 		for i := range items {
-			in, _, err := s.createIn(txctx, tx, a, &items[i].spec, offs[i], items[i].key)
+			in, _, err := s.createIn(bctx, tx, a, &items[i].spec, offs[i], items[i].key)
 			if err != nil {
 				return err
 			}

@@ -175,6 +175,26 @@ func (s *PlacementGroups) Delete(ctx context.Context, a Actor, id string) error 
 var notTerminated = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
 	cloud.Stopped, cloud.Terminating, cloud.Failed, cloud.Lost}
 
+// checkedPlacementGroup is livePlacementGroup, once per group in a batch
+// of creates (withQuotaBatch): the group cannot change within the
+// transaction.
+func checkedPlacementGroup(ctx context.Context, tx cloud.Tx, tenant, id string) error {
+	b, _ := ctx.Value(quotaBatchKey{}).(*quotaBatch)
+	if b != nil && b.groups[tenant+"/"+id] {
+		return nil
+	}
+	if err := livePlacementGroup(ctx, tx, tenant, id); err != nil {
+		return err
+	}
+	if b != nil {
+		if b.groups == nil {
+			b.groups = map[string]bool{}
+		}
+		b.groups[tenant+"/"+id] = true
+	}
+	return nil
+}
+
 // livePlacementGroup checks that id is a live placement group of tenant;
 // another tenant's answers exactly as a missing one.
 func livePlacementGroup(ctx context.Context, tx cloud.Tx, tenant, id string) error {

@@ -132,19 +132,73 @@ func GPULimit(q *cloud.Quota, model string) float64 {
 // those of a tenant whose quota limits nothing lock nothing (a quota set
 // meanwhile applies to the creates after them).
 func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant string, o *catalog.Offering) error {
-	if q, err := GetQuota(ctx, tx, tenant); err != nil || !Limits(q) {
+	b, _ := ctx.Value(quotaBatchKey{}).(*quotaBatch)
+	var (
+		q   *cloud.Quota
+		u   Usage
+		err error
+	)
+	if b != nil && b.tenant == tenant && b.loaded {
+		q, u = b.quota, b.usage
+	} else {
+		if q, err = GetQuota(ctx, tx, tenant); err != nil || !Limits(q) {
+			return err
+		}
+		if q, err = tx.LockQuota(ctx, tenant); err != nil {
+			return err
+		}
+		if !Limits(q) {
+			return nil
+		}
+		if u, err = TenantUsage(ctx, tx, cat, tenant); err != nil {
+			return err
+		}
+	}
+	if err := checkQuota(cat, q, u, o); err != nil {
 		return err
 	}
-	q, err := tx.LockQuota(ctx, tenant)
-	if err != nil {
-		return err
+	if b != nil && (b.tenant == "" || b.tenant == tenant) {
+		// The batch's next create counts this one as held.
+		model, n := GPUDemand(cat, o)
+		u.Instances++
+		if model != "" && n > 0 {
+			gpus := make(map[string]float64, len(u.GPUs)+1)
+			for k, v := range u.GPUs {
+				gpus[k] = v
+			}
+			gpus[model] += n
+			u.GPUs = gpus
+		}
+		b.tenant, b.quota, b.usage, b.loaded = tenant, q, u, true
 	}
+	return nil
+}
+
+// quotaBatch lets the creates of one transaction (Instances.createMany)
+// read the tenant's quota and usage once: each create is checked against
+// the usage read first plus the creates before it, exactly what a fresh
+// count inside the transaction would say.
+type quotaBatch struct {
+	tenant string
+	loaded bool
+	quota  *cloud.Quota
+	usage  Usage
+	// groups are the placement groups checked live in this batch.
+	groups map[string]bool
+}
+
+type quotaBatchKey struct{}
+
+// withQuotaBatch returns ctx whose EnforceQuota calls share one count.
+func withQuotaBatch(ctx context.Context) context.Context {
+	return context.WithValue(ctx, quotaBatchKey{}, &quotaBatch{})
+}
+
+// checkQuota checks one more instance of offering o against quota q and
+// usage u.
+func checkQuota(cat *catalog.Catalog, q *cloud.Quota, u Usage, o *catalog.Offering) error {
 	if !Limits(q) {
 		return nil
-	}
-	u, err := TenantUsage(ctx, tx, cat, tenant)
-	if err != nil {
-		return err
 	}
 	if q.Instances > 0 && u.Instances+1 > q.Instances {
 		return &cloud.Error{Code: cloud.QuotaExceeded,

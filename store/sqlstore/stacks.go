@@ -1,8 +1,10 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"sort"
 	"strconv"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -41,11 +43,11 @@ func stackDocs(s *cloud.Stack) ([3]string, error) {
 }
 
 func compactJSON(b []byte) (json.RawMessage, error) {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
 		return nil, err
 	}
-	return json.Marshal(v)
+	return out.Bytes(), nil
 }
 
 func validStack(s *cloud.Stack) error {
@@ -177,22 +179,39 @@ func scanStackEvent(sc scanner) (*cloud.StackEvent, error) {
 	return &e, err
 }
 
+// AppendStackEvents inserts the events in statements of up to batchRows
+// rows; the IDs RETURNING gives, sorted, are the events' in order (the
+// sequence increases within a statement).
 func (t *tx) AppendStackEvents(ctx context.Context, evs []*cloud.StackEvent) error {
 	d := &t.s.d
 	for _, e := range evs {
 		if e.StackID == "" || e.Action == "" || e.Outcome == "" {
 			return invalidf("stack event without stack, action or outcome")
 		}
-		at := normTime(e.Time)
-		var id int64
-		err := t.get(ctx, "append stack event", func() error { return internal("append stack event", errNoID) },
-			"INSERT INTO stack_events (stack_id, time, address, action, outcome, resource, message)"+
-				" VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-			[]any{e.StackID, d.timeArg(at), e.Address, e.Action, e.Outcome, e.Resource, e.Message}, &id)
+	}
+	for lo := 0; lo < len(evs); lo += batchRows {
+		part := evs[lo:min(lo+batchRows, len(evs))]
+		args := make([]any, 0, 7*len(part))
+		for _, e := range part {
+			args = append(args, e.StackID, d.timeArg(normTime(e.Time)), e.Address, e.Action, e.Outcome, e.Resource, e.Message)
+		}
+		ids, err := list(ctx, t, "append stack events",
+			"INSERT INTO stack_events (stack_id, time, address, action, outcome, resource, message) VALUES "+
+				values("(?, ?, ?, ?, ?, ?, ?)", len(part))+" RETURNING id", args, func(sc scanner) (*int64, error) {
+				var id int64
+				err := sc.Scan(&id)
+				return &id, err
+			})
 		if err != nil {
 			return err
 		}
-		e.ID, e.Time = id, at
+		if len(ids) != len(part) {
+			return internal("append stack events", errNoID)
+		}
+		sort.Slice(ids, func(i, j int) bool { return *ids[i] < *ids[j] })
+		for i, e := range part {
+			e.ID, e.Time = *ids[i], normTime(e.Time)
+		}
 	}
 	return nil
 }
