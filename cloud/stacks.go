@@ -75,6 +75,9 @@ type StackTx interface {
 	// StackByName finds the tenant's stack of that name that is not
 	// destroyed; NotFound if none.
 	StackByName(ctx context.Context, tenantID, name string) (*Stack, error)
+	// StackIDs lists the IDs of the stacks (every tenant's) in any of
+	// states, in ID order: the stack controller's cheap poll.
+	StackIDs(ctx context.Context, states ...StackState) ([]string, error)
 	// ListStacks lists a tenant's stacks in ID order (destroyed ones
 	// with all), every tenant's when tenantID is empty.
 	ListStacks(ctx context.Context, tenantID string, all bool) ([]*Stack, error)

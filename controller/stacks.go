@@ -9,8 +9,10 @@ import (
 )
 
 // DefaultStackInterval is how often the leader runs a round of the stacks
-// being applied or destroyed.
-const DefaultStackInterval = time.Second
+// being applied or destroyed: the scheduler's interval, so that a round's
+// instances are placed in the same tick (a round with nothing to do is one
+// indexed query).
+const DefaultStackInterval = DefaultScheduleInterval
 
 // Stacks runs service.Stacks.Step as a Controller: a round of every stack
 // being applied or destroyed. It runs before the scheduler, so that the

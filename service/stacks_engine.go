@@ -534,15 +534,17 @@ func (s *Stacks) refresh(ctx context.Context, a Actor, rec *stackRecord) (map[st
 func (s *Stacks) Step(ctx context.Context) (int, error) {
 	var todo []*cloud.Stack
 	err := s.tx(ctx, func(tx cloud.Tx) error {
-		all, err := tx.ListStacks(ctx, "", false)
+		ids, err := tx.StackIDs(ctx, cloud.StackApplying, cloud.StackDestroying)
 		if err != nil {
 			return err
 		}
 		todo = todo[:0]
-		for _, st := range all {
-			if st.State == cloud.StackApplying || st.State == cloud.StackDestroying {
-				todo = append(todo, st)
+		for _, id := range ids {
+			st, err := tx.GetStack(ctx, id)
+			if err != nil {
+				return err
 			}
+			todo = append(todo, st)
 		}
 		return nil
 	})

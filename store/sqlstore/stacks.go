@@ -130,6 +130,25 @@ func (t *tx) StackByName(ctx context.Context, tenantID, name string) (*cloud.Sta
 		[]any{tenantID, name, string(cloud.StackDestroyed)}, scanStack)
 }
 
+func (t *tx) StackIDs(ctx context.Context, states ...cloud.StackState) ([]string, error) {
+	var conds []string
+	var args []any
+	if len(states) > 0 {
+		var cond string
+		cond, args = inList("state", states, args)
+		conds = append(conds, cond)
+	}
+	ids, err := list(ctx, t, "list stack ids", "SELECT id FROM stacks"+where(conds)+" ORDER BY id", args, scanString)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = *id
+	}
+	return out, nil
+}
+
 func (t *tx) ListStacks(ctx context.Context, tenantID string, all bool) ([]*cloud.Stack, error) {
 	var conds []string
 	var args []any

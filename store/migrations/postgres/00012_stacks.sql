@@ -37,6 +37,7 @@ CREATE TABLE stacks (
 );
 CREATE UNIQUE INDEX stacks_live_name ON stacks (tenant_id, name) WHERE state <> 'destroyed';
 CREATE INDEX stacks_tenant ON stacks (tenant_id, id);
+CREATE INDEX stacks_in_progress ON stacks (state) WHERE state IN ('applying', 'destroying');
 
 CREATE TABLE stack_events (
     id        bigserial NOT NULL PRIMARY KEY,
