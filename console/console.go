@@ -54,6 +54,10 @@ type Options struct {
 	// Availability is the leading scheduler's view of the fleet
 	// (service.Options.Availability); the launch flow shows it.
 	Availability func() map[string]cloud.OfferingAvailability
+	// DryRun places a stack plan's instances on a copy of the leading
+	// scheduler's fleet (service.Options.DryRun); the stacks page's plan
+	// says whether they fit now. Nil: the fit is unknown.
+	DryRun func([]cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
 	// CheckLogin, when set, checks a token typed on the login page the
 	// way the API checks a bearer token, with the API's limits on failed
 	// authentications from the browser's address (serve wires it to the
@@ -87,7 +91,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Console {
 		opts.Logger = slog.Default()
 	}
 	c := &Console{
-		svc: service.New(st, cat, service.Options{Now: opts.Now, Availability: opts.Availability}),
+		svc: service.New(st, cat, service.Options{Now: opts.Now, Availability: opts.Availability, DryRun: opts.DryRun}),
 		cat: cat, now: opts.Now, log: opts.Logger, mux: http.NewServeMux(), checkLogin: opts.CheckLogin,
 	}
 	c.tmpl = parseTemplates()
@@ -112,6 +116,10 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Console {
 	c.mux.HandleFunc("GET /billing/meter", c.authed(c.meter))
 	c.mux.HandleFunc("GET /groups", c.authed(c.groupsPage))
 	c.mux.HandleFunc("GET /groups/{id}", c.authed(c.groupPage))
+	c.mux.HandleFunc("GET /stacks", c.authed(c.stacksPage))
+	c.mux.HandleFunc("POST /stacks/plan", c.authed(c.planStack))
+	c.mux.HandleFunc("GET /stacks/{name}", c.authed(c.stackPage))
+	c.mux.HandleFunc("POST /stacks/{name}/destroy", c.authed(c.destroyStack))
 	c.mux.HandleFunc("/", c.notFound)
 	return c
 }

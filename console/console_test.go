@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
 
@@ -289,8 +291,8 @@ func TestPagesRender(t *testing.T) {
 		token string
 		pages []string
 	}{
-		{"admin", w.AdminToken, []string{"/instances", "/instances?state=pending&offering=h100.1x&market=on_demand", "/instances/" + w.acmeIn.ID, "/launch", "/fleet", "/spot", "/billing", "/billing?tenant=" + w.acme.TenantID, "/groups"}},
-		{"member", w.acme.Token, []string{"/instances", "/instances/" + w.acmeIn.ID, "/launch", "/spot", "/billing", "/groups"}},
+		{"admin", w.AdminToken, []string{"/instances", "/instances?state=pending&offering=h100.1x&market=on_demand", "/instances/" + w.acmeIn.ID, "/launch", "/fleet", "/spot", "/billing", "/billing?tenant=" + w.acme.TenantID, "/groups", "/stacks"}},
+		{"member", w.acme.Token, []string{"/instances", "/instances/" + w.acmeIn.ID, "/launch", "/spot", "/billing", "/groups", "/stacks"}},
 	} {
 		b := w.browser(t)
 		b.login(who.token)
@@ -392,5 +394,267 @@ func TestLaunchAdvisor(t *testing.T) {
 		if !strings.HasSuffix(m[1], ".8x") && !strings.HasSuffix(m[1], ".metal") {
 			t.Errorf("a multi-node training option is %s", m[1])
 		}
+	}
+}
+
+// consoleStack is a small stack: a head instance, `workers` workers that
+// reference it, and an output.
+const consoleStack = `
+parameters:
+  workers: {type: integer, default: 1, min: 0, max: 4}
+resources:
+  head:
+    type: instance
+    properties: {name: head, offering: h100.1x, command: [sleep, "600"]}
+  workers:
+    type: instance
+    count: ${param.workers}
+    properties:
+      name: worker-${count.index}
+      offering: h100.1x
+      env: {HEAD: "${head.id}"}
+outputs:
+  head_id: {value: "${head.id}"}
+`
+
+// stepStacks runs the stack controller's rounds over the world's store
+// until no stack is applying or destroying.
+func (w *world) stepStacks(t *testing.T) {
+	t.Helper()
+	svc := service.New(w.Store, catalog.Default(), service.Options{Now: w.Clock.Now})
+	for range 20 {
+		n, err := svc.Stacks.Step(context.Background())
+		if err != nil {
+			t.Fatalf("stack step: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("stacks still applying or destroying after 20 rounds")
+}
+
+// stackVersion is the stored version and state of a tenant's stack.
+func (w *world) stackVersion(t *testing.T, tenant, name string) (int64, cloud.StackState) {
+	t.Helper()
+	ctx := context.Background()
+	var st *cloud.Stack
+	if err := w.Store.Tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		st, err = tx.StackByName(ctx, tenant, name)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st.Version, st.State
+}
+
+// TestStacks: the stacks list and a stack's page for its owner (resources
+// linking to their instances, outputs, parameters, events, drift), the
+// plan form, and destroy; another tenant's stack is "not found" for the
+// page and for destroy, and missing from the list; a destroy without the
+// session's CSRF token changes nothing.
+func TestStacks(t *testing.T) {
+	testkit.EachStore(t, testStacks)
+}
+
+func testStacks(t *testing.T, st cloud.Store) {
+	w := newWorld(t, st)
+	ctx := context.Background()
+	if _, err := w.acme.Client.ApplyStack(ctx, "train", api.ApplyStackRequest{Template: consoleStack}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.glob.Client.ApplyStack(ctx, "globex-secret-stack", api.ApplyStackRequest{Template: consoleStack,
+		Parameters: map[string]string{"workers": "0"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.stepStacks(t)
+	v, err := w.acme.Client.GetStack(ctx, "", "train")
+	if err != nil || v.State != cloud.StackActive || len(v.Resources) != 2 {
+		t.Fatalf("acme's stack: %+v, %v", v, err)
+	}
+	headID := fmt.Sprint(v.Outputs["head_id"])
+
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	list := b.get("/stacks")
+	if list.status != http.StatusOK || !strings.Contains(list.body, `href="/stacks/train"`) || !strings.Contains(list.body, "active") {
+		t.Fatalf("acme's /stacks: %d %s", list.status, list.body)
+	}
+	if strings.Contains(list.body, "globex-secret-stack") {
+		t.Errorf("acme's list shows globex's stack")
+	}
+	if !strings.Contains(list.body, `aria-current="page">Stacks</a>`) {
+		t.Errorf("/stacks is not the current section")
+	}
+	p := b.get("/stacks/train")
+	if p.status != http.StatusOK {
+		t.Fatalf("/stacks/train: %d %s", p.status, p.body)
+	}
+	for _, want := range []string{`<a href="/instances/` + headID + `">`, "workers[0]", "head_id", headID, `<th scope="col">Resource</th>`,
+		`<td>workers</td><td><code>1</code>`, `action="/stacks/train/destroy" data-confirm="Destroy stack train?`, `name="drift" value="1"`, "apply"} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("/stacks/train lacks %q", want)
+		}
+	}
+	if p := b.get("/stacks/train?drift=1"); !strings.Contains(p.body, "in sync") {
+		t.Errorf("drift of an applied stack: %d, no \"in sync\"", p.status)
+	}
+	if _, err := w.acme.Client.TerminateInstance(ctx, headID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/stacks/train?drift=1"); !strings.Contains(p.body, `<td>head</td><td>instance</td><td>`+headID+`</td><td><span class="state bad">deleted</span>`) {
+		t.Errorf("drift after terminating the head: %d %s", p.status, p.body)
+	}
+
+	// Another tenant's stack is not found, exactly like a missing one,
+	// for the page, drift and destroy.
+	missing := b.get("/stacks/nostack")
+	for _, path := range []string{"/stacks/globex-secret-stack", "/stacks/globex-secret-stack?drift=1", "/stacks/globex-secret-stack?tenant=" + w.glob.TenantID} {
+		p := b.get(path)
+		if p.status != http.StatusNotFound {
+			t.Errorf("acme GET %s: %d", path, p.status)
+		}
+		if path == "/stacks/globex-secret-stack" && strings.ReplaceAll(p.body, "globex-secret-stack", "X") != strings.ReplaceAll(missing.body, "nostack", "X") {
+			t.Errorf("another tenant's stack page differs from a missing one's")
+		}
+	}
+	globVersion, _ := w.stackVersion(t, w.glob.TenantID, "globex-secret-stack")
+	tok := b.csrf("/stacks/train")
+	if p := b.do("POST", "/stacks/globex-secret-stack/destroy", url.Values{"csrf": {tok}}, nil); p.status != http.StatusNotFound || !strings.Contains(p.body, "Not found") {
+		t.Errorf("acme destroys globex's stack: %d", p.status)
+	}
+	if p := b.do("POST", "/stacks/globex-secret-stack/destroy", url.Values{"csrf": {tok}, "tenant": {w.glob.TenantID}}, nil); p.status != http.StatusNotFound {
+		t.Errorf("acme destroys globex's stack naming its tenant: %d", p.status)
+	}
+	if ver, state := w.stackVersion(t, w.glob.TenantID, "globex-secret-stack"); ver != globVersion || state != cloud.StackActive {
+		t.Errorf("a refused destroy changed globex's stack: version %d → %d, %s", globVersion, ver, state)
+	}
+
+	// A destroy without the session's CSRF token, or from another site,
+	// changes nothing.
+	ver, _ := w.stackVersion(t, w.acme.TenantID, "train")
+	rows := testkit.CountRows(t, w.Store)
+	for _, c := range []struct {
+		name   string
+		form   url.Values
+		header map[string]string
+	}{
+		{"no token", url.Values{}, nil},
+		{"another session's token", url.Values{"csrf": {strings.Repeat("ab", 32)}}, nil},
+		{"cross-site origin", url.Values{"csrf": {tok}}, map[string]string{"Origin": "https://evil.example"}},
+	} {
+		if p := b.do("POST", "/stacks/train/destroy", c.form, c.header); p.status != http.StatusForbidden {
+			t.Errorf("destroy, %s: %d", c.name, p.status)
+		}
+	}
+	if now, state := w.stackVersion(t, w.acme.TenantID, "train"); now != ver || state != cloud.StackActive || testkit.CountRows(t, w.Store) != rows {
+		t.Fatalf("a refused destroy changed the stack: version %d → %d, %s", ver, now, state)
+	}
+
+	// The destroy: the stack is destroying, then destroyed, and gone from
+	// the list; globex's stays.
+	p = b.do("POST", "/stacks/train/destroy", url.Values{"csrf": {tok}}, map[string]string{"Origin": w.URL})
+	if p.status != http.StatusSeeOther || p.location != "/stacks/train" {
+		t.Fatalf("destroy: %d %q %s", p.status, p.location, p.body)
+	}
+	p = b.get("/stacks/train")
+	if !strings.Contains(p.body, `id="state">destroying</span>`) || strings.Contains(p.body, `id="destroy"`) || !strings.Contains(p.body, "destroy requested by") {
+		t.Errorf("after destroy: %s", p.body)
+	}
+	w.stepStacks(t)
+	if p := b.get("/stacks/train"); p.status != http.StatusNotFound {
+		t.Errorf("a destroyed stack's page: %d", p.status)
+	}
+	if p := b.get("/stacks"); strings.Contains(p.body, `href="/stacks/train"`) {
+		t.Errorf("the list shows a destroyed stack")
+	}
+	for _, r := range v.Resources {
+		if in, err := w.acme.Client.GetInstance(ctx, r.ID); err != nil || (in.State != cloud.Terminated && in.State != cloud.Terminating) {
+			t.Errorf("%s after destroy: %+v, %v", r.Address, in, err)
+		}
+	}
+	if _, state := w.stackVersion(t, w.glob.TenantID, "globex-secret-stack"); state != cloud.StackActive {
+		t.Errorf("globex's stack is %s after acme's destroy", state)
+	}
+
+	// The admin sees every tenant's stacks, and reaches one by its tenant.
+	a := w.browser(t)
+	a.login(w.AdminToken)
+	link := `href="/stacks/globex-secret-stack?tenant=` + w.glob.TenantID + `"`
+	if p := a.get("/stacks"); !strings.Contains(p.body, link) {
+		t.Errorf("admin /stacks lacks %s", link)
+	}
+	if p := a.get("/stacks/globex-secret-stack?tenant=" + w.glob.TenantID); p.status != http.StatusOK || !strings.Contains(p.body, `name="tenant" value="`+w.glob.TenantID+`"`) {
+		t.Errorf("admin's view of globex's stack: %d", p.status)
+	}
+}
+
+// TestStackPlan: the plan form shows the changes, the cost per hour and
+// the fit, keeps what was typed when the template is wrong, and writes
+// nothing.
+func TestStackPlan(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	tok := b.csrf("/stacks")
+	rows := testkit.CountRows(t, w.Store)
+	p := b.do("POST", "/stacks/plan", url.Values{"csrf": {tok}, "name": {"train"}, "template": {consoleStack}, "params": {"workers=2\n"}}, nil)
+	if p.status != http.StatusOK {
+		t.Fatalf("plan: %d %s", p.status, p.body)
+	}
+	for _, want := range []string{`id="plan-result"`, "3 to create", "<td>workers[1]</td><td>instance</td><td><strong>create</strong>", "/h</strong> on demand", `id="plan-fit">Unknown`, `<label for="p-template">`} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("plan lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`<strong>\$[1-9][0-9]*\.[0-9]{4}/h</strong> on demand`).MatchString(p.body) {
+		t.Errorf("plan's cost is not in dollars per hour")
+	}
+	bad := b.do("POST", "/stacks/plan", url.Values{"csrf": {tok}, "template": {"resources:\n  x:\n    type: nope\n"}}, nil)
+	if bad.status != http.StatusBadRequest || !strings.Contains(bad.body, `role="alert"`) || !strings.Contains(bad.body, "line 3") || !strings.Contains(bad.body, "type: nope") {
+		t.Errorf("bad template: %d %s", bad.status, bad.body)
+	}
+	if p := b.do("POST", "/stacks/plan", url.Values{"csrf": {tok}, "template": {consoleStack}, "params": {"workers"}}, nil); p.status != http.StatusBadRequest || !strings.Contains(p.body, "KEY=VALUE") {
+		t.Errorf("bad parameters: %d", p.status)
+	}
+	if p := b.do("POST", "/stacks/plan", url.Values{"template": {consoleStack}}, nil); p.status != http.StatusForbidden {
+		t.Errorf("plan without the CSRF token: %d", p.status)
+	}
+	if testkit.CountRows(t, w.Store) != rows {
+		t.Errorf("a plan changed the store")
+	}
+}
+
+// TestStackEventsTail: a stack's page shows its last events, newest last,
+// however long its history.
+func TestStackEventsTail(t *testing.T) {
+	w := newWorld(t, sqliteStore(t))
+	ctx := context.Background()
+	stk, err := w.acme.Client.ApplyStack(ctx, "train", api.ApplyStackRequest{Template: consoleStack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := w.glob.Client.ApplyStack(ctx, "other", api.ApplyStackRequest{Template: consoleStack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 700 events, interleaved with another stack's.
+	if err := w.Store.Tx(ctx, func(tx cloud.Tx) error {
+		var evs []*cloud.StackEvent
+		for i := range 700 {
+			evs = append(evs, &cloud.StackEvent{StackID: stk.ID, Time: testkit.Epoch, Action: "apply", Outcome: "started", Message: fmt.Sprintf("bulk-%04d", i)},
+				&cloud.StackEvent{StackID: other.ID, Time: testkit.Epoch, Action: "apply", Outcome: "started", Message: fmt.Sprintf("other-%04d", i)})
+		}
+		return tx.AppendStackEvents(ctx, evs)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := w.browser(t)
+	b.login(w.acme.Token)
+	p := b.get("/stacks/train")
+	got := regexp.MustCompile(`bulk-\d{4}`).FindAllString(p.body, -1)
+	if len(got) != 50 || got[0] != "bulk-0650" || got[49] != "bulk-0699" || strings.Contains(p.body, "other-") {
+		t.Errorf("events shown: %d, %v", len(got), got)
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // pages are the templates that render a whole page inside the layout.
-var pages = []string{"login", "error", "instances", "instance", "launch", "fleet", "spot", "billing", "groups", "group"}
+var pages = []string{"login", "error", "instances", "instance", "launch", "fleet", "spot", "billing", "groups", "group", "stacks", "stack"}
 
 // parseTemplates parses the layout with each page. A template error is a
 // build defect: the console's tests parse every page.
@@ -53,6 +53,8 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d hosts", n)
 	},
+	"statusClass": statusClass,
+	"value":       value,
 	"stateClass": func(s cloud.State) string {
 		switch s {
 		case cloud.Running:
@@ -64,6 +66,34 @@ var funcs = template.FuncMap{
 		}
 		return "wait"
 	},
+}
+
+// statusClass is the colour class of a stack's state or of a stack
+// resource's status (an instance's state, "active", "deleted", ...); the
+// text is always written out next to it.
+func statusClass(s any) string {
+	switch fmt.Sprint(s) {
+	case "running", "active":
+		return "ok"
+	case "failed", "lost", "deleted":
+		return "bad"
+	case "stopped", "terminated", "destroyed", "retained", "released":
+		return "off"
+	}
+	return "wait"
+}
+
+// value prints a template value (a stack's output or parameter, a
+// property in a diff): a string as it is, anything else as JSON.
+func value(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // dollars prints micro-dollars as "$1.2345": four decimals, enough for

@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		_, _ = w.Write(pki.EncodeCert(ca.Cert))
 	})
 	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability,
-		CheckLogin: loginChecker(api)}))
+		DryRun: s.dryRun, CheckLogin: loginChecker(api)}))
 	s.http = &http.Server{
 		Handler:   s.Metrics.Instrument(root),
 		TLSConfig: tc,
