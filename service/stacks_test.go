@@ -474,3 +474,53 @@ func TestStackProperty(t *testing.T) {
 		t.Errorf("%d volumes left", len(vs))
 	}
 }
+
+// TestStackForeignReferences: a template that names another tenant's
+// volume, placement group or instance by ID gets nothing of them: the
+// apply fails as for a missing one, rolls back, and the other tenant's
+// resources are as they were.
+func TestStackForeignReferences(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		svc, ctx := f.svc, context.Background()
+		vol, _, err := svc.Volumes.Create(ctx, f.globex, service.VolumeSpec{Name: "secret", SizeGiB: 5}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg, _, err := svc.Placement.Create(ctx, f.globex, service.PlacementGroupSpec{Name: "g", Strategy: cloud.PlacementSpread}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := f.instance(f.globex)
+		for i, props := range []string{
+			`{offering: l4.1x, volumes: ["` + vol.ID + `"]}`,
+			`{offering: l4.1x, placement_group: "` + pg.ID + `"}`,
+		} {
+			name := fmt.Sprintf("steal-%d", i)
+			tmpl := "resources:\n  a: {type: instance, properties: " + props + "}\n"
+			if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: name, Template: tmpl}); err != nil {
+				t.Fatal(err)
+			}
+			v := runStack(t, svc, f.acme, name, 10)
+			if v.State != cloud.StackFailed || !strings.Contains(v.Reason, "not found") {
+				t.Errorf("%s: %s %q, want failed as for a missing resource", name, v.State, v.Reason)
+			}
+		}
+		tmpl := "resources:\n  ip: {type: address, properties: {instance_id: \"" + in.ID + "\"}}\n"
+		if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: "steal-ip", Template: tmpl}); err != nil {
+			t.Fatal(err)
+		}
+		if v := runStack(t, svc, f.acme, "steal-ip", 10); v.State != cloud.StackFailed {
+			t.Errorf("an address on another tenant's instance: %s %q", v.State, v.Reason)
+		}
+		if got, err := svc.Volumes.Get(ctx, f.globex, vol.ID); err != nil || got.InstanceID != "" || got.DeletedAt != nil {
+			t.Errorf("globex's volume after acme's tries: %+v, %v", got, err)
+		}
+		if as, _ := svc.Addresses.List(ctx, f.globex, "", false); len(as) != 0 {
+			t.Errorf("globex's instance got addresses: %v", as)
+		}
+		if ins := stackInstances(t, svc, f.acme, "steal-0"); len(ins) != 0 {
+			t.Errorf("acme kept %d instances of a failed, rolled-back stack", len(ins))
+		}
+	})
+}
