@@ -37,13 +37,15 @@ type Stack struct {
 	Name       string          `json:"name"`
 	State      StackState      `json:"state"`
 	Reason     string          `json:"reason,omitempty"`
-	Template   string          `json:"template"`
+	Template   string          `json:"template,omitempty"`
 	Parameters json.RawMessage `json:"parameters"`
-	Applied    json.RawMessage `json:"applied"`
-	Outputs    json.RawMessage `json:"outputs"`
-	Version    int64           `json:"version"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
+	// Applied is the stack engine's own record; the API does not show
+	// it (GET /v1/stacks/{name} answers the resources it lists).
+	Applied   json.RawMessage `json:"-"`
+	Outputs   json.RawMessage `json:"outputs"`
+	Version   int64           `json:"version"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // Owner implements Owned.

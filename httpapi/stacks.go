@@ -67,8 +67,14 @@ func (s *handlers) listStacks(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
-	out := api.StackList{Stacks: []*cloud.Stack{}}
-	out.Stacks = append(out.Stacks, sts...)
+	// A list leaves each stack's template out (up to 1 MiB each): GET
+	// /v1/stacks/{name} has it.
+	out := api.StackList{Stacks: make([]*cloud.Stack, 0, len(sts))}
+	for _, st := range sts {
+		c := *st
+		c.Template = ""
+		out.Stacks = append(out.Stacks, &c)
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
