@@ -252,6 +252,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // maxBackoff caps the delay after failures, in intervals.
 const maxBackoff = 10
 
+// maxRetryAfter caps how long a server's Retry-After may hold the agent
+// back, so that a wrong header cannot silence a host for long.
+const maxRetryAfter = 5 * time.Minute
+
 // loop calls f every interval, backing off exponentially while it fails.
 func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) error) {
 	fails := 0
@@ -263,7 +267,7 @@ func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) e
 		delay := a.cfg.Interval
 		if err != nil {
 			fails++
-			delay = backoff(a.cfg.Interval, fails)
+			delay = retryDelay(a.cfg.Interval, fails, err)
 			a.log.Warn("agent: "+name+" failed", "err", err, "failures", fails, "retry_in", delay)
 		} else {
 			fails = 0
@@ -276,6 +280,17 @@ func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) e
 		case <-t.C:
 		}
 	}
+}
+
+// retryDelay is how long the agent waits after the fails-th consecutive
+// failure err: the backoff, or longer when a rate-limited answer's
+// Retry-After asks for more (at most maxRetryAfter).
+func retryDelay(interval time.Duration, fails int, err error) time.Duration {
+	delay := backoff(interval, fails)
+	if d, ok := agentapi.RetryAfter(err); ok && d > delay {
+		delay = min(d, maxRetryAfter)
+	}
+	return delay
 }
 
 // backoff is the delay after the given number of consecutive failures:

@@ -3,6 +3,7 @@ package agentapi
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/rest"
@@ -86,3 +87,8 @@ func (c *Client) SetScaleInLock(ctx context.Context, instanceID string, req Lock
 	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("agent", "instances", instanceID, "scale-in-lock"), Body: req, Out: &out})
 	return rest.NilOnErr(&out, err)
 }
+
+// RetryAfter is how long a rate-limited answer (429) asks the agent to
+// wait before it calls again, and false for any other error or one that
+// does not say.
+func RetryAfter(err error) (time.Duration, bool) { return rest.RetryAfter(err) }

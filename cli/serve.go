@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/controller"
+	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/serve"
 	"github.com/gpucloud/gpucloud/spot"
 )
@@ -43,6 +46,7 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 		logLevel   string
 		spotFlags  spotServerFlags
 		tlsFlags   tlsServerFlags
+		limits     limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -68,6 +72,9 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 			}
 			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.config()}
 			if err := spotFlags.apply(cmd, &cfg); err != nil {
+				return err
+			}
+			if err := limits.apply(cmd, &cfg); err != nil {
 				return err
 			}
 			ctx, stop := signalContext()
@@ -97,6 +104,7 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	spotFlags.register(cmd)
 	tlsFlags.register(cmd, true)
+	limits.register(cmd)
 	return cmd
 }
 
@@ -174,4 +182,80 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// limitFlags are the API's request limits (httpapi.RateLimits).
+type limitFlags struct {
+	limits  []string
+	proxies []string
+}
+
+func (f *limitFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringArrayVar(&f.limits, "rate-limit", nil, "a request limit, ROLE=RATE/BURST per second: member (default "+
+		limitText(httpapi.DefaultMemberRate, httpapi.DefaultMemberBurst)+"), admin ("+
+		limitText(httpapi.DefaultAdminRate, httpapi.DefaultAdminBurst)+"), agent ("+
+		limitText(httpapi.DefaultAgentRate, httpapi.DefaultAgentBurst)+") or auth-failures (per source address, "+
+		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+"); a tenant's quota overrides member and admin; repeatable")
+	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
+}
+
+func limitText(rate float64, burst int) string {
+	return strconv.FormatFloat(rate, 'f', -1, 64) + "/" + strconv.Itoa(burst)
+}
+
+// apply parses the flags into cfg.Limits.
+func (f *limitFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
+	l, err := parseLimits(f.limits, f.proxies)
+	if err != nil {
+		return usagef(cmd, "%v", err)
+	}
+	cfg.Limits = l
+	return nil
+}
+
+// parseLimits reads --rate-limit ROLE=RATE/BURST and --trusted-proxy
+// values; unset roles keep their defaults.
+func parseLimits(limits, proxies []string) (httpapi.RateLimits, error) {
+	var out httpapi.RateLimits
+	for _, s := range limits {
+		role, v, ok := strings.Cut(s, "=")
+		rateS, burstS, ok2 := strings.Cut(v, "/")
+		if !ok || !ok2 {
+			return out, fmt.Errorf("--rate-limit %q: want ROLE=RATE/BURST, e.g. member=50/500", s)
+		}
+		rate, err := strconv.ParseFloat(strings.TrimSpace(rateS), 64)
+		if err != nil || rate <= 0 || rate > 1e6 {
+			return out, fmt.Errorf("--rate-limit %q: the rate must be a number of requests per second above 0", s)
+		}
+		burst, err := strconv.Atoi(strings.TrimSpace(burstS))
+		if err != nil || burst < 1 || burst > 1e7 {
+			return out, fmt.Errorf("--rate-limit %q: the burst must be a whole number of requests, at least 1", s)
+		}
+		lim := httpapi.Limit{Rate: rate, Burst: burst}
+		switch strings.TrimSpace(role) {
+		case "member":
+			out.Member = lim
+		case "admin":
+			out.Admin = lim
+		case "agent":
+			out.Agent = lim
+		case "auth-failures":
+			out.AuthFailures = lim
+		default:
+			return out, fmt.Errorf("--rate-limit %q: the role must be member, admin, agent or auth-failures", s)
+		}
+	}
+	for _, p := range proxies {
+		pre, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return out, fmt.Errorf("--trusted-proxy %q: want an address or a CIDR such as 10.0.0.0/8", p)
+			}
+			pre = netip.PrefixFrom(a, a.BitLen())
+		}
+		out.TrustedProxies = append(out.TrustedProxies, pre.Masked())
+	}
+	return out, nil
 }

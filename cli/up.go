@@ -94,6 +94,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	var (
 		spotFlags                        spotServerFlags
 		tlsFlags                         tlsServerFlags
+		limits                           limitFlags
 		dir, listen, fleetFile, logLevel string
 		runtimeMode, db                  string
 		noNVML                           bool
@@ -140,6 +141,9 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 				db = "sqlite://" + filepath.Join(dir, "gpucloud.db")
 			}
 			cfg := serve.Config{DB: db, Listen: listen, Log: log, TLS: tlsFlags.config()}
+			if err := limits.apply(cmd, &cfg); err != nil {
+				return err
+			}
 			if err := spotFlags.apply(cmd, &cfg); err != nil {
 				return err
 			}
@@ -299,6 +303,7 @@ func newUpCommand(stderr io.Writer) *cobra.Command {
 	tlsFlags.register(cmd, false)
 	f := cmd.Flags()
 	spotFlags.register(cmd)
+	limits.register(cmd)
 	f.StringVar(&dir, "data-dir", dataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
