@@ -30,7 +30,10 @@ type OfferingAvailability struct {
 // group it would join, named within the dry run (Group, empty for none)
 // with its strategy.
 type DryRunRequest struct {
-	ID       string
+	ID string
+	// Tenant is whose instance it would be: one GPU's shares belong to
+	// one tenant.
+	Tenant   string
 	Offering string
 	Zones    []string
 	Labels   []string

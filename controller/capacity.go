@@ -137,7 +137,7 @@ func (s *Scheduler) DryRun(reqs []cloud.DryRunRequest) (out []cloud.DryRunResult
 			out = append(out, res)
 			continue
 		}
-		req, err := RequestFor(&cloud.Instance{ID: r.ID, Zones: r.Zones, Labels: r.Labels}, o)
+		req, err := RequestFor(&cloud.Instance{ID: r.ID, TenantID: r.Tenant, Zones: r.Zones, Labels: r.Labels}, o)
 		if err != nil {
 			res.Reason = err.Error()
 			out = append(out, res)

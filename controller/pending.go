@@ -25,6 +25,7 @@ const (
 	PendingMIGProfile     = "mig_profile"
 	PendingMIGSlot        = "mig_slot"
 	PendingShare          = "gpu_share"
+	PendingShareTenant    = "gpu_share_tenant"
 	PendingPlacementGroup = "placement_group"
 	PendingSpotPrice      = "spot_price"
 	PendingNoHosts        = "no_hosts"
@@ -33,20 +34,21 @@ const (
 
 // pendingOf names the placement engine's reasons.
 var pendingOf = map[placement.Reason]string{
-	placement.ReasonState:     PendingHostState,
-	placement.ReasonMetalHeld: PendingMetalHeld,
-	placement.ReasonZone:      PendingZone,
-	placement.ReasonLabels:    PendingLabels,
-	placement.ReasonModel:     PendingModel,
-	placement.ReasonNotEmpty:  PendingNotEmpty,
-	placement.ReasonCPU:       PendingCPU,
-	placement.ReasonMemory:    PendingMemory,
-	placement.ReasonGPUs:      PendingGPUs,
-	placement.ReasonNVLink:    PendingNVLink,
-	placement.ReasonNoMIG:     PendingMIGProfile,
-	placement.ReasonMIGSlot:   PendingMIGSlot,
-	placement.ReasonShare:     PendingShare,
-	placement.ReasonGroup:     PendingPlacementGroup,
+	placement.ReasonState:       PendingHostState,
+	placement.ReasonMetalHeld:   PendingMetalHeld,
+	placement.ReasonZone:        PendingZone,
+	placement.ReasonLabels:      PendingLabels,
+	placement.ReasonModel:       PendingModel,
+	placement.ReasonNotEmpty:    PendingNotEmpty,
+	placement.ReasonCPU:         PendingCPU,
+	placement.ReasonMemory:      PendingMemory,
+	placement.ReasonGPUs:        PendingGPUs,
+	placement.ReasonNVLink:      PendingNVLink,
+	placement.ReasonNoMIG:       PendingMIGProfile,
+	placement.ReasonMIGSlot:     PendingMIGSlot,
+	placement.ReasonShare:       PendingShare,
+	placement.ReasonShareTenant: PendingShareTenant,
+	placement.ReasonGroup:       PendingPlacementGroup,
 }
 
 // PendingReasons lists every reason PendingByReason may count under, in
@@ -54,7 +56,7 @@ var pendingOf = map[placement.Reason]string{
 func PendingReasons() []string {
 	return []string{PendingHostState, PendingMetalHeld, PendingZone, PendingLabels, PendingModel, PendingNotEmpty,
 		PendingCPU, PendingMemory, PendingGPUs, PendingNVLink, PendingMIGProfile, PendingMIGSlot, PendingShare,
-		PendingPlacementGroup, PendingSpotPrice, PendingNoHosts, PendingOther}
+		PendingShareTenant, PendingPlacementGroup, PendingSpotPrice, PendingNoHosts, PendingOther}
 }
 
 // pendingReason sums up why the engine could not place req (err is what

@@ -8,10 +8,15 @@ import (
 
 // RequestFor turns an instance and its offering into a placement request.
 // A bare-metal offering asks for no CPU or memory of its own: the host's
-// are all taken.
+// are all taken. The request carries the instance's tenant, which the
+// placement records: a GPU share goes only on a GPU whose shares are the
+// same tenant's (one CUDA MPS server per GPU); other modes ignore it. An
+// instance without a tenant (an availability probe) shares only with
+// others without one.
 func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, error) {
 	r := &placement.Request{
 		ID:        in.ID,
+		Tenant:    in.TenantID,
 		Mode:      o.Mode,
 		GPUs:      o.GPUs,
 		CPUMilli:  int64(o.VCPUs) * 1000,

@@ -67,7 +67,10 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 		}
 		c := want[id]
 		o, _ := s.Catalog.Offering(c.Offering)
-		req, err := RequestFor(&cloud.Instance{ID: id, Zones: []string{c.Zone}}, o)
+		// The placeholder holds room for the commitment's tenant: a
+		// shared offering's placeholder takes a GPU only that tenant's
+		// shares may join.
+		req, err := RequestFor(&cloud.Instance{ID: id, TenantID: c.TenantID, Zones: []string{c.Zone}}, o)
 		if err != nil {
 			return err
 		}

@@ -225,6 +225,9 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 			p := *in.Placement
 			p.ID = in.ID
 			p.Preemptible = in.Market == cloud.MarketSpot
+			// Placements stored before they recorded their tenant get it
+			// here: the shares of one GPU belong to one tenant.
+			p.Tenant = in.TenantID
 			// The instance that switched a GPU into MIG mode may be gone
 			// while others remain on it; whichever comes first now
 			// switches the mode again.
@@ -236,7 +239,21 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 					}
 				}
 			}
-			if err := f.Apply(&p); err != nil {
+			err := f.Apply(&p)
+			if err != nil && shareTenantOf(f, &p) != "" {
+				// Shares stored before one GPU's shares belonged to one
+				// tenant: the GPU keeps them all, under its first tenant,
+				// so that none of its capacity is handed out twice; no
+				// other tenant joins it until they end.
+				legacy := p
+				legacy.Tenant = shareTenantOf(f, &p)
+				if lerr := f.Apply(&legacy); lerr == nil {
+					s.Log.Warn("rebuild: a GPU holds shares of several tenants (placed before shares were kept to one tenant); kept until they end",
+						"instance", in.ID, "host", p.HostID, "recorded_as", legacy.Tenant)
+					err = nil
+				}
+			}
+			if err != nil {
 				// A stored allocation that no longer fits is a bug or a
 				// changed host: say so loudly, keep the rest going.
 				s.Log.Error("rebuild: stored allocation does not fit", "instance", in.ID, "host", p.HostID, "err", err)
@@ -450,4 +467,21 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
+}
+
+// shareTenantOf is the tenant that holds the shares of the GPU a share
+// placement p asks for, when another tenant does; "" otherwise.
+func shareTenantOf(f *fleet.Fleet, p *fleet.Placement) string {
+	h := f.Host(p.HostID)
+	if h == nil {
+		return ""
+	}
+	for _, d := range p.Devices {
+		if d.Kind == fleet.Share && d.GPU < len(h.GPUs) {
+			if t := h.GPUs[d.GPU].ShareTenant; h.GPUs[d.GPU].Shares > 0 && t != p.Tenant {
+				return t
+			}
+		}
+	}
+	return ""
 }

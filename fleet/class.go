@@ -14,10 +14,11 @@ var classIDs atomic.Int64
 
 // Class is a set of hosts whose placement-relevant state is identical: the
 // same template (zone, labels, state, capacities, GPU models and NVLink
-// layout) and the same usage of CPU, memory and every GPU. Any request fits
-// every member of a class or none, with the same score, so the engine scores
-// a class once and picks among its members. Classes are immutable once made:
-// a host whose state changes moves to another class.
+// layout) and the same usage of CPU, memory and every GPU (including the
+// tenant whose shares a GPU holds). Any request fits every member of a
+// class or none, with the same score, so the engine scores a class once and
+// picks among its members. Classes are immutable once made: a host whose
+// state changes moves to another class.
 type Class struct {
 	// ID is unique in the process.
 	ID int
@@ -123,11 +124,22 @@ func (f *Fleet) stateKey(h *Host) string {
 		}
 		if g.Shares > 0 {
 			gf |= 4
+			// Only the tenant of a GPU's shares may add one, so GPUs of
+			// different tenants do not take the same requests. Without a
+			// tenant (trace replays) the key stays as it was, not a byte
+			// longer.
+			if g.ShareTenant != "" {
+				gf |= 8
+			}
 		}
 		b = append(b, gf)
 		if g.Shares > 0 {
 			b = binary.AppendUvarint(b, uint64(g.UsedMilli))
 			b = binary.AppendVarint(b, g.UsedMemMiB)
+			if g.ShareTenant != "" {
+				b = binary.AppendUvarint(b, uint64(len(g.ShareTenant)))
+				b = append(b, g.ShareTenant...)
+			}
 		}
 		if g.MIG {
 			// Instances in slot order, so equal layouts give equal keys.

@@ -58,6 +58,11 @@ type Placement struct {
 	CPUMilli  int64    `json:"cpu_milli"`
 	MemoryMiB int64    `json:"memory_mib"`
 	Devices   []Device `json:"devices,omitempty"`
+	// Tenant owns the allocation. The shares of one GPU all belong to one
+	// tenant (see GPU.ShareTenant); an empty Tenant (trace replays, the
+	// simulator, placements stored before tenants were recorded) shares
+	// only with other empty ones.
+	Tenant string `json:"tenant,omitempty"`
 	// Preemptible allocations (spot) may be evicted for others; PriceMicros
 	// is what evicting it gives up, per hour, in micro-units.
 	Preemptible bool  `json:"preemptible,omitempty"`
@@ -137,7 +142,7 @@ func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
 	c.UsedCPUMilli, c.UsedMemoryMiB, c.MetalAlloc, c.Allocs = 0, 0, "", 0
 	for i := range c.GPUs {
 		g := &c.GPUs[i]
-		g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.MIGAuto = "", 0, 0, 0, false
+		g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.ShareTenant, g.MIGAuto = "", 0, 0, 0, "", false
 		// Instances that exist on the hardware without an allocation are
 		// kept: they hold their slots until the operator removes them.
 		kept := g.Instances[:0]
@@ -229,7 +234,9 @@ func (f *Fleet) SetState(id string, s HostState) error {
 }
 
 // Apply commits a placement. It checks that everything the placement takes
-// is free and changes nothing when it returns an error.
+// is free, and that a share goes only on a GPU without shares or with
+// shares of the placement's tenant, and changes nothing when it returns an
+// error.
 func (f *Fleet) Apply(p *Placement) error {
 	if p.ID == "" {
 		return fmt.Errorf("apply: placement has no id")
@@ -259,6 +266,7 @@ func (f *Fleet) Apply(p *Placement) error {
 			g.UsedMilli += d.Milli
 			g.UsedMemMiB += d.MemoryMiB
 			g.Shares++
+			g.ShareTenant = p.Tenant
 		case MIGSlice:
 			if d.EnableMIG && !g.MIG {
 				g.MIG, g.MIGAuto = true, true
@@ -311,6 +319,9 @@ func check(h *Host, p *Placement) error {
 		case Share:
 			if g.WholeAlloc != "" || g.MIG {
 				return fmt.Errorf("gpu %d cannot be shared", d.GPU)
+			}
+			if g.Shares > 0 && g.ShareTenant != p.Tenant {
+				return fmt.Errorf("gpu %d: its shares belong to tenant %q, not %q", d.GPU, g.ShareTenant, p.Tenant)
 			}
 			if d.Milli <= 0 || d.Milli >= MilliPerGPU && d.Milli != MilliPerGPU || d.MemoryMiB < 0 {
 				return fmt.Errorf("gpu %d: bad share %d milli %d MiB", d.GPU, d.Milli, d.MemoryMiB)
@@ -393,6 +404,9 @@ func unapply(h *Host, p *Placement) {
 			g.UsedMilli -= d.Milli
 			g.UsedMemMiB -= d.MemoryMiB
 			g.Shares--
+			if g.Shares == 0 {
+				g.ShareTenant = ""
+			}
 		case MIGSlice:
 			for i, in := range g.Instances {
 				if in.Alloc == p.ID && in.Start == d.MIGStart {
@@ -505,8 +519,9 @@ func (f *Fleet) Clone() *Fleet {
 }
 
 // Check verifies the fleet's invariants from scratch: every usage counter
-// equals the sum of the allocations, nothing is double-allocated, and MIG
-// layouts are valid. Tests call it after every step.
+// equals the sum of the allocations, nothing is double-allocated, the shares
+// of a GPU belong to one tenant (its ShareTenant), and MIG layouts are
+// valid. Tests call it after every step.
 func (f *Fleet) Check() error {
 	type usage struct {
 		cpu, mem int64
@@ -516,10 +531,15 @@ func (f *Fleet) Check() error {
 		milli    map[int]int
 		gmem     map[int]int64
 		shares   map[int]int
+		// tenant is the tenant of the first share seen per GPU, and
+		// tenantOf the share that was.
+		tenant   map[int]string
+		tenantOf map[int]string
 	}
 	use := map[string]*usage{}
 	for _, h := range f.Hosts {
-		use[h.ID] = &usage{whole: map[int]string{}, milli: map[int]int{}, gmem: map[int]int64{}, shares: map[int]int{}}
+		use[h.ID] = &usage{whole: map[int]string{}, milli: map[int]int{}, gmem: map[int]int64{}, shares: map[int]int{},
+			tenant: map[int]string{}, tenantOf: map[int]string{}}
 	}
 	for id, p := range f.allocs {
 		u := use[p.HostID]
@@ -540,6 +560,11 @@ func (f *Fleet) Check() error {
 				}
 				u.whole[d.GPU] = id
 			case Share:
+				if first, ok := u.tenantOf[d.GPU]; !ok {
+					u.tenant[d.GPU], u.tenantOf[d.GPU] = p.Tenant, id
+				} else if u.tenant[d.GPU] != p.Tenant {
+					return fmt.Errorf("host %s gpu %d: shares of tenants %q (%s) and %q (%s)", p.HostID, d.GPU, u.tenant[d.GPU], first, p.Tenant, id)
+				}
 				u.milli[d.GPU] += d.Milli
 				u.gmem[d.GPU] += d.MemoryMiB
 				u.shares[d.GPU]++
@@ -582,6 +607,9 @@ func (f *Fleet) Check() error {
 			}
 			if g.UsedMilli != u.milli[i] || g.UsedMemMiB != u.gmem[i] || g.Shares != u.shares[i] {
 				return fmt.Errorf("host %s gpu %d: share counters disagree", h.ID, i)
+			}
+			if g.ShareTenant != u.tenant[i] {
+				return fmt.Errorf("host %s gpu %d: share tenant %q, allocations say %q", h.ID, i, g.ShareTenant, u.tenant[i])
 			}
 			if g.UsedMilli > MilliPerGPU || (g.MemoryMiB > 0 && g.UsedMemMiB > g.MemoryMiB) {
 				return fmt.Errorf("host %s gpu %d: overcommitted share", h.ID, i)

@@ -72,6 +72,11 @@ type GPU struct {
 	UsedMemMiB int64 `json:"used_mem_mib,omitempty"`
 	// Shares counts the shared allocations on the GPU.
 	Shares int `json:"shares,omitempty"`
+	// ShareTenant is the tenant whose shares the GPU holds ("" when it
+	// holds none, or only shares without a tenant). Shares of one GPU run
+	// under one CUDA MPS server and see one /dev/shm, so they always belong
+	// to one tenant: Apply refuses a share of another.
+	ShareTenant string `json:"share_tenant,omitempty"`
 	// Instances are the MIG instances placed on the GPU.
 	Instances []MIGInstance `json:"instances,omitempty"`
 }

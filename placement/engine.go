@@ -213,6 +213,12 @@ func (e *Engine) shapeOf(req *Request) *shape {
 		b = append(b, l.String()...)
 		b = append(b, 0)
 	}
+	if req.Mode == catalog.ModeShared {
+		// Only shares depend on the tenant (which GPUs they may join);
+		// other modes keep one shape, and one cache, for all tenants.
+		b = append(b, 0)
+		b = append(b, req.Tenant...)
+	}
 	e.keyBuf = b
 	if id, ok := e.shapes[string(b)]; ok {
 		return e.byID[id]
@@ -222,6 +228,9 @@ func (e *Engine) shapeOf(req *Request) *shape {
 	}
 	s := &shape{id: len(e.byID), req: *req, profiles: map[string]*catalog.MIGProfile{}}
 	s.req.Group = nil
+	if req.Mode != catalog.ModeShared {
+		s.req.Tenant = "" // not part of the shape: Place sets it per request
+	}
 	s.req.Labels = append([]LabelSelector(nil), req.Labels...)
 	if len(req.Models) > 0 {
 		s.models = map[string]bool{}
@@ -337,7 +346,7 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 		return nil, &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
 	}
 	p := e.build(host, s, bestMemo)
-	p.ID, p.Preemptible, p.PriceMicros = req.ID, req.Preemptible, req.PriceMicros
+	p.ID, p.Tenant, p.Preemptible, p.PriceMicros = req.ID, req.Tenant, req.Preemptible, req.PriceMicros
 	return p, nil
 }
 

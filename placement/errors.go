@@ -29,6 +29,7 @@ const (
 	ReasonNoMIG
 	ReasonMIGSlot
 	ReasonShare
+	ReasonShareTenant
 	ReasonGroup
 	numReasons
 )
@@ -72,6 +73,8 @@ func (r Reason) Describe(req *Request) string {
 		return "no free MIG " + shortProfile(req.MIGProfile) + " slot"
 	case ReasonShare:
 		return fmt.Sprintf("no GPU with %d milli and %d MiB free", req.ShareMilli, req.ShareMemoryMiB)
+	case ReasonShareTenant:
+		return "GPU shared by another tenant"
 	case ReasonGroup:
 		return "placement group " + req.Group.Name + " (" + string(req.Group.Strategy) + ")"
 	}

@@ -245,11 +245,18 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 		}
 	case catalog.ModeShared:
 		var seen [][2]int64
+		otherTenant := false
 	shareLoop:
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
 			if !allowed(g) || g.WholeAlloc != "" || g.MIG || g.FreeMilli() < req.ShareMilli ||
 				g.MemoryMiB > 0 && g.MemoryMiB-g.UsedMemMiB < req.ShareMemoryMiB {
+				continue
+			}
+			if g.Shares > 0 && g.ShareTenant != req.Tenant {
+				// Room enough, but another tenant's MPS server: the
+				// shares of one GPU belong to one tenant.
+				otherTenant = true
 				continue
 			}
 			k := [2]int64{int64(g.UsedMilli), g.UsedMemMiB}
@@ -262,6 +269,9 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 			try(uint64(i), 0)
 		}
 		if !found {
+			if otherTenant {
+				return fail(ReasonShareTenant)
+			}
 			return fail(ReasonShare)
 		}
 	case catalog.ModeMIG:

@@ -119,8 +119,8 @@ func dumpFleet(f *fleet.Fleet) string {
 		for _, g := range h.GPUs {
 			in := append([]fleet.MIGInstance(nil), g.Instances...)
 			sort.Slice(in, func(i, j int) bool { return in[i].Start < in[j].Start })
-			fmt.Fprintf(&b, "  %d %s %s %d %d %v %v %q %d %d %d %+v\n", g.Index, g.UUID, g.Model, g.MemoryMiB,
-				g.Island, g.MIG, g.MIGAuto, g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, in)
+			fmt.Fprintf(&b, "  %d %s %s %d %d %v %v %q %d %d %d %q %+v\n", g.Index, g.UUID, g.Model, g.MemoryMiB,
+				g.Island, g.MIG, g.MIGAuto, g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.ShareTenant, in)
 		}
 	}
 	for _, p := range f.Allocations() {

@@ -35,11 +35,12 @@ const maxExactVictims = 12
 // request that is not preemptible may evict, and only allocations marked
 // Preemptible (spot is the lowest priority, so a preemptible request evicts
 // nothing). Hosts are considered only where req fails for capacity (CPU,
-// memory, GPUs, NVLink, MIG slots, shares, bare metal), never for zone,
-// model, labels, state or placement group. On each host the victim set is
-// minimal: fewest victims, then lowest price, and no victim without which
-// req would still fit. Across hosts the plan with the fewest victims wins,
-// then the lowest total price, then the lowest host ID.
+// memory, GPUs, NVLink, MIG slots, shares, bare metal, or GPUs whose shares
+// are another tenant's, which a share fits once all of them go), never for
+// zone, model, labels, state or placement group. On each host the victim
+// set is minimal: fewest victims, then lowest price, and no victim without
+// which req would still fit. Across hosts the plan with the fewest victims
+// wins, then the lowest total price, then the lowest host ID.
 //
 // PlanPreemption returns the error of Place (an *InsufficientCapacityError)
 // when no set of evictions would make req fit, and a *RequestError for an
@@ -114,7 +115,7 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 func capacityReason(r Reason) bool {
 	switch r {
 	case ReasonMetalHeld, ReasonNotEmpty, ReasonCPU, ReasonMemory, ReasonGPUs,
-		ReasonNVLink, ReasonMIGSlot, ReasonShare:
+		ReasonNVLink, ReasonMIGSlot, ReasonShare, ReasonShareTenant:
 		return true
 	}
 	return false

@@ -101,6 +101,9 @@ func randomRequest(r *rand.Rand, id string, f *fleet.Fleet) *Request {
 		req.Models = pick("L40S", "T4", "H100")
 		req.CPUMilli /= 4
 		req.MemoryMiB /= 4
+		// A few tenants, and none (as in trace replays): a GPU's shares
+		// belong to one.
+		req.Tenant = []string{"", "tenant-a", "tenant-b", "tenant-c"}[r.Intn(4)]
 	default:
 		req.Mode = catalog.ModeCPU
 	}
@@ -159,7 +162,7 @@ func checkPlacement(t *testing.T, f *fleet.Fleet, req *Request, p *fleet.Placeme
 			fail("label %s on %v", l, h.Labels)
 		}
 	}
-	if p.ID != req.ID || p.Preemptible != req.Preemptible || p.PriceMicros != req.PriceMicros {
+	if p.ID != req.ID || p.Tenant != req.Tenant || p.Preemptible != req.Preemptible || p.PriceMicros != req.PriceMicros {
 		fail("request fields not carried")
 	}
 	var models []string
@@ -221,6 +224,9 @@ func checkPlacement(t *testing.T, f *fleet.Fleet, req *Request, p *fleet.Placeme
 		g := h.GPUs[p.Devices[0].GPU]
 		if g.UsedMilli+req.ShareMilli > 1000 || g.UsedMemMiB+req.ShareMemoryMiB > g.MemoryMiB {
 			fail("share overcommits the GPU")
+		}
+		if g.Shares > 0 && g.ShareTenant != req.Tenant {
+			fail("share of tenant %q on a GPU shared by tenant %q", req.Tenant, g.ShareTenant)
 		}
 	case catalog.ModeMIG:
 		if len(p.Devices) != 1 || p.Devices[0].Kind != fleet.MIGSlice {

@@ -42,6 +42,14 @@ type Request struct {
 	// group.
 	Group *Group
 
+	// Tenant owns the allocation. A ModeShared request goes only on a GPU
+	// without shares or with shares of the same tenant (fleet.GPU's
+	// ShareTenant): the shares of one GPU share a CUDA MPS server and its
+	// /dev/shm. Empty is a tenant of its own, which shares only with other
+	// empty ones (trace replays, the simulator). Other modes record it in
+	// the placement and ignore it.
+	Tenant string
+
 	// Preemptible marks spot allocations, which may be evicted for others;
 	// PriceMicros is their price per hour, used to pick cheap victims.
 	Preemptible bool

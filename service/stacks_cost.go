@@ -173,7 +173,7 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
 // a group's desired members.
-func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord) *StackFit {
+func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord, tenant string) *StackFit {
 	fit := &StackFit{}
 	if s.opts.DryRun == nil {
 		return fit
@@ -199,7 +199,7 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord)
 		switch c.Type {
 		case stack.TypeInstance:
 			g, strategy, byRack := groupOf(c)
-			reqs = append(reqs, cloud.DryRunRequest{ID: c.Address, Offering: propString(props, "offering"),
+			reqs = append(reqs, cloud.DryRunRequest{Tenant: tenant, ID: c.Address, Offering: propString(props, "offering"),
 				Zones: propStrings(props, "zones"), Labels: propStrings(props, "labels"), Group: g, Strategy: strategy, ByRack: byRack})
 		case stack.TypeSpotRequest:
 			pools, _ := props["pools"].([]any)
@@ -209,7 +209,7 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord)
 				if z := propString(pm, "zone"); z != "" {
 					zones = []string{z}
 				}
-				reqs = append(reqs, cloud.DryRunRequest{ID: c.Address, Offering: propString(pm, "offering"), Zones: zones})
+				reqs = append(reqs, cloud.DryRunRequest{Tenant: tenant, ID: c.Address, Offering: propString(pm, "offering"), Zones: zones})
 			}
 		case stack.TypeGroup:
 			tmpl := propMap(props, "template")
@@ -220,7 +220,7 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord)
 			}
 			for i := range n {
 				if len(offs) > 0 {
-					reqs = append(reqs, cloud.DryRunRequest{ID: fmt.Sprintf("%s/%d", c.Address, i), Offering: offs[0],
+					reqs = append(reqs, cloud.DryRunRequest{Tenant: tenant, ID: fmt.Sprintf("%s/%d", c.Address, i), Offering: offs[0],
 						Zones: propStrings(tmpl, "zones"), Labels: propStrings(tmpl, "labels")})
 				}
 			}

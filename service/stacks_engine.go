@@ -233,7 +233,7 @@ func (s *Stacks) plan(ctx context.Context, a Actor, req StackRequest) (*StackPla
 	if out.Cost, err = s.stackCost(ctx, b, p, rec); err != nil {
 		return nil, err
 	}
-	out.Fit = s.stackFit(b, p, rec)
+	out.Fit = s.stackFit(b, p, rec, tenant)
 	if outs, err := b.OutputsPartial(rec.State.Attrs()); err == nil {
 		out.Outputs = outs
 	}

@@ -574,7 +574,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	if gpu, ok, err := r.mpsGPU(s); err != nil {
 		return nil, err
 	} else if ok {
-		pipe, err := r.mps.acquire(ctx, gpu, s.InstanceID)
+		pipe, shm, err := r.mps.acquire(ctx, gpu, s.InstanceID)
 		if err != nil {
 			return nil, err
 		}
@@ -588,6 +588,11 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		// and the server made there, and CUDA_MPS_PIPE_DIRECTORY.
 		lay.binds = append(lay.binds, [2]string{pipe, pipe})
 		lay.mpsPipe = pipe
+		if shm != "" {
+			// The daemon's /dev/shm, in place of the container's own.
+			lay.binds = append(lay.binds, [2]string{shm, "/dev/shm"})
+			lay.mpsShm = shm
+		}
 	}
 	// An earlier container of the same ID that this runtime does not know
 	// (a crash between create and record) is in the way: remove it.

@@ -92,6 +92,14 @@ type mpsManager struct {
 	// clients' user, and makes its sockets in the pipe directory.
 	uid, gid int
 	log      *slog.Logger
+	// shm starts each daemon in a mount namespace of its own whose
+	// /dev/shm is the GPU's shm directory, which the GPU's share
+	// containers mount at /dev/shm too: MPS clients and their server meet
+	// there as well as in the pipe directory, as NVIDIA's container
+	// deployments arrange. The scheduler keeps one GPU's shares to one
+	// tenant, so the directory is never shared across tenants. It needs
+	// root (unshare, mount); the manager's tests without root turn it off.
+	shm bool
 
 	mu sync.Mutex
 	// users are the instances using each GPU's daemon, by GPU UUID.
@@ -99,12 +107,13 @@ type mpsManager struct {
 }
 
 func newMPSManager(control, dir string, uid, gid int, log *slog.Logger) *mpsManager {
-	return &mpsManager{control: control, dir: dir, uid: uid, gid: gid, log: log, users: map[string]map[string]bool{}}
+	return &mpsManager{control: control, dir: dir, uid: uid, gid: gid, log: log, shm: true, users: map[string]map[string]bool{}}
 }
 
 func (m *mpsManager) gpuDir(gpu string) string  { return filepath.Join(m.dir, gpu) }
 func (m *mpsManager) pipeDir(gpu string) string { return filepath.Join(m.dir, gpu, "pipe") }
 func (m *mpsManager) logDir(gpu string) string  { return filepath.Join(m.dir, gpu, "log") }
+func (m *mpsManager) shmDir(gpu string) string  { return filepath.Join(m.dir, gpu, "shm") }
 
 // checkGPU checks that a GPU UUID is safe as a directory name.
 func checkGPU(gpu string) error {
@@ -116,25 +125,29 @@ func checkGPU(gpu string) error {
 
 // acquire makes sure the control daemon of a GPU runs, starting it when
 // none does, and counts the instance as one of its clients. It returns
-// the pipe directory the instance's container mounts. It is idempotent
-// per GPU and instance.
-func (m *mpsManager) acquire(ctx context.Context, gpu, instance string) (string, error) {
+// the pipe directory the instance's container mounts at the same path,
+// and the shm directory it mounts at /dev/shm ("" when the daemon has no
+// shm directory of its own). It is idempotent per GPU and instance.
+func (m *mpsManager) acquire(ctx context.Context, gpu, instance string) (pipe, shm string, err error) {
 	if err := checkGPU(gpu); err != nil {
-		return "", err
+		return "", "", err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	pipe := m.pipeDir(gpu)
+	pipe = m.pipeDir(gpu)
 	if !m.running(gpu) {
 		if err := m.start(ctx, gpu); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
 	if m.users[gpu] == nil {
 		m.users[gpu] = map[string]bool{}
 	}
 	m.users[gpu][instance] = true
-	return pipe, nil
+	if fi, err := os.Stat(m.shmDir(gpu)); err == nil && fi.IsDir() {
+		shm = m.shmDir(gpu)
+	}
+	return pipe, shm, nil
 }
 
 // release forgets an instance as a client of a GPU's daemon; once the
@@ -290,7 +303,7 @@ func (m *mpsManager) start(ctx context.Context, gpu string) error {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{m.dir, 0o711}, {m.gpuDir(gpu), 0o711}, {pipe, 0o700}, {logs, 0o700}} {
+	}{{m.dir, 0o711}, {m.gpuDir(gpu), 0o711}, {pipe, 0o700}, {logs, 0o700}, {m.shmDir(gpu), 0o700}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return fmt.Errorf("GPU %s: MPS directories: %w", gpu, err)
 		}
@@ -298,12 +311,27 @@ func (m *mpsManager) start(ctx context.Context, gpu string) error {
 			return fmt.Errorf("GPU %s: MPS directories: %w", gpu, err)
 		}
 	}
-	if err := os.Chown(pipe, m.uid, m.gid); err != nil {
-		return fmt.Errorf("GPU %s: MPS pipe directory: %w", gpu, err)
+	for _, d := range []string{pipe, m.shmDir(gpu)} {
+		if err := os.Chown(d, m.uid, m.gid); err != nil {
+			return fmt.Errorf("GPU %s: MPS directory: %w", gpu, err)
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, mpsTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(sctx, prog, "-d")
+	if m.shm {
+		// The daemon, and the servers it forks, see the GPU's shm
+		// directory as /dev/shm, in a mount namespace of their own.
+		unshare, err := systemProgram("unshare")
+		mount, merr := systemProgram("mount")
+		if err = errors.Join(err, merr); err != nil {
+			_ = os.RemoveAll(m.gpuDir(gpu))
+			return fmt.Errorf("%w: GPU %s: unshare and mount (Debian packages util-linux and mount) are needed to give the MPS daemon its own /dev/shm: %v",
+				ErrMPSUnavailable, gpu, err)
+		}
+		cmd = exec.CommandContext(sctx, unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+			`"$2" --bind "$0" /dev/shm && exec "$1" -d`, m.shmDir(gpu), prog, mount)
+	}
 	cmd.Env = m.daemonEnv(gpu)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -326,6 +354,22 @@ func (m *mpsManager) start(ctx context.Context, gpu string) error {
 	}
 	m.log.Info("containerd runtime: MPS control daemon started", "gpu", gpu, "pipe", pipe)
 	return nil
+}
+
+// systemProgram finds one of util-linux's programs (unshare, mount): in
+// PATH, else where Debian puts them (an agent's service environment may
+// have a short PATH).
+func systemProgram(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, c := range []string{"/usr/bin/" + name, "/bin/" + name} {
+		if fi, serr := os.Stat(c); serr == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", err
 }
 
 // stop quits the GPU's daemon (echo quit | nvidia-cuda-mps-control, with

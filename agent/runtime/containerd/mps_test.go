@@ -24,6 +24,9 @@ calls=%q
 if [ "$1" = "-d" ]; then
 	echo "start visible=$CUDA_VISIBLE_DEVICES pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY" >> "$calls"
 	[ -d "$CUDA_MPS_PIPE_DIRECTORY" ] && [ -d "$CUDA_MPS_LOG_DIRECTORY" ] || { echo "no directories" >&2; exit 1; }
+	# What the daemon writes in its /dev/shm (the GPU's shm directory
+	# when the manager gives it one).
+	echo daemon > /dev/shm/gpucloud-mps-test-$$ 2>/dev/null && echo "$$" > "$CUDA_MPS_PIPE_DIRECTORY/shm-marker"
 	sleep 600 </dev/null >/dev/null 2>&1 &
 	echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
 	exit 0
@@ -69,7 +72,11 @@ func newMPSFixture(t *testing.T) *mpsFixture {
 }
 
 func (f *mpsFixture) manager() *mpsManager {
-	return newMPSManager(f.control, f.dir, os.Getuid(), os.Getgid(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := newMPSManager(f.control, f.dir, os.Getuid(), os.Getgid(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The daemon's own /dev/shm needs root (unshare, mount); CI runs as
+	// root, so the tests cover it there.
+	m.shm = os.Geteuid() == 0
+	return m
 }
 
 // log returns the recorded calls.
@@ -161,12 +168,15 @@ func TestMPSManager(t *testing.T) {
 			for _, s := range tt.steps {
 				switch {
 				case s.acquire:
-					pipe, err := m.acquire(t.Context(), s.gpu, s.id)
+					pipe, shm, err := m.acquire(t.Context(), s.gpu, s.id)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if want := filepath.Join(f.dir, s.gpu, "pipe"); pipe != want {
 						t.Fatalf("pipe directory %s, want %s", pipe, want)
+					}
+					if want := filepath.Join(f.dir, s.gpu, "shm"); shm != want {
+						t.Fatalf("shm directory %q, want %s", shm, want)
 					}
 				case s.release:
 					if err := m.release(s.gpu, s.id); err != nil {
@@ -206,7 +216,7 @@ func TestMPSManager(t *testing.T) {
 func TestMPSDirectories(t *testing.T) {
 	f := newMPSFixture(t)
 	m := f.manager()
-	if _, err := m.acquire(t.Context(), "GPU-a", "i-1"); err != nil {
+	if _, _, err := m.acquire(t.Context(), "GPU-a", "i-1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []struct {
@@ -215,6 +225,7 @@ func TestMPSDirectories(t *testing.T) {
 	}{
 		{f.dir, 0o711}, {filepath.Join(f.dir, "GPU-a"), 0o711},
 		{filepath.Join(f.dir, "GPU-a", "pipe"), 0o700}, {filepath.Join(f.dir, "GPU-a", "log"), 0o700},
+		{filepath.Join(f.dir, "GPU-a", "shm"), 0o700},
 	} {
 		fi, err := os.Stat(d.path)
 		if err != nil {
@@ -262,7 +273,7 @@ func TestMPSErrors(t *testing.T) {
 			if tt.dir != nil {
 				m.dir = tt.dir(f)
 			}
-			_, err := m.acquire(t.Context(), tt.gpu, "i-1")
+			_, _, err := m.acquire(t.Context(), tt.gpu, "i-1")
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("acquire = %v, want %v mentioning %q", err, tt.want, tt.wantMsg)
 			}
@@ -283,7 +294,7 @@ func TestMPSQuitIgnored(t *testing.T) {
 	}
 	f := newMPSFixture(t)
 	m := f.manager()
-	if _, err := m.acquire(t.Context(), "GPU-a", "i-1"); err != nil {
+	if _, _, err := m.acquire(t.Context(), "GPU-a", "i-1"); err != nil {
 		t.Fatal(err)
 	}
 	stubborn := filepath.Join(filepath.Dir(f.calls), "stubborn")
@@ -333,15 +344,19 @@ func TestMPSContainer(t *testing.T) {
 	}
 	waitLog(t, rt, long.InstanceID, "ready")
 	probe := share(t, `echo "pipe=$CUDA_MPS_PIPE_DIRECTORY threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE mem=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"; `+
-		`test -f "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" && echo mounted; touch "$CUDA_MPS_PIPE_DIRECTORY/client" && echo writable`)
+		`test -f "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" && echo mounted; touch "$CUDA_MPS_PIPE_DIRECTORY/client" && echo writable; `+
+		`ls /dev/shm | grep -q gpucloud-mps-test- && echo "shared shm"; touch /dev/shm/from-client && echo "shm writable"`)
 	st, out := run(t, rt, probe)
 	if st.ExitCode != 0 {
 		t.Fatalf("probe exited %d: %q", st.ExitCode, out)
 	}
-	for _, want := range []string{"pipe=" + pipe + " threads=50 mem=0=1024M", "mounted", "writable"} {
+	for _, want := range []string{"pipe=" + pipe + " threads=50 mem=0=1024M", "mounted", "writable", "shared shm", "shm writable"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output %q lacks %q", out, want)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, gpu, "shm", "from-client")); err != nil {
+		t.Errorf("the client's /dev/shm is not the daemon's: %v", err)
 	}
 	if got, want := f.log(t), []string{f.started(gpu)}; !slices.Equal(got, want) {
 		t.Fatalf("with two shares: calls %q, want %q", got, want)
@@ -382,5 +397,38 @@ func TestMPSSimulatedHost(t *testing.T) {
 	}
 	if calls := f.log(t); len(calls) != 0 {
 		t.Fatalf("the control program ran: %q", calls)
+	}
+}
+
+// TestMPSDaemonShm: the daemon runs with the GPU's shm directory as its
+// /dev/shm (in a mount namespace of its own): what it writes there is in
+// that directory, and nothing of it reaches the host's /dev/shm.
+func TestMPSDaemonShm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("this test must run in CI: it needs root (unshare, mount)")
+		}
+		t.Skip("the daemon's own /dev/shm needs root")
+	}
+	f := newMPSFixture(t)
+	m := f.manager()
+	_, shm, err := m.acquire(t.Context(), "GPU-a", "i-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, "GPU-a", "pipe", "shm-marker"))
+	if err != nil {
+		t.Fatalf("the fake daemon could not write its /dev/shm: %v", err)
+	}
+	marker := "gpucloud-mps-test-" + strings.TrimSpace(string(b))
+	if _, err := os.Stat(filepath.Join(shm, marker)); err != nil {
+		t.Errorf("the daemon's /dev/shm is not the GPU's shm directory %s: %v", shm, err)
+	}
+	if _, err := os.Stat(filepath.Join("/dev/shm", marker)); !errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(filepath.Join("/dev/shm", marker))
+		t.Errorf("the daemon wrote the host's /dev/shm: %v", err)
+	}
+	if err := m.release("GPU-a", "i-1"); err != nil {
+		t.Fatal(err)
 	}
 }

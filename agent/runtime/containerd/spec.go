@@ -38,6 +38,9 @@ type mounts struct {
 	// mpsPipe is the pipe directory of the MPS daemon of a share's GPU,
 	// mounted at the same path; empty without one.
 	mpsPipe string
+	// mpsShm is that daemon's shm directory, mounted at /dev/shm instead
+	// of the container's own tmpfs; empty without one.
+	mpsShm string
 }
 
 // layout places the working directory and volumes: each volume at
@@ -115,6 +118,17 @@ func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oc
 		},
 		oci.WithHostname(hostname),
 		oci.WithMounts(ms),
+		func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+			if m.mpsShm == "" {
+				return nil
+			}
+			// The default spec's /dev/shm tmpfs gives way to the MPS
+			// daemon's shm directory (a bind in ms).
+			sp.Mounts = slices.DeleteFunc(sp.Mounts, func(mt specs.Mount) bool {
+				return mt.Destination == "/dev/shm" && mt.Type != "bind"
+			})
+			return nil
+		},
 		oci.WithUIDGID(r.uid, r.gid),
 		oci.WithNoNewPrivileges,
 		oci.WithCgroup(cgroup),
