@@ -240,18 +240,8 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 				}
 			}
 			err := f.Apply(&p)
-			if err != nil && shareTenantOf(f, &p) != "" {
-				// Shares stored before one GPU's shares belonged to one
-				// tenant: the GPU keeps them all, under its first tenant,
-				// so that none of its capacity is handed out twice; no
-				// other tenant joins it until they end.
-				legacy := p
-				legacy.Tenant = shareTenantOf(f, &p)
-				if lerr := f.Apply(&legacy); lerr == nil {
-					s.Log.Warn("rebuild: a GPU holds shares of several tenants (placed before shares were kept to one tenant); kept until they end",
-						"instance", in.ID, "host", p.HostID, "recorded_as", legacy.Tenant)
-					err = nil
-				}
+			if err != nil {
+				err = s.applyLegacyShare(f, &p, in.ID, err)
 			}
 			if err != nil {
 				// A stored allocation that no longer fits is a bug or a
@@ -484,4 +474,24 @@ func shareTenantOf(f *fleet.Fleet, p *fleet.Placement) string {
 		}
 	}
 	return ""
+}
+
+// applyLegacyShare handles a stored share that another tenant's shares on
+// its GPU refuse: shares placed before one GPU's shares belonged to one
+// tenant. The GPU keeps them all, under its first tenant, so that none of
+// its capacity is handed out twice; no other tenant joins it until they
+// end. Any other refusal is answered as is.
+func (s *Scheduler) applyLegacyShare(f *fleet.Fleet, p *fleet.Placement, id string, err error) error {
+	owner := shareTenantOf(f, p)
+	if owner == "" {
+		return err
+	}
+	legacy := *p
+	legacy.Tenant = owner
+	if lerr := f.Apply(&legacy); lerr != nil {
+		return err
+	}
+	s.Log.Warn("rebuild: a GPU holds shares of several tenants (placed before shares were kept to one tenant); kept until they end",
+		"instance", id, "host", p.HostID, "recorded_as", owner)
+	return nil
 }

@@ -336,7 +336,7 @@ func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceIte
 	err := s.tx(txctx, func(tx cloud.Tx) error {
 		out = make([]*cloud.Instance, len(items))
 		// A fresh count for each attempt of the transaction.
-		bctx := withQuotaBatch(txctx)
+		bctx := withCreateBatch(txctx)
 		for i := range items {
 			in, _, err := s.createIn(bctx, tx, a, &items[i].spec, offs[i], items[i].key)
 			if err != nil {

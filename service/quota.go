@@ -132,7 +132,7 @@ func GPULimit(q *cloud.Quota, model string) float64 {
 // those of a tenant whose quota limits nothing lock nothing (a quota set
 // meanwhile applies to the creates after them).
 func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant string, o *catalog.Offering) error {
-	b, _ := ctx.Value(quotaBatchKey{}).(*quotaBatch)
+	b, _ := ctx.Value(createBatchKey{}).(*createBatch)
 	var (
 		q   *cloud.Quota
 		u   Usage
@@ -174,11 +174,12 @@ func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant
 	return nil
 }
 
-// quotaBatch lets the creates of one transaction (Instances.createMany)
-// read the tenant's quota and usage once: each create is checked against
+// createBatch is what the creates of one transaction (Instances.createMany)
+// read once: the tenant's quota and usage (each create is checked against
 // the usage read first plus the creates before it, exactly what a fresh
-// count inside the transaction would say.
-type quotaBatch struct {
+// count inside the transaction would say) and the placement groups found
+// live (checkedPlacementGroup).
+type createBatch struct {
 	tenant string
 	loaded bool
 	quota  *cloud.Quota
@@ -187,11 +188,11 @@ type quotaBatch struct {
 	groups map[string]bool
 }
 
-type quotaBatchKey struct{}
+type createBatchKey struct{}
 
-// withQuotaBatch returns ctx whose EnforceQuota calls share one count.
-func withQuotaBatch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, quotaBatchKey{}, &quotaBatch{})
+// withCreateBatch returns ctx whose EnforceQuota calls share one count.
+func withCreateBatch(ctx context.Context) context.Context {
+	return context.WithValue(ctx, createBatchKey{}, &createBatch{})
 }
 
 // checkQuota checks one more instance of offering o against quota q and

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,19 +244,14 @@ func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 	if err := CheckStackName(req.Name); err != nil {
 		return nil, err
 	}
-	b, err := bindStack(req.Template, req.Parameters)
-	if err != nil {
-		return nil, err
-	}
-	// The plan's checks: properties, and the commitment rules against the
-	// stack's state as recorded.
+	// The plan's checks: the template binds, the properties are the API's,
+	// and the commitment rules hold against the stack's state as recorded.
 	if _, err := s.plan(ctx, a, req); err != nil {
 		return nil, err
 	}
-	_ = b
 	args, _ := json.Marshal(req.Parameters)
 	var out *cloud.Stack
-	err = s.tx(ctx, func(tx cloud.Tx) error {
+	err := s.tx(ctx, func(tx cloud.Tx) error {
 		out = nil
 		tenant, err := Scope(ctx, tx, a, req.Tenant, a.TenantID)
 		if err != nil {
@@ -406,7 +401,7 @@ func (s *Stacks) get(ctx context.Context, a Actor, tenant, name string) (*StackV
 		return nil, err
 	}
 	v := &StackView{Stack: st, Resources: []StackResource{}}
-	for _, addr := range sortedAddresses(rec.State.Resources) {
+	for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 		rs := rec.State.Resources[addr]
 		v.Resources = append(v.Resources, StackResource{Address: addr, Type: rs.Type, ID: rs.ID, Status: statuses[addr]})
 	}
@@ -428,7 +423,7 @@ func (s *Stacks) drift(ctx context.Context, a Actor, tenant, name string) ([]Sta
 		return nil, err
 	}
 	out := []StackDrift{}
-	for _, addr := range sortedAddresses(rec.State.Resources) {
+	for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 		rs, l := rec.State.Resources[addr], live[addr]
 		d := StackDrift{Address: addr, Type: rs.Type, ID: rs.ID}
 		switch {
@@ -457,21 +452,8 @@ func (s *Stacks) drift(ctx context.Context, a Actor, tenant, name string) ([]Sta
 	return out, err
 }
 
-func sortedAddresses[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // services is the bundle the engine calls the other services through.
-func (s *Stacks) services() *Services {
-	b := s.base
-	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
-		Commitments: &Commitments{b}, Spot: &Spot{b}, Groups: &Groups{b}, Placement: &PlacementGroups{b}}
-}
+func (s *Stacks) services() *Services { return New(s.store, s.cat, s.opts) }
 
 // refresh reads every applied resource, records its attributes as they are
 // now, and answers the drift inputs (stack.Live) and each one's status.
@@ -499,7 +481,7 @@ func (s *Stacks) refresh(ctx context.Context, a Actor, rec *stackRecord) (map[st
 			return nil, nil, err
 		}
 	}
-	for _, addr := range sortedAddresses(rec.State.Resources) {
+	for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 		rs := rec.State.Resources[addr]
 		var (
 			l      stack.Live
@@ -635,7 +617,7 @@ func (s *Stacks) round(ctx context.Context, st *cloud.Stack) error {
 	if err != nil {
 		return err
 	}
-	if err := r.failedCreates(live, statuses, destroying); err != nil {
+	if err := r.failedCreates(ctx, live, statuses, destroying); err != nil {
 		return r.fail(ctx, err)
 	}
 	// Each wave makes progress or the round ends, so a round runs at most
@@ -672,7 +654,7 @@ func (s *Stacks) round(ctx context.Context, st *cloud.Stack) error {
 		if live, statuses, err = s.refresh(ctx, r.actor, rec); err != nil {
 			return err
 		}
-		if err := r.failedCreates(live, statuses, destroying); err != nil {
+		if err := r.failedCreates(ctx, live, statuses, destroying); err != nil {
 			return r.fail(ctx, err)
 		}
 	}
@@ -681,18 +663,18 @@ func (s *Stacks) round(ctx context.Context, st *cloud.Stack) error {
 
 // failedCreates fails an apply whose own creates failed or went since: an
 // instance that failed at start is not replaced again and again.
-func (r *stackRun) failedCreates(live map[string]stack.Live, statuses map[string]string, destroying bool) error {
+func (r *stackRun) failedCreates(ctx context.Context, live map[string]stack.Live, statuses map[string]string, destroying bool) error {
 	if destroying || r.st.State != cloud.StackApplying || r.rec.RollingBack != "" {
 		return nil
 	}
-	for _, addr := range sortedAddresses(live) {
+	for _, addr := range slices.Sorted(maps.Keys(live)) {
 		rs := r.rec.State.Resources[addr]
 		if !live[addr].Gone || rs == nil || r.rec.Created[addr] != rs.ID {
 			continue
 		}
 		msg := fmt.Sprintf("%s %s is %s", addr, rs.ID, statuses[addr])
 		if rs.Type == stack.TypeInstance {
-			if in, err := r.svc.Instances.Get(context.Background(), r.actor, rs.ID); err == nil && in.Reason != "" {
+			if in, err := r.svc.Instances.Get(ctx, r.actor, rs.ID); err == nil && in.Reason != "" {
 				msg += ": " + in.Reason
 			}
 		}
@@ -705,7 +687,7 @@ func (r *stackRun) failedCreates(live map[string]stack.Live, statuses map[string
 // its result recorded): the same key answers the resource the first call
 // made.
 func (r *stackRun) finishPending(ctx context.Context) error {
-	for _, addr := range sortedAddresses(r.rec.Pending) {
+	for _, addr := range slices.Sorted(maps.Keys(r.rec.Pending)) {
 		in := r.rec.Pending[addr]
 		id, attrs, err := r.s.createResource(r.tagged(ctx, addr), r.svc, r.actor, in.Type, addr, in.Properties, in.Key)
 		if err != nil {
@@ -994,7 +976,7 @@ func pendingWork(p *stack.PlanResult) bool {
 // dependent is an applied copy that depends on addr, if any: addr is
 // deleted after it.
 func (r *stackRun) dependent(addr string) string {
-	for _, other := range sortedAddresses(r.rec.State.Resources) {
+	for _, other := range slices.Sorted(maps.Keys(r.rec.State.Resources)) {
 		if slices.Contains(r.rec.State.Resources[other].DependsOn, addr) {
 			return other
 		}
@@ -1103,7 +1085,7 @@ func (r *stackRun) finish(ctx context.Context, b *stack.Bound, destroyed bool) e
 	case destroyed && st.State == cloud.StackDestroying:
 		st.State, st.Reason = cloud.StackDestroyed, ""
 		kept := []string{}
-		for _, addr := range sortedAddresses(rec.State.Resources) {
+		for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 			kept = append(kept, addr+" "+rec.State.Resources[addr].ID)
 		}
 		msg := "every resource is gone"
