@@ -7,6 +7,7 @@ package cloud
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/gpucloud/gpucloud/fleet"
@@ -120,10 +121,13 @@ var transitions = map[State][]State{
 	Terminated:  nil,
 }
 
+// holding is the one list of the states in which an instance holds an
+// allocation (capacity on a host that the scheduler counts).
+var holding = []State{Scheduled, Starting, Running, Stopping, Terminating}
+
 // HoldingStates are the states in which an instance holds an allocation.
-func HoldingStates() []State {
-	return []State{Scheduled, Starting, Running, Stopping, Terminating}
-}
+// The caller gets its own copy.
+func HoldingStates() []State { return slices.Clone(holding) }
 
 // CanMove reports whether an instance may go from one state to another.
 func CanMove(from, to State) bool {
@@ -136,13 +140,7 @@ func CanMove(from, to State) bool {
 }
 
 // Holds reports whether an instance in state s holds an allocation.
-func (s State) Holds() bool {
-	switch s {
-	case Scheduled, Starting, Running, Stopping, Terminating:
-		return true
-	}
-	return false
-}
+func (s State) Holds() bool { return slices.Contains(holding, s) }
 
 // Instance is a rental: an offering, a workload, and where it runs.
 type Instance struct {
