@@ -548,8 +548,20 @@ func testGroupHistory(t *testing.T, s cloud.Store) {
 
 // testGroupInstances: an instance's group and scale-in protection
 // round-trip through every write, and select instances.
+// testGroupInstances checks that instances keep their group and scale-in
+// state through CreateInstance, UpdateInstance and UpdateInstances, and
+// that the group filters see each change. The steps run in this order on
+// one store.
 func testGroupInstances(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1")
+	groupInstancesCreate(t, s)
+	groupInstancesUpdate(t, s)
+	groupInstancesBatch(t, s)
+}
+
+// groupInstancesCreate creates i-1 and i-2 in g-1, i-3 in g-2 and i-4 in
+// no group.
+func groupInstancesCreate(t *testing.T, s cloud.Store) {
 	lock := &cloud.ScaleLock{Reason: "saving step 1200", At: t0}
 	ins := []*cloud.Instance{
 		{ID: "i-1", TenantID: "t-1", State: cloud.Running, GroupID: "g-1",
@@ -576,41 +588,47 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 	if ins[1].ScaleIn != nil || ins[2].ScaleIn == nil || ins[2].ScaleIn.Held() {
 		t.Errorf("nil and empty scale-in must stay apart: %+v, %+v", ins[1].ScaleIn, ins[2].ScaleIn)
 	}
-	filters := func(desc string, want map[string][]string) {
-		t.Helper()
-		for _, c := range []struct {
-			name string
-			f    cloud.InstanceFilter
-		}{
-			{"g-1", cloud.InstanceFilter{GroupID: "g-1"}},
-			{"g-2", cloud.InstanceFilter{GroupID: "g-2"}},
-			{"g-9", cloud.InstanceFilter{GroupID: "g-9"}},
-			{"in a group", cloud.InstanceFilter{InGroup: true}},
-			{"g-1 running", cloud.InstanceFilter{GroupID: "g-1", States: []cloud.State{cloud.Running}}},
-			{"in a group, paged", cloud.InstanceFilter{InGroup: true, AfterID: "i-1", Limit: 1}},
-			{"by IDs", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-9"}}},
-			{"by IDs in a group", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-1"}, InGroup: true}},
-		} {
-			got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
-			wantEqual(t, desc+": "+c.name, ids(got), want[c.name])
-			only := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.InstanceIDs(ctx, c.f) })
-			wantEqual(t, desc+": "+c.name+" (InstanceIDs)", only, want[c.name])
-			vs := mustRead(t, s, func(tx cloud.Tx) ([]cloud.RowVersion, error) { return tx.InstanceVersions(ctx, c.f) })
-			wantVs := []cloud.RowVersion{}
-			for _, in := range got {
-				wantVs = append(wantVs, cloud.RowVersion{ID: in.ID, Version: in.Version})
-			}
-			wantEqual(t, desc+": "+c.name+" (InstanceVersions)", vs, wantVs)
-		}
-	}
-	filters("after create", map[string][]string{
+	checkGroupFilters(t, s, "after create", map[string][]string{
 		"g-1": {"i-1", "i-2"}, "g-2": {"i-3"}, "g-9": {}, "in a group": {"i-1", "i-2", "i-3"},
 		"g-1 running": {"i-1", "i-2"}, "in a group, paged": {"i-2"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-1", "i-2"},
 	})
+}
 
-	// UpdateInstance writes both: a lock taken, protection dropped, a
-	// member leaving its group.
+// checkGroupFilters lists the instances with each group filter (want is
+// keyed by the filter's name) through ListInstances, InstanceIDs and
+// InstanceVersions.
+func checkGroupFilters(t *testing.T, s cloud.Store, desc string, want map[string][]string) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		f    cloud.InstanceFilter
+	}{
+		{"g-1", cloud.InstanceFilter{GroupID: "g-1"}},
+		{"g-2", cloud.InstanceFilter{GroupID: "g-2"}},
+		{"g-9", cloud.InstanceFilter{GroupID: "g-9"}},
+		{"in a group", cloud.InstanceFilter{InGroup: true}},
+		{"g-1 running", cloud.InstanceFilter{GroupID: "g-1", States: []cloud.State{cloud.Running}}},
+		{"in a group, paged", cloud.InstanceFilter{InGroup: true, AfterID: "i-1", Limit: 1}},
+		{"by IDs", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-9"}}},
+		{"by IDs in a group", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-1"}, InGroup: true}},
+	} {
+		got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
+		wantEqual(t, desc+": "+c.name, ids(got), want[c.name])
+		only := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.InstanceIDs(ctx, c.f) })
+		wantEqual(t, desc+": "+c.name+" (InstanceIDs)", only, want[c.name])
+		vs := mustRead(t, s, func(tx cloud.Tx) ([]cloud.RowVersion, error) { return tx.InstanceVersions(ctx, c.f) })
+		wantVs := []cloud.RowVersion{}
+		for _, in := range got {
+			wantVs = append(wantVs, cloud.RowVersion{ID: in.ID, Version: in.Version})
+		}
+		wantEqual(t, desc+": "+c.name+" (InstanceVersions)", vs, wantVs)
+	}
+}
+
+// groupInstancesUpdate has UpdateInstance write both group and scale-in
+// state: a lock taken, protection dropped, a member leaving its group.
+func groupInstancesUpdate(t *testing.T, s cloud.Store) {
 	in := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-2") })
 	lock2 := &cloud.ScaleLock{At: t0.Add(time.Minute)}
 	in.ScaleIn = &cloud.ScaleIn{Lock: lock2}
@@ -633,13 +651,16 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 		got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, want.ID) })
 		wantEqual(t, "UpdateInstance "+want.ID, got, want)
 	}
-	filters("after UpdateInstance", map[string][]string{
+	checkGroupFilters(t, s, "after UpdateInstance", map[string][]string{
 		"g-1": {"i-2"}, "g-2": {"i-3", "i-4"}, "g-9": {}, "in a group": {"i-2", "i-3", "i-4"},
 		"g-1 running": {"i-2"}, "in a group, paged": {"i-2"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-2", "i-4"},
 	})
+}
 
-	// UpdateInstances too, in one batch, with a stale one left alone.
+// groupInstancesBatch has UpdateInstances write them too, in one batch,
+// with a stale one left alone.
+func groupInstancesBatch(t *testing.T, s cloud.Store) {
 	batch := []*cloud.Instance{}
 	for _, id := range []string{"i-1", "i-2", "i-3", "i-4"} {
 		batch = append(batch, mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) }))
@@ -666,7 +687,7 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 	}
 	got4 := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-4") })
 	wantEqual(t, "a stale instance is left as it was", got4, before4)
-	filters("after UpdateInstances", map[string][]string{
+	checkGroupFilters(t, s, "after UpdateInstances", map[string][]string{
 		"g-1": {}, "g-2": {"i-3", "i-4"}, "g-9": {"i-1"}, "in a group": {"i-1", "i-3", "i-4"},
 		"g-1 running": {}, "in a group, paged": {"i-3"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-1", "i-4"},
