@@ -152,6 +152,8 @@ func spotRequest(id, tenant, key string) *cloud.SpotRequest {
 		IdempotencyKey: key, CreatedAt: t0, UpdatedAt: t0.Add(time.Second)}
 }
 
+// testSpotRequests creates sr-1 (the full fixture, key "k") and sr-2 of
+// t-1 and sr-0 of t-2, then updates, lists and fails to create requests.
 func testSpotRequests(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	full := spotRequest("sr-1", "t-1", "k")
@@ -181,8 +183,14 @@ func testSpotRequests(t *testing.T, s cloud.Store) {
 	retry := spotRequest("sr-3", "t-1", "k")
 	wantExisting(t, "a repeated key", try(s, func(tx cloud.Tx) error { return tx.CreateSpotRequest(ctx, retry) }), "sr-1")
 	wantEqual(t, "the struct now holds the first request", retry, full)
+	spotRequestUpdates(t, s)
+	spotRequestLists(t, s)
+	spotRequestErrors(t, s)
+}
 
-	// Updates: version checked and bumped, fixed fields kept.
+// spotRequestUpdates updates sr-1: the version is checked and bumped, the
+// fixed fields are kept.
+func spotRequestUpdates(t *testing.T, s cloud.Store) {
 	cur := mustRead(t, s, func(tx cloud.Tx) (*cloud.SpotRequest, error) { return tx.GetSpotRequest(ctx, "sr-1") })
 	cur.State, cur.Reason, cur.InstanceID, cur.Launches = cloud.SpotActive, "launched", "i-2", 3
 	cur.Pools, cur.Tags, cur.MaxPrice = []cloud.Pool{{Offering: "h200.8x", Zone: "eu-1c"}}, nil, bigMoney
@@ -211,7 +219,10 @@ func testSpotRequests(t *testing.T, s cloud.Store) {
 	missing.Version = 1
 	err = try(s, func(tx cloud.Tx) error { return tx.UpdateSpotRequest(ctx, missing) })
 	wantCode(t, "updating a missing request", err, cloud.NotFound, "spot request sr-9 not found")
+}
 
+// spotRequestLists lists the requests by tenant and state.
+func spotRequestLists(t *testing.T, s cloud.Store) {
 	list := func(f cloud.SpotRequestFilter) []string {
 		rs := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.SpotRequest, error) { return tx.ListSpotRequests(ctx, f) })
 		out := []string{}
@@ -227,7 +238,10 @@ func testSpotRequests(t *testing.T, s cloud.Store) {
 	wantEqual(t, "by states and tenant", list(cloud.SpotRequestFilter{TenantID: "t-1",
 		States: []cloud.SpotRequestState{cloud.SpotActive, cloud.SpotClosed}}), []string{"sr-1"})
 	wantEqual(t, "nothing matches", list(cloud.SpotRequestFilter{TenantID: "t-9"}), []string{})
+}
 
+// spotRequestErrors checks the refused creates and a missing request.
+func spotRequestErrors(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc   string
 		change func(*cloud.SpotRequest)
@@ -246,7 +260,7 @@ func testSpotRequests(t *testing.T, s cloud.Store) {
 		c.change(r)
 		wantCode(t, c.desc, try(s, func(tx cloud.Tx) error { return tx.CreateSpotRequest(ctx, r) }), c.code, "")
 	}
-	_, err = read(t, s, func(tx cloud.Tx) (*cloud.SpotRequest, error) { return tx.GetSpotRequest(ctx, "sr-9") })
+	_, err := read(t, s, func(tx cloud.Tx) (*cloud.SpotRequest, error) { return tx.GetSpotRequest(ctx, "sr-9") })
 	wantCode(t, "a missing request", err, cloud.NotFound, "spot request sr-9 not found")
 }
 
@@ -318,6 +332,8 @@ func testSpotPrices(t *testing.T, s cloud.Store) {
 	wantEqual(t, "a large append", got, many)
 }
 
+// testAddresses allocates a-1 of t-1 (attached to i-1) and a-2 of t-2,
+// refuses clashing allocations, releases a-1 and allocates its IP again.
 func testAddresses(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	inTx(t, s, func(tx cloud.Tx) error {
@@ -341,7 +357,14 @@ func testAddresses(t *testing.T, s cloud.Store) {
 	}
 	wantEqual(t, "allocating appends the usage On", usageOf(t, s, "t-1"), []cloud.Usage{
 		{Time: us(t0), TenantID: "t-1", Kind: cloud.UsageAddress, ResourceID: "a-1", On: true, Zone: "eu-1a", Quantity: 1}})
+	addressCreateErrors(t, s)
+	released := addressRelease(t, s, got)
+	addressReuse(t, s, released, a2)
+}
 
+// addressCreateErrors checks the refused allocations: clashing IPs and
+// IDs, bad IPs, missing tenants and instances.
+func addressCreateErrors(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc string
 		a    *cloud.Address
@@ -362,8 +385,13 @@ func testAddresses(t *testing.T, s cloud.Store) {
 	} {
 		wantCode(t, c.desc, try(s, func(tx cloud.Tx) error { return tx.CreateAddress(ctx, c.a) }), c.code, c.msg)
 	}
+}
 
-	// Detach, then release: the Off at ReleasedAt.
+// addressRelease detaches, then releases address got (a-1 of t-1), which
+// meters the Off at ReleasedAt, and returns it as stored. Writing the same
+// release again is harmless; releasing at another time or taking the
+// address back is refused.
+func addressRelease(t *testing.T, s cloud.Store, got *cloud.Address) *cloud.Address {
 	got.InstanceID = ""
 	inTx(t, s, func(tx cloud.Tx) error { return tx.UpdateAddress(ctx, got) })
 	got.ReleasedAt = ptr(t0.Add(90 * time.Minute))
@@ -375,8 +403,6 @@ func testAddresses(t *testing.T, s cloud.Store) {
 		{Time: us(t0.Add(90 * time.Minute)), TenantID: "t-1", Kind: cloud.UsageAddress, ResourceID: "a-1",
 			Zone: "eu-1a", Quantity: 1},
 	})
-	// Writing the same release again is harmless; releasing at another
-	// time or taking the address back is refused.
 	inTx(t, s, func(tx cloud.Tx) error { return tx.UpdateAddress(ctx, released) })
 	again := *released
 	again.ReleasedAt = ptr(t0.Add(2 * time.Hour))
@@ -392,8 +418,12 @@ func testAddresses(t *testing.T, s cloud.Store) {
 	wantCode(t, "updating a missing address", try(s, func(tx cloud.Tx) error {
 		return tx.UpdateAddress(ctx, &cloud.Address{ID: "a-9"})
 	}), cloud.NotFound, "address a-9 not found")
+	return released
+}
 
-	// A released IP can be allocated again.
+// addressReuse allocates the IP of released address a-1 again, to t-2,
+// and lists the addresses; a2 is t-2's other address.
+func addressReuse(t *testing.T, s cloud.Store, released, a2 *cloud.Address) {
 	a3 := &cloud.Address{ID: "a-3", TenantID: "t-2", IP: "203.0.113.7", CreatedAt: t0.Add(3 * time.Hour)}
 	inTx(t, s, func(tx cloud.Tx) error { return tx.CreateAddress(ctx, a3) })
 	list := func(tenant string) []*cloud.Address {
