@@ -113,6 +113,8 @@ func createGroups(t *testing.T, s cloud.Store, gs ...*cloud.Group) {
 	})
 }
 
+// testGroups creates g-1 (the full fixture, key "k") and g-2 of t-1 and
+// g-0 of t-2, then updates and lists them.
 func testGroups(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	full := fullGroup("g-1", "t-1", "train", "k")
@@ -141,8 +143,13 @@ func testGroups(t *testing.T, s cloud.Store) {
 	}
 	_, err := read(t, s, func(tx cloud.Tx) (*cloud.Group, error) { return tx.GetGroup(ctx, "g-9") })
 	wantCode(t, "a missing group", err, cloud.NotFound, "group g-9 not found")
+	groupUpdates(t, s)
+	groupLists(t, s)
+}
 
-	// Updates: version checked and bumped, fixed fields kept.
+// groupUpdates updates g-1: the version is checked and bumped, the fixed
+// fields are kept.
+func groupUpdates(t *testing.T, s cloud.Store) {
 	cur := getGroup(t, s, "g-1")
 	cur.Name, cur.State, cur.Min, cur.Max, cur.Desired = "train-2", cloud.GroupDeleting, 0, 4, 0
 	cur.Policies, cur.IdleRelease, cur.BudgetPerHour = nil, nil, 0
@@ -168,7 +175,7 @@ func testGroups(t *testing.T, s cloud.Store) {
 
 	stale := *got
 	stale.Version, stale.Desired = 1, 1
-	err = try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, &stale) })
+	err := try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, &stale) })
 	wantCode(t, "a stale version", err, cloud.Conflict, "group g-1")
 	if ce, ok := err.(*cloud.Error); !ok || ce.Details["version"] != int64(2) {
 		t.Errorf("the conflict carries the stored version: %#v", err)
@@ -178,8 +185,10 @@ func testGroups(t *testing.T, s cloud.Store) {
 	missing.Version = 1
 	wantCode(t, "updating a missing group", try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, missing) }),
 		cloud.NotFound, "group g-9 not found")
+}
 
-	// Lists: ID order; a tenant sees only its own groups.
+// groupLists lists the groups in ID order; a tenant sees only its own.
+func groupLists(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc string
 		f    cloud.GroupFilter
