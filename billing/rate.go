@@ -162,6 +162,7 @@ func (r *rater) byTenant(in Input) (tenants map[string]*tenantWork, explicit map
 	return tenants, explicit
 }
 
+// tenantWork is one tenant's share of the input.
 type tenantWork struct {
 	id      string
 	usage   []*cloud.Usage
@@ -189,6 +190,9 @@ type lkey struct {
 	price  money.Micros
 }
 
+// rater rates one Input: the price schedules built so far, shared by its
+// tenants, and the quantities accrued for the tenant being rated (acc,
+// cleared per tenant).
 type rater struct {
 	book            *PriceBook
 	p               Period
