@@ -174,84 +174,121 @@ func Advise(w Workload, m *Market, cat *catalog.Catalog) (*Advice, error) {
 	if m.Terms.NoCommitments {
 		a.Notes = append(a.Notes, "no reservations or retainers: this market sells no commitments")
 	}
+	ad := &adviser{w: &w, need: &need, m: m, cat: cat, a: a, storage: storage, storageWhy: storageWhy}
 	for _, o := range cat.Offerings() {
-		exclude := func(mix Mix, d Dimension, why string) {
-			a.Excluded = append(a.Excluded, Exclusion{Offering: o.Name, Mix: mix, Dimension: d, Reason: why})
-		}
-		f, dim, why := fitOffering(&w, &need, cat, o)
-		if f == nil {
-			exclude("", dim, why)
-			continue
-		}
-		q, ok := m.Offerings[o.Name]
-		if !ok {
-			exclude("", DimPricing, "not sold by this market: no price for it")
-			continue
-		}
-		fits, availWhy, why := availability(&w, f, q.Availability)
-		if why != "" {
-			exclude("", DimAvailability, why)
-			continue
-		}
-		p := pricer{w: &w, need: &need, offering: o.Name, q: &q, terms: m.Terms}
-		var onDemand money.Micros // mixes[0]'s compute cost
-		for _, mix := range mixes {
-			c, err := p.price(mix)
-			if err != nil {
-				return nil, fmt.Errorf("advise: %s %s: %w", o.Name, mix, err)
-			}
-			if c.why != "" {
-				if c.dim != "" { // "" marks a mix that does not apply at all
-					exclude(mix, c.dim, c.why)
-				}
-				continue
-			}
-			total, err := sum(c.compute, storage)
-			if err != nil {
-				return nil, fmt.Errorf("advise: %s %s: %w", o.Name, mix, err)
-			}
-			if mix == OnDemand {
-				onDemand = c.compute
-			} else if c.compute.Round(cent) >= onDemand.Round(cent) {
-				// A commitment binds and spot risks the work: neither is
-				// worth it when on demand costs no more, to the cent (a
-				// retainer at its break-even differs by rounding only).
-				exclude(mix, DimPricing, fmt.Sprintf("costs %s, no less than on demand (%s)", c.compute.Cents(), onDemand.Cents()))
-				continue
-			}
-			opt := Option{Offering: o.Name, Mode: o.Mode, Model: f.u.model.Name, Arch: f.u.arch,
-				GPUMemoryMiB: f.u.perMiB, GPUs: f.u.gpus, Split: f.split, Native: f.support == Native, Mix: mix, Zone: c.zone,
-				Nodes: w.Nodes, OnDemandNodes: c.odNodes, SpotNodes: c.spotNodes,
-				Compute: c.compute, Storage: storage, Total: total, FitsNow: fits,
-				ExpectedReclaimsMilli: c.reclaimsMilli, LostSeconds: c.lost,
-				CompletionSeconds: completion(need.RunSeconds+c.lost, int64(w.PerDay/time.Second))}
-			opt.PerInstanceHour, _ = money.MulDiv(c.compute, 3600, int64(w.Nodes)*need.RunSeconds)
-			if deadline := int64(w.Deadline / time.Second); deadline > 0 && opt.CompletionSeconds > deadline {
-				exclude(mix, DimDeadline, fmt.Sprintf("expected to finish after %s, past the %s deadline",
-					Duration(opt.CompletionSeconds), Duration(deadline)))
-				continue
-			}
-			if w.Budget > 0 && opt.Total > w.Budget {
-				exclude(mix, DimBudget, fmt.Sprintf("costs %s, over the budget of %s by %s",
-					opt.Total.Cents(), w.Budget.Cents(), (opt.Total-w.Budget).Cents()))
-				continue
-			}
-			for _, s := range f.compute {
-				opt.Reasons = append(opt.Reasons, Reason{DimCompute, s})
-			}
-			for _, s := range f.network {
-				opt.Reasons = append(opt.Reasons, Reason{DimNetwork, s})
-			}
-			opt.Reasons = append(opt.Reasons, Reason{DimStorage, storageWhy})
-			for _, s := range c.reasons {
-				opt.Reasons = append(opt.Reasons, Reason{DimPricing, s})
-			}
-			opt.Reasons = append(opt.Reasons, Reason{DimAvailability, availWhy})
-			a.Options = append(a.Options, opt)
+		if err := ad.offering(o); err != nil {
+			return nil, err
 		}
 	}
 	rank(a.Options)
 	return a, nil
+}
+
+// adviser holds what Advise works out once and the advice it fills in,
+// offering by offering.
+type adviser struct {
+	w          *Workload
+	need       *Need
+	m          *Market
+	cat        *catalog.Catalog
+	a          *Advice
+	storage    money.Micros // the storage cost, the same for every option
+	storageWhy string
+}
+
+func (ad *adviser) exclude(o *catalog.Offering, mix Mix, d Dimension, why string) {
+	ad.a.Excluded = append(ad.a.Excluded, Exclusion{Offering: o.Name, Mix: mix, Dimension: d, Reason: why})
+}
+
+// offering adds the options of offering o, one per pricing mix it allows,
+// or excludes the offering or its mixes with the reason.
+func (ad *adviser) offering(o *catalog.Offering) error {
+	w, need := ad.w, ad.need
+	f, dim, why := fitOffering(w, need, ad.cat, o)
+	if f == nil {
+		ad.exclude(o, "", dim, why)
+		return nil
+	}
+	q, ok := ad.m.Offerings[o.Name]
+	if !ok {
+		ad.exclude(o, "", DimPricing, "not sold by this market: no price for it")
+		return nil
+	}
+	fits, availWhy, why := availability(w, f, q.Availability)
+	if why != "" {
+		ad.exclude(o, "", DimAvailability, why)
+		return nil
+	}
+	p := pricer{w: w, need: need, offering: o.Name, q: &q, terms: ad.m.Terms}
+	var onDemand money.Micros // mixes[0]'s compute cost
+	for _, mix := range mixes {
+		c, err := p.price(mix)
+		if err != nil {
+			return fmt.Errorf("advise: %s %s: %w", o.Name, mix, err)
+		}
+		if c.why != "" {
+			if c.dim != "" { // "" marks a mix that does not apply at all
+				ad.exclude(o, mix, c.dim, c.why)
+			}
+			continue
+		}
+		total, err := sum(c.compute, ad.storage)
+		if err != nil {
+			return fmt.Errorf("advise: %s %s: %w", o.Name, mix, err)
+		}
+		if mix == OnDemand {
+			onDemand = c.compute
+		} else if c.compute.Round(cent) >= onDemand.Round(cent) {
+			// A commitment binds and spot risks the work: neither is
+			// worth it when on demand costs no more, to the cent (a
+			// retainer at its break-even differs by rounding only).
+			ad.exclude(o, mix, DimPricing, fmt.Sprintf("costs %s, no less than on demand (%s)", c.compute.Cents(), onDemand.Cents()))
+			continue
+		}
+		opt := ad.option(o, f, mix, &c, total, fits)
+		if deadline := int64(w.Deadline / time.Second); deadline > 0 && opt.CompletionSeconds > deadline {
+			ad.exclude(o, mix, DimDeadline, fmt.Sprintf("expected to finish after %s, past the %s deadline",
+				Duration(opt.CompletionSeconds), Duration(deadline)))
+			continue
+		}
+		if w.Budget > 0 && opt.Total > w.Budget {
+			ad.exclude(o, mix, DimBudget, fmt.Sprintf("costs %s, over the budget of %s by %s",
+				opt.Total.Cents(), w.Budget.Cents(), (opt.Total-w.Budget).Cents()))
+			continue
+		}
+		opt.Reasons = ad.reasons(f, &c, availWhy)
+		ad.a.Options = append(ad.a.Options, opt)
+	}
+	return nil
+}
+
+// option describes offering o, fitted as f, at the cost c of mix.
+func (ad *adviser) option(o *catalog.Offering, f *fit, mix Mix, c *costed, total money.Micros, fits Fit) Option {
+	w, need := ad.w, ad.need
+	opt := Option{Offering: o.Name, Mode: o.Mode, Model: f.u.model.Name, Arch: f.u.arch,
+		GPUMemoryMiB: f.u.perMiB, GPUs: f.u.gpus, Split: f.split, Native: f.support == Native, Mix: mix, Zone: c.zone,
+		Nodes: w.Nodes, OnDemandNodes: c.odNodes, SpotNodes: c.spotNodes,
+		Compute: c.compute, Storage: ad.storage, Total: total, FitsNow: fits,
+		ExpectedReclaimsMilli: c.reclaimsMilli, LostSeconds: c.lost,
+		CompletionSeconds: completion(need.RunSeconds+c.lost, int64(w.PerDay/time.Second))}
+	opt.PerInstanceHour, _ = money.MulDiv(c.compute, 3600, int64(w.Nodes)*need.RunSeconds)
+	return opt
+}
+
+// reasons lists why an option is what it is, dimension by dimension.
+func (ad *adviser) reasons(f *fit, c *costed, availWhy string) []Reason {
+	var rs []Reason
+	for _, s := range f.compute {
+		rs = append(rs, Reason{DimCompute, s})
+	}
+	for _, s := range f.network {
+		rs = append(rs, Reason{DimNetwork, s})
+	}
+	rs = append(rs, Reason{DimStorage, ad.storageWhy})
+	for _, s := range c.reasons {
+		rs = append(rs, Reason{DimPricing, s})
+	}
+	return append(rs, Reason{DimAvailability, availWhy})
 }
 
 // cent is one cent in micros.

@@ -370,11 +370,10 @@ func (a *Agent) adopt(s *inst) {
 
 // launch does the work of a start; every step is idempotent.
 func (a *Agent) launch(ctx context.Context, s *inst) error {
-	as := s.a
 	if err := runtime.ValidateID(s.id); err != nil {
 		return err
 	}
-	pl := as.Placement
+	pl := s.a.Placement
 	if pl == nil {
 		return &startError{"the assignment has no placement"}
 	}
@@ -387,48 +386,9 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if err != nil {
 		return fmt.Errorf("find the devices of the placement: %w", err)
 	}
-	spec := runtime.Spec{
-		InstanceID: s.id, Image: as.Image, Command: as.Command, Devices: devices,
-		Grace:   time.Duration(as.GraceSeconds) * time.Second,
-		WorkDir: filepath.Join(a.cfg.DataDir, "instances", s.id),
-		LogPath: filepath.Join(a.cfg.DataDir, "logs", s.id+".log"),
-		Env:     maps.Clone(as.Env),
-	}
-	spec.TenantID = as.TenantID // the instance network puts a tenant's instances together
-	if err := share(pl, &spec); err != nil {
+	spec, err := a.runSpec(ctx, s, devices)
+	if err != nil {
 		return err
-	}
-	// The limits and device nodes a container runtime enforces.
-	spec.CPUMilli, spec.MemoryMiB = pl.CPUMilli, pl.MemoryMiB
-	if err := a.deviceNodes(ctx, pl, &spec); err != nil {
-		return err
-	}
-	for _, dir := range []string{spec.WorkDir, filepath.Dir(spec.LogPath)} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return err
-		}
-	}
-	var vols []string
-	for _, v := range as.Volumes {
-		if err := runtime.ValidateID(v); err != nil {
-			return &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
-		}
-		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
-		if a.cfg.VolumeDir != "" {
-			dir = filepath.Join(a.cfg.VolumeDir, v)
-		}
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return err
-		}
-		vols = append(vols, dir)
-	}
-	if spec.Env == nil {
-		spec.Env = map[string]string{}
-	}
-	addStackEnv(spec.Env, as.Stack)
-	if len(vols) > 0 {
-		spec.Volumes = vols
-		spec.WorkDir = vols[0]
 	}
 	if _, ok := a.logOff[s.id]; !ok {
 		// Output already in the file was shipped by an earlier run (or by
@@ -438,24 +398,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 			a.logOff[s.id] = fi.Size()
 		}
 	}
-	if md := a.cfg.Metadata; md != nil {
-		host, zone := a.hostInfo(ctx)
-		if pl.HostID != "" {
-			host = pl.HostID
-		}
-		md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host,
-			Market: string(as.Market), SpotRequestID: as.SpotRequestID})
-		if _, ok := a.cfg.Runtime.(runtime.MetadataServer); ok {
-			// Served in the workload's own network namespace: nothing
-			// listens on the host.
-			spec.Metadata = md.Handler(s.id)
-		} else {
-			addr, err := md.Listen(s.id)
-			if err != nil {
-				return err
-			}
-			spec.MetadataURL = "http://" + addr
-		}
+	if err := a.serveMetadata(ctx, s, devices, &spec); err != nil {
+		return err
 	}
 	if !s.starting {
 		s.starting = true
@@ -468,6 +412,97 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id)})
 	a.track(s.id, pl, devices)
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
+	return nil
+}
+
+// runSpec describes the run of s on devices for the runtime: command,
+// limits, device nodes, sharing, environment, and its work, log and volume
+// directories, which it creates.
+func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime.Spec, error) {
+	as, pl := s.a, s.a.Placement
+	spec := runtime.Spec{
+		InstanceID: s.id, Image: as.Image, Command: as.Command, Devices: devices,
+		Grace:   time.Duration(as.GraceSeconds) * time.Second,
+		WorkDir: filepath.Join(a.cfg.DataDir, "instances", s.id),
+		LogPath: filepath.Join(a.cfg.DataDir, "logs", s.id+".log"),
+		Env:     maps.Clone(as.Env),
+	}
+	spec.TenantID = as.TenantID // the instance network puts a tenant's instances together
+	if err := share(pl, &spec); err != nil {
+		return spec, err
+	}
+	// The limits and device nodes a container runtime enforces.
+	spec.CPUMilli, spec.MemoryMiB = pl.CPUMilli, pl.MemoryMiB
+	if err := a.deviceNodes(ctx, pl, &spec); err != nil {
+		return spec, err
+	}
+	for _, dir := range []string{spec.WorkDir, filepath.Dir(spec.LogPath)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return spec, err
+		}
+	}
+	vols, err := a.volumeDirs(as.Volumes)
+	if err != nil {
+		return spec, err
+	}
+	if spec.Env == nil {
+		spec.Env = map[string]string{}
+	}
+	addStackEnv(spec.Env, as.Stack)
+	if len(vols) > 0 {
+		spec.Volumes = vols
+		spec.WorkDir = vols[0]
+	}
+	return spec, nil
+}
+
+// volumeDirs creates the directories of the volumes named and returns
+// them in order: under VolumeDir when set, else under DataDir/volumes.
+func (a *Agent) volumeDirs(volumes []string) ([]string, error) {
+	var vols []string
+	for _, v := range volumes {
+		if err := runtime.ValidateID(v); err != nil {
+			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
+		}
+		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
+		if a.cfg.VolumeDir != "" {
+			dir = filepath.Join(a.cfg.VolumeDir, v)
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, err
+		}
+		vols = append(vols, dir)
+	}
+	return vols, nil
+}
+
+// serveMetadata publishes the metadata document of s, when the agent
+// serves metadata, and tells spec where the workload finds it: a handler
+// the runtime serves in the workload's network namespace, or an address
+// on the host.
+func (a *Agent) serveMetadata(ctx context.Context, s *inst, devices []string, spec *runtime.Spec) error {
+	md := a.cfg.Metadata
+	if md == nil {
+		return nil
+	}
+	as, pl := s.a, s.a.Placement
+	host, zone := a.hostInfo(ctx)
+	if pl.HostID != "" {
+		host = pl.HostID
+	}
+	md.Set(s.id, metadata.Document{Offering: as.Offering, GPUs: devices, Tags: as.Tags, Zone: zone, Host: host,
+		Market: string(as.Market), SpotRequestID: as.SpotRequestID})
+	if _, ok := a.cfg.Runtime.(runtime.MetadataServer); ok {
+		// Served in the workload's own network namespace: nothing listens
+		// on the host.
+		spec.Metadata = md.Handler(s.id)
+		return nil
+	}
+	addr, err := md.Listen(s.id)
+	if err != nil {
+		return err
+	}
+	spec.MetadataURL = "http://" + addr
 	return nil
 }
 

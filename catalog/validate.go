@@ -44,7 +44,25 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 	fail := func(field, format string, args ...any) *ValidationError {
 		return &ValidationError{Kind: "offering", Name: o.Name, Field: field, Message: fmt.Sprintf(format, args...)}
 	}
+	if err := validateOfferingBasics(o, fail); err != nil {
+		return err
+	}
+	model, err := c.offeringModel(o, fail)
+	if err != nil {
+		return err
+	}
+	if err := validateOtherModesUnset(o, fail); err != nil {
+		return err
+	}
+	return validateModeFields(o, model, fail)
+}
 
+// failFunc builds the ValidationError of one field.
+type failFunc func(field, format string, args ...any) *ValidationError
+
+// validateOfferingBasics checks the fields every offering has: name, mode,
+// vcpus and memory_mib.
+func validateOfferingBasics(o *Offering, fail failFunc) *ValidationError {
 	switch {
 	case o.Name == "":
 		return fail("name", "must not be empty")
@@ -63,22 +81,30 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 	if o.MemoryMiB < 0 {
 		return fail("memory_mib", "must not be negative, got %d", o.MemoryMiB)
 	}
+	return nil
+}
 
-	var model *Model
+// offeringModel returns the catalog model the offering names: required
+// for gpu, mig and shared mode, forbidden for cpu mode, optional for metal
+// (nil when unset).
+func (c *Catalog) offeringModel(o *Offering, fail failFunc) (*Model, *ValidationError) {
 	switch {
 	case o.Model == "" && (o.Mode == ModeGPU || o.Mode == ModeMIG || o.Mode == ModeShared):
-		return fail("model", "required for %s mode", o.Mode)
+		return nil, fail("model", "required for %s mode", o.Mode)
 	case o.Model != "" && o.Mode == ModeCPU:
-		return fail("model", "must be empty for cpu mode")
+		return nil, fail("model", "must be empty for cpu mode")
 	case o.Model != "":
 		m, err := c.Model(o.Model)
 		if err != nil {
-			return fail("model", "%v", err)
+			return nil, fail("model", "%v", err)
 		}
-		model = m
+		return m, nil
 	}
+	return nil, nil
+}
 
-	// Fields that belong to other modes must be unset.
+// validateOtherModesUnset checks that the fields of other modes are unset.
+func validateOtherModesUnset(o *Offering, fail failFunc) *ValidationError {
 	if o.MIGProfile != "" && o.Mode != ModeMIG {
 		return fail("mig_profile", "only allowed in mig mode, not %s", o.Mode)
 	}
@@ -90,7 +116,12 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 			return fail("share_memory_mib", "only allowed in shared mode, not %s", o.Mode)
 		}
 	}
+	return nil
+}
 
+// validateModeFields checks the fields of the offering's own mode against
+// its model.
+func validateModeFields(o *Offering, model *Model, fail failFunc) *ValidationError {
 	switch o.Mode {
 	case ModeMetal:
 		if o.GPUs < 0 || o.GPUs > maxGPUsPerHost {
@@ -101,23 +132,7 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 			return fail("gpus", "must be 1..%d for gpu mode, got %d", maxGPUsPerHost, o.GPUs)
 		}
 	case ModeMIG:
-		if o.GPUs != 0 {
-			return fail("gpus", "must be 0 for mig mode (an offering is one MIG instance), got %d", o.GPUs)
-		}
-		if !model.SupportsMIG() {
-			return fail("model", "gpu model %q does not support MIG", model.Name)
-		}
-		valid := strings.Join(model.ProfileNames(), ", ")
-		if o.MIGProfile == "" {
-			return fail("mig_profile", "required for mig mode (valid for %s: %s)", model.Name, valid)
-		}
-		if model.Profile(o.MIGProfile) == nil {
-			hint := ""
-			if p, err := model.ResolveProfile(o.MIGProfile); err == nil {
-				hint = fmt.Sprintf("; did you mean %q?", p.Name)
-			}
-			return fail("mig_profile", "%q is not a MIG profile of %s%s (valid: %s)", o.MIGProfile, model.Name, hint, valid)
-		}
+		return validateMIGOffering(o, model, fail)
 	case ModeShared:
 		if o.GPUs != 0 {
 			return fail("gpus", "must be 0 for shared mode (an offering is a share of one GPU), got %d", o.GPUs)
@@ -138,6 +153,29 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 		if o.VCPUs < 1 {
 			return fail("vcpus", "must be at least 1 for cpu mode")
 		}
+	}
+	return nil
+}
+
+// validateMIGOffering checks a mig offering: one instance of a profile the
+// model has, named exactly as the model names it.
+func validateMIGOffering(o *Offering, model *Model, fail failFunc) *ValidationError {
+	if o.GPUs != 0 {
+		return fail("gpus", "must be 0 for mig mode (an offering is one MIG instance), got %d", o.GPUs)
+	}
+	if !model.SupportsMIG() {
+		return fail("model", "gpu model %q does not support MIG", model.Name)
+	}
+	valid := strings.Join(model.ProfileNames(), ", ")
+	if o.MIGProfile == "" {
+		return fail("mig_profile", "required for mig mode (valid for %s: %s)", model.Name, valid)
+	}
+	if model.Profile(o.MIGProfile) == nil {
+		hint := ""
+		if p, err := model.ResolveProfile(o.MIGProfile); err == nil {
+			hint = fmt.Sprintf("; did you mean %q?", p.Name)
+		}
+		return fail("mig_profile", "%q is not a MIG profile of %s%s (valid: %s)", o.MIGProfile, model.Name, hint, valid)
 	}
 	return nil
 }

@@ -180,49 +180,8 @@ const (
 // drawHost draws a host's GPUs with what the instances holding capacity
 // on it take.
 func drawHost(cat *catalog.Catalog, h *cloud.Host, ins []*cloud.Instance) hostMap {
-	type piece struct {
-		x0, x1 float64 // fraction of the GPU
-		class  string
-		id     string
-		label  string
-	}
 	gpus := h.Spec.GPUs
-	pieces := make([][]piece, len(gpus))
-	shareAt := make([]float64, len(gpus))
-	for i, g := range gpus {
-		for _, mi := range g.Instances {
-			if mi.Alloc == "" {
-				pieces[i] = append(pieces[i], piece{float64(mi.Start) / migSlots, float64(mi.Start+mi.Slots) / migSlots, "hw", "", "MIG instance present on the hardware, not rented"})
-			}
-		}
-	}
-	sort.Slice(ins, func(i, j int) bool { return ins[i].ID < ins[j].ID })
-	metal := ""
-	for _, in := range ins {
-		if in.Placement == nil {
-			continue
-		}
-		if in.Placement.Metal {
-			metal = in.ID
-		}
-		for _, d := range in.Placement.Devices {
-			if d.GPU < 0 || d.GPU >= len(gpus) {
-				continue
-			}
-			label := in.ID + " (" + in.Offering + ", " + string(in.State) + ")"
-			switch d.Kind {
-			case fleet.Whole:
-				pieces[d.GPU] = append(pieces[d.GPU], piece{0, 1, "whole", in.ID, label})
-			case fleet.MIGSlice:
-				pieces[d.GPU] = append(pieces[d.GPU], piece{float64(d.MIGStart) / migSlots, float64(d.MIGStart+d.MIGSlots) / migSlots, "mig", in.ID, label + " MIG " + d.MIGProfile})
-			case fleet.Share:
-				x0 := shareAt[d.GPU]
-				x1 := x0 + float64(d.Milli)/fleet.MilliPerGPU
-				shareAt[d.GPU] = x1
-				pieces[d.GPU] = append(pieces[d.GPU], piece{x0, math.Min(1, x1), "share", in.ID, label + fmt.Sprintf(" share %d milli", d.Milli)})
-			}
-		}
-	}
+	pieces, metal := gpuPieces(gpus, ins)
 	m := hostMap{H: h, GPUs: len(gpus), Allocs: len(ins)}
 	if len(gpus) > 0 {
 		m.Model = gpus[0].Model
@@ -239,9 +198,7 @@ func drawHost(cat *catalog.Catalog, h *cloud.Host, ins []*cloud.Instance) hostMa
 	if len(gpus) == 0 {
 		fmt.Fprintf(&b, `<text class="axis" x="4" y="18">CPU-only host</text>`)
 	}
-	for i, g := range gpus {
-		gx := (i % perRow) * (gpuW + gpuGap)
-		gy := (i / perRow) * (gpuH + gpuGap)
+	for i := range gpus {
 		used := 0.0
 		for _, p := range pieces[i] {
 			used += p.x1 - p.x0
@@ -252,32 +209,90 @@ func drawHost(cat *catalog.Catalog, h *cloud.Host, ins []*cloud.Instance) hostMa
 		case used < 0.999 && metal == "":
 			m.Partial++
 		}
-		mode := ""
-		if g.MIG {
-			mode = " (MIG mode)"
-		}
-		fmt.Fprintf(&b, `<g><title>GPU %d %s%s %s</title><rect class="gpu" x="%d" y="%d" width="%d" height="%d" rx="3"/>`, g.Index, esc(g.Model), mode, esc(g.UUID), gx, gy, gpuW, gpuH)
-		if metal != "" {
-			fmt.Fprintf(&b, `<a href="/instances/%s"><rect class="alloc metal" x="%d" y="%d" width="%d" height="%d" rx="3"><title>bare metal: %s</title></rect></a>`, esc(metal), gx, gy, gpuW, gpuH, esc(metal))
-		}
-		for _, p := range pieces[i] {
-			x := float64(gx) + p.x0*gpuW
-			w := math.Max(1, (p.x1-p.x0)*gpuW-1)
-			rect := fmt.Sprintf(`<rect class="alloc %s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s</title></rect>`, p.class, x, gy+2, w, gpuH-4, esc(p.label))
-			if p.id != "" {
-				rect = fmt.Sprintf(`<a href="/instances/%s">%s</a>`, esc(p.id), rect)
-			}
-			b.WriteString(rect)
-		}
-		if g.MIG {
-			for s := 1; s < migSlots; s++ {
-				x := gx + s*gpuW/migSlots
-				fmt.Fprintf(&b, `<line class="slot" x1="%d" x2="%d" y1="%d" y2="%d"/>`, x, x, gy+gpuH-5, gy+gpuH)
-			}
-		}
-		fmt.Fprintf(&b, `<text class="gpulabel" x="%d" y="%d">%d</text></g>`, gx+4, gy+gpuH/2+4, g.Index)
+		writeGPU(&b, &gpus[i], (i%perRow)*(gpuW+gpuGap), (i/perRow)*(gpuH+gpuGap), pieces[i], metal)
 	}
 	b.WriteString(`</svg>`)
 	m.SVG = template.HTML(b.String())
 	return m
+}
+
+// gpuPiece is a part of a GPU's bar: what one instance (or the hardware's
+// own MIG layout) takes of the GPU.
+type gpuPiece struct {
+	x0, x1 float64 // fraction of the GPU
+	class  string
+	id     string // the instance, "" for hardware
+	label  string
+}
+
+// gpuPieces lists, per GPU, the MIG instances present on the hardware but
+// not rented, then the devices each instance holds, in instance ID order
+// (shares laid side by side). metal is the instance holding the host as
+// bare metal, if any.
+func gpuPieces(gpus []fleet.GPU, ins []*cloud.Instance) (pieces [][]gpuPiece, metal string) {
+	pieces = make([][]gpuPiece, len(gpus))
+	shareAt := make([]float64, len(gpus))
+	for i, g := range gpus {
+		for _, mi := range g.Instances {
+			if mi.Alloc == "" {
+				pieces[i] = append(pieces[i], gpuPiece{float64(mi.Start) / migSlots, float64(mi.Start+mi.Slots) / migSlots, "hw", "", "MIG instance present on the hardware, not rented"})
+			}
+		}
+	}
+	sort.Slice(ins, func(i, j int) bool { return ins[i].ID < ins[j].ID })
+	for _, in := range ins {
+		if in.Placement == nil {
+			continue
+		}
+		if in.Placement.Metal {
+			metal = in.ID
+		}
+		for _, d := range in.Placement.Devices {
+			if d.GPU < 0 || d.GPU >= len(gpus) {
+				continue
+			}
+			label := in.ID + " (" + in.Offering + ", " + string(in.State) + ")"
+			switch d.Kind {
+			case fleet.Whole:
+				pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{0, 1, "whole", in.ID, label})
+			case fleet.MIGSlice:
+				pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{float64(d.MIGStart) / migSlots, float64(d.MIGStart+d.MIGSlots) / migSlots, "mig", in.ID, label + " MIG " + d.MIGProfile})
+			case fleet.Share:
+				x0 := shareAt[d.GPU]
+				x1 := x0 + float64(d.Milli)/fleet.MilliPerGPU
+				shareAt[d.GPU] = x1
+				pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{x0, math.Min(1, x1), "share", in.ID, label + fmt.Sprintf(" share %d milli", d.Milli)})
+			}
+		}
+	}
+	return pieces, metal
+}
+
+// writeGPU draws GPU g at (gx, gy): its box, the bare-metal holder or its
+// pieces, the MIG slot marks and its index.
+func writeGPU(b *strings.Builder, g *fleet.GPU, gx, gy int, pieces []gpuPiece, metal string) {
+	mode := ""
+	if g.MIG {
+		mode = " (MIG mode)"
+	}
+	fmt.Fprintf(b, `<g><title>GPU %d %s%s %s</title><rect class="gpu" x="%d" y="%d" width="%d" height="%d" rx="3"/>`, g.Index, esc(g.Model), mode, esc(g.UUID), gx, gy, gpuW, gpuH)
+	if metal != "" {
+		fmt.Fprintf(b, `<a href="/instances/%s"><rect class="alloc metal" x="%d" y="%d" width="%d" height="%d" rx="3"><title>bare metal: %s</title></rect></a>`, esc(metal), gx, gy, gpuW, gpuH, esc(metal))
+	}
+	for _, p := range pieces {
+		x := float64(gx) + p.x0*gpuW
+		w := math.Max(1, (p.x1-p.x0)*gpuW-1)
+		rect := fmt.Sprintf(`<rect class="alloc %s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s</title></rect>`, p.class, x, gy+2, w, gpuH-4, esc(p.label))
+		if p.id != "" {
+			rect = fmt.Sprintf(`<a href="/instances/%s">%s</a>`, esc(p.id), rect)
+		}
+		b.WriteString(rect)
+	}
+	if g.MIG {
+		for s := 1; s < migSlots; s++ {
+			x := gx + s*gpuW/migSlots
+			fmt.Fprintf(b, `<line class="slot" x1="%d" x2="%d" y1="%d" y2="%d"/>`, x, x, gy+gpuH-5, gy+gpuH)
+		}
+	}
+	fmt.Fprintf(b, `<text class="gpulabel" x="%d" y="%d">%d</text></g>`, gx+4, gy+gpuH/2+4, g.Index)
 }

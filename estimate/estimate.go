@@ -252,22 +252,54 @@ func Compare(w Workload) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
-	// perHour and savings of a total; od > 0 since price and usage are.
-	perHour := func(total money.Micros) money.Micros {
-		v, _ := money.MulDiv(total, money.SecondsPerHour, used)
-		return v
-	}
-	savings := func(total money.Micros) int64 {
-		v, _ := money.MulDiv(od-total, 10_000, int64(od))
-		return int64(v)
-	}
+	b := baseline{onDemand: od, used: used}
 	add := func(r Row) {
-		r.PerHour, r.SavingsBP = perHour(r.Total), savings(r.Total)
+		r.PerHour, r.SavingsBP = b.perHour(r.Total), b.savings(r.Total)
 		c.Rows = append(c.Rows, r)
 	}
 	add(Row{Plan: "on demand", Kind: KindOnDemand, Total: od})
+	rows, err := reservationRows(w, b, held)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		add(r)
+	}
+	r, err := retainerRow(w, used, held)
+	if err != nil {
+		return nil, err
+	}
+	add(r)
+	if r, c.SpotPrice, err = spotRow(w, used); err != nil {
+		return nil, err
+	}
+	add(r)
+	return c, nil
+}
 
-	// Reservations.
+// baseline is the on-demand total of the used seconds, against which the
+// other plans are compared.
+type baseline struct {
+	onDemand money.Micros
+	used     int64 // instance-seconds
+}
+
+// perHour is a total per used instance-hour.
+func (b baseline) perHour(total money.Micros) money.Micros {
+	v, _ := money.MulDiv(total, money.SecondsPerHour, b.used)
+	return v
+}
+
+// savings is how much less than on demand a total is, in basis points;
+// onDemand > 0 since price and usage are.
+func (b baseline) savings(total money.Micros) int64 {
+	v, _ := money.MulDiv(b.onDemand-total, 10_000, int64(b.onDemand))
+	return int64(v)
+}
+
+// reservationRows prices the reservations: the discounts w names, or else
+// the standard Options. A reservation is billed for every held second.
+func reservationRows(w Workload, b baseline, held int64) ([]Row, error) {
 	type resv struct {
 		plan string
 		bp   int64
@@ -283,8 +315,9 @@ func Compare(w Workload) (*Comparison, error) {
 			opts = append(opts, resv{"reserved " + o.Term + " " + o.Payment, o.DiscountBP, o.TermDays})
 		}
 	}
+	var rows []Row
 	for _, o := range opts {
-		total, err := charge(w.PricePerHour, used, 10_000-o.bp)
+		total, err := charge(w.PricePerHour, b.used, 10_000-o.bp)
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +326,7 @@ func Compare(w Workload) (*Comparison, error) {
 			return nil, err
 		}
 		r := Row{Plan: o.plan, Kind: KindReservation, Total: total, DiscountBP: o.bp,
-			HeldTotal: heldTotal, HeldSavingsBP: savings(heldTotal), BreakEvenBP: 10_000 - o.bp, TermDays: o.term}
+			HeldTotal: heldTotal, HeldSavingsBP: b.savings(heldTotal), BreakEvenBP: 10_000 - o.bp, TermDays: o.term}
 		r.Note = fmt.Sprintf("breaks even at %s utilisation", percent(r.BreakEvenBP))
 		if w.SecondsPerDay < 86400 {
 			// Total and HeldTotal assume different things; the note says
@@ -303,19 +336,23 @@ func Compare(w Workload) (*Comparison, error) {
 		if o.term > w.Days {
 			r.Note += fmt.Sprintf("; the term commits %d days", o.term)
 		}
-		add(r)
+		rows = append(rows, r)
 	}
+	return rows, nil
+}
 
-	// Retainer: the fee for every hour of the term, the used hours at a
-	// discount. It breaks even where fee × 24 h = discount × used hours.
+// retainerRow prices the retainer: the fee for every hour of the term, the
+// used hours at a discount. It breaks even where fee × 24 h = discount ×
+// used hours.
+func retainerRow(w Workload, used, held int64) (Row, error) {
 	feeBP, rdBP := w.RetainerFeeBP, w.RetainerDiscountBP
 	fee, err := charge(w.PricePerHour, held, feeBP)
 	if err != nil {
-		return nil, err
+		return Row{}, err
 	}
 	usage, err := charge(w.PricePerHour, used, 10_000-rdBP)
 	if err != nil {
-		return nil, err
+		return Row{}, err
 	}
 	r := Row{Plan: "retainer", Kind: KindRetainer, Total: fee + usage, DiscountBP: rdBP, HeldTotal: fee}
 	if feeBP < rdBP {
@@ -326,32 +363,35 @@ func Compare(w Workload) (*Comparison, error) {
 		r.Note = fmt.Sprintf("fee %s (%s of on demand, 24 h/day) + usage %s at %s off; never cheaper than on demand",
 			fee.Cents(), percent(feeBP), usage.Cents(), percent(rdBP))
 	}
-	add(r)
+	return r, nil
+}
 
-	// Spot: the used hours plus the work each expected reclaim costs (half
-	// a checkpoint interval lost, plus the restart), at the spot price.
+// spotRow prices spot: the used hours plus the work each expected reclaim
+// costs (half a checkpoint interval lost, plus the restart), at the spot
+// price, which it also returns.
+func spotRow(w Workload, used int64) (Row, money.Micros, error) {
 	sp := w.SpotPrice
+	var err error
 	if sp == 0 {
 		if sp, err = money.MulDiv(w.PricePerHour, 10_000-w.SpotDiscountBP, 10_000); err != nil {
-			return nil, err
+			return Row{}, 0, err
 		}
 	}
-	c.SpotPrice = sp
 	// used × rate ≤ 3.2·10¹⁴ × 10⁴ fits; the rest goes through 128 bits.
 	reclaimsMilli, err := money.MulDiv(money.Micros(used*w.ReclaimRateBP), 1000, bpDen)
 	if err != nil {
-		return nil, err
+		return Row{}, 0, err
 	}
 	lost := w.CheckpointIntervalSeconds + 2*w.RestartOverheadSeconds // twice the loss per reclaim
 	overhead, err := money.MulDiv(money.Micros(used*w.ReclaimRateBP), lost, 2*bpDen)
 	if err != nil {
-		return nil, err
+		return Row{}, 0, err
 	}
 	total, err := money.MulDiv(sp, used+int64(overhead), money.SecondsPerHour)
 	if err != nil {
-		return nil, err
+		return Row{}, 0, err
 	}
-	r = Row{Plan: "spot", Kind: KindSpot, Total: total, ExpectedReclaimsMilli: int64(reclaimsMilli), OverheadSeconds: int64(overhead)}
+	r := Row{Plan: "spot", Kind: KindSpot, Total: total, ExpectedReclaimsMilli: int64(reclaimsMilli), OverheadSeconds: int64(overhead)}
 	if w.SpotPrice == 0 {
 		r.DiscountBP = w.SpotDiscountBP
 	}
@@ -360,8 +400,7 @@ func Compare(w Workload) (*Comparison, error) {
 		r.Unsuitable = true
 		r.Note = "unsuitable: the workload does not tolerate interruptions; " + r.Note
 	}
-	add(r)
-	return c, nil
+	return r, sp, nil
 }
 
 func orDefault(v, def int64) int64 {

@@ -337,17 +337,23 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 		}
 	}
 	if host == nil {
-		reasons := map[string]int{}
-		for r, n := range counts {
-			if n > 0 {
-				reasons[Reason(r).Describe(req)] += n
-			}
-		}
-		return nil, &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
+		return nil, insufficient(req, hosts, &counts)
 	}
 	p := e.build(host, s, bestMemo)
 	p.ID, p.Tenant, p.Preemptible, p.PriceMicros = req.ID, req.Tenant, req.Preemptible, req.PriceMicros
 	return p, nil
+}
+
+// insufficient says why none of the hosts fits req: counts holds, per
+// reason, the number of hosts that reason ruled out.
+func insufficient(req *Request, hosts int, counts *[numReasons]int) *InsufficientCapacityError {
+	reasons := map[string]int{}
+	for r, n := range counts {
+		if n > 0 {
+			reasons[Reason(r).Describe(req)] += n
+		}
+	}
+	return &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
 }
 
 // OrderedTies is implemented by scorers that want ties broken by fleet

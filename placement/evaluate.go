@@ -158,61 +158,8 @@ const enableMIGPenalty = 1e9
 func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 	req := &s.req
 	fail := func(r Reason) memo { return memo{reason: uint8(r)} }
-	if h.State != fleet.Schedulable {
-		return fail(ReasonState)
-	}
-	if h.MetalAlloc != "" {
-		return fail(ReasonMetalHeld)
-	}
-	if s.zones != nil && !s.zones[h.Zone] {
-		return fail(ReasonZone)
-	}
-	for _, l := range req.Labels {
-		if !l.Match(h.Labels) {
-			return fail(ReasonLabels)
-		}
-	}
-	if req.Mode != catalog.ModeCPU {
-		if req.Mode != catalog.ModeMetal && len(h.GPUs) == 0 {
-			return fail(ReasonModel)
-		}
-		if s.models != nil {
-			any := false
-			for i := range h.GPUs {
-				if s.models[h.GPUs[i].Model] {
-					any = true
-					break
-				}
-			}
-			if !any {
-				return fail(ReasonModel)
-			}
-		}
-	}
-	if req.Mode == catalog.ModeMetal {
-		if !h.Empty() || req.GPUs > 0 && len(h.GPUs) != req.GPUs {
-			return fail(ReasonNotEmpty)
-		}
-		// Metal takes every GPU whole, which a GPU in MIG mode (or holding
-		// instances the operator made) cannot give.
-		for i := range h.GPUs {
-			if g := &h.GPUs[i]; g.MIG || !g.Empty() {
-				return fail(ReasonNotEmpty)
-			}
-		}
-		if s.models != nil {
-			for i := range h.GPUs {
-				if !s.models[h.GPUs[i].Model] {
-					return fail(ReasonModel)
-				}
-			}
-		}
-	}
-	if req.CPUMilli > h.FreeCPU() {
-		return fail(ReasonCPU)
-	}
-	if req.MemoryMiB > h.FreeMemory() {
-		return fail(ReasonMemory)
+	if r := admits(h, s); r != reasonNone {
+		return fail(r)
 	}
 	e.fillView(&e.before, h)
 	if req.Mode == catalog.ModeMIG {
@@ -244,31 +191,7 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 			return fail(r)
 		}
 	case catalog.ModeShared:
-		var seen [][2]int64
-		otherTenant := false
-	shareLoop:
-		for i := range h.GPUs {
-			g := &h.GPUs[i]
-			if !allowed(g) || g.WholeAlloc != "" || g.MIG || g.FreeMilli() < req.ShareMilli ||
-				g.MemoryMiB > 0 && g.MemoryMiB-g.UsedMemMiB < req.ShareMemoryMiB {
-				continue
-			}
-			if g.Shares > 0 && g.ShareTenant != req.Tenant {
-				// Room enough, but another tenant's MPS server: the
-				// shares of one GPU belong to one tenant.
-				otherTenant = true
-				continue
-			}
-			k := [2]int64{int64(g.UsedMilli), g.UsedMemMiB}
-			for _, x := range seen {
-				if x == k {
-					continue shareLoop
-				}
-			}
-			seen = append(seen, k)
-			try(uint64(i), 0)
-		}
-		if !found {
+		if otherTenant := shareOptions(h, req, allowed, try); !found {
 			if otherTenant {
 				return fail(ReasonShareTenant)
 			}
@@ -283,6 +206,112 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 		return fail(ReasonGPUs)
 	}
 	return best
+}
+
+// admits applies the checks that do not depend on an option: the host's
+// state, zone, labels, GPU models, emptiness for bare metal, and free CPU
+// and memory. It returns reasonNone when the host passes them all.
+func admits(h *fleet.Host, s *shape) Reason {
+	req := &s.req
+	if h.State != fleet.Schedulable {
+		return ReasonState
+	}
+	if h.MetalAlloc != "" {
+		return ReasonMetalHeld
+	}
+	if s.zones != nil && !s.zones[h.Zone] {
+		return ReasonZone
+	}
+	for _, l := range req.Labels {
+		if !l.Match(h.Labels) {
+			return ReasonLabels
+		}
+	}
+	if r := admitsGPUs(h, s); r != reasonNone {
+		return r
+	}
+	if req.CPUMilli > h.FreeCPU() {
+		return ReasonCPU
+	}
+	if req.MemoryMiB > h.FreeMemory() {
+		return ReasonMemory
+	}
+	return reasonNone
+}
+
+// admitsGPUs checks the host's GPUs against the request's mode and models:
+// a GPU request needs a GPU of an allowed model, and bare metal an empty
+// host whose GPUs are all of allowed models and none in MIG mode.
+func admitsGPUs(h *fleet.Host, s *shape) Reason {
+	req := &s.req
+	if req.Mode != catalog.ModeCPU {
+		if req.Mode != catalog.ModeMetal && len(h.GPUs) == 0 {
+			return ReasonModel
+		}
+		if s.models != nil {
+			any := false
+			for i := range h.GPUs {
+				if s.models[h.GPUs[i].Model] {
+					any = true
+					break
+				}
+			}
+			if !any {
+				return ReasonModel
+			}
+		}
+	}
+	if req.Mode == catalog.ModeMetal {
+		if !h.Empty() || req.GPUs > 0 && len(h.GPUs) != req.GPUs {
+			return ReasonNotEmpty
+		}
+		// Metal takes every GPU whole, which a GPU in MIG mode (or holding
+		// instances the operator made) cannot give.
+		for i := range h.GPUs {
+			if g := &h.GPUs[i]; g.MIG || !g.Empty() {
+				return ReasonNotEmpty
+			}
+		}
+		if s.models != nil {
+			for i := range h.GPUs {
+				if !s.models[h.GPUs[i].Model] {
+					return ReasonModel
+				}
+			}
+		}
+	}
+	return reasonNone
+}
+
+// shareOptions offers the GPUs with room for a time-sliced share: the
+// first GPU of each distinct (used milli, used memory) pair stands for the
+// GPUs after it with the same pair. A GPU whose shares belong to another tenant is not offered;
+// otherTenant reports whether such a GPU had room.
+func shareOptions(h *fleet.Host, req *Request, allowed func(*fleet.GPU) bool, try func(uint64, float64)) (otherTenant bool) {
+	var seen [][2]int64
+shareLoop:
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		if !allowed(g) || g.WholeAlloc != "" || g.MIG || g.FreeMilli() < req.ShareMilli ||
+			g.MemoryMiB > 0 && g.MemoryMiB-g.UsedMemMiB < req.ShareMemoryMiB {
+			continue
+		}
+		if g.Shares > 0 && g.ShareTenant != req.Tenant {
+			// Room enough, but another tenant's MPS server: the shares of
+			// one GPU belong to one tenant.
+			otherTenant = true
+			continue
+		}
+		k := [2]int64{int64(g.UsedMilli), g.UsedMemMiB}
+		for _, x := range seen {
+			if x == k {
+				continue shareLoop
+			}
+		}
+		seen = append(seen, k)
+		try(uint64(i), 0)
+	}
+	return otherTenant
 }
 
 // gpuOptions offers sets of n whole GPUs. On hosts with NVLink islands a

@@ -86,15 +86,41 @@ type axis struct {
 
 // WriteSVG writes c as a standalone SVG document to w.
 func WriteSVG(w io.Writer, c Chart) error {
+	width, height, err := c.size()
+	if err != nil {
+		return err
+	}
+	l, err := layOut(c, width, height)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	l.writeFrame(p, c)
+	l.writeLabels(p, c)
+	l.writeMarkers(p, c.VLines)
+	l.writeSeries(p, c.Series)
+	l.writeLegend(p, c.Series)
+	p("</svg>\n")
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+// printer appends formatted SVG text to the document being written.
+type printer func(format string, args ...any)
+
+// size checks the chart's series and axis limits and returns its size in
+// pixels, with the defaults applied.
+func (c Chart) size() (width, height int, err error) {
 	if len(c.Series) == 0 {
-		return errors.New("chart: no series")
+		return 0, 0, errors.New("chart: no series")
 	}
 	for i, s := range c.Series {
 		if len(s.X) != len(s.Y) {
-			return fmt.Errorf("chart: series %d (%q) has %d x values but %d y values", i, s.Name, len(s.X), len(s.Y))
+			return 0, 0, fmt.Errorf("chart: series %d (%q) has %d x values but %d y values", i, s.Name, len(s.X), len(s.Y))
 		}
 	}
-	width, height := c.Width, c.Height
+	width, height = c.Width, c.Height
 	if width == 0 {
 		width = defaultChartWidth
 	}
@@ -102,20 +128,24 @@ func WriteSVG(w io.Writer, c Chart) error {
 		height = defaultChartHeight
 	}
 	if width < minChartWidth || height < minChartHeight {
-		return fmt.Errorf("chart: size %dx%d is smaller than the minimum %dx%d", width, height, minChartWidth, minChartHeight)
+		return 0, 0, fmt.Errorf("chart: size %dx%d is smaller than the minimum %dx%d", width, height, minChartWidth, minChartHeight)
 	}
 	for _, l := range []struct {
 		name string
 		v    float64
 	}{{"XMin", c.XMin}, {"XMax", c.XMax}, {"YMin", c.YMin}, {"YMax", c.YMax}} {
 		if math.IsNaN(l.v) || math.IsInf(l.v, 0) {
-			return fmt.Errorf("chart: %s is %v", l.name, l.v)
+			return 0, 0, fmt.Errorf("chart: %s is %v", l.name, l.v)
 		}
 	}
+	return width, height, nil
+}
 
-	// Data extents. Markers count towards the x extent so that an
-	// automatic axis always shows them.
-	xlo, xhi, ylo, yhi := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+// extents returns the range of the finite data points. Markers count
+// towards the x extent so that an automatic axis always shows them. With no
+// finite point, lo is above hi.
+func (c Chart) extents() (xlo, xhi, ylo, yhi float64) {
+	xlo, xhi, ylo, yhi = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range c.Series {
 		for i := range s.X {
 			x, y := s.X[i], s.Y[i]
@@ -131,6 +161,27 @@ func WriteSVG(w io.Writer, c Chart) error {
 			xlo, xhi = math.Min(xlo, v.X), math.Max(xhi, v.X)
 		}
 	}
+	return xlo, xhi, ylo, yhi
+}
+
+// layout is where a chart's parts go: the plot area in pixels, the
+// resolved axes with their ticks, and the legend's name limit.
+type layout struct {
+	width, height      int
+	px0, px1, py0, py1 float64 // plot area
+	xa, ya             axis
+	xticks, yticks     []float64
+	ylabels            []string
+	// nameLimit is the longest series name, in characters, that the
+	// legend shows unshortened.
+	nameLimit int
+	clip      string
+}
+
+// layOut sizes the margins and resolves both axes.
+func layOut(c Chart, width, height int) (*layout, error) {
+	xlo, xhi, ylo, yhi := c.extents()
+	l := &layout{width: width, height: height, clip: clipID(c)}
 
 	// Margins depend on the tick labels, which depend on the plot size, so
 	// the y axis is resolved once with a provisional height.
@@ -143,16 +194,16 @@ func WriteSVG(w io.Writer, c Chart) error {
 		bottom += 20
 	}
 	plotH := float64(height) - top - bottom
-	ya, err := resolveAxis("Y", c.YMin, c.YMax, ylo, yhi, int(plotH/60))
-	if err != nil {
-		return err
+	var err error
+	if l.ya, err = resolveAxis("Y", c.YMin, c.YMax, ylo, yhi, int(plotH/60)); err != nil {
+		return nil, err
 	}
-	yticks := ticks(ya)
-	ylabels := make([]string, len(yticks))
+	l.yticks = ticks(l.ya)
+	l.ylabels = make([]string, len(l.yticks))
 	maxY := 0
-	for i, v := range yticks {
-		ylabels[i] = formatTick(v, ya.step)
-		maxY = max(maxY, len(ylabels[i]))
+	for i, v := range l.yticks {
+		l.ylabels[i] = formatTick(v, l.ya.step)
+		maxY = max(maxY, len(l.ylabels[i]))
 	}
 	left := float64(maxY)*charWidth + 16
 	if c.YLabel != "" {
@@ -165,95 +216,109 @@ func WriteSVG(w io.Writer, c Chart) error {
 	for _, s := range c.Series {
 		maxName = max(maxName, utf8.RuneCountInString(s.Name))
 	}
-	nameLimit := int((float64(width)/3 - 56) / charWidth)
-	maxName = min(maxName, nameLimit)
+	l.nameLimit = int((float64(width)/3 - 56) / charWidth)
+	maxName = min(maxName, l.nameLimit)
 	right := 56 + float64(maxName)*charWidth
 
 	plotW := float64(width) - left - right
-	xa, err := resolveAxis("X", c.XMin, c.XMax, xlo, xhi, int(plotW/90))
-	if err != nil {
-		return err
+	if l.xa, err = resolveAxis("X", c.XMin, c.XMax, xlo, xhi, int(plotW/90)); err != nil {
+		return nil, err
 	}
-	px0, px1, py0, py1 := left, left+plotW, top, top+plotH
-	sx := func(x float64) float64 { return px0 + (x-xa.min)/(xa.max-xa.min)*(px1-px0) }
-	sy := func(y float64) float64 { return py1 - (y-ya.min)/(ya.max-ya.min)*(py1-py0) }
+	l.xticks = ticks(l.xa)
+	l.px0, l.px1, l.py0, l.py1 = left, left+plotW, top, top+plotH
+	return l, nil
+}
 
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+// sx and sy map data coordinates to pixels.
+func (l *layout) sx(x float64) float64 {
+	return l.px0 + (x-l.xa.min)/(l.xa.max-l.xa.min)*(l.px1-l.px0)
+}
 
+func (l *layout) sy(y float64) float64 {
+	return l.py1 - (y-l.ya.min)/(l.ya.max-l.ya.min)*(l.py1-l.py0)
+}
+
+// writeFrame writes the document header, the background, the plot's clip
+// path, the grid, the plot border and the tick labels.
+func (l *layout) writeFrame(p printer, c Chart) {
 	p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
-		width, height, width, height)
+		l.width, l.height, l.width, l.height)
 	if c.Title != "" {
 		p("<title>%s</title>\n", esc(c.Title))
 	}
 	p(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
-	clip := clipID(c)
 	p(`<defs><clipPath id="%s"><rect x="%s" y="%s" width="%s" height="%s"/></clipPath></defs>`+"\n",
-		clip, num(px0), num(py0), num(px1-px0), num(py1-py0))
+		l.clip, num(l.px0), num(l.py0), num(l.px1-l.px0), num(l.py1-l.py0))
 
-	// Grid and tick labels.
 	p(`<g stroke="#e6e6e6" stroke-width="1">` + "\n")
-	xticks := ticks(xa)
-	for _, v := range xticks {
-		x := num(sx(v))
-		p(`<line x1="%s" y1="%s" x2="%s" y2="%s"/>`+"\n", x, num(py0), x, num(py1))
+	for _, v := range l.xticks {
+		x := num(l.sx(v))
+		p(`<line x1="%s" y1="%s" x2="%s" y2="%s"/>`+"\n", x, num(l.py0), x, num(l.py1))
 	}
-	for _, v := range yticks {
-		y := num(sy(v))
-		p(`<line x1="%s" y1="%s" x2="%s" y2="%s"/>`+"\n", num(px0), y, num(px1), y)
+	for _, v := range l.yticks {
+		y := num(l.sy(v))
+		p(`<line x1="%s" y1="%s" x2="%s" y2="%s"/>`+"\n", num(l.px0), y, num(l.px1), y)
 	}
 	p("</g>\n")
 	p(`<rect x="%s" y="%s" width="%s" height="%s" fill="none" stroke="#888888"/>`+"\n",
-		num(px0), num(py0), num(px1-px0), num(py1-py0))
+		num(l.px0), num(l.py0), num(l.px1-l.px0), num(l.py1-l.py0))
 	p(`<g fill="#333333" text-anchor="middle">` + "\n")
-	for _, v := range xticks {
-		p(`<text x="%s" y="%s">%s</text>`+"\n", num(sx(v)), num(py1+17), esc(formatTick(v, xa.step)))
+	for _, v := range l.xticks {
+		p(`<text x="%s" y="%s">%s</text>`+"\n", num(l.sx(v)), num(l.py1+17), esc(formatTick(v, l.xa.step)))
 	}
 	p("</g>\n")
 	p(`<g fill="#333333" text-anchor="end">` + "\n")
-	for i, v := range yticks {
-		p(`<text x="%s" y="%s">%s</text>`+"\n", num(px0-6), num(sy(v)+4), esc(ylabels[i]))
+	for i, v := range l.yticks {
+		p(`<text x="%s" y="%s">%s</text>`+"\n", num(l.px0-6), num(l.sy(v)+4), esc(l.ylabels[i]))
 	}
 	p("</g>\n")
+}
 
-	// Titles and axis labels.
+// writeLabels writes the chart title and the axis labels.
+func (l *layout) writeLabels(p printer, c Chart) {
 	if c.Title != "" {
 		p(`<text x="%s" y="26" text-anchor="middle" font-size="16" font-weight="bold" fill="#222222">%s</text>`+"\n",
-			num((px0+px1)/2), esc(c.Title))
+			num((l.px0+l.px1)/2), esc(c.Title))
 	}
 	if c.XLabel != "" {
 		p(`<text x="%s" y="%s" text-anchor="middle" fill="#222222">%s</text>`+"\n",
-			num((px0+px1)/2), num(py1+38), esc(c.XLabel))
+			num((l.px0+l.px1)/2), num(l.py1+38), esc(c.XLabel))
 	}
 	if c.YLabel != "" {
 		p(`<text transform="translate(16 %s) rotate(-90)" text-anchor="middle" fill="#222222">%s</text>`+"\n",
-			num((py0+py1)/2), esc(c.YLabel))
+			num((l.py0+l.py1)/2), esc(c.YLabel))
 	}
+}
 
-	// Markers are drawn under the series so they never hide data.
-	for _, v := range c.VLines {
-		if !finite(v.X) || v.X < xa.min || v.X > xa.max {
+// writeMarkers writes the vertical markers inside the x range. They are
+// drawn before the series so they never hide data.
+func (l *layout) writeMarkers(p printer, vlines []VLine) {
+	for _, v := range vlines {
+		if !finite(v.X) || v.X < l.xa.min || v.X > l.xa.max {
 			continue
 		}
-		x := sx(v.X)
+		x := l.sx(v.X)
 		p(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#555555" stroke-width="1.2" stroke-dasharray="6 4"/>`+"\n",
-			num(x), num(py0), num(x), num(py1))
+			num(x), num(l.py0), num(x), num(l.py1))
 		if v.Label != "" {
 			// Labels near the right edge go on the left of the line.
 			anchor, lx := "start", x+4
-			if x+4+float64(utf8.RuneCountInString(v.Label))*charWidth*0.9 > px1 {
+			if x+4+float64(utf8.RuneCountInString(v.Label))*charWidth*0.9 > l.px1 {
 				anchor, lx = "end", x-4
 			}
 			p(`<text x="%s" y="%s" text-anchor="%s" font-size="11" fill="#555555">%s</text>`+"\n",
-				num(lx), num(py0+13), anchor, esc(v.Label))
+				num(lx), num(l.py0+13), anchor, esc(v.Label))
 		}
 	}
+}
 
-	// Series.
-	p(`<g clip-path="url(#%s)" fill="none" stroke-width="1.6" stroke-linejoin="round" stroke-linecap="round">`+"\n", clip)
+// writeSeries draws each series, clipped to the plot area, as a polyline
+// of at most maxSeriesPoints points, or as a dot when it has one point.
+func (l *layout) writeSeries(p printer, series []Series) {
+	p(`<g clip-path="url(#%s)" fill="none" stroke-width="1.6" stroke-linejoin="round" stroke-linecap="round">`+"\n", l.clip)
 	var pts []byte
-	for i, s := range c.Series {
+	for i, s := range series {
 		keep := downsample(s.X, s.Y, maxSeriesPoints)
 		if len(keep) == 0 {
 			continue
@@ -263,7 +328,7 @@ func WriteSVG(w io.Writer, c Chart) error {
 			// A single point draws nothing as a polyline; show a dot.
 			j := keep[0]
 			p(`<circle cx="%s" cy="%s" r="3" fill="%s" stroke="none"><title>%s</title></circle>`+"\n",
-				num(sx(s.X[j])), num(sy(s.Y[j])), color, esc(s.Name))
+				num(l.sx(s.X[j])), num(l.sy(s.Y[j])), color, esc(s.Name))
 			continue
 		}
 		pts = pts[:0]
@@ -271,9 +336,9 @@ func WriteSVG(w io.Writer, c Chart) error {
 			if k > 0 {
 				pts = append(pts, ' ')
 			}
-			pts = appendNum(pts, sx(s.X[j]))
+			pts = appendNum(pts, l.sx(s.X[j]))
 			pts = append(pts, ',')
-			pts = appendNum(pts, sy(s.Y[j]))
+			pts = appendNum(pts, l.sy(s.Y[j]))
 		}
 		p(`<polyline stroke="%s"`, color)
 		if dash != "" {
@@ -282,12 +347,15 @@ func WriteSVG(w io.Writer, c Chart) error {
 		p(` points="%s"><title>%s</title></polyline>`+"\n", pts, esc(s.Name))
 	}
 	p("</g>\n")
+}
 
-	// Legend.
-	lx := px1 + 14
+// writeLegend writes one line sample and name per series right of the
+// plot, shortening names longer than the layout's limit.
+func (l *layout) writeLegend(p printer, series []Series) {
+	lx := l.px1 + 14
 	p(`<g font-size="12" fill="#222222">` + "\n")
-	for i, s := range c.Series {
-		y := py0 + 10 + float64(i)*18
+	for i, s := range series {
+		y := l.py0 + 10 + float64(i)*18
 		color, dash := seriesStyle(i)
 		p(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2.5"`, num(lx), num(y), num(lx+26), num(y), color)
 		if dash != "" {
@@ -295,15 +363,12 @@ func WriteSVG(w io.Writer, c Chart) error {
 		}
 		p("/>\n")
 		name := s.Name
-		if utf8.RuneCountInString(name) > nameLimit {
-			name = string([]rune(name)[:max(nameLimit-1, 1)]) + "…"
+		if utf8.RuneCountInString(name) > l.nameLimit {
+			name = string([]rune(name)[:max(l.nameLimit-1, 1)]) + "…"
 		}
 		p(`<text x="%s" y="%s">%s<title>%s</title></text>`+"\n", num(lx+32), num(y+4), esc(name), esc(s.Name))
 	}
-	p("</g>\n</svg>\n")
-
-	_, err = w.Write(b.Bytes())
-	return err
+	p("</g>\n")
 }
 
 // resolveAxis applies the Chart range rules to one axis. target is the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/placement"
 )
 
@@ -139,19 +140,17 @@ func (t *Trace) ReplayEventsScorer(sc placement.Scorer, seed int64, opts EventsO
 	if err != nil {
 		return nil, err
 	}
-	eng := placement.NewEngine(t.cat, sc, seed)
-	run := &EventsRun{Policy: sc.Name(), Seed: seed, Skipped: skipped}
+	r := &eventsReplay{
+		t: t, f: f, eng: placement.NewEngine(t.cat, sc, seed), progress: opts.Progress,
+		run:    &EventsRun{Policy: sc.Name(), Seed: seed, Skipped: skipped},
+		placed: make([]int, len(t.Pods)),
+		ids:    make([]string, len(t.Pods)),
+	}
 	if len(events) > 0 {
-		run.Start, run.End = events[0].Time, events[len(events)-1].Time
+		r.run.Start, r.run.End = events[0].Time, events[len(events)-1].Time
 	}
 
 	capacity := float64(t.GPUMilli)
-	// placed[i] is pod i's allocated milli-GPU plus one, 0 while it is
-	// not placed; ids[i] is its allocation ID.
-	placed := make([]int, len(t.Pods))
-	ids := make([]string, len(t.Pods))
-	var allocated int64
-	running := 0
 	var area float64 // integral of allocation % over time
 	points := make([]EventPoint, 0, len(events))
 	for k := 0; k < len(events); {
@@ -160,57 +159,17 @@ func (t *Trace) ReplayEventsScorer(sc placement.Scorer, seed int64, opts EventsO
 			area += points[len(points)-1].AllocatedPct * float64(now-points[len(points)-1].Time)
 		}
 		for ; k < len(events) && events[k].Time == now; k++ {
-			ev := events[k]
-			i := ev.Pod
-			if ev.Depart {
-				if placed[i] == 0 {
-					continue // failed at arrival: nothing to release
-				}
-				if err := f.Release(ids[i]); err != nil {
-					return nil, fmt.Errorf("events: %w", err)
-				}
-				allocated -= int64(placed[i] - 1)
-				placed[i] = 0
-				running--
-				run.Departed++
-				continue
-			}
-			run.Arrivals++
-			// A private copy: Place resolves model aliases in place, and
-			// the trace's requests may be shared with other goroutines.
-			req := *t.Requests[i]
-			req.Models = slices.Clone(req.Models)
-			req.ID = fmt.Sprintf("%s#%d", req.ID, i)
-			if run.Arrivals%t.RecalibrateEvery() == 1 {
-				eng.Recalibrate(f)
-			}
-			p, err := eng.Place(f, &req)
-			switch {
-			case err == nil:
-				p.ID = req.ID
-				if err := f.Apply(p); err != nil {
-					return nil, fmt.Errorf("events: engine chose an infeasible placement: %w", err)
-				}
-				g := p.GPUMilli()
-				allocated += int64(g)
-				placed[i], ids[i] = g+1, req.ID
-				running++
-				run.Placed++
-			case placement.IsInsufficientCapacity(err):
-				run.Failed++
-			default:
+			if err := r.apply(events[k]); err != nil {
 				return nil, err
 			}
-			if opts.Progress != nil {
-				opts.Progress()
-			}
 		}
-		pt := EventPoint{Time: now, AllocatedPct: 100 * float64(allocated) / capacity, Running: running, Failed: run.Failed}
-		if pt.AllocatedPct > run.PeakAllocPct || len(points) == 0 {
-			run.PeakAllocPct, run.PeakTime = pt.AllocatedPct, now
+		pt := EventPoint{Time: now, AllocatedPct: 100 * float64(r.allocated) / capacity, Running: r.running, Failed: r.run.Failed}
+		if pt.AllocatedPct > r.run.PeakAllocPct || len(points) == 0 {
+			r.run.PeakAllocPct, r.run.PeakTime = pt.AllocatedPct, now
 		}
 		points = append(points, pt)
 	}
+	run := r.run
 	if n := len(points); n > 0 {
 		if span := run.End - run.Start; span > 0 {
 			run.MeanAllocPct = area / float64(span)
@@ -221,6 +180,77 @@ func (t *Trace) ReplayEventsScorer(sc placement.Scorer, seed int64, opts EventsO
 	run.Series = thinPoints(points, opts.MaxPoints)
 	run.Elapsed = time.Since(start)
 	return run, nil
+}
+
+// eventsReplay is the state of one time-ordered replay between events.
+type eventsReplay struct {
+	t        *Trace
+	f        *fleet.Fleet
+	eng      *placement.Engine
+	progress func()
+	run      *EventsRun
+	// placed[i] is pod i's allocated milli-GPU plus one, 0 while it is
+	// not placed; ids[i] is its allocation ID.
+	placed    []int
+	ids       []string
+	allocated int64 // milli-GPU
+	running   int
+}
+
+// apply replays one event: a departure releases the pod's allocation, an
+// arrival places the pod or counts it as failed.
+func (r *eventsReplay) apply(ev Event) error {
+	if ev.Depart {
+		return r.depart(ev.Pod)
+	}
+	return r.arrive(ev.Pod)
+}
+
+func (r *eventsReplay) depart(i int) error {
+	if r.placed[i] == 0 {
+		return nil // failed at arrival: nothing to release
+	}
+	if err := r.f.Release(r.ids[i]); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	r.allocated -= int64(r.placed[i] - 1)
+	r.placed[i] = 0
+	r.running--
+	r.run.Departed++
+	return nil
+}
+
+func (r *eventsReplay) arrive(i int) error {
+	r.run.Arrivals++
+	// A private copy: Place resolves model aliases in place, and the
+	// trace's requests may be shared with other goroutines.
+	req := *r.t.Requests[i]
+	req.Models = slices.Clone(req.Models)
+	req.ID = fmt.Sprintf("%s#%d", req.ID, i)
+	if r.run.Arrivals%r.t.RecalibrateEvery() == 1 {
+		r.eng.Recalibrate(r.f)
+	}
+	p, err := r.eng.Place(r.f, &req)
+	switch {
+	case err == nil:
+		p.ID = req.ID
+		if err := r.f.Apply(p); err != nil {
+			return fmt.Errorf("events: engine chose an infeasible placement: %w", err)
+		}
+		g := p.GPUMilli()
+		r.allocated += int64(g)
+		r.placed[i], r.ids[i] = g+1, req.ID
+		r.running++
+		r.run.Placed++
+	case placement.IsInsufficientCapacity(err):
+		r.run.Failed++
+	default:
+		return err
+	}
+	if r.progress != nil {
+		r.progress()
+	}
+	return nil
 }
 
 // thinPoints keeps at most limit evenly spaced points, always the first and

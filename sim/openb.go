@@ -142,6 +142,51 @@ func ParseNodes(r io.Reader, source string) ([]TraceNode, error) {
 // ParsePods parses an openb pod list, with or without the time columns.
 // source names the input in error messages ("source:line: ...").
 func ParsePods(r io.Reader, source string) ([]TracePod, error) {
+	pr, err := newPodReader(r, source)
+	if err != nil {
+		return nil, err
+	}
+	var pods chunked[TracePod]
+	for {
+		ok, err := pr.t.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		p, err := pr.pod()
+		if err != nil {
+			return nil, err
+		}
+		pods.add(p)
+	}
+	if pods.n == 0 {
+		return nil, pr.t.noRows()
+	}
+	return pods.slice(), nil
+}
+
+// podReader reads the rows of a pod list: it knows the column of each
+// field (-1 for an absent optional one) and remembers the names seen.
+type podReader struct {
+	t        *table
+	hasTimes bool
+
+	cName, cCPU, cMem, cNum, cMilli int
+	cSpec, cQoS, cPhase             int
+	cCreate, cDelete, cSched        int
+
+	seen map[string]int // pod name -> line
+	// specs interns gpu_spec lists: the gpuspec* files repeat a dozen
+	// distinct values thousands of times, so sharing the slices saves both
+	// the split and the memory. Callers must treat GPUSpec as read-only.
+	specs map[string][]string
+}
+
+// newPodReader reads the header and checks that the required columns are
+// there, and that the time columns are all there or all absent.
+func newPodReader(r io.Reader, source string) (*podReader, error) {
 	t, err := newTable(r, source)
 	if err != nil {
 		return nil, err
@@ -149,13 +194,13 @@ func ParsePods(r io.Reader, source string) ([]TracePod, error) {
 	if err := t.require(podColumns...); err != nil {
 		return nil, err
 	}
-	hasTimes := false
+	pr := &podReader{t: t, seen: make(map[string]int), specs: make(map[string][]string)}
 	for _, c := range podTimeColumns {
 		if _, ok := t.col[c]; ok {
-			hasTimes = true
+			pr.hasTimes = true
 		}
 	}
-	if hasTimes {
+	if pr.hasTimes {
 		if err := t.require(podTimeColumns...); err != nil {
 			return nil, err
 		}
@@ -166,82 +211,79 @@ func ParsePods(r io.Reader, source string) ([]TracePod, error) {
 		}
 		return -1
 	}
-	cName, cCPU, cMem, cNum, cMilli := get("name"), get("cpu_milli"), get("memory_mib"), get("num_gpu"), get("gpu_milli")
-	cSpec, cQoS, cPhase := get("gpu_spec"), get("qos"), get("pod_phase")
-	cCreate, cDelete, cSched := get("creation_time"), get("deletion_time"), get("scheduled_time")
+	pr.cName, pr.cCPU, pr.cMem, pr.cNum, pr.cMilli = get("name"), get("cpu_milli"), get("memory_mib"), get("num_gpu"), get("gpu_milli")
+	pr.cSpec, pr.cQoS, pr.cPhase = get("gpu_spec"), get("qos"), get("pod_phase")
+	pr.cCreate, pr.cDelete, pr.cSched = get("creation_time"), get("deletion_time"), get("scheduled_time")
+	return pr, nil
+}
 
-	var pods chunked[TracePod]
-	seen := make(map[string]int)
-	// specs interns gpu_spec lists: the gpuspec* files repeat a dozen
-	// distinct values thousands of times, so sharing the slices saves both
-	// the split and the memory. Callers must treat GPUSpec as read-only.
-	specs := make(map[string][]string)
-	for {
-		ok, err := t.next()
-		if err != nil {
-			return nil, err
-		}
+// pod parses the current row.
+func (pr *podReader) pod() (TracePod, error) {
+	t := pr.t
+	p := TracePod{Line: t.line, HasTimes: pr.hasTimes, Deletion: -1, Scheduled: -1}
+	var err error
+	if p.Name, err = t.name(pr.cName); err != nil {
+		return p, err
+	}
+	if first, dup := pr.seen[p.Name]; dup {
+		return p, t.errf(pr.cName, "duplicate pod name %q (first on line %d)", p.Name, first)
+	}
+	pr.seen[p.Name] = p.Line
+	if p.CPUMilli, err = t.int(pr.cCPU, 0, -1); err != nil {
+		return p, err
+	}
+	if p.MemoryMiB, err = t.int(pr.cMem, 0, -1); err != nil {
+		return p, err
+	}
+	if err := pr.gpus(&p); err != nil {
+		return p, err
+	}
+	if spec := t.optional(pr.cSpec); spec != "" {
+		s, ok := pr.specs[spec]
 		if !ok {
-			break
+			s = splitSpec(spec)
+			pr.specs[spec] = s
 		}
-		p := TracePod{Line: t.line, HasTimes: hasTimes, Deletion: -1, Scheduled: -1}
-		if p.Name, err = t.name(cName); err != nil {
-			return nil, err
-		}
-		if first, dup := seen[p.Name]; dup {
-			return nil, t.errf(cName, "duplicate pod name %q (first on line %d)", p.Name, first)
-		}
-		seen[p.Name] = p.Line
-		if p.CPUMilli, err = t.int(cCPU, 0, -1); err != nil {
-			return nil, err
-		}
-		if p.MemoryMiB, err = t.int(cMem, 0, -1); err != nil {
-			return nil, err
-		}
-		num, err := t.int(cNum, 0, maxPodGPUs)
-		if err != nil {
-			return nil, err
-		}
-		milli, err := t.int(cMilli, 0, fullGPUMilli)
-		if err != nil {
-			return nil, err
-		}
-		p.NumGPU, p.GPUMilli = int(num), int(milli)
-		switch {
-		case p.NumGPU == 0 && p.GPUMilli != 0:
-			return nil, t.errf(cMilli, "gpu_milli is %d but num_gpu is 0", p.GPUMilli)
-		case p.NumGPU != 0 && p.GPUMilli == 0:
-			return nil, t.errf(cMilli, "gpu_milli is 0 but num_gpu is %d", p.NumGPU)
-		case p.NumGPU > 1 && p.GPUMilli != fullGPUMilli:
-			return nil, t.errf(cMilli, "gpu_milli is %d but a %d-GPU pod must use whole GPUs (1000)", p.GPUMilli, p.NumGPU)
-		}
-		if spec := t.optional(cSpec); spec != "" {
-			s, ok := specs[spec]
-			if !ok {
-				s = splitSpec(spec)
-				specs[spec] = s
-			}
-			p.GPUSpec = s
-		}
-		p.QoS = t.optional(cQoS)
-		p.Phase = t.optional(cPhase)
-		if hasTimes {
-			if p.Creation, err = t.int(cCreate, 0, -1); err != nil {
-				return nil, err
-			}
-			if p.Deletion, err = t.optionalInt(cDelete); err != nil {
-				return nil, err
-			}
-			if p.Scheduled, err = t.optionalInt(cSched); err != nil {
-				return nil, err
-			}
-		}
-		pods.add(p)
+		p.GPUSpec = s
 	}
-	if pods.n == 0 {
-		return nil, t.noRows()
+	p.QoS = t.optional(pr.cQoS)
+	p.Phase = t.optional(pr.cPhase)
+	if pr.hasTimes {
+		if p.Creation, err = t.int(pr.cCreate, 0, -1); err != nil {
+			return p, err
+		}
+		if p.Deletion, err = t.optionalInt(pr.cDelete); err != nil {
+			return p, err
+		}
+		if p.Scheduled, err = t.optionalInt(pr.cSched); err != nil {
+			return p, err
+		}
 	}
-	return pods.slice(), nil
+	return p, nil
+}
+
+// gpus parses num_gpu and gpu_milli into p and checks that they agree: a
+// GPU pod has a share, and a pod of several GPUs uses them whole.
+func (pr *podReader) gpus(p *TracePod) error {
+	t := pr.t
+	num, err := t.int(pr.cNum, 0, maxPodGPUs)
+	if err != nil {
+		return err
+	}
+	milli, err := t.int(pr.cMilli, 0, fullGPUMilli)
+	if err != nil {
+		return err
+	}
+	p.NumGPU, p.GPUMilli = int(num), int(milli)
+	switch {
+	case p.NumGPU == 0 && p.GPUMilli != 0:
+		return t.errf(pr.cMilli, "gpu_milli is %d but num_gpu is 0", p.GPUMilli)
+	case p.NumGPU != 0 && p.GPUMilli == 0:
+		return t.errf(pr.cMilli, "gpu_milli is 0 but num_gpu is %d", p.NumGPU)
+	case p.NumGPU > 1 && p.GPUMilli != fullGPUMilli:
+		return t.errf(pr.cMilli, "gpu_milli is %d but a %d-GPU pod must use whole GPUs (1000)", p.GPUMilli, p.NumGPU)
+	}
+	return nil
 }
 
 // chunked collects rows in fixed-size blocks and copies them once at the

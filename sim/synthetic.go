@@ -71,9 +71,27 @@ func SyntheticTrace(hosts int, seed int64) (nodes []TraceNode, pods []TracePod) 
 		return nil, nil
 	}
 	rnd := rand.New(rand.NewSource(seed))
+	nodes = syntheticNodes(hosts)
 
-	// Node counts by largest remainder, so that even small fleets get
-	// every model in proportion and the mix does not depend on the seed.
+	n := hosts * syntheticPodsPerHost
+	// Sorted uniform creation times are a Poisson process conditioned on
+	// the number of pods, and all fall inside the horizon.
+	created := make([]int64, n)
+	for i := range created {
+		created[i] = rnd.Int63n(syntheticHorizon)
+	}
+	slices.Sort(created)
+	pods = make([]TracePod, 0, n)
+	for i := 0; i < n; i++ {
+		pods = append(pods, syntheticPod(rnd, i, created[i]))
+	}
+	return nodes, pods
+}
+
+// syntheticNodes lists the trace's nodes, model by model. Node counts are
+// split by largest remainder, so that even small fleets get every model in
+// proportion and the mix does not depend on the seed.
+func syntheticNodes(hosts int) []TraceNode {
 	counts := make([]int, len(syntheticModels))
 	rem := make([]float64, len(syntheticModels))
 	left := hosts
@@ -93,7 +111,7 @@ func SyntheticTrace(hosts int, seed int64) (nodes []TraceNode, pods []TracePod) 
 		counts[best]++
 		rem[best] = -1
 	}
-	nodes = make([]TraceNode, 0, hosts)
+	nodes := make([]TraceNode, 0, hosts)
 	for i, m := range syntheticModels {
 		for k := 0; k < counts[i]; k++ {
 			n := len(nodes)
@@ -103,51 +121,44 @@ func SyntheticTrace(hosts int, seed int64) (nodes []TraceNode, pods []TracePod) 
 			})
 		}
 	}
+	return nodes
+}
 
-	n := hosts * syntheticPodsPerHost
-	// Sorted uniform creation times are a Poisson process conditioned on
-	// the number of pods, and all fall inside the horizon.
-	created := make([]int64, n)
-	for i := range created {
-		created[i] = rnd.Int63n(syntheticHorizon)
+// syntheticPod draws the i-th pod, created at the given time: its QoS,
+// size, GPU restriction and lifetime.
+func syntheticPod(rnd *rand.Rand, i int, created int64) TracePod {
+	p := TracePod{Name: fmt.Sprintf("syn-pod-%05d", i), HasTimes: true, Phase: "Running", QoS: "LS", Line: i + 2}
+	if rnd.Float64() < 0.4 {
+		p.QoS = "BE"
 	}
-	slices.Sort(created)
-	pods = make([]TracePod, 0, n)
-	for i := 0; i < n; i++ {
-		p := TracePod{Name: fmt.Sprintf("syn-pod-%05d", i), HasTimes: true, Phase: "Running", QoS: "LS", Line: i + 2}
-		if rnd.Float64() < 0.4 {
-			p.QoS = "BE"
-		}
-		cpuPerGPU := []int64{4000, 6000, 8000, 12000}[rnd.Intn(4)]
-		switch r := rnd.Float64(); {
-		case r < 0.13:
-			p.CPUMilli = []int64{2000, 4000, 8000, 16000, 32000}[rnd.Intn(5)]
-		case r < 0.50:
-			p.NumGPU, p.GPUMilli = 1, syntheticShares[rnd.Intn(len(syntheticShares))]
-			p.CPUMilli = cpuPerGPU
-		case r < 0.985:
-			p.NumGPU, p.GPUMilli = 1, fullGPUMilli
-			p.CPUMilli = cpuPerGPU
-		default:
-			p.NumGPU, p.GPUMilli = []int{2, 2, 4, 8, 8}[rnd.Intn(5)], fullGPUMilli
-			p.CPUMilli = int64(p.NumGPU) * min(cpuPerGPU, 8000)
-		}
-		p.MemoryMiB = p.CPUMilli / 1000 * []int64{2048, 4096}[rnd.Intn(2)]
-		if p.NumGPU > 0 && rnd.Float64() < 0.1 {
-			specs := syntheticSpecs[p.NumGPU]
-			p.GPUSpec = splitSpec(specs[rnd.Intn(len(specs))])
-		}
+	cpuPerGPU := []int64{4000, 6000, 8000, 12000}[rnd.Intn(4)]
+	switch r := rnd.Float64(); {
+	case r < 0.13:
+		p.CPUMilli = []int64{2000, 4000, 8000, 16000, 32000}[rnd.Intn(5)]
+	case r < 0.50:
+		p.NumGPU, p.GPUMilli = 1, syntheticShares[rnd.Intn(len(syntheticShares))]
+		p.CPUMilli = cpuPerGPU
+	case r < 0.985:
+		p.NumGPU, p.GPUMilli = 1, fullGPUMilli
+		p.CPUMilli = cpuPerGPU
+	default:
+		p.NumGPU, p.GPUMilli = []int{2, 2, 4, 8, 8}[rnd.Intn(5)], fullGPUMilli
+		p.CPUMilli = int64(p.NumGPU) * min(cpuPerGPU, 8000)
+	}
+	p.MemoryMiB = p.CPUMilli / 1000 * []int64{2048, 4096}[rnd.Intn(2)]
+	if p.NumGPU > 0 && rnd.Float64() < 0.1 {
+		specs := syntheticSpecs[p.NumGPU]
+		p.GPUSpec = splitSpec(specs[rnd.Intn(len(specs))])
+	}
 
-		p.Creation = created[i]
-		p.Scheduled = p.Creation
-		p.Deletion = -1
-		if rnd.Float64() >= 0.08 {
-			life := math.Exp(math.Log(syntheticMedianLife) + 0.8*rnd.NormFloat64())
-			// Like openb, pods still running when the trace ends are
-			// deleted at its end.
-			p.Deletion = min(p.Creation+1+int64(life), syntheticEnd)
-		}
-		pods = append(pods, p)
+	p.Creation = created
+	p.Scheduled = p.Creation
+	p.Deletion = -1
+	if rnd.Float64() >= 0.08 {
+		life := math.Exp(math.Log(syntheticMedianLife) + 0.8*rnd.NormFloat64())
+		// Like openb, pods still running when the trace ends are deleted
+		// at its end.
+		p.Deletion = min(p.Creation+1+int64(life), syntheticEnd)
 	}
-	return nodes, pods
+	return p
 }

@@ -54,6 +54,8 @@ func testHeartbeat(t *testing.T, s cloud.Store) {
 	wantCode(t, "a heartbeat of a missing host is NotFound", err, cloud.NotFound, "host h-9 not found")
 }
 
+// testLogs checks AppendLog and ReadLog: round trips, the cap, invalid
+// arguments and rollback. The steps run in this order on one store.
 func testLogs(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1")
 	inTx(t, s, func(tx cloud.Tx) error {
@@ -64,70 +66,95 @@ func testLogs(t *testing.T, s cloud.Store) {
 		}
 		return nil
 	})
-	appendLog := func(id string, data string, keep int64) int64 {
-		t.Helper()
-		return mustRead(t, s, func(tx cloud.Tx) (int64, error) { return tx.AppendLog(ctx, id, []byte(data), keep) })
-	}
-	readLog := func(id string, offset int64, limit int) *cloud.LogChunk {
-		t.Helper()
-		return mustRead(t, s, func(tx cloud.Tx) (*cloud.LogChunk, error) { return tx.ReadLog(ctx, id, offset, limit) })
-	}
-	const big = 1 << 30
+	l := logs{t, s}
+	logsRoundTrip(t, l)
+	end := logsCap(t, l)
+	logsErrors(t, s, end)
+	logsRollback(t, l, end)
+}
 
-	wantEqual(t, "an empty log", readLog("i-1", 0, 100), &cloud.LogChunk{Data: []byte{}})
-	if end := appendLog("i-1", "", big); end != 0 {
+// logs appends to and reads instance logs in transactions of their own.
+type logs struct {
+	t *testing.T
+	s cloud.Store
+}
+
+func (l logs) append(id string, data string, keep int64) int64 {
+	l.t.Helper()
+	return mustRead(l.t, l.s, func(tx cloud.Tx) (int64, error) { return tx.AppendLog(ctx, id, []byte(data), keep) })
+}
+
+func (l logs) read(id string, offset int64, limit int) *cloud.LogChunk {
+	l.t.Helper()
+	return mustRead(l.t, l.s, func(tx cloud.Tx) (*cloud.LogChunk, error) { return tx.ReadLog(ctx, id, offset, limit) })
+}
+
+// bigLog is a cap or read size nothing in testLogs reaches.
+const bigLog = 1 << 30
+
+// logsRoundTrip writes i-1's log: binary output round-trips byte for
+// byte, across merged and separate chunks, and pages read from any offset.
+func logsRoundTrip(t *testing.T, l logs) {
+	wantEqual(t, "an empty log", l.read("i-1", 0, 100), &cloud.LogChunk{Data: []byte{}})
+	if end := l.append("i-1", "", bigLog); end != 0 {
 		t.Errorf("appending nothing to an empty log: end %d, want 0", end)
 	}
-	// Binary output round-trips byte for byte, across merged and separate
-	// chunks.
 	var stream []byte
 	for i, piece := range []string{"hello\n", "\x00\xff\xfe binary\n", strings.Repeat("x", 70<<10), "tail\n"} {
 		stream = append(stream, piece...)
-		if end := appendLog("i-1", piece, big); end != int64(len(stream)) {
+		if end := l.append("i-1", piece, bigLog); end != int64(len(stream)) {
 			t.Fatalf("append %d: end %d, want %d", i, end, len(stream))
 		}
 	}
 	n := int64(len(stream))
-	wantEqual(t, "the whole log", readLog("i-1", 0, big), &cloud.LogChunk{Data: stream, End: n})
-	wantEqual(t, "a page from an offset inside a chunk", readLog("i-1", 3, 10),
+	wantEqual(t, "the whole log", l.read("i-1", 0, bigLog), &cloud.LogChunk{Data: stream, End: n})
+	wantEqual(t, "a page from an offset inside a chunk", l.read("i-1", 3, 10),
 		&cloud.LogChunk{Data: stream[3:13], Start: 3, End: n})
-	wantEqual(t, "a page across chunks", readLog("i-1", n-8, 100),
+	wantEqual(t, "a page across chunks", l.read("i-1", n-8, 100),
 		&cloud.LogChunk{Data: stream[n-8:], Start: n - 8, End: n})
-	wantEqual(t, "reading at the end", readLog("i-1", n, 100), &cloud.LogChunk{Data: []byte{}, Start: n, End: n})
-	wantEqual(t, "the other instance's log is apart", readLog("i-2", 0, 100), &cloud.LogChunk{Data: []byte{}})
-	if end := appendLog("i-1", "", big); end != n {
+	wantEqual(t, "reading at the end", l.read("i-1", n, 100), &cloud.LogChunk{Data: []byte{}, Start: n, End: n})
+	wantEqual(t, "the other instance's log is apart", l.read("i-2", 0, 100), &cloud.LogChunk{Data: []byte{}})
+	if end := l.append("i-1", "", bigLog); end != n {
 		t.Errorf("appending nothing: end %d, want %d", end, n)
 	}
+}
 
-	// The cap keeps exactly the newest bytes; offsets stay those of the
-	// whole stream, and a read before the oldest kept byte starts there.
+// logsCap caps i-2's and i-1's logs and returns the end of i-2's. The cap
+// keeps exactly the newest bytes; offsets stay those of the whole stream,
+// and a read before the oldest kept byte starts there.
+func logsCap(t *testing.T, l logs) int64 {
 	var s2 []byte
 	for _, piece := range []string{"0123456789", "abcdef", "ghij"} {
 		s2 = append(s2, piece...)
-		appendLog("i-2", piece, 12)
+		l.append("i-2", piece, 12)
 	}
 	end := int64(len(s2))
-	wantEqual(t, "a capped log", readLog("i-2", 0, 100),
+	wantEqual(t, "a capped log", l.read("i-2", 0, 100),
 		&cloud.LogChunk{Data: s2[end-12:], Start: end - 12, First: end - 12, End: end})
 	// A piece larger than the cap keeps its own tail.
 	s2 = append(s2, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"...)
-	if got := appendLog("i-2", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", 12); got != int64(len(s2)) {
+	if got := l.append("i-2", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", 12); got != int64(len(s2)) {
 		t.Errorf("append larger than the cap: end %d, want %d", got, len(s2))
 	}
 	end = int64(len(s2))
-	wantEqual(t, "after a piece larger than the cap", readLog("i-2", 3, 100),
+	wantEqual(t, "after a piece larger than the cap", l.read("i-2", 3, 100),
 		&cloud.LogChunk{Data: []byte("OPQRSTUVWXYZ"), Start: end - 12, First: end - 12, End: end})
 	// Many chunks, each beyond the merge limit, trimmed one by one.
 	chunk := bytes.Repeat([]byte("y"), 65<<10)
 	for i := 0; i < 4; i++ {
 		chunk[0] = byte('a' + i)
-		appendLog("i-1", string(chunk), 100<<10)
+		l.append("i-1", string(chunk), 100<<10)
 	}
-	got := readLog("i-1", 0, big)
+	got := l.read("i-1", 0, bigLog)
 	if got.End-got.First != 100<<10 || int64(len(got.Data)) != 100<<10 || got.Data[len(got.Data)-len(chunk)] != 'd' {
 		t.Errorf("capped at 100 KiB: first %d end %d, %d bytes", got.First, got.End, len(got.Data))
 	}
+	return end
+}
 
+// logsErrors checks the invalid arguments and missing instances; end is
+// the end of i-2's log.
+func logsErrors(t *testing.T, s cloud.Store, end int64) {
 	for _, c := range []struct {
 		desc string
 		fn   func(cloud.Tx) error
@@ -155,9 +182,12 @@ func testLogs(t *testing.T, s cloud.Store) {
 	} {
 		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
 	}
+}
 
-	// A failed transaction leaves no output behind.
-	err := try(s, func(tx cloud.Tx) error {
+// logsRollback appends to i-2's log, which ends at end, in a transaction
+// that fails: it leaves no output behind.
+func logsRollback(t *testing.T, l logs, end int64) {
+	err := try(l.s, func(tx cloud.Tx) error {
 		if _, err := tx.AppendLog(ctx, "i-2", []byte("lost"), 12); err != nil {
 			return err
 		}
@@ -166,7 +196,7 @@ func testLogs(t *testing.T, s cloud.Store) {
 	if err != errSentinel {
 		t.Fatalf("Tx = %v, want the sentinel", err)
 	}
-	if got := readLog("i-2", 0, 100); got.End != end {
+	if got := l.read("i-2", 0, 100); got.End != end {
 		t.Errorf("after a rolled back append: end %d, want %d", got.End, end)
 	}
 }

@@ -113,6 +113,8 @@ func createGroups(t *testing.T, s cloud.Store, gs ...*cloud.Group) {
 	})
 }
 
+// testGroups creates g-1 (the full fixture, key "k") and g-2 of t-1 and
+// g-0 of t-2, then updates and lists them.
 func testGroups(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	full := fullGroup("g-1", "t-1", "train", "k")
@@ -141,8 +143,13 @@ func testGroups(t *testing.T, s cloud.Store) {
 	}
 	_, err := read(t, s, func(tx cloud.Tx) (*cloud.Group, error) { return tx.GetGroup(ctx, "g-9") })
 	wantCode(t, "a missing group", err, cloud.NotFound, "group g-9 not found")
+	groupUpdates(t, s)
+	groupLists(t, s)
+}
 
-	// Updates: version checked and bumped, fixed fields kept.
+// groupUpdates updates g-1: the version is checked and bumped, the fixed
+// fields are kept.
+func groupUpdates(t *testing.T, s cloud.Store) {
 	cur := getGroup(t, s, "g-1")
 	cur.Name, cur.State, cur.Min, cur.Max, cur.Desired = "train-2", cloud.GroupDeleting, 0, 4, 0
 	cur.Policies, cur.IdleRelease, cur.BudgetPerHour = nil, nil, 0
@@ -168,7 +175,7 @@ func testGroups(t *testing.T, s cloud.Store) {
 
 	stale := *got
 	stale.Version, stale.Desired = 1, 1
-	err = try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, &stale) })
+	err := try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, &stale) })
 	wantCode(t, "a stale version", err, cloud.Conflict, "group g-1")
 	if ce, ok := err.(*cloud.Error); !ok || ce.Details["version"] != int64(2) {
 		t.Errorf("the conflict carries the stored version: %#v", err)
@@ -178,8 +185,10 @@ func testGroups(t *testing.T, s cloud.Store) {
 	missing.Version = 1
 	wantCode(t, "updating a missing group", try(s, func(tx cloud.Tx) error { return tx.UpdateGroup(ctx, missing) }),
 		cloud.NotFound, "group g-9 not found")
+}
 
-	// Lists: ID order; a tenant sees only its own groups.
+// groupLists lists the groups in ID order; a tenant sees only its own.
+func groupLists(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc string
 		f    cloud.GroupFilter
@@ -548,8 +557,20 @@ func testGroupHistory(t *testing.T, s cloud.Store) {
 
 // testGroupInstances: an instance's group and scale-in protection
 // round-trip through every write, and select instances.
+// testGroupInstances checks that instances keep their group and scale-in
+// state through CreateInstance, UpdateInstance and UpdateInstances, and
+// that the group filters see each change. The steps run in this order on
+// one store.
 func testGroupInstances(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1")
+	groupInstancesCreate(t, s)
+	groupInstancesUpdate(t, s)
+	groupInstancesBatch(t, s)
+}
+
+// groupInstancesCreate creates i-1 and i-2 in g-1, i-3 in g-2 and i-4 in
+// no group.
+func groupInstancesCreate(t *testing.T, s cloud.Store) {
 	lock := &cloud.ScaleLock{Reason: "saving step 1200", At: t0}
 	ins := []*cloud.Instance{
 		{ID: "i-1", TenantID: "t-1", State: cloud.Running, GroupID: "g-1",
@@ -576,41 +597,47 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 	if ins[1].ScaleIn != nil || ins[2].ScaleIn == nil || ins[2].ScaleIn.Held() {
 		t.Errorf("nil and empty scale-in must stay apart: %+v, %+v", ins[1].ScaleIn, ins[2].ScaleIn)
 	}
-	filters := func(desc string, want map[string][]string) {
-		t.Helper()
-		for _, c := range []struct {
-			name string
-			f    cloud.InstanceFilter
-		}{
-			{"g-1", cloud.InstanceFilter{GroupID: "g-1"}},
-			{"g-2", cloud.InstanceFilter{GroupID: "g-2"}},
-			{"g-9", cloud.InstanceFilter{GroupID: "g-9"}},
-			{"in a group", cloud.InstanceFilter{InGroup: true}},
-			{"g-1 running", cloud.InstanceFilter{GroupID: "g-1", States: []cloud.State{cloud.Running}}},
-			{"in a group, paged", cloud.InstanceFilter{InGroup: true, AfterID: "i-1", Limit: 1}},
-			{"by IDs", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-9"}}},
-			{"by IDs in a group", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-1"}, InGroup: true}},
-		} {
-			got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
-			wantEqual(t, desc+": "+c.name, ids(got), want[c.name])
-			only := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.InstanceIDs(ctx, c.f) })
-			wantEqual(t, desc+": "+c.name+" (InstanceIDs)", only, want[c.name])
-			vs := mustRead(t, s, func(tx cloud.Tx) ([]cloud.RowVersion, error) { return tx.InstanceVersions(ctx, c.f) })
-			wantVs := []cloud.RowVersion{}
-			for _, in := range got {
-				wantVs = append(wantVs, cloud.RowVersion{ID: in.ID, Version: in.Version})
-			}
-			wantEqual(t, desc+": "+c.name+" (InstanceVersions)", vs, wantVs)
-		}
-	}
-	filters("after create", map[string][]string{
+	checkGroupFilters(t, s, "after create", map[string][]string{
 		"g-1": {"i-1", "i-2"}, "g-2": {"i-3"}, "g-9": {}, "in a group": {"i-1", "i-2", "i-3"},
 		"g-1 running": {"i-1", "i-2"}, "in a group, paged": {"i-2"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-1", "i-2"},
 	})
+}
 
-	// UpdateInstance writes both: a lock taken, protection dropped, a
-	// member leaving its group.
+// checkGroupFilters lists the instances with each group filter (want is
+// keyed by the filter's name) through ListInstances, InstanceIDs and
+// InstanceVersions.
+func checkGroupFilters(t *testing.T, s cloud.Store, desc string, want map[string][]string) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		f    cloud.InstanceFilter
+	}{
+		{"g-1", cloud.InstanceFilter{GroupID: "g-1"}},
+		{"g-2", cloud.InstanceFilter{GroupID: "g-2"}},
+		{"g-9", cloud.InstanceFilter{GroupID: "g-9"}},
+		{"in a group", cloud.InstanceFilter{InGroup: true}},
+		{"g-1 running", cloud.InstanceFilter{GroupID: "g-1", States: []cloud.State{cloud.Running}}},
+		{"in a group, paged", cloud.InstanceFilter{InGroup: true, AfterID: "i-1", Limit: 1}},
+		{"by IDs", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-9"}}},
+		{"by IDs in a group", cloud.InstanceFilter{IDs: []string{"i-4", "i-2", "i-1"}, InGroup: true}},
+	} {
+		got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
+		wantEqual(t, desc+": "+c.name, ids(got), want[c.name])
+		only := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.InstanceIDs(ctx, c.f) })
+		wantEqual(t, desc+": "+c.name+" (InstanceIDs)", only, want[c.name])
+		vs := mustRead(t, s, func(tx cloud.Tx) ([]cloud.RowVersion, error) { return tx.InstanceVersions(ctx, c.f) })
+		wantVs := []cloud.RowVersion{}
+		for _, in := range got {
+			wantVs = append(wantVs, cloud.RowVersion{ID: in.ID, Version: in.Version})
+		}
+		wantEqual(t, desc+": "+c.name+" (InstanceVersions)", vs, wantVs)
+	}
+}
+
+// groupInstancesUpdate has UpdateInstance write both group and scale-in
+// state: a lock taken, protection dropped, a member leaving its group.
+func groupInstancesUpdate(t *testing.T, s cloud.Store) {
 	in := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-2") })
 	lock2 := &cloud.ScaleLock{At: t0.Add(time.Minute)}
 	in.ScaleIn = &cloud.ScaleIn{Lock: lock2}
@@ -633,13 +660,16 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 		got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, want.ID) })
 		wantEqual(t, "UpdateInstance "+want.ID, got, want)
 	}
-	filters("after UpdateInstance", map[string][]string{
+	checkGroupFilters(t, s, "after UpdateInstance", map[string][]string{
 		"g-1": {"i-2"}, "g-2": {"i-3", "i-4"}, "g-9": {}, "in a group": {"i-2", "i-3", "i-4"},
 		"g-1 running": {"i-2"}, "in a group, paged": {"i-2"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-2", "i-4"},
 	})
+}
 
-	// UpdateInstances too, in one batch, with a stale one left alone.
+// groupInstancesBatch has UpdateInstances write them too, in one batch,
+// with a stale one left alone.
+func groupInstancesBatch(t *testing.T, s cloud.Store) {
 	batch := []*cloud.Instance{}
 	for _, id := range []string{"i-1", "i-2", "i-3", "i-4"} {
 		batch = append(batch, mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) }))
@@ -666,7 +696,7 @@ func testGroupInstances(t *testing.T, s cloud.Store) {
 	}
 	got4 := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-4") })
 	wantEqual(t, "a stale instance is left as it was", got4, before4)
-	filters("after UpdateInstances", map[string][]string{
+	checkGroupFilters(t, s, "after UpdateInstances", map[string][]string{
 		"g-1": {}, "g-2": {"i-3", "i-4"}, "g-9": {"i-1"}, "in a group": {"i-1", "i-3", "i-4"},
 		"g-1 running": {}, "in a group, paged": {"i-3"},
 		"by IDs": {"i-2", "i-4"}, "by IDs in a group": {"i-1", "i-4"},

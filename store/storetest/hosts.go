@@ -63,6 +63,8 @@ func testHosts(t *testing.T, s cloud.Store) {
 	wantEqual(t, "ListHosts (ID order)", all, []*cloud.Host{h1, again})
 }
 
+// testVolumes creates v-1 and v-0 of t-1 (v-0 attached to i-1) and v-2 of
+// t-2, then updates, lists and fails to change them.
 func testVolumes(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	inTx(t, s, func(tx cloud.Tx) error {
@@ -79,14 +81,21 @@ func testVolumes(t *testing.T, s cloud.Store) {
 		}
 		return nil
 	})
-	get := func(id string) (*cloud.Volume, error) {
-		return read(t, s, func(tx cloud.Tx) (*cloud.Volume, error) { return tx.GetVolume(ctx, id) })
-	}
-	got, _ := get("v-1")
+	got, _ := getVolume(t, s, "v-1")
 	wantEqual(t, "GetVolume", got, v1)
-	got, _ = get("v-0")
+	got, _ = getVolume(t, s, "v-0")
 	wantEqual(t, "GetVolume of an attached volume", got, v0)
+	volumeUpdates(t, s)
+	volumeLists(t, s)
+	volumeErrors(t, s)
+}
 
+func getVolume(t *testing.T, s cloud.Store, id string) (*cloud.Volume, error) {
+	return read(t, s, func(tx cloud.Tx) (*cloud.Volume, error) { return tx.GetVolume(ctx, id) })
+}
+
+// volumeUpdates attaches, resizes, renames, detaches and deletes v-1.
+func volumeUpdates(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc   string
 		change func(*cloud.Volume)
@@ -96,20 +105,24 @@ func testVolumes(t *testing.T, s cloud.Store) {
 		{"detach", func(v *cloud.Volume) { v.InstanceID = "" }},
 		{"delete", func(v *cloud.Volume) { v.DeletedAt = ptr(t0.Add(time.Hour)) }},
 	} {
-		v, _ := get("v-1")
+		v, _ := getVolume(t, s, "v-1")
 		c.change(v)
 		if err := try(s, func(tx cloud.Tx) error { return tx.UpdateVolume(ctx, v) }); err != nil {
 			t.Errorf("%s: %v", c.desc, err)
 			continue
 		}
-		got, _ := get("v-1")
+		got, _ := getVolume(t, s, "v-1")
 		wantEqual(t, c.desc, got, v)
 	}
-	got, _ = get("v-1")
+	got, _ := getVolume(t, s, "v-1")
 	if got.DeletedAt == nil || !got.DeletedAt.Equal(us(t0.Add(time.Hour))) {
 		t.Errorf("DeletedAt = %v, want %v", got.DeletedAt, us(t0.Add(time.Hour)))
 	}
+}
 
+// volumeLists lists the volumes per tenant and of every tenant, deleted
+// ones included.
+func volumeLists(t *testing.T, s cloud.Store) {
 	list := func(tenant string) []string {
 		vs := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Volume, error) { return tx.ListVolumes(ctx, tenant) })
 		out := []string{}
@@ -121,8 +134,12 @@ func testVolumes(t *testing.T, s cloud.Store) {
 	wantEqual(t, "ListVolumes(t-1) includes deleted volumes", list("t-1"), []string{"v-0", "v-1"})
 	wantEqual(t, `ListVolumes("") lists every tenant's`, list(""), []string{"v-0", "v-1", "v-2"})
 	wantEqual(t, "ListVolumes of a tenant without volumes", list("t-9"), []string{})
+}
 
-	before, _ := get("v-2")
+// volumeErrors checks the refused creates and updates, which leave v-2 as
+// it was, and that an update does not move a volume to another tenant.
+func volumeErrors(t *testing.T, s cloud.Store) {
+	before, _ := getVolume(t, s, "v-2")
 	for _, c := range []struct {
 		desc string
 		fn   func(cloud.Tx) error
@@ -156,14 +173,14 @@ func testVolumes(t *testing.T, s cloud.Store) {
 	} {
 		wantCode(t, c.desc, try(s, c.fn), c.code, c.msg)
 	}
-	after, _ := get("v-2")
+	after, _ := getVolume(t, s, "v-2")
 	wantEqual(t, "v-2 unchanged by the failures", after, before)
 
 	// The tenant is fixed at creation.
 	moved := *before
 	moved.TenantID = "t-1"
 	inTx(t, s, func(tx cloud.Tx) error { return tx.UpdateVolume(ctx, &moved) })
-	after, _ = get("v-2")
+	after, _ = getVolume(t, s, "v-2")
 	if after.TenantID != "t-2" {
 		t.Errorf("UpdateVolume moved the volume to tenant %s", after.TenantID)
 	}

@@ -285,8 +285,13 @@ func testListInstances(t *testing.T, s cloud.Store) {
 		}
 		wantEqual(t, c.desc+" (InstanceIDs)", only, c.want)
 	}
+	instancePaging(t, s, len(fixtures))
+}
 
-	// Paging by AfterID with a small Limit visits every instance once.
+// instancePaging pages by AfterID with a small Limit, which visits every
+// one of the n instances once, and checks that a negative Limit is
+// refused.
+func instancePaging(t *testing.T, s cloud.Store, n int) {
 	for _, f := range []cloud.InstanceFilter{{Limit: 2}, {Limit: 1, TenantID: "t-1"}, {Limit: 3, HostID: "h-1"}} {
 		all := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) {
 			g := f
@@ -296,7 +301,7 @@ func testListInstances(t *testing.T, s cloud.Store) {
 		var paged []string
 		for pages := 0; ; pages++ {
 			page := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, f) })
-			if len(page) == 0 || pages > len(fixtures) {
+			if len(page) == 0 || pages > n {
 				break
 			}
 			paged = append(paged, ids(page)...)

@@ -65,7 +65,14 @@ func testRollback(t *testing.T, s cloud.Store) {
 		}
 		return tx.PutHost(ctx, &cloud.Host{ID: "h-1", State: fleet.Schedulable})
 	})
+	rollbackWrites(t, s)
+	checkRolledBack(t, s)
+	rollbackStaleHost(t, s)
+}
 
+// rollbackWrites makes one write of each kind in a transaction whose
+// function then fails.
+func rollbackWrites(t *testing.T, s cloud.Store) {
 	err := s.Tx(ctx, func(tx cloud.Tx) error {
 		steps := []func() error{
 			func() error { return tx.CreateTenant(ctx, &cloud.Tenant{ID: "t-2", Name: "two"}) },
@@ -105,7 +112,10 @@ func testRollback(t *testing.T, s cloud.Store) {
 	if err != errSentinel {
 		t.Fatalf("Tx returned %v, want exactly the function's error", err)
 	}
+}
 
+// checkRolledBack checks that none of rollbackWrites' writes was kept.
+func checkRolledBack(t *testing.T, s cloud.Store) {
 	for _, c := range []struct {
 		desc string
 		fn   func(cloud.Tx) error
@@ -135,9 +145,12 @@ func testRollback(t *testing.T, s cloud.Store) {
 	if len(es) != 0 {
 		t.Errorf("the event was kept: %d events", len(es))
 	}
+}
 
-	// The scheduler's pattern: a second scheduler that planned on the same
-	// host version loses, and its instance update goes with it.
+// rollbackStaleHost follows the scheduler's pattern: a second scheduler
+// that planned on the same host version loses, and its instance update
+// goes with it.
+func rollbackStaleHost(t *testing.T, s cloud.Store) {
 	plan := func(instance string, hostVersion int64) error {
 		return try(s, func(tx cloud.Tx) error {
 			in, err := tx.GetInstance(ctx, instance)
@@ -164,7 +177,7 @@ func testRollback(t *testing.T, s cloud.Store) {
 		t.Fatalf("first scheduler: %v", err)
 	}
 	wantCode(t, "the second scheduler on a stale host version", plan("i-3", 1), cloud.Conflict, "")
-	in = mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-3") })
+	in := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-3") })
 	if in.State != cloud.Pending || in.Version != 1 {
 		t.Errorf("the losing scheduler's instance update was kept: %+v", in)
 	}

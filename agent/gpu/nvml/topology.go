@@ -62,17 +62,27 @@ func (r *gpuReport) readLinks(dev nvml.Device) {
 // alone are PCIe-only (-1). Islands are numbered from 0 in the order of
 // their lowest GPU index.
 func assignIslands(gpus []*gpuReport) {
+	adj := nvlinkAdjacency(gpus)
+	numberIslands(gpus, adj)
+}
+
+// adjacency is a symmetric matrix: adj[i][j] is true when GPUs i and j are
+// adjacent.
+type adjacency [][]bool
+
+func (adj adjacency) link(a, b int) {
+	if a != b {
+		adj[a][b], adj[b][a] = true, true
+	}
+}
+
+// nvlinkAdjacency works out which GPUs are adjacent (see assignIslands).
+func nvlinkAdjacency(gpus []*gpuReport) adjacency {
 	n := len(gpus)
-	adj := make([][]bool, n)
+	adj := make(adjacency, n)
 	for i := range adj {
 		adj[i] = make([]bool, n)
 	}
-	link := func(a, b int) {
-		if a != b {
-			adj[a][b], adj[b][a] = true, true
-		}
-	}
-
 	local := make(map[pciAddr]int, n)
 	for i, g := range gpus {
 		if g.addr.known() {
@@ -90,7 +100,7 @@ func assignIslands(gpus []*gpuReport) {
 				unresolved[i] = true
 			default:
 				if j, ok := local[p.addr]; ok && p.kind != nvml.NVLINK_DEVICE_TYPE_SWITCH {
-					link(i, j)
+					adj.link(i, j)
 				} else {
 					shared[p.addr] = append(shared[p.addr], i)
 				}
@@ -100,10 +110,18 @@ func assignIslands(gpus []*gpuReport) {
 	for _, members := range shared {
 		for _, a := range members {
 			for _, b := range members {
-				link(a, b)
+				adj.link(a, b)
 			}
 		}
 	}
+	linkByP2P(gpus, unresolved, adj)
+	return adj
+}
+
+// linkByP2P asks NVML, for each GPU with a link that does not say where it
+// goes, which other GPUs with NVLinks it reaches peer-to-peer over NVLink,
+// and links those not yet adjacent.
+func linkByP2P(gpus []*gpuReport, unresolved []bool, adj adjacency) {
 	for i, g := range gpus {
 		if !unresolved[i] || g.dev == nil {
 			continue
@@ -114,11 +132,15 @@ func assignIslands(gpus []*gpuReport) {
 			}
 			status, ret := g.dev.GetP2PStatus(h.dev, nvml.P2P_CAPS_INDEX_NVLINK)
 			if ret == nvml.SUCCESS && status == nvml.P2P_STATUS_OK {
-				link(i, j)
+				adj.link(i, j)
 			}
 		}
 	}
+}
 
+// numberIslands groups adjacent GPUs into islands, in index order (see
+// assignIslands), and numbers those of two or more GPUs; the others get -1.
+func numberIslands(gpus []*gpuReport, adj adjacency) {
 	var islands [][]int
 	for i, g := range gpus {
 		g.gpu.Island = -1
