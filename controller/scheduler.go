@@ -32,8 +32,8 @@ import (
 	"github.com/gpucloud/gpucloud/placement"
 )
 
-// DefaultBatchSize is how many placements the scheduler commits in one
-// store transaction at most, and DefaultScheduleInterval how often the
+// DefaultBatchSize is how many pending instances the scheduler writes in
+// one store transaction at most, and DefaultScheduleInterval how often the
 // leader runs a scheduler step.
 const (
 	DefaultBatchSize        = 128
@@ -68,7 +68,8 @@ type Scheduler struct {
 	Engine  *placement.Engine
 	Now     func() time.Time
 	Log     *slog.Logger
-	// BatchSize caps the placements of one commit; 0 is DefaultBatchSize.
+	// BatchSize caps the pending instances one apply writes (placements,
+	// failures and reasons to wait); 0 is DefaultBatchSize.
 	BatchSize int
 	// Notice is the spot reclaim notice (DefaultNotice when below
 	// MinNotice); PoolNotice overrides it per pool ("offering/zone") or
@@ -356,9 +357,8 @@ func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
 //
 // One transaction reads what Step needs; the fleet is rebuilt only when a
 // host changed. The step then plans over that snapshot and its fleet
-// (decide), writing nothing, and service.ApplySchedule writes the plan:
-// every BatchSize placements, with whatever else was decided since, and
-// once more at the end. An instance that did not fit is not looked at
+// (decide), writing nothing, and service.ApplySchedule writes the plan
+// every BatchSize instances decided, and once more at the end. An instance that did not fit is not looked at
 // again until capacity may have been freed. Placements are applied to the
 // fleet as they are chosen, so that the next ones see them; what an apply
 // does not write is given back to the fleet.
@@ -395,8 +395,9 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 // deadline passed, the capacity placeholders of zonal commitments, then
 // every pending instance, on-demand first, then spot, each oldest first
 // (spot never takes capacity an on-demand instance waits for in the same
-// step). It calls flush whenever r's plan holds BatchSize placements;
-// with a nil flush it plans the whole step. It writes nothing itself; on
+// step). It calls flush whenever r's plan writes BatchSize instances
+// (placements, failures and waits together); with a nil flush it plans
+// the whole step. It writes nothing itself; on
 // an error the placements not yet flushed are given back to the fleet.
 func (s *Scheduler) decide(ctx context.Context, r *round, flush func() error) error {
 	s.planDeadlines(r)
@@ -434,7 +435,7 @@ func (s *Scheduler) decide(ctx context.Context, r *round, flush func() error) er
 			r.plan.Placements = nil
 			return err
 		}
-		if flush != nil && len(r.plan.Placements) >= size {
+		if flush != nil && len(r.plan.Placements)+len(r.plan.Failures)+len(r.plan.Waits) >= size {
 			if err := flush(); err != nil {
 				return err
 			}
