@@ -229,34 +229,7 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 			return err
 		}
 		for _, in := range holding {
-			if in.Placement == nil {
-				continue
-			}
-			p := *in.Placement
-			p.ID = in.ID
-			p.Preemptible = in.Market == cloud.MarketSpot
-			// Placements stored before they recorded their tenant get it
-			// here: the shares of one GPU belong to one tenant.
-			p.Tenant = in.TenantID
-			// The instance that switched a GPU into MIG mode may be gone
-			// while others remain on it; whichever comes first now
-			// switches the mode again.
-			p.Devices = append([]fleet.Device(nil), p.Devices...)
-			if h := f.Host(p.HostID); h != nil {
-				for i, d := range p.Devices {
-					if d.Kind == fleet.MIGSlice && d.GPU < len(h.GPUs) {
-						p.Devices[i].EnableMIG = !h.GPUs[d.GPU].MIG
-					}
-				}
-			}
-			err := f.Apply(&p)
-			if err != nil {
-				err = s.applyLegacyShare(f, &p, in.ID, err)
-			}
-			if err != nil {
-				// A stored allocation that no longer fits is a bug or a
-				// changed host: say so loudly, keep the rest going.
-				s.Log.Error("rebuild: stored allocation does not fit", "instance", in.ID, "host", p.HostID, "err", err)
+			if in.Placement == nil || !s.restore(f, in) {
 				continue
 			}
 			placed[in.ID] = true
@@ -277,6 +250,39 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	s.epoch++
 	s.publishUsage()
 	return nil
+}
+
+// restore applies the stored allocation of in, an instance that holds
+// one, to f, a fleet being rebuilt. An allocation that no longer fits is
+// a bug or a changed host: it says so loudly and reports false, and the
+// rebuild goes on.
+func (s *Scheduler) restore(f *fleet.Fleet, in *cloud.Instance) bool {
+	p := *in.Placement
+	p.ID = in.ID
+	p.Preemptible = in.Market == cloud.MarketSpot
+	// Placements stored before they recorded their tenant get it here:
+	// the shares of one GPU belong to one tenant.
+	p.Tenant = in.TenantID
+	// The instance that switched a GPU into MIG mode may be gone while
+	// others remain on it; whichever comes first now switches the mode
+	// again.
+	p.Devices = append([]fleet.Device(nil), p.Devices...)
+	if h := f.Host(p.HostID); h != nil {
+		for i, d := range p.Devices {
+			if d.Kind == fleet.MIGSlice && d.GPU < len(h.GPUs) {
+				p.Devices[i].EnableMIG = !h.GPUs[d.GPU].MIG
+			}
+		}
+	}
+	err := f.Apply(&p)
+	if err != nil {
+		err = s.applyLegacyShare(f, &p, in.ID, err)
+	}
+	if err != nil {
+		s.Log.Error("rebuild: stored allocation does not fit", "instance", in.ID, "host", p.HostID, "err", err)
+		return false
+	}
+	return true
 }
 
 // snapshot is what Step reads in one transaction: the host stamp, the
