@@ -264,3 +264,40 @@ func TestSchedulerPlanWaitsSettle(t *testing.T) {
 		})
 	}
 }
+
+// TestCapacityReclaimUsesThePoolNotice: a capacity reclaim gives its
+// victim the notice of the victim's pool, whether this scheduler placed
+// the victim or found it in the store on a rebuild.
+func TestCapacityReclaimUsesThePoolNotice(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		rebuilt bool
+	}{{"placed by this scheduler", false}, {"found by a rebuild", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newStore(t)
+			seed(t, st)
+			tx(t, st, func(tx cloud.Tx) error {
+				return tx.CreateInstance(context.Background(), &cloud.Instance{ID: "sp", TenantID: "t1", Offering: "l40s.2x",
+					Market: cloud.MarketSpot, State: cloud.Pending, CreatedAt: t0, UpdatedAt: t0})
+			})
+			s := newScheduler(st)
+			s.PoolNotice = map[string]time.Duration{"l40s.2x/" + fleet.MockZone: 45 * time.Second}
+			s.SetSpotHints(SpotHints{Gates: map[string]SpotGate{"sp": {}}})
+			if n, err := s.Step(context.Background()); err != nil || n != 1 {
+				t.Fatalf("placed %d, err %v", n, err)
+			}
+			if c.rebuilt {
+				pools := s.PoolNotice
+				s = newScheduler(st)
+				s.PoolNotice = pools
+			}
+			create(t, st, "od", "l40s.1x", t0.Add(time.Second))
+			if _, err := s.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if it := get(t, st, "sp").Interruption; it == nil || it.For != "od" || !it.Deadline.Equal(t0.Add(45*time.Second)) {
+				t.Fatalf("notice %+v, want one for od with a deadline 45s on", it)
+			}
+		})
+	}
+}
