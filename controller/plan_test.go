@@ -88,7 +88,7 @@ func summary(p *service.SchedulePlan, waiting map[string]wait) []string {
 		out = append(out, line)
 	}
 	for _, x := range p.Notices {
-		out = append(out, fmt.Sprintf("notice %s for %s (reserved %v) in %s", x.InstanceID, x.For, x.Reserved, x.Notice))
+		out = append(out, fmt.Sprintf("notice %s for %s (%s) in %s", x.InstanceID, x.For, x.Why, x.Notice))
 	}
 	for _, id := range p.Deadlines {
 		out = append(out, "deadline "+id)
@@ -168,7 +168,7 @@ func TestSchedulerPlans(t *testing.T) {
 			running:    []*cloud.Instance{spotIn("victim", "l40s.2x", 0)},
 			pending:    []*cloud.Instance{pendingIn("od", "l40s.1x", 1), pendingIn("od2", "l40s.1x", 2)},
 			poolNotice: map[string]time.Duration{"l40s.2x": 45 * time.Second}},
-		want: []string{"wait od (gpus) reclaiming", "wait od2 (gpus) reclaiming", "notice victim for od (reserved false) in 45s"},
+		want: []string{"wait od (gpus) reclaiming", "wait od2 (gpus) reclaiming", "notice victim for od (capacity needed by od) in 45s"},
 	}, {
 		name: "deadlines passed, not yet, and the groups' own",
 		w: planWorld{hosts: []*fleet.Host{l40s()},
@@ -181,7 +181,7 @@ func TestSchedulerPlans(t *testing.T) {
 			running: []*cloud.Instance{spotIn("victim", "l40s.1x", 0)},
 			commitments: []*cloud.Commitment{{ID: "c1", TenantID: "t1", Plan: cloud.PlanReservation, Offering: "l40s.1x",
 				Zone: fleet.MockZone, Quantity: 3, Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}}},
-		want: []string{"notice victim for placeholder/c1/1 (reserved true) in 2m0s", "shortfall c1: 1"},
+		want: []string{"notice victim for placeholder/c1/1 (reserved capacity needed) in 2m0s", "shortfall c1: 1"},
 	}, {
 		name: "a cluster group's members follow its first",
 		w: planWorld{hosts: []*fleet.Host{h100(), fleet.MockNVLinkHost("h100-b", "H100-80GB-SXM", 8)},

@@ -76,9 +76,8 @@ func (s *Scheduler) reclaim(r *round, id string, req *placement.Request) (bool, 
 		return false, err
 	}
 	for _, victim := range plan.Victims {
-		r.plan.Notices = append(r.plan.Notices, service.ReclaimNotice{InstanceID: victim, Reclaim: service.Reclaim{
-			Reason: cloud.ReclaimCapacity, For: id, Reserved: strings.HasPrefix(id, placeholderPrefix),
-			Notice: s.noticeFor(s.pools[victim])}})
+		r.plan.Notices = append(r.plan.Notices, service.ReclaimNotice{InstanceID: victim, For: id,
+			Why: reclaimWhy(cloud.ReclaimCapacity, id), Notice: s.noticeFor(s.pools[victim])})
 		v.noticed[victim] = true
 		_ = v.f.Release(victim)
 	}
@@ -91,12 +90,26 @@ func (s *Scheduler) reclaim(r *round, id string, req *placement.Request) (bool, 
 }
 
 // announce writes a reclaim notice on a spot instance as read in tx
-// (service.NoticeReclaim), for the market's price reclaims. The event
+// (service.NoticeSpotReclaim), for the market's price reclaims. The event
 // names the scheduler, which enforces the deadline. It reports whether it
 // wrote the notice: false when the instance changed meanwhile.
 func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, notice time.Duration, now time.Time) (bool, error) {
-	return service.NoticeReclaim(ctx, tx, in, service.Reclaim{Reason: reason, For: forID,
-		Reserved: strings.HasPrefix(forID, placeholderPrefix), Notice: notice}, schedulerActor, now)
+	return service.NoticeSpotReclaim(ctx, tx, in, reason, forID, reclaimWhy(reason, forID), notice, schedulerActor, now)
+}
+
+// reclaimWhy is the explanation a reclaim notice's event gives: a price
+// above the max price, or the capacity that the instance (or the capacity
+// placeholder) forID needs.
+func reclaimWhy(reason, forID string) string {
+	switch {
+	case reason == cloud.ReclaimPrice:
+		return "spot price above the max price"
+	case strings.HasPrefix(forID, placeholderPrefix):
+		return "reserved capacity needed"
+	case forID != "":
+		return "capacity needed by " + forID
+	}
+	return "on-demand capacity needed"
 }
 
 // planDeadlines plans the reclaim of every spot instance under notice

@@ -65,25 +65,15 @@ type PlannedWait struct {
 	Reason   string
 }
 
-// ReclaimNotice announces a reclaim to the spot instance InstanceID.
+// ReclaimNotice announces a capacity reclaim to the spot instance
+// InstanceID (NoticeSpotReclaim): its deadline is the time of the notice
+// plus Notice. For is the instance (or capacity placeholder) that the
+// reclaimed capacity makes room for, and Why the event's explanation.
 type ReclaimNotice struct {
 	InstanceID string
-	Reclaim
-}
-
-// Reclaim is a reclaim notice on a spot instance: why, for whom, and how
-// long before its deadline.
-type Reclaim struct {
-	// Reason is cloud.ReclaimCapacity or cloud.ReclaimPrice.
-	Reason string
-	// For is the instance (or capacity placeholder) that the reclaimed
-	// capacity makes room for; "" for none. Reserved says that For is a
-	// placeholder holding capacity for a zonal commitment.
-	For      string
-	Reserved bool
-	// Notice is how long the instance has: its deadline is the time of
-	// the notice plus Notice.
-	Notice time.Duration
+	For        string
+	Why        string
+	Notice     time.Duration
 }
 
 // Shortfall is a zonal commitment of which Missing reserved instances
@@ -124,7 +114,7 @@ type ScheduleResult struct {
 //
 //   - each spot instance whose reclaim deadline passed (re-read, ReclaimDue)
 //     stops or terminates through MoveInstance;
-//   - each reclaim notice is written (NoticeReclaim) on an instance that
+//   - each reclaim notice is written (NoticeSpotReclaim) on an instance that
 //     still holds capacity as spot and is under no notice;
 //   - placements and failures move their instances with MoveInstances (a
 //     few statements for them all), each only if its version is still the
@@ -295,7 +285,7 @@ func noticeReclaims(ctx context.Context, tx cloud.Tx, notices []ReclaimNotice, a
 		if !in.State.Holds() || in.Market != cloud.MarketSpot || (in.Interruption != nil && in.Interruption.Action != "") {
 			continue
 		}
-		done, err := NoticeReclaim(ctx, tx, in, n.Reclaim, actor, now)
+		done, err := NoticeSpotReclaim(ctx, tx, in, cloud.ReclaimCapacity, n.For, n.Why, n.Notice, actor, now)
 		if err != nil {
 			return err
 		}
@@ -365,48 +355,4 @@ func appendShortfalls(ctx context.Context, tx cloud.Tx, shortfalls []Shortfall, 
 			Reason: s.Reason(), Actor: actor}
 	}
 	return tx.AppendEvents(ctx, evs)
-}
-
-// NoticeReclaim writes reclaim notice r on spot instance in (as read in
-// tx), with its spot.interruption event: a field of the instance, not a
-// state change. The action follows the spot request's interruption
-// behaviour (terminate when the request is gone); the deadline is now
-// plus r.Notice. The scheduler announces capacity reclaims, the market
-// price reclaims; the event names actor. It reports whether it wrote the
-// notice: false when the instance changed since it was read.
-func NoticeReclaim(ctx context.Context, tx cloud.Tx, in *cloud.Instance, r Reclaim, actor string, now time.Time) (bool, error) {
-	action := cloud.ActionTerminate
-	if in.SpotRequestID != "" {
-		req, err := tx.GetSpotRequest(ctx, in.SpotRequestID)
-		if err != nil && !cloud.IsNotFound(err) {
-			return false, err
-		}
-		if err == nil && req.Interruption == cloud.ActionStop {
-			action = cloud.ActionStop
-		}
-	}
-	in.Interruption = &cloud.Interruption{Action: action, Reason: r.Reason, NoticedAt: now,
-		Deadline: now.Add(r.Notice), For: r.For}
-	in.UpdatedAt = now
-	if err := tx.UpdateInstance(ctx, in); err != nil {
-		if cloud.IsConflict(err) {
-			return false, nil
-		}
-		return false, err
-	}
-	why := "on-demand capacity needed"
-	switch {
-	case r.Reason == cloud.ReclaimPrice:
-		why = "spot price above the max price"
-	case r.Reserved:
-		why = "reserved capacity needed"
-	case r.For != "":
-		why = "capacity needed by " + r.For
-	}
-	details := fmt.Sprintf(`{"action":%q,"reason":%q,"deadline":%q,"notice_seconds":%d}`,
-		action, r.Reason, in.Interruption.Deadline.UTC().Format(time.RFC3339Nano), int(r.Notice/time.Second))
-	err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotInterruption, TenantID: in.TenantID,
-		InstanceID: in.ID, HostID: in.HostID, Reason: fmt.Sprintf("spot %s in %s: %s", action, r.Notice, why),
-		Actor: actor, Details: []byte(details)})
-	return err == nil, err
 }

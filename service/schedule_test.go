@@ -176,7 +176,7 @@ func TestApplySchedule(t *testing.T) {
 			p.Failures = []service.PlannedFailure{{Instance: f.pending("f1"), Reason: "never"}}
 			p.Waits = []service.PlannedWait{{Instance: f.pending("w1"), Reason: "no room"}}
 			f.spot("s1", "", nil)
-			p.Notices = []service.ReclaimNotice{{InstanceID: "s1", Reclaim: service.Reclaim{Reason: cloud.ReclaimCapacity, For: "w1", Notice: time.Minute}}}
+			p.Notices = []service.ReclaimNotice{{InstanceID: "s1", For: "w1", Why: "capacity needed by w1", Notice: time.Minute}}
 			f.tx(func(ctx context.Context, tx cloud.Tx) error {
 				h, err := tx.GetHost(ctx, "h-2")
 				if err != nil {
@@ -253,13 +253,12 @@ func TestApplySchedule(t *testing.T) {
 			f.spot("s-gone", "sr-missing", nil)
 			f.spot("s-noticed", "", &cloud.Interruption{Action: cloud.ActionTerminate, Reason: cloud.ReclaimPrice, Deadline: f.now.Add(time.Hour)})
 			f.create(&cloud.Instance{ID: "od", State: cloud.Running})
-			notice := func(id, forID string, reserved bool) service.ReclaimNotice {
-				return service.ReclaimNotice{InstanceID: id, Reclaim: service.Reclaim{Reason: cloud.ReclaimCapacity, For: forID,
-					Reserved: reserved, Notice: 45 * time.Second}}
+			notice := func(id, forID, why string) service.ReclaimNotice {
+				return service.ReclaimNotice{InstanceID: id, For: forID, Why: why, Notice: 45 * time.Second}
 			}
-			return &service.SchedulePlan{Notices: []service.ReclaimNotice{notice("s-stop", "p9", false),
-				notice("s-gone", "placeholder/c1/0", true), notice("s-noticed", "p9", false), notice("od", "p9", false),
-				notice("missing", "p9", false)}}
+			return &service.SchedulePlan{Notices: []service.ReclaimNotice{notice("s-stop", "p9", "capacity needed by p9"),
+				notice("s-gone", "placeholder/c1/0", "reserved capacity needed"), notice("s-noticed", "p9", "capacity needed by p9"),
+				notice("od", "p9", "capacity needed by p9"), notice("missing", "p9", "capacity needed by p9")}}
 		},
 		check: func(t *testing.T, f *schedFixture, res *service.ScheduleResult) {
 			if res.Noticed != 2 {
