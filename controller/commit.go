@@ -5,249 +5,252 @@ import (
 	"fmt"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 )
 
-// assignment is a placement chosen for a pending instance and applied to
-// the fleet, not committed yet.
-type assignment struct {
-	in *cloud.Instance
-	p  *fleet.Placement
+// schedulerAsActor is the scheduler as the actor of what it applies.
+var schedulerAsActor = service.Controller("scheduler")
+
+// round is one step's decisions as the scheduler makes them: the plan not
+// yet applied, and the instances left waiting.
+type round struct {
+	snap *snapshot
+	plan service.SchedulePlan
+	// waiting maps each instance that did not fit to its wait. A wait
+	// whose reason the plan records gets its version once the plan is
+	// applied (settle).
+	waiting map[string]wait
+	// view is the round's reclaim view (see reclaimView), made when first
+	// needed.
+	view *reclaimView
 }
 
-// plan asks the engine for a placement of a pending instance and applies
-// it to the fleet. An instance that can never be placed is failed; one that
-// does not fit now gets the engine's explanation as its reason, and plan
-// returns when to look at it again.
-func (s *Scheduler) plan(ctx context.Context, snap *snapshot, in *cloud.Instance) (*assignment, *wait, error) {
+func newRound(snap *snapshot) *round {
+	return &round{snap: snap, waiting: map[string]wait{}}
+}
+
+// fail plans to fail a pending instance that can never be placed.
+func (r *round) fail(in *cloud.Instance, reason string) {
+	r.plan.Failures = append(r.plan.Failures, service.PlannedFailure{Instance: in, Reason: reason})
+}
+
+// wait leaves a pending instance waiting, with reason (the engine's
+// explanation) as its recorded reason and why as its PendingReasons
+// name, until capacity may have been freed (epoch). A reason that differs
+// from the recorded one is planned to be written.
+func (r *round) wait(in *cloud.Instance, reason, why string, epoch uint64) {
+	w := wait{version: in.Version, epoch: epoch, reason: why}
+	if in.Reason != reason {
+		w.version = 0 // known once applied
+		r.plan.Waits = append(r.plan.Waits, service.PlannedWait{Instance: in, Reason: reason})
+	}
+	r.waiting[in.ID] = w
+}
+
+// settle gives the waits of an applied plan their instances' new
+// versions (res is nil when the apply failed). An instance whose reason
+// was not written (it changed, or the apply failed) does not wait: the
+// next step looks at it again.
+func (r *round) settle(waits []service.PlannedWait, res *service.ScheduleResult) {
+	for _, pw := range waits {
+		id := pw.Instance.ID
+		var (
+			v  int64
+			ok bool
+		)
+		if res != nil {
+			v, ok = res.Waiting[id]
+		}
+		if !ok {
+			delete(r.waiting, id)
+			continue
+		}
+		w := r.waiting[id]
+		w.version = v
+		r.waiting[id] = w
+	}
+}
+
+// plan decides for one pending instance, into r: a placement chosen by
+// the engine and applied to the fleet, a failure for an instance that can
+// never be placed, or a wait with the engine's explanation for one that
+// does not fit now (after planning a reclaim of spot capacity for an
+// on-demand instance). It writes nothing.
+func (s *Scheduler) plan(ctx context.Context, r *round, in *cloud.Instance) error {
 	o, err := s.Catalog.Offering(in.Offering)
 	if err != nil {
-		return nil, nil, s.fail(ctx, in, fmt.Sprintf("offering %q no longer exists", in.Offering))
+		r.fail(in, fmt.Sprintf("offering %q no longer exists", in.Offering))
+		return nil
 	}
 	req, err := RequestFor(in, o)
 	if err != nil {
-		return nil, nil, s.fail(ctx, in, err.Error())
+		r.fail(in, err.Error())
+		return nil
 	}
 	if in.PlacementGroupID != "" {
-		if req.Group, err = s.placementGroup(ctx, snap, in.PlacementGroupID); err != nil {
-			return nil, nil, err
+		if req.Group, err = s.placementGroup(ctx, r.snap, in.PlacementGroupID); err != nil {
+			return err
 		}
 	}
-	spot := in.Market == cloud.MarketSpot
-	if spot {
-		gate, seen := s.hints.Gates[in.ID]
-		if !seen {
-			// The market has not looked at this instance yet, so its max
-			// price is unchecked: it waits for the market's next round.
-			return nil, nil, nil
-		}
-		req.Preemptible = true
-		if why := gate.Blocked; why != "" {
-			v, err := s.unschedulable(ctx, in, why)
-			if err != nil || v == 0 {
-				return nil, nil, err
-			}
-			return nil, &wait{version: v, epoch: s.epoch, reason: PendingSpotPrice}, nil
-		}
-		if gate.Zones != nil {
-			req.Zones = gate.Zones
-		}
-		for _, z := range req.Zones {
-			req.PriceMicros = max(req.PriceMicros, int64(s.hints.Prices[cloud.Pool{Offering: in.Offering, Zone: z}]))
+	if in.Market == cloud.MarketSpot {
+		if !s.gateSpot(r, in, req) {
+			return nil
 		}
 	} else {
-		s.takeReservation(snap, in)
+		s.takeReservation(r.snap, in)
 	}
 	p, err := s.Engine.Place(s.fleet, req)
 	if err != nil {
-		if placement.IsInvalidRequest(err) {
-			return nil, nil, s.fail(ctx, in, err.Error())
-		}
-		if placement.IsInsufficientCapacity(err) {
-			reason := err.Error()
-			if !spot {
-				ok, rerr := s.reclaim(ctx, snap, in.ID, req)
-				if rerr != nil {
-					return nil, nil, rerr
-				}
-				if ok {
-					reason += "; reclaiming spot capacity for it"
-				}
-			}
-			v, uerr := s.unschedulable(ctx, in, reason)
-			if uerr != nil || v == 0 {
-				return nil, nil, uerr
-			}
-			return nil, &wait{version: v, epoch: s.epoch, reason: pendingReason(req, err)}, nil
-		}
-		return nil, nil, err
+		return s.notPlaced(r, in, req, err)
 	}
 	p.ID = in.ID
 	if err := s.fleet.Apply(p); err != nil {
 		// The engine chose from this very fleet, so this is a bug; the
 		// instance stays pending and is tried again.
 		s.Log.Error("placement does not fit the fleet it was chosen from", "instance", in.ID, "err", err)
-		return nil, nil, nil
+		return nil
 	}
+	h := s.fleet.Host(p.HostID)
 	if g := req.Group; g != nil {
 		// The group's next member this step sees this one.
 		g.Hosts = append(g.Hosts, p.HostID)
-		if h := s.fleet.Host(p.HostID); h != nil {
+		if h != nil {
 			g.Racks = append(g.Racks, h.Rack)
 		}
 	}
-	return &assignment{in: in, p: p}, nil, nil
+	pp := service.PlannedPlacement{Instance: in, Placement: p, HostVersion: s.versions[p.HostID]}
+	if h != nil {
+		pp.Zone = h.Zone
+	}
+	r.plan.Placements = append(r.plan.Placements, pp)
+	return nil
 }
 
-// commit writes a batch of assignments in one transaction: each instance
-// moves to scheduled with its placement (service.MoveInstances, a few
-// statements for the whole batch) if its version is still the one read
-// (else it is left out, and its placement given back to the fleet), with
-// its event, and each host that receives a placement has its version
-// bumped from the one the fleet was built from. A host that changed fails
-// the batch: every placement is given back and the fleet rebuilt. A batch
-// that keeps losing serialization races to concurrent transactions is
-// given back too, for the next step to try again, with no rebuild: the
-// fleet is still right. It returns how many instances it placed.
-func (s *Scheduler) commit(ctx context.Context, batch []assignment) (int, error) {
-	if len(batch) == 0 {
+// gateSpot applies what the market said of a pending spot instance to its
+// request: the zones within its max price, and the pools' prices for the
+// preemption planner. It reports whether the instance may be placed now:
+// not when the market has not looked at it yet (its max price is
+// unchecked until the market's next round), nor when no zone is within
+// its max price (it waits, with the market's reason).
+func (s *Scheduler) gateSpot(r *round, in *cloud.Instance, req *placement.Request) bool {
+	gate, seen := s.hints.Gates[in.ID]
+	if !seen {
+		return false
+	}
+	req.Preemptible = true
+	if why := gate.Blocked; why != "" {
+		r.wait(in, why, PendingSpotPrice, s.epoch)
+		return false
+	}
+	if gate.Zones != nil {
+		req.Zones = gate.Zones
+	}
+	for _, z := range req.Zones {
+		req.PriceMicros = max(req.PriceMicros, int64(s.hints.Prices[cloud.Pool{Offering: in.Offering, Zone: z}]))
+	}
+	return true
+}
+
+// notPlaced plans what follows the engine's refusal err to place in: a
+// failure for a request that can never be valid; for one that does not
+// fit now a wait, after a reclaim of spot capacity for an on-demand
+// instance. Any other error is returned.
+func (s *Scheduler) notPlaced(r *round, in *cloud.Instance, req *placement.Request, err error) error {
+	if placement.IsInvalidRequest(err) {
+		r.fail(in, err.Error())
+		return nil
+	}
+	if !placement.IsInsufficientCapacity(err) {
+		return err
+	}
+	reason := err.Error()
+	if in.Market != cloud.MarketSpot {
+		ok, rerr := s.reclaim(r, in.ID, req)
+		if rerr != nil {
+			return rerr
+		}
+		if ok {
+			reason += "; reclaiming spot capacity for it"
+		}
+	}
+	r.wait(in, reason, pendingReason(req, err), s.epoch)
+	return nil
+}
+
+// apply hands the plan r holds to service.ApplySchedule, which writes it
+// in one transaction, and starts r's next plan. Placements that were
+// written stay in the fleet; one whose instance changed meanwhile is
+// given back to it. A host that changed fails every placement: they are
+// given back and the fleet rebuilt. A plan that keeps losing
+// serialization races is given back too, for the next step to try again,
+// with no rebuild: the fleet is still right. It returns how many
+// instances it placed.
+func (s *Scheduler) apply(ctx context.Context, r *round) (int, error) {
+	plan := r.plan
+	r.plan = service.SchedulePlan{}
+	if plan.Empty() {
 		return 0, nil
 	}
-	now := s.Now()
-	var (
-		stale   map[string]bool
-		bumped  map[string]int64
-		hostErr error
-	)
-	// The function may run more than once (a lost serialization race), so
-	// it only sets these variables, from scratch, and leaves the
-	// scheduler's state to the code after the commit.
-	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		stale, bumped, hostErr = map[string]bool{}, map[string]int64{}, nil
-		// Copies: MoveInstances updates what it moves, and this function
-		// may run again from the instances as read.
-		ins := make([]*cloud.Instance, len(batch))
-		moves := make([]service.Move, len(batch))
-		for i, a := range batch {
-			in := *a.in
-			ins[i] = &in
-			moves[i] = service.Move{To: cloud.Scheduled, Reason: "placed on " + placement.Explain(a.p),
-				Actor: schedulerActor, Placement: a.p}
-			if h := s.fleet.Host(a.p.HostID); h != nil {
-				moves[i].Zone = h.Zone
-			}
-		}
-		// The version check is the state check: each instance was
-		// pending at the version read.
-		ids, err := service.MoveInstances(ctx, tx, ins, moves, now)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			stale[id] = true
-		}
-		for _, a := range batch {
-			if !stale[a.in.ID] {
-				bumped[a.p.HostID] = s.versions[a.p.HostID]
-			}
-		}
-		err = tx.BumpHosts(ctx, bumped)
-		if cloud.IsConflict(err) || cloud.IsNotFound(err) {
-			hostErr = err
-		}
-		return err
-	})
+	res, err := service.ApplySchedule(ctx, s.Store, schedulerAsActor, &plan, s.Now())
+	r.settle(plan.Waits, res)
 	if err != nil {
-		s.giveBack(batch)
-		switch {
-		case hostErr != nil && err == hostErr:
-			// Someone else changed a host: re-read the fleet; the
-			// instances are tried again on the next step.
-			s.Log.Info("placements lost a race for a host; rebuilding", "placements", len(batch), "err", err)
-			return 0, s.Rebuild(ctx)
-		case cloud.IsConflict(err):
-			s.Log.Info("placements lost serialization races; retrying on the next step", "placements", len(batch), "err", err)
+		s.giveBack(plan.Placements)
+		if cloud.IsConflict(err) {
+			s.Log.Info("placements lost serialization races; retrying on the next step", "placements", len(plan.Placements), "err", err)
 			return 0, nil
 		}
 		return 0, err
 	}
+	if res.Noticed > 0 && s.Reclaimed != nil {
+		s.Reclaimed(cloud.ReclaimCapacity, res.Noticed)
+	}
+	if res.HostChanged != nil {
+		// Someone else changed a host: re-read the fleet; the instances
+		// are tried again on the next step.
+		s.giveBack(plan.Placements)
+		s.Log.Info("placements lost a race for a host; rebuilding", "placements", len(plan.Placements), "err", res.HostChanged)
+		return 0, s.Rebuild(ctx)
+	}
 	placed := 0
-	for i, a := range batch {
-		if stale[a.in.ID] {
-			s.Log.Info("instance changed while being placed", "instance", a.in.ID)
-			s.giveBack(batch[i : i+1])
+	for i, p := range plan.Placements {
+		in := p.Instance
+		if res.Stale[in.ID] {
+			s.Log.Info("instance changed while being placed", "instance", in.ID)
+			s.giveBack(plan.Placements[i : i+1])
 			continue
 		}
-		s.placed[a.in.ID] = true
+		s.placed[in.ID] = true
+		if in.Market == cloud.MarketSpot {
+			s.pools[in.ID] = cloud.Pool{Offering: in.Offering, Zone: p.Zone}
+		}
 		placed++
 	}
-	for id, v := range bumped {
-		s.versions[id] = v + 1
+	for id, v := range res.Hosts {
+		s.versions[id] = v
 		s.stamp.VersionSum++
 	}
 	return placed, nil
 }
 
-// giveBack releases uncommitted placements from the fleet.
-func (s *Scheduler) giveBack(batch []assignment) {
-	for _, a := range batch {
-		if err := s.fleet.Release(a.in.ID); err != nil {
-			s.Log.Error("give back an uncommitted placement", "instance", a.in.ID, "err", err)
+// giveBack releases unapplied placements from the fleet.
+func (s *Scheduler) giveBack(ps []service.PlannedPlacement) {
+	for _, p := range ps {
+		if err := s.fleet.Release(p.Instance.ID); err != nil {
+			s.Log.Error("give back an uncommitted placement", "instance", p.Instance.ID, "err", err)
 		}
 	}
-	if len(batch) > 0 {
+	if len(ps) > 0 {
 		s.epoch++
 	}
-}
-
-// unschedulable records the engine's explanation on a pending instance, with
-// an event only when the explanation changes. It returns the instance's
-// version once the reason is recorded, 0 when the instance changed or went.
-func (s *Scheduler) unschedulable(ctx context.Context, in *cloud.Instance, reason string) (int64, error) {
-	if in.Reason == reason {
-		return in.Version, nil
-	}
-	var version int64
-	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		version = 0
-		cur, err := tx.GetInstance(ctx, in.ID)
-		if err != nil || cur.State != cloud.Pending {
-			return ignoreNotFound(err)
-		}
-		cur.Reason, cur.UpdatedAt = reason, s.Now()
-		if err := tx.UpdateInstance(ctx, cur); err != nil {
-			return ignoreConflict(err)
-		}
-		if err := tx.AppendEvent(ctx, &cloud.Event{Time: cur.UpdatedAt, Kind: cloud.EventInstanceUnschedulable, TenantID: cur.TenantID,
-			InstanceID: cur.ID, Reason: reason, Actor: schedulerActor}); err != nil {
-			return err
-		}
-		version = cur.Version
-		return nil
-	})
-	return version, err
-}
-
-// fail moves a pending instance that can never be placed to failed. An
-// instance that changed meanwhile is left alone.
-func (s *Scheduler) fail(ctx context.Context, in *cloud.Instance, reason string) error {
-	return s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetInstance(ctx, in.ID)
-		if err != nil || cur.State != cloud.Pending {
-			return ignoreNotFound(err)
-		}
-		return ignoreConflict(service.MoveInstance(ctx, tx, cur,
-			service.Move{To: cloud.Failed, Reason: reason, Actor: schedulerActor}, s.Now()))
-	})
 }
 
 // placementGroup is the placement.Group of placement group id for this
 // step: its strategy, and the hosts and racks where its members hold
 // capacity. The members this step places are added as it goes (plan), so
 // that a cluster's second member follows its first before either commits.
-// A group that no longer exists places its instance without a group.
+// A group that no longer exists places its instance without a group. It
+// reads the group from the store when the snapshot does not hold it yet.
 func (s *Scheduler) placementGroup(ctx context.Context, snap *snapshot, id string) (*placement.Group, error) {
 	if g, ok := snap.placementGroups[id]; ok {
 		return g, nil

@@ -1,11 +1,11 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"sort"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // placeholderPrefix starts the IDs of the placeholder allocations that
@@ -29,28 +29,11 @@ func reservationID(commitment string, n int) string {
 // as many placeholders in the fleet as the tenant has not used with
 // instances of its own: quantity minus the tenant's on-demand instances of
 // that offering holding capacity in the zone. A placeholder that does not
-// fit reclaims spot capacity; when even that fails, the shortfall is an
-// event (once until it changes). Family commitments are billing only.
-func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
-	now := s.Now()
-	want := map[string]*cloud.Commitment{}
-	for _, c := range snap.commitments {
-		if c.Zone == "" || !c.Active(now) {
-			continue
-		}
-		if _, err := s.Catalog.Offering(c.Offering); err != nil {
-			continue
-		}
-		used := 0
-		for _, in := range snap.tenantHolding[c.TenantID] {
-			if in.Offering == c.Offering && in.Zone == c.Zone && in.Market != cloud.MarketSpot {
-				used++
-			}
-		}
-		for n := 0; n < c.Quantity-used; n++ {
-			want[reservationID(c.ID, n)] = c
-		}
-	}
+// fit plans a reclaim of spot capacity; when even that fails, the plan
+// records the shortfall (an event, once until it changes). Family
+// commitments are billing only.
+func (s *Scheduler) reserve(r *round) error {
+	want := s.wantedPlaceholders(r.snap)
 	for id := range s.placeholders {
 		if want[id] == nil {
 			if err := s.fleet.Release(id); err != nil {
@@ -83,7 +66,7 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			s.placeholders[id] = placeholder{commitment: c.ID, pool: cloud.Pool{Offering: c.Offering, Zone: c.Zone}}
 			continue
 		}
-		ok, err := s.reclaim(ctx, snap, id, req)
+		ok, err := s.reclaim(r, id, req)
 		if err != nil {
 			return err
 		}
@@ -91,28 +74,51 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			short[c.ID]++
 		}
 	}
-	for cid, n := range short {
+	s.planShortfalls(r, short)
+	return nil
+}
+
+// wantedPlaceholders maps the ID of every placeholder the active zonal
+// commitments of snap want to its commitment.
+func (s *Scheduler) wantedPlaceholders(snap *snapshot) map[string]*cloud.Commitment {
+	now := s.Now()
+	want := map[string]*cloud.Commitment{}
+	for _, c := range snap.commitments {
+		if c.Zone == "" || !c.Active(now) {
+			continue
+		}
+		if _, err := s.Catalog.Offering(c.Offering); err != nil {
+			continue
+		}
+		used := 0
+		for _, in := range snap.tenantHolding[c.TenantID] {
+			if in.Offering == c.Offering && in.Zone == c.Zone && in.Market != cloud.MarketSpot {
+				used++
+			}
+		}
+		for n := 0; n < c.Quantity-used; n++ {
+			want[reservationID(c.ID, n)] = c
+		}
+	}
+	return want
+}
+
+// planShortfalls plans an event for each commitment whose count of
+// placeholders without room (short) changed since the last step.
+func (s *Scheduler) planShortfalls(r *round, short map[string]int) {
+	for _, cid := range sortedKeys(short) {
+		n := short[cid]
 		if s.shortfall[cid] == n {
 			continue
 		}
 		s.shortfall[cid] = n
-		var c *cloud.Commitment
-		for _, x := range snap.commitments {
-			if x.ID == cid {
-				c = x
+		for _, c := range r.snap.commitments {
+			if c.ID == cid {
+				sf := service.Shortfall{Commitment: c, Missing: n}
+				s.Log.Warn(sf.Reason())
+				r.plan.Shortfalls = append(r.plan.Shortfalls, sf)
+				break
 			}
-		}
-		if c == nil {
-			continue
-		}
-		reason := fmt.Sprintf("commitment %s: %d of %d reserved %s instances in %s cannot be held: no capacity, even by reclaiming spot",
-			c.ID, n, c.Quantity, c.Offering, c.Zone)
-		s.Log.Warn(reason)
-		if err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventCommitment, TenantID: c.TenantID,
-				Reason: reason, Actor: schedulerActor})
-		}); err != nil {
-			return err
 		}
 	}
 	for cid := range s.shortfall {
@@ -120,7 +126,6 @@ func (s *Scheduler) reserve(ctx context.Context, snap *snapshot) error {
 			delete(s.shortfall, cid)
 		}
 	}
-	return nil
 }
 
 // takeReservation frees one of the tenant's placeholders that an

@@ -7,10 +7,14 @@
 // FleetView; the budget checker and the heartbeat watcher are small
 // wrappers around CheckBudgets and MarkSilentHosts.
 //
-// No controller writes an instance's state by hand: every move goes
-// through service.MoveInstance or service.MoveInstances, and every launch
-// through service.LaunchSpot, so the lifecycle rules, the events and the
-// usage ledger are the API's.
+// The scheduler writes nothing itself: each step plans over a snapshot of
+// the store and its fleet index, and service.ApplySchedule writes the plan
+// in one re-checked transaction. No controller writes an instance's state
+// by hand: every move goes through service.MoveInstance or
+// service.MoveInstances, and every launch through service.CreateInstance
+// (service.LaunchSpot for a spot request, service.LaunchGroupMember for a
+// group), so the lifecycle rules, the events and the usage ledger are the
+// API's.
 package controller
 
 import (
@@ -28,8 +32,8 @@ import (
 	"github.com/gpucloud/gpucloud/placement"
 )
 
-// DefaultBatchSize is how many placements the scheduler commits in one
-// store transaction at most, and DefaultScheduleInterval how often the
+// DefaultBatchSize is how many pending instances the scheduler writes in
+// one store transaction at most, and DefaultScheduleInterval how often the
 // leader runs a scheduler step.
 const (
 	DefaultBatchSize        = 128
@@ -37,13 +41,16 @@ const (
 )
 
 // Scheduler places pending instances. It keeps an in-memory fleet index,
-// rebuilt from the store by Rebuild, and commits placements in store
-// transactions of up to BatchSize, each placement with the instance's state
-// change (checking its version) and its event, and each host it lands on
-// with a version bump that checks the version the fleet was built from. A
-// placement whose instance changed meanwhile is dropped; a host that
-// changed loses the whole batch, and the fleet is rebuilt. Either way the
-// instances are retried on the next Step. Only the leader runs it.
+// rebuilt from the store by Rebuild, and plans over it: placements,
+// failures, why instances wait, reclaims of spot capacity and their
+// deadlines (a service.SchedulePlan). service.ApplySchedule writes each
+// plan, of up to BatchSize placements, in one store transaction, each
+// placement with the instance's state change (checking its version) and
+// its event, and each host it lands on with a version bump that checks
+// the version the fleet was built from. A placement whose instance
+// changed meanwhile is dropped; a host that changed loses every placement
+// of the plan, and the fleet is rebuilt. Either way the instances are
+// retried on the next Step. Only the leader runs it.
 //
 // The fleet is rebuilt from the store only when a host changed (the host
 // stamp) or a commit lost a host race; an instance that stops holding its
@@ -61,7 +68,8 @@ type Scheduler struct {
 	Engine  *placement.Engine
 	Now     func() time.Time
 	Log     *slog.Logger
-	// BatchSize caps the placements of one commit; 0 is DefaultBatchSize.
+	// BatchSize caps the pending instances one apply writes (placements,
+	// failures and reasons to wait); 0 is DefaultBatchSize.
 	BatchSize int
 	// Notice is the spot reclaim notice (DefaultNotice when below
 	// MinNotice); PoolNotice overrides it per pool ("offering/zone") or
@@ -86,6 +94,9 @@ type Scheduler struct {
 	// placed holds the IDs of the instances whose placements are applied
 	// to the fleet and committed.
 	placed map[string]bool
+	// pools holds the pool of each spot instance among them, for the
+	// notice a reclaim gives it.
+	pools map[string]cloud.Pool
 	// versions is the store version of each host the fleet was built from,
 	// and stamp the summary of all of them, which tells whether any host
 	// changed behind the scheduler's back.
@@ -104,8 +115,6 @@ type Scheduler struct {
 	// that found no room.
 	placeholders map[string]placeholder
 	shortfall    map[string]int
-	// view is this step's reclaim view (see reclaimView).
-	view *reclaimView
 	// hints is what the market last told the scheduler (SetSpotHints).
 	hints SpotHints
 	// usage is the GPU usage of the fleet as of the last step (GPUUsage),
@@ -194,11 +203,12 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	var (
 		f        *fleet.Fleet
 		placed   map[string]bool
+		pools    map[string]cloud.Pool
 		versions map[string]int64
 		stamp    cloud.HostStamp
 	)
 	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
-		f, placed, versions, stamp = fleet.New(), map[string]bool{}, map[string]int64{}, cloud.HostStamp{}
+		f, placed, pools, versions, stamp = fleet.New(), map[string]bool{}, map[string]cloud.Pool{}, map[string]int64{}, cloud.HostStamp{}
 		hosts, err := tx.ListHosts(ctx)
 		if err != nil {
 			return err
@@ -219,44 +229,20 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 			return err
 		}
 		for _, in := range holding {
-			if in.Placement == nil {
-				continue
-			}
-			p := *in.Placement
-			p.ID = in.ID
-			p.Preemptible = in.Market == cloud.MarketSpot
-			// Placements stored before they recorded their tenant get it
-			// here: the shares of one GPU belong to one tenant.
-			p.Tenant = in.TenantID
-			// The instance that switched a GPU into MIG mode may be gone
-			// while others remain on it; whichever comes first now
-			// switches the mode again.
-			p.Devices = append([]fleet.Device(nil), p.Devices...)
-			if h := f.Host(p.HostID); h != nil {
-				for i, d := range p.Devices {
-					if d.Kind == fleet.MIGSlice && d.GPU < len(h.GPUs) {
-						p.Devices[i].EnableMIG = !h.GPUs[d.GPU].MIG
-					}
-				}
-			}
-			err := f.Apply(&p)
-			if err != nil {
-				err = s.applyLegacyShare(f, &p, in.ID, err)
-			}
-			if err != nil {
-				// A stored allocation that no longer fits is a bug or a
-				// changed host: say so loudly, keep the rest going.
-				s.Log.Error("rebuild: stored allocation does not fit", "instance", in.ID, "host", p.HostID, "err", err)
+			if in.Placement == nil || !s.restore(f, in) {
 				continue
 			}
 			placed[in.ID] = true
+			if in.Market == cloud.MarketSpot {
+				pools[in.ID] = cloud.Pool{Offering: in.Offering, Zone: in.Zone}
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.fleet, s.placed, s.versions, s.stamp = f, placed, versions, stamp
+	s.fleet, s.placed, s.pools, s.versions, s.stamp = f, placed, pools, versions, stamp
 	s.rebuilds.Add(1)
 	// Capacity reservations live only in the fleet: the next step places
 	// them again on the new one.
@@ -264,6 +250,39 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	s.epoch++
 	s.publishUsage()
 	return nil
+}
+
+// restore applies the stored allocation of in, an instance that holds
+// one, to f, a fleet being rebuilt. An allocation that no longer fits is
+// a bug or a changed host: it says so loudly and reports false, and the
+// rebuild goes on.
+func (s *Scheduler) restore(f *fleet.Fleet, in *cloud.Instance) bool {
+	p := *in.Placement
+	p.ID = in.ID
+	p.Preemptible = in.Market == cloud.MarketSpot
+	// Placements stored before they recorded their tenant get it here:
+	// the shares of one GPU belong to one tenant.
+	p.Tenant = in.TenantID
+	// The instance that switched a GPU into MIG mode may be gone while
+	// others remain on it; whichever comes first now switches the mode
+	// again.
+	p.Devices = append([]fleet.Device(nil), p.Devices...)
+	if h := f.Host(p.HostID); h != nil {
+		for i, d := range p.Devices {
+			if d.Kind == fleet.MIGSlice && d.GPU < len(h.GPUs) {
+				p.Devices[i].EnableMIG = !h.GPUs[d.GPU].MIG
+			}
+		}
+	}
+	err := f.Apply(&p)
+	if err != nil {
+		err = s.applyLegacyShare(f, &p, in.ID, err)
+	}
+	if err != nil {
+		s.Log.Error("rebuild: stored allocation does not fit", "instance", in.ID, "host", p.HostID, "err", err)
+		return false
+	}
+	return true
 }
 
 // snapshot is what Step reads in one transaction: the host stamp, the
@@ -343,10 +362,12 @@ func (s *Scheduler) snapshot(ctx context.Context) (*snapshot, error) {
 // many instances it placed.
 //
 // One transaction reads what Step needs; the fleet is rebuilt only when a
-// host changed. An instance that did not fit is not looked at again until
-// capacity may have been freed. Placements are applied to the fleet as
-// they are chosen, so that the next ones see them, and committed in
-// batches; what a batch fails to commit is given back to the fleet.
+// host changed. The step then plans over that snapshot and its fleet
+// (decide), writing nothing, and service.ApplySchedule writes the plan
+// every BatchSize instances decided, and once more at the end. An instance that did not fit is not looked at
+// again until capacity may have been freed. Placements are applied to the
+// fleet as they are chosen, so that the next ones see them; what an apply
+// does not write is given back to the fleet.
 func (s *Scheduler) Step(ctx context.Context) (int, error) {
 	defer s.publishUsage()
 	snap, err := s.snapshot(ctx)
@@ -360,17 +381,36 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 	} else if err := s.release(snap.holding); err != nil {
 		return 0, err
 	}
-	s.view = nil
-	defer func() { s.view = nil }()
-	if _, err := s.enforceDeadlines(ctx, snap); err != nil {
-		return 0, err
+	r := newRound(snap)
+	placed := 0
+	apply := func() error {
+		n, err := s.apply(ctx, r)
+		placed += n
+		return err
 	}
-	if err := s.reserve(ctx, snap); err != nil {
-		return 0, err
+	if err := s.decide(ctx, r, apply); err != nil {
+		return placed, err
 	}
-	// On-demand instances first, then spot, each oldest first: spot never
-	// takes capacity an on-demand instance waits for in the same step.
-	pending := snap.pending
+	err = apply()
+	s.waiting = r.waiting
+	s.publishPending(r.waiting)
+	return placed, err
+}
+
+// decide plans one step over r's snapshot into r: the reclaims whose
+// deadline passed, the capacity placeholders of zonal commitments, then
+// every pending instance, on-demand first, then spot, each oldest first
+// (spot never takes capacity an on-demand instance waits for in the same
+// step). It calls flush whenever r's plan writes BatchSize instances
+// (placements, failures and waits together); with a nil flush it plans
+// the whole step. It writes nothing itself; on
+// an error the placements not yet flushed are given back to the fleet.
+func (s *Scheduler) decide(ctx context.Context, r *round, flush func() error) error {
+	s.planDeadlines(r)
+	if err := s.reserve(r); err != nil {
+		return err
+	}
+	pending := r.snap.pending
 	sort.SliceStable(pending, func(i, j int) bool {
 		si, sj := pending[i].Market == cloud.MarketSpot, pending[j].Market == cloud.MarketSpot
 		if si != sj {
@@ -382,15 +422,6 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 	if size <= 0 {
 		size = DefaultBatchSize
 	}
-	waiting := map[string]wait{}
-	var batch []assignment
-	placed := 0
-	flush := func() error {
-		n, err := s.commit(ctx, batch)
-		placed += n
-		batch = batch[:0]
-		return err
-	}
 	for _, in := range pending {
 		if s.placed[in.ID] {
 			// Placed by another scheduler after the snapshot: the rebuilt
@@ -398,33 +429,25 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 			continue
 		}
 		if w, ok := s.waiting[in.ID]; ok && w.version == in.Version && w.epoch == s.epoch {
-			waiting[in.ID] = w
+			r.waiting[in.ID] = w
 			continue
 		}
 		s.steps++
 		if s.steps%256 == 0 {
 			s.Engine.Recalibrate(s.fleet)
 		}
-		a, w, err := s.plan(ctx, snap, in)
-		if err != nil {
-			s.giveBack(batch)
-			return placed, err
+		if err := s.plan(ctx, r, in); err != nil {
+			s.giveBack(r.plan.Placements)
+			r.plan.Placements = nil
+			return err
 		}
-		if w != nil {
-			waiting[in.ID] = *w
-		}
-		if a == nil {
-			continue
-		}
-		if batch = append(batch, *a); len(batch) >= size {
+		if flush != nil && len(r.plan.Placements)+len(r.plan.Failures)+len(r.plan.Waits) >= size {
 			if err := flush(); err != nil {
-				return placed, err
+				return err
 			}
 		}
 	}
-	s.waiting = waiting
-	s.publishPending(waiting)
-	return placed, flush()
+	return nil
 }
 
 // release frees the fleet allocations of instances that stopped holding
@@ -440,6 +463,7 @@ func (s *Scheduler) release(holding map[string]bool) error {
 			return err
 		}
 		delete(s.placed, id)
+		delete(s.pools, id)
 		s.epoch++
 	}
 	return nil
