@@ -34,9 +34,9 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
-// Server is the control plane as the agent sees it. agentapi.Client
+// ControlPlane is the control plane as the agent sees it. agentapi.Client
 // implements it.
-type Server interface {
+type ControlPlane interface {
 	Join(ctx context.Context, req agentapi.JoinRequest) (*agentapi.JoinResponse, error)
 	Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) error
 	Assignments(ctx context.Context) (*agentapi.AssignmentList, error)
@@ -90,7 +90,7 @@ type Config struct {
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
 // are serialized.
 type Agent struct {
-	srv Server
+	srv ControlPlane
 	cfg Config
 	log *slog.Logger
 
@@ -133,7 +133,7 @@ type Agent struct {
 // New returns an agent that talks to srv. Zero Config fields take their
 // defaults; Run and Step fail if the driver, runtime or data directory is
 // missing.
-func New(srv Server, cfg Config) *Agent {
+func New(srv ControlPlane, cfg Config) *Agent {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -205,7 +205,7 @@ func (j *Joined) TLSCertificate() (cert tls.Certificate, ok bool, err error) {
 // client certificate with its key, which the caller must persist and
 // build its Server client with from then on: over TLS, the server accepts
 // the credential only from a connection that presents the certificate.
-func Join(ctx context.Context, srv Server, joinToken string, drv gpu.Driver) (*Joined, error) {
+func Join(ctx context.Context, srv ControlPlane, joinToken string, drv gpu.Driver) (*Joined, error) {
 	if joinToken == "" {
 		return nil, errors.New("join: no join token")
 	}

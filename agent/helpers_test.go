@@ -23,7 +23,7 @@ import (
 	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
-var _ agent.Server = (*agenttest.ControlPlane)(nil)
+var _ agent.ControlPlane = (*agenttest.ControlPlane)(nil)
 
 // testInterval is the agent's period in tests.
 const testInterval = 20 * time.Millisecond
