@@ -10,7 +10,6 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -71,7 +70,7 @@ func TestStackBlueprints(t *testing.T) {
 
 func TestStacks(t *testing.T) {
 	e := newCloudEnv(t)
-	if _, err := httpapi.BootstrapPrices(context.Background(), e.st, catalog.Default(), e.clock.Now()); err != nil {
+	if _, err := service.BootstrapPrices(context.Background(), e.st, catalog.Default(), e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	_, tok := e.member("acme", "alice")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -517,4 +518,35 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// MaxInstanceMetricPoints caps what InstanceMetrics answers.
+const MaxInstanceMetricPoints = 5000
+
+// InstanceMetrics answers the utilization samples the agent reported for
+// an instance a may see (gpu_utilization, cpu_utilization, ...), after
+// since, oldest first, at most MaxInstanceMetricPoints; another tenant's
+// instance answers NotFound.
+func (s *Instances) InstanceMetrics(ctx context.Context, a Actor, id string, since time.Time) ([]cloud.MetricPoint, error) {
+	var out []cloud.MetricPoint
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		in, err := Visible(ctx, a, "instance", id, tx.GetInstance)
+		if err != nil {
+			return err
+		}
+		ps, err := tx.ListMetrics(ctx, cloud.MetricFilter{TenantID: in.TenantID, After: since, Limit: 20 * MaxInstanceMetricPoints})
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if p.InstanceID == in.ID {
+				out = append(out, p)
+			}
+		}
+		if len(out) > MaxInstanceMetricPoints {
+			out = out[len(out)-MaxInstanceMetricPoints:]
+		}
+		return nil
+	})
+	return out, err
 }

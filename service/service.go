@@ -1,8 +1,10 @@
 // Package service holds gpucloud's domain services: every rule that
 // changes state lives here once, over cloud.Tx, and is testable without
-// HTTP. The /v1 handlers (httpapi), the controllers (controller) and, to
-// come, the autoscaler, stacks and the console call these services; none
-// of them re-implements a rule.
+// HTTP. The /v1 handlers (httpapi), the web console (console), the
+// controllers (controller) and the stack engine (stackengine) call these
+// services; none of them re-implements a rule. A server builds the
+// services once (New, in package serve) and hands the same *Services to
+// all of them.
 //
 // Two layers:
 //
