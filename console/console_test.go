@@ -19,6 +19,7 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
 
@@ -423,7 +424,7 @@ func (w *world) stepStacks(t *testing.T) {
 	t.Helper()
 	svc := service.New(w.Store, catalog.Default(), service.Options{Now: w.Clock.Now})
 	for range 20 {
-		n, err := svc.Stacks.Step(context.Background())
+		n, err := stackengine.New(svc).Step(context.Background())
 		if err != nil {
 			t.Fatalf("stack step: %v", err)
 		}

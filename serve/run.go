@@ -25,6 +25,7 @@ import (
 	"github.com/gpucloud/gpucloud/metrics"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/spot"
+	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
@@ -400,7 +401,7 @@ func (s *Replica) controllerList(cfg Config) []controller.Controller {
 	return []controller.Controller{
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
-		&controller.Stacks{Stacks: s.Services.Stacks, Every: cfg.StackInterval, Log: cfg.Log},
+		&controller.Stacks{Engine: stackengine.New(s.Services), Every: cfg.StackInterval, Log: cfg.Log},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},

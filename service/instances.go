@@ -300,34 +300,35 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *In
 	return in, true, nil
 }
 
-// instanceItem is one create of createMany: a spec, its key, and the
-// system tags it carries (added after the spec's check).
-type instanceItem struct {
-	spec InstanceSpec
-	key  string
-	tags map[string]string
+// InstanceCreate is one create of CreateMany: a spec, its idempotency
+// key, and the system tags it carries (added after the spec's check, as
+// WithSystemTags adds them).
+type InstanceCreate struct {
+	Spec InstanceSpec
+	Key  string
+	Tags map[string]string
 }
 
-// createMany creates several instances of actor a in one transaction,
+// CreateMany creates several instances of actor a in one transaction,
 // each exactly as Create would (createIn), and answers them in order; any
 // failure fails them all and writes nothing, and the caller creates them
 // one by one to learn which failed. The stack engine uses it for the
 // instances of one wave.
-func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceItem) ([]*cloud.Instance, error) {
+func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCreate) ([]*cloud.Instance, error) {
 	offs := make([]*catalog.Offering, len(items))
 	volumes := false
 	for i := range items {
 		it := &items[i]
-		if err := CheckIdempotencyKey(it.key); err != nil {
+		if err := CheckIdempotencyKey(it.Key); err != nil {
 			return nil, err
 		}
-		o, err := CheckInstanceSpec(s.cat, &it.spec)
+		o, err := CheckInstanceSpec(s.cat, &it.Spec)
 		if err != nil {
 			return nil, err
 		}
 		offs[i] = o
-		it.spec.Tags = addSystemTags(withSystemTags(ctx, it.tags), it.spec.Tags)
-		volumes = volumes || len(it.spec.Volumes) > 0
+		it.Spec.Tags = addSystemTags(WithSystemTags(ctx, it.Tags), it.Spec.Tags)
+		volumes = volumes || len(it.Spec.Volumes) > 0
 	}
 	txctx := ctx
 	if !volumes {
@@ -339,7 +340,7 @@ func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceIte
 		// A fresh count for each attempt of the transaction.
 		bctx := withCreateBatch(txctx)
 		for i := range items {
-			in, _, err := s.createIn(bctx, tx, a, &items[i].spec, offs[i], items[i].key)
+			in, _, err := s.createIn(bctx, tx, a, &items[i].Spec, offs[i], items[i].Key)
 			if err != nil {
 				return err
 			}

@@ -193,10 +193,14 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		opts.AddressPool = DefaultAddressPool
 	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
-	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Stacks: &Stacks{b}}
+		Placement: &PlacementGroups{b}}
+	// A stack's plan and view read its resources through the services of
+	// their types, these same ones.
+	svc.Stacks = &Stacks{base: b, svc: svc}
+	return svc
 }
 
 // Availability answers what the fleet can do for each offering, or nil

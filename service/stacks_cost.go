@@ -16,7 +16,7 @@ const hoursPerMonth = 730
 
 // stackCopies are the copies a plan leaves applied, with the properties
 // they will have: the changes' (resolved where known), else the state's.
-func stackCopies(p *stack.PlanResult, rec *stackRecord) []*stack.Change {
+func stackCopies(p *stack.PlanResult, rec *StackRecord) []*stack.Change {
 	var out []*stack.Change
 	for _, c := range p.Changes {
 		switch c.Action {
@@ -73,7 +73,7 @@ func propMap(props map[string]any, key string) map[string]any {
 
 // stackCost prices what the plan leaves applied, per hour, at the prices
 // in force now.
-func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *stackRecord) (StackCost, error) {
+func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord) (StackCost, error) {
 	var (
 		prices []*cloud.Price
 		spot   []cloud.SpotPrice
@@ -173,7 +173,7 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
 // a group's desired members.
-func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord, tenant string) *StackFit {
+func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) *StackFit {
 	fit := &StackFit{}
 	if s.opts.DryRun == nil {
 		return fit
