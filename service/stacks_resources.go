@@ -222,28 +222,8 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 		if err != nil {
 			return gone(err)
 		}
-		if g.State != cloud.GroupActive {
-			live.Gone = true
-			return live, groupAttrs(g), string(g.State), nil
-		}
-		// min and max are the tenant's; desired moves with the group's
-		// policies, and is only the stack's when it has none.
-		fields := []struct {
-			name string
-			v    int
-		}{{"min", g.Min}, {"max", g.Max}}
-		if len(g.Policies) == 0 {
-			fields = append(fields, struct {
-				name string
-				v    int
-			}{"desired", g.Desired})
-		}
-		for _, f := range fields {
-			if old, ok := rs.Properties[f.name]; ok && !stack.Equal(old, f.v) {
-				live.Changed = append(live.Changed, stack.FieldDiff{Path: "properties." + f.name, Old: old, New: f.v})
-			}
-		}
-		return live, groupAttrs(g), fmt.Sprintf("%s, %d of %d..%d", g.State, g.Desired, g.Min, g.Max), nil
+		live, status := groupLive(g, rs)
+		return live, groupAttrs(g), status, nil
 	case stack.TypePlacementGroup:
 		g, err := svc.Placement.Get(ctx, a, rs.ID)
 		if err != nil {
@@ -265,6 +245,31 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 		return live, map[string]any{"id": c.ID}, status, nil
 	}
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
+}
+
+// groupLive is a group's drift inputs and status. Its min and max are the
+// tenant's; its desired size moves with the group's policies, and is only
+// the stack's when it has none.
+func groupLive(g *cloud.Group, rs *stack.ResourceState) (live stack.Live, status string) {
+	if g.State != cloud.GroupActive {
+		return stack.Live{Gone: true}, string(g.State)
+	}
+	fields := []struct {
+		name string
+		v    int
+	}{{"min", g.Min}, {"max", g.Max}}
+	if len(g.Policies) == 0 {
+		fields = append(fields, struct {
+			name string
+			v    int
+		}{"desired", g.Desired})
+	}
+	for _, f := range fields {
+		if old, ok := rs.Properties[f.name]; ok && !stack.Equal(old, f.v) {
+			live.Changed = append(live.Changed, stack.FieldDiff{Path: "properties." + f.name, Old: old, New: f.v})
+		}
+	}
+	return live, fmt.Sprintf("%s, %d of %d..%d", g.State, g.Desired, g.Min, g.Max)
 }
 
 // instanceLive is an instance's drift inputs, attributes and status.
