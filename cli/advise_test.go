@@ -13,9 +13,9 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // lightInference is a 7B model served in int8, 8 hours a day for 30 days.
@@ -125,7 +125,7 @@ func newAdviseEnv(t *testing.T) (*cloudEnv, string) {
 	e := newCloudEnv(t)
 	ctx := context.Background()
 	now := e.clock.Now()
-	if _, err := httpapi.BootstrapPrices(ctx, e.st, catalog.Default(), now.Add(-time.Hour)); err != nil {
+	if _, err := service.BootstrapPrices(ctx, e.st, catalog.Default(), now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	tenant, tok := e.member("acme", "alice")

@@ -18,10 +18,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // cloudEnv is a real API server on loopback (testkit.API) over an
@@ -59,8 +59,8 @@ func newCloudEnv(t *testing.T) *cloudEnv {
 
 	e := &cloudEnv{t: t, config: config, asked: map[string]int{}, answered: map[string]int{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a := testkit.NewAPI(t, testkit.Backends()[0].Open(t), func(st cloud.Store, now func() time.Time) http.Handler {
-		h := httpapi.New(st, catalog.Default(), httpapi.Options{Logger: log, Now: now})
+	a := testkit.NewAPI(t, testkit.Backends()[0].Open(t), func(svc *service.Services) http.Handler {
+		h := httpapi.New(svc, httpapi.Options{Logger: log})
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			route := r.Method + " " + r.URL.Path
 			e.mu.Lock()

@@ -10,10 +10,10 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
+	"github.com/gpucloud/gpucloud/stackengine"
 )
 
 // cliStack is an instance and a volume whose size is a parameter.
@@ -71,7 +71,7 @@ func TestStackBlueprints(t *testing.T) {
 
 func TestStacks(t *testing.T) {
 	e := newCloudEnv(t)
-	if _, err := httpapi.BootstrapPrices(context.Background(), e.st, catalog.Default(), e.clock.Now()); err != nil {
+	if _, err := service.BootstrapPrices(context.Background(), e.st, catalog.Default(), e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	_, tok := e.member("acme", "alice")
@@ -168,7 +168,7 @@ func TestStacks(t *testing.T) {
 	}
 }
 
-// TestStackWait plays the stack controller (service.Stacks.Step) and the
+// TestStackWait plays the stack controller (stackengine.Engine.Step) and the
 // scheduler while apply --wait and destroy --wait follow: apply prints
 // each step and returns once the stack is active and its instance runs;
 // destroy returns once the stack is gone and lists what it retained.
@@ -197,7 +197,7 @@ func TestStackWait(t *testing.T) {
 	step := func(want cloud.StackState) {
 		t.Helper()
 		testkit.EventuallySays(t, 0, "the stack to be "+string(want), func() (bool, string) {
-			if _, err := svc.Stacks.Step(ctx); err != nil {
+			if _, err := stackengine.New(svc).Step(ctx); err != nil {
 				t.Fatalf("step: %v", err)
 			}
 			state, reason := stackState()
@@ -234,7 +234,7 @@ func TestStackWait(t *testing.T) {
 	e.askedAgain("DELETE /v1/stacks/train")
 	e.askedAgain("GET /v1/stacks/train/events")
 	testkit.Eventually(t, 0, "the instance to be terminating", func() bool {
-		if _, err := svc.Stacks.Step(ctx); err != nil {
+		if _, err := stackengine.New(svc).Step(ctx); err != nil {
 			t.Fatalf("step: %v", err)
 		}
 		var in *cloud.Instance

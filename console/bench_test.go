@@ -14,7 +14,6 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
@@ -59,7 +58,7 @@ func buildBenchCloud(dir string) (*benchCloud, error) {
 	}
 	now := time.Now().UTC()
 	start := now.Add(-2 * time.Hour)
-	if _, err := httpapi.BootstrapPrices(ctx, st, catalog.Default(), start.Add(-time.Hour)); err != nil {
+	if _, err := service.BootstrapPrices(ctx, st, catalog.Default(), start.Add(-time.Hour)); err != nil {
 		return nil, err
 	}
 	svc := service.New(st, catalog.Default(), service.Options{Now: func() time.Time { return start }})
@@ -122,7 +121,7 @@ func buildBenchCloud(dir string) (*benchCloud, error) {
 		}
 	}
 	out.someID, out.lastID = "i-bench004242", fmt.Sprintf("i-bench%06d", benchRunning+benchPending-1)
-	out.h = console.New(st, catalog.Default(), console.Options{Now: func() time.Time { return now }})
+	out.h = console.New(service.New(st, catalog.Default(), service.Options{Now: func() time.Time { return now }}), console.Options{})
 	return out, nil
 }
 

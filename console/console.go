@@ -45,19 +45,12 @@ const SessionCookie = "gpucloud_session"
 // token's own expiry and revocation end it sooner.
 const sessionTTL = 12 * time.Hour
 
-// Options configure the console.
+// Options configure the console. The clock, the fleet's availability
+// (which the launch flow shows) and the placement dry run (a stack plan's
+// fit) are the services' (service.Options).
 type Options struct {
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
-	// Availability is the leading scheduler's view of the fleet
-	// (service.Options.Availability); the launch flow shows it.
-	Availability func() map[string]cloud.OfferingAvailability
-	// DryRun places a stack plan's instances on a copy of the leading
-	// scheduler's fleet (service.Options.DryRun); the stacks page's plan
-	// says whether they fit now. Nil: the fit is unknown.
-	DryRun func([]cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
 	// CheckLogin, when set, checks a token typed on the login page the
 	// way the API checks a bearer token, with the API's limits on failed
 	// authentications from the browser's address (serve wires it to the
@@ -79,20 +72,14 @@ type Console struct {
 	checkLogin func(r *http.Request, token string) error
 }
 
-// New returns the console over st.
-func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Console {
-	if cat == nil {
-		cat = catalog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+// New returns the console over the services svc, which hold the store,
+// the catalog and the clock.
+func New(svc *service.Services, opts Options) *Console {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	c := &Console{
-		svc: service.New(st, cat, service.Options{Now: opts.Now, Availability: opts.Availability, DryRun: opts.DryRun}),
-		cat: cat, now: opts.Now, log: opts.Logger, mux: http.NewServeMux(), checkLogin: opts.CheckLogin,
+		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), checkLogin: opts.CheckLogin,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")

@@ -19,6 +19,7 @@ import (
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
 
@@ -32,14 +33,14 @@ type world struct {
 
 func newWorld(t *testing.T, st cloud.Store) *world {
 	w := &world{}
-	w.API = testkit.NewAPI(t, st, func(st cloud.Store, now func() time.Time) http.Handler {
+	w.API = testkit.NewAPI(t, st, func(svc *service.Services) http.Handler {
 		mux := http.NewServeMux()
-		mux.Handle("/v1/", httpapi.New(st, catalog.Default(), httpapi.Options{Now: now}))
-		mux.Handle("/", console.New(st, catalog.Default(), console.Options{Now: now}))
+		mux.Handle("/v1/", httpapi.New(svc, httpapi.Options{}))
+		mux.Handle("/", console.New(svc, console.Options{}))
 		return mux
 	})
 	ctx := context.Background()
-	if _, err := httpapi.BootstrapPrices(ctx, st, catalog.Default(), testkit.Epoch.Add(-time.Hour)); err != nil {
+	if _, err := service.BootstrapPrices(ctx, st, catalog.Default(), testkit.Epoch.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Tx(ctx, func(tx cloud.Tx) error {
@@ -423,7 +424,7 @@ func (w *world) stepStacks(t *testing.T) {
 	t.Helper()
 	svc := service.New(w.Store, catalog.Default(), service.Options{Now: w.Clock.Now})
 	for range 20 {
-		n, err := svc.Stacks.Step(context.Background())
+		n, err := stackengine.New(svc).Step(context.Background())
 		if err != nil {
 			t.Fatalf("stack step: %v", err)
 		}

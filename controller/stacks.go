@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stackengine"
 )
 
 // DefaultStackInterval is how often the leader runs a round of the stacks
@@ -14,11 +14,11 @@ import (
 // indexed query).
 const DefaultStackInterval = DefaultScheduleInterval
 
-// Stacks runs service.Stacks.Step as a Controller: a round of every stack
-// being applied or destroyed. It runs before the scheduler, so that the
-// instances a round creates are placed in the same tick.
+// Stacks runs the stack engine's Step as a Controller: a round of every
+// stack being applied or destroyed. It runs before the scheduler, so that
+// the instances a round creates are placed in the same tick.
 type Stacks struct {
-	Stacks *service.Stacks
+	Engine *stackengine.Engine
 	// Every is how often it runs; 0 is DefaultStackInterval.
 	Every time.Duration
 	Log   *slog.Logger
@@ -34,6 +34,6 @@ func (s *Stacks) Interval() time.Duration {
 }
 
 func (s *Stacks) Reconcile(ctx context.Context) error {
-	_, err := s.Stacks.Step(ctx)
+	_, err := s.Engine.Step(ctx)
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stackengine"
 )
 
 // BenchmarkStackApply50 applies a stack of 50 instances (one cluster
@@ -70,7 +71,7 @@ func benchStackApply(b *testing.B, st cloud.Store) {
 		}
 		start := time.Now()
 		for {
-			if _, err := svc.Stacks.Step(ctx); err != nil {
+			if _, err := stackengine.New(svc).Step(ctx); err != nil {
 				b.Fatal(err)
 			}
 			v, err := svc.Stacks.Get(ctx, actor, "", name)
@@ -118,7 +119,7 @@ func benchStackApply(b *testing.B, st cloud.Store) {
 			b.Fatal(err)
 		}
 		for round := 0; ; round++ {
-			if _, err := svc.Stacks.Step(ctx); err != nil {
+			if _, err := stackengine.New(svc).Step(ctx); err != nil {
 				b.Fatal(err)
 			}
 			v, err := svc.Stacks.Get(ctx, actor, "", name)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestAddressAllocationOrder(t *testing.T) { onBothStores(t, testAddressAllocationOrder) }
@@ -20,7 +21,7 @@ func testAddressAllocationOrder(t *testing.T, e *env) {
 	}
 
 	// A /30 has two addresses to give: .1 and .2.
-	acme := e.serverWith(t, e.acmeToken, func(o *Options) { o.AddressPool = "198.51.100.4/30" })
+	acme := e.serverWith(t, e.acmeToken, func(o *service.Options) { o.AddressPool = "198.51.100.4/30" })
 	one, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || one.IP != "198.51.100.5" {
 		t.Fatalf("first of the /30 = %+v, %v", one, err)
@@ -67,7 +68,7 @@ func testAddressAllocationOrder(t *testing.T, e *env) {
 	}
 
 	// An unusable pool fails allocations, not the server.
-	bad := e.serverWith(t, e.acmeToken, func(o *Options) { o.AddressPool = "not a pool" })
+	bad := e.serverWith(t, e.acmeToken, func(o *service.Options) { o.AddressPool = "not a pool" })
 	before = e.billingCounts()
 	_, err = bad.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	wantCode(t, err, cloud.Internal)

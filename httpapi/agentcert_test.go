@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/internal/testkit"
@@ -39,20 +38,20 @@ func newMTLSEnv(t *testing.T) (*env, *pki.CA) {
 	}
 	logs := &bytes.Buffer{}
 	clock := testkit.NewClock(testkit.Epoch)
-	h := New(st, catalog.Default(), Options{Now: clock.Now, Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)),
-		SignAgentCert:    func(csr []byte, host string) ([]byte, error) { return ca.SignClient(csr, host, time.Now()) },
-		RequireAgentCert: true})
+	svc := service.New(st, nil, service.Options{Now: clock.Now,
+		SignAgentCert: func(csr []byte, host string) ([]byte, error) { return ca.SignClient(csr, host, time.Now()) }})
+	h := New(svc, Options{Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), RequireAgentCert: true})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
 	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
 		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	tok, created, err := service.New(st, nil, service.Options{Now: clock.Now}).Accounts.Bootstrap(context.Background())
+	tok, created, err := svc.Accounts.Bootstrap(context.Background())
 	if err != nil || !created {
 		t.Fatalf("bootstrap: %v, %v", created, err)
 	}
-	a := &testkit.API{T: t, Store: st, Server: srv, URL: srv.URL, Clock: clock, AdminToken: tok}
+	a := &testkit.API{T: t, Store: st, Services: svc, Server: srv, URL: srv.URL, Clock: clock, AdminToken: tok}
 	a.Admin = a.Client(tok)
 	acme := a.Member("acme", "acme-dev")
 	return &env{API: a, t: t, store: st, srv: srv, clock: clock, logs: logs, adminToken: tok, admin: a.Admin,

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	control "github.com/gpucloud/gpucloud/controller"
@@ -356,7 +355,7 @@ func TestStopGrace(t *testing.T) {
 	agent, _ := e.join(inventory("node-1", "L4", 1))
 	e.mustCreate(e.acme, "l4.1x")
 	e.schedule()
-	srv := httptest.NewServer(New(e.store, catalog.Default(), Options{Now: e.clock.Now, StopGrace: 90 * time.Second}))
+	srv := httptest.NewServer(New(service.New(e.store, nil, service.Options{Now: e.clock.Now, StopGrace: 90 * time.Second}), Options{}))
 	defer srv.Close()
 	c := agentapi.NewClient(srv.URL, agent.token, srv.Client())
 	as, err := c.Assignments(context.Background())

@@ -35,54 +35,31 @@ import (
 	"github.com/gpucloud/gpucloud/service"
 )
 
-// Options configures the handler. The zero value uses the wall clock and
-// slog.Default.
+// Options configures the handler: its HTTP concerns only. The domain's
+// options (the clock, the stop grace, the address pool, the fleet's
+// availability, agent certificates) are the services' (service.Options),
+// which the caller builds once and hands to New. The zero value uses
+// slog.Default and the default limits.
 type Options struct {
-	// Now is the clock; tests pass a fixed one.
-	Now func() time.Time
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
 	// TokenCacheTTL is how long a token lookup is trusted
 	// (DefaultTokenCacheTTL when zero; negative disables the cache).
 	TokenCacheTTL time.Duration
-	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
-	// when it stops an instance (Assignment.GraceSeconds); 30 seconds
-	// when zero.
-	StopGrace time.Duration
-	// AddressPool is the IPv4 block (CIDR) public addresses are allocated
-	// from, lowest free address first; DefaultAddressPool when empty. The
-	// network and broadcast addresses of a block larger than /31 are never
-	// handed out.
-	AddressPool string
 	// Metrics serves GET /metrics, to admin tokens only (the exposition
 	// counts instances per tenant); nil answers not_found.
 	Metrics http.Handler
-	// Availability answers what the fleet can do for each offering
-	// (service.Options.Availability): GET /v1/offerings shows it, and
-	// creates refuse an offering no host could ever run.
-	Availability func() map[string]cloud.OfferingAvailability
-	// DryRun places a stack plan's instances on a copy of the fleet
-	// (service.Options.DryRun); nil: a plan says the fit is unknown.
-	DryRun func([]cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
 	// Limits are the request limits (per credential, and failed
 	// authentications per source address); the zero value has the
 	// defaults (DefaultRateLimits).
 	Limits RateLimits
-	// SignAgentCert signs an agent's TLS client certificate at join
-	// (service.Options.SignAgentCert); nil issues none.
-	SignAgentCert func(csrPEM []byte, hostID string) ([]byte, error)
 	// RequireAgentCert accepts an agent credential only from a connection
 	// whose verified TLS client certificate names the credential's host
 	// (mutual TLS): a stolen credential alone opens nothing. A server that
-	// serves TLS sets it; over plain HTTP there is no certificate to check.
+	// serves TLS sets it (and service.Options.SignAgentCert); over plain
+	// HTTP there is no certificate to check.
 	RequireAgentCert bool
 }
-
-// DefaultAddressPool and DefaultStopGrace are the services' defaults.
-const (
-	DefaultAddressPool = service.DefaultAddressPool
-	DefaultStopGrace   = service.DefaultStopGrace
-)
 
 // handlers holds what the handlers share. Its only mutable state is
 // caches and the rate limiter's buckets; everything else is in the store.
@@ -235,27 +212,20 @@ var routeTable = []route{
 	{"GET", "/metrics", adminOnly, (*handlers).serveMetrics},
 }
 
-// New returns the API handler over store, validating requests against cat.
-// It holds no global state: two handlers over two stores are independent.
-func New(store cloud.Store, cat *catalog.Catalog, opts Options) http.Handler {
+// New returns the API handler over the services svc, which hold the
+// store, the catalog and the clock. It holds no global state: two
+// handlers over two stores are independent.
+func New(svc *service.Services, opts Options) http.Handler {
 	ttl := opts.TokenCacheTTL
 	if ttl == 0 {
 		ttl = DefaultTokenCacheTTL
 	}
-	s := &handlers{cat: cat, now: opts.Now, log: opts.Logger,
+	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
 		requireAgentCert: opts.RequireAgentCert}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	s.svc = service.New(store, cat, service.Options{Now: s.now, StopGrace: opts.StopGrace, AddressPool: opts.AddressPool,
-		Availability: opts.Availability, DryRun: opts.DryRun, SignAgentCert: opts.SignAgentCert})
 	s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if _, err := service.ParseAddressPool(opts.AddressPool); opts.AddressPool != "" && err != nil {
-		s.log.Error("address pool unusable; address allocation will fail", "pool", opts.AddressPool, "err", err)
 	}
 	seen := map[string]bool{}
 	for _, rt := range routeTable {

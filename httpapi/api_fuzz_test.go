@@ -416,13 +416,14 @@ func newFuzzServer(t testing.TB) *fuzzServer {
 	}
 	s := &fuzzServer{st: st, cat: catalog.Default(), clock: testkit.NewClock(testkit.Epoch), logs: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: s.logs}, nil))
-	s.h = New(st, s.cat, Options{Now: s.clock.Now, Logger: log, TokenCacheTTL: -1})
-	tok, _, err := service.New(st, s.cat, service.Options{Now: s.clock.Now}).Accounts.Bootstrap(ctx)
+	svc := service.New(st, s.cat, service.Options{Now: s.clock.Now})
+	s.h = New(svc, Options{Logger: log, TokenCacheTTL: -1})
+	tok, _, err := svc.Accounts.Bootstrap(ctx)
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
 	s.admin = tok
-	if _, err := BootstrapPrices(ctx, st, s.cat, s.clock.Now()); err != nil {
+	if _, err := service.BootstrapPrices(ctx, st, s.cat, s.clock.Now()); err != nil {
 		t.Fatalf("bootstrap prices: %v", err)
 	}
 	var tn cloud.Tenant

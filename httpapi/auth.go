@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -149,14 +148,4 @@ func (s *handlers) lookupToken(ctx context.Context, tok string) (principal, erro
 	p := principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}
 	s.tokens.put(tok, p, t.ExpiresAt, now)
 	return p, nil
-}
-
-// Bootstrap prepares an empty store for its first start: it creates the
-// operator tenant, an admin user and an admin token, and returns the token
-// string, which is not stored anywhere and must be shown to the operator
-// now. On later starts it returns created=false and no token. It is
-// service.Accounts.Bootstrap at time now, for callers that hold a store
-// and no services.
-func Bootstrap(ctx context.Context, store cloud.Store, now time.Time) (adminToken string, created bool, err error) {
-	return service.New(store, nil, service.Options{Now: func() time.Time { return now }}).Accounts.Bootstrap(ctx)
 }

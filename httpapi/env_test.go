@@ -10,14 +10,13 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // env is one API server on loopback (testkit.API) over a fresh store,
@@ -49,8 +48,8 @@ func newEnv(t *testing.T, on ...cloud.Store) *env {
 	return newEnvWith(t, Options{}, on...)
 }
 
-// newEnvWith is newEnv with the handler's options opts (their clock and
-// logger are the env's).
+// newEnvWith is newEnv with the handler's options opts (their logger is
+// the env's).
 func newEnvWith(t *testing.T, opts Options, on ...cloud.Store) *env {
 	t.Helper()
 	st := on
@@ -59,9 +58,9 @@ func newEnvWith(t *testing.T, opts Options, on ...cloud.Store) *env {
 	}
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil))
-	a := testkit.NewAPI(t, st[0], func(st cloud.Store, now func() time.Time) http.Handler {
-		opts.Now, opts.Logger = now, log
-		return New(st, catalog.Default(), opts)
+	a := testkit.NewAPI(t, st[0], func(svc *service.Services) http.Handler {
+		opts.Logger = log
+		return New(svc, opts)
 	})
 	acme, globex := a.Member("acme", "acme-dev"), a.Member("globex", "globex-dev")
 	return &env{API: a, t: t, store: a.Store, srv: a.Server, clock: a.Clock, logs: logs,

@@ -12,6 +12,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // onBothStores runs a billing test on newEnv over each backend of
@@ -32,7 +33,7 @@ func (e *env) billingUnchanged(before counts, what string) { e.t.Helper(); e.unc
 // withPrices gives the store the built-in price book.
 func (e *env) withPrices() {
 	e.t.Helper()
-	if _, err := BootstrapPrices(context.Background(), e.store, catalog.Default(), e.clock.Now()); err != nil {
+	if _, err := service.BootstrapPrices(context.Background(), e.store, catalog.Default(), e.clock.Now()); err != nil {
 		e.t.Fatalf("bootstrap prices: %v", err)
 	}
 }
@@ -55,14 +56,14 @@ func (e *env) move(id string, to cloud.State, zone string) *cloud.Instance {
 	return testkit.Walk(e.t, e.store, id, to, testkit.Via{Zone: zone}, e.clock.Now())
 }
 
-// serverWith starts a second API server over e's store with opts changed
-// by fn (the clock and logger stay e's), and returns a client of it as
-// token.
-func (e *env) serverWith(t *testing.T, token string, fn func(*Options)) *client.Client {
+// serverWith starts a second API server over e's store, on services
+// whose options are changed by fn (the clock stays e's; the logger is
+// e's), and returns a client of it as token.
+func (e *env) serverWith(t *testing.T, token string, fn func(*service.Options)) *client.Client {
 	t.Helper()
-	opts := Options{Now: e.clock.Now, Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}
-	fn(&opts)
-	srv := httptest.NewServer(New(e.store, catalog.Default(), opts))
+	so := service.Options{Now: e.clock.Now}
+	fn(&so)
+	srv := httptest.NewServer(New(service.New(e.store, nil, so), Options{Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}))
 	t.Cleanup(srv.Close)
 	return client.New(srv.URL, token, srv.Client())
 }

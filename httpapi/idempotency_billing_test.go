@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // Idempotent creates of volumes, addresses and prices: a retry with the
@@ -387,7 +387,7 @@ func TestIdempotentCreateLostLookup(t *testing.T) { onBothStores(t, testIdempote
 func testIdempotentCreateLostLookup(t *testing.T, e *env) {
 	ctx := context.Background()
 	blind := &blindStore{Store: e.store}
-	srv := httptest.NewServer(New(blind, catalog.Default(), Options{Now: e.clock.Now,
+	srv := httptest.NewServer(New(service.New(blind, nil, service.Options{Now: e.clock.Now}), Options{
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))}))
 	t.Cleanup(srv.Close)
 	acme, admin := client.New(srv.URL, e.acmeToken, srv.Client()), client.New(srv.URL, e.adminToken, srv.Client())

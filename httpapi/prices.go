@@ -1,15 +1,12 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 )
@@ -65,20 +62,4 @@ func (s *handlers) setPrice(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	writeCreated(w, created, "", out)
 	return nil
-}
-
-// BootstrapPrices gives a store without any price the built-in price book
-// (service.BootstrapPrices); it reports how many prices it added.
-func BootstrapPrices(ctx context.Context, store cloud.Store, cat *catalog.Catalog, now time.Time) (added int, err error) {
-	return service.BootstrapPrices(ctx, store, cat, now)
-}
-
-// BootstrapCatalog is what a server runs at every start: BootstrapPrices,
-// then Bootstrap. The prices come first, so that a failure there leaves
-// the store without its admin token and the next start shows one.
-func BootstrapCatalog(ctx context.Context, store cloud.Store, cat *catalog.Catalog, now time.Time) (adminToken string, created bool, err error) {
-	if _, err := BootstrapPrices(ctx, store, cat, now); err != nil {
-		return "", false, fmt.Errorf("prices: %w", err)
-	}
-	return Bootstrap(ctx, store, now)
 }

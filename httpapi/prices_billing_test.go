@@ -13,6 +13,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestSetAndListPrices(t *testing.T) { onBothStores(t, testSetAndListPrices) }
@@ -136,7 +137,7 @@ func testBootstrapPrices(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := BootstrapPrices(ctx, e.store, catalog.Default(), e.clock.Now())
+	n, err := service.BootstrapPrices(ctx, e.store, catalog.Default(), e.clock.Now())
 	if err != nil || n != len(want) {
 		t.Fatalf("BootstrapPrices = %d, %v; want %d", n, err, len(want))
 	}
@@ -145,13 +146,17 @@ func testBootstrapPrices(t *testing.T, e *env) {
 		t.Errorf("h100.8x prices = %v, %v", ps, err)
 	}
 	// A store with prices is left alone.
-	if n, err := BootstrapPrices(ctx, e.store, catalog.Default(), e.clock.Now()); err != nil || n != 0 {
+	if n, err := service.BootstrapPrices(ctx, e.store, catalog.Default(), e.clock.Now()); err != nil || n != 0 {
 		t.Errorf("second BootstrapPrices = %d, %v", n, err)
 	}
-	// BootstrapCatalog on a bootstrapped store makes no token and no prices.
+	// A server's start on a bootstrapped store (prices, then the admin)
+	// makes no token and no prices.
 	before := e.billingCounts()
-	if tok, created, err := BootstrapCatalog(ctx, e.store, catalog.Default(), e.clock.Now()); err != nil || created || tok != "" {
-		t.Errorf("BootstrapCatalog again = %q, %v, %v", tok, created, err)
+	if n, err := service.BootstrapPrices(ctx, e.store, catalog.Default(), e.clock.Now()); err != nil || n != 0 {
+		t.Errorf("BootstrapPrices again = %d, %v", n, err)
 	}
-	e.billingUnchanged(before, "BootstrapCatalog on a bootstrapped store")
+	if tok, created, err := e.Services.Accounts.Bootstrap(ctx); err != nil || created || tok != "" {
+		t.Errorf("Bootstrap again = %q, %v, %v", tok, created, err)
+	}
+	e.billingUnchanged(before, "a start on a bootstrapped store")
 }

@@ -105,9 +105,9 @@ type RateLimits struct {
 	// peer is ignored (anyone can write it), so that by default the
 	// source address is the connection's.
 	TrustedProxies []netip.Prefix
-	// Now is the limiter's clock, the wall clock when nil. It is not
-	// Options.Now: limits are about real time, and tests freeze or jump
-	// the domain clock.
+	// Now is the limiter's clock, the wall clock when nil. It is not the
+	// services' clock (service.Options.Now): limits are about real time,
+	// and tests freeze or jump the domain clock.
 	Now func() time.Time
 }
 

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/rest"
 	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestBucket(t *testing.T) {
@@ -663,7 +663,7 @@ func TestTenantRatePersists(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := testkit.NewClock(testkit.Epoch)
-		other := httptest.NewServer(New(st, catalog.Default(), Options{Now: e.clock.Now, Limits: RateLimits{Now: clock.Now}}))
+		other := httptest.NewServer(New(service.New(st, nil, service.Options{Now: e.clock.Now}), Options{Limits: RateLimits{Now: clock.Now}}))
 		t.Cleanup(other.Close)
 		c := client.New(other.URL, e.acmeToken, other.Client())
 		for i := range 2 {

@@ -16,7 +16,7 @@ import (
 
 func TestBootstrapOnce(t *testing.T) {
 	e := newEnv(t)
-	tok, created, err := service.New(e.store, nil, service.Options{Now: e.clock.Now}).Accounts.Bootstrap(context.Background())
+	tok, created, err := e.Services.Accounts.Bootstrap(context.Background())
 	if err != nil || created || tok != "" {
 		t.Fatalf("second Bootstrap = %q, %v, %v; want nothing created", tok, created, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gpucloud/gpucloud/metrics"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/spot"
+	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
 )
@@ -78,6 +79,12 @@ type Config struct {
 	// X-Forwarded-For names the client. The zero value has the defaults
 	// (httpapi.DefaultRateLimits). They hold per replica.
 	Limits httpapi.RateLimits
+	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
+	// when it stops an instance (service.DefaultStopGrace when zero);
+	// AddressPool is the IPv4 block public addresses come from
+	// (service.DefaultAddressPool when empty).
+	StopGrace   time.Duration
+	AddressPool string
 }
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
@@ -89,8 +96,11 @@ type Replica struct {
 	// AdminToken is set on the very first start, when the operator tenant
 	// and its admin token were created; it is shown once.
 	AdminToken string
-	Scheduler  *controller.Scheduler
-	Market     *controller.Market
+	// Services are the domain services, built once (newServices): the
+	// API, the console and the controllers share them.
+	Services  *service.Services
+	Scheduler *controller.Scheduler
+	Market    *controller.Market
 	// Controllers is what the leader runs, in order (controllerList).
 	Controllers []controller.Controller
 	// Metrics is the replica's Prometheus registry, served at GET
@@ -118,7 +128,38 @@ func OpenStore(ctx context.Context, url string) (cloud.Store, error) {
 // Start opens the store (applying migrations), creates the operator's
 // admin token on the first start, serves the API and starts campaigning
 // for leadership. Close stops everything.
+//
+// Start is the composition root: it builds the domain services once
+// (newServices) and hands the same services to the API, the console and
+// the controllers.
 func Start(ctx context.Context, cfg Config) (*Replica, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(ctx, cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	s := &Replica{Store: st, Metrics: metrics.NewServer(), leader: &leaderState{}}
+	ln, err := s.start(ctx, cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.serveHTTP(ln, cfg.Log)
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		campaign(runCtx, cfg, st, s.leader, func(ctx context.Context) { s.controllers(ctx, cfg) })
+	}()
+	return s, nil
+}
+
+// withDefaults fills in the zero values of cfg.
+func (cfg Config) withDefaults() Config {
 	if cfg.Catalog == nil {
 		cfg.Catalog = catalog.Default()
 	}
@@ -134,71 +175,69 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = controller.DefaultHeartbeatTimeout
 	}
-	st, err := OpenStore(ctx, cfg.DB)
-	if err != nil {
-		return nil, err
-	}
-	token, created, err := httpapi.BootstrapCatalog(ctx, st, cfg.Catalog, cfg.Now())
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("bootstrap: %w", err)
-	}
-	ca, err := loadCA(ctx, st, time.Now()) // certificates live on the wall clock, which TLS checks, not a test's scaled one
-	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("the cloud's CA: %w", err)
-	}
+	return cfg
+}
+
+// check refuses a configuration the server cannot run with, before
+// anything is opened.
+func (cfg Config) check() error {
 	if cfg.TLS.Plain {
 		if err := checkPlain(cfg.Listen); err != nil {
-			st.Close()
-			return nil, err
+			return err
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	if cfg.Spot != nil {
+		if err := cfg.Spot.Validate(); err != nil {
+			return fmt.Errorf("spot market: %w", err)
+		}
+	}
+	for k, d := range cfg.PoolNotice {
+		if d < controller.MinNotice {
+			return fmt.Errorf("reclaim notice of %s is %s; the minimum is %s", k, d, controller.MinNotice)
+		}
+	}
+	return nil
+}
+
+// start builds the replica over its open store, step by step: the CA, the
+// controllers, the services, the first start's bootstrap, the listener
+// and the handler. It answers the listener to serve; on an error the
+// caller closes the store.
+func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
+	var err error
+	// Certificates live on the wall clock, which TLS checks, not a test's
+	// scaled one.
+	if s.ca, err = loadCA(ctx, s.Store, time.Now()); err != nil {
+		return nil, fmt.Errorf("the cloud's CA: %w", err)
+	}
+	s.Metrics.Log = cfg.Log
+	s.Scheduler = s.newScheduler(cfg)
+	s.Market = s.newMarket(cfg)
+	s.Services = s.newServices(cfg)
+	token, created, err := bootstrap(ctx, s.Services)
 	if err != nil {
-		st.Close()
-		return nil, err
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
-	scheme := "https://"
-	var tc *tls.Config
-	if cfg.TLS.Plain {
-		scheme = "http://"
-	} else if tc, err = serverTLS(cfg.TLS, ca, ln.Addr(), time.Now()); err != nil {
-		ln.Close()
-		st.Close()
-		return nil, err
-	}
-	s := &Replica{Store: st, URL: scheme + ln.Addr().String(), Metrics: metrics.NewServer(), leader: &leaderState{}, ca: ca}
 	if created {
 		s.AdminToken = token
 	}
-	s.Metrics.Log = cfg.Log
-	s.Scheduler = controller.NewScheduler(st, cfg.Catalog)
-	s.Scheduler.Now, s.Scheduler.Log, s.Scheduler.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
-	apiOpts := httpapi.Options{Now: cfg.Now, Logger: cfg.Log, Metrics: s.Metrics.Handler(),
-		Availability: s.availability, DryRun: s.dryRun, Limits: cfg.Limits}
-	if tc != nil {
-		// Agents: a client certificate at join, and mutual TLS from then on.
-		apiOpts.SignAgentCert, apiOpts.RequireAgentCert = agentCertSigner(ca), true
+	s.Controllers = s.controllerList(cfg)
+	s.watch(cfg)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, err
 	}
-	api := httpapi.New(st, cfg.Catalog, apiOpts)
-	// One listener: the API under /v1/, the metrics, and the web console
-	// on every other path.
-	root := http.NewServeMux()
-	root.Handle("/v1/", api)
-	root.Handle("/metrics", api)
-	// The CA certificate is public: a client that has its fingerprint
-	// (gpucloud login --ca-fingerprint, a join token) fetches it here and
-	// checks it against the fingerprint before trusting it.
-	root.HandleFunc("GET /ca.crt", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/x-pem-file")
-		w.Header().Set("Cache-Control", "no-cache")
-		_, _ = w.Write(pki.EncodeCert(ca.Cert))
-	})
-	root.Handle("/", console.New(st, cfg.Catalog, console.Options{Now: cfg.Now, Logger: cfg.Log, Availability: s.availability,
-		DryRun: s.dryRun, CheckLogin: loginChecker(api)}))
+	scheme, tc := "http://", (*tls.Config)(nil)
+	if !cfg.TLS.Plain {
+		if tc, err = serverTLS(cfg.TLS, s.ca, ln.Addr(), time.Now()); err != nil {
+			ln.Close()
+			return nil, err
+		}
+		scheme = "https://"
+	}
+	s.URL = scheme + ln.Addr().String()
 	s.http = &http.Server{
-		Handler:   s.Metrics.Instrument(root),
+		Handler:   s.Metrics.Instrument(s.handler(cfg)),
 		TLSConfig: tc,
 		// Failed handshakes (a client that does not trust the CA yet)
 		// are the client's to report; keep them out of the server's log.
@@ -208,60 +247,116 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	return ln, nil
+}
+
+// newServices builds the domain services, the one time a replica does:
+// the API, the console, the controllers and the stack engine share them.
+// The fleet's availability and the placement dry run are the leading
+// scheduler's, read at each call (nil and unknown on a replica that does
+// not lead); a server that serves TLS signs agents' client certificates
+// with the cloud's CA.
+func (s *Replica) newServices(cfg Config) *service.Services {
+	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool,
+		Availability: s.availability, DryRun: s.dryRun}
+	if !cfg.TLS.Plain {
+		opts.SignAgentCert = agentCertSigner(s.ca)
+	}
+	if _, err := service.ParseAddressPool(cfg.AddressPool); cfg.AddressPool != "" && err != nil {
+		cfg.Log.Error("address pool unusable; address allocation will fail", "pool", cfg.AddressPool, "err", err)
+	}
+	return service.New(s.Store, cfg.Catalog, opts)
+}
+
+// bootstrap is what a server runs at every start over its services: the
+// built-in price book when the store has no price, then the operator
+// tenant and its admin token (service.Accounts.Bootstrap), which it
+// answers on the first start only. The prices come first, so that a
+// failure there leaves the store without its admin token and the next
+// start shows one.
+func bootstrap(ctx context.Context, svc *service.Services) (adminToken string, created bool, err error) {
+	if _, err := service.BootstrapPrices(ctx, svc.Store(), svc.Catalog(), svc.Now()); err != nil {
+		return "", false, fmt.Errorf("prices: %w", err)
+	}
+	return svc.Accounts.Bootstrap(ctx)
+}
+
+// handler is the replica's one HTTP handler: the API under /v1/, the
+// metrics, the CA certificate and the web console on every other path,
+// over the replica's services.
+func (s *Replica) handler(cfg Config) http.Handler {
+	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limits: cfg.Limits,
+		// Agents: a client certificate at join, and mutual TLS from then on.
+		RequireAgentCert: !cfg.TLS.Plain}
+	api := httpapi.New(s.Services, apiOpts)
+	root := http.NewServeMux()
+	root.Handle("/v1/", api)
+	root.Handle("/metrics", api)
+	// The CA certificate is public: a client that has its fingerprint
+	// (gpucloud login --ca-fingerprint, a join token) fetches it here and
+	// checks it against the fingerprint before trusting it.
+	root.HandleFunc("GET /ca.crt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(pki.EncodeCert(s.ca.Cert))
+	})
+	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, CheckLogin: loginChecker(api)}))
+	return root
+}
+
+// serveHTTP serves the handler on ln until Close.
+func (s *Replica) serveHTTP(ln net.Listener, log *slog.Logger) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		serve := func() error { return s.http.Serve(ln) }
-		if tc != nil {
+		if s.http.TLSConfig != nil {
 			serve = func() error { return s.http.ServeTLS(ln, "", "") }
 		}
 		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			cfg.Log.Error("api server stopped", "err", err)
+			log.Error("api server stopped", "err", err)
 		}
 	}()
-	s.Market = controller.NewMarket(st, s.Scheduler)
-	s.Market.Now, s.Market.Log, s.Market.Every = cfg.Now, cfg.Log, cfg.MarketInterval
+}
+
+// newScheduler is the scheduler as cfg configures it.
+func (s *Replica) newScheduler(cfg Config) *controller.Scheduler {
+	sc := controller.NewScheduler(s.Store, cfg.Catalog)
+	sc.Now, sc.Log, sc.Every = cfg.Now, cfg.Log, cfg.ScheduleInterval
 	if cfg.Spot != nil {
-		if err := cfg.Spot.Validate(); err != nil {
-			st.Close()
-			ln.Close()
-			return nil, fmt.Errorf("spot market: %w", err)
-		}
-		s.Market.Config = *cfg.Spot
-		s.Scheduler.Notice = time.Duration(cfg.Spot.NoticeSeconds) * time.Second
+		sc.Notice = time.Duration(cfg.Spot.NoticeSeconds) * time.Second
 	}
-	for k, d := range cfg.PoolNotice {
-		if d < controller.MinNotice {
-			st.Close()
-			ln.Close()
-			return nil, fmt.Errorf("reclaim notice of %s is %s; the minimum is %s", k, d, controller.MinNotice)
-		}
+	sc.PoolNotice = cfg.PoolNotice
+	sc.Placed, sc.Reclaimed = s.Metrics.AddPlacements, s.Metrics.AddReclaims
+	return sc
+}
+
+// newMarket is the spot market as cfg configures it, over the scheduler.
+func (s *Replica) newMarket(cfg Config) *controller.Market {
+	m := controller.NewMarket(s.Store, s.Scheduler)
+	m.Now, m.Log, m.Every = cfg.Now, cfg.Log, cfg.MarketInterval
+	if cfg.Spot != nil {
+		m.Config = *cfg.Spot
 	}
-	s.Scheduler.PoolNotice = cfg.PoolNotice
 	if cfg.SpotClearInterval > 0 {
-		s.Market.ClearInterval = cfg.SpotClearInterval
+		m.ClearInterval = cfg.SpotClearInterval
 	}
 	if cfg.KeepFailed > 0 {
-		s.Market.KeepFailed = cfg.KeepFailed
+		m.KeepFailed = cfg.KeepFailed
 	}
-	s.Controllers = s.controllerList(cfg)
-	s.Scheduler.Placed = s.Metrics.AddPlacements
-	s.Scheduler.Reclaimed, s.Market.Reclaimed = s.Metrics.AddReclaims, s.Metrics.AddReclaims
-	s.Market.Relaunched, s.Market.Cleared = s.Metrics.AddRelaunches, s.Metrics.ObserveClearing
-	s.Metrics.WatchStore(st)
+	m.Reclaimed, m.Relaunched, m.Cleared = s.Metrics.AddReclaims, s.Metrics.AddRelaunches, s.Metrics.ObserveClearing
+	return m
+}
+
+// watch has the metrics registry watch the store, the market, the fleet
+// and leadership.
+func (s *Replica) watch(cfg Config) {
+	s.Metrics.WatchStore(s.Store)
 	s.Metrics.WatchMarket(s.Market)
 	s.Metrics.WatchFleet(s.Scheduler)
 	s.Metrics.WatchPending(s.Scheduler)
-	s.Metrics.WatchAccrued(st, 0, cfg.Now)
+	s.Metrics.WatchAccrued(s.Store, 0, cfg.Now)
 	s.Metrics.Leader(s.IsLeader)
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		campaign(runCtx, cfg, st, s.leader, func(ctx context.Context) { s.controllers(ctx, cfg) })
-	}()
-	return s, nil
 }
 
 // MetricsURL is where the replica serves its Prometheus metrics: GET, with
@@ -306,7 +401,7 @@ func (s *Replica) controllerList(cfg Config) []controller.Controller {
 	return []controller.Controller{
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
-		&controller.Stacks{Stacks: service.New(s.Store, cfg.Catalog, service.Options{Now: cfg.Now}).Stacks, Every: cfg.StackInterval, Log: cfg.Log},
+		&controller.Stacks{Engine: stackengine.New(s.Services), Every: cfg.StackInterval, Log: cfg.Log},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},

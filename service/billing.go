@@ -215,3 +215,42 @@ func (s *Billing) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) 
 	}
 	return out, nil
 }
+
+// InstanceCost is what an instance a may see has cost from its creation
+// until now, rated exactly as its tenant's invoices rate it (per second,
+// at its offering's on-demand price or its pool's spot price, with the
+// one-minute minimum), before any commitment discount: commitments cover
+// a tenant's hours, not one instance's.
+func (s *Billing) InstanceCost(ctx context.Context, a Actor, id string) (money.Micros, error) {
+	now := s.now()
+	var total money.Micros
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		in, err := Visible(ctx, a, "instance", id, tx.GetInstance)
+		if err != nil {
+			return err
+		}
+		period := billing.Period{Start: in.CreatedAt.Truncate(time.Second), End: now.Add(time.Second)}
+		input, err := billing.Load(ctx, tx, in.TenantID, period, now)
+		if err != nil {
+			return err
+		}
+		mine := input.Usage[:0:0]
+		for _, u := range input.Usage {
+			if u.ResourceID == in.ID {
+				mine = append(mine, u)
+			}
+		}
+		input.Usage, input.Commitments, input.Tenants = mine, nil, []string{in.TenantID}
+		res, err := billing.Rate(input)
+		if err != nil {
+			return err
+		}
+		for _, inv := range res.Invoices {
+			if inv != nil && inv.TenantID == in.TenantID {
+				total = inv.Total
+			}
+		}
+		return nil
+	})
+	return total, err
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -299,34 +300,35 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *In
 	return in, true, nil
 }
 
-// instanceItem is one create of createMany: a spec, its key, and the
-// system tags it carries (added after the spec's check).
-type instanceItem struct {
-	spec InstanceSpec
-	key  string
-	tags map[string]string
+// InstanceCreate is one create of CreateMany: a spec, its idempotency
+// key, and the system tags it carries (added after the spec's check, as
+// WithSystemTags adds them).
+type InstanceCreate struct {
+	Spec InstanceSpec
+	Key  string
+	Tags map[string]string
 }
 
-// createMany creates several instances of actor a in one transaction,
+// CreateMany creates several instances of actor a in one transaction,
 // each exactly as Create would (createIn), and answers them in order; any
 // failure fails them all and writes nothing, and the caller creates them
 // one by one to learn which failed. The stack engine uses it for the
 // instances of one wave.
-func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceItem) ([]*cloud.Instance, error) {
+func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCreate) ([]*cloud.Instance, error) {
 	offs := make([]*catalog.Offering, len(items))
 	volumes := false
 	for i := range items {
 		it := &items[i]
-		if err := CheckIdempotencyKey(it.key); err != nil {
+		if err := CheckIdempotencyKey(it.Key); err != nil {
 			return nil, err
 		}
-		o, err := CheckInstanceSpec(s.cat, &it.spec)
+		o, err := CheckInstanceSpec(s.cat, &it.Spec)
 		if err != nil {
 			return nil, err
 		}
 		offs[i] = o
-		it.spec.Tags = addSystemTags(withSystemTags(ctx, it.tags), it.spec.Tags)
-		volumes = volumes || len(it.spec.Volumes) > 0
+		it.Spec.Tags = addSystemTags(WithSystemTags(ctx, it.Tags), it.Spec.Tags)
+		volumes = volumes || len(it.Spec.Volumes) > 0
 	}
 	txctx := ctx
 	if !volumes {
@@ -338,7 +340,7 @@ func (s *Instances) createMany(ctx context.Context, a Actor, items []instanceIte
 		// A fresh count for each attempt of the transaction.
 		bctx := withCreateBatch(txctx)
 		for i := range items {
-			in, _, err := s.createIn(bctx, tx, a, &items[i].spec, offs[i], items[i].key)
+			in, _, err := s.createIn(bctx, tx, a, &items[i].Spec, offs[i], items[i].Key)
 			if err != nil {
 				return err
 			}
@@ -517,4 +519,35 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// MaxInstanceMetricPoints caps what InstanceMetrics answers.
+const MaxInstanceMetricPoints = 5000
+
+// InstanceMetrics answers the utilization samples the agent reported for
+// an instance a may see (gpu_utilization, cpu_utilization, ...), after
+// since, oldest first, at most MaxInstanceMetricPoints; another tenant's
+// instance answers NotFound.
+func (s *Instances) InstanceMetrics(ctx context.Context, a Actor, id string, since time.Time) ([]cloud.MetricPoint, error) {
+	var out []cloud.MetricPoint
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		in, err := Visible(ctx, a, "instance", id, tx.GetInstance)
+		if err != nil {
+			return err
+		}
+		ps, err := tx.ListMetrics(ctx, cloud.MetricFilter{TenantID: in.TenantID, After: since, Limit: 20 * MaxInstanceMetricPoints})
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if p.InstanceID == in.ID {
+				out = append(out, p)
+			}
+		}
+		if len(out) > MaxInstanceMetricPoints {
+			out = out[len(out)-MaxInstanceMetricPoints:]
+		}
+		return nil
+	})
+	return out, err
 }

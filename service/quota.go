@@ -174,7 +174,7 @@ func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant
 	return nil
 }
 
-// createBatch is what the creates of one transaction (Instances.createMany)
+// createBatch is what the creates of one transaction (Instances.CreateMany)
 // read once: the tenant's quota and usage (each create is checked against
 // the usage read first plus the creates before it, exactly what a fresh
 // count inside the transaction would say) and the placement groups found

@@ -1,8 +1,10 @@
 // Package service holds gpucloud's domain services: every rule that
 // changes state lives here once, over cloud.Tx, and is testable without
-// HTTP. The /v1 handlers (httpapi), the controllers (controller) and, to
-// come, the autoscaler, stacks and the console call these services; none
-// of them re-implements a rule.
+// HTTP. The /v1 handlers (httpapi), the web console (console), the
+// controllers (controller) and the stack engine (stackengine) call these
+// services; none of them re-implements a rule. A server builds the
+// services once (New, in package serve) and hands the same *Services to
+// all of them.
 //
 // Two layers:
 //
@@ -191,10 +193,14 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		opts.AddressPool = DefaultAddressPool
 	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
-	return &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Stacks: &Stacks{b}}
+		Placement: &PlacementGroups{b}}
+	// A stack's plan and view read its resources through the services of
+	// their types, these same ones.
+	svc.Stacks = &Stacks{base: b, svc: svc}
+	return svc
 }
 
 // Availability answers what the fleet can do for each offering, or nil

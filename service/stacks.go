@@ -8,14 +8,21 @@ import (
 	"github.com/gpucloud/gpucloud/stack"
 )
 
-// Stacks plans, applies, checks and destroys stacks: sets of resources
-// made from one template (package stack). Apply and Destroy record what is
-// wanted and return at once; the leader's stack controller carries it out
-// (Step), resource by resource through the other services' create, update
-// and delete paths, with idempotency keys derived from the stack, the
-// resource copy and its generation, so that a step cut short by a crash is
-// completed, never repeated.
-type Stacks struct{ base }
+// Stacks plans, records, shows and checks stacks: sets of resources made
+// from one template (package stack). Apply and Destroy record what is
+// wanted and return at once; the stack engine (package stackengine, run
+// by the leader's stack controller) carries it out, resource by resource
+// through the other services' create, update and delete paths, with
+// idempotency keys derived from the stack, the resource copy and its
+// generation, so that a step cut short by a crash is completed, never
+// repeated. Stacks keeps the rules: names, limits, the record's format,
+// what a plan checks, and the reads of a stack's live resources.
+type Stacks struct {
+	base
+	// svc are the services a stack's resources are read through: the
+	// bundle this one belongs to.
+	svc *Services
+}
 
 // StackRequest is a plan or an apply: the template's source (YAML or
 // JSON), its parameters as K=V strings, as the CLI takes them.
@@ -124,7 +131,7 @@ func (s *Stacks) Plan(ctx context.Context, a Actor, req StackRequest) (*StackPla
 
 // Apply records req as the stack's wanted state (creating the stack when
 // the tenant has none of that name) and answers the stack, applying; the
-// stack controller carries it out. The template and parameters are checked
+// stack engine carries it out. The template and parameters are checked
 // first, as Plan checks them: a template that cannot bind, or a plan that
 // would change a commitment, is refused and nothing is written.
 func (s *Stacks) Apply(ctx context.Context, a Actor, req StackRequest) (*cloud.Stack, error) {
@@ -132,7 +139,7 @@ func (s *Stacks) Apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 }
 
 // Destroy marks the stack for destruction and answers it, destroying: the
-// stack controller deletes its resources in reverse dependency order,
+// stack engine deletes its resources in reverse dependency order,
 // keeping those with deletion_policy retain (and commitments).
 func (s *Stacks) Destroy(ctx context.Context, a Actor, tenant, name string) (*cloud.Stack, error) {
 	return s.destroy(ctx, a, tenant, name)

@@ -16,7 +16,7 @@ const hoursPerMonth = 730
 
 // stackCopies are the copies a plan leaves applied, with the properties
 // they will have: the changes' (resolved where known), else the state's.
-func stackCopies(p *stack.PlanResult, rec *stackRecord) []*stack.Change {
+func stackCopies(p *stack.PlanResult, rec *StackRecord) []*stack.Change {
 	var out []*stack.Change
 	for _, c := range p.Changes {
 		switch c.Action {
@@ -73,23 +73,12 @@ func propMap(props map[string]any, key string) map[string]any {
 
 // stackCost prices what the plan leaves applied, per hour, at the prices
 // in force now.
-func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *stackRecord) (StackCost, error) {
-	var (
-		prices []*cloud.Price
-		spot   []cloud.SpotPrice
-	)
-	if err := s.tx(ctx, func(tx cloud.Tx) error {
-		var err error
-		if prices, err = tx.ListPrices(ctx, cloud.PriceFilter{}); err != nil {
-			return err
-		}
-		spot, err = tx.LatestSpotPrices(ctx)
-		return err
-	}); err != nil {
+func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord) (StackCost, error) {
+	book, spot, err := s.pricesNow(ctx)
+	if err != nil {
 		return StackCost{}, err
 	}
 	now := s.now()
-	book := billing.NewPriceBook(prices, spot)
 	cost := StackCost{Lines: []StackCostLine{}}
 	missing := map[string]bool{}
 	onDemand := func(offering string, zones []string) (money.Micros, bool) {
@@ -118,20 +107,12 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 			add(c.Address, "instance "+o, od, od)
 		case stack.TypeSpotRequest:
 			pools, _ := props["pools"].([]any)
-			var od, best money.Micros
-			found := false
-			for i, raw := range pools {
-				pm, _ := raw.(map[string]any)
-				pool := cloud.Pool{Offering: propString(pm, "offering"), Zone: propString(pm, "zone")}
-				if i == 0 {
-					od, _ = onDemand(pool.Offering, nil)
-				}
-				for _, sp := range spot {
-					if sp.Pool.Offering == pool.Offering && (pool.Zone == "" || sp.Pool.Zone == pool.Zone) && (!found || sp.Price < best) {
-						best, found = sp.Price, true
-					}
-				}
+			var od money.Micros
+			if len(pools) > 0 {
+				first, _ := pools[0].(map[string]any)
+				od, _ = onDemand(propString(first, "offering"), nil)
 			}
+			best, found := cheapestSpot(pools, spot)
 			if !found {
 				best = od
 				cost.Assumptions = append(cost.Assumptions, c.Address+": no spot price yet for its pools; priced on demand")
@@ -170,10 +151,46 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 	return cost, nil
 }
 
+// pricesNow reads the price book and the latest spot prices.
+func (s *Stacks) pricesNow(ctx context.Context) (*billing.PriceBook, []cloud.SpotPrice, error) {
+	var (
+		prices []*cloud.Price
+		spot   []cloud.SpotPrice
+	)
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		if prices, err = tx.ListPrices(ctx, cloud.PriceFilter{}); err != nil {
+			return err
+		}
+		spot, err = tx.LatestSpotPrices(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return billing.NewPriceBook(prices, spot), spot, nil
+}
+
+// cheapestSpot is the lowest current spot price among a spot request's
+// pools (a pool without a zone takes any zone's); found is false when
+// none of them has one yet.
+func cheapestSpot(pools []any, spot []cloud.SpotPrice) (best money.Micros, found bool) {
+	for _, raw := range pools {
+		pm, _ := raw.(map[string]any)
+		pool := cloud.Pool{Offering: propString(pm, "offering"), Zone: propString(pm, "zone")}
+		for _, sp := range spot {
+			if sp.Pool.Offering == pool.Offering && (pool.Zone == "" || sp.Pool.Zone == pool.Zone) && (!found || sp.Price < best) {
+				best, found = sp.Price, true
+			}
+		}
+	}
+	return best, found
+}
+
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
 // a group's desired members.
-func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *stackRecord, tenant string) *StackFit {
+func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) *StackFit {
 	fit := &StackFit{}
 	if s.opts.DryRun == nil {
 		return fit

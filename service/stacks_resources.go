@@ -12,12 +12,13 @@ import (
 	"github.com/gpucloud/gpucloud/stack"
 )
 
-// How the stack engine creates, reads, changes and deletes each resource
-// type: through the type's own service, as the API does, so that every
-// rule (quotas, validation, idempotency, tenancy) is the API's.
+// How a stack's resource copies are checked and read: through each type's
+// own service, as the API does, so that every rule (quotas, validation,
+// idempotency, tenancy) is the API's. The stack engine creates, changes
+// and deletes them the same way (package stackengine).
 
-// stackGroupBody is a group's properties: api.CreateGroupRequest's fields.
-type stackGroupBody struct {
+// StackGroupBody is a group's properties in a stack: api.CreateGroupRequest's fields.
+type StackGroupBody struct {
 	Name          string                `json:"name"`
 	Template      cloud.GroupTemplate   `json:"template"`
 	Min           int                   `json:"min"`
@@ -34,7 +35,7 @@ type stackGroupBody struct {
 // decodeProps decodes a copy's resolved properties into a create body,
 // refusing unknown fields and a tenant (a stack creates in its own
 // tenant), with errors that name the resource copy.
-func decodeProps(address string, props map[string]any, dst any) error {
+func DecodeStackProps(address string, props map[string]any, dst any) error {
 	if _, ok := props["tenant"]; ok {
 		return Field("resources."+address+".properties.tenant", "a stack creates its resources in its own tenant; leave tenant out")
 	}
@@ -70,54 +71,55 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 	switch c.Type {
 	case stack.TypeInstance:
 		var spec InstanceSpec
-		if err := decodeProps(c.Address, props, &spec); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		_, err := CheckInstanceSpec(s.cat, &spec)
-		return stackField(c.Address, err)
+		return StackFieldError(c.Address, err)
 	case stack.TypeVolume:
 		var spec VolumeSpec
-		if err := decodeProps(c.Address, props, &spec); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
-		return stackField(c.Address, CheckVolumeSpec(&spec))
+		return StackFieldError(c.Address, CheckVolumeSpec(&spec))
 	case stack.TypeAddress:
 		var spec AddressSpec
-		return decodeProps(c.Address, props, &spec)
+		return DecodeStackProps(c.Address, props, &spec)
 	case stack.TypeSpotRequest:
 		var spec SpotRequestSpec
-		if err := decodeProps(c.Address, props, &spec); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
-		return stackField(c.Address, CheckSpotRequestSpec(s.cat, &spec))
+		return StackFieldError(c.Address, CheckSpotRequestSpec(s.cat, &spec))
 	case stack.TypeGroup:
-		var body stackGroupBody
-		if err := decodeProps(c.Address, props, &body); err != nil || !known {
+		var body StackGroupBody
+		if err := DecodeStackProps(c.Address, props, &body); err != nil || !known {
 			return err
 		}
-		spec := body.spec()
-		return stackField(c.Address, CheckGroupSpec(s.cat, &spec))
+		spec := body.Spec()
+		return StackFieldError(c.Address, CheckGroupSpec(s.cat, &spec))
 	case stack.TypePlacementGroup:
 		var spec PlacementGroupSpec
-		if err := decodeProps(c.Address, props, &spec); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
-		return stackField(c.Address, CheckPlacementGroupSpec(&spec))
+		return StackFieldError(c.Address, CheckPlacementGroupSpec(&spec))
 	case stack.TypeCommitment:
 		var spec CommitmentSpec
-		return decodeProps(c.Address, props, &spec)
+		return DecodeStackProps(c.Address, props, &spec)
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
 }
 
-func (b *stackGroupBody) spec() GroupSpec {
+// Spec is the group's create spec.
+func (b *StackGroupBody) Spec() GroupSpec {
 	return GroupSpec{Name: b.Name, Template: b.Template, Min: b.Min, Max: b.Max, Desired: b.Desired,
 		Policies: b.Policies, Mixed: b.Mixed, Timing: b.Timing, BudgetPerHour: b.BudgetPerHour,
 		IdleRelease: b.IdleRelease, Tags: b.Tags}
 }
 
-// stackField puts a copy's address in front of a field error's field.
-func stackField(address string, err error) error {
+// StackFieldError puts a copy's address in front of a field error's field.
+func StackFieldError(address string, err error) error {
 	ce, ok := err.(*cloud.Error)
 	if !ok || ce.Code != cloud.Invalid {
 		return err
@@ -164,84 +166,6 @@ func withoutUnknown(props map[string]any) map[string]any {
 		}
 	}
 	return out
-}
-
-// createResource creates one resource copy with the idempotency key key
-// and answers its ID and attributes.
-func (s *Stacks) createResource(ctx context.Context, svc *Services, a Actor, typ, address string, props map[string]any, key string) (string, map[string]any, error) {
-	switch typ {
-	case stack.TypeInstance:
-		var spec InstanceSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		in, _, err := svc.Instances.Create(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return in.ID, instanceAttrs(in), nil
-	case stack.TypeVolume:
-		var spec VolumeSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		v, _, err := svc.Volumes.Create(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return v.ID, volumeAttrs(v), nil
-	case stack.TypeAddress:
-		var spec AddressSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		ad, _, err := svc.Addresses.Allocate(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return ad.ID, addressAttrs(ad), nil
-	case stack.TypeSpotRequest:
-		var spec SpotRequestSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		r, _, err := svc.Spot.Create(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return r.ID, spotAttrs(r), nil
-	case stack.TypeGroup:
-		var body stackGroupBody
-		if err := decodeProps(address, props, &body); err != nil {
-			return "", nil, err
-		}
-		g, _, err := svc.Groups.Create(ctx, a, body.spec(), key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return g.ID, groupAttrs(g), nil
-	case stack.TypePlacementGroup:
-		var spec PlacementGroupSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		g, _, err := svc.Placement.Create(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return g.ID, placementAttrs(g), nil
-	case stack.TypeCommitment:
-		var spec CommitmentSpec
-		if err := decodeProps(address, props, &spec); err != nil {
-			return "", nil, err
-		}
-		c, _, err := svc.Commitments.Create(ctx, a, spec, key)
-		if err != nil {
-			return "", nil, stackField(address, err)
-		}
-		return c.ID, map[string]any{"id": c.ID}, nil
-	}
-	return "", nil, Field("resources."+address+".type", "%s is not a resource type", Quote(typ))
 }
 
 // readResource reads a resource copy as it lives now: whether it is gone
@@ -298,28 +222,8 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 		if err != nil {
 			return gone(err)
 		}
-		if g.State != cloud.GroupActive {
-			live.Gone = true
-			return live, groupAttrs(g), string(g.State), nil
-		}
-		// min and max are the tenant's; desired moves with the group's
-		// policies, and is only the stack's when it has none.
-		fields := []struct {
-			name string
-			v    int
-		}{{"min", g.Min}, {"max", g.Max}}
-		if len(g.Policies) == 0 {
-			fields = append(fields, struct {
-				name string
-				v    int
-			}{"desired", g.Desired})
-		}
-		for _, f := range fields {
-			if old, ok := rs.Properties[f.name]; ok && !stack.Equal(old, f.v) {
-				live.Changed = append(live.Changed, stack.FieldDiff{Path: "properties." + f.name, Old: old, New: f.v})
-			}
-		}
-		return live, groupAttrs(g), fmt.Sprintf("%s, %d of %d..%d", g.State, g.Desired, g.Min, g.Max), nil
+		live, status := groupLive(g, rs)
+		return live, groupAttrs(g), status, nil
 	case stack.TypePlacementGroup:
 		g, err := svc.Placement.Get(ctx, a, rs.ID)
 		if err != nil {
@@ -343,50 +247,29 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
 }
 
-// deleteResource deletes a resource copy. done is false when it cannot go
-// yet (a volume attached to an instance still terminating, a placement
-// group with members): the engine tries again on its next round. A
-// resource already gone is done.
-func (s *Stacks) deleteResource(ctx context.Context, svc *Services, a Actor, rs *stack.ResourceState) (done bool, why string, err error) {
-	var derr error
-	switch rs.Type {
-	case stack.TypeInstance:
-		_, derr = svc.Instances.Act(ctx, a, rs.ID, Terminate, 0)
-		if cloud.ErrorCode(derr) == cloud.Conflict {
-			// Terminated already, or on its way: done either way.
-			if in, gerr := svc.Instances.Get(ctx, a, rs.ID); gerr == nil && (in.State == cloud.Terminated || in.State == cloud.Terminating) {
-				derr = nil
-			}
-		}
-	case stack.TypeVolume:
-		_, derr = svc.Volumes.Delete(ctx, a, rs.ID)
-	case stack.TypeAddress:
-		_, derr = svc.Addresses.Release(ctx, a, rs.ID)
-	case stack.TypeSpotRequest:
-		_, derr = svc.Spot.Cancel(ctx, a, rs.ID, true, 0)
-		if cloud.ErrorCode(derr) == cloud.Conflict {
-			if r, gerr := svc.Spot.Get(ctx, a, rs.ID); gerr == nil && (r.State == cloud.SpotCancelled || r.State == cloud.SpotClosed) {
-				derr = nil
-			}
-		}
-	case stack.TypeGroup:
-		_, derr = svc.Groups.Delete(ctx, a, rs.ID, 0)
-	case stack.TypePlacementGroup:
-		derr = svc.Placement.Delete(ctx, a, rs.ID)
-	case stack.TypeCommitment:
-		return true, "", nil // never deleted: a contract runs to its end
-	default:
-		return false, "", fmt.Errorf("unknown resource type %q", rs.Type)
+// groupLive is a group's drift inputs and status. Its min and max are the
+// tenant's; its desired size moves with the group's policies, and is only
+// the stack's when it has none.
+func groupLive(g *cloud.Group, rs *stack.ResourceState) (live stack.Live, status string) {
+	if g.State != cloud.GroupActive {
+		return stack.Live{Gone: true}, string(g.State)
 	}
-	switch cloud.ErrorCode(derr) {
-	case "":
-		return true, "", nil
-	case cloud.NotFound:
-		return true, "", nil
-	case cloud.Conflict:
-		return false, derr.Error(), nil
+	fields := []struct {
+		name string
+		v    int
+	}{{"min", g.Min}, {"max", g.Max}}
+	if len(g.Policies) == 0 {
+		fields = append(fields, struct {
+			name string
+			v    int
+		}{"desired", g.Desired})
 	}
-	return false, "", derr
+	for _, f := range fields {
+		if old, ok := rs.Properties[f.name]; ok && !stack.Equal(old, f.v) {
+			live.Changed = append(live.Changed, stack.FieldDiff{Path: "properties." + f.name, Old: old, New: f.v})
+		}
+	}
+	return live, fmt.Sprintf("%s, %d of %d..%d", g.State, g.Desired, g.Min, g.Max)
 }
 
 // instanceLive is an instance's drift inputs, attributes and status.
@@ -398,6 +281,30 @@ func instanceLive(in *cloud.Instance) (live stack.Live, attrs map[string]any, st
 		live.Stopped = true
 	}
 	return live, instanceAttrs(in), string(in.State)
+}
+
+// ResourceAttrs are the attributes a stack's template can reference of a
+// resource its copy made (an instance, volume, address, spot request,
+// group or placement group; a commitment's ID): what the engine records
+// after a create.
+func ResourceAttrs(v any) map[string]any {
+	switch r := v.(type) {
+	case *cloud.Instance:
+		return instanceAttrs(r)
+	case *cloud.Volume:
+		return volumeAttrs(r)
+	case *cloud.Address:
+		return addressAttrs(r)
+	case *cloud.SpotRequest:
+		return spotAttrs(r)
+	case *cloud.Group:
+		return groupAttrs(r)
+	case *cloud.PlacementGroup:
+		return placementAttrs(r)
+	case *cloud.Commitment:
+		return map[string]any{"id": r.ID}
+	}
+	return nil
 }
 
 func instanceAttrs(in *cloud.Instance) map[string]any {
@@ -439,24 +346,4 @@ func groupAttrs(g *cloud.Group) map[string]any {
 
 func placementAttrs(g *cloud.PlacementGroup) map[string]any {
 	return map[string]any{"id": g.ID, "name": g.Name, "strategy": string(g.Strategy)}
-}
-
-// updateGroup changes a group's mutable properties in place.
-func (s *Stacks) updateGroup(ctx context.Context, svc *Services, a Actor, address, id string, props map[string]any) error {
-	var body stackGroupBody
-	if err := decodeProps(address, props, &body); err != nil {
-		return err
-	}
-	patch := GroupPatch{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
-		Policies: &body.Policies, Mixed: &body.Mixed, Timing: &body.Timing, BudgetPerHour: &body.BudgetPerHour,
-		IdleRelease: body.IdleRelease}
-	if body.IdleRelease == nil {
-		patch.IdleRelease = &cloud.IdleRelease{}
-	}
-	if body.Policies == nil {
-		empty := []cloud.ScalingPolicy{}
-		patch.Policies = &empty
-	}
-	_, err := svc.Groups.Update(ctx, a, id, patch, 0)
-	return stackField(address, err)
 }

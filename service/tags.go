@@ -45,13 +45,15 @@ const (
 )
 
 // systemTagsKey carries the tags gpucloud itself sets on what a create
-// makes (withSystemTags). Only this package can set it: a handler's
-// context never carries it.
+// makes (WithSystemTags). A handler's context never carries it: only the
+// server's own orchestrators (the stack engine) set it.
 type systemTagsKey struct{}
 
-// withSystemTags returns ctx carrying tags (gpucloud:stack=NAME) that the
-// creates it reaches add to the tenant's tags, after their check.
-func withSystemTags(ctx context.Context, tags map[string]string) context.Context {
+// WithSystemTags returns ctx carrying tags (gpucloud:stack=NAME) that the
+// creates it reaches add to the tenant's tags, after their check, so that
+// a tenant cannot set them and gpucloud can. The stack engine tags what a
+// stack creates with it; the API never calls it.
+func WithSystemTags(ctx context.Context, tags map[string]string) context.Context {
 	return context.WithValue(ctx, systemTagsKey{}, tags)
 }
 

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
@@ -20,6 +19,9 @@ import (
 type API struct {
 	T     testing.TB
 	Store cloud.Store
+	// Services are the services the handler serves, built once over
+	// Store on Clock.
+	Services *service.Services
 	// Server serves the handler; URL is its base URL.
 	Server *httptest.Server
 	URL    string
@@ -39,17 +41,19 @@ type Member struct {
 	Client *client.Client
 }
 
-// NewAPI serves handler(st, clock) on loopback (closed when the test ends)
-// and bootstraps st. The handler is the caller's (httpapi.New with its
-// options), so that this package need not import the API server: the
-// server's own tests use it.
-func NewAPI(t testing.TB, st cloud.Store, handler func(st cloud.Store, now func() time.Time) http.Handler) *API {
+// NewAPI builds the services over st on a settable clock, serves
+// handler(services) on loopback (closed when the test ends) and
+// bootstraps st through the same services. The handler is the caller's
+// (httpapi.New with its options), so that this package need not import
+// the API server: the server's own tests use it.
+func NewAPI(t testing.TB, st cloud.Store, handler func(svc *service.Services) http.Handler) *API {
 	t.Helper()
 	a := &API{T: t, Store: st, Clock: NewClock(Epoch)}
-	a.Server = httptest.NewServer(handler(st, a.Clock.Now))
+	a.Services = service.New(st, nil, service.Options{Now: a.Clock.Now})
+	a.Server = httptest.NewServer(handler(a.Services))
 	t.Cleanup(a.Server.Close)
 	a.URL = a.Server.URL
-	tok, created, err := service.New(st, nil, service.Options{Now: a.Clock.Now}).Accounts.Bootstrap(context.Background())
+	tok, created, err := a.Services.Accounts.Bootstrap(context.Background())
 	if err != nil || !created || !strings.HasPrefix(tok, service.SecretPrefix) {
 		t.Fatalf("bootstrap = %q, %v, %v; want a new admin token", tok, created, err)
 	}

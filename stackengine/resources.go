@@ -1,0 +1,159 @@
+package stackengine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/stack"
+)
+
+// How the engine creates, changes and deletes each resource type: through
+// the type's own service, as the API does, so that every rule (quotas,
+// validation, the fleet's availability, idempotency, tenancy) is the
+// API's. Reads are the services' (service.Stacks.Refresh).
+
+// createResource creates one resource copy with the idempotency key key
+// and answers its ID and attributes.
+func createResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address string, props map[string]any, key string) (string, map[string]any, error) {
+	switch typ {
+	case stack.TypeInstance:
+		var spec service.InstanceSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		in, _, err := svc.Instances.Create(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return in.ID, service.ResourceAttrs(in), nil
+	case stack.TypeVolume:
+		var spec service.VolumeSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		v, _, err := svc.Volumes.Create(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return v.ID, service.ResourceAttrs(v), nil
+	case stack.TypeAddress:
+		var spec service.AddressSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		ad, _, err := svc.Addresses.Allocate(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return ad.ID, service.ResourceAttrs(ad), nil
+	case stack.TypeSpotRequest:
+		var spec service.SpotRequestSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		r, _, err := svc.Spot.Create(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return r.ID, service.ResourceAttrs(r), nil
+	case stack.TypeGroup:
+		var body service.StackGroupBody
+		if err := service.DecodeStackProps(address, props, &body); err != nil {
+			return "", nil, err
+		}
+		g, _, err := svc.Groups.Create(ctx, a, body.Spec(), key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return g.ID, service.ResourceAttrs(g), nil
+	case stack.TypePlacementGroup:
+		var spec service.PlacementGroupSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		g, _, err := svc.Placement.Create(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return g.ID, service.ResourceAttrs(g), nil
+	case stack.TypeCommitment:
+		var spec service.CommitmentSpec
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		c, _, err := svc.Commitments.Create(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return c.ID, service.ResourceAttrs(c), nil
+	}
+	return "", nil, service.Field("resources."+address+".type", "%s is not a resource type", service.Quote(typ))
+}
+
+// deleteResource deletes a resource copy. done is false when it cannot go
+// yet (a volume attached to an instance still terminating, a placement
+// group with members): the engine tries again on its next round. A
+// resource already gone is done.
+func deleteResource(ctx context.Context, svc *service.Services, a service.Actor, rs *stack.ResourceState) (done bool, why string, err error) {
+	var derr error
+	switch rs.Type {
+	case stack.TypeInstance:
+		_, derr = svc.Instances.Act(ctx, a, rs.ID, service.Terminate, 0)
+		if cloud.ErrorCode(derr) == cloud.Conflict {
+			// Terminated already, or on its way: done either way.
+			if in, gerr := svc.Instances.Get(ctx, a, rs.ID); gerr == nil && (in.State == cloud.Terminated || in.State == cloud.Terminating) {
+				derr = nil
+			}
+		}
+	case stack.TypeVolume:
+		_, derr = svc.Volumes.Delete(ctx, a, rs.ID)
+	case stack.TypeAddress:
+		_, derr = svc.Addresses.Release(ctx, a, rs.ID)
+	case stack.TypeSpotRequest:
+		_, derr = svc.Spot.Cancel(ctx, a, rs.ID, true, 0)
+		if cloud.ErrorCode(derr) == cloud.Conflict {
+			if r, gerr := svc.Spot.Get(ctx, a, rs.ID); gerr == nil && (r.State == cloud.SpotCancelled || r.State == cloud.SpotClosed) {
+				derr = nil
+			}
+		}
+	case stack.TypeGroup:
+		_, derr = svc.Groups.Delete(ctx, a, rs.ID, 0)
+	case stack.TypePlacementGroup:
+		derr = svc.Placement.Delete(ctx, a, rs.ID)
+	case stack.TypeCommitment:
+		return true, "", nil // never deleted: a contract runs to its end
+	default:
+		return false, "", fmt.Errorf("unknown resource type %q", rs.Type)
+	}
+	switch cloud.ErrorCode(derr) {
+	case "":
+		return true, "", nil
+	case cloud.NotFound:
+		return true, "", nil
+	case cloud.Conflict:
+		return false, derr.Error(), nil
+	}
+	return false, "", derr
+}
+
+// updateGroup changes a group's mutable properties in place.
+func updateGroup(ctx context.Context, svc *service.Services, a service.Actor, address, id string, props map[string]any) error {
+	var body service.StackGroupBody
+	if err := service.DecodeStackProps(address, props, &body); err != nil {
+		return err
+	}
+	patch := service.GroupPatch{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
+		Policies: &body.Policies, Mixed: &body.Mixed, Timing: &body.Timing, BudgetPerHour: &body.BudgetPerHour,
+		IdleRelease: body.IdleRelease}
+	if body.IdleRelease == nil {
+		patch.IdleRelease = &cloud.IdleRelease{}
+	}
+	if body.Policies == nil {
+		empty := []cloud.ScalingPolicy{}
+		patch.Policies = &empty
+	}
+	_, err := svc.Groups.Update(ctx, a, id, patch, 0)
+	return service.StackFieldError(address, err)
+}
