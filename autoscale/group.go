@@ -297,6 +297,10 @@ type planner struct {
 	hasForecast bool
 	limit       string
 	policy      string
+	// fresh: the state is new (its first step); window is the
+	// stabilization window.
+	fresh  bool
+	window time.Duration
 }
 
 func (p *planner) say(format string, a ...any) {
@@ -354,8 +358,7 @@ func (p *planner) say(format string, a ...any) {
 //     to reach Desired in the on-demand/spot mix, the releases, the
 //     price-ratio and rebalance replacements, and the budget.
 func PlanGroup(st *GroupState, in GroupInput) Plan {
-	g := in.Group
-	if g == nil || st == nil {
+	if in.Group == nil || st == nil {
 		return Plan{}
 	}
 	if st.cooldown == nil {
@@ -364,19 +367,45 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	if in.History == nil {
 		in.History = NewHistory()
 	}
-	now := in.Now
-	fresh := !st.started
-	window := seconds(g.Timing.StabilizationSeconds, DefaultGroupStabilization)
-	if fresh {
-		st.window.reset(now, g.Desired)
+	p := newPlanner(st, in)
+	plan := Plan{}
+	base, recs := p.cronActions(&plan)
+	dynamic, dyn := p.dynamicRecs(base, &plan)
+	d := p.recommend(base, append(recs, dyn...), dynamic)
+	d = p.clampLimits(d)
+	d, released := p.idleRelease(d)
+	// 7. Health.
+	plan.Backoff = nextBackoff(p.g.Status.Backoff, in.Failed, p.counted, d, p.now)
+	blocked := plan.Backoff != nil && p.now.Before(plan.Backoff.Until)
+	if blocked {
+		p.say("launches wait until %s: %s", plan.Backoff.Until.UTC().Format(time.RFC3339), plan.Backoff.Reason)
+	}
+	// 8. Reconciliation.
+	r := p.reconcile(d, blocked)
+	plan.Launch = r.launch
+	plan.Release = append(released, r.release...)
+	plan.Desired = r.desired
+	p.decide(&plan)
+	return plan
+}
+
+// newPlanner starts a step: a fresh state takes the group's desired as
+// its first recommendation and its decisions' times as the step
+// policies' cooldowns; then (1.) it counts the members not leaving, and
+// the ready ones among them.
+func newPlanner(st *GroupState, in GroupInput) *planner {
+	g := in.Group
+	p := &planner{st: st, in: in, g: g, now: in.Now, minC: g.Min, maxC: g.Max,
+		warmup: seconds(g.Timing.WarmupSeconds, DefaultGroupWarmup), metrics: map[string]float64{},
+		fresh: !st.started, window: seconds(g.Timing.StabilizationSeconds, DefaultGroupStabilization)}
+	if p.fresh {
+		st.window.reset(p.now, g.Desired)
 		for _, d := range g.Status.Decisions {
 			if d.Policy != "" && d.Time.After(st.cooldown[d.Policy]) {
 				st.cooldown[d.Policy] = d.Time
 			}
 		}
 	}
-	p := &planner{st: st, in: in, g: g, now: now, minC: g.Min, maxC: g.Max,
-		warmup: seconds(g.Timing.WarmupSeconds, DefaultGroupWarmup), metrics: map[string]float64{}}
 	for i := range in.Members {
 		m := &in.Members[i]
 		if m.Leaving {
@@ -389,17 +418,22 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	}
 	p.metrics["capacity"] = float64(len(p.counted))
 	p.metrics["ready"] = float64(p.ready)
+	return p
+}
 
-	plan := Plan{}
-	base := g.Desired
-	var recs []rec
-	// 2. Scheduled actions.
+// cronActions (2.) applies the scheduled policies that fired: it returns
+// the desired the step starts from (the group's, or the last SetDesired
+// that fired) with a recommendation per action that set one, and puts
+// changed bounds in plan.
+func (p *planner) cronActions(plan *Plan) (base int, recs []rec) {
+	g := p.g
+	base = g.Desired
 	for i, pol := range g.Policies {
 		if pol.Type != cloud.PolicyScheduled {
 			continue
 		}
 		label := PolicyLabel(g, i)
-		if sd, ok := p.cronAction(label, pol, fresh); ok {
+		if sd, ok := p.cronAction(label, pol, p.fresh); ok {
 			base = sd
 			recs = append(recs, rec{label: label, n: sd, why: fmt.Sprintf("scheduled %s set desired %d", label, sd)})
 		}
@@ -412,10 +446,16 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 		v := p.maxC
 		plan.Max = &v
 	}
-	// 3. Dynamic policies.
-	dynamic := false
-	for i, pol := range g.Policies {
-		label := PolicyLabel(g, i)
+	return base, recs
+}
+
+// dynamicRecs (3.) asks the target, step and predictive policies for
+// their recommendations, in the group's order; dynamic says whether the
+// group has a policy that may act (a forecast-only predictive one does
+// not).
+func (p *planner) dynamicRecs(base int, plan *Plan) (dynamic bool, recs []rec) {
+	for i, pol := range p.g.Policies {
+		label := PolicyLabel(p.g, i)
 		var r rec
 		var ok bool
 		switch pol.Type {
@@ -427,17 +467,26 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 			r, ok = p.step(label, pol, base)
 		case cloud.PolicyPredictive:
 			dynamic = dynamic || !pol.ForecastOnly
-			r, ok = p.predictive(label, pol, &plan)
+			r, ok = p.predictive(label, pol, plan)
 		}
 		if ok {
 			recs = append(recs, r)
 		}
 	}
-	d := base
-	if !fresh && g.Desired != st.lastDesired && dynamic {
+	return dynamic, recs
+}
+
+// recommend (3. and 4.) picks the desired from the recommendations: with
+// a dynamic policy, the largest, a Desired the tenant set since the last
+// step counting as one, and scale-in stabilized over the window; with
+// scheduled actions only, the last that fired; else base.
+func (p *planner) recommend(base int, recs []rec, dynamic bool) int {
+	g, st, now := p.g, p.st, p.now
+	if !p.fresh && g.Desired != st.lastDesired && dynamic {
 		recs = append(recs, rec{label: "set-desired", n: g.Desired, why: fmt.Sprintf("desired set to %d", g.Desired)})
 	}
-	if dynamic && len(recs) > 0 {
+	switch {
+	case dynamic && len(recs) > 0:
 		best := recs[0]
 		for _, r := range recs[1:] {
 			if r.n > best.n {
@@ -445,22 +494,27 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 			}
 		}
 		st.window.push(now, best.n)
-		held, _ := st.window.max(now, window)
-		d = max(best.n, held)
+		held, _ := st.window.max(now, p.window)
+		d := max(best.n, held)
 		p.policy = best.label
 		p.reasons = append(p.reasons, best.why)
 		if d > best.n {
-			p.say("scale-in stabilized: %d is the highest recommendation of the last %s", d, window)
+			p.say("scale-in stabilized: %d is the highest recommendation of the last %s", d, p.window)
 			p.policy = "stabilization"
 		}
-	} else if len(recs) > 0 {
+		return d
+	case len(recs) > 0:
 		// Scheduled only: the last action that fired wins.
 		p.policy = recs[len(recs)-1].label
 		p.reasons = append(p.reasons, recs[len(recs)-1].why)
-	} else if dynamic {
-		_, _ = st.window.max(now, window) // expire old recommendations
+	case dynamic:
+		_, _ = st.window.max(now, p.window) // expire old recommendations
 	}
-	// 5. Limits.
+	return base
+}
+
+// clampLimits (5.) clamps d to [min, max].
+func (p *planner) clampLimits(d int) int {
 	switch {
 	case d < p.minC:
 		d, p.limit = p.minC, "min"
@@ -469,55 +523,62 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 		d, p.limit = p.maxC, "max"
 		p.say("max %d", p.maxC)
 	}
-	// 6. Idle release.
+	return d
+}
+
+// idleRelease (6.) releases the members idle for the group's
+// IdleRelease, oldest idle first, down to min: they leave p.counted, and
+// the desired becomes at most the capacity left, from which the
+// stabilization window restarts.
+func (p *planner) idleRelease(d int) (int, []Release) {
+	ir := p.g.IdleRelease
+	if ir == nil || ir.IdleSeconds <= 0 {
+		return d, nil
+	}
+	var idle []*Member
+	for _, m := range p.counted {
+		if !m.Held && !m.IdleSince.IsZero() && p.now.Sub(m.IdleSince) >= time.Duration(ir.IdleSeconds)*time.Second {
+			idle = append(idle, m)
+		}
+	}
+	k := min(len(idle), len(p.counted)-p.minC)
+	if k <= 0 {
+		return d, nil
+	}
+	sort.SliceStable(idle, func(a, b int) bool {
+		if !idle[a].IdleSince.Equal(idle[b].IdleSince) {
+			return idle[a].IdleSince.Before(idle[b].IdleSince)
+		}
+		return idle[a].ID < idle[b].ID
+	})
 	var released []Release
-	if ir := g.IdleRelease; ir != nil && ir.IdleSeconds > 0 {
-		var idle []*Member
-		for _, m := range p.counted {
-			if !m.Held && !m.IdleSince.IsZero() && now.Sub(m.IdleSince) >= time.Duration(ir.IdleSeconds)*time.Second {
-				idle = append(idle, m)
-			}
-		}
-		if k := min(len(idle), len(p.counted)-p.minC); k > 0 {
-			sort.SliceStable(idle, func(a, b int) bool {
-				if !idle[a].IdleSince.Equal(idle[b].IdleSince) {
-					return idle[a].IdleSince.Before(idle[b].IdleSince)
-				}
-				return idle[a].ID < idle[b].ID
-			})
-			gone := map[string]bool{}
-			for _, m := range idle[:k] {
-				released = append(released, Release{InstanceID: m.ID, Reason: cloud.ReclaimIdle})
-				gone[m.ID] = true
-				p.idle = append(p.idle, m)
-			}
-			kept := p.counted[:0:0]
-			for _, m := range p.counted {
-				if !gone[m.ID] {
-					kept = append(kept, m)
-				}
-			}
-			size := max(d, len(p.counted))
-			p.counted = kept
-			if nd := min(d, max(p.minC, size-k)); nd != d {
-				d = nd
-				p.policy = "idle-release"
-			}
-			st.window.reset(now, d)
-			p.say("idle release: %d member(s) under %.0f%% GPU for %s", k, ir.Threshold*100, time.Duration(ir.IdleSeconds)*time.Second)
+	gone := map[string]bool{}
+	for _, m := range idle[:k] {
+		released = append(released, Release{InstanceID: m.ID, Reason: cloud.ReclaimIdle})
+		gone[m.ID] = true
+		p.idle = append(p.idle, m)
+	}
+	kept := p.counted[:0:0]
+	for _, m := range p.counted {
+		if !gone[m.ID] {
+			kept = append(kept, m)
 		}
 	}
-	// 7. Health.
-	plan.Backoff = nextBackoff(g.Status.Backoff, in.Failed, p.counted, d, now)
-	blocked := plan.Backoff != nil && now.Before(plan.Backoff.Until)
-	if blocked {
-		p.say("launches wait until %s: %s", plan.Backoff.Until.UTC().Format(time.RFC3339), plan.Backoff.Reason)
+	size := max(d, len(p.counted))
+	p.counted = kept
+	if nd := min(d, max(p.minC, size-k)); nd != d {
+		d = nd
+		p.policy = "idle-release"
 	}
-	// 8. Reconciliation.
-	r := p.reconcile(d, blocked)
-	plan.Launch = r.launch
-	plan.Release = append(released, r.release...)
-	plan.Desired = r.desired
+	p.st.window.reset(p.now, d)
+	p.say("idle release: %d member(s) under %.0f%% GPU for %s", k, ir.Threshold*100, time.Duration(ir.IdleSeconds)*time.Second)
+	return d, released
+}
+
+// decide fills the plan's Changed and Decision from the step's working
+// values, and remembers the step in the state.
+func (p *planner) decide(plan *Plan) {
+	g := p.g
 	plan.Changed = plan.Desired != g.Desired
 	if plan.Changed && p.policy == "" {
 		p.policy = "limits"
@@ -525,7 +586,7 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	for k, v := range p.metrics {
 		p.metrics[k] = math.Round(v*1e4) / 1e4
 	}
-	plan.Decision = cloud.GroupDecision{Time: now, From: g.Desired, To: plan.Desired, Policy: p.policy,
+	plan.Decision = cloud.GroupDecision{Time: p.now, From: g.Desired, To: plan.Desired, Policy: p.policy,
 		Limit: p.limit, Metrics: p.metrics, Reason: strings.Join(p.reasons, "; ")}
 	if p.hasForecast {
 		plan.Decision.Forecast = math.Round(p.forecast*1e4) / 1e4
@@ -533,8 +594,7 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	if plan.Decision.Reason == "" {
 		plan.Decision.Reason = fmt.Sprintf("holds %d", plan.Desired)
 	}
-	st.started, st.prevNow, st.lastDesired = true, now, plan.Desired
-	return plan
+	p.st.started, p.st.prevNow, p.st.lastDesired = true, p.now, plan.Desired
 }
 
 // warm reports whether m is ready: running and past the warm-up.

@@ -185,81 +185,97 @@ func validatePolicy(field string, pol cloud.ScalingPolicy) error {
 	}
 	switch pol.Type {
 	case cloud.PolicyStep:
-		if len(pol.Steps) == 0 {
-			return fmt.Errorf("%s.steps: at least one adjustment is needed", field)
-		}
-		if pol.CooldownSeconds < 0 {
-			return fmt.Errorf("%s.cooldown_seconds: %d is negative", field, pol.CooldownSeconds)
-		}
-		type span struct {
-			lo, hi float64
-			i      int
-		}
-		var spans []span
-		for j, a := range pol.Steps {
-			f := fmt.Sprintf("%s.steps[%d]", field, j)
-			lo, hi := math.Inf(-1), math.Inf(1)
-			if a.Lower != nil {
-				lo = *a.Lower
-			}
-			if a.Upper != nil {
-				hi = *a.Upper
-			}
-			switch {
-			case math.IsNaN(lo) || math.IsNaN(hi):
-				return fmt.Errorf("%s: bounds must be numbers", f)
-			case a.Change == 0:
-				return fmt.Errorf("%s.change_percent: must not be 0", f)
-			case a.Change < -100:
-				return fmt.Errorf("%s.change_percent: %d removes more than all instances", f, a.Change)
-			case !(lo < hi):
-				return fmt.Errorf("%s: lower %v must be below upper %v", f, lo, hi)
-			}
-			spans = append(spans, span{lo, hi, j})
-		}
-		sort.Slice(spans, func(a, b int) bool { return spans[a].lo < spans[b].lo })
-		for j := 1; j < len(spans); j++ {
-			if spans[j].lo < spans[j-1].hi {
-				return fmt.Errorf("%s.steps[%d]: overlaps steps[%d]", field, spans[j].i, spans[j-1].i)
-			}
-		}
+		return validateSteps(field, pol)
 	case cloud.PolicyScheduled:
-		c, err := LoadCron(pol.Cron, pol.TimeZone)
-		if err != nil {
-			f := "cron"
-			if strings.HasPrefix(err.Error(), "time zone") {
-				f = "time_zone"
-			}
-			return fmt.Errorf("%s.%s: %v", field, f, err)
-		}
-		if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
-			return fmt.Errorf("%s.cron: %q never fires", field, pol.Cron)
-		}
-		if pol.SetMin == nil && pol.SetMax == nil && pol.SetDesired == nil {
-			return fmt.Errorf("%s: a scheduled action sets at least one of set_min, set_max, set_desired", field)
-		}
-		for _, v := range []struct {
-			name string
-			p    *int
-		}{{"set_min", pol.SetMin}, {"set_max", pol.SetMax}, {"set_desired", pol.SetDesired}} {
-			if v.p != nil && *v.p < 0 {
-				return fmt.Errorf("%s.%s: %d is negative", field, v.name, *v.p)
-			}
-		}
-		if pol.SetMin != nil && pol.SetMax != nil && *pol.SetMin > *pol.SetMax {
-			return fmt.Errorf("%s.set_max: %d is below set_min %d", field, *pol.SetMax, *pol.SetMin)
-		}
-		if d := pol.SetDesired; d != nil {
-			if pol.SetMin != nil && *d < *pol.SetMin {
-				return fmt.Errorf("%s.set_desired: %d is below set_min %d", field, *d, *pol.SetMin)
-			}
-			if pol.SetMax != nil && *d > *pol.SetMax {
-				return fmt.Errorf("%s.set_desired: %d is above set_max %d", field, *d, *pol.SetMax)
-			}
-		}
+		return validateCronAction(field, pol)
 	case cloud.PolicyPredictive:
 		if pol.BufferSeconds < 0 || pol.BufferSeconds > maxBufferSeconds {
 			return fmt.Errorf("%s.buffer_seconds: %d is not 0..%d", field, pol.BufferSeconds, maxBufferSeconds)
+		}
+	}
+	return nil
+}
+
+// validateSteps checks a step policy: at least one adjustment, each a
+// nonzero change over a nonempty [lower, upper), none overlapping, and a
+// cooldown that is not negative.
+func validateSteps(field string, pol cloud.ScalingPolicy) error {
+	if len(pol.Steps) == 0 {
+		return fmt.Errorf("%s.steps: at least one adjustment is needed", field)
+	}
+	if pol.CooldownSeconds < 0 {
+		return fmt.Errorf("%s.cooldown_seconds: %d is negative", field, pol.CooldownSeconds)
+	}
+	type span struct {
+		lo, hi float64
+		i      int
+	}
+	var spans []span
+	for j, a := range pol.Steps {
+		f := fmt.Sprintf("%s.steps[%d]", field, j)
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if a.Lower != nil {
+			lo = *a.Lower
+		}
+		if a.Upper != nil {
+			hi = *a.Upper
+		}
+		switch {
+		case math.IsNaN(lo) || math.IsNaN(hi):
+			return fmt.Errorf("%s: bounds must be numbers", f)
+		case a.Change == 0:
+			return fmt.Errorf("%s.change_percent: must not be 0", f)
+		case a.Change < -100:
+			return fmt.Errorf("%s.change_percent: %d removes more than all instances", f, a.Change)
+		case !(lo < hi):
+			return fmt.Errorf("%s: lower %v must be below upper %v", f, lo, hi)
+		}
+		spans = append(spans, span{lo, hi, j})
+	}
+	sort.Slice(spans, func(a, b int) bool { return spans[a].lo < spans[b].lo })
+	for j := 1; j < len(spans); j++ {
+		if spans[j].lo < spans[j-1].hi {
+			return fmt.Errorf("%s.steps[%d]: overlaps steps[%d]", field, spans[j].i, spans[j-1].i)
+		}
+	}
+	return nil
+}
+
+// validateCronAction checks a scheduled policy: a cron expression that
+// fires in a zone that exists, and set_min, set_max and set_desired, at
+// least one of them, none negative, consistent with each other.
+func validateCronAction(field string, pol cloud.ScalingPolicy) error {
+	c, err := LoadCron(pol.Cron, pol.TimeZone)
+	if err != nil {
+		f := "cron"
+		if strings.HasPrefix(err.Error(), "time zone") {
+			f = "time_zone"
+		}
+		return fmt.Errorf("%s.%s: %v", field, f, err)
+	}
+	if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return fmt.Errorf("%s.cron: %q never fires", field, pol.Cron)
+	}
+	if pol.SetMin == nil && pol.SetMax == nil && pol.SetDesired == nil {
+		return fmt.Errorf("%s: a scheduled action sets at least one of set_min, set_max, set_desired", field)
+	}
+	for _, v := range []struct {
+		name string
+		p    *int
+	}{{"set_min", pol.SetMin}, {"set_max", pol.SetMax}, {"set_desired", pol.SetDesired}} {
+		if v.p != nil && *v.p < 0 {
+			return fmt.Errorf("%s.%s: %d is negative", field, v.name, *v.p)
+		}
+	}
+	if pol.SetMin != nil && pol.SetMax != nil && *pol.SetMin > *pol.SetMax {
+		return fmt.Errorf("%s.set_max: %d is below set_min %d", field, *pol.SetMax, *pol.SetMin)
+	}
+	if d := pol.SetDesired; d != nil {
+		if pol.SetMin != nil && *d < *pol.SetMin {
+			return fmt.Errorf("%s.set_desired: %d is below set_min %d", field, *d, *pol.SetMin)
+		}
+		if pol.SetMax != nil && *d > *pol.SetMax {
+			return fmt.Errorf("%s.set_desired: %d is above set_max %d", field, *d, *pol.SetMax)
 		}
 	}
 	return nil
