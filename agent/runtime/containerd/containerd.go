@@ -2,8 +2,9 @@
 // instance's workload in a container of its own, through a running
 // containerd (its Go client), in a containerd namespace of the agent's own
 // ("gpucloud"), with runc. It implements runtime.Runtime with the same
-// contract as the process runtime, and runtime.UsageReader and
-// runtime.ResourceReader from the container's cgroup.
+// contract as the process runtime (runtimetest checks both), and
+// runtime.UsageReader and runtime.ResourceReader from the container's
+// cgroup.
 //
 // Each workload gets its own PID, mount, IPC, UTS and network namespaces
 // (the network has only a loopback interface unless Config.Network gives

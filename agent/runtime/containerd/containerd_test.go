@@ -93,12 +93,11 @@ func TestNoProcessSurvives(t *testing.T) {
 		{desc: "setsid child when the leader exits by itself", script: "setsid sleep %s & echo ready; sleep 0.5; exit 0"},
 		{desc: "double fork into a new session", script: "(setsid sh -c 'sleep %s & exit 0') ; echo ready; sleep 30", stop: true},
 	}
-	for i, tt := range tests {
+	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
 			id := newID(t)
-			// A duration no other process on the host sleeps for.
-			mark := strconv.Itoa(900000+os.Getpid()%10000*10+i) + ".5"
+			mark := runtimetest.Mark()
 			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh(fmt.Sprintf(tt.script, mark)), Grace: grace}); err != nil {
 				t.Fatal(err)
 			}

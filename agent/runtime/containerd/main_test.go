@@ -227,6 +227,9 @@ var (
 	waitLog = runtimetest.WaitLog
 	wait    = runtimetest.Wait
 	run     = runtimetest.Exec
+	// hostProcesses returns the PIDs of host processes whose command
+	// line holds every one of args.
+	hostProcesses = runtimetest.HostProcesses
 )
 
 // harness runs the conformance suite on runtimes of the shared daemon.
@@ -268,41 +271,6 @@ func leftBehind(t *testing.T, rt *Runtime, id string) string {
 		return "a container"
 	}
 	return ""
-}
-
-// hostProcesses returns the PIDs of host processes whose command line
-// contains every one of args, as separate arguments.
-func hostProcesses(args ...string) []int {
-	var pids []int
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		parts := strings.Split(string(b), "\x00")
-		all := true
-		for _, a := range args {
-			found := false
-			for _, p := range parts {
-				if p == a {
-					found = true
-				}
-			}
-			all = all && found
-		}
-		if all {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // hostNamespace is the host's namespace link of a kind ("pid", "net").

@@ -3,22 +3,16 @@
 package process
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
-	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
 // grace is short so that the SIGKILL path costs the tests little time.
@@ -53,53 +47,3 @@ var harness = runtimetest.Harness{
 
 // TestConformance runs the behaviour every runtime owes the agent.
 func TestConformance(t *testing.T) { runtimetest.Run(t, harness) }
-
-// alive reports whether a process exists and is not a zombie; an orphan
-// that has been killed may linger as a zombie until init reaps it.
-func alive(pid int) bool {
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-		i := bytes.LastIndexByte(b, ')')
-		return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
-	} else if _, statErr := os.Stat("/proc/self"); statErr == nil {
-		return false
-	}
-	return syscall.Kill(pid, 0) == nil
-}
-
-func TestGroupDies(t *testing.T) {
-	tests := []struct {
-		desc   string
-		script string
-		stop   bool
-	}{
-		{desc: "children die when the instance is stopped", script: "sleep 30 & echo child $!; wait", stop: true},
-		{desc: "children die when the leader exits by itself", script: "sleep 30 & echo child $!; sleep 0.05; exit 0"},
-		{desc: "children ignoring SIGTERM die too", script: "(trap '' TERM; sleep 30) & echo child $!; wait", stop: true},
-	}
-	for i, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			t.Parallel()
-			rt := New(t.TempDir())
-			id := "group-" + strconv.Itoa(i)
-			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh(tt.script), Grace: grace}); err != nil {
-				t.Fatal(err)
-			}
-			out := runtimetest.WaitLog(t, rt, id, "\n")
-			pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(strings.SplitN(out, "\n", 2)[0], "child ")))
-			if err != nil {
-				t.Fatalf("no child pid in %q", out)
-			}
-			if !alive(pid) {
-				t.Fatalf("child %d not running before stop", pid)
-			}
-			if tt.stop {
-				if err := rt.Stop(t.Context(), id); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				runtimetest.Wait(t, rt, id)
-			}
-			testkit.Eventually(t, 0, fmt.Sprintf("child %d to die with its instance", pid), func() bool { return !alive(pid) })
-		})
-	}
-}

@@ -3,6 +3,7 @@ package runtimetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,48 @@ func testStopAll(t *testing.T, h Harness) {
 		if st, err := rt.Status(id); err != nil || st.State != runtime.StateExited {
 			t.Fatalf("%s: %+v, %v", id, st, err)
 		}
+	}
+}
+
+// testChildrenDie: the processes a workload starts die with it, when it
+// is stopped (even those that ignore SIGTERM) and when its first process
+// exits by itself. What escapes the workload's process group or session
+// is for each runtime's own tests: a container's survives no more than
+// these, a process runtime's does.
+func testChildrenDie(t *testing.T, h Harness) {
+	rt := h.New(t)
+	tests := []struct {
+		desc   string
+		script string
+		stop   bool
+	}{
+		{desc: "children die when the instance is stopped", script: "sleep %s & echo ready; wait", stop: true},
+		{desc: "children die when the leader exits by itself", script: "sleep %s & echo ready; sleep 0.5; exit 0"},
+		{desc: "children ignoring SIGTERM die too", script: "(trap '' TERM; sleep %s) & echo ready; wait", stop: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			id, mark := h.ID(t), Mark()
+			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: Sh(fmt.Sprintf(tt.script, mark)), Grace: h.Grace}); err != nil {
+				t.Fatal(err)
+			}
+			WaitLog(t, rt, id, "ready")
+			Eventually(t, "the child to run", func() (bool, string) { return len(HostProcesses("sleep", mark)) > 0, "" })
+			if tt.stop {
+				if err := rt.Stop(t.Context(), id); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				Wait(t, rt, id)
+			}
+			// A killed child may linger a moment as a zombie (which has
+			// no command line) until its parent reaps it.
+			Eventually(t, "the child to die with its instance", func() (bool, string) {
+				pids := HostProcesses("sleep", mark)
+				return len(pids) == 0, fmt.Sprint(pids)
+			})
+		})
 	}
 }
 

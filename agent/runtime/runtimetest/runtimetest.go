@@ -14,7 +14,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +79,7 @@ func Run(t *testing.T, h Harness) {
 		{"Stop", testStop},
 		{"StopContextEndsBeforeKill", testStopContextEndsBeforeKill},
 		{"StopAll", testStopAll},
+		{"ChildrenDie", testChildrenDie},
 		{"StartIsIdempotent", testStartIsIdempotent},
 		{"Logs", testLogs},
 		{"WorkDirAndVolumes", testWorkDirAndVolumes},
@@ -161,4 +166,44 @@ func Eventually(t testing.TB, what string, cond func() (ok bool, last string)) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// markSeq numbers the marks of this process.
+var markSeq atomic.Int64
+
+// Mark returns a duration for sleep(1) that no other process on the host
+// sleeps for, so that HostProcesses finds a workload's sleep by its
+// command line: unique to this test process and call.
+func Mark() string {
+	return fmt.Sprintf("7%07d.%d5", os.Getpid()%10_000_000, markSeq.Add(1))
+}
+
+// HostProcesses returns the PIDs of the host's processes (but this one)
+// whose command line holds every one of args as an argument of its own.
+// A zombie, whose command line is empty, holds none.
+func HostProcesses(args ...string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		parts := strings.Split(string(b), "\x00")
+		all := true
+		for _, a := range args {
+			all = all && slices.Contains(parts, a)
+		}
+		if all {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
