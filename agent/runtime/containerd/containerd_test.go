@@ -61,18 +61,12 @@ func TestContainerStartErrors(t *testing.T) {
 }
 
 // TestVolumesMounted: the volumes, and only they, are mounted under
-// VolumesDir.
+// VolumesDir (the runtime makes the directories of volumes that are
+// missing).
 func TestVolumesMounted(t *testing.T) {
 	rt := newRuntime(t)
-	work := filepath.Join(t.TempDir(), "instances", "wd")
-	volA := filepath.Join(t.TempDir(), "vol-a")
-	volB := filepath.Join(t.TempDir(), "vol-b")
-	for _, d := range []string{work, volA, volB} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, out := run(t, rt, runtime.Spec{InstanceID: newID(t), WorkDir: work, Volumes: []string{volA, volB}, Command: sh("ls " + VolumesDir)})
+	vols := []string{filepath.Join(t.TempDir(), "vol-a"), filepath.Join(t.TempDir(), "vol-b")}
+	st, out := run(t, rt, runtime.Spec{InstanceID: newID(t), Volumes: vols, Command: sh("ls " + VolumesDir)})
 	if want := "vol-a\nvol-b\n"; st.ExitCode != 0 || out != want {
 		t.Fatalf("exit %d, output %q, want %q", st.ExitCode, out, want)
 	}
