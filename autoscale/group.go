@@ -297,6 +297,10 @@ type planner struct {
 	hasForecast bool
 	limit       string
 	policy      string
+	// fresh: the state is new (its first step); window is the
+	// stabilization window.
+	fresh  bool
+	window time.Duration
 }
 
 func (p *planner) say(format string, a ...any) {
@@ -354,8 +358,7 @@ func (p *planner) say(format string, a ...any) {
 //     to reach Desired in the on-demand/spot mix, the releases, the
 //     price-ratio and rebalance replacements, and the budget.
 func PlanGroup(st *GroupState, in GroupInput) Plan {
-	g := in.Group
-	if g == nil || st == nil {
+	if in.Group == nil || st == nil {
 		return Plan{}
 	}
 	if st.cooldown == nil {
@@ -364,19 +367,45 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	if in.History == nil {
 		in.History = NewHistory()
 	}
-	now := in.Now
-	fresh := !st.started
-	window := seconds(g.Timing.StabilizationSeconds, DefaultGroupStabilization)
-	if fresh {
-		st.window.reset(now, g.Desired)
+	p := newPlanner(st, in)
+	plan := Plan{}
+	base, recs := p.cronActions(&plan)
+	dynamic, dyn := p.dynamicRecs(base, &plan)
+	d := p.recommend(base, append(recs, dyn...), dynamic)
+	d = p.clampLimits(d)
+	d, released := p.idleRelease(d)
+	// 7. Health.
+	plan.Backoff = nextBackoff(p.g.Status.Backoff, in.Failed, p.counted, d, p.now)
+	blocked := plan.Backoff != nil && p.now.Before(plan.Backoff.Until)
+	if blocked {
+		p.say("launches wait until %s: %s", plan.Backoff.Until.UTC().Format(time.RFC3339), plan.Backoff.Reason)
+	}
+	// 8. Reconciliation.
+	r := p.reconcile(d, blocked)
+	plan.Launch = r.launch
+	plan.Release = append(released, r.release...)
+	plan.Desired = r.desired
+	p.decide(&plan)
+	return plan
+}
+
+// newPlanner starts a step: a fresh state takes the group's desired as
+// its first recommendation and its decisions' times as the step
+// policies' cooldowns; then (1.) it counts the members not leaving, and
+// the ready ones among them.
+func newPlanner(st *GroupState, in GroupInput) *planner {
+	g := in.Group
+	p := &planner{st: st, in: in, g: g, now: in.Now, minC: g.Min, maxC: g.Max,
+		warmup: seconds(g.Timing.WarmupSeconds, DefaultGroupWarmup), metrics: map[string]float64{},
+		fresh: !st.started, window: seconds(g.Timing.StabilizationSeconds, DefaultGroupStabilization)}
+	if p.fresh {
+		st.window.reset(p.now, g.Desired)
 		for _, d := range g.Status.Decisions {
 			if d.Policy != "" && d.Time.After(st.cooldown[d.Policy]) {
 				st.cooldown[d.Policy] = d.Time
 			}
 		}
 	}
-	p := &planner{st: st, in: in, g: g, now: now, minC: g.Min, maxC: g.Max,
-		warmup: seconds(g.Timing.WarmupSeconds, DefaultGroupWarmup), metrics: map[string]float64{}}
 	for i := range in.Members {
 		m := &in.Members[i]
 		if m.Leaving {
@@ -389,17 +418,22 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	}
 	p.metrics["capacity"] = float64(len(p.counted))
 	p.metrics["ready"] = float64(p.ready)
+	return p
+}
 
-	plan := Plan{}
-	base := g.Desired
-	var recs []rec
-	// 2. Scheduled actions.
+// cronActions (2.) applies the scheduled policies that fired: it returns
+// the desired the step starts from (the group's, or the last SetDesired
+// that fired) with a recommendation per action that set one, and puts
+// changed bounds in plan.
+func (p *planner) cronActions(plan *Plan) (base int, recs []rec) {
+	g := p.g
+	base = g.Desired
 	for i, pol := range g.Policies {
 		if pol.Type != cloud.PolicyScheduled {
 			continue
 		}
 		label := PolicyLabel(g, i)
-		if sd, ok := p.scheduled(label, pol, fresh); ok {
+		if sd, ok := p.cronAction(label, pol, p.fresh); ok {
 			base = sd
 			recs = append(recs, rec{label: label, n: sd, why: fmt.Sprintf("scheduled %s set desired %d", label, sd)})
 		}
@@ -412,10 +446,16 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 		v := p.maxC
 		plan.Max = &v
 	}
-	// 3. Dynamic policies.
-	dynamic := false
-	for i, pol := range g.Policies {
-		label := PolicyLabel(g, i)
+	return base, recs
+}
+
+// dynamicRecs (3.) asks the target, step and predictive policies for
+// their recommendations, in the group's order; dynamic says whether the
+// group has a policy that may act (a forecast-only predictive one does
+// not).
+func (p *planner) dynamicRecs(base int, plan *Plan) (dynamic bool, recs []rec) {
+	for i, pol := range p.g.Policies {
+		label := PolicyLabel(p.g, i)
 		var r rec
 		var ok bool
 		switch pol.Type {
@@ -427,17 +467,26 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 			r, ok = p.step(label, pol, base)
 		case cloud.PolicyPredictive:
 			dynamic = dynamic || !pol.ForecastOnly
-			r, ok = p.predictive(label, pol, &plan)
+			r, ok = p.predictive(label, pol, plan)
 		}
 		if ok {
 			recs = append(recs, r)
 		}
 	}
-	d := base
-	if !fresh && g.Desired != st.lastDesired && dynamic {
+	return dynamic, recs
+}
+
+// recommend (3. and 4.) picks the desired from the recommendations: with
+// a dynamic policy, the largest, a Desired the tenant set since the last
+// step counting as one, and scale-in stabilized over the window; with
+// scheduled actions only, the last that fired; else base.
+func (p *planner) recommend(base int, recs []rec, dynamic bool) int {
+	g, st, now := p.g, p.st, p.now
+	if !p.fresh && g.Desired != st.lastDesired && dynamic {
 		recs = append(recs, rec{label: "set-desired", n: g.Desired, why: fmt.Sprintf("desired set to %d", g.Desired)})
 	}
-	if dynamic && len(recs) > 0 {
+	switch {
+	case dynamic && len(recs) > 0:
 		best := recs[0]
 		for _, r := range recs[1:] {
 			if r.n > best.n {
@@ -445,22 +494,27 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 			}
 		}
 		st.window.push(now, best.n)
-		held, _ := st.window.max(now, window)
-		d = max(best.n, held)
+		held, _ := st.window.max(now, p.window)
+		d := max(best.n, held)
 		p.policy = best.label
 		p.reasons = append(p.reasons, best.why)
 		if d > best.n {
-			p.say("scale-in stabilized: %d is the highest recommendation of the last %s", d, window)
+			p.say("scale-in stabilized: %d is the highest recommendation of the last %s", d, p.window)
 			p.policy = "stabilization"
 		}
-	} else if len(recs) > 0 {
+		return d
+	case len(recs) > 0:
 		// Scheduled only: the last action that fired wins.
 		p.policy = recs[len(recs)-1].label
 		p.reasons = append(p.reasons, recs[len(recs)-1].why)
-	} else if dynamic {
-		_, _ = st.window.max(now, window) // expire old recommendations
+	case dynamic:
+		_, _ = st.window.max(now, p.window) // expire old recommendations
 	}
-	// 5. Limits.
+	return base
+}
+
+// clampLimits (5.) clamps d to [min, max].
+func (p *planner) clampLimits(d int) int {
 	switch {
 	case d < p.minC:
 		d, p.limit = p.minC, "min"
@@ -469,55 +523,62 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 		d, p.limit = p.maxC, "max"
 		p.say("max %d", p.maxC)
 	}
-	// 6. Idle release.
+	return d
+}
+
+// idleRelease (6.) releases the members idle for the group's
+// IdleRelease, oldest idle first, down to min: they leave p.counted, and
+// the desired becomes at most the capacity left, from which the
+// stabilization window restarts.
+func (p *planner) idleRelease(d int) (int, []Release) {
+	ir := p.g.IdleRelease
+	if ir == nil || ir.IdleSeconds <= 0 {
+		return d, nil
+	}
+	var idle []*Member
+	for _, m := range p.counted {
+		if !m.Held && !m.IdleSince.IsZero() && p.now.Sub(m.IdleSince) >= time.Duration(ir.IdleSeconds)*time.Second {
+			idle = append(idle, m)
+		}
+	}
+	k := min(len(idle), len(p.counted)-p.minC)
+	if k <= 0 {
+		return d, nil
+	}
+	sort.SliceStable(idle, func(a, b int) bool {
+		if !idle[a].IdleSince.Equal(idle[b].IdleSince) {
+			return idle[a].IdleSince.Before(idle[b].IdleSince)
+		}
+		return idle[a].ID < idle[b].ID
+	})
 	var released []Release
-	if ir := g.IdleRelease; ir != nil && ir.IdleSeconds > 0 {
-		var idle []*Member
-		for _, m := range p.counted {
-			if !m.Held && !m.IdleSince.IsZero() && now.Sub(m.IdleSince) >= time.Duration(ir.IdleSeconds)*time.Second {
-				idle = append(idle, m)
-			}
-		}
-		if k := min(len(idle), len(p.counted)-p.minC); k > 0 {
-			sort.SliceStable(idle, func(a, b int) bool {
-				if !idle[a].IdleSince.Equal(idle[b].IdleSince) {
-					return idle[a].IdleSince.Before(idle[b].IdleSince)
-				}
-				return idle[a].ID < idle[b].ID
-			})
-			gone := map[string]bool{}
-			for _, m := range idle[:k] {
-				released = append(released, Release{InstanceID: m.ID, Reason: cloud.ReclaimIdle})
-				gone[m.ID] = true
-				p.idle = append(p.idle, m)
-			}
-			kept := p.counted[:0:0]
-			for _, m := range p.counted {
-				if !gone[m.ID] {
-					kept = append(kept, m)
-				}
-			}
-			size := max(d, len(p.counted))
-			p.counted = kept
-			if nd := min(d, max(p.minC, size-k)); nd != d {
-				d = nd
-				p.policy = "idle-release"
-			}
-			st.window.reset(now, d)
-			p.say("idle release: %d member(s) under %.0f%% GPU for %s", k, ir.Threshold*100, time.Duration(ir.IdleSeconds)*time.Second)
+	gone := map[string]bool{}
+	for _, m := range idle[:k] {
+		released = append(released, Release{InstanceID: m.ID, Reason: cloud.ReclaimIdle})
+		gone[m.ID] = true
+		p.idle = append(p.idle, m)
+	}
+	kept := p.counted[:0:0]
+	for _, m := range p.counted {
+		if !gone[m.ID] {
+			kept = append(kept, m)
 		}
 	}
-	// 7. Health.
-	plan.Backoff = nextBackoff(g.Status.Backoff, in.Failed, p.counted, d, now)
-	blocked := plan.Backoff != nil && now.Before(plan.Backoff.Until)
-	if blocked {
-		p.say("launches wait until %s: %s", plan.Backoff.Until.UTC().Format(time.RFC3339), plan.Backoff.Reason)
+	size := max(d, len(p.counted))
+	p.counted = kept
+	if nd := min(d, max(p.minC, size-k)); nd != d {
+		d = nd
+		p.policy = "idle-release"
 	}
-	// 8. Reconciliation.
-	r := p.reconcile(d, blocked)
-	plan.Launch = r.launch
-	plan.Release = append(released, r.release...)
-	plan.Desired = r.desired
+	p.st.window.reset(p.now, d)
+	p.say("idle release: %d member(s) under %.0f%% GPU for %s", k, ir.Threshold*100, time.Duration(ir.IdleSeconds)*time.Second)
+	return d, released
+}
+
+// decide fills the plan's Changed and Decision from the step's working
+// values, and remembers the step in the state.
+func (p *planner) decide(plan *Plan) {
+	g := p.g
 	plan.Changed = plan.Desired != g.Desired
 	if plan.Changed && p.policy == "" {
 		p.policy = "limits"
@@ -525,7 +586,7 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	for k, v := range p.metrics {
 		p.metrics[k] = math.Round(v*1e4) / 1e4
 	}
-	plan.Decision = cloud.GroupDecision{Time: now, From: g.Desired, To: plan.Desired, Policy: p.policy,
+	plan.Decision = cloud.GroupDecision{Time: p.now, From: g.Desired, To: plan.Desired, Policy: p.policy,
 		Limit: p.limit, Metrics: p.metrics, Reason: strings.Join(p.reasons, "; ")}
 	if p.hasForecast {
 		plan.Decision.Forecast = math.Round(p.forecast*1e4) / 1e4
@@ -533,391 +594,12 @@ func PlanGroup(st *GroupState, in GroupInput) Plan {
 	if plan.Decision.Reason == "" {
 		plan.Decision.Reason = fmt.Sprintf("holds %d", plan.Desired)
 	}
-	st.started, st.prevNow, st.lastDesired = true, now, plan.Desired
-	return plan
+	p.st.started, p.st.prevNow, p.st.lastDesired = true, p.now, plan.Desired
 }
 
 // warm reports whether m is ready: running and past the warm-up.
 func (p *planner) warm(m *Member) bool {
 	return m.State == cloud.Running && !m.RunningSince.IsZero() && p.now.Sub(m.RunningSince) >= p.warmup
-}
-
-// scheduled checks one scheduled policy and applies it when it fired;
-// it returns the desired it set, if any.
-func (p *planner) scheduled(label string, pol cloud.ScalingPolicy, fresh bool) (int, bool) {
-	st := p.st
-	e := st.crons[label]
-	if e == nil || e.expr != pol.Cron || e.tz != pol.TimeZone {
-		e = &cronEntry{expr: pol.Cron, tz: pol.TimeZone}
-		e.c, e.err = LoadCron(pol.Cron, pol.TimeZone)
-		st.crons[label] = e
-	}
-	if e.err != nil {
-		p.say("scheduled %s: %v", label, e.err)
-		return 0, false
-	}
-	last, ok := st.cronLast[label]
-	if !ok {
-		last = st.prevNow
-		if fresh {
-			last = p.now.Add(-cronCatchUp)
-			if p.g.CreatedAt.After(last) {
-				last = p.g.CreatedAt
-			}
-			for _, d := range p.g.Status.Decisions {
-				if d.Policy == label && d.Time.After(last) {
-					last = d.Time
-				}
-			}
-		}
-	}
-	st.cronLast[label] = p.now
-	at, fired := e.c.Fired(last, p.now)
-	if !fired {
-		return 0, false
-	}
-	var parts []string
-	if pol.SetMin != nil {
-		p.minC = *pol.SetMin
-		parts = append(parts, fmt.Sprintf("min %d", p.minC))
-	}
-	if pol.SetMax != nil {
-		p.maxC = *pol.SetMax
-		parts = append(parts, fmt.Sprintf("max %d", p.maxC))
-	}
-	if p.minC > p.maxC {
-		if pol.SetMax != nil && pol.SetMin == nil {
-			p.minC = p.maxC
-		} else {
-			p.maxC = p.minC
-		}
-	}
-	if pol.SetDesired != nil {
-		parts = append(parts, fmt.Sprintf("desired %d", *pol.SetDesired))
-	}
-	p.say("scheduled %s (%s) fired at %s: %s", label, e.c, at.In(e.c.Location()).Format("2006-01-02 15:04 MST"),
-		strings.Join(parts, ", "))
-	if p.policy == "" {
-		p.policy = label
-	}
-	if pol.SetDesired != nil {
-		return *pol.SetDesired, true
-	}
-	return 0, false
-}
-
-// metricLoad is the newest value of a policy's metric in instance units
-// (utilization metrics) or as published (custom).
-func (p *planner) metricLoad(metric string) (float64, bool) {
-	switch metric {
-	case "", cloud.MetricGPUUtilization:
-		return p.latest("load:gpu")
-	case cloud.MetricCPUUtilization:
-		return p.latest("load:cpu")
-	case cloud.MetricGPUOrCPU:
-		g, okG := p.latest("load:gpu")
-		c, okC := p.latest("load:cpu")
-		return max(g, c), okG || okC
-	}
-	return p.latest(metric)
-}
-
-// latest is a series' current observation, or the History's newest
-// minute.
-func (p *planner) latest(series string) (float64, bool) {
-	if v, ok := p.in.Current[series]; ok {
-		return v, true
-	}
-	v, _, ok := p.in.History.Last(series)
-	return v, ok
-}
-
-func isCustom(metric string) bool { return strings.HasPrefix(metric, cloud.CustomMetricPrefix) }
-
-func metricName(metric string) string {
-	if metric == "" {
-		return cloud.MetricGPUUtilization
-	}
-	return metric
-}
-
-// wantFor is the instances load asks for at target t.
-func wantFor(load, t float64) int {
-	if !(t > 0) || !(load > 0) {
-		return 0
-	}
-	// Loads are kept as float32: a tolerance of a millionth keeps a
-	// load of exactly k instances at k.
-	v := math.Ceil(load/t - 1e-6)
-	if v > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int(v)
-}
-
-func (p *planner) target(label string, pol cloud.ScalingPolicy) (rec, bool) {
-	m := metricName(pol.Metric)
-	load, ok := p.metricLoad(m)
-	if !ok {
-		p.say("%s: no %s data yet", label, m)
-		return rec{}, false
-	}
-	if !isCustom(m) {
-		if p.ready == 0 && len(p.counted) > 0 {
-			p.say("%s: no member warm yet", label)
-			return rec{}, false
-		}
-		if p.ready > 0 {
-			p.metrics[m] = load / float64(p.ready)
-		}
-	} else {
-		p.metrics[m] = load
-	}
-	n := wantFor(load, pol.Target)
-	return rec{label: label, n: n, why: fmt.Sprintf("%s: %s load %.2f at target %.2f wants %d", label, m, load, pol.Target, n)}, true
-}
-
-func (p *planner) step(label string, pol cloud.ScalingPolicy, current int) (rec, bool) {
-	m := metricName(pol.Metric)
-	load, ok := p.metricLoad(m)
-	if !ok {
-		p.say("%s: no %s data yet", label, m)
-		return rec{}, false
-	}
-	var v float64
-	if isCustom(m) {
-		v = load / float64(max(1, len(p.counted)))
-		p.metrics[m+"/instance"] = v
-	} else {
-		if p.ready == 0 {
-			p.say("%s: no member warm yet", label)
-			return rec{}, false
-		}
-		v = load / float64(p.ready)
-		p.metrics[m] = v
-	}
-	cd := seconds(pol.CooldownSeconds, seconds(p.g.Timing.CooldownSeconds, DefaultGroupCooldown))
-	if last, ok := p.st.cooldown[label]; ok && p.now.Sub(last) < cd {
-		return rec{}, false
-	}
-	diff := v - pol.Target
-	for _, a := range pol.Steps {
-		if a.Lower != nil && diff < *a.Lower || a.Upper != nil && diff >= *a.Upper || a.Change == 0 {
-			continue
-		}
-		c := len(p.counted)
-		delta := max(1, int(math.Ceil(float64(c*abs(a.Change))/100-1e-9)))
-		n := c + delta
-		if a.Change < 0 {
-			n = max(0, c-delta)
-		}
-		if n != current {
-			p.st.cooldown[label] = p.now
-		}
-		return rec{label: label, n: n, why: fmt.Sprintf("%s: %s %.2f is %+.2f from target %.2f: %+d%% of %d gives %d",
-			label, m, v, diff, pol.Target, a.Change, c, n)}, true
-	}
-	return rec{}, false
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-// fcState is one predictive policy's forecaster, fed from the History.
-type fcState struct {
-	f *forecaster
-	// next is the unix minute of the next minute to feed (0: none yet).
-	next    int64
-	ahead   [ForecastHours]float64
-	aheadAt int64 // the 10-minute slot the ahead forecast was made in
-}
-
-// seriesKey names the load series of a metric ("gpu_cpu" is the larger
-// of the GPU and CPU loads).
-func seriesKey(metric string) string {
-	switch metricName(metric) {
-	case cloud.MetricGPUUtilization:
-		return "load:gpu"
-	case cloud.MetricCPUUtilization:
-		return "load:cpu"
-	case cloud.MetricGPUOrCPU:
-		return "gpu_cpu"
-	}
-	return metric
-}
-
-// loadSpan is the history a series key has.
-func loadSpan(h *History, key string) time.Duration {
-	if key == "gpu_cpu" {
-		return max(h.Span("load:gpu"), h.Span("load:cpu"))
-	}
-	return h.Span(key)
-}
-
-// oldestMinute is the first minute of a series key (ok false: none).
-func oldestMinute(h *History, key string) (int64, bool) {
-	first := func(name string) (int64, bool) {
-		s := h.s[name]
-		if s == nil || s.nseg() == 0 {
-			return 0, false
-		}
-		a, _, _ := s.seg(0, false)
-		return a, true
-	}
-	if key != "gpu_cpu" {
-		return first(key)
-	}
-	a, okA := first("load:gpu")
-	b, okB := first("load:cpu")
-	switch {
-	case okA && okB:
-		return min(a, b), true
-	case okA:
-		return a, true
-	}
-	return b, okB
-}
-
-// loadMinutes fills out with the minutes of a series key from minute
-// from on.
-func loadMinutes(h *History, key string, from int64, out, tmp []float64) {
-	if key != "gpu_cpu" {
-		if s := h.s[key]; s == nil || !s.minutes(from, out, false) {
-			clear(out)
-		}
-		return
-	}
-	gpu, cpu := h.s["load:gpu"], h.s["load:cpu"]
-	if gpu == nil || !gpu.minutes(from, out, false) {
-		clear(out)
-	}
-	if cpu != nil && cpu.minutes(from, tmp[:len(out)], false) {
-		for i := range out {
-			out[i] = max(out[i], tmp[i])
-		}
-	}
-}
-
-// observe feeds one observation at t to the forecaster (the
-// single-observation form of update).
-func (f *forecaster) observe(t time.Time, v float64) {
-	f.week.observe(t, v)
-	f.day.observe(t, v)
-	f.recent[f.seen%len(f.recent)] = v
-	f.levelN = min(f.levelN+1, len(f.recent))
-	f.seen++
-}
-
-// feed brings a forecaster up to the minute before now from h.
-func feed(fs *fcState, h *History, key string, now time.Time, buf *[]float64) {
-	nowMin := unixMinute(now)
-	if fs.f == nil {
-		fs.f = newForecaster(time.Minute)
-	}
-	if fs.next == 0 {
-		first, ok := oldestMinute(h, key)
-		if !ok {
-			return
-		}
-		fs.next = max(first, nowMin-int64(keepMinutes))
-	}
-	if fs.next < nowMin-int64(keepMinutes) {
-		fs.next = nowMin - int64(keepMinutes)
-	}
-	n := nowMin - fs.next
-	if n <= 0 {
-		return
-	}
-	if cap(*buf) < int(2*n) {
-		*buf = make([]float64, 2*n)
-	}
-	b := (*buf)[:2*n]
-	loadMinutes(h, key, fs.next, b[:n], b[n:])
-	for i, v := range b[:n] {
-		fs.f.observe(minuteTime(fs.next+int64(i)), v)
-	}
-	fs.next = nowMin
-}
-
-// pointAt is the forecast for t made at now (from the minutes before
-// now): the mean of the last five minutes plus the seasonal change from
-// their time to t, as maxOver computes it, floored at 0.
-func (f *forecaster) pointAt(now, t time.Time) float64 {
-	if f.levelN == 0 {
-		return 0
-	}
-	level := 0.0
-	for i := 0; i < f.levelN; i++ {
-		level += f.recent[i]
-	}
-	level /= float64(f.levelN)
-	ref := now.Add(-time.Duration(f.levelN+1) * f.interval / 2)
-	if base, ok := f.seasonal(ref); ok {
-		if s, ok := f.seasonal(t); ok {
-			level += s - base
-		}
-	}
-	return max(0, level)
-}
-
-// hourly fills out with the mean forecast (load units) of each hour from
-// now, at 10-minute points.
-func hourly(f *forecaster, now time.Time, out []float64) {
-	for k := range out {
-		sum := 0.0
-		for j := 0; j < 6; j++ {
-			sum += f.pointAt(now, now.Add(time.Duration(k)*time.Hour+time.Duration(j)*10*time.Minute))
-		}
-		out[k] = sum / 6
-	}
-}
-
-func (p *planner) predictive(label string, pol cloud.ScalingPolicy, plan *Plan) (rec, bool) {
-	key := seriesKey(pol.Metric)
-	h := p.in.History
-	span := loadSpan(h, key)
-	if span < PredictiveMinHistory {
-		p.say("%s: %s of %s history, needs %s", label, span.Round(time.Minute), metricName(pol.Metric), PredictiveMinHistory)
-		return rec{}, false
-	}
-	fs := p.st.fc[key]
-	if fs == nil {
-		fs = &fcState{aheadAt: math.MinInt64}
-		p.st.fc[key] = fs
-	}
-	feed(fs, h, key, p.now, &p.st.buf)
-	if fs.f == nil || fs.f.levelN == 0 {
-		return rec{}, false
-	}
-	if slot := unixMinute(p.now) / 10; slot != fs.aheadAt {
-		hourly(fs.f, p.now, fs.ahead[:])
-		fs.aheadAt = slot
-	}
-	if plan.Forecast == nil && pol.Target > 0 {
-		plan.Forecast = make([]float64, ForecastHours)
-		for i, v := range fs.ahead {
-			plan.Forecast[i] = v / pol.Target
-		}
-	}
-	fc := fs.f.maxOver(p.now, seconds(pol.BufferSeconds, DefaultPredictiveBuffer))
-	want := 0.0
-	if pol.Target > 0 {
-		want = fc / pol.Target
-	}
-	if !p.hasForecast || want > p.forecast {
-		p.forecast, p.hasForecast = want, true
-	}
-	if pol.ForecastOnly {
-		p.say("%s: forecast %.2f instances (forecast only)", label, want)
-		return rec{}, false
-	}
-	n := wantFor(fc, pol.Target)
-	return rec{label: label, n: n, why: fmt.Sprintf("%s: forecast load %.2f within %s at target %.2f wants %d",
-		label, fc, seconds(pol.BufferSeconds, DefaultPredictiveBuffer), pol.Target, n)}, true
 }
 
 // nextBackoff is the backoff after a step. Failed > 0 extends it: the
@@ -950,366 +632,6 @@ func nextBackoff(prev *cloud.GroupBackoff, failed int, counted []*Member, desire
 		if m.State != cloud.Running {
 			b := *prev
 			return &b
-		}
-	}
-	return nil
-}
-
-// ForecastReport is the forecast beside the actual load over a group's
-// history, for `gpucloud groups forecast`. Values are instances (load /
-// target).
-type ForecastReport struct {
-	// Policy is the policy whose forecaster was replayed, Metric its
-	// metric and Target its target; History how much history there was.
-	Policy  string
-	Metric  string
-	Target  float64
-	History time.Duration
-	// Times are the hours backtested; Actual is each hour's mean load,
-	// Forecast the mean the forecaster predicted for it at the hour's
-	// start from the history before.
-	Times            []time.Time
-	Actual, Forecast []float64
-	// Ahead are the next ForecastHours hours from now, AheadValues the
-	// forecast of each (mean).
-	Ahead       []time.Time
-	AheadValues []float64
-	// MAPE is the mean of |actual−forecast|/actual over the hours with
-	// load, in percent; WAPE is Σ|actual−forecast| / Σactual, in
-	// percent.
-	MAPE, WAPE float64
-}
-
-// BacktestForecast replays the forecaster of g's first predictive policy
-// (or, without one, of its first target tracking policy: the same metric
-// and target) over h up to now: it is trained minute by minute, and at
-// each whole hour after the first 24 hours it forecasts the hour to come,
-// which is then compared with what happened. It needs 25 hours of
-// history.
-func BacktestForecast(g *cloud.Group, h *History, now time.Time) (ForecastReport, error) {
-	var pol *cloud.ScalingPolicy
-	label := ""
-	for _, typ := range []string{cloud.PolicyPredictive, cloud.PolicyTarget} {
-		for i := range g.Policies {
-			if g.Policies[i].Type == typ && pol == nil {
-				pol, label = &g.Policies[i], PolicyLabel(g, i)
-			}
-		}
-	}
-	if pol == nil {
-		return ForecastReport{}, fmt.Errorf("group %s has no predictive or target tracking policy to forecast for", g.Name)
-	}
-	if !(pol.Target > 0) {
-		return ForecastReport{}, fmt.Errorf("policy %s: target %v must be positive", pol.Name, pol.Target)
-	}
-	key := seriesKey(pol.Metric)
-	first, ok := oldestMinute(h, key)
-	if !ok {
-		return ForecastReport{}, fmt.Errorf("no %s history", metricName(pol.Metric))
-	}
-	nowMin := unixMinute(now)
-	first = max(first, nowMin-int64(keepMinutes))
-	if nowMin-first < 25*60 {
-		return ForecastReport{}, fmt.Errorf("%s of %s history: a backtest needs 25h", time.Duration(max(0, nowMin-first))*time.Minute, metricName(pol.Metric))
-	}
-	n := nowMin - first
-	vals := make([]float64, 2*n)
-	loadMinutes(h, key, first, vals[:n], vals[n:])
-	vals = vals[:n]
-	f := newForecaster(time.Minute)
-	r := ForecastReport{Policy: label, Metric: metricName(pol.Metric), Target: pol.Target,
-		History: time.Duration(n) * time.Minute}
-	var absErr, sum float64
-	var ape float64
-	apeN := 0
-	hour := make([]float64, 1)
-	for i := int64(0); i < n; i++ {
-		m := first + i
-		if m%60 == 0 && i >= 24*60 && m+60 <= nowMin {
-			hourly(f, minuteTime(m), hour)
-			fc := hour[0] / pol.Target
-			act := 0.0
-			for _, v := range vals[i : i+60] {
-				act += v
-			}
-			act /= 60 * pol.Target
-			r.Times = append(r.Times, minuteTime(m))
-			r.Actual = append(r.Actual, act)
-			r.Forecast = append(r.Forecast, fc)
-			absErr += math.Abs(act - fc)
-			sum += act
-			if act > 0 {
-				ape += math.Abs(act-fc) / act
-				apeN++
-			}
-		}
-		f.observe(minuteTime(m), vals[i])
-	}
-	if sum > 0 {
-		r.WAPE = 100 * absErr / sum
-	}
-	if apeN > 0 {
-		r.MAPE = 100 * ape / float64(apeN)
-	}
-	ahead := make([]float64, ForecastHours)
-	hourly(f, now, ahead)
-	for k, v := range ahead {
-		r.Ahead = append(r.Ahead, now.Add(time.Duration(k)*time.Hour))
-		r.AheadValues = append(r.AheadValues, v/pol.Target)
-	}
-	return r, nil
-}
-
-// maxBufferSeconds bounds a predictive policy's buffer: the forecast
-// reaches 48 hours.
-const maxBufferSeconds = 48 * 3600
-
-// ValidateGroup checks every rule of a group's spec that the planner
-// relies on. Errors name the field as in the JSON spec, such as
-// "policies[1].cron: ..." or "mixed.on_demand_percent: ...":
-//
-//   - 0 <= min <= desired <= max (min == max is a fixed-size group);
-//   - the template has at least one offering, no empty or repeated
-//     offering or zone;
-//   - budget_per_hour >= 0;
-//   - mixed: on_demand_base >= 0, on_demand_percent 0..100,
-//     max_spot_price_ratio 0 (default 80) or 1..100;
-//   - timing: every field >= 0;
-//   - idle_release: threshold in (0, 1), idle_seconds > 0;
-//   - policies: a known type; names unique where given; metric empty
-//     (gpu_utilization), gpu_utilization, cpu_utilization,
-//     gpu_cpu_utilization or custom:NAME; target > 0 (at most 1 for a
-//     utilization metric) for target, step and predictive; step: at
-//     least one adjustment, each with a non-zero change and lower <
-//     upper, none overlapping, cooldown_seconds >= 0; scheduled: a cron
-//     that parses and fires, a time zone that loads, at least one of
-//     set_min, set_max, set_desired, each >= 0, set_min <= set_desired
-//     <= set_max where given; predictive: buffer_seconds 0..172800; no
-//     field of another type (a cron on a target policy).
-func ValidateGroup(g *cloud.Group) error {
-	if g == nil {
-		return fmt.Errorf("group: missing")
-	}
-	switch {
-	case g.Min < 0:
-		return fmt.Errorf("min: %d is negative", g.Min)
-	case g.Max < g.Min:
-		return fmt.Errorf("max: %d is below min %d", g.Max, g.Min)
-	case g.Desired < g.Min || g.Desired > g.Max:
-		return fmt.Errorf("desired: %d is outside min..max (%d..%d)", g.Desired, g.Min, g.Max)
-	}
-	if len(g.Template.Offerings) == 0 {
-		return fmt.Errorf("template.offerings: at least one offering is needed")
-	}
-	if err := uniqueNames("template.offerings", g.Template.Offerings); err != nil {
-		return err
-	}
-	if err := uniqueNames("template.zones", g.Template.Zones); err != nil {
-		return err
-	}
-	if g.BudgetPerHour < 0 {
-		return fmt.Errorf("budget_per_hour: %s is negative", g.BudgetPerHour)
-	}
-	mx := g.Mixed
-	switch {
-	case mx.OnDemandBase < 0:
-		return fmt.Errorf("mixed.on_demand_base: %d is negative", mx.OnDemandBase)
-	case mx.OnDemandPercent < 0 || mx.OnDemandPercent > 100:
-		return fmt.Errorf("mixed.on_demand_percent: %d is not 0..100", mx.OnDemandPercent)
-	case mx.MaxSpotPriceRatio < 0 || mx.MaxSpotPriceRatio > 100:
-		return fmt.Errorf("mixed.max_spot_price_ratio: %d is not 1..100 (0: the default %d)", mx.MaxSpotPriceRatio, DefaultMaxSpotPriceRatio)
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"cooldown_seconds", g.Timing.CooldownSeconds}, {"warmup_seconds", g.Timing.WarmupSeconds},
-		{"stabilization_seconds", g.Timing.StabilizationSeconds}, {"notice_seconds", g.Timing.NoticeSeconds}} {
-		if f.v < 0 {
-			return fmt.Errorf("timing.%s: %d is negative", f.name, f.v)
-		}
-	}
-	if ir := g.IdleRelease; ir != nil {
-		if !(ir.Threshold > 0 && ir.Threshold < 1) {
-			return fmt.Errorf("idle_release.threshold: %v is not between 0 and 1", ir.Threshold)
-		}
-		if ir.IdleSeconds <= 0 {
-			return fmt.Errorf("idle_release.idle_seconds: %d must be positive", ir.IdleSeconds)
-		}
-	}
-	names := map[string]int{}
-	for i, pol := range g.Policies {
-		field := fmt.Sprintf("policies[%d]", i)
-		if pol.Name != "" {
-			if j, dup := names[pol.Name]; dup {
-				return fmt.Errorf("%s.name: %q is also policies[%d]'s name", field, pol.Name, j)
-			}
-			names[pol.Name] = i
-		}
-		if err := validatePolicy(field, pol); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func uniqueNames(field string, list []string) error {
-	seen := map[string]bool{}
-	for i, v := range list {
-		switch {
-		case v == "":
-			return fmt.Errorf("%s[%d]: empty", field, i)
-		case seen[v]:
-			return fmt.Errorf("%s[%d]: %q is repeated", field, i, v)
-		}
-		seen[v] = true
-	}
-	return nil
-}
-
-func validMetric(m string) error {
-	switch m {
-	case "", cloud.MetricGPUUtilization, cloud.MetricCPUUtilization, cloud.MetricGPUOrCPU:
-		return nil
-	}
-	if !isCustom(m) {
-		return fmt.Errorf("unknown metric %q (gpu_utilization, cpu_utilization, gpu_cpu_utilization or custom:NAME)", m)
-	}
-	name := strings.TrimPrefix(m, cloud.CustomMetricPrefix)
-	if name == "" || len(name) > 128 {
-		return fmt.Errorf("custom metric %q: the name must be 1 to 128 characters", m)
-	}
-	for _, r := range name {
-		if r <= ' ' || r == 0x7f {
-			return fmt.Errorf("custom metric %q: no spaces or control characters", m)
-		}
-	}
-	return nil
-}
-
-func validatePolicy(field string, pol cloud.ScalingPolicy) error {
-	isType := func(types ...string) bool {
-		for _, t := range types {
-			if pol.Type == t {
-				return true
-			}
-		}
-		return false
-	}
-	// Fields that belong to other types.
-	type owned struct {
-		name  string
-		set   bool
-		types []string
-	}
-	for _, o := range []owned{
-		{"metric", pol.Metric != "", []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive}},
-		{"target", pol.Target != 0, []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive}},
-		{"steps", len(pol.Steps) > 0, []string{cloud.PolicyStep}},
-		{"cooldown_seconds", pol.CooldownSeconds != 0, []string{cloud.PolicyStep}},
-		{"cron", pol.Cron != "", []string{cloud.PolicyScheduled}},
-		{"time_zone", pol.TimeZone != "", []string{cloud.PolicyScheduled}},
-		{"set_min", pol.SetMin != nil, []string{cloud.PolicyScheduled}},
-		{"set_max", pol.SetMax != nil, []string{cloud.PolicyScheduled}},
-		{"set_desired", pol.SetDesired != nil, []string{cloud.PolicyScheduled}},
-		{"forecast_only", pol.ForecastOnly, []string{cloud.PolicyPredictive}},
-		{"buffer_seconds", pol.BufferSeconds != 0, []string{cloud.PolicyPredictive}},
-	} {
-		if o.set && isType(cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyScheduled, cloud.PolicyPredictive) && !isType(o.types...) {
-			return fmt.Errorf("%s.%s: not a field of a %s policy", field, o.name, pol.Type)
-		}
-	}
-	switch pol.Type {
-	case cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive:
-		if err := validMetric(pol.Metric); err != nil {
-			return fmt.Errorf("%s.metric: %v", field, err)
-		}
-		if !(pol.Target > 0) || math.IsInf(pol.Target, 0) {
-			return fmt.Errorf("%s.target: %v must be positive", field, pol.Target)
-		}
-		if !isCustom(pol.Metric) && pol.Target > 1 {
-			return fmt.Errorf("%s.target: %v is a utilization: at most 1", field, pol.Target)
-		}
-	case cloud.PolicyScheduled:
-	default:
-		return fmt.Errorf("%s.type: unknown policy type %q (target, step, scheduled, predictive)", field, pol.Type)
-	}
-	switch pol.Type {
-	case cloud.PolicyStep:
-		if len(pol.Steps) == 0 {
-			return fmt.Errorf("%s.steps: at least one adjustment is needed", field)
-		}
-		if pol.CooldownSeconds < 0 {
-			return fmt.Errorf("%s.cooldown_seconds: %d is negative", field, pol.CooldownSeconds)
-		}
-		type span struct {
-			lo, hi float64
-			i      int
-		}
-		var spans []span
-		for j, a := range pol.Steps {
-			f := fmt.Sprintf("%s.steps[%d]", field, j)
-			lo, hi := math.Inf(-1), math.Inf(1)
-			if a.Lower != nil {
-				lo = *a.Lower
-			}
-			if a.Upper != nil {
-				hi = *a.Upper
-			}
-			switch {
-			case math.IsNaN(lo) || math.IsNaN(hi):
-				return fmt.Errorf("%s: bounds must be numbers", f)
-			case a.Change == 0:
-				return fmt.Errorf("%s.change_percent: must not be 0", f)
-			case a.Change < -100:
-				return fmt.Errorf("%s.change_percent: %d removes more than all instances", f, a.Change)
-			case !(lo < hi):
-				return fmt.Errorf("%s: lower %v must be below upper %v", f, lo, hi)
-			}
-			spans = append(spans, span{lo, hi, j})
-		}
-		sort.Slice(spans, func(a, b int) bool { return spans[a].lo < spans[b].lo })
-		for j := 1; j < len(spans); j++ {
-			if spans[j].lo < spans[j-1].hi {
-				return fmt.Errorf("%s.steps[%d]: overlaps steps[%d]", field, spans[j].i, spans[j-1].i)
-			}
-		}
-	case cloud.PolicyScheduled:
-		c, err := LoadCron(pol.Cron, pol.TimeZone)
-		if err != nil {
-			f := "cron"
-			if strings.HasPrefix(err.Error(), "time zone") {
-				f = "time_zone"
-			}
-			return fmt.Errorf("%s.%s: %v", field, f, err)
-		}
-		if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
-			return fmt.Errorf("%s.cron: %q never fires", field, pol.Cron)
-		}
-		if pol.SetMin == nil && pol.SetMax == nil && pol.SetDesired == nil {
-			return fmt.Errorf("%s: a scheduled action sets at least one of set_min, set_max, set_desired", field)
-		}
-		for _, v := range []struct {
-			name string
-			p    *int
-		}{{"set_min", pol.SetMin}, {"set_max", pol.SetMax}, {"set_desired", pol.SetDesired}} {
-			if v.p != nil && *v.p < 0 {
-				return fmt.Errorf("%s.%s: %d is negative", field, v.name, *v.p)
-			}
-		}
-		if pol.SetMin != nil && pol.SetMax != nil && *pol.SetMin > *pol.SetMax {
-			return fmt.Errorf("%s.set_max: %d is below set_min %d", field, *pol.SetMax, *pol.SetMin)
-		}
-		if d := pol.SetDesired; d != nil {
-			if pol.SetMin != nil && *d < *pol.SetMin {
-				return fmt.Errorf("%s.set_desired: %d is below set_min %d", field, *d, *pol.SetMin)
-			}
-			if pol.SetMax != nil && *d > *pol.SetMax {
-				return fmt.Errorf("%s.set_desired: %d is above set_max %d", field, *d, *pol.SetMax)
-			}
-		}
-	case cloud.PolicyPredictive:
-		if pol.BufferSeconds < 0 || pol.BufferSeconds > maxBufferSeconds {
-			return fmt.Errorf("%s.buffer_seconds: %d is not 0..%d", field, pol.BufferSeconds, maxBufferSeconds)
 		}
 	}
 	return nil

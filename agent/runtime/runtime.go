@@ -1,7 +1,8 @@
 // Package runtime is the agent's seam to the workloads it runs: the Runtime
 // interface, the Spec of one instance's workload, and the environment every
 // runtime gives a workload. agent/runtime/process implements it with plain
-// processes; a container runtime would implement the same contract.
+// processes and agent/runtime/containerd with containers;
+// agent/runtime/runtimetest is the conformance suite both pass.
 //
 // The environment is built here, once, because it is the isolation the
 // product sells: a workload sees exactly the GPU or MIG UUIDs it was

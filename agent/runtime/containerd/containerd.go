@@ -2,8 +2,9 @@
 // instance's workload in a container of its own, through a running
 // containerd (its Go client), in a containerd namespace of the agent's own
 // ("gpucloud"), with runc. It implements runtime.Runtime with the same
-// contract as the process runtime, and runtime.UsageReader and
-// runtime.ResourceReader from the container's cgroup.
+// contract as the process runtime (runtimetest checks both), and
+// runtime.UsageReader and runtime.ResourceReader from the container's
+// cgroup.
 //
 // Each workload gets its own PID, mount, IPC, UTS and network namespaces
 // (the network has only a loopback interface unless Config.Network gives
@@ -31,23 +32,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/pkg/cio"
-	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
@@ -269,6 +263,48 @@ const runcRuntime = "io.containerd.runc.v2"
 // one is running, an exited one exited, so that an agent that restarts
 // neither loses nor reruns its workloads.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, err := parseUser(cfg.User)
+	if err != nil {
+		return nil, err
+	}
+	init, err := findInit(cfg.Init)
+	if err != nil {
+		return nil, err
+	}
+	mps, err := cfg.mpsManager(uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	var cdiReg *cdiRegistry
+	if cfg.CDI {
+		if cdiReg, err = newCDIRegistry(cfg.CDISpecDirs); err != nil {
+			return nil, err
+		}
+	}
+	c, err := dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	bg, bgCancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
+	r := &Runtime{
+		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, init: init, mps: mps, cdi: cdiReg,
+		bg: bg, cancel: bgCancel,
+		insts: map[string]*inst{}, starting: map[string]chan struct{}{},
+	}
+	if err := r.takeOver(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// withDefaults fills the fields cfg leaves empty and normalizes its
+// default image; a configuration without a base directory is an error.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Socket == "" {
 		cfg.Socket = DefaultSocket
 	}
@@ -280,7 +316,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	var err error
 	if cfg.DefaultImage, err = imageref.Normalize(cfg.DefaultImage); err != nil {
-		return nil, fmt.Errorf("containerd runtime: default image: %w", err)
+		return cfg, fmt.Errorf("containerd runtime: default image: %w", err)
 	}
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
@@ -304,16 +340,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg.Log = slog.Default()
 	}
 	if cfg.BaseDir == "" {
-		return nil, errors.New("containerd runtime: no base directory")
+		return cfg, errors.New("containerd runtime: no base directory")
 	}
-	uid, gid, err := parseUser(cfg.User)
-	if err != nil {
-		return nil, err
-	}
-	init, err := findInit(cfg.Init)
-	if err != nil {
-		return nil, err
-	}
+	return cfg, nil
+}
+
+// mpsManager returns the manager of the shared GPUs' MPS daemons that
+// cfg.MPS asks for, run as uid:gid; nil when the host runs none (MPSOff,
+// or MPSAuto with simulated GPUs).
+func (cfg Config) mpsManager(uid, gid uint32) (*mpsManager, error) {
 	var mps *mpsManager
 	switch cfg.MPS {
 	case MPSAuto:
@@ -329,12 +364,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if mps != nil && !filepath.IsAbs(cfg.MPSDir) {
 		return nil, fmt.Errorf("containerd runtime: MPS directory %q is not absolute", cfg.MPSDir)
 	}
-	var cdiReg *cdiRegistry
-	if cfg.CDI {
-		if cdiReg, err = newCDIRegistry(cfg.CDISpecDirs); err != nil {
-			return nil, err
-		}
-	}
+	return mps, nil
+}
+
+// dial connects to the containerd at cfg.Socket and checks that it
+// answers, with errors that name the socket.
+func dial(ctx context.Context, cfg Config) (*client.Client, error) {
 	if _, err := os.Stat(cfg.Socket); err != nil {
 		return nil, fmt.Errorf("containerd is not reachable at %s (start it, or pass --containerd-socket): %w", cfg.Socket, err)
 	}
@@ -348,15 +383,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("containerd is not reachable at %s: %w", cfg.Socket, err)
 	}
-	bg, bgCancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
-	r := &Runtime{
-		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, init: init, mps: mps, cdi: cdiReg,
-		bg: bg, cancel: bgCancel,
-		insts: map[string]*inst{}, starting: map[string]chan struct{}{},
-	}
+	return c, nil
+}
+
+// takeOver takes over what an earlier runtime in the namespace left: its
+// containers (adopt), the MPS daemons their share workloads use, and the
+// instance network's state.
+func (r *Runtime) takeOver(ctx context.Context) error {
 	if err := r.adopt(ctx); err != nil {
-		_ = r.Close()
-		return nil, err
+		return err
 	}
 	if r.mps != nil {
 		// The daemons of the adopted share workloads keep running; those
@@ -366,13 +401,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			r.cfg.Log.Warn("containerd runtime: MPS daemons of exited workloads", "err", err)
 		}
 	}
-	if rec, ok := cfg.Network.(NetworkReconciler); ok {
+	if rec, ok := r.cfg.Network.(NetworkReconciler); ok {
 		if err := rec.Reconcile(ctx, r.running()); err != nil {
-			_ = r.Close()
-			return nil, fmt.Errorf("containerd runtime: instance network: %w", err)
+			return fmt.Errorf("containerd runtime: instance network: %w", err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // hostLabel labels a new container with Config.Host, when set.
@@ -431,632 +465,4 @@ func (r *Runtime) Close() error {
 // nsCtx puts the runtime's namespace in ctx.
 func (r *Runtime) nsCtx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
-}
-
-// Start implements runtime.Runtime. The container is started with the
-// image of the Spec (Config.DefaultImage when empty), which the runtime
-// pulls if it does not have it and may. A program that is in neither the
-// image nor the instance's mounts is ErrInvalid, and leaves nothing
-// behind. The container is not tied to ctx: ctx only bounds the start.
-//
-// The runtime serves Spec.Metadata inside the container's network
-// namespace (MetadataURL); a Spec with a MetadataURL of its own is
-// ErrInvalid, since no address of the host is reachable from the
-// container. Starting a running instance again serves its metadata if
-// nothing does (a new agent's runtime, which adopted the container).
-func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	if err := identifiers.Validate(s.InstanceID); err != nil {
-		return fmt.Errorf("instance id %q: containerd takes letters and digits separated by single '.', '_' or '-', at most 76: %w", s.InstanceID, runtime.ErrInvalid)
-	}
-	if s.MetadataURL != "" && s.Metadata == nil {
-		return fmt.Errorf("instance %s: the containerd runtime serves the metadata endpoint itself (Spec.Metadata), at %s; "+
-			"the host's %s is out of the container's reach: %w", s.InstanceID, r.MetadataURL(), s.MetadataURL, runtime.ErrInvalid)
-	}
-	release, known, err := r.claim(ctx, s.InstanceID)
-	if err != nil {
-		return err
-	}
-	if known {
-		if s.Metadata != nil {
-			if in, err := r.lookup(s.InstanceID); err == nil {
-				// The workload runs either way: an endpoint that cannot be
-				// served (the workload exiting meanwhile) fails no start.
-				if err := r.serveMetadata(in, s.Metadata); err != nil {
-					r.cfg.Log.Warn("containerd runtime: metadata endpoint of an adopted container", "instance", in.id, "err", err)
-				}
-			}
-		}
-		return nil
-	}
-	defer release()
-	in, err := r.create(r.nsCtx(ctx), s)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", s.InstanceID, err)
-	}
-	r.mu.Lock()
-	r.insts[s.InstanceID] = in
-	r.mu.Unlock()
-	return nil
-}
-
-// claim makes concurrent Starts of one instance start it once: the first
-// gets release, the others wait for it and then find the instance known.
-func (r *Runtime) claim(ctx context.Context, id string) (release func(), known bool, err error) {
-	for {
-		r.mu.Lock()
-		if r.insts[id] != nil {
-			r.mu.Unlock()
-			return nil, true, nil
-		}
-		ch := r.starting[id]
-		if ch == nil {
-			ch = make(chan struct{})
-			r.starting[id] = ch
-			r.mu.Unlock()
-			return func() {
-				r.mu.Lock()
-				delete(r.starting, id)
-				r.mu.Unlock()
-				close(ch)
-			}, false, nil
-		}
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
-	}
-}
-
-// create makes and starts the container, or leaves nothing behind.
-func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err error) {
-	imgName := s.Image
-	if imgName == "" {
-		imgName = r.cfg.DefaultImage
-	}
-	// A short name is the image of its canonical one ("python:3.12" is
-	// docker.io/library/python:3.12), as the server stores it.
-	if imgName, err = imageref.Normalize(imgName); err != nil {
-		return nil, fmt.Errorf("image %q %v: %w", s.Image, err, runtime.ErrInvalid)
-	}
-	img, err := r.image(ctx, imgName)
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(r.cfg.BaseDir, s.InstanceID)
-	if s.WorkDir == "" {
-		s.WorkDir = filepath.Join(dir, "work")
-	}
-	if s.LogPath == "" {
-		s.LogPath = filepath.Join(dir, "output.log")
-	}
-	if s.LogPath, err = filepath.Abs(s.LogPath); err != nil {
-		return nil, err
-	}
-	for _, d := range []string{s.WorkDir, filepath.Dir(s.LogPath)} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return nil, err
-		}
-	}
-	// The workload's user owns its directories (their tops: what it
-	// wrote there under another user is left as it is).
-	for _, d := range append([]string{s.WorkDir}, s.Volumes...) {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return nil, err
-		}
-		if err := os.Lchown(d, int(r.uid), int(r.gid)); err != nil {
-			return nil, err
-		}
-	}
-	lay, err := layout(s)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.lookPath(ctx, img, s, lay); err != nil {
-		return nil, err
-	}
-	grace := s.Grace
-	if grace <= 0 {
-		grace = runtime.DefaultGrace
-	}
-	in := &inst{
-		id: s.InstanceID, logPath: s.LogPath, grace: grace,
-		cgroup: "/" + r.cfg.Namespace + "/" + s.InstanceID,
-		done:   make(chan struct{}),
-	}
-	if gpu, ok, err := r.mpsGPU(s); err != nil {
-		return nil, err
-	} else if ok {
-		pipe, shm, err := r.mps.acquire(ctx, gpu, s.InstanceID)
-		if err != nil {
-			return nil, err
-		}
-		in.mpsGPU = gpu
-		defer func() {
-			if err != nil {
-				r.releaseMPS(in)
-			}
-		}()
-		// The pipe directory at the same path: the sockets the daemon
-		// and the server made there, and CUDA_MPS_PIPE_DIRECTORY.
-		lay.binds = append(lay.binds, [2]string{pipe, pipe})
-		lay.mpsPipe = pipe
-		if shm != "" {
-			// The daemon's /dev/shm, in place of the container's own.
-			lay.binds = append(lay.binds, [2]string{shm, "/dev/shm"})
-			lay.mpsShm = shm
-		}
-	}
-	// An earlier container of the same ID that this runtime does not know
-	// (a crash between create and record) is in the way: remove it.
-	if old, err := r.client.LoadContainer(ctx, s.InstanceID); err == nil {
-		r.discard(old)
-	}
-	netns := ""
-	if r.cfg.Network != nil {
-		if netns, err = r.cfg.Network.Setup(ctx, s.InstanceID, s.TenantID); err != nil {
-			return nil, fmt.Errorf("instance network: %w", err)
-		}
-		in.netns = true
-		defer func() {
-			if err != nil {
-				r.teardownNetwork(in)
-			}
-		}()
-	}
-	specOpts, err := r.specOpts(s, lay, in.cgroup, netns)
-	if err != nil {
-		return nil, err
-	}
-	var runcOpts any
-	if r.cfg.Runc != "" {
-		runcOpts = runcOptions(r.cfg.Runc)
-	}
-	now := time.Now()
-	labels := map[string]string{
-		labelInstance: s.InstanceID, labelLog: s.LogPath,
-		labelGrace: grace.String(), labelStarted: now.UTC().Format(time.RFC3339Nano),
-	}
-	if in.mpsGPU != "" {
-		labels[labelMPS] = in.mpsGPU
-	}
-	ctr, err := r.client.NewContainer(ctx, s.InstanceID,
-		client.WithImage(img),
-		client.WithSnapshotter(r.cfg.Snapshotter),
-		client.WithNewSnapshot(s.InstanceID, img),
-		client.WithRuntime(runcRuntime, runcOpts),
-		client.WithNewSpec(specOpts...),
-		client.WithContainerLabels(labels),
-		r.hostLabel(),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	in.ctr = ctr
-	defer func() {
-		if err != nil {
-			r.discard(ctr)
-		}
-	}()
-	task, err := ctr.NewTask(ctx, cio.LogFile(s.LogPath))
-	if err != nil {
-		return nil, fmt.Errorf("create task: %w", err)
-	}
-	in.task = task
-	exitC, err := task.Wait(r.bg)
-	if err != nil {
-		return nil, fmt.Errorf("wait for task: %w", err)
-	}
-	if s.Metadata != nil {
-		if in.meta, err = metadataServer(s.Metadata, task.Pid()); err != nil {
-			return nil, fmt.Errorf("metadata endpoint: %w", err)
-		}
-	}
-	if err := task.Start(ctx); err != nil {
-		if in.meta != nil {
-			in.meta.Close()
-		}
-		return nil, fmt.Errorf("start task: %w", err)
-	}
-	in.status = runtime.Status{State: runtime.StateRunning, StartedAt: now}
-	go r.reap(in, exitC)
-	return in, nil
-}
-
-// discard removes a container and its task and snapshot, killing what
-// runs in it; best effort, for failed starts and strays.
-func (r *Runtime) discard(ctr client.Container) {
-	ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
-	defer cancel()
-	if t, err := ctr.Task(ctx, nil); err == nil {
-		_, _ = t.Delete(ctx, client.WithProcessKill)
-	}
-	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		r.cfg.Log.Warn("containerd runtime: remove container", "container", ctr.ID(), "err", err)
-	}
-}
-
-// reap waits for the container's init to exit, deletes the task (runc's
-// container: nothing of it runs after this) and records the exit.
-func (r *Runtime) reap(in *inst, exitC <-chan client.ExitStatus) {
-	var es client.ExitStatus
-	select {
-	case es = <-exitC:
-	case <-r.bg.Done():
-		return // the runtime is closed; a new one adopts the container
-	}
-	code, exitedAt, err := es.Result()
-	if err != nil {
-		r.cfg.Log.Warn("containerd runtime: exit status", "instance", in.id, "err", err)
-	}
-	r.finish(in, int(code), exitedAt)
-}
-
-// finish deletes the exited task, releases what the instance held, and
-// records its exit.
-func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
-	if exitedAt.IsZero() {
-		exitedAt = time.Now()
-	}
-	if in.task != nil {
-		ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
-		// The exit is kept on the container, for a runtime that adopts
-		// it after the task is gone.
-		if _, err := in.ctr.SetLabels(ctx, map[string]string{
-			labelExit: strconv.Itoa(code), labelExited: exitedAt.UTC().Format(time.RFC3339Nano),
-		}); err != nil {
-			r.cfg.Log.Warn("containerd runtime: record the exit", "instance", in.id, "err", err)
-		}
-		if _, err := in.task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-			r.cfg.Log.Warn("containerd runtime: delete task", "instance", in.id, "err", err)
-		}
-		cancel()
-	}
-	r.mu.Lock()
-	meta := in.meta
-	in.meta, in.metaOff = nil, true
-	r.mu.Unlock()
-	if meta != nil {
-		meta.Close()
-	}
-	r.teardownNetwork(in)
-	r.releaseMPS(in)
-	r.mu.Lock()
-	in.status.State = runtime.StateExited
-	in.status.ExitCode, in.status.Signal = code, signalOf(code)
-	in.status.ExitedAt = exitedAt
-	r.mu.Unlock()
-	close(in.done)
-}
-
-// serveMetadata serves an adopted instance's metadata in its network
-// namespace, unless something does already or the workload exited.
-func (r *Runtime) serveMetadata(in *inst, h http.Handler) error {
-	r.mu.Lock()
-	if in.meta != nil || in.metaOff || in.task == nil || in.status.State != runtime.StateRunning {
-		r.mu.Unlock()
-		return nil
-	}
-	pid := in.task.Pid()
-	r.mu.Unlock()
-	m, err := metadataServer(h, pid)
-	if err != nil {
-		return fmt.Errorf("instance %s: metadata endpoint: %w", in.id, err)
-	}
-	r.mu.Lock()
-	keep := in.meta == nil && !in.metaOff
-	if keep {
-		in.meta = m
-	}
-	r.mu.Unlock()
-	if !keep {
-		m.Close()
-	}
-	return nil
-}
-
-// running returns the IDs of the instances whose workload runs.
-func (r *Runtime) running() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var ids []string
-	for id, in := range r.insts {
-		if in.status.State == runtime.StateRunning {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-// mpsGPU returns the GPU whose MPS daemon a spec's workload is a client
-// of: a share's one GPU, when the runtime runs daemons.
-func (r *Runtime) mpsGPU(s runtime.Spec) (string, bool, error) {
-	if r.mps == nil || s.ShareMilli <= 0 {
-		return "", false, nil
-	}
-	if len(s.Devices) != 1 {
-		return "", false, fmt.Errorf("instance %s: a GPU share names exactly one GPU, not %d: %w", s.InstanceID, len(s.Devices), runtime.ErrInvalid)
-	}
-	if err := checkGPU(s.Devices[0]); err != nil {
-		return "", false, fmt.Errorf("instance %s: %w", s.InstanceID, err)
-	}
-	return s.Devices[0], true, nil
-}
-
-// releaseMPS ends the instance's use of its GPU's MPS daemon, which quits
-// with its last client.
-func (r *Runtime) releaseMPS(in *inst) {
-	r.mu.Lock()
-	gpu := in.mpsGPU
-	in.mpsGPU = ""
-	r.mu.Unlock()
-	if gpu == "" || r.mps == nil {
-		return
-	}
-	if err := r.mps.release(gpu, in.id); err != nil {
-		r.cfg.Log.Warn("containerd runtime: MPS daemon", "instance", in.id, "gpu", gpu, "err", err)
-	}
-}
-
-func (r *Runtime) teardownNetwork(in *inst) {
-	if !in.netns || r.cfg.Network == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
-	defer cancel()
-	if err := r.cfg.Network.Teardown(ctx, in.id); err != nil {
-		r.cfg.Log.Warn("containerd runtime: instance network teardown", "instance", in.id, "err", err)
-	}
-	in.netns = false
-}
-
-// signalOf names the signal of an exit code above 128: the shim reports a
-// workload killed by signal N as 128+N, as shells do. A workload that
-// exits with such a code by itself reads the same.
-func signalOf(code int) string {
-	if code <= 128 || code > 128+64 {
-		return ""
-	}
-	return signalName(syscall.Signal(code - 128))
-}
-
-var signalNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
-	syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
-	syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
-	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
-	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
-	syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
-}
-
-func signalName(s syscall.Signal) string {
-	if n, ok := signalNames[s]; ok {
-		return n
-	}
-	return "SIG" + strconv.Itoa(int(s))
-}
-
-func (r *Runtime) lookup(id string) (*inst, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	in := r.insts[id]
-	if in == nil {
-		return nil, fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
-	}
-	return in, nil
-}
-
-// Stop implements runtime.Runtime: SIGTERM to the container's init, which
-// passes it to the workload's process group (to every process of the
-// container without an init), then SIGKILL to every process of the
-// container after the grace period. It returns once the task is deleted:
-// no process of the instance is left.
-func (r *Runtime) Stop(ctx context.Context, id string) error {
-	in, err := r.lookup(id)
-	if err != nil {
-		return err
-	}
-	in.stop.Do(func() { go r.terminate(in) })
-	select {
-	case <-in.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop %s: %w", id, ctx.Err())
-	}
-}
-
-// terminate is the escalation of one Stop.
-func (r *Runtime) terminate(in *inst) {
-	select {
-	case <-in.done:
-		return
-	default:
-	}
-	var opts []client.KillOpts
-	if r.init == "" {
-		opts = append(opts, client.WithKillAll)
-	}
-	if err := in.task.Kill(r.bg, syscall.SIGTERM, opts...); err != nil && !errdefs.IsNotFound(err) {
-		r.cfg.Log.Warn("containerd runtime: SIGTERM", "instance", in.id, "err", err)
-	}
-	t := time.NewTimer(in.grace)
-	defer t.Stop()
-	select {
-	case <-in.done:
-		return
-	case <-r.bg.Done():
-		return
-	case <-t.C:
-	}
-	// Killing init ends the PID namespace, and with it every process in
-	// it; WithKillAll also reaches any that a shared namespace would keep.
-	for attempt := 0; attempt < 5; attempt++ {
-		err := in.task.Kill(r.bg, syscall.SIGKILL, client.WithKillAll)
-		if err == nil || errdefs.IsNotFound(err) {
-			return
-		}
-		r.cfg.Log.Warn("containerd runtime: SIGKILL", "instance", in.id, "err", err)
-		select {
-		case <-in.done:
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// Status implements runtime.Runtime.
-func (r *Runtime) Status(id string) (runtime.Status, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	in := r.insts[id]
-	if in == nil {
-		return runtime.Status{}, fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
-	}
-	return in.status, nil
-}
-
-// Wait implements runtime.Runtime.
-func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
-	in, err := r.lookup(id)
-	if err != nil {
-		return runtime.Status{}, err
-	}
-	select {
-	case <-in.done:
-		return r.Status(id)
-	case <-ctx.Done():
-		return runtime.Status{}, fmt.Errorf("wait %s: %w", id, ctx.Err())
-	}
-}
-
-// Logs implements runtime.Runtime.
-func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
-	in, err := r.lookup(id)
-	if err != nil {
-		return nil, 0, err
-	}
-	if offset < 0 {
-		return nil, 0, fmt.Errorf("logs %s: negative offset %d: %w", id, offset, runtime.ErrInvalid)
-	}
-	f, err := os.Open(in.logPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil // nothing written yet
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	defer f.Close()
-	data, next, err := runtime.ReadLog(f, offset)
-	if err != nil {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	return data, next, nil
-}
-
-// Remove implements runtime.Runtime: it deletes the exited container and
-// its root filesystem, keeping the log, working directory and volumes.
-func (r *Runtime) Remove(id string) error {
-	r.mu.Lock()
-	in := r.insts[id]
-	if in == nil {
-		r.mu.Unlock()
-		return fmt.Errorf("instance %s: %w", id, runtime.ErrNotFound)
-	}
-	if in.status.State != runtime.StateExited {
-		r.mu.Unlock()
-		return fmt.Errorf("remove %s: %w", id, runtime.ErrRunning)
-	}
-	delete(r.insts, id)
-	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
-	defer cancel()
-	if err := in.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("remove %s: %w", id, err)
-	}
-	return nil
-}
-
-// StopAll stops every workload the runtime knows and waits for them, up
-// to ctx; a host process that exits (`gpucloud up` on Ctrl-C) calls it.
-func (r *Runtime) StopAll(ctx context.Context) error {
-	r.mu.Lock()
-	ids := slices.Sorted(maps.Keys(r.insts))
-	r.mu.Unlock()
-	errs := make(chan error, len(ids))
-	for _, id := range ids {
-		go func() { errs <- r.Stop(ctx, id) }()
-	}
-	var all []error
-	for range ids {
-		if err := <-errs; err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
-}
-
-// adopt loads the containers an earlier runtime left in the namespace.
-func (r *Runtime) adopt(ctx context.Context) error {
-	ctx = r.nsCtx(ctx)
-	ctrs, err := r.client.Containers(ctx)
-	if err != nil {
-		return fmt.Errorf("containerd at %s: list containers: %w", r.cfg.Socket, err)
-	}
-	for _, ctr := range ctrs {
-		labels, err := ctr.Labels(ctx)
-		if err != nil || labels[labelInstance] != ctr.ID() || labels[labelHost] != r.cfg.Host {
-			continue // not one of ours, or another host's
-		}
-		grace, _ := time.ParseDuration(labels[labelGrace])
-		started, _ := time.Parse(time.RFC3339Nano, labels[labelStarted])
-		in := &inst{
-			id: ctr.ID(), ctr: ctr, logPath: labels[labelLog], grace: max(grace, time.Second),
-			cgroup: "/" + r.cfg.Namespace + "/" + ctr.ID(), done: make(chan struct{}),
-			status: runtime.Status{State: runtime.StateRunning, StartedAt: started},
-			netns:  r.cfg.Network != nil, // the earlier runtime set it up
-		}
-		if r.mps != nil {
-			in.mpsGPU = labels[labelMPS]
-		}
-		r.insts[in.id] = in
-		task, err := ctr.Task(ctx, nil)
-		if err != nil {
-			// Its task is gone: it exited, and the exit was recorded;
-			// or it was created but never started (255: no status).
-			code, cerr := strconv.Atoi(labels[labelExit])
-			if cerr != nil {
-				code = 255
-				r.cfg.Log.Warn("containerd runtime: container without a task or exit status", "instance", in.id, "err", err)
-			}
-			exited, _ := time.Parse(time.RFC3339Nano, labels[labelExited])
-			r.finish(in, code, exited)
-			continue
-		}
-		in.task = task
-		st, err := task.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("containerd: status of %s: %w", in.id, err)
-		}
-		if st.Status == client.Stopped {
-			r.finish(in, int(st.ExitStatus), st.ExitTime)
-			continue
-		}
-		exitC, err := task.Wait(r.bg)
-		if err != nil {
-			return fmt.Errorf("containerd: wait for %s: %w", in.id, err)
-		}
-		if in.mpsGPU != "" {
-			r.mps.adoptClient(in.mpsGPU, in.id)
-		}
-		go r.reap(in, exitC)
-	}
-	return nil
 }

@@ -6,173 +6,69 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 )
 
-// The same contract as the process runtime (agent/runtime/process), case
-// for case, and what only a container gives.
+// The contract every runtime keeps (runtimetest), and what only a
+// container gives.
 
 // grace is short so that the SIGKILL path costs the tests little time.
 const grace = 300 * time.Millisecond
 
-func TestEnvironmentIsExact(t *testing.T) {
+// TestConformance runs the behaviour every runtime owes the agent.
+func TestConformance(t *testing.T) { runtimetest.Run(t, harness) }
+
+// TestContainerStartErrors: what only a container refuses, a program of
+// the host that is not in the image and an image that is not on the host
+// with pulling off, leaves no record and no container behind.
+func TestContainerStartErrors(t *testing.T) {
 	rt := newRuntime(t)
-	vol := filepath.Join(t.TempDir(), "vol-data")
 	tests := []struct {
 		desc string
 		spec runtime.Spec
+		// invalid says the error wraps runtime.ErrInvalid.
+		invalid bool
 	}{
-		{desc: "CPU-only instance sees no GPU", spec: runtime.Spec{}},
-		{desc: "whole GPUs and tenant env", spec: runtime.Spec{Devices: []string{"GPU-aaaa", "GPU-bbbb"}, GPUIndexes: []int{0, 1},
-			Env: map[string]string{"MODEL": "llama", "SPACES": "a b  c"}}},
-		{desc: "GPU share with MPS limits and metadata", spec: runtime.Spec{Devices: []string{"GPU-cccc"}, GPUIndexes: []int{2},
-			ShareMilli: 500, ShareMemoryMiB: 20480, Metadata: handlerSaying("meta")}},
-		{desc: "tenant cannot widen devices", spec: runtime.Spec{Devices: []string{"GPU-1"},
-			Env: map[string]string{"CUDA_VISIBLE_DEVICES": "all", "GPUCLOUD_INSTANCE_ID": "other", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1T"}}},
-		{desc: "volumes are passed as the paths the workload sees", spec: runtime.Spec{Volumes: []string{vol}, WorkDir: vol}},
+		{desc: "program on the host but not in the container",
+			spec: runtime.Spec{WorkDir: t.TempDir(), Command: []string{DefaultContainerd}}, invalid: true},
+		{desc: "image not on the host and pulling off",
+			spec: runtime.Spec{Image: "docker.io/library/no-such-image:0", Command: []string{"true"}}},
 	}
-	t.Setenv("CUDA_VISIBLE_DEVICES", "GPU-agent")
-	t.Setenv("GPUCLOUD_TOKEN", "secret")
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			s := tt.spec
 			s.InstanceID = newID(t)
-			s.Command = []string{"env"}
-			st, out := run(t, rt, s)
-			if st.ExitCode != 0 {
-				t.Fatalf("env exited %d: %q", st.ExitCode, out)
+			err := rt.Start(t.Context(), s)
+			if err == nil || tt.invalid && !errors.Is(err, runtime.ErrInvalid) {
+				t.Fatalf("error %v, want one (wrapping ErrInvalid: %v)", err, tt.invalid)
 			}
-			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-			slices.Sort(got)
-			lay, err := layout(withWorkDir(rt, s))
-			if err != nil {
-				t.Fatal(err)
+			if _, err := rt.Status(s.InstanceID); !errors.Is(err, runtime.ErrNotFound) {
+				t.Fatalf("the failed start left a record: %v", err)
 			}
-			if want := containerEnv(s, lay); !slices.Equal(got, want) {
-				t.Fatalf("environment\n got %q\nwant %q", got, want)
-			}
-			if s.Metadata != nil && !slices.Contains(got, "GPUCLOUD_METADATA_URL=http://169.254.169.254") {
-				t.Fatalf("the metadata URL is missing: %q", got)
-			}
-			if s.ShareMilli > 0 && !slices.Contains(got, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M") {
-				t.Fatalf("the share's MPS memory limit is missing: %q", got)
-			}
-			if len(s.Volumes) > 0 && !slices.Contains(got, "GPUCLOUD_VOLUMES=/volumes/vol-data") {
-				t.Fatalf("volumes: %q", got)
+			if left := leftBehind(t, rt, s.InstanceID); left != "" {
+				t.Fatalf("the failed start left %s", left)
 			}
 		})
 	}
 }
 
-// withWorkDir fills the working directory the runtime picks.
-func withWorkDir(rt *Runtime, s runtime.Spec) runtime.Spec {
-	if s.WorkDir == "" {
-		s.WorkDir = filepath.Join(rt.cfg.BaseDir, s.InstanceID, "work")
-	}
-	return s
-}
-
-func TestExitStatus(t *testing.T) {
+// TestVolumesMounted: the volumes, and only they, are mounted under
+// VolumesDir (the runtime makes the directories of volumes that are
+// missing).
+func TestVolumesMounted(t *testing.T) {
 	rt := newRuntime(t)
-	tests := []struct {
-		desc     string
-		script   string
-		wantCode int
-		wantSig  string
-	}{
-		{desc: "success", script: "exit 0", wantCode: 0},
-		{desc: "failure code", script: "exit 3", wantCode: 3},
-		{desc: "killed by a signal", script: "kill -KILL $$", wantCode: 137, wantSig: "SIGKILL"},
-		{desc: "terminated by a signal", script: "kill -TERM $$", wantCode: 143, wantSig: "SIGTERM"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			t.Parallel()
-			id := newID(t)
-			before := time.Now()
-			st, out := run(t, rt, runtime.Spec{InstanceID: id, Command: sh(tt.script)})
-			if st.State != runtime.StateExited || st.ExitCode != tt.wantCode || st.Signal != tt.wantSig {
-				t.Fatalf("status %+v, want exit %d signal %q; output %q", st, tt.wantCode, tt.wantSig, out)
-			}
-			if st.StartedAt.Before(before.Add(-time.Second)) || st.ExitedAt.Before(st.StartedAt) {
-				t.Fatalf("times %v..%v", st.StartedAt, st.ExitedAt)
-			}
-		})
-	}
-}
-
-func TestStop(t *testing.T) {
-	rt := newRuntime(t)
-	tests := []struct {
-		desc     string
-		script   string
-		wantCode int
-		wantSig  string
-		killed   bool
-	}{
-		{desc: "default SIGTERM disposition", script: "echo ready; sleep 30 & wait", wantCode: 143, wantSig: "SIGTERM"},
-		{desc: "trap handles SIGTERM and exits", script: "trap 'echo bye; exit 7' TERM; echo ready; sleep 30 & wait", wantCode: 7},
-		{desc: "SIGTERM ignored gets SIGKILL after grace", script: "trap '' TERM; echo ready; sleep 30", wantCode: 137, wantSig: "SIGKILL", killed: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			t.Parallel()
-			id := newID(t)
-			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh(tt.script), Grace: grace}); err != nil {
-				t.Fatal(err)
-			}
-			waitLog(t, rt, id, "ready")
-			if st, _ := rt.Status(id); st.State != runtime.StateRunning || !st.ExitedAt.IsZero() {
-				t.Fatalf("status before stop %+v", st)
-			}
-			start := time.Now()
-			if err := rt.Stop(t.Context(), id); err != nil {
-				t.Fatal(err)
-			}
-			took := time.Since(start)
-			st, err := rt.Status(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.State != runtime.StateExited || st.ExitCode != tt.wantCode || st.Signal != tt.wantSig {
-				t.Fatalf("status %+v, want exit %d signal %q", st, tt.wantCode, tt.wantSig)
-			}
-			if tt.killed && took < grace {
-				t.Fatalf("SIGKILL after %v, before the grace period of %v", took, grace)
-			}
-			if tt.wantCode == 7 && !strings.Contains(logs(t, rt, id), "bye") {
-				t.Fatal("trap output missing")
-			}
-			if err := rt.Stop(t.Context(), id); err != nil {
-				t.Fatalf("second stop: %v", err)
-			}
-		})
-	}
-}
-
-func TestStopContextEndsBeforeKill(t *testing.T) {
-	rt := newRuntime(t)
-	id := newID(t)
-	if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh("trap '' TERM; echo ready; sleep 30"), Grace: grace}); err != nil {
-		t.Fatal(err)
-	}
-	waitLog(t, rt, id, "ready")
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	defer cancel()
-	if err := rt.Stop(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("stop with a short context: %v", err)
-	}
-	if st := wait(t, rt, id); st.Signal != "SIGKILL" {
-		t.Fatalf("status %+v", st)
+	vols := []string{filepath.Join(t.TempDir(), "vol-a"), filepath.Join(t.TempDir(), "vol-b")}
+	st, out := run(t, rt, runtime.Spec{InstanceID: newID(t), Volumes: vols, Command: sh("ls " + VolumesDir)})
+	if want := "vol-a\nvol-b\n"; st.ExitCode != 0 || out != want {
+		t.Fatalf("exit %d, output %q, want %q", st.ExitCode, out, want)
 	}
 }
 
@@ -191,12 +87,11 @@ func TestNoProcessSurvives(t *testing.T) {
 		{desc: "setsid child when the leader exits by itself", script: "setsid sleep %s & echo ready; sleep 0.5; exit 0"},
 		{desc: "double fork into a new session", script: "(setsid sh -c 'sleep %s & exit 0') ; echo ready; sleep 30", stop: true},
 	}
-	for i, tt := range tests {
+	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			t.Parallel()
 			id := newID(t)
-			// A duration no other process on the host sleeps for.
-			mark := strconv.Itoa(900000+os.Getpid()%10000*10+i) + ".5"
+			mark := runtimetest.Mark()
 			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh(fmt.Sprintf(tt.script, mark)), Grace: grace}); err != nil {
 				t.Fatal(err)
 			}
@@ -215,226 +110,6 @@ func TestNoProcessSurvives(t *testing.T) {
 				t.Fatalf("processes %v outlived their instance", pids)
 			}
 		})
-	}
-}
-
-func TestStartIsIdempotent(t *testing.T) {
-	rt := newRuntime(t)
-	id := newID(t)
-	spec := runtime.Spec{InstanceID: id, Command: sh("echo started; exec sleep 30"), Grace: grace}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			if err := rt.Start(t.Context(), spec); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	waitLog(t, rt, id, "started")
-	if err := rt.Remove(id); !errors.Is(err, runtime.ErrRunning) {
-		t.Fatalf("remove while running: %v", err)
-	}
-	var stops sync.WaitGroup
-	for range 4 {
-		stops.Go(func() {
-			if err := rt.Stop(t.Context(), id); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	stops.Wait()
-	if err := rt.Start(t.Context(), spec); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := rt.Status(id); st.State != runtime.StateExited {
-		t.Fatalf("start after exit changed status: %+v", st)
-	}
-	if n := strings.Count(logs(t, rt, id), "started"); n != 1 {
-		t.Fatalf("started %d times", n)
-	}
-	if err := rt.Remove(id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rt.Status(id); !errors.Is(err, runtime.ErrNotFound) {
-		t.Fatalf("status after remove: %v", err)
-	}
-	if err := rt.Start(t.Context(), spec); err != nil {
-		t.Fatal(err)
-	}
-	waitLog(t, rt, id, "started\nstarted")
-	if err := rt.Stop(t.Context(), id); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestLogs(t *testing.T) {
-	rt := newRuntime(t)
-	id := newID(t)
-	logPath := filepath.Join(t.TempDir(), "nested", "dir", "out.log")
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(logPath, []byte("old\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	spec := runtime.Spec{InstanceID: id, LogPath: logPath,
-		Command: sh("echo out; echo err >&2; head -c " + strconv.Itoa(MaxLogChunk+10) + " /dev/zero")}
-	run(t, rt, spec)
-	// stdout and stderr are two streams into one file: their order is
-	// not fixed.
-	b, _, err := rt.Logs(id, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if all := logs(t, rt, id); len(b) != MaxLogChunk || !strings.HasPrefix(all, "old\n") ||
-		!strings.Contains(all, "out\n") || !strings.Contains(all, "err\n") {
-		t.Fatalf("first chunk: %d bytes starting %q", len(b), b[:min(len(b), 16)])
-	}
-	tests := []struct {
-		desc     string
-		offset   int64
-		wantLen  int
-		wantNext int64
-		wantErr  error
-	}{
-		{desc: "the rest", offset: MaxLogChunk, wantLen: 22, wantNext: MaxLogChunk + 22},
-		{desc: "at the end", offset: MaxLogChunk + 22, wantLen: 0, wantNext: MaxLogChunk + 22},
-		{desc: "past the end resumes at the end", offset: 1 << 30, wantLen: 0, wantNext: MaxLogChunk + 22},
-		{desc: "negative offset", offset: -1, wantErr: runtime.ErrInvalid},
-	}
-	for _, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			b, next, err := rt.Logs(id, tt.offset)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("error %v, want %v", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(b) != tt.wantLen || next != tt.wantNext {
-				t.Fatalf("got %d bytes next %d, want %d bytes next %d", len(b), next, tt.wantLen, tt.wantNext)
-			}
-		})
-	}
-}
-
-func TestWorkDirAndVolumes(t *testing.T) {
-	rt := newRuntime(t)
-	work := filepath.Join(t.TempDir(), "instances", "wd")
-	volA := filepath.Join(t.TempDir(), "vol-a")
-	volB := filepath.Join(t.TempDir(), "vol-b")
-	for _, d := range []string{work, volA, volB} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(work, "run.sh"), []byte("#!/bin/sh\npwd\necho \"$HOME\"\necho hi > $HOME/out\necho a > /volumes/vol-a/f\necho b > /volumes/vol-b/f\nls /volumes\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	id := newID(t)
-	st, out := run(t, rt, runtime.Spec{InstanceID: id, WorkDir: work, Volumes: []string{volA, volB}, Command: []string{"./run.sh"}})
-	if want := "/work\n/work\nvol-a\nvol-b\n"; st.ExitCode != 0 || out != want {
-		t.Fatalf("exit %d, output %q, want %q", st.ExitCode, out, want)
-	}
-	for _, f := range []struct{ path, want string }{
-		{filepath.Join(work, "out"), "hi\n"}, {filepath.Join(volA, "f"), "a\n"}, {filepath.Join(volB, "f"), "b\n"},
-	} {
-		if b, err := os.ReadFile(f.path); err != nil || string(b) != f.want {
-			t.Fatalf("%s: %q, %v", f.path, b, err)
-		}
-	}
-	// The working directory may be a volume: then it is seen there.
-	id2 := newID(t)
-	st, out = run(t, rt, runtime.Spec{InstanceID: id2, WorkDir: volA, Volumes: []string{volA}, Command: sh("pwd; ls")})
-	if st.ExitCode != 0 || out != "/volumes/vol-a\nf\n" {
-		t.Fatalf("exit %d, output %q", st.ExitCode, out)
-	}
-}
-
-func TestErrors(t *testing.T) {
-	rt := newRuntime(t)
-	ctx := t.Context()
-	work := t.TempDir()
-	ids := map[string]string{}
-	for _, k := range []string{"np", "np2", "np3", "np4", "cx"} {
-		ids[k] = newID(t) + "-" + k
-	}
-	tests := []struct {
-		desc    string
-		call    func() error
-		wantErr error
-	}{
-		{desc: "program not in PATH", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: ids["np"], Command: []string{"no-such-program-xyz"}})
-		}, wantErr: runtime.ErrInvalid},
-		{desc: "program not in the workload's PATH even if in the image", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: ids["np2"], Command: []string{"sh"}, Env: map[string]string{"PATH": "/nonexistent"}})
-		}, wantErr: runtime.ErrInvalid},
-		{desc: "missing program path", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: ids["np3"], Command: []string{"/no/such/file"}})
-		}, wantErr: runtime.ErrInvalid},
-		{desc: "program on the host but not in the container", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: ids["np4"], WorkDir: work, Command: []string{DefaultContainerd}})
-		}, wantErr: runtime.ErrInvalid},
-		{desc: "unsafe id", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: "../escape", Command: []string{"true"}})
-		}, wantErr: runtime.ErrInvalid},
-		{desc: "cancelled context", call: func() error {
-			c, cancel := context.WithCancel(ctx)
-			cancel()
-			return rt.Start(c, runtime.Spec{InstanceID: ids["cx"], Command: []string{"true"}})
-		}, wantErr: context.Canceled},
-		{desc: "image not on the host and pulling off", call: func() error {
-			return rt.Start(ctx, runtime.Spec{InstanceID: newID(t), Image: "docker.io/library/no-such-image:0", Command: []string{"true"}})
-		}},
-		{desc: "stop unknown", call: func() error { return rt.Stop(ctx, "nope") }, wantErr: runtime.ErrNotFound},
-		{desc: "status unknown", call: func() error { _, err := rt.Status("nope"); return err }, wantErr: runtime.ErrNotFound},
-		{desc: "wait unknown", call: func() error { _, err := rt.Wait(ctx, "nope"); return err }, wantErr: runtime.ErrNotFound},
-		{desc: "logs unknown", call: func() error { _, _, err := rt.Logs("nope", 0); return err }, wantErr: runtime.ErrNotFound},
-		{desc: "remove unknown", call: func() error { return rt.Remove("nope") }, wantErr: runtime.ErrNotFound},
-	}
-	for _, tt := range tests {
-		t.Run(tt.desc, func(t *testing.T) {
-			err := tt.call()
-			if tt.wantErr == nil {
-				if err == nil {
-					t.Fatal("no error")
-				}
-				return
-			}
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("error %v, want %v", err, tt.wantErr)
-			}
-		})
-	}
-	// A failed start leaves nothing behind: no record, no container.
-	for _, id := range ids {
-		if _, err := rt.Status(id); !errors.Is(err, runtime.ErrNotFound) {
-			t.Fatalf("failed start of %s left a record: %v", id, err)
-		}
-		if _, err := rt.client.LoadContainer(rt.nsCtx(ctx), id); err == nil {
-			t.Fatalf("failed start of %s left a container", id)
-		}
-	}
-}
-
-func TestWaitHonoursContext(t *testing.T) {
-	rt := newRuntime(t)
-	id := newID(t)
-	if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: []string{"sleep", "30"}, Grace: grace}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
-	defer cancel()
-	if _, err := rt.Wait(ctx, id); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait: %v", err)
-	}
-	if err := rt.Stop(t.Context(), id); err != nil {
-		t.Fatal(err)
 	}
 }
 

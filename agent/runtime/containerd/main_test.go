@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 )
 
 // The package's tests share one private containerd, started by TestMain in
@@ -218,92 +218,59 @@ func newID(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", name, idSeq.Add(1))
 }
 
-func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+func sh(script string) []string { return runtimetest.Sh(script) }
 
-// logs reads an instance's whole output.
-func logs(t testing.TB, rt runtime.Runtime, id string) string {
-	t.Helper()
-	var out []byte
-	var off int64
-	for range 1000 {
-		b, next, err := rt.Logs(id, off)
+// Shorter names for the suite's helpers, which the package's own tests use
+// throughout.
+var (
+	logs    = runtimetest.Logs
+	waitLog = runtimetest.WaitLog
+	wait    = runtimetest.Wait
+	run     = runtimetest.Exec
+	// hostProcesses returns the PIDs of host processes whose command
+	// line holds every one of args.
+	hostProcesses = runtimetest.HostProcesses
+)
+
+// harness runs the conformance suite on runtimes of the shared daemon.
+var harness = runtimetest.Harness{
+	New:        func(t *testing.T) runtime.Runtime { return newRuntime(t) },
+	ID:         func(t *testing.T) string { return newID(t) },
+	Grace:      grace,
+	StartSlack: time.Second,
+	Environ: func(rt runtime.Runtime, s runtime.Spec) []string {
+		lay, err := layout(withWorkDir(rt.(*Runtime), s))
 		if err != nil {
-			t.Fatal(err)
+			return []string{"no layout: " + err.Error()}
 		}
-		out = append(out, b...)
-		if next == off {
-			break
-		}
-		off = next
-	}
-	return string(out)
-}
-
-// waitLog polls until the output contains s.
-func waitLog(t testing.TB, rt runtime.Runtime, id, s string) string {
-	t.Helper()
-	var out string
-	testkit.EventuallySays(t, 20*time.Second, fmt.Sprintf("the output of %s to contain %q", id, s), func() (bool, string) {
-		out = logs(t, rt, id)
-		return strings.Contains(out, s), fmt.Sprintf("%q", out)
-	})
-	return out
-}
-
-func wait(t testing.TB, rt runtime.Runtime, id string) runtime.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	st, err := rt.Wait(ctx, id)
-	if err != nil {
-		t.Fatalf("%v; output %q", err, logs(t, rt, id))
-	}
-	return st
-}
-
-// run starts a workload, waits for it and returns its status and output.
-func run(t testing.TB, rt runtime.Runtime, s runtime.Spec) (runtime.Status, string) {
-	t.Helper()
-	if err := rt.Start(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	st := wait(t, rt, s.InstanceID)
-	return st, logs(t, rt, s.InstanceID)
-}
-
-// hostProcesses returns the PIDs of host processes whose command line
-// contains every one of args, as separate arguments.
-func hostProcesses(args ...string) []int {
-	var pids []int
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		parts := strings.Split(string(b), "\x00")
-		all := true
-		for _, a := range args {
-			found := false
-			for _, p := range parts {
-				if p == a {
-					found = true
-				}
+		return containerEnv(s, lay)
+	},
+	Seen: func(rt runtime.Runtime, s runtime.Spec, dir string) string {
+		lay, _ := layout(withWorkDir(rt.(*Runtime), s))
+		for _, b := range lay.binds {
+			if b[0] == filepath.Clean(dir) {
+				return b[1]
 			}
-			all = all && found
 		}
-		if all {
-			pids = append(pids, pid)
-		}
+		return "(not mounted)"
+	},
+	LeftBehind: func(t *testing.T, rt runtime.Runtime, id string) string { return leftBehind(t, rt.(*Runtime), id) },
+}
+
+// withWorkDir fills the working directory the runtime picks.
+func withWorkDir(rt *Runtime, s runtime.Spec) runtime.Spec {
+	if s.WorkDir == "" {
+		s.WorkDir = filepath.Join(rt.cfg.BaseDir, s.InstanceID, "work")
 	}
-	return pids
+	return s
+}
+
+// leftBehind says whether containerd still holds a container of id.
+func leftBehind(t *testing.T, rt *Runtime, id string) string {
+	if _, err := rt.client.LoadContainer(rt.nsCtx(t.Context()), id); err == nil {
+		return "a container"
+	}
+	return ""
 }
 
 // hostNamespace is the host's namespace link of a kind ("pid", "net").

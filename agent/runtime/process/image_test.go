@@ -9,17 +9,8 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 )
-
-// run starts a workload and returns its exit status and output.
-func run(t *testing.T, rt *Runtime, s runtime.Spec) (runtime.Status, string) {
-	t.Helper()
-	if err := rt.Start(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	st := wait(t, rt, s.InstanceID)
-	return st, logs(t, rt, s.InstanceID)
-}
 
 // TestImageIgnoredWithOneWarning: a workload that names an image runs its
 // command on the host all the same, and only the first such start warns.
@@ -29,7 +20,7 @@ func TestImageIgnoredWithOneWarning(t *testing.T) {
 	var buf bytes.Buffer
 	rt := New(t.TempDir()).SetLog(slog.New(slog.NewTextHandler(&buf, nil)))
 	for _, id := range []string{"i-img-1", "i-img-2"} {
-		st, out := run(t, rt, runtime.Spec{InstanceID: id, Image: "docker.io/library/python:3.12", Command: sh("echo ran")})
+		st, out := runtimetest.Exec(t, rt, runtime.Spec{InstanceID: id, Image: "docker.io/library/python:3.12", Command: sh("echo ran")})
 		if st.State != runtime.StateExited || st.ExitCode != 0 || out != "ran\n" {
 			t.Errorf("%s: %+v, output %q; want the command run on the host", id, st, out)
 		}
@@ -41,7 +32,7 @@ func TestImageIgnoredWithOneWarning(t *testing.T) {
 	// A second runtime of the process does not warn again.
 	buf.Reset()
 	other := New(t.TempDir()).SetLog(slog.New(slog.NewTextHandler(&buf, nil)))
-	run(t, other, runtime.Spec{InstanceID: "i-img-3", Image: "python", Command: sh("true")})
+	runtimetest.Exec(t, other, runtime.Spec{InstanceID: "i-img-3", Image: "python", Command: sh("true")})
 	if buf.Len() != 0 {
 		t.Errorf("a second runtime logged %q", buf.String())
 	}

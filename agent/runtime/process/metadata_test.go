@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 )
 
 // TestWorkloadReadsMetadata runs this test binary as a workload that reads
@@ -38,11 +39,11 @@ func TestWorkloadReadsMetadata(t *testing.T) {
 	if err := rt.Start(t.Context(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if st := wait(t, rt, "md-1"); st.ExitCode != 0 {
-		t.Fatalf("workload exited %d: %s", st.ExitCode, logs(t, rt, "md-1"))
+	if st := runtimetest.Wait(t, rt, "md-1"); st.ExitCode != 0 {
+		t.Fatalf("workload exited %d: %s", st.ExitCode, runtimetest.Logs(t, rt, "md-1"))
 	}
 	want := `{"id":"md-1","offering":"l40s.1x","gpus":["GPU-x"],"tags":{},"zone":"z","host":"h"}` + "\n"
-	if got := logs(t, rt, "md-1"); got != want {
+	if got := runtimetest.Logs(t, rt, "md-1"); got != want {
 		t.Fatalf("workload read %q, want %q", got, want)
 	}
 }

@@ -181,6 +181,22 @@ func (v *pools) pickSpot() int {
 	return pick
 }
 
+// pick is the pool of the next launch and whether it is on demand: a
+// spot launch goes on demand when no spot pool has room; -1 when no pool
+// of the market it ends in has room.
+func (v *pools) pick(wantOD bool) (pool int, od bool) {
+	pool, od = -1, wantOD
+	if !wantOD {
+		if pool = v.pickSpot(); pool < 0 {
+			od = true
+		}
+	}
+	if od {
+		pool = v.pickOD()
+	}
+	return pool, od
+}
+
 // mstate is a counted member with what the planner derives from it.
 type mstate struct {
 	m                *Member
@@ -331,11 +347,61 @@ func scaleInPick(ms []*mstate, mx cloud.MixedInstances, o, n int) int {
 // rose), the kept surplus goes, then members in scale-in order (see
 // scaleInPick), down to Min.
 func (p *planner) reconcile(d int, blocked bool) result {
-	g := p.g
-	mx := g.Mixed
-	ratio := SpotPriceRatio(mx)
-	pv := newPools(g, p.in.Pools, ratio)
-	var good, surplus []*mstate
+	rc := &reconciliation{d: d, mx: p.g.Mixed, ratio: SpotPriceRatio(p.g.Mixed), budget: p.g.BudgetPerHour}
+	rc.pv = newPools(p.g, p.in.Pools, rc.ratio)
+	p.classify(rc)
+	p.splitMix(rc)
+	p.launch(rc, blocked)
+	p.releaseSurplus(rc)
+	rc.res.desired = d
+	if rc.budgetCut {
+		rc.res.desired = max(p.minC, min(d, rc.fleet))
+		p.limit = "budget"
+		p.say("budget %s/h: %d instance(s) cost %s/h, the next launch does not fit", rc.budget, rc.size+len(rc.surplus), rc.cost)
+	}
+	if rc.budget > 0 && len(rc.res.launch) == 0 {
+		p.trimToBudget(rc)
+	}
+	return rc.res
+}
+
+// reconciliation is what reconcile works out, step by step.
+type reconciliation struct {
+	d      int // the desired capacity
+	mx     cloud.MixedInstances
+	ratio  int // the spot price ratio, percent
+	budget money.Micros
+	pv     *pools
+	// good are the members the mix may keep; surplus those to replace,
+	// then those over their market's share too. nReplace counts the
+	// first, extra the second.
+	good, surplus   []*mstate
+	nReplace, extra int
+	// keepOD and keepSpot are the members each market keeps; kept counts
+	// both. odSlots and spotSlots are the markets' shares of d, after
+	// fallbacks.
+	keepOD, keepSpot   []*mstate
+	kept               int
+	odSlots, spotSlots int
+	// cost is the hourly price of the members and launches so far; size
+	// the fleet the launches grow; budgetCut says the budget stopped
+	// them.
+	cost      money.Micros
+	size      int
+	budgetCut bool
+	// cut is how many surplus members (in release order) go; fleet is
+	// what stays: kept, launched, and surplus kept until replacements
+	// run.
+	cut, fleet int
+	res        result
+}
+
+// classify derives each counted member's state and sorts the members
+// into good and, to be replaced, surplus: rebalance recommendations (with
+// CapacityRebalance) and spot members in a pool over the price ratio.
+// Held members are always good.
+func (p *planner) classify(rc *reconciliation) {
+	pv := rc.pv
 	states := make([]mstate, len(p.counted))
 	for k, m := range p.counted {
 		s := &states[k]
@@ -351,32 +417,37 @@ func (p *planner) reconcile(d int, blocked bool) result {
 		}
 		switch {
 		case m.Held:
-			good = append(good, s)
-		case mx.CapacityRebalance && m.Rebalance:
+			rc.good = append(rc.good, s)
+		case rc.mx.CapacityRebalance && m.Rebalance:
 			s.why, s.class = ReleaseRebalance, 1
-			surplus = append(surplus, s)
-		case !s.od && s.pool >= 0 && OverRatio(pv.p[s.pool], ratio):
+			rc.surplus = append(rc.surplus, s)
+		case !s.od && s.pool >= 0 && OverRatio(pv.p[s.pool], rc.ratio):
 			s.why, s.class = cloud.ReclaimPriceMove, 2
-			surplus = append(surplus, s)
+			rc.surplus = append(rc.surplus, s)
 		default:
-			good = append(good, s)
+			rc.good = append(rc.good, s)
 		}
 	}
-	nReplace := len(surplus)
-	if nReplace > 0 {
-		p.say("%d member(s) to replace (rebalance or spot price over %d%% of on demand)", nReplace, ratio)
+	rc.nReplace = len(rc.surplus)
+	if rc.nReplace > 0 {
+		p.say("%d member(s) to replace (rebalance or spot price over %d%% of on demand)", rc.nReplace, rc.ratio)
 	}
-	n := d
-	// The mix's slots.
+}
+
+// splitMix gives each market its share of d, moving a share that cannot
+// be launched to the other market (fallback), and keeps each market's
+// good members up to its share; the rest are surplus.
+func (p *planner) splitMix(rc *reconciliation) {
+	n, pv := rc.d, rc.pv
 	var goodOD, goodSpot []*mstate
-	for _, s := range good {
+	for _, s := range rc.good {
 		if s.od {
 			goodOD = append(goodOD, s)
 		} else {
 			goodSpot = append(goodSpot, s)
 		}
 	}
-	tOD := OnDemandShare(mx, n)
+	tOD := OnDemandShare(rc.mx, n)
 	tSpot := n - tOD
 	spotCap := capacity(pv.freeSpot, pv.usable)
 	if len(pv.usable) == 0 {
@@ -385,79 +456,85 @@ func (p *planner) reconcile(d int, blocked bool) result {
 	odCap := capacity(pv.freeOD, nil)
 	odDef, spotDef := max(0, tOD-len(goodOD)), max(0, tSpot-len(goodSpot))
 	odFill, spotFill := min(odDef, odCap), min(spotDef, spotCap)
-	odSlots, spotSlots := tOD+spotDef-spotFill, tSpot+odDef-odFill
+	rc.odSlots, rc.spotSlots = tOD+spotDef-spotFill, tSpot+odDef-odFill
 	if spotDef > spotFill && tSpot > 0 {
 		p.say("spot unavailable for %d: on demand instead", spotDef-spotFill)
 	}
-	keepOD, extraOD := keepUpTo(goodOD, odSlots)
-	keepSpot, extraSpot := keepUpTo(goodSpot, spotSlots)
+	var extraOD, extraSpot []*mstate
+	rc.keepOD, extraOD = keepUpTo(goodOD, rc.odSlots)
+	rc.keepSpot, extraSpot = keepUpTo(goodSpot, rc.spotSlots)
+	rc.extra = len(extraOD) + len(extraSpot)
 	for _, s := range append(extraOD, extraSpot...) {
 		s.why, s.class = cloud.ReclaimScaleIn, 3
 		if s.booting {
 			s.class = 0
 		}
-		surplus = append(surplus, s)
+		rc.surplus = append(rc.surplus, s)
 	}
-	for _, s := range surplus {
+	for _, s := range rc.surplus {
 		if s.booting {
 			s.class = 0
 		}
 	}
-	kept := len(keepOD) + len(keepSpot)
-	if kept > n {
-		p.say("%d held member(s) keep the group above %d", kept-n, n)
+	rc.kept = len(rc.keepOD) + len(rc.keepSpot)
+	if rc.kept > n {
+		p.say("%d held member(s) keep the group above %d", rc.kept-n, n)
 	}
-	// Launches.
-	total := max(0, n-kept)
-	remOD, remSpot := max(0, odSlots-len(keepOD)), max(0, spotSlots-len(keepSpot))
+}
+
+// heldCost is the hourly price of every counted member, and of the
+// members released idle this step, which are paid for through their
+// notice.
+func (p *planner) heldCost(rc *reconciliation) money.Micros {
+	var cost money.Micros
+	for _, s := range rc.good {
+		cost += s.price
+	}
+	for _, s := range rc.surplus {
+		cost += s.price
+	}
+	for _, m := range p.idle {
+		cost += rc.pv.price(rc.pv.find(m.Offering, m.Zone), m.Market != cloud.MarketSpot)
+	}
+	return cost
+}
+
+// launch fills the kept members up to d, each launch in the market the
+// mix wants next, until the pools have no room or the budget is reached;
+// none while launches are blocked.
+func (p *planner) launch(rc *reconciliation, blocked bool) {
+	n, pv, g := rc.d, rc.pv, p.g
+	total := max(0, n-rc.kept)
+	remOD, remSpot := max(0, rc.odSlots-len(rc.keepOD)), max(0, rc.spotSlots-len(rc.keepSpot))
 	if remOD+remSpot > total {
 		cut := remOD + remSpot - total
 		c := min(cut, remSpot)
 		remSpot -= c
 		remOD -= cut - c
 	}
-	for _, s := range keepSpot {
+	for _, s := range rc.keepSpot {
 		if s.pool >= 0 {
 			pv.spotCount[s.pool]++
 		}
 		pv.spotTotal++
 	}
-	var cost money.Micros
-	for _, s := range good {
-		cost += s.price
-	}
-	for _, s := range surplus {
-		cost += s.price
-	}
-	for _, m := range p.idle {
-		// Released for idleness, still paid for through the notice.
-		cost += pv.price(pv.find(m.Offering, m.Zone), m.Market != cloud.MarketSpot)
-	}
-	budget := g.BudgetPerHour
-	growth := max(0, d-max(g.Desired, len(p.counted)))
+	rc.cost = p.heldCost(rc)
+	growth := max(0, rc.d-max(g.Desired, len(p.counted)))
 	var reasons []string
-	for _, s := range surplus {
+	for _, s := range rc.surplus {
 		if s.class == 1 || s.class == 2 {
 			reasons = append(reasons, s.why)
 		}
 	}
-	var res result
-	curOD, size := len(keepOD), kept
-	budgetCut, noRoom := false, false
+	curOD := len(rc.keepOD)
+	rc.size = rc.kept
+	noRoom := false
 	if blocked && remOD+remSpot > 0 {
 		remOD, remSpot = 0, 0
 	}
 	for remOD+remSpot > 0 {
-		wantOD := remSpot == 0 || remOD > 0 && curOD < OnDemandShare(mx, size+1)
-		pool, od := -1, wantOD
-		if !wantOD {
-			if pool = pv.pickSpot(); pool < 0 {
-				od = true
-			}
-		}
-		if od {
-			pool = pv.pickOD()
-		}
+		wantOD := remSpot == 0 || remOD > 0 && curOD < OnDemandShare(rc.mx, rc.size+1)
+		pool, od := pv.pick(wantOD)
 		if pool < 0 {
 			noRoom = true
 			if wantOD {
@@ -468,17 +545,17 @@ func (p *planner) reconcile(d int, blocked bool) result {
 			continue
 		}
 		price := pv.price(pool, od)
-		if budget > 0 && cost+price > budget {
-			budgetCut = true
+		if rc.budget > 0 && rc.cost+price > rc.budget {
+			rc.budgetCut = true
 			break
 		}
-		cost += price
+		rc.cost += price
 		why := "scale-out"
-		if len(res.launch) >= growth {
+		if len(rc.res.launch) >= growth {
 			why = "mix"
-			if k := len(res.launch) - growth; k < len(reasons) {
+			if k := len(rc.res.launch) - growth; k < len(reasons) {
 				why = reasons[k]
-			} else if d <= g.Desired {
+			} else if rc.d <= g.Desired {
 				why = "replace"
 			}
 		}
@@ -487,98 +564,96 @@ func (p *planner) reconcile(d int, blocked bool) result {
 			market = cloud.MarketOnDemand
 			curOD++
 		}
-		res.launch = append(res.launch, Launch{Offering: pv.p[pool].Offering, Zone: pv.p[pool].Zone, Market: market, Reason: why})
+		rc.res.launch = append(rc.res.launch, Launch{Offering: pv.p[pool].Offering, Zone: pv.p[pool].Zone, Market: market, Reason: why})
 		if wantOD {
 			remOD--
 		} else {
 			remSpot--
 		}
-		size++
+		rc.size++
 	}
 	if noRoom {
-		p.say("no room for %d launch(es) in the template's pools", total-len(res.launch))
+		p.say("no room for %d launch(es) in the template's pools", total-len(rc.res.launch))
 	}
-	L := len(res.launch)
-	// Releases: surplus beyond what holds d until the launches run.
+}
+
+// releaseSurplus releases the surplus in release order, but keeps enough
+// running surplus members that the kept members and launches hold d
+// running instances (launch first, release when the replacement runs),
+// and enough to hold d at all while launches are blocked.
+func (p *planner) releaseSurplus(rc *reconciliation) {
+	n, L := rc.d, len(rc.res.launch)
 	running := 0
-	for _, s := range keepOD {
-		if s.running {
-			running++
-		}
-	}
-	for _, s := range keepSpot {
+	for _, s := range append(append([]*mstate(nil), rc.keepOD...), rc.keepSpot...) {
 		if s.running {
 			running++
 		}
 	}
 	runningSurplus := 0
-	for _, s := range surplus {
+	for _, s := range rc.surplus {
 		if s.running {
 			runningSurplus++
 		}
 	}
-	keep := min(len(surplus), max(0, min(runningSurplus, n-running), n-(kept+L)))
-	slices.SortStableFunc(surplus, func(a, b *mstate) int { return order(releaseFirst, a, b) })
-	cut := len(surplus) - keep
-	for _, s := range surplus[:cut] {
-		res.release = append(res.release, Release{InstanceID: s.m.ID, Reason: s.why})
+	keep := min(len(rc.surplus), max(0, min(runningSurplus, n-running), n-(rc.kept+L)))
+	slices.SortStableFunc(rc.surplus, func(a, b *mstate) int { return order(releaseFirst, a, b) })
+	rc.cut = len(rc.surplus) - keep
+	for _, s := range rc.surplus[:rc.cut] {
+		rc.res.release = append(rc.res.release, Release{InstanceID: s.m.ID, Reason: s.why})
 	}
-	if keep > 0 && nReplace+len(extraOD)+len(extraSpot) > 0 {
+	if keep > 0 && rc.nReplace+rc.extra > 0 {
 		p.say("%d surplus member(s) kept until replacements run", keep)
 	}
-	fleet := kept + L + keep
-	res.desired = d
-	if budgetCut {
-		res.desired = max(p.minC, min(d, fleet))
+	rc.fleet = rc.kept + L + keep
+}
+
+// trimToBudget, when the members kept cost more than the budget (prices
+// rose) and nothing launches, releases the kept surplus, then members in
+// scale-in order (see scaleInPick), down to min.
+func (p *planner) trimToBudget(rc *reconciliation) {
+	budget := rc.budget
+	keptMembers := append(append([]*mstate(nil), rc.keepOD...), rc.keepSpot...)
+	rest := rc.surplus[rc.cut:]
+	var fcost money.Micros
+	for _, s := range keptMembers {
+		fcost += s.price
+	}
+	for _, s := range rest {
+		fcost += s.price
+	}
+	trimmed := 0
+	for fcost > budget && len(rest) > 0 && rc.fleet > p.minC {
+		s := rest[0]
+		rest = rest[1:]
+		rc.res.release = append(rc.res.release, Release{InstanceID: s.m.ID, Reason: s.why})
+		fcost -= s.price
+		rc.fleet--
+		trimmed++
+	}
+	o := len(rc.keepOD)
+	for fcost > budget && rc.fleet > p.minC {
+		i := scaleInPick(keptMembers, rc.mx, o, len(keptMembers))
+		if i < 0 {
+			break
+		}
+		s := keptMembers[i]
+		keptMembers = append(keptMembers[:i], keptMembers[i+1:]...)
+		if s.od {
+			o--
+		}
+		rc.res.release = append(rc.res.release, Release{InstanceID: s.m.ID, Reason: cloud.ReclaimScaleIn})
+		fcost -= s.price
+		rc.fleet--
+		trimmed++
+	}
+	if trimmed > 0 {
+		rc.res.desired = max(p.minC, min(rc.res.desired, rc.fleet))
 		p.limit = "budget"
-		p.say("budget %s/h: %d instance(s) cost %s/h, the next launch does not fit", budget, size+len(surplus), cost)
+		p.say("budget %s/h: members cost more at current prices; %d released, %s/h left", budget, trimmed, fcost)
 	}
-	// Budget trim: prices rose above the budget.
-	if budget > 0 && L == 0 {
-		keptMembers := append(append([]*mstate(nil), keepOD...), keepSpot...)
-		rest := surplus[cut:]
-		var fcost money.Micros
-		for _, s := range keptMembers {
-			fcost += s.price
-		}
-		for _, s := range rest {
-			fcost += s.price
-		}
-		trimmed := 0
-		for fcost > budget && len(rest) > 0 && fleet > p.minC {
-			s := rest[0]
-			rest = rest[1:]
-			res.release = append(res.release, Release{InstanceID: s.m.ID, Reason: s.why})
-			fcost -= s.price
-			fleet--
-			trimmed++
-		}
-		o := len(keepOD)
-		for fcost > budget && fleet > p.minC {
-			i := scaleInPick(keptMembers, mx, o, len(keptMembers))
-			if i < 0 {
-				break
-			}
-			s := keptMembers[i]
-			keptMembers = append(keptMembers[:i], keptMembers[i+1:]...)
-			if s.od {
-				o--
-			}
-			res.release = append(res.release, Release{InstanceID: s.m.ID, Reason: cloud.ReclaimScaleIn})
-			fcost -= s.price
-			fleet--
-			trimmed++
-		}
-		if trimmed > 0 {
-			res.desired = max(p.minC, min(res.desired, fleet))
-			p.limit = "budget"
-			p.say("budget %s/h: members cost more at current prices; %d released, %s/h left", budget, trimmed, fcost)
-		}
-		if fcost > budget {
-			p.say("budget %s/h exceeded: %s/h held by min %d or held members", budget, fcost, p.minC)
-		}
+	if fcost > budget {
+		p.say("budget %s/h exceeded: %s/h held by min %d or held members", budget, fcost, p.minC)
 	}
-	return res
 }
 
 // order turns a less function into a comparison.

@@ -1,13 +1,10 @@
-// Package autoscale decides how many instances a group should hold. Its
-// policies are pure: they read a demand history and the group's limits and
-// return a decision, with no I/O, no clock and no global randomness. The
-// same code runs in the demand replay (Replay, behind `gpucloud sim
-// autoscale`) and is meant to run in the group controller.
+// The demand half's policies and their configuration.
 //
 // Time model. A policy is called at the start of each step of the series
 // (Input.Now) and sees the demand of the steps before it (Input.Past), never
 // the step that is starting. A scale-out is usable Boot after the decision;
 // a scale-in takes effect at once. docs/AUTOSCALING.md has the semantics.
+
 package autoscale
 
 import (
@@ -156,13 +153,13 @@ type Config struct {
 	ScaleInWindow time.Duration
 	// Cooldown blocks step's next action after one (default 5 minutes).
 	Cooldown time.Duration
-	// LearnSteps is how many steps of the latest history scheduled
-	// learns its schedule from, once they are there and again every
+	// LearnSteps is how many steps of the latest history the scheduled
+	// policy learns its WeekSchedule from, once they are there and again every
 	// week after. 0 means one week.
 	LearnSteps int
-	// Schedule, when not nil, is scheduled's given capacity per hour of
-	// the week (index 0 is Sunday 00:00–01:00 in the series' zone).
-	Schedule *Schedule
+	// WeekSchedule, when not nil, is the scheduled policy's given
+	// capacity per hour of the week (index 0 is Sunday 00:00–01:00 in the series' zone).
+	WeekSchedule *WeekSchedule
 	// SafetySigmas is gpucloud's margin over its forecast, in standard
 	// deviations of its own recent forecast error (default 2).
 	SafetySigmas float64
@@ -213,7 +210,7 @@ func (c Config) validate() error {
 var constructors = map[string]func(Config) Policy{
 	"target":     newTarget,
 	"step":       newStep,
-	"scheduled":  newScheduled,
+	"scheduled":  newWeeklySchedule,
 	"predictive": newPredictive,
 	"gpucloud":   newGPUCloud,
 }

@@ -326,10 +326,10 @@ func TestReplayErrors(t *testing.T) {
 }
 
 func TestScheduledGiven(t *testing.T) {
-	var sch Schedule
+	var sch WeekSchedule
 	sch[hourOfWeek(t0.Add(2*time.Hour))] = 7 // Monday 02:00
 	s := Series{Start: t0, Interval: 30 * time.Minute, GPUs: make([]float64, 10)}
-	ds := decisions(t, "scheduled", s, ReplayOptions{Config: Config{Schedule: &sch, Boot: 5 * time.Minute, Buffer: 5 * time.Minute}, HistorySteps: 0})
+	ds := decisions(t, "scheduled", s, ReplayOptions{Config: Config{WeekSchedule: &sch, Boot: 5 * time.Minute, Buffer: 5 * time.Minute}, HistorySteps: 0})
 	// Each step holds the hours it spans through boot+buffer after it:
 	// 01:30 reaches into 02:00, 02:30 is in it, 03:00 is not.
 	for i, d := range ds {

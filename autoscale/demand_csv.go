@@ -65,24 +65,9 @@ func ParseCSV(r io.Reader, source string, opt CSVOptions) (Series, error) {
 	if err != nil {
 		return Series{}, fmt.Errorf("%s: %w", source, err)
 	}
-	ct, cv := -1, -1
-	var names []string
-	for i, h := range header {
-		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
-		names = append(names, h)
-		switch {
-		case strings.EqualFold(h, opt.TimeColumn):
-			ct = i
-		case strings.EqualFold(h, opt.ValueColumn):
-			cv = i
-		}
-	}
-	if ct < 0 || cv < 0 {
-		missing := opt.TimeColumn
-		if ct >= 0 {
-			missing = opt.ValueColumn
-		}
-		return Series{}, fmt.Errorf("%s:1: no column %q in the header (columns: %s)", source, missing, strings.Join(names, ", "))
+	ct, cv, err := csvColumns(header, source, opt)
+	if err != nil {
+		return Series{}, err
 	}
 	var (
 		s        Series
@@ -164,4 +149,28 @@ func WriteCSV(w io.Writer, s Series) error {
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+// csvColumns finds the time and value columns in a demand file's header.
+func csvColumns(header []string, source string, opt CSVOptions) (ct, cv int, err error) {
+	ct, cv = -1, -1
+	var names []string
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		names = append(names, h)
+		switch {
+		case strings.EqualFold(h, opt.TimeColumn):
+			ct = i
+		case strings.EqualFold(h, opt.ValueColumn):
+			cv = i
+		}
+	}
+	if ct < 0 || cv < 0 {
+		missing := opt.TimeColumn
+		if ct >= 0 {
+			missing = opt.ValueColumn
+		}
+		return -1, -1, fmt.Errorf("%s:1: no column %q in the header (columns: %s)", source, missing, strings.Join(names, ", "))
+	}
+	return ct, cv, nil
 }

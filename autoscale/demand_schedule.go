@@ -2,15 +2,18 @@ package autoscale
 
 import "time"
 
-// Schedule is a capacity in instances per hour of the week: index 0 is
-// Sunday 00:00–01:00 in the zone of the series' times.
-type Schedule [168]int
+// WeekSchedule is a capacity in instances per hour of the week: index 0
+// is Sunday 00:00–01:00 in the zone of the series' times. It is the
+// demand replay's "scheduled" policy; a live group's scheduled policies
+// are cron actions instead (Cron, planner.cronAction).
+type WeekSchedule [168]int
 
-// hourOfWeek is t's index in a Schedule.
+// hourOfWeek is t's index in a WeekSchedule.
 func hourOfWeek(t time.Time) int { return int(t.Weekday())*24 + t.Hour() }
 
-// scheduled holds a capacity per hour of the week, like a set of cron
-// actions. It is given (Config.Schedule) or learned from the latest
+// weeklySchedule is the replay's "scheduled" policy: it holds a capacity
+// per hour of the week, like a set of cron actions. It is given
+// (Config.WeekSchedule) or learned from the latest
 // LearnSteps of history (a week by default) as soon as they are there,
 // and learned again every week: each hour of the week gets the
 // instances that held the highest demand seen in it (hours not seen take
@@ -18,27 +21,27 @@ func hourOfWeek(t time.Time) int { return int(t.Weekday())*24 + t.Hour() }
 // set ahead of need, each step holds the largest capacity of the hours
 // from now until Boot+Buffer after the step ends. Until the schedule is
 // learned it holds the peak demand seen so far.
-type scheduled struct {
+type weeklySchedule struct {
 	cfg     Config
-	sched   *Schedule
+	sched   *WeekSchedule
 	peak    float64 // highest demand seen, before the schedule is learned
 	learned bool
 	given   bool
 	at      int // len(Past) when last learned
 }
 
-func newScheduled(cfg Config) Policy {
-	p := &scheduled{cfg: cfg}
-	if cfg.Schedule != nil {
-		s := *cfg.Schedule
+func newWeeklySchedule(cfg Config) Policy {
+	p := &weeklySchedule{cfg: cfg}
+	if cfg.WeekSchedule != nil {
+		s := *cfg.WeekSchedule
 		p.sched, p.learned, p.given = &s, true, true
 	}
 	return p
 }
 
-func (p *scheduled) Name() string { return "scheduled" }
+func (p *weeklySchedule) Name() string { return "scheduled" }
 
-func (p *scheduled) learnSteps(in Input) int {
+func (p *weeklySchedule) learnSteps(in Input) int {
 	if p.cfg.LearnSteps > 0 {
 		return p.cfg.LearnSteps
 	}
@@ -46,7 +49,7 @@ func (p *scheduled) learnSteps(in Input) int {
 }
 
 // learn sets the schedule from the last n steps of in.Past.
-func (p *scheduled) learn(in Input, n int) {
+func (p *weeklySchedule) learn(in Input, n int) {
 	var week [168]float64
 	var seen [168]bool
 	var day [24]float64
@@ -65,7 +68,7 @@ func (p *scheduled) learn(in Input, n int) {
 		}
 		all = max(all, v)
 	}
-	var s Schedule
+	var s WeekSchedule
 	for h := range s {
 		v := all
 		if seen[h] {
@@ -78,7 +81,7 @@ func (p *scheduled) learn(in Input, n int) {
 	p.sched, p.learned, p.at = &s, true, len(in.Past)
 }
 
-func (p *scheduled) Decide(in Input) Decision {
+func (p *weeklySchedule) Decide(in Input) Decision {
 	if !p.given {
 		n := p.learnSteps(in)
 		week := max(1, int(7*24*time.Hour/in.Interval))
