@@ -673,7 +673,7 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 		}
 		now := s.now()
 		g.UpdatedAt = now
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, was.State); err != nil {
 			return err
 		}
 		reason := fmt.Sprintf("group %s updated: %s", g.Name, strings.Join(changed, ", "))
@@ -733,7 +733,7 @@ func (s *Groups) SetDesired(ctx context.Context, a Actor, id string, n int, hono
 		if k := len(g.Status.Decisions); k > MaxGroupDecisions {
 			g.Status.Decisions = g.Status.Decisions[k-MaxGroupDecisions:]
 		}
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, g.State); err != nil {
 			return err
 		}
 		return appendGroupEvent(ctx, tx, g, cloud.EventGroupScaling, a.ID, now,
@@ -767,8 +767,9 @@ func (s *Groups) Delete(ctx context.Context, a Actor, id string, ifMatch int64) 
 			return nil
 		}
 		now := s.now()
+		from := g.State
 		g.State, g.UpdatedAt = cloud.GroupDeleting, now
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, from); err != nil {
 			return err
 		}
 		return appendGroupEvent(ctx, tx, g, cloud.EventGroup, a.ID, now,
