@@ -19,7 +19,7 @@ var spotTransitions = map[cloud.SpotRequestState][]cloud.SpotRequestState{
 	cloud.SpotActive: {cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled, cloud.SpotClosed, cloud.SpotCancelled},
 	// disabled: the tenant starts the instance again (open, then active),
 	// it ends (closed), or the tenant cancels.
-	cloud.SpotDisabled: {cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled, cloud.SpotClosed, cloud.SpotCancelled},
+	cloud.SpotDisabled:  {cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled, cloud.SpotClosed, cloud.SpotCancelled},
 	cloud.SpotClosed:    nil,
 	cloud.SpotCancelled: nil,
 }
