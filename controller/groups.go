@@ -628,10 +628,10 @@ func (c *Groups) apply(ctx context.Context, g *cloud.Group, members, failed []*c
 			_, err := service.LaunchGroupMember(ctx, tx, c.Catalog, cur,
 				service.LaunchSpec{Offering: l.Offering, Zone: l.Zone, Market: l.Market, Seq: seq}, groupsActor.ID, now)
 			if err != nil {
-				if refused(err) {
+				if service.RefusedLaunch(err) {
 					// A launch the rules refuse (quota, a volume) is the
 					// tenant's to fix: say so, keep the rest of the plan.
-					msgs = append(msgs, "launch refused: "+errMessage(err))
+					msgs = append(msgs, "launch refused: "+service.ErrorMessage(err))
 					seq--
 					continue
 				}
