@@ -37,11 +37,13 @@ type SpotScheduler interface {
 // max price, and drives spot requests: one-time requests close when their
 // instance ends, persistent ones relaunch after a reclaim (in the first
 // pool with room, backups included, with the same volumes), and a pending
-// launch moves to a backup pool that has room. Instances move only through
-// service.MoveInstance and launch only through service.LaunchSpot (quota
-// and volume rule included); a relaunch the service refuses (a quota, a
-// deleted volume) is recorded on the request, which stays open and is
-// tried again on later rounds.
+// launch moves to a backup pool that has room. Each round it plans all of
+// that over a snapshot, writing nothing (a service.MarketPlan), and
+// service.ApplyMarketPlan applies the plan in one transaction: instances
+// move only through service.MoveInstance and launch only through
+// service.LaunchSpot (quota and volume rule included); a relaunch the
+// service refuses (a quota, a deleted volume) is recorded on the request,
+// which stays open and is tried again on later rounds.
 //
 // It reads the scheduler's fleet through Sched.FleetView and tells the
 // scheduler what it decided through Sched.SetSpotHints, nothing else. It
