@@ -102,9 +102,13 @@ type MarketResult struct {
 // transaction of st, as actor: the new prices, the notices (to instances
 // that still hold capacity without a notice), and the spot-request moves
 // whose request and instance are still as the plan read them. Launches go
-// through LaunchSpot and instance moves through MoveInstance.
+// through LaunchSpot and instance moves through MoveInstance. An empty
+// plan opens no transaction.
 func ApplyMarketPlan(ctx context.Context, st cloud.Store, cat *catalog.Catalog, actor Actor, p *MarketPlan, now time.Time) (MarketResult, error) {
 	var res MarketResult
+	if p.Empty() {
+		return res, nil
+	}
 	err := st.Tx(ctx, func(tx cloud.Tx) error {
 		res = MarketResult{} // the function may run again
 		if len(p.Prices) > 0 {
