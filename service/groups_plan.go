@@ -178,8 +178,8 @@ func launchGroupMembers(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, 
 		seq := g.Status.LaunchSeq + 1
 		_, err := LaunchGroupMember(ctx, tx, cat, g, LaunchSpec{Offering: l.Offering, Zone: l.Zone, Market: l.Market, Seq: seq}, actor.ID, now)
 		if err != nil {
-			if RefusedLaunch(err) {
-				msgs = append(msgs, "launch refused: "+ErrorMessage(err))
+			if refusedLaunch(err) {
+				msgs = append(msgs, "launch refused: "+errorMessage(err))
 				continue
 			}
 			return nil, 0, err

@@ -221,8 +221,8 @@ func applySpotMove(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, actor
 		return moveSpotRequest(ctx, tx, actor, r, mv.State, mv.Reason, now)
 	}
 	next, err := LaunchSpot(ctx, tx, cat, r, mv.Launch.Pool, actor.ID, now)
-	if RefusedLaunch(err) {
-		return moveSpotRequest(ctx, tx, actor, r, cloud.SpotOpen, ReasonRelaunchRefused+ErrorMessage(err), now)
+	if refusedLaunch(err) {
+		return moveSpotRequest(ctx, tx, actor, r, cloud.SpotOpen, ReasonRelaunchRefused+errorMessage(err), now)
 	}
 	if err != nil {
 		return err
@@ -248,8 +248,8 @@ func moveSpotRequest(ctx context.Context, tx cloud.Tx, actor Actor, r *cloud.Spo
 		InstanceID: r.InstanceID, Reason: fmt.Sprintf("spot request %s %s: %s", r.ID, st, reason), Actor: actor.ID})
 }
 
-// ErrorMessage is the message of a domain error, without its code.
-func ErrorMessage(err error) string {
+// errorMessage is the message of a domain error, without its code.
+func errorMessage(err error) string {
 	var e *cloud.Error
 	if errors.As(err, &e) {
 		return e.Message
@@ -257,12 +257,12 @@ func ErrorMessage(err error) string {
 	return err.Error()
 }
 
-// RefusedLaunch reports whether the instance rules refused a launch for a
+// refusedLaunch reports whether the instance rules refused a launch for a
 // reason that only the tenant or the operator can change (a quota, a
 // volume that is gone or attached to another live instance, an offering
 // that left the catalog), as opposed to a race (a version conflict: the
 // next round tries again) or a failure of the store.
-func RefusedLaunch(err error) bool {
+func refusedLaunch(err error) bool {
 	var ce *cloud.Error
 	if !errors.As(err, &ce) {
 		return false
