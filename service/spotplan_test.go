@@ -84,6 +84,12 @@ func TestApplyMarketPlan(t *testing.T) {
 				return service.SpotMove{RequestID: r.ID, Version: r.Version, InstanceID: in.ID, InstanceVersion: in.Version,
 					State: cloud.SpotActive, Reason: "instance holds capacity"}
 			}},
+		// LaunchSpot launches nothing more for a cancelled request.
+		{name: "cancelled relaunch", cancel: true, want: cloud.SpotCancelled, code: cloud.Conflict,
+			move: func(r *cloud.SpotRequest, in *cloud.Instance) service.SpotMove {
+				return service.SpotMove{RequestID: r.ID, Version: r.Version, InstanceID: in.ID, InstanceVersion: in.Version,
+					Launch: &service.SpotRelaunch{Pool: pool, Why: "test"}}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
