@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,10 +17,12 @@ import (
 )
 
 // Autoscaling groups (docs/AUTOSCALING.md): the tenant's side (Groups:
-// create, read, update, set the desired capacity, delete, publish custom
-// metrics; Instances.SetProtection) and the functions over a cloud.Tx the
-// group controller composes in its own transactions (LaunchGroupMember,
-// NoticeGroupMember, and WithdrawGroupNotice in groupnotice.go).
+// create, read, update, set the desired capacity, delete, here; the rules
+// of a group in groups_rules.go; events and custom metrics in
+// groups_events.go; Instances.SetProtection in groups_members.go), the
+// group state machine (groups_state.go), the members' launches and notices
+// (groups_members.go), and the apply of the group controller's plans
+// (groups_plan.go).
 
 // Limits and defaults of groups.
 const (
@@ -102,244 +101,6 @@ type GroupPatch struct {
 	Timing            *cloud.GroupTiming
 	BudgetPerHour     *money.Micros
 	IdleRelease       *cloud.IdleRelease
-}
-
-// CheckGroupSpec validates what can be checked without the store and
-// normalizes the spec: template offerings to their canonical names, label
-// selectors to their canonical spelling, Desired to Min when absent,
-// policies without a name to their type ("target", then "target-2", ...).
-func CheckGroupSpec(cat *catalog.Catalog, spec *GroupSpec) error {
-	if err := CheckName("name", spec.Name, true); err != nil {
-		return err
-	}
-	if err := checkTemplate(cat, &spec.Template); err != nil {
-		return err
-	}
-	if spec.Desired == nil {
-		d := spec.Min
-		spec.Desired = &d
-	}
-	if err := checkSizes(spec.Min, spec.Max, *spec.Desired); err != nil {
-		return err
-	}
-	spec.Policies = namePolicies(spec.Policies)
-	if err := CheckTags("tags", spec.Tags); err != nil {
-		return err
-	}
-	return validateGroup(spec.group())
-}
-
-// group is the spec as a group, for validation and creation.
-func (spec *GroupSpec) group() *cloud.Group {
-	g := &cloud.Group{Name: spec.Name, Template: spec.Template, Min: spec.Min, Max: spec.Max,
-		Policies: spec.Policies, Mixed: spec.Mixed, Timing: spec.Timing, BudgetPerHour: spec.BudgetPerHour,
-		IdleRelease: spec.IdleRelease, Tags: spec.Tags, State: cloud.GroupActive}
-	if spec.Desired != nil {
-		g.Desired = *spec.Desired
-	}
-	return g
-}
-
-// checkTemplate validates a launch template as an instance's request is
-// validated (CheckInstanceSpec: zones, label selectors, command,
-// environment, tags), with errors naming "template.<field>". It clones
-// the template's lists and maps, so that normalizing does not change the
-// caller's.
-func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
-	t.Offerings, t.Zones, t.Labels, t.Command = slices.Clone(t.Offerings), slices.Clone(t.Zones),
-		slices.Clone(t.Labels), slices.Clone(t.Command)
-	t.Env, t.Tags = maps.Clone(t.Env), maps.Clone(t.Tags)
-	if len(t.Offerings) == 0 || len(t.Offerings) > maxGroupOfferings {
-		return Field("template.offerings", "%d offerings; give 1 to %d, the first preferred (GET /v1/offerings lists them)",
-			len(t.Offerings), maxGroupOfferings)
-	}
-	for i, name := range t.Offerings {
-		field := fmt.Sprintf("template.offerings[%d]", i)
-		o, err := offeringOf(cat, field, name)
-		if err != nil {
-			return err
-		}
-		if slices.Contains(t.Offerings[:i], o.Name) {
-			return Field(field, "offering %s is given twice", o.Name)
-		}
-		t.Offerings[i] = o.Name
-	}
-	var err error
-	if t.Image, err = CheckImage("template.image", t.Image); err != nil {
-		return err
-	}
-	is := InstanceSpec{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
-	if _, err := CheckInstanceSpec(cat, &is); err != nil {
-		return prefixField(err, "template.")
-	}
-	if len(t.Tags) > maxTags-groupTags {
-		return Field("template.tags", "%d tags; the limit is %d (a launch adds %d of its own)", len(t.Tags), maxTags-groupTags, groupTags)
-	}
-	for k := range t.Tags {
-		if strings.HasPrefix(k, ReservedTagPrefix) {
-			return Field("template.tags", "tag %s uses the reserved prefix %s", Quote(k), Quote(ReservedTagPrefix))
-		}
-	}
-	if t.VolumeGiB < 0 || t.VolumeGiB > maxVolumeGiB {
-		return Field("template.volume_gib", "%d is out of range 0..%d (0: no volume)", t.VolumeGiB, maxVolumeGiB)
-	}
-	return nil
-}
-
-// prefixField returns err with prefix before the field its details name
-// (and its message starts with); other errors pass.
-func prefixField(err error, prefix string) error {
-	var ce *cloud.Error
-	if !errors.As(err, &ce) {
-		return err
-	}
-	f, ok := ce.Details["field"].(string)
-	if !ok {
-		return err
-	}
-	out := &cloud.Error{Code: ce.Code, Message: ce.Message, Details: maps.Clone(ce.Details)}
-	out.Details["field"] = prefix + f
-	if strings.HasPrefix(out.Message, f) {
-		out.Message = prefix + out.Message
-	}
-	return out
-}
-
-// checkSizes validates min <= desired <= max <= MaxGroupSize.
-func checkSizes(lo, hi, desired int) error {
-	switch {
-	case lo < 0:
-		return Field("min", "%d is negative", lo)
-	case hi < 0 || hi > MaxGroupSize:
-		return Field("max", "%d is out of range 0..%d", hi, MaxGroupSize)
-	case lo > hi:
-		return &cloud.Error{Code: cloud.Invalid, Message: fmt.Sprintf("min: %d is above max %d", lo, hi),
-			Details: map[string]any{"field": "min", "min": lo, "max": hi}}
-	case desired < lo || desired > hi:
-		return desiredOutside(desired, lo, hi)
-	}
-	return nil
-}
-
-// desiredOutside is the error of a desired capacity outside the group's
-// bounds; its details carry them.
-func desiredOutside(n, lo, hi int) error {
-	return &cloud.Error{Code: cloud.Invalid,
-		Message: fmt.Sprintf("desired: %d is outside the group's bounds: min %d, max %d", n, lo, hi),
-		Details: map[string]any{"field": "desired", "desired": n, "min": lo, "max": hi}}
-}
-
-// namePolicies gives every policy without a name its type as its name,
-// numbered from the second of a type on ("target", "target-2"). It
-// returns a copy.
-func namePolicies(ps []cloud.ScalingPolicy) []cloud.ScalingPolicy {
-	if len(ps) == 0 {
-		return nil
-	}
-	out := slices.Clone(ps)
-	taken := map[string]bool{}
-	for _, p := range out {
-		taken[p.Name] = true
-	}
-	for i := range out {
-		if out[i].Name != "" {
-			continue
-		}
-		name := out[i].Type
-		for n := 2; taken[name]; n++ {
-			name = out[i].Type + "-" + strconv.Itoa(n)
-		}
-		out[i].Name, taken[name] = name, true
-	}
-	return out
-}
-
-// validateGroup checks a group's rules: the service's own bounds on a
-// request (policy count, timing and mix bounds, policy names, custom
-// metric names as PutMetrics takes them, a mix that names spot fields only
-// when it uses spot), then the planner's rules (autoscale.ValidateGroup:
-// sizes, policies, cron and time zones, steps, mix, idle release,
-// budget), whose "field: message" errors become invalid_argument errors
-// naming the field.
-func validateGroup(g *cloud.Group) error {
-	if len(g.Policies) > maxGroupPolicies {
-		return Field("policies", "%d policies; the limit is %d", len(g.Policies), maxGroupPolicies)
-	}
-	for i, p := range g.Policies {
-		field := fmt.Sprintf("policies[%d]", i)
-		if err := CheckName(field+".name", p.Name, false); err != nil {
-			return err
-		}
-		if name, ok := strings.CutPrefix(p.Metric, cloud.CustomMetricPrefix); ok {
-			if err := CheckMetricName(field+".metric", name); err != nil {
-				return err
-			}
-		}
-		if p.CooldownSeconds > maxTimingSeconds {
-			return Field(field+".cooldown_seconds", "%d is above %d", p.CooldownSeconds, maxTimingSeconds)
-		}
-	}
-	m := g.Mixed
-	switch {
-	case m.OnDemandBase > MaxGroupSize:
-		return Field("mixed.on_demand_base", "%d is above %d", m.OnDemandBase, MaxGroupSize)
-	case !m.Spot && (m.OnDemandBase != 0 || m.OnDemandPercent != 0 || m.MaxSpotPriceRatio != 0 || m.CapacityRebalance):
-		return Field("mixed.spot", "is false, so the group is all on demand: set spot to use on_demand_base, on_demand_percent, max_spot_price_ratio or capacity_rebalance")
-	}
-	for _, t := range []struct {
-		field string
-		v, hi int
-	}{
-		{"timing.cooldown_seconds", g.Timing.CooldownSeconds, maxTimingSeconds},
-		{"timing.warmup_seconds", g.Timing.WarmupSeconds, maxTimingSeconds},
-		{"timing.stabilization_seconds", g.Timing.StabilizationSeconds, maxTimingSeconds},
-		{"timing.notice_seconds", g.Timing.NoticeSeconds, maxNoticeSeconds},
-	} {
-		if t.v > t.hi {
-			return Field(t.field, "%d is above %d", t.v, t.hi)
-		}
-	}
-	if r := g.IdleRelease; r != nil && r.IdleSeconds > maxTimingSeconds {
-		return Field("idle_release.idle_seconds", "%d is above %d", r.IdleSeconds, maxTimingSeconds)
-	}
-	return ruleError(autoscale.ValidateGroup(g))
-}
-
-// ruleError turns the planner's "field: message" error into an
-// invalid_argument naming the field.
-func ruleError(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	field, _, ok := strings.Cut(msg, ": ")
-	if !ok || field == "" || strings.ContainsAny(field, " \t") {
-		return &cloud.Error{Code: cloud.Invalid, Message: msg, Details: map[string]any{}}
-	}
-	return &cloud.Error{Code: cloud.Invalid, Message: msg, Details: map[string]any{"field": field}}
-}
-
-// CheckMetricName validates a custom metric's name: 1 to 64 of a-z, 0-9,
-// '_', '.' and '-', and none of the metrics gpucloud measures itself
-// (gpu_utilization, ...), which a tenant may not forge.
-func CheckMetricName(field, name string) error {
-	if name == "" || len(name) > maxMetricNameLen {
-		return Field(field, "%s: a metric name has 1 to %d characters", Quote(name), maxMetricNameLen)
-	}
-	switch name {
-	case cloud.MetricGPUUtilization, cloud.MetricCPUUtilization, cloud.MetricGPUOrCPU:
-		return Field(field, "%s is a metric gpucloud measures itself; give a custom metric another name", Quote(name))
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			hint := ""
-			if strings.HasPrefix(name, cloud.CustomMetricPrefix) {
-				hint = " (leave out " + cloud.CustomMetricPrefix + ": policies name custom metrics with it, publishers do not)"
-			}
-			return Field(field, "%s: use a-z, 0-9, '_', '.' and '-'%s", Quote(name), hint)
-		}
-	}
-	return nil
 }
 
 // Create creates a group for actor a, active, with a group event; the
@@ -615,47 +376,7 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 			return err
 		}
 		was := *g
-		var changed []string
-		set := func(field string, differs bool, apply func()) {
-			if differs {
-				changed = append(changed, field)
-				apply()
-			}
-		}
-		if p := patch.Template; p != nil {
-			set("template", !sameJSON(g.Template, *p, false), func() { g.Template = *p })
-		}
-		if p := patch.Min; p != nil {
-			set("min", *p != g.Min, func() { g.Min = *p })
-		}
-		if p := patch.Max; p != nil {
-			set("max", *p != g.Max, func() { g.Max = *p })
-		}
-		if p := patch.Desired; p != nil {
-			set("desired", *p != g.Desired, func() { g.Desired = *p })
-		} else if g.Min >= 0 && g.Min <= g.Max {
-			set("desired", g.Desired < g.Min || g.Desired > g.Max, func() { g.Desired = min(max(g.Desired, g.Min), g.Max) })
-		}
-		if p := patch.Policies; p != nil {
-			set("policies", !sameJSON(g.Policies, *p, len(g.Policies) == 0 && len(*p) == 0), func() { g.Policies = *p })
-		}
-		if p := patch.Mixed; p != nil {
-			set("mixed", *p != g.Mixed, func() { g.Mixed = *p })
-		}
-		if p := patch.Timing; p != nil {
-			set("timing", *p != g.Timing, func() { g.Timing = *p })
-		}
-		if p := patch.BudgetPerHour; p != nil {
-			set("budget_per_hour", *p != g.BudgetPerHour, func() { g.BudgetPerHour = *p })
-		}
-		if p := patch.IdleRelease; p != nil {
-			var want *cloud.IdleRelease
-			if *p != (cloud.IdleRelease{}) {
-				r := *p
-				want = &r
-			}
-			set("idle_release", !sameJSON(g.IdleRelease, want, g.IdleRelease == nil && want == nil), func() { g.IdleRelease = want })
-		}
+		changed := patch.apply(g)
 		if err := checkSizes(g.Min, g.Max, g.Desired); err != nil {
 			return err
 		}
@@ -673,7 +394,7 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 		}
 		now := s.now()
 		g.UpdatedAt = now
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, was.State); err != nil {
 			return err
 		}
 		reason := fmt.Sprintf("group %s updated: %s", g.Name, strings.Join(changed, ", "))
@@ -687,6 +408,54 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 		return nil
 	})
 	return out, err
+}
+
+// apply changes g as the patch asks, and returns the names of the fields
+// that changed. A desired capacity the patch leaves out is brought within
+// the new bounds.
+func (patch *GroupPatch) apply(g *cloud.Group) []string {
+	var changed []string
+	set := func(field string, differs bool, apply func()) {
+		if differs {
+			changed = append(changed, field)
+			apply()
+		}
+	}
+	if p := patch.Template; p != nil {
+		set("template", !sameJSON(g.Template, *p, false), func() { g.Template = *p })
+	}
+	if p := patch.Min; p != nil {
+		set("min", *p != g.Min, func() { g.Min = *p })
+	}
+	if p := patch.Max; p != nil {
+		set("max", *p != g.Max, func() { g.Max = *p })
+	}
+	if p := patch.Desired; p != nil {
+		set("desired", *p != g.Desired, func() { g.Desired = *p })
+	} else if g.Min >= 0 && g.Min <= g.Max {
+		set("desired", g.Desired < g.Min || g.Desired > g.Max, func() { g.Desired = min(max(g.Desired, g.Min), g.Max) })
+	}
+	if p := patch.Policies; p != nil {
+		set("policies", !sameJSON(g.Policies, *p, len(g.Policies) == 0 && len(*p) == 0), func() { g.Policies = *p })
+	}
+	if p := patch.Mixed; p != nil {
+		set("mixed", *p != g.Mixed, func() { g.Mixed = *p })
+	}
+	if p := patch.Timing; p != nil {
+		set("timing", *p != g.Timing, func() { g.Timing = *p })
+	}
+	if p := patch.BudgetPerHour; p != nil {
+		set("budget_per_hour", *p != g.BudgetPerHour, func() { g.BudgetPerHour = *p })
+	}
+	if p := patch.IdleRelease; p != nil {
+		var want *cloud.IdleRelease
+		if *p != (cloud.IdleRelease{}) {
+			r := *p
+			want = &r
+		}
+		set("idle_release", !sameJSON(g.IdleRelease, want, g.IdleRelease == nil && want == nil), func() { g.IdleRelease = want })
+	}
+	return changed
 }
 
 // SetDesired sets a group's desired capacity, as a tenant's scaling
@@ -733,7 +502,7 @@ func (s *Groups) SetDesired(ctx context.Context, a Actor, id string, n int, hono
 		if k := len(g.Status.Decisions); k > MaxGroupDecisions {
 			g.Status.Decisions = g.Status.Decisions[k-MaxGroupDecisions:]
 		}
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, g.State); err != nil {
 			return err
 		}
 		return appendGroupEvent(ctx, tx, g, cloud.EventGroupScaling, a.ID, now,
@@ -767,357 +536,15 @@ func (s *Groups) Delete(ctx context.Context, a Actor, id string, ifMatch int64) 
 			return nil
 		}
 		now := s.now()
+		from := g.State
 		g.State, g.UpdatedAt = cloud.GroupDeleting, now
-		if err := tx.UpdateGroup(ctx, g); err != nil {
+		if err := writeGroup(ctx, tx, g, from); err != nil {
 			return err
 		}
 		return appendGroupEvent(ctx, tx, g, cloud.EventGroup, a.ID, now,
 			"group "+g.Name+" deleting: its members are terminated, then it is deleted", nil)
 	})
 	return out, err
-}
-
-// groupKinds are the event kinds of groups.
-var groupKinds = []cloud.EventKind{cloud.EventGroup, cloud.EventGroupScaling}
-
-// eventGroup is the group an event's details name ("group_id"), if any.
-func eventGroup(e *cloud.Event) string {
-	if len(e.Details) == 0 {
-		return ""
-	}
-	var d struct {
-		GroupID string `json:"group_id"`
-	}
-	if json.Unmarshal(e.Details, &d) != nil {
-		return ""
-	}
-	return d.GroupID
-}
-
-// groupEventBatch is how many events a group's event scan reads at once.
-const groupEventBatch = 500
-
-// scanGroupEvents calls fn, in ID order, with each event of g after the
-// event ID after (its tenant's events of the group kinds whose details
-// name g), until fn returns false.
-func scanGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, after int64, fn func(*cloud.Event) bool) error {
-	f := cloud.EventFilter{TenantID: g.TenantID, Kinds: groupKinds, AfterID: after, Limit: groupEventBatch}
-	for {
-		evs, err := tx.ListEvents(ctx, f)
-		if err != nil {
-			return err
-		}
-		for _, e := range evs {
-			if eventGroup(e) == g.ID && !fn(e) {
-				return nil
-			}
-		}
-		if len(evs) < f.Limit {
-			return nil
-		}
-		f.AfterID = evs[len(evs)-1].ID
-	}
-}
-
-// lastGroupEvents answers the newest n events of g, oldest first.
-func lastGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, n int) ([]*cloud.Event, error) {
-	out := []*cloud.Event{}
-	err := scanGroupEvents(ctx, tx, g, 0, func(e *cloud.Event) bool {
-		out = append(out, e)
-		if len(out) > 2*n {
-			out = append(out[:0], out[len(out)-n:]...)
-		}
-		return true
-	})
-	if len(out) > n {
-		out = out[len(out)-n:]
-	}
-	return out, err
-}
-
-// Events answers one page of the events of a group actor a may see (its
-// group and group.scaling events: creation, updates, scaling decisions,
-// launches refused, scale-in notices, deletion), after the event ID
-// after, at most limit (all when 0), and the after of the next page (0 at
-// the end). Its members' own events are theirs (GET
-// /v1/instances/{id}/events).
-func (s *Groups) Events(ctx context.Context, a Actor, id string, after int64, limit int) (evs []*cloud.Event, next int64, err error) {
-	err = s.tx(ctx, func(tx cloud.Tx) error {
-		evs, next = []*cloud.Event{}, 0
-		g, err := Visible(ctx, a, "group", id, tx.GetGroup)
-		if err != nil {
-			return err
-		}
-		return scanGroupEvents(ctx, tx, g, after, func(e *cloud.Event) bool {
-			if limit > 0 && len(evs) == limit {
-				next = evs[limit-1].ID
-				return false
-			}
-			evs = append(evs, e)
-			return true
-		})
-	})
-	return evs, next, err
-}
-
-// MetricInput is one point a tenant publishes for a group: a custom
-// metric's name (without "custom:"), its value, and when it was measured
-// (zero: now).
-type MetricInput struct {
-	Name  string
-	Value float64
-	At    time.Time
-}
-
-// PutMetrics records custom metric points of a group actor a may see
-// (CloudWatch's PutMetricData): 1 to MaxMetricPoints per call, names as
-// CheckMetricName, finite values, times from MetricMaxAge before now to
-// MetricMaxAhead after it. A policy tracks one as "custom:NAME". All the
-// points are written, or none. A deleted group takes none (conflict).
-func (s *Groups) PutMetrics(ctx context.Context, a Actor, groupID string, points []MetricInput) error {
-	if groupID == "" {
-		return Field("group_id", "is required")
-	}
-	if len(points) == 0 || len(points) > MaxMetricPoints {
-		return Field("metrics", "%d points; give 1 to %d", len(points), MaxMetricPoints)
-	}
-	now := s.now()
-	ps := make([]cloud.MetricPoint, len(points))
-	for i, p := range points {
-		field := fmt.Sprintf("metrics[%d]", i)
-		if err := CheckMetricName(field+".name", p.Name); err != nil {
-			return err
-		}
-		if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
-			return Field(field+".value", "is not a finite number")
-		}
-		at := p.At
-		if at.IsZero() {
-			at = now
-		}
-		if at.Before(now.Add(-MetricMaxAge)) || at.After(now.Add(MetricMaxAhead)) {
-			return Field(field+".at", "%s is outside the accepted window: from %s before now to %s after it",
-				at.UTC().Format(time.RFC3339), MetricMaxAge, MetricMaxAhead)
-		}
-		ps[i] = cloud.MetricPoint{Name: p.Name, GroupID: groupID, At: at.UTC(), Value: p.Value}
-	}
-	return s.tx(ctx, func(tx cloud.Tx) error {
-		g, err := Visible(ctx, a, "group", groupID, tx.GetGroup)
-		if err != nil {
-			return err
-		}
-		if g.State == cloud.GroupDeleted {
-			return &cloud.Error{Code: cloud.Conflict, Message: "group " + Quote(groupID) + " is deleted; it takes no metrics",
-				Details: map[string]any{"state": g.State}}
-		}
-		for i := range ps {
-			ps[i].TenantID = g.TenantID
-		}
-		return tx.AppendMetrics(ctx, ps)
-	})
-}
-
-// SetProtection sets or clears the scale-in protection of an instance
-// actor a may see (any instance; it matters to group members): scale-in
-// and idle release never pick a protected instance. The workload's
-// completion lock (Agents.SetScaleInLock) is kept as it is. A change
-// writes the instance and an instance.scale_in event; asking for what
-// already holds changes nothing. A terminated instance is a conflict.
-func (s *Instances) SetProtection(ctx context.Context, a Actor, instanceID string, protected bool) (*cloud.Instance, error) {
-	var out *cloud.Instance
-	set := func() error {
-		return s.tx(ctx, func(tx cloud.Tx) error {
-			out = nil
-			in, err := Visible(ctx, a, "instance", instanceID, tx.GetInstance)
-			if err != nil {
-				return err
-			}
-			if in.State == cloud.Terminated {
-				return &cloud.Error{Code: cloud.Conflict, Message: "instance " + Quote(instanceID) + " is terminated",
-					Details: map[string]any{"state": in.State}}
-			}
-			out = in
-			si := cloud.ScaleIn{}
-			if in.ScaleIn != nil {
-				si = *in.ScaleIn
-			}
-			if si.Protected == protected {
-				return nil
-			}
-			si.Protected = protected
-			in.ScaleIn = &si
-			if !si.Held() {
-				in.ScaleIn = nil
-			}
-			now := s.now()
-			in.UpdatedAt = now
-			if err := tx.UpdateInstance(ctx, in); err != nil {
-				return err
-			}
-			why := "scale-in protection set by " + a.ID
-			if !protected {
-				why = "scale-in protection removed by " + a.ID
-			}
-			return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventInstanceScaleIn, TenantID: in.TenantID,
-				InstanceID: in.ID, HostID: in.HostID, Actor: a.ID, Reason: why})
-		})
-	}
-	err := set()
-	if cloud.IsConflict(err) && out != nil && out.State != cloud.Terminated {
-		// Another writer (the agent's lock, a lifecycle move) changed the
-		// instance between the read and the write: read it again.
-		err = set()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// LaunchSpec is one launch the group controller decided: an offering of
-// the template, a zone ("" for the template's zones), a market, and the
-// launch's sequence number (Status.LaunchSeq after it).
-type LaunchSpec struct {
-	Offering string
-	Zone     string
-	Market   cloud.Market
-	Seq      int64
-}
-
-// GroupMemberKey is the idempotency key of launch seq of group id: a
-// retried launch finds the instance the first made.
-func GroupMemberKey(groupID string, seq int64) string {
-	return "group:" + groupID + ":" + strconv.FormatInt(seq, 10)
-}
-
-// GroupMemberName is the name of launch seq of g: "<group name>-<seq>",
-// the group's name cut so that the whole is a valid name.
-func GroupMemberName(g *cloud.Group, seq int64) string {
-	suffix := "-" + strconv.FormatInt(seq, 10)
-	base := g.Name
-	if len(base)+len(suffix) > maxNameLen {
-		base = base[:max(maxNameLen-len(suffix), 1)]
-	}
-	return base + suffix
-}
-
-// LaunchGroupMember creates, in tx, the member of group g that launch l
-// asks for, through CreateInstance (so the tenant's quota and the volume
-// rule apply as to any instance): pending, GroupID set, from the template
-// as it is now (command, environment, labels, and the zones when l names
-// none), with the template's image, its tags plus TagGroup and
-// TagGroupName, named GroupMemberName, with
-// idempotency key GroupMemberKey (a launch whose key was used answers the
-// instance made then and creates nothing), market l.Market (spot without a
-// spot request). When the template has a VolumeGiB, a new volume of that
-// size, named like the instance and in l.Zone, is created with a
-// volume.created event and attached to it. A launch CreateInstance refuses
-// (a quota: quota_exceeded; an unknown offering: invalid_argument) changes
-// nothing the caller did not; the caller's transaction decides.
-func LaunchGroupMember(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, g *cloud.Group, l LaunchSpec, actor string, now time.Time) (*cloud.Instance, error) {
-	key := GroupMemberKey(g.ID, l.Seq)
-	if old, err := tx.InstanceByKey(ctx, g.TenantID, key); err == nil {
-		if old.GroupID != g.ID {
-			return nil, &cloud.Error{Code: cloud.Conflict, Message: "idempotency key " + Quote(key) + " is taken by instance " + old.ID,
-				Details: map[string]any{"existing_id": old.ID}}
-		}
-		return old, nil
-	} else if !cloud.IsNotFound(err) {
-		return nil, err
-	}
-	switch l.Market {
-	case "":
-		l.Market = cloud.MarketOnDemand
-	case cloud.MarketOnDemand, cloud.MarketSpot:
-	default:
-		return nil, Field("market", "unknown market %s", Quote(string(l.Market)))
-	}
-	t := g.Template
-	tags := maps.Clone(t.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
-	tags[TagGroup], tags[TagGroupName] = g.ID, g.Name
-	in := &cloud.Instance{TenantID: g.TenantID, Name: GroupMemberName(g, l.Seq), Offering: l.Offering, Image: t.Image,
-		IdempotencyKey: key, Zones: slices.Clone(t.Zones), Labels: slices.Clone(t.Labels), Command: slices.Clone(t.Command),
-		Env: maps.Clone(t.Env), Tags: tags, Market: l.Market, GroupID: g.ID, CreatedAt: now}
-	if l.Zone != "" {
-		in.Zones = []string{l.Zone}
-	}
-	if t.VolumeGiB > 0 {
-		zone := l.Zone
-		if zone == "" && len(in.Zones) == 1 {
-			zone = in.Zones[0]
-		}
-		v, err := newMemberVolume(ctx, tx, g, in.Name, key, zone, t.VolumeGiB, actor, now)
-		if err != nil {
-			return nil, err
-		}
-		in.Volumes = []string{v.ID}
-	}
-	where := l.Offering
-	if l.Zone != "" {
-		where += "/" + l.Zone
-	}
-	reason := fmt.Sprintf("group %s launch %d: %s in %s", g.Name, l.Seq, l.Market, where)
-	if err := CreateInstance(ctx, tx, cat, in, actor, reason); err != nil {
-		var race *keyRace
-		if errors.As(err, &race) {
-			return nil, &cloud.Error{Code: cloud.Conflict, Message: "idempotency key " + Quote(key) + " was taken meanwhile by instance " + race.id,
-				Details: map[string]any{"existing_id": race.id}}
-		}
-		return nil, err
-	}
-	return in, nil
-}
-
-// newMemberVolume creates the volume of a group member in tx, as
-// Volumes.Create would (the same checks and event), keyed by the launch.
-func newMemberVolume(ctx context.Context, tx cloud.Tx, g *cloud.Group, name, key, zone string, gib int64, actor string, now time.Time) (*cloud.Volume, error) {
-	if err := CheckVolumeSpec(&VolumeSpec{Name: name, SizeGiB: gib, Zone: zone}); err != nil {
-		return nil, prefixField(err, "template.volume.")
-	}
-	v := &cloud.Volume{ID: NewID(VolumePrefix), TenantID: g.TenantID, Name: name, SizeGiB: gib, Zone: zone,
-		CreatedAt: now, IdempotencyKey: key + ":volume"}
-	if err := tx.CreateVolume(ctx, v); err != nil {
-		return nil, err
-	}
-	return v, tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: g.TenantID, Actor: actor,
-		Reason:  "volume " + v.ID + " created for " + name + " of group " + g.Name,
-		Details: []byte(fmt.Sprintf(`{"group_id":%q}`, g.ID))})
-}
-
-// NoticeGroupMember gives a member of a group chosen for scale-in (or
-// idle release, or a move to a cheaper pool: reason, one of cloud's
-// Reclaim* reasons) the notice a spot reclaim gives: an Interruption to
-// terminate at now+notice, which the agent shows on the metadata
-// endpoint's instance-action, and a group.scaling event naming the group.
-// The group controller terminates it at the deadline, unless it is
-// protected or takes its completion lock first (WithdrawGroupNotice). An
-// instance that already has a notice with an action (a spot reclaim)
-// keeps it: its deadline stands and nothing is written. A held instance
-// (ScaleIn.Held) is never given a notice: conflict.
-func NoticeGroupMember(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason string, notice time.Duration, actor string, now time.Time) error {
-	if in.ScaleIn.Held() {
-		return &cloud.Error{Code: cloud.Conflict, Message: "instance " + in.ID + " is protected or holds a completion lock: it is never scaled in",
-			Details: map[string]any{"instance_id": in.ID}}
-	}
-	if in.Interruption != nil && in.Interruption.Action != "" {
-		return nil
-	}
-	deadline := now.Add(max(notice, 0))
-	in.Interruption = &cloud.Interruption{Action: cloud.ActionTerminate, Reason: reason, NoticedAt: now, Deadline: deadline}
-	in.UpdatedAt = now
-	if err := tx.UpdateInstance(ctx, in); err != nil {
-		return err
-	}
-	details, err := json.Marshal(map[string]any{"group_id": in.GroupID, "reason": reason, "deadline": deadline.UTC()})
-	if err != nil {
-		return err
-	}
-	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventGroupScaling, TenantID: in.TenantID,
-		InstanceID: in.ID, HostID: in.HostID, Actor: actor, Details: details,
-		Reason: fmt.Sprintf("scale-in notice (%s): terminated at %s unless protected or locked first", reason, deadline.UTC().Format(time.RFC3339))})
 }
 
 // Forecast backtests the forecaster of a group's first predictive policy

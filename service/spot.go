@@ -251,8 +251,7 @@ func (s *Spot) Cancel(ctx context.Context, a Actor, id string, terminateInstance
 		}
 		now := s.now()
 		if sr.State != cloud.SpotCancelled && sr.State != cloud.SpotClosed {
-			sr.State, sr.Reason, sr.UpdatedAt = cloud.SpotCancelled, "cancelled by "+a.ID, now
-			if err := tx.UpdateSpotRequest(ctx, sr); err != nil {
+			if err := setSpotRequest(ctx, tx, sr, cloud.SpotCancelled, "cancelled by "+a.ID, now); err != nil {
 				return err
 			}
 			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventSpotRequest, TenantID: sr.TenantID,

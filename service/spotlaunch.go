@@ -15,8 +15,12 @@ import (
 // market spot, with the request's image, command, environment, tags and volumes
 // (the workload finds the request's ID in its metadata document); and it
 // records the launch on r (State open, InstanceID, Launches) and writes r.
-// A launch that CreateInstance refuses changes nothing.
+// A launch that CreateInstance refuses changes nothing, and so does one
+// of a request that is closed or cancelled (a conflict).
 func LaunchSpot(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, r *cloud.SpotRequest, pool cloud.Pool, actor string, now time.Time) (*cloud.Instance, error) {
+	if !CanMoveSpotRequest(r.State, cloud.SpotOpen) {
+		return nil, &cloud.Error{Code: cloud.Conflict, Message: "spot request " + Quote(r.ID) + " is " + string(r.State) + "; it launches no more"}
+	}
 	in := &cloud.Instance{TenantID: r.TenantID, Name: r.Name, Offering: pool.Offering,
 		Market: cloud.MarketSpot, SpotRequestID: r.ID, Image: r.Image, Command: slices.Clone(r.Command), Env: maps.Clone(r.Env),
 		Volumes: slices.Clone(r.Volumes), Tags: maps.Clone(r.Tags), CreatedAt: now}
@@ -26,10 +30,9 @@ func LaunchSpot(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, r *cloud
 	if err := CreateInstance(ctx, tx, cat, in, actor, "spot request "+r.ID+" launch in pool "+pool.String()); err != nil {
 		return nil, err
 	}
-	r.State, r.InstanceID, r.UpdatedAt = cloud.SpotOpen, in.ID, now
+	r.InstanceID = in.ID
 	r.Launches++
-	r.Reason = ""
-	if err := tx.UpdateSpotRequest(ctx, r); err != nil {
+	if err := setSpotRequest(ctx, tx, r, cloud.SpotOpen, "", now); err != nil {
 		return nil, err
 	}
 	return in, nil

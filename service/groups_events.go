@@ -1,0 +1,151 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// groupKinds are the event kinds of groups.
+var groupKinds = []cloud.EventKind{cloud.EventGroup, cloud.EventGroupScaling}
+
+// eventGroup is the group an event's details name ("group_id"), if any.
+func eventGroup(e *cloud.Event) string {
+	if len(e.Details) == 0 {
+		return ""
+	}
+	var d struct {
+		GroupID string `json:"group_id"`
+	}
+	if json.Unmarshal(e.Details, &d) != nil {
+		return ""
+	}
+	return d.GroupID
+}
+
+// groupEventBatch is how many events a group's event scan reads at once.
+const groupEventBatch = 500
+
+// scanGroupEvents calls fn, in ID order, with each event of g after the
+// event ID after (its tenant's events of the group kinds whose details
+// name g), until fn returns false.
+func scanGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, after int64, fn func(*cloud.Event) bool) error {
+	f := cloud.EventFilter{TenantID: g.TenantID, Kinds: groupKinds, AfterID: after, Limit: groupEventBatch}
+	for {
+		evs, err := tx.ListEvents(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if eventGroup(e) == g.ID && !fn(e) {
+				return nil
+			}
+		}
+		if len(evs) < f.Limit {
+			return nil
+		}
+		f.AfterID = evs[len(evs)-1].ID
+	}
+}
+
+// lastGroupEvents answers the newest n events of g, oldest first.
+func lastGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, n int) ([]*cloud.Event, error) {
+	out := []*cloud.Event{}
+	err := scanGroupEvents(ctx, tx, g, 0, func(e *cloud.Event) bool {
+		out = append(out, e)
+		if len(out) > 2*n {
+			out = append(out[:0], out[len(out)-n:]...)
+		}
+		return true
+	})
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out, err
+}
+
+// Events answers one page of the events of a group actor a may see (its
+// group and group.scaling events: creation, updates, scaling decisions,
+// launches refused, scale-in notices, deletion), after the event ID
+// after, at most limit (all when 0), and the after of the next page (0 at
+// the end). Its members' own events are theirs (GET
+// /v1/instances/{id}/events).
+func (s *Groups) Events(ctx context.Context, a Actor, id string, after int64, limit int) (evs []*cloud.Event, next int64, err error) {
+	err = s.tx(ctx, func(tx cloud.Tx) error {
+		evs, next = []*cloud.Event{}, 0
+		g, err := Visible(ctx, a, "group", id, tx.GetGroup)
+		if err != nil {
+			return err
+		}
+		return scanGroupEvents(ctx, tx, g, after, func(e *cloud.Event) bool {
+			if limit > 0 && len(evs) == limit {
+				next = evs[limit-1].ID
+				return false
+			}
+			evs = append(evs, e)
+			return true
+		})
+	})
+	return evs, next, err
+}
+
+// MetricInput is one point a tenant publishes for a group: a custom
+// metric's name (without "custom:"), its value, and when it was measured
+// (zero: now).
+type MetricInput struct {
+	Name  string
+	Value float64
+	At    time.Time
+}
+
+// PutMetrics records custom metric points of a group actor a may see
+// (CloudWatch's PutMetricData): 1 to MaxMetricPoints per call, names as
+// CheckMetricName, finite values, times from MetricMaxAge before now to
+// MetricMaxAhead after it. A policy tracks one as "custom:NAME". All the
+// points are written, or none. A deleted group takes none (conflict).
+func (s *Groups) PutMetrics(ctx context.Context, a Actor, groupID string, points []MetricInput) error {
+	if groupID == "" {
+		return Field("group_id", "is required")
+	}
+	if len(points) == 0 || len(points) > MaxMetricPoints {
+		return Field("metrics", "%d points; give 1 to %d", len(points), MaxMetricPoints)
+	}
+	now := s.now()
+	ps := make([]cloud.MetricPoint, len(points))
+	for i, p := range points {
+		field := fmt.Sprintf("metrics[%d]", i)
+		if err := CheckMetricName(field+".name", p.Name); err != nil {
+			return err
+		}
+		if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
+			return Field(field+".value", "is not a finite number")
+		}
+		at := p.At
+		if at.IsZero() {
+			at = now
+		}
+		if at.Before(now.Add(-MetricMaxAge)) || at.After(now.Add(MetricMaxAhead)) {
+			return Field(field+".at", "%s is outside the accepted window: from %s before now to %s after it",
+				at.UTC().Format(time.RFC3339), MetricMaxAge, MetricMaxAhead)
+		}
+		ps[i] = cloud.MetricPoint{Name: p.Name, GroupID: groupID, At: at.UTC(), Value: p.Value}
+	}
+	return s.tx(ctx, func(tx cloud.Tx) error {
+		g, err := Visible(ctx, a, "group", groupID, tx.GetGroup)
+		if err != nil {
+			return err
+		}
+		if g.State == cloud.GroupDeleted {
+			return &cloud.Error{Code: cloud.Conflict, Message: "group " + Quote(groupID) + " is deleted; it takes no metrics",
+				Details: map[string]any{"state": g.State}}
+		}
+		for i := range ps {
+			ps[i].TenantID = g.TenantID
+		}
+		return tx.AppendMetrics(ctx, ps)
+	})
+}
