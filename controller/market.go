@@ -29,7 +29,7 @@ type SpotScheduler interface {
 	SetSpotHints(SpotHints)
 }
 
-// Market runs the spot market around the pure core of package spot: it
+// SpotMarket runs the spot market around the pure core of package spot: it
 // clears each pool's price from supply (the scheduler's fleet) and demand
 // (instances and reservations), records every change, reclaims spot
 // instances whose max price the price passed, recommends rebalancing when a
@@ -51,7 +51,7 @@ type SpotScheduler interface {
 // leader's Loop lists it first), from the second round on: the first
 // builds the fleet. A pending spot instance is placed only once the market
 // has seen it.
-type Market struct {
+type SpotMarket struct {
 	Store   cloud.Store
 	Sched   SpotScheduler
 	Catalog *catalog.Catalog
@@ -88,19 +88,19 @@ type Market struct {
 	quotes atomic.Pointer[map[cloud.Pool]PoolQuote]
 }
 
-// NewMarket returns a market controller with the default configuration,
+// NewSpotMarket returns a market controller with the default configuration,
 // for sched's fleet and catalog.
-func NewMarket(st cloud.Store, sched *Scheduler) *Market {
-	return &Market{Store: st, Sched: sched, Catalog: sched.Catalog, Config: spot.DefaultConfig(), ClearInterval: DefaultClearInterval,
+func NewSpotMarket(st cloud.Store, sched *Scheduler) *SpotMarket {
+	return &SpotMarket{Store: st, Sched: sched, Catalog: sched.Catalog, Config: spot.DefaultConfig(), ClearInterval: DefaultClearInterval,
 		KeepFailed: DefaultKeepFailed, Now: time.Now, Log: slog.Default()}
 }
 
 // Name is the market's name as a Controller.
-func (m *Market) Name() string { return "market" }
+func (m *SpotMarket) Name() string { return "market" }
 
 // Interval is how often the leader runs a round: Every, or
 // DefaultMarketInterval.
-func (m *Market) Interval() time.Duration {
+func (m *SpotMarket) Interval() time.Duration {
 	if m.Every > 0 {
 		return m.Every
 	}
@@ -108,7 +108,7 @@ func (m *Market) Interval() time.Duration {
 }
 
 // Reconcile runs one Step, as a Controller.
-func (m *Market) Reconcile(ctx context.Context) error { return m.Step(ctx) }
+func (m *SpotMarket) Reconcile(ctx context.Context) error { return m.Step(ctx) }
 
 // marketSnap is what one market step reads.
 type marketSnap struct {
@@ -131,7 +131,7 @@ func (ms *marketSnap) instance(byID map[string]*cloud.Instance, r *cloud.SpotReq
 	return ms.ended[r.InstanceID]
 }
 
-func (m *Market) read(ctx context.Context) (*marketSnap, error) {
+func (m *SpotMarket) read(ctx context.Context) (*marketSnap, error) {
 	var ms *marketSnap
 	err := m.Store.Tx(ctx, func(tx cloud.Tx) error {
 		ms = &marketSnap{requests: map[string]*cloud.SpotRequest{}, ended: map[string]*cloud.Instance{}}
@@ -205,7 +205,7 @@ func (ms *marketSnap) readEnded(ctx context.Context, tx cloud.Tx) error {
 // (service.ApplyMarketPlan), and then tells the scheduler the prices and
 // gates. The scheduler's fleet must be built (run Scheduler.Step first);
 // until it is, Step does nothing.
-func (m *Market) Step(ctx context.Context) error {
+func (m *SpotMarket) Step(ctx context.Context) error {
 	view := m.Sched.FleetView()
 	if !view.Built() {
 		return nil
@@ -249,7 +249,7 @@ func (m *Market) Step(ctx context.Context) error {
 }
 
 // count calls the hooks with what a round committed.
-func (m *Market) count(res service.MarketResult) {
+func (m *SpotMarket) count(res service.MarketResult) {
 	if m.Reclaimed != nil {
 		if res.Priced > 0 {
 			m.Reclaimed(cloud.ReclaimPrice, res.Priced)
@@ -263,7 +263,7 @@ func (m *Market) count(res service.MarketResult) {
 	}
 }
 
-func (m *Market) interval() time.Duration {
+func (m *SpotMarket) interval() time.Duration {
 	if m.ClearInterval > 0 {
 		return m.ClearInterval
 	}
@@ -271,7 +271,7 @@ func (m *Market) interval() time.Duration {
 }
 
 // Prices returns the current spot price of every pool.
-func (m *Market) Prices() map[cloud.Pool]money.Micros {
+func (m *SpotMarket) Prices() map[cloud.Pool]money.Micros {
 	out := make(map[cloud.Pool]money.Micros, len(m.last))
 	for k, v := range m.last {
 		out[k] = v
@@ -281,7 +281,7 @@ func (m *Market) Prices() map[cloud.Pool]money.Micros {
 
 // publishQuotes makes the quotes that Quotes returns from the supply and
 // prices of the last clearing.
-func (m *Market) publishQuotes() {
+func (m *SpotMarket) publishQuotes() {
 	quotes := make(map[cloud.Pool]PoolQuote, len(m.supply))
 	for p, s := range m.supply {
 		quotes[p] = PoolQuote{OnDemand: s.OnDemandPrice, Spot: m.last[p], Free: s.Free, Risk: spot.RiskOf(s)}
@@ -289,14 +289,14 @@ func (m *Market) publishQuotes() {
 	m.quotes.Store(&quotes)
 }
 
-func (m *Market) keepFailed() time.Duration {
+func (m *SpotMarket) keepFailed() time.Duration {
 	if m.KeepFailed > 0 {
 		return m.KeepFailed
 	}
 	return DefaultKeepFailed
 }
 
-func (m *Market) catalog() *catalog.Catalog {
+func (m *SpotMarket) catalog() *catalog.Catalog {
 	if m.Catalog != nil {
 		return m.Catalog
 	}
@@ -318,7 +318,7 @@ type PoolQuote struct {
 // the first), in a map of the caller's. The autoscaling group controller
 // reads it (it runs after the market in the leader's loop) and so do the
 // metrics, at scrape: it is safe to call from any goroutine.
-func (m *Market) Quotes() map[cloud.Pool]PoolQuote {
+func (m *SpotMarket) Quotes() map[cloud.Pool]PoolQuote {
 	p := m.quotes.Load()
 	if p == nil {
 		return nil

@@ -18,7 +18,7 @@ import (
 // to the Market: the Market takes last and supply once the plan is
 // applied.
 type marketRound struct {
-	m    *Market
+	m    *SpotMarket
 	view FleetView
 	ms   *marketSnap
 	now  time.Time
@@ -35,7 +35,7 @@ type marketRound struct {
 // plan plans one round over the fleet view and the snapshot: the clearing
 // (when clearing), the gates of the pending spot instances, the notices
 // and the spot-request moves.
-func (m *Market) plan(view FleetView, ms *marketSnap, now time.Time, clearing bool) *marketRound {
+func (m *SpotMarket) plan(view FleetView, ms *marketSnap, now time.Time, clearing bool) *marketRound {
 	last := m.last
 	if last == nil {
 		last = ms.last

@@ -124,7 +124,7 @@ func TestMarketPlansSpotRequests(t *testing.T) {
 			for _, p := range tc.fits {
 				view.fits[p] = true
 			}
-			m := &Market{KeepFailed: 10 * time.Minute, last: map[cloud.Pool]money.Micros{a: 1, b: 1},
+			m := &SpotMarket{KeepFailed: 10 * time.Minute, last: map[cloud.Pool]money.Micros{a: 1, b: 1},
 				supply: map[cloud.Pool]spot.Supply{a: {Pool: a, Free: 1, OnDemandPrice: 100}, b: {Pool: b, Free: 1, OnDemandPrice: 100}}}
 			rd := m.plan(view, ms, now, false)
 			if len(rd.plan.Prices) != 0 || len(rd.plan.Notices) != 0 {
@@ -187,7 +187,7 @@ func TestMarketPlansClearingsNoticesAndGates(t *testing.T) {
 		},
 		pending: []*cloud.Instance{{ID: "i-od", Offering: "l40s.1x", Zones: []string{"zone-b"}, State: cloud.Pending}},
 		ended:   map[string]*cloud.Instance{}}
-	m := &Market{Config: spot.DefaultConfig()}
+	m := &SpotMarket{Config: spot.DefaultConfig()}
 	rd := m.plan(view, ms, t0, true)
 	if m.last != nil || m.supply != nil {
 		t.Errorf("planning changed the market: %v, %v", m.last, m.supply)

@@ -22,7 +22,7 @@ type market struct {
 	st    cloud.Store
 	clock *testkit.Clock
 	s     *Scheduler
-	m     *Market
+	m     *SpotMarket
 }
 
 func newMarket(t *testing.T) *market {
@@ -52,7 +52,7 @@ func newMarket(t *testing.T) *market {
 	c := testkit.NewClock(t0)
 	s := NewScheduler(st, nil)
 	s.Now = c.Now
-	m := NewMarket(st, s)
+	m := NewSpotMarket(st, s)
 	m.Now = c.Now
 	mk := &market{t: t, st: st, clock: c, s: s, m: m}
 	// The first round builds the fleet and clears the prices; spot

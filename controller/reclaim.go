@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"strings"
 	"time"
 
@@ -87,14 +86,6 @@ func (s *Scheduler) reclaim(r *round, id string, req *placement.Request) (bool, 
 		s.Log.Error("reclaim plan does not fit the view it was made on", "for", id, "err", err)
 	}
 	return true, nil
-}
-
-// announce writes a reclaim notice on a spot instance as read in tx
-// (service.NoticeSpotReclaim), for the market's price reclaims. The event
-// names the scheduler, which enforces the deadline. It reports whether it
-// wrote the notice: false when the instance changed meanwhile.
-func announce(ctx context.Context, tx cloud.Tx, in *cloud.Instance, reason, forID string, notice time.Duration, now time.Time) (bool, error) {
-	return service.NoticeSpotReclaim(ctx, tx, in, reason, forID, reclaimWhy(reason, forID), notice, schedulerActor, now)
 }
 
 // reclaimWhy is the explanation a reclaim notice's event gives: a price

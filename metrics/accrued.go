@@ -23,7 +23,7 @@ const DefaultAccruedRefresh = time.Minute
 // WatchAccrued exposes the amount each tenant accrued this month, rated at
 // most once per refresh (DefaultAccruedRefresh when zero), with now as the
 // clock (time.Now when nil).
-func (s *Server) WatchAccrued(st cloud.Store, refresh time.Duration, now func() time.Time) {
+func (s *Registry) WatchAccrued(st cloud.Store, refresh time.Duration, now func() time.Time) {
 	c := NewAccruedCollector(st)
 	c.Refresh, c.Now, c.Log = refresh, now, s.log()
 	s.Registry.MustRegister(c)

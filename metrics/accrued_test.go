@@ -159,7 +159,7 @@ func TestAccruedPriceGap(t *testing.T) {
 func TestAccruedStoreDown(t *testing.T) {
 	st := testkit.Backends()[0].Open(t)
 	st.Close()
-	s := NewServer()
+	s := NewRegistry()
 	s.Log = quietLog()
 	s.WatchAccrued(st, time.Hour, nil)
 	exp := exposition(t, s)

@@ -99,7 +99,7 @@ func BenchmarkScrape(b *testing.B) {
 			q[cloud.Pool{Offering: o.Name, Zone: fmt.Sprintf("zone-%d", z)}] = controller.PoolQuote{OnDemand: 2_000_000, Spot: 700_000, Free: 10}
 		}
 	}
-	s := NewServer()
+	s := NewRegistry()
 	s.WatchStore(st)
 	s.WatchFleet(sched)
 	s.WatchMarket(q)
@@ -216,7 +216,7 @@ func BenchmarkAccrued(b *testing.B) {
 	})
 	// A scrape, which serves the last rating.
 	b.Run("scrape", func(b *testing.B) {
-		s := NewServer()
+		s := NewRegistry()
 		s.Registry.MustRegister(c)
 		if _, err := s.Registry.Gather(); err != nil { // the first rating
 			b.Fatal(err)

@@ -34,16 +34,16 @@ type PendingSource interface {
 }
 
 // WatchPending exposes the pending instances by reason at every scrape.
-func (s *Server) WatchPending(p PendingSource) { s.Registry.MustRegister(NewPendingCollector(p)) }
+func (s *Registry) WatchPending(p PendingSource) { s.Registry.MustRegister(NewPendingCollector(p)) }
 
 // WatchMarket exposes the spot market's quotes at every scrape.
-func (s *Server) WatchMarket(q QuoteSource) { s.Registry.MustRegister(NewMarketCollector(q)) }
+func (s *Registry) WatchMarket(q QuoteSource) { s.Registry.MustRegister(NewMarketCollector(q)) }
 
 // WatchFleet exposes the fleet's GPUs at every scrape.
-func (s *Server) WatchFleet(g GPUSource) { s.Registry.MustRegister(NewFleetCollector(g)) }
+func (s *Registry) WatchFleet(g GPUSource) { s.Registry.MustRegister(NewFleetCollector(g)) }
 
 // WatchStore exposes the counts of instances and hosts at every scrape.
-func (s *Server) WatchStore(st cloud.Store) { s.Registry.MustRegister(NewStoreCollector(st)) }
+func (s *Registry) WatchStore(st cloud.Store) { s.Registry.MustRegister(NewStoreCollector(st)) }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)

@@ -15,7 +15,7 @@ const Unmatched = "unmatched"
 // (r.Pattern, e.g. "GET /v1/instances/{id}"), and "unmatched" for none and
 // for the catch-all pattern "/", which the API uses for its 404 and 405
 // answers. The raw path is never a label, nor is anything of the tenant.
-func (s *Server) Instrument(h http.Handler) http.Handler {
+func (s *Registry) Instrument(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}

@@ -41,8 +41,9 @@ import (
 // Namespace prefixes every metric of the server.
 const Namespace = "gpucloud"
 
-// Server holds the control plane's registry and the metrics fed by hooks.
-type Server struct {
+// Registry is the control plane's Prometheus instrumentation: its registry
+// and the metrics the hooks feed.
+type Registry struct {
 	Registry *prometheus.Registry
 	// Log receives the errors of collectors at scrape (slog.Default when
 	// nil).
@@ -63,12 +64,12 @@ type Server struct {
 // label; any other reason is counted as "other".
 var ReclaimReasons = []string{cloud.ReclaimCapacity, cloud.ReclaimPrice, cloud.ReclaimRebalance}
 
-// NewServer returns a registry with the Go and process collectors and the
+// NewRegistry returns a registry with the Go and process collectors and the
 // HTTP, controller, scheduler and spot market metrics fed by hooks.
-func NewServer() *Server {
+func NewRegistry() *Registry {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := &Server{
+	s := &Registry{
 		Registry: r,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "http", Name: "requests_total",
@@ -121,7 +122,7 @@ func NewServer() *Server {
 // Handler serves the registry in the Prometheus exposition formats. A
 // collector that fails (the store unreachable) is logged and left out;
 // the rest is served.
-func (s *Server) Handler() http.Handler {
+func (s *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{
 		Registry:      s.Registry,
 		ErrorHandling: promhttp.ContinueOnError,
@@ -129,7 +130,7 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-func (s *Server) log() *slog.Logger {
+func (s *Registry) log() *slog.Logger {
 	if s.Log != nil {
 		return s.Log
 	}
@@ -143,7 +144,7 @@ func (e errorLog) Println(v ...any) { e.log.Error("metrics scrape", "err", v) }
 
 // ObserveStep records one controller round: the controller.Loop's Observe
 // hook.
-func (s *Server) ObserveStep(name string, took time.Duration, err error) {
+func (s *Registry) ObserveStep(name string, took time.Duration, err error) {
 	s.stepDuration.WithLabelValues(name).Observe(took.Seconds())
 	c := s.stepErrors.WithLabelValues(name) // the series exists at 0
 	if err != nil {
@@ -153,7 +154,7 @@ func (s *Server) ObserveStep(name string, took time.Duration, err error) {
 
 // AddPlacements counts instances placed: the controller.Scheduler's
 // Placed hook.
-func (s *Server) AddPlacements(n int) {
+func (s *Registry) AddPlacements(n int) {
 	if n > 0 {
 		s.placements.Add(float64(n))
 	}
@@ -161,7 +162,7 @@ func (s *Server) AddPlacements(n int) {
 
 // AddReclaims counts n spot instances noticed for reason: the
 // controller.Scheduler's and controller.Market's Reclaimed hooks.
-func (s *Server) AddReclaims(reason string, n int) {
+func (s *Registry) AddReclaims(reason string, n int) {
 	if n <= 0 {
 		return
 	}
@@ -173,7 +174,7 @@ func (s *Server) AddReclaims(reason string, n int) {
 
 // AddRelaunches counts instances spot requests launched again: the
 // controller.Market's Relaunched hook.
-func (s *Server) AddRelaunches(n int) {
+func (s *Registry) AddRelaunches(n int) {
 	if n > 0 {
 		s.relaunches.Add(float64(n))
 	}
@@ -181,7 +182,7 @@ func (s *Server) AddRelaunches(n int) {
 
 // ObserveClearing counts one clearing of the spot prices and its duration:
 // the controller.Market's Cleared hook.
-func (s *Server) ObserveClearing(took time.Duration) {
+func (s *Registry) ObserveClearing(took time.Duration) {
 	s.clearings.Inc()
 	s.clearingTime.Observe(took.Seconds())
 }
@@ -189,7 +190,7 @@ func (s *Server) ObserveClearing(took time.Duration) {
 // Leader exposes gpucloud_leader: 1 while isLeader reports that this
 // replica runs the controllers (only the leader has controller, scheduler,
 // market and GPU series), 0 otherwise.
-func (s *Server) Leader(isLeader func() bool) {
+func (s *Registry) Leader(isLeader func() bool) {
 	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "leader",
 		Help: "1 when this replica is the leader and runs the controllers, 0 otherwise.",

@@ -22,7 +22,7 @@ import (
 )
 
 func TestRegistryGathers(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	n, err := testutil.GatherAndCount(s.Registry)
 	if err != nil || n == 0 {
 		t.Fatalf("gathered %d series, %v", n, err)
@@ -33,7 +33,7 @@ func TestRegistryGathers(t *testing.T) {
 // matched, never the path (which carries IDs), and "unmatched" for none
 // and for the catch-all "/".
 func TestInstrumentLabelsByPattern(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/instances/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("id") == "i-missing" {
@@ -83,7 +83,7 @@ gpucloud_http_requests_total{code="404",method="OTHER",route="unmatched"} 1
 }
 
 func TestControllerHooks(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	s.ObserveStep("market", 3*time.Millisecond, nil)
 	s.ObserveStep("scheduler", 2*time.Millisecond, nil)
 	s.ObserveStep("scheduler", 40*time.Millisecond, errors.New("store down"))
@@ -114,7 +114,7 @@ gpucloud_scheduler_placements_total 5
 
 // TestLoopObserve: controller.Loop reports each round to the hook.
 func TestLoopObserve(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	fail := errors.New("boom")
 	loop := &controller.Loop{Controllers: []controller.Controller{ctl{"a", nil}, ctl{"b", fail}}, Observe: s.ObserveStep,
 		Log: quietLog()}
@@ -253,7 +253,7 @@ gpucloud_instances{market="spot",offering="h100.1x",state="pending",tenant="t-a"
 func TestStoreCollectorError(t *testing.T) {
 	st := testkit.Backends()[0].Open(t)
 	st.Close()
-	s := NewServer()
+	s := NewRegistry()
 	s.Log = quietLog()
 	s.WatchStore(st)
 	rec := httptest.NewRecorder()
@@ -265,7 +265,7 @@ func TestStoreCollectorError(t *testing.T) {
 }
 
 // exposition is the text exposition of s.
-func exposition(t *testing.T, s *Server) string {
+func exposition(t *testing.T, s *Registry) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -21,7 +21,7 @@ import (
 // TestSpotHooks: reclaims by reason (every reason at 0 from the start, an
 // unknown one as other), relaunches and clearings with their duration.
 func TestSpotHooks(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	want := `
 # HELP gpucloud_spot_reclaims_total Spot instances that got a reclaim notice, by reason: capacity (on-demand or reserved demand needs the slot), price (the spot price passed the max price), rebalance (a recommendation to move, without a deadline).
 # TYPE gpucloud_spot_reclaims_total counter
@@ -98,7 +98,7 @@ func TestPendingCollector(t *testing.T) {
 // TestPendingFromTheScheduler: a real scheduler's summary reaches the
 // exposition, in a form promtool accepts.
 func TestPendingFromTheScheduler(t *testing.T) {
-	s := NewServer()
+	s := NewRegistry()
 	sched := controller.NewScheduler(nil, nil)
 	s.WatchPending(sched)
 	if strings.Contains(exposition(t, s), "gpucloud_instances_pending{") {

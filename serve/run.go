@@ -100,12 +100,12 @@ type Replica struct {
 	// API, the console and the controllers share them.
 	Services  *service.Services
 	Scheduler *controller.Scheduler
-	Market    *controller.Market
+	Market    *controller.SpotMarket
 	// Controllers is what the leader runs, in order (controllerList).
 	Controllers []controller.Controller
 	// Metrics is the replica's Prometheus registry, served at GET
 	// /metrics on the API listener to admin tokens (MetricsURL).
-	Metrics *metrics.Server
+	Metrics *metrics.Registry
 
 	http   *http.Server
 	ca     *pki.CA
@@ -141,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Store: st, Metrics: metrics.NewServer(), leader: &leaderState{}}
+	s := &Replica{Store: st, Metrics: metrics.NewRegistry(), leader: &leaderState{}}
 	ln, err := s.start(ctx, cfg)
 	if err != nil {
 		st.Close()
@@ -207,7 +207,7 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 	var err error
 	// Certificates live on the wall clock, which TLS checks, not a test's
 	// scaled one.
-	if s.ca, err = loadCA(ctx, s.Store, time.Now()); err != nil {
+	if s.ca, err = service.LoadCA(ctx, s.Store, time.Now()); err != nil {
 		return nil, fmt.Errorf("the cloud's CA: %w", err)
 	}
 	s.Metrics.Log = cfg.Log
@@ -332,8 +332,8 @@ func (s *Replica) newScheduler(cfg Config) *controller.Scheduler {
 }
 
 // newMarket is the spot market as cfg configures it, over the scheduler.
-func (s *Replica) newMarket(cfg Config) *controller.Market {
-	m := controller.NewMarket(s.Store, s.Scheduler)
+func (s *Replica) newMarket(cfg Config) *controller.SpotMarket {
+	m := controller.NewSpotMarket(s.Store, s.Scheduler)
 	m.Now, m.Log, m.Every = cfg.Now, cfg.Log, cfg.MarketInterval
 	if cfg.Spot != nil {
 		m.Config = *cfg.Spot

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -12,12 +11,6 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
-)
-
-// Names of the CA's cluster secrets (cloud.Tx.ClusterSecret).
-const (
-	secretCACert = "ca.crt"
-	secretCAKey  = "ca.key"
 )
 
 // TLS configures how a replica serves: TLS 1.3 by default, with a server
@@ -34,50 +27,6 @@ type TLS struct {
 	// Plain serves plain HTTP instead: a development mode, refused
 	// unless the listener is on a loopback address.
 	Plain bool
-}
-
-// loadCA reads the cloud's CA from the store, making it on the very first
-// start. Replicas starting together race on one insert: the loser reads
-// the winner's.
-func loadCA(ctx context.Context, st cloud.Store, now time.Time) (*pki.CA, error) {
-	var ca *pki.CA
-	read := func(tx cloud.Tx) error {
-		c, err := tx.ClusterSecret(ctx, secretCACert)
-		if err != nil {
-			return err
-		}
-		k, err := tx.ClusterSecret(ctx, secretCAKey)
-		if err != nil {
-			return err
-		}
-		ca, err = pki.LoadCA(c, k)
-		return err
-	}
-	err := st.Tx(ctx, read)
-	if err == nil || !cloud.IsNotFound(err) {
-		return ca, err
-	}
-	fresh, err := pki.NewCA("gpucloud CA", now)
-	if err != nil {
-		return nil, err
-	}
-	key, err := pki.EncodeKey(fresh.Key)
-	if err != nil {
-		return nil, err
-	}
-	err = st.Tx(ctx, func(tx cloud.Tx) error {
-		if err := tx.CreateClusterSecret(ctx, secretCACert, pki.EncodeCert(fresh.Cert), now); err != nil {
-			return err
-		}
-		return tx.CreateClusterSecret(ctx, secretCAKey, key, now)
-	})
-	if cloud.IsConflict(err) {
-		return ca, st.Tx(ctx, read)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fresh, nil
 }
 
 // serverTLS is the TLS 1.3 configuration of a replica listening on addr:

@@ -32,30 +32,30 @@ func HandlerOf(log *slog.Logger, cs ...prometheus.Collector) http.Handler {
 	})
 }
 
-// Server serves /metrics on one listener.
-type Server struct {
+// Listener is the exporter's HTTP listener: it serves /metrics on one address.
+type Listener struct {
 	ln  net.Listener
 	srv *http.Server
 }
 
 // Listen listens on addr ("127.0.0.1:9400"; port 0 picks one) for the
 // /metrics handler h. Serve serves it.
-func Listen(addr string, h http.Handler) (*Server, error) {
+func Listen(addr string, h http.Handler) (*Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
-	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+	return &Listener{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 
 // Addr is the address the server listens on.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Listener) Addr() string { return s.ln.Addr().String() }
 
 // Serve serves until ctx ends, then shuts down, giving scrapes in flight a
 // few seconds; it returns nil then, or the error that stopped it earlier.
-func (s *Server) Serve(ctx context.Context) error {
+func (s *Listener) Serve(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- s.srv.Serve(s.ln) }()
 	select {

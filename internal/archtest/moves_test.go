@@ -1,16 +1,7 @@
 package archtest
 
 import (
-	"encoding/json"
 	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
-	"go/types"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -23,81 +14,18 @@ import (
 // checked; they move instances with testkit.Move.
 func TestOneMoveFunction(t *testing.T) {
 	mod, _ := modulePackages(t)
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	touchSources(t, root)
-	type listed struct {
-		ImportPath, Dir, Export string
-		GoFiles                 []string
-		Standard                bool
-	}
-	out, err := exec.Command("go", "list", "-export", "-deps", "-json=ImportPath,Dir,Export,GoFiles,Standard", mod+"/...").Output()
-	if err != nil {
-		t.Fatalf("go list -export: %v", err)
-	}
-	exports := map[string]string{}
-	var pkgs []listed
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for dec.More() {
-		var p listed
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
-		exports[p.ImportPath] = p.Export
-		if strings.HasPrefix(p.ImportPath, mod+"/") || p.ImportPath == mod {
-			pkgs = append(pkgs, p)
-		}
-	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		return os.Open(exports[path])
-	})
 	cloudPath := mod + "/cloud"
-	exempt := func(path string) bool {
-		rel := strings.TrimPrefix(path, mod+"/")
+	exempt := func(rel string) bool {
 		return rel == "service" || rel == "cloud" || rel == "store" || strings.HasPrefix(rel, "store/")
 	}
-	checked := 0
+	pkgs := typedPackages(t, []string{"cloud"}, exempt)
 	for _, p := range pkgs {
-		if exempt(p.ImportPath) {
-			continue
-		}
-		var files []*ast.File
-		usesCloud := false
-		for _, name := range p.GoFiles {
-			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, is := range f.Imports {
-				usesCloud = usesCloud || strings.Trim(is.Path.Value, `"`) == cloudPath
-			}
-			files = append(files, f)
-		}
-		if !usesCloud {
-			continue
-		}
-		info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}}
-		conf := types.Config{Importer: imp, Error: func(error) {}}
-		if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
-			t.Logf("type-checking %s: %v (checked what could be typed)", p.ImportPath, err)
-		}
-		checked++
+		fset, info := p.Fset, p.Info
 		isInstance := func(e ast.Expr) bool {
 			tv, ok := info.Types[e]
-			if !ok {
-				return false
-			}
-			typ := tv.Type
-			if ptr, ok := typ.(*types.Pointer); ok {
-				typ = ptr.Elem()
-			}
-			named, ok := typ.(*types.Named)
-			return ok && named.Obj().Pkg() != nil && named.Obj().Pkg().Path() == cloudPath && named.Obj().Name() == "Instance"
+			return ok && isNamed(tv.Type, cloudPath, "Instance")
 		}
-		for _, f := range files {
+		for _, f := range p.Files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
 				case *ast.AssignStmt:
@@ -122,7 +50,7 @@ func TestOneMoveFunction(t *testing.T) {
 			})
 		}
 	}
-	if checked < 5 {
-		t.Fatalf("checked only %d packages; the test is not finding the code", checked)
+	if len(pkgs) < 5 {
+		t.Fatalf("checked only %d packages; the test is not finding the code", len(pkgs))
 	}
 }
