@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -70,7 +71,7 @@ func newAddressesAllocateCommand(s *session) *cobra.Command {
 			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
 			"a retry with the same key answers the address the first call allocated.",
 		Example: "  gpucloud addresses allocate --zone a\n  gpucloud addresses allocate --instance i-0123456789abcdef",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -126,7 +127,7 @@ func newAddressesAssociateCommand(s *session) *cobra.Command {
 				return err
 			}
 			if instance == "" {
-				return usagef(cmd, "--instance is required")
+				return cmdutil.Usagef(cmd, "--instance is required")
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				a, err := c.AssociateAddress(ctx, args[0], instance)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
@@ -78,7 +79,7 @@ func newHostsListCommand(s *session) *cobra.Command {
 		Long: "List the hosts: scheduling state (schedulable, cordoned, unhealthy), zone,\n" +
 			"GPUs, CPU and memory, and when the agent last reported. -o json and -o yaml\n" +
 			"include every GPU with its UUID, NVLink island and MIG layout.",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -181,7 +182,7 @@ func newTenantsListCommand(s *session) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the tenants",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -246,13 +247,13 @@ func newTenantsAddUserCommand(s *session) *cobra.Command {
 				return err
 			}
 			if req.Name == "" {
-				return usagef(cmd, "--name is required")
+				return cmdutil.Usagef(cmd, "--name is required")
 			}
 			switch role {
 			case "member", "admin":
 				req.Role = cloud.Role(role)
 			default:
-				return usagef(cmd, "--role %q: want member or admin", role)
+				return cmdutil.Usagef(cmd, "--role %q: want member or admin", role)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				tenant, err := c.tenantID(ctx, args[0])
@@ -414,19 +415,19 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 			changed := cmd.Flags().Changed
 			setInstances := changed("instances")
 			if !setInstances && len(gpus) == 0 && !reset && !changed("gpus-per-model") && !changed("requests-per-second") && !changed("burst") {
-				return usagef(cmd, "nothing to set: give --instances, --gpus, --gpus-per-model, --requests-per-second, --burst or --reset")
+				return cmdutil.Usagef(cmd, "nothing to set: give --instances, --gpus, --gpus-per-model, --requests-per-second, --burst or --reset")
 			}
 			if instances < 0 {
-				return usagef(cmd, "--instances %d: want 0 (no limit) or more", instances)
+				return cmdutil.Usagef(cmd, "--instances %d: want 0 (no limit) or more", instances)
 			}
 			if !(perModel >= 0) { // negative, or NaN
-				return usagef(cmd, "--gpus-per-model %v: want 0 (no limit) or more", perModel)
+				return cmdutil.Usagef(cmd, "--gpus-per-model %v: want 0 (no limit) or more", perModel)
 			}
 			if rps < 0 {
-				return usagef(cmd, "--requests-per-second %d: want 0 (the server's default) or more", rps)
+				return cmdutil.Usagef(cmd, "--requests-per-second %d: want 0 (the server's default) or more", rps)
 			}
 			if burst < 0 {
-				return usagef(cmd, "--burst %d: want 0 (the server's default) or more", burst)
+				return cmdutil.Usagef(cmd, "--burst %d: want 0 (the server's default) or more", burst)
 			}
 			kv, err := keyValues(cmd, "gpus", gpus)
 			if err != nil {
@@ -436,7 +437,7 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 			for m, v := range kv {
 				n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 				if err != nil || n < 0 {
-					return usagef(cmd, "--gpus %s=%s: want a number of GPUs, 0 or more", m, v)
+					return cmdutil.Usagef(cmd, "--gpus %s=%s: want a number of GPUs, 0 or more", m, v)
 				}
 				want[canonicalModel(strings.TrimSpace(m))] = n
 			}
@@ -510,14 +511,14 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 			"joins it to the cloud. The token is shown once; revoke it with\n" +
 			"`gpucloud tokens revoke ID` when the hosts have joined.",
 		Example: "  gpucloud hosts join-token --name rack-12 --expires-in 24h",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := s.connect(cmd)
 			if err != nil {
 				return err
 			}
 			if expiresIn <= 0 {
-				return usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
+				return cmdutil.Usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
 			}
 			at := time.Now().Add(expiresIn)
 			req := api.CreateJoinTokenRequest{Name: name, ExpiresAt: &at}

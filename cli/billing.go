@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -97,7 +98,7 @@ func parseWhen(cmd *cobra.Command, flag, v string) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return clockNow().Add(-d), nil
 	}
-	return time.Time{}, usagef(cmd, "--%s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or a duration ago (2h)", flag, v)
+	return time.Time{}, cmdutil.Usagef(cmd, "--%s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or a duration ago (2h)", flag, v)
 }
 
 // priceUnit says what a price is per.
@@ -214,7 +215,7 @@ var priceKinds = []string{string(cloud.PriceCompute), string(cloud.PriceVolume),
 
 func checkKind(cmd *cobra.Command, kind string) (cloud.PriceKind, error) {
 	if kind != "" && !slices.Contains(priceKinds, kind) {
-		return "", usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(priceKinds, ", "))
+		return "", cmdutil.Usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(priceKinds, ", "))
 	}
 	return cloud.PriceKind(kind), nil
 }
@@ -233,7 +234,7 @@ func newPricesListCommand(s *session) *cobra.Command {
 		Long: "List price versions by kind, offering, zone and effective time; with --at only\n" +
 			"the versions in force at that time.",
 		Example: "  gpucloud prices list --offering h100.8x\n  gpucloud prices list --kind volume\n  gpucloud prices list --at 2026-12-01T00:00:00Z",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -291,7 +292,7 @@ func newPricesSetCommand(s *session) *cobra.Command {
 			"  gpucloud prices set --offering h100.8x --zone b --amount 17.50 --effective-at 2026-12-01T00:00:00Z",
 			"  gpucloud prices set --kind volume --amount 0.10",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -302,16 +303,16 @@ func newPricesSetCommand(s *session) *cobra.Command {
 			}
 			req.Kind = k
 			if (k == "" || k == cloud.PriceCompute) && req.Offering == "" {
-				return usagef(cmd, "--offering is required for a compute price")
+				return cmdutil.Usagef(cmd, "--offering is required for a compute price")
 			}
 			if !amount.set {
-				return usagef(cmd, "--amount is required")
+				return cmdutil.Usagef(cmd, "--amount is required")
 			}
 			req.Amount = amount.v
 			if effectiveAt != "" {
 				t, err := time.Parse(time.RFC3339, effectiveAt)
 				if err != nil {
-					return usagef(cmd, "--effective-at %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", effectiveAt)
+					return cmdutil.Usagef(cmd, "--effective-at %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", effectiveAt)
 				}
 				req.EffectiveAt = &t
 			}
@@ -419,34 +420,34 @@ func newCommitmentsCreateCommand(s *session) *cobra.Command {
 			"  gpucloud commitments create --offering h100.8x --zone a --quantity 2 --term 1y --payment all_upfront",
 			"  gpucloud commitments create --plan retainer --offering h100 --term 720h",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
 			if req.Offering == "" {
-				return usagef(cmd, "--offering is required (an offering such as h100.8x, or a family such as h100)")
+				return cmdutil.Usagef(cmd, "--offering is required (an offering such as h100.8x, or a family such as h100)")
 			}
 			if req.Term == "" {
-				return usagef(cmd, "--term is required: 1y, 3y or a duration such as 720h")
+				return cmdutil.Usagef(cmd, "--term is required: 1y, 3y or a duration such as 720h")
 			}
 			switch plan {
 			case string(cloud.PlanReservation), string(cloud.PlanRetainer):
 				req.Plan = cloud.Plan(plan)
 			default:
-				return usagef(cmd, "--plan %q: want reservation or retainer", plan)
+				return cmdutil.Usagef(cmd, "--plan %q: want reservation or retainer", plan)
 			}
 			req.Payment = cloud.Payment(pay)
 			if discount != "" {
 				if _, err := strconv.ParseFloat(discount, 64); err != nil {
-					return usagef(cmd, "--discount-pct %q: want a percentage such as 37.5", discount)
+					return cmdutil.Usagef(cmd, "--discount-pct %q: want a percentage such as 37.5", discount)
 				}
 				req.DiscountPct = json.Number(discount)
 			}
 			if start != "" {
 				t, err := time.Parse(time.RFC3339, start)
 				if err != nil {
-					return usagef(cmd, "--start %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", start)
+					return cmdutil.Usagef(cmd, "--start %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", start)
 				}
 				req.Start = &t
 			}
@@ -693,14 +694,14 @@ func newInvoicesShowCommand(s *session) *cobra.Command {
 			"sums them per pool with the average price (--detail shows every price), and\n" +
 			"-o json and -o csv keep one line per price, with exact quantities in seconds.",
 		Example: "  gpucloud invoices show\n  gpucloud invoices show --month 2026-12 -o csv > invoice.csv",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(formats, format) {
-				return usagef(cmd, `--output %q: want "table", "json", "yaml" or "csv"`, format)
+				return cmdutil.Usagef(cmd, `--output %q: want "table", "json", "yaml" or "csv"`, format)
 			}
 			if o.Month != "" {
 				if _, err := billing.ParseMonth(o.Month); err != nil {
-					return usagef(cmd, "--month %q: want YYYY-MM, e.g. 2026-12", o.Month)
+					return cmdutil.Usagef(cmd, "--month %q: want YYYY-MM, e.g. 2026-12", o.Month)
 				}
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
@@ -800,7 +801,7 @@ func newBudgetShowCommand(s *session) *cobra.Command {
 		Use:     "show",
 		Aliases: []string{"get"},
 		Short:   "Show the budget, this month's spending and its alerts",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -834,13 +835,13 @@ func newBudgetSetCommand(s *session) *cobra.Command {
 		Use:     "set --amount N [--threshold PCT ...]",
 		Short:   "Set the monthly budget",
 		Example: "  gpucloud budget set --amount 1000\n  gpucloud budget set --amount 5000 --threshold 50 --threshold 90 --threshold 100",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
 			if !amount.set {
-				return usagef(cmd, "--amount is required")
+				return cmdutil.Usagef(cmd, "--amount is required")
 			}
 			spec := api.BudgetSpec{Amount: amount.v, Thresholds: thresholds}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {

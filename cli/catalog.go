@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 )
 
 // outputFormats are the values of -o on the catalog commands.
@@ -38,7 +39,7 @@ func newCatalogCommand() *cobra.Command {
 			"  gpucloud catalog offerings --mode mig",
 			"  gpucloud catalog validate catalog.yaml",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
@@ -67,7 +68,7 @@ func (f *catalogFlags) validate(cmd *cobra.Command) error {
 			return nil
 		}
 	}
-	return usagef(cmd, `--output %q: want "table", "json" or "yaml"`, f.output)
+	return cmdutil.Usagef(cmd, `--output %q: want "table", "json" or "yaml"`, f.output)
 }
 
 // load returns the built-in catalog, or the result of the --catalog file.
@@ -192,7 +193,7 @@ func newCatalogModelsCommand() *cobra.Command {
 			"  # Everything about every model, MIG profiles included",
 			"  gpucloud catalog models -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd); err != nil {
 				return err
@@ -251,7 +252,7 @@ func newCatalogProfilesCommand() *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef(cmd, "%s takes one MODEL argument, got %d", cmd.CommandPath(), len(args))
+				return cmdutil.Usagef(cmd, "%s takes one MODEL argument, got %d", cmd.CommandPath(), len(args))
 			}
 			return nil
 		},
@@ -350,7 +351,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			"  # Preview an operator catalog file's offerings as JSON",
 			"  gpucloud catalog offerings --catalog catalog.yaml -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd); err != nil {
 				return err
@@ -359,7 +360,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			if mode != "" {
 				wantMode = catalog.Mode(strings.ToLower(mode))
 				if !wantMode.Valid() {
-					return usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
+					return cmdutil.Usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
 				}
 			}
 			c, err := f.load()
@@ -370,7 +371,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			if model != "" {
 				m, err := c.Model(model)
 				if err != nil {
-					return usagef(cmd, "--model: %v", err)
+					return cmdutil.Usagef(cmd, "--model: %v", err)
 				}
 				wantModel = m.Name
 			}
@@ -488,7 +489,7 @@ func newCatalogValidateCommand() *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef(cmd, "%s takes one FILE argument, got %d", cmd.CommandPath(), len(args))
+				return cmdutil.Usagef(cmd, "%s takes one FILE argument, got %d", cmd.CommandPath(), len(args))
 			}
 			return nil
 		},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/estimate"
@@ -111,7 +112,7 @@ func newCostEstimateCommand() *cobra.Command {
 			"  # The same at the server's prices and zone-a's recent reclaim rate",
 			"  gpucloud cost estimate --offering h100.8x --zone zone-a --count 4 --days 90 --interruptible",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.f.validate(cmd); err != nil {
 				return err
@@ -124,7 +125,7 @@ func newCostEstimateCommand() *cobra.Command {
 			if err != nil {
 				var fe *estimate.FieldError
 				if errors.As(err, &fe) {
-					return usagef(cmd, "%s", costFieldErrors(err))
+					return cmdutil.Usagef(cmd, "%s", costFieldErrors(err))
 				}
 				return err
 			}
@@ -182,13 +183,13 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 	o.zone = strings.TrimSpace(o.zone)
 	switch {
 	case fl.Changed("offering") == fl.Changed("price-per-hour"):
-		return nil, nil, usagef(cmd, "give one of --offering and --price-per-hour")
+		return nil, nil, cmdutil.Usagef(cmd, "give one of --offering and --price-per-hour")
 	case fl.Changed("spot-price") && fl.Changed("spot-discount"):
-		return nil, nil, usagef(cmd, "give --spot-price or --spot-discount, not both")
+		return nil, nil, cmdutil.Usagef(cmd, "give --spot-price or --spot-discount, not both")
 	case fl.Changed("zone") && !fl.Changed("offering"):
-		return nil, nil, usagef(cmd, "--zone needs --offering: a spot pool is an offering in a zone")
+		return nil, nil, cmdutil.Usagef(cmd, "--zone needs --offering: a spot pool is an offering in a zone")
 	case fl.Changed("zone") && o.zone == "":
-		return nil, nil, usagef(cmd, "--zone must not be empty")
+		return nil, nil, cmdutil.Usagef(cmd, "--zone must not be empty")
 	}
 	w := &estimate.Workload{Days: o.days, Count: o.count, InterruptionTolerant: o.interruptible}
 	src := &costSources{}
@@ -198,7 +199,7 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 			return nil, nil, err
 		}
 		if w.PricePerHour, err = billing.ListPrice(cat, o.offering); err != nil {
-			return nil, nil, usagef(cmd, "--offering: %v", err)
+			return nil, nil, cmdutil.Usagef(cmd, "--offering: %v", err)
 		}
 		if of, err := cat.Offering(o.offering); err == nil {
 			o.offering = of.Name // the canonical spelling, for the output
@@ -219,9 +220,9 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 	// hours is in micro-hours; a second is 1/3600 h.
 	switch {
 	case hours > 24_000_000:
-		return nil, nil, usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
+		return nil, nil, cmdutil.Usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
 	case hours*money.SecondsPerHour%1_000_000 != 0:
-		return nil, nil, usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
+		return nil, nil, cmdutil.Usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
 	}
 	w.SecondsPerDay = hours * money.SecondsPerHour / 1_000_000
 
@@ -231,7 +232,7 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 		to   *int64
 	}{{"--checkpoint-interval", o.checkpoint, &w.CheckpointIntervalSeconds}, {"--restart-overhead", o.restart, &w.RestartOverheadSeconds}} {
 		if d.v%time.Second != 0 {
-			return nil, nil, usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
+			return nil, nil, cmdutil.Usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
 		}
 		*d.to = int64(d.v / time.Second)
 	}
@@ -246,7 +247,7 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 			return nil, nil, err
 		}
 		if w.SpotPrice == 0 {
-			return nil, nil, usagef(cmd, "--spot-price must be more than 0")
+			return nil, nil, cmdutil.Usagef(cmd, "--spot-price must be more than 0")
 		}
 		src.Spot = "--spot-price"
 	} else {
@@ -270,7 +271,7 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 			return nil, nil, err
 		}
 		if *p.to == 0 {
-			return nil, nil, usagef(cmd, "%s must be more than 0", p.flag)
+			return nil, nil, cmdutil.Usagef(cmd, "%s must be more than 0", p.flag)
 		}
 	}
 
@@ -489,15 +490,15 @@ func costExplain(c *conn, err error) error {
 func costDecimal(cmd *cobra.Command, flag, s string, scale int64) (int64, error) {
 	t := strings.TrimSpace(s)
 	if strings.ContainsAny(t, "$-+") {
-		return 0, usagef(cmd, "%s %q: want a non-negative number", flag, s)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want a non-negative number", flag, s)
 	}
 	m, err := money.Parse(t)
 	if err != nil {
-		return 0, usagef(cmd, "%s %q: want a non-negative number with at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want a non-negative number with at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
 	}
 	per := int64(money.Unit) / scale
 	if int64(m)%per != 0 {
-		return 0, usagef(cmd, "%s %q: at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
+		return 0, cmdutil.Usagef(cmd, "%s %q: at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
 	}
 	return int64(m) / per, nil
 }
@@ -511,7 +512,7 @@ func costPercent(cmd *cobra.Command, flag, s string) (int64, error) {
 func costAmount(cmd *cobra.Command, flag, s string) (money.Micros, error) {
 	m, err := money.Parse(s)
 	if err != nil || m < 0 {
-		return 0, usagef(cmd, "%s %q: want an amount such as 12 or 2.49", flag, s)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want an amount such as 12 or 2.49", flag, s)
 	}
 	return m, nil
 }

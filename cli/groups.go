@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -158,7 +159,7 @@ func (g *groupFlags) checkFileMix(cmd *cobra.Command) error {
 	}
 	for _, n := range describing {
 		if changed(cmd, n) {
-			return usagef(cmd, "-f %s and --%s do not mix: put everything in the file", g.file, n)
+			return cmdutil.Usagef(cmd, "-f %s and --%s do not mix: put everything in the file", g.file, n)
 		}
 	}
 	return nil
@@ -195,7 +196,7 @@ func readBody(cmd *cobra.Command, file string, v any) error {
 // seconds is a duration flag in whole seconds.
 func seconds(cmd *cobra.Command, flag string, d time.Duration) (int, error) {
 	if d < 0 || d%time.Second != 0 {
-		return 0, usagef(cmd, "--%s %s: want whole seconds, 0 or more", flag, d)
+		return 0, cmdutil.Usagef(cmd, "--%s %s: want whole seconds, 0 or more", flag, d)
 	}
 	return int(d / time.Second), nil
 }
@@ -213,12 +214,12 @@ func (g *groupFlags) policies(cmd *cobra.Command) ([]cloud.ScalingPolicy, error)
 	for _, tm := range g.targetMetrics {
 		i := strings.LastIndex(tm, "=")
 		if i <= 0 {
-			return nil, usagef(cmd, "--target-metric %q: want METRIC=VALUE, e.g. custom:queue=10", tm)
+			return nil, cmdutil.Usagef(cmd, "--target-metric %q: want METRIC=VALUE, e.g. custom:queue=10", tm)
 		}
 		metric, v := tm[:i], tm[i+1:]
 		target, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return nil, usagef(cmd, "--target-metric %q: %q is not a number", tm, v)
+			return nil, cmdutil.Usagef(cmd, "--target-metric %q: %q is not a number", tm, v)
 		}
 		switch metric {
 		case cloud.MetricGPUUtilization, cloud.MetricCPUUtilization, cloud.MetricGPUOrCPU:
@@ -233,7 +234,7 @@ func (g *groupFlags) policies(cmd *cobra.Command) ([]cloud.ScalingPolicy, error)
 	for i, sc := range g.schedules {
 		p, err := parseSchedule(sc)
 		if err != nil {
-			return nil, usagef(cmd, "--schedule %q: %v", sc, err)
+			return nil, cmdutil.Usagef(cmd, "--schedule %q: %v", sc, err)
 		}
 		if p.Name == "" {
 			p.Name = "schedule-" + strconv.Itoa(i+1)
@@ -251,12 +252,12 @@ func (g *groupFlags) policies(cmd *cobra.Command) ([]cloud.ScalingPolicy, error)
 			}
 		}
 		if first == nil {
-			return nil, usagef(cmd, "--predictive forecasts the metric of a target: give --target-gpu, --target-cpu or --target-metric too")
+			return nil, cmdutil.Usagef(cmd, "--predictive forecasts the metric of a target: give --target-gpu, --target-cpu or --target-metric too")
 		}
 		ps = append(ps, cloud.ScalingPolicy{Name: "predictive", Type: cloud.PolicyPredictive, Metric: first.Metric,
 			Target: first.Target, ForecastOnly: g.predictive == "forecast-only"})
 	default:
-		return nil, usagef(cmd, "--predictive=%s: want --predictive or --predictive=forecast-only", g.predictive)
+		return nil, cmdutil.Usagef(cmd, "--predictive=%s: want --predictive or --predictive=forecast-only", g.predictive)
 	}
 	return ps, nil
 }
@@ -325,7 +326,7 @@ func parseIdleRelease(cmd *cobra.Command, v string) (*cloud.IdleRelease, error) 
 	t, err1 := strconv.ParseFloat(th, 64)
 	d, err2 := time.ParseDuration(dur)
 	if !ok || err1 != nil || err2 != nil || d%time.Second != 0 {
-		return nil, usagef(cmd, "--idle-release %q: want THRESHOLD:DURATION, e.g. 0.1:30m", v)
+		return nil, cmdutil.Usagef(cmd, "--idle-release %q: want THRESHOLD:DURATION, e.g. 0.1:30m", v)
 	}
 	return &cloud.IdleRelease{Threshold: t, IdleSeconds: int(d / time.Second)}, nil
 }
@@ -335,7 +336,7 @@ func (g *groupFlags) mixed(cmd *cobra.Command) (cloud.MixedInstances, error) {
 	if !g.spot {
 		for _, n := range []string{"on-demand-base", "on-demand-percent", "max-spot-price-ratio", "capacity-rebalance"} {
 			if changed(cmd, n) {
-				return cloud.MixedInstances{}, usagef(cmd, "--%s applies to spot groups: add --spot", n)
+				return cloud.MixedInstances{}, cmdutil.Usagef(cmd, "--%s applies to spot groups: add --spot", n)
 			}
 		}
 	}
@@ -444,7 +445,7 @@ func newGroupsCreateCommand(s *session) *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if names, _ := commandArgs(cmd, args); len(names) > 1 {
-				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python serve.py", names[1])
+				return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python serve.py", names[1])
 			}
 			return nil
 		},
@@ -462,7 +463,7 @@ func newGroupsCreateCommand(s *session) *cobra.Command {
 			var req api.CreateGroupRequest
 			if g.file != "" {
 				if command != nil {
-					return usagef(cmd, "-f %s and a command after \"--\" do not mix: put the command in the file", g.file)
+					return cmdutil.Usagef(cmd, "-f %s and a command after \"--\" do not mix: put the command in the file", g.file)
 				}
 				if err := readBody(cmd, g.file, &req); err != nil {
 					return err
@@ -471,17 +472,17 @@ func newGroupsCreateCommand(s *session) *cobra.Command {
 					req.Name = names[0]
 				}
 				if req.Name == "" {
-					return usagef(cmd, "the group needs a name: give NAME or name: in %s", g.file)
+					return cmdutil.Usagef(cmd, "the group needs a name: give NAME or name: in %s", g.file)
 				}
 			} else {
 				if len(names) == 0 {
-					return usagef(cmd, "give the group's NAME")
+					return cmdutil.Usagef(cmd, "give the group's NAME")
 				}
 				if len(g.offerings) == 0 {
-					return usagef(cmd, "--offering is required ('gpucloud offerings' lists them; repeat it for fallbacks)")
+					return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them; repeat it for fallbacks)")
 				}
 				if !changed(cmd, "min") || !changed(cmd, "max") {
-					return usagef(cmd, "--min and --max are required")
+					return cmdutil.Usagef(cmd, "--min and --max are required")
 				}
 				var err error
 				req = api.CreateGroupRequest{Name: names[0], Min: g.min, Max: g.max}
@@ -670,7 +671,7 @@ func newGroupsListCommand(s *session) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List autoscaling groups (not deleted ones unless --state says)",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -679,7 +680,7 @@ func newGroupsListCommand(s *session) *cobra.Command {
 			for _, st := range states {
 				st = strings.ToLower(strings.TrimSpace(st))
 				if !slices.Contains(groupStates, st) {
-					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(groupStates, ", "))
+					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(groupStates, ", "))
 				}
 				want = append(want, cloud.GroupState(st))
 			}
@@ -967,7 +968,7 @@ func newGroupsUpdateCommand(s *session) *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if names, _ := commandArgs(cmd, args); len(names) != 1 {
-				return usagef(cmd, "%s takes one group ID or name, and the workload's command after \"--\"", cmd.CommandPath())
+				return cmdutil.Usagef(cmd, "%s takes one group ID or name, and the workload's command after \"--\"", cmd.CommandPath())
 			}
 			return nil
 		},
@@ -986,14 +987,14 @@ func newGroupsUpdateCommand(s *session) *cobra.Command {
 			if ifMatch != "" {
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "group's", 1))
+					return cmdutil.Usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "group's", 1))
 				}
 				version = v
 			}
 			var req api.UpdateGroupRequest
 			if g.file != "" {
 				if command != nil {
-					return usagef(cmd, "-f %s and a command after \"--\" do not mix", g.file)
+					return cmdutil.Usagef(cmd, "-f %s and a command after \"--\" do not mix", g.file)
 				}
 				if err := readBody(cmd, g.file, &req); err != nil {
 					return err
@@ -1058,7 +1059,7 @@ func (g *groupFlags) patch(cmd *cobra.Command, cur *cloud.Group, command []strin
 	}
 	if changed(cmd, "target-gpu", "target-cpu", "target-metric", "schedule", "predictive") {
 		if g.noPolicies {
-			return req, usagef(cmd, "--no-policies and policy flags do not mix")
+			return req, cmdutil.Usagef(cmd, "--no-policies and policy flags do not mix")
 		}
 		ps, err := g.policies(cmd)
 		if err != nil {
@@ -1099,7 +1100,7 @@ func (g *groupFlags) patch(cmd *cobra.Command, cur *cloud.Group, command []strin
 		}
 	}
 	if req == (api.UpdateGroupRequest{}) {
-		return req, usagef(cmd, "nothing to change: give a flag such as --max, --target-gpu or --budget")
+		return req, cmdutil.Usagef(cmd, "nothing to change: give a flag such as --max, --target-gpu or --budget")
 	}
 	return req, nil
 }
@@ -1127,7 +1128,7 @@ func newGroupsSetDesiredCommand(s *session) *cobra.Command {
 			}
 			n, err := strconv.Atoi(args[1])
 			if err != nil || n < 0 {
-				return usagef(cmd, "desired capacity %q: want a whole number, 0 or more", args[1])
+				return cmdutil.Usagef(cmd, "desired capacity %q: want a whole number, 0 or more", args[1])
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				id, err := c.groupID(ctx, args[0])
@@ -1178,7 +1179,7 @@ func newGroupsDeleteCommand(s *session) *cobra.Command {
 			if ifMatch != "" {
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "group's", 1))
+					return cmdutil.Usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "group's", 1))
 				}
 				version = v
 			}
@@ -1285,7 +1286,7 @@ func newGroupsForecastCommand(s *session) *cobra.Command {
 				return err
 			}
 			if hours < 0 {
-				return usagef(cmd, "--hours %d: want 0 (all) or more", hours)
+				return cmdutil.Usagef(cmd, "--hours %d: want 0 (all) or more", hours)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				id, err := c.groupID(ctx, args[0])

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -90,7 +91,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
+				return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
 			}
 			return nil
 		},
@@ -102,7 +103,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			if req.Offering == "" {
-				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+				return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
 			}
 			var err error
 			if req.Env, err = keyValues(cmd, "env", env); err != nil {
@@ -126,10 +127,10 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			if count < 1 || count > 100 {
-				return usagef(cmd, "--count %d: want 1..100", count)
+				return cmdutil.Usagef(cmd, "--count %d: want 1..100", count)
 			}
 			if count > 1 && len(req.Volumes) > 0 {
-				return usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", count)
+				return cmdutil.Usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", count)
 			}
 			var made []*cloud.Instance
 			for i := 0; i < count; i++ {
@@ -204,7 +205,7 @@ func newInstancesListCommand(s *session) *cobra.Command {
 			"  gpucloud instances list --state pending,running --offering h100.1x",
 			"  gpucloud instances list --tenant tn-0123456789abcdef -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -213,7 +214,7 @@ func newInstancesListCommand(s *session) *cobra.Command {
 			for _, st := range states {
 				st = strings.ToLower(strings.TrimSpace(st))
 				if !slices.Contains(names, st) {
-					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(names, ", "))
+					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(names, ", "))
 				}
 				o.States = append(o.States, cloud.State(st))
 			}
@@ -365,7 +366,7 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 				return err
 			}
 			if events < 0 {
-				return usagef(cmd, "--events %d: want 0 or more", events)
+				return cmdutil.Usagef(cmd, "--events %d: want 0 or more", events)
 			}
 			c, err := s.connect(cmd)
 			if err != nil {

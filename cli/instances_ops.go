@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -48,10 +49,10 @@ func (w *waitFlags) register(cmd *cobra.Command, target string) {
 
 func (w *waitFlags) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("timeout") && !w.wait {
-		return usagef(cmd, "--timeout only applies with --wait")
+		return cmdutil.Usagef(cmd, "--timeout only applies with --wait")
 	}
 	if w.timeout <= 0 {
-		return usagef(cmd, "--timeout %s: want a positive duration such as 5m", w.timeout)
+		return cmdutil.Usagef(cmd, "--timeout %s: want a positive duration such as 5m", w.timeout)
 	}
 	return nil
 }
@@ -215,11 +216,11 @@ func newInstanceActionCommand(s *session, verb string) *cobra.Command {
 			var version int64
 			if ifMatch != "" {
 				if len(args) > 1 {
-					return usagef(cmd, "--if-match applies to one instance, got %d IDs", len(args))
+					return cmdutil.Usagef(cmd, "--if-match applies to one instance, got %d IDs", len(args))
 				}
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%v", err)
+					return cmdutil.Usagef(cmd, "%v", err)
 				}
 				version = v
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -80,9 +81,9 @@ func newPlacementCreateCommand(s *session) *cobra.Command {
 			switch strategy {
 			case string(cloud.PlacementCluster), string(cloud.PlacementSpread):
 			case "":
-				return usagef(cmd, "--strategy is required: cluster or spread")
+				return cmdutil.Usagef(cmd, "--strategy is required: cluster or spread")
 			default:
-				return usagef(cmd, "--strategy %q is not cluster or spread", strategy)
+				return cmdutil.Usagef(cmd, "--strategy %q is not cluster or spread", strategy)
 			}
 			req.Name, req.Strategy = args[0], cloud.PlacementStrategy(strategy)
 			if key == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -37,7 +38,7 @@ func newSpotCommand(s *session) *cobra.Command {
 func parsePool(cmd *cobra.Command, flag, v string, zoneRequired bool) (cloud.Pool, error) {
 	off, zone, _ := strings.Cut(v, "/")
 	if off == "" || zoneRequired && zone == "" {
-		return cloud.Pool{}, usagef(cmd, "--%s %q: want OFFERING/ZONE, e.g. h100.1x/zone-a", flag, v)
+		return cloud.Pool{}, cmdutil.Usagef(cmd, "--%s %q: want OFFERING/ZONE, e.g. h100.1x/zone-a", flag, v)
 	}
 	return cloud.Pool{Offering: off, Zone: zone}, nil
 }
@@ -55,7 +56,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 		Long: "Show the spot price history of some pools (every pool by default), oldest\n" +
 			"first: each point is the price per hour from its time until the next point.",
 		Example: "  gpucloud spot prices --pool h100.1x/zone-a --since 2h\n  gpucloud spot prices --since 2026-12-01T00:00:00Z -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -76,7 +77,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 				return err
 			}
 			if limit < 0 || limit > 10_000 {
-				return usagef(cmd, "--limit %d: want 1..10000", limit)
+				return cmdutil.Usagef(cmd, "--limit %d: want 1..10000", limit)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				ps, err := c.SpotPrices(ctx, o)
@@ -126,7 +127,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 			"in the window. -o json adds the counts (reclaims, spot_seconds) and the rate in\n" +
 			"basis points (reclaim_rate_bp).",
 		Example: "  gpucloud spot pools\n  gpucloud spot pools --window 24h -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -183,7 +184,7 @@ const maxReclaimWindow = 30 * 24 * time.Hour
 // checkReclaimWindow checks a --window flag as the server would.
 func checkReclaimWindow(cmd *cobra.Command, d time.Duration) error {
 	if d < time.Second || d > maxReclaimWindow || d%time.Second != 0 {
-		return usagef(cmd, "--window %s: want whole seconds from 1s to 720h", d)
+		return cmdutil.Usagef(cmd, "--window %s: want whole seconds from 1s to 720h", d)
 	}
 	return nil
 }
@@ -314,7 +315,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
+				return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
 			}
 			return nil
 		},
@@ -323,7 +324,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			if offering == "" {
-				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+				return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
 			}
 			req.Pools = []cloud.Pool{{Offering: offering, Zone: zone}}
 			for _, b := range backups {
@@ -341,7 +342,7 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 				req.MaxPrice = &v
 			}
 			if req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, req.Interruption) {
-				return usagef(cmd, "--interruption %q: want terminate or stop", req.Interruption)
+				return cmdutil.Usagef(cmd, "--interruption %q: want terminate or stop", req.Interruption)
 			}
 			var err error
 			if req.Env, err = keyValues(cmd, "env", env); err != nil {
@@ -401,7 +402,7 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List spot requests",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -410,7 +411,7 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 			for _, st := range states {
 				st = strings.ToLower(strings.TrimSpace(st))
 				if !slices.Contains(spotStates, st) {
-					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(spotStates, ", "))
+					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(spotStates, ", "))
 				}
 				want = append(want, cloud.SpotRequestState(st))
 			}
@@ -521,7 +522,7 @@ func newSpotRequestsCancelCommand(s *session) *cobra.Command {
 			if ifMatch != "" {
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "request's", 1))
+					return cmdutil.Usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "request's", 1))
 				}
 				version = v
 			}

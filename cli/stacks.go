@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/stack"
 )
@@ -221,7 +222,7 @@ func newStacksApplyCommand(s *session) *cobra.Command {
 				return err
 			}
 			if name == "" {
-				return usagef(cmd, "--name is required: the stack's name")
+				return cmdutil.Usagef(cmd, "--name is required: the stack's name")
 			}
 			if err := w.check(cmd); err != nil {
 				return err
@@ -777,10 +778,10 @@ func newStacksEventsCommand(s *session) *cobra.Command {
 				return err
 			}
 			if limit < 1 || limit > 1000 {
-				return usagef(cmd, "--limit %d: want 1 to 1000", limit)
+				return cmdutil.Usagef(cmd, "--limit %d: want 1 to 1000", limit)
 			}
 			if after < 0 {
-				return usagef(cmd, "--after %d: want an event ID", after)
+				return cmdutil.Usagef(cmd, "--after %d: want an event ID", after)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				t, err := c.tenantID(ctx, tenant)
@@ -826,7 +827,7 @@ func newStacksBlueprintsCommand() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the built-in blueprints",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rows := [][]string{{"NAME", "DESCRIPTION"}}
 			for _, b := range stack.Blueprints() {
@@ -845,7 +846,7 @@ func newStacksBlueprintsCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := stack.Blueprint(args[0])
 			if err != nil {
-				return usagef(cmd, "%s", strings.TrimPrefix(err.Error(), "stack: "))
+				return cmdutil.Usagef(cmd, "%s", strings.TrimPrefix(err.Error(), "stack: "))
 			}
 			_, err = cmd.OutOrStdout().Write(src)
 			return err

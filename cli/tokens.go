@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -92,7 +93,7 @@ func newTokensCreateCommand(s *session) *cobra.Command {
 		Long: "Create a token for the calling user, with the user's role, and print its\n" +
 			"secret. The secret is shown only this once.",
 		Example: "  gpucloud tokens create --name ci --expires-in 30d\n  gpucloud tokens create -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -101,7 +102,7 @@ func newTokensCreateCommand(s *session) *cobra.Command {
 			if expiresIn != "" {
 				d, err := parseExpiry(expiresIn)
 				if err != nil {
-					return usagef(cmd, "%v", err)
+					return cmdutil.Usagef(cmd, "%v", err)
 				}
 				at := clockNow().Add(d).UTC().Truncate(time.Second)
 				req.ExpiresAt = &at

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -179,7 +180,7 @@ func newOfferingsCommand(s *session) *cobra.Command {
 			"'gpucloud instances create --offering'. 'gpucloud catalog offerings' shows the\n" +
 			"built-in catalog without a server.",
 		Example: "  gpucloud offerings\n  gpucloud offerings --available --mode mig --model H100\n  gpucloud offerings -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -187,7 +188,7 @@ func newOfferingsCommand(s *session) *cobra.Command {
 			var wantMode catalog.Mode
 			if mode != "" {
 				if wantMode = catalog.Mode(strings.ToLower(mode)); !wantMode.Valid() {
-					return usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
+					return cmdutil.Usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
 				}
 			}
 			wantModel := canonicalModel(model)
@@ -335,16 +336,16 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a\n" +
 			"  # Safe to retry from a script\n" +
 			"  gpucloud volumes create --name datasets --size-gib 500 --idempotency-key datasets-1",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
 			if req.Name == "" {
-				return usagef(cmd, "--name is required")
+				return cmdutil.Usagef(cmd, "--name is required")
 			}
 			if req.SizeGiB <= 0 {
-				return usagef(cmd, "--size-gib is required and must be positive")
+				return cmdutil.Usagef(cmd, "--size-gib is required and must be positive")
 			}
 			if key == "" {
 				key = newUUID()
@@ -391,7 +392,7 @@ func newVolumesAttachCommand(s *session) *cobra.Command {
 				return err
 			}
 			if instance == "" {
-				return usagef(cmd, "--instance is required")
+				return cmdutil.Usagef(cmd, "--instance is required")
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				v, err := c.AttachVolume(ctx, args[0], instance)
