@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
@@ -23,39 +21,18 @@ func newAddressesCommand(s *session) *cobra.Command {
 }
 
 // printAddresses prints addresses as a table or as JSON or YAML.
-func printAddresses(w io.Writer, format string, one bool, as ...*cloud.Address) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, as[0])
-		}
-		return writeData(w, format, as)
-	}
-	if len(as) == 0 {
-		_, err := fmt.Fprintln(w, "no addresses")
-		return err
-	}
-	tenants := false
-	for _, a := range as {
-		tenants = tenants || a.TenantID != as[0].TenantID
-	}
-	header := []string{"ID", "IP", "ZONE", "INSTANCE", "AGE", "RELEASED"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, a := range as {
+var printAddresses = resourceTable[cloud.Address]{
+	none:   "no addresses",
+	header: []string{"ID", "IP", "ZONE", "INSTANCE", "AGE", "RELEASED"},
+	row: func(a *cloud.Address) []string {
 		released := "-"
 		if a.ReleasedAt != nil {
 			released = ago(*a.ReleasedAt) + " ago"
 		}
-		row := []string{a.ID, a.IP, dash(a.Zone), dash(a.InstanceID), ago(a.CreatedAt), released}
-		if tenants {
-			row = append([]string{a.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+		return []string{a.ID, a.IP, dash(a.Zone), dash(a.InstanceID), ago(a.CreatedAt), released}
+	},
+	tenant: func(a *cloud.Address) string { return a.TenantID },
+}.print
 
 func newAddressesAllocateCommand(s *session) *cobra.Command {
 	var (
@@ -76,20 +53,11 @@ func newAddressesAllocateCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				a, err := c.AllocateAddress(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.Address, error) {
+					return c.AllocateAddress(ctx, req, key)
+				},
+				printAddresses)
 		},
 	}
 	f := cmd.Flags()
@@ -148,27 +116,8 @@ func newAddressesAssociateCommand(s *session) *cobra.Command {
 // address ID and nothing else.
 func newAddressActionCommand(s *session, use, short, long string,
 	call func(c *conn) func(context.Context, string) (*cloud.Address, error)) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:   use + " ADDRESS",
-		Short: short,
-		Long:  long,
-		Args:  exactArgs(1, "one address ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				a, err := call(c)(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
+	return newIDCommand(s, &cobra.Command{Use: use + " ADDRESS", Short: short, Long: long}, "one address ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.Address, error) { return call(c)(ctx, id) }, asOne(printAddresses))
 }
 
 func newAddressesDisassociateCommand(s *session) *cobra.Command {

@@ -47,28 +47,18 @@ func gpuSummary(h *cloud.Host) string {
 }
 
 // printHosts prints hosts as a table or as JSON or YAML.
-func printHosts(w io.Writer, format string, one bool, hs ...*cloud.Host) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, hs[0])
-		}
-		return writeData(w, format, hs)
-	}
-	if len(hs) == 0 {
-		_, err := fmt.Fprintln(w, "no hosts: start an agent with a join token to add one")
-		return err
-	}
-	rows := [][]string{{"ID", "STATE", "ZONE", "GPUS", "VCPUS", "MEMORY", "HEARTBEAT"}}
-	for _, h := range hs {
+var printHosts = resourceTable[cloud.Host]{
+	none:   "no hosts: start an agent with a join token to add one",
+	header: []string{"ID", "STATE", "ZONE", "GPUS", "VCPUS", "MEMORY", "HEARTBEAT"},
+	row: func(h *cloud.Host) []string {
 		hb := "never"
 		if !h.LastHeartbeat.IsZero() {
 			hb = ago(h.LastHeartbeat) + " ago"
 		}
-		rows = append(rows, []string{h.ID, string(h.State), dash(h.Spec.Zone), gpuSummary(h),
-			strconv.FormatFloat(float64(h.Spec.CPUMilli)/1000, 'f', -1, 64), formatMiB(h.Spec.MemoryMiB), hb})
-	}
-	return writeTable(w, rows)
-}
+		return []string{h.ID, string(h.State), dash(h.Spec.Zone), gpuSummary(h),
+			strconv.FormatFloat(float64(h.Spec.CPUMilli)/1000, 'f', -1, 64), formatMiB(h.Spec.MemoryMiB), hb}
+	},
+}.print
 
 func newHostsListCommand(s *session) *cobra.Command {
 	var out outputFlag
@@ -162,19 +152,11 @@ func newTenantsCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-func printTenants(w io.Writer, format string, one bool, ts ...*cloud.Tenant) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, ts[0])
-		}
-		return writeData(w, format, ts)
-	}
-	rows := [][]string{{"ID", "NAME", "AGE"}}
-	for _, t := range ts {
-		rows = append(rows, []string{t.ID, t.Name, ago(t.CreatedAt)})
-	}
-	return writeTable(w, rows)
-}
+// printTenants prints tenants as a table or as JSON or YAML.
+var printTenants = resourceTable[cloud.Tenant]{
+	header: []string{"ID", "NAME", "AGE"},
+	row:    func(t *cloud.Tenant) []string { return []string{t.ID, t.Name, ago(t.CreatedAt)} },
+}.print
 
 func newTenantsListCommand(s *session) *cobra.Command {
 	var out outputFlag

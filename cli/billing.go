@@ -183,24 +183,14 @@ func newPricesCommand(s *session) *cobra.Command {
 }
 
 // printPrices prints price versions as a table or as JSON or YAML.
-func printPrices(w io.Writer, format string, one bool, ps ...*cloud.Price) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, ps[0])
-		}
-		return writeData(w, format, ps)
-	}
-	if len(ps) == 0 {
-		_, err := fmt.Fprintln(w, "no prices")
-		return err
-	}
-	rows := [][]string{{"KIND", "OFFERING", "ZONE", "PRICE", "EFFECTIVE", "BY"}}
-	for _, p := range ps {
-		rows = append(rows, []string{string(p.Kind), dash(p.Offering), cmpOrDash(p.Zone, "(all)"),
-			formatPrice(p.Amount) + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)})
-	}
-	return writeTable(w, rows)
-}
+var printPrices = resourceTable[cloud.Price]{
+	none:   "no prices",
+	header: []string{"KIND", "OFFERING", "ZONE", "PRICE", "EFFECTIVE", "BY"},
+	row: func(p *cloud.Price) []string {
+		return []string{string(p.Kind), dash(p.Offering), cmpOrDash(p.Zone, "(all)"),
+			formatPrice(p.Amount) + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)}
+	},
+}.print
 
 // cmpOrDash is s, or alt when s is empty.
 func cmpOrDash(s, alt string) string {
@@ -356,37 +346,16 @@ func newCommitmentsCommand(s *session) *cobra.Command {
 }
 
 // printCommitments prints commitments as a table or as JSON or YAML.
-func printCommitments(w io.Writer, format string, one bool, cs ...*cloud.Commitment) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, cs[0])
-		}
-		return writeData(w, format, cs)
-	}
-	if len(cs) == 0 {
-		_, err := fmt.Fprintln(w, "no commitments")
-		return err
-	}
-	tenants := false
-	for _, c := range cs {
-		tenants = tenants || c.TenantID != cs[0].TenantID
-	}
-	header := []string{"ID", "PLAN", "OFFERING", "ZONE", "QTY", "START", "END", "UPFRONT", "HOURLY", "USAGE RATE", "DISCOUNT"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, c := range cs {
-		row := []string{c.ID, string(c.Plan), c.Offering, dash(c.Zone), strconv.Itoa(c.Quantity),
+var printCommitments = resourceTable[cloud.Commitment]{
+	none:   "no commitments",
+	header: []string{"ID", "PLAN", "OFFERING", "ZONE", "QTY", "START", "END", "UPFRONT", "HOURLY", "USAGE RATE", "DISCOUNT"},
+	row: func(c *cloud.Commitment) []string {
+		return []string{c.ID, string(c.Plan), c.Offering, dash(c.Zone), strconv.Itoa(c.Quantity),
 			c.Start.UTC().Format("2006-01-02 15:04"), c.End.UTC().Format("2006-01-02 15:04"),
 			formatAmount(c.UpfrontFee), formatPrice(c.HourlyFee) + "/h", formatPrice(c.UsageRate) + "/h", basisPoints(c.DiscountBP)}
-		if tenants {
-			row = append([]string{c.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+	},
+	tenant: func(c *cloud.Commitment) string { return c.TenantID },
+}.print
 
 // basisPoints renders basis points as a percentage: 3500 is "35%", 6250
 // "62.5%".
@@ -451,20 +420,11 @@ func newCommitmentsCreateCommand(s *session) *cobra.Command {
 				}
 				req.Start = &t
 			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				cm, err := c.CreateCommitment(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printCommitments(cmd.OutOrStdout(), out.format, true, cm)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.Commitment, error) {
+					return c.CreateCommitment(ctx, req, key)
+				},
+				printCommitments)
 		},
 	}
 	f := cmd.Flags()
@@ -492,46 +452,28 @@ func newCommitmentsListCommand(s *session) *cobra.Command {
 }
 
 func newCommitmentsDescribeCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:     "describe ID",
-		Aliases: []string{"show", "get"},
-		Short:   "Show a commitment",
-		Args:    exactArgs(1, "one commitment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				cm, err := c.GetCommitment(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				if !out.table() {
-					return writeData(cmd.OutOrStdout(), out.format, cm)
-				}
-				var rows [][]string
-				add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-				add("ID", cm.ID)
-				add("Tenant", cm.TenantID)
-				add("Plan", string(cm.Plan))
-				add("Offering", cm.Offering)
-				add("Zone", dash(cm.Zone))
-				add("Quantity", strconv.Itoa(cm.Quantity))
-				add("Payment", dash(string(cm.Payment)))
-				add("Discount", basisPoints(cm.DiscountBP))
-				add("Upfront fee", formatAmount(cm.UpfrontFee))
-				add("Hourly fee", formatPrice(cm.HourlyFee)+"/h per unit")
-				add("Usage rate", formatPrice(cm.UsageRate)+"/h per covered hour")
-				add("Start", stamp(cm.Start))
-				add("End", cm.End.UTC().Format(time.RFC3339))
-				add("Created", stamp(cm.CreatedAt))
-				return writeTable(cmd.OutOrStdout(), rows)
-			})
+	return newDescribeCommand(s, "Show a commitment", "one commitment ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.Commitment, error) {
+			return c.GetCommitment(ctx, id)
 		},
-	}
-	out.register(cmd)
-	return cmd
+		func(_ context.Context, _ *conn, cm *cloud.Commitment) fieldRows {
+			var f fieldRows
+			f.add("ID", cm.ID)
+			f.add("Tenant", cm.TenantID)
+			f.add("Plan", string(cm.Plan))
+			f.add("Offering", cm.Offering)
+			f.add("Zone", dash(cm.Zone))
+			f.add("Quantity", strconv.Itoa(cm.Quantity))
+			f.add("Payment", dash(string(cm.Payment)))
+			f.add("Discount", basisPoints(cm.DiscountBP))
+			f.add("Upfront fee", formatAmount(cm.UpfrontFee))
+			f.add("Hourly fee", formatPrice(cm.HourlyFee)+"/h per unit")
+			f.add("Usage rate", formatPrice(cm.UsageRate)+"/h per covered hour")
+			f.add("Start", stamp(cm.Start))
+			f.add("End", cm.End.UTC().Format(time.RFC3339))
+			f.add("Created", stamp(cm.CreatedAt))
+			return f
+		})
 }
 
 // --- invoices ---

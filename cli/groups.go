@@ -619,27 +619,10 @@ func (c *conn) waitGroup(ctx context.Context, stderr io.Writer, id string, delet
 }
 
 // printGroups prints groups as a table or as JSON or YAML.
-func printGroups(w io.Writer, format string, one bool, gs ...*cloud.Group) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, gs[0])
-		}
-		return writeData(w, format, gs)
-	}
-	if len(gs) == 0 {
-		_, err := fmt.Fprintln(w, "no groups")
-		return err
-	}
-	tenants := false
-	for _, g := range gs {
-		tenants = tenants || g.TenantID != gs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "STATE", "MIN", "DESIRED", "MAX", "OFFERINGS", "MARKET", "POLICIES", "AGE"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, g := range gs {
+var printGroups = resourceTable[cloud.Group]{
+	none:   "no groups",
+	header: []string{"ID", "NAME", "STATE", "MIN", "DESIRED", "MAX", "OFFERINGS", "MARKET", "POLICIES", "AGE"},
+	row: func(g *cloud.Group) []string {
 		var pols []string
 		for _, p := range g.Policies {
 			pols = append(pols, p.Name)
@@ -648,15 +631,11 @@ func printGroups(w io.Writer, format string, one bool, gs ...*cloud.Group) error
 		if g.Mixed.Spot {
 			market = "spot mix"
 		}
-		row := []string{g.ID, g.Name, string(g.State), strconv.Itoa(g.Min), strconv.Itoa(g.Desired), strconv.Itoa(g.Max),
+		return []string{g.ID, g.Name, string(g.State), strconv.Itoa(g.Min), strconv.Itoa(g.Desired), strconv.Itoa(g.Max),
 			clip(strings.Join(g.Template.Offerings, ","), 40), market, dash(clip(strings.Join(pols, ","), 40)), ago(g.CreatedAt)}
-		if tenants {
-			row = append([]string{g.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+	},
+	tenant: func(g *cloud.Group) string { return g.TenantID },
+}.print
 
 // groupStates are the values of --state.
 var groupStates = []string{"active", "deleting", "deleted"}
@@ -676,13 +655,9 @@ func newGroupsListCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			var want []cloud.GroupState
-			for _, st := range states {
-				st = strings.ToLower(strings.TrimSpace(st))
-				if !slices.Contains(groupStates, st) {
-					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(groupStates, ", "))
-				}
-				want = append(want, cloud.GroupState(st))
+			want, err := parseStates[cloud.GroupState](cmd, states, groupStates)
+			if err != nil {
+				return err
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				t, err := c.tenantID(ctx, tenant)

@@ -211,12 +211,9 @@ func newInstancesListCommand(s *session) *cobra.Command {
 				return err
 			}
 			o := client.ListInstancesOptions{Tenant: tenant, Offering: offering, Host: hn, Limit: 1000}
-			for _, st := range states {
-				st = strings.ToLower(strings.TrimSpace(st))
-				if !slices.Contains(names, st) {
-					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(names, ", "))
-				}
-				o.States = append(o.States, cloud.State(st))
+			var err error
+			if o.States, err = parseStates[cloud.State](cmd, states, names); err != nil {
+				return err
 			}
 			c, err := s.connect(cmd)
 			if err != nil {

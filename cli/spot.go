@@ -209,45 +209,26 @@ func printSpotRequests(w io.Writer, format string, one bool, rs ...*cloud.SpotRe
 // in the STATE column ("active (reclaim in 1m32s)") and whose pending
 // reason completes the request's.
 func printSpotRequestsOf(w io.Writer, format string, one bool, ins map[string]*cloud.Instance, rs ...*cloud.SpotRequest) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, rs[0])
-		}
-		return writeData(w, format, rs)
-	}
-	if len(rs) == 0 {
-		_, err := fmt.Fprintln(w, "no spot requests")
-		return err
-	}
-	tenants := false
-	for _, r := range rs {
-		tenants = tenants || r.TenantID != rs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
 	now := clockNow()
-	for _, r := range rs {
-		state, reason := string(r.State), r.Reason
-		if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
-			if n := instanceNotice(in, now); n != "" {
-				state += " (" + n + ")"
+	return resourceTable[cloud.SpotRequest]{
+		none:   "no spot requests",
+		header: []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"},
+		row: func(r *cloud.SpotRequest) []string {
+			state, reason := string(r.State), r.Reason
+			if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
+				if n := instanceNotice(in, now); n != "" {
+					state += " (" + n + ")"
+				}
+				if in.State == cloud.Pending && in.Reason != "" && !strings.Contains(reason, in.Reason) {
+					reason = strings.TrimSuffix(cmpOrDash(reason, "pending"), ".") + ": " + in.Reason
+				}
 			}
-			if in.State == cloud.Pending && in.Reason != "" && !strings.Contains(reason, in.Reason) {
-				reason = strings.TrimSuffix(cmpOrDash(reason, "pending"), ".") + ": " + in.Reason
-			}
-		}
-		// The reason is last and never cut.
-		row := []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
-			dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
-		if tenants {
-			row = append([]string{r.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
+			// The reason is last and never cut.
+			return []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
+				dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
+		},
+		tenant: func(r *cloud.SpotRequest) string { return r.TenantID },
+	}.print(w, format, one, rs...)
 }
 
 // liveSpotInstances reads the spot instances of a tenant ("" for every
@@ -353,20 +334,11 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 			}
 			req.Command = args
 			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				r, err := c.CreateSpotRequest(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printSpotRequests(cmd.OutOrStdout(), out.format, true, r)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.SpotRequest, error) {
+					return c.CreateSpotRequest(ctx, req, key)
+				},
+				printSpotRequests)
 		},
 	}
 	f := cmd.Flags()
@@ -407,13 +379,9 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			var want []cloud.SpotRequestState
-			for _, st := range states {
-				st = strings.ToLower(strings.TrimSpace(st))
-				if !slices.Contains(spotStates, st) {
-					return cmdutil.Usagef(cmd, "--state %q: want one of %s", st, strings.Join(spotStates, ", "))
-				}
-				want = append(want, cloud.SpotRequestState(st))
+			want, err := parseStates[cloud.SpotRequestState](cmd, states, spotStates)
+			if err != nil {
+				return err
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				t, err := c.tenantID(ctx, tenant)
@@ -447,58 +415,40 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 }
 
 func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:     "describe ID",
-		Aliases: []string{"show", "get"},
-		Short:   "Show a spot request",
-		Args:    exactArgs(1, "one spot request ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				r, err := c.GetSpotRequest(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				if !out.table() {
-					return writeData(cmd.OutOrStdout(), out.format, r)
-				}
-				var rows [][]string
-				add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-				add("ID", r.ID)
-				add("Name", dash(r.Name))
-				add("Tenant", r.TenantID)
-				add("Type", string(r.Type))
-				add("State", string(r.State))
-				add("Reason", dash(r.Reason))
-				add("Pools", poolList(r.Pools))
-				add("Max price", maxPriceText(r.MaxPrice))
-				add("Interruption", r.Interruption)
-				inst := dash(r.InstanceID)
-				if r.InstanceID != "" {
-					// The instance's state and notice, when it can be read.
-					if in, err := c.GetInstance(ctx, r.InstanceID); err == nil {
-						inst += ": " + stateText(in, clockNow())
-					}
-				}
-				add("Instance", inst)
-				add("Launches", strconv.Itoa(r.Launches))
-				add("Image", imageText(r.Image))
-				add("Command", dash(shellJoin(r.Command)))
-				add("Env", dash(joinMap(r.Env)))
-				add("Volumes", dash(strings.Join(r.Volumes, ", ")))
-				add("Tags", dash(joinMap(r.Tags)))
-				add("Version", strconv.FormatInt(r.Version, 10))
-				add("Created", stamp(r.CreatedAt))
-				add("Updated", stamp(r.UpdatedAt))
-				return writeTable(cmd.OutOrStdout(), rows)
-			})
+	return newDescribeCommand(s, "Show a spot request", "one spot request ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.SpotRequest, error) {
+			return c.GetSpotRequest(ctx, id)
 		},
-	}
-	out.register(cmd)
-	return cmd
+		func(ctx context.Context, c *conn, r *cloud.SpotRequest) fieldRows {
+			var f fieldRows
+			f.add("ID", r.ID)
+			f.add("Name", dash(r.Name))
+			f.add("Tenant", r.TenantID)
+			f.add("Type", string(r.Type))
+			f.add("State", string(r.State))
+			f.add("Reason", dash(r.Reason))
+			f.add("Pools", poolList(r.Pools))
+			f.add("Max price", maxPriceText(r.MaxPrice))
+			f.add("Interruption", r.Interruption)
+			inst := dash(r.InstanceID)
+			if r.InstanceID != "" {
+				// The instance's state and notice, when it can be read.
+				if in, err := c.GetInstance(ctx, r.InstanceID); err == nil {
+					inst += ": " + stateText(in, clockNow())
+				}
+			}
+			f.add("Instance", inst)
+			f.add("Launches", strconv.Itoa(r.Launches))
+			f.add("Image", imageText(r.Image))
+			f.add("Command", dash(shellJoin(r.Command)))
+			f.add("Env", dash(joinMap(r.Env)))
+			f.add("Volumes", dash(strings.Join(r.Volumes, ", ")))
+			f.add("Tags", dash(joinMap(r.Tags)))
+			f.add("Version", strconv.FormatInt(r.Version, 10))
+			f.add("Created", stamp(r.CreatedAt))
+			f.add("Updated", stamp(r.UpdatedAt))
+			return f
+		})
 }
 
 func newSpotRequestsCancelCommand(s *session) *cobra.Command {

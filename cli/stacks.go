@@ -632,35 +632,14 @@ func newStacksListCommand(s *session) *cobra.Command {
 }
 
 // printStacks prints stacks as a table, or as JSON or YAML.
-func printStacks(w io.Writer, format string, one bool, sts ...*cloud.Stack) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, sts[0])
-		}
-		return writeData(w, format, sts)
-	}
-	if len(sts) == 0 {
-		_, err := fmt.Fprintln(w, "no stacks")
-		return err
-	}
-	tenants := false
-	for _, st := range sts {
-		tenants = tenants || st.TenantID != sts[0].TenantID
-	}
-	header := []string{"NAME", "ID", "STATE", "REASON", "UPDATED", "AGE"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, st := range sts {
-		row := []string{st.Name, st.ID, string(st.State), dash(clip(st.Reason, 60)), ago(st.UpdatedAt), ago(st.CreatedAt)}
-		if tenants {
-			row = append([]string{st.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+var printStacks = resourceTable[cloud.Stack]{
+	none:   "no stacks",
+	header: []string{"NAME", "ID", "STATE", "REASON", "UPDATED", "AGE"},
+	row: func(st *cloud.Stack) []string {
+		return []string{st.Name, st.ID, string(st.State), dash(clip(st.Reason, 60)), ago(st.UpdatedAt), ago(st.CreatedAt)}
+	},
+	tenant: func(st *cloud.Stack) string { return st.TenantID },
+}.print
 
 func newStacksShowCommand(s *session) *cobra.Command {
 	var (

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -291,35 +290,14 @@ func newVolumesCommand(s *session) *cobra.Command {
 
 // printVolumes prints volumes as a table or as JSON or YAML (one volume as
 // an object, several as a list).
-func printVolumes(w io.Writer, format string, one bool, vs ...*cloud.Volume) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, vs[0])
-		}
-		return writeData(w, format, vs)
-	}
-	if len(vs) == 0 {
-		_, err := fmt.Fprintln(w, "no volumes")
-		return err
-	}
-	tenants := false
-	for _, v := range vs {
-		tenants = tenants || v.TenantID != vs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, v := range vs {
-		row := []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
-		if tenants {
-			row = append([]string{v.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+var printVolumes = resourceTable[cloud.Volume]{
+	none:   "no volumes",
+	header: []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"},
+	row: func(v *cloud.Volume) []string {
+		return []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
+	},
+	tenant: func(v *cloud.Volume) string { return v.TenantID },
+}.print
 
 func newVolumesCreateCommand(s *session) *cobra.Command {
 	var (
@@ -347,20 +325,11 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 			if req.SizeGiB <= 0 {
 				return cmdutil.Usagef(cmd, "--size-gib is required and must be positive")
 			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				v, err := c.CreateVolume(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.Volume, error) {
+					return c.CreateVolume(ctx, req, key)
+				},
+				printVolumes)
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "the volume's name; required")
@@ -410,32 +379,15 @@ func newVolumesAttachCommand(s *session) *cobra.Command {
 }
 
 func newVolumesDetachCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
+	return newIDCommand(s, &cobra.Command{
 		Use:   "detach VOLUME",
 		Short: "Detach a volume from its instance",
 		Long:  "Detach a volume from its instance; detaching a detached volume changes nothing.",
-		Args:  exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.DetachVolume(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
+	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DetachVolume(ctx, id) }, asOne(printVolumes))
 }
 
 func newVolumesDeleteCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
+	return newIDCommand(s, &cobra.Command{
 		Use:     "delete VOLUME",
 		Aliases: []string{"rm"},
 		Short:   "Delete a volume: its data is gone and its storage stops being billed",
@@ -443,22 +395,7 @@ func newVolumesDeleteCommand(s *session) *cobra.Command {
 			"named by a spot request that may still launch, is refused: detach it or cancel\n" +
 			"the request first. Deleting a deleted volume changes nothing.",
 		Example: "  gpucloud volumes delete v-0123456789abcdef",
-		Args:    exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.DeleteVolume(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
+	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DeleteVolume(ctx, id) }, asOne(printVolumes))
 }
 
 // withConn connects and runs fn with an interruptible context.
