@@ -418,3 +418,59 @@ func (g *groupFlags) patch(cmd *cobra.Command, cur *cloud.Group, command []strin
 	}
 	return req, nil
 }
+
+// createRequest is the request of groups create: read from -f FILE (the
+// name from NAME when given), or made of the flags, NAME and the command
+// after "--".
+func (g *groupFlags) createRequest(cmd *cobra.Command, names, command []string) (api.CreateGroupRequest, error) {
+	var req api.CreateGroupRequest
+	if g.file != "" {
+		if command != nil {
+			return req, cmdutil.Usagef(cmd, "-f %s and a command after \"--\" do not mix: put the command in the file", g.file)
+		}
+		if err := readBody(cmd, g.file, &req); err != nil {
+			return req, err
+		}
+		if len(names) == 1 {
+			req.Name = names[0]
+		}
+		if req.Name == "" {
+			return req, cmdutil.Usagef(cmd, "the group needs a name: give NAME or name: in %s", g.file)
+		}
+	} else {
+		if len(names) == 0 {
+			return req, cmdutil.Usagef(cmd, "give the group's NAME")
+		}
+		if len(g.offerings) == 0 {
+			return req, cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them; repeat it for fallbacks)")
+		}
+		if !changed(cmd, "min") || !changed(cmd, "max") {
+			return req, cmdutil.Usagef(cmd, "--min and --max are required")
+		}
+		var err error
+		req = api.CreateGroupRequest{Name: names[0], Min: g.min, Max: g.max}
+		if changed(cmd, "desired") {
+			d := g.desired
+			req.Desired = &d
+		}
+		if req.Template, err = g.template(cmd, cloud.GroupTemplate{}, command); err != nil {
+			return req, err
+		}
+		if req.Policies, err = g.policies(cmd); err != nil {
+			return req, err
+		}
+		if req.Mixed, err = g.mixed(cmd); err != nil {
+			return req, err
+		}
+		if req.Timing, err = g.timing(cmd, cloud.GroupTiming{}); err != nil {
+			return req, err
+		}
+		req.BudgetPerHour = g.budget.v
+		if g.idle != "" {
+			if req.IdleRelease, err = parseIdleRelease(cmd, g.idle); err != nil {
+				return req, err
+			}
+		}
+	}
+	return req, nil
+}

@@ -125,54 +125,9 @@ func newGroupsCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			names, command := commandArgs(cmd, args)
-			var req api.CreateGroupRequest
-			if g.file != "" {
-				if command != nil {
-					return cmdutil.Usagef(cmd, "-f %s and a command after \"--\" do not mix: put the command in the file", g.file)
-				}
-				if err := readBody(cmd, g.file, &req); err != nil {
-					return err
-				}
-				if len(names) == 1 {
-					req.Name = names[0]
-				}
-				if req.Name == "" {
-					return cmdutil.Usagef(cmd, "the group needs a name: give NAME or name: in %s", g.file)
-				}
-			} else {
-				if len(names) == 0 {
-					return cmdutil.Usagef(cmd, "give the group's NAME")
-				}
-				if len(g.offerings) == 0 {
-					return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them; repeat it for fallbacks)")
-				}
-				if !changed(cmd, "min") || !changed(cmd, "max") {
-					return cmdutil.Usagef(cmd, "--min and --max are required")
-				}
-				var err error
-				req = api.CreateGroupRequest{Name: names[0], Min: g.min, Max: g.max}
-				if changed(cmd, "desired") {
-					d := g.desired
-					req.Desired = &d
-				}
-				if req.Template, err = g.template(cmd, cloud.GroupTemplate{}, command); err != nil {
-					return err
-				}
-				if req.Policies, err = g.policies(cmd); err != nil {
-					return err
-				}
-				if req.Mixed, err = g.mixed(cmd); err != nil {
-					return err
-				}
-				if req.Timing, err = g.timing(cmd, cloud.GroupTiming{}); err != nil {
-					return err
-				}
-				req.BudgetPerHour = g.budget.v
-				if g.idle != "" {
-					if req.IdleRelease, err = parseIdleRelease(cmd, g.idle); err != nil {
-						return err
-					}
-				}
+			req, err := g.createRequest(cmd, names, command)
+			if err != nil {
+				return err
 			}
 			if key == "" {
 				key = newUUID()
