@@ -146,41 +146,12 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	}
-	switch o.output {
-	case "table", "json":
-	default:
-		return cmdutil.Usagef(cmd, `--output %q: want "table" or "json"`, o.output)
+	if err := o.check(cmd); err != nil {
+		return err
 	}
-	switch {
-	case o.unitGPUs < 1:
-		return cmdutil.Usagef(cmd, "--unit-gpus %d: must be at least 1", o.unitGPUs)
-	case o.boot < 0:
-		return cmdutil.Usagef(cmd, "--boot %v: must not be negative", o.boot)
-	case !(o.target > 0 && o.target <= 1):
-		return cmdutil.Usagef(cmd, "--target-utilization %v: want more than 0 and at most 1", o.target)
-	case o.minInst < 0 || o.maxInst < 0 || (o.maxInst > 0 && o.maxInst < o.minInst):
-		return cmdutil.Usagef(cmd, "--min %d --max %d: want 0 <= min <= max", o.minInst, o.maxInst)
-	case o.onDemandPct < 0 || o.onDemandPct > 100:
-		return cmdutil.Usagef(cmd, "--on-demand-percent %d: want 0..100", o.onDemandPct)
-	case o.onDemandBase < 0:
-		return cmdutil.Usagef(cmd, "--on-demand-base %d: must not be negative", o.onDemandBase)
-	case o.spotPrice != "" && o.onDemandPrice == "":
-		return cmdutil.Usagef(cmd, "--spot-price needs --on-demand-price")
-	}
-	var prices *autoscale.Prices
-	if o.onDemandPrice != "" {
-		od, err := money.Parse(o.onDemandPrice)
-		if err != nil || od < 0 {
-			return cmdutil.Usagef(cmd, "--on-demand-price %q: not a non-negative amount", o.onDemandPrice)
-		}
-		prices = &autoscale.Prices{OnDemand: od, OnDemandPercent: 100}
-		if o.spotPrice != "" {
-			sp, err := money.Parse(o.spotPrice)
-			if err != nil || sp < 0 {
-				return cmdutil.Usagef(cmd, "--spot-price %q: not a non-negative amount", o.spotPrice)
-			}
-			prices.Spot, prices.OnDemandBase, prices.OnDemandPercent = sp, o.onDemandBase, o.onDemandPct
-		}
+	prices, err := o.prices(cmd)
+	if err != nil {
+		return err
 	}
 	s, err := autoscale.ReadCSV(o.demand, autoscale.CSVOptions{TimeColumn: o.timeCol, ValueColumn: o.valueCol})
 	if err != nil {
@@ -239,7 +210,60 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	out := bufio.NewWriter(cmd.OutOrStdout())
+	return o.write(cmd.OutOrStdout(), rep, prices != nil)
+}
+
+// check checks the options' values.
+func (o autoscaleOptions) check(cmd *cobra.Command) error {
+	switch o.output {
+	case "table", "json":
+	default:
+		return cmdutil.Usagef(cmd, `--output %q: want "table" or "json"`, o.output)
+	}
+	switch {
+	case o.unitGPUs < 1:
+		return cmdutil.Usagef(cmd, "--unit-gpus %d: must be at least 1", o.unitGPUs)
+	case o.boot < 0:
+		return cmdutil.Usagef(cmd, "--boot %v: must not be negative", o.boot)
+	case !(o.target > 0 && o.target <= 1):
+		return cmdutil.Usagef(cmd, "--target-utilization %v: want more than 0 and at most 1", o.target)
+	case o.minInst < 0 || o.maxInst < 0 || (o.maxInst > 0 && o.maxInst < o.minInst):
+		return cmdutil.Usagef(cmd, "--min %d --max %d: want 0 <= min <= max", o.minInst, o.maxInst)
+	case o.onDemandPct < 0 || o.onDemandPct > 100:
+		return cmdutil.Usagef(cmd, "--on-demand-percent %d: want 0..100", o.onDemandPct)
+	case o.onDemandBase < 0:
+		return cmdutil.Usagef(cmd, "--on-demand-base %d: must not be negative", o.onDemandBase)
+	case o.spotPrice != "" && o.onDemandPrice == "":
+		return cmdutil.Usagef(cmd, "--spot-price needs --on-demand-price")
+	}
+	return nil
+}
+
+// prices are the prices of --on-demand-price and --spot-price, or nil
+// without them.
+func (o autoscaleOptions) prices(cmd *cobra.Command) (*autoscale.Prices, error) {
+	var prices *autoscale.Prices
+	if o.onDemandPrice != "" {
+		od, err := money.Parse(o.onDemandPrice)
+		if err != nil || od < 0 {
+			return nil, cmdutil.Usagef(cmd, "--on-demand-price %q: not a non-negative amount", o.onDemandPrice)
+		}
+		prices = &autoscale.Prices{OnDemand: od, OnDemandPercent: 100}
+		if o.spotPrice != "" {
+			sp, err := money.Parse(o.spotPrice)
+			if err != nil || sp < 0 {
+				return nil, cmdutil.Usagef(cmd, "--spot-price %q: not a non-negative amount", o.spotPrice)
+			}
+			prices.Spot, prices.OnDemandBase, prices.OnDemandPercent = sp, o.onDemandBase, o.onDemandPct
+		}
+	}
+	return prices, nil
+}
+
+// write writes the report to w, as JSON or as a table (with its costs
+// when priced, and where the chart is).
+func (o autoscaleOptions) write(w io.Writer, rep autoscaleReport, priced bool) error {
+	out := bufio.NewWriter(w)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -248,7 +272,7 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 		}
 		return out.Flush()
 	}
-	writeAutoscaleTable(out, rep, prices != nil)
+	writeAutoscaleTable(out, rep, priced)
 	if o.chart != "" {
 		fmt.Fprintf(out, "\nchart: %s\n", o.chart)
 	}
