@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,13 +11,11 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
@@ -308,145 +304,40 @@ func newLoginCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// outputFlag is -o on the commands that print resources.
-type outputFlag struct{ format string }
-
-func (o *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.format, "output", "o", "table", `output format: "table", "json" or "yaml"`)
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
-}
-
-// check validates the format; its error is a usage error.
-func (o *outputFlag) check(cmd *cobra.Command) error {
-	for _, v := range outputFormats {
-		if o.format == v {
-			return nil
+// tenantID resolves what a user typed for a tenant, a name or an ID, into
+// an ID. Members cannot list tenants; what they typed goes to the server
+// as it is.
+func (c *conn) tenantID(ctx context.Context, arg string) (string, error) {
+	if arg == "" {
+		return "", nil
+	}
+	ts, err := c.Tenants(ctx)
+	if cloud.ErrorCode(err) == cloud.PermissionDenied {
+		return arg, nil
+	}
+	if err != nil {
+		return "", c.explain(err)
+	}
+	for _, t := range ts {
+		if t.ID == arg {
+			return arg, nil
 		}
 	}
-	return cmdutil.Usagef(cmd, `--output %q: want "table", "json" or "yaml"`, o.format)
+	for _, t := range ts {
+		if t.Name == arg {
+			return t.ID, nil
+		}
+	}
+	return arg, nil
 }
 
-func (o *outputFlag) table() bool { return o.format == "table" }
-
-// writeData writes v as JSON, or as YAML with the same field names (the
-// API's types carry JSON tags only, so YAML goes through JSON).
-func writeData(w io.Writer, format string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+// withConn connects and runs fn with an interruptible context.
+func (s *session) withConn(cmd *cobra.Command, fn func(context.Context, *conn) error) error {
+	c, err := s.connect(cmd)
 	if err != nil {
 		return err
 	}
-	if format == "json" {
-		_, err = w.Write(append(b, '\n'))
-		return err
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return err
-	}
-	plainStyle(&doc)
-	compactYAML(&doc)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&doc); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
-		return err
-	}
-	_, err = w.Write(buf.Bytes())
-	return err
-}
-
-// plainStyle clears the flow and quoting styles that parsing JSON leaves
-// on YAML nodes; the encoder quotes what needs quoting by itself.
-func plainStyle(n *yaml.Node) {
-	n.Style = 0
-	for _, c := range n.Content {
-		plainStyle(c)
-	}
-}
-
-// ago renders how long ago t was, coarsely: "45s", "12m", "3h", "5d".
-func ago(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := clockNow().Sub(t)
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d.Minutes())) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d.Hours())) + "h"
-	}
-	return strconv.Itoa(int(d.Hours()/24)) + "d"
-}
-
-// stamp renders a time for detail views: UTC RFC 3339 and its age.
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339) + " (" + ago(t) + " ago)"
-}
-
-// clip shortens s to n runes with an ellipsis, for table cells.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
-// exactArgs is cobra.ExactArgs as a usage error naming the arguments.
-func exactArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return cmdutil.Usagef(cmd, "%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
-		}
-		return nil
-	}
-}
-
-// minArgs is cobra.MinimumNArgs as a usage error naming the arguments.
-func minArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < n {
-			return cmdutil.Usagef(cmd, "%s takes %s", cmd.CommandPath(), names)
-		}
-		return nil
-	}
-}
-
-// keyValues parses repeated KEY=VALUE flags; a malformed or repeated key is
-// a usage error.
-func keyValues(cmd *cobra.Command, flag string, vals []string) (map[string]string, error) {
-	if len(vals) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(vals))
-	for _, kv := range vals {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, cmdutil.Usagef(cmd, "--%s %q: want KEY=VALUE", flag, kv)
-		}
-		if _, dup := out[k]; dup {
-			return nil, cmdutil.Usagef(cmd, "--%s %s is given twice", flag, k)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// groupCommand is a command that only holds subcommands.
-func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cmdutil.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
-	cmd.AddCommand(subs...)
-	return cmd
+	ctx, cancel := interruptible(cmd)
+	defer cancel()
+	return fn(ctx, c)
 }

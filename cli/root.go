@@ -202,3 +202,51 @@ func newSimCommand(stderr io.Writer) *cobra.Command {
 	sim.AddCommand(newReplayCommand(stderr), newAutoscaleCommand(), newDemandCommand())
 	return sim
 }
+
+// exactArgs is cobra.ExactArgs as a usage error naming the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return cmdutil.Usagef(cmd, "%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs is cobra.MinimumNArgs as a usage error naming the arguments.
+func minArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return cmdutil.Usagef(cmd, "%s takes %s", cmd.CommandPath(), names)
+		}
+		return nil
+	}
+}
+
+// keyValues parses repeated KEY=VALUE flags; a malformed or repeated key is
+// a usage error.
+func keyValues(cmd *cobra.Command, flag string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, kv := range vals {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, cmdutil.Usagef(cmd, "--%s %q: want KEY=VALUE", flag, kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, cmdutil.Usagef(cmd, "--%s %s is given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// groupCommand is a command that only holds subcommands.
+func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
+	cmd.AddCommand(subs...)
+	return cmd
+}
