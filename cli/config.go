@@ -232,35 +232,9 @@ func newLoginCommand(s *session) *cobra.Command {
 			if err := checkServerURL(server); err != nil {
 				return cmdutil.Usagef(cmd, "--server: %v", err)
 			}
-			var caPEM []byte
-			switch {
-			case caFingerprint != "" && caFile != "":
-				return cmdutil.Usagef(cmd, "give --ca-fingerprint or --ca-file, not both")
-			case caFingerprint != "":
-				fp, err := pki.ParseFingerprint(caFingerprint)
-				if err != nil {
-					return cmdutil.Usagef(cmd, "--ca-fingerprint: %v", err)
-				}
-				ctx, cancel := interruptible(cmd)
-				caPEM, err = agentapi.FetchCA(ctx, server, fp)
-				cancel()
-				if err != nil {
-					return err
-				}
-			case caFile != "":
-				b, err := os.ReadFile(caFile)
-				if err != nil {
-					return fmt.Errorf("--ca-file: %w", err)
-				}
-				if _, err := pki.ParseCert(b); err != nil {
-					return fmt.Errorf("--ca-file %s: %w", caFile, err)
-				}
-				caPEM = b
-			default:
-				// Keep the CA saved for this server, if any.
-				if b, err := trustedCA(server, cmd.ErrOrStderr()); err == nil {
-					caPEM = b
-				}
+			caPEM, err := loginCA(cmd, server, caFingerprint, caFile)
+			if err != nil {
+				return err
 			}
 			if len(caPEM) > 0 {
 				f, err := os.CreateTemp("", "gpucloud-ca-*.pem")
@@ -302,6 +276,43 @@ func newLoginCommand(s *session) *cobra.Command {
 	cmd.Flags().StringVar(&caFingerprint, "ca-fingerprint", "", "trust the cloud's own CA with this fingerprint (sha256:...), fetched from the server")
 	cmd.Flags().StringVar(&caFile, "ca-file", "", "trust the CA in this PEM file for the server's certificate")
 	return cmd
+}
+
+// loginCA is the CA login saves for server: fetched from the server and
+// checked against --ca-fingerprint, read from --ca-file, or else the one
+// already saved for the server, if any.
+func loginCA(cmd *cobra.Command, server, caFingerprint, caFile string) ([]byte, error) {
+	var caPEM []byte
+	switch {
+	case caFingerprint != "" && caFile != "":
+		return nil, cmdutil.Usagef(cmd, "give --ca-fingerprint or --ca-file, not both")
+	case caFingerprint != "":
+		fp, err := pki.ParseFingerprint(caFingerprint)
+		if err != nil {
+			return nil, cmdutil.Usagef(cmd, "--ca-fingerprint: %v", err)
+		}
+		ctx, cancel := interruptible(cmd)
+		caPEM, err = agentapi.FetchCA(ctx, server, fp)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	case caFile != "":
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		if _, err := pki.ParseCert(b); err != nil {
+			return nil, fmt.Errorf("--ca-file %s: %w", caFile, err)
+		}
+		caPEM = b
+	default:
+		// Keep the CA saved for this server, if any.
+		if b, err := trustedCA(server, cmd.ErrOrStderr()); err == nil {
+			caPEM = b
+		}
+	}
+	return caPEM, nil
 }
 
 // tenantID resolves what a user typed for a tenant, a name or an ID, into
