@@ -100,34 +100,52 @@ func policyText(p cloud.ScalingPolicy) string {
 
 // describeGroup writes the detail view of a group.
 func describeGroup(w io.Writer, d *api.GroupDescribe) error {
+	if err := writeTable(w, groupFields(d)); err != nil {
+		return err
+	}
+	if err := writeGroupMembers(w, d.Members); err != nil {
+		return err
+	}
+	if err := writeGroupDecisions(w, d.Group.Status.Decisions); err != nil {
+		return err
+	}
+	if len(d.RecentEvents) == 0 {
+		fmt.Fprintln(w, "Events: none")
+		return nil
+	}
+	fmt.Fprintln(w, "Events:")
+	return writeEvents(w, d.RecentEvents, "  ")
+}
+
+// groupFields are the "Key: value" rows of a group's description.
+func groupFields(d *api.GroupDescribe) fieldRows {
 	g := &d.Group
 	run, other := running(d)
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-	add("ID", g.ID)
-	add("Name", g.Name)
-	add("Tenant", g.TenantID)
-	add("State", string(g.State))
-	add("Size", fmt.Sprintf("min %d, desired %d, max %d (%d running, %d other)", g.Min, g.Desired, g.Max, run, other))
+	var f fieldRows
+	f.add("ID", g.ID)
+	f.add("Name", g.Name)
+	f.add("Tenant", g.TenantID)
+	f.add("State", string(g.State))
+	f.add("Size", fmt.Sprintf("min %d, desired %d, max %d (%d running, %d other)", g.Min, g.Desired, g.Max, run, other))
 	t := g.Template
-	add("Offerings", strings.Join(t.Offerings, ", "))
-	add("Image", imageText(t.Image))
-	add("Command", dash(shellJoin(t.Command)))
-	add("Env", dash(joinMap(t.Env)))
-	add("Zones", dash(strings.Join(t.Zones, ", ")))
-	add("Labels", dash(strings.Join(t.Labels, ", ")))
-	add("Tags", dash(joinMap(t.Tags)))
+	f.add("Offerings", strings.Join(t.Offerings, ", "))
+	f.add("Image", imageText(t.Image))
+	f.add("Command", dash(shellJoin(t.Command)))
+	f.add("Env", dash(joinMap(t.Env)))
+	f.add("Zones", dash(strings.Join(t.Zones, ", ")))
+	f.add("Labels", dash(strings.Join(t.Labels, ", ")))
+	f.add("Tags", dash(joinMap(t.Tags)))
 	if t.VolumeGiB > 0 {
-		add("Volume", fmt.Sprintf("%d GiB per member", t.VolumeGiB))
+		f.add("Volume", fmt.Sprintf("%d GiB per member", t.VolumeGiB))
 	}
 	if len(g.Policies) == 0 {
-		add("Policies", "-")
+		f.add("Policies", "-")
 	}
 	for i, p := range g.Policies {
 		if i == 0 {
-			add("Policies", policyText(p))
+			f.add("Policies", policyText(p))
 		} else {
-			rows = append(rows, []string{"", policyText(p)})
+			f = append(f, []string{"", policyText(p)})
 		}
 	}
 	m := g.Mixed
@@ -139,65 +157,62 @@ func describeGroup(w io.Writer, d *api.GroupDescribe) error {
 			mix += ", capacity rebalance"
 		}
 	}
-	add("Mix", mix)
+	f.add("Mix", mix)
 	tm := g.Timing
-	add("Timing", fmt.Sprintf("cooldown %s, warmup %s, stabilization %s, notice %s", timingText(tm.CooldownSeconds),
+	f.add("Timing", fmt.Sprintf("cooldown %s, warmup %s, stabilization %s, notice %s", timingText(tm.CooldownSeconds),
 		timingText(tm.WarmupSeconds), timingText(tm.StabilizationSeconds), timingText(tm.NoticeSeconds)))
 	budget := "-"
 	if g.BudgetPerHour > 0 {
 		budget = formatPrice(g.BudgetPerHour) + "/h"
 	}
-	add("Budget", budget)
+	f.add("Budget", budget)
 	idle := "-"
 	if r := g.IdleRelease; r != nil {
 		idle = fmt.Sprintf("under %s GPU for %s", percent(r.Threshold), time.Duration(r.IdleSeconds)*time.Second)
 	}
-	add("Idle release", idle)
+	f.add("Idle release", idle)
 	backoff := "-"
 	if b := g.Status.Backoff; b != nil {
 		backoff = fmt.Sprintf("%d failures, launches wait until %s: %s", b.Failures, stamp(b.Until), b.Reason)
 	}
-	add("Backoff", backoff)
-	add("Message", dash(g.Status.Message))
-	add("Last action", stamp(g.Status.LastActionAt))
-	add("Version", strconv.FormatInt(g.Version, 10))
-	add("Created", stamp(g.CreatedAt))
-	add("Updated", stamp(g.UpdatedAt))
-	if err := writeTable(w, rows); err != nil {
-		return err
-	}
-	if len(d.Members) == 0 {
+	f.add("Backoff", backoff)
+	f.add("Message", dash(g.Status.Message))
+	f.add("Last action", stamp(g.Status.LastActionAt))
+	f.add("Version", strconv.FormatInt(g.Version, 10))
+	f.add("Created", stamp(g.CreatedAt))
+	f.add("Updated", stamp(g.UpdatedAt))
+	return f
+}
+
+// writeGroupMembers writes a group's members, as a table under "Members:".
+func writeGroupMembers(w io.Writer, members []api.GroupMember) error {
+	if len(members) == 0 {
 		fmt.Fprintln(w, "Members: none")
-	} else {
-		fmt.Fprintln(w, "Members:")
-		rows := [][]string{{"  ID", "NAME", "STATE", "MARKET", "OFFERING", "ZONE", "PROTECTION", "NOTICE", "AGE"}}
-		for _, mb := range d.Members {
-			rows = append(rows, []string{"  " + mb.ID, dash(mb.Name), string(mb.State), string(mb.Market), mb.Offering,
-				dash(mb.Zone), protectionText(mb.ScaleIn), noticeText(mb.Interruption), ago(mb.CreatedAt)})
-		}
-		if err := writeTable(w, rows); err != nil {
-			return err
-		}
-	}
-	if len(g.Status.Decisions) == 0 {
-		fmt.Fprintln(w, "Decisions: none")
-	} else {
-		fmt.Fprintln(w, "Decisions:")
-		rows := [][]string{{"  TIME", "CHANGE", "POLICY", "METRICS", "LIMIT", "REASON"}}
-		for _, dc := range g.Status.Decisions {
-			rows = append(rows, []string{"  " + dc.Time.UTC().Format(time.RFC3339), fmt.Sprintf("%d -> %d", dc.From, dc.To),
-				dash(dc.Policy), dash(metricsText(dc)), dash(dc.Limit), dash(clip(dc.Reason, 80))})
-		}
-		if err := writeTable(w, rows); err != nil {
-			return err
-		}
-	}
-	if len(d.RecentEvents) == 0 {
-		fmt.Fprintln(w, "Events: none")
 		return nil
 	}
-	fmt.Fprintln(w, "Events:")
-	return writeEvents(w, d.RecentEvents, "  ")
+	fmt.Fprintln(w, "Members:")
+	rows := [][]string{{"  ID", "NAME", "STATE", "MARKET", "OFFERING", "ZONE", "PROTECTION", "NOTICE", "AGE"}}
+	for _, mb := range members {
+		rows = append(rows, []string{"  " + mb.ID, dash(mb.Name), string(mb.State), string(mb.Market), mb.Offering,
+			dash(mb.Zone), protectionText(mb.ScaleIn), noticeText(mb.Interruption), ago(mb.CreatedAt)})
+	}
+	return writeTable(w, rows)
+}
+
+// writeGroupDecisions writes a group's recent scaling decisions, as a
+// table under "Decisions:".
+func writeGroupDecisions(w io.Writer, decisions []cloud.GroupDecision) error {
+	if len(decisions) == 0 {
+		fmt.Fprintln(w, "Decisions: none")
+		return nil
+	}
+	fmt.Fprintln(w, "Decisions:")
+	rows := [][]string{{"  TIME", "CHANGE", "POLICY", "METRICS", "LIMIT", "REASON"}}
+	for _, dc := range decisions {
+		rows = append(rows, []string{"  " + dc.Time.UTC().Format(time.RFC3339), fmt.Sprintf("%d -> %d", dc.From, dc.To),
+			dash(dc.Policy), dash(metricsText(dc)), dash(dc.Limit), dash(clip(dc.Reason, 80))})
+	}
+	return writeTable(w, rows)
 }
 
 func cmpInt(n, dflt int) int {
