@@ -30,8 +30,8 @@ func printBudget(w io.Writer, format string, st *api.BudgetStatus) error {
 	if format != "table" {
 		return writeData(w, format, st)
 	}
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	var rows fieldRows
+	add := rows.add
 	add("Tenant", st.TenantID)
 	if st.Budget == nil {
 		add("Budget", "none (gpucloud budget set --amount N sets one)")

@@ -419,8 +419,8 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 
 // describeInstance writes the detail view of an instance.
 func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error {
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	var rows fieldRows
+	add := rows.add
 	add("ID", in.ID)
 	add("Name", dash(in.Name))
 	add("Tenant", in.TenantID)

@@ -72,8 +72,8 @@ func newStacksShowCommand(s *session) *cobra.Command {
 
 // describeStack writes the detail view of a stack.
 func describeStack(w io.Writer, v *api.StackView) error {
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	var rows fieldRows
+	add := rows.add
 	add("Name", v.Name)
 	add("ID", v.ID)
 	add("Tenant", v.TenantID)
