@@ -86,12 +86,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			"  # Safe to retry from a script",
 			"  gpucloud instances create --offering l40s.shared.0.25 --idempotency-key job-42 -o json",
 		}, "\n"),
-		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
-			}
-			return nil
-		},
+		Args: commandAfterDash,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err

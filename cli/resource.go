@@ -148,3 +148,12 @@ func parseStates[S ~string](cmd *cobra.Command, vals, valid []string) ([]S, erro
 	}
 	return out, nil
 }
+
+// commandAfterDash is the Args of a create command whose only arguments
+// are the workload's command, after "--".
+func commandAfterDash(cmd *cobra.Command, args []string) error {
+	if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
+		return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
+	}
+	return nil
+}

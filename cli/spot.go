@@ -270,13 +270,8 @@ func maxPriceText(m money.Micros) string {
 
 func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 	var (
-		req                api.CreateSpotRequestRequest
-		offering, zone     string
-		backups, env, tags []string
-		persistent         bool
-		maxPrice           moneyFlag
-		key                string
-		out                outputFlag
+		f   spotCreateFlags
+		out outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "create --offering NAME [--zone Z] [flags] [-- COMMAND ARGS...]",
@@ -294,71 +289,89 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 			"  gpucloud spot requests create --offering h100.1x --zone a --backup h100.1x/b --backup a100.1x/a \\",
 			"      --persistent --max-price 1.20 --interruption stop --volume v-0123 -- python train.py --resume",
 		}, "\n"),
-		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return cmdutil.Usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
-			}
-			return nil
-		},
+		Args: commandAfterDash,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			if offering == "" {
-				return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
-			}
-			req.Pools = []cloud.Pool{{Offering: offering, Zone: zone}}
-			for _, b := range backups {
-				p, err := parsePool(cmd, "backup", b, false)
-				if err != nil {
-					return err
-				}
-				req.Pools = append(req.Pools, p)
-			}
-			if persistent {
-				req.Type = cloud.SpotPersistent
-			}
-			if maxPrice.set {
-				v := maxPrice.v
-				req.MaxPrice = &v
-			}
-			if req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, req.Interruption) {
-				return cmdutil.Usagef(cmd, "--interruption %q: want terminate or stop", req.Interruption)
-			}
-			var err error
-			if req.Env, err = keyValues(cmd, "env", env); err != nil {
+			if err := f.request(cmd, args); err != nil {
 				return err
 			}
-			if req.Tags, err = keyValues(cmd, "tag", tags); err != nil {
-				return err
-			}
-			req.Command = args
-			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
-			return createResource(s, cmd, &key, &req.Tenant, out.format,
+			return createResource(s, cmd, &f.key, &f.req.Tenant, out.format,
 				func(ctx context.Context, c *conn, key string) (*cloud.SpotRequest, error) {
-					return c.CreateSpotRequest(ctx, req, key)
+					return c.CreateSpotRequest(ctx, f.req, key)
 				},
 				printSpotRequests)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&offering, "offering", "", "the offering to rent; required")
-	f.StringVar(&zone, "zone", "", "the zone of the first pool (default any zone)")
-	f.StringArrayVar(&backups, "backup", nil, "a backup pool OFFERING/ZONE, in order of preference (repeatable)")
-	f.BoolVar(&persistent, "persistent", false, "relaunch after every interruption until cancelled")
-	f.Var(&maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
-	f.StringVar(&req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
-	f.StringVar(&req.Name, "name", "", "a name for the request and its instances")
-	f.StringVar(&req.Image, "image", "", `the OCI image every launch runs in, e.g. "python:3.12" (default: the hosts' default image)`)
-	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
-	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
-	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
-	f.StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
-	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
+	f.register(cmd)
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
 	_ = cmd.RegisterFlagCompletionFunc("interruption", cobra.FixedCompletions([]string{"terminate", "stop"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// spotCreateFlags are the flags of spot requests create that make its
+// request.
+type spotCreateFlags struct {
+	req                api.CreateSpotRequestRequest
+	offering, zone     string
+	backups, env, tags []string
+	persistent         bool
+	maxPrice           moneyFlag
+	key                string
+}
+
+func (f *spotCreateFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.offering, "offering", "", "the offering to rent; required")
+	fs.StringVar(&f.zone, "zone", "", "the zone of the first pool (default any zone)")
+	fs.StringArrayVar(&f.backups, "backup", nil, "a backup pool OFFERING/ZONE, in order of preference (repeatable)")
+	fs.BoolVar(&f.persistent, "persistent", false, "relaunch after every interruption until cancelled")
+	fs.Var(&f.maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
+	fs.StringVar(&f.req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
+	fs.StringVar(&f.req.Name, "name", "", "a name for the request and its instances")
+	fs.StringVar(&f.req.Image, "image", "", `the OCI image every launch runs in, e.g. "python:3.12" (default: the hosts' default image)`)
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
+	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
+	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	fs.StringVar(&f.req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	fs.StringVar(&f.key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
+}
+
+// request completes f.req from the flags and the workload's command (args).
+func (f *spotCreateFlags) request(cmd *cobra.Command, args []string) error {
+	if f.offering == "" {
+		return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+	}
+	f.req.Pools = []cloud.Pool{{Offering: f.offering, Zone: f.zone}}
+	for _, b := range f.backups {
+		p, err := parsePool(cmd, "backup", b, false)
+		if err != nil {
+			return err
+		}
+		f.req.Pools = append(f.req.Pools, p)
+	}
+	if f.persistent {
+		f.req.Type = cloud.SpotPersistent
+	}
+	if f.maxPrice.set {
+		v := f.maxPrice.v
+		f.req.MaxPrice = &v
+	}
+	if f.req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, f.req.Interruption) {
+		return cmdutil.Usagef(cmd, "--interruption %q: want terminate or stop", f.req.Interruption)
+	}
+	var err error
+	if f.req.Env, err = keyValues(cmd, "env", f.env); err != nil {
+		return err
+	}
+	if f.req.Tags, err = keyValues(cmd, "tag", f.tags); err != nil {
+		return err
+	}
+	f.req.Command = args
+	warnRelativeCommand(cmd.ErrOrStderr(), f.req.Command)
+	return nil
 }
 
 // spotStates are the values of --state.
