@@ -81,35 +81,14 @@ func newAddressesListCommand(s *session) *cobra.Command {
 }
 
 func newAddressesAssociateCommand(s *session) *cobra.Command {
-	var (
-		instance string
-		out      outputFlag
-	)
-	cmd := &cobra.Command{
+	return newToInstanceCommand(s, &cobra.Command{
 		Use:     "associate ADDRESS --instance ID",
 		Short:   "Associate an address with an instance",
 		Example: "  gpucloud addresses associate eip-0123456789abcdef --instance i-0123456789abcdef",
-		Args:    exactArgs(1, "one address ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if instance == "" {
-				return cmdutil.Usagef(cmd, "--instance is required")
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				a, err := c.AssociateAddress(ctx, args[0], instance)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&instance, "instance", "", "the instance; required")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
-	return cmd
+	}, "one address ID", "the instance; required",
+		func(ctx context.Context, c *conn, id, instance string) (*cloud.Address, error) {
+			return c.AssociateAddress(ctx, id, instance)
+		}, printAddresses)
 }
 
 // newAddressActionCommand builds disassociate and release, which take an

@@ -64,11 +64,45 @@ func (t resourceTable[T]) print(w io.Writer, format string, one bool, items ...*
 func newIDCommand[T any](s *session, cmd *cobra.Command, argName string,
 	call func(ctx context.Context, c *conn, id string) (*T, error),
 	show func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error) *cobra.Command {
+	return idCommand(s, cmd, argName, nil, call, show)
+}
+
+// newToInstanceCommand is newIDCommand for a resource put on an instance
+// (attach, associate): it takes a required --instance too, described by
+// instanceHelp.
+func newToInstanceCommand[T any](s *session, cmd *cobra.Command, argName, instanceHelp string,
+	call func(ctx context.Context, c *conn, id, instance string) (*T, error),
+	print func(w io.Writer, format string, one bool, items ...*T) error) *cobra.Command {
+	var instance string
+	check := func(cmd *cobra.Command) error {
+		if instance == "" {
+			return cmdutil.Usagef(cmd, "--instance is required")
+		}
+		return nil
+	}
+	cmd = idCommand(s, cmd, argName, check, func(ctx context.Context, c *conn, id string) (*T, error) {
+		return call(ctx, c, id, instance)
+	}, asOne(print))
+	cmd.Flags().StringVar(&instance, "instance", "", instanceHelp)
+	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
+	return cmd
+}
+
+// idCommand is newIDCommand with check, when not nil, run on the command
+// line before connecting.
+func idCommand[T any](s *session, cmd *cobra.Command, argName string, check func(*cobra.Command) error,
+	call func(ctx context.Context, c *conn, id string) (*T, error),
+	show func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error) *cobra.Command {
 	var out outputFlag
 	cmd.Args = exactArgs(1, argName)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := out.check(cmd); err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(cmd); err != nil {
+				return err
+			}
 		}
 		return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 			v, err := call(ctx, c, args[0])

@@ -79,35 +79,14 @@ func newVolumesListCommand(s *session) *cobra.Command {
 }
 
 func newVolumesAttachCommand(s *session) *cobra.Command {
-	var (
-		instance string
-		out      outputFlag
-	)
-	cmd := &cobra.Command{
+	return newToInstanceCommand(s, &cobra.Command{
 		Use:     "attach VOLUME --instance ID",
 		Short:   "Attach a detached volume to an instance",
 		Example: "  gpucloud volumes attach v-0123456789abcdef --instance i-0123456789abcdef",
-		Args:    exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if instance == "" {
-				return cmdutil.Usagef(cmd, "--instance is required")
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.AttachVolume(ctx, args[0], instance)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&instance, "instance", "", "the instance to attach it to; required")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
-	return cmd
+	}, "one volume ID", "the instance to attach it to; required",
+		func(ctx context.Context, c *conn, id, instance string) (*cloud.Volume, error) {
+			return c.AttachVolume(ctx, id, instance)
+		}, printVolumes)
 }
 
 func newVolumesDetachCommand(s *session) *cobra.Command {
