@@ -261,45 +261,18 @@ var printGroups = resourceTable[cloud.Group]{
 var groupStates = []string{"active", "deleting", "deleted"}
 
 func newGroupsListCommand(s *session) *cobra.Command {
-	var (
-		states []string
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List autoscaling groups (not deleted ones unless --state says)",
-		Args:    cmdutil.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			want, err := parseStates[cloud.GroupState](cmd, states, groupStates)
+	return newStateListCommand(s, "List autoscaling groups (not deleted ones unless --state says)",
+		"only this tenant's groups, by name or ID (admins)", groupStates,
+		func(ctx context.Context, cmd *cobra.Command, c *conn, t string, want []cloud.GroupState, format string) error {
+			gs, err := c.Groups(ctx, t, want...)
 			if err != nil {
-				return err
+				return c.explain(err)
 			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				gs, err := c.Groups(ctx, t, want...)
-				if err != nil {
-					return c.explain(err)
-				}
-				if gs == nil {
-					gs = []*cloud.Group{}
-				}
-				return printGroups(cmd.OutOrStdout(), out.format, false, gs...)
-			})
-		},
-	}
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(groupStates, ", "))
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's groups, by name or ID (admins)")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(groupStates, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
+			if gs == nil {
+				gs = []*cloud.Group{}
+			}
+			return printGroups(cmd.OutOrStdout(), format, false, gs...)
+		})
 }
 
 func newGroupsUpdateCommand(s *session) *cobra.Command {

@@ -191,3 +191,42 @@ func commandAfterDash(cmd *cobra.Command, args []string) error {
 	}
 	return nil
 }
+
+// newStateListCommand builds the "list" command of resources that have
+// states: --state (comma-separated values of valid) and --tenant (by name
+// or ID, for admins; tenantHelp says whose) filter what list reads; list
+// prints it in format.
+func newStateListCommand[S ~string](s *session, short, tenantHelp string, valid []string,
+	list func(ctx context.Context, cmd *cobra.Command, c *conn, tenant string, states []S, format string) error) *cobra.Command {
+	var (
+		states []string
+		tenant string
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   short,
+		Args:    cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			want, err := parseStates[S](cmd, states, valid)
+			if err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				t, err := c.tenantID(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				return list(ctx, cmd, c, t, want, out.format)
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(valid, ", "))
+	cmd.Flags().StringVar(&tenant, "tenant", "", tenantHelp)
+	out.register(cmd)
+	return cmd
+}

@@ -378,51 +378,25 @@ func (f *spotCreateFlags) request(cmd *cobra.Command, args []string) error {
 var spotStates = []string{"open", "active", "disabled", "closed", "cancelled"}
 
 func newSpotRequestsListCommand(s *session) *cobra.Command {
-	var (
-		states []string
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List spot requests",
-		Args:    cmdutil.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			want, err := parseStates[cloud.SpotRequestState](cmd, states, spotStates)
+	cmd := newStateListCommand(s, "List spot requests", "only this tenant's requests, by name or ID (admins)", spotStates,
+		func(ctx context.Context, cmd *cobra.Command, c *conn, t string, want []cloud.SpotRequestState, format string) error {
+			rs, err := c.SpotRequests(ctx, t, want...)
 			if err != nil {
-				return err
+				return c.explain(err)
 			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
+			if rs == nil {
+				rs = []*cloud.SpotRequest{}
+			}
+			var ins map[string]*cloud.Instance
+			if format == "table" && len(rs) > 0 {
+				// Without the instances the table still lists the
+				// requests, only without their notices.
+				if ins, err = c.liveSpotInstances(ctx, t); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot read the requests' instances, so reclaim notices are not shown: %v\n", c.explain(err))
 				}
-				rs, err := c.SpotRequests(ctx, t, want...)
-				if err != nil {
-					return c.explain(err)
-				}
-				if rs == nil {
-					rs = []*cloud.SpotRequest{}
-				}
-				var ins map[string]*cloud.Instance
-				if out.table() && len(rs) > 0 {
-					// Without the instances the table still lists the
-					// requests, only without their notices.
-					if ins, err = c.liveSpotInstances(ctx, t); err != nil {
-						fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot read the requests' instances, so reclaim notices are not shown: %v\n", c.explain(err))
-					}
-				}
-				return printSpotRequestsOf(cmd.OutOrStdout(), out.format, false, ins, rs...)
-			})
-		},
-	}
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(spotStates, ", "))
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's requests, by name or ID (admins)")
-	out.register(cmd)
+			}
+			return printSpotRequestsOf(cmd.OutOrStdout(), format, false, ins, rs...)
+		})
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(spotStates, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
