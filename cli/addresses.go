@@ -2,12 +2,11 @@ package cli
 
 import (
 	"context"
-	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -22,39 +21,18 @@ func newAddressesCommand(s *session) *cobra.Command {
 }
 
 // printAddresses prints addresses as a table or as JSON or YAML.
-func printAddresses(w io.Writer, format string, one bool, as ...*cloud.Address) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, as[0])
-		}
-		return writeData(w, format, as)
-	}
-	if len(as) == 0 {
-		_, err := fmt.Fprintln(w, "no addresses")
-		return err
-	}
-	tenants := false
-	for _, a := range as {
-		tenants = tenants || a.TenantID != as[0].TenantID
-	}
-	header := []string{"ID", "IP", "ZONE", "INSTANCE", "AGE", "RELEASED"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, a := range as {
+var printAddresses = resourceTable[cloud.Address]{
+	none:   "no addresses",
+	header: []string{"ID", "IP", "ZONE", "INSTANCE", "AGE", "RELEASED"},
+	row: func(a *cloud.Address) []string {
 		released := "-"
 		if a.ReleasedAt != nil {
 			released = ago(*a.ReleasedAt) + " ago"
 		}
-		row := []string{a.ID, a.IP, dash(a.Zone), dash(a.InstanceID), ago(a.CreatedAt), released}
-		if tenants {
-			row = append([]string{a.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+		return []string{a.ID, a.IP, dash(a.Zone), dash(a.InstanceID), ago(a.CreatedAt), released}
+	},
+	tenant: func(a *cloud.Address) string { return a.TenantID },
+}.print
 
 func newAddressesAllocateCommand(s *session) *cobra.Command {
 	var (
@@ -70,25 +48,16 @@ func newAddressesAllocateCommand(s *session) *cobra.Command {
 			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
 			"a retry with the same key answers the address the first call allocated.",
 		Example: "  gpucloud addresses allocate --zone a\n  gpucloud addresses allocate --instance i-0123456789abcdef",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				a, err := c.AllocateAddress(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.Address, error) {
+					return c.AllocateAddress(ctx, req, key)
+				},
+				printAddresses)
 		},
 	}
 	f := cmd.Flags()
@@ -112,62 +81,22 @@ func newAddressesListCommand(s *session) *cobra.Command {
 }
 
 func newAddressesAssociateCommand(s *session) *cobra.Command {
-	var (
-		instance string
-		out      outputFlag
-	)
-	cmd := &cobra.Command{
+	return newToInstanceCommand(s, &cobra.Command{
 		Use:     "associate ADDRESS --instance ID",
 		Short:   "Associate an address with an instance",
 		Example: "  gpucloud addresses associate eip-0123456789abcdef --instance i-0123456789abcdef",
-		Args:    exactArgs(1, "one address ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if instance == "" {
-				return usagef(cmd, "--instance is required")
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				a, err := c.AssociateAddress(ctx, args[0], instance)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&instance, "instance", "", "the instance; required")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
-	return cmd
+	}, "one address ID", "the instance; required",
+		func(ctx context.Context, c *conn, id, instance string) (*cloud.Address, error) {
+			return c.AssociateAddress(ctx, id, instance)
+		}, printAddresses)
 }
 
 // newAddressActionCommand builds disassociate and release, which take an
 // address ID and nothing else.
 func newAddressActionCommand(s *session, use, short, long string,
 	call func(c *conn) func(context.Context, string) (*cloud.Address, error)) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:   use + " ADDRESS",
-		Short: short,
-		Long:  long,
-		Args:  exactArgs(1, "one address ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				a, err := call(c)(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printAddresses(cmd.OutOrStdout(), out.format, true, a)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
+	return newIDCommand(s, &cobra.Command{Use: use + " ADDRESS", Short: short, Long: long}, "one address ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.Address, error) { return call(c)(ctx, id) }, asOne(printAddresses))
 }
 
 func newAddressesDisassociateCommand(s *session) *cobra.Command {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
@@ -46,28 +47,18 @@ func gpuSummary(h *cloud.Host) string {
 }
 
 // printHosts prints hosts as a table or as JSON or YAML.
-func printHosts(w io.Writer, format string, one bool, hs ...*cloud.Host) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, hs[0])
-		}
-		return writeData(w, format, hs)
-	}
-	if len(hs) == 0 {
-		_, err := fmt.Fprintln(w, "no hosts: start an agent with a join token to add one")
-		return err
-	}
-	rows := [][]string{{"ID", "STATE", "ZONE", "GPUS", "VCPUS", "MEMORY", "HEARTBEAT"}}
-	for _, h := range hs {
+var printHosts = resourceTable[cloud.Host]{
+	none:   "no hosts: start an agent with a join token to add one",
+	header: []string{"ID", "STATE", "ZONE", "GPUS", "VCPUS", "MEMORY", "HEARTBEAT"},
+	row: func(h *cloud.Host) []string {
 		hb := "never"
 		if !h.LastHeartbeat.IsZero() {
 			hb = ago(h.LastHeartbeat) + " ago"
 		}
-		rows = append(rows, []string{h.ID, string(h.State), dash(h.Spec.Zone), gpuSummary(h),
-			strconv.FormatFloat(float64(h.Spec.CPUMilli)/1000, 'f', -1, 64), formatMiB(h.Spec.MemoryMiB), hb})
-	}
-	return writeTable(w, rows)
-}
+		return []string{h.ID, string(h.State), dash(h.Spec.Zone), gpuSummary(h),
+			strconv.FormatFloat(float64(h.Spec.CPUMilli)/1000, 'f', -1, 64), formatMiB(h.Spec.MemoryMiB), hb}
+	},
+}.print
 
 func newHostsListCommand(s *session) *cobra.Command {
 	var out outputFlag
@@ -78,7 +69,7 @@ func newHostsListCommand(s *session) *cobra.Command {
 		Long: "List the hosts: scheduling state (schedulable, cordoned, unhealthy), zone,\n" +
 			"GPUs, CPU and memory, and when the agent last reported. -o json and -o yaml\n" +
 			"include every GPU with its UUID, NVLink island and MIG layout.",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -161,19 +152,11 @@ func newTenantsCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-func printTenants(w io.Writer, format string, one bool, ts ...*cloud.Tenant) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, ts[0])
-		}
-		return writeData(w, format, ts)
-	}
-	rows := [][]string{{"ID", "NAME", "AGE"}}
-	for _, t := range ts {
-		rows = append(rows, []string{t.ID, t.Name, ago(t.CreatedAt)})
-	}
-	return writeTable(w, rows)
-}
+// printTenants prints tenants as a table or as JSON or YAML.
+var printTenants = resourceTable[cloud.Tenant]{
+	header: []string{"ID", "NAME", "AGE"},
+	row:    func(t *cloud.Tenant) []string { return []string{t.ID, t.Name, ago(t.CreatedAt)} },
+}.print
 
 func newTenantsListCommand(s *session) *cobra.Command {
 	var out outputFlag
@@ -181,7 +164,7 @@ func newTenantsListCommand(s *session) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the tenants",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -246,13 +229,13 @@ func newTenantsAddUserCommand(s *session) *cobra.Command {
 				return err
 			}
 			if req.Name == "" {
-				return usagef(cmd, "--name is required")
+				return cmdutil.Usagef(cmd, "--name is required")
 			}
 			switch role {
 			case "member", "admin":
 				req.Role = cloud.Role(role)
 			default:
-				return usagef(cmd, "--role %q: want member or admin", role)
+				return cmdutil.Usagef(cmd, "--role %q: want member or admin", role)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				tenant, err := c.tenantID(ctx, args[0])
@@ -378,11 +361,8 @@ func newQuotasGetCommand(s *session) *cobra.Command {
 
 func newQuotasSetCommand(s *session) *cobra.Command {
 	var (
-		instances, rps, burst int
-		perModel              float64
-		gpus                  []string
-		reset                 bool
-		out                   outputFlag
+		q   quotaFlags
+		out outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "set TENANT [--instances N] [--gpus MODEL=N]... [--gpus-per-model N] [--requests-per-second N] [--burst N]",
@@ -411,34 +391,9 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			changed := cmd.Flags().Changed
-			setInstances := changed("instances")
-			if !setInstances && len(gpus) == 0 && !reset && !changed("gpus-per-model") && !changed("requests-per-second") && !changed("burst") {
-				return usagef(cmd, "nothing to set: give --instances, --gpus, --gpus-per-model, --requests-per-second, --burst or --reset")
-			}
-			if instances < 0 {
-				return usagef(cmd, "--instances %d: want 0 (no limit) or more", instances)
-			}
-			if !(perModel >= 0) { // negative, or NaN
-				return usagef(cmd, "--gpus-per-model %v: want 0 (no limit) or more", perModel)
-			}
-			if rps < 0 {
-				return usagef(cmd, "--requests-per-second %d: want 0 (the server's default) or more", rps)
-			}
-			if burst < 0 {
-				return usagef(cmd, "--burst %d: want 0 (the server's default) or more", burst)
-			}
-			kv, err := keyValues(cmd, "gpus", gpus)
+			want, err := q.check(cmd)
 			if err != nil {
 				return err
-			}
-			want := map[string]float64{}
-			for m, v := range kv {
-				n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-				if err != nil || n < 0 {
-					return usagef(cmd, "--gpus %s=%s: want a number of GPUs, 0 or more", m, v)
-				}
-				want[canonicalModel(strings.TrimSpace(m))] = n
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				tenant, err := c.tenantID(ctx, args[0])
@@ -446,7 +401,7 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 					return err
 				}
 				spec := api.QuotaSpec{GPUs: map[string]float64{}}
-				if !reset {
+				if !q.reset {
 					cur, err := c.Quota(ctx, tenant)
 					if err != nil {
 						return c.explain(err)
@@ -457,44 +412,96 @@ func newQuotasSetCommand(s *session) *cobra.Command {
 						spec.GPUs[m] = v
 					}
 				}
-				if setInstances {
-					spec.Instances = instances
-				}
-				if changed("gpus-per-model") {
-					spec.GPUsPerModel = perModel
-				}
-				if changed("requests-per-second") {
-					spec.RequestsPerSecond = rps
-				}
-				if changed("burst") {
-					spec.Burst = burst
-				}
-				for m, v := range want {
-					for old := range spec.GPUs {
-						if strings.EqualFold(canonicalModel(old), m) {
-							delete(spec.GPUs, old)
-						}
-					}
-					if v > 0 {
-						spec.GPUs[m] = v
-					}
-				}
-				q, err := c.SetQuota(ctx, tenant, spec)
+				q.apply(cmd, &spec, want)
+				qt, err := c.SetQuota(ctx, tenant, spec)
 				if err != nil {
 					return c.explain(err)
 				}
-				return printQuota(cmd.OutOrStdout(), out.format, q)
+				return printQuota(cmd.OutOrStdout(), out.format, qt)
 			})
 		},
 	}
-	cmd.Flags().IntVar(&instances, "instances", 0, "cap on non-terminated instances (0: no limit)")
-	cmd.Flags().StringArrayVar(&gpus, "gpus", nil, "cap MODEL=N on whole-GPU equivalents of a model (0: no limit; repeatable)")
-	cmd.Flags().Float64Var(&perModel, "gpus-per-model", 0, "cap on whole-GPU equivalents of each model without its own --gpus (0: no limit)")
-	cmd.Flags().IntVar(&rps, "requests-per-second", 0, "API requests per second of each of the tenant's users (0: the server's default)")
-	cmd.Flags().IntVar(&burst, "burst", 0, "API requests each of the tenant's users may send at once (0: the server's default)")
-	cmd.Flags().BoolVar(&reset, "reset", false, "start from no limits and the default rate rather than the current quota")
+	q.register(cmd)
 	out.register(cmd)
 	return cmd
+}
+
+// quotaFlags are the limits quotas set changes.
+type quotaFlags struct {
+	instances, rps, burst int
+	perModel              float64
+	gpus                  []string
+	reset                 bool
+}
+
+func (q *quotaFlags) register(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&q.instances, "instances", 0, "cap on non-terminated instances (0: no limit)")
+	cmd.Flags().StringArrayVar(&q.gpus, "gpus", nil, "cap MODEL=N on whole-GPU equivalents of a model (0: no limit; repeatable)")
+	cmd.Flags().Float64Var(&q.perModel, "gpus-per-model", 0, "cap on whole-GPU equivalents of each model without its own --gpus (0: no limit)")
+	cmd.Flags().IntVar(&q.rps, "requests-per-second", 0, "API requests per second of each of the tenant's users (0: the server's default)")
+	cmd.Flags().IntVar(&q.burst, "burst", 0, "API requests each of the tenant's users may send at once (0: the server's default)")
+	cmd.Flags().BoolVar(&q.reset, "reset", false, "start from no limits and the default rate rather than the current quota")
+}
+
+// check checks the flags and returns the --gpus limits by canonical model.
+func (q *quotaFlags) check(cmd *cobra.Command) (map[string]float64, error) {
+	changed := cmd.Flags().Changed
+	if !changed("instances") && len(q.gpus) == 0 && !q.reset && !changed("gpus-per-model") && !changed("requests-per-second") && !changed("burst") {
+		return nil, cmdutil.Usagef(cmd, "nothing to set: give --instances, --gpus, --gpus-per-model, --requests-per-second, --burst or --reset")
+	}
+	if q.instances < 0 {
+		return nil, cmdutil.Usagef(cmd, "--instances %d: want 0 (no limit) or more", q.instances)
+	}
+	if !(q.perModel >= 0) { // negative, or NaN
+		return nil, cmdutil.Usagef(cmd, "--gpus-per-model %v: want 0 (no limit) or more", q.perModel)
+	}
+	if q.rps < 0 {
+		return nil, cmdutil.Usagef(cmd, "--requests-per-second %d: want 0 (the server's default) or more", q.rps)
+	}
+	if q.burst < 0 {
+		return nil, cmdutil.Usagef(cmd, "--burst %d: want 0 (the server's default) or more", q.burst)
+	}
+	kv, err := keyValues(cmd, "gpus", q.gpus)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]float64{}
+	for m, v := range kv {
+		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || n < 0 {
+			return nil, cmdutil.Usagef(cmd, "--gpus %s=%s: want a number of GPUs, 0 or more", m, v)
+		}
+		want[canonicalModel(strings.TrimSpace(m))] = n
+	}
+	return want, nil
+}
+
+// apply sets the limits the flags give on spec, and the --gpus limits of
+// want (0 removes a model's limit, under any of its names).
+func (q *quotaFlags) apply(cmd *cobra.Command, spec *api.QuotaSpec, want map[string]float64) {
+	changed := cmd.Flags().Changed
+	if changed("instances") {
+		spec.Instances = q.instances
+	}
+	if changed("gpus-per-model") {
+		spec.GPUsPerModel = q.perModel
+	}
+	if changed("requests-per-second") {
+		spec.RequestsPerSecond = q.rps
+	}
+	if changed("burst") {
+		spec.Burst = q.burst
+	}
+	for m, v := range want {
+		for old := range spec.GPUs {
+			if strings.EqualFold(canonicalModel(old), m) {
+				delete(spec.GPUs, old)
+			}
+		}
+		if v > 0 {
+			spec.GPUs[m] = v
+		}
+	}
 }
 
 // newJoinTokenCommand creates a join token for new hosts' agents.
@@ -510,14 +517,14 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 			"joins it to the cloud. The token is shown once; revoke it with\n" +
 			"`gpucloud tokens revoke ID` when the hosts have joined.",
 		Example: "  gpucloud hosts join-token --name rack-12 --expires-in 24h",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := s.connect(cmd)
 			if err != nil {
 				return err
 			}
 			if expiresIn <= 0 {
-				return usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
+				return cmdutil.Usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
 			}
 			at := time.Now().Add(expiresIn)
 			req := api.CreateJoinTokenRequest{Name: name, ExpiresAt: &at}

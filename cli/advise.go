@@ -15,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/advise"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -98,7 +99,7 @@ func newAdviseCommand() *cobra.Command {
 			"  # A job that needs 40 GiB of GPU memory, under 500 in total",
 			"  gpucloud advise --memory-gib 40 --precision fp16 --days 10 --hours-per-day 6 --budget 500",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.out.check(cmd); err != nil {
 				return err
@@ -122,7 +123,7 @@ func newAdviseCommand() *cobra.Command {
 			if err != nil {
 				var ce *cloud.Error
 				if errors.As(err, &ce) {
-					return usagef(cmd, "%s", adviseFieldErrors(err))
+					return cmdutil.Usagef(cmd, "%s", adviseFieldErrors(err))
 				}
 				return err
 			}
@@ -156,18 +157,18 @@ func (o *adviseOptions) parse(cmd *cobra.Command) error {
 	fl := cmd.Flags()
 	o.topSet = fl.Changed("top")
 	if o.top < 0 {
-		return usagef(cmd, "--top must not be negative")
+		return cmdutil.Usagef(cmd, "--top must not be negative")
 	}
 	w := &o.workload
 	task, err := advise.ParseTask(o.task)
 	if err != nil {
-		return usagef(cmd, "--task: %v", err)
+		return cmdutil.Usagef(cmd, "--task: %v", err)
 	}
 	w.Task = task
 	switch {
 	case fl.Changed("precision"):
 		if w.Precision, err = advise.ParsePrecision(o.precision); err != nil {
-			return usagef(cmd, "--precision: %v", err)
+			return cmdutil.Usagef(cmd, "--precision: %v", err)
 		}
 	case task == advise.Training:
 		w.Precision = advise.BF16
@@ -175,11 +176,11 @@ func (o *adviseOptions) parse(cmd *cobra.Command) error {
 		w.Precision = advise.FP16
 	}
 	if !fl.Changed("params") && !fl.Changed("memory-gib") {
-		return usagef(cmd, "give the model's size: --params (e.g. 7B) or --memory-gib")
+		return cmdutil.Usagef(cmd, "give the model's size: --params (e.g. 7B) or --memory-gib")
 	}
 	if fl.Changed("params") {
 		if w.Params, err = advise.ParseParams(o.params); err != nil {
-			return usagef(cmd, "--params: %v", err)
+			return cmdutil.Usagef(cmd, "--params: %v", err)
 		}
 	}
 	if fl.Changed("memory-gib") {
@@ -188,10 +189,10 @@ func (o *adviseOptions) parse(cmd *cobra.Command) error {
 			return err
 		}
 		if gib == 0 {
-			return usagef(cmd, "--memory-gib must be more than 0")
+			return cmdutil.Usagef(cmd, "--memory-gib must be more than 0")
 		}
 		if gib > advise.MaxMemoryMiB/1024*1000 {
-			return usagef(cmd, "--memory-gib %s: at most %d", o.memoryGiB, advise.MaxMemoryMiB/1024)
+			return cmdutil.Usagef(cmd, "--memory-gib %s: at most %d", o.memoryGiB, advise.MaxMemoryMiB/1024)
 		}
 		w.MemoryMiB = (gib*1024 + 999) / 1000 // thousandths of a GiB, rounded up to a MiB
 	}
@@ -203,16 +204,16 @@ func (o *adviseOptions) parse(cmd *cobra.Command) error {
 	}
 	switch {
 	case hours > 24_000_000:
-		return usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
+		return cmdutil.Usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
 	case hours*money.SecondsPerHour%1_000_000 != 0:
-		return usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
+		return cmdutil.Usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
 	}
 	w.PerDay = time.Duration(hours*money.SecondsPerHour/1_000_000) * time.Second
 	w.CheckpointInterval = o.checkpoint
 
 	if fl.Changed("deadline") {
 		if w.Deadline, err = parseDays(o.deadline); err != nil || w.Deadline <= 0 {
-			return usagef(cmd, "--deadline %q: want a duration such as 72h or 16d", o.deadline)
+			return cmdutil.Usagef(cmd, "--deadline %q: want a duration such as 72h or 16d", o.deadline)
 		}
 	}
 	if fl.Changed("budget") {
@@ -220,11 +221,11 @@ func (o *adviseOptions) parse(cmd *cobra.Command) error {
 			return err
 		}
 		if w.Budget == 0 {
-			return usagef(cmd, "--budget must be more than 0")
+			return cmdutil.Usagef(cmd, "--budget must be more than 0")
 		}
 	}
 	if err := w.Validate(); err != nil {
-		return usagef(cmd, "%s", adviseFieldErrors(err))
+		return cmdutil.Usagef(cmd, "%s", adviseFieldErrors(err))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpucloud/gpucloud/advise"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
@@ -22,7 +23,7 @@ import (
 var lightInference = []string{"advise", "--params", "7B", "--precision", "int8", "--hours-per-day", "8", "--days", "30"}
 
 func TestAdviseOfflineTable(t *testing.T) {
-	t.Setenv(EnvConfig, t.TempDir()+"/none.yaml")
+	t.Setenv(cliconfig.EnvConfig, t.TempDir()+"/none.yaml")
 	out := mustRun(t, append(lightInference, "--offline")...)
 	for _, want := range []string{
 		"Workload: 7B parameters, int8 inference, 1 node, 8 h/day for 30 days (240 h); cannot be interrupted.",
@@ -51,7 +52,7 @@ func TestAdviseOfflineTable(t *testing.T) {
 }
 
 func TestAdviseOfflineJSON(t *testing.T) {
-	t.Setenv(EnvConfig, t.TempDir()+"/none.yaml")
+	t.Setenv(cliconfig.EnvConfig, t.TempDir()+"/none.yaml")
 	var a advise.Advice
 	decodeJSON(t, mustRun(t, "advise", "--params", "70B", "--task", "train", "--nodes", "2", "--days", "14",
 		"--checkpoint-every", "30m", "--deadline", "16d", "--offline", "-o", "json"), &a)
@@ -86,7 +87,7 @@ func TestAdviseOfflineJSON(t *testing.T) {
 }
 
 func TestAdviseUsageErrors(t *testing.T) {
-	t.Setenv(EnvConfig, t.TempDir()+"/none.yaml")
+	t.Setenv(cliconfig.EnvConfig, t.TempDir()+"/none.yaml")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -227,9 +228,9 @@ func reasonText(o advise.Option, d advise.Dimension) string {
 }
 
 func TestAdviseUnreachable(t *testing.T) {
-	t.Setenv(EnvConfig, t.TempDir()+"/none.yaml")
-	t.Setenv(EnvServer, "")
-	t.Setenv(EnvToken, "")
+	t.Setenv(cliconfig.EnvConfig, t.TempDir()+"/none.yaml")
+	t.Setenv(cliconfig.EnvServer, "")
+	t.Setenv(cliconfig.EnvToken, "")
 	code, _, errOut := run(t, append([]string{"--server", closedURL(), "--token", "gpc_x_y"}, lightInference...)...)
 	if code != ExitError || !strings.Contains(errOut, "cannot reach the gpucloud server") || !strings.Contains(errOut, "use --offline to advise from list prices") {
 		t.Errorf("unreachable: exit %d, stderr %q", code, errOut)
@@ -286,7 +287,7 @@ func TestAdviseHelp(t *testing.T) {
 // <!-- doc-test --> (the offline examples) is run and must print exactly
 // what the doc shows.
 func TestAdviseDoc(t *testing.T) {
-	t.Setenv(EnvConfig, t.TempDir()+"/none.yaml")
+	t.Setenv(cliconfig.EnvConfig, t.TempDir()+"/none.yaml")
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "ADVISE.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/autoscale"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/sim"
 )
@@ -61,7 +62,7 @@ func newAutoscaleCommand() *cobra.Command {
 			"The demand file is a CSV with a header; the time column is RFC 3339 or\n" +
 			"2006-01-02T15:04 (UTC), rows sorted, one fixed interval.",
 		Example: autoscaleExample,
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd)
 		},
@@ -139,47 +140,18 @@ type autoscaleReport struct {
 
 func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	if o.demand == "" {
-		return usagef(cmd, "--demand is required: a CSV of time,gpus (gpucloud sim demand makes one from the Alibaba trace)")
+		return cmdutil.Usagef(cmd, "--demand is required: a CSV of time,gpus (gpucloud sim demand makes one from the Alibaba trace)")
 	}
 	policies, err := parseAutoscalePolicies(o.policy)
 	if err != nil {
-		return &usageError{err: err, path: cmd.CommandPath()}
+		return &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	}
-	switch o.output {
-	case "table", "json":
-	default:
-		return usagef(cmd, `--output %q: want "table" or "json"`, o.output)
+	if err := o.check(cmd); err != nil {
+		return err
 	}
-	switch {
-	case o.unitGPUs < 1:
-		return usagef(cmd, "--unit-gpus %d: must be at least 1", o.unitGPUs)
-	case o.boot < 0:
-		return usagef(cmd, "--boot %v: must not be negative", o.boot)
-	case !(o.target > 0 && o.target <= 1):
-		return usagef(cmd, "--target-utilization %v: want more than 0 and at most 1", o.target)
-	case o.minInst < 0 || o.maxInst < 0 || (o.maxInst > 0 && o.maxInst < o.minInst):
-		return usagef(cmd, "--min %d --max %d: want 0 <= min <= max", o.minInst, o.maxInst)
-	case o.onDemandPct < 0 || o.onDemandPct > 100:
-		return usagef(cmd, "--on-demand-percent %d: want 0..100", o.onDemandPct)
-	case o.onDemandBase < 0:
-		return usagef(cmd, "--on-demand-base %d: must not be negative", o.onDemandBase)
-	case o.spotPrice != "" && o.onDemandPrice == "":
-		return usagef(cmd, "--spot-price needs --on-demand-price")
-	}
-	var prices *autoscale.Prices
-	if o.onDemandPrice != "" {
-		od, err := money.Parse(o.onDemandPrice)
-		if err != nil || od < 0 {
-			return usagef(cmd, "--on-demand-price %q: not a non-negative amount", o.onDemandPrice)
-		}
-		prices = &autoscale.Prices{OnDemand: od, OnDemandPercent: 100}
-		if o.spotPrice != "" {
-			sp, err := money.Parse(o.spotPrice)
-			if err != nil || sp < 0 {
-				return usagef(cmd, "--spot-price %q: not a non-negative amount", o.spotPrice)
-			}
-			prices.Spot, prices.OnDemandBase, prices.OnDemandPercent = sp, o.onDemandBase, o.onDemandPct
-		}
+	prices, err := o.prices(cmd)
+	if err != nil {
+		return err
 	}
 	s, err := autoscale.ReadCSV(o.demand, autoscale.CSVOptions{TimeColumn: o.timeCol, ValueColumn: o.valueCol})
 	if err != nil {
@@ -189,11 +161,11 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	if o.history != "" {
 		d, err := parseHistory(o.history)
 		if err != nil {
-			return usagef(cmd, "--history: %v", err)
+			return cmdutil.Usagef(cmd, "--history: %v", err)
 		}
 		hist = int(d / s.Interval)
 		if hist >= len(s.GPUs) {
-			return usagef(cmd, "--history %s is the whole series (%d steps of %v)", o.history, len(s.GPUs), s.Interval)
+			return cmdutil.Usagef(cmd, "--history %s is the whole series (%d steps of %v)", o.history, len(s.GPUs), s.Interval)
 		}
 	}
 	maxInst := o.maxInst
@@ -238,7 +210,60 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	out := bufio.NewWriter(cmd.OutOrStdout())
+	return o.write(cmd.OutOrStdout(), rep, prices != nil)
+}
+
+// check checks the options' values.
+func (o autoscaleOptions) check(cmd *cobra.Command) error {
+	switch o.output {
+	case "table", "json":
+	default:
+		return cmdutil.Usagef(cmd, `--output %q: want "table" or "json"`, o.output)
+	}
+	switch {
+	case o.unitGPUs < 1:
+		return cmdutil.Usagef(cmd, "--unit-gpus %d: must be at least 1", o.unitGPUs)
+	case o.boot < 0:
+		return cmdutil.Usagef(cmd, "--boot %v: must not be negative", o.boot)
+	case !(o.target > 0 && o.target <= 1):
+		return cmdutil.Usagef(cmd, "--target-utilization %v: want more than 0 and at most 1", o.target)
+	case o.minInst < 0 || o.maxInst < 0 || (o.maxInst > 0 && o.maxInst < o.minInst):
+		return cmdutil.Usagef(cmd, "--min %d --max %d: want 0 <= min <= max", o.minInst, o.maxInst)
+	case o.onDemandPct < 0 || o.onDemandPct > 100:
+		return cmdutil.Usagef(cmd, "--on-demand-percent %d: want 0..100", o.onDemandPct)
+	case o.onDemandBase < 0:
+		return cmdutil.Usagef(cmd, "--on-demand-base %d: must not be negative", o.onDemandBase)
+	case o.spotPrice != "" && o.onDemandPrice == "":
+		return cmdutil.Usagef(cmd, "--spot-price needs --on-demand-price")
+	}
+	return nil
+}
+
+// prices are the prices of --on-demand-price and --spot-price, or nil
+// without them.
+func (o autoscaleOptions) prices(cmd *cobra.Command) (*autoscale.Prices, error) {
+	var prices *autoscale.Prices
+	if o.onDemandPrice != "" {
+		od, err := money.Parse(o.onDemandPrice)
+		if err != nil || od < 0 {
+			return nil, cmdutil.Usagef(cmd, "--on-demand-price %q: not a non-negative amount", o.onDemandPrice)
+		}
+		prices = &autoscale.Prices{OnDemand: od, OnDemandPercent: 100}
+		if o.spotPrice != "" {
+			sp, err := money.Parse(o.spotPrice)
+			if err != nil || sp < 0 {
+				return nil, cmdutil.Usagef(cmd, "--spot-price %q: not a non-negative amount", o.spotPrice)
+			}
+			prices.Spot, prices.OnDemandBase, prices.OnDemandPercent = sp, o.onDemandBase, o.onDemandPct
+		}
+	}
+	return prices, nil
+}
+
+// write writes the report to w, as JSON or as a table (with its costs
+// when priced, and where the chart is).
+func (o autoscaleOptions) write(w io.Writer, rep autoscaleReport, priced bool) error {
+	out := bufio.NewWriter(w)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -247,7 +272,7 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 		}
 		return out.Flush()
 	}
-	writeAutoscaleTable(out, rep, prices != nil)
+	writeAutoscaleTable(out, rep, priced)
 	if o.chart != "" {
 		fmt.Fprintf(out, "\nchart: %s\n", o.chart)
 	}
@@ -330,20 +355,20 @@ func newDemandCommand() *cobra.Command {
 		Example: "  gpucloud sim demand --pods " + traceDir + "/openb_pod_list_default.csv --out alibaba-1m.csv\n" +
 			"  gpucloud sim demand --pods " + traceDir + "/openb_pod_list_default.csv --interval 1h --out alibaba-1h.csv\n" +
 			"  gpucloud sim demand --synthetic --days 365 --seed 1 --out synthetic-1m.csv",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (pods == "") == !synthetic {
-				return usagef(cmd, "give either --pods or --synthetic")
+				return cmdutil.Usagef(cmd, "give either --pods or --synthetic")
 			}
 			if interval < time.Second || interval%time.Second != 0 {
-				return usagef(cmd, "--interval %v: want whole seconds, at least 1s", interval)
+				return cmdutil.Usagef(cmd, "--interval %v: want whole seconds, at least 1s", interval)
 			}
 			if days < 1 {
-				return usagef(cmd, "--days %d: must be at least 1", days)
+				return cmdutil.Usagef(cmd, "--days %d: must be at least 1", days)
 			}
 			org, err := time.Parse(time.RFC3339, origin)
 			if err != nil {
-				return usagef(cmd, "--origin %q: want RFC 3339", origin)
+				return cmdutil.Usagef(cmd, "--origin %q: want RFC 3339", origin)
 			}
 			var s autoscale.Series
 			if synthetic {

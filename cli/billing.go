@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -97,7 +95,7 @@ func parseWhen(cmd *cobra.Command, flag, v string) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return clockNow().Add(-d), nil
 	}
-	return time.Time{}, usagef(cmd, "--%s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or a duration ago (2h)", flag, v)
+	return time.Time{}, cmdutil.Usagef(cmd, "--%s %q: want an RFC 3339 time (2026-12-01T00:00:00Z) or a duration ago (2h)", flag, v)
 }
 
 // priceUnit says what a price is per.
@@ -182,24 +180,14 @@ func newPricesCommand(s *session) *cobra.Command {
 }
 
 // printPrices prints price versions as a table or as JSON or YAML.
-func printPrices(w io.Writer, format string, one bool, ps ...*cloud.Price) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, ps[0])
-		}
-		return writeData(w, format, ps)
-	}
-	if len(ps) == 0 {
-		_, err := fmt.Fprintln(w, "no prices")
-		return err
-	}
-	rows := [][]string{{"KIND", "OFFERING", "ZONE", "PRICE", "EFFECTIVE", "BY"}}
-	for _, p := range ps {
-		rows = append(rows, []string{string(p.Kind), dash(p.Offering), cmpOrDash(p.Zone, "(all)"),
-			formatPrice(p.Amount) + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)})
-	}
-	return writeTable(w, rows)
-}
+var printPrices = resourceTable[cloud.Price]{
+	none:   "no prices",
+	header: []string{"KIND", "OFFERING", "ZONE", "PRICE", "EFFECTIVE", "BY"},
+	row: func(p *cloud.Price) []string {
+		return []string{string(p.Kind), dash(p.Offering), cmpOrDash(p.Zone, "(all)"),
+			formatPrice(p.Amount) + priceUnit(p.Kind), p.EffectiveAt.UTC().Format(time.RFC3339), dash(p.Actor)}
+	},
+}.print
 
 // cmpOrDash is s, or alt when s is empty.
 func cmpOrDash(s, alt string) string {
@@ -214,7 +202,7 @@ var priceKinds = []string{string(cloud.PriceCompute), string(cloud.PriceVolume),
 
 func checkKind(cmd *cobra.Command, kind string) (cloud.PriceKind, error) {
 	if kind != "" && !slices.Contains(priceKinds, kind) {
-		return "", usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(priceKinds, ", "))
+		return "", cmdutil.Usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(priceKinds, ", "))
 	}
 	return cloud.PriceKind(kind), nil
 }
@@ -233,7 +221,7 @@ func newPricesListCommand(s *session) *cobra.Command {
 		Long: "List price versions by kind, offering, zone and effective time; with --at only\n" +
 			"the versions in force at that time.",
 		Example: "  gpucloud prices list --offering h100.8x\n  gpucloud prices list --kind volume\n  gpucloud prices list --at 2026-12-01T00:00:00Z",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -291,7 +279,7 @@ func newPricesSetCommand(s *session) *cobra.Command {
 			"  gpucloud prices set --offering h100.8x --zone b --amount 17.50 --effective-at 2026-12-01T00:00:00Z",
 			"  gpucloud prices set --kind volume --amount 0.10",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -302,16 +290,16 @@ func newPricesSetCommand(s *session) *cobra.Command {
 			}
 			req.Kind = k
 			if (k == "" || k == cloud.PriceCompute) && req.Offering == "" {
-				return usagef(cmd, "--offering is required for a compute price")
+				return cmdutil.Usagef(cmd, "--offering is required for a compute price")
 			}
 			if !amount.set {
-				return usagef(cmd, "--amount is required")
+				return cmdutil.Usagef(cmd, "--amount is required")
 			}
 			req.Amount = amount.v
 			if effectiveAt != "" {
 				t, err := time.Parse(time.RFC3339, effectiveAt)
 				if err != nil {
-					return usagef(cmd, "--effective-at %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", effectiveAt)
+					return cmdutil.Usagef(cmd, "--effective-at %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", effectiveAt)
 				}
 				req.EffectiveAt = &t
 			}
@@ -337,529 +325,5 @@ func newPricesSetCommand(s *session) *cobra.Command {
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions(priceKinds, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
-	return cmd
-}
-
-// --- commitments ---
-
-func newCommitmentsCommand(s *session) *cobra.Command {
-	cmd := groupCommand("commitments", "Buy and list reservations and retainers",
-		"A commitment covers up to QUANTITY instance-hours of matching on-demand usage\n"+
-			"each hour of its term. A reservation charges every hour of the term at a\n"+
-			"discount (all, part or none up front) and covered usage costs nothing more; a\n"+
-			"retainer charges a small hourly fee and bills covered usage at a lower rate.\n"+
-			"Fees are fixed at purchase from the on-demand price then in force.",
-		newCommitmentsCreateCommand(s), newCommitmentsListCommand(s), newCommitmentsDescribeCommand(s))
-	cmd.Aliases = []string{"commitment"}
-	return cmd
-}
-
-// printCommitments prints commitments as a table or as JSON or YAML.
-func printCommitments(w io.Writer, format string, one bool, cs ...*cloud.Commitment) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, cs[0])
-		}
-		return writeData(w, format, cs)
-	}
-	if len(cs) == 0 {
-		_, err := fmt.Fprintln(w, "no commitments")
-		return err
-	}
-	tenants := false
-	for _, c := range cs {
-		tenants = tenants || c.TenantID != cs[0].TenantID
-	}
-	header := []string{"ID", "PLAN", "OFFERING", "ZONE", "QTY", "START", "END", "UPFRONT", "HOURLY", "USAGE RATE", "DISCOUNT"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, c := range cs {
-		row := []string{c.ID, string(c.Plan), c.Offering, dash(c.Zone), strconv.Itoa(c.Quantity),
-			c.Start.UTC().Format("2006-01-02 15:04"), c.End.UTC().Format("2006-01-02 15:04"),
-			formatAmount(c.UpfrontFee), formatPrice(c.HourlyFee) + "/h", formatPrice(c.UsageRate) + "/h", basisPoints(c.DiscountBP)}
-		if tenants {
-			row = append([]string{c.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
-
-// basisPoints renders basis points as a percentage: 3500 is "35%", 6250
-// "62.5%".
-func basisPoints(bp int64) string {
-	s := strconv.FormatInt(bp/100, 10)
-	if r := bp % 100; r != 0 {
-		s += "." + strings.TrimRight(fmt.Sprintf("%02d", r), "0")
-	}
-	return s + "%"
-}
-
-func newCommitmentsCreateCommand(s *session) *cobra.Command {
-	var (
-		req        api.CreateCommitmentRequest
-		plan, pay  string
-		discount   string
-		start, key string
-		out        outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:   "create --offering NAME --term 1y [flags]",
-		Short: "Buy a reservation or a retainer",
-		Long: "Buy a commitment for an offering (h100.8x) or a family (h100: every h100.*\n" +
-			"offering; its fees come from the on-demand price of the family's cheapest\n" +
-			"offering). A zone also reserves the capacity there. The term is 1y, 2y, 3y or a\n" +
-			"duration such as 720h. Admins may give --discount-pct instead of the standard\n" +
-			"discount table.\n\n" +
-			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
-			"a retry with the same key answers the commitment the first call made.",
-		Example: strings.Join([]string{
-			"  gpucloud commitments create --offering h100.8x --zone a --quantity 2 --term 1y --payment all_upfront",
-			"  gpucloud commitments create --plan retainer --offering h100 --term 720h",
-		}, "\n"),
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if req.Offering == "" {
-				return usagef(cmd, "--offering is required (an offering such as h100.8x, or a family such as h100)")
-			}
-			if req.Term == "" {
-				return usagef(cmd, "--term is required: 1y, 3y or a duration such as 720h")
-			}
-			switch plan {
-			case string(cloud.PlanReservation), string(cloud.PlanRetainer):
-				req.Plan = cloud.Plan(plan)
-			default:
-				return usagef(cmd, "--plan %q: want reservation or retainer", plan)
-			}
-			req.Payment = cloud.Payment(pay)
-			if discount != "" {
-				if _, err := strconv.ParseFloat(discount, 64); err != nil {
-					return usagef(cmd, "--discount-pct %q: want a percentage such as 37.5", discount)
-				}
-				req.DiscountPct = json.Number(discount)
-			}
-			if start != "" {
-				t, err := time.Parse(time.RFC3339, start)
-				if err != nil {
-					return usagef(cmd, "--start %q: want an RFC 3339 time such as 2026-12-01T00:00:00Z", start)
-				}
-				req.Start = &t
-			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				cm, err := c.CreateCommitment(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printCommitments(cmd.OutOrStdout(), out.format, true, cm)
-			})
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&plan, "plan", string(cloud.PlanReservation), "reservation or retainer")
-	f.StringVar(&req.Offering, "offering", "", "an offering (h100.8x) or a family (h100); required")
-	f.StringVar(&req.Zone, "zone", "", "reserve the capacity in this zone")
-	f.IntVar(&req.Quantity, "quantity", 1, "how many instances the commitment covers at once")
-	f.StringVar(&req.Term, "term", "", "1y, 2y, 3y or a duration such as 720h; required")
-	f.StringVar(&pay, "payment", "", "a reservation's payment: all_upfront, partial_upfront or no_upfront (default)")
-	f.StringVar(&discount, "discount-pct", "", "discount in percent instead of the standard table (admins only)")
-	f.StringVar(&start, "start", "", "when the term starts, RFC 3339 (default now)")
-	f.StringVar(&req.Tenant, "tenant", "", "buy for this tenant, by name or ID (admins only)")
-	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same commitment (default: a random UUID)")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("plan", cobra.FixedCompletions([]string{"reservation", "retainer"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("payment", cobra.FixedCompletions([]string{"all_upfront", "partial_upfront", "no_upfront"}, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
-}
-
-func newCommitmentsListCommand(s *session) *cobra.Command {
-	return newTenantListCommand(s, "commitments", "List commitments: members their tenant's, admins every tenant's or one tenant's.",
-		func(ctx context.Context, c *conn, t string) ([]*cloud.Commitment, error) {
-			return c.Commitments(ctx, t)
-		}, printCommitments)
-}
-
-func newCommitmentsDescribeCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:     "describe ID",
-		Aliases: []string{"show", "get"},
-		Short:   "Show a commitment",
-		Args:    exactArgs(1, "one commitment ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				cm, err := c.GetCommitment(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				if !out.table() {
-					return writeData(cmd.OutOrStdout(), out.format, cm)
-				}
-				var rows [][]string
-				add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-				add("ID", cm.ID)
-				add("Tenant", cm.TenantID)
-				add("Plan", string(cm.Plan))
-				add("Offering", cm.Offering)
-				add("Zone", dash(cm.Zone))
-				add("Quantity", strconv.Itoa(cm.Quantity))
-				add("Payment", dash(string(cm.Payment)))
-				add("Discount", basisPoints(cm.DiscountBP))
-				add("Upfront fee", formatAmount(cm.UpfrontFee))
-				add("Hourly fee", formatPrice(cm.HourlyFee)+"/h per unit")
-				add("Usage rate", formatPrice(cm.UsageRate)+"/h per covered hour")
-				add("Start", stamp(cm.Start))
-				add("End", cm.End.UTC().Format(time.RFC3339))
-				add("Created", stamp(cm.CreatedAt))
-				return writeTable(cmd.OutOrStdout(), rows)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
-}
-
-// --- invoices ---
-
-func newInvoicesCommand(s *session) *cobra.Command {
-	cmd := groupCommand("invoices", "Show invoices",
-		"Invoices are rated live from the usage ledger: the current month's is a\n"+
-			"running total until the month ends.",
-		newInvoicesShowCommand(s))
-	cmd.Aliases = []string{"invoice"}
-	return cmd
-}
-
-// lineQuantity renders a line's quantity in the unit its price is per
-// (lineUnitPrice): hours for time-metered lines, GiB-months for storage,
-// so that quantity × unit price is the amount. Under an hour, four
-// decimals keep what was billed visible.
-func lineQuantity(l billing.Line) string {
-	switch l.Unit {
-	case billing.UnitSecond:
-		return secondsIn(l.Quantity, money.SecondsPerHour) + " h"
-	case billing.UnitGiBSecond:
-		return secondsIn(l.Quantity, money.SecondsPerMonth) + " GiB-month"
-	case billing.UnitUnitSecond:
-		return secondsIn(l.Quantity, money.SecondsPerHour) + " unit-h"
-	}
-	return strconv.FormatInt(l.Quantity, 10)
-}
-
-// secondsIn renders seconds in units of per seconds (an hour, a billing
-// month), computed in integers and rounded half up: two decimals from one
-// unit up, four below it, and "<0.0001" for a quantity too small for
-// that: secondsIn(5400, 3600) is "1.50", secondsIn(60, 3600) "0.0167".
-func secondsIn(seconds, per int64) string {
-	sign := ""
-	if seconds < 0 {
-		sign, seconds = "-", -seconds
-	}
-	decimals, scale := 2, int64(100)
-	if seconds < per {
-		decimals, scale = 4, 10_000
-	}
-	v := (seconds*scale*2 + per) / (2 * per)
-	if v == 0 && seconds > 0 {
-		return sign + "<0.0001"
-	}
-	return fmt.Sprintf("%s%d.%0*d", sign, v/scale, decimals, v%scale)
-}
-
-// lineUnitPrice renders a line's unit price with what it is per.
-func lineUnitPrice(l billing.Line) string {
-	switch l.Unit {
-	case billing.UnitGiBSecond:
-		return formatPrice(l.UnitPrice) + "/GiB-month"
-	case billing.UnitUnitSecond:
-		return formatPrice(l.UnitPrice) + "/unit-h"
-	case billing.UnitEach:
-		return formatPrice(l.UnitPrice) + " each"
-	}
-	return formatPrice(l.UnitPrice) + "/h"
-}
-
-// lineGroup is invoice lines that differ only in unit price (a spot
-// pool's seconds at each price in force), summed for the table.
-type lineGroup struct {
-	billing.Line
-	n int
-}
-
-// average is the group's average unit price, rounded to a micro.
-func (g lineGroup) average() money.Micros {
-	per := int64(money.SecondsPerHour)
-	if g.Unit == billing.UnitGiBSecond {
-		per = money.SecondsPerMonth
-	}
-	if g.Quantity == 0 {
-		return g.UnitPrice
-	}
-	avg, err := money.MulDiv(g.Amount, per, g.Quantity)
-	if err != nil {
-		return g.UnitPrice
-	}
-	return avg
-}
-
-// groupLines sums consecutive lines that differ only in unit price, unless
-// detail asks for every line. Amounts add exactly, so the total is the
-// same either way.
-func groupLines(lines []billing.Line, detail bool) []lineGroup {
-	var out []lineGroup
-	for _, l := range lines {
-		if n := len(out); !detail && n > 0 {
-			p := &out[n-1]
-			if p.Category == l.Category && p.Model == l.Model && p.Offering == l.Offering && p.Zone == l.Zone &&
-				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description {
-				p.Quantity += l.Quantity
-				p.Amount += l.Amount
-				p.n++
-				continue
-			}
-		}
-		out = append(out, lineGroup{Line: l, n: 1})
-	}
-	return out
-}
-
-// printInvoices writes invoices as tables: a heading per invoice, its lines
-// (those that differ only in price summed, unless detail) and its total.
-func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
-	if len(invs) == 0 {
-		_, err := fmt.Fprintln(w, "no invoices")
-		return err
-	}
-	for i, inv := range invs {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		status := "running total as of " + inv.AsOf.UTC().Format(time.RFC3339)
-		if inv.Final {
-			status = "final"
-		}
-		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
-		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
-		var shown money.Micros
-		for _, g := range groupLines(inv.Lines, detail) {
-			price := lineUnitPrice(g.Line)
-			if g.n > 1 {
-				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
-			}
-			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(g.Amount)})
-			shown += g.Amount.Round(10_000)
-		}
-		rows = append(rows, []string{"TOTAL", "", "", formatAmount(inv.Total)})
-		if err := writeTable(w, rows); err != nil {
-			return err
-		}
-		if shown != inv.Total.Round(10_000) {
-			// Lines are metered to the micro-dollar and shown to the cent.
-			fmt.Fprintln(w, "Line amounts are rounded to cents; the total is their exact sum (-o json shows every digit).")
-		}
-	}
-	return nil
-}
-
-func newInvoicesShowCommand(s *session) *cobra.Command {
-	var (
-		o      client.InvoicesOptions
-		format string
-		detail bool
-	)
-	formats := []string{"table", "json", "yaml", "csv"}
-	cmd := &cobra.Command{
-		Use:   "show",
-		Short: "Show the invoice of a month",
-		Long: "Show a month's invoice (default the current month, UTC): each line with its\n" +
-			"quantity in the unit of its price (hours, or GiB-months for volumes), unit\n" +
-			"price and amount, in dollars and cents, and the total.\n" +
-			"Members see their tenant's; admins one tenant's with --tenant, else every\n" +
-			"tenant's. Spot seconds are billed at the price in force each second; the table\n" +
-			"sums them per pool with the average price (--detail shows every price), and\n" +
-			"-o json and -o csv keep one line per price, with exact quantities in seconds.",
-		Example: "  gpucloud invoices show\n  gpucloud invoices show --month 2026-12 -o csv > invoice.csv",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.Contains(formats, format) {
-				return usagef(cmd, `--output %q: want "table", "json", "yaml" or "csv"`, format)
-			}
-			if o.Month != "" {
-				if _, err := billing.ParseMonth(o.Month); err != nil {
-					return usagef(cmd, "--month %q: want YYYY-MM, e.g. 2026-12", o.Month)
-				}
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if o.Tenant, err = c.tenantID(ctx, o.Tenant); err != nil {
-					return err
-				}
-				w := cmd.OutOrStdout()
-				if format == "csv" {
-					b, err := c.InvoicesCSV(ctx, o)
-					if err != nil {
-						return c.explain(err)
-					}
-					_, err = w.Write(b)
-					return err
-				}
-				invs, err := c.Invoices(ctx, o)
-				if err != nil {
-					return c.explain(err)
-				}
-				if invs == nil {
-					invs = []*billing.Invoice{}
-				}
-				if format != "table" {
-					return writeData(w, format, invs)
-				}
-				return printInvoices(w, invs, detail)
-			})
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&o.Month, "month", "", "the month, YYYY-MM (default the current month, UTC)")
-	f.StringVar(&o.Tenant, "tenant", "", "only this tenant, by name or ID (admins; default every tenant)")
-	f.StringVarP(&format, "output", "o", "table", `output format: "table", "json", "yaml" or "csv"`)
-	f.BoolVar(&detail, "detail", false, "one table row per unit price (spot lines are otherwise summed per pool, with their average price)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
-}
-
-// --- budget ---
-
-func newBudgetCommand(s *session) *cobra.Command {
-	cmd := groupCommand("budget", "Show and set the monthly budget",
-		"A budget is a monthly spending limit with alert thresholds in percent. When\n"+
-			"this month's spending crosses a threshold, an alert is recorded once (and a\n"+
-			"budget.alert event). Budgets alert; they never stop instances.",
-		newBudgetShowCommand(s), newBudgetSetCommand(s))
-	cmd.Aliases = []string{"budgets"}
-	return cmd
-}
-
-// printBudget writes a budget status.
-func printBudget(w io.Writer, format string, st *api.BudgetStatus) error {
-	if format != "table" {
-		return writeData(w, format, st)
-	}
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-	add("Tenant", st.TenantID)
-	if st.Budget == nil {
-		add("Budget", "none (gpucloud budget set --amount N sets one)")
-		add("Spent "+st.Month, formatAmount(st.Spent))
-	} else {
-		add("Budget", formatAmount(st.Budget.Amount)+" per month")
-		ths := make([]string, len(st.Budget.Thresholds))
-		for i, t := range st.Budget.Thresholds {
-			ths[i] = strconv.Itoa(t) + "%"
-		}
-		add("Alerts at", strings.Join(ths, ", "))
-		spent := formatAmount(st.Spent)
-		if pct, err := money.MulDiv(st.Spent, 10_000, int64(st.Budget.Amount)); err == nil {
-			spent += " (" + basisPoints(int64(pct)) + " of the budget)"
-		}
-		add("Spent "+st.Month, spent)
-	}
-	if err := writeTable(w, rows); err != nil {
-		return err
-	}
-	if len(st.Alerts) == 0 {
-		_, err := fmt.Fprintln(w, "Alerts: none this month")
-		return err
-	}
-	fmt.Fprintln(w, "Alerts:")
-	arows := [][]string{{"  THRESHOLD", "SPENT", "TIME"}}
-	for _, a := range st.Alerts {
-		arows = append(arows, []string{"  " + strconv.Itoa(a.Threshold) + "%", formatAmount(a.Spent), a.Time.UTC().Format(time.RFC3339)})
-	}
-	return writeTable(w, arows)
-}
-
-func newBudgetShowCommand(s *session) *cobra.Command {
-	var (
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "show",
-		Aliases: []string{"get"},
-		Short:   "Show the budget, this month's spending and its alerts",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				st, err := c.Budget(ctx, t)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printBudget(cmd.OutOrStdout(), out.format, st)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "this tenant's budget, by name or ID (admins; default your own)")
-	out.register(cmd)
-	return cmd
-}
-
-func newBudgetSetCommand(s *session) *cobra.Command {
-	var (
-		amount     moneyFlag
-		thresholds []int
-		tenant     string
-		out        outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "set --amount N [--threshold PCT ...]",
-		Short:   "Set the monthly budget",
-		Example: "  gpucloud budget set --amount 1000\n  gpucloud budget set --amount 5000 --threshold 50 --threshold 90 --threshold 100",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if !amount.set {
-				return usagef(cmd, "--amount is required")
-			}
-			spec := api.BudgetSpec{Amount: amount.v, Thresholds: thresholds}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
-				}
-				st, err := c.SetBudget(ctx, t, spec)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printBudget(cmd.OutOrStdout(), out.format, st)
-			})
-		},
-	}
-	f := cmd.Flags()
-	f.Var(&amount, "amount", "the monthly limit, e.g. 1000; required")
-	f.IntSliceVar(&thresholds, "threshold", nil, "alert at this percent of the budget, 1..1000 (repeatable; default 50, 80, 100)")
-	f.StringVar(&tenant, "tenant", "", "set this tenant's budget, by name or ID (admins; default your own)")
-	out.register(cmd)
 	return cmd
 }

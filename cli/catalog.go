@@ -2,22 +2,17 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 )
-
-// outputFormats are the values of -o on the catalog commands.
-var outputFormats = []string{"table", "json", "yaml"}
 
 // offeringModes are the values of --mode, in the order the docs list them.
 var offeringModes = []catalog.Mode{catalog.ModeMetal, catalog.ModeGPU, catalog.ModeMIG, catalog.ModeShared, catalog.ModeCPU}
@@ -38,7 +33,7 @@ func newCatalogCommand() *cobra.Command {
 			"  gpucloud catalog offerings --mode mig",
 			"  gpucloud catalog validate catalog.yaml",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
@@ -67,7 +62,7 @@ func (f *catalogFlags) validate(cmd *cobra.Command) error {
 			return nil
 		}
 	}
-	return usagef(cmd, `--output %q: want "table", "json" or "yaml"`, f.output)
+	return cmdutil.Usagef(cmd, `--output %q: want "table", "json" or "yaml"`, f.output)
 }
 
 // load returns the built-in catalog, or the result of the --catalog file.
@@ -76,98 +71,6 @@ func (f *catalogFlags) load() (*catalog.Catalog, error) {
 		return catalog.Default(), nil
 	}
 	return catalog.LoadFile(f.file)
-}
-
-// writeList writes v (a slice of catalog types) as JSON or YAML; table
-// output is the caller's.
-func writeList(w io.Writer, format string, v any) error {
-	var b []byte
-	switch format {
-	case "json":
-		var err error
-		if b, err = json.MarshalIndent(v, "", "  "); err != nil {
-			return err
-		}
-		b = append(b, '\n')
-	case "yaml":
-		var doc yaml.Node
-		if err := doc.Encode(v); err != nil {
-			return err
-		}
-		compactYAML(&doc)
-		var buf bytes.Buffer
-		enc := yaml.NewEncoder(&buf)
-		enc.SetIndent(2)
-		if err := enc.Encode(&doc); err != nil {
-			return err
-		}
-		if err := enc.Close(); err != nil {
-			return err
-		}
-		b = buf.Bytes()
-	default:
-		return fmt.Errorf("unsupported output format %q", format)
-	}
-	_, err := w.Write(b)
-	return err
-}
-
-// compactYAML makes YAML output read like a hand-written catalog file: lists
-// of scalars (starts, aliases) in flow style, and PCI device ids in hex. The
-// result still loads as catalog entries.
-func compactYAML(n *yaml.Node) {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		flow := len(n.Content) > 0
-		for _, c := range n.Content {
-			flow = flow && c.Kind == yaml.ScalarNode
-		}
-		if flow {
-			n.Style = yaml.FlowStyle
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Value == "pci_device_id" && v.Kind == yaml.ScalarNode {
-				if id, err := strconv.ParseUint(v.Value, 10, 16); err == nil {
-					v.Value = fmt.Sprintf("0x%04X", id)
-				}
-			}
-		}
-	}
-	for _, c := range n.Content {
-		compactYAML(c)
-	}
-}
-
-// writeTable writes rows (the first is the header) as aligned columns.
-func writeTable(w io.Writer, rows [][]string) error {
-	var b bytes.Buffer
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	for _, row := range rows {
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-// formatMiB renders a memory size in GiB when it is whole GiB, else in MiB,
-// so that no value is rounded away.
-func formatMiB(mib int64) string {
-	if mib%catalog.GiB == 0 {
-		return strconv.FormatInt(mib/catalog.GiB, 10) + " GiB"
-	}
-	return strconv.FormatInt(mib, 10) + " MiB"
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // --- catalog models ---
@@ -192,7 +95,7 @@ func newCatalogModelsCommand() *cobra.Command {
 			"  # Everything about every model, MIG profiles included",
 			"  gpucloud catalog models -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd); err != nil {
 				return err
@@ -251,7 +154,7 @@ func newCatalogProfilesCommand() *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef(cmd, "%s takes one MODEL argument, got %d", cmd.CommandPath(), len(args))
+				return cmdutil.Usagef(cmd, "%s takes one MODEL argument, got %d", cmd.CommandPath(), len(args))
 			}
 			return nil
 		},
@@ -350,7 +253,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			"  # Preview an operator catalog file's offerings as JSON",
 			"  gpucloud catalog offerings --catalog catalog.yaml -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.validate(cmd); err != nil {
 				return err
@@ -359,7 +262,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			if mode != "" {
 				wantMode = catalog.Mode(strings.ToLower(mode))
 				if !wantMode.Valid() {
-					return usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
+					return cmdutil.Usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
 				}
 			}
 			c, err := f.load()
@@ -370,7 +273,7 @@ func newCatalogOfferingsCommand() *cobra.Command {
 			if model != "" {
 				m, err := c.Model(model)
 				if err != nil {
-					return usagef(cmd, "--model: %v", err)
+					return cmdutil.Usagef(cmd, "--model: %v", err)
 				}
 				wantModel = m.Name
 			}
@@ -488,7 +391,7 @@ func newCatalogValidateCommand() *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef(cmd, "%s takes one FILE argument, got %d", cmd.CommandPath(), len(args))
+				return cmdutil.Usagef(cmd, "%s takes one FILE argument, got %d", cmd.CommandPath(), len(args))
 			}
 			return nil
 		},

@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/testkit"
@@ -50,9 +51,9 @@ var cliEpoch = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 func newCloudEnv(t *testing.T) *cloudEnv {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "gpucloud", "config.yaml")
-	t.Setenv(EnvConfig, config)
-	t.Setenv(EnvServer, "")
-	t.Setenv(EnvToken, "")
+	t.Setenv(cliconfig.EnvConfig, config)
+	t.Setenv(cliconfig.EnvServer, "")
+	t.Setenv(cliconfig.EnvToken, "")
 	oldPoll, oldNow := pollEvery, clockNow
 	pollEvery = 5 * time.Millisecond
 	t.Cleanup(func() { pollEvery, clockNow = oldPoll, oldNow })
@@ -208,7 +209,7 @@ func TestCloudConfigPrecedence(t *testing.T) {
 	}
 
 	// The file alone is enough.
-	if err := WriteConfig(e.config, e.url, e.admin, nil); err != nil {
+	if err := cliconfig.Write(e.config, e.url, e.admin, nil); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errOut := run(t, "offerings"); code != 0 || !strings.Contains(out, "h100.mig.3g.40gb") {
@@ -216,19 +217,19 @@ func TestCloudConfigPrecedence(t *testing.T) {
 	}
 
 	// The environment overrides the file ...
-	t.Setenv(EnvServer, dead)
+	t.Setenv(cliconfig.EnvServer, dead)
 	code, _, errOut = run(t, "offerings")
 	oneLine(t, code, errOut, "cannot reach the gpucloud server at "+dead+": is `gpucloud up` running?")
-	t.Setenv(EnvToken, "gpc_tk-0000000000000000_wrong")
-	t.Setenv(EnvServer, e.url)
+	t.Setenv(cliconfig.EnvToken, "gpc_tk-0000000000000000_wrong")
+	t.Setenv(cliconfig.EnvServer, e.url)
 	code, _, errOut = run(t, "offerings")
-	oneLine(t, code, errOut, "invalid, revoked or expired token (unauthenticated)", "$"+EnvToken)
+	oneLine(t, code, errOut, "invalid, revoked or expired token (unauthenticated)", "$"+cliconfig.EnvToken)
 
 	// ... and the flags override the environment.
 	if code, _, errOut := run(t, "offerings", "--token", e.admin, "--server", e.url); code != 0 {
 		t.Fatalf("flags: exit %d, stderr %q", code, errOut)
 	}
-	t.Setenv(EnvToken, e.admin)
+	t.Setenv(cliconfig.EnvToken, e.admin)
 	code, _, errOut = run(t, "offerings", "--server", dead)
 	oneLine(t, code, errOut, "cannot reach the gpucloud server at "+dead)
 
@@ -239,19 +240,19 @@ func TestCloudConfigPrecedence(t *testing.T) {
 
 func TestConfigPath(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(EnvConfig, filepath.Join(dir, "explicit.yaml"))
+	t.Setenv(cliconfig.EnvConfig, filepath.Join(dir, "explicit.yaml"))
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "xdg"))
-	if got := ConfigPath(); got != filepath.Join(dir, "explicit.yaml") {
-		t.Errorf("with $%s: %s", EnvConfig, got)
+	if got := cliconfig.Path(); got != filepath.Join(dir, "explicit.yaml") {
+		t.Errorf("with $%s: %s", cliconfig.EnvConfig, got)
 	}
-	t.Setenv(EnvConfig, "")
-	if got := ConfigPath(); got != filepath.Join(dir, "xdg", "gpucloud", "config.yaml") {
+	t.Setenv(cliconfig.EnvConfig, "")
+	if got := cliconfig.Path(); got != filepath.Join(dir, "xdg", "gpucloud", "config.yaml") {
 		t.Errorf("with XDG_CONFIG_HOME: %s", got)
 	}
 	// A relative XDG_CONFIG_HOME is ignored, as the XDG spec says.
 	t.Setenv("XDG_CONFIG_HOME", "relative")
 	t.Setenv("HOME", dir)
-	if got := ConfigPath(); got != filepath.Join(dir, ".config", "gpucloud", "config.yaml") {
+	if got := cliconfig.Path(); got != filepath.Join(dir, ".config", "gpucloud", "config.yaml") {
 		t.Errorf("with HOME only: %s", got)
 	}
 }
@@ -284,7 +285,7 @@ func TestLoginWritesPrivateConfig(t *testing.T) {
 	if dst, _ := os.Stat(filepath.Dir(e.config)); dst.Mode().Perm() != 0o700 {
 		t.Errorf("config dir mode %v, want 0700", dst.Mode().Perm())
 	}
-	var fc fileConfig
+	var fc cliconfig.File
 	b, _ := os.ReadFile(e.config)
 	if err := yaml.Unmarshal(b, &fc); err != nil || fc.Server != e.url || fc.Token != e.admin {
 		t.Errorf("config %q: %+v, %v", b, fc, err)
@@ -314,14 +315,14 @@ func TestLoginWritesPrivateConfig(t *testing.T) {
 }
 
 func TestWriteConfigErrors(t *testing.T) {
-	if err := WriteConfig("", "http://x", "t", nil); err == nil || !strings.Contains(err.Error(), EnvConfig) {
+	if err := cliconfig.Write("", "http://x", "t", nil); err == nil || !strings.Contains(err.Error(), cliconfig.EnvConfig) {
 		t.Errorf("empty path: %v", err)
 	}
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteConfig(filepath.Join(file, "config.yaml"), "http://x", "t", nil); err == nil {
+	if err := cliconfig.Write(filepath.Join(file, "config.yaml"), "http://x", "t", nil); err == nil {
 		t.Error("config under a regular file: no error")
 	}
 }

@@ -1,43 +1,28 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
-)
-
-// Environment variables of the connection settings. They override the
-// config file; the --server and --token flags override them.
-const (
-	EnvServer = "GPUCLOUD_SERVER"
-	EnvToken  = "GPUCLOUD_TOKEN"
-	EnvConfig = "GPUCLOUD_CONFIG"
-	// EnvCAFile names a PEM file of the CA to trust for the server's
-	// certificate, overriding the config file's.
-	EnvCAFile = "GPUCLOUD_CA_FILE"
 )
 
 // requestTimeout bounds one API call, so that a hung server does not hang
@@ -46,103 +31,6 @@ const requestTimeout = 60 * time.Second
 
 // clockNow is the clock for ages and expiry times; tests may replace it.
 var clockNow = time.Now
-
-// fileConfig is the config file: where the server is, the token to use,
-// and the CA its certificate is signed by (PEM, base64, as a kubeconfig's
-// certificate-authority-data), so that a cloud with its own CA needs no
-// certificate setup.
-type fileConfig struct {
-	Server string `yaml:"server"`
-	Token  string `yaml:"token"`
-	CA     string `yaml:"certificate-authority-data,omitempty"`
-}
-
-// ConfigPath returns the config file gpucloud reads and `gpucloud login`
-// writes: $GPUCLOUD_CONFIG if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml
-// when XDG_CONFIG_HOME is an absolute path, else
-// ~/.config/gpucloud/config.yaml. It returns "" when there is no home
-// directory to put it in.
-func ConfigPath() string {
-	if p := os.Getenv(EnvConfig); p != "" {
-		return p
-	}
-	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "gpucloud", "config.yaml")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return ""
-	}
-	return filepath.Join(home, ".config", "gpucloud", "config.yaml")
-}
-
-// WriteConfig writes the config file at path with the server URL, token
-// and CA certificate (PEM; nil when the server's certificate is signed by
-// a CA the system trusts, or the server is plain HTTP), readable by its
-// owner only (0600), creating its directory (0700) if needed. It replaces
-// the file atomically, so a reader never sees half of it.
-func WriteConfig(path string, server, token string, caPEM []byte) error {
-	if path == "" {
-		return fmt.Errorf("no place for the config file: set $%s or $HOME", EnvConfig)
-	}
-	fc := fileConfig{Server: server, Token: token}
-	if len(caPEM) > 0 {
-		fc.CA = base64.StdEncoding.EncodeToString(caPEM)
-	}
-	b, err := yaml.Marshal(fc)
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	// os.CreateTemp creates the file with mode 0600.
-	f, err := os.CreateTemp(dir, ".config-*.yaml")
-	if err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write config %s: %w", path, err)
-	}
-	return nil
-}
-
-// readConfig reads the config file at path; a missing file is an empty
-// config. A file that others can read draws a warning on stderr, because
-// it holds a secret.
-func readConfig(path string, stderr io.Writer) (fileConfig, error) {
-	var c fileConfig
-	if path == "" {
-		return c, nil
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return c, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("read config: %w", err)
-	}
-	if err := yaml.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("config file %s: %v", path, err)
-	}
-	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 && c.Token != "" {
-		fmt.Fprintf(stderr, "warning: %s holds a token and is readable by other users; run: chmod 600 %s\n", path, path)
-	}
-	return c, nil
-}
 
 // session holds the connection flags of the root command and turns them,
 // the environment and the config file into a client.
@@ -162,15 +50,15 @@ type conn struct {
 func (s *session) settings(stderr io.Writer) (server, serverFrom, token, tokenFrom string, err error) {
 	server, serverFrom = s.server, "--server"
 	if server == "" {
-		server, serverFrom = os.Getenv(EnvServer), "$"+EnvServer
+		server, serverFrom = os.Getenv(cliconfig.EnvServer), "$"+cliconfig.EnvServer
 	}
 	token, tokenFrom = s.token, "--token"
 	if token == "" {
-		token, tokenFrom = os.Getenv(EnvToken), "$"+EnvToken
+		token, tokenFrom = os.Getenv(cliconfig.EnvToken), "$"+cliconfig.EnvToken
 	}
 	if server == "" || token == "" {
-		path := ConfigPath()
-		fc, err := readConfig(path, stderr)
+		path := cliconfig.Path()
+		fc, err := cliconfig.Read(path, stderr)
 		if err != nil {
 			return "", "", "", "", err
 		}
@@ -198,7 +86,7 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 		return nil, fmt.Errorf("%v (from %s)", err, serverFrom)
 	}
 	if token == "" {
-		return nil, fmt.Errorf("no token for the gpucloud server at %s: run `gpucloud login --server %s --token TOKEN`, or set $%s", server, server, EnvToken)
+		return nil, fmt.Errorf("no token for the gpucloud server at %s: run `gpucloud login --server %s --token TOKEN`, or set $%s", server, server, cliconfig.EnvToken)
 	}
 	caPEM, err := trustedCA(server, cmd.ErrOrStderr())
 	if err != nil {
@@ -216,20 +104,20 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 // $GPUCLOUD_CA_FILE names, else the config file's when it is the config
 // file's server, else none (the system's roots).
 func trustedCA(server string, stderr io.Writer) ([]byte, error) {
-	if p := os.Getenv(EnvCAFile); p != "" {
+	if p := os.Getenv(cliconfig.EnvCAFile); p != "" {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("$%s: %w", EnvCAFile, err)
+			return nil, fmt.Errorf("$%s: %w", cliconfig.EnvCAFile, err)
 		}
 		return b, nil
 	}
-	fc, err := readConfig(ConfigPath(), stderr)
+	fc, err := cliconfig.Read(cliconfig.Path(), stderr)
 	if err != nil || fc.CA == "" || strings.TrimRight(fc.Server, "/") != strings.TrimRight(server, "/") {
 		return nil, err
 	}
 	b, err := base64.StdEncoding.DecodeString(fc.CA)
 	if err != nil {
-		return nil, fmt.Errorf("config file %s: certificate-authority-data: %v", ConfigPath(), err)
+		return nil, fmt.Errorf("config file %s: certificate-authority-data: %v", cliconfig.Path(), err)
 	}
 	return b, nil
 }
@@ -251,7 +139,7 @@ func (c *conn) explain(err error) error {
 	}
 	var unknownCA x509.UnknownAuthorityError
 	if errors.As(err, &unknownCA) {
-		return fmt.Errorf("the server %s presents a certificate signed by a CA this CLI does not trust; run `gpucloud login --server %s --token TOKEN --ca-fingerprint sha256:...` with the fingerprint `gpucloud up` or `gpucloud server` printed, or set $%s to the CA's PEM file", c.server, c.server, EnvCAFile)
+		return fmt.Errorf("the server %s presents a certificate signed by a CA this CLI does not trust; run `gpucloud login --server %s --token TOKEN --ca-fingerprint sha256:...` with the fingerprint `gpucloud up` or `gpucloud server` printed, or set $%s to the CA's PEM file", c.server, c.server, cliconfig.EnvCAFile)
 	}
 	var ce *cloud.Error
 	if errors.As(err, &ce) {
@@ -301,8 +189,8 @@ func contextOf(cmd *cobra.Command) context.Context {
 func newCloudCommands(root *cobra.Command) []*cobra.Command {
 	s := &session{}
 	pf := root.PersistentFlags()
-	pf.StringVar(&s.server, "server", "", "gpucloud server URL (default $"+EnvServer+", else the config file)")
-	pf.StringVar(&s.token, "token", "", "API token (default $"+EnvToken+", else the config file)")
+	pf.StringVar(&s.server, "server", "", "gpucloud server URL (default $"+cliconfig.EnvServer+", else the config file)")
+	pf.StringVar(&s.token, "token", "", "API token (default $"+cliconfig.EnvToken+", else the config file)")
 	return []*cobra.Command{newLoginCommand(s), newOfferingsCommand(s), newInstancesCommand(s),
 		newVolumesCommand(s), newPlacementGroupsCommand(s), newStacksCommand(s), newHostsCommand(s), newTenantsCommand(s), newQuotasCommand(s), newTokensCommand(s)}
 }
@@ -317,9 +205,9 @@ func newLoginCommand(s *session) *cobra.Command {
 		Short: "Save the server URL and token for later commands",
 		Long: "Save the server URL and API token in the config file, readable by you only\n" +
 			"(0600), so that later commands need neither flags nor environment variables.\n\n" +
-			"The file is $" + EnvConfig + " if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml,\n" +
+			"The file is $" + cliconfig.EnvConfig + " if set, else $XDG_CONFIG_HOME/gpucloud/config.yaml,\n" +
 			"else ~/.config/gpucloud/config.yaml. Every command takes the server and token\n" +
-			"from --server and --token first, then $" + EnvServer + " and $" + EnvToken + ", then\n" +
+			"from --server and --token first, then $" + cliconfig.EnvServer + " and $" + cliconfig.EnvToken + ", then\n" +
 			"this file. login checks the token against the server before saving it.\n\n" +
 			"A cloud serves TLS with a CA of its own: give its fingerprint (printed by\n" +
 			"`gpucloud up` and `gpucloud server`) with --ca-fingerprint, and login fetches the\n" +
@@ -332,47 +220,21 @@ func newLoginCommand(s *session) *cobra.Command {
 			"  # Keep the saved server and replace the token",
 			"  gpucloud login --token gpc_tk-..._...",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			server, _, token, _, err := s.settings(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			if server == "" || token == "" {
-				return usagef(cmd, "login needs --server URL and --token TOKEN")
+				return cmdutil.Usagef(cmd, "login needs --server URL and --token TOKEN")
 			}
 			if err := checkServerURL(server); err != nil {
-				return usagef(cmd, "--server: %v", err)
+				return cmdutil.Usagef(cmd, "--server: %v", err)
 			}
-			var caPEM []byte
-			switch {
-			case caFingerprint != "" && caFile != "":
-				return usagef(cmd, "give --ca-fingerprint or --ca-file, not both")
-			case caFingerprint != "":
-				fp, err := pki.ParseFingerprint(caFingerprint)
-				if err != nil {
-					return usagef(cmd, "--ca-fingerprint: %v", err)
-				}
-				ctx, cancel := interruptible(cmd)
-				caPEM, err = agentapi.FetchCA(ctx, server, fp)
-				cancel()
-				if err != nil {
-					return err
-				}
-			case caFile != "":
-				b, err := os.ReadFile(caFile)
-				if err != nil {
-					return fmt.Errorf("--ca-file: %w", err)
-				}
-				if _, err := pki.ParseCert(b); err != nil {
-					return fmt.Errorf("--ca-file %s: %w", caFile, err)
-				}
-				caPEM = b
-			default:
-				// Keep the CA saved for this server, if any.
-				if b, err := trustedCA(server, cmd.ErrOrStderr()); err == nil {
-					caPEM = b
-				}
+			caPEM, err := loginCA(cmd, server, caFingerprint, caFile)
+			if err != nil {
+				return err
 			}
 			if len(caPEM) > 0 {
 				f, err := os.CreateTemp("", "gpucloud-ca-*.pem")
@@ -388,8 +250,8 @@ func newLoginCommand(s *session) *cobra.Command {
 					return err
 				}
 				// connect reads the CA this way: the one being saved.
-				os.Setenv(EnvCAFile, f.Name())
-				defer os.Unsetenv(EnvCAFile)
+				os.Setenv(cliconfig.EnvCAFile, f.Name())
+				defer os.Unsetenv(cliconfig.EnvCAFile)
 			}
 			if !skipVerify {
 				c, err := s.connect(cmd)
@@ -402,8 +264,8 @@ func newLoginCommand(s *session) *cobra.Command {
 					return c.explain(err)
 				}
 			}
-			path := ConfigPath()
-			if err := WriteConfig(path, strings.TrimRight(server, "/"), token, caPEM); err != nil {
+			path := cliconfig.Path()
+			if err := cliconfig.Write(path, strings.TrimRight(server, "/"), token, caPEM); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Logged in to %s; saved to %s\n", strings.TrimRight(server, "/"), path)
@@ -416,145 +278,77 @@ func newLoginCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// outputFlag is -o on the commands that print resources.
-type outputFlag struct{ format string }
-
-func (o *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.format, "output", "o", "table", `output format: "table", "json" or "yaml"`)
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
-}
-
-// check validates the format; its error is a usage error.
-func (o *outputFlag) check(cmd *cobra.Command) error {
-	for _, v := range outputFormats {
-		if o.format == v {
-			return nil
+// loginCA is the CA login saves for server: fetched from the server and
+// checked against --ca-fingerprint, read from --ca-file, or else the one
+// already saved for the server, if any.
+func loginCA(cmd *cobra.Command, server, caFingerprint, caFile string) ([]byte, error) {
+	var caPEM []byte
+	switch {
+	case caFingerprint != "" && caFile != "":
+		return nil, cmdutil.Usagef(cmd, "give --ca-fingerprint or --ca-file, not both")
+	case caFingerprint != "":
+		fp, err := pki.ParseFingerprint(caFingerprint)
+		if err != nil {
+			return nil, cmdutil.Usagef(cmd, "--ca-fingerprint: %v", err)
+		}
+		ctx, cancel := interruptible(cmd)
+		caPEM, err = agentapi.FetchCA(ctx, server, fp)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	case caFile != "":
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		if _, err := pki.ParseCert(b); err != nil {
+			return nil, fmt.Errorf("--ca-file %s: %w", caFile, err)
+		}
+		caPEM = b
+	default:
+		// Keep the CA saved for this server, if any.
+		if b, err := trustedCA(server, cmd.ErrOrStderr()); err == nil {
+			caPEM = b
 		}
 	}
-	return usagef(cmd, `--output %q: want "table", "json" or "yaml"`, o.format)
+	return caPEM, nil
 }
 
-func (o *outputFlag) table() bool { return o.format == "table" }
+// tenantID resolves what a user typed for a tenant, a name or an ID, into
+// an ID. Members cannot list tenants; what they typed goes to the server
+// as it is.
+func (c *conn) tenantID(ctx context.Context, arg string) (string, error) {
+	if arg == "" {
+		return "", nil
+	}
+	ts, err := c.Tenants(ctx)
+	if cloud.ErrorCode(err) == cloud.PermissionDenied {
+		return arg, nil
+	}
+	if err != nil {
+		return "", c.explain(err)
+	}
+	for _, t := range ts {
+		if t.ID == arg {
+			return arg, nil
+		}
+	}
+	for _, t := range ts {
+		if t.Name == arg {
+			return t.ID, nil
+		}
+	}
+	return arg, nil
+}
 
-// writeData writes v as JSON, or as YAML with the same field names (the
-// API's types carry JSON tags only, so YAML goes through JSON).
-func writeData(w io.Writer, format string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+// withConn connects and runs fn with an interruptible context.
+func (s *session) withConn(cmd *cobra.Command, fn func(context.Context, *conn) error) error {
+	c, err := s.connect(cmd)
 	if err != nil {
 		return err
 	}
-	if format == "json" {
-		_, err = w.Write(append(b, '\n'))
-		return err
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return err
-	}
-	plainStyle(&doc)
-	compactYAML(&doc)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&doc); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
-		return err
-	}
-	_, err = w.Write(buf.Bytes())
-	return err
-}
-
-// plainStyle clears the flow and quoting styles that parsing JSON leaves
-// on YAML nodes; the encoder quotes what needs quoting by itself.
-func plainStyle(n *yaml.Node) {
-	n.Style = 0
-	for _, c := range n.Content {
-		plainStyle(c)
-	}
-}
-
-// ago renders how long ago t was, coarsely: "45s", "12m", "3h", "5d".
-func ago(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := clockNow().Sub(t)
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d.Minutes())) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d.Hours())) + "h"
-	}
-	return strconv.Itoa(int(d.Hours()/24)) + "d"
-}
-
-// stamp renders a time for detail views: UTC RFC 3339 and its age.
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339) + " (" + ago(t) + " ago)"
-}
-
-// clip shortens s to n runes with an ellipsis, for table cells.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
-// exactArgs is cobra.ExactArgs as a usage error naming the arguments.
-func exactArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usagef(cmd, "%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
-		}
-		return nil
-	}
-}
-
-// minArgs is cobra.MinimumNArgs as a usage error naming the arguments.
-func minArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < n {
-			return usagef(cmd, "%s takes %s", cmd.CommandPath(), names)
-		}
-		return nil
-	}
-}
-
-// keyValues parses repeated KEY=VALUE flags; a malformed or repeated key is
-// a usage error.
-func keyValues(cmd *cobra.Command, flag string, vals []string) (map[string]string, error) {
-	if len(vals) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(vals))
-	for _, kv := range vals {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, usagef(cmd, "--%s %q: want KEY=VALUE", flag, kv)
-		}
-		if _, dup := out[k]; dup {
-			return nil, usagef(cmd, "--%s %s is given twice", flag, k)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
-// groupCommand is a command that only holds subcommands.
-func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
-	cmd.AddCommand(subs...)
-	return cmd
+	ctx, cancel := interruptible(cmd)
+	defer cancel()
+	return fn(ctx, c)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/estimate"
@@ -111,7 +112,7 @@ func newCostEstimateCommand() *cobra.Command {
 			"  # The same at the server's prices and zone-a's recent reclaim rate",
 			"  gpucloud cost estimate --offering h100.8x --zone zone-a --count 4 --days 90 --interruptible",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.f.validate(cmd); err != nil {
 				return err
@@ -124,7 +125,7 @@ func newCostEstimateCommand() *cobra.Command {
 			if err != nil {
 				var fe *estimate.FieldError
 				if errors.As(err, &fe) {
-					return usagef(cmd, "%s", costFieldErrors(err))
+					return cmdutil.Usagef(cmd, "%s", costFieldErrors(err))
 				}
 				return err
 			}
@@ -182,23 +183,49 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 	o.zone = strings.TrimSpace(o.zone)
 	switch {
 	case fl.Changed("offering") == fl.Changed("price-per-hour"):
-		return nil, nil, usagef(cmd, "give one of --offering and --price-per-hour")
+		return nil, nil, cmdutil.Usagef(cmd, "give one of --offering and --price-per-hour")
 	case fl.Changed("spot-price") && fl.Changed("spot-discount"):
-		return nil, nil, usagef(cmd, "give --spot-price or --spot-discount, not both")
+		return nil, nil, cmdutil.Usagef(cmd, "give --spot-price or --spot-discount, not both")
 	case fl.Changed("zone") && !fl.Changed("offering"):
-		return nil, nil, usagef(cmd, "--zone needs --offering: a spot pool is an offering in a zone")
+		return nil, nil, cmdutil.Usagef(cmd, "--zone needs --offering: a spot pool is an offering in a zone")
 	case fl.Changed("zone") && o.zone == "":
-		return nil, nil, usagef(cmd, "--zone must not be empty")
+		return nil, nil, cmdutil.Usagef(cmd, "--zone must not be empty")
 	}
 	w := &estimate.Workload{Days: o.days, Count: o.count, InterruptionTolerant: o.interruptible}
 	src := &costSources{}
+	if err := o.price(cmd, w, src); err != nil {
+		return nil, nil, err
+	}
+	if err := o.timing(cmd, w, src); err != nil {
+		return nil, nil, err
+	}
+	spotDiscountBP, err := o.discounts(cmd, w, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.live(cmd, w, src)
+	if w.SpotPrice == 0 {
+		w.SpotDiscountBP = spotDiscountBP
+		if spotDiscountBP == 0 {
+			// The package reads zero as the default: no discount is
+			// spot at the on-demand price.
+			w.SpotPrice = w.PricePerHour
+		}
+	}
+	return w, src, nil
+}
+
+// price sets the workload's on-demand price: the list price of --offering,
+// or --price-per-hour.
+func (o *costOptions) price(cmd *cobra.Command, w *estimate.Workload, src *costSources) error {
+	fl := cmd.Flags()
 	if fl.Changed("offering") {
 		cat, err := o.f.load()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		if w.PricePerHour, err = billing.ListPrice(cat, o.offering); err != nil {
-			return nil, nil, usagef(cmd, "--offering: %v", err)
+			return cmdutil.Usagef(cmd, "--offering: %v", err)
 		}
 		if of, err := cat.Offering(o.offering); err == nil {
 			o.offering = of.Name // the canonical spelling, for the output
@@ -207,21 +234,27 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 	} else {
 		p, err := costAmount(cmd, "--price-per-hour", o.pricePerHour)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		w.PricePerHour, src.price, src.OnDemand = p, "--price-per-hour", "--price-per-hour"
 	}
+	return nil
+}
 
+// timing sets the workload's hours a day, checkpoint interval, restart
+// overhead and reclaim rate.
+func (o *costOptions) timing(cmd *cobra.Command, w *estimate.Workload, src *costSources) error {
+	fl := cmd.Flags()
 	hours, err := costDecimal(cmd, "--hours-per-day", o.hoursPerDay, 1_000_000)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	// hours is in micro-hours; a second is 1/3600 h.
 	switch {
 	case hours > 24_000_000:
-		return nil, nil, usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
+		return cmdutil.Usagef(cmd, "--hours-per-day %s: must be at most 24", o.hoursPerDay)
 	case hours*money.SecondsPerHour%1_000_000 != 0:
-		return nil, nil, usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
+		return cmdutil.Usagef(cmd, "--hours-per-day %s: not a whole number of seconds", o.hoursPerDay)
 	}
 	w.SecondsPerDay = hours * money.SecondsPerHour / 1_000_000
 
@@ -231,34 +264,41 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 		to   *int64
 	}{{"--checkpoint-interval", o.checkpoint, &w.CheckpointIntervalSeconds}, {"--restart-overhead", o.restart, &w.RestartOverheadSeconds}} {
 		if d.v%time.Second != 0 {
-			return nil, nil, usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
+			return cmdutil.Usagef(cmd, "%s %s: not a whole number of seconds", d.flag, d.v)
 		}
 		*d.to = int64(d.v / time.Second)
 	}
 	if w.ReclaimRateBP, err = costDecimal(cmd, "--reclaim-rate", o.reclaimRate, 10_000); err != nil {
-		return nil, nil, err
+		return err
 	}
 	src.ReclaimRate = flagSource(fl.Changed("reclaim-rate"), "--reclaim-rate")
+	return nil
+}
 
+// discounts sets the workload's spot price (or returns the spot discount,
+// in basis points), its reserved discounts and its retainer's terms.
+func (o *costOptions) discounts(cmd *cobra.Command, w *estimate.Workload, src *costSources) (int64, error) {
+	fl := cmd.Flags()
+	var err error
 	var spotDiscountBP int64
 	if fl.Changed("spot-price") {
 		if w.SpotPrice, err = costAmount(cmd, "--spot-price", o.spotPrice); err != nil {
-			return nil, nil, err
+			return 0, err
 		}
 		if w.SpotPrice == 0 {
-			return nil, nil, usagef(cmd, "--spot-price must be more than 0")
+			return 0, cmdutil.Usagef(cmd, "--spot-price must be more than 0")
 		}
 		src.Spot = "--spot-price"
 	} else {
 		if spotDiscountBP, err = costPercent(cmd, "--spot-discount", o.spotDiscount); err != nil {
-			return nil, nil, err
+			return 0, err
 		}
 		src.Spot = flagSource(fl.Changed("spot-discount"), "--spot-discount")
 	}
 	for _, s := range o.reservedDiscounts {
 		bp, err := costPercent(cmd, "--reserved-discount", s)
 		if err != nil {
-			return nil, nil, err
+			return 0, err
 		}
 		w.ReservedDiscountsBP = append(w.ReservedDiscountsBP, bp)
 	}
@@ -267,15 +307,21 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 		to      *int64
 	}{{"--retainer-fee", o.retainerFee, &w.RetainerFeeBP}, {"--retainer-discount", o.retainerDiscount, &w.RetainerDiscountBP}} {
 		if *p.to, err = costPercent(cmd, p.flag, p.s); err != nil {
-			return nil, nil, err
+			return 0, err
 		}
 		if *p.to == 0 {
-			return nil, nil, usagef(cmd, "%s must be more than 0", p.flag)
+			return 0, cmdutil.Usagef(cmd, "%s must be more than 0", p.flag)
 		}
 	}
+	return spotDiscountBP, nil
+}
 
-	// Live numbers replace the list price and the defaults, never a flag
-	// given explicitly.
+// live replaces the list price and the defaults with a server's numbers
+// for --offering in --zone, never a flag given explicitly; when it cannot
+// read them, src says why.
+func (o *costOptions) live(cmd *cobra.Command, w *estimate.Workload, src *costSources) {
+	fl := cmd.Flags()
+	var err error
 	var live *costLive
 	switch {
 	case !fl.Changed("offering"):
@@ -309,15 +355,6 @@ func (o *costOptions) workload(cmd *cobra.Command) (*estimate.Workload, *costSou
 			}
 		}
 	}
-	if w.SpotPrice == 0 {
-		w.SpotDiscountBP = spotDiscountBP
-		if spotDiscountBP == 0 {
-			// The package reads zero as the default: no discount is
-			// spot at the on-demand price.
-			w.SpotPrice = w.PricePerHour
-		}
-	}
-	return w, src, nil
 }
 
 // costSources says where the numbers of an estimate came from: "live" (the
@@ -489,15 +526,15 @@ func costExplain(c *conn, err error) error {
 func costDecimal(cmd *cobra.Command, flag, s string, scale int64) (int64, error) {
 	t := strings.TrimSpace(s)
 	if strings.ContainsAny(t, "$-+") {
-		return 0, usagef(cmd, "%s %q: want a non-negative number", flag, s)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want a non-negative number", flag, s)
 	}
 	m, err := money.Parse(t)
 	if err != nil {
-		return 0, usagef(cmd, "%s %q: want a non-negative number with at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want a non-negative number with at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
 	}
 	per := int64(money.Unit) / scale
 	if int64(m)%per != 0 {
-		return 0, usagef(cmd, "%s %q: at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
+		return 0, cmdutil.Usagef(cmd, "%s %q: at most %d decimals", flag, s, len(strconv.FormatInt(scale, 10))-1)
 	}
 	return int64(m) / per, nil
 }
@@ -511,7 +548,7 @@ func costPercent(cmd *cobra.Command, flag, s string) (int64, error) {
 func costAmount(cmd *cobra.Command, flag, s string) (money.Micros, error) {
 	m, err := money.Parse(s)
 	if err != nil || m < 0 {
-		return 0, usagef(cmd, "%s %q: want an amount such as 12 or 2.49", flag, s)
+		return 0, cmdutil.Usagef(cmd, "%s %q: want an amount such as 12 or 2.49", flag, s)
 	}
 	return m, nil
 }

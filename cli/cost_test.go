@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
@@ -362,8 +363,8 @@ func TestCostEstimateLive(t *testing.T) {
 
 	// The server's settings may come from the environment or the config
 	// file, as for every other command.
-	t.Setenv(EnvServer, e.url)
-	t.Setenv(EnvToken, tok)
+	t.Setenv(cliconfig.EnvServer, e.url)
+	t.Setenv(cliconfig.EnvToken, tok)
 	if out := mustRun(t, live...); !strings.Contains(out, "Live from "+e.url) {
 		t.Errorf("from the environment:\n%s", out)
 	}

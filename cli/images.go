@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 )
 
 func newImagesCommand() *cobra.Command {
@@ -44,7 +45,7 @@ func newImagesImportCommand() *cobra.Command {
 		}, "\n"),
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef(cmd, "takes one tarball (FILE.tar)")
+				return cmdutil.Usagef(cmd, "takes one tarball (FILE.tar)")
 			}
 			return nil
 		},
@@ -53,7 +54,7 @@ func newImagesImportCommand() *cobra.Command {
 			if fi, err := os.Stat(file); err != nil {
 				return err
 			} else if !fi.Mode().IsRegular() {
-				return usagef(cmd, "%s is not a file: want an image tarball", file)
+				return cmdutil.Usagef(cmd, "%s is not a file: want an image tarball", file)
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
+	"github.com/gpucloud/gpucloud/cli/upcmd"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -136,7 +137,7 @@ func TestImagesImport(t *testing.T) {
 // fails instead.
 func needContainerd(t *testing.T) {
 	t.Helper()
-	why := containerdMissing()
+	why := upcmd.ContainerdMissing()
 	if why == "" {
 		return
 	}

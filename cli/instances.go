@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -51,12 +52,9 @@ func newUUID() string {
 
 func newInstancesCreateCommand(s *session) *cobra.Command {
 	var (
-		req       api.CreateInstanceRequest
-		count     int
-		env, tags []string
-		key       string
-		w         waitFlags
-		out       outputFlag
+		f   instanceCreateFlags
+		w   waitFlags
+		out outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "create --offering NAME [flags] [-- COMMAND ARGS...]",
@@ -88,12 +86,7 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			"  # Safe to retry from a script",
 			"  gpucloud instances create --offering l40s.shared.0.25 --idempotency-key job-42 -o json",
 		}, "\n"),
-		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
-			}
-			return nil
-		},
+		Args: commandAfterDash,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -101,20 +94,20 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			if err := w.check(cmd); err != nil {
 				return err
 			}
-			if req.Offering == "" {
-				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+			if f.req.Offering == "" {
+				return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
 			}
 			var err error
-			if req.Env, err = keyValues(cmd, "env", env); err != nil {
+			if f.req.Env, err = keyValues(cmd, "env", f.env); err != nil {
 				return err
 			}
-			if req.Tags, err = keyValues(cmd, "tag", tags); err != nil {
+			if f.req.Tags, err = keyValues(cmd, "tag", f.tags); err != nil {
 				return err
 			}
-			req.Command = args
-			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
-			if key == "" {
-				key = newUUID()
+			f.req.Command = args
+			warnRelativeCommand(cmd.ErrOrStderr(), f.req.Command)
+			if f.key == "" {
+				f.key = newUUID()
 			}
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -122,36 +115,18 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
+			if f.req.Tenant, err = c.tenantID(ctx, f.req.Tenant); err != nil {
 				return err
 			}
-			if count < 1 || count > 100 {
-				return usagef(cmd, "--count %d: want 1..100", count)
+			if f.count < 1 || f.count > 100 {
+				return cmdutil.Usagef(cmd, "--count %d: want 1..100", f.count)
 			}
-			if count > 1 && len(req.Volumes) > 0 {
-				return usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", count)
+			if f.count > 1 && len(f.req.Volumes) > 0 {
+				return cmdutil.Usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", f.count)
 			}
-			var made []*cloud.Instance
-			for i := 0; i < count; i++ {
-				k, r := key, req
-				if count > 1 {
-					// Each copy gets its own key, derived from the given one so
-					// that retrying the whole command stays safe.
-					if k != "" {
-						k = fmt.Sprintf("%s-%d", key, i)
-					}
-					if r.Name != "" {
-						r.Name = fmt.Sprintf("%s-%d", req.Name, i)
-					}
-				}
-				in, err := c.CreateInstance(ctx, r, k)
-				if err != nil {
-					if len(made) > 0 {
-						_ = printInstances(cmd.OutOrStdout(), out.format, made...)
-					}
-					return c.explain(err)
-				}
-				made = append(made, in)
+			made, err := c.createInstances(ctx, cmd.OutOrStdout(), out.format, f.req, f.key, f.count)
+			if err != nil {
+				return err
 			}
 			if w.wait {
 				for i, in := range made {
@@ -163,23 +138,66 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			return printInstances(cmd.OutOrStdout(), out.format, made...)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&req.Offering, "offering", "", "the offering (instance type) to rent; required")
-	f.IntVar(&count, "count", 1, "how many identical instances to create (1..100)")
-	f.StringVar(&req.Name, "name", "", "a name for the instance (letters, digits, '-', '_', '.')")
-	f.StringVar(&req.Image, "image", "", `the OCI image the command runs in, e.g. "python:3.12" or "ghcr.io/acme/train:1" (default: the hosts' default image)`)
-	f.StringSliceVar(&req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
-	f.StringArrayVar(&req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
-	f.StringVar(&req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
-	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
-	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
-	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
-	f.StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
-	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same instance (default: a random UUID)")
+	f.register(cmd)
 	w.register(cmd, "running")
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
 	return cmd
+}
+
+// instanceCreateFlags are the flags of instances create that make its
+// request.
+type instanceCreateFlags struct {
+	req       api.CreateInstanceRequest
+	count     int
+	env, tags []string
+	key       string
+}
+
+func (f *instanceCreateFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.req.Offering, "offering", "", "the offering (instance type) to rent; required")
+	fs.IntVar(&f.count, "count", 1, "how many identical instances to create (1..100)")
+	fs.StringVar(&f.req.Name, "name", "", "a name for the instance (letters, digits, '-', '_', '.')")
+	fs.StringVar(&f.req.Image, "image", "", `the OCI image the command runs in, e.g. "python:3.12" or "ghcr.io/acme/train:1" (default: the hosts' default image)`)
+	fs.StringSliceVar(&f.req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
+	fs.StringArrayVar(&f.req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
+	fs.StringVar(&f.req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
+	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
+	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	fs.StringVar(&f.req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	fs.StringVar(&f.key, "idempotency-key", "", "retry key: the same key returns the same instance (default: a random UUID)")
+}
+
+// createInstances creates count copies of req (each with its own name and
+// key, derived from req's and key, so that retrying the whole command
+// stays safe). When one fails, those made before it are printed in format
+// on out, and the error is returned explained.
+func (c *conn) createInstances(ctx context.Context, out io.Writer, format string, req api.CreateInstanceRequest, key string, count int) ([]*cloud.Instance, error) {
+	var made []*cloud.Instance
+	for i := 0; i < count; i++ {
+		k, r := key, req
+		if count > 1 {
+			// Each copy gets its own key, derived from the given one so
+			// that retrying the whole command stays safe.
+			if k != "" {
+				k = fmt.Sprintf("%s-%d", key, i)
+			}
+			if r.Name != "" {
+				r.Name = fmt.Sprintf("%s-%d", req.Name, i)
+			}
+		}
+		in, err := c.CreateInstance(ctx, r, k)
+		if err != nil {
+			if len(made) > 0 {
+				_ = printInstances(out, format, made...)
+			}
+			return nil, c.explain(err)
+		}
+		made = append(made, in)
+	}
+	return made, nil
 }
 
 func newInstancesListCommand(s *session) *cobra.Command {
@@ -204,18 +222,15 @@ func newInstancesListCommand(s *session) *cobra.Command {
 			"  gpucloud instances list --state pending,running --offering h100.1x",
 			"  gpucloud instances list --tenant tn-0123456789abcdef -o json",
 		}, "\n"),
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
 			o := client.ListInstancesOptions{Tenant: tenant, Offering: offering, Host: hn, Limit: 1000}
-			for _, st := range states {
-				st = strings.ToLower(strings.TrimSpace(st))
-				if !slices.Contains(names, st) {
-					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(names, ", "))
-				}
-				o.States = append(o.States, cloud.State(st))
+			var err error
+			if o.States, err = parseStates[cloud.State](cmd, states, names); err != nil {
+				return err
 			}
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -365,7 +380,7 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 				return err
 			}
 			if events < 0 {
-				return usagef(cmd, "--events %d: want 0 or more", events)
+				return cmdutil.Usagef(cmd, "--events %d: want 0 or more", events)
 			}
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -399,8 +414,8 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 
 // describeInstance writes the detail view of an instance.
 func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error {
-	var rows [][]string
-	add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
+	var rows fieldRows
+	add := rows.add
 	add("ID", in.ID)
 	add("Name", dash(in.Name))
 	add("Tenant", in.TenantID)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -48,10 +49,10 @@ func (w *waitFlags) register(cmd *cobra.Command, target string) {
 
 func (w *waitFlags) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("timeout") && !w.wait {
-		return usagef(cmd, "--timeout only applies with --wait")
+		return cmdutil.Usagef(cmd, "--timeout only applies with --wait")
 	}
 	if w.timeout <= 0 {
-		return usagef(cmd, "--timeout %s: want a positive duration such as 5m", w.timeout)
+		return cmdutil.Usagef(cmd, "--timeout %s: want a positive duration such as 5m", w.timeout)
 	}
 	return nil
 }
@@ -162,34 +163,79 @@ func parseIfMatch(s string) (int64, error) {
 }
 
 // newInstanceActionCommand builds stop, start and terminate.
-func newInstanceActionCommand(s *session, verb string) *cobra.Command {
-	var (
-		short, long string
-		want        cloud.State
-		call        func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error)
-	)
+// instanceAction is what newInstanceActionCommand needs of a verb: its
+// help, the state it leads to, and the client call that does it.
+type instanceAction struct {
+	short, long string
+	want        cloud.State
+	call        func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error)
+}
+
+// instanceActionOf is the action of verb: stop, start, or else terminate.
+func instanceActionOf(verb string) instanceAction {
 	switch verb {
 	case "stop":
-		short, want = "Stop instances, releasing their GPUs", cloud.Stopped
-		long = "Stop instances: the agent sends the workload SIGTERM, then SIGKILL after the\n" +
-			"grace period, and the GPUs are released. A pending instance stops at once.\n" +
-			"'gpucloud instances start' puts a stopped instance back in the queue."
-		call = func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) { return c.StopInstance }
+		return instanceAction{short: "Stop instances, releasing their GPUs", want: cloud.Stopped,
+			long: "Stop instances: the agent sends the workload SIGTERM, then SIGKILL after the\n" +
+				"grace period, and the GPUs are released. A pending instance stops at once.\n" +
+				"'gpucloud instances start' puts a stopped instance back in the queue.",
+			call: func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) { return c.StopInstance }}
 	case "start":
-		short, want = "Start stopped instances again", cloud.Running
-		long = "Start stopped instances: they go back to pending and the scheduler places\n" +
-			"them again, possibly on another host. Starting a running instance changes\n" +
-			"nothing."
-		call = func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) { return c.StartInstance }
-	default:
-		short, want = "Terminate instances for good", cloud.Terminated
-		long = "Terminate instances: the workload is stopped, the GPUs are released and\n" +
-			"the volumes detached (they outlive the instance). A terminated instance\n" +
-			"cannot be started again; terminating it again changes nothing."
-		call = func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) {
-			return c.TerminateInstance
-		}
+		return instanceAction{short: "Start stopped instances again", want: cloud.Running,
+			long: "Start stopped instances: they go back to pending and the scheduler places\n" +
+				"them again, possibly on another host. Starting a running instance changes\n" +
+				"nothing.",
+			call: func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) { return c.StartInstance }}
 	}
+	return instanceAction{short: "Terminate instances for good", want: cloud.Terminated,
+		long: "Terminate instances: the workload is stopped, the GPUs are released and\n" +
+			"the volumes detached (they outlive the instance). A terminated instance\n" +
+			"cannot be started again; terminating it again changes nothing.",
+		call: func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error) {
+			return c.TerminateInstance
+		}}
+}
+
+// actOn calls call on each instance of ids and returns the instances it
+// changed and the errors of the others: with one ID the error is all
+// there is to say, with several each names its instance.
+func (c *conn) actOn(ctx context.Context, ids []string, version int64,
+	call func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error)) (done []*cloud.Instance, failed []error) {
+	for _, id := range ids {
+		in, err := call(c)(ctx, id, version)
+		if err != nil {
+			err = c.explain(err)
+			if len(ids) > 1 {
+				err = fmt.Errorf("%s: %w", id, err)
+			}
+			failed = append(failed, err)
+			continue
+		}
+		done = append(done, in)
+	}
+	return done, failed
+}
+
+// waitAll waits, all within timeout, until each instance is in state want,
+// and returns those that got there and the errors of the others.
+func (c *conn) waitAll(ctx context.Context, stderr io.Writer, ins []*cloud.Instance, want cloud.State, timeout time.Duration) (done []*cloud.Instance, failed []error) {
+	wctx, wcancel := context.WithTimeout(ctx, timeout)
+	defer wcancel()
+	done = ins[:0]
+	for _, in := range ins {
+		got, err := c.waitFor(wctx, stderr, in, want, timeout)
+		if err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		done = append(done, got)
+	}
+	return done, failed
+}
+
+func newInstanceActionCommand(s *session, verb string) *cobra.Command {
+	act := instanceActionOf(verb)
+	short, long, want := act.short, act.long, act.want
 	var (
 		ifMatch string
 		w       waitFlags
@@ -215,11 +261,11 @@ func newInstanceActionCommand(s *session, verb string) *cobra.Command {
 			var version int64
 			if ifMatch != "" {
 				if len(args) > 1 {
-					return usagef(cmd, "--if-match applies to one instance, got %d IDs", len(args))
+					return cmdutil.Usagef(cmd, "--if-match applies to one instance, got %d IDs", len(args))
 				}
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%v", err)
+					return cmdutil.Usagef(cmd, "%v", err)
 				}
 				version = v
 			}
@@ -229,35 +275,11 @@ func newInstanceActionCommand(s *session, verb string) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			var done []*cloud.Instance
-			// failed holds the errors; with one ID the error is all there
-			// is to say, with several each names its instance.
-			var failed []error
-			for _, id := range args {
-				in, err := call(c)(ctx, id, version)
-				if err != nil {
-					err = c.explain(err)
-					if len(args) > 1 {
-						err = fmt.Errorf("%s: %w", id, err)
-					}
-					failed = append(failed, err)
-					continue
-				}
-				done = append(done, in)
-			}
+			done, failed := c.actOn(ctx, args, version, act.call)
 			if w.wait {
-				wctx, wcancel := context.WithTimeout(ctx, w.timeout)
-				defer wcancel()
-				kept := done[:0]
-				for _, in := range done {
-					got, err := c.waitFor(wctx, cmd.ErrOrStderr(), in, want, w.timeout)
-					if err != nil {
-						failed = append(failed, err)
-						continue
-					}
-					kept = append(kept, got)
-				}
-				done = kept
+				var late []error
+				done, late = c.waitAll(ctx, cmd.ErrOrStderr(), done, want, w.timeout)
+				failed = append(failed, late...)
 			}
 			if len(done) > 0 {
 				if err := printInstances(cmd.OutOrStdout(), out.format, done...); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/testkit"
@@ -289,8 +290,8 @@ func TestInstanceCompletion(t *testing.T) {
 	_, tok := e.member("acme", "alice")
 	var in cloud.Instance
 	decodeJSON(t, e.ok(tok, "instances", "create", "--offering", "l4.1x", "--name", "web", "-o", "json"), &in)
-	t.Setenv(EnvServer, e.url)
-	t.Setenv(EnvToken, tok)
+	t.Setenv(cliconfig.EnvServer, e.url)
+	t.Setenv(cliconfig.EnvToken, tok)
 	code, out, _ := run(t, "__complete", "instances", "stop", "")
 	if code != 0 || !strings.Contains(out, in.ID+"\tweb l4.1x pending") {
 		t.Errorf("complete instance IDs: exit %d\n%s", code, out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/spf13/cobra"
 )
 
@@ -23,7 +24,7 @@ func newTenantListCommand[T any](s *session, noun, long string,
 		Aliases: []string{"ls"},
 		Short:   "List " + noun,
 		Long:    long,
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err

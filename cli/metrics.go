@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -36,7 +37,7 @@ func newMetricsPutCommand(s *session) *cobra.Command {
 		Args:    minArgs(2, "a group ID or name and one or more NAME=VALUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args)-1 > maxMetricPoints {
-				return usagef(cmd, "%d values: at most %d at once", len(args)-1, maxMetricPoints)
+				return cmdutil.Usagef(cmd, "%d values: at most %d at once", len(args)-1, maxMetricPoints)
 			}
 			when, err := parseWhen(cmd, "at", at)
 			if err != nil {
@@ -48,7 +49,7 @@ func newMetricsPutCommand(s *session) *cobra.Command {
 				k = strings.TrimPrefix(strings.TrimSpace(k), cloud.CustomMetricPrefix)
 				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 				if !ok || k == "" || err != nil {
-					return usagef(cmd, "%q: want NAME=VALUE, e.g. queue=42", kv)
+					return cmdutil.Usagef(cmd, "%q: want NAME=VALUE, e.g. queue=42", kv)
 				}
 				p := api.MetricPoint{Name: k, Value: f}
 				if !when.IsZero() {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/money"
@@ -277,7 +278,7 @@ func TestServerFlagsOnlyWhereUsed(t *testing.T) {
 	}
 	// Were the flags accepted, these would still end at once: up on an
 	// address it cannot listen on, in a scratch data directory.
-	t.Setenv(EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
+	t.Setenv(cliconfig.EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
 	for _, args := range [][]string{
 		{"--server", "http://127.0.0.1:1", "up", "--listen", "nowhere", "--data-dir", t.TempDir(), "--no-nvml"},
 		{"catalog", "models", "--token", "x"},
@@ -294,7 +295,7 @@ func TestServerFlagsOnlyWhereUsed(t *testing.T) {
 // TestUpAddressInUse: a second `up` on a port in use says who holds it
 // and how to use another port.
 func TestUpAddressInUse(t *testing.T) {
-	t.Setenv(EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
+	t.Setenv(cliconfig.EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
 	// Something that is not gpucloud.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

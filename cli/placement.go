@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -25,39 +25,18 @@ func newPlacementGroupsCommand(s *session) *cobra.Command {
 
 // printPlacementGroups prints groups as a table, or as JSON or YAML (one
 // group as an object, several as a list).
-func printPlacementGroups(w io.Writer, format string, one bool, gs ...*cloud.PlacementGroup) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, gs[0])
-		}
-		return writeData(w, format, gs)
-	}
-	if len(gs) == 0 {
-		_, err := fmt.Fprintln(w, "no placement groups")
-		return err
-	}
-	tenants := false
-	for _, g := range gs {
-		tenants = tenants || g.TenantID != gs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "STRATEGY", "AGE"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, g := range gs {
+var printPlacementGroups = resourceTable[cloud.PlacementGroup]{
+	none:   "no placement groups",
+	header: []string{"ID", "NAME", "STRATEGY", "AGE"},
+	row: func(g *cloud.PlacementGroup) []string {
 		strategy := string(g.Strategy)
 		if g.ByRack {
 			strategy += " (by rack)"
 		}
-		row := []string{g.ID, g.Name, strategy, ago(g.CreatedAt)}
-		if tenants {
-			row = append([]string{g.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+		return []string{g.ID, g.Name, strategy, ago(g.CreatedAt)}
+	},
+	tenant: func(g *cloud.PlacementGroup) string { return g.TenantID },
+}.print
 
 func newPlacementCreateCommand(s *session) *cobra.Command {
 	var (
@@ -80,25 +59,16 @@ func newPlacementCreateCommand(s *session) *cobra.Command {
 			switch strategy {
 			case string(cloud.PlacementCluster), string(cloud.PlacementSpread):
 			case "":
-				return usagef(cmd, "--strategy is required: cluster or spread")
+				return cmdutil.Usagef(cmd, "--strategy is required: cluster or spread")
 			default:
-				return usagef(cmd, "--strategy %q is not cluster or spread", strategy)
+				return cmdutil.Usagef(cmd, "--strategy %q is not cluster or spread", strategy)
 			}
 			req.Name, req.Strategy = args[0], cloud.PlacementStrategy(strategy)
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				g, err := c.CreatePlacementGroup(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printPlacementGroups(cmd.OutOrStdout(), out.format, true, g)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.PlacementGroup, error) {
+					return c.CreatePlacementGroup(ctx, req, key)
+				},
+				printPlacementGroups)
 		},
 	}
 	cmd.Flags().StringVar(&strategy, "strategy", "", "cluster (close: one NVLink island or rack fabric) or spread (apart); required")
@@ -119,27 +89,11 @@ func newPlacementListCommand(s *session) *cobra.Command {
 }
 
 func newPlacementDescribeCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:     "describe ID",
-		Aliases: []string{"show", "get"},
-		Short:   "Show a placement group",
-		Args:    exactArgs(1, "one placement group ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				g, err := c.GetPlacementGroup(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printPlacementGroups(cmd.OutOrStdout(), out.format, true, g)
-			})
+	return newIDCommand(s, &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: "Show a placement group"}, "one placement group ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.PlacementGroup, error) {
+			return c.GetPlacementGroup(ctx, id)
 		},
-	}
-	out.register(cmd)
-	return cmd
+		asOne(printPlacementGroups))
 }
 
 func newPlacementDeleteCommand(s *session) *cobra.Command {

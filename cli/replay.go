@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/internal/progress"
 	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/sim"
@@ -96,7 +97,7 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 			"Without --nodes and --pods, a built-in synthetic openb-like trace is replayed.\n" +
 			"Trace files are the Alibaba GPU trace v2023 (\"openb\") node and pod lists.",
 		Example: replayExample,
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			job, err := o.validate(cmd)
 			if err != nil {
@@ -125,40 +126,40 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 func (o replayOptions) validate(cmd *cobra.Command) (*replayJob, error) {
 	j := &replayJob{replayOptions: o}
 	if (o.nodes == "") != (o.pods == "") {
-		return nil, usagef(cmd, "--nodes and --pods must be given together (neither replays the built-in synthetic trace)")
+		return nil, cmdutil.Usagef(cmd, "--nodes and --pods must be given together (neither replays the built-in synthetic trace)")
 	}
 	if o.nodes != "" && cmd.Flags().Changed("hosts") {
-		return nil, usagef(cmd, "--hosts sizes the built-in synthetic trace; it cannot be used with --nodes and --pods")
+		return nil, cmdutil.Usagef(cmd, "--hosts sizes the built-in synthetic trace; it cannot be used with --nodes and --pods")
 	}
 	if o.hosts < 1 {
-		return nil, usagef(cmd, "--hosts %d: must be at least 1", o.hosts)
+		return nil, cmdutil.Usagef(cmd, "--hosts %d: must be at least 1", o.hosts)
 	}
 	var err error
 	if j.policies, err = parsePolicies(o.policy); err != nil {
-		return nil, &usageError{err: err, path: cmd.CommandPath()}
+		return nil, &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	}
 	if j.seedList, err = parseSeeds(o.seeds); err != nil {
-		return nil, usagef(cmd, "--seeds %q: %v", o.seeds, err)
+		return nil, cmdutil.Usagef(cmd, "--seeds %q: %v", o.seeds, err)
 	}
 	switch o.mode {
 	case "sample", "events":
 	default:
-		return nil, usagef(cmd, `--mode %q: want "sample" or "events"`, o.mode)
+		return nil, cmdutil.Usagef(cmd, `--mode %q: want "sample" or "events"`, o.mode)
 	}
 	switch o.output {
 	case "table", "json":
 	default:
-		return nil, usagef(cmd, `--output %q: want "table" or "json"`, o.output)
+		return nil, cmdutil.Usagef(cmd, `--output %q: want "table" or "json"`, o.output)
 	}
 	switch {
 	case o.parallel < 0:
-		return nil, usagef(cmd, "--parallel %d: must not be negative", o.parallel)
+		return nil, cmdutil.Usagef(cmd, "--parallel %d: must not be negative", o.parallel)
 	case o.parallel == 0:
 		j.parallel = runtime.NumCPU()
 	}
 	if o.inflation < 1 || o.inflation > 10 {
 		// Below 1 the 100% arrival point is never reached.
-		return nil, usagef(cmd, "--inflation %v: want 1..10 (the paper uses 1.3)", o.inflation)
+		return nil, cmdutil.Usagef(cmd, "--inflation %v: want 1..10 (the paper uses 1.3)", o.inflation)
 	}
 	return j, nil
 }

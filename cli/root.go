@@ -11,6 +11,10 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/cli/agentcmd"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/cli/servercmd"
+	"github.com/gpucloud/gpucloud/cli/upcmd"
 	"github.com/spf13/cobra"
 )
 
@@ -36,20 +40,6 @@ type codeError struct {
 func (e *codeError) Error() string { return e.err.Error() }
 func (e *codeError) Unwrap() error { return e.err }
 
-// usageError marks errors in how the command was invoked; Main prints them
-// with a hint to --help and exits with ExitUsage.
-type usageError struct {
-	err  error
-	path string // command path for the hint, e.g. "gpucloud sim replay"
-}
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(cmd *cobra.Command, format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...), path: cmd.CommandPath()}
-}
-
 // Main runs gpucloud with args (without the program name) and returns the
 // exit code. Output goes to stdout, diagnostics and progress to stderr.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -61,7 +51,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	msg := strings.TrimSpace(err.Error())
 	var (
-		ue *usageError
+		ue *cmdutil.UsageError
 		ce *codeError
 	)
 	switch {
@@ -69,7 +59,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "error: %s\n", strings.ReplaceAll(msg, "\n", "; "))
 		return ce.code
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", msg, ue.path)
+		fmt.Fprintf(stderr, "error: %s\nRun '%s --help' for usage.\n", msg, ue.Path)
 		return ExitUsage
 	case isCobraUsage(err):
 		path := root.CommandPath()
@@ -110,7 +100,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 			"  gpucloud sim replay          replay cluster traces through the placement engine",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          noArgs,
+		Args:          cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
@@ -118,9 +108,9 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{err: err, path: cmd.CommandPath()}
+		return &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	})
-	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), newServerCommand(stderr), newUpCommand(stderr), newAgentCommand(stderr))
+	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), servercmd.New(stderr), upcmd.New(stderr), agentcmd.New(stderr))
 	root.AddCommand(newCloudCommands(root)...)
 	root.AddCommand(newGroupCommands(root)...)
 	root.AddCommand(newBillingCommands(root)...)
@@ -162,7 +152,7 @@ func offServer(cmd *cobra.Command, flags ...string) {
 			c.RunE = func(c *cobra.Command, args []string) error {
 				for _, name := range flags {
 					if f := c.Root().PersistentFlags().Lookup(name); f != nil && f.Changed {
-						return usagef(c, "%s does not use --%s: it talks to no gpucloud server", c.CommandPath(), name)
+						return cmdutil.Usagef(c, "%s does not use --%s: it talks to no gpucloud server", c.CommandPath(), name)
 					}
 				}
 				return run(c, args)
@@ -175,22 +165,11 @@ func offServer(cmd *cobra.Command, flags ...string) {
 	guard(cmd)
 }
 
-// noArgs rejects positional arguments as a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		if cmd.HasSubCommands() {
-			return usagef(cmd, "unknown command %q for %q", args[0], cmd.CommandPath())
-		}
-		return usagef(cmd, "%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
-	}
-	return nil
-}
-
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the gpucloud version",
-		Args:  noArgs,
+		Args:  cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "gpucloud %s (%s, %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
@@ -215,11 +194,59 @@ func newSimCommand(stderr io.Writer) *cobra.Command {
 		Short: "Replay cluster traces through the placement engine",
 		Long: "Replay cluster traces through the real placement engine and report how well\n" +
 			"each placement policy packs GPUs.",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
 	}
 	sim.AddCommand(newReplayCommand(stderr), newAutoscaleCommand(), newDemandCommand())
 	return sim
+}
+
+// exactArgs is cobra.ExactArgs as a usage error naming the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return cmdutil.Usagef(cmd, "%s takes %s, got %d argument(s)", cmd.CommandPath(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs is cobra.MinimumNArgs as a usage error naming the arguments.
+func minArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return cmdutil.Usagef(cmd, "%s takes %s", cmd.CommandPath(), names)
+		}
+		return nil
+	}
+}
+
+// keyValues parses repeated KEY=VALUE flags; a malformed or repeated key is
+// a usage error.
+func keyValues(cmd *cobra.Command, flag string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(vals))
+	for _, kv := range vals {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, cmdutil.Usagef(cmd, "--%s %q: want KEY=VALUE", flag, kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, cmdutil.Usagef(cmd, "--%s %s is given twice", flag, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// groupCommand is a command that only holds subcommands.
+func groupCommand(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
+	cmd.AddCommand(subs...)
+	return cmd
 }

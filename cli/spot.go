@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -37,7 +38,7 @@ func newSpotCommand(s *session) *cobra.Command {
 func parsePool(cmd *cobra.Command, flag, v string, zoneRequired bool) (cloud.Pool, error) {
 	off, zone, _ := strings.Cut(v, "/")
 	if off == "" || zoneRequired && zone == "" {
-		return cloud.Pool{}, usagef(cmd, "--%s %q: want OFFERING/ZONE, e.g. h100.1x/zone-a", flag, v)
+		return cloud.Pool{}, cmdutil.Usagef(cmd, "--%s %q: want OFFERING/ZONE, e.g. h100.1x/zone-a", flag, v)
 	}
 	return cloud.Pool{Offering: off, Zone: zone}, nil
 }
@@ -55,7 +56,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 		Long: "Show the spot price history of some pools (every pool by default), oldest\n" +
 			"first: each point is the price per hour from its time until the next point.",
 		Example: "  gpucloud spot prices --pool h100.1x/zone-a --since 2h\n  gpucloud spot prices --since 2026-12-01T00:00:00Z -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -76,7 +77,7 @@ func newSpotPricesCommand(s *session) *cobra.Command {
 				return err
 			}
 			if limit < 0 || limit > 10_000 {
-				return usagef(cmd, "--limit %d: want 1..10000", limit)
+				return cmdutil.Usagef(cmd, "--limit %d: want 1..10000", limit)
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				ps, err := c.SpotPrices(ctx, o)
@@ -126,7 +127,7 @@ func newSpotPoolsCommand(s *session) *cobra.Command {
 			"in the window. -o json adds the counts (reclaims, spot_seconds) and the rate in\n" +
 			"basis points (reclaim_rate_bp).",
 		Example: "  gpucloud spot pools\n  gpucloud spot pools --window 24h -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -183,7 +184,7 @@ const maxReclaimWindow = 30 * 24 * time.Hour
 // checkReclaimWindow checks a --window flag as the server would.
 func checkReclaimWindow(cmd *cobra.Command, d time.Duration) error {
 	if d < time.Second || d > maxReclaimWindow || d%time.Second != 0 {
-		return usagef(cmd, "--window %s: want whole seconds from 1s to 720h", d)
+		return cmdutil.Usagef(cmd, "--window %s: want whole seconds from 1s to 720h", d)
 	}
 	return nil
 }
@@ -208,45 +209,26 @@ func printSpotRequests(w io.Writer, format string, one bool, rs ...*cloud.SpotRe
 // in the STATE column ("active (reclaim in 1m32s)") and whose pending
 // reason completes the request's.
 func printSpotRequestsOf(w io.Writer, format string, one bool, ins map[string]*cloud.Instance, rs ...*cloud.SpotRequest) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, rs[0])
-		}
-		return writeData(w, format, rs)
-	}
-	if len(rs) == 0 {
-		_, err := fmt.Fprintln(w, "no spot requests")
-		return err
-	}
-	tenants := false
-	for _, r := range rs {
-		tenants = tenants || r.TenantID != rs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
 	now := clockNow()
-	for _, r := range rs {
-		state, reason := string(r.State), r.Reason
-		if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
-			if n := instanceNotice(in, now); n != "" {
-				state += " (" + n + ")"
+	return resourceTable[cloud.SpotRequest]{
+		none:   "no spot requests",
+		header: []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"},
+		row: func(r *cloud.SpotRequest) []string {
+			state, reason := string(r.State), r.Reason
+			if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
+				if n := instanceNotice(in, now); n != "" {
+					state += " (" + n + ")"
+				}
+				if in.State == cloud.Pending && in.Reason != "" && !strings.Contains(reason, in.Reason) {
+					reason = strings.TrimSuffix(cmpOrDash(reason, "pending"), ".") + ": " + in.Reason
+				}
 			}
-			if in.State == cloud.Pending && in.Reason != "" && !strings.Contains(reason, in.Reason) {
-				reason = strings.TrimSuffix(cmpOrDash(reason, "pending"), ".") + ": " + in.Reason
-			}
-		}
-		// The reason is last and never cut.
-		row := []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
-			dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
-		if tenants {
-			row = append([]string{r.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
+			// The reason is last and never cut.
+			return []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
+				dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
+		},
+		tenant: func(r *cloud.SpotRequest) string { return r.TenantID },
+	}.print(w, format, one, rs...)
 }
 
 // liveSpotInstances reads the spot instances of a tenant ("" for every
@@ -288,13 +270,8 @@ func maxPriceText(m money.Micros) string {
 
 func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 	var (
-		req                api.CreateSpotRequestRequest
-		offering, zone     string
-		backups, env, tags []string
-		persistent         bool
-		maxPrice           moneyFlag
-		key                string
-		out                outputFlag
+		f   spotCreateFlags
+		out outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "create --offering NAME [--zone Z] [flags] [-- COMMAND ARGS...]",
@@ -312,192 +289,153 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 			"  gpucloud spot requests create --offering h100.1x --zone a --backup h100.1x/b --backup a100.1x/a \\",
 			"      --persistent --max-price 1.20 --interruption stop --volume v-0123 -- python train.py --resume",
 		}, "\n"),
-		Args: func(cmd *cobra.Command, args []string) error {
-			if dash := cmd.ArgsLenAtDash(); len(args) > 0 && dash != 0 {
-				return usagef(cmd, "unexpected argument %q: put the workload's command after \"--\", e.g. -- python train.py", args[0])
-			}
-			return nil
-		},
+		Args: commandAfterDash,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
-			if offering == "" {
-				return usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
-			}
-			req.Pools = []cloud.Pool{{Offering: offering, Zone: zone}}
-			for _, b := range backups {
-				p, err := parsePool(cmd, "backup", b, false)
-				if err != nil {
-					return err
-				}
-				req.Pools = append(req.Pools, p)
-			}
-			if persistent {
-				req.Type = cloud.SpotPersistent
-			}
-			if maxPrice.set {
-				v := maxPrice.v
-				req.MaxPrice = &v
-			}
-			if req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, req.Interruption) {
-				return usagef(cmd, "--interruption %q: want terminate or stop", req.Interruption)
-			}
-			var err error
-			if req.Env, err = keyValues(cmd, "env", env); err != nil {
+			if err := f.request(cmd, args); err != nil {
 				return err
 			}
-			if req.Tags, err = keyValues(cmd, "tag", tags); err != nil {
-				return err
-			}
-			req.Command = args
-			warnRelativeCommand(cmd.ErrOrStderr(), req.Command)
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				r, err := c.CreateSpotRequest(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printSpotRequests(cmd.OutOrStdout(), out.format, true, r)
-			})
+			return createResource(s, cmd, &f.key, &f.req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.SpotRequest, error) {
+					return c.CreateSpotRequest(ctx, f.req, key)
+				},
+				printSpotRequests)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&offering, "offering", "", "the offering to rent; required")
-	f.StringVar(&zone, "zone", "", "the zone of the first pool (default any zone)")
-	f.StringArrayVar(&backups, "backup", nil, "a backup pool OFFERING/ZONE, in order of preference (repeatable)")
-	f.BoolVar(&persistent, "persistent", false, "relaunch after every interruption until cancelled")
-	f.Var(&maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
-	f.StringVar(&req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
-	f.StringVar(&req.Name, "name", "", "a name for the request and its instances")
-	f.StringVar(&req.Image, "image", "", `the OCI image every launch runs in, e.g. "python:3.12" (default: the hosts' default image)`)
-	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
-	f.StringSliceVar(&req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
-	f.StringArrayVar(&tags, "tag", nil, "tag KEY=VALUE (repeatable)")
-	f.StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
-	f.StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
+	f.register(cmd)
 	out.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("offering", s.completeOfferings)
 	_ = cmd.RegisterFlagCompletionFunc("interruption", cobra.FixedCompletions([]string{"terminate", "stop"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
+// spotCreateFlags are the flags of spot requests create that make its
+// request.
+type spotCreateFlags struct {
+	req                api.CreateSpotRequestRequest
+	offering, zone     string
+	backups, env, tags []string
+	persistent         bool
+	maxPrice           moneyFlag
+	key                string
+}
+
+func (f *spotCreateFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.offering, "offering", "", "the offering to rent; required")
+	fs.StringVar(&f.zone, "zone", "", "the zone of the first pool (default any zone)")
+	fs.StringArrayVar(&f.backups, "backup", nil, "a backup pool OFFERING/ZONE, in order of preference (repeatable)")
+	fs.BoolVar(&f.persistent, "persistent", false, "relaunch after every interruption until cancelled")
+	fs.Var(&f.maxPrice, "max-price", "the most to pay per hour (default the on-demand price)")
+	fs.StringVar(&f.req.Interruption, "interruption", "", "on reclaim: terminate (default) or stop")
+	fs.StringVar(&f.req.Name, "name", "", "a name for the request and its instances")
+	fs.StringVar(&f.req.Image, "image", "", `the OCI image every launch runs in, e.g. "python:3.12" (default: the hosts' default image)`)
+	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
+	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
+	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	fs.StringVar(&f.req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
+	fs.StringVar(&f.key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
+}
+
+// request completes f.req from the flags and the workload's command (args).
+func (f *spotCreateFlags) request(cmd *cobra.Command, args []string) error {
+	if f.offering == "" {
+		return cmdutil.Usagef(cmd, "--offering is required ('gpucloud offerings' lists them)")
+	}
+	f.req.Pools = []cloud.Pool{{Offering: f.offering, Zone: f.zone}}
+	for _, b := range f.backups {
+		p, err := parsePool(cmd, "backup", b, false)
+		if err != nil {
+			return err
+		}
+		f.req.Pools = append(f.req.Pools, p)
+	}
+	if f.persistent {
+		f.req.Type = cloud.SpotPersistent
+	}
+	if f.maxPrice.set {
+		v := f.maxPrice.v
+		f.req.MaxPrice = &v
+	}
+	if f.req.Interruption != "" && !slices.Contains([]string{cloud.ActionTerminate, cloud.ActionStop}, f.req.Interruption) {
+		return cmdutil.Usagef(cmd, "--interruption %q: want terminate or stop", f.req.Interruption)
+	}
+	var err error
+	if f.req.Env, err = keyValues(cmd, "env", f.env); err != nil {
+		return err
+	}
+	if f.req.Tags, err = keyValues(cmd, "tag", f.tags); err != nil {
+		return err
+	}
+	f.req.Command = args
+	warnRelativeCommand(cmd.ErrOrStderr(), f.req.Command)
+	return nil
+}
+
 // spotStates are the values of --state.
 var spotStates = []string{"open", "active", "disabled", "closed", "cancelled"}
 
 func newSpotRequestsListCommand(s *session) *cobra.Command {
-	var (
-		states []string
-		tenant string
-		out    outputFlag
-	)
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List spot requests",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
+	cmd := newStateListCommand(s, "List spot requests", "only this tenant's requests, by name or ID (admins)", spotStates,
+		func(ctx context.Context, cmd *cobra.Command, c *conn, t string, want []cloud.SpotRequestState, format string) error {
+			rs, err := c.SpotRequests(ctx, t, want...)
+			if err != nil {
+				return c.explain(err)
 			}
-			var want []cloud.SpotRequestState
-			for _, st := range states {
-				st = strings.ToLower(strings.TrimSpace(st))
-				if !slices.Contains(spotStates, st) {
-					return usagef(cmd, "--state %q: want one of %s", st, strings.Join(spotStates, ", "))
-				}
-				want = append(want, cloud.SpotRequestState(st))
+			if rs == nil {
+				rs = []*cloud.SpotRequest{}
 			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				t, err := c.tenantID(ctx, tenant)
-				if err != nil {
-					return err
+			var ins map[string]*cloud.Instance
+			if format == "table" && len(rs) > 0 {
+				// Without the instances the table still lists the
+				// requests, only without their notices.
+				if ins, err = c.liveSpotInstances(ctx, t); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot read the requests' instances, so reclaim notices are not shown: %v\n", c.explain(err))
 				}
-				rs, err := c.SpotRequests(ctx, t, want...)
-				if err != nil {
-					return c.explain(err)
-				}
-				if rs == nil {
-					rs = []*cloud.SpotRequest{}
-				}
-				var ins map[string]*cloud.Instance
-				if out.table() && len(rs) > 0 {
-					// Without the instances the table still lists the
-					// requests, only without their notices.
-					if ins, err = c.liveSpotInstances(ctx, t); err != nil {
-						fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot read the requests' instances, so reclaim notices are not shown: %v\n", c.explain(err))
-					}
-				}
-				return printSpotRequestsOf(cmd.OutOrStdout(), out.format, false, ins, rs...)
-			})
-		},
-	}
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only these states, comma-separated: "+strings.Join(spotStates, ", "))
-	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's requests, by name or ID (admins)")
-	out.register(cmd)
+			}
+			return printSpotRequestsOf(cmd.OutOrStdout(), format, false, ins, rs...)
+		})
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(spotStates, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
-		Use:     "describe ID",
-		Aliases: []string{"show", "get"},
-		Short:   "Show a spot request",
-		Args:    exactArgs(1, "one spot request ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				r, err := c.GetSpotRequest(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				if !out.table() {
-					return writeData(cmd.OutOrStdout(), out.format, r)
-				}
-				var rows [][]string
-				add := func(k, v string) { rows = append(rows, []string{k + ":", v}) }
-				add("ID", r.ID)
-				add("Name", dash(r.Name))
-				add("Tenant", r.TenantID)
-				add("Type", string(r.Type))
-				add("State", string(r.State))
-				add("Reason", dash(r.Reason))
-				add("Pools", poolList(r.Pools))
-				add("Max price", maxPriceText(r.MaxPrice))
-				add("Interruption", r.Interruption)
-				inst := dash(r.InstanceID)
-				if r.InstanceID != "" {
-					// The instance's state and notice, when it can be read.
-					if in, err := c.GetInstance(ctx, r.InstanceID); err == nil {
-						inst += ": " + stateText(in, clockNow())
-					}
-				}
-				add("Instance", inst)
-				add("Launches", strconv.Itoa(r.Launches))
-				add("Image", imageText(r.Image))
-				add("Command", dash(shellJoin(r.Command)))
-				add("Env", dash(joinMap(r.Env)))
-				add("Volumes", dash(strings.Join(r.Volumes, ", ")))
-				add("Tags", dash(joinMap(r.Tags)))
-				add("Version", strconv.FormatInt(r.Version, 10))
-				add("Created", stamp(r.CreatedAt))
-				add("Updated", stamp(r.UpdatedAt))
-				return writeTable(cmd.OutOrStdout(), rows)
-			})
+	return newDescribeCommand(s, "Show a spot request", "one spot request ID",
+		func(ctx context.Context, c *conn, id string) (*cloud.SpotRequest, error) {
+			return c.GetSpotRequest(ctx, id)
 		},
-	}
-	out.register(cmd)
-	return cmd
+		func(ctx context.Context, c *conn, r *cloud.SpotRequest) fieldRows {
+			var f fieldRows
+			f.add("ID", r.ID)
+			f.add("Name", dash(r.Name))
+			f.add("Tenant", r.TenantID)
+			f.add("Type", string(r.Type))
+			f.add("State", string(r.State))
+			f.add("Reason", dash(r.Reason))
+			f.add("Pools", poolList(r.Pools))
+			f.add("Max price", maxPriceText(r.MaxPrice))
+			f.add("Interruption", r.Interruption)
+			inst := dash(r.InstanceID)
+			if r.InstanceID != "" {
+				// The instance's state and notice, when it can be read.
+				if in, err := c.GetInstance(ctx, r.InstanceID); err == nil {
+					inst += ": " + stateText(in, clockNow())
+				}
+			}
+			f.add("Instance", inst)
+			f.add("Launches", strconv.Itoa(r.Launches))
+			f.add("Image", imageText(r.Image))
+			f.add("Command", dash(shellJoin(r.Command)))
+			f.add("Env", dash(joinMap(r.Env)))
+			f.add("Volumes", dash(strings.Join(r.Volumes, ", ")))
+			f.add("Tags", dash(joinMap(r.Tags)))
+			f.add("Version", strconv.FormatInt(r.Version, 10))
+			f.add("Created", stamp(r.CreatedAt))
+			f.add("Updated", stamp(r.UpdatedAt))
+			return f
+		})
 }
 
 func newSpotRequestsCancelCommand(s *session) *cobra.Command {
@@ -521,7 +459,7 @@ func newSpotRequestsCancelCommand(s *session) *cobra.Command {
 			if ifMatch != "" {
 				v, err := parseIfMatch(ifMatch)
 				if err != nil {
-					return usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "request's", 1))
+					return cmdutil.Usagef(cmd, "%s", strings.Replace(err.Error(), "instance's", "request's", 1))
 				}
 				version = v
 			}

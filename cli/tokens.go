@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -35,27 +35,17 @@ func tokenStatus(t *cloud.Token) string {
 }
 
 // printTokens prints tokens as a table or as JSON or YAML.
-func printTokens(w io.Writer, format string, one bool, ts ...*cloud.Token) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, ts[0])
-		}
-		return writeData(w, format, ts)
-	}
-	if len(ts) == 0 {
-		_, err := fmt.Fprintln(w, "no tokens")
-		return err
-	}
-	rows := [][]string{{"ID", "NAME", "ROLE", "USER", "TENANT", "AGE", "EXPIRES", "STATUS"}}
-	for _, t := range ts {
+var printTokens = resourceTable[cloud.Token]{
+	none:   "no tokens",
+	header: []string{"ID", "NAME", "ROLE", "USER", "TENANT", "AGE", "EXPIRES", "STATUS"},
+	row: func(t *cloud.Token) []string {
 		exp := "never"
 		if t.ExpiresAt != nil {
 			exp = t.ExpiresAt.UTC().Format(time.RFC3339)
 		}
-		rows = append(rows, []string{t.ID, dash(t.Name), string(t.Role), t.UserID, t.TenantID, ago(t.CreatedAt), exp, tokenStatus(t)})
-	}
-	return writeTable(w, rows)
-}
+		return []string{t.ID, dash(t.Name), string(t.Role), t.UserID, t.TenantID, ago(t.CreatedAt), exp, tokenStatus(t)}
+	},
+}.print
 
 func newTokensListCommand(s *session) *cobra.Command {
 	return newTenantListCommand(s, "tokens", "List tokens (never their secrets): members their own, admins every\ntenant's or one tenant's with --tenant.",
@@ -92,7 +82,7 @@ func newTokensCreateCommand(s *session) *cobra.Command {
 		Long: "Create a token for the calling user, with the user's role, and print its\n" +
 			"secret. The secret is shown only this once.",
 		Example: "  gpucloud tokens create --name ci --expires-in 30d\n  gpucloud tokens create -o json",
-		Args:    noArgs,
+		Args:    cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -101,7 +91,7 @@ func newTokensCreateCommand(s *session) *cobra.Command {
 			if expiresIn != "" {
 				d, err := parseExpiry(expiresIn)
 				if err != nil {
-					return usagef(cmd, "%v", err)
+					return cmdutil.Usagef(cmd, "%v", err)
 				}
 				at := clockNow().Add(d).UTC().Truncate(time.Second)
 				req.ExpiresAt = &at

@@ -10,12 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucloud/gpucloud/agent"
-	"github.com/gpucloud/gpucloud/agent/gpu/sim"
-	"github.com/gpucloud/gpucloud/agentapi"
-	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/client"
-	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/serve"
 )
@@ -24,10 +19,10 @@ import (
 // config at a fresh file.
 func tlsCloud(t *testing.T) *serve.Replica {
 	t.Helper()
-	t.Setenv(EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
-	t.Setenv(EnvServer, "")
-	t.Setenv(EnvToken, "")
-	t.Setenv(EnvCAFile, "")
+	t.Setenv(cliconfig.EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
+	t.Setenv(cliconfig.EnvServer, "")
+	t.Setenv(cliconfig.EnvToken, "")
+	t.Setenv(cliconfig.EnvCAFile, "")
 	s, err := serve.Start(context.Background(), serve.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
 		Listen: "127.0.0.1:0", Log: quietLog()})
 	if err != nil {
@@ -55,14 +50,14 @@ func TestLoginTrustsTheCloudCA(t *testing.T) {
 	if code != ExitError || !strings.Contains(errOut, "not the") {
 		t.Fatalf("login with another CA's fingerprint: %d %s", code, errOut)
 	}
-	if _, err := os.Stat(ConfigPath()); err == nil {
+	if _, err := os.Stat(cliconfig.Path()); err == nil {
 		t.Fatal("a refused login wrote the config")
 	}
 	code, out, errOut := run(t, "login", "--server", s.URL, "--token", s.AdminToken, "--ca-fingerprint", strings.ToUpper(s.CAFingerprint()))
 	if code != ExitOK || !strings.Contains(out, "Logged in") {
 		t.Fatalf("login: %d %s %s", code, out, errOut)
 	}
-	b, _ := os.ReadFile(ConfigPath())
+	b, _ := os.ReadFile(cliconfig.Path())
 	if !strings.Contains(string(b), "certificate-authority-data:") {
 		t.Errorf("config lacks the CA:\n%s", b)
 	}
@@ -76,123 +71,6 @@ func TestLoginTrustsTheCloudCA(t *testing.T) {
 	}
 }
 
-// TestAgentTrustsOnFirstContact: an agent whose join token carries the
-// CA's fingerprint fetches and keeps the CA (0600 in its 0700 data
-// directory) and talks TLS to the server from then on; a join token that
-// names another CA is refused before the secret is sent; a restart
-// without the join token uses the kept CA.
-func TestAgentTrustsOnFirstContact(t *testing.T) {
-	s := tlsCloud(t)
-	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "agent")
-	other, _ := pki.NewCA("other", timeNow())
-	if _, _, err := agentClient(ctx, s.URL, agentapi.JoinString("gpc_x_y", other.Fingerprint()), dir); err == nil || !strings.Contains(err.Error(), "not") {
-		t.Fatalf("a join token naming another CA: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, caFileName)); err == nil {
-		t.Fatal("a refused first contact kept a CA")
-	}
-	hc, secret, err := agentClient(ctx, s.URL, agentapi.JoinString("gpc_x_y", s.CAFingerprint()), dir)
-	if err != nil || secret != "gpc_x_y" {
-		t.Fatalf("first contact: %q, %v", secret, err)
-	}
-	resp, err := hc.Get(s.URL + "/ca.crt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	st, err := os.Stat(filepath.Join(dir, caFileName))
-	if err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("kept CA: %v, %v", st, err)
-	}
-	if d, _ := os.Stat(dir); d.Mode().Perm() != 0o700 {
-		t.Errorf("data directory mode %v", d.Mode().Perm())
-	}
-	hc, _, err = agentClient(ctx, s.URL, "", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := hc.Get(s.URL + "/ca.crt"); err != nil {
-		t.Fatalf("restart with the kept CA: %v", err)
-	} else {
-		resp.Body.Close()
-	}
-	// The join token on the command line draws a warning; a file does not.
-	var warn strings.Builder
-	if tok, _ := readJoinToken("gpc_a_b", "", &warn); tok != "gpc_a_b" || !strings.Contains(warn.String(), "visible to every user") {
-		t.Errorf("command-line join token: %q, warning %q", tok, warn.String())
-	}
-	f := filepath.Join(t.TempDir(), "jt")
-	os.WriteFile(f, []byte("gpc_c_d\n"), 0o600)
-	warn.Reset()
-	if tok, _ := readJoinToken("", f, &warn); tok != "gpc_c_d" || warn.Len() != 0 {
-		t.Errorf("join token file: %q, warning %q", tok, warn.String())
-	}
-}
-
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func timeNow() time.Time { return time.Now() }
-
-// TestAgentKeepsClientCert: the join's client key and certificate are
-// kept 0600 in the agent's 0700 data directory and presented from then
-// on, at restarts too; the credential alone, over TLS without them, is
-// refused; a data directory without them (a host that joined before
-// mutual TLS) is an error that says to join again.
-func TestAgentKeepsClientCert(t *testing.T) {
-	s := tlsCloud(t)
-	ctx := context.Background()
-	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
-	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "cli-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "agent")
-	hc, secret, err := agentClient(ctx, s.URL, agentapi.JoinString(jt.Secret, s.CAFingerprint()), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv, err := sim.New(sim.Spec{ID: "h-cli", Zone: "zone-a", Rack: "r1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined, err := agent.Join(ctx, agentapi.NewClient(s.URL, "", hc), secret, drv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ahc, err := joinedClient(s.URL, dir, joined)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{clientKeyFileName, clientCertFileName} {
-		st, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %v, %v; want mode 0600", name, st, err)
-		}
-	}
-	if d, _ := os.Stat(dir); d.Mode().Perm() != 0o700 {
-		t.Errorf("data directory mode %v", d.Mode().Perm())
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
-		t.Errorf("data directory holds %d files, want ca.crt, client.crt and client.key", len(ents))
-	}
-	if _, err := agentapi.NewClient(s.URL, joined.Credential, ahc).Assignments(ctx); err != nil {
-		t.Fatalf("with the client certificate: %v", err)
-	}
-	if _, err := agentapi.NewClient(s.URL, joined.Credential, hc).Assignments(ctx); cloud.ErrorCode(err) != cloud.Unauthenticated {
-		t.Fatalf("the credential without the client certificate: %v; want unauthenticated", err)
-	}
-	// A restart reads them back.
-	ahc, err = agentCredClient(s.URL, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agentapi.NewClient(s.URL, joined.Credential, ahc).Assignments(ctx); err != nil {
-		t.Fatalf("after a restart: %v", err)
-	}
-	// A host that joined before agents had client certificates.
-	os.Remove(filepath.Join(dir, clientCertFileName))
-	if _, err := agentCredClient(s.URL, dir); err == nil || !strings.Contains(err.Error(), "join token") {
-		t.Fatalf("no client certificate: %v", err)
-	}
-}

@@ -2,282 +2,14 @@ package cli
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/catalog"
-	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/money"
 )
-
-// canonicalModel resolves a GPU model name or alias through the built-in
-// catalog; names it does not know (an operator's own models) compare
-// case-insensitively.
-func canonicalModel(name string) string {
-	if name == "" {
-		return ""
-	}
-	if c, err := catalog.Default().CanonicalModel(name); err == nil {
-		return c
-	}
-	return name
-}
-
-// offeringRow is one offering as `gpucloud offerings` shows it: the
-// catalog's offering with its on-demand price, its cheapest spot price and
-// what the fleet can do for it. -o json and -o yaml print these fields
-// next to the offering's own.
-type offeringRow struct {
-	*catalog.Offering
-	// Price is the on-demand price per hour in force now: the one for
-	// every zone, else the cheapest zone's (PriceZones > 1 then).
-	Price      *money.Micros `json:"price,omitempty"`
-	PriceZones int           `json:"price_zones,omitempty"`
-	// SpotPrice is the cheapest current spot price over the offering's
-	// pools (SpotPools of them); absent when it has no pool.
-	SpotPrice *money.Micros `json:"spot_price,omitempty"`
-	SpotPools int           `json:"spot_pools,omitempty"`
-	// Availability is the server's, absent when it does not know.
-	Availability *api.OfferingAvailability `json:"availability,omitempty"`
-}
-
-// availabilityText renders what the fleet can do for an offering: "yes
-// (3 hosts free)", "full (2 hosts could run it)", "no host", or "?" when
-// the server did not say.
-func availabilityText(a *api.OfferingAvailability) string {
-	switch {
-	case a == nil:
-		return "?"
-	case a.Hosts == 0:
-		return "no host"
-	case a.FitsNow > 0:
-		return "yes (" + plural(a.FitsNow, "host", "hosts") + " free)"
-	}
-	return "full (" + plural(a.Hosts, "host", "hosts") + " could run it)"
-}
-
-// priceText renders an offering's on-demand or spot price: "$2.4900/h",
-// "from $0.8000/h" when zones differ, "-" when there is none, "?" when it
-// could not be read.
-func priceText(p *money.Micros, zones int, known bool) string {
-	switch {
-	case !known:
-		return "?"
-	case p == nil:
-		return "-"
-	case zones > 1:
-		return "from " + formatPrice(*p) + "/h"
-	}
-	return formatPrice(*p) + "/h"
-}
-
-// offeringRows joins offerings with the compute prices in force and the
-// spot pools; availability is by offering name.
-func offeringRows(offerings []*catalog.Offering, prices []*cloud.Price, pools []api.SpotPool, avail map[string]api.OfferingAvailability) []offeringRow {
-	type cheapest struct {
-		zoneless *money.Micros
-		min      *money.Micros
-		zones    map[money.Micros]bool
-	}
-	od := map[string]*cheapest{}
-	for _, p := range prices {
-		if p.Kind != cloud.PriceCompute && p.Kind != "" {
-			continue
-		}
-		c := od[p.Offering]
-		if c == nil {
-			c = &cheapest{zones: map[money.Micros]bool{}}
-			od[p.Offering] = c
-		}
-		v := p.Amount
-		if p.Zone == "" {
-			c.zoneless = &v
-		}
-		if c.min == nil || v < *c.min {
-			c.min = &v
-		}
-		c.zones[v] = true
-	}
-	spot := map[string]*cheapest{}
-	for _, p := range pools {
-		c := spot[p.Offering]
-		if c == nil {
-			c = &cheapest{zones: map[money.Micros]bool{}}
-			spot[p.Offering] = c
-		}
-		v := p.Price
-		if c.min == nil || v < *c.min {
-			c.min = &v
-		}
-		c.zones[v] = true
-	}
-	rows := make([]offeringRow, 0, len(offerings))
-	for _, o := range offerings {
-		r := offeringRow{Offering: o}
-		if c := od[o.Name]; c != nil {
-			// One price for every zone is the price; zones priced apart
-			// from it make it a range that starts at the cheapest.
-			r.Price, r.PriceZones = c.min, len(c.zones)
-			if c.zoneless != nil && len(c.zones) == 1 {
-				r.Price = c.zoneless
-			}
-		}
-		if c := spot[o.Name]; c != nil {
-			r.SpotPrice, r.SpotPools = c.min, len(c.zones)
-		}
-		if a, ok := avail[o.Name]; ok {
-			r.Availability = &a
-		}
-		rows = append(rows, r)
-	}
-	return rows
-}
-
-// offeringsTable renders offering rows; pricesKnown and spotKnown say
-// whether the prices and the spot pools could be read.
-func offeringsTable(rows []offeringRow, pricesKnown, spotKnown bool) [][]string {
-	table := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY", "ON-DEMAND", "SPOT", "AVAILABLE"}}
-	for _, r := range rows {
-		o := r.Offering
-		table = append(table, []string{o.Name, string(o.Mode), dash(canonicalModel(o.Model)), offeringResource(o),
-			strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB), priceText(r.Price, r.PriceZones, pricesKnown),
-			priceText(r.SpotPrice, r.SpotPools, spotKnown), availabilityText(r.Availability)})
-	}
-	return table
-}
-
-func newOfferingsCommand(s *session) *cobra.Command {
-	var (
-		mode, model string
-		available   bool
-		out         outputFlag
-	)
-	modes := make([]string, len(offeringModes))
-	for i, m := range offeringModes {
-		modes[i] = string(m)
-	}
-	cmd := &cobra.Command{
-		Use:   "offerings",
-		Short: "List the offerings the server rents, with prices and availability",
-		Long: "List the offerings (instance types) of the server's catalog, which may add\n" +
-			"to the built-in one: the mode, the GPU model, what of the GPU it rents, the\n" +
-			"vCPUs and memory that come with it, and:\n\n" +
-			"  ON-DEMAND  the price per hour in force now (\"from\" when zones differ)\n" +
-			"  SPOT       the cheapest current spot price of its pools (\"-\": no pool yet)\n" +
-			"  AVAILABLE  what the fleet can do for it as of the scheduler's last step:\n" +
-			"             \"yes (N hosts free)\", \"full (N hosts could run it)\" when every\n" +
-			"             host that could is busy, \"no host\" when no host in the fleet\n" +
-			"             ever could (an instance of it would wait forever), \"?\" when\n" +
-			"             the server does not know\n\n" +
-			"--available keeps only the offerings some host could run. Pass a NAME to\n" +
-			"'gpucloud instances create --offering'. 'gpucloud catalog offerings' shows the\n" +
-			"built-in catalog without a server.",
-		Example: "  gpucloud offerings\n  gpucloud offerings --available --mode mig --model H100\n  gpucloud offerings -o json",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			var wantMode catalog.Mode
-			if mode != "" {
-				if wantMode = catalog.Mode(strings.ToLower(mode)); !wantMode.Valid() {
-					return usagef(cmd, "--mode %q: want one of %s", mode, strings.Join(modes, ", "))
-				}
-			}
-			wantModel := canonicalModel(model)
-			c, err := s.connect(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := interruptible(cmd)
-			defer cancel()
-			list, err := c.OfferingList(ctx)
-			if err != nil {
-				return c.explain(err)
-			}
-			offerings := []*catalog.Offering{}
-			for _, o := range list.Offerings {
-				if wantMode != "" && o.Mode != wantMode ||
-					wantModel != "" && !strings.EqualFold(canonicalModel(o.Model), wantModel) {
-					continue
-				}
-				if _, known := list.Availability[o.Name]; available && (!known || list.Availability[o.Name].Hosts == 0) {
-					continue
-				}
-				offerings = append(offerings, o)
-			}
-			if available && len(list.Availability) == 0 {
-				return fmt.Errorf("the server at %s does not say which offerings its fleet can run (it has not placed anything yet, or it is older than this command line): try again without --available", c.server)
-			}
-			// Prices and spot pools complete the table; when they cannot
-			// be read it says "?" rather than failing the listing.
-			stderr := cmd.ErrOrStderr()
-			prices, err := c.Prices(ctx, client.PricesOptions{Kind: cloud.PriceCompute, At: clockNow()})
-			pricesKnown := err == nil
-			if err != nil {
-				fmt.Fprintf(stderr, "warning: cannot read prices: %v\n", c.explain(err))
-			}
-			pools, err := c.SpotPools(ctx)
-			spotKnown := err == nil
-			if err != nil {
-				fmt.Fprintf(stderr, "warning: cannot read spot prices: %v\n", c.explain(err))
-			}
-			rows := offeringRows(offerings, prices, pools, list.Availability)
-			w := cmd.OutOrStdout()
-			if !out.table() {
-				return writeData(w, out.format, rows)
-			}
-			if len(rows) == 0 {
-				filter := describeFilter(wantMode, wantModel)
-				if available {
-					filter += " that a host could run"
-				}
-				fmt.Fprintf(w, "no offerings%s\n", filter)
-				return nil
-			}
-			return writeTable(w, offeringsTable(rows, pricesKnown, spotKnown))
-		},
-	}
-	cmd.Flags().StringVar(&mode, "mode", "", "only offerings of this mode: "+strings.Join(modes, ", "))
-	cmd.Flags().StringVar(&model, "model", "", "only offerings on this GPU model (name or alias)")
-	cmd.Flags().BoolVar(&available, "available", false, "only offerings that some host of the fleet could run")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(modes, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
-}
-
-// tenantID resolves what a user typed for a tenant, a name or an ID, into
-// an ID. Members cannot list tenants; what they typed goes to the server
-// as it is.
-func (c *conn) tenantID(ctx context.Context, arg string) (string, error) {
-	if arg == "" {
-		return "", nil
-	}
-	ts, err := c.Tenants(ctx)
-	if cloud.ErrorCode(err) == cloud.PermissionDenied {
-		return arg, nil
-	}
-	if err != nil {
-		return "", c.explain(err)
-	}
-	for _, t := range ts {
-		if t.ID == arg {
-			return arg, nil
-		}
-	}
-	for _, t := range ts {
-		if t.Name == arg {
-			return t.ID, nil
-		}
-	}
-	return arg, nil
-}
 
 func newVolumesCommand(s *session) *cobra.Command {
 	cmd := groupCommand("volumes", "Create, list, attach and detach volumes",
@@ -290,35 +22,14 @@ func newVolumesCommand(s *session) *cobra.Command {
 
 // printVolumes prints volumes as a table or as JSON or YAML (one volume as
 // an object, several as a list).
-func printVolumes(w io.Writer, format string, one bool, vs ...*cloud.Volume) error {
-	if format != "table" {
-		if one {
-			return writeData(w, format, vs[0])
-		}
-		return writeData(w, format, vs)
-	}
-	if len(vs) == 0 {
-		_, err := fmt.Fprintln(w, "no volumes")
-		return err
-	}
-	tenants := false
-	for _, v := range vs {
-		tenants = tenants || v.TenantID != vs[0].TenantID
-	}
-	header := []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"}
-	if tenants {
-		header = append([]string{"TENANT"}, header...)
-	}
-	rows := [][]string{header}
-	for _, v := range vs {
-		row := []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
-		if tenants {
-			row = append([]string{v.TenantID}, row...)
-		}
-		rows = append(rows, row)
-	}
-	return writeTable(w, rows)
-}
+var printVolumes = resourceTable[cloud.Volume]{
+	none:   "no volumes",
+	header: []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"},
+	row: func(v *cloud.Volume) []string {
+		return []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
+	},
+	tenant: func(v *cloud.Volume) string { return v.TenantID },
+}.print
 
 func newVolumesCreateCommand(s *session) *cobra.Command {
 	var (
@@ -335,31 +46,22 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a\n" +
 			"  # Safe to retry from a script\n" +
 			"  gpucloud volumes create --name datasets --size-gib 500 --idempotency-key datasets-1",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
 			}
 			if req.Name == "" {
-				return usagef(cmd, "--name is required")
+				return cmdutil.Usagef(cmd, "--name is required")
 			}
 			if req.SizeGiB <= 0 {
-				return usagef(cmd, "--size-gib is required and must be positive")
+				return cmdutil.Usagef(cmd, "--size-gib is required and must be positive")
 			}
-			if key == "" {
-				key = newUUID()
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				var err error
-				if req.Tenant, err = c.tenantID(ctx, req.Tenant); err != nil {
-					return err
-				}
-				v, err := c.CreateVolume(ctx, req, key)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
+			return createResource(s, cmd, &key, &req.Tenant, out.format,
+				func(ctx context.Context, c *conn, key string) (*cloud.Volume, error) {
+					return c.CreateVolume(ctx, req, key)
+				},
+				printVolumes)
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "the volume's name; required")
@@ -377,64 +79,26 @@ func newVolumesListCommand(s *session) *cobra.Command {
 }
 
 func newVolumesAttachCommand(s *session) *cobra.Command {
-	var (
-		instance string
-		out      outputFlag
-	)
-	cmd := &cobra.Command{
+	return newToInstanceCommand(s, &cobra.Command{
 		Use:     "attach VOLUME --instance ID",
 		Short:   "Attach a detached volume to an instance",
 		Example: "  gpucloud volumes attach v-0123456789abcdef --instance i-0123456789abcdef",
-		Args:    exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			if instance == "" {
-				return usagef(cmd, "--instance is required")
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.AttachVolume(ctx, args[0], instance)
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	cmd.Flags().StringVar(&instance, "instance", "", "the instance to attach it to; required")
-	out.register(cmd)
-	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
-	return cmd
+	}, "one volume ID", "the instance to attach it to; required",
+		func(ctx context.Context, c *conn, id, instance string) (*cloud.Volume, error) {
+			return c.AttachVolume(ctx, id, instance)
+		}, printVolumes)
 }
 
 func newVolumesDetachCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
+	return newIDCommand(s, &cobra.Command{
 		Use:   "detach VOLUME",
 		Short: "Detach a volume from its instance",
 		Long:  "Detach a volume from its instance; detaching a detached volume changes nothing.",
-		Args:  exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.DetachVolume(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
+	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DetachVolume(ctx, id) }, asOne(printVolumes))
 }
 
 func newVolumesDeleteCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
+	return newIDCommand(s, &cobra.Command{
 		Use:     "delete VOLUME",
 		Aliases: []string{"rm"},
 		Short:   "Delete a volume: its data is gone and its storage stops being billed",
@@ -442,31 +106,5 @@ func newVolumesDeleteCommand(s *session) *cobra.Command {
 			"named by a spot request that may still launch, is refused: detach it or cancel\n" +
 			"the request first. Deleting a deleted volume changes nothing.",
 		Example: "  gpucloud volumes delete v-0123456789abcdef",
-		Args:    exactArgs(1, "one volume ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				v, err := c.DeleteVolume(ctx, args[0])
-				if err != nil {
-					return c.explain(err)
-				}
-				return printVolumes(cmd.OutOrStdout(), out.format, true, v)
-			})
-		},
-	}
-	out.register(cmd)
-	return cmd
-}
-
-// withConn connects and runs fn with an interruptible context.
-func (s *session) withConn(cmd *cobra.Command, fn func(context.Context, *conn) error) error {
-	c, err := s.connect(cmd)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := interruptible(cmd)
-	defer cancel()
-	return fn(ctx, c)
+	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DeleteVolume(ctx, id) }, asOne(printVolumes))
 }

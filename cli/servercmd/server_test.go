@@ -1,4 +1,4 @@
-package cli
+package servercmd
 
 import (
 	"testing"
@@ -11,14 +11,14 @@ import (
 
 func TestSpotServerFlags(t *testing.T) {
 	parse := func(args ...string) (*serve.Config, error) {
-		var f spotServerFlags
+		var f SpotFlags
 		cmd := &cobra.Command{Use: "server"}
-		f.register(cmd)
+		f.Register(cmd)
 		if err := cmd.ParseFlags(args); err != nil {
 			return nil, err
 		}
 		var cfg serve.Config
-		return &cfg, f.apply(cmd, &cfg)
+		return &cfg, f.Apply(cmd, &cfg)
 	}
 	cfg, err := parse("--spot-notice", "90s", "--pool-notice", "h100.8x/a=5m", "--pool-notice", "l4.1x=45s", "--spot-keep-failed", "1h")
 	if err != nil {

@@ -1,4 +1,4 @@
-package cli
+package upcmd
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestUpRuntimeChoice(t *testing.T) {
 		t.Errorf("bad mode: %v", err)
 	}
 	// auto falls back, saying why, when this machine cannot run containers.
-	if why := containerdMissing(); why != "" {
+	if why := ContainerdMissing(); why != "" {
 		u, err := startUpRuntimes(t.Context(), upRuntimeAuto, t.TempDir(), log)
 		if err != nil || u.kind != upRuntimeProcess || u.why != why {
 			t.Errorf("auto without containers: %+v, %v; want processes because %s", u, err, why)

@@ -1,52 +1,37 @@
-package cli
+// Package servercmd is the `gpucloud server` command, the control plane's
+// launcher, and the server flags `gpucloud up` shares with it (TLS, the
+// spot market, request limits). It starts the server through serve.
+package servercmd
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/serve"
 	"github.com/gpucloud/gpucloud/spot"
 )
 
-// dataDir is where gpucloud keeps its embedded database and agent state by
-// default: $XDG_DATA_HOME/gpucloud, or ~/.local/share/gpucloud.
-func dataDir() string {
-	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "gpucloud")
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local", "share", "gpucloud")
-	}
-	return ".gpucloud"
-}
-
-// signalContext ends on SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-func newServerCommand(stderr io.Writer) *cobra.Command {
+// New returns the server command. stderr takes the log.
+func New(stderr io.Writer) *cobra.Command {
 	var (
 		db, listen string
 		hbTimeout  time.Duration
 		logLevel   string
-		spotFlags  spotServerFlags
-		tlsFlags   tlsServerFlags
-		limits     limitFlags
+		spotFlags  SpotFlags
+		tlsFlags   TLSFlags
+		limits     LimitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -58,26 +43,26 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 			"The first start creates the operator tenant and an admin token, printed once.",
 		Example: "  gpucloud server --db sqlite://./gpucloud.db --listen 127.0.0.1:7878\n" +
 			"  gpucloud server --db postgres://gpucloud@db.internal/gpucloud --listen 0.0.0.0:7878",
-		Args: noArgs,
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if db == "" {
-				if err := os.MkdirAll(dataDir(), 0o700); err != nil {
+				if err := os.MkdirAll(cmdutil.DataDir(), 0o700); err != nil {
 					return err
 				}
-				db = "sqlite://" + filepath.Join(dataDir(), "gpucloud.db")
+				db = "sqlite://" + filepath.Join(cmdutil.DataDir(), "gpucloud.db")
 			}
-			log, err := newLogger(stderr, logLevel)
+			log, err := cmdutil.NewLogger(stderr, logLevel)
 			if err != nil {
-				return usagef(cmd, "%v", err)
+				return cmdutil.Usagef(cmd, "%v", err)
 			}
-			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.config()}
-			if err := spotFlags.apply(cmd, &cfg); err != nil {
+			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.Config()}
+			if err := spotFlags.Apply(cmd, &cfg); err != nil {
 				return err
 			}
-			if err := limits.apply(cmd, &cfg); err != nil {
+			if err := limits.Apply(cmd, &cfg); err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := cmdutil.SignalContext()
 			defer stop()
 			s, err := serve.Start(ctx, cfg)
 			if err != nil {
@@ -102,21 +87,23 @@ func newServerCommand(stderr io.Writer) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.DurationVar(&hbTimeout, "heartbeat-timeout", 30*time.Second, "mark a host unhealthy after this long without a heartbeat")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	spotFlags.register(cmd)
-	tlsFlags.register(cmd, true)
-	limits.register(cmd)
+	spotFlags.Register(cmd)
+	tlsFlags.Register(cmd, true)
+	limits.Register(cmd)
 	return cmd
 }
 
-// tlsServerFlags say how a server serves: TLS 1.3 with the cloud's own CA
+// TLSFlags say how a server serves: TLS 1.3 with the cloud's own CA
 // by default.
-type tlsServerFlags struct {
+type TLSFlags struct {
 	cert, key string
 	hosts     []string
 	plain     bool
 }
 
-func (t *tlsServerFlags) register(cmd *cobra.Command, operator bool) {
+// Register adds the flags to cmd; operator adds those of a server run by
+// an operator (its own certificate, more names).
+func (t *TLSFlags) Register(cmd *cobra.Command, operator bool) {
 	f := cmd.Flags()
 	f.BoolVar(&t.plain, "plain-http", false, "serve plain HTTP instead of TLS 1.3 (development only; refused unless --listen is a loopback address)")
 	if !operator {
@@ -127,19 +114,21 @@ func (t *tlsServerFlags) register(cmd *cobra.Command, operator bool) {
 	f.StringSliceVar(&t.hosts, "tls-host", nil, "another name or address the issued server certificate covers (the one clients and agents reach the server by); repeatable")
 }
 
-func (t *tlsServerFlags) config() serve.TLS {
+// Config is the TLS configuration the flags say.
+func (t *TLSFlags) Config() serve.TLS {
 	return serve.TLS{CertFile: t.cert, KeyFile: t.key, Hosts: t.hosts, Plain: t.plain}
 }
 
-// spotServerFlags are the server's spot market settings.
-type spotServerFlags struct {
+// SpotFlags are the server's spot market settings.
+type SpotFlags struct {
 	notice     time.Duration
 	poolNotice []string
 	clear      time.Duration
 	keepFailed time.Duration
 }
 
-func (f *spotServerFlags) register(cmd *cobra.Command) {
+// Register adds the flags to cmd.
+func (f *SpotFlags) Register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.DurationVar(&f.notice, "spot-notice", controller.DefaultNotice, "reclaim notice a spot instance gets before it is stopped (at least 30s)")
 	fs.StringArrayVar(&f.poolNotice, "pool-notice", nil, "reclaim notice of one pool or offering, e.g. h100.8x/us-east-1a=5m or h100.8x=3m (repeatable)")
@@ -147,13 +136,13 @@ func (f *spotServerFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.keepFailed, "spot-keep-failed", controller.DefaultKeepFailed, "how long a failed spot instance is kept for inspection before its persistent request relaunches")
 }
 
-// apply checks the flags and sets them on cfg.
-func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
+// Apply checks the flags and sets them on cfg.
+func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *serve.Config) error {
 	if f.notice < controller.MinNotice {
-		return usagef(cmd, "--spot-notice %s: at least %s", f.notice, controller.MinNotice)
+		return cmdutil.Usagef(cmd, "--spot-notice %s: at least %s", f.notice, controller.MinNotice)
 	}
 	if f.clear <= 0 || f.keepFailed < 0 {
-		return usagef(cmd, "--spot-clear-interval must be positive and --spot-keep-failed not negative")
+		return cmdutil.Usagef(cmd, "--spot-clear-interval must be positive and --spot-keep-failed not negative")
 	}
 	sc := spot.DefaultConfig()
 	sc.NoticeSeconds = int(f.notice / time.Second)
@@ -162,10 +151,10 @@ func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
 		k, v, ok := strings.Cut(pn, "=")
 		d, err := time.ParseDuration(v)
 		if !ok || k == "" || err != nil {
-			return usagef(cmd, "--pool-notice %q: want OFFERING[/ZONE]=DURATION, e.g. h100.8x/us-east-1a=5m", pn)
+			return cmdutil.Usagef(cmd, "--pool-notice %q: want OFFERING[/ZONE]=DURATION, e.g. h100.8x/us-east-1a=5m", pn)
 		}
 		if d < controller.MinNotice {
-			return usagef(cmd, "--pool-notice %q: at least %s", pn, controller.MinNotice)
+			return cmdutil.Usagef(cmd, "--pool-notice %q: at least %s", pn, controller.MinNotice)
 		}
 		if cfg.PoolNotice == nil {
 			cfg.PoolNotice = map[string]time.Duration{}
@@ -175,22 +164,14 @@ func (f *spotServerFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
 	return nil
 }
 
-// newLogger returns a text logger on w at the named level.
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-// limitFlags are the API's request limits (httpapi.RateLimits).
-type limitFlags struct {
+// LimitFlags are the API's request limits (httpapi.RateLimits).
+type LimitFlags struct {
 	limits  []string
 	proxies []string
 }
 
-func (f *limitFlags) register(cmd *cobra.Command) {
+// Register adds the flags to cmd.
+func (f *LimitFlags) Register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringArrayVar(&f.limits, "rate-limit", nil, "a request limit, ROLE=RATE/BURST per second: member (default "+
 		limitText(httpapi.DefaultMemberRate, httpapi.DefaultMemberBurst)+"), admin ("+
@@ -204,11 +185,11 @@ func limitText(rate float64, burst int) string {
 	return strconv.FormatFloat(rate, 'f', -1, 64) + "/" + strconv.Itoa(burst)
 }
 
-// apply parses the flags into cfg.Limits.
-func (f *limitFlags) apply(cmd *cobra.Command, cfg *serve.Config) error {
+// Apply parses the flags into cfg.Limits.
+func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *serve.Config) error {
 	l, err := parseLimits(f.limits, f.proxies)
 	if err != nil {
-		return usagef(cmd, "%v", err)
+		return cmdutil.Usagef(cmd, "%v", err)
 	}
 	cfg.Limits = l
 	return nil

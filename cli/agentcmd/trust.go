@@ -1,4 +1,4 @@
-package cli
+package agentcmd
 
 import (
 	"context"
@@ -23,14 +23,14 @@ const EnvJoinToken = "GPUCLOUD_JOIN_TOKEN"
 // caFileName is where an agent keeps the cloud's CA in its data directory.
 const caFileName = "ca.crt"
 
-// agentClient is the HTTP client an agent joins with: plain for an
+// JoinClient is the HTTP client an agent joins with: plain for an
 // http:// server; else trusting the CA kept in dataDir (ca.crt), or the CA
 // the join token's fingerprint names, fetched from the server and checked
 // against it, then kept; else the system's roots. It presents no client
 // certificate (the join issues one; agentCredClient presents it). joinString may
 // be empty (a restart with a credential). It returns the join token's
 // secret.
-func agentClient(ctx context.Context, server, joinString, dataDir string) (*http.Client, string, error) {
+func JoinClient(ctx context.Context, server, joinString, dataDir string) (*http.Client, string, error) {
 	secret, fp, err := agentapi.SplitJoinToken(joinString)
 	if err != nil {
 		return nil, "", err
@@ -123,7 +123,7 @@ func writeSecret(path string, b []byte) error {
 
 // agentCredClient is the HTTP client an agent uses with its credential:
 // plain for an http:// server; else trusting the CA kept in dataDir (or
-// the system's roots without one, as agentClient) and presenting the
+// the system's roots without one, as JoinClient) and presenting the
 // client certificate kept there (mutual TLS), without which the server
 // refuses the credential. A data directory that has none (an agent that
 // joined before mutual TLS) is an error saying to join again.
@@ -154,9 +154,9 @@ func agentCredClient(server, dataDir string) (*http.Client, error) {
 	return agentapi.TLSClient(caPEM, cert)
 }
 
-// joinedClient keeps what a join issued (keepClientCert) and returns the
+// JoinedClient keeps what a join issued (keepClientCert) and returns the
 // client the agent uses with its new credential (agentCredClient).
-func joinedClient(server, dataDir string, j *agent.Joined) (*http.Client, error) {
+func JoinedClient(server, dataDir string, j *agent.Joined) (*http.Client, error) {
 	if err := keepClientCert(dataDir, j); err != nil {
 		return nil, err
 	}

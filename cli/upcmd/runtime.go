@@ -1,4 +1,4 @@
-package cli
+package upcmd
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/network"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/cli/agentcmd"
 )
 
 // Runtimes `gpucloud up --runtime` chooses from.
@@ -81,10 +82,10 @@ func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= m.min && m.Handler.Enabled(ctx, l)
 }
 
-// containerdMissing says why this machine cannot run `up`'s workloads in
+// ContainerdMissing says why this machine cannot run `up`'s workloads in
 // containers, or "" when it has all it takes: Linux, root, and Debian's
 // containerd, runc, tini and busybox-static.
-func containerdMissing() string {
+func ContainerdMissing() string {
 	if goruntime.GOOS != "linux" {
 		return "containers need Linux"
 	}
@@ -125,7 +126,7 @@ func containerdMissing() string {
 }
 
 // startUpRuntimes chooses how `up` runs workloads. auto runs containers
-// when containerdMissing finds nothing missing, the private containerd
+// when ContainerdMissing finds nothing missing, the private containerd
 // starts (under dataDir/ctr) and has the default image (built from
 // busybox-static when missing), and plain processes otherwise, with why;
 // containerd insists (an error says what is missing); process never
@@ -140,7 +141,7 @@ func startUpRuntimes(ctx context.Context, mode, dataDir string, log *slog.Logger
 	default:
 		return nil, fmt.Errorf("--runtime %q: want auto, containerd or process", mode)
 	}
-	why := containerdMissing()
+	why := ContainerdMissing()
 	if why == "" {
 		// The daemon outlives a Ctrl-C until the containers are stopped:
 		// its context is not the command's.
@@ -166,7 +167,7 @@ func startUpRuntimes(ctx context.Context, mode, dataDir string, log *slog.Logger
 // dir/runtime, labels its containers with the host (dir's name) so that
 // the runtimes of other hosts on the daemon leave them alone, and for a
 // simulated host sees the fake device nodes made in dir/dev.
-func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (agentRuntime, error) {
+func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (agentcmd.Runtime, error) {
 	if u.kind == upRuntimeProcess {
 		return process.New(filepath.Join(dir, "runtime")).SetLog(u.log), nil
 	}

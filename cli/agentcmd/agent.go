@@ -1,0 +1,381 @@
+// Package agentcmd is the `gpucloud agent` command: the host agent's
+// launcher (its flags, the join and the credential it keeps, the GPU driver
+// and the workload runtime it opens). It links the agent's packages and
+// agentapi, and no package of the control plane
+// (TestAgentDependencies in agent/deps_test.go).
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/exporter"
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/network"
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+)
+
+// New returns the agent command. stderr takes the log and warnings.
+func New(stderr io.Writer) *cobra.Command {
+	var fl flags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the host agent: report GPUs, run assigned instances",
+		Long: "Run the gpucloud agent on a GPU host. The first start joins the cloud with a\n" +
+			"join token (created by an admin with `gpucloud hosts join-token`) and saves the\n" +
+			"host's own credential; later starts use the credential. The join token carries\n" +
+			"the fingerprint of the cloud's CA (TOKEN@sha256:...): the agent trusts the\n" +
+			"server on first contact only if it presents that CA, and keeps the CA in its\n" +
+			"data directory (0700) for later starts.\n\n" +
+			"The agent reports the host's GPUs (NVML on real GPUs, or a simulated host from\n" +
+			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
+			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
+			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.\n\n" +
+			"With --runtime containerd (run as root, with containerd and runc installed) each\n" +
+			"instance runs in a container of its own: its own namespaces, a non-root user, its\n" +
+			"CPU, memory and pids limits, only its volumes, and only its GPUs' device nodes\n" +
+			"(docs/RUNTIME.md). The default process runtime isolates nothing: it is for a\n" +
+			"single tenant.\n\n" +
+			"With --metrics-listen it serves the GPUs' metrics for Prometheus on /metrics, under\n" +
+			"the DCGM exporter's names and gpucloud_gpu_* names (docs/METRICS.md).",
+		Example: "  gpucloud agent --server https://10.0.0.5:7878 --join-token-file /root/join-token --driver nvml\n" +
+			"  GPUCLOUD_JOIN_TOKEN=$T gpucloud agent --server https://127.0.0.1:7878 --driver sim --sim-host h100.yaml\n" +
+			"  gpucloud agent --server https://10.0.0.5:7878 --driver nvml --metrics-listen 0.0.0.0:9400\n" +
+			"  gpucloud agent --server https://10.0.0.5:7878 --driver nvml --runtime containerd",
+		Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd, &fl, stderr)
+		},
+	}
+	fl.register(cmd)
+	return cmd
+}
+
+// flags are the agent command's flags.
+type flags struct {
+	joinToken, joinTokenFile, credFile, driver, simHost, dir   string
+	volumeDir, logLevel                                        string
+	metricsListen, runtimeName, containerdSocket, defaultImage string
+	mpsControl                                                 string
+	manageMIG                                                  bool
+	interval, metricsInterval                                  time.Duration
+	net                                                        instanceNetFlags
+}
+
+func (fl *flags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&fl.joinToken, "join-token", "", "join token for the first start (visible in ps: prefer --join-token-file or $"+EnvJoinToken+")")
+	f.StringVar(&fl.joinTokenFile, "join-token-file", "", "file holding the join token for the first start")
+	f.StringVar(&fl.credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
+	f.StringVar(&fl.driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
+	f.StringVar(&fl.simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
+	f.StringVar(&fl.dir, "data-dir", filepath.Join(cmdutil.DataDir(), "agent"), "volumes, work directories and workload logs")
+	f.StringVar(&fl.volumeDir, "volume-dir", "", "keep volumes here (VOLUME-DIR/<id>) rather than in the data directory: a filesystem every host mounts lets volumes follow instances across hosts (spot relaunches find their checkpoints)")
+	f.BoolVar(&fl.manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
+	f.DurationVar(&fl.interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
+	f.DurationVar(&fl.metricsInterval, "metrics-interval", agent.DefaultMetricsInterval, "how often instances' GPU and CPU utilization is sampled and reported (negative: never)")
+	f.StringVar(&fl.metricsListen, "metrics-listen", "", `serve GPU metrics for Prometheus on http://ADDR/metrics, e.g. "127.0.0.1:9400" (default off)`)
+	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&fl.runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
+	f.StringVar(&fl.containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
+	fl.net.register(cmd)
+	f.StringVar(&fl.defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
+	f.StringVar(&fl.mpsControl, "mps-control", "", "CUDA MPS control program run per shared GPU (--runtime containerd on real GPUs; "+containerd.DefaultMPSControl+" in PATH when empty)")
+}
+
+// run is the agent command: it checks the flags, opens the GPU driver,
+// joins the cloud on the first start (or reads the kept credential), opens
+// the workload runtime and runs the agent until a signal stops it.
+func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
+	server, _ := cmd.Flags().GetString("server")
+	if server == "" {
+		server = os.Getenv(cliconfig.EnvServer)
+	}
+	if server == "" {
+		return cmdutil.Usagef(cmd, "--server is required (or $%s)", cliconfig.EnvServer)
+	}
+	log, err := cmdutil.NewLogger(stderr, fl.logLevel)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	if fl.runtimeName != "process" && fl.runtimeName != "containerd" {
+		return cmdutil.Usagef(cmd, "--runtime %q: want process or containerd", fl.runtimeName)
+	}
+	h, err := openDriver(cmd, fl)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	if err := makeDataDir(fl.dir); err != nil {
+		return err
+	}
+	if fl.credFile == "" {
+		fl.credFile = filepath.Join(fl.dir, "credential")
+	}
+	ctx, stop := cmdutil.SignalContext()
+	defer stop()
+	cred, hc, err := credential(ctx, cmd, fl, server, h.drv, stderr)
+	if err != nil {
+		return err
+	}
+	netCfg, err := fl.net.config(server, log)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg)
+	if err != nil {
+		return err
+	}
+	if fl.runtimeName == "process" {
+		fmt.Fprintln(stderr, "warning: the process runtime does not isolate workloads from each other or from the agent: use --runtime containerd on a shared host")
+	}
+	md := metadata.New()
+	defer md.Close()
+	a := agent.New(agentapi.NewClient(server, cred, hc), agent.Config{
+		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
+		MetricsInterval: fl.metricsInterval,
+	})
+	if fl.metricsListen != "" {
+		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "agent running against %s (data in %s); Ctrl-C stops it and its workloads\n", server, fl.dir)
+	return runUntilStopped(ctx, a, rt)
+}
+
+// hostDriver is the GPU driver the flags name, with what goes with it.
+type hostDriver struct {
+	drv       gpu.Driver
+	sim       *sim.Host // the simulated host, for --driver sim
+	hostname  string    // the host's name in its metrics
+	manageMIG bool      // always for a simulated host; --manage-mig on real GPUs
+	close     func()
+}
+
+// openDriver opens the driver of --driver: NVML, or the simulated host of
+// --sim-host.
+func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
+	hostname, _ := os.Hostname()
+	switch fl.driver {
+	case "sim":
+		if fl.simHost == "" {
+			return nil, cmdutil.Usagef(cmd, "--driver sim needs --sim-host FILE")
+		}
+		h, err := sim.LoadFile(fl.simHost)
+		if err != nil {
+			return nil, err
+		}
+		return &hostDriver{drv: h, sim: h, hostname: h.ID(), manageMIG: true, close: func() {}}, nil
+	case "nvml":
+		d, err := nvml.Open()
+		if err != nil {
+			return nil, fmt.Errorf("open NVML: %w", err)
+		}
+		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, close: func() { d.Close() }}, nil
+	}
+	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim or nvml", fl.driver)
+}
+
+// makeDataDir makes the agent's data directory, which holds the
+// credential, the CA and the workloads' state, the host's root's only (a
+// directory made before keeps its mode otherwise).
+func makeDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// credential returns the host's credential and the HTTP client that goes
+// with it: the kept one, or on the first start the one a join with the
+// join token issues (kept then, with its client certificate).
+func credential(ctx context.Context, cmd *cobra.Command, fl *flags, server string, drv gpu.Driver, stderr io.Writer) (string, *http.Client, error) {
+	jt, err := readJoinToken(fl.joinToken, fl.joinTokenFile, stderr)
+	if err != nil {
+		return "", nil, err
+	}
+	hc, secret, err := JoinClient(ctx, server, jt, fl.dir)
+	if err != nil {
+		return "", nil, err
+	}
+	cred, err := os.ReadFile(fl.credFile)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrNotExist):
+		if secret == "" {
+			return "", nil, cmdutil.Usagef(cmd, "no credential in %s: the first start needs a join token (--join-token-file FILE or $%s)", fl.credFile, EnvJoinToken)
+		}
+		if cred, err = join(ctx, cmd.OutOrStdout(), server, hc, secret, drv, fl); err != nil {
+			return "", nil, err
+		}
+	default:
+		return "", nil, err
+	}
+	// The credential works only with the host's client certificate
+	// (mutual TLS), at every start.
+	if hc, err = agentCredClient(server, fl.dir); err != nil {
+		return "", nil, err
+	}
+	return strings.TrimSpace(string(cred)), hc, nil
+}
+
+// join joins the cloud with the join token's secret, keeps the client
+// certificate and the credential it issues, and returns the credential.
+func join(ctx context.Context, out io.Writer, server string, hc *http.Client, secret string, drv gpu.Driver, fl *flags) ([]byte, error) {
+	joined, err := agent.Join(ctx, agentapi.NewClient(server, "", hc), secret, drv)
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", server, err)
+	}
+	// The client certificate first: a kept credential implies it.
+	if err := keepClientCert(fl.dir, joined); err != nil {
+		return nil, err
+	}
+	cred := []byte(joined.Credential)
+	if err := os.WriteFile(fl.credFile, append(cred, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "joined %s as host %s\n", server, joined.HostID)
+	return cred, nil
+}
+
+// serveMetrics serves the GPUs' metrics for Prometheus on addr until ctx
+// ends, and says where on out.
+func serveMetrics(ctx context.Context, out io.Writer, addr string, cfg exporter.Config) error {
+	ms, err := exporter.Listen(addr, exporter.Handler(exporter.New(cfg), cfg.Log))
+	if err != nil {
+		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+	go func() {
+		if err := ms.Serve(ctx); err != nil {
+			cfg.Log.Error("agent: metrics server stopped", "err", err)
+		}
+	}()
+	fmt.Fprintf(out, "GPU metrics on http://%s/metrics\n", ms.Addr())
+	return nil
+}
+
+// runUntilStopped runs the agent until ctx ends (a signal: not an error),
+// then stops its workloads.
+func runUntilStopped(ctx context.Context, a *agent.Agent, rt Runtime) error {
+	err := a.Run(ctx)
+	shut, cancel := cmdutil.ShutdownContext(10 * time.Second)
+	defer cancel()
+	rt.StopAll(shut)
+	if errors.Is(err, ctx.Err()) {
+		return nil
+	}
+	return err
+}
+
+// Runtime is what the agent command needs of a workload runtime.
+type Runtime interface {
+	runtime.Runtime
+	runtime.ResourceReader
+	StopAll(ctx context.Context) error
+}
+
+// newAgentRuntime opens the workload runtime the flags name. For the
+// containerd runtime on a simulated host, the sim driver's fake device
+// nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
+func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config) (Runtime, error) {
+	if name == "process" {
+		return process.New(filepath.Join(dir, "runtime")), nil
+	}
+	// Each container's own network (a per-tenant bridge, NAT, nftables
+	// isolation from other tenants and the host: docs/RUNTIME.md).
+	net, err := network.New(ctx, netCfg)
+	if err != nil {
+		return nil, fmt.Errorf("--runtime containerd: the instance network: %w", err)
+	}
+	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net, MPSControl: mpsControl}
+	if simHost != nil {
+		cfg.DevDir = filepath.Join(dir, "dev")
+		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)
+		if err := simHost.MakeDeviceNodes(cfg.DevDir); err != nil {
+			return nil, fmt.Errorf("--runtime containerd: the simulated host's device nodes: %w", err)
+		}
+	}
+	rt, err := containerd.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--runtime containerd: %w", err)
+	}
+	if image == containerd.BaseImage {
+		if err := rt.EnsureBaseImage(ctx, ""); err != nil {
+			rt.Close()
+			return nil, fmt.Errorf("--runtime containerd: the default image: %w", err)
+		}
+	}
+	return rt, nil
+}
+
+// instanceNetFlags configure the containers' instance network.
+type instanceNetFlags struct {
+	subnet         string
+	forward        bool
+	blocked, allow []string
+}
+
+func (n *instanceNetFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&n.subnet, "instance-subnet", network.DefaultSubnet.String(), "the host's instance subnet, one /24 per tenant (--runtime containerd); must not overlap the host's networks")
+	f.BoolVar(&n.forward, "ip-forward", false, "turn on the host's IPv4 forwarding, which instances need to reach the outside through NAT (--runtime containerd)")
+	f.StringSliceVar(&n.blocked, "block-cidr", nil, "more destinations instances may not reach (the server's own addresses are always blocked); repeatable")
+	f.StringSliceVar(&n.allow, "allow-cidr", nil, "exceptions to the blocked private ranges (a dataset server on the host's network); never another tenant or the host; repeatable")
+}
+
+// config is the network configuration, with the server's addresses
+// blocked: a workload has no business with the control plane's API.
+func (n *instanceNetFlags) config(server string, log *slog.Logger) (network.Config, error) {
+	cfg := network.Config{Forwarding: n.forward, Log: log}
+	p, err := netip.ParsePrefix(n.subnet)
+	if err != nil {
+		return cfg, fmt.Errorf("--instance-subnet: %v", err)
+	}
+	cfg.Subnet = p
+	for _, list := range []struct {
+		flag string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"--block-cidr", n.blocked, &cfg.Blocked}, {"--allow-cidr", n.allow, &cfg.Allowed}} {
+		for _, s := range list.in {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return cfg, fmt.Errorf("%s %q: %v", list.flag, s, err)
+			}
+			*list.out = append(*list.out, p)
+		}
+	}
+	if u, err := url.Parse(server); err == nil && u.Hostname() != "" {
+		if addrs, err := net.LookupHost(u.Hostname()); err == nil {
+			for _, a := range addrs {
+				if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
+					cfg.Blocked = append(cfg.Blocked, netip.PrefixFrom(ip, 32))
+				}
+			}
+		}
+	}
+	return cfg, nil
+}

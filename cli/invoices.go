@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/billing"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/money"
+)
+
+func newInvoicesCommand(s *session) *cobra.Command {
+	cmd := groupCommand("invoices", "Show invoices",
+		"Invoices are rated live from the usage ledger: the current month's is a\n"+
+			"running total until the month ends.",
+		newInvoicesShowCommand(s))
+	cmd.Aliases = []string{"invoice"}
+	return cmd
+}
+
+// lineQuantity renders a line's quantity in the unit its price is per
+// (lineUnitPrice): hours for time-metered lines, GiB-months for storage,
+// so that quantity × unit price is the amount. Under an hour, four
+// decimals keep what was billed visible.
+func lineQuantity(l billing.Line) string {
+	switch l.Unit {
+	case billing.UnitSecond:
+		return secondsIn(l.Quantity, money.SecondsPerHour) + " h"
+	case billing.UnitGiBSecond:
+		return secondsIn(l.Quantity, money.SecondsPerMonth) + " GiB-month"
+	case billing.UnitUnitSecond:
+		return secondsIn(l.Quantity, money.SecondsPerHour) + " unit-h"
+	}
+	return strconv.FormatInt(l.Quantity, 10)
+}
+
+// secondsIn renders seconds in units of per seconds (an hour, a billing
+// month), computed in integers and rounded half up: two decimals from one
+// unit up, four below it, and "<0.0001" for a quantity too small for
+// that: secondsIn(5400, 3600) is "1.50", secondsIn(60, 3600) "0.0167".
+func secondsIn(seconds, per int64) string {
+	sign := ""
+	if seconds < 0 {
+		sign, seconds = "-", -seconds
+	}
+	decimals, scale := 2, int64(100)
+	if seconds < per {
+		decimals, scale = 4, 10_000
+	}
+	v := (seconds*scale*2 + per) / (2 * per)
+	if v == 0 && seconds > 0 {
+		return sign + "<0.0001"
+	}
+	return fmt.Sprintf("%s%d.%0*d", sign, v/scale, decimals, v%scale)
+}
+
+// lineUnitPrice renders a line's unit price with what it is per.
+func lineUnitPrice(l billing.Line) string {
+	switch l.Unit {
+	case billing.UnitGiBSecond:
+		return formatPrice(l.UnitPrice) + "/GiB-month"
+	case billing.UnitUnitSecond:
+		return formatPrice(l.UnitPrice) + "/unit-h"
+	case billing.UnitEach:
+		return formatPrice(l.UnitPrice) + " each"
+	}
+	return formatPrice(l.UnitPrice) + "/h"
+}
+
+// lineGroup is invoice lines that differ only in unit price (a spot
+// pool's seconds at each price in force), summed for the table.
+type lineGroup struct {
+	billing.Line
+	n int
+}
+
+// average is the group's average unit price, rounded to a micro.
+func (g lineGroup) average() money.Micros {
+	per := int64(money.SecondsPerHour)
+	if g.Unit == billing.UnitGiBSecond {
+		per = money.SecondsPerMonth
+	}
+	if g.Quantity == 0 {
+		return g.UnitPrice
+	}
+	avg, err := money.MulDiv(g.Amount, per, g.Quantity)
+	if err != nil {
+		return g.UnitPrice
+	}
+	return avg
+}
+
+// groupLines sums consecutive lines that differ only in unit price, unless
+// detail asks for every line. Amounts add exactly, so the total is the
+// same either way.
+func groupLines(lines []billing.Line, detail bool) []lineGroup {
+	var out []lineGroup
+	for _, l := range lines {
+		if n := len(out); !detail && n > 0 {
+			p := &out[n-1]
+			if p.Category == l.Category && p.Model == l.Model && p.Offering == l.Offering && p.Zone == l.Zone &&
+				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description {
+				p.Quantity += l.Quantity
+				p.Amount += l.Amount
+				p.n++
+				continue
+			}
+		}
+		out = append(out, lineGroup{Line: l, n: 1})
+	}
+	return out
+}
+
+// printInvoices writes invoices as tables: a heading per invoice, its lines
+// (those that differ only in price summed, unless detail) and its total.
+func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
+	if len(invs) == 0 {
+		_, err := fmt.Fprintln(w, "no invoices")
+		return err
+	}
+	for i, inv := range invs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		status := "running total as of " + inv.AsOf.UTC().Format(time.RFC3339)
+		if inv.Final {
+			status = "final"
+		}
+		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
+		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
+		var shown money.Micros
+		for _, g := range groupLines(inv.Lines, detail) {
+			price := lineUnitPrice(g.Line)
+			if g.n > 1 {
+				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
+			}
+			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(g.Amount)})
+			shown += g.Amount.Round(10_000)
+		}
+		rows = append(rows, []string{"TOTAL", "", "", formatAmount(inv.Total)})
+		if err := writeTable(w, rows); err != nil {
+			return err
+		}
+		if shown != inv.Total.Round(10_000) {
+			// Lines are metered to the micro-dollar and shown to the cent.
+			fmt.Fprintln(w, "Line amounts are rounded to cents; the total is their exact sum (-o json shows every digit).")
+		}
+	}
+	return nil
+}
+
+func newInvoicesShowCommand(s *session) *cobra.Command {
+	var (
+		o      client.InvoicesOptions
+		format string
+		detail bool
+	)
+	formats := []string{"table", "json", "yaml", "csv"}
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show the invoice of a month",
+		Long: "Show a month's invoice (default the current month, UTC): each line with its\n" +
+			"quantity in the unit of its price (hours, or GiB-months for volumes), unit\n" +
+			"price and amount, in dollars and cents, and the total.\n" +
+			"Members see their tenant's; admins one tenant's with --tenant, else every\n" +
+			"tenant's. Spot seconds are billed at the price in force each second; the table\n" +
+			"sums them per pool with the average price (--detail shows every price), and\n" +
+			"-o json and -o csv keep one line per price, with exact quantities in seconds.",
+		Example: "  gpucloud invoices show\n  gpucloud invoices show --month 2026-12 -o csv > invoice.csv",
+		Args:    cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(formats, format) {
+				return cmdutil.Usagef(cmd, `--output %q: want "table", "json", "yaml" or "csv"`, format)
+			}
+			if o.Month != "" {
+				if _, err := billing.ParseMonth(o.Month); err != nil {
+					return cmdutil.Usagef(cmd, "--month %q: want YYYY-MM, e.g. 2026-12", o.Month)
+				}
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				var err error
+				if o.Tenant, err = c.tenantID(ctx, o.Tenant); err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if format == "csv" {
+					b, err := c.InvoicesCSV(ctx, o)
+					if err != nil {
+						return c.explain(err)
+					}
+					_, err = w.Write(b)
+					return err
+				}
+				invs, err := c.Invoices(ctx, o)
+				if err != nil {
+					return c.explain(err)
+				}
+				if invs == nil {
+					invs = []*billing.Invoice{}
+				}
+				if format != "table" {
+					return writeData(w, format, invs)
+				}
+				return printInvoices(w, invs, detail)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Month, "month", "", "the month, YYYY-MM (default the current month, UTC)")
+	f.StringVar(&o.Tenant, "tenant", "", "only this tenant, by name or ID (admins; default every tenant)")
+	f.StringVarP(&format, "output", "o", "table", `output format: "table", "json", "yaml" or "csv"`)
+	f.BoolVar(&detail, "detail", false, "one table row per unit price (spot lines are otherwise summed per pool, with their average price)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}

@@ -1,0 +1,499 @@
+// Package upcmd is `gpucloud up`: a complete local cloud in one process,
+// a server (through serve, with servercmd's flags) and an agent for every
+// simulated host (through agentcmd's join and runtimes).
+package upcmd
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/exporter"
+	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/agentcmd"
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/cli/servercmd"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/serve"
+)
+
+// hostAgent is one agent `up` runs, with what it must stop on exit.
+type hostAgent struct {
+	id  string
+	ag  *agent.Agent
+	rt  agentcmd.Runtime
+	md  *metadata.Endpoints
+	drv gpu.Driver
+	gpu int
+}
+
+// startAgent joins a host to the server and returns its running agent,
+// which runs workloads with rt. Every agent of a local cloud keeps volumes
+// under volumeDir, so that a volume follows its instance from host to host
+// as on a cloud's network storage.
+func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime) (*hostAgent, error) {
+	hc, secret, err := agentcmd.JoinClient(ctx, url, joinToken, dir)
+	if err != nil {
+		return nil, err
+	}
+	joined, err := agent.Join(ctx, agentapi.NewClient(url, "", hc), secret, drv)
+	if err != nil {
+		return nil, err
+	}
+	if hc, err = agentcmd.JoinedClient(url, dir, joined); err != nil { // mutual TLS from now on
+		return nil, err
+	}
+	inv, err := drv.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := &hostAgent{id: joined.HostID, rt: rt, md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
+	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
+		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
+		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
+	})
+	return h, nil
+}
+
+// loadFleet reads a list of simulated hosts (sim.Spec) from YAML.
+func loadFleet(path string) ([]sim.Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var specs []sim.Spec
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&specs); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%s: no hosts", path)
+	}
+	return specs, nil
+}
+
+// New returns the up command. stderr takes the log.
+func New(stderr io.Writer) *cobra.Command {
+	var fl flags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a complete local cloud: server, embedded SQLite and a simulated fleet",
+		Long: "Start, in one process, a gpucloud server with embedded SQLite in a data directory,\n" +
+			"a simulated fleet (2 hosts of 8x H100-80GB-SXM and 2 of 8x A100-80GB-SXM on NVLink,\n" +
+			"4 of 2x L40S; or --fleet FILE) and an agent for every host. If this machine has\n" +
+			"NVIDIA GPUs and NVML works, they join as a real host too (MIG layouts untouched).\n\n" +
+			"Run as root with containerd, runc, tini and busybox-static installed (Debian's\n" +
+			"packages), it runs every instance in a container of its own, on a private\n" +
+			"containerd under DATA-DIR/ctr, in the busybox base image unless the instance\n" +
+			"names one (docs/RUNTIME.md). Otherwise workloads run as plain processes and up\n" +
+			"says why in one line: they are then not isolated from each other (--runtime).\n\n" +
+			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
+			"the other commands work right away, and shuts down cleanly on Ctrl-C (or\n" +
+			"SIGTERM), exiting 0. To run a second cloud beside it, give it another --listen\n" +
+			"port and --data-dir. --spot-notice shortens the two-minute notice a reclaimed\n" +
+			"spot instance gets, to watch reclaims without waiting.",
+		Example: "  gpucloud up\n" +
+			"  gpucloud instances create --offering h100.mig.3g.40gb --wait -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 3600'",
+		Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd, &fl, stderr)
+		},
+	}
+	fl.register(cmd)
+	return cmd
+}
+
+// flags are the up command's flags.
+type flags struct {
+	spot                             servercmd.SpotFlags
+	tls                              servercmd.TLSFlags
+	limits                           servercmd.LimitFlags
+	dir, listen, fleetFile, logLevel string
+	runtimeMode, db                  string
+	noNVML                           bool
+	interval                         time.Duration
+	metricsListen                    string
+}
+
+func (fl *flags) register(cmd *cobra.Command) {
+	fl.tls.Register(cmd, false)
+	f := cmd.Flags()
+	fl.spot.Register(cmd)
+	fl.limits.Register(cmd)
+	f.StringVar(&fl.dir, "data-dir", cmdutil.DataDir(), "where the database, the admin token and the hosts' files live")
+	f.StringVar(&fl.listen, "listen", "127.0.0.1:7878", "API listen address")
+	f.StringVar(&fl.db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
+	f.StringVar(&fl.fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
+	f.BoolVar(&fl.noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
+	f.StringVar(&fl.runtimeMode, "runtime", upRuntimeAuto, "how workloads run: auto (containers when this machine can: root with containerd, runc, tini and busybox-static installed; else processes, with a warning), containerd (containers or fail) or process (plain processes, not isolated)")
+	f.DurationVar(&fl.interval, "agent-interval", time.Second, "how often agents poll for assignments and heartbeat")
+	f.StringVar(&fl.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	f.StringVar(&fl.metricsListen, "agent-metrics-listen", "127.0.0.1:9400", `where the agents serve their GPU metrics for Prometheus ("" turns it off)`)
+}
+
+// run is the up command: a server on the data directory, a join token,
+// the workload runtimes, an agent for every host, the agents' metrics, the
+// CLI configuration; then it waits for a signal and stops it all.
+func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
+	log, err := cmdutil.NewLogger(stderr, fl.logLevel)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	specs := sim.DefaultFleet()
+	if fl.fleetFile != "" {
+		if specs, err = loadFleet(fl.fleetFile); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(fl.dir, 0o700); err != nil {
+		return err
+	}
+	ctx, stop := cmdutil.SignalContext()
+	defer stop()
+	s, err := startServer(ctx, cmd, fl, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		shut, cancel := cmdutil.ShutdownContext(10 * time.Second)
+		defer cancel()
+		s.Close(shut)
+	}()
+	token, err := keepDataDir(fl.dir, s)
+	if err != nil {
+		return err
+	}
+	joinString, err := createJoinToken(ctx, s, token)
+	if err != nil {
+		return err
+	}
+	// Containers on a private containerd when this machine can run
+	// them, else plain processes (rts.describe says which, and why).
+	rts, err := startUpRuntimes(ctx, fl.runtimeMode, fl.dir, log)
+	if err != nil {
+		return err
+	}
+	defer rts.close()
+	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
+	if err != nil {
+		return err
+	}
+	// The metrics listener is opened before the agents run, so that a
+	// failure to open it leaves no agent polling a server that has gone.
+	agentMetrics, err := serveAgentMetrics(ctx, cmd, fl.metricsListen, hosts, log)
+	if err != nil {
+		return err
+	}
+	wg := runAgents(ctx, hosts, log)
+	out := cmd.OutOrStdout()
+	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
+	<-ctx.Done()
+	wg.Wait()
+	stopHosts(hosts)
+	rts.close() // after the containers are stopped
+	fmt.Fprintln(out, "gpucloud stopped")
+	return nil
+}
+
+// startServer starts the server on the data directory's SQLite (or --db),
+// or says who holds the listen address.
+func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.Logger) (*serve.Replica, error) {
+	db := fl.db
+	if db == "" {
+		db = "sqlite://" + filepath.Join(fl.dir, "gpucloud.db")
+	}
+	cfg := serve.Config{DB: db, Listen: fl.listen, Log: log, TLS: fl.tls.Config()}
+	if err := fl.limits.Apply(cmd, &cfg); err != nil {
+		return nil, err
+	}
+	if err := fl.spot.Apply(cmd, &cfg); err != nil {
+		return nil, err
+	}
+	s, err := serve.Start(ctx, cfg)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, addressInUse(fl.listen)
+	}
+	return s, err
+}
+
+// keepDataDir keeps the admin token and the CA certificate in the data
+// directory and locks it down; it returns the admin token.
+func keepDataDir(dir string, s *serve.Replica) (string, error) {
+	token, err := adminToken(dir, s.AdminToken)
+	if err != nil {
+		return "", err
+	}
+	// The data directory is the operator's alone: the admin token
+	// and the database (with every tenant's data) are 0600 in a
+	// 0700 directory, whatever a previous run or the umask left.
+	if err := lockDown(dir); err != nil {
+		return "", err
+	}
+	// The CA certificate is public: curl --cacert and browsers
+	// that import it trust the cloud with it.
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), s.CAPEM(), 0o644); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// createJoinToken creates the join token of up's hosts (valid an hour)
+// and returns it as agents take it, with the CA's fingerprint.
+func createJoinToken(ctx context.Context, s *serve.Replica, token string) (string, error) {
+	admin := client.New(s.URL, token, s.HTTPClient())
+	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
+	if err != nil {
+		return "", fmt.Errorf("create join token: %w", err)
+	}
+	return agentapi.JoinString(jt.Secret, s.CAFingerprint()), nil
+}
+
+// startHosts joins the simulated hosts, and this machine's GPUs when NVML
+// works (unless --no-nvml; a failure there is a warning), and returns
+// their agents, not yet running.
+func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, rts *upRuntimes, fl *flags, log *slog.Logger) ([]*hostAgent, error) {
+	volumes := filepath.Join(fl.dir, "volumes")
+	var hosts []*hostAgent
+	for _, spec := range specs {
+		drv, err := sim.New(spec)
+		if err != nil {
+			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
+		}
+		hostDir := filepath.Join(fl.dir, "hosts", spec.ID)
+		rt, err := rts.forHost(ctx, hostDir, drv)
+		if err != nil {
+			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
+		}
+		h, err := startAgent(ctx, url, joinString, drv, hostDir, volumes, true, fl.interval, log, rt)
+		if err != nil {
+			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
+		}
+		hosts = append(hosts, h)
+	}
+	if fl.noNVML {
+		return hosts, nil
+	}
+	drv, err := nvml.Open()
+	if err != nil {
+		return hosts, nil
+	}
+	hostDir := filepath.Join(fl.dir, "hosts", "nvml")
+	rt, err := rts.forHost(ctx, hostDir, drv)
+	if err == nil {
+		var h *hostAgent
+		if h, err = startAgent(ctx, url, joinString, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {
+			hosts = append(hosts, h)
+		}
+	}
+	if err != nil {
+		log.Warn("NVIDIA GPUs found but the host could not join", "err", err)
+	}
+	return hosts, nil
+}
+
+// serveAgentMetrics serves the GPU metrics of every host's agent on one
+// listener until ctx ends, and returns its URL ("" when addr is "").
+func serveAgentMetrics(ctx context.Context, cmd *cobra.Command, addr string, hosts []*hostAgent, log *slog.Logger) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	cs := make([]prometheus.Collector, len(hosts))
+	for i, h := range hosts {
+		cs[i] = exporter.New(exporter.Config{Driver: h.drv, Hostname: h.id, Assignments: h.ag.Assignments, Workloads: h.rt, Log: log})
+	}
+	h := exporter.HandlerOf(log, cs...)
+	ms, err := exporter.Listen(addr, h)
+	if errors.Is(err, syscall.EADDRINUSE) && !cmd.Flags().Changed("agent-metrics-listen") {
+		// The default port is taken (another `gpucloud up`, or a
+		// DCGM exporter): any free port does, and is printed below.
+		ms, err = exporter.Listen("127.0.0.1:0", h)
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return "", fmt.Errorf("--agent-metrics-listen %s: the address is in use; give another, or \"\" to serve no agent metrics", addr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--agent-metrics-listen: %w", err)
+	}
+	go func() { _ = ms.Serve(ctx) }()
+	return "http://" + ms.Addr() + "/metrics", nil
+}
+
+// runAgents runs every host's agent until ctx ends; the wait group is
+// done when they all have stopped.
+func runAgents(ctx context.Context, hosts []*hostAgent, log *slog.Logger) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(1)
+		go func(h *hostAgent) {
+			defer wg.Done()
+			if err := h.ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("agent stopped", "host", h.id, "err", err)
+			}
+		}(h)
+	}
+	return &wg
+}
+
+// writeCLIConfig points the CLI's configuration at the server, and
+// returns its path, or "" when it could not be written (a warning).
+func writeCLIConfig(s *serve.Replica, token string, log *slog.Logger) string {
+	cfgPath := cliconfig.Path()
+	if cfgPath != "" {
+		if err := cliconfig.Write(cfgPath, s.URL, token, s.CAPEM()); err != nil {
+			log.Warn("could not write the CLI configuration", "path", cfgPath, "err", err)
+			cfgPath = ""
+		}
+	}
+	return cfgPath
+}
+
+// printWelcome says what runs where, and how to start using it.
+func printWelcome(out io.Writer, s *serve.Replica, token, cfgPath, dir string, hosts []*hostAgent, rts *upRuntimes, agentMetrics string) {
+	gpus := 0
+	for _, h := range hosts {
+		gpus += h.gpu
+	}
+	fmt.Fprintf(out, "gpucloud is up: %s (%d hosts, %d GPUs, data in %s)\n", s.URL, len(hosts), gpus, dir)
+	fmt.Fprintln(out, rts.describe())
+	fmt.Fprintf(out, "admin token: %s\n", token)
+	if strings.HasPrefix(s.URL, "https://") {
+		fmt.Fprintf(out, "TLS 1.3 with the cloud's own CA %s (saved to the CLI configuration; other machines: gpucloud login --ca-fingerprint)\n", s.CAFingerprint())
+		fmt.Fprintf(out, "console: %s/ (log in with the admin token; the browser must trust the cloud's CA, %s/ca.crt, or run up --plain-http)\n", s.URL, s.URL)
+	} else {
+		fmt.Fprintf(out, "plain HTTP on loopback (--plain-http): for development only\n")
+		fmt.Fprintf(out, "console: %s/ (log in with the admin token)\n", s.URL)
+	}
+	fmt.Fprintf(out, "server metrics: %s (Prometheus; send the admin token as a bearer token)\n", s.MetricsURL())
+	if agentMetrics != "" {
+		fmt.Fprintf(out, "agent metrics: %s (GPU metrics of every host, DCGM exporter names; no token)\n", agentMetrics)
+	}
+	if cfgPath != "" {
+		fmt.Fprintf(out, "CLI configured in %s; try:\n", cfgPath)
+	} else {
+		fmt.Fprintf(out, "export GPUCLOUD_SERVER=%s GPUCLOUD_TOKEN=%s; then try:\n", s.URL, token)
+	}
+	fmt.Fprintf(out, "  gpucloud offerings --mode mig\n")
+	fmt.Fprintf(out, "  gpucloud instances create --offering h100.mig.3g.40gb --wait -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 600'\n")
+	fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
+}
+
+// stopHosts stops every host's workloads and metadata endpoints.
+func stopHosts(hosts []*hostAgent) {
+	shut, cancel := cmdutil.ShutdownContext(10 * time.Second)
+	defer cancel()
+	for _, h := range hosts {
+		h.rt.StopAll(shut)
+		h.md.Close()
+	}
+}
+
+// addressInUse explains why `up` cannot listen on addr: a gpucloud server
+// answers there (most likely another `gpucloud up`), or another program
+// holds the port; and how to run this one elsewhere.
+func addressInUse(addr string) error {
+	who := "another program is listening there"
+	// A gpucloud serves TLS 1.3 (its own CA, which this probe need not
+	// trust: it only reads the public OpenAPI document's title), or plain
+	// HTTP in development.
+	url := "https://" + probeAddr(addr)
+	if !isGPUCloud(url) {
+		url = "http://" + probeAddr(addr)
+	}
+	if isGPUCloud(url) {
+		who = "a gpucloud server is already running there (" + url + "), probably another `gpucloud up`: " +
+			"use it (the CLI configuration `gpucloud up` wrote points at it; try `gpucloud hosts list`), or stop it with Ctrl-C"
+	}
+	return fmt.Errorf("cannot listen on %s: %s. To run another cloud next to it, give it another port and data directory: "+
+		"gpucloud up --listen 127.0.0.1:7879 --data-dir DIR (--listen 127.0.0.1:0 picks a free port)", addr, who)
+}
+
+// probeAddr is where to reach a listen address from this machine: its
+// port on loopback when it listens on every interface.
+func probeAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// isGPUCloud reports whether a gpucloud server answers at url: its
+// OpenAPI document, which needs no token, names it.
+func isGPUCloud(url string) bool {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // identification only; nothing is sent
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url + "/v1/openapi.json")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Info struct {
+			Title string `json:"title"`
+		} `json:"info"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<22)).Decode(&doc) != nil {
+		return false
+	}
+	return strings.HasPrefix(doc.Info.Title, "gpucloud")
+}
+
+// adminToken keeps the admin token of a data directory: the first start
+// writes it (0600) next to the database, later starts read it back, since
+// the server keeps only its hash.
+func adminToken(dir, created string) (string, error) {
+	path := filepath.Join(dir, "admin-token")
+	if created != "" {
+		return created, os.WriteFile(path, []byte(created+"\n"), 0o600)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s has a database but no admin token file (%v): start with an empty --data-dir", dir, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// lockDown makes the data directory 0700 and the database files and the
+// admin token in it 0600.
+func lockDown(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	for _, name := range []string{"gpucloud.db", "gpucloud.db-wal", "gpucloud.db-shm", "admin-token"} {
+		if err := os.Chmod(filepath.Join(dir, name), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
