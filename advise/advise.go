@@ -152,7 +152,7 @@ type Advice struct {
 // naming the field (several are joined); a nil market or catalog, a
 // negative price in the market, or a cost that overflows is a plain
 // error.
-func Advise(w Workload, m *Market, cat *catalog.Catalog) (*Advice, error) {
+func Advise(w Workload, m *MarketView, cat *catalog.Catalog) (*Advice, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func Advise(w Workload, m *Market, cat *catalog.Catalog) (*Advice, error) {
 type adviser struct {
 	w          *Workload
 	need       *Need
-	m          *Market
+	m          *MarketView
 	cat        *catalog.Catalog
 	a          *Advice
 	storage    money.Micros // the storage cost, the same for every option
@@ -348,7 +348,7 @@ func availability(w *Workload, f *fit, av *Availability) (Fit, string, string) {
 }
 
 // storageCost prices the checkpoint volume for the workload's days.
-func storageCost(need *Need, m *Market) (money.Micros, string, error) {
+func storageCost(need *Need, m *MarketView) (money.Micros, string, error) {
 	c, err := money.MulDiv(m.VolumePerGiBMonth, need.CheckpointGiB*need.HeldSeconds, money.SecondsPerMonth)
 	if err != nil {
 		return 0, "", fmt.Errorf("advise: volume cost: %w", err)

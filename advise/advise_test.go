@@ -15,7 +15,7 @@ import (
 )
 
 // listMarket is ListMarket of the built-in catalog.
-func listMarket(t *testing.T) (*Market, *catalog.Catalog) {
+func listMarket(t *testing.T) (*MarketView, *catalog.Catalog) {
 	t.Helper()
 	cat := catalog.Default()
 	m, err := ListMarket(cat)
@@ -25,7 +25,7 @@ func listMarket(t *testing.T) (*Market, *catalog.Catalog) {
 	return m, cat
 }
 
-func mustAdvise(t *testing.T, w Workload, m *Market, cat *catalog.Catalog) *Advice {
+func mustAdvise(t *testing.T, w Workload, m *MarketView, cat *catalog.Catalog) *Advice {
 	t.Helper()
 	a, err := Advise(w, m, cat)
 	if err != nil {
@@ -273,8 +273,8 @@ func TestTrainingAcrossGPUsNeedsNVLink(t *testing.T) {
 
 // costMarket is one offering at 12.00/h (the articles' example), spot at
 // 4.80 in two zones.
-func costMarket() *Market {
-	return &Market{Source: "test", VolumePerGiBMonth: money.MustParse("0.10"), Offerings: map[string]Quote{
+func costMarket() *MarketView {
+	return &MarketView{Source: "test", VolumePerGiBMonth: money.MustParse("0.10"), Offerings: map[string]Quote{
 		"h100.1x": {OnDemand: money.MustParse("12"), Spot: []SpotQuote{
 			{Zone: "a", Price: money.MustParse("4.80"), ReclaimRateBP: 500, RateKnown: true},
 			{Zone: "b", Price: money.MustParse("4.00"), ReclaimRateBP: 5000, RateKnown: true},
@@ -394,7 +394,7 @@ func TestSpotNeedsInterruptionTolerance(t *testing.T) {
 
 func TestMixForMultiNode(t *testing.T) {
 	cat := catalog.Default()
-	m := &Market{Source: "test", VolumePerGiBMonth: 0, Offerings: map[string]Quote{
+	m := &MarketView{Source: "test", VolumePerGiBMonth: 0, Offerings: map[string]Quote{
 		"h100.8x": {OnDemand: money.MustParse("20"), Spot: []SpotQuote{{Zone: "a", Price: money.MustParse("8"), ReclaimRateBP: 1000, RateKnown: true}}},
 	}}
 	w := training(70_000_000_000, 3)
@@ -456,7 +456,7 @@ func TestDeadlineAndBudget(t *testing.T) {
 
 func TestAvailability(t *testing.T) {
 	cat := catalog.Default()
-	m := &Market{Source: "test", Offerings: map[string]Quote{
+	m := &MarketView{Source: "test", Offerings: map[string]Quote{
 		"t4.shared.0.5":    {OnDemand: money.MustParse("0.10"), Availability: &Availability{Hosts: 0}},
 		"l4.shared.0.5":    {OnDemand: money.MustParse("0.20"), Availability: &Availability{Hosts: 3, FitsNow: 0}},
 		"a10.shared.0.5":   {OnDemand: money.MustParse("0.30"), Availability: &Availability{Hosts: 3, FitsNow: 1}},
@@ -482,7 +482,7 @@ func TestAvailability(t *testing.T) {
 	}
 
 	// A job of more whole hosts than the fleet could ever hold.
-	m = &Market{Source: "test", Offerings: map[string]Quote{
+	m = &MarketView{Source: "test", Offerings: map[string]Quote{
 		"h100.8x": {OnDemand: money.MustParse("20"), Availability: &Availability{Hosts: 2, FitsNow: 2}},
 	}}
 	a = mustAdvise(t, training(70_000_000_000, 3), m, cat)
@@ -545,7 +545,7 @@ func TestValidate(t *testing.T) {
 	} {
 		w := ok
 		tc.mod(&w)
-		_, err := Advise(w, &Market{}, catalog.Default())
+		_, err := Advise(w, &MarketView{}, catalog.Default())
 		var ce *cloud.Error
 		if !errors.As(err, &ce) || ce.Code != cloud.Invalid || ce.Details["field"] != tc.field || !strings.HasPrefix(ce.Message, tc.field+": ") {
 			t.Errorf("%+v: error %v, want invalid_argument on %s", w, err, tc.field)
@@ -563,7 +563,7 @@ func TestValidate(t *testing.T) {
 	if _, err := Advise(ok, nil, catalog.Default()); err == nil {
 		t.Error("no error without a market")
 	}
-	for _, m := range []*Market{
+	for _, m := range []*MarketView{
 		{VolumePerGiBMonth: -1},
 		{Offerings: map[string]Quote{"t4.1x": {OnDemand: -1}}},
 		{Offerings: map[string]Quote{"t4.1x": {OnDemand: 1, Spot: []SpotQuote{{Zone: "a", Price: -1}}}}},

@@ -24,11 +24,11 @@ const (
 	DefaultReclaimRateBP = 500
 )
 
-// Market is what renting costs and what the fleet can run, as a tenant
+// MarketView is what renting costs and what the fleet can run, as a tenant
 // may read it: LiveMarket builds it from what a server shows (GET
 // /v1/offerings, /v1/prices and /v1/spot/pools), ListMarket offline from
 // list prices. Advise reads it and never changes it.
-type Market struct {
+type MarketView struct {
 	// Source says where the numbers come from, for the reasons: "list
 	// prices" or "live from https://...".
 	Source string `json:"source"`
@@ -105,7 +105,7 @@ type Availability struct {
 
 // check reports a negative price: the API never serves one, so it is a
 // caller's bug, not something to advise around.
-func (m *Market) check() error {
+func (m *MarketView) check() error {
 	if m.VolumePerGiBMonth < 0 {
 		return fmt.Errorf("advise: market: negative volume price %s", m.VolumePerGiBMonth)
 	}
@@ -127,8 +127,8 @@ func (m *Market) check() error {
 // DefaultSpotDiscountBP off with DefaultReclaimRateBP reclaims, volumes
 // at billing.DefaultVolumePrice, availability unknown. An operator's
 // price book may differ; the advice says which prices it used.
-func ListMarket(cat *catalog.Catalog) (*Market, error) {
-	m := &Market{Source: "list prices", Offerings: map[string]Quote{}, VolumePerGiBMonth: billing.DefaultVolumePrice}
+func ListMarket(cat *catalog.Catalog) (*MarketView, error) {
+	m := &MarketView{Source: "list prices", Offerings: map[string]Quote{}, VolumePerGiBMonth: billing.DefaultVolumePrice}
 	for _, o := range cat.Offerings() {
 		od, err := billing.ListPrice(cat, o.Name)
 		if err != nil {
@@ -178,8 +178,8 @@ type LivePool struct {
 // which); an offering without a price is not sold. Its availability when
 // the server knows it, and its pools that have a price, by zone. Volumes
 // at the every-zone volume price, else billing.DefaultVolumePrice.
-func LiveMarket(l Live) *Market {
-	m := &Market{Source: l.Source, Live: true, Offerings: map[string]Quote{}, VolumePerGiBMonth: billing.DefaultVolumePrice}
+func LiveMarket(l Live) *MarketView {
+	m := &MarketView{Source: l.Source, Live: true, Offerings: map[string]Quote{}, VolumePerGiBMonth: billing.DefaultVolumePrice}
 	type od struct {
 		price money.Micros
 		zone  string

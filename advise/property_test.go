@@ -48,8 +48,8 @@ func randWorkload(rng *rand.Rand) Workload {
 	return w
 }
 
-func randMarket(rng *rand.Rand, cat *catalog.Catalog) *Market {
-	m := &Market{Source: "random", Offerings: map[string]Quote{},
+func randMarket(rng *rand.Rand, cat *catalog.Catalog) *MarketView {
+	m := &MarketView{Source: "random", Offerings: map[string]Quote{},
 		VolumePerGiBMonth: money.Micros(rng.Int64N(200_000)), Terms: CommitmentTerms{NoCommitments: rng.IntN(5) == 0}}
 	zones := []string{"z1", "z2", "z3"}
 	for _, o := range cat.Offerings() {
@@ -100,7 +100,7 @@ func TestAdviseProperties(t *testing.T) {
 	}
 }
 
-func checkAdvice(t *testing.T, cat *catalog.Catalog, w Workload, m *Market, a *Advice) {
+func checkAdvice(t *testing.T, cat *catalog.Catalog, w Workload, m *MarketView, a *Advice) {
 	t.Helper()
 	need := a.Need
 	accounted := map[string]bool{}

@@ -20,7 +20,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 var _ agent.ControlPlane = (*agenttest.ControlPlane)(nil)

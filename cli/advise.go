@@ -35,7 +35,7 @@ type adviseOptions struct {
 	out               outputFlag
 	topSet            bool
 	workload          advise.Workload
-	market            *advise.Market
+	market            *advise.MarketView
 	// unknownOfferings are the server's offerings that the local
 	// catalog does not have, so that the advice cannot consider them.
 	unknownOfferings []string
@@ -307,7 +307,7 @@ func (o *adviseOptions) fetchMarket(cmd *cobra.Command, cat *catalog.Catalog) er
 // readMarket reads what any tenant may read (the offerings with their
 // availability, the prices in force at now, the spot pools with their
 // reclaim rates) and builds the advisor's market from it.
-func readMarket(ctx context.Context, c *client.Client, server string, now time.Time) (*advise.Market, error) {
+func readMarket(ctx context.Context, c *client.Client, server string, now time.Time) (*advise.MarketView, error) {
 	list, err := c.OfferingList(ctx)
 	if err != nil {
 		return nil, err

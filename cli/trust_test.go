@@ -12,18 +12,18 @@ import (
 
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/internal/pki"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 // tlsCloud starts a real server (TLS 1.3, its own CA) and points the CLI's
 // config at a fresh file.
-func tlsCloud(t *testing.T) *serve.Replica {
+func tlsCloud(t *testing.T) *controlplane.Replica {
 	t.Helper()
 	t.Setenv(cliconfig.EnvConfig, filepath.Join(t.TempDir(), "config.yaml"))
 	t.Setenv(cliconfig.EnvServer, "")
 	t.Setenv(cliconfig.EnvToken, "")
 	t.Setenv(cliconfig.EnvCAFile, "")
-	s, err := serve.Start(context.Background(), serve.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
+	s, err := controlplane.Start(context.Background(), controlplane.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
 		Listen: "127.0.0.1:0", Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/sqlite"

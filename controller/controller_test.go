@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // fake is a controller that records its rounds.

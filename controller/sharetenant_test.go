@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // seedShareHost creates tenants t1 and t2 and one host with one L40S.

@@ -30,8 +30,8 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/testkit"
+	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 // Timing of the whole cloud: the scheduler and the agents poll every 20 ms;
@@ -59,7 +59,7 @@ func logger() *slog.Logger {
 // host, each with its own process runtime and metadata service.
 type cluster struct {
 	t     *testing.T
-	srv   *serve.Replica
+	srv   *controlplane.Replica
 	hc    *http.Client
 	admin *client.Client
 	hosts map[string]*simHost
@@ -155,7 +155,7 @@ func startCluster(t *testing.T, db string, specs ...sim.Spec) *cluster {
 
 // startClusterWith is startCluster with a change to the server's
 // configuration (a scaled clock, spot market settings).
-func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs ...sim.Spec) *cluster {
+func startClusterWith(t *testing.T, db string, tune func(*controlplane.Config), specs ...sim.Spec) *cluster {
 	t.Helper()
 	return startClusterTuned(t, db, tune, nil, specs...)
 }
@@ -163,7 +163,7 @@ func startClusterWith(t *testing.T, db string, tune func(*serve.Config), specs .
 // startClusterTuned is startClusterWith with a change to every agent's
 // configuration as well (its clock, how often it samples utilization);
 // tuneAgent may be nil.
-func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAgent func(*agent.Config), specs ...sim.Spec) *cluster {
+func startClusterTuned(t *testing.T, db string, tune func(*controlplane.Config), tuneAgent func(*agent.Config), specs ...sim.Spec) *cluster {
 	t.Helper()
 	return startClusterOn(t, db, tune, tuneAgent, nil, specs...)
 }
@@ -171,7 +171,7 @@ func startClusterTuned(t *testing.T, db string, tune func(*serve.Config), tuneAg
 // startClusterOn is startClusterTuned with the runtime of each host made
 // by newRuntime from the host's simulated driver and data directory (the
 // process runtime when nil; containerCluster passes containers).
-func startClusterOn(t *testing.T, db string, tune func(*serve.Config), tuneAgent func(*agent.Config),
+func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tuneAgent func(*agent.Config),
 	newRuntime func(t *testing.T, h *sim.Host, dir string) hostRuntime, specs ...sim.Spec) *cluster {
 	t.Helper()
 	if newRuntime == nil {
@@ -184,11 +184,11 @@ func startClusterOn(t *testing.T, db string, tune func(*serve.Config), tuneAgent
 	base := t.TempDir()
 	log := logger()
 	ctx := t.Context()
-	cfg := serve.Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: scheduleInterval, Log: log}
+	cfg := controlplane.Config{DB: db, Listen: "127.0.0.1:0", ScheduleInterval: scheduleInterval, Log: log}
 	if tune != nil {
 		tune(&cfg)
 	}
-	srv, err := serve.Start(ctx, cfg)
+	srv, err := controlplane.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start server on %s: %v", db, err)
 	}
@@ -273,7 +273,7 @@ func startClusterOn(t *testing.T, db string, tune func(*serve.Config), tuneAgent
 // agentHTTPClient is the HTTP client of a joined agent, as the agent
 // command makes it: trusting the cloud's CA and presenting the client
 // certificate of the join (the server refuses the credential without it).
-func agentHTTPClient(t *testing.T, srv *serve.Replica, joined *agent.Joined) *http.Client {
+func agentHTTPClient(t *testing.T, srv *controlplane.Replica, joined *agent.Joined) *http.Client {
 	t.Helper()
 	cert, ok, err := joined.TLSCertificate()
 	if err != nil || !ok {

@@ -22,7 +22,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -50,9 +50,9 @@ const groupOffering = "l4.1x"
 // the server with the intervals above (and tune's changes), the agents
 // sampling every metricsInterval and stamping their samples with the
 // scaled clock, as an agent whose clock is in sync with the server's does.
-func startGroupCluster(t *testing.T, db string, clock *scaledClock, tune func(*serve.Config), specs ...sim.Spec) *cluster {
+func startGroupCluster(t *testing.T, db string, clock *scaledClock, tune func(*controlplane.Config), specs ...sim.Spec) *cluster {
 	t.Helper()
-	return startClusterTuned(t, db, func(cfg *serve.Config) {
+	return startClusterTuned(t, db, func(cfg *controlplane.Config) {
 		clock.configure(cfg)
 		cfg.GroupInterval = groupInterval
 		cfg.SpotClearInterval = groupClear
@@ -631,7 +631,7 @@ func TestGroupSpotReclaimReplaced(t *testing.T) {
 func testGroupReclaim(t *testing.T, db string) {
 	clock := newScaledClock()
 	const reclaimNotice = 30 * time.Second
-	c := startGroupCluster(t, db, clock, func(cfg *serve.Config) {
+	c := startGroupCluster(t, db, clock, func(cfg *controlplane.Config) {
 		cfg.PoolNotice = map[string]time.Duration{groupOffering: reclaimNotice}
 	}, l4Host("sim-a", "e2e-a", 1), l4Host("sim-b", "e2e-b", 2))
 	ctx := t.Context()

@@ -22,9 +22,9 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -57,7 +57,7 @@ func (c *scaledClock) Now() time.Time {
 // machine (the race detector, two cores) can be later than that, which
 // would lose its instances and relaunch spot requests behind the test's
 // back.
-func (c *scaledClock) configure(cfg *serve.Config) {
+func (c *scaledClock) configure(cfg *controlplane.Config) {
 	cfg.Now = c.Now
 	cfg.HeartbeatTimeout = timeScale * controller.DefaultHeartbeatTimeout
 }
@@ -124,7 +124,7 @@ const (
 func testSpot(t *testing.T, bin, db string) {
 	clock := newScaledClock()
 	spec := sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 4}}
-	c := startClusterWith(t, db, func(cfg *serve.Config) {
+	c := startClusterWith(t, db, func(cfg *controlplane.Config) {
 		clock.configure(cfg)
 		cfg.SpotClearInterval = 5 * time.Second // a twelfth of a second of wall clock
 		cfg.PoolNotice = map[string]time.Duration{"l4.1x/e2e-a": 30 * time.Second}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 )
 

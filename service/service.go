@@ -3,7 +3,7 @@
 // HTTP. The /v1 handlers (httpapi), the web console (console), the
 // controllers (controller) and the stack engine (stackengine) call these
 // services; none of them re-implements a rule. A server builds the
-// services once (New, in package serve) and hands the same *Services to
+// services once (New, in package controlplane) and hands the same *Services to
 // all of them.
 //
 // Two layers:

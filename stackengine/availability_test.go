@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 )

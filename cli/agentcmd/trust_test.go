@@ -17,14 +17,14 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 // tlsCloud starts a real server (TLS 1.3, its own CA) for an agent to
 // join. Only the test links the server: the agent command does not.
-func tlsCloud(t *testing.T) *serve.Replica {
+func tlsCloud(t *testing.T) *controlplane.Replica {
 	t.Helper()
-	s, err := serve.Start(context.Background(), serve.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
+	s, err := controlplane.Start(context.Background(), controlplane.Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"),
 		Listen: "127.0.0.1:0", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/spot"
 )
 
@@ -55,7 +55,7 @@ func New(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return cmdutil.Usagef(cmd, "%v", err)
 			}
-			cfg := serve.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.Config()}
+			cfg := controlplane.Config{DB: db, Listen: listen, HeartbeatTimeout: hbTimeout, Log: log, TLS: tlsFlags.Config()}
 			if err := spotFlags.Apply(cmd, &cfg); err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ func New(stderr io.Writer) *cobra.Command {
 			}
 			ctx, stop := cmdutil.SignalContext()
 			defer stop()
-			s, err := serve.Start(ctx, cfg)
+			s, err := controlplane.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -115,8 +115,8 @@ func (t *TLSFlags) Register(cmd *cobra.Command, operator bool) {
 }
 
 // Config is the TLS configuration the flags say.
-func (t *TLSFlags) Config() serve.TLS {
-	return serve.TLS{CertFile: t.cert, KeyFile: t.key, Hosts: t.hosts, Plain: t.plain}
+func (t *TLSFlags) Config() controlplane.TLS {
+	return controlplane.TLS{CertFile: t.cert, KeyFile: t.key, Hosts: t.hosts, Plain: t.plain}
 }
 
 // SpotFlags are the server's spot market settings.
@@ -137,7 +137,7 @@ func (f *SpotFlags) Register(cmd *cobra.Command) {
 }
 
 // Apply checks the flags and sets them on cfg.
-func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *serve.Config) error {
+func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 	if f.notice < controller.MinNotice {
 		return cmdutil.Usagef(cmd, "--spot-notice %s: at least %s", f.notice, controller.MinNotice)
 	}
@@ -186,7 +186,7 @@ func limitText(rate float64, burst int) string {
 }
 
 // Apply parses the flags into cfg.Limits.
-func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *serve.Config) error {
+func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 	l, err := parseLimits(f.limits, f.proxies)
 	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)

@@ -6,18 +6,18 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 func TestSpotServerFlags(t *testing.T) {
-	parse := func(args ...string) (*serve.Config, error) {
+	parse := func(args ...string) (*controlplane.Config, error) {
 		var f SpotFlags
 		cmd := &cobra.Command{Use: "server"}
 		f.Register(cmd)
 		if err := cmd.ParseFlags(args); err != nil {
 			return nil, err
 		}
-		var cfg serve.Config
+		var cfg controlplane.Config
 		return &cfg, f.Apply(cmd, &cfg)
 	}
 	cfg, err := parse("--spot-notice", "90s", "--pool-notice", "h100.8x/a=5m", "--pool-notice", "l4.1x=45s", "--spot-keep-failed", "1h")

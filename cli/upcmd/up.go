@@ -38,7 +38,7 @@ import (
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cli/servercmd"
 	"github.com/gpucloud/gpucloud/client"
-	"github.com/gpucloud/gpucloud/serve"
+	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 // hostAgent is one agent `up` runs, with what it must stop on exit.
@@ -222,19 +222,19 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 
 // startServer starts the server on the data directory's SQLite (or --db),
 // or says who holds the listen address.
-func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.Logger) (*serve.Replica, error) {
+func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.Logger) (*controlplane.Replica, error) {
 	db := fl.db
 	if db == "" {
 		db = "sqlite://" + filepath.Join(fl.dir, "gpucloud.db")
 	}
-	cfg := serve.Config{DB: db, Listen: fl.listen, Log: log, TLS: fl.tls.Config()}
+	cfg := controlplane.Config{DB: db, Listen: fl.listen, Log: log, TLS: fl.tls.Config()}
 	if err := fl.limits.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
 	if err := fl.spot.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
-	s, err := serve.Start(ctx, cfg)
+	s, err := controlplane.Start(ctx, cfg)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, addressInUse(fl.listen)
 	}
@@ -243,7 +243,7 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 
 // keepDataDir keeps the admin token and the CA certificate in the data
 // directory and locks it down; it returns the admin token.
-func keepDataDir(dir string, s *serve.Replica) (string, error) {
+func keepDataDir(dir string, s *controlplane.Replica) (string, error) {
 	token, err := adminToken(dir, s.AdminToken)
 	if err != nil {
 		return "", err
@@ -264,7 +264,7 @@ func keepDataDir(dir string, s *serve.Replica) (string, error) {
 
 // createJoinToken creates the join token of up's hosts (valid an hour)
 // and returns it as agents take it, with the CA's fingerprint.
-func createJoinToken(ctx context.Context, s *serve.Replica, token string) (string, error) {
+func createJoinToken(ctx context.Context, s *controlplane.Replica, token string) (string, error) {
 	admin := client.New(s.URL, token, s.HTTPClient())
 	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
 	if err != nil {
@@ -361,7 +361,7 @@ func runAgents(ctx context.Context, hosts []*hostAgent, log *slog.Logger) *sync.
 
 // writeCLIConfig points the CLI's configuration at the server, and
 // returns its path, or "" when it could not be written (a warning).
-func writeCLIConfig(s *serve.Replica, token string, log *slog.Logger) string {
+func writeCLIConfig(s *controlplane.Replica, token string, log *slog.Logger) string {
 	cfgPath := cliconfig.Path()
 	if cfgPath != "" {
 		if err := cliconfig.Write(cfgPath, s.URL, token, s.CAPEM()); err != nil {
@@ -373,7 +373,7 @@ func writeCLIConfig(s *serve.Replica, token string, log *slog.Logger) string {
 }
 
 // printWelcome says what runs where, and how to start using it.
-func printWelcome(out io.Writer, s *serve.Replica, token, cfgPath, dir string, hosts []*hostAgent, rts *upRuntimes, agentMetrics string) {
+func printWelcome(out io.Writer, s *controlplane.Replica, token, cfgPath, dir string, hosts []*hostAgent, rts *upRuntimes, agentMetrics string) {
 	gpus := 0
 	for _, h := range hosts {
 		gpus += h.gpu

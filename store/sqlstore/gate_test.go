@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"

@@ -23,7 +23,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/network"
 	"github.com/gpucloud/gpucloud/agent/runtime"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // handlerSaying answers every request with word and the path.

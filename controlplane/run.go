@@ -2,7 +2,7 @@
 // the /v1 API, campaigns for leadership, and runs the controllers of
 // package controller while it leads: one list, built in one place
 // (Replica.controllerList), stepped in order by a controller.Loop.
-package serve
+package controlplane
 
 import (
 	"context"

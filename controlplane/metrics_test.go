@@ -1,4 +1,4 @@
-package serve
+package controlplane
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/dashboards"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // scrape GETs the replica's /metrics with token ("" for none).

@@ -1,4 +1,4 @@
-package serve
+package controlplane
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestOfferingAvailability: once the leader's scheduler has seen the

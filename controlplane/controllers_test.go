@@ -1,4 +1,4 @@
-package serve
+package controlplane
 
 import (
 	"context"
