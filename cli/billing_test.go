@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // usage runs the CLI and fails unless it exits with a usage error whose

@@ -14,8 +14,8 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // bareAmount matches an amount printed without its currency sign: two

@@ -10,10 +10,10 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 	"github.com/gpucloud/gpucloud/stackengine"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // cliStack is an instance and a volume whose size is a parameter.

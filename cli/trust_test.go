@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
-	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // tlsCloud starts a real server (TLS 1.3, its own CA) and points the CLI's

@@ -17,10 +17,10 @@ import (
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/httpapi"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // world is a server with the API and the console on one listener, two

@@ -9,10 +9,10 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)

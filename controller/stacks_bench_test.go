@@ -8,9 +8,9 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stackengine"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // BenchmarkStackApply50 applies a stack of 50 instances (one cluster

@@ -25,8 +25,8 @@ import (
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/pki"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // The control-plane benchmark: a server on loopback with a fleet of

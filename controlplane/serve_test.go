@@ -18,8 +18,8 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -29,9 +29,9 @@ import (
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/testkit"
-	"github.com/gpucloud/gpucloud/controlplane"
 )
 
 // Timing of the whole cloud: the scheduler and the agents poll every 20 ms;

@@ -22,10 +22,10 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
-	"github.com/gpucloud/gpucloud/testkit"
-	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // timeScale is how much faster than the wall clock the control plane's

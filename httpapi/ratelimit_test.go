@@ -17,8 +17,8 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/rest"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 func TestBucket(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // poolsSeed writes instances, their lifecycle moves (which the store meters

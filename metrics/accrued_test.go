@@ -13,8 +13,8 @@ import (
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // accruedStore is a store with the built-in price book and three tenants:

@@ -12,8 +12,8 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // BenchmarkScrape gathers the registry of a server with 10,000 hosts and

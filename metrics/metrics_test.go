@@ -17,8 +17,8 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 func TestRegistryGathers(t *testing.T) {

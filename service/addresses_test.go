@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 func TestAddressAllocateIdempotency(t *testing.T) {

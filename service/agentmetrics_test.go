@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 func amPtr(v float64) *float64 { return &v }

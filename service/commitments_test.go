@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestCommitmentIdempotency reuses a key with a request that differs in

@@ -15,9 +15,9 @@ import (
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // groupSpec is a valid group of every feature.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 func TestQuotaLimits(t *testing.T) {

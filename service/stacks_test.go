@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestStackBadInput: a template that does not parse, a missing parameter,

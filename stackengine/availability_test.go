@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestStackInstanceGetsTheAPIChecks: with the fleet's availability saying

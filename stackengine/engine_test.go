@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 	"github.com/gpucloud/gpucloud/stackengine"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // stackTemplate is a training stack: a cluster placement group, a

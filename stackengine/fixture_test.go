@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stackengine"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // fixture is the scaffolding of the engine's tests: the services over a

@@ -16,8 +16,8 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // tlsCloud starts a real server (TLS 1.3, its own CA) for an agent to

@@ -18,8 +18,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/controller"
-	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/spot"
 )
 

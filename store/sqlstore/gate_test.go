@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/postgres"
 	"github.com/gpucloud/gpucloud/store/sqlite"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestTxFirstComeFirstServed: transactions that wait for the store's one
