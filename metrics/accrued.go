@@ -132,6 +132,12 @@ func (c *AccruedCollector) current() *accrual {
 		return b
 	}
 	if c.rating.TryLock() {
+		if b := c.last.Load(); b != a {
+			// Another scrape's rating ended between the load above and
+			// the lock: serve it, and start none.
+			c.rating.Unlock()
+			return b
+		}
 		go func() {
 			defer c.rating.Unlock()
 			c.last.Store(c.rate())
