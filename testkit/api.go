@@ -107,140 +107,178 @@ type Rows struct {
 	GroupVersions   int64
 }
 
-// CountRows takes the snapshot of st.
+// CountRows takes the snapshot of st, in one transaction.
 func CountRows(t testing.TB, st cloud.Store) Rows {
 	t.Helper()
 	var c Rows
 	ctx := context.Background()
 	err := st.Tx(ctx, func(tx cloud.Tx) error {
 		c = Rows{}
-		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
-		if err != nil {
-			return err
-		}
-		for _, in := range ins {
-			lc, err := tx.ReadLog(ctx, in.ID, 0, 1)
-			if err != nil {
-				return err
-			}
-			c.LogBytes += lc.End
-		}
-		c.Instances = len(ins)
-		for _, in := range ins {
-			c.Versions += in.Version
-		}
-		evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
-		if err != nil {
-			return err
-		}
-		c.Events = len(evs)
-		vs, err := tx.ListVolumes(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Volumes = len(vs)
-		for _, v := range vs {
-			if v.InstanceID != "" {
-				c.Attached++
-			}
-		}
-		ts, err := tx.ListTokens(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Tokens = len(ts)
-		for _, t := range ts {
-			if t.RevokedAt != nil {
-				c.Tokens += 1000
-			}
-		}
-		tns, err := tx.ListTenants(ctx)
-		if err != nil {
-			return err
-		}
-		c.Tenants = len(tns)
-		for _, tn := range tns {
-			if _, err := tx.GetQuota(ctx, tn.ID); err == nil {
-				c.Quotas++
-			} else if !cloud.IsNotFound(err) {
+		for _, count := range []func(context.Context, cloud.Tx, *Rows) error{
+			countCompute, countAccounts, countHosts, countBilling, countAddresses, countGroups,
+		} {
+			if err := count(ctx, tx, &c); err != nil {
 				return err
 			}
 		}
-		hs, err := tx.ListHosts(ctx)
-		if err != nil {
-			return err
-		}
-		c.Hosts = len(hs)
-		for _, h := range hs {
-			c.Versions += h.Version
-		}
-		ps, err := tx.ListPrices(ctx, cloud.PriceFilter{})
-		if err != nil {
-			return err
-		}
-		c.Prices = len(ps)
-		cs, err := tx.ListCommitments(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Commitments = len(cs)
-		rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{})
-		if err != nil {
-			return err
-		}
-		c.SpotRequests = len(rs)
-		for _, r := range rs {
-			c.SpotVersions += r.Version
-		}
-		as, err := tx.ListAddresses(ctx, "")
-		if err != nil {
-			return err
-		}
-		c.Addresses = len(as)
-		for _, a := range as {
-			if a.ReleasedAt != nil {
-				c.Released++
-			}
-			if a.InstanceID != "" {
-				c.Associated++
-			}
-		}
-		bs, err := tx.ListBudgets(ctx)
-		if err != nil {
-			return err
-		}
-		c.Budgets = len(bs)
-		for _, b := range bs {
-			al, err := tx.ListBudgetAlerts(ctx, b.TenantID)
-			if err != nil {
-				return err
-			}
-			c.Alerts += len(al)
-		}
-		us, err := tx.ListUsage(ctx, cloud.UsageFilter{})
-		if err != nil {
-			return err
-		}
-		c.Usage = len(us)
-		gs, err := tx.ListGroups(ctx, cloud.GroupFilter{})
-		if err != nil {
-			return err
-		}
-		c.Groups = len(gs)
-		for _, g := range gs {
-			c.GroupVersions += g.Version
-		}
-		ms, err := tx.ListMetrics(ctx, cloud.MetricFilter{})
-		if err != nil {
-			return err
-		}
-		c.Metrics = len(ms)
 		return nil
 	})
 	if err != nil {
 		t.Fatalf("count the store's rows: %v", err)
 	}
 	return c
+}
+
+// countCompute counts instances (their versions and log bytes), events and
+// volumes.
+func countCompute(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
+	if err != nil {
+		return err
+	}
+	c.Instances = len(ins)
+	for _, in := range ins {
+		lc, err := tx.ReadLog(ctx, in.ID, 0, 1)
+		if err != nil {
+			return err
+		}
+		c.LogBytes += lc.End
+		c.Versions += in.Version
+	}
+	evs, err := tx.ListEvents(ctx, cloud.EventFilter{})
+	if err != nil {
+		return err
+	}
+	c.Events = len(evs)
+	vs, err := tx.ListVolumes(ctx, "")
+	if err != nil {
+		return err
+	}
+	c.Volumes = len(vs)
+	for _, v := range vs {
+		if v.InstanceID != "" {
+			c.Attached++
+		}
+	}
+	return nil
+}
+
+// countAccounts counts tokens (a revoked one as 1001), tenants and quotas.
+func countAccounts(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	ts, err := tx.ListTokens(ctx, "")
+	if err != nil {
+		return err
+	}
+	c.Tokens = len(ts)
+	for _, t := range ts {
+		if t.RevokedAt != nil {
+			c.Tokens += 1000
+		}
+	}
+	tns, err := tx.ListTenants(ctx)
+	if err != nil {
+		return err
+	}
+	c.Tenants = len(tns)
+	for _, tn := range tns {
+		if _, err := tx.GetQuota(ctx, tn.ID); err == nil {
+			c.Quotas++
+		} else if !cloud.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// countHosts counts hosts and adds their versions.
+func countHosts(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	hs, err := tx.ListHosts(ctx)
+	if err != nil {
+		return err
+	}
+	c.Hosts = len(hs)
+	for _, h := range hs {
+		c.Versions += h.Version
+	}
+	return nil
+}
+
+// countBilling counts prices, commitments, spot requests (and their
+// versions), budgets with their alerts, and usage entries.
+func countBilling(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	ps, err := tx.ListPrices(ctx, cloud.PriceFilter{})
+	if err != nil {
+		return err
+	}
+	c.Prices = len(ps)
+	cs, err := tx.ListCommitments(ctx, "")
+	if err != nil {
+		return err
+	}
+	c.Commitments = len(cs)
+	rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{})
+	if err != nil {
+		return err
+	}
+	c.SpotRequests = len(rs)
+	for _, r := range rs {
+		c.SpotVersions += r.Version
+	}
+	bs, err := tx.ListBudgets(ctx)
+	if err != nil {
+		return err
+	}
+	c.Budgets = len(bs)
+	for _, b := range bs {
+		al, err := tx.ListBudgetAlerts(ctx, b.TenantID)
+		if err != nil {
+			return err
+		}
+		c.Alerts += len(al)
+	}
+	us, err := tx.ListUsage(ctx, cloud.UsageFilter{})
+	if err != nil {
+		return err
+	}
+	c.Usage = len(us)
+	return nil
+}
+
+// countAddresses counts addresses, the released and the associated ones.
+func countAddresses(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	as, err := tx.ListAddresses(ctx, "")
+	if err != nil {
+		return err
+	}
+	c.Addresses = len(as)
+	for _, a := range as {
+		if a.ReleasedAt != nil {
+			c.Released++
+		}
+		if a.InstanceID != "" {
+			c.Associated++
+		}
+	}
+	return nil
+}
+
+// countGroups counts autoscaling groups (and their versions) and metric
+// points.
+func countGroups(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	gs, err := tx.ListGroups(ctx, cloud.GroupFilter{})
+	if err != nil {
+		return err
+	}
+	c.Groups = len(gs)
+	for _, g := range gs {
+		c.GroupVersions += g.Version
+	}
+	ms, err := tx.ListMetrics(ctx, cloud.MetricFilter{})
+	if err != nil {
+		return err
+	}
+	c.Metrics = len(ms)
+	return nil
 }
 
 // Rows is CountRows of the API's store.
