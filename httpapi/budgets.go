@@ -16,8 +16,7 @@ func (s *handlers) putBudget(w http.ResponseWriter, r *http.Request, p principal
 	if err := decodeMoneyBody(w, r, &spec, "amount"); err != nil {
 		return err
 	}
-	st, err := s.svc.Billing.PutBudget(r.Context(), p.actor(), r.URL.Query().Get("tenant"),
-		service.BudgetSpec{Amount: spec.Amount, Thresholds: spec.Thresholds})
+	st, err := s.svc.Billing.PutBudget(r.Context(), p.actor(), r.URL.Query().Get("tenant"), spec)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal)
 	if err := decodeBody(w, r, &spec); err != nil {
 		return err
 	}
-	q, err := s.svc.Accounts.SetQuota(r.Context(), p.actor(), r.PathValue("id"), service.QuotaSpec(spec))
+	q, err := s.svc.Accounts.SetQuota(r.Context(), p.actor(), r.PathValue("id"), spec)
 	// After the commit: a request before it may have cached the old rate.
 	s.limits.tenantChanged(r.PathValue("id"))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -50,22 +51,10 @@ type IssuedToken struct {
 	Secret string
 }
 
-// QuotaSpec is a quota an admin sets (cloud.Quota says what each field
-// caps): zero values mean no limit, or for the request rate the server's
-// default, and GPU model names may be aliases (the quota keeps canonical
-// names).
-type QuotaSpec struct {
-	Instances         int                `json:"instances,omitempty"`
-	GPUs              map[string]float64 `json:"gpus,omitempty"`
-	GPUsPerModel      float64            `json:"gpus_per_model,omitempty"`
-	RequestsPerSecond int                `json:"requests_per_second,omitempty"`
-	Burst             int                `json:"burst,omitempty"`
-}
-
 // QuotaStatus is a tenant's quota and what the tenant holds against it now.
 type QuotaStatus struct {
 	Quota *cloud.Quota
-	Used  Usage
+	Used  api.Usage
 }
 
 // HashToken is what the store keeps of a token: SHA-256 of the whole token
@@ -251,7 +240,7 @@ func (s *Accounts) CreateUser(ctx context.Context, a Actor, tenant, name string,
 
 // CheckQuotaSpec validates a quota and returns its GPU limits by canonical
 // model name (nil when there are none).
-func CheckQuotaSpec(cat *catalog.Catalog, spec QuotaSpec) (map[string]float64, error) {
+func CheckQuotaSpec(cat *catalog.Catalog, spec api.QuotaSpec) (map[string]float64, error) {
 	if spec.Instances < 0 || spec.Instances > MaxQuota {
 		return nil, Field("instances", "%d is out of range 0..%d (0 means no limit)", spec.Instances, MaxQuota)
 	}
@@ -282,7 +271,7 @@ func CheckQuotaSpec(cat *catalog.Catalog, spec QuotaSpec) (map[string]float64, e
 // SetQuota replaces a tenant's quota (admins) and answers it with what the
 // tenant holds now. A quota below what the tenant holds is allowed: it
 // stops new instances, it does not end running ones.
-func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec QuotaSpec) (QuotaStatus, error) {
+func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec api.QuotaSpec) (QuotaStatus, error) {
 	if err := adminOnly(a, "setting quotas"); err != nil {
 		return QuotaStatus{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -87,15 +88,6 @@ func Rate(ctx context.Context, tx cloud.Tx, tenant string, period billing.Period
 	return out, nil
 }
 
-// BudgetSpec is a tenant's monthly budget as a caller sets it.
-type BudgetSpec struct {
-	// Amount is the monthly limit, more than 0.
-	Amount money.Micros `json:"amount"`
-	// Thresholds are alert levels in percent of Amount, 1..1000 each;
-	// [50, 80, 100] when nil.
-	Thresholds []int `json:"thresholds,omitempty"`
-}
-
 // BudgetStatus is a tenant's budget (nil when none is set), what it spent
 // this month so far, rated live, and the alerts fired this month.
 type BudgetStatus struct {
@@ -107,7 +99,7 @@ type BudgetStatus struct {
 }
 
 // checkBudget validates a budget and returns its thresholds sorted.
-func checkBudget(spec BudgetSpec) ([]int, error) {
+func checkBudget(spec api.BudgetSpec) ([]int, error) {
 	if spec.Amount <= 0 || spec.Amount > maxBudget {
 		return nil, Field("amount", "%s is out of range (0, %s]", spec.Amount, maxBudget)
 	}
@@ -134,7 +126,7 @@ func checkBudget(spec BudgetSpec) ([]int, error) {
 // admin's of tenant, its own when empty), with a budget.updated event, and
 // answers the budget's status. Budgets alert when spending crosses a
 // threshold; they never stop anything.
-func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec BudgetSpec) (*BudgetStatus, error) {
+func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec api.BudgetSpec) (*BudgetStatus, error) {
 	ths, err := checkBudget(spec)
 	if err != nil {
 		return nil, err

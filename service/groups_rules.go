@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -77,7 +78,7 @@ func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 	if t.Image, err = CheckImage("template.image", t.Image); err != nil {
 		return err
 	}
-	is := InstanceSpec{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
+	is := api.CreateInstanceRequest{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
 	if _, err := CheckInstanceSpec(cat, &is); err != nil {
 		return prefixField(err, "template.")
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -357,7 +358,7 @@ func TestGroupsTenancy(t *testing.T) {
 		w := newWorld(t, st)
 		ctx := context.Background()
 		g := w.group(t, w.acme, "web")
-		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x"}, "")
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -626,7 +627,7 @@ func TestSetProtection(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
-		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x"}, "")
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,7 +736,7 @@ func TestLaunchGroupMember(t *testing.T) {
 		}
 		// The member's own volume is deleted with it (its storage stops
 		// being billed); a volume the tenant attached is not.
-		own, _, err := w.svc.Volumes.Create(ctx, w.acme, service.VolumeSpec{Name: "data", SizeGiB: 5, Zone: "zone-b"}, "")
+		own, _, err := w.svc.Volumes.Create(ctx, w.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 5, Zone: "zone-b"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/stack"
@@ -70,23 +71,23 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 	}
 	switch c.Type {
 	case stack.TypeInstance:
-		var spec InstanceSpec
+		var spec api.CreateInstanceRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		_, err := CheckInstanceSpec(s.cat, &spec)
 		return StackFieldError(c.Address, err)
 	case stack.TypeVolume:
-		var spec VolumeSpec
+		var spec api.CreateVolumeRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		return StackFieldError(c.Address, CheckVolumeSpec(&spec))
 	case stack.TypeAddress:
-		var spec AddressSpec
+		var spec api.AllocateAddressRequest
 		return DecodeStackProps(c.Address, props, &spec)
 	case stack.TypeSpotRequest:
-		var spec SpotRequestSpec
+		var spec api.CreateSpotRequestRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
@@ -99,7 +100,7 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 		spec := body.Spec()
 		return StackFieldError(c.Address, CheckGroupSpec(s.cat, &spec))
 	case stack.TypePlacementGroup:
-		var spec PlacementGroupSpec
+		var spec api.CreatePlacementGroupRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
@@ -40,7 +41,7 @@ func TestStackInstanceGetsTheAPIChecks(t *testing.T) {
 			}
 			acme := service.Actor{ID: "u-acme", TenantID: tn.ID, Role: cloud.RoleMember}
 
-			_, _, apiErr := svc.Instances.Create(ctx, acme, service.InstanceSpec{Offering: never}, "")
+			_, _, apiErr := svc.Instances.Create(ctx, acme, api.CreateInstanceRequest{Offering: never}, "")
 			want, ok := apiErr.(*cloud.Error)
 			if !ok || want.Code != cloud.Invalid {
 				t.Fatalf("API create = %v, want invalid", apiErr)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/service"
@@ -254,7 +255,7 @@ func TestStackRollback(t *testing.T) {
 		f := newFixture(t, st)
 		svc, ctx := f.svc, context.Background()
 		// Two instances fit the tenant's quota; the third does not.
-		if _, err := svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, service.QuotaSpec{Instances: 2}); err != nil {
+		if _, err := svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{Instances: 2}); err != nil {
 			t.Fatal(err)
 		}
 		tmpl := `
@@ -449,11 +450,11 @@ func TestStackForeignReferences(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newFixture(t, st)
 		svc, ctx := f.svc, context.Background()
-		vol, _, err := svc.Volumes.Create(ctx, f.globex, service.VolumeSpec{Name: "secret", SizeGiB: 5}, "")
+		vol, _, err := svc.Volumes.Create(ctx, f.globex, api.CreateVolumeRequest{Name: "secret", SizeGiB: 5}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		pg, _, err := svc.Placement.Create(ctx, f.globex, service.PlacementGroupSpec{Name: "g", Strategy: cloud.PlacementSpread}, "")
+		pg, _, err := svc.Placement.Create(ctx, f.globex, api.CreatePlacementGroupRequest{Name: "g", Strategy: cloud.PlacementSpread}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

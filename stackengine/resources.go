@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -19,7 +20,7 @@ import (
 func createResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address string, props map[string]any, key string) (string, map[string]any, error) {
 	switch typ {
 	case stack.TypeInstance:
-		var spec service.InstanceSpec
+		var spec api.CreateInstanceRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -29,7 +30,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return in.ID, service.ResourceAttrs(in), nil
 	case stack.TypeVolume:
-		var spec service.VolumeSpec
+		var spec api.CreateVolumeRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -39,7 +40,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return v.ID, service.ResourceAttrs(v), nil
 	case stack.TypeAddress:
-		var spec service.AddressSpec
+		var spec api.AllocateAddressRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -49,7 +50,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return ad.ID, service.ResourceAttrs(ad), nil
 	case stack.TypeSpotRequest:
-		var spec service.SpotRequestSpec
+		var spec api.CreateSpotRequestRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -69,7 +70,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return g.ID, service.ResourceAttrs(g), nil
 	case stack.TypePlacementGroup:
-		var spec service.PlacementGroupSpec
+		var spec api.CreatePlacementGroupRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
