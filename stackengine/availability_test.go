@@ -54,11 +54,11 @@ func TestStackInstanceGetsTheAPIChecks(t *testing.T) {
 			}
 
 			tmpl := fmt.Sprintf("resources:\n  node:\n    type: instance\n    count: %d\n    properties: {offering: %s}\n", tc.count, never)
-			if _, err := svc.Stacks.Apply(ctx, acme, service.StackRequest{Name: "s", Template: tmpl}); err != nil {
+			if _, err := svc.Stacks.Apply(ctx, acme, "s", api.ApplyStackRequest{Template: tmpl}); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			e := New(svc)
-			var v *service.StackView
+			var v *api.StackView
 			for range 10 {
 				if _, err := e.Step(ctx); err != nil {
 					t.Fatalf("step: %v", err)
