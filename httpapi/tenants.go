@@ -63,11 +63,6 @@ func (s *handlers) createUser(w http.ResponseWriter, r *http.Request, p principa
 	return nil
 }
 
-// quotaStatus is the wire form of a quota and its usage.
-func quotaStatus(q service.QuotaStatus) api.QuotaStatus {
-	return api.QuotaStatus{Quota: *q.Quota, Used: api.Usage(q.Used)}
-}
-
 // putQuota handles PUT /v1/tenants/{id}/quota (admin).
 func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal) error {
 	var spec api.QuotaSpec
@@ -80,7 +75,7 @@ func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, quotaStatus(q))
+	writeJSON(w, http.StatusOK, q)
 	return nil
 }
 
@@ -91,7 +86,7 @@ func (s *handlers) getQuota(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, quotaStatus(q))
+	writeJSON(w, http.StatusOK, q)
 	return nil
 }
 

@@ -51,12 +51,6 @@ type IssuedToken struct {
 	Secret string
 }
 
-// QuotaStatus is a tenant's quota and what the tenant holds against it now.
-type QuotaStatus struct {
-	Quota *cloud.Quota
-	Used  api.Usage
-}
-
 // HashToken is what the store keeps of a token: SHA-256 of the whole token
 // string. Tokens carry 256 random bits, so a fast hash is enough; a slow
 // password hash would only slow every request down.
@@ -271,15 +265,15 @@ func CheckQuotaSpec(cat *catalog.Catalog, spec api.QuotaSpec) (map[string]float6
 // SetQuota replaces a tenant's quota (admins) and answers it with what the
 // tenant holds now. A quota below what the tenant holds is allowed: it
 // stops new instances, it does not end running ones.
-func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec api.QuotaSpec) (QuotaStatus, error) {
+func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec api.QuotaSpec) (api.QuotaStatus, error) {
 	if err := adminOnly(a, "setting quotas"); err != nil {
-		return QuotaStatus{}, err
+		return api.QuotaStatus{}, err
 	}
 	gpus, err := CheckQuotaSpec(s.cat, spec)
 	if err != nil {
-		return QuotaStatus{}, err
+		return api.QuotaStatus{}, err
 	}
-	var out QuotaStatus
+	var out api.QuotaStatus
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
@@ -293,7 +287,7 @@ func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec ap
 		if err != nil {
 			return err
 		}
-		out = QuotaStatus{Quota: q, Used: used}
+		out = api.QuotaStatus{Quota: *q, Used: used}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: s.now(), Kind: EventQuotaUpdated,
 			TenantID: tenant, Actor: a.ID, Reason: "quota set"})
 	})
@@ -303,11 +297,11 @@ func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec ap
 // Quota reads a tenant's quota and what the tenant holds against it:
 // admins any tenant's, members their own (another tenant answers
 // NotFound, like a missing one). A tenant without a quota has no limits.
-func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (QuotaStatus, error) {
+func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (api.QuotaStatus, error) {
 	if !a.Sees(tenant) {
-		return QuotaStatus{}, NotFound("tenant", tenant)
+		return api.QuotaStatus{}, NotFound("tenant", tenant)
 	}
-	var out QuotaStatus
+	var out api.QuotaStatus
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
@@ -317,7 +311,7 @@ func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (QuotaStat
 			return err
 		}
 		used, err := TenantUsage(ctx, tx, s.cat, tenant)
-		out = QuotaStatus{Quota: q, Used: used}
+		out = api.QuotaStatus{Quota: *q, Used: used}
 		return err
 	})
 	return out, err

@@ -200,7 +200,7 @@ func TestAccountsQuota(t *testing.T) {
 		ctx := context.Background()
 		acme := f.acme.TenantID
 		q, err := f.svc.Accounts.Quota(ctx, f.acme, acme)
-		if err != nil || !reflect.DeepEqual(q.Quota, service.DefaultQuota(acme)) || q.Used.Instances != 0 {
+		if err != nil || !reflect.DeepEqual(&q.Quota, service.DefaultQuota(acme)) || q.Used.Instances != 0 {
 			t.Fatalf("quota of a new tenant = %+v, %v; want the default", q.Quota, err)
 		}
 		before := f.state()

@@ -88,16 +88,6 @@ func Rate(ctx context.Context, tx cloud.Tx, tenant string, period billing.Period
 	return out, nil
 }
 
-// BudgetStatus is a tenant's budget (nil when none is set), what it spent
-// this month so far, rated live, and the alerts fired this month.
-type BudgetStatus struct {
-	TenantID string
-	Budget   *cloud.Budget
-	Month    string
-	Spent    money.Micros
-	Alerts   []*cloud.BudgetAlert
-}
-
 // checkBudget validates a budget and returns its thresholds sorted.
 func checkBudget(spec api.BudgetSpec) ([]int, error) {
 	if spec.Amount <= 0 || spec.Amount > maxBudget {
@@ -126,12 +116,12 @@ func checkBudget(spec api.BudgetSpec) ([]int, error) {
 // admin's of tenant, its own when empty), with a budget.updated event, and
 // answers the budget's status. Budgets alert when spending crosses a
 // threshold; they never stop anything.
-func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec api.BudgetSpec) (*BudgetStatus, error) {
+func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec api.BudgetSpec) (*api.BudgetStatus, error) {
 	ths, err := checkBudget(spec)
 	if err != nil {
 		return nil, err
 	}
-	var out *BudgetStatus
+	var out *api.BudgetStatus
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		t, err := Scope(ctx, tx, a, tenant, a.TenantID)
 		if err != nil {
@@ -163,8 +153,8 @@ func percents(ths []int) string {
 
 // Budget answers the budget status of a tenant (a member's own; an
 // admin's of tenant, its own when empty).
-func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*BudgetStatus, error) {
-	var out *BudgetStatus
+func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*api.BudgetStatus, error) {
+	var out *api.BudgetStatus
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		t, err := Scope(ctx, tx, a, tenant, a.TenantID)
 		if err != nil {
@@ -178,10 +168,10 @@ func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*BudgetSt
 
 // budgetStatus reads a tenant's budget, rates its current month and lists
 // the month's alerts.
-func (s *Billing) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*BudgetStatus, error) {
+func (s *Billing) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*api.BudgetStatus, error) {
 	now := s.now().UTC()
 	period := billing.Month(now.Year(), now.Month())
-	out := &BudgetStatus{TenantID: tenant, Month: period.Name(), Alerts: []*cloud.BudgetAlert{}}
+	out := &api.BudgetStatus{TenantID: tenant, Month: period.Name(), Alerts: []*cloud.BudgetAlert{}}
 	b, err := tx.GetBudget(ctx, tenant)
 	switch {
 	case err == nil:

@@ -141,7 +141,7 @@ func TestDefaultQuota(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newAHFixture(t, st)
 		ctx := context.Background()
-		if q, err := f.svc.Accounts.Quota(ctx, f.admin, service.OperatorTenant); err != nil || service.Limits(q.Quota) {
+		if q, err := f.svc.Accounts.Quota(ctx, f.admin, service.OperatorTenant); err != nil || service.Limits(&q.Quota) {
 			t.Errorf("operator quota = %+v, %v; want none", q.Quota, err)
 		}
 		const creates, workers = 24, 8
