@@ -130,11 +130,6 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-// NewInstance describes an instance to create: CreateInstance fills in its
-// ID (when empty), state, times and version. TenantID, Offering (a catalog
-// name) and the workload are the caller's.
-type NewInstance = cloud.Instance
-
 // CreateInstance is the one way an instance comes to be, whoever asks
 // (the API, a spot request's launch, the autoscaler, a stack): in tx it
 // checks the tenant's quota (EnforceQuota), checks and attaches the
@@ -147,7 +142,11 @@ type NewInstance = cloud.Instance
 //
 // It may run at read committed (cloud.ReadCommitted) when the instance
 // has no volumes: EnforceQuota locks the tenant's quota before it counts.
-func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *NewInstance, actor, reason string) error {
+//
+// in is the instance to create: CreateInstance fills in its ID (when
+// empty), state, times and version; TenantID, Offering (a catalog name)
+// and the workload are the caller's.
+func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *cloud.Instance, actor, reason string) error {
 	o, err := cat.Offering(in.Offering)
 	if err != nil {
 		return Field("offering", "%v", err)
