@@ -139,7 +139,7 @@ var apiFuzzRoutes = []bodyRoute{
 			if err := cloneJSON(req, &r); err != nil {
 				return err
 			}
-			spec := service.GroupSpec{Tenant: r.Tenant, Name: r.Name, Template: r.Template, Min: r.Min, Max: r.Max,
+			spec := api.CreateGroupRequest{Tenant: r.Tenant, Name: r.Name, Template: r.Template, Min: r.Min, Max: r.Max,
 				Desired: r.Desired, Policies: r.Policies, Mixed: r.Mixed, Timing: r.Timing, BudgetPerHour: r.BudgetPerHour,
 				IdleRelease: r.IdleRelease}
 			return service.CheckGroupSpec(cat, &spec)

@@ -23,9 +23,8 @@ func (s *handlers) createGroup(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
-	out, created, err := s.svc.Groups.Create(r.Context(), p.actor(), service.GroupSpec{Tenant: tenant, Name: req.Name,
-		Template: req.Template, Min: req.Min, Max: req.Max, Desired: req.Desired, Policies: req.Policies, Mixed: req.Mixed,
-		Timing: req.Timing, BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
+	req.Tenant = tenant
+	out, created, err := s.svc.Groups.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -95,9 +94,7 @@ func (s *handlers) updateGroup(w http.ResponseWriter, r *http.Request, p princip
 	if err := decodeMoneyBody(w, r, &req, "budget_per_hour"); err != nil {
 		return err
 	}
-	out, err := s.svc.Groups.Update(r.Context(), p.actor(), r.PathValue("id"), service.GroupPatch{Min: req.Min, Max: req.Max,
-		Desired: req.Desired, Template: req.Template, Policies: req.Policies, Mixed: req.Mixed, Timing: req.Timing,
-		BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease}, want)
+	out, err := s.svc.Groups.Update(r.Context(), p.actor(), r.PathValue("id"), req, want)
 	if err != nil {
 		return err
 	}

@@ -224,7 +224,7 @@ func TestGroupMinUnderPerModelQuota(t *testing.T) {
 		{[]string{"h100.8x", "l4.1x"}, 3, false},
 		{[]string{"h100.8x"}, 2, false},
 	} {
-		spec := service.GroupSpec{Name: fmt.Sprintf("g%d%v", c.min, c.refused), Template: cloud.GroupTemplate{Offerings: c.offerings}, Min: c.min, Max: 10}
+		spec := api.CreateGroupRequest{Name: fmt.Sprintf("g%d%v", c.min, c.refused), Template: cloud.GroupTemplate{Offerings: c.offerings}, Min: c.min, Max: 10}
 		_, _, err := f.svc.Groups.Create(ctx, f.acme, spec, "")
 		if got := cloud.ErrorCode(err) == cloud.QuotaExceeded; got != c.refused || !c.refused && err != nil {
 			t.Errorf("%v min %d: %v, want refused %v", c.offerings, c.min, err, c.refused)

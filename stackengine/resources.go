@@ -60,11 +60,11 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return r.ID, service.ResourceAttrs(r), nil
 	case stack.TypeGroup:
-		var body service.StackGroupBody
+		var body api.CreateGroupRequest
 		if err := service.DecodeStackProps(address, props, &body); err != nil {
 			return "", nil, err
 		}
-		g, _, err := svc.Groups.Create(ctx, a, body.Spec(), key)
+		g, _, err := svc.Groups.Create(ctx, a, body, key)
 		if err != nil {
 			return "", nil, service.StackFieldError(address, err)
 		}
@@ -141,11 +141,11 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 
 // updateGroup changes a group's mutable properties in place.
 func updateGroup(ctx context.Context, svc *service.Services, a service.Actor, address, id string, props map[string]any) error {
-	var body service.StackGroupBody
+	var body api.CreateGroupRequest
 	if err := service.DecodeStackProps(address, props, &body); err != nil {
 		return err
 	}
-	patch := service.GroupPatch{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
+	patch := api.UpdateGroupRequest{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
 		Policies: &body.Policies, Mixed: &body.Mixed, Timing: &body.Timing, BudgetPerHour: &body.BudgetPerHour,
 		IdleRelease: body.IdleRelease}
 	if body.IdleRelease == nil {
