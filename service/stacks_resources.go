@@ -89,7 +89,7 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 		}
 		return StackFieldError(c.Address, CheckPlacementGroupSpec(&spec))
 	case stack.TypeCommitment:
-		var spec CommitmentSpec
+		var spec api.CreateCommitmentRequest
 		return DecodeStackProps(c.Address, props, &spec)
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))

@@ -80,7 +80,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return g.ID, service.ResourceAttrs(g), nil
 	case stack.TypeCommitment:
-		var spec service.CommitmentSpec
+		var spec api.CreateCommitmentRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
