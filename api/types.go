@@ -247,8 +247,7 @@ type CreateCommitmentRequest struct {
 	// DiscountPct overrides the default discount table, in percent with
 	// at most two decimals ("37.5"); admins only.
 	DiscountPct json.Number `json:"discount_pct,omitempty"`
-	// Start defaults to now and may not be more than a minute in the past
-	// (service.CommitmentBackdate).
+	// Start defaults to now and may not be more than a minute in the past.
 	Start *time.Time `json:"start,omitempty"`
 	// Tags are the tenant's (no "gpucloud:" prefix).
 	Tags map[string]string `json:"tags,omitempty"`
