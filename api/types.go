@@ -44,7 +44,8 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
-// CreatedToken answers POST /v1/tokens. Secret is shown this once.
+// CreatedToken answers POST /v1/tokens and POST /v1/join-tokens: a token
+// just made and its secret, shown this once.
 type CreatedToken struct {
 	Token  *cloud.Token `json:"token"`
 	Secret string       `json:"secret"`

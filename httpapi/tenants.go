@@ -115,7 +115,7 @@ func (s *handlers) createToken(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, api.CreatedToken{Token: t.Token, Secret: t.Secret})
+	writeJSON(w, http.StatusCreated, t)
 	return nil
 }
 
