@@ -162,14 +162,7 @@ func (s *handlers) putMetrics(w http.ResponseWriter, r *http.Request, p principa
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	points := make([]service.MetricInput, len(req.Metrics))
-	for i, m := range req.Metrics {
-		points[i] = service.MetricInput{Name: m.Name, Value: m.Value}
-		if m.At != nil {
-			points[i].At = *m.At
-		}
-	}
-	if err := s.svc.Groups.PutMetrics(r.Context(), p.actor(), req.GroupID, points); err != nil {
+	if err := s.svc.Groups.PutMetrics(r.Context(), p.actor(), req.GroupID, req.Metrics); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -372,7 +372,7 @@ func TestGroupsTenancy(t *testing.T) {
 				"desired":  groupErr(w.svc.Groups.SetDesired(ctx, w.glob, id, 2, false)),
 				"delete":   groupErr(w.svc.Groups.Delete(ctx, w.glob, id, 0)),
 				"events":   func() error { _, _, err := w.svc.Groups.Events(ctx, w.glob, id, 0, 0); return err }(),
-				"metrics":  w.svc.Groups.PutMetrics(ctx, w.glob, id, []service.MetricInput{{Name: "queue", Value: 1}}),
+				"metrics":  w.svc.Groups.PutMetrics(ctx, w.glob, id, []api.MetricPoint{{Name: "queue", Value: 1}}),
 				"forecast": groupErr(w.svc.Groups.Forecast(ctx, w.glob, id)),
 			} {
 				ce := groupCode(t, err, cloud.NotFound)
@@ -408,7 +408,7 @@ func TestGroupsTenancy(t *testing.T) {
 		if _, err := w.svc.Groups.SetDesired(ctx, w.admin, g.ID, 3, false); err != nil {
 			t.Errorf("admin set desired: %v", err)
 		}
-		if err := w.svc.Groups.PutMetrics(ctx, w.admin, g.ID, []service.MetricInput{{Name: "queue", Value: 1}}); err != nil {
+		if err := w.svc.Groups.PutMetrics(ctx, w.admin, g.ID, []api.MetricPoint{{Name: "queue", Value: 1}}); err != nil {
 			t.Errorf("admin put metrics: %v", err)
 		}
 	})
@@ -516,7 +516,7 @@ func TestGroupUpdate(t *testing.T) {
 		if gs, _ := w.svc.Groups.List(ctx, w.acme, "", cloud.GroupDeleted); len(gs) != 1 {
 			t.Errorf("list of deleted = %v", gs)
 		}
-		if err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []service.MetricInput{{Name: "q", Value: 1}}); cloud.ErrorCode(err) != cloud.Conflict {
+		if err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []api.MetricPoint{{Name: "q", Value: 1}}); cloud.ErrorCode(err) != cloud.Conflict {
 			t.Errorf("metrics of a deleted group: %v", err)
 		}
 	})
@@ -576,8 +576,8 @@ func TestPutMetrics(t *testing.T) {
 		ctx := context.Background()
 		g := w.group(t, w.acme, "web")
 		now := w.clock.Now()
-		err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []service.MetricInput{
-			{Name: "queue", Value: 12}, {Name: "queue", Value: 9, At: now.Add(-30 * time.Minute)}, {Name: "p99.latency-ms", Value: -1.5}})
+		err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []api.MetricPoint{
+			{Name: "queue", Value: 12}, {Name: "queue", Value: 9, At: new(now.Add(-30 * time.Minute))}, {Name: "p99.latency-ms", Value: -1.5}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -593,28 +593,28 @@ func TestPutMetrics(t *testing.T) {
 			t.Errorf("points = %+v", ps)
 		}
 		before := w.rows(t)
-		many := make([]service.MetricInput, service.MaxMetricPoints+1)
+		many := make([]api.MetricPoint, service.MaxMetricPoints+1)
 		for i := range many {
-			many[i] = service.MetricInput{Name: "q", Value: 1}
+			many[i] = api.MetricPoint{Name: "q", Value: 1}
 		}
 		for _, tc := range []struct {
 			field string
-			ps    []service.MetricInput
+			ps    []api.MetricPoint
 		}{
 			{"metrics", nil},
 			{"metrics", many},
-			{"metrics[1].name", []service.MetricInput{{Name: "q"}, {Name: "Queue"}}},
-			{"metrics[0].name", []service.MetricInput{{Name: "custom:queue"}}},
-			{"metrics[0].name", []service.MetricInput{{Name: cloud.MetricGPUUtilization}}},
-			{"metrics[0].name", []service.MetricInput{{Name: strings.Repeat("q", 65)}}},
-			{"metrics[0].value", []service.MetricInput{{Name: "q", Value: math.NaN()}}},
-			{"metrics[0].value", []service.MetricInput{{Name: "q", Value: math.Inf(1)}}},
-			{"metrics[0].at", []service.MetricInput{{Name: "q", At: now.Add(-61 * time.Minute)}}},
-			{"metrics[0].at", []service.MetricInput{{Name: "q", At: now.Add(6 * time.Minute)}}},
+			{"metrics[1].name", []api.MetricPoint{{Name: "q"}, {Name: "Queue"}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: "custom:queue"}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: cloud.MetricGPUUtilization}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: strings.Repeat("q", 65)}}},
+			{"metrics[0].value", []api.MetricPoint{{Name: "q", Value: math.NaN()}}},
+			{"metrics[0].value", []api.MetricPoint{{Name: "q", Value: math.Inf(1)}}},
+			{"metrics[0].at", []api.MetricPoint{{Name: "q", At: new(now.Add(-61 * time.Minute))}}},
+			{"metrics[0].at", []api.MetricPoint{{Name: "q", At: new(now.Add(6 * time.Minute))}}},
 		} {
 			groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, tc.ps), tc.field)
 		}
-		groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, "", []service.MetricInput{{Name: "q"}}), "group_id")
+		groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, "", []api.MetricPoint{{Name: "q"}}), "group_id")
 		if w.rows(t) != before {
 			t.Error("refused metrics were written")
 		}
