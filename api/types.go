@@ -44,7 +44,8 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
-// CreatedToken answers POST /v1/tokens. Secret is shown this once.
+// CreatedToken answers POST /v1/tokens and POST /v1/join-tokens: a token
+// just made and its secret, shown this once.
 type CreatedToken struct {
 	Token  *cloud.Token `json:"token"`
 	Secret string       `json:"secret"`
@@ -247,7 +248,7 @@ type CreateCommitmentRequest struct {
 	// DiscountPct overrides the default discount table, in percent with
 	// at most two decimals ("37.5"); admins only.
 	DiscountPct json.Number `json:"discount_pct,omitempty"`
-	// Start defaults to now and may not be in the past.
+	// Start defaults to now and may not be more than a minute in the past.
 	Start *time.Time `json:"start,omitempty"`
 	// Tags are the tenant's (no "gpucloud:" prefix).
 	Tags map[string]string `json:"tags,omitempty"`

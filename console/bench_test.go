@@ -92,7 +92,7 @@ func buildBenchCloud(dir string) (*benchCloud, error) {
 	for base := 0; base < benchRunning+benchPending; base += benchBatchSize {
 		err := st.Tx(ctx, func(tx cloud.Tx) error {
 			for i := base; i < base+benchBatchSize; i++ {
-				in := &service.NewInstance{TenantID: tn.ID, Name: fmt.Sprintf("job-%05d", i), Offering: "h100.1x",
+				in := &cloud.Instance{TenantID: tn.ID, Name: fmt.Sprintf("job-%05d", i), Offering: "h100.1x",
 					Command: []string{"python", "train.py"}, CreatedAt: start.Add(time.Duration(i) * time.Millisecond)}
 				in.ID = fmt.Sprintf("i-bench%06d", i)
 				if err := service.CreateInstance(ctx, tx, catalog.Default(), in, "bench", "created"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/advise"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -307,7 +308,7 @@ func (c *Console) launch(w http.ResponseWriter, r *http.Request, s *session) err
 	}
 	key := r.PostFormValue("key") // one per rendered form: a double submit creates one instance
 	if r.PostFormValue("market") == "spot" {
-		req, _, err := c.svc.Spot.Create(ctx, s.actor, service.SpotRequestSpec{Name: name, Type: cloud.SpotOneTime,
+		req, _, err := c.svc.Spot.Create(ctx, s.actor, api.CreateSpotRequestRequest{Name: name, Type: cloud.SpotOneTime,
 			Pools: []cloud.Pool{{Offering: offering}}, Command: command}, key)
 		if err != nil {
 			return err
@@ -315,7 +316,7 @@ func (c *Console) launch(w http.ResponseWriter, r *http.Request, s *session) err
 		http.Redirect(w, r, "/instances?market=spot#"+req.ID, http.StatusSeeOther)
 		return nil
 	}
-	in, _, err := c.svc.Instances.Create(ctx, s.actor, service.InstanceSpec{Name: name, Offering: offering, Command: command}, key)
+	in, _, err := c.svc.Instances.Create(ctx, s.actor, api.CreateInstanceRequest{Name: name, Offering: offering, Command: command}, key)
 	if err != nil {
 		return err
 	}

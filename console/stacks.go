@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 )
 
@@ -180,7 +180,7 @@ func (c *Console) planStack(w http.ResponseWriter, r *http.Request, s *session) 
 	if err != nil {
 		return fail(err)
 	}
-	p, err := c.svc.Stacks.Plan(r.Context(), s.actor, service.StackRequest{Tenant: form["tenant"], Name: form["name"],
+	p, err := c.svc.Stacks.Plan(r.Context(), s.actor, api.StackRequest{Tenant: form["tenant"], Name: form["name"],
 		Template: form["template"], Parameters: params})
 	if err != nil {
 		return fail(err)

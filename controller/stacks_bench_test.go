@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
@@ -66,7 +67,7 @@ func benchStackApply(b *testing.B, st cloud.Store) {
 	b.ResetTimer()
 	for i := range b.N {
 		name := fmt.Sprintf("bench-%d", i)
-		if _, err := svc.Stacks.Apply(ctx, actor, service.StackRequest{Name: name, Template: stackBench50}); err != nil {
+		if _, err := svc.Stacks.Apply(ctx, actor, name, api.ApplyStackRequest{Template: stackBench50}); err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()

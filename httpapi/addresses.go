@@ -20,7 +20,7 @@ func (s *handlers) allocateAddress(w http.ResponseWriter, r *http.Request, p pri
 		return err
 	}
 	req.Tenant = tenant
-	a, created, err := s.svc.Addresses.Allocate(r.Context(), p.actor(), service.AddressSpec(req), r.Header.Get("Idempotency-Key"))
+	a, created, err := s.svc.Addresses.Allocate(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

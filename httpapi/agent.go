@@ -36,7 +36,7 @@ func (s *handlers) createJoinToken(w http.ResponseWriter, r *http.Request, p pri
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, api.CreatedToken{Token: t.Token, Secret: t.Secret})
+	writeJSON(w, http.StatusCreated, t)
 	return nil
 }
 

@@ -70,7 +70,7 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"name":"dev2"}`, `{"name":"ops","role":"admin"}`, `{"name":"x","role":"agent"}`}},
 	{method: "PUT", path: "/v1/tenants/{id}/quota", admin: true, newReq: newOf[api.QuotaSpec](),
 		check: func(cat *catalog.Catalog, req any) error {
-			_, err := service.CheckQuotaSpec(cat, service.QuotaSpec(*req.(*api.QuotaSpec)))
+			_, err := service.CheckQuotaSpec(cat, *req.(*api.QuotaSpec))
 			return err
 		},
 		seeds: []string{`{"instances":10,"gpus":{"H100":8}}`, `{"gpus":{"h100":1,"H100-80GB-SXM":2}}`, `{"instances":-1}`, `{"gpus":{"H100":1e400}}`}},
@@ -78,14 +78,14 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{``, `{"name":"ci"}`, `{"name":"ci","expires_at":"2025-04-01T00:00:00Z"}`, `{"expires_at":"2020-01-01T00:00:00Z"}`}},
 	{method: "POST", path: "/v1/placement-groups", newReq: newOf[api.CreatePlacementGroupRequest](),
 		check: func(cat *catalog.Catalog, req any) error {
-			spec := service.PlacementGroupSpec(*req.(*api.CreatePlacementGroupRequest))
+			spec := *req.(*api.CreatePlacementGroupRequest)
 			return service.CheckPlacementGroupSpec(&spec)
 		},
 		seeds: []string{`{"name":"train","strategy":"cluster"}`, `{"name":"web","strategy":"spread","by_rack":true,"tags":{"a":"b"}}`,
 			`{"name":"x","strategy":"near"}`, `{"name":"x","strategy":"cluster","by_rack":true}`, `{"name":"x","strategy":"spread","tags":{"gpucloud:stack":"s"}}`}},
 	{method: "POST", path: "/v1/instances", newReq: newOf[api.CreateInstanceRequest](),
 		check: func(cat *catalog.Catalog, req any) error {
-			spec := service.InstanceSpec(*req.(*api.CreateInstanceRequest))
+			spec := *req.(*api.CreateInstanceRequest)
 			_, err := service.CheckInstanceSpec(cat, &spec)
 			return err
 		},
@@ -107,7 +107,7 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"protected":true}`, `{"protected":false}`, `{}`}},
 	{method: "POST", path: "/v1/volumes", newReq: newOf[api.CreateVolumeRequest](),
 		check: func(_ *catalog.Catalog, req any) error {
-			spec := service.VolumeSpec(*req.(*api.CreateVolumeRequest))
+			spec := *req.(*api.CreateVolumeRequest)
 			return service.CheckVolumeSpec(&spec)
 		},
 		seeds: []string{`{"name":"ckpt","size_gib":50,"zone":"local-a"}`, `{"name":"ckpt","size_gib":0}`, `{"name":"ckpt","size_gib":99999999999}`, `{"name":"-x","size_gib":1}`}},
@@ -127,7 +127,7 @@ var apiFuzzRoutes = []bodyRoute{
 		check: func(cat *catalog.Catalog, req any) error {
 			r := req.(*api.CreateSpotRequestRequest)
 			pools := slices.Clone(r.Pools)
-			spec := service.SpotRequestSpec{Tenant: r.Tenant, Name: r.Name, Type: r.Type, MaxPrice: r.MaxPrice,
+			spec := api.CreateSpotRequestRequest{Tenant: r.Tenant, Name: r.Name, Type: r.Type, MaxPrice: r.MaxPrice,
 				Interruption: r.Interruption, Pools: pools, Command: r.Command, Env: r.Env, Volumes: r.Volumes, Tags: r.Tags}
 			return service.CheckSpotRequestSpec(cat, &spec)
 		},
@@ -139,7 +139,7 @@ var apiFuzzRoutes = []bodyRoute{
 			if err := cloneJSON(req, &r); err != nil {
 				return err
 			}
-			spec := service.GroupSpec{Tenant: r.Tenant, Name: r.Name, Template: r.Template, Min: r.Min, Max: r.Max,
+			spec := api.CreateGroupRequest{Tenant: r.Tenant, Name: r.Name, Template: r.Template, Min: r.Min, Max: r.Max,
 				Desired: r.Desired, Policies: r.Policies, Mixed: r.Mixed, Timing: r.Timing, BudgetPerHour: r.BudgetPerHour,
 				IdleRelease: r.IdleRelease}
 			return service.CheckGroupSpec(cat, &spec)

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/service"
 )
 
 // putBudget handles PUT /v1/budget: sets the monthly budget of the
@@ -16,12 +15,11 @@ func (s *handlers) putBudget(w http.ResponseWriter, r *http.Request, p principal
 	if err := decodeMoneyBody(w, r, &spec, "amount"); err != nil {
 		return err
 	}
-	st, err := s.svc.Billing.PutBudget(r.Context(), p.actor(), r.URL.Query().Get("tenant"),
-		service.BudgetSpec{Amount: spec.Amount, Thresholds: spec.Thresholds})
+	st, err := s.svc.Billing.PutBudget(r.Context(), p.actor(), r.URL.Query().Get("tenant"), spec)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, budgetStatus(st))
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -33,11 +31,6 @@ func (s *handlers) getBudget(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, budgetStatus(st))
+	writeJSON(w, http.StatusOK, st)
 	return nil
-}
-
-// budgetStatus is a budget's status as the API shows it.
-func budgetStatus(st *service.BudgetStatus) api.BudgetStatus {
-	return api.BudgetStatus{TenantID: st.TenantID, Budget: st.Budget, Month: st.Month, Spent: st.Spent, Alerts: st.Alerts}
 }

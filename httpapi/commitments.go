@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/service"
 )
 
 // createCommitment handles POST /v1/commitments: a reservation or a
@@ -21,9 +20,8 @@ func (s *handlers) createCommitment(w http.ResponseWriter, r *http.Request, p pr
 	if err != nil {
 		return err
 	}
-	out, created, err := s.svc.Commitments.Create(r.Context(), p.actor(), service.CommitmentSpec{Tenant: tenant,
-		Plan: req.Plan, Offering: req.Offering, Zone: req.Zone, Quantity: req.Quantity, Term: req.Term,
-		Payment: req.Payment, DiscountPct: string(req.DiscountPct), Start: req.Start, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
+	req.Tenant = tenant
+	out, created, err := s.svc.Commitments.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

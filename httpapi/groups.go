@@ -23,9 +23,8 @@ func (s *handlers) createGroup(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
-	out, created, err := s.svc.Groups.Create(r.Context(), p.actor(), service.GroupSpec{Tenant: tenant, Name: req.Name,
-		Template: req.Template, Min: req.Min, Max: req.Max, Desired: req.Desired, Policies: req.Policies, Mixed: req.Mixed,
-		Timing: req.Timing, BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
+	req.Tenant = tenant
+	out, created, err := s.svc.Groups.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -95,9 +94,7 @@ func (s *handlers) updateGroup(w http.ResponseWriter, r *http.Request, p princip
 	if err := decodeMoneyBody(w, r, &req, "budget_per_hour"); err != nil {
 		return err
 	}
-	out, err := s.svc.Groups.Update(r.Context(), p.actor(), r.PathValue("id"), service.GroupPatch{Min: req.Min, Max: req.Max,
-		Desired: req.Desired, Template: req.Template, Policies: req.Policies, Mixed: req.Mixed, Timing: req.Timing,
-		BudgetPerHour: req.BudgetPerHour, IdleRelease: req.IdleRelease}, want)
+	out, err := s.svc.Groups.Update(r.Context(), p.actor(), r.PathValue("id"), req, want)
 	if err != nil {
 		return err
 	}
@@ -165,14 +162,7 @@ func (s *handlers) putMetrics(w http.ResponseWriter, r *http.Request, p principa
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	points := make([]service.MetricInput, len(req.Metrics))
-	for i, m := range req.Metrics {
-		points[i] = service.MetricInput{Name: m.Name, Value: m.Value}
-		if m.At != nil {
-			points[i].At = *m.At
-		}
-	}
-	if err := s.svc.Groups.PutMetrics(r.Context(), p.actor(), req.GroupID, points); err != nil {
+	if err := s.svc.Groups.PutMetrics(r.Context(), p.actor(), req.GroupID, req.Metrics); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

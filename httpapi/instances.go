@@ -33,7 +33,7 @@ func (s *handlers) createInstance(w http.ResponseWriter, r *http.Request, p prin
 		return err
 	}
 	req.Tenant = tenant
-	out, created, err := s.svc.Instances.Create(r.Context(), p.actor(), service.InstanceSpec(req), r.Header.Get("Idempotency-Key"))
+	out, created, err := s.svc.Instances.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/service"
 )
 
 // createPlacementGroup handles POST /v1/placement-groups
@@ -20,7 +19,7 @@ func (s *handlers) createPlacementGroup(w http.ResponseWriter, r *http.Request, 
 		return err
 	}
 	req.Tenant = tenant
-	g, created, err := s.svc.Placement.Create(r.Context(), p.actor(), service.PlacementGroupSpec(req), r.Header.Get("Idempotency-Key"))
+	g, created, err := s.svc.Placement.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

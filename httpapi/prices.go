@@ -55,8 +55,8 @@ func (s *handlers) setPrice(w http.ResponseWriter, r *http.Request, p principal)
 	if err := decodeMoneyBody(w, r, &req, "amount"); err != nil {
 		return err
 	}
-	out, created, err := s.svc.Prices.Set(r.Context(), p.actor(), service.PriceSpec{Kind: req.Kind, Offering: req.Offering,
-		Zone: req.Zone, Amount: req.Amount, EffectiveAt: req.EffectiveAt}, r.Header.Get("Idempotency-Key"))
+	out, created, err := s.svc.Prices.Set(r.Context(), p.actor(), req,
+		r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

@@ -106,9 +106,8 @@ func (s *handlers) createSpotRequest(w http.ResponseWriter, r *http.Request, p p
 	if err != nil {
 		return err
 	}
-	out, created, err := s.svc.Spot.Create(r.Context(), p.actor(), service.SpotRequestSpec{Tenant: tenant, Name: req.Name,
-		Type: req.Type, MaxPrice: req.MaxPrice, Interruption: req.Interruption, Pools: req.Pools, Image: req.Image, Command: req.Command,
-		Env: req.Env, Volumes: req.Volumes, Tags: req.Tags}, r.Header.Get("Idempotency-Key"))
+	req.Tenant = tenant
+	out, created, err := s.svc.Spot.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 )
 
@@ -28,12 +27,12 @@ func (s *handlers) planStack(w http.ResponseWriter, r *http.Request, p principal
 	if err != nil {
 		return err
 	}
-	plan, err := s.svc.Stacks.Plan(r.Context(), p.actor(), service.StackRequest{Tenant: tenant, Name: req.Name,
-		Template: req.Template, Parameters: req.Parameters})
+	req.Tenant = tenant
+	plan, err := s.svc.Stacks.Plan(r.Context(), p.actor(), req)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, stackPlanOf(plan))
+	writeJSON(w, http.StatusOK, plan)
 	return nil
 }
 
@@ -50,8 +49,8 @@ func (s *handlers) applyStack(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
-	st, err := s.svc.Stacks.Apply(r.Context(), p.actor(), service.StackRequest{Tenant: tenant, Name: r.PathValue("name"),
-		Template: req.Template, Parameters: req.Parameters, KeepOnFailure: req.KeepOnFailure})
+	req.Tenant = tenant
+	st, err := s.svc.Stacks.Apply(r.Context(), p.actor(), r.PathValue("name"), req)
 	if err != nil {
 		return err
 	}
@@ -86,7 +85,7 @@ func (s *handlers) getStack(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, stackViewOf(v))
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -133,50 +132,9 @@ func (s *handlers) stackDrift(w http.ResponseWriter, r *http.Request, p principa
 	if err != nil {
 		return err
 	}
-	out := api.StackDriftReport{Drift: make([]api.StackDrift, len(ds)), InSync: len(ds) == 0}
-	for i, d := range ds {
-		out.Drift[i] = api.StackDrift{Address: d.Address, Type: d.Type, ID: d.ID, Drift: d.Drift, Diffs: d.Diffs}
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, api.StackDriftReport{Drift: ds, InSync: len(ds) == 0})
 	return nil
 }
 
 // stackPath is a stack's URL path.
 func stackPath(name string) string { return "/v1/stacks/" + url.PathEscape(name) }
-
-// stackPlanOf is a plan on the wire.
-func stackPlanOf(p *service.StackPlan) api.StackPlan {
-	out := api.StackPlan{Name: p.Name, Exists: p.Exists, Changes: p.Changes, Summary: p.Summary,
-		Cost: api.StackCost{OnDemand: p.Cost.OnDemand, WithSpot: p.Cost.WithSpot,
-			Lines: make([]api.StackCostLine, len(p.Cost.Lines)), Assumptions: p.Cost.Assumptions},
-		Outputs: p.Outputs, Params: p.Params}
-	if out.Changes == nil {
-		out.Changes = []*stack.Change{}
-	}
-	if out.Summary == nil {
-		out.Summary = map[stack.Action]int{}
-	}
-	for i, l := range p.Cost.Lines {
-		out.Cost.Lines[i] = api.StackCostLine(l)
-	}
-	if p.Fit != nil {
-		fit := &api.StackFit{Known: p.Fit.Known, Fits: p.Fit.Fits}
-		for _, l := range p.Fit.Lines {
-			fit.Lines = append(fit.Lines, api.StackFitLine(l))
-		}
-		out.Fit = fit
-	}
-	return out
-}
-
-// stackViewOf is a stack's view on the wire.
-func stackViewOf(v *service.StackView) api.StackView {
-	out := api.StackView{Resources: make([]api.StackResource, len(v.Resources)), Outputs: v.Outputs, Params: v.Params}
-	if v.Stack != nil {
-		out.Stack = *v.Stack
-	}
-	for i, r := range v.Resources {
-		out.Resources[i] = api.StackResource(r)
-	}
-	return out
-}

@@ -63,24 +63,19 @@ func (s *handlers) createUser(w http.ResponseWriter, r *http.Request, p principa
 	return nil
 }
 
-// quotaStatus is the wire form of a quota and its usage.
-func quotaStatus(q service.QuotaStatus) api.QuotaStatus {
-	return api.QuotaStatus{Quota: *q.Quota, Used: api.Usage(q.Used)}
-}
-
 // putQuota handles PUT /v1/tenants/{id}/quota (admin).
 func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal) error {
 	var spec api.QuotaSpec
 	if err := decodeBody(w, r, &spec); err != nil {
 		return err
 	}
-	q, err := s.svc.Accounts.SetQuota(r.Context(), p.actor(), r.PathValue("id"), service.QuotaSpec(spec))
+	q, err := s.svc.Accounts.SetQuota(r.Context(), p.actor(), r.PathValue("id"), spec)
 	// After the commit: a request before it may have cached the old rate.
 	s.limits.tenantChanged(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, quotaStatus(q))
+	writeJSON(w, http.StatusOK, q)
 	return nil
 }
 
@@ -91,7 +86,7 @@ func (s *handlers) getQuota(w http.ResponseWriter, r *http.Request, p principal)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, quotaStatus(q))
+	writeJSON(w, http.StatusOK, q)
 	return nil
 }
 
@@ -120,7 +115,7 @@ func (s *handlers) createToken(w http.ResponseWriter, r *http.Request, p princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, api.CreatedToken{Token: t.Token, Secret: t.Secret})
+	writeJSON(w, http.StatusCreated, t)
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
-	"github.com/gpucloud/gpucloud/service"
 )
 
 // createVolume handles POST /v1/volumes (service.Volumes.Create): 201 with
@@ -20,7 +19,7 @@ func (s *handlers) createVolume(w http.ResponseWriter, r *http.Request, p princi
 		return err
 	}
 	req.Tenant = tenant
-	v, created, err := s.svc.Volumes.Create(r.Context(), p.actor(), service.VolumeSpec(req), r.Header.Get("Idempotency-Key"))
+	v, created, err := s.svc.Volumes.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

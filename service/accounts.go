@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -43,31 +44,6 @@ const (
 	EventQuotaUpdated  cloud.EventKind = "quota.updated"
 )
 
-// IssuedToken is a token just made and its secret string, which is in this
-// answer and nowhere else.
-type IssuedToken struct {
-	Token  *cloud.Token
-	Secret string
-}
-
-// QuotaSpec is a quota an admin sets (cloud.Quota says what each field
-// caps): zero values mean no limit, or for the request rate the server's
-// default, and GPU model names may be aliases (the quota keeps canonical
-// names).
-type QuotaSpec struct {
-	Instances         int                `json:"instances,omitempty"`
-	GPUs              map[string]float64 `json:"gpus,omitempty"`
-	GPUsPerModel      float64            `json:"gpus_per_model,omitempty"`
-	RequestsPerSecond int                `json:"requests_per_second,omitempty"`
-	Burst             int                `json:"burst,omitempty"`
-}
-
-// QuotaStatus is a tenant's quota and what the tenant holds against it now.
-type QuotaStatus struct {
-	Quota *cloud.Quota
-	Used  Usage
-}
-
 // HashToken is what the store keeps of a token: SHA-256 of the whole token
 // string. Tokens carry 256 random bits, so a fast hash is enough; a slow
 // password hash would only slow every request down.
@@ -80,12 +56,12 @@ func HashToken(token string) []byte {
 // and expiry, and returns it with its secret string. The token ID is hex,
 // so the first "_" after the prefix ends it; the secret is base64url and
 // may contain "_".
-func newToken(u *cloud.User, name string, now time.Time, expires *time.Time) IssuedToken {
+func newToken(u *cloud.User, name string, now time.Time, expires *time.Time) api.CreatedToken {
 	id := NewID(TokenPrefix)
 	var secret [32]byte
 	_, _ = rand.Read(secret[:])
 	full := SecretPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
-	return IssuedToken{Token: &cloud.Token{ID: id, UserID: u.ID, TenantID: u.TenantID, Role: u.Role,
+	return api.CreatedToken{Token: &cloud.Token{ID: id, UserID: u.ID, TenantID: u.TenantID, Role: u.Role,
 		Name: name, Hash: HashToken(full), CreatedAt: now, ExpiresAt: expires}, Secret: full}
 }
 
@@ -207,12 +183,12 @@ func getTenant(ctx context.Context, tx cloud.Tx, id string) (*cloud.Tenant, erro
 // CreateUser creates a user of tenant with its first token (admins). The
 // role defaults to member; admins act on every tenant, so they belong to
 // the operator tenant and nowhere else.
-func (s *Accounts) CreateUser(ctx context.Context, a Actor, tenant, name string, role cloud.Role) (*cloud.User, IssuedToken, error) {
+func (s *Accounts) CreateUser(ctx context.Context, a Actor, tenant, name string, role cloud.Role) (*cloud.User, api.CreatedToken, error) {
 	if err := adminOnly(a, "creating users"); err != nil {
-		return nil, IssuedToken{}, err
+		return nil, api.CreatedToken{}, err
 	}
 	if err := CheckName("name", name, true); err != nil {
-		return nil, IssuedToken{}, err
+		return nil, api.CreatedToken{}, err
 	}
 	switch role {
 	case "":
@@ -220,14 +196,14 @@ func (s *Accounts) CreateUser(ctx context.Context, a Actor, tenant, name string,
 	case cloud.RoleMember:
 	case cloud.RoleAdmin:
 		if tenant != OperatorTenant {
-			return nil, IssuedToken{}, Field("role", "admins act on every tenant, so they belong to the %q tenant; create a member here", OperatorTenant)
+			return nil, api.CreatedToken{}, Field("role", "admins act on every tenant, so they belong to the %q tenant; create a member here", OperatorTenant)
 		}
 	default:
-		return nil, IssuedToken{}, Field("role", "unknown role %s (want member or admin)", Quote(string(role)))
+		return nil, api.CreatedToken{}, Field("role", "unknown role %s (want member or admin)", Quote(string(role)))
 	}
 	now := s.now()
 	var u *cloud.User
-	var t IssuedToken
+	var t api.CreatedToken
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
@@ -244,14 +220,14 @@ func (s *Accounts) CreateUser(ctx context.Context, a Actor, tenant, name string,
 			TenantID: tenant, Actor: a.ID, Reason: "user " + u.ID + " (" + u.Name + ") created as " + string(u.Role)})
 	})
 	if err != nil {
-		return nil, IssuedToken{}, err
+		return nil, api.CreatedToken{}, err
 	}
 	return u, t, nil
 }
 
 // CheckQuotaSpec validates a quota and returns its GPU limits by canonical
 // model name (nil when there are none).
-func CheckQuotaSpec(cat *catalog.Catalog, spec QuotaSpec) (map[string]float64, error) {
+func CheckQuotaSpec(cat *catalog.Catalog, spec api.QuotaSpec) (map[string]float64, error) {
 	if spec.Instances < 0 || spec.Instances > MaxQuota {
 		return nil, Field("instances", "%d is out of range 0..%d (0 means no limit)", spec.Instances, MaxQuota)
 	}
@@ -282,15 +258,15 @@ func CheckQuotaSpec(cat *catalog.Catalog, spec QuotaSpec) (map[string]float64, e
 // SetQuota replaces a tenant's quota (admins) and answers it with what the
 // tenant holds now. A quota below what the tenant holds is allowed: it
 // stops new instances, it does not end running ones.
-func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec QuotaSpec) (QuotaStatus, error) {
+func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec api.QuotaSpec) (api.QuotaStatus, error) {
 	if err := adminOnly(a, "setting quotas"); err != nil {
-		return QuotaStatus{}, err
+		return api.QuotaStatus{}, err
 	}
 	gpus, err := CheckQuotaSpec(s.cat, spec)
 	if err != nil {
-		return QuotaStatus{}, err
+		return api.QuotaStatus{}, err
 	}
-	var out QuotaStatus
+	var out api.QuotaStatus
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
@@ -304,7 +280,7 @@ func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec Qu
 		if err != nil {
 			return err
 		}
-		out = QuotaStatus{Quota: q, Used: used}
+		out = api.QuotaStatus{Quota: *q, Used: used}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: s.now(), Kind: EventQuotaUpdated,
 			TenantID: tenant, Actor: a.ID, Reason: "quota set"})
 	})
@@ -314,11 +290,11 @@ func (s *Accounts) SetQuota(ctx context.Context, a Actor, tenant string, spec Qu
 // Quota reads a tenant's quota and what the tenant holds against it:
 // admins any tenant's, members their own (another tenant answers
 // NotFound, like a missing one). A tenant without a quota has no limits.
-func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (QuotaStatus, error) {
+func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (api.QuotaStatus, error) {
 	if !a.Sees(tenant) {
-		return QuotaStatus{}, NotFound("tenant", tenant)
+		return api.QuotaStatus{}, NotFound("tenant", tenant)
 	}
-	var out QuotaStatus
+	var out api.QuotaStatus
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		if _, err := getTenant(ctx, tx, tenant); err != nil {
 			return err
@@ -328,7 +304,7 @@ func (s *Accounts) Quota(ctx context.Context, a Actor, tenant string) (QuotaStat
 			return err
 		}
 		used, err := TenantUsage(ctx, tx, s.cat, tenant)
-		out = QuotaStatus{Quota: q, Used: used}
+		out = api.QuotaStatus{Quota: *q, Used: used}
 		return err
 	})
 	return out, err
@@ -373,9 +349,9 @@ func (s *Accounts) Tokens(ctx context.Context, a Actor, tenant string) ([]*cloud
 
 // CreateToken makes a new token for the calling user, with the user's
 // role. expires, when set, must be in the future.
-func (s *Accounts) CreateToken(ctx context.Context, a Actor, name string, expires *time.Time) (IssuedToken, error) {
+func (s *Accounts) CreateToken(ctx context.Context, a Actor, name string, expires *time.Time) (api.CreatedToken, error) {
 	if err := usersOnly(a, "making tokens"); err != nil {
-		return IssuedToken{}, err
+		return api.CreatedToken{}, err
 	}
 	return s.issue(ctx, a, name, expires, false)
 }
@@ -391,12 +367,12 @@ const DefaultJoinTokenTTL = 24 * time.Hour
 // list tells join tokens apart when one must be revoked. It expires after
 // DefaultJoinTokenTTL unless expires says otherwise: a forgotten join
 // token does not stay a way in.
-func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, expires *time.Time) (IssuedToken, error) {
+func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, expires *time.Time) (api.CreatedToken, error) {
 	if err := adminOnly(a, "making join tokens"); err != nil {
-		return IssuedToken{}, err
+		return api.CreatedToken{}, err
 	}
 	if err := CheckName("name", name, true); err != nil {
-		return IssuedToken{}, err
+		return api.CreatedToken{}, err
 	}
 	if expires == nil {
 		expires = new(s.now().Add(DefaultJoinTokenTTL))
@@ -406,20 +382,20 @@ func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, ex
 
 // issue makes a token for the calling user: with the user's role, or a
 // join token when join is set.
-func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *time.Time, join bool) (IssuedToken, error) {
+func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *time.Time, join bool) (api.CreatedToken, error) {
 	if err := CheckName("name", name, false); err != nil {
-		return IssuedToken{}, err
+		return api.CreatedToken{}, err
 	}
 	now := s.now()
 	if expires != nil && !expires.After(now) {
-		return IssuedToken{}, Field("expires_at", "%s is not in the future", expires.Format(time.RFC3339))
+		return api.CreatedToken{}, Field("expires_at", "%s is not in the future", expires.Format(time.RFC3339))
 	}
 	if expires != nil {
 		if err := CheckTime("expires_at", *expires); err != nil {
-			return IssuedToken{}, err
+			return api.CreatedToken{}, err
 		}
 	}
-	var out IssuedToken
+	var out api.CreatedToken
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		u, err := tx.GetUser(ctx, a.ID)
 		if err != nil {
@@ -438,7 +414,7 @@ func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *tim
 			TenantID: u.TenantID, Actor: a.ID, Reason: reason})
 	})
 	if err != nil {
-		return IssuedToken{}, err
+		return api.CreatedToken{}, err
 	}
 	return out, nil
 }

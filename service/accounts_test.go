@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -199,41 +200,41 @@ func TestAccountsQuota(t *testing.T) {
 		ctx := context.Background()
 		acme := f.acme.TenantID
 		q, err := f.svc.Accounts.Quota(ctx, f.acme, acme)
-		if err != nil || !reflect.DeepEqual(q.Quota, service.DefaultQuota(acme)) || q.Used.Instances != 0 {
+		if err != nil || !reflect.DeepEqual(&q.Quota, service.DefaultQuota(acme)) || q.Used.Instances != 0 {
 			t.Fatalf("quota of a new tenant = %+v, %v; want the default", q.Quota, err)
 		}
 		before := f.state()
 		for _, c := range []struct {
-			spec  service.QuotaSpec
+			spec  api.QuotaSpec
 			field string
 		}{
-			{service.QuotaSpec{Instances: -1}, "instances"},
-			{service.QuotaSpec{Instances: 2_000_000}, "instances"},
-			{service.QuotaSpec{GPUs: map[string]float64{"H100": -1}}, "gpus.H100"},
-			{service.QuotaSpec{GPUs: map[string]float64{"B300": 1}}, "gpus.B300"},
-			{service.QuotaSpec{GPUsPerModel: -1}, "gpus_per_model"},
-			{service.QuotaSpec{GPUsPerModel: math.NaN()}, "gpus_per_model"},
-			{service.QuotaSpec{RequestsPerSecond: -1}, "requests_per_second"},
-			{service.QuotaSpec{RequestsPerSecond: service.MaxQuota + 1}, "requests_per_second"},
-			{service.QuotaSpec{Burst: -1}, "burst"},
-			{service.QuotaSpec{Burst: service.MaxQuota + 1}, "burst"},
+			{api.QuotaSpec{Instances: -1}, "instances"},
+			{api.QuotaSpec{Instances: 2_000_000}, "instances"},
+			{api.QuotaSpec{GPUs: map[string]float64{"H100": -1}}, "gpus.H100"},
+			{api.QuotaSpec{GPUs: map[string]float64{"B300": 1}}, "gpus.B300"},
+			{api.QuotaSpec{GPUsPerModel: -1}, "gpus_per_model"},
+			{api.QuotaSpec{GPUsPerModel: math.NaN()}, "gpus_per_model"},
+			{api.QuotaSpec{RequestsPerSecond: -1}, "requests_per_second"},
+			{api.QuotaSpec{RequestsPerSecond: service.MaxQuota + 1}, "requests_per_second"},
+			{api.QuotaSpec{Burst: -1}, "burst"},
+			{api.QuotaSpec{Burst: service.MaxQuota + 1}, "burst"},
 		} {
 			_, err := f.svc.Accounts.SetQuota(ctx, f.admin, acme, c.spec)
 			if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != c.field {
 				t.Errorf("%+v: field %v, want %s", c.spec, ce.Details["field"], c.field)
 			}
 		}
-		_, err = f.svc.Accounts.SetQuota(ctx, f.admin, acme, service.QuotaSpec{GPUs: map[string]float64{"H100": 1, "H100-80GB-SXM": 2}})
+		_, err = f.svc.Accounts.SetQuota(ctx, f.admin, acme, api.QuotaSpec{GPUs: map[string]float64{"H100": 1, "H100-80GB-SXM": 2}})
 		ahCode(t, err, cloud.Invalid)
-		_, err = f.svc.Accounts.SetQuota(ctx, f.admin, "tn-missing", service.QuotaSpec{Instances: 1})
+		_, err = f.svc.Accounts.SetQuota(ctx, f.admin, "tn-missing", api.QuotaSpec{Instances: 1})
 		ahHidden(t, err, "tenant", "tn-missing")
 		f.unchanged(before, "bad quotas")
 
-		q, err = f.svc.Accounts.SetQuota(ctx, f.admin, acme, service.QuotaSpec{Instances: 10, GPUs: map[string]float64{"h100": 2.5}})
+		q, err = f.svc.Accounts.SetQuota(ctx, f.admin, acme, api.QuotaSpec{Instances: 10, GPUs: map[string]float64{"h100": 2.5}})
 		if err != nil || q.Quota.GPUs["H100-80GB-SXM"] != 2.5 || q.Quota.Instances != 10 {
 			t.Fatalf("SetQuota = %+v, %v; want canonical model names", q, err)
 		}
-		if _, _, err := f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "h100.1x"}, ""); err != nil {
+		if _, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "h100.1x"}, ""); err != nil {
 			t.Fatal(err)
 		}
 		if q, err := f.svc.Accounts.Quota(ctx, f.acme, acme); err != nil || q.Quota.Instances != 10 ||
@@ -384,11 +385,11 @@ func TestAccountsIsolation(t *testing.T) {
 		}
 		_, err = f.svc.Accounts.RevokeToken(ctx, f.globex, tok.Token.ID)
 		ahHidden(t, err, "token", tok.Token.ID)
-		_, err = f.svc.Accounts.SetQuota(ctx, f.globex, acme, service.QuotaSpec{Instances: 1})
+		_, err = f.svc.Accounts.SetQuota(ctx, f.globex, acme, api.QuotaSpec{Instances: 1})
 		ahCode(t, err, cloud.PermissionDenied)
 		f.unchanged(before, "globex on acme's accounts")
 
-		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, acme, service.QuotaSpec{Instances: 3}); err != nil {
+		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, acme, api.QuotaSpec{Instances: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if q, err := f.svc.Accounts.Quota(ctx, f.admin, acme); err != nil || q.Quota.Instances != 3 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -16,22 +17,6 @@ const (
 	EventAddressDisassociated cloud.EventKind = "address.disassociated"
 	EventAddressReleased      cloud.EventKind = "address.released"
 )
-
-// AddressSpec is what a caller asks for when it allocates an address. It
-// has the fields of the API's allocate request, so that a handler converts
-// one into the other.
-type AddressSpec struct {
-	// Tenant is for admins allocating for another tenant; members leave it
-	// empty.
-	Tenant string `json:"tenant,omitempty"`
-	// Zone defaults to the instance's zone when InstanceID is set.
-	Zone string `json:"zone,omitempty"`
-	// InstanceID, when set, associates the address at once with this
-	// instance of the tenant, which must not be terminated.
-	InstanceID string `json:"instance_id,omitempty"`
-	// Tags are the tenant's (no "gpucloud:" prefix).
-	Tags map[string]string `json:"tags,omitempty"`
-}
 
 // ParseAddressPool parses Options.AddressPool: an IPv4 CIDR block,
 // DefaultAddressPool when empty. A server can call it at start to warn
@@ -95,7 +80,7 @@ var errAddressTaken = errors.New("address taken meanwhile")
 // address the first call allocated (created false), released or not and
 // wherever it is associated now, and writes nothing; the same key with a
 // request that differs in a field it sent is a Conflict naming the fields.
-func (s *Addresses) Allocate(ctx context.Context, a Actor, spec AddressSpec, key string) (out *cloud.Address, created bool, err error) {
+func (s *Addresses) Allocate(ctx context.Context, a Actor, spec api.AllocateAddressRequest, key string) (out *cloud.Address, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -202,7 +187,7 @@ func (s *Addresses) Allocate(ctx context.Context, a Actor, spec AddressSpec, key
 // retry after a disassociation or release is then a conflict, which says
 // where the address is now). The tenant needs no comparison: it chose the
 // key's address.
-func sameAddress(old *cloud.Address, spec *AddressSpec) error {
+func sameAddress(old *cloud.Address, spec *api.AllocateAddressRequest) error {
 	var d KeyDiffs
 	// Without a zone or an instance the first call asked for no zone;
 	// with an instance alone it took the instance's.

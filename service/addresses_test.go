@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -16,8 +17,8 @@ func TestAddressAllocateIdempotency(t *testing.T) {
 		ctx := context.Background()
 		in := f.instance(f.acme)
 		other := f.instance(f.acme)
-		first := service.AddressSpec{Zone: "zone-a"}
-		withInstance := service.AddressSpec{InstanceID: in.ID}
+		first := api.AllocateAddressRequest{Zone: "zone-a"}
+		withInstance := api.AllocateAddressRequest{InstanceID: in.ID}
 		before := f.counts()
 		a, created, err := f.svc.Addresses.Allocate(ctx, f.acme, first, "ip-1")
 		if err != nil || !created || a.IP != "203.0.113.1" || a.Zone != "zone-a" || !strings.HasPrefix(a.ID, service.AddressPrefix) {
@@ -37,14 +38,14 @@ func TestAddressAllocateIdempotency(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			actor service.Actor
-			spec  service.AddressSpec
+			spec  api.AllocateAddressRequest
 			key   string
 			want  string
 		}{
 			{"identical", f.acme, first, "ip-1", a.ID},
 			{"identical with an instance", f.acme, withInstance, "ip-2", b.ID},
-			{"tenant sent by the member", f.acme, service.AddressSpec{Tenant: f.acme.TenantID, Zone: "zone-a"}, "ip-1", a.ID},
-			{"tenant sent by an admin", f.admin, service.AddressSpec{Tenant: f.acme.TenantID, InstanceID: in.ID}, "ip-2", b.ID},
+			{"tenant sent by the member", f.acme, api.AllocateAddressRequest{Tenant: f.acme.TenantID, Zone: "zone-a"}, "ip-1", a.ID},
+			{"tenant sent by an admin", f.admin, api.AllocateAddressRequest{Tenant: f.acme.TenantID, InstanceID: in.ID}, "ip-2", b.ID},
 		} {
 			again, created, err := f.svc.Addresses.Allocate(ctx, tc.actor, tc.spec, tc.key)
 			if err != nil || created || again.ID != tc.want {
@@ -56,14 +57,14 @@ func TestAddressAllocateIdempotency(t *testing.T) {
 		// Each field that differs is a conflict naming it alone.
 		for _, tc := range []struct {
 			field string
-			spec  service.AddressSpec
+			spec  api.AllocateAddressRequest
 			key   string
 			want  string
 		}{
-			{"zone", service.AddressSpec{Zone: "zone-b"}, "ip-1", a.ID},
-			{"zone", service.AddressSpec{}, "ip-1", a.ID},
-			{"instance_id", service.AddressSpec{InstanceID: other.ID}, "ip-2", b.ID},
-			{"zone", service.AddressSpec{InstanceID: in.ID, Zone: "zone-b"}, "ip-2", b.ID},
+			{"zone", api.AllocateAddressRequest{Zone: "zone-b"}, "ip-1", a.ID},
+			{"zone", api.AllocateAddressRequest{}, "ip-1", a.ID},
+			{"instance_id", api.AllocateAddressRequest{InstanceID: other.ID}, "ip-2", b.ID},
+			{"zone", api.AllocateAddressRequest{InstanceID: in.ID, Zone: "zone-b"}, "ip-2", b.ID},
 		} {
 			_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, tc.spec, tc.key)
 			vaKeyConflict(t, err, tc.want, tc.field)
@@ -88,11 +89,11 @@ func TestAddressAllocateIdempotency(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			actor service.Actor
-			spec  service.AddressSpec
+			spec  api.AllocateAddressRequest
 			key   string
 		}{
 			{"globex member", f.globex, first, "ip-1"},
-			{"admin for globex", f.admin, service.AddressSpec{Tenant: f.globex.TenantID, Zone: "zone-a"}, "ip-2"},
+			{"admin for globex", f.admin, api.AllocateAddressRequest{Tenant: f.globex.TenantID, Zone: "zone-a"}, "ip-2"},
 		} {
 			g, created, err := f.svc.Addresses.Allocate(ctx, tc.actor, tc.spec, tc.key)
 			if err != nil || !created || g.TenantID != f.globex.TenantID {
@@ -132,7 +133,7 @@ func TestAddressPool(t *testing.T) {
 			f := newVAFixture(t, st, service.Options{AddressPool: tc.pool})
 			var first *cloud.Address
 			for _, ip := range tc.ips {
-				a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{}, "")
+				a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{}, "")
 				if err != nil || a.IP != ip {
 					t.Fatalf("pool %s: %+v, %v; want %s", tc.pool, a, err, ip)
 				}
@@ -142,7 +143,7 @@ func TestAddressPool(t *testing.T) {
 			}
 			if tc.exhausted {
 				before := f.counts()
-				_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{}, "")
+				_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{}, "")
 				if ce := vaCode(t, err, cloud.InsufficientCapacity); ce.Details["pool"] == nil {
 					t.Errorf("pool %s exhausted: %v", tc.pool, ce)
 				}
@@ -152,7 +153,7 @@ func TestAddressPool(t *testing.T) {
 			if _, err := f.svc.Addresses.Release(ctx, f.acme, first.ID); err != nil {
 				t.Fatal(err)
 			}
-			if a, _, err := f.svc.Addresses.Allocate(ctx, f.globex, service.AddressSpec{}, ""); err != nil || a.IP != first.IP {
+			if a, _, err := f.svc.Addresses.Allocate(ctx, f.globex, api.AllocateAddressRequest{}, ""); err != nil || a.IP != first.IP {
 				t.Errorf("pool %s after a release: %+v, %v; want %s", tc.pool, a, err, first.IP)
 			}
 			// Leave the next pool an empty store of addresses.
@@ -176,7 +177,7 @@ func TestAddressPool(t *testing.T) {
 		for _, pool := range []string{"not a pool", "2001:db8::/64", "10.0.0.0"} {
 			f := newVAFixture(t, st, service.Options{AddressPool: pool})
 			before := f.counts()
-			_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{}, "")
+			_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{}, "")
 			if ce := vaCode(t, err, cloud.Internal); !strings.Contains(ce.Message, pool) {
 				t.Errorf("pool %q: %v does not name the pool", pool, ce)
 			}
@@ -191,11 +192,11 @@ func TestAddressTenantIsolation(t *testing.T) {
 		ctx := context.Background()
 		in := f.instance(f.acme)
 		gin := f.instance(f.globex)
-		a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{InstanceID: in.ID}, "")
+		a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{InstanceID: in.ID}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{}, "")
+		b, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,14 +220,14 @@ func TestAddressTenantIsolation(t *testing.T) {
 		}
 		_, err = f.svc.Addresses.List(ctx, f.globex, f.acme.TenantID, false)
 		vaHidden(t, err, "tenant", f.acme.TenantID)
-		_, _, err = f.svc.Addresses.Allocate(ctx, f.globex, service.AddressSpec{Tenant: f.acme.TenantID}, "")
+		_, _, err = f.svc.Addresses.Allocate(ctx, f.globex, api.AllocateAddressRequest{Tenant: f.acme.TenantID}, "")
 		vaHidden(t, err, "tenant", f.acme.TenantID)
 		// Nor does acme's member put its address on globex's instance: the
 		// instance is not found, as a field of the request.
 		for _, err := range []error{
 			func() error { _, err := f.svc.Addresses.Associate(ctx, f.acme, b.ID, gin.ID); return err }(),
 			func() error {
-				_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{InstanceID: gin.ID}, "")
+				_, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{InstanceID: gin.ID}, "")
 				return err
 			}(),
 		} {
@@ -274,11 +275,11 @@ func TestAddressAssociation(t *testing.T) {
 		ctx := context.Background()
 		in := f.instance(f.acme)
 		other := f.instance(f.acme)
-		a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{InstanceID: in.ID}, "")
+		a, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{InstanceID: in.ID}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		za, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{Zone: "zone-a"}, "")
+		za, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{Zone: "zone-a"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,21 +292,21 @@ func TestAddressAssociation(t *testing.T) {
 		vaCode(t, err, cloud.Conflict)
 		_, err = f.svc.Addresses.Associate(ctx, f.acme, za.ID, "")
 		vaCode(t, err, cloud.Invalid)
-		_, _, err = f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{Zone: "zone a"}, "")
+		_, _, err = f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{Zone: "zone a"}, "")
 		vaCode(t, err, cloud.Invalid)
 		f.unchanged(before, "rejected associations")
 
 		// Zones must agree once the instance has one; the zone defaults to
 		// the instance's.
 		f.place(other, "zone-b")
-		zb, _, err := f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{InstanceID: other.ID}, "")
+		zb, _, err := f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{InstanceID: other.ID}, "")
 		if err != nil || zb.Zone != "zone-b" {
 			t.Errorf("zone from the instance = %+v, %v", zb, err)
 		}
 		before = f.counts()
 		_, err = f.svc.Addresses.Associate(ctx, f.acme, za.ID, other.ID)
 		vaCode(t, err, cloud.Invalid)
-		_, _, err = f.svc.Addresses.Allocate(ctx, f.acme, service.AddressSpec{Zone: "zone-a", InstanceID: other.ID}, "")
+		_, _, err = f.svc.Addresses.Allocate(ctx, f.acme, api.AllocateAddressRequest{Zone: "zone-a", InstanceID: other.ID}, "")
 		vaCode(t, err, cloud.Invalid)
 		f.unchanged(before, "an address in another zone")
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -30,7 +31,7 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 		ctx := context.Background()
 		// Created while the fleet was unknown, retried once it is known.
 		delete(avail, "a10.1x")
-		first, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "a10.1x"}, "k-early")
+		first, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "a10.1x"}, "k-early")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				before := w.rows(t)
-				in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: c.offering}, c.key)
+				in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: c.offering}, c.key)
 				if got := cloud.ErrorCode(err); got != c.want {
 					t.Fatalf("code %q (%v), want %q", got, err, c.want)
 				}
@@ -71,12 +72,12 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 				}
 			})
 		}
-		_, _, err = w.svc.Spot.Create(ctx, w.acme, service.SpotRequestSpec{Type: cloud.SpotOneTime,
+		_, _, err = w.svc.Spot.Create(ctx, w.acme, api.CreateSpotRequestRequest{Type: cloud.SpotOneTime,
 			Pools: []cloud.Pool{{Offering: "h200.mig.1g.18gb"}}}, "")
 		if cloud.ErrorCode(err) != cloud.Invalid {
 			t.Errorf("spot request for an offering no host runs: %v", err)
 		}
-		_, _, err = w.svc.Spot.Create(ctx, w.acme, service.SpotRequestSpec{Type: cloud.SpotOneTime,
+		_, _, err = w.svc.Spot.Create(ctx, w.acme, api.CreateSpotRequestRequest{Type: cloud.SpotOneTime,
 			Pools: []cloud.Pool{{Offering: "h200.mig.1g.18gb"}, {Offering: "h100.1x"}}}, "")
 		if err != nil {
 			t.Errorf("spot request with one runnable pool: %v", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -87,27 +88,8 @@ func Rate(ctx context.Context, tx cloud.Tx, tenant string, period billing.Period
 	return out, nil
 }
 
-// BudgetSpec is a tenant's monthly budget as a caller sets it.
-type BudgetSpec struct {
-	// Amount is the monthly limit, more than 0.
-	Amount money.Micros `json:"amount"`
-	// Thresholds are alert levels in percent of Amount, 1..1000 each;
-	// [50, 80, 100] when nil.
-	Thresholds []int `json:"thresholds,omitempty"`
-}
-
-// BudgetStatus is a tenant's budget (nil when none is set), what it spent
-// this month so far, rated live, and the alerts fired this month.
-type BudgetStatus struct {
-	TenantID string
-	Budget   *cloud.Budget
-	Month    string
-	Spent    money.Micros
-	Alerts   []*cloud.BudgetAlert
-}
-
 // checkBudget validates a budget and returns its thresholds sorted.
-func checkBudget(spec BudgetSpec) ([]int, error) {
+func checkBudget(spec api.BudgetSpec) ([]int, error) {
 	if spec.Amount <= 0 || spec.Amount > maxBudget {
 		return nil, Field("amount", "%s is out of range (0, %s]", spec.Amount, maxBudget)
 	}
@@ -134,12 +116,12 @@ func checkBudget(spec BudgetSpec) ([]int, error) {
 // admin's of tenant, its own when empty), with a budget.updated event, and
 // answers the budget's status. Budgets alert when spending crosses a
 // threshold; they never stop anything.
-func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec BudgetSpec) (*BudgetStatus, error) {
+func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec api.BudgetSpec) (*api.BudgetStatus, error) {
 	ths, err := checkBudget(spec)
 	if err != nil {
 		return nil, err
 	}
-	var out *BudgetStatus
+	var out *api.BudgetStatus
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		t, err := Scope(ctx, tx, a, tenant, a.TenantID)
 		if err != nil {
@@ -171,8 +153,8 @@ func percents(ths []int) string {
 
 // Budget answers the budget status of a tenant (a member's own; an
 // admin's of tenant, its own when empty).
-func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*BudgetStatus, error) {
-	var out *BudgetStatus
+func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*api.BudgetStatus, error) {
+	var out *api.BudgetStatus
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		t, err := Scope(ctx, tx, a, tenant, a.TenantID)
 		if err != nil {
@@ -186,10 +168,10 @@ func (s *Billing) Budget(ctx context.Context, a Actor, tenant string) (*BudgetSt
 
 // budgetStatus reads a tenant's budget, rates its current month and lists
 // the month's alerts.
-func (s *Billing) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*BudgetStatus, error) {
+func (s *Billing) budgetStatus(ctx context.Context, tx cloud.Tx, tenant string) (*api.BudgetStatus, error) {
 	now := s.now().UTC()
 	period := billing.Month(now.Year(), now.Month())
-	out := &BudgetStatus{TenantID: tenant, Month: period.Name(), Alerts: []*cloud.BudgetAlert{}}
+	out := &api.BudgetStatus{TenantID: tenant, Month: period.Name(), Alerts: []*cloud.BudgetAlert{}}
 	b, err := tx.GetBudget(ctx, tenant)
 	switch {
 	case err == nil:

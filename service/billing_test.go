@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -123,7 +124,7 @@ func TestInvoiceAndBudgetTenancy(t *testing.T) {
 			t.Errorf("a bad month: %v", err)
 		}
 
-		if _, err := f.svc.Billing.PutBudget(ctx, f.acme, "", service.BudgetSpec{Amount: money.MustParse("100")}); err != nil {
+		if _, err := f.svc.Billing.PutBudget(ctx, f.acme, "", api.BudgetSpec{Amount: money.MustParse("100")}); err != nil {
 			t.Fatal(err)
 		}
 		before := f.counts()
@@ -131,7 +132,7 @@ func TestInvoiceAndBudgetTenancy(t *testing.T) {
 		// nor read its invoices: the tenant answers like a missing one.
 		_, err = f.svc.Billing.Budget(ctx, f.globex, f.acmeID)
 		billHidden(t, err, service.NotFound("tenant", "tn-none"), "tenant", f.acmeID)
-		_, err = f.svc.Billing.PutBudget(ctx, f.globex, f.acmeID, service.BudgetSpec{Amount: money.MustParse("1")})
+		_, err = f.svc.Billing.PutBudget(ctx, f.globex, f.acmeID, api.BudgetSpec{Amount: money.MustParse("1")})
 		billHidden(t, err, service.NotFound("tenant", "tn-none"), "tenant", f.acmeID)
 		_, err = f.svc.Billing.Invoices(ctx, f.globex, f.acmeID, period)
 		billHidden(t, err, service.NotFound("tenant", "tn-none"), "tenant", f.acmeID)
@@ -146,14 +147,14 @@ func TestInvoiceAndBudgetTenancy(t *testing.T) {
 			!slices.Equal(st1.Budget.Thresholds, []int{50, 80, 100}) {
 			t.Errorf("admin reads acme's budget = %+v, %v", st1, err)
 		}
-		st2, err := f.svc.Billing.PutBudget(ctx, f.admin, f.acmeID, service.BudgetSpec{Amount: money.MustParse("5"), Thresholds: []int{90, 10}})
+		st2, err := f.svc.Billing.PutBudget(ctx, f.admin, f.acmeID, api.BudgetSpec{Amount: money.MustParse("5"), Thresholds: []int{90, 10}})
 		if err != nil || st2.TenantID != f.acmeID || !slices.Equal(st2.Budget.Thresholds, []int{10, 90}) {
 			t.Errorf("admin sets acme's budget = %+v, %v", st2, err)
 		}
 		if invs, err := f.svc.Billing.Invoices(ctx, f.admin, f.acmeID, period); err != nil || len(invs) > 1 {
 			t.Errorf("admin reads acme's invoices = %v, %v", invs, err)
 		}
-		_, err = f.svc.Billing.PutBudget(ctx, f.acme, "", service.BudgetSpec{Amount: 1, Thresholds: []int{50, 50}})
+		_, err = f.svc.Billing.PutBudget(ctx, f.acme, "", api.BudgetSpec{Amount: 1, Thresholds: []int{50, 50}})
 		if billCode(t, err, cloud.Invalid).Details["field"] != "thresholds" {
 			t.Errorf("duplicate thresholds: %v", err)
 		}

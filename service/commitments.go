@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -18,35 +19,7 @@ import (
 // skew, never enough to cover usage already billed.
 const CommitmentBackdate = time.Minute
 
-// CommitmentSpec is what a tenant asks for when it buys a commitment. It
-// has the fields of the API's create request, so that a handler converts
-// one into the other.
-type CommitmentSpec struct {
-	// Tenant is for admins buying for another tenant; members leave it
-	// empty.
-	Tenant string     `json:"tenant,omitempty"`
-	Plan   cloud.Plan `json:"plan"`
-	// Offering is an offering name ("h100.8x") or a family ("h100": every
-	// offering named "h100.*").
-	Offering string `json:"offering"`
-	Zone     string `json:"zone,omitempty"`
-	Quantity int    `json:"quantity"`
-	// Term is "1y" to "3y" or a Go duration such as "720h".
-	Term string `json:"term"`
-	// Payment is a reservation's (default no_upfront); a retainer leaves
-	// it out.
-	Payment cloud.Payment `json:"payment,omitempty"`
-	// DiscountPct overrides the default discount, in percent with at most
-	// two decimals ("37.5"); admins only.
-	DiscountPct string `json:"discount_pct,omitempty"`
-	// Start defaults to now and may not be more than CommitmentBackdate
-	// in the past.
-	Start *time.Time `json:"start,omitempty"`
-	// Tags are the tenant's (no "gpucloud:" prefix).
-	Tags map[string]string `json:"tags,omitempty"`
-}
-
-// commitmentAsk is a checked CommitmentSpec: its offering resolved, its
+// commitmentAsk is a checked api.CreateCommitmentRequest: its offering resolved, its
 // term parsed and its defaults filled in, as the commitment will hold
 // them.
 type commitmentAsk struct {
@@ -66,7 +39,7 @@ type commitmentAsk struct {
 // checkCommitment validates what can be checked without the store, in
 // the order of the request's fields. Only admins may override the
 // discount.
-func checkCommitment(cat *catalog.Catalog, a Actor, spec *CommitmentSpec) (*commitmentAsk, error) {
+func checkCommitment(cat *catalog.Catalog, a Actor, spec *api.CreateCommitmentRequest) (*commitmentAsk, error) {
 	ask := &commitmentAsk{plan: spec.Plan, zone: spec.Zone, quantity: spec.Quantity, payment: spec.Payment, start: spec.Start}
 	switch spec.Plan {
 	case cloud.PlanReservation, cloud.PlanRetainer:
@@ -106,7 +79,7 @@ func checkCommitment(cat *catalog.Catalog, a Actor, spec *CommitmentSpec) (*comm
 				Message: "discount_pct is for admins; leave it out for the standard discount of the term and payment",
 				Details: map[string]any{"field": "discount_pct"}}
 		}
-		if ask.discount, err = parseDiscountPct(spec.DiscountPct); err != nil {
+		if ask.discount, err = parseDiscountPct(string(spec.DiscountPct)); err != nil {
 			return nil, err
 		}
 	}
@@ -260,7 +233,7 @@ func onDemandPrice(ctx context.Context, tx cloud.Tx, offerings []*catalog.Offeri
 // retry answers the commitment the first call made (created false), even
 // once its start has passed; the same key with a request that differs in
 // any field is a Conflict naming the fields.
-func (s *Commitments) Create(ctx context.Context, a Actor, spec CommitmentSpec, key string) (out *cloud.Commitment, created bool, err error) {
+func (s *Commitments) Create(ctx context.Context, a Actor, spec api.CreateCommitmentRequest, key string) (out *cloud.Commitment, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}

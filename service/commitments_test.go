@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -19,7 +20,7 @@ func TestCommitmentIdempotency(t *testing.T) {
 		ctx := context.Background()
 		start := f.clock.Now().Add(time.Hour)
 		later := start.Add(time.Hour)
-		base := service.CommitmentSpec{Plan: cloud.PlanReservation, Offering: "h100.8x", Zone: "zone-a", Quantity: 2,
+		base := api.CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "h100.8x", Zone: "zone-a", Quantity: 2,
 			Term: "1y", Payment: cloud.PaymentAllUpfront, DiscountPct: "40", Start: &start}
 		before := f.counts()
 		c, created, err := f.svc.Commitments.Create(ctx, f.admin, base, "buy-1")
@@ -33,22 +34,22 @@ func TestCommitmentIdempotency(t *testing.T) {
 		before = f.counts()
 		for _, tc := range []struct {
 			field string
-			edit  func(s *service.CommitmentSpec)
+			edit  func(s *api.CreateCommitmentRequest)
 		}{
 			// A retainer has no payment: the plan alone differs.
-			{"plan", func(s *service.CommitmentSpec) { s.Plan, s.Payment = cloud.PlanRetainer, "" }},
-			{"offering", func(s *service.CommitmentSpec) { s.Offering = "l4.1x" }},
-			{"offering", func(s *service.CommitmentSpec) { s.Offering = "h100" }},
-			{"zone", func(s *service.CommitmentSpec) { s.Zone = "zone-b" }},
-			{"zone", func(s *service.CommitmentSpec) { s.Zone = "" }},
-			{"quantity", func(s *service.CommitmentSpec) { s.Quantity = 3 }},
-			{"term", func(s *service.CommitmentSpec) { s.Term = "26280h" }},
-			{"term", func(s *service.CommitmentSpec) { s.Term = "1h" }},
-			{"payment", func(s *service.CommitmentSpec) { s.Payment = cloud.PaymentNoUpfront }},
-			{"payment", func(s *service.CommitmentSpec) { s.Payment = "" }},
-			{"discount_pct", func(s *service.CommitmentSpec) { s.DiscountPct = "30" }},
-			{"discount_pct", func(s *service.CommitmentSpec) { s.DiscountPct = "" }},
-			{"start", func(s *service.CommitmentSpec) { s.Start = &later }},
+			{"plan", func(s *api.CreateCommitmentRequest) { s.Plan, s.Payment = cloud.PlanRetainer, "" }},
+			{"offering", func(s *api.CreateCommitmentRequest) { s.Offering = "l4.1x" }},
+			{"offering", func(s *api.CreateCommitmentRequest) { s.Offering = "h100" }},
+			{"zone", func(s *api.CreateCommitmentRequest) { s.Zone = "zone-b" }},
+			{"zone", func(s *api.CreateCommitmentRequest) { s.Zone = "" }},
+			{"quantity", func(s *api.CreateCommitmentRequest) { s.Quantity = 3 }},
+			{"term", func(s *api.CreateCommitmentRequest) { s.Term = "26280h" }},
+			{"term", func(s *api.CreateCommitmentRequest) { s.Term = "1h" }},
+			{"payment", func(s *api.CreateCommitmentRequest) { s.Payment = cloud.PaymentNoUpfront }},
+			{"payment", func(s *api.CreateCommitmentRequest) { s.Payment = "" }},
+			{"discount_pct", func(s *api.CreateCommitmentRequest) { s.DiscountPct = "30" }},
+			{"discount_pct", func(s *api.CreateCommitmentRequest) { s.DiscountPct = "" }},
+			{"start", func(s *api.CreateCommitmentRequest) { s.Start = &later }},
 		} {
 			spec := base
 			tc.edit(&spec)
@@ -68,7 +69,7 @@ func TestCommitmentIdempotency(t *testing.T) {
 		noStart := base
 		noStart.Start = nil
 		f.clock.Advance(3 * time.Hour)
-		for _, spec := range []service.CommitmentSpec{base, hours, noStart} {
+		for _, spec := range []api.CreateCommitmentRequest{base, hours, noStart} {
 			again, created, err := f.svc.Commitments.Create(ctx, f.admin, spec, "buy-1")
 			if err != nil || created || again.ID != c.ID {
 				t.Errorf("retry of %+v = %+v, %v, %v; want %s", spec, again, created, err, c.ID)
@@ -92,7 +93,7 @@ func TestCommitmentIdempotencyDefaults(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newBillFixture(t, st)
 		ctx := context.Background()
-		base := service.CommitmentSpec{Plan: cloud.PlanReservation, Offering: "l4.1x", Quantity: 1, Term: "1y"}
+		base := api.CreateCommitmentRequest{Plan: cloud.PlanReservation, Offering: "l4.1x", Quantity: 1, Term: "1y"}
 		c, _, err := f.svc.Commitments.Create(ctx, f.acme, base, "k")
 		if err != nil || c.Payment != cloud.PaymentNoUpfront || c.DiscountBP != 2500 {
 			t.Fatalf("create = %+v, %v", c, err)
@@ -120,7 +121,7 @@ func TestCommitmentIdempotencyDefaults(t *testing.T) {
 		billKeyConflict(t, err, c.ID, "discount_pct")
 
 		// Retainers: the same, without payment.
-		ret := service.CommitmentSpec{Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "720h"}
+		ret := api.CreateCommitmentRequest{Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "720h"}
 		r, _, err := f.svc.Commitments.Create(ctx, f.acme, ret, "r")
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +142,7 @@ func TestCommitmentIdempotencyTenants(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newBillFixture(t, st)
 		ctx := context.Background()
-		spec := service.CommitmentSpec{Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "1y"}
+		spec := api.CreateCommitmentRequest{Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "1y"}
 		c, _, err := f.svc.Commitments.Create(ctx, f.acme, spec, "k")
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +176,7 @@ func TestCommitmentTenancy(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newBillFixture(t, st)
 		ctx := context.Background()
-		c, _, err := f.svc.Commitments.Create(ctx, f.acme, service.CommitmentSpec{Plan: cloud.PlanReservation,
+		c, _, err := f.svc.Commitments.Create(ctx, f.acme, api.CreateCommitmentRequest{Plan: cloud.PlanReservation,
 			Offering: "l4.1x", Quantity: 1, Term: "1y"}, "")
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +203,7 @@ func TestCommitmentTenancy(t *testing.T) {
 			t.Errorf("admin lists every tenant's = %v, %v", cs, err)
 		}
 		// Only admins override the discount.
-		_, _, err = f.svc.Commitments.Create(ctx, f.acme, service.CommitmentSpec{Plan: cloud.PlanReservation,
+		_, _, err = f.svc.Commitments.Create(ctx, f.acme, api.CreateCommitmentRequest{Plan: cloud.PlanReservation,
 			Offering: "l4.1x", Quantity: 1, Term: "1y", DiscountPct: "50"}, "")
 		billCode(t, err, cloud.PermissionDenied)
 	})

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/money"
 )
 
 // Autoscaling groups (docs/AUTOSCALING.md): the tenant's side (Groups:
@@ -65,44 +65,6 @@ const (
 	groupTags = 2
 )
 
-// GroupSpec is what a tenant asks for when it creates a group. It has the
-// fields of the API's create request, so that a handler converts one into
-// the other.
-type GroupSpec struct {
-	// Tenant is for admins creating a group for another tenant; members
-	// leave it empty.
-	Tenant   string
-	Name     string
-	Template cloud.GroupTemplate
-	Min, Max int
-	// Desired defaults to Min.
-	Desired       *int
-	Policies      []cloud.ScalingPolicy
-	Mixed         cloud.MixedInstances
-	Timing        cloud.GroupTiming
-	BudgetPerHour money.Micros
-	// Tags are the group's own; members carry Template.Tags.
-	Tags        map[string]string
-	IdleRelease *cloud.IdleRelease
-}
-
-// GroupPatch is a change to a group: nil fields are left as they are.
-// Template replaces the whole template and applies to launches from now
-// on: running members keep what they were launched with. Policies
-// replaces every policy (an empty list removes them). An IdleRelease with
-// a zero threshold and zero seconds removes idle release; a zero
-// BudgetPerHour removes the budget. When Min or Max change and Desired is
-// not given, Desired is brought within the new bounds.
-type GroupPatch struct {
-	Min, Max, Desired *int
-	Template          *cloud.GroupTemplate
-	Policies          *[]cloud.ScalingPolicy
-	Mixed             *cloud.MixedInstances
-	Timing            *cloud.GroupTiming
-	BudgetPerHour     *money.Micros
-	IdleRelease       *cloud.IdleRelease
-}
-
 // Create creates a group for actor a, active, with a group event; the
 // group controller launches its members. With an idempotency key, a retry
 // answers the group the first call created (created false) and writes
@@ -112,7 +74,7 @@ type GroupPatch struct {
 // A tenant holds at most MaxGroupsPerTenant groups that are not deleted
 // (quota_exceeded), and a group whose min cannot fit the tenant's
 // instance or GPU quota with any of its offerings is quota_exceeded too.
-func (s *Groups) Create(ctx context.Context, a Actor, spec GroupSpec, key string) (out *cloud.Group, created bool, err error) {
+func (s *Groups) Create(ctx context.Context, a Actor, spec api.CreateGroupRequest, key string) (out *cloud.Group, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -141,7 +103,7 @@ func (s *Groups) Create(ctx context.Context, a Actor, spec GroupSpec, key string
 				Message: fmt.Sprintf("group limit reached: tenant holds %d of %d groups (deleted ones do not count)", len(live), MaxGroupsPerTenant),
 				Details: map[string]any{"resource": "groups", "limit": MaxGroupsPerTenant, "used": len(live), "requested": 1}}
 		}
-		g := spec.group()
+		g := newGroup(&spec)
 		if err := groupQuota(ctx, tx, s.cat, tenant, g); err != nil {
 			return err
 		}
@@ -214,7 +176,7 @@ func appendGroupEvent(ctx context.Context, tx cloud.Tx, g *cloud.Group, kind clo
 // as CheckGroupSpec leaves it). Min, max and desired are compared only
 // while the controller has not resized the group (Status.LastActionAt
 // zero): a retry after it did still answers the group.
-func sameGroup(old *cloud.Group, spec *GroupSpec) error {
+func sameGroup(old *cloud.Group, spec *api.CreateGroupRequest) error {
 	var d KeyDiffs
 	d.String("name", old.Name, spec.Name)
 	ot, st := old.Template, spec.Template
@@ -350,13 +312,13 @@ func (s *Groups) groupTx(ctx context.Context, ifMatch int64, fn func(cloud.Tx) e
 	return err
 }
 
-// Update changes a group actor a may see (see GroupPatch); ifMatch, when
+// Update changes a group actor a may see (see api.UpdateGroupRequest: nil fields are left as they are); ifMatch, when
 // not zero, is the version the caller read: a stale one is a conflict. A
 // template change applies to launches from now on: running members keep
 // what they were launched with until they are replaced. A patch that
 // changes nothing answers the group unchanged; any other change writes a
 // group event naming the fields.
-func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatch, ifMatch int64) (*cloud.Group, error) {
+func (s *Groups) Update(ctx context.Context, a Actor, id string, patch api.UpdateGroupRequest, ifMatch int64) (*cloud.Group, error) {
 	if patch.Template != nil {
 		t := *patch.Template
 		if err := checkTemplate(s.cat, &t); err != nil {
@@ -376,7 +338,7 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 			return err
 		}
 		was := *g
-		changed := patch.apply(g)
+		changed := applyGroupPatch(&patch, g)
 		if err := checkSizes(g.Min, g.Max, g.Desired); err != nil {
 			return err
 		}
@@ -410,10 +372,10 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch GroupPatc
 	return out, err
 }
 
-// apply changes g as the patch asks, and returns the names of the fields
-// that changed. A desired capacity the patch leaves out is brought within
-// the new bounds.
-func (patch *GroupPatch) apply(g *cloud.Group) []string {
+// applyGroupPatch changes g as the patch asks, and returns the names of
+// the fields that changed. A desired capacity the patch leaves out is
+// brought within the new bounds.
+func applyGroupPatch(patch *api.UpdateGroupRequest, g *cloud.Group) []string {
 	var changed []string
 	set := func(field string, differs bool, apply func()) {
 		if differs {

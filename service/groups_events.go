@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -93,21 +94,13 @@ func (s *Groups) Events(ctx context.Context, a Actor, id string, after int64, li
 	return evs, next, err
 }
 
-// MetricInput is one point a tenant publishes for a group: a custom
-// metric's name (without "custom:"), its value, and when it was measured
-// (zero: now).
-type MetricInput struct {
-	Name  string
-	Value float64
-	At    time.Time
-}
-
 // PutMetrics records custom metric points of a group actor a may see
 // (CloudWatch's PutMetricData): 1 to MaxMetricPoints per call, names as
 // CheckMetricName, finite values, times from MetricMaxAge before now to
-// MetricMaxAhead after it. A policy tracks one as "custom:NAME". All the
-// points are written, or none. A deleted group takes none (conflict).
-func (s *Groups) PutMetrics(ctx context.Context, a Actor, groupID string, points []MetricInput) error {
+// MetricMaxAhead after it (none, or the zero time: now). A policy tracks
+// one as "custom:NAME". All the points are written, or none. A deleted
+// group takes none (conflict).
+func (s *Groups) PutMetrics(ctx context.Context, a Actor, groupID string, points []api.MetricPoint) error {
 	if groupID == "" {
 		return Field("group_id", "is required")
 	}
@@ -124,9 +117,9 @@ func (s *Groups) PutMetrics(ctx context.Context, a Actor, groupID string, points
 		if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
 			return Field(field+".value", "is not a finite number")
 		}
-		at := p.At
-		if at.IsZero() {
-			at = now
+		at := now
+		if p.At != nil && !p.At.IsZero() {
+			at = *p.At
 		}
 		if at.Before(now.Add(-MetricMaxAge)) || at.After(now.Add(MetricMaxAhead)) {
 			return Field(field+".at", "%s is outside the accepted window: from %s before now to %s after it",

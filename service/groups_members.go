@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -171,7 +172,7 @@ func LaunchGroupMember(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, g
 // newMemberVolume creates the volume of a group member in tx, as
 // Volumes.Create would (the same checks and event), keyed by the launch.
 func newMemberVolume(ctx context.Context, tx cloud.Tx, g *cloud.Group, name, key, zone string, gib int64, actor string, now time.Time) (*cloud.Volume, error) {
-	if err := CheckVolumeSpec(&VolumeSpec{Name: name, SizeGiB: gib, Zone: zone}); err != nil {
+	if err := CheckVolumeSpec(&api.CreateVolumeRequest{Name: name, SizeGiB: gib, Zone: zone}); err != nil {
 		return nil, prefixField(err, "template.volume.")
 	}
 	v := &cloud.Volume{ID: NewID(VolumePrefix), TenantID: g.TenantID, Name: name, SizeGiB: gib, Zone: zone,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -101,7 +102,7 @@ func TestApplyGroupPlan(t *testing.T) {
 					read = g.Version
 				}
 				if tc.stale {
-					if _, err := w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Max: &[]int{7}[0]}, 0); err != nil {
+					if _, err := w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Max: &[]int{7}[0]}, 0); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -17,7 +18,7 @@ import (
 // normalizes the spec: template offerings to their canonical names, label
 // selectors to their canonical spelling, Desired to Min when absent,
 // policies without a name to their type ("target", then "target-2", ...).
-func CheckGroupSpec(cat *catalog.Catalog, spec *GroupSpec) error {
+func CheckGroupSpec(cat *catalog.Catalog, spec *api.CreateGroupRequest) error {
 	if err := CheckName("name", spec.Name, true); err != nil {
 		return err
 	}
@@ -35,11 +36,11 @@ func CheckGroupSpec(cat *catalog.Catalog, spec *GroupSpec) error {
 	if err := CheckTags("tags", spec.Tags); err != nil {
 		return err
 	}
-	return validateGroup(spec.group())
+	return validateGroup(newGroup(spec))
 }
 
-// group is the spec as a group, for validation and creation.
-func (spec *GroupSpec) group() *cloud.Group {
+// newGroup is the spec as a group, for validation and creation.
+func newGroup(spec *api.CreateGroupRequest) *cloud.Group {
 	g := &cloud.Group{Name: spec.Name, Template: spec.Template, Min: spec.Min, Max: spec.Max,
 		Policies: spec.Policies, Mixed: spec.Mixed, Timing: spec.Timing, BudgetPerHour: spec.BudgetPerHour,
 		IdleRelease: spec.IdleRelease, Tags: spec.Tags, State: cloud.GroupActive}
@@ -77,7 +78,7 @@ func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 	if t.Image, err = CheckImage("template.image", t.Image); err != nil {
 		return err
 	}
-	is := InstanceSpec{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
+	is := api.CreateInstanceRequest{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
 	if _, err := CheckInstanceSpec(cat, &is); err != nil {
 		return prefixField(err, "template.")
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -21,9 +22,9 @@ import (
 )
 
 // groupSpec is a valid group of every feature.
-func groupSpec() service.GroupSpec {
+func groupSpec() api.CreateGroupRequest {
 	two, ten := 2, 10
-	return service.GroupSpec{Name: "web",
+	return api.CreateGroupRequest{Name: "web",
 		Template: cloud.GroupTemplate{Offerings: []string{"l4.1x", "l40s.1x"}, Image: "ghcr.io/acme/web:1",
 			Command: []string{"python", "serve.py"}, Env: map[string]string{"PORT": "8080"}, Zones: []string{"zone-a", "zone-b"},
 			Labels: []string{"driver>=550"}, Tags: map[string]string{"team": "web"}},
@@ -42,7 +43,7 @@ func groupSpec() service.GroupSpec {
 
 // cloneGroupSpec copies the spec's lists and maps, so that a case may
 // change them.
-func cloneGroupSpec(s service.GroupSpec) service.GroupSpec {
+func cloneGroupSpec(s api.CreateGroupRequest) api.CreateGroupRequest {
 	t := &s.Template
 	t.Offerings, t.Command, t.Zones, t.Labels = slices.Clone(t.Offerings), slices.Clone(t.Command), slices.Clone(t.Zones), slices.Clone(t.Labels)
 	t.Env, t.Tags = maps.Clone(t.Env), maps.Clone(t.Tags)
@@ -115,7 +116,7 @@ func TestGroupCreate(t *testing.T) {
 			t.Errorf("events = %v, %v", evs, err)
 		}
 		// Desired defaults to min; the image is kept in canonical form.
-		plain := service.GroupSpec{Name: "plain", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}, Image: "python:3.12"}, Min: 3, Max: 5}
+		plain := api.CreateGroupRequest{Name: "plain", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}, Image: "python:3.12"}, Min: 3, Max: 5}
 		if p, _, err := w.svc.Groups.Create(ctx, w.acme, plain, ""); err != nil || p.Desired != 3 || p.Mixed.Spot ||
 			p.Template.Image != "docker.io/library/python:3.12" {
 			t.Errorf("plain = %+v, %v", p, err)
@@ -130,46 +131,46 @@ func TestGroupCreate(t *testing.T) {
 		one := 1
 		for _, tc := range []struct {
 			field string
-			edit  func(s *service.GroupSpec)
+			edit  func(s *api.CreateGroupRequest)
 		}{
-			{"name", func(s *service.GroupSpec) { s.Name = "" }},
-			{"name", func(s *service.GroupSpec) { s.Name = "no spaces" }},
-			{"template.offerings", func(s *service.GroupSpec) { s.Template.Offerings = nil }},
-			{"template.offerings[0]", func(s *service.GroupSpec) { s.Template.Offerings[0] = "h900.1x" }},
-			{"template.offerings[1]", func(s *service.GroupSpec) { s.Template.Offerings[1] = "l4.1x" }},
-			{"template.image", func(s *service.GroupSpec) { s.Template.Image = "a b" }},
-			{"template.image", func(s *service.GroupSpec) { s.Template.Image = "ghcr.io/acme/Web:1" }},
-			{"template.zones[1]", func(s *service.GroupSpec) { s.Template.Zones[1] = "zone b" }},
-			{"template.labels[0]", func(s *service.GroupSpec) { s.Template.Labels[0] = "driver>=" }},
-			{"template.env", func(s *service.GroupSpec) { s.Template.Env["1BAD"] = "x" }},
-			{"template.command[1]", func(s *service.GroupSpec) { s.Template.Command[1] = "a\x00b" }},
-			{"template.tags", func(s *service.GroupSpec) { s.Template.Tags["gpucloud:group"] = "x" }},
-			{"template.volume_gib", func(s *service.GroupSpec) { s.Template.VolumeGiB = -1 }},
-			{"min", func(s *service.GroupSpec) { s.Min = -1 }},
-			{"min", func(s *service.GroupSpec) { s.Min, s.Desired = 9, nil }},
-			{"max", func(s *service.GroupSpec) { s.Max = service.MaxGroupSize + 1 }},
-			{"desired", func(s *service.GroupSpec) { d := 9; s.Desired = &d }},
-			{"desired", func(s *service.GroupSpec) { d := 0; s.Desired = &d }},
-			{"policies[0].type", func(s *service.GroupSpec) { s.Policies[0].Type = "magic" }},
-			{"policies[0].metric", func(s *service.GroupSpec) { s.Policies[0].Metric = "memory" }},
-			{"policies[0].metric", func(s *service.GroupSpec) { s.Policies[0].Metric = "custom:Queue" }},
-			{"policies[0].target", func(s *service.GroupSpec) { s.Policies[0].Target = 1.5 }},
-			{"policies[1].target", func(s *service.GroupSpec) { s.Policies[1].Target = 0 }},
-			{"policies[2].name", func(s *service.GroupSpec) { s.Policies[2].Name = "queue" }},
-			{"policies[2].cron", func(s *service.GroupSpec) { s.Policies[2].Cron = "0 25 * * *" }},
-			{"policies[2].cron", func(s *service.GroupSpec) { s.Policies[2].Cron = "0 20 * *" }},
-			{"policies[2].time_zone", func(s *service.GroupSpec) { s.Policies[2].TimeZone = "Mars/Olympus" }},
-			{"policies[2]", func(s *service.GroupSpec) { s.Policies[2].SetDesired = nil }},
-			{"policies[2].set_max", func(s *service.GroupSpec) { s.Policies[2].SetMin = &one; z := 0; s.Policies[2].SetMax = &z }},
-			{"policies[0].steps", func(s *service.GroupSpec) { s.Policies[0].Type = cloud.PolicyStep }},
-			{"mixed.on_demand_percent", func(s *service.GroupSpec) { s.Mixed.OnDemandPercent = 101 }},
-			{"mixed.spot", func(s *service.GroupSpec) { s.Mixed.Spot = false }},
-			{"mixed.max_spot_price_ratio", func(s *service.GroupSpec) { s.Mixed.MaxSpotPriceRatio = 150 }},
-			{"timing.notice_seconds", func(s *service.GroupSpec) { s.Timing.NoticeSeconds = 7200 }},
-			{"timing.cooldown_seconds", func(s *service.GroupSpec) { s.Timing.CooldownSeconds = -1 }},
-			{"idle_release.threshold", func(s *service.GroupSpec) { s.IdleRelease.Threshold = 1.5 }},
-			{"idle_release.idle_seconds", func(s *service.GroupSpec) { s.IdleRelease.IdleSeconds = 0 }},
-			{"budget_per_hour", func(s *service.GroupSpec) { s.BudgetPerHour = -1 }},
+			{"name", func(s *api.CreateGroupRequest) { s.Name = "" }},
+			{"name", func(s *api.CreateGroupRequest) { s.Name = "no spaces" }},
+			{"template.offerings", func(s *api.CreateGroupRequest) { s.Template.Offerings = nil }},
+			{"template.offerings[0]", func(s *api.CreateGroupRequest) { s.Template.Offerings[0] = "h900.1x" }},
+			{"template.offerings[1]", func(s *api.CreateGroupRequest) { s.Template.Offerings[1] = "l4.1x" }},
+			{"template.image", func(s *api.CreateGroupRequest) { s.Template.Image = "a b" }},
+			{"template.image", func(s *api.CreateGroupRequest) { s.Template.Image = "ghcr.io/acme/Web:1" }},
+			{"template.zones[1]", func(s *api.CreateGroupRequest) { s.Template.Zones[1] = "zone b" }},
+			{"template.labels[0]", func(s *api.CreateGroupRequest) { s.Template.Labels[0] = "driver>=" }},
+			{"template.env", func(s *api.CreateGroupRequest) { s.Template.Env["1BAD"] = "x" }},
+			{"template.command[1]", func(s *api.CreateGroupRequest) { s.Template.Command[1] = "a\x00b" }},
+			{"template.tags", func(s *api.CreateGroupRequest) { s.Template.Tags["gpucloud:group"] = "x" }},
+			{"template.volume_gib", func(s *api.CreateGroupRequest) { s.Template.VolumeGiB = -1 }},
+			{"min", func(s *api.CreateGroupRequest) { s.Min = -1 }},
+			{"min", func(s *api.CreateGroupRequest) { s.Min, s.Desired = 9, nil }},
+			{"max", func(s *api.CreateGroupRequest) { s.Max = service.MaxGroupSize + 1 }},
+			{"desired", func(s *api.CreateGroupRequest) { d := 9; s.Desired = &d }},
+			{"desired", func(s *api.CreateGroupRequest) { d := 0; s.Desired = &d }},
+			{"policies[0].type", func(s *api.CreateGroupRequest) { s.Policies[0].Type = "magic" }},
+			{"policies[0].metric", func(s *api.CreateGroupRequest) { s.Policies[0].Metric = "memory" }},
+			{"policies[0].metric", func(s *api.CreateGroupRequest) { s.Policies[0].Metric = "custom:Queue" }},
+			{"policies[0].target", func(s *api.CreateGroupRequest) { s.Policies[0].Target = 1.5 }},
+			{"policies[1].target", func(s *api.CreateGroupRequest) { s.Policies[1].Target = 0 }},
+			{"policies[2].name", func(s *api.CreateGroupRequest) { s.Policies[2].Name = "queue" }},
+			{"policies[2].cron", func(s *api.CreateGroupRequest) { s.Policies[2].Cron = "0 25 * * *" }},
+			{"policies[2].cron", func(s *api.CreateGroupRequest) { s.Policies[2].Cron = "0 20 * *" }},
+			{"policies[2].time_zone", func(s *api.CreateGroupRequest) { s.Policies[2].TimeZone = "Mars/Olympus" }},
+			{"policies[2]", func(s *api.CreateGroupRequest) { s.Policies[2].SetDesired = nil }},
+			{"policies[2].set_max", func(s *api.CreateGroupRequest) { s.Policies[2].SetMin = &one; z := 0; s.Policies[2].SetMax = &z }},
+			{"policies[0].steps", func(s *api.CreateGroupRequest) { s.Policies[0].Type = cloud.PolicyStep }},
+			{"mixed.on_demand_percent", func(s *api.CreateGroupRequest) { s.Mixed.OnDemandPercent = 101 }},
+			{"mixed.spot", func(s *api.CreateGroupRequest) { s.Mixed.Spot = false }},
+			{"mixed.max_spot_price_ratio", func(s *api.CreateGroupRequest) { s.Mixed.MaxSpotPriceRatio = 150 }},
+			{"timing.notice_seconds", func(s *api.CreateGroupRequest) { s.Timing.NoticeSeconds = 7200 }},
+			{"timing.cooldown_seconds", func(s *api.CreateGroupRequest) { s.Timing.CooldownSeconds = -1 }},
+			{"idle_release.threshold", func(s *api.CreateGroupRequest) { s.IdleRelease.Threshold = 1.5 }},
+			{"idle_release.idle_seconds", func(s *api.CreateGroupRequest) { s.IdleRelease.IdleSeconds = 0 }},
+			{"budget_per_hour", func(s *api.CreateGroupRequest) { s.BudgetPerHour = -1 }},
 			{"Idempotency-Key", nil},
 		} {
 			spec, key := cloneGroupSpec(groupSpec()), ""
@@ -200,7 +201,7 @@ func TestGroupLimits(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		spec := service.GroupSpec{Name: "big", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}}, Min: 5, Max: 6}
+		spec := api.CreateGroupRequest{Name: "big", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}}, Min: 5, Max: 6}
 		before := w.rows(t)
 		ce := groupCode(t, createErr(w.svc.Groups.Create(ctx, w.acme, spec, "")), cloud.QuotaExceeded)
 		if ce.Details["resource"] != "instances" {
@@ -286,25 +287,25 @@ func TestGroupIdempotency(t *testing.T) {
 		before := w.rows(t)
 		for _, tc := range []struct {
 			field string
-			edit  func(s *service.GroupSpec)
+			edit  func(s *api.CreateGroupRequest)
 		}{
-			{"name", func(s *service.GroupSpec) { s.Name = "api" }},
-			{"template.offerings", func(s *service.GroupSpec) { s.Template.Offerings = s.Template.Offerings[:1] }},
-			{"template.image", func(s *service.GroupSpec) { s.Template.Image = "ghcr.io/acme/web:2" }},
-			{"template.command", func(s *service.GroupSpec) { s.Template.Command = nil }},
-			{"template.env", func(s *service.GroupSpec) { s.Template.Env["PORT"] = "9090" }},
-			{"template.zones", func(s *service.GroupSpec) { s.Template.Zones = s.Template.Zones[:1] }},
-			{"template.labels", func(s *service.GroupSpec) { s.Template.Labels = nil }},
-			{"template.tags", func(s *service.GroupSpec) { s.Template.Tags = nil }},
-			{"template.volume_gib", func(s *service.GroupSpec) { s.Template.VolumeGiB = 100 }},
-			{"min", func(s *service.GroupSpec) { s.Min = 2 }},
-			{"max", func(s *service.GroupSpec) { s.Max = 9 }},
-			{"desired", func(s *service.GroupSpec) { s.Desired = nil }},
-			{"policies", func(s *service.GroupSpec) { s.Policies = s.Policies[:2] }},
-			{"mixed", func(s *service.GroupSpec) { s.Mixed.OnDemandBase = 2 }},
-			{"timing", func(s *service.GroupSpec) { s.Timing.WarmupSeconds = 60 }},
-			{"budget_per_hour", func(s *service.GroupSpec) { s.BudgetPerHour = 0 }},
-			{"idle_release", func(s *service.GroupSpec) { s.IdleRelease = nil }},
+			{"name", func(s *api.CreateGroupRequest) { s.Name = "api" }},
+			{"template.offerings", func(s *api.CreateGroupRequest) { s.Template.Offerings = s.Template.Offerings[:1] }},
+			{"template.image", func(s *api.CreateGroupRequest) { s.Template.Image = "ghcr.io/acme/web:2" }},
+			{"template.command", func(s *api.CreateGroupRequest) { s.Template.Command = nil }},
+			{"template.env", func(s *api.CreateGroupRequest) { s.Template.Env["PORT"] = "9090" }},
+			{"template.zones", func(s *api.CreateGroupRequest) { s.Template.Zones = s.Template.Zones[:1] }},
+			{"template.labels", func(s *api.CreateGroupRequest) { s.Template.Labels = nil }},
+			{"template.tags", func(s *api.CreateGroupRequest) { s.Template.Tags = nil }},
+			{"template.volume_gib", func(s *api.CreateGroupRequest) { s.Template.VolumeGiB = 100 }},
+			{"min", func(s *api.CreateGroupRequest) { s.Min = 2 }},
+			{"max", func(s *api.CreateGroupRequest) { s.Max = 9 }},
+			{"desired", func(s *api.CreateGroupRequest) { s.Desired = nil }},
+			{"policies", func(s *api.CreateGroupRequest) { s.Policies = s.Policies[:2] }},
+			{"mixed", func(s *api.CreateGroupRequest) { s.Mixed.OnDemandBase = 2 }},
+			{"timing", func(s *api.CreateGroupRequest) { s.Timing.WarmupSeconds = 60 }},
+			{"budget_per_hour", func(s *api.CreateGroupRequest) { s.BudgetPerHour = 0 }},
+			{"idle_release", func(s *api.CreateGroupRequest) { s.IdleRelease = nil }},
 		} {
 			spec := cloneGroupSpec(groupSpec())
 			tc.edit(&spec)
@@ -357,7 +358,7 @@ func TestGroupsTenancy(t *testing.T) {
 		w := newWorld(t, st)
 		ctx := context.Background()
 		g := w.group(t, w.acme, "web")
-		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x"}, "")
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,11 +368,11 @@ func TestGroupsTenancy(t *testing.T) {
 			for name, err := range map[string]error{
 				"get":      groupErr(w.svc.Groups.Get(ctx, w.glob, id)),
 				"describe": groupErr(w.svc.Groups.Describe(ctx, w.glob, id)),
-				"update":   groupErr(w.svc.Groups.Update(ctx, w.glob, id, service.GroupPatch{Desired: &two}, 0)),
+				"update":   groupErr(w.svc.Groups.Update(ctx, w.glob, id, api.UpdateGroupRequest{Desired: &two}, 0)),
 				"desired":  groupErr(w.svc.Groups.SetDesired(ctx, w.glob, id, 2, false)),
 				"delete":   groupErr(w.svc.Groups.Delete(ctx, w.glob, id, 0)),
 				"events":   func() error { _, _, err := w.svc.Groups.Events(ctx, w.glob, id, 0, 0); return err }(),
-				"metrics":  w.svc.Groups.PutMetrics(ctx, w.glob, id, []service.MetricInput{{Name: "queue", Value: 1}}),
+				"metrics":  w.svc.Groups.PutMetrics(ctx, w.glob, id, []api.MetricPoint{{Name: "queue", Value: 1}}),
 				"forecast": groupErr(w.svc.Groups.Forecast(ctx, w.glob, id)),
 			} {
 				ce := groupCode(t, err, cloud.NotFound)
@@ -407,7 +408,7 @@ func TestGroupsTenancy(t *testing.T) {
 		if _, err := w.svc.Groups.SetDesired(ctx, w.admin, g.ID, 3, false); err != nil {
 			t.Errorf("admin set desired: %v", err)
 		}
-		if err := w.svc.Groups.PutMetrics(ctx, w.admin, g.ID, []service.MetricInput{{Name: "queue", Value: 1}}); err != nil {
+		if err := w.svc.Groups.PutMetrics(ctx, w.admin, g.ID, []api.MetricPoint{{Name: "queue", Value: 1}}); err != nil {
 			t.Errorf("admin put metrics: %v", err)
 		}
 	})
@@ -425,7 +426,7 @@ func TestGroupUpdate(t *testing.T) {
 		ptr := func(n int) *int { return &n }
 
 		// Raising min brings desired along; the event names the fields.
-		up, err := w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Min: ptr(3)}, g.Version)
+		up, err := w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Min: ptr(3)}, g.Version)
 		if err != nil || up.Min != 3 || up.Desired != 3 || up.Version != g.Version+1 {
 			t.Fatalf("min 3 = %+v, %v", up, err)
 		}
@@ -435,15 +436,15 @@ func TestGroupUpdate(t *testing.T) {
 		}
 		// A stale If-Match, bad bounds and bad fields write nothing.
 		before := w.rows(t)
-		groupCode(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Max: ptr(4)}, g.Version)), cloud.Conflict)
-		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Desired: ptr(9)}, 0)), "desired")
-		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Max: ptr(2)}, 0)), "min")
-		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{
+		groupCode(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Max: ptr(4)}, g.Version)), cloud.Conflict)
+		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Desired: ptr(9)}, 0)), "desired")
+		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Max: ptr(2)}, 0)), "min")
+		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{
 			Template: &cloud.GroupTemplate{Offerings: []string{"nope"}}}, 0)), "template.offerings[0]")
-		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{
+		groupField(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{
 			Policies: &[]cloud.ScalingPolicy{{Type: "x"}}}, 0)), "policies[0].type")
 		// Nothing to change: answered unchanged.
-		same, err := w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Min: ptr(3), Mixed: &up.Mixed}, 0)
+		same, err := w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Min: ptr(3), Mixed: &up.Mixed}, 0)
 		if err != nil || same.Version != up.Version {
 			t.Errorf("no-op update = %+v, %v", same, err)
 		}
@@ -454,7 +455,7 @@ func TestGroupUpdate(t *testing.T) {
 		// release, [] the policies.
 		tmpl := cloud.GroupTemplate{Offerings: []string{"H100.1x"}, VolumeGiB: 50}
 		zero := money.Micros(0)
-		up, err = w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Template: &tmpl, Policies: &[]cloud.ScalingPolicy{},
+		up, err = w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Template: &tmpl, Policies: &[]cloud.ScalingPolicy{},
 			BudgetPerHour: &zero, IdleRelease: &cloud.IdleRelease{}}, 0)
 		if err != nil || up.Template.Offerings[0] != "h100.1x" || up.Template.VolumeGiB != 50 || len(up.Policies) != 0 ||
 			up.BudgetPerHour != 0 || up.IdleRelease != nil {
@@ -500,7 +501,7 @@ func TestGroupUpdate(t *testing.T) {
 		if again, err := w.svc.Groups.Delete(ctx, w.acme, g.ID, 0); err != nil || again.Version != del.Version {
 			t.Errorf("delete again = %+v, %v", again, err)
 		}
-		groupCode(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, service.GroupPatch{Max: ptr(9)}, 0)), cloud.Conflict)
+		groupCode(t, groupErr(w.svc.Groups.Update(ctx, w.acme, g.ID, api.UpdateGroupRequest{Max: ptr(9)}, 0)), cloud.Conflict)
 		groupCode(t, groupErr(w.svc.Groups.SetDesired(ctx, w.acme, g.ID, 5, false)), cloud.Conflict)
 		if w.rows(t) != before {
 			t.Error("changes of a deleting group wrote something")
@@ -515,7 +516,7 @@ func TestGroupUpdate(t *testing.T) {
 		if gs, _ := w.svc.Groups.List(ctx, w.acme, "", cloud.GroupDeleted); len(gs) != 1 {
 			t.Errorf("list of deleted = %v", gs)
 		}
-		if err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []service.MetricInput{{Name: "q", Value: 1}}); cloud.ErrorCode(err) != cloud.Conflict {
+		if err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []api.MetricPoint{{Name: "q", Value: 1}}); cloud.ErrorCode(err) != cloud.Conflict {
 			t.Errorf("metrics of a deleted group: %v", err)
 		}
 	})
@@ -575,8 +576,8 @@ func TestPutMetrics(t *testing.T) {
 		ctx := context.Background()
 		g := w.group(t, w.acme, "web")
 		now := w.clock.Now()
-		err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []service.MetricInput{
-			{Name: "queue", Value: 12}, {Name: "queue", Value: 9, At: now.Add(-30 * time.Minute)}, {Name: "p99.latency-ms", Value: -1.5}})
+		err := w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, []api.MetricPoint{
+			{Name: "queue", Value: 12}, {Name: "queue", Value: 9, At: new(now.Add(-30 * time.Minute))}, {Name: "p99.latency-ms", Value: -1.5}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,28 +593,28 @@ func TestPutMetrics(t *testing.T) {
 			t.Errorf("points = %+v", ps)
 		}
 		before := w.rows(t)
-		many := make([]service.MetricInput, service.MaxMetricPoints+1)
+		many := make([]api.MetricPoint, service.MaxMetricPoints+1)
 		for i := range many {
-			many[i] = service.MetricInput{Name: "q", Value: 1}
+			many[i] = api.MetricPoint{Name: "q", Value: 1}
 		}
 		for _, tc := range []struct {
 			field string
-			ps    []service.MetricInput
+			ps    []api.MetricPoint
 		}{
 			{"metrics", nil},
 			{"metrics", many},
-			{"metrics[1].name", []service.MetricInput{{Name: "q"}, {Name: "Queue"}}},
-			{"metrics[0].name", []service.MetricInput{{Name: "custom:queue"}}},
-			{"metrics[0].name", []service.MetricInput{{Name: cloud.MetricGPUUtilization}}},
-			{"metrics[0].name", []service.MetricInput{{Name: strings.Repeat("q", 65)}}},
-			{"metrics[0].value", []service.MetricInput{{Name: "q", Value: math.NaN()}}},
-			{"metrics[0].value", []service.MetricInput{{Name: "q", Value: math.Inf(1)}}},
-			{"metrics[0].at", []service.MetricInput{{Name: "q", At: now.Add(-61 * time.Minute)}}},
-			{"metrics[0].at", []service.MetricInput{{Name: "q", At: now.Add(6 * time.Minute)}}},
+			{"metrics[1].name", []api.MetricPoint{{Name: "q"}, {Name: "Queue"}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: "custom:queue"}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: cloud.MetricGPUUtilization}}},
+			{"metrics[0].name", []api.MetricPoint{{Name: strings.Repeat("q", 65)}}},
+			{"metrics[0].value", []api.MetricPoint{{Name: "q", Value: math.NaN()}}},
+			{"metrics[0].value", []api.MetricPoint{{Name: "q", Value: math.Inf(1)}}},
+			{"metrics[0].at", []api.MetricPoint{{Name: "q", At: new(now.Add(-61 * time.Minute))}}},
+			{"metrics[0].at", []api.MetricPoint{{Name: "q", At: new(now.Add(6 * time.Minute))}}},
 		} {
 			groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, g.ID, tc.ps), tc.field)
 		}
-		groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, "", []service.MetricInput{{Name: "q"}}), "group_id")
+		groupField(t, w.svc.Groups.PutMetrics(ctx, w.acme, "", []api.MetricPoint{{Name: "q"}}), "group_id")
 		if w.rows(t) != before {
 			t.Error("refused metrics were written")
 		}
@@ -626,7 +627,7 @@ func TestSetProtection(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
-		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x"}, "")
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,7 +736,7 @@ func TestLaunchGroupMember(t *testing.T) {
 		}
 		// The member's own volume is deleted with it (its storage stops
 		// being billed); a volume the tenant attached is not.
-		own, _, err := w.svc.Volumes.Create(ctx, w.acme, service.VolumeSpec{Name: "data", SizeGiB: 5, Zone: "zone-b"}, "")
+		own, _, err := w.svc.Volumes.Create(ctx, w.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 5, Zone: "zone-b"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

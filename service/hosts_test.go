@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
@@ -54,7 +55,7 @@ func (f *ahFixture) setHostState(id string, s fleet.HostState) {
 // or terminating), as the scheduler and an agent would.
 func (f *ahFixture) placed(a service.Actor, host string, to cloud.State, volumes ...string) *cloud.Instance {
 	f.t.Helper()
-	in, _, err := f.svc.Instances.Create(context.Background(), a, service.InstanceSpec{Offering: "l4.1x", Volumes: volumes}, "")
+	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: volumes}, "")
 	if err != nil {
 		f.t.Fatalf("create instance: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
@@ -36,7 +37,7 @@ func TestInstanceImage(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
-		in, created, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x", Image: "python:3.12"}, "k-1")
+		in, created, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x", Image: "python:3.12"}, "k-1")
 		if err != nil || !created {
 			t.Fatalf("create: %v, created %v", err, created)
 		}
@@ -47,7 +48,7 @@ func TestInstanceImage(t *testing.T) {
 		if err != nil || got.Image != in.Image {
 			t.Errorf("read back: %+v, %v", got, err)
 		}
-		plain, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x"}, "")
+		plain, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
 		if err != nil || plain.Image != "" {
 			t.Errorf("no image: %+v, %v; want the empty image (the hosts' default)", plain, err)
 		}
@@ -62,7 +63,7 @@ func TestInstanceImage(t *testing.T) {
 			{"python@sha256:abc", "hex digits"},
 			{strings.Repeat("a", 600), "the limit is 512"},
 		} {
-			_, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x", Image: c.image}, "")
+			_, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x", Image: c.image}, "")
 			wantInvalidField(t, "image "+c.image[:min(len(c.image), 20)], err, "image", c.says)
 		}
 		if w.rows(t) != before {
@@ -70,12 +71,12 @@ func TestInstanceImage(t *testing.T) {
 		}
 
 		// Idempotency compares canonical images.
-		again, created, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x", Image: "docker.io/library/python:3.12"}, "k-1")
+		again, created, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x", Image: "docker.io/library/python:3.12"}, "k-1")
 		if err != nil || created || again.ID != in.ID {
 			t.Errorf("retry spelling the image in full: %v, created %v", err, created)
 		}
 		for _, other := range []string{"python:3.13", ""} {
-			_, _, err = w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "l4.1x", Image: other}, "k-1")
+			_, _, err = w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "l4.1x", Image: other}, "k-1")
 			var ce *cloud.Error
 			if !errors.As(err, &ce) || ce.Code != cloud.Conflict {
 				t.Errorf("same key, image %q: %v, want a conflict", other, err)
@@ -91,7 +92,7 @@ func TestInstanceImage(t *testing.T) {
 		if _, err := w.svc.Instances.Get(ctx, w.glob, in.ID); cloud.ErrorCode(err) != cloud.NotFound {
 			t.Errorf("another tenant reads the instance: %v", err)
 		}
-		theirs, created, err := w.svc.Instances.Create(ctx, w.glob, service.InstanceSpec{Offering: "l4.1x", Image: "python:3.12"}, "k-1")
+		theirs, created, err := w.svc.Instances.Create(ctx, w.glob, api.CreateInstanceRequest{Offering: "l4.1x", Image: "python:3.12"}, "k-1")
 		if err != nil || !created || theirs.ID == in.ID {
 			t.Errorf("another tenant, same key and image: %v, created %v", err, created)
 		}
@@ -111,7 +112,7 @@ func TestSpotRequestImage(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
-		spec := service.SpotRequestSpec{Pools: []cloud.Pool{{Offering: "l4.1x"}}, Image: "ghcr.io/acme/train:1"}
+		spec := api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x"}}, Image: "ghcr.io/acme/train:1"}
 		sr, _, err := w.svc.Spot.Create(ctx, w.acme, spec, "s-1")
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/placement"
@@ -17,33 +18,10 @@ import (
 // actions tenants ask for.
 type Instances struct{ base }
 
-// InstanceSpec is what a caller asks for when it creates an instance. It
-// has the fields of the API's create request, so that a handler converts
-// one into the other.
-type InstanceSpec struct {
-	// Tenant is for admins creating an instance for another tenant;
-	// members leave it empty.
-	Tenant   string `json:"tenant,omitempty"`
-	Name     string `json:"name,omitempty"`
-	Offering string `json:"offering"`
-	// Image is the OCI image the workload runs in; empty: the operator's
-	// default image. CheckInstanceSpec writes it in canonical form.
-	Image  string   `json:"image,omitempty"`
-	Zones  []string `json:"zones,omitempty"`
-	Labels []string `json:"labels,omitempty"`
-	// PlacementGroup is the ID of a placement group of the same tenant
-	// (cluster or spread) the scheduler places the instance in.
-	PlacementGroup string            `json:"placement_group,omitempty"`
-	Command        []string          `json:"command,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Volumes        []string          `json:"volumes,omitempty"`
-	Tags           map[string]string `json:"tags,omitempty"`
-}
-
 // CheckInstanceSpec validates what can be checked without the store and
 // returns the offering. Label selectors and the image are rewritten in
 // their parsed, canonical spelling.
-func CheckInstanceSpec(cat *catalog.Catalog, spec *InstanceSpec) (*catalog.Offering, error) {
+func CheckInstanceSpec(cat *catalog.Catalog, spec *api.CreateInstanceRequest) (*catalog.Offering, error) {
 	if spec.Offering == "" {
 		return nil, Field("offering", "is required; GET /v1/offerings lists them")
 	}
@@ -152,11 +130,6 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-// NewInstance describes an instance to create: CreateInstance fills in its
-// ID (when empty), state, times and version. TenantID, Offering (a catalog
-// name) and the workload are the caller's.
-type NewInstance = cloud.Instance
-
 // CreateInstance is the one way an instance comes to be, whoever asks
 // (the API, a spot request's launch, the autoscaler, a stack): in tx it
 // checks the tenant's quota (EnforceQuota), checks and attaches the
@@ -169,7 +142,11 @@ type NewInstance = cloud.Instance
 //
 // It may run at read committed (cloud.ReadCommitted) when the instance
 // has no volumes: EnforceQuota locks the tenant's quota before it counts.
-func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *NewInstance, actor, reason string) error {
+//
+// in is the instance to create: CreateInstance fills in its ID (when
+// empty), state, times and version; TenantID, Offering (a catalog name)
+// and the workload are the caller's.
+func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *cloud.Instance, actor, reason string) error {
 	o, err := cat.Offering(in.Offering)
 	if err != nil {
 		return Field("offering", "%v", err)
@@ -241,7 +218,7 @@ func attachable(ctx context.Context, tx cloud.Tx, in *cloud.Instance) ([]*cloud.
 // answers the instance the first call created (created false); the same
 // key with a request that differs in any field is a Conflict naming the
 // fields.
-func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key string) (out *cloud.Instance, created bool, err error) {
+func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstanceRequest, key string) (out *cloud.Instance, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -273,7 +250,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec InstanceSpec, key 
 // createIn is one create inside a transaction: the tenant, the key's
 // earlier instance (created false), the offering's availability, the
 // placement group, then CreateInstance.
-func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *InstanceSpec, o *catalog.Offering, key string) (*cloud.Instance, bool, error) {
+func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *api.CreateInstanceRequest, o *catalog.Offering, key string) (*cloud.Instance, bool, error) {
 	tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
 	if err != nil {
 		return nil, false, err
@@ -304,7 +281,7 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *In
 // key, and the system tags it carries (added after the spec's check, as
 // WithSystemTags adds them).
 type InstanceCreate struct {
-	Spec InstanceSpec
+	Spec api.CreateInstanceRequest
 	Key  string
 	Tags map[string]string
 }
@@ -353,7 +330,7 @@ func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCre
 
 // sameInstance reports a conflict when an idempotency key is reused for an
 // instance that differs in any field the request sent.
-func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *InstanceSpec) error {
+func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *api.CreateInstanceRequest) error {
 	var d KeyDiffs
 	d.String("name", old.Name, spec.Name)
 	d.String("offering", old.Offering, o.Name)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -66,22 +67,22 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 		ctx := context.Background()
 		w.volume(t, "tn-acme", "v-1", "zone-a")
 		w.volume(t, "tn-acme", "v-2", "zone-a")
-		base := service.InstanceSpec{Name: "train", Offering: "h100.1x", Image: "ghcr.io/acme/train:1", Zones: []string{"zone-a"},
+		base := api.CreateInstanceRequest{Name: "train", Offering: "h100.1x", Image: "ghcr.io/acme/train:1", Zones: []string{"zone-a"},
 			Labels: []string{"driver>=550"}, Command: []string{"python", "train.py"}, Env: map[string]string{"EPOCHS": "3"},
 			Volumes: []string{"v-1"}, Tags: map[string]string{"team": "nlp"}}
 		cases := []struct {
 			field  string
-			change func(*service.InstanceSpec)
+			change func(*api.CreateInstanceRequest)
 		}{
-			{"name", func(s *service.InstanceSpec) { s.Name = "train2" }},
-			{"offering", func(s *service.InstanceSpec) { s.Offering = "h100.2x" }},
-			{"image", func(s *service.InstanceSpec) { s.Image = "ghcr.io/acme/train:2" }},
-			{"zones", func(s *service.InstanceSpec) { s.Zones = []string{"zone-a", "zone-b"} }},
-			{"labels", func(s *service.InstanceSpec) { s.Labels = []string{"driver>=560"} }},
-			{"command", func(s *service.InstanceSpec) { s.Command = []string{"python", "eval.py"} }},
-			{"env", func(s *service.InstanceSpec) { s.Env = map[string]string{"EPOCHS": "4"} }},
-			{"volumes", func(s *service.InstanceSpec) { s.Volumes = []string{"v-2"} }},
-			{"tags", func(s *service.InstanceSpec) { s.Tags = nil }},
+			{"name", func(s *api.CreateInstanceRequest) { s.Name = "train2" }},
+			{"offering", func(s *api.CreateInstanceRequest) { s.Offering = "h100.2x" }},
+			{"image", func(s *api.CreateInstanceRequest) { s.Image = "ghcr.io/acme/train:2" }},
+			{"zones", func(s *api.CreateInstanceRequest) { s.Zones = []string{"zone-a", "zone-b"} }},
+			{"labels", func(s *api.CreateInstanceRequest) { s.Labels = []string{"driver>=560"} }},
+			{"command", func(s *api.CreateInstanceRequest) { s.Command = []string{"python", "eval.py"} }},
+			{"env", func(s *api.CreateInstanceRequest) { s.Env = map[string]string{"EPOCHS": "4"} }},
+			{"volumes", func(s *api.CreateInstanceRequest) { s.Volumes = []string{"v-2"} }},
+			{"tags", func(s *api.CreateInstanceRequest) { s.Tags = nil }},
 		}
 		first, created, err := w.svc.Instances.Create(ctx, w.acme, clone(base), "key-1")
 		if err != nil || !created {
@@ -118,7 +119,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 	})
 }
 
-func clone(s service.InstanceSpec) service.InstanceSpec {
+func clone(s api.CreateInstanceRequest) api.CreateInstanceRequest {
 	s.Zones, s.Labels, s.Command, s.Volumes = slices.Clone(s.Zones), slices.Clone(s.Labels), slices.Clone(s.Command), slices.Clone(s.Volumes)
 	return s
 }
@@ -134,20 +135,20 @@ func TestCreateInstanceRules(t *testing.T) {
 		cases := []struct {
 			name string
 			who  service.Actor
-			spec service.InstanceSpec
+			spec api.CreateInstanceRequest
 			want cloud.Code
 		}{
-			{"ok", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""},
-			{"volume already attached", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, cloud.Conflict},
-			{"another tenant's volume", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-g"}}, cloud.Invalid},
-			{"missing volume", w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-none"}}, cloud.Invalid},
-			{"unknown offering", w.acme, service.InstanceSpec{Offering: "nope"}, cloud.Invalid},
-			{"member names another tenant", w.acme, service.InstanceSpec{Tenant: "tn-glob", Offering: "h100.1x"}, cloud.NotFound},
-			{"admin for a tenant", w.admin, service.InstanceSpec{Tenant: "tn-glob", Offering: "h100.1x"}, ""},
-			{"bad label", w.acme, service.InstanceSpec{Offering: "h100.1x", Labels: []string{"=="}}, cloud.Invalid},
-			{"NUL in command", w.acme, service.InstanceSpec{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
-			{"bad image", w.acme, service.InstanceSpec{Offering: "h100.1x", Image: "ghcr.io/acme/Train"}, cloud.Invalid},
-			{"image", w.acme, service.InstanceSpec{Offering: "h100.1x", Image: "ghcr.io/acme/train:1"}, ""},
+			{"ok", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""},
+			{"volume already attached", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{"v-a"}}, cloud.Conflict},
+			{"another tenant's volume", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{"v-g"}}, cloud.Invalid},
+			{"missing volume", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{"v-none"}}, cloud.Invalid},
+			{"unknown offering", w.acme, api.CreateInstanceRequest{Offering: "nope"}, cloud.Invalid},
+			{"member names another tenant", w.acme, api.CreateInstanceRequest{Tenant: "tn-glob", Offering: "h100.1x"}, cloud.NotFound},
+			{"admin for a tenant", w.admin, api.CreateInstanceRequest{Tenant: "tn-glob", Offering: "h100.1x"}, ""},
+			{"bad label", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Labels: []string{"=="}}, cloud.Invalid},
+			{"NUL in command", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
+			{"bad image", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Image: "ghcr.io/acme/Train"}, cloud.Invalid},
+			{"image", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Image: "ghcr.io/acme/train:1"}, ""},
 		}
 		for _, c := range cases {
 			before := w.rows(t)
@@ -174,7 +175,7 @@ func TestCreateInstanceRules(t *testing.T) {
 			}
 		}
 		testkit.Move(t, st, holder.ID, cloud.Terminated, nil, w.clock.Now())
-		if _, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""); err != nil {
+		if _, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{"v-a"}}, ""); err != nil {
 			t.Errorf("volume of a terminated instance: %v", err)
 		}
 		// Quota: one instance more than the quota is refused.
@@ -183,7 +184,7 @@ func TestCreateInstanceRules(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := w.svc.Instances.Create(ctx, w.glob, service.InstanceSpec{Offering: "h100.1x"}, "")
+		_, _, err := w.svc.Instances.Create(ctx, w.glob, api.CreateInstanceRequest{Offering: "h100.1x"}, "")
 		if cloud.ErrorCode(err) != cloud.QuotaExceeded {
 			t.Errorf("over quota: %v", err)
 		}
@@ -196,7 +197,7 @@ func TestInstancesTenancy(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
-		in, _, err := w.svc.Instances.Create(ctx, w.acme, service.InstanceSpec{Offering: "h100.1x", Env: map[string]string{"HF_TOKEN": "secret"}}, "")
+		in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Env: map[string]string{"HF_TOKEN": "secret"}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,26 +4,15 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // MaxPlacementGroupsPerTenant bounds a tenant's live placement groups.
 const MaxPlacementGroupsPerTenant = 100
 
-// PlacementGroupSpec is what a caller asks for when it creates a placement
-// group; it has the fields of the API's create request.
-type PlacementGroupSpec struct {
-	// Tenant is for admins creating a group for another tenant.
-	Tenant   string                  `json:"tenant,omitempty"`
-	Name     string                  `json:"name"`
-	Strategy cloud.PlacementStrategy `json:"strategy"`
-	// ByRack spreads members across racks instead of hosts (spread only).
-	ByRack bool              `json:"by_rack,omitempty"`
-	Tags   map[string]string `json:"tags,omitempty"`
-}
-
 // CheckPlacementGroupSpec validates what can be checked without the store.
-func CheckPlacementGroupSpec(spec *PlacementGroupSpec) error {
+func CheckPlacementGroupSpec(spec *api.CreatePlacementGroupRequest) error {
 	if err := CheckName("name", spec.Name, true); err != nil {
 		return err
 	}
@@ -43,7 +32,7 @@ func CheckPlacementGroupSpec(spec *PlacementGroupSpec) error {
 
 // Create creates a placement group for actor a; idempotent by key as
 // Volumes.Create is.
-func (s *PlacementGroups) Create(ctx context.Context, a Actor, spec PlacementGroupSpec, key string) (out *cloud.PlacementGroup, created bool, err error) {
+func (s *PlacementGroups) Create(ctx context.Context, a Actor, spec api.CreatePlacementGroupRequest, key string) (out *cloud.PlacementGroup, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}

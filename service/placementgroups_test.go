@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -14,7 +15,7 @@ func TestPlacementGroupCreate(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		spec := service.PlacementGroupSpec{Name: "train", Strategy: cloud.PlacementCluster, Tags: map[string]string{"team": "nlp"}}
+		spec := api.CreatePlacementGroupRequest{Name: "train", Strategy: cloud.PlacementCluster, Tags: map[string]string{"team": "nlp"}}
 		g, created, err := f.svc.Placement.Create(ctx, f.acme, spec, "pg-1")
 		if err != nil || !created || !strings.HasPrefix(g.ID, service.PlacementPrefix) || g.TenantID != f.acme.TenantID ||
 			g.Strategy != cloud.PlacementCluster || g.Tags["team"] != "nlp" {
@@ -38,14 +39,14 @@ func TestPlacementGroupCreate(t *testing.T) {
 		// Bad input is a typed error naming the field, and writes nothing.
 		for _, tc := range []struct {
 			name  string
-			spec  service.PlacementGroupSpec
+			spec  api.CreatePlacementGroupRequest
 			field string
 		}{
-			{"no name", service.PlacementGroupSpec{Strategy: cloud.PlacementCluster}, "name"},
-			{"no strategy", service.PlacementGroupSpec{Name: "x"}, "strategy"},
-			{"unknown strategy", service.PlacementGroupSpec{Name: "x", Strategy: "near"}, "strategy"},
-			{"by rack on a cluster", service.PlacementGroupSpec{Name: "x", Strategy: cloud.PlacementCluster, ByRack: true}, "by_rack"},
-			{"reserved tag", service.PlacementGroupSpec{Name: "x", Strategy: cloud.PlacementSpread, Tags: map[string]string{"gpucloud:stack": "s"}}, "tags"},
+			{"no name", api.CreatePlacementGroupRequest{Strategy: cloud.PlacementCluster}, "name"},
+			{"no strategy", api.CreatePlacementGroupRequest{Name: "x"}, "strategy"},
+			{"unknown strategy", api.CreatePlacementGroupRequest{Name: "x", Strategy: "near"}, "strategy"},
+			{"by rack on a cluster", api.CreatePlacementGroupRequest{Name: "x", Strategy: cloud.PlacementCluster, ByRack: true}, "by_rack"},
+			{"reserved tag", api.CreatePlacementGroupRequest{Name: "x", Strategy: cloud.PlacementSpread, Tags: map[string]string{"gpucloud:stack": "s"}}, "tags"},
 		} {
 			before := f.counts()
 			_, _, err := f.svc.Placement.Create(ctx, f.acme, tc.spec, "")
@@ -57,7 +58,7 @@ func TestPlacementGroupCreate(t *testing.T) {
 
 		// An instance joins the group; the group cannot be deleted while
 		// the instance lives, and can once it is terminated.
-		in, _, err := f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "l4.1x", PlacementGroup: g.ID}, "")
+		in, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", PlacementGroup: g.ID}, "")
 		if err != nil || in.PlacementGroupID != g.ID {
 			t.Fatalf("instance in the group = %+v, %v", in, err)
 		}
@@ -80,7 +81,7 @@ func TestPlacementGroupCreate(t *testing.T) {
 		if _, _, err := f.svc.Placement.Create(ctx, f.acme, spec, ""); err != nil {
 			t.Errorf("the name of a deleted group: %v", err)
 		}
-		_, _, err = f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "l4.1x", PlacementGroup: g.ID}, "")
+		_, _, err = f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", PlacementGroup: g.ID}, "")
 		if ce := vaCode(t, err, cloud.Invalid); ce.Details["field"] != "placement_group" {
 			t.Errorf("instance in a deleted group: %v", ce)
 		}
@@ -93,7 +94,7 @@ func TestPlacementGroupTenantIsolation(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		g, _, err := f.svc.Placement.Create(ctx, f.acme, service.PlacementGroupSpec{Name: "train", Strategy: cloud.PlacementCluster}, "")
+		g, _, err := f.svc.Placement.Create(ctx, f.acme, api.CreatePlacementGroupRequest{Name: "train", Strategy: cloud.PlacementCluster}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,9 +107,9 @@ func TestPlacementGroupTenantIsolation(t *testing.T) {
 		}
 		_, err = f.svc.Placement.List(ctx, f.globex, f.acme.TenantID)
 		vaHidden(t, err, "tenant", f.acme.TenantID)
-		_, _, err = f.svc.Instances.Create(ctx, f.globex, service.InstanceSpec{Offering: "l4.1x", PlacementGroup: g.ID}, "")
+		_, _, err = f.svc.Instances.Create(ctx, f.globex, api.CreateInstanceRequest{Offering: "l4.1x", PlacementGroup: g.ID}, "")
 		const none = "pg-0000000000000000"
-		_, _, missing := f.svc.Instances.Create(ctx, f.globex, service.InstanceSpec{Offering: "l4.1x", PlacementGroup: none}, "")
+		_, _, missing := f.svc.Instances.Create(ctx, f.globex, api.CreateInstanceRequest{Offering: "l4.1x", PlacementGroup: none}, "")
 		ce, ceMissing := vaCode(t, err, cloud.Invalid), vaCode(t, missing, cloud.Invalid)
 		if strings.ReplaceAll(ce.Message, g.ID, none) != ceMissing.Message {
 			t.Errorf("globex's instance in acme's group: %q; a missing group: %q", ce.Message, ceMissing.Message)

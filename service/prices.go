@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -21,21 +22,6 @@ const maxPrice = 1_000_000 * money.Unit
 // little, for clock skew between the operator and the server, but never
 // enough to change what was already billed.
 const PriceBackdate = time.Minute
-
-// PriceSpec is a new version of a price, as an operator asks for it. It
-// has the fields of the API's request.
-type PriceSpec struct {
-	// Kind is compute (the default when empty), volume or address.
-	Kind cloud.PriceKind `json:"kind,omitempty"`
-	// Offering is required for compute prices and must be in the
-	// catalog; volume and address prices leave it out.
-	Offering string `json:"offering,omitempty"`
-	// Zone, when set, prices that zone only.
-	Zone   string       `json:"zone,omitempty"`
-	Amount money.Micros `json:"amount"`
-	// EffectiveAt is when the version takes effect; nil is now.
-	EffectiveAt *time.Time `json:"effective_at,omitempty"`
-}
 
 // priceKind parses a price kind; empty is compute.
 func priceKind(fieldName string, k cloud.PriceKind) (cloud.PriceKind, error) {
@@ -75,7 +61,7 @@ func offeringOf(cat *catalog.Catalog, fieldName, name string) (*catalog.Offering
 // false), even once its effective time has passed; the same key with a
 // request that differs in any field is a Conflict naming the fields, whose
 // "existing_id" is the version's ID (an int64, as price IDs are).
-func (s *Prices) Set(ctx context.Context, a Actor, spec PriceSpec, key string) (out *cloud.Price, created bool, err error) {
+func (s *Prices) Set(ctx context.Context, a Actor, spec api.SetPriceRequest, key string) (out *cloud.Price, created bool, err error) {
 	if !a.Admin() {
 		return nil, false, &cloud.Error{Code: cloud.PermissionDenied, Message: "prices are set by admins"}
 	}
@@ -153,7 +139,7 @@ func asPriceKeyRace(err error, key string) error {
 // samePrice reports a conflict when an idempotency key is reused for
 // another price version. A request without effective_at took effect when
 // it was first made, so its retry matches any time.
-func samePrice(old *cloud.Price, kind cloud.PriceKind, offering string, spec *PriceSpec) error {
+func samePrice(old *cloud.Price, kind cloud.PriceKind, offering string, spec *api.SetPriceRequest) error {
 	var d KeyDiffs
 	d.String("kind", string(old.Kind), string(kind))
 	d.String("offering", old.Offering, offering)

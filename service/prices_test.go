@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/service"
@@ -20,8 +21,8 @@ func TestPriceIdempotency(t *testing.T) {
 		ctx := context.Background()
 		at := f.clock.Now().Add(time.Hour)
 		other := at.Add(time.Second)
-		compute := service.PriceSpec{Kind: cloud.PriceCompute, Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("1.50"), EffectiveAt: &at}
-		volume := service.PriceSpec{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}
+		compute := api.SetPriceRequest{Kind: cloud.PriceCompute, Offering: "l4.1x", Zone: "zone-a", Amount: money.MustParse("1.50"), EffectiveAt: &at}
+		volume := api.SetPriceRequest{Kind: cloud.PriceVolume, Amount: money.MustParse("0.10")}
 		before := f.counts()
 		pc, created, err := f.svc.Prices.Set(ctx, f.admin, compute, "compute")
 		if err != nil || !created || pc.ID == 0 || !pc.EffectiveAt.Equal(at) || pc.Actor != f.admin.ID {
@@ -40,18 +41,18 @@ func TestPriceIdempotency(t *testing.T) {
 			field string
 			key   string
 			id    int64
-			spec  service.PriceSpec
-			edit  func(s *service.PriceSpec)
+			spec  api.SetPriceRequest
+			edit  func(s *api.SetPriceRequest)
 		}{
 			// A compute price needs an offering and the others refuse
 			// one: the kind alone differs between volume and address.
-			{"kind", "volume", pv.ID, volume, func(s *service.PriceSpec) { s.Kind = cloud.PriceAddress }},
-			{"offering", "compute", pc.ID, compute, func(s *service.PriceSpec) { s.Offering = "l40s.1x" }},
-			{"zone", "compute", pc.ID, compute, func(s *service.PriceSpec) { s.Zone = "zone-b" }},
-			{"zone", "compute", pc.ID, compute, func(s *service.PriceSpec) { s.Zone = "" }},
-			{"amount", "compute", pc.ID, compute, func(s *service.PriceSpec) { s.Amount = money.MustParse("1.75") }},
-			{"effective_at", "compute", pc.ID, compute, func(s *service.PriceSpec) { s.EffectiveAt = &other }},
-			{"effective_at", "volume", pv.ID, volume, func(s *service.PriceSpec) { s.EffectiveAt = &other }},
+			{"kind", "volume", pv.ID, volume, func(s *api.SetPriceRequest) { s.Kind = cloud.PriceAddress }},
+			{"offering", "compute", pc.ID, compute, func(s *api.SetPriceRequest) { s.Offering = "l40s.1x" }},
+			{"zone", "compute", pc.ID, compute, func(s *api.SetPriceRequest) { s.Zone = "zone-b" }},
+			{"zone", "compute", pc.ID, compute, func(s *api.SetPriceRequest) { s.Zone = "" }},
+			{"amount", "compute", pc.ID, compute, func(s *api.SetPriceRequest) { s.Amount = money.MustParse("1.75") }},
+			{"effective_at", "compute", pc.ID, compute, func(s *api.SetPriceRequest) { s.EffectiveAt = &other }},
+			{"effective_at", "volume", pv.ID, volume, func(s *api.SetPriceRequest) { s.EffectiveAt = &other }},
 		} {
 			spec := tc.spec
 			tc.edit(&spec)
@@ -71,7 +72,7 @@ func TestPriceIdempotency(t *testing.T) {
 		noTime.EffectiveAt = nil
 		for _, c := range []struct {
 			key  string
-			spec service.PriceSpec
+			spec api.SetPriceRequest
 			id   int64
 		}{{"compute", compute, pc.ID}, {"compute", noTime, pc.ID}, {"volume", volume, pv.ID}} {
 			again, created, err := f.svc.Prices.Set(ctx, f.admin, c.spec, c.key)
@@ -91,22 +92,22 @@ func TestPriceRules(t *testing.T) {
 		ctx := context.Background()
 		now := f.clock.Now()
 		before := f.counts()
-		_, _, err := f.svc.Prices.Set(ctx, f.acme, service.PriceSpec{Offering: "l4.1x", Amount: 1}, "")
+		_, _, err := f.svc.Prices.Set(ctx, f.acme, api.SetPriceRequest{Offering: "l4.1x", Amount: 1}, "")
 		billCode(t, err, cloud.PermissionDenied)
 		past := now.Add(-service.PriceBackdate - time.Second)
 		for _, key := range []string{"", "k"} {
-			_, _, err = f.svc.Prices.Set(ctx, f.admin, service.PriceSpec{Offering: "l4.1x", Amount: 1, EffectiveAt: &past}, key)
+			_, _, err = f.svc.Prices.Set(ctx, f.admin, api.SetPriceRequest{Offering: "l4.1x", Amount: 1, EffectiveAt: &past}, key)
 			if billCode(t, err, cloud.Invalid).Details["field"] != "effective_at" {
 				t.Errorf("a version in the past (key %q): %v", key, err)
 			}
 		}
-		_, _, err = f.svc.Prices.Set(ctx, f.admin, service.PriceSpec{Kind: cloud.PriceVolume, Offering: "l4.1x", Amount: 1}, "")
+		_, _, err = f.svc.Prices.Set(ctx, f.admin, api.SetPriceRequest{Kind: cloud.PriceVolume, Offering: "l4.1x", Amount: 1}, "")
 		if billCode(t, err, cloud.Invalid).Details["field"] != "offering" {
 			t.Errorf("an offering on a volume price: %v", err)
 		}
 		f.unchanged(before, "refused prices")
 		skew := now.Add(-30 * time.Second)
-		p, _, err := f.svc.Prices.Set(ctx, f.admin, service.PriceSpec{Offering: "l4.1x", Amount: money.MustParse("9"), EffectiveAt: &skew}, "")
+		p, _, err := f.svc.Prices.Set(ctx, f.admin, api.SetPriceRequest{Offering: "l4.1x", Amount: money.MustParse("9"), EffectiveAt: &skew}, "")
 		if err != nil {
 			t.Fatalf("a version 30 s in the past: %v", err)
 		}

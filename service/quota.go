@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -59,12 +60,12 @@ func GPUDemand(cat *catalog.Catalog, o *catalog.Offering) (model string, gpus fl
 //
 // It reads counts by state and offering, not the instances: every create
 // under a quota runs it.
-func TenantUsage(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant string) (Usage, error) {
+func TenantUsage(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant string) (api.Usage, error) {
 	counts, err := tx.CountTenantInstances(ctx, tenant)
 	if err != nil {
-		return Usage{}, err
+		return api.Usage{}, err
 	}
-	u := Usage{GPUs: map[string]float64{}}
+	u := api.Usage{GPUs: map[string]float64{}}
 	for _, c := range counts {
 		if !slices.Contains(LiveStates, c.State) {
 			continue
@@ -135,7 +136,7 @@ func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant
 	b, _ := ctx.Value(createBatchKey{}).(*createBatch)
 	var (
 		q   *cloud.Quota
-		u   Usage
+		u   api.Usage
 		err error
 	)
 	if b != nil && b.tenant == tenant && b.loaded {
@@ -183,7 +184,7 @@ type createBatch struct {
 	tenant string
 	loaded bool
 	quota  *cloud.Quota
-	usage  Usage
+	usage  api.Usage
 	// groups are the placement groups checked live in this batch.
 	groups map[string]bool
 }
@@ -197,7 +198,7 @@ func withCreateBatch(ctx context.Context) context.Context {
 
 // checkQuota checks one more instance of offering o against quota q and
 // usage u.
-func checkQuota(cat *catalog.Catalog, q *cloud.Quota, u Usage, o *catalog.Offering) error {
+func checkQuota(cat *catalog.Catalog, q *cloud.Quota, u api.Usage, o *catalog.Offering) error {
 	if !Limits(q) {
 		return nil
 	}
@@ -225,12 +226,6 @@ func checkQuota(cat *catalog.Catalog, q *cloud.Quota, u Usage, o *catalog.Offeri
 	return nil
 }
 
-// Usage is what a tenant's instances hold against its quota.
-type Usage struct {
-	Instances int                `json:"instances"`
-	GPUs      map[string]float64 `json:"gpus,omitempty"`
-}
-
 // GetQuota reads a tenant's quota; a tenant without one (the operator
 // tenant, and tenants made before default quotas) has the zero quota (no
 // limits, the default request rate).
@@ -244,7 +239,7 @@ func GetQuota(ctx context.Context, tx cloud.Tx, tenantID string) (*cloud.Quota, 
 
 // checkQuotaRates validates the per-model GPU cap and the request rate of
 // a quota spec (CheckQuotaSpec does the rest).
-func checkQuotaRates(spec QuotaSpec) error {
+func checkQuotaRates(spec api.QuotaSpec) error {
 	if n := spec.GPUsPerModel; math.IsNaN(n) || n < 0 || n > MaxQuota {
 		return Field("gpus_per_model", "%v is out of range 0..%d (0 means no limit)", n, MaxQuota)
 	}

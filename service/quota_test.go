@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -140,7 +141,7 @@ func TestDefaultQuota(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newAHFixture(t, st)
 		ctx := context.Background()
-		if q, err := f.svc.Accounts.Quota(ctx, f.admin, service.OperatorTenant); err != nil || service.Limits(q.Quota) {
+		if q, err := f.svc.Accounts.Quota(ctx, f.admin, service.OperatorTenant); err != nil || service.Limits(&q.Quota) {
 			t.Errorf("operator quota = %+v, %v; want none", q.Quota, err)
 		}
 		const creates, workers = 24, 8
@@ -160,7 +161,7 @@ func TestDefaultQuota(t *testing.T) {
 					// A create that lost its serialization races is
 					// retried with its key, as a client would.
 					for try := 0; try < 20; try++ {
-						_, _, err = f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "h100.1x"}, fmt.Sprint("k-", i))
+						_, _, err = f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprint("k-", i))
 						if !cloud.IsConflict(err) {
 							break
 						}
@@ -190,18 +191,18 @@ func TestDefaultQuota(t *testing.T) {
 		}
 		// A per-model cap alone limits creates too (they must not take the
 		// read-committed path that skips the count).
-		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, service.QuotaSpec{GPUsPerModel: service.DefaultGPUsPerModel}); err != nil {
+		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{GPUsPerModel: service.DefaultGPUsPerModel}); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "h100.1x"}, "")
+		_, _, err = f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "h100.1x"}, "")
 		if cloud.ErrorCode(err) != cloud.QuotaExceeded {
 			t.Errorf("a create over the per-model cap alone: %v, want quota_exceeded", err)
 		}
 		// An admin raises it, and the tenant goes on.
-		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, service.QuotaSpec{Instances: 100, GPUsPerModel: 20}); err != nil {
+		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{Instances: 100, GPUsPerModel: 20}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "h100.4x"}, ""); err != nil {
+		if _, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "h100.4x"}, ""); err != nil {
 			t.Errorf("create after the raise: %v", err)
 		}
 	})
@@ -223,7 +224,7 @@ func TestGroupMinUnderPerModelQuota(t *testing.T) {
 		{[]string{"h100.8x", "l4.1x"}, 3, false},
 		{[]string{"h100.8x"}, 2, false},
 	} {
-		spec := service.GroupSpec{Name: fmt.Sprintf("g%d%v", c.min, c.refused), Template: cloud.GroupTemplate{Offerings: c.offerings}, Min: c.min, Max: 10}
+		spec := api.CreateGroupRequest{Name: fmt.Sprintf("g%d%v", c.min, c.refused), Template: cloud.GroupTemplate{Offerings: c.offerings}, Min: c.min, Max: 10}
 		_, _, err := f.svc.Groups.Create(ctx, f.acme, spec, "")
 		if got := cloud.ErrorCode(err) == cloud.QuotaExceeded; got != c.refused || !c.refused && err != nil {
 			t.Errorf("%v min %d: %v, want refused %v", c.offerings, c.min, err, c.refused)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -27,36 +28,11 @@ const (
 	MaxReclaimWindow     = 30 * 24 * time.Hour
 )
 
-// SpotRequestSpec is what a tenant asks for when it creates a spot
-// request. It has the fields of the API's create request, so that a
-// handler converts one into the other.
-type SpotRequestSpec struct {
-	// Tenant is for admins creating a request for another tenant;
-	// members leave it empty.
-	Tenant string `json:"tenant,omitempty"`
-	Name   string `json:"name,omitempty"`
-	// Type is one_time (the default) or persistent.
-	Type cloud.SpotRequestType `json:"type,omitempty"`
-	// MaxPrice caps the hourly price; nil means the on-demand price.
-	MaxPrice *money.Micros `json:"max_price,omitempty"`
-	// Interruption is terminate (the default) or stop.
-	Interruption string `json:"interruption,omitempty"`
-	// Pools are the acceptable pools, the first preferred: 1 to 8
-	// distinct ones; an empty zone is any zone.
-	Pools []cloud.Pool `json:"pools"`
-	// Image of every launch (CheckImage; empty: the operator's default).
-	Image   string            `json:"image,omitempty"`
-	Command []string          `json:"command,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	Volumes []string          `json:"volumes,omitempty"`
-	Tags    map[string]string `json:"tags,omitempty"`
-}
-
 // CheckSpotRequestSpec validates what can be checked without the store
 // and fills in the defaults (type, interruption); pool offerings and the
 // image are rewritten to their canonical names. The workload is checked as
 // an instance's (CheckImage, CheckWorkload).
-func CheckSpotRequestSpec(cat *catalog.Catalog, spec *SpotRequestSpec) error {
+func CheckSpotRequestSpec(cat *catalog.Catalog, spec *api.CreateSpotRequestRequest) error {
 	if err := CheckName("name", spec.Name, false); err != nil {
 		return err
 	}
@@ -108,7 +84,7 @@ func CheckSpotRequestSpec(cat *catalog.Catalog, spec *SpotRequestSpec) error {
 // idempotency key, a retry answers the request the first call made
 // (created false) and launches nothing; the same key with a request that
 // differs in any field is a Conflict naming the fields.
-func (s *Spot) Create(ctx context.Context, a Actor, spec SpotRequestSpec, key string) (out *cloud.SpotRequest, created bool, err error) {
+func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRequest, key string) (out *cloud.SpotRequest, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -169,7 +145,7 @@ func poolNames(pools []cloud.Pool) string {
 // for a request that differs in any field the request sent, compared with
 // its defaults filled in (type, interruption; no max price is 0) as the
 // request holds them.
-func sameSpotRequest(old *cloud.SpotRequest, spec *SpotRequestSpec) error {
+func sameSpotRequest(old *cloud.SpotRequest, spec *api.CreateSpotRequestRequest) error {
 	var d KeyDiffs
 	d.String("name", old.Name, spec.Name)
 	d.String("type", string(old.Type), string(spec.Type))

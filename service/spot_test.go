@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/service"
@@ -21,7 +22,7 @@ func TestSpotRequestIdempotency(t *testing.T) {
 		ctx := context.Background()
 		vol, vol2 := f.volume(f.acmeID, "zone-a"), f.volume(f.acmeID, "zone-a")
 		capped, more := money.MustParse("2.50"), money.MustParse("3")
-		base := service.SpotRequestSpec{Name: "train", Type: cloud.SpotPersistent, MaxPrice: &capped, Interruption: cloud.ActionStop,
+		base := api.CreateSpotRequestRequest{Name: "train", Type: cloud.SpotPersistent, MaxPrice: &capped, Interruption: cloud.ActionStop,
 			Pools:   []cloud.Pool{{Offering: "l4.1x", Zone: "zone-a"}, {Offering: "l40s.1x", Zone: "zone-b"}},
 			Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1"}, Volumes: []string{vol},
 			Tags: map[string]string{"team": "ml"}}
@@ -49,24 +50,24 @@ func TestSpotRequestIdempotency(t *testing.T) {
 		before = f.counts()
 		for _, tc := range []struct {
 			field string
-			edit  func(s *service.SpotRequestSpec)
+			edit  func(s *api.CreateSpotRequestRequest)
 		}{
-			{"name", func(s *service.SpotRequestSpec) { s.Name = "eval" }},
-			{"name", func(s *service.SpotRequestSpec) { s.Name = "" }},
-			{"type", func(s *service.SpotRequestSpec) { s.Type = cloud.SpotOneTime }},
-			{"type", func(s *service.SpotRequestSpec) { s.Type = "" }},
-			{"pools", func(s *service.SpotRequestSpec) { s.Pools = s.Pools[:1] }},
-			{"image", func(s *service.SpotRequestSpec) { s.Image = "python:3.12" }},
-			{"pools", func(s *service.SpotRequestSpec) { s.Pools = []cloud.Pool{s.Pools[1], s.Pools[0]} }},
-			{"max_price", func(s *service.SpotRequestSpec) { s.MaxPrice = &more }},
-			{"max_price", func(s *service.SpotRequestSpec) { s.MaxPrice = nil }},
-			{"interruption", func(s *service.SpotRequestSpec) { s.Interruption = cloud.ActionTerminate }},
-			{"command", func(s *service.SpotRequestSpec) { s.Command = []string{"python", "eval.py"} }},
-			{"env", func(s *service.SpotRequestSpec) { s.Env = map[string]string{"A": "2"} }},
-			{"env", func(s *service.SpotRequestSpec) { s.Env = nil }},
-			{"volumes", func(s *service.SpotRequestSpec) { s.Volumes = []string{vol2} }},
-			{"volumes", func(s *service.SpotRequestSpec) { s.Volumes = nil }},
-			{"tags", func(s *service.SpotRequestSpec) { s.Tags = map[string]string{"team": "infra"} }},
+			{"name", func(s *api.CreateSpotRequestRequest) { s.Name = "eval" }},
+			{"name", func(s *api.CreateSpotRequestRequest) { s.Name = "" }},
+			{"type", func(s *api.CreateSpotRequestRequest) { s.Type = cloud.SpotOneTime }},
+			{"type", func(s *api.CreateSpotRequestRequest) { s.Type = "" }},
+			{"pools", func(s *api.CreateSpotRequestRequest) { s.Pools = s.Pools[:1] }},
+			{"image", func(s *api.CreateSpotRequestRequest) { s.Image = "python:3.12" }},
+			{"pools", func(s *api.CreateSpotRequestRequest) { s.Pools = []cloud.Pool{s.Pools[1], s.Pools[0]} }},
+			{"max_price", func(s *api.CreateSpotRequestRequest) { s.MaxPrice = &more }},
+			{"max_price", func(s *api.CreateSpotRequestRequest) { s.MaxPrice = nil }},
+			{"interruption", func(s *api.CreateSpotRequestRequest) { s.Interruption = cloud.ActionTerminate }},
+			{"command", func(s *api.CreateSpotRequestRequest) { s.Command = []string{"python", "eval.py"} }},
+			{"env", func(s *api.CreateSpotRequestRequest) { s.Env = map[string]string{"A": "2"} }},
+			{"env", func(s *api.CreateSpotRequestRequest) { s.Env = nil }},
+			{"volumes", func(s *api.CreateSpotRequestRequest) { s.Volumes = []string{vol2} }},
+			{"volumes", func(s *api.CreateSpotRequestRequest) { s.Volumes = nil }},
+			{"tags", func(s *api.CreateSpotRequestRequest) { s.Tags = map[string]string{"team": "infra"} }},
 		} {
 			spec := base
 			tc.edit(&spec)
@@ -90,7 +91,7 @@ func TestSpotRequestIdempotency(t *testing.T) {
 			t.Errorf("admin retry for acme = %+v, %v, %v", again, created, err)
 		}
 		f.unchanged(before, "retries")
-		plain := service.SpotRequestSpec{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-c"}}}
+		plain := api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-c"}}}
 		p1, _, err := f.svc.Spot.Create(ctx, f.acme, plain, "plain")
 		if err != nil || p1.Type != cloud.SpotOneTime || p1.Interruption != cloud.ActionTerminate || p1.MaxPrice != 0 {
 			t.Fatalf("defaults = %+v, %v", p1, err)
@@ -121,11 +122,11 @@ func TestSpotRequestLaunchRules(t *testing.T) {
 		other := f.volume(f.globexID, "zone-a")
 		elsewhere := f.volume(f.acmeID, "zone-b")
 		before := f.counts()
-		_, _, err := f.svc.Spot.Create(ctx, f.acme, service.SpotRequestSpec{Pools: pool, Volumes: []string{other}}, "")
+		_, _, err := f.svc.Spot.Create(ctx, f.acme, api.CreateSpotRequestRequest{Pools: pool, Volumes: []string{other}}, "")
 		if billCode(t, err, cloud.Invalid).Details["field"] != "volumes[0]" {
 			t.Errorf("another tenant's volume: %v", err)
 		}
-		_, _, err = f.svc.Spot.Create(ctx, f.acme, service.SpotRequestSpec{Pools: pool, Volumes: []string{elsewhere}}, "k")
+		_, _, err = f.svc.Spot.Create(ctx, f.acme, api.CreateSpotRequestRequest{Pools: pool, Volumes: []string{elsewhere}}, "k")
 		if billCode(t, err, cloud.Invalid).Details["field"] != "volumes[0]" {
 			t.Errorf("a volume in another zone: %v", err)
 		}
@@ -134,23 +135,23 @@ func TestSpotRequestLaunchRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "l4.1x"}, ""); err != nil {
+		if _, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x"}, ""); err != nil {
 			t.Fatal(err)
 		}
 		before = f.counts()
-		_, _, err = f.svc.Spot.Create(ctx, f.acme, service.SpotRequestSpec{Pools: pool}, "k")
+		_, _, err = f.svc.Spot.Create(ctx, f.acme, api.CreateSpotRequestRequest{Pools: pool}, "k")
 		billCode(t, err, cloud.QuotaExceeded)
 		f.unchanged(before, "refused launches")
 		for _, tc := range []struct {
 			field string
-			spec  service.SpotRequestSpec
+			spec  api.CreateSpotRequestRequest
 		}{
-			{"pools", service.SpotRequestSpec{}},
-			{"pools[1]", service.SpotRequestSpec{Pools: append(pool, pool[0])}},
-			{"pools[0].offering", service.SpotRequestSpec{Pools: []cloud.Pool{{Offering: "h900.1x"}}}},
-			{"type", service.SpotRequestSpec{Pools: pool, Type: "sometimes"}},
-			{"interruption", service.SpotRequestSpec{Pools: pool, Interruption: "hibernate"}},
-			{"env", service.SpotRequestSpec{Pools: pool, Env: map[string]string{"1X": "y"}}},
+			{"pools", api.CreateSpotRequestRequest{}},
+			{"pools[1]", api.CreateSpotRequestRequest{Pools: append(pool, pool[0])}},
+			{"pools[0].offering", api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "h900.1x"}}}},
+			{"type", api.CreateSpotRequestRequest{Pools: pool, Type: "sometimes"}},
+			{"interruption", api.CreateSpotRequestRequest{Pools: pool, Interruption: "hibernate"}},
+			{"env", api.CreateSpotRequestRequest{Pools: pool, Env: map[string]string{"1X": "y"}}},
 		} {
 			_, _, err := f.svc.Spot.Create(ctx, f.acme, tc.spec, "")
 			if billCode(t, err, cloud.Invalid).Details["field"] != tc.field {
@@ -170,7 +171,7 @@ func TestSpotRequestTenancy(t *testing.T) {
 		f := newBillFixture(t, st)
 		ctx := context.Background()
 		vol := f.volume(f.acmeID, "zone-a")
-		sr, _, err := f.svc.Spot.Create(ctx, f.acme, service.SpotRequestSpec{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-a"}},
+		sr, _, err := f.svc.Spot.Create(ctx, f.acme, api.CreateSpotRequestRequest{Pools: []cloud.Pool{{Offering: "l4.1x", Zone: "zone-a"}},
 			Volumes: []string{vol}}, "")
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -95,7 +96,7 @@ func TestApplyMarketPlan(t *testing.T) {
 			testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 				f := newBillFixture(t, st)
 				ctx := context.Background()
-				r, _, err := f.svc.Spot.Create(ctx, f.acme, service.SpotRequestSpec{Type: cloud.SpotPersistent, Pools: []cloud.Pool{pool}}, "")
+				r, _, err := f.svc.Spot.Create(ctx, f.acme, api.CreateSpotRequestRequest{Type: cloud.SpotPersistent, Pools: []cloud.Pool{pool}}, "")
 				if err != nil {
 					t.Fatal(err)
 				}

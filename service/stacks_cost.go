@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -73,13 +74,13 @@ func propMap(props map[string]any, key string) map[string]any {
 
 // stackCost prices what the plan leaves applied, per hour, at the prices
 // in force now.
-func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord) (StackCost, error) {
+func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord) (api.StackCost, error) {
 	book, spot, err := s.pricesNow(ctx)
 	if err != nil {
-		return StackCost{}, err
+		return api.StackCost{}, err
 	}
 	now := s.now()
-	cost := StackCost{Lines: []StackCostLine{}}
+	cost := api.StackCost{Lines: []api.StackCostLine{}}
 	missing := map[string]bool{}
 	onDemand := func(offering string, zones []string) (money.Micros, bool) {
 		zone := ""
@@ -94,7 +95,7 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 		return p, ok
 	}
 	add := func(addr, what string, od, sp money.Micros) {
-		cost.Lines = append(cost.Lines, StackCostLine{Address: addr, What: what, OnDemand: od, WithSpot: sp})
+		cost.Lines = append(cost.Lines, api.StackCostLine{Address: addr, What: what, OnDemand: od, WithSpot: sp})
 		cost.OnDemand += od
 		cost.WithSpot += sp
 	}
@@ -136,7 +137,7 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 			if pr, ok := book.Volume(now); ok {
 				per, err := money.MulDiv(pr, size, hoursPerMonth)
 				if err != nil {
-					return StackCost{}, err
+					return api.StackCost{}, err
 				}
 				add(c.Address, fmt.Sprintf("volume %d GiB", size), per, per)
 			}
@@ -190,8 +191,8 @@ func cheapestSpot(pools []any, spot []cloud.SpotPrice) (best money.Micros, found
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
 // a group's desired members.
-func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) *StackFit {
-	fit := &StackFit{}
+func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) *api.StackFit {
+	fit := &api.StackFit{}
 	if s.opts.DryRun == nil {
 		return fit
 	}
@@ -249,7 +250,7 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord,
 	}
 	fit.Known, fit.Fits = true, true
 	for _, r := range res {
-		fit.Lines = append(fit.Lines, StackFitLine{Address: r.ID, Fits: r.Fits, Host: r.Host, Reason: r.Reason})
+		fit.Lines = append(fit.Lines, api.StackFitLine{Address: r.ID, Fits: r.Fits, Host: r.Host, Reason: r.Reason})
 		fit.Fits = fit.Fits && r.Fits
 	}
 	return fit

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/stack"
 )
@@ -174,7 +175,7 @@ func stackOf(ctx context.Context, tx cloud.Tx, a Actor, tenant, name string) (*c
 	return st, err
 }
 
-func (s *Stacks) plan(ctx context.Context, a Actor, req StackRequest) (*StackPlan, error) {
+func (s *Stacks) plan(ctx context.Context, a Actor, req api.StackRequest) (*api.StackPlan, error) {
 	if req.Name != "" {
 		if err := CheckStackName(req.Name); err != nil {
 			return nil, err
@@ -232,7 +233,13 @@ func (s *Stacks) plan(ctx context.Context, a Actor, req StackRequest) (*StackPla
 			}
 		}
 	}
-	out := &StackPlan{Name: req.Name, Exists: exists, Changes: p.Changes, Summary: p.Summary, Params: b.Parameters}
+	out := &api.StackPlan{Name: req.Name, Exists: exists, Changes: p.Changes, Summary: p.Summary, Params: b.Parameters}
+	if out.Changes == nil {
+		out.Changes = []*stack.Change{}
+	}
+	if out.Summary == nil {
+		out.Summary = map[stack.Action]int{}
+	}
 	if out.Cost, err = s.stackCost(ctx, b, p, rec); err != nil {
 		return nil, err
 	}
@@ -243,13 +250,13 @@ func (s *Stacks) plan(ctx context.Context, a Actor, req StackRequest) (*StackPla
 	return out, nil
 }
 
-func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.Stack, error) {
-	if err := CheckStackName(req.Name); err != nil {
+func (s *Stacks) apply(ctx context.Context, a Actor, name string, req api.ApplyStackRequest) (*cloud.Stack, error) {
+	if err := CheckStackName(name); err != nil {
 		return nil, err
 	}
 	// The plan's checks: the template binds, the properties are the API's,
 	// and the commitment rules hold against the stack's state as recorded.
-	if _, err := s.plan(ctx, a, req); err != nil {
+	if _, err := s.plan(ctx, a, api.StackRequest{Tenant: req.Tenant, Name: name, Template: req.Template, Parameters: req.Parameters}); err != nil {
 		return nil, err
 	}
 	args, _ := json.Marshal(req.Parameters)
@@ -261,7 +268,7 @@ func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 			return err
 		}
 		now := s.now()
-		st, err := tx.StackByName(ctx, tenant, req.Name)
+		st, err := tx.StackByName(ctx, tenant, name)
 		switch {
 		case cloud.ErrorCode(err) == cloud.NotFound:
 			live, err := tx.ListStacks(ctx, tenant, false)
@@ -278,7 +285,7 @@ func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 			if err != nil {
 				return err
 			}
-			st = &cloud.Stack{ID: NewID(StackPrefix), TenantID: tenant, Name: req.Name, State: cloud.StackApplying,
+			st = &cloud.Stack{ID: NewID(StackPrefix), TenantID: tenant, Name: name, State: cloud.StackApplying,
 				Template: req.Template, Parameters: args, Applied: applied, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateStack(ctx, st); err != nil {
 				return err
@@ -286,7 +293,7 @@ func (s *Stacks) apply(ctx context.Context, a Actor, req StackRequest) (*cloud.S
 		case err != nil:
 			return err
 		case st.State == cloud.StackDestroying:
-			return &cloud.Error{Code: cloud.Conflict, Message: "stack " + req.Name + " is being destroyed; apply once it is gone",
+			return &cloud.Error{Code: cloud.Conflict, Message: "stack " + name + " is being destroyed; apply once it is gone",
 				Details: map[string]any{"state": string(st.State)}}
 		default:
 			rec, err := DecodeStackRecord(st)
@@ -393,7 +400,7 @@ func (s *Stacks) readStack(ctx context.Context, a Actor, tenant, name string) (*
 	return st, rec, err
 }
 
-func (s *Stacks) get(ctx context.Context, a Actor, tenant, name string) (*StackView, error) {
+func (s *Stacks) get(ctx context.Context, a Actor, tenant, name string) (*api.StackView, error) {
 	st, rec, err := s.readStack(ctx, a, tenant, name)
 	if err != nil {
 		return nil, err
@@ -403,10 +410,10 @@ func (s *Stacks) get(ctx context.Context, a Actor, tenant, name string) (*StackV
 	if err != nil {
 		return nil, err
 	}
-	v := &StackView{Stack: st, Resources: []StackResource{}}
+	v := &api.StackView{Stack: *st, Resources: []api.StackResource{}}
 	for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 		rs := rec.State.Resources[addr]
-		v.Resources = append(v.Resources, StackResource{Address: addr, Type: rs.Type, ID: rs.ID, Status: statuses[addr]})
+		v.Resources = append(v.Resources, api.StackResource{Address: addr, Type: rs.Type, ID: rs.ID, Status: statuses[addr]})
 	}
 	if len(st.Outputs) > 0 && string(st.Outputs) != "null" {
 		_ = json.Unmarshal(st.Outputs, &v.Outputs)
@@ -415,7 +422,7 @@ func (s *Stacks) get(ctx context.Context, a Actor, tenant, name string) (*StackV
 	return v, nil
 }
 
-func (s *Stacks) drift(ctx context.Context, a Actor, tenant, name string) ([]StackDrift, error) {
+func (s *Stacks) drift(ctx context.Context, a Actor, tenant, name string) ([]api.StackDrift, error) {
 	st, rec, err := s.readStack(ctx, a, tenant, name)
 	if err != nil {
 		return nil, err
@@ -425,10 +432,10 @@ func (s *Stacks) drift(ctx context.Context, a Actor, tenant, name string) ([]Sta
 	if err != nil {
 		return nil, err
 	}
-	out := []StackDrift{}
+	out := []api.StackDrift{}
 	for _, addr := range slices.Sorted(maps.Keys(rec.State.Resources)) {
 		rs, l := rec.State.Resources[addr], live[addr]
-		d := StackDrift{Address: addr, Type: rs.Type, ID: rs.ID}
+		d := api.StackDrift{Address: addr, Type: rs.Type, ID: rs.ID}
 		switch {
 		case l.Gone:
 			d.Drift = "deleted"

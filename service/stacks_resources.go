@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/stack"
 )
 
@@ -16,21 +16,6 @@ import (
 // own service, as the API does, so that every rule (quotas, validation,
 // idempotency, tenancy) is the API's. The stack engine creates, changes
 // and deletes them the same way (package stackengine).
-
-// StackGroupBody is a group's properties in a stack: api.CreateGroupRequest's fields.
-type StackGroupBody struct {
-	Name          string                `json:"name"`
-	Template      cloud.GroupTemplate   `json:"template"`
-	Min           int                   `json:"min"`
-	Max           int                   `json:"max"`
-	Desired       *int                  `json:"desired,omitempty"`
-	Policies      []cloud.ScalingPolicy `json:"policies,omitempty"`
-	Mixed         cloud.MixedInstances  `json:"mixed,omitzero"`
-	Timing        cloud.GroupTiming     `json:"timing,omitzero"`
-	BudgetPerHour money.Micros          `json:"budget_per_hour,omitempty"`
-	IdleRelease   *cloud.IdleRelease    `json:"idle_release,omitempty"`
-	Tags          map[string]string     `json:"tags,omitempty"`
-}
 
 // decodeProps decodes a copy's resolved properties into a create body,
 // refusing unknown fields and a tenant (a stack creates in its own
@@ -70,52 +55,44 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 	}
 	switch c.Type {
 	case stack.TypeInstance:
-		var spec InstanceSpec
+		var spec api.CreateInstanceRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		_, err := CheckInstanceSpec(s.cat, &spec)
 		return StackFieldError(c.Address, err)
 	case stack.TypeVolume:
-		var spec VolumeSpec
+		var spec api.CreateVolumeRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		return StackFieldError(c.Address, CheckVolumeSpec(&spec))
 	case stack.TypeAddress:
-		var spec AddressSpec
+		var spec api.AllocateAddressRequest
 		return DecodeStackProps(c.Address, props, &spec)
 	case stack.TypeSpotRequest:
-		var spec SpotRequestSpec
+		var spec api.CreateSpotRequestRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		return StackFieldError(c.Address, CheckSpotRequestSpec(s.cat, &spec))
 	case stack.TypeGroup:
-		var body StackGroupBody
+		var body api.CreateGroupRequest
 		if err := DecodeStackProps(c.Address, props, &body); err != nil || !known {
 			return err
 		}
-		spec := body.Spec()
-		return StackFieldError(c.Address, CheckGroupSpec(s.cat, &spec))
+		return StackFieldError(c.Address, CheckGroupSpec(s.cat, &body))
 	case stack.TypePlacementGroup:
-		var spec PlacementGroupSpec
+		var spec api.CreatePlacementGroupRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
 		return StackFieldError(c.Address, CheckPlacementGroupSpec(&spec))
 	case stack.TypeCommitment:
-		var spec CommitmentSpec
+		var spec api.CreateCommitmentRequest
 		return DecodeStackProps(c.Address, props, &spec)
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
-}
-
-// Spec is the group's create spec.
-func (b *StackGroupBody) Spec() GroupSpec {
-	return GroupSpec{Name: b.Name, Template: b.Template, Min: b.Min, Max: b.Max, Desired: b.Desired,
-		Policies: b.Policies, Mixed: b.Mixed, Timing: b.Timing, BudgetPerHour: b.BudgetPerHour,
-		IdleRelease: b.IdleRelease, Tags: b.Tags}
 }
 
 // StackFieldError puts a copy's address in front of a field error's field.

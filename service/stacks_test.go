@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -32,8 +33,7 @@ func TestStackBadInput(t *testing.T) {
 			{"reserved tag", "resources:\n  a: {type: volume, properties: {name: x, size_gib: 1, tags: {\"gpucloud:stack\": y}}}", nil, "gpucloud:"},
 		} {
 			before := f.counts()
-			req := service.StackRequest{Name: "s", Template: tc.tmpl, Parameters: tc.params}
-			_, err := f.svc.Stacks.Apply(ctx, f.acme, req)
+			_, err := f.svc.Stacks.Apply(ctx, f.acme, "s", api.ApplyStackRequest{Template: tc.tmpl, Parameters: tc.params})
 			if ce := vaCode(t, err, cloud.Invalid); !strings.Contains(ce.Message, tc.want) {
 				t.Errorf("%s: %v, want it to name %q", tc.name, ce, tc.want)
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
@@ -18,22 +19,8 @@ const (
 	EventVolumeDeleted  cloud.EventKind = "volume.deleted"
 )
 
-// VolumeSpec is what a caller asks for when it creates a volume. It has
-// the fields of the API's create request, so that a handler converts one
-// into the other.
-type VolumeSpec struct {
-	// Tenant is for admins creating a volume for another tenant; members
-	// leave it empty.
-	Tenant  string `json:"tenant,omitempty"`
-	Name    string `json:"name"`
-	SizeGiB int64  `json:"size_gib"`
-	Zone    string `json:"zone,omitempty"`
-	// Tags are the tenant's (no "gpucloud:" prefix).
-	Tags map[string]string `json:"tags,omitempty"`
-}
-
 // CheckVolumeSpec validates what can be checked without the store.
-func CheckVolumeSpec(spec *VolumeSpec) error {
+func CheckVolumeSpec(spec *api.CreateVolumeRequest) error {
 	if err := CheckName("name", spec.Name, true); err != nil {
 		return err
 	}
@@ -52,7 +39,7 @@ func CheckVolumeSpec(spec *VolumeSpec) error {
 // writes nothing; the same key with a request that differs in any field
 // is a Conflict naming the fields. Keys are the tenant's: another tenant's
 // create with the same key is another volume.
-func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key string) (out *cloud.Volume, created bool, err error) {
+func (s *Volumes) Create(ctx context.Context, a Actor, spec api.CreateVolumeRequest, key string) (out *cloud.Volume, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -94,7 +81,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec VolumeSpec, key stri
 // volume that differs in any field the request sent. Name, size and zone
 // are fixed at creation (nothing changes them), so a true retry always
 // matches. The tenant needs no comparison: it chose the key's volume.
-func sameVolume(old *cloud.Volume, spec *VolumeSpec) error {
+func sameVolume(old *cloud.Volume, spec *api.CreateVolumeRequest) error {
 	var d KeyDiffs
 	d.String("name", old.Name, spec.Name)
 	Value(&d, "size_gib", old.SizeGiB, spec.SizeGiB)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
@@ -57,7 +58,7 @@ func (f *vaFixture) unchanged(before testkit.Rows, what string) {
 // associate things to.
 func (f *vaFixture) instance(a service.Actor, zones ...string) *cloud.Instance {
 	f.t.Helper()
-	in, _, err := f.svc.Instances.Create(context.Background(), a, service.InstanceSpec{Offering: "l4.1x", Zones: zones}, "")
+	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: "l4.1x", Zones: zones}, "")
 	if err != nil {
 		f.t.Fatalf("create instance: %v", err)
 	}
@@ -130,7 +131,7 @@ func TestVolumeCreateIdempotency(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		first := service.VolumeSpec{Name: "data", SizeGiB: 100, Zone: "zone-a"}
+		first := api.CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-a"}
 		before := f.counts()
 		v, created, err := f.svc.Volumes.Create(ctx, f.acme, first, "vol-1")
 		if err != nil || !created || v.TenantID != f.acme.TenantID || v.Name != "data" {
@@ -146,11 +147,11 @@ func TestVolumeCreateIdempotency(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			actor service.Actor
-			spec  service.VolumeSpec
+			spec  api.CreateVolumeRequest
 		}{
 			{"identical", f.acme, first},
-			{"tenant sent by the member", f.acme, service.VolumeSpec{Tenant: f.acme.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
-			{"tenant sent by an admin", f.admin, service.VolumeSpec{Tenant: f.acme.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
+			{"tenant sent by the member", f.acme, api.CreateVolumeRequest{Tenant: f.acme.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
+			{"tenant sent by an admin", f.admin, api.CreateVolumeRequest{Tenant: f.acme.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
 		} {
 			again, created, err := f.svc.Volumes.Create(ctx, tc.actor, tc.spec, "vol-1")
 			if err != nil || created || again.ID != v.ID {
@@ -162,12 +163,12 @@ func TestVolumeCreateIdempotency(t *testing.T) {
 		// Each field that differs is a conflict naming it alone.
 		for _, tc := range []struct {
 			field string
-			spec  service.VolumeSpec
+			spec  api.CreateVolumeRequest
 		}{
-			{"name", service.VolumeSpec{Name: "logs", SizeGiB: 100, Zone: "zone-a"}},
-			{"size_gib", service.VolumeSpec{Name: "data", SizeGiB: 200, Zone: "zone-a"}},
-			{"zone", service.VolumeSpec{Name: "data", SizeGiB: 100, Zone: "zone-b"}},
-			{"zone", service.VolumeSpec{Name: "data", SizeGiB: 100}},
+			{"name", api.CreateVolumeRequest{Name: "logs", SizeGiB: 100, Zone: "zone-a"}},
+			{"size_gib", api.CreateVolumeRequest{Name: "data", SizeGiB: 200, Zone: "zone-a"}},
+			{"zone", api.CreateVolumeRequest{Name: "data", SizeGiB: 100, Zone: "zone-b"}},
+			{"zone", api.CreateVolumeRequest{Name: "data", SizeGiB: 100}},
 		} {
 			_, _, err := f.svc.Volumes.Create(ctx, f.acme, tc.spec, "vol-1")
 			vaKeyConflict(t, err, v.ID, tc.field)
@@ -179,10 +180,10 @@ func TestVolumeCreateIdempotency(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			actor service.Actor
-			spec  service.VolumeSpec
+			spec  api.CreateVolumeRequest
 		}{
 			{"globex member", f.globex, first},
-			{"admin for globex", f.admin, service.VolumeSpec{Tenant: f.globex.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
+			{"admin for globex", f.admin, api.CreateVolumeRequest{Tenant: f.globex.TenantID, Name: "data", SizeGiB: 100, Zone: "zone-a"}},
 		} {
 			g, created, err := f.svc.Volumes.Create(ctx, tc.actor, tc.spec, "vol-1")
 			if err != nil || g.TenantID != f.globex.TenantID || g.ID == v.ID {
@@ -202,22 +203,22 @@ func TestVolumeCreateChecks(t *testing.T) {
 		before := f.counts()
 		for _, tc := range []struct {
 			field string
-			spec  service.VolumeSpec
+			spec  api.CreateVolumeRequest
 			key   string
 		}{
-			{"size_gib", service.VolumeSpec{Name: "data"}, ""},
-			{"size_gib", service.VolumeSpec{Name: "data", SizeGiB: -5}, ""},
-			{"size_gib", service.VolumeSpec{Name: "data", SizeGiB: 1 << 40}, ""},
-			{"name", service.VolumeSpec{SizeGiB: 10}, ""},
-			{"zone", service.VolumeSpec{Name: "data", SizeGiB: 10, Zone: "bad zone"}, ""},
-			{"Idempotency-Key", service.VolumeSpec{Name: "data", SizeGiB: 10}, "a b"},
+			{"size_gib", api.CreateVolumeRequest{Name: "data"}, ""},
+			{"size_gib", api.CreateVolumeRequest{Name: "data", SizeGiB: -5}, ""},
+			{"size_gib", api.CreateVolumeRequest{Name: "data", SizeGiB: 1 << 40}, ""},
+			{"name", api.CreateVolumeRequest{SizeGiB: 10}, ""},
+			{"zone", api.CreateVolumeRequest{Name: "data", SizeGiB: 10, Zone: "bad zone"}, ""},
+			{"Idempotency-Key", api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "a b"},
 		} {
 			_, _, err := f.svc.Volumes.Create(ctx, f.acme, tc.spec, tc.key)
 			if ce := vaCode(t, err, cloud.Invalid); ce.Details["field"] != tc.field {
 				t.Errorf("%+v: %v, want field %s", tc.spec, ce, tc.field)
 			}
 		}
-		_, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Tenant: f.globex.TenantID, Name: "data", SizeGiB: 1}, "")
+		_, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Tenant: f.globex.TenantID, Name: "data", SizeGiB: 1}, "")
 		vaHidden(t, err, "tenant", f.globex.TenantID)
 		f.unchanged(before, "rejected creates")
 	})
@@ -227,7 +228,7 @@ func TestVolumeTenantIsolation(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		v, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Name: "data", SizeGiB: 10}, "")
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +298,7 @@ func TestVolumeAttachRule(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		v, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Name: "data", SizeGiB: 10, Zone: "zone-a"}, "")
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 10, Zone: "zone-a"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +331,7 @@ func TestVolumeAttachRule(t *testing.T) {
 		if ce := vaCode(t, err, cloud.Conflict); ce.Details["instance_id"] != one.ID {
 			t.Errorf("attached elsewhere: %v", ce)
 		}
-		_, _, err = f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
+		_, _, err = f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
 		vaCode(t, err, cloud.Conflict)
 		f.unchanged(before, "attach to a second instance")
 
@@ -352,7 +353,7 @@ func TestVolumeAttachRule(t *testing.T) {
 		if ce := vaCode(t, err, cloud.Invalid); ce.Details["field"] != "instance_id" {
 			t.Errorf("zones disagree: %v", ce)
 		}
-		_, _, err = f.svc.Instances.Create(ctx, f.acme, service.InstanceSpec{Offering: "l4.1x", Zones: []string{"zone-b"}, Volumes: []string{v.ID}}, "")
+		_, _, err = f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", Zones: []string{"zone-b"}, Volumes: []string{v.ID}}, "")
 		vaCode(t, err, cloud.Invalid)
 		f.unchanged(before, "detach again, and zones that disagree")
 
@@ -369,7 +370,7 @@ func TestVolumeAttachRule(t *testing.T) {
 		if _, err := f.svc.Instances.Act(ctx, f.acme, one.ID, service.Terminate, 0); err != nil {
 			t.Fatal(err)
 		}
-		free, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Name: "free", SizeGiB: 1}, "")
+		free, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "free", SizeGiB: 1}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -450,7 +451,7 @@ func TestVolumeDelete(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newVAFixture(t, st, service.Options{})
 		ctx := context.Background()
-		v, _, err := f.svc.Volumes.Create(ctx, f.acme, service.VolumeSpec{Name: "data", SizeGiB: 10}, "")
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

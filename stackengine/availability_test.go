@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -40,7 +41,7 @@ func TestStackInstanceGetsTheAPIChecks(t *testing.T) {
 			}
 			acme := service.Actor{ID: "u-acme", TenantID: tn.ID, Role: cloud.RoleMember}
 
-			_, _, apiErr := svc.Instances.Create(ctx, acme, service.InstanceSpec{Offering: never}, "")
+			_, _, apiErr := svc.Instances.Create(ctx, acme, api.CreateInstanceRequest{Offering: never}, "")
 			want, ok := apiErr.(*cloud.Error)
 			if !ok || want.Code != cloud.Invalid {
 				t.Fatalf("API create = %v, want invalid", apiErr)
@@ -53,11 +54,11 @@ func TestStackInstanceGetsTheAPIChecks(t *testing.T) {
 			}
 
 			tmpl := fmt.Sprintf("resources:\n  node:\n    type: instance\n    count: %d\n    properties: {offering: %s}\n", tc.count, never)
-			if _, err := svc.Stacks.Apply(ctx, acme, service.StackRequest{Name: "s", Template: tmpl}); err != nil {
+			if _, err := svc.Stacks.Apply(ctx, acme, "s", api.ApplyStackRequest{Template: tmpl}); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			e := New(svc)
-			var v *service.StackView
+			var v *api.StackView
 			for range 10 {
 				if _, err := e.Step(ctx); err != nil {
 					t.Fatalf("step: %v", err)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -55,7 +56,7 @@ outputs:
 `
 
 // planIsEmpty says whether a plan changes nothing.
-func planIsEmpty(p *service.StackPlan) bool {
+func planIsEmpty(p *api.StackPlan) bool {
 	for a, n := range p.Summary {
 		if a != stack.ActionNone && n > 0 {
 			return false
@@ -66,7 +67,7 @@ func planIsEmpty(p *service.StackPlan) bool {
 
 // runStack runs stack rounds until the stack is no longer applying or
 // destroying, at most n rounds, and answers it.
-func runStack(t *testing.T, svc *service.Services, a service.Actor, name string, n int) *service.StackView {
+func runStack(t *testing.T, svc *service.Services, a service.Actor, name string, n int) *api.StackView {
 	t.Helper()
 	ctx := context.Background()
 	for range n {
@@ -110,7 +111,7 @@ func TestStackLifecycle(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newFixture(t, st)
 		svc, ctx := f.svc, context.Background()
-		req := service.StackRequest{Name: "train", Template: stackTemplate}
+		req := api.StackRequest{Name: "train", Template: stackTemplate}
 
 		p, err := svc.Stacks.Plan(ctx, f.acme, req)
 		if err != nil {
@@ -124,7 +125,7 @@ func TestStackLifecycle(t *testing.T) {
 			t.Fatalf("a plan wrote: %v", err)
 		}
 
-		sv, err := svc.Stacks.Apply(ctx, f.acme, req)
+		sv, err := svc.Stacks.Apply(ctx, f.acme, req.Name, api.ApplyStackRequest{Template: req.Template, Parameters: req.Parameters})
 		if err != nil || sv.State != cloud.StackApplying {
 			t.Fatalf("apply = %+v, %v", sv, err)
 		}
@@ -183,7 +184,7 @@ func TestStackLifecycle(t *testing.T) {
 		if err != nil || len(d) != 1 || d[0].Address != "workers[1]" || d[0].Drift != "deleted" {
 			t.Fatalf("drift = %+v, %v", d, err)
 		}
-		if _, err := svc.Stacks.Apply(ctx, f.acme, req); err != nil {
+		if _, err := svc.Stacks.Apply(ctx, f.acme, req.Name, api.ApplyStackRequest{Template: req.Template, Parameters: req.Parameters}); err != nil {
 			t.Fatal(err)
 		}
 		runStack(t, svc, f.acme, "train", 10)
@@ -201,7 +202,7 @@ func TestStackLifecycle(t *testing.T) {
 		if err != nil || p.Summary[stack.ActionDelete] != 1 {
 			t.Fatalf("plan to 1 worker: %+v, %v", p, err)
 		}
-		if _, err := svc.Stacks.Apply(ctx, f.acme, req2); err != nil {
+		if _, err := svc.Stacks.Apply(ctx, f.acme, req2.Name, api.ApplyStackRequest{Template: req2.Template, Parameters: req2.Parameters}); err != nil {
 			t.Fatal(err)
 		}
 		if v := runStack(t, svc, f.acme, "train", 10); v.State != cloud.StackActive || len(v.Resources) != 5 {
@@ -254,7 +255,7 @@ func TestStackRollback(t *testing.T) {
 		f := newFixture(t, st)
 		svc, ctx := f.svc, context.Background()
 		// Two instances fit the tenant's quota; the third does not.
-		if _, err := svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, service.QuotaSpec{Instances: 2}); err != nil {
+		if _, err := svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{Instances: 2}); err != nil {
 			t.Fatal(err)
 		}
 		tmpl := `
@@ -268,7 +269,7 @@ resources:
 `
 		for _, keep := range []bool{false, true} {
 			name := fmt.Sprintf("quota-%v", keep)
-			if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: name, Template: tmpl, KeepOnFailure: keep}); err != nil {
+			if _, err := svc.Stacks.Apply(ctx, f.acme, name, api.ApplyStackRequest{Template: tmpl, KeepOnFailure: keep}); err != nil {
 				t.Fatal(err)
 			}
 			v := runStack(t, svc, f.acme, name, 10)
@@ -323,8 +324,8 @@ func TestStackCrashResumes(t *testing.T) {
 		crash := &crashingStore{Store: st}
 		crash.after.Store(1 << 40)
 		svc := service.New(crash, nil, service.Options{Now: f.clock.Now})
-		req := service.StackRequest{Name: "train", Template: stackTemplate, Parameters: map[string]string{"workers": "4"}}
-		if _, err := svc.Stacks.Apply(ctx, f.acme, req); err != nil {
+		req := api.StackRequest{Name: "train", Template: stackTemplate, Parameters: map[string]string{"workers": "4"}}
+		if _, err := svc.Stacks.Apply(ctx, f.acme, req.Name, api.ApplyStackRequest{Template: req.Template, Parameters: req.Parameters}); err != nil {
 			t.Fatal(err)
 		}
 		// Each round writes intents, then results: let the first intents
@@ -373,7 +374,7 @@ func TestStackBlueprintsPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := f.svc.Stacks.Plan(ctx, f.acme, service.StackRequest{Name: bp.Name, Template: string(src)})
+		p, err := f.svc.Stacks.Plan(ctx, f.acme, api.StackRequest{Name: bp.Name, Template: string(src)})
 		if err != nil {
 			t.Errorf("blueprint %s: %v", bp.Name, err)
 			continue
@@ -415,7 +416,7 @@ func TestStackProperty(t *testing.T) {
 		t2, want := gen(i*5 + 2)
 		name := fmt.Sprintf("prop-%d", i)
 		for _, tmpl := range []string{t1, t2} {
-			if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: name, Template: tmpl}); err != nil {
+			if _, err := svc.Stacks.Apply(ctx, f.acme, name, api.ApplyStackRequest{Template: tmpl}); err != nil {
 				t.Fatal(err)
 			}
 			if v := runStack(t, svc, f.acme, name, 10); v.State != cloud.StackActive {
@@ -425,7 +426,7 @@ func TestStackProperty(t *testing.T) {
 		if got := len(stackInstances(t, svc, f.acme, name)); got != want {
 			t.Errorf("%s: %d instances after T1 then T2, want %d\nT1:\n%s\nT2:\n%s", name, got, want, t1, t2)
 		}
-		if p, err := svc.Stacks.Plan(ctx, f.acme, service.StackRequest{Name: name, Template: t2}); err != nil || !planIsEmpty(p) {
+		if p, err := svc.Stacks.Plan(ctx, f.acme, api.StackRequest{Name: name, Template: t2}); err != nil || !planIsEmpty(p) {
 			t.Errorf("%s: applying T2 again plans %v, %v", name, p.Summary, err)
 		}
 		if _, err := svc.Stacks.Destroy(ctx, f.acme, "", name); err != nil {
@@ -449,11 +450,11 @@ func TestStackForeignReferences(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newFixture(t, st)
 		svc, ctx := f.svc, context.Background()
-		vol, _, err := svc.Volumes.Create(ctx, f.globex, service.VolumeSpec{Name: "secret", SizeGiB: 5}, "")
+		vol, _, err := svc.Volumes.Create(ctx, f.globex, api.CreateVolumeRequest{Name: "secret", SizeGiB: 5}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		pg, _, err := svc.Placement.Create(ctx, f.globex, service.PlacementGroupSpec{Name: "g", Strategy: cloud.PlacementSpread}, "")
+		pg, _, err := svc.Placement.Create(ctx, f.globex, api.CreatePlacementGroupRequest{Name: "g", Strategy: cloud.PlacementSpread}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +465,7 @@ func TestStackForeignReferences(t *testing.T) {
 		} {
 			name := fmt.Sprintf("steal-%d", i)
 			tmpl := "resources:\n  a: {type: instance, properties: " + props + "}\n"
-			if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: name, Template: tmpl}); err != nil {
+			if _, err := svc.Stacks.Apply(ctx, f.acme, name, api.ApplyStackRequest{Template: tmpl}); err != nil {
 				t.Fatal(err)
 			}
 			v := runStack(t, svc, f.acme, name, 10)
@@ -473,7 +474,7 @@ func TestStackForeignReferences(t *testing.T) {
 			}
 		}
 		tmpl := "resources:\n  ip: {type: address, properties: {instance_id: \"" + in.ID + "\"}}\n"
-		if _, err := svc.Stacks.Apply(ctx, f.acme, service.StackRequest{Name: "steal-ip", Template: tmpl}); err != nil {
+		if _, err := svc.Stacks.Apply(ctx, f.acme, "steal-ip", api.ApplyStackRequest{Template: tmpl}); err != nil {
 			t.Fatal(err)
 		}
 		if v := runStack(t, svc, f.acme, "steal-ip", 10); v.State != cloud.StackFailed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stackengine"
@@ -58,7 +59,7 @@ func (f *fixture) counts() testkit.Rows { return testkit.CountRows(f.t, f.st) }
 // instance creates an instance of a, outside any stack.
 func (f *fixture) instance(a service.Actor, zones ...string) *cloud.Instance {
 	f.t.Helper()
-	in, _, err := f.svc.Instances.Create(context.Background(), a, service.InstanceSpec{Offering: "l4.1x", Zones: zones}, "")
+	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: "l4.1x", Zones: zones}, "")
 	if err != nil {
 		f.t.Fatalf("create instance: %v", err)
 	}

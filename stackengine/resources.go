@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -19,7 +20,7 @@ import (
 func createResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address string, props map[string]any, key string) (string, map[string]any, error) {
 	switch typ {
 	case stack.TypeInstance:
-		var spec service.InstanceSpec
+		var spec api.CreateInstanceRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -29,7 +30,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return in.ID, service.ResourceAttrs(in), nil
 	case stack.TypeVolume:
-		var spec service.VolumeSpec
+		var spec api.CreateVolumeRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -39,7 +40,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return v.ID, service.ResourceAttrs(v), nil
 	case stack.TypeAddress:
-		var spec service.AddressSpec
+		var spec api.AllocateAddressRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -49,7 +50,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return ad.ID, service.ResourceAttrs(ad), nil
 	case stack.TypeSpotRequest:
-		var spec service.SpotRequestSpec
+		var spec api.CreateSpotRequestRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -59,17 +60,17 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return r.ID, service.ResourceAttrs(r), nil
 	case stack.TypeGroup:
-		var body service.StackGroupBody
+		var body api.CreateGroupRequest
 		if err := service.DecodeStackProps(address, props, &body); err != nil {
 			return "", nil, err
 		}
-		g, _, err := svc.Groups.Create(ctx, a, body.Spec(), key)
+		g, _, err := svc.Groups.Create(ctx, a, body, key)
 		if err != nil {
 			return "", nil, service.StackFieldError(address, err)
 		}
 		return g.ID, service.ResourceAttrs(g), nil
 	case stack.TypePlacementGroup:
-		var spec service.PlacementGroupSpec
+		var spec api.CreatePlacementGroupRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -79,7 +80,7 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 		}
 		return g.ID, service.ResourceAttrs(g), nil
 	case stack.TypeCommitment:
-		var spec service.CommitmentSpec
+		var spec api.CreateCommitmentRequest
 		if err := service.DecodeStackProps(address, props, &spec); err != nil {
 			return "", nil, err
 		}
@@ -140,11 +141,11 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 
 // updateGroup changes a group's mutable properties in place.
 func updateGroup(ctx context.Context, svc *service.Services, a service.Actor, address, id string, props map[string]any) error {
-	var body service.StackGroupBody
+	var body api.CreateGroupRequest
 	if err := service.DecodeStackProps(address, props, &body); err != nil {
 		return err
 	}
-	patch := service.GroupPatch{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
+	patch := api.UpdateGroupRequest{Min: &body.Min, Max: &body.Max, Desired: body.Desired, Template: &body.Template,
 		Policies: &body.Policies, Mixed: &body.Mixed, Timing: &body.Timing, BudgetPerHour: &body.BudgetPerHour,
 		IdleRelease: body.IdleRelease}
 	if body.IdleRelease == nil {

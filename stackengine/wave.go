@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
@@ -265,7 +266,7 @@ func (r *round) createInstances(ctx context.Context, changes []*stack.Change) (i
 		if in == nil {
 			return 0, false
 		}
-		var spec service.InstanceSpec
+		var spec api.CreateInstanceRequest
 		if err := service.DecodeStackProps(c.Address, in.Properties, &spec); err != nil {
 			return 0, false
 		}
