@@ -98,75 +98,8 @@ func (s *Addresses) Allocate(ctx context.Context, a Actor, spec api.AllocateAddr
 	}
 	for range addressRetries {
 		err = s.tx(ctx, func(tx cloud.Tx) error {
-			out, created = nil, false
-			tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
-			if err != nil {
-				return err
-			}
-			// Every address, to find the key's and the free ones.
-			all, err := tx.ListAddresses(ctx, "")
-			if err != nil {
-				return err
-			}
-			if key != "" {
-				for _, old := range all {
-					if old.TenantID == tenant && old.IdempotencyKey == key {
-						out = old
-						return sameAddress(old, &spec)
-					}
-				}
-			}
-			zone := spec.Zone
-			var in *cloud.Instance
-			if spec.InstanceID != "" {
-				if in, err = associable(ctx, tx, a, tenant, spec.InstanceID); err != nil {
-					return err
-				}
-				if err := sameZone(zone, in); err != nil {
-					return err
-				}
-				if zone == "" {
-					zone = in.Zone
-				}
-			}
-			held := map[netip.Addr]bool{}
-			for _, old := range all {
-				if old.ReleasedAt == nil {
-					if ip, err := netip.ParseAddr(old.IP); err == nil {
-						held[ip] = true
-					}
-				}
-			}
-			ip, ok := lowestFree(pool, held)
-			if !ok {
-				return &cloud.Error{Code: cloud.InsufficientCapacity,
-					Message: fmt.Sprintf("every address of the pool %s is allocated; release one (DELETE /v1/addresses/{id}) or ask the operator for a larger pool", pool),
-					Details: map[string]any{"pool": pool.String(), "allocated": len(held)}}
-			}
-			now := s.now()
-			ad := &cloud.Address{ID: NewID(AddressPrefix), TenantID: tenant, IP: ip.String(), Zone: zone, Tags: spec.Tags, CreatedAt: now,
-				IdempotencyKey: key}
-			if in != nil {
-				ad.InstanceID = in.ID
-			}
-			if err := tx.CreateAddress(ctx, ad); err != nil {
-				// Another allocation took the IP: try the next free one.
-				// A taken key is a keyRace, not an IP conflict.
-				if err = asKeyRace(err, key); cloud.IsConflict(err) {
-					return errAddressTaken
-				}
-				return err
-			}
-			reason := "address " + ad.ID + " (" + ad.IP + ") allocated"
-			if in != nil {
-				reason += " and associated with instance " + in.ID
-			}
-			if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventAddressAllocated, TenantID: tenant,
-				InstanceID: ad.InstanceID, Actor: a.ID, Reason: reason}); err != nil {
-				return err
-			}
-			out, created = ad, true
-			return nil
+			out, created, err = s.allocateIn(ctx, tx, a, spec, key, pool)
+			return err
 		})
 		if !errors.Is(err, errAddressTaken) {
 			break
@@ -179,6 +112,89 @@ func (s *Addresses) Allocate(ctx context.Context, a Actor, spec api.AllocateAddr
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Address, error) { return tx.GetAddress(ctx, id) },
 		func(old *cloud.Address) error { return sameAddress(old, &spec) })
 	return out, created && err == nil, err
+}
+
+// allocateIn allocates one address in tx: the key's address if the tenant
+// used the key before, else the pool's lowest free address, associated
+// with the instance the request names. errAddressTaken: a concurrent
+// allocation took the address (the caller retries).
+func (s *Addresses) allocateIn(ctx context.Context, tx cloud.Tx, a Actor, spec api.AllocateAddressRequest, key string, pool netip.Prefix) (*cloud.Address, bool, error) {
+	tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
+	if err != nil {
+		return nil, false, err
+	}
+	// Every address, to find the key's and the free ones.
+	all, err := tx.ListAddresses(ctx, "")
+	if err != nil {
+		return nil, false, err
+	}
+	if key != "" {
+		for _, old := range all {
+			if old.TenantID == tenant && old.IdempotencyKey == key {
+				return old, false, sameAddress(old, &spec)
+			}
+		}
+	}
+	zone := spec.Zone
+	var in *cloud.Instance
+	if spec.InstanceID != "" {
+		if in, err = associable(ctx, tx, a, tenant, spec.InstanceID); err != nil {
+			return nil, false, err
+		}
+		if err := sameZone(zone, in); err != nil {
+			return nil, false, err
+		}
+		if zone == "" {
+			zone = in.Zone
+		}
+	}
+	ip, err := freeAddress(pool, all)
+	if err != nil {
+		return nil, false, err
+	}
+	now := s.now()
+	ad := &cloud.Address{ID: NewID(AddressPrefix), TenantID: tenant, IP: ip.String(), Zone: zone, Tags: spec.Tags, CreatedAt: now,
+		IdempotencyKey: key}
+	if in != nil {
+		ad.InstanceID = in.ID
+	}
+	if err := tx.CreateAddress(ctx, ad); err != nil {
+		// Another allocation took the IP: try the next free one.
+		// A taken key is a keyRace, not an IP conflict.
+		if err = asKeyRace(err, key); cloud.IsConflict(err) {
+			return nil, false, errAddressTaken
+		}
+		return nil, false, err
+	}
+	reason := "address " + ad.ID + " (" + ad.IP + ") allocated"
+	if in != nil {
+		reason += " and associated with instance " + in.ID
+	}
+	if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventAddressAllocated, TenantID: tenant,
+		InstanceID: ad.InstanceID, Actor: a.ID, Reason: reason}); err != nil {
+		return nil, false, err
+	}
+	return ad, true, nil
+}
+
+// freeAddress is the pool's lowest address that no unreleased address
+// holds, or InsufficientCapacity.
+func freeAddress(pool netip.Prefix, all []*cloud.Address) (netip.Addr, error) {
+	held := map[netip.Addr]bool{}
+	for _, old := range all {
+		if old.ReleasedAt == nil {
+			if ip, err := netip.ParseAddr(old.IP); err == nil {
+				held[ip] = true
+			}
+		}
+	}
+	ip, ok := lowestFree(pool, held)
+	if !ok {
+		return netip.Addr{}, &cloud.Error{Code: cloud.InsufficientCapacity,
+			Message: fmt.Sprintf("every address of the pool %s is allocated; release one (DELETE /v1/addresses/{id}) or ask the operator for a larger pool", pool),
+			Details: map[string]any{"pool": pool.String(), "allocated": len(held)}}
+	}
+	return ip, nil
 }
 
 // sameAddress reports a conflict when an idempotency key is reused for
