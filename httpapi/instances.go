@@ -11,14 +11,6 @@ import (
 	"github.com/gpucloud/gpucloud/service"
 )
 
-// Event kinds the API writes for instances.
-const (
-	// EventInstanceCreated is the first event of every instance.
-	EventInstanceCreated = cloud.EventInstanceCreated
-	// EventInstanceState records a state change (From, To, Reason).
-	EventInstanceState = cloud.EventInstanceState
-)
-
 // createInstance handles POST /v1/instances. With an Idempotency-Key, a
 // retry returns the instance the first call created, with 200 instead of
 // 201; the same key with a request that differs in any field is a

@@ -48,7 +48,7 @@ func TestCreateInstance(t *testing.T) {
 		t.Errorf("counts %+v -> %+v, want one instance and one event more", before, after)
 	}
 	evs, err := e.acme.InstanceEvents(context.Background(), in.ID, client.EventsOptions{})
-	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != EventInstanceCreated || evs.Events[0].To != cloud.Pending {
+	if err != nil || len(evs.Events) != 1 || evs.Events[0].Kind != cloud.EventInstanceCreated || evs.Events[0].To != cloud.Pending {
 		t.Fatalf("events = %+v, %v; want one instance.created", evs, err)
 	}
 	got, err := e.acme.GetInstance(context.Background(), in.ID)

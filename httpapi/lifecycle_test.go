@@ -88,7 +88,7 @@ func TestLifecycle(t *testing.T) {
 					t.Fatal(err)
 				}
 				last := evs.Events[len(evs.Events)-1]
-				if last.Kind != EventInstanceState || last.From != tc.from || last.To != tc.want || last.Actor != e.acmeUser.ID {
+				if last.Kind != cloud.EventInstanceState || last.From != tc.from || last.To != tc.want || last.Actor != e.acmeUser.ID {
 					t.Errorf("last event %+v", last)
 				}
 				if after := e.counts(); after.Events != before.Events+1 {
