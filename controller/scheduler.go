@@ -7,14 +7,15 @@
 // FleetView; the budget checker and the heartbeat watcher are small
 // wrappers around CheckBudgets and MarkSilentHosts.
 //
-// The scheduler writes nothing itself: each step plans over a snapshot of
-// the store and its fleet index, and service.ApplySchedule writes the plan
-// in one re-checked transaction. No controller writes an instance's state
-// by hand: every move goes through service.MoveInstance or
-// service.MoveInstances, and every launch through service.CreateInstance
-// (service.LaunchSpot for a spot request, service.LaunchGroupMember for a
-// group), so the lifecycle rules, the events and the usage ledger are the
-// API's.
+// No controller writes the store itself: each reads a snapshot, plans
+// (service.SchedulePlan, service.MarketPlan, service.GroupPlan) and hands
+// the plan to one service function that applies it in one re-checked
+// transaction (service.ApplySchedule, ApplyMarketPlan, ApplyGroupPlan);
+// internal/archtest fails on a cloud.Tx write here. Through those applies
+// every move goes through service.MoveInstance or MoveInstances, and every
+// launch through service.CreateInstance (LaunchSpot for a spot request,
+// LaunchGroupMember for a group), so the lifecycle rules, the events and
+// the usage ledger are the API's.
 package controller
 
 import (

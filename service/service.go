@@ -3,21 +3,23 @@
 // HTTP. The /v1 handlers (httpapi), the web console (console), the
 // controllers (controller) and the stack engine (stackengine) call these
 // services; none of them re-implements a rule. A server builds the
-// services once (New, in package controlplane) and hands the same *Services to
-// all of them.
+// services once (New, in package controlplane) and hands the same
+// *Services to all of them.
 //
-// Two layers:
+// Three layers:
 //
-//   - Functions over a cloud.Tx that other services and controllers
-//     compose inside their own transactions: MoveInstance and
-//     MoveInstances (the one way an instance changes state), CreateInstance
-//     (the one way an instance comes to be), LaunchSpot, LaunchGroupMember
-//     and NoticeGroupMember (the group controller's), DetachVolumes,
-//     EnforceQuota, Visible.
+//   - Functions over a cloud.Tx that other services compose inside their
+//     own transactions: MoveInstance and MoveInstances (the one way an
+//     instance changes state), CreateInstance (the one way an instance
+//     comes to be), LaunchSpot, LaunchGroupMember, NoticeGroupMember,
+//     NoticeSpotReclaim, DetachVolumes, EnforceQuota, Visible.
+//   - The applies of the controllers' plans, each one re-checked
+//     transaction: ApplySchedule, ApplyMarketPlan, ApplyGroupPlan. The
+//     controllers plan over snapshots and write nothing themselves.
 //   - Services (Instances, Volumes, ...) whose methods take an Actor,
 //     run one transaction each, and decide tenancy: a member acts on its
 //     own tenant only, and another tenant's resource answers exactly like a
-//     missing one.
+//     missing one. They take and answer the api package's wire types.
 package service
 
 import (
