@@ -71,6 +71,12 @@ func buildBenchCloud(dir string) (*benchCloud, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The default quota holds 16 GPUs; the cloud holds one H100 for each of
+	// its instances.
+	if _, err := svc.Accounts.SetQuota(ctx, admin, tn.ID, service.QuotaSpec{
+		Instances: benchRunning + benchPending, GPUsPerModel: benchRunning + benchPending}); err != nil {
+		return nil, err
+	}
 	_, tok, err := svc.Accounts.CreateUser(ctx, admin, tn.ID, "alice", cloud.RoleMember)
 	if err != nil {
 		return nil, err

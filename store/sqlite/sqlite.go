@@ -115,6 +115,9 @@ var dialect = sqlstore.Dialect{
 	// another process held the file longer than the busy timeout.
 	Retries:  5,
 	Classify: classify,
+	// modernc.org/sqlite parses a query again on every call that is not
+	// made on a prepared statement.
+	Prepare: true,
 }
 
 func classify(err error) sqlstore.ErrClass {

@@ -57,6 +57,12 @@ type Dialect struct {
 	Retries int
 	// Classify tells what a driver error means.
 	Classify func(error) ErrClass
+	// Prepare keeps each statement prepared on the connection after its
+	// first run and reuses it (see stmtCache), for drivers that otherwise
+	// parse every query again: SQLite's. pgx needs none of it: its
+	// database/sql driver already keeps a cache of prepared statements on
+	// each connection (QueryExecModeCacheStatement, 512 statements).
+	Prepare bool
 }
 
 // timeLayout is the text form of a time for SQLite: fixed width, so that

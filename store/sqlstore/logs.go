@@ -127,8 +127,8 @@ func (t *tx) ReadLog(ctx context.Context, id string, offset int64, limit int) (*
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	rows, err := t.q.QueryContext(ctx, t.s.d.rebind(
-		"SELECT pos, data FROM instance_logs WHERE instance_id = ? AND pos >= ? ORDER BY pos"), id, from.Int64)
+	rows, err := t.query(ctx,
+		"SELECT pos, data FROM instance_logs WHERE instance_id = ? AND pos >= ? ORDER BY pos", []any{id, from.Int64})
 	if err != nil {
 		return nil, t.fail(op, err)
 	}

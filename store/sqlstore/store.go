@@ -23,6 +23,10 @@ type Store struct {
 	gate atomic.Pointer[chan struct{}]
 	// waiting counts the transactions waiting at the gate.
 	waiting atomic.Int64
+	// stmts holds the prepared statements when the dialect reuses them.
+	stmts stmtCache
+	// counts is what Counts returns.
+	counts counters
 }
 
 // New returns a store over db. It takes ownership: Close closes db. When
@@ -68,7 +72,10 @@ func (s *Store) DB() *sql.DB { return s.db }
 func (s *Store) Dialect() string { return s.d.Name }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.stmts.close()
+	return s.db.Close()
+}
 
 // Tx runs fn in one transaction, as cloud.Store documents. When a statement
 // or the commit loses a serialization race, fn is run again (after a short
@@ -94,6 +101,13 @@ func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 		}
 		defer func() { <-*g }()
 	}
+	// Statements that ran unprepared are prepared once the transaction has
+	// given back its connection (SQLite's only one) and before its turn at
+	// the gate ends, so that later transactions reuse them.
+	var missed []string
+	if s.d.Prepare {
+		defer func() { s.stmts.prepare(ctx, s.db, missed) }()
+	}
 	var lost error
 	for attempt := 0; attempt <= s.d.Retries; attempt++ {
 		if attempt > 0 {
@@ -101,7 +115,7 @@ func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 				return err
 			}
 		}
-		err, retry := s.try(ctx, fn)
+		err, retry := s.try(ctx, fn, &missed)
 		if !retry {
 			return err
 		}
@@ -114,12 +128,14 @@ func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
 	}
 }
 
-// try runs fn once. retry reports that the transaction lost a race.
-func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error) (err error, retry bool) {
+// try runs fn once. retry reports that the transaction lost a race. The
+// statements that fn ran unprepared are appended to *missed.
+func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error, missed *[]string) (err error, retry bool) {
 	opts := s.d.TxOptions
 	if cloud.IsolationOf(ctx) == cloud.ReadCommitted && opts != nil && opts.Isolation > sql.LevelReadCommitted {
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
+	s.counts.begins.Add(1)
 	sqlTx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return internal("begin transaction", err), s.d.Classify(err) == Retry
@@ -128,7 +144,9 @@ func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error) (err error, re
 	committed := false
 	defer func() {
 		t.done = true
+		*missed = append(*missed, t.missed...)
 		if !committed {
+			s.counts.rollbacks.Add(1)
 			// The error of a rollback is of no use: the transaction is
 			// abandoned either way, and the database discards it when the
 			// connection goes back to the pool or is closed.
@@ -143,6 +161,7 @@ func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error) (err error, re
 	if ferr != nil {
 		return ferr, false
 	}
+	s.counts.commits.Add(1)
 	if err := sqlTx.Commit(); err != nil {
 		// Commit also releases the transaction when it fails.
 		committed = true
@@ -216,6 +235,11 @@ type tx struct {
 	// lost is set when a statement lost a serialization race: the
 	// transaction is doomed (PostgreSQL aborted it), and Tx runs fn again.
 	lost bool
+	// stmts are the store's prepared statements bound to this transaction,
+	// by query text (nil: it runs unprepared); missed are the queries that
+	// ran unprepared.
+	stmts  map[string]*sql.Stmt
+	missed []string
 }
 
 var errDone = &cloud.Error{Code: cloud.Internal, Message: "store: transaction used after its function returned"}
@@ -251,7 +275,7 @@ func (t *tx) exec(ctx context.Context, op, query string, args ...any) (sql.Resul
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	res, err := t.q.ExecContext(ctx, t.s.d.rebind(query), args...)
+	res, err := t.execSQL(ctx, query, args)
 	if err != nil {
 		return nil, t.fail(op, err)
 	}
@@ -277,7 +301,7 @@ func (t *tx) get(ctx context.Context, op string, missing func() error, query str
 	if err := t.check(); err != nil {
 		return err
 	}
-	err := t.q.QueryRowContext(ctx, t.s.d.rebind(query), args...).Scan(dest...)
+	err := t.queryRow(ctx, query, args).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return missing()
 	}
@@ -305,7 +329,7 @@ func list[T any](ctx context.Context, t *tx, op, query string, args []any, scan 
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	rows, err := t.q.QueryContext(ctx, t.s.d.rebind(query), args...)
+	rows, err := t.query(ctx, query, args)
 	if err != nil {
 		return nil, t.fail(op, err)
 	}
@@ -329,7 +353,7 @@ func one[T any](ctx context.Context, t *tx, op string, missing func() error, que
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	v, err := scan(t.q.QueryRowContext(ctx, t.s.d.rebind(query), args...))
+	v, err := scan(t.queryRow(ctx, query, args))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, missing()
 	}
