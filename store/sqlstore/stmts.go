@@ -23,10 +23,20 @@ const maxStmts = 512
 // call. A statement cannot be prepared on the database while a transaction
 // holds the connection (SQLite has just one), so a query seen for the first
 // time runs unprepared, and Tx prepares it after the transaction ends.
+//
+// Only a query missed twice is prepared: the scheduler's batched writes
+// have texts that vary with the batch's size (VALUES (...), (...)), most
+// of them seen once, and preparing those would only add work.
 type stmtCache struct {
 	mu sync.RWMutex
 	m  map[string]*sql.Stmt
+	// seen holds the queries missed once (at most maxSeen; then it starts
+	// over).
+	seen map[string]bool
 }
+
+// maxSeen bounds stmtCache.seen.
+const maxSeen = 4096
 
 // get returns the prepared statement for query, or nil.
 func (c *stmtCache) get(query string) *sql.Stmt {
@@ -35,16 +45,24 @@ func (c *stmtCache) get(query string) *sql.Stmt {
 	return c.m[query]
 }
 
-// prepare prepares the queries not yet in the cache, while there is room.
+// prepare prepares the queries not yet in the cache that were missed
+// before, while there is room.
 // A query that fails to prepare is left out; it runs unprepared, and its
 // error, if it has one, shows there.
 func (c *stmtCache) prepare(ctx context.Context, db *sql.DB, queries []string) {
 	for _, q := range queries {
-		c.mu.RLock()
+		c.mu.Lock()
 		_, have := c.m[q]
 		full := len(c.m) >= maxStmts
-		c.mu.RUnlock()
-		if have || full {
+		again := c.seen[q]
+		if !have && !full && !again {
+			if c.seen == nil || len(c.seen) >= maxSeen {
+				c.seen = make(map[string]bool)
+			}
+			c.seen[q] = true
+		}
+		c.mu.Unlock()
+		if have || full || !again {
 			continue
 		}
 		st, err := db.PrepareContext(ctx, q)
@@ -61,6 +79,7 @@ func (c *stmtCache) prepare(ctx context.Context, db *sql.DB, queries []string) {
 			c.m = make(map[string]*sql.Stmt)
 		}
 		c.m[q] = st
+		delete(c.seen, q)
 		c.mu.Unlock()
 	}
 }

@@ -1,0 +1,131 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/store/sqlstore"
+)
+
+// storeCost is what a piece of work cost the store: transactions begun
+// and statements sent, per unit of work.
+type storeCost struct {
+	tx, stmts float64
+}
+
+// TestStoreCostPerCreate counts the store's transactions and statements per
+// create, on the production path (TLS, quotas, rate limits, metrics): the
+// API's create, from the request to the committed row, then the scheduler's
+// step that places the creates. On PostgreSQL each transaction costs two
+// round trips beyond its statements (BEGIN and COMMIT) and each statement
+// one (pgx's cached prepared statements; see store/sqlstore). The controllers
+// are given intervals of an hour, so that nothing else uses the store; the
+// scheduler is stepped by hand. The budgets are today's figures
+// (docs/BENCHMARKS.md): a change that costs a create more work fails here.
+func TestStoreCostPerCreate(t *testing.T) {
+	const creates = 20
+	for _, c := range []struct {
+		name              string
+		db                func() string
+		create, placement storeCost // budgets: at most this much per create
+	}{
+		// A create: one transaction of 8 statements. The scheduler's
+		// step: 2 transactions of 8 statements in all, for 20 placements.
+		{"sqlite", func() string { return "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db") },
+			storeCost{tx: 1, stmts: 8}, storeCost{tx: 0.1, stmts: 0.4}},
+		{"postgres", func() string { return pgtest.URL(t) },
+			storeCost{tx: 1, stmts: 8}, storeCost{tx: 0.1, stmts: 0.4}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := c.db()
+			st, err := OpenStore(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.Tx(ctx, func(tx cloud.Tx) error {
+				for i := 0; i < 10; i++ {
+					h := benchHost(i)
+					if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			hour := time.Hour
+			s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
+				ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
+				StackInterval: hour, MarketInterval: hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			counts := s.Store.(interface{ Counts() sqlstore.Counts }).Counts
+			admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
+			tn, err := admin.CreateTenant(ctx, "count")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: "load"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.SetQuota(ctx, tn.ID, api.QuotaSpec{Instances: 100, GPUsPerModel: 100,
+				RequestsPerSecond: 100, Burst: 100}); err != nil {
+				t.Fatal(err)
+			}
+			member := client.New(s.URL, u.Secret, s.HTTPClient())
+			// The first create warms what is cached (the token, prepared
+			// statements); the scheduler's first step builds its fleet.
+			if _, err := member.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, "warm"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Scheduler.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			per := func(d sqlstore.Counts) storeCost {
+				return storeCost{tx: float64(d.Begins) / creates, stmts: float64(d.Statements) / creates}
+			}
+			before := counts()
+			for i := 0; i < creates; i++ {
+				if _, err := member.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"},
+					fmt.Sprintf("key-%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			created := counts()
+			placed, err := s.Scheduler.Step(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if placed != creates {
+				t.Fatalf("the scheduler placed %d of %d creates", placed, creates)
+			}
+			create, placement := per(created.Sub(before)), per(counts().Sub(created))
+			t.Logf("per create: API %.2f transactions, %.2f statements; placement %.2f transactions, %.2f statements",
+				create.tx, create.stmts, placement.tx, placement.stmts)
+			for _, b := range []struct {
+				what      string
+				got, most storeCost
+			}{{"API create", create, c.create}, {"placement", placement, c.placement}} {
+				if b.got.tx > b.most.tx || b.got.stmts > b.most.stmts {
+					t.Errorf("%s costs %+v per create, over its budget of %+v", b.what, b.got, b.most)
+				}
+			}
+		})
+	}
+}
