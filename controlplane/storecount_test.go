@@ -11,6 +11,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/sqlstore"
 )
@@ -97,6 +98,17 @@ func TestStoreCostPerCreate(t *testing.T) {
 			if _, err := s.Scheduler.Step(ctx); err != nil {
 				t.Fatal(err)
 			}
+			// On PostgreSQL the controllers start once this replica wins
+			// the leader election, and their first round may come late:
+			// wait until the store is still.
+			last := counts()
+			testkit.Eventually(t, time.Minute, "the store to be still", func() bool {
+				time.Sleep(300 * time.Millisecond)
+				now := counts()
+				still := now == last
+				last = now
+				return still
+			})
 			per := func(d sqlstore.Counts) storeCost {
 				return storeCost{tx: float64(d.Begins) / creates, stmts: float64(d.Statements) / creates}
 			}
