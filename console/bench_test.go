@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/console"
@@ -73,7 +74,7 @@ func buildBenchCloud(dir string) (*benchCloud, error) {
 	}
 	// The default quota holds 16 GPUs; the cloud holds one H100 for each of
 	// its instances.
-	if _, err := svc.Accounts.SetQuota(ctx, admin, tn.ID, service.QuotaSpec{
+	if _, err := svc.Accounts.SetQuota(ctx, admin, tn.ID, api.QuotaSpec{
 		Instances: benchRunning + benchPending, GPUsPerModel: benchRunning + benchPending}); err != nil {
 		return nil, err
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
-	"github.com/gpucloud/gpucloud/internal/testkit"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/sqlstore"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // storeCost is what a piece of work cost the store: transactions begun
