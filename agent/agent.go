@@ -158,6 +158,9 @@ func New(srv ControlPlane, cfg Config) *Agent {
 		_, simulated := cfg.Driver.(gpu.LoadSimulator)
 		md.SetSimulated(simulated)
 		if srv != nil {
+			// A workload's lock changes reach the server at most once
+			// per interval per instance, as its other reports do.
+			md.SetLockInterval(cfg.Interval)
 			md.SetLockHook(a.recordLock)
 		}
 	}

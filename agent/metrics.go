@@ -254,7 +254,12 @@ func (a *Agent) sampleLoop(ctx context.Context) {
 
 // recordLock is the metadata endpoints' LockHook: it records a workload's
 // completion lock with the control plane, synchronously, so that the
-// workload's PUT or DELETE answers only once the lock counts.
+// workload's PUT or DELETE answers only once the lock counts. The
+// endpoints call it with the latest lock each instance's workload asked
+// for, one call at a time and at most one per interval per instance,
+// and only for the changes within the instance's budget (metadata's
+// lock.go): whatever a workload sends, it makes its agent spend little of
+// the host credential's rate on it.
 func (a *Agent) recordLock(ctx context.Context, instanceID string, lock *cloud.ScaleLock) (*cloud.ScaleIn, error) {
 	req := agentapi.LockRequest{Locked: lock != nil}
 	if lock != nil {

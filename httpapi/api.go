@@ -258,7 +258,8 @@ func (s *handlers) wrap(rt route) http.Handler {
 				writeError(w, r, s.log, err)
 				return
 			}
-			if err := s.limits.allow(r.Context(), p); err != nil {
+			if err := s.limits.allow(r.Context(), p, rt); err != nil {
+				s.refused(r, rt, p)
 				writeError(w, r, s.log, err)
 				return
 			}

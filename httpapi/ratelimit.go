@@ -23,6 +23,17 @@ import (
 //     token's own (an agent credential is one host's). The bucket's rate
 //     and burst are the tenant's quota's (requests_per_second, burst) for
 //     users of a tenant that has them, else the default of the role.
+//   - An agent credential has two buckets: its heartbeats and assignment
+//     polls (livenessRoutes), which keep its host alive and its
+//     workloads running, take from one (AgentLiveness), everything else
+//     it sends from the other (Agent). What a host's workloads can make
+//     its agent send (their completion locks, their logs) thus never
+//     spends what its heartbeats need.
+//   - A heartbeat refused here still tells that its host is alive: its
+//     agent reached the server with a valid credential. It is recorded as
+//     a sign of life (service.Agents.RefusedHeartbeat), at most once per
+//     refusedBeatEvery per host, so that the server's own throttling never
+//     makes the heartbeat watcher declare a host dead.
 //   - Every failed authentication takes a token from its source address's
 //     bucket; while that bucket is empty, a request from the address whose
 //     token this server has not seen work recently is answered 429 before
@@ -52,15 +63,23 @@ type Limit struct {
 // room for agents run at a shorter interval (the tests' run at 20 ms). The
 // failed-authentication limit lets a person mistype a token many times
 // and stops guessing at the tenth request per second.
+//
+// An agent's heartbeats and assignment polls have a budget of their own,
+// as large as the rest of its requests': one heartbeat and one poll per
+// interval is 1 a second at the default interval and 100 at the tests'
+// 20 ms, so the default leaves a wide margin, and nothing the agent sends
+// on its workloads' behalf can spend it.
 const (
-	DefaultMemberRate       = 50
-	DefaultMemberBurst      = 500
-	DefaultAdminRate        = 200
-	DefaultAdminBurst       = 2000
-	DefaultAgentRate        = 200
-	DefaultAgentBurst       = 2000
-	DefaultAuthFailureRate  = 10
-	DefaultAuthFailureBurst = 50
+	DefaultMemberRate         = 50
+	DefaultMemberBurst        = 500
+	DefaultAdminRate          = 200
+	DefaultAdminBurst         = 2000
+	DefaultAgentRate          = 200
+	DefaultAgentBurst         = 2000
+	DefaultAgentLivenessRate  = 200
+	DefaultAgentLivenessBurst = 2000
+	DefaultAuthFailureRate    = 10
+	DefaultAuthFailureBurst   = 50
 )
 
 const (
@@ -85,7 +104,23 @@ const (
 	// retryAfterDetail is the detail of a rate_limited error that
 	// Retry-After repeats.
 	retryAfterDetail = "retry_after_seconds"
+	// refusedBeatEvery is how often, at most, a host's refused heartbeats
+	// are recorded as signs of life: one store write a second per host
+	// whatever the host sends, far inside any heartbeat timeout.
+	refusedBeatEvery = time.Second
 )
+
+// livenessRoutes are the agent routes that keep a host alive and its
+// workloads running ("METHOD PATH", as in routeTable): an agent's requests
+// to them take from its AgentLiveness bucket, never from the one its other
+// requests share.
+var livenessRoutes = map[string]bool{
+	"POST /v1/agent/heartbeat":  true,
+	"GET /v1/agent/assignments": true,
+}
+
+// heartbeatRoute is the route whose refused requests are signs of life.
+const heartbeatRoute = "POST /v1/agent/heartbeat"
 
 // RateLimits configures the API's request limits (Options.Limits). A
 // Limit whose Rate is not a positive number or whose Burst is below 1
@@ -95,8 +130,13 @@ type RateLimits struct {
 	// Member, Admin and Agent are the buckets of members', admins' and
 	// agent credentials' requests (join tokens get Member's). A tenant's
 	// quota overrides Member and Admin for its users (requests_per_second,
-	// burst; 0 keeps these); agent credentials always get Agent.
+	// burst; 0 keeps these); agent credentials always get Agent, but for
+	// their heartbeats and assignment polls.
 	Member, Admin, Agent Limit
+	// AgentLiveness is the bucket of an agent credential's heartbeats and
+	// assignment polls, apart from Agent's: what an agent sends for its
+	// workloads can never spend it.
+	AgentLiveness Limit
 	// AuthFailures is the bucket of failed authentications per source
 	// address (an IPv4 address, or an IPv6 /64).
 	AuthFailures Limit
@@ -115,10 +155,11 @@ type RateLimits struct {
 // zero.
 func DefaultRateLimits() RateLimits {
 	return RateLimits{
-		Member:       Limit{Rate: DefaultMemberRate, Burst: DefaultMemberBurst},
-		Admin:        Limit{Rate: DefaultAdminRate, Burst: DefaultAdminBurst},
-		Agent:        Limit{Rate: DefaultAgentRate, Burst: DefaultAgentBurst},
-		AuthFailures: Limit{Rate: DefaultAuthFailureRate, Burst: DefaultAuthFailureBurst},
+		Member:        Limit{Rate: DefaultMemberRate, Burst: DefaultMemberBurst},
+		Admin:         Limit{Rate: DefaultAdminRate, Burst: DefaultAdminBurst},
+		Agent:         Limit{Rate: DefaultAgentRate, Burst: DefaultAgentBurst},
+		AgentLiveness: Limit{Rate: DefaultAgentLivenessRate, Burst: DefaultAgentLivenessBurst},
+		AuthFailures:  Limit{Rate: DefaultAuthFailureRate, Burst: DefaultAuthFailureBurst},
 	}
 }
 
@@ -136,6 +177,7 @@ func (r RateLimits) withDefaults() RateLimits {
 	r.Member = r.Member.orDefault(d.Member)
 	r.Admin = r.Admin.orDefault(d.Admin)
 	r.Agent = r.Agent.orDefault(d.Agent)
+	r.AgentLiveness = r.AgentLiveness.orDefault(d.AgentLiveness)
 	r.AuthFailures = r.AuthFailures.orDefault(d.AuthFailures)
 	if r.Now == nil {
 		r.Now = time.Now
@@ -346,23 +388,29 @@ type limiter struct {
 	known *expiring[[sha256.Size]byte, struct{}]
 	// rateOf reads a tenant's quota rate from the store.
 	rateOf func(ctx context.Context, tenant string) (perSecond, burst int, err error)
+	// beats holds the hosts whose refused heartbeat was recorded as a sign
+	// of life within refusedBeatEvery.
+	beats *expiring[string, struct{}]
 }
 
 func newLimiter(cfg RateLimits, rateOf func(ctx context.Context, tenant string) (int, int, error)) *limiter {
 	return &limiter{cfg: cfg.withDefaults(), requests: newBuckets(maxBuckets), failures: newBuckets(maxBuckets),
 		tenants: newExpiring[string, tenantRate](maxEntries), known: newExpiring[[sha256.Size]byte, struct{}](maxEntries),
-		rateOf: rateOf}
+		rateOf: rateOf, beats: newExpiring[string, struct{}](maxEntries)}
 }
 
 func (l *limiter) now() time.Time { return l.cfg.Now() }
 
-// limitOf is the bucket key and limit of p's requests, and what to tell
-// someone over it. A tenant's rate that cannot be read (the store is
+// limitOf is the bucket key and limit of p's requests to rt, and what to
+// tell someone over it. A tenant's rate that cannot be read (the store is
 // down) leaves the role's default, and is read again next time.
-func (l *limiter) limitOf(ctx context.Context, p principal, now time.Time) (key string, lim Limit, who string) {
+func (l *limiter) limitOf(ctx context.Context, p principal, rt route, now time.Time) (key string, lim Limit, who string) {
 	switch p.Role {
 	case cloud.RoleAgent:
-		return "t:" + p.TokenID, l.cfg.Agent, "the agent credential of host " + p.HostID
+		if livenessRoutes[rt.Method+" "+rt.Path] {
+			return "l:" + p.TokenID, l.cfg.AgentLiveness, "the heartbeats and assignment polls of host " + p.HostID
+		}
+		return "t:" + p.TokenID, l.cfg.Agent, "the agent credential of host " + p.HostID + " (beyond its heartbeats and assignment polls)"
 	case cloud.RoleAdmin, cloud.RoleMember:
 	default:
 		return "t:" + p.TokenID, l.cfg.Member, "token " + p.TokenID
@@ -390,10 +438,11 @@ func (l *limiter) limitOf(ctx context.Context, p principal, now time.Time) (key 
 	return "u:" + p.UserID, lim, "user " + p.UserID
 }
 
-// allow takes a token for one request of p, or answers rate_limited.
-func (l *limiter) allow(ctx context.Context, p principal) error {
+// allow takes a token for one request of p to rt, or answers
+// rate_limited.
+func (l *limiter) allow(ctx context.Context, p principal, rt route) error {
 	now := l.now()
-	key, lim, who := l.limitOf(ctx, p, now)
+	key, lim, who := l.limitOf(ctx, p, rt, now)
 	d := l.requests.take(key, lim, now)
 	if d == 0 {
 		return nil
@@ -406,6 +455,33 @@ func (l *limiter) allow(ctx context.Context, p principal) error {
 	}
 	return &cloud.Error{Code: cloud.RateLimited, Message: msg,
 		Details: map[string]any{"limit": "requests", "requests_per_second": lim.Rate, "burst": lim.Burst, retryAfterDetail: secs}}
+}
+
+// signOfLife reports whether a refused request of p to rt is to be
+// recorded as a sign of life of p's host: a heartbeat of an agent whose
+// host had none recorded so in the last refusedBeatEvery. It remembers
+// that it said so.
+func (l *limiter) signOfLife(p principal, rt route, now time.Time) bool {
+	if p.Role != cloud.RoleAgent || p.HostID == "" || rt.Method+" "+rt.Path != heartbeatRoute {
+		return false
+	}
+	if _, ok := l.beats.get(p.HostID, now); ok {
+		return false
+	}
+	l.beats.put(p.HostID, struct{}{}, now.Add(refusedBeatEvery), now)
+	return true
+}
+
+// refused handles a request the limiter refused: a heartbeat still tells
+// that its host is alive (signOfLife), which is recorded; a failure to
+// record it is logged, and the request is answered 429 all the same.
+func (s *handlers) refused(r *http.Request, rt route, p principal) {
+	if !s.limits.signOfLife(p, rt, s.limits.now()) {
+		return
+	}
+	if err := s.svc.Agents.RefusedHeartbeat(r.Context(), p.actor()); err != nil {
+		s.log.Warn("a refused heartbeat's sign of life was not recorded", "host", p.HostID, "err", err)
+	}
 }
 
 // tenantChanged drops what the limiter knows of a tenant's rate.

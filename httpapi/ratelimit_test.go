@@ -154,7 +154,8 @@ func TestRetrySeconds(t *testing.T) {
 
 func TestRateLimitDefaults(t *testing.T) {
 	d := DefaultRateLimits()
-	if d.Member != (Limit{50, 500}) || d.Admin != (Limit{200, 2000}) || d.Agent != (Limit{200, 2000}) || d.AuthFailures != (Limit{10, 50}) {
+	if d.Member != (Limit{50, 500}) || d.Admin != (Limit{200, 2000}) || d.Agent != (Limit{200, 2000}) || d.AgentLiveness != (Limit{200, 2000}) ||
+		d.AuthFailures != (Limit{10, 50}) {
 		t.Errorf("defaults %+v", d)
 	}
 	for _, c := range []struct {
@@ -169,6 +170,13 @@ func TestRateLimitDefaults(t *testing.T) {
 	} {
 		if got := (RateLimits{Member: c.in}).withDefaults().Member; got != c.want {
 			t.Errorf("Member %+v: %+v, want %+v", c.in, got, c.want)
+		}
+		want := c.want
+		if c.want == d.Member {
+			want = d.AgentLiveness
+		}
+		if got := (RateLimits{AgentLiveness: c.in}).withDefaults().AgentLiveness; got != want {
+			t.Errorf("AgentLiveness %+v: %+v, want %+v", c.in, got, want)
 		}
 	}
 }
@@ -188,31 +196,42 @@ func TestLimitOf(t *testing.T) {
 	member := func(tenant string) principal {
 		return principal{UserID: "u-1", TenantID: tenant, Role: cloud.RoleMember, TokenID: "tk-1"}
 	}
+	agent := principal{UserID: "u-0", TenantID: "operator", Role: cloud.RoleAgent, TokenID: "tk-a", HostID: "h-1"}
 	for _, c := range []struct {
 		name    string
 		p       principal
+		rt      route // GET /v1/instances when zero
 		key     string
 		want    Limit
 		lookups int
 	}{
-		{"a member without a tenant rate: the member default, keyed by user", member("tn-plain"), "u:u-1", d.Member, 1},
-		{"an admin: the admin default", principal{UserID: "u-9", TenantID: "tn-plain", Role: cloud.RoleAdmin, TokenID: "tk-9"}, "u:u-9", d.Admin, 1},
-		{"the tenant's rate replaces the default's, its burst stays", member("tn-fast"), "u:u-1", Limit{Rate: 500, Burst: d.Member.Burst}, 1},
-		{"the tenant's burst alone", member("tn-bursty"), "u:u-1", Limit{Rate: d.Member.Rate, Burst: 7}, 1},
+		{"a member without a tenant rate: the member default, keyed by user", member("tn-plain"), route{}, "u:u-1", d.Member, 1},
+		{"an admin: the admin default", principal{UserID: "u-9", TenantID: "tn-plain", Role: cloud.RoleAdmin, TokenID: "tk-9"}, route{}, "u:u-9", d.Admin, 1},
+		{"the tenant's rate replaces the default's, its burst stays", member("tn-fast"), route{}, "u:u-1", Limit{Rate: 500, Burst: d.Member.Burst}, 1},
+		{"the tenant's burst alone", member("tn-bursty"), route{}, "u:u-1", Limit{Rate: d.Member.Rate, Burst: 7}, 1},
 		{"the operator tenant's rate applies to its admins", principal{UserID: "u-0", TenantID: "operator", Role: cloud.RoleAdmin, TokenID: "tk-0"},
-			"u:u-0", Limit{Rate: 1000, Burst: 9000}, 1},
+			route{}, "u:u-0", Limit{Rate: 1000, Burst: 9000}, 1},
 		{"an agent credential: the agent default, keyed by token, whatever its tenant's rate",
-			principal{UserID: "u-0", TenantID: "operator", Role: cloud.RoleAgent, TokenID: "tk-a", HostID: "h-1"}, "t:tk-a", d.Agent, 1},
+			agent, route{}, "t:tk-a", d.Agent, 1},
+		{"an agent's scale-in lock: the agent bucket", agent, route{Method: "POST", Path: "/v1/agent/instances/{id}/scale-in-lock"}, "t:tk-a", d.Agent, 0},
+		{"an agent's logs: the agent bucket", agent, route{Method: "POST", Path: "/v1/agent/instances/{id}/logs"}, "t:tk-a", d.Agent, 0},
+		{"an agent's heartbeat: its liveness bucket", agent, route{Method: "POST", Path: "/v1/agent/heartbeat"}, "l:tk-a", d.AgentLiveness, 0},
+		{"an agent's assignment poll: its liveness bucket", agent, route{Method: "GET", Path: "/v1/agent/assignments"}, "l:tk-a", d.AgentLiveness, 0},
+		{"a member on the heartbeat route: the member's bucket", member("tn-plain"), route{Method: "POST", Path: "/v1/agent/heartbeat"},
+			"u:u-1", d.Member, 1},
 		{"a join token: the member default, keyed by token", principal{UserID: "u-0", TenantID: "operator", Role: cloud.RoleJoin, TokenID: "tk-j"},
-			"t:tk-j", d.Member, 1},
-		{"a tenant whose rate cannot be read: the default, read again next time", member("tn-down"), "u:u-1", d.Member, 2},
+			route{}, "t:tk-j", d.Member, 1},
+		{"a tenant whose rate cannot be read: the default, read again next time", member("tn-down"), route{}, "u:u-1", d.Member, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clear(lookups)
 			l.tenants.clear()
 			now := time.Unix(1_000_000, 0)
+			if c.rt.Path == "" {
+				c.rt = route{Method: "GET", Path: "/v1/instances"}
+			}
 			for range 2 {
-				key, lim, _ := l.limitOf(context.Background(), c.p, now)
+				key, lim, _ := l.limitOf(context.Background(), c.p, c.rt, now)
 				if key != c.key || lim != c.want {
 					t.Errorf("limitOf = %s %+v, want %s %+v", key, lim, c.key, c.want)
 				}
@@ -232,11 +251,11 @@ func TestLimitOf(t *testing.T) {
 	// A cached rate expires, and a change through this server drops it.
 	clear(lookups)
 	now := time.Unix(2_000_000, 0)
-	l.limitOf(context.Background(), member("tn-fast"), now)
-	l.limitOf(context.Background(), member("tn-fast"), now.Add(tenantRateTTL-time.Millisecond))
-	l.limitOf(context.Background(), member("tn-fast"), now.Add(tenantRateTTL))
+	l.limitOf(context.Background(), member("tn-fast"), route{}, now)
+	l.limitOf(context.Background(), member("tn-fast"), route{}, now.Add(tenantRateTTL-time.Millisecond))
+	l.limitOf(context.Background(), member("tn-fast"), route{}, now.Add(tenantRateTTL))
 	l.tenantChanged("tn-fast")
-	l.limitOf(context.Background(), member("tn-fast"), now.Add(tenantRateTTL))
+	l.limitOf(context.Background(), member("tn-fast"), route{}, now.Add(tenantRateTTL))
 	if lookups["tn-fast"] != 3 {
 		t.Errorf("%d lookups, want 3: once, again after the TTL, again after the change", lookups["tn-fast"])
 	}
@@ -470,7 +489,7 @@ func TestTenantRateOverride(t *testing.T) {
 }
 
 func TestAgentRateLimit(t *testing.T) {
-	e, clock := limitedEnv(t, RateLimits{Agent: Limit{Rate: 1, Burst: 3}, Member: Limit{Rate: 1, Burst: 1}})
+	e, clock := limitedEnv(t, RateLimits{Agent: Limit{Rate: 1, Burst: 3}, AgentLiveness: Limit{Rate: 1, Burst: 3}, Member: Limit{Rate: 1, Burst: 1}})
 	ctx := context.Background()
 	a1, _ := e.join(inventory("h-1", "L4", 1))
 	a2, _ := e.join(inventory("h-2", "L4", 1))

@@ -69,6 +69,7 @@ func (f *fakePlane) n() int {
 func TestScaleInLock(t *testing.T) {
 	s := New()
 	defer s.Close()
+	s.SetLockInterval(0) // one change after another, each sent at once
 	addr, err := s.Listen("i-1")
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +247,7 @@ func TestInstanceAction(t *testing.T) {
 func TestSyncLock(t *testing.T) {
 	s := New()
 	defer s.Close()
+	s.SetLockInterval(0)
 	addr, err := s.Listen("i-1")
 	if err != nil {
 		t.Fatal(err)

@@ -56,8 +56,12 @@
 //	PUT /v1/scale-in-lock         take the lock; optional body {"reason": "..."}
 //	                              (printable, at most 200 bytes). 200 with the
 //	                              lock once the control plane has recorded it;
-//	                              503 when it could not (retry)
-//	DELETE /v1/scale-in-lock      release it; 204 once recorded, 503 as above
+//	                              503 when it could not (retry); 409 when a
+//	                              later DELETE superseded it before it was
+//	                              sent; 429 with Retry-After over the
+//	                              instance's budget of lock changes (lock.go)
+//	DELETE /v1/scale-in-lock      release it; 204 once recorded, 503, 409 and
+//	                              429 as above
 //	GET /v1/load                  {"gpu_utilization"} the workload set; 404 until set
 //	PUT /v1/load                  {"gpu_utilization": 0..1}: the GPU load of a
 //	                              SIMULATED host, which runs no real kernels,
@@ -198,11 +202,16 @@ type Endpoints struct {
 	closed    bool
 	simulated bool
 	lockHook  LockHook
-	// lockOps serializes the lock changes of each instance, so that what
-	// the endpoint shows is the control plane's answer to the last one.
-	lockOps map[string]*sync.Mutex
-	// lockChanged is when the workload last changed each instance's lock
-	// here (SyncLock ignores what the control plane said before that).
+	// lockStates holds each instance's lock changes: what its workload
+	// asked for last, the call to the control plane that carries it, and
+	// the budget of changes left to it (lock.go).
+	lockStates map[string]*lockState
+	// lockInterval is the least time between two lock calls of one
+	// instance (SetLockInterval).
+	lockInterval time.Duration
+	// lockChanged is when the control plane last answered a change of
+	// each instance's lock made here (SyncLock ignores what it said
+	// before that).
 	lockChanged map[string]time.Time
 	// key signs session tokens; salts holds a random value per instance
 	// that its tokens are bound to, dropped by Delete.
@@ -222,7 +231,7 @@ var ErrClosed = errors.New("metadata server closed")
 // New returns a server with no instances and no listeners.
 func New() *Endpoints {
 	return &Endpoints{docs: map[string]Document{}, stacks: map[string]Stack{}, actions: map[string]Action{}, rebalance: map[string]Rebalance{},
-		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockOps: map[string]*sync.Mutex{}, lockChanged: map[string]time.Time{},
+		locks: map[string]cloud.ScaleLock{}, loads: map[string]float64{}, lockStates: map[string]*lockState{}, lockInterval: DefaultLockInterval, lockChanged: map[string]time.Time{},
 		listeners: map[string]*listener{}, key: randomBytes(32), salts: map[string][]byte{}, now: time.Now}
 }
 
@@ -333,31 +342,6 @@ func (s *Endpoints) SetRebalance(id string, at time.Time) {
 	s.rebalance[id] = Rebalance{NoticeTime: at.UTC()}
 }
 
-// SyncLock sets the completion lock an instance holds as the control plane
-// recorded it (nil: none), as read at asOf (the wall clock when the agent
-// asked for its assignments): after an agent restart the endpoint so shows
-// the lock the workload took before. It changes nothing while the
-// workload is changing its lock, or when the workload changed it after
-// asOf (the control plane's answer predates that change).
-func (s *Endpoints) SyncLock(id string, lock *cloud.ScaleLock, asOf time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if op := s.lockOps[id]; op != nil {
-		if !op.TryLock() {
-			return // a PUT or DELETE is in flight
-		}
-		defer op.Unlock()
-	}
-	if asOf.Before(s.lockChanged[id]) {
-		return
-	}
-	if lock == nil {
-		delete(s.locks, id)
-		return
-	}
-	s.locks[id] = cloud.ScaleLock{Reason: lock.Reason, At: lock.At.UTC()}
-}
-
 // Delete forgets an instance and closes its listener.
 func (s *Endpoints) Delete(id string) {
 	s.mu.Lock()
@@ -367,7 +351,7 @@ func (s *Endpoints) Delete(id string) {
 	delete(s.rebalance, id)
 	delete(s.locks, id)
 	delete(s.loads, id)
-	delete(s.lockOps, id)
+	s.forgetLock(id)
 	delete(s.lockChanged, id)
 	delete(s.salts, id)
 	l := s.listeners[id]
@@ -522,76 +506,6 @@ func (s *Endpoints) read(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, body)
-}
-
-// changeLock handles PUT (take) and DELETE (release) of the scale-in lock:
-// it answers once the control plane recorded the change, and 503 when the
-// control plane could not be told, so that the workload retries.
-func (s *Endpoints) changeLock(w http.ResponseWriter, r *http.Request, id string) {
-	var lock *cloud.ScaleLock
-	if r.Method == http.MethodPut {
-		var req struct {
-			Reason string `json:"reason"`
-		}
-		if !decode(w, r, &req, true) {
-			return
-		}
-		if msg := checkReason(req.Reason); msg != "" {
-			writeError(w, http.StatusBadRequest, cloud.Invalid, msg)
-			return
-		}
-		lock = &cloud.ScaleLock{Reason: req.Reason}
-	}
-	s.mu.Lock()
-	hook := s.lockHook
-	op := s.lockOps[id]
-	if op == nil {
-		op = &sync.Mutex{}
-		s.lockOps[id] = op
-	}
-	s.mu.Unlock()
-	if hook == nil {
-		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the scale-in lock cannot be recorded: this agent has no control plane")
-		return
-	}
-	op.Lock()
-	defer op.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), LockTimeout)
-	defer cancel()
-	si, err := hook(ctx, id, lock)
-	if err != nil {
-		code := cloud.ErrorCode(err)
-		if code == cloud.Internal {
-			code = codeUnavailable
-		}
-		writeError(w, http.StatusServiceUnavailable, code, "the control plane did not record the scale-in lock; retry: "+err.Error())
-		return
-	}
-	var held *cloud.ScaleLock
-	if si != nil {
-		held = si.Lock
-	}
-	s.mu.Lock()
-	switch {
-	case s.lockOps[id] != op:
-		// Delete forgot the instance meanwhile: keep nothing of it.
-	case held != nil:
-		s.locks[id] = cloud.ScaleLock{Reason: held.Reason, At: held.At.UTC()}
-		s.lockChanged[id] = time.Now()
-	default:
-		delete(s.locks, id)
-		s.lockChanged[id] = time.Now()
-	}
-	s.mu.Unlock()
-	switch {
-	case lock == nil && held == nil:
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusNoContent)
-	case lock != nil && held != nil:
-		writeJSON(w, http.StatusOK, cloud.ScaleLock{Reason: held.Reason, At: held.At.UTC()})
-	default:
-		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the control plane answered without the change; retry")
-	}
 }
 
 // setLoad handles PUT /v1/load on a simulated host.
