@@ -176,7 +176,8 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 	fs.StringArrayVar(&f.limits, "rate-limit", nil, "a request limit, ROLE=RATE/BURST per second: member (default "+
 		limitText(httpapi.DefaultMemberRate, httpapi.DefaultMemberBurst)+"), admin ("+
 		limitText(httpapi.DefaultAdminRate, httpapi.DefaultAdminBurst)+"), agent ("+
-		limitText(httpapi.DefaultAgentRate, httpapi.DefaultAgentBurst)+") or auth-failures (per source address, "+
+		limitText(httpapi.DefaultAgentRate, httpapi.DefaultAgentBurst)+"; what its workloads make it do), agent-liveness ("+
+		limitText(httpapi.DefaultAgentLivenessRate, httpapi.DefaultAgentLivenessBurst)+"; an agent's heartbeats and assignment polls) or auth-failures (per source address, "+
 		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
 }
@@ -221,10 +222,12 @@ func parseLimits(limits, proxies []string) (httpapi.RateLimits, error) {
 			out.Admin = lim
 		case "agent":
 			out.Agent = lim
+		case "agent-liveness":
+			out.AgentLiveness = lim
 		case "auth-failures":
 			out.AuthFailures = lim
 		default:
-			return out, fmt.Errorf("--rate-limit %q: the role must be member, admin, agent or auth-failures", s)
+			return out, fmt.Errorf("--rate-limit %q: the role must be member, admin, agent, agent-liveness or auth-failures", s)
 		}
 	}
 	for _, p := range proxies {
