@@ -61,6 +61,12 @@ type Token struct {
 	// HostID binds an agent token (RoleAgent) to the host it speaks for;
 	// empty for every other token.
 	HostID string `json:"host_id,omitempty"`
+	// MaxUses is how many joins a join token (RoleJoin) allows, and Uses
+	// how many it has made (Tx.RecordTokenUse). A MaxUses of 0 allows
+	// any number: every other token, and join tokens made before joins
+	// were counted.
+	MaxUses int `json:"max_uses,omitempty"`
+	Uses    int `json:"uses,omitempty"`
 }
 
 // Quota caps what a tenant may hold at once, and how fast its users may

@@ -50,6 +50,12 @@ type Tx interface {
 	// tenantID is empty.
 	ListTokens(ctx context.Context, tenantID string) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
+	// RecordTokenUse counts one use of a live (not revoked, not expired at
+	// now) token and answers it with the use counted. A token that has
+	// made its MaxUses uses answers Conflict and stays as it was; a
+	// missing, revoked or expired one NotFound. Of concurrent
+	// transactions that race for a token's last use, one commits.
+	RecordTokenUse(ctx context.Context, id string, now time.Time) (*Token, error)
 
 	// CreateClusterSecret stores a secret of the cloud itself (its CA)
 	// under name, once: Conflict when the name is taken, so that of two

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -89,12 +90,12 @@ func (t *tx) GetUser(ctx context.Context, id string) (*cloud.User, error) {
 		"SELECT "+userCols+" FROM users WHERE id = ?", []any{id}, scanUser)
 }
 
-const tokenCols = "id, user_id, tenant_id, role, name, hash, created_at, expires_at, revoked_at, host_id"
+const tokenCols = "id, user_id, tenant_id, role, name, hash, created_at, expires_at, revoked_at, host_id, max_uses, uses"
 
 func scanToken(sc scanner) (*cloud.Token, error) {
 	var k cloud.Token
 	err := sc.Scan(&k.ID, &k.UserID, &k.TenantID, &k.Role, &k.Name, &k.Hash,
-		timeCol{&k.CreatedAt}, nullTimeCol{&k.ExpiresAt}, nullTimeCol{&k.RevokedAt}, &k.HostID)
+		timeCol{&k.CreatedAt}, nullTimeCol{&k.ExpiresAt}, nullTimeCol{&k.RevokedAt}, &k.HostID, &k.MaxUses, &k.Uses)
 	return &k, err
 }
 
@@ -118,6 +119,9 @@ func (t *tx) CreateToken(ctx context.Context, k *cloud.Token) error {
 	if len(k.Hash) == 0 {
 		return invalidf("token %s has no hash", k.ID)
 	}
+	if k.MaxUses < 0 || k.Uses < 0 {
+		return invalidf("token %s: max_uses %d and uses %d must not be negative", k.ID, k.MaxUses, k.Uses)
+	}
 	var userTenant string
 	err := t.get(ctx, "find user "+k.UserID, func() error { return notFoundf("user %s not found", k.UserID) },
 		"SELECT tenant_id FROM users WHERE id = ?", []any{k.UserID}, &userTenant)
@@ -130,9 +134,9 @@ func (t *tx) CreateToken(ctx context.Context, k *cloud.Token) error {
 	created, expires, revoked := normTime(k.CreatedAt), normTimePtr(k.ExpiresAt), normTimePtr(k.RevokedAt)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create token "+k.ID,
-		"INSERT INTO tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO tokens ("+tokenCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		k.ID, k.UserID, k.TenantID, string(k.Role), k.Name, k.Hash,
-		d.timeArg(created), d.nullTimeArg(expires), d.nullTimeArg(revoked), k.HostID)
+		d.timeArg(created), d.nullTimeArg(expires), d.nullTimeArg(revoked), k.HostID, k.MaxUses, k.Uses)
 	if err != nil {
 		return err
 	}
@@ -184,6 +188,39 @@ func (t *tx) RevokeToken(ctx context.Context, id string, at time.Time) error {
 	}
 	return nil
 }
+
+// RecordTokenUse counts the use with one UPDATE whose condition holds only
+// while a use is left: it takes the row's write lock, so that of two
+// transactions racing for the last use the second waits for the first and
+// then (PostgreSQL, serializable) loses a serialization race and is run
+// again, or (SQLite) runs after it, and finds no use left either way.
+func (t *tx) RecordTokenUse(ctx context.Context, id string, now time.Time) (*cloud.Token, error) {
+	at := t.s.d.timeArg(normTime(now))
+	k, err := one(ctx, t, "record a use of token "+id, func() error { return errNoUse },
+		"UPDATE tokens SET uses = uses + 1 WHERE id = ?"+
+			" AND (revoked_at IS NULL OR revoked_at > ?) AND (expires_at IS NULL OR expires_at > ?)"+
+			" AND (max_uses = 0 OR uses < max_uses) RETURNING "+tokenCols,
+		[]any{id, at, at}, scanToken)
+	if !errors.Is(err, errNoUse) {
+		return k, err
+	}
+	// Nothing changed: say why.
+	var uses, maxUses int
+	err = t.get(ctx, "find token "+id, func() error { return notFoundf("token %s not found", id) },
+		"SELECT uses, max_uses FROM tokens WHERE id = ?"+
+			" AND (revoked_at IS NULL OR revoked_at > ?) AND (expires_at IS NULL OR expires_at > ?)",
+		[]any{id, at, at}, &uses, &maxUses)
+	if cloud.IsNotFound(err) {
+		return nil, notFoundf("token %s not found, revoked or expired", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, conflictf("token %s has made its %d of %d uses", id, uses, maxUses)
+}
+
+// errNoUse is RecordTokenUse's UPDATE changing no row.
+var errNoUse = errors.New("no use left")
 
 // PutQuota creates or replaces a tenant's quota.
 func (t *tx) PutQuota(ctx context.Context, q *cloud.Quota) error {

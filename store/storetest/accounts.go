@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,6 +233,116 @@ func testTokenByHash(t *testing.T, s cloud.Store) {
 			continue
 		}
 		wantEqual(t, c.desc, got, tokens[got.ID])
+	}
+}
+
+// joinToken is a join token of u-1 that allows max joins (0: any number).
+func joinToken(id string, max int) *cloud.Token {
+	k := token(id, "u-1", "t-1", "hash-"+id)
+	k.Role, k.MaxUses = cloud.RoleJoin, max
+	return k
+}
+
+func testTokenUses(t *testing.T, s cloud.Store) {
+	seedUsers(t, s)
+	now := t0.Add(time.Minute)
+	expired := joinToken("expired", 5)
+	expired.ExpiresAt = ptr(now)
+	inTx(t, s, func(tx cloud.Tx) error {
+		for _, k := range []*cloud.Token{joinToken("once", 1), joinToken("twice", 2), joinToken("any", 0),
+			joinToken("revoked", 5), expired} {
+			if err := tx.CreateToken(ctx, k); err != nil {
+				return err
+			}
+		}
+		return tx.RevokeToken(ctx, "revoked", t0)
+	})
+	use := func(id string) (*cloud.Token, error) {
+		return read(t, s, func(tx cloud.Tx) (*cloud.Token, error) { return tx.RecordTokenUse(ctx, id, now) })
+	}
+	for _, c := range []struct {
+		desc, id string
+		uses     int // the count the use answers
+		code     cloud.Code
+		msg      string
+	}{
+		{"a single-use token's first use counts", "once", 1, "", ""},
+		{"a single-use token's second use is a Conflict", "once", 0, cloud.Conflict, "token once has made its 1 of 1 uses"},
+		{"a two-use token's first use", "twice", 1, "", ""},
+		{"a two-use token's second use", "twice", 2, "", ""},
+		{"a two-use token's third use is a Conflict", "twice", 0, cloud.Conflict, "2 of 2"},
+		{"a token without a limit counts on", "any", 1, "", ""},
+		{"and on", "any", 2, "", ""},
+		{"a revoked token is NotFound", "revoked", 0, cloud.NotFound, "token revoked not found, revoked or expired"},
+		{"an expired token is NotFound", "expired", 0, cloud.NotFound, "expired"},
+		{"a missing token is NotFound", "k-9", 0, cloud.NotFound, "token k-9 not found"},
+	} {
+		got, err := use(c.id)
+		wantCode(t, c.desc, err, c.code, c.msg)
+		if c.code == "" && err == nil && (got.ID != c.id || got.Uses != c.uses) {
+			t.Errorf("%s: answered %s with %d uses, want %s with %d", c.desc, got.ID, got.Uses, c.id, c.uses)
+		}
+	}
+	// Refused uses change nothing, and the list shows the counts.
+	want := map[string][2]int{"once": {1, 1}, "twice": {2, 2}, "any": {0, 2}, "revoked": {5, 0}, "expired": {5, 0}}
+	for _, k := range mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Token, error) { return tx.ListTokens(ctx, "t-1") }) {
+		if w := want[k.ID]; k.MaxUses != w[0] || k.Uses != w[1] {
+			t.Errorf("token %s: max_uses %d, uses %d; want %d, %d", k.ID, k.MaxUses, k.Uses, w[0], w[1])
+		}
+	}
+	wantCode(t, "a negative max_uses is Invalid",
+		try(s, func(tx cloud.Tx) error { return tx.CreateToken(ctx, joinToken("neg", -1)) }), cloud.Invalid, "negative")
+}
+
+// testConcurrentTokenUse races Writers transactions for a token's last
+// uses: exactly as many commit as there were uses left.
+func testConcurrentTokenUse(t *testing.T, s cloud.Store) {
+	seedUsers(t, s)
+	for _, c := range []struct {
+		desc     string
+		max, pre int // uses allowed, uses made before the race
+	}{
+		{"the last use of a single-use token", 1, 0},
+		{"the last use of a three-use token", 3, 2},
+		{"two uses left", 3, 1},
+	} {
+		id := fmt.Sprintf("race-%d-%d", c.max, c.pre)
+		inTx(t, s, func(tx cloud.Tx) error {
+			k := joinToken(id, c.max)
+			k.Uses = c.pre
+			return tx.CreateToken(ctx, k)
+		})
+		var wg sync.WaitGroup
+		errs := make([]error, Writers)
+		for w := range Writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[w] = s.Tx(ctx, func(tx cloud.Tx) error {
+					_, err := tx.RecordTokenUse(ctx, id, t0)
+					return err
+				})
+			}()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case cloud.ErrorCode(err) != cloud.Conflict:
+				t.Errorf("%s: a losing use failed with %v, want a Conflict", c.desc, err)
+			}
+		}
+		if want := c.max - c.pre; won != want {
+			t.Errorf("%s: %d of %d racing uses won, want %d", c.desc, won, Writers, want)
+		}
+		got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Token, error) { return tx.ListTokens(ctx, "t-1") })
+		for _, k := range got {
+			if k.ID == id && k.Uses != c.max {
+				t.Errorf("%s: uses %d after the race, want %d", c.desc, k.Uses, c.max)
+			}
+		}
 	}
 }
 

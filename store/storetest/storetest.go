@@ -32,6 +32,8 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Users", testUsers},
 		{"Tokens", testTokens},
 		{"TokenByHash", testTokenByHash},
+		{"TokenUses", testTokenUses},
+		{"ConcurrentTokenUse", testConcurrentTokenUse},
 		{"Quotas", testQuotas},
 		{"ClusterSecrets", testClusterSecrets},
 		{"Instances", testInstances},
