@@ -19,6 +19,12 @@ type JoinRequest struct {
 	// asks, and refuses a join without one (an agent too old for mutual
 	// TLS); a plain-HTTP server ignores it.
 	CSR string `json:"csr,omitempty"`
+	// Credential is the host's current agent credential, for a re-join
+	// under the ID of a host that has joined: without it, or over TLS
+	// without the host's client certificate, such a join is refused
+	// (Conflict, details reason host_exists) unless an admin removed the
+	// host. A join token alone never joins under a live host's name.
+	Credential string `json:"credential,omitempty"`
 }
 
 // JoinResponse gives the agent its host ID and its own credential (an API

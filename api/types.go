@@ -180,8 +180,20 @@ type CreateJoinTokenRequest struct {
 	// so that the token list tells join tokens apart when one is revoked.
 	Name string `json:"name"`
 	// ExpiresAt, when set, must be in the future. A join token without it
-	// joins hosts until it is revoked.
+	// expires after 24 hours.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// MaxUses is how many hosts the token joins: 0 is 1, a token for one
+	// host; a fleet's token says how many (at most 10,000). A join past
+	// the last use is refused (Conflict, details reason
+	// join_token_used_up).
+	MaxUses int `json:"max_uses,omitempty"`
+}
+
+// RemoveHostResult is the answer to POST /v1/hosts/{id}/remove: the host,
+// and how many of its agent's credentials were revoked.
+type RemoveHostResult struct {
+	Host    string `json:"host"`
+	Revoked int    `json:"revoked"`
 }
 
 // LogPage answers GET /v1/instances/{id}/logs: the instance's output from

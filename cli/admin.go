@@ -21,10 +21,10 @@ import (
 // --- hosts ---
 
 func newHostsCommand(s *session) *cobra.Command {
-	cmd := groupCommand("hosts", "List, cordon, uncordon and drain GPU hosts (admins)",
+	cmd := groupCommand("hosts", "List, cordon, uncordon, drain and remove GPU hosts (admins)",
 		"The GPU servers whose agents joined the cloud, as the control plane records\n"+
 			"them. A cordoned host keeps what it runs and takes nothing new.",
-		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newDrainCommand(s), newJoinTokenCommand(s))
+		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newDrainCommand(s), newHostRemoveCommand(s), newJoinTokenCommand(s))
 	cmd.Aliases = []string{"host"}
 	return cmd
 }
@@ -504,30 +504,44 @@ func (q *quotaFlags) apply(cmd *cobra.Command, spec *api.QuotaSpec, want map[str
 	}
 }
 
-// newJoinTokenCommand creates a join token for new hosts' agents.
+// newJoinTokenCommand creates a join token for new hosts' agents, with
+// list and revoke under it.
 func newJoinTokenCommand(s *session) *cobra.Command {
 	var (
 		name      string
 		expiresIn time.Duration
+		maxJoins  int
 	)
 	cmd := &cobra.Command{
 		Use:   "join-token",
-		Short: "Create a join token for new hosts (admins)",
-		Long: "Create a join token: `gpucloud agent --join-token TOKEN` on a new GPU host\n" +
-			"joins it to the cloud. The token is shown once; revoke it with\n" +
-			"`gpucloud tokens revoke ID` when the hosts have joined.",
-		Example: "  gpucloud hosts join-token --name rack-12 --expires-in 24h",
-		Args:    cmdutil.NoArgs,
+		Short: "Create a join token for new hosts (admins); list and revoke them",
+		Long: "Create a join token: a new GPU host's agent presents it once to join the cloud.\n" +
+			"The token is shown once. Give it to the agent in a file (--join-token-file) or\n" +
+			"in $GPUCLOUD_JOIN_TOKEN, never on its command line, where every user of the\n" +
+			"host would see it.\n\n" +
+			"A token joins one host unless --max-joins says how many (a fleet's token):\n" +
+			"each join counts one use, and a join past the last is refused. It joins new\n" +
+			"hosts only: a host ID that has joined joins again only after an admin removes\n" +
+			"the host (`gpucloud hosts remove ID`). `gpucloud hosts join-token list` shows\n" +
+			"the tokens and their joins; `gpucloud hosts join-token revoke ID` revokes one.",
+		Example: "  gpucloud hosts join-token --name rack-12 --expires-in 24h\n" +
+			"  gpucloud hosts join-token --name rack-12 --max-joins 16\n" +
+			"  gpucloud hosts join-token list\n" +
+			"  gpucloud hosts join-token revoke tk-0123456789abcdef",
+		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if expiresIn <= 0 {
+				return cmdutil.Usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
+			}
+			if maxJoins < 1 {
+				return cmdutil.Usagef(cmd, "--max-joins must be at least 1: how many hosts the token joins")
+			}
 			c, err := s.connect(cmd)
 			if err != nil {
 				return err
 			}
-			if expiresIn <= 0 {
-				return cmdutil.Usagef(cmd, "--expires-in must be positive: join tokens always expire (the default is 24h)")
-			}
 			at := time.Now().Add(expiresIn)
-			req := api.CreateJoinTokenRequest{Name: name, ExpiresAt: &at}
+			req := api.CreateJoinTokenRequest{Name: name, ExpiresAt: &at, MaxUses: maxJoins}
 			t, err := c.CreateJoinToken(contextOf(cmd), req)
 			if err != nil {
 				return c.explain(err)
@@ -540,17 +554,104 @@ func newJoinTokenCommand(s *session) *cobra.Command {
 					join = agentapi.JoinString(t.Secret, pki.Fingerprint(ca))
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "join token %s (shown once): %s\n", t.Token.ID, join)
-			if t.Token.ExpiresAt != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "it joins hosts until %s (%s from now)\n", t.Token.ExpiresAt.UTC().Format(time.RFC3339), expiresIn)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "join token %s (shown once): %s\n", t.Token.ID, join)
+			hosts := "1 host"
+			if t.Token.MaxUses != 1 {
+				hosts = fmt.Sprintf("%d hosts", t.Token.MaxUses)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "on the new host: GPUCLOUD_JOIN_TOKEN='%s' gpucloud agent --server %s\n", join, c.server)
+			if t.Token.ExpiresAt != nil {
+				fmt.Fprintf(w, "it joins %s until %s (%s from now)\n", hosts, t.Token.ExpiresAt.UTC().Format(time.RFC3339), expiresIn)
+			}
+			fmt.Fprintf(w, "on the new host, keep it in a file only root reads, then:\n  gpucloud agent --server %s --join-token-file FILE\n", c.server)
+			fmt.Fprintf(w, "or pass it in the environment: GPUCLOUD_JOIN_TOKEN=... gpucloud agent --server %s\n", c.server)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "hosts", "what the token is for (shown in the token list)")
 	cmd.Flags().DurationVar(&expiresIn, "expires-in", 24*time.Hour, "how long the token joins hosts")
+	cmd.Flags().IntVar(&maxJoins, "max-joins", 1, "how many hosts the token joins (a fleet's token: the fleet's size)")
+	revoke := newTokensRevokeCommand(s)
+	revoke.Short = "Revoke join tokens"
+	revoke.Long = "Revoke join tokens by ID ('gpucloud hosts join-token list' shows them): they join\nno host from then on. Hosts that have joined keep their own credentials."
+	revoke.Example = "  gpucloud hosts join-token revoke tk-0123456789abcdef"
+	cmd.AddCommand(newJoinTokenListCommand(s), revoke)
 	return cmd
+}
+
+// printJoinTokens prints join tokens, with their joins.
+var printJoinTokens = resourceTable[cloud.Token]{
+	none:   "no join tokens",
+	header: []string{"ID", "NAME", "JOINS", "AGE", "EXPIRES", "STATUS"},
+	row: func(t *cloud.Token) []string {
+		exp := "never"
+		if t.ExpiresAt != nil {
+			exp = t.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		joins, status := fmt.Sprintf("%d", t.Uses), tokenStatus(t)
+		if t.MaxUses > 0 {
+			joins = fmt.Sprintf("%d/%d", t.Uses, t.MaxUses)
+			if status == "active" && t.Uses >= t.MaxUses {
+				status = "used up"
+			}
+		}
+		return []string{t.ID, dash(t.Name), joins, ago(t.CreatedAt), exp, status}
+	},
+}.print
+
+// newJoinTokenListCommand lists the join tokens (admins).
+func newJoinTokenListCommand(s *session) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List join tokens and their joins (admins)",
+		Long:    "List every join token, revoked, expired and used-up ones included, with its joins\n(made/allowed). Never their secrets.",
+		Example: "  gpucloud hosts join-token list",
+		Args:    cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(cmd); err != nil {
+				return err
+			}
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				ts, err := c.JoinTokens(ctx)
+				if err != nil {
+					return c.explain(err)
+				}
+				return printJoinTokens(cmd.OutOrStdout(), out.format, false, ts...)
+			})
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// newHostRemoveCommand removes hosts' agents, so that their IDs may join
+// again.
+func newHostRemoveCommand(s *session) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID...",
+		Short: "Remove hosts' agents, so that the hosts may join again (admins)",
+		Long: "Remove a host's agent: every credential of the host is revoked, so that its\n" +
+			"agent is refused, and the host's ID may join again with a join token (a join\n" +
+			"token never joins under the ID of a host whose agent has a live credential).\n" +
+			"Use it when a host lost its credential (a reinstall, a wiped disk) or its agent\n" +
+			"must be shut out. The host keeps its record and state; a host that holds\n" +
+			"instances is refused until it is drained (`gpucloud hosts drain ID`).",
+		Example: "  gpucloud hosts drain h100-a && gpucloud hosts remove h100-a",
+		Args:    minArgs(1, "one or more host IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				for _, id := range args {
+					res, err := c.RemoveHost(ctx, id)
+					if err != nil {
+						return fmt.Errorf("%s: %w", id, c.explain(err))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: removed, %d agent credentials revoked; it may join again with a join token\n", id, res.Revoked)
+				}
+				return nil
+			})
+		},
+	}
 }
 
 // newDrainCommand cordons hosts and stops what runs on them.

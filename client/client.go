@@ -316,6 +316,14 @@ func (c *Client) DrainHost(ctx context.Context, id string) (*api.DrainResult, er
 	return rest.NilOnErr(&out, err)
 }
 
+// RemoveHost removes a host's agent (admin): its credentials are revoked,
+// so that the host's ID may join again with a join token.
+func (c *Client) RemoveHost(ctx context.Context, id string) (*api.RemoveHostResult, error) {
+	var out api.RemoveHostResult
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("hosts", id, "remove"), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
 // CreateJoinToken creates a join token (admin). The secret in the answer
 // is shown only once; agents present it to Join.
 func (c *Client) CreateJoinToken(ctx context.Context, req api.CreateJoinTokenRequest) (*api.CreatedToken, error) {

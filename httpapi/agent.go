@@ -32,7 +32,7 @@ func (s *handlers) createJoinToken(w http.ResponseWriter, r *http.Request, p pri
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	t, err := s.svc.Accounts.CreateJoinToken(r.Context(), p.actor(), req.Name, req.ExpiresAt)
+	t, err := s.svc.Accounts.CreateJoinToken(r.Context(), p.actor(), req.Name, req.ExpiresAt, req.MaxUses)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,24 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 	if err != nil {
 		return err
 	}
-	id, credential, cert, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory, []byte(req.CSR))
+	// A re-join presents the host's current credential, authenticated as
+	// the agent routes authenticate it (with the host's client certificate
+	// over mutual TLS); the service checks that it is the joining host's.
+	credentialID := ""
+	if req.Credential != "" {
+		cp, err := s.checkToken(r, req.Credential)
+		if err != nil {
+			return err
+		}
+		if cp.Role != cloud.RoleAgent {
+			return s.authFailed(r, unauthenticated("credential is not an agent credential: a re-join presents the host's current credential"))
+		}
+		if s.requireAgentCert && !hostCertificate(r, cp.HostID) {
+			return s.authFailed(r, unauthenticated(agentCertRequired))
+		}
+		credentialID = cp.TokenID
+	}
+	id, credential, cert, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory, []byte(req.CSR), credentialID)
 	if !created {
 		// A re-join revoked the host's earlier credentials.
 		s.tokens.clear()

@@ -198,6 +198,7 @@ var routeTable = []route{
 	{"POST", "/v1/hosts/{id}/cordon", adminOnly, (*handlers).cordonHost},
 	{"POST", "/v1/hosts/{id}/uncordon", adminOnly, (*handlers).uncordonHost},
 	{"POST", "/v1/hosts/{id}/drain", adminOnly, (*handlers).drainHost},
+	{"POST", "/v1/hosts/{id}/remove", adminOnly, (*handlers).removeHost},
 
 	{"POST", "/v1/join-tokens", adminOnly, (*handlers).createJoinToken},
 	{"GET", "/v1/join-tokens", adminOnly, (*handlers).listJoinTokens},

@@ -74,3 +74,18 @@ func (s *handlers) drainHost(w http.ResponseWriter, r *http.Request, p principal
 	writeJSON(w, http.StatusOK, api.DrainResult{Host: id, Stopping: stopping})
 	return nil
 }
+
+// removeHost handles POST /v1/hosts/{id}/remove (admin): the host's agent
+// credentials are revoked (service.Hosts.Remove), so that its ID may join
+// again.
+func (s *handlers) removeHost(w http.ResponseWriter, r *http.Request, p principal) error {
+	id := r.PathValue("id")
+	n, err := s.svc.Hosts.Remove(r.Context(), p.actor(), id)
+	if err != nil {
+		return err
+	}
+	// The host's credentials were revoked.
+	s.tokens.clear()
+	writeJSON(w, http.StatusOK, api.RemoveHostResult{Host: id, Revoked: n})
+	return nil
+}

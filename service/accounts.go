@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -353,36 +354,52 @@ func (s *Accounts) CreateToken(ctx context.Context, a Actor, name string, expire
 	if err := usersOnly(a, "making tokens"); err != nil {
 		return api.CreatedToken{}, err
 	}
-	return s.issue(ctx, a, name, expires, false)
+	return s.issue(ctx, a, name, expires, 0)
 }
 
 // DefaultJoinTokenTTL is how long a join token lives when its creator
 // does not say.
 const DefaultJoinTokenTTL = 24 * time.Hour
 
+// DefaultJoinTokenJoins is how many joins a join token allows when its
+// creator does not say: one, a token made for one host. A fleet's token
+// says how many hosts it joins (maxJoins, at most MaxJoinTokenJoins).
+const (
+	DefaultJoinTokenJoins = 1
+	MaxJoinTokenJoins     = 10000
+)
+
 // CreateJoinToken makes a join token (admins): a token with role join,
-// owned by the calling admin, that an agent presents once to join its
-// host (Agents.Join). It is as sensitive as an admin token: whoever holds
-// it can take over any host ID. The name is required, so that the token
-// list tells join tokens apart when one must be revoked. It expires after
-// DefaultJoinTokenTTL unless expires says otherwise: a forgotten join
-// token does not stay a way in.
-func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, expires *time.Time) (api.CreatedToken, error) {
+// owned by the calling admin, that agents present to join their hosts
+// (Agents.Join), maxJoins times at most (0: DefaultJoinTokenJoins). It
+// joins new hosts only: a host that has joined is not re-joined with a
+// join token alone. Still, it is sensitive: it adds hosts that receive
+// tenants' workloads. The name is required, so that the token list tells
+// join tokens apart when one must be revoked (RevokeToken). It expires
+// after DefaultJoinTokenTTL unless expires says otherwise: a forgotten
+// join token does not stay a way in.
+func (s *Accounts) CreateJoinToken(ctx context.Context, a Actor, name string, expires *time.Time, maxJoins int) (api.CreatedToken, error) {
 	if err := adminOnly(a, "making join tokens"); err != nil {
 		return api.CreatedToken{}, err
 	}
 	if err := CheckName("name", name, true); err != nil {
 		return api.CreatedToken{}, err
 	}
+	switch {
+	case maxJoins == 0:
+		maxJoins = DefaultJoinTokenJoins
+	case maxJoins < 0 || maxJoins > MaxJoinTokenJoins:
+		return api.CreatedToken{}, Field("max_uses", "is %d; a join token allows 1 to %d joins (0: %d)", maxJoins, MaxJoinTokenJoins, DefaultJoinTokenJoins)
+	}
 	if expires == nil {
 		expires = new(s.now().Add(DefaultJoinTokenTTL))
 	}
-	return s.issue(ctx, a, name, expires, true)
+	return s.issue(ctx, a, name, expires, maxJoins)
 }
 
 // issue makes a token for the calling user: with the user's role, or a
-// join token when join is set.
-func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *time.Time, join bool) (api.CreatedToken, error) {
+// join token that allows joins joins when joins is positive.
+func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *time.Time, joins int) (api.CreatedToken, error) {
 	if err := CheckName("name", name, false); err != nil {
 		return api.CreatedToken{}, err
 	}
@@ -403,9 +420,9 @@ func (s *Accounts) issue(ctx context.Context, a Actor, name string, expires *tim
 		}
 		out = newToken(u, name, now, expires)
 		reason := "token " + out.Token.ID + " created"
-		if join {
-			out.Token.Role = cloud.RoleJoin
-			reason = "join token " + out.Token.ID + " (" + name + ") created"
+		if joins > 0 {
+			out.Token.Role, out.Token.MaxUses = cloud.RoleJoin, joins
+			reason = fmt.Sprintf("join token %s (%s) created for %d joins", out.Token.ID, name, joins)
 		}
 		if err := tx.CreateToken(ctx, out.Token); err != nil {
 			return err

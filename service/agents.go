@@ -31,14 +31,23 @@ import (
 // applies status reports and scale-in locks; agents_telemetry.go keeps
 // output logs and metrics.
 //
-// Joining again with a host ID that exists is a re-join: the agent lost its
-// credential (a reinstall, a wiped disk) and proves with a valid join token
-// that the operator still wants the host. The host keeps its state and its
-// instances, its spec is replaced by the new inventory, a new credential is
-// issued and the host's earlier credentials are revoked, so that one host
-// has one live credential. Anyone holding a join token can therefore take
-// over any host ID: join tokens are as sensitive as admin tokens, and
-// should be short-lived or revoked after use.
+// A host ID that has joined is not taken by a join token alone: whoever
+// holds one could otherwise join under a live host's name, revoke its
+// agent's credential and receive its assignments (other tenants'
+// environments included). Joining again under an existing host's ID is a
+// re-join, allowed only when the request presents the host's current
+// credential (the agent re-joins to change its inventory or certificate),
+// or when the host has no live credential left because an admin removed
+// it (Hosts.Remove revokes them, for a host whose agent lost its
+// credential: a reinstall, a wiped disk). Otherwise the join is refused
+// (Conflict, reason HostExists) and nothing changes. A re-join keeps the
+// host's state and instances, replaces its spec by the new inventory,
+// issues a new credential and revokes the host's earlier ones, so that
+// one host has one live credential.
+//
+// Every join, a re-join included, counts one use of its join token
+// (Tx.RecordTokenUse) in its own transaction: a token made for one host
+// joins one host, one made with max_uses N joins N.
 
 // Event kinds of the agent protocol's host changes.
 const (
@@ -46,6 +55,15 @@ const (
 	EventHostRejoined  cloud.EventKind = "host.rejoined"
 	EventHostHealthy   cloud.EventKind = "host.healthy"
 	EventHostInventory cloud.EventKind = "host.inventory"
+)
+
+// Reasons (details "reason") of refused joins.
+const (
+	// HostExists: the host ID has joined, and the join presented neither
+	// the host's current credential nor came after an admin removed it.
+	HostExists = "host_exists"
+	// JoinTokenUsedUp: the join token has made all the joins it allows.
+	JoinTokenUsedUp = "join_token_used_up"
 )
 
 // Limits on an inventory; real hosts are far below them.
@@ -68,9 +86,14 @@ func agentOnly(a Actor) error {
 
 // Join joins a host to the cloud with inventory inv. a is the actor of the
 // join token the agent presented (its user owns the new credential), and
-// joinToken that token's ID, named in the host's events. A host ID the
-// inventory leaves empty is chosen here. A new host is schedulable; an
-// existing one is re-joined (see the top of this file). It answers the
+// joinToken that token's ID, named in the host's events; the join counts
+// one of its uses. credentialID is the ID of the agent credential the
+// request presented as the host's current one, which the transport has
+// authenticated ("" for none). A host ID the inventory leaves empty is
+// chosen here. A new host is schedulable; an existing one is re-joined
+// only with its current credential or after an admin removed it (see the
+// top of this file), else the join is refused (Conflict, reason
+// HostExists) and nothing changes. It answers the
 // host's ID, the agent's credential (its secret, shown this once), the
 // agent's TLS client certificate (PEM) and whether the host is new.
 // Whoever caches token checks must drop its cache after a re-join, which
@@ -81,10 +104,11 @@ func agentOnly(a Actor) error {
 // host ID as the certificate's name, whatever the request asks: a join
 // without one is an agent too old for mutual TLS, refused (invalid_argument
 // on field csr, reason AgentTooOld) before anything changes. Otherwise
-// csrPEM is ignored and no certificate is issued. A host's earlier
-// certificates stay valid until they expire, but they are useless without
-// a live credential of the host, and a re-join revokes those.
-func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agentapi.Inventory, csrPEM []byte) (hostID, credential string, certPEM []byte, created bool, err error) {
+// csrPEM is ignored and no certificate is issued. The certificate is
+// signed only once the join is allowed: a refused join gets none. A host's
+// earlier certificates stay valid until they expire, but they are useless
+// without a live credential of the host, and a re-join revokes those.
+func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agentapi.Inventory, csrPEM []byte, credentialID string) (hostID, credential string, certPEM []byte, created bool, err error) {
 	if a.Role != cloud.RoleJoin {
 		return "", "", nil, false, &cloud.Error{Code: cloud.PermissionDenied,
 			Message: "join_token is not a join token; an admin creates one with POST /v1/join-tokens",
@@ -103,13 +127,16 @@ func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agent
 	if _, err := s.hostSpec(inv, id); err != nil {
 		return "", "", nil, false, err
 	}
-	if certPEM, err = s.signAgentCert(csrPEM, id); err != nil {
+	if err := s.checkCSR(csrPEM); err != nil {
 		return "", "", nil, false, err
 	}
 	actor := AgentActor(id).ID
 	err = s.tx(ctx, func(tx cloud.Tx) error {
 		now := s.now()
-		created, credential = false, ""
+		created, credential, certPEM = false, "", nil
+		if err := useJoinToken(ctx, tx, joinToken, now); err != nil {
+			return err
+		}
 		u, err := tx.GetUser(ctx, a.ID)
 		if err != nil {
 			return err
@@ -136,9 +163,15 @@ func (s *Agents) Join(ctx context.Context, a Actor, joinToken string, inv *agent
 		case err != nil:
 			return err
 		default:
+			if err := mayRejoin(ctx, tx, id, credentialID, now); err != nil {
+				return err
+			}
 			if err := s.rejoin(ctx, tx, h, spec, joinToken, now); err != nil {
 				return err
 			}
+		}
+		if certPEM, err = s.signAgentCert(csrPEM, id); err != nil {
+			return err
 		}
 		t := newToken(u, "agent-"+id, now, nil)
 		t.Token.Role, t.Token.HostID = cloud.RoleAgent, id
@@ -161,19 +194,78 @@ const AgentTooOld = "agent_too_old"
 // maxCSR bounds a join's certificate request; a real one is under 1 KiB.
 const maxCSR = 16 << 10
 
-// signAgentCert signs the agent's client certificate for host (nil when
-// the server issues none).
-func (s *Agents) signAgentCert(csrPEM []byte, host string) ([]byte, error) {
+// useJoinToken counts one use of join token id, or refuses the join:
+// Conflict (reason JoinTokenUsedUp) when it has made all its joins,
+// Unauthenticated when it was revoked or expired since the transport
+// checked it.
+func useJoinToken(ctx context.Context, tx cloud.Tx, id string, now time.Time) error {
+	_, err := tx.RecordTokenUse(ctx, id, now)
+	switch {
+	case cloud.ErrorCode(err) == cloud.Conflict:
+		return &cloud.Error{Code: cloud.Conflict,
+			Message: fmt.Sprintf("join token %s has made all the joins it allows; an admin creates another (gpucloud hosts join-token, --max-joins N for several hosts)", id),
+			Details: map[string]any{"reason": JoinTokenUsedUp, "join_token": id}}
+	case cloud.IsNotFound(err):
+		return cloud.Errorf(cloud.Unauthenticated, "invalid, revoked or expired token")
+	}
+	return err
+}
+
+// mayRejoin allows a join under existing host id when credentialID, the
+// credential the request presented, is a live agent credential of the
+// host, or when the host has no live credential left (an admin removed
+// it); else it refuses the join (Conflict, reason HostExists).
+func mayRejoin(ctx context.Context, tx cloud.Tx, id, credentialID string, now time.Time) error {
+	ts, err := tx.ListTokens(ctx, "")
+	if err != nil {
+		return err
+	}
+	live := 0
+	for _, t := range ts {
+		if t.Role != cloud.RoleAgent || t.HostID != id || !liveAt(t, now) {
+			continue
+		}
+		if credentialID != "" && t.ID == credentialID {
+			return nil
+		}
+		live++
+	}
+	if live == 0 {
+		return nil
+	}
+	return &cloud.Error{Code: cloud.Conflict,
+		Message: fmt.Sprintf("host %s has already joined, and its agent's credential is live: a join token cannot join under its name. If the host lost its credential (a reinstall, a wiped disk), an admin removes the host first (gpucloud hosts remove %s), then it joins again", id, id),
+		Details: map[string]any{"reason": HostExists, "host": id}}
+}
+
+// liveAt reports whether token t is neither revoked nor expired at now,
+// as Tx.TokenByHash decides.
+func liveAt(t *cloud.Token, now time.Time) bool {
+	return (t.RevokedAt == nil || t.RevokedAt.After(now)) && (t.ExpiresAt == nil || t.ExpiresAt.After(now))
+}
+
+// checkCSR refuses, before anything changes, a join without a usable
+// certificate request when the server issues client certificates.
+func (s *Agents) checkCSR(csrPEM []byte) error {
 	if s.opts.SignAgentCert == nil {
-		return nil, nil
+		return nil
 	}
 	if len(csrPEM) == 0 {
-		return nil, &cloud.Error{Code: cloud.Invalid,
+		return &cloud.Error{Code: cloud.Invalid,
 			Message: "csr: this server accepts agents only over mutual TLS, with the client certificate the join issues for a certificate request, and this join sent none: the agent is too old for this server; upgrade it to the server's version",
 			Details: map[string]any{"field": "csr", "reason": AgentTooOld}}
 	}
 	if len(csrPEM) > maxCSR {
-		return nil, Field("csr", "is %d bytes; a certificate request is at most %d", len(csrPEM), maxCSR)
+		return Field("csr", "is %d bytes; a certificate request is at most %d", len(csrPEM), maxCSR)
+	}
+	return nil
+}
+
+// signAgentCert signs the agent's client certificate for host (nil when
+// the server issues none); checkCSR has checked the request.
+func (s *Agents) signAgentCert(csrPEM []byte, host string) ([]byte, error) {
+	if s.opts.SignAgentCert == nil {
+		return nil, nil
 	}
 	cert, err := s.opts.SignAgentCert(csrPEM, host)
 	if errors.Is(err, pki.ErrBadCSR) {

@@ -86,7 +86,9 @@ type flags struct {
 
 func (fl *flags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&fl.joinToken, "join-token", "", "join token for the first start (visible in ps: prefer --join-token-file or $"+EnvJoinToken+")")
+	// --join-token is refused (joinTokenFlagRefused), kept only to say so.
+	f.StringVar(&fl.joinToken, "join-token", "", "refused: a join token on the command line is visible in ps; use --join-token-file or $"+EnvJoinToken)
+	_ = f.MarkHidden("join-token")
 	f.StringVar(&fl.joinTokenFile, "join-token-file", "", "file holding the join token for the first start")
 	f.StringVar(&fl.credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
 	f.StringVar(&fl.driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
@@ -109,6 +111,9 @@ func (fl *flags) register(cmd *cobra.Command) {
 // joins the cloud on the first start (or reads the kept credential), opens
 // the workload runtime and runs the agent until a signal stops it.
 func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
+	if cmd.Flags().Changed("join-token") {
+		return cmdutil.Usagef(cmd, "%s", joinTokenFlagRefused)
+	}
 	server, _ := cmd.Flags().GetString("server")
 	if server == "" {
 		server = os.Getenv(cliconfig.EnvServer)
@@ -213,7 +218,7 @@ func makeDataDir(dir string) error {
 // with it: the kept one, or on the first start the one a join with the
 // join token issues (kept then, with its client certificate).
 func credential(ctx context.Context, cmd *cobra.Command, fl *flags, server string, drv gpu.Driver, stderr io.Writer) (string, *http.Client, error) {
-	jt, err := readJoinToken(fl.joinToken, fl.joinTokenFile, stderr)
+	jt, err := readJoinToken(fl.joinTokenFile)
 	if err != nil {
 		return "", nil, err
 	}

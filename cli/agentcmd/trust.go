@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -163,10 +162,14 @@ func JoinedClient(server, dataDir string, j *agent.Joined) (*http.Client, error)
 	return agentCredClient(server, dataDir)
 }
 
-// readJoinToken is the join token from --join-token-file, $GPUCLOUD_JOIN_TOKEN
-// or --join-token, in that order; the last one is visible to every user of
-// the host in the process list, so it draws a warning.
-func readJoinToken(flag, file string, stderr io.Writer) (string, error) {
+// joinTokenFlagRefused is the answer to --join-token: a secret on the
+// command line is visible to every user of the host in the process list.
+const joinTokenFlagRefused = "--join-token is refused: a join token on the command line is visible to every user of this host (ps). " +
+	"Put it in a file only root reads and pass --join-token-file FILE, or set $" + EnvJoinToken
+
+// readJoinToken is the join token from --join-token-file (file) or
+// $GPUCLOUD_JOIN_TOKEN, in that order; "" when neither has one.
+func readJoinToken(file string) (string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -174,11 +177,5 @@ func readJoinToken(flag, file string, stderr io.Writer) (string, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	if v := os.Getenv(EnvJoinToken); v != "" {
-		return strings.TrimSpace(v), nil
-	}
-	if flag != "" {
-		fmt.Fprintf(stderr, "warning: --join-token on the command line is visible to every user of this host (ps); prefer --join-token-file or $%s\n", EnvJoinToken)
-	}
-	return flag, nil
+	return strings.TrimSpace(os.Getenv(EnvJoinToken)), nil
 }

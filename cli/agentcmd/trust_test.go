@@ -2,6 +2,7 @@ package agentcmd
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controlplane"
@@ -76,16 +78,58 @@ func TestAgentTrustsOnFirstContact(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	// The join token on the command line draws a warning; a file does not.
-	var warn strings.Builder
-	if tok, _ := readJoinToken("gpc_a_b", "", &warn); tok != "gpc_a_b" || !strings.Contains(warn.String(), "visible to every user") {
-		t.Errorf("command-line join token: %q, warning %q", tok, warn.String())
-	}
+}
+
+// TestJoinTokenSources: the join token comes from --join-token-file or
+// $GPUCLOUD_JOIN_TOKEN, the file first; --join-token on the command line,
+// visible in ps, is refused with a usage error that names both.
+func TestJoinTokenSources(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "jt")
-	os.WriteFile(f, []byte("gpc_c_d\n"), 0o600)
-	warn.Reset()
-	if tok, _ := readJoinToken("", f, &warn); tok != "gpc_c_d" || warn.Len() != 0 {
-		t.Errorf("join token file: %q, warning %q", tok, warn.String())
+	if err := os.WriteFile(f, []byte("gpc_c_d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		desc, file, env, want string
+		fails                 bool
+	}{
+		{"a file", f, "", "gpc_c_d", false},
+		{"the environment", "", " gpc_e_f\n", "gpc_e_f", false},
+		{"the file before the environment", f, "gpc_e_f", "gpc_c_d", false},
+		{"neither", "", "", "", false},
+		{"a missing file", filepath.Join(t.TempDir(), "none"), "gpc_e_f", "", true},
+	} {
+		t.Setenv(EnvJoinToken, c.env)
+		got, err := readJoinToken(c.file)
+		if got != c.want || (err != nil) != c.fails {
+			t.Errorf("%s: %q, %v; want %q (failing: %v)", c.desc, got, err, c.want, c.fails)
+		}
+	}
+
+	for _, c := range []struct {
+		desc string
+		args []string
+	}{
+		{"the flag alone", []string{"--join-token", "gpc_a_b"}},
+		{"the flag beside a file", []string{"--join-token=gpc_a_b", "--join-token-file", f}},
+		{"an empty flag", []string{"--join-token="}},
+	} {
+		var stderr strings.Builder
+		cmd := New(&stderr)
+		cmd.SetArgs(c.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), "--join-token is refused") ||
+			!strings.Contains(err.Error(), "--join-token-file") || !strings.Contains(err.Error(), EnvJoinToken) {
+			t.Errorf("%s: %v; want a usage error naming --join-token-file and $%s", c.desc, err, EnvJoinToken)
+		}
+		var ue *cmdutil.UsageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%s: %v is not a usage error", c.desc, err)
+		}
+	}
+	if h := New(io.Discard).Flags().Lookup("join-token"); h == nil || !h.Hidden {
+		t.Errorf("--join-token is not hidden from the help: %+v", h)
 	}
 }
 
