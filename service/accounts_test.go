@@ -271,11 +271,11 @@ func TestAccountsTokens(t *testing.T) {
 		// Join tokens are the admins'; members of the operator tenant do
 		// not see them, nor agent credentials.
 		before := f.state()
-		_, err = f.svc.Accounts.CreateJoinToken(ctx, f.acme, "rack", nil)
+		_, err = f.svc.Accounts.CreateJoinToken(ctx, f.acme, "rack", nil, 0)
 		ahCode(t, err, cloud.PermissionDenied)
 		_, err = f.svc.Accounts.JoinTokens(ctx, f.acme)
 		ahCode(t, err, cloud.PermissionDenied)
-		_, err = f.svc.Accounts.CreateJoinToken(ctx, f.admin, "", nil)
+		_, err = f.svc.Accounts.CreateJoinToken(ctx, f.admin, "", nil, 0)
 		ahCode(t, err, cloud.Invalid)
 		_, err = f.svc.Accounts.CreateToken(ctx, f.acme, "", ahPtr(f.clock.Now().Add(-time.Minute)))
 		ahCode(t, err, cloud.Invalid)
@@ -284,7 +284,7 @@ func TestAccountsTokens(t *testing.T) {
 		_, err = f.svc.Accounts.CreateToken(ctx, service.AgentActor("h-1"), "", nil)
 		ahCode(t, err, cloud.PermissionDenied)
 		f.unchanged(before, "refused token requests")
-		jt, err := f.svc.Accounts.CreateJoinToken(ctx, f.admin, "rack", nil)
+		jt, err := f.svc.Accounts.CreateJoinToken(ctx, f.admin, "rack", nil, 0)
 		if err != nil || jt.Token.Role != cloud.RoleJoin || jt.Token.UserID != f.admin.ID {
 			t.Fatalf("CreateJoinToken = %+v, %v", jt, err)
 		}

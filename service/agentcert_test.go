@@ -34,7 +34,7 @@ func TestAgentsJoinClientCert(t *testing.T) {
 		join, jtID := f.joinActor("rack-1")
 
 		before := f.state()
-		_, _, _, _, err = svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), nil)
+		_, _, _, _, err = svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), nil, "")
 		if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != "csr" || ce.Details["reason"] != service.AgentTooOld ||
 			!strings.Contains(ce.Message, "too old") {
 			t.Errorf("join without a CSR: %+v", ce)
@@ -44,7 +44,7 @@ func TestAgentsJoinClientCert(t *testing.T) {
 			"another PEM": pki.EncodeCert(ca.Cert),
 			"oversize":    []byte(strings.Repeat("A", 17<<10)),
 		} {
-			_, _, _, _, err = svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr)
+			_, _, _, _, err = svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr, "")
 			if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != "csr" {
 				t.Errorf("CSR %s: %+v", name, ce)
 			}
@@ -57,15 +57,20 @@ func TestAgentsJoinClientCert(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, cred, certPEM, created, err := svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr)
+		id, cred, certPEM, created, err := svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr, "")
 		if err != nil || id != "node-1" || !created || cred == "" {
 			t.Fatalf("Join = %q, %v, %v", id, created, err)
 		}
 		first := checkClientCert(t, ca, certPEM, "node-1", key, f.clock.Now())
 
-		// A re-join: a new certificate, for the new key.
+		// A re-join with the host's credential: a new certificate, for the
+		// new key.
+		tk, err := f.token(cred)
+		if err != nil {
+			t.Fatal(err)
+		}
 		key2, csr2, _ := pki.NewClientKey("node-1")
-		_, _, certPEM2, created, err := svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr2)
+		_, _, certPEM2, created, err := svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), csr2, tk.ID)
 		if err != nil || created {
 			t.Fatalf("re-join: %v, %v", created, err)
 		}
@@ -76,7 +81,7 @@ func TestAgentsJoinClientCert(t *testing.T) {
 		// A server without client certificates (plain HTTP) ignores it.
 		inv := ahInventory("node-3", "L4", 1)
 		inv.Host.GPUs[0].UUID += "-3"
-		if _, _, certPEM, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, csr); err != nil || certPEM != nil {
+		if _, _, certPEM, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, csr, ""); err != nil || certPEM != nil {
 			t.Errorf("plain server's join: %q, %v; want no certificate", certPEM, err)
 		}
 	})

@@ -22,11 +22,17 @@ func ahInventory(id, model string, gpus int) *agentapi.Inventory {
 	return &agentapi.Inventory{Host: *h, Driver: "550.54.15", CUDA: "12.4"}
 }
 
-// joinActor makes a join token and returns its actor (as the transport
-// authenticates it) and its ID.
+// joinActor makes a join token for a fleet (100 joins) and returns its
+// actor (as the transport authenticates it) and its ID.
 func (f *ahFixture) joinActor(name string) (service.Actor, string) {
 	f.t.Helper()
-	jt, err := f.svc.Accounts.CreateJoinToken(context.Background(), f.admin, name, nil)
+	return f.joinActorN(name, 100)
+}
+
+// joinActorN is joinActor for a token of maxJoins joins (0: the default).
+func (f *ahFixture) joinActorN(name string, maxJoins int) (service.Actor, string) {
+	f.t.Helper()
+	jt, err := f.svc.Accounts.CreateJoinToken(context.Background(), f.admin, name, nil, maxJoins)
 	if err != nil {
 		f.t.Fatalf("create join token: %v", err)
 	}
@@ -98,22 +104,22 @@ func TestAgentsJoin(t *testing.T) {
 		join, jtID := f.joinActor("rack-1")
 
 		before := f.state()
-		_, _, _, _, err := f.svc.Agents.Join(ctx, f.admin, "tk-x", ahInventory("node-1", "L4", 1), nil)
+		_, _, _, _, err := f.svc.Agents.Join(ctx, f.admin, "tk-x", ahInventory("node-1", "L4", 1), nil, "")
 		ahCode(t, err, cloud.PermissionDenied)
-		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, nil, nil)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, nil, nil, "")
 		ahCode(t, err, cloud.Invalid)
 		bad := ahInventory("no spaces", "L4", 1)
-		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil, "")
 		if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != "inventory.host.id" {
 			t.Errorf("bad host ID: %+v", ce)
 		}
 		bad = ahInventory("node-1", "L4", 2)
 		bad.Host.GPUs[1].UUID = bad.Host.GPUs[0].UUID
-		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil)
+		_, _, _, _, err = f.svc.Agents.Join(ctx, join, jtID, bad, nil, "")
 		ahCode(t, err, cloud.Invalid)
 		f.unchanged(before, "refused joins")
 
-		id, cred, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), nil)
+		id, cred, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 1), nil, "")
 		if err != nil || id != "node-1" || !created || !strings.HasPrefix(cred, service.SecretPrefix) {
 			t.Fatalf("Join = %q, %q, %v, %v", id, cred, created, err)
 		}
@@ -134,19 +140,19 @@ func TestAgentsJoin(t *testing.T) {
 		// Without a host ID the service names the host.
 		inv := ahInventory("", "L4", 1)
 		inv.Host.GPUs[0].UUID += "-b"
-		if id, _, _, created, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil); err != nil || !created || !strings.HasPrefix(id, service.HostPrefix) ||
+		if id, _, _, created, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil, ""); err != nil || !created || !strings.HasPrefix(id, service.HostPrefix) ||
 			f.host(id).Spec.ID != id {
 			t.Errorf("Join without ID = %q, %v, %v", id, created, err)
 		}
 
-		// A re-join keeps the host's state, replaces its spec, and revokes
-		// its earlier credential.
+		// A re-join, with the host's current credential, keeps the host's
+		// state, replaces its spec, and revokes its earlier credential.
 		if _, err := f.svc.Hosts.Cordon(ctx, f.admin, "node-1", 0); err != nil {
 			t.Fatal(err)
 		}
 		v := f.host("node-1").Version
 		f.clock.Advance(time.Hour)
-		id, cred2, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 2), nil)
+		id, cred2, _, created, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "L4", 2), nil, tk.ID)
 		if err != nil || id != "node-1" || created {
 			t.Fatalf("re-join = %q, %v, %v", id, created, err)
 		}
@@ -176,7 +182,7 @@ func TestAgentsHeartbeat(t *testing.T) {
 		ctx := context.Background()
 		join, jtID := f.joinActor("rack-1")
 		inv := ahInventory("node-1", "H100", 2)
-		if _, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil); err != nil {
+		if _, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil, ""); err != nil {
 			t.Fatal(err)
 		}
 		agent := service.AgentActor("node-1")

@@ -19,7 +19,7 @@ const EventHostRemoved cloud.EventKind = "host.removed"
 // the host any more. The host keeps its record, state and instances: a
 // host that holds instances is refused (Conflict) until it is drained, as
 // its instances would be lost when its heartbeats stop. It answers how
-// many credentials it revoked; removing a removed host revokes none.
+// many credentials it revoked; removing a removed host changes nothing.
 // Whoever caches token checks must drop its cache once this returns.
 func (s *Hosts) Remove(ctx context.Context, a Actor, id string) (int, error) {
 	if err := adminOnly(a, "removing hosts"); err != nil {
@@ -52,6 +52,9 @@ func (s *Hosts) Remove(ctx context.Context, a Actor, id string) (int, error) {
 				}
 				revoked++
 			}
+		}
+		if revoked == 0 {
+			return nil
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventHostRemoved, HostID: id, Actor: a.ID,
 			Reason: fmt.Sprintf("removed by an admin: %d agent credentials revoked; the host may join again with a join token", revoked)})

@@ -60,7 +60,7 @@ func TestSilentHostRule(t *testing.T) {
 				f := newAHFixture(t, st)
 				ctx := context.Background()
 				join, jtID := f.joinActor("rack-1")
-				if _, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "H100", 2), nil); err != nil {
+				if _, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, ahInventory("node-1", "H100", 2), nil, ""); err != nil {
 					t.Fatal(err)
 				}
 				joined := f.clock.Now()
