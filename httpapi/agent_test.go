@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -241,7 +242,13 @@ func TestRejoin(t *testing.T) {
 	}
 	v := e.host("node-1").Version
 	e.clock.Advance(time.Hour)
-	agent, id := e.join(inventory("node-1", "L4", 2))
+	// The re-join presents the host's current credential.
+	jr, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("again"),
+		Inventory: inventory("node-1", "L4", 2), Credential: old.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, id := e.agentClient(jr.Credential), jr.HostID
 	h := e.host("node-1")
 	if id != "node-1" || h.Version != v+1 || len(h.Spec.GPUs) != 2 || h.State != fleet.Cordoned || !h.LastHeartbeat.Equal(e.clock.Now()) {
 		t.Errorf("re-joined host %+v (version was %d)", h, v)
@@ -253,6 +260,109 @@ func TestRejoin(t *testing.T) {
 	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined, EventHostCordoned, EventHostRejoined}) {
 		t.Errorf("events %v", k)
 	}
+}
+
+// TestJoinTakeover: whoever holds a join token cannot join under the name
+// of a host that has joined: the join is refused 409 (reason host_exists,
+// naming the host) and changes nothing, and the real agent keeps working.
+// A credential that is not the host's does not help; an admin's removal
+// (POST /v1/hosts/{id}/remove) lets the name join again and shuts out the
+// old agent.
+func TestJoinTakeover(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	real, _ := e.join(inventory("node-1", "L4", 1))
+	other, _ := e.join(inventory("node-2", "L4", 1))
+	for _, c := range []struct {
+		desc       string
+		credential string
+		code       cloud.Code
+	}{
+		{"a join token alone", "", cloud.Conflict},
+		{"another host's credential", other.token, cloud.Conflict},
+		{"a join token as the credential", e.joinToken("x"), cloud.Unauthenticated},
+		{"a member's token as the credential", e.acmeToken, cloud.Unauthenticated},
+		{"a made-up credential", "gpc_made_up", cloud.Unauthenticated},
+	} {
+		jt := e.joinToken("attacker")
+		before := e.counts()
+		_, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: jt, Inventory: inventory("node-1", "H100", 8), Credential: c.credential})
+		ce := wantCode(t, err, c.code)
+		if c.code == cloud.Conflict && (ce.Details["reason"] != "host_exists" || ce.Details["host"] != "node-1") {
+			t.Errorf("%s: %+v", c.desc, ce)
+		}
+		e.unchanged(before, c.desc)
+		if err := real.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+			t.Errorf("%s: the real agent's heartbeat: %v", c.desc, err)
+		}
+		if as, err := real.Assignments(ctx); err != nil || as == nil {
+			t.Errorf("%s: the real agent's assignments: %v", c.desc, err)
+		}
+	}
+
+	// Removing: admins only; then the name joins again.
+	_, err := e.acme.RemoveHost(ctx, "node-1")
+	wantCode(t, err, cloud.PermissionDenied)
+	res, err := e.admin.RemoveHost(ctx, "node-1")
+	if err != nil || res.Host != "node-1" || res.Revoked != 1 {
+		t.Fatalf("RemoveHost = %+v, %v", res, err)
+	}
+	wantCode(t, real.Heartbeat(ctx, agentapi.HeartbeatRequest{}), cloud.Unauthenticated)
+	jr, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("after"), Inventory: inventory("node-1", "L4", 1)})
+	if err != nil || jr.HostID != "node-1" {
+		t.Fatalf("join after removal = %+v, %v", jr, err)
+	}
+	if err := e.agentClient(jr.Credential).Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+		t.Errorf("the new agent's heartbeat: %v", err)
+	}
+}
+
+// TestJoinTokenMaxUses: a join token joins one host by default, N with
+// max_uses N; the join past the last is refused 409 (reason
+// join_token_used_up); the list shows the joins.
+func TestJoinTokenMaxUses(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		desc    string
+		max, ok int
+		wantMax int
+	}{
+		{"the default", 0, 1, 1},
+		{"three joins", 3, 3, 3},
+	} {
+		jt, err := e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("n-%d", i), MaxUses: c.max})
+		if err != nil || jt.Token.MaxUses != c.wantMax {
+			t.Fatalf("%s: CreateJoinToken = %+v, %v", c.desc, jt, err)
+		}
+		inv := func(n int) *agentapi.Inventory {
+			inv := inventory(fmt.Sprintf("mx-%d-%d", i, n), "L4", 1)
+			inv.Host.GPUs[0].UUID += inv.Host.ID
+			return inv
+		}
+		for n := range c.ok {
+			if _, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: jt.Secret, Inventory: inv(n)}); err != nil {
+				t.Fatalf("%s: join %d: %v", c.desc, n, err)
+			}
+		}
+		before := e.counts()
+		_, err = e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: jt.Secret, Inventory: inv(c.ok)})
+		if ce := wantCode(t, err, cloud.Conflict); ce.Details["reason"] != "join_token_used_up" {
+			t.Errorf("%s: %+v", c.desc, ce)
+		}
+		e.unchanged(before, c.desc)
+		ts, err := e.admin.JoinTokens(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			if tk.ID == jt.Token.ID && (tk.Uses != c.ok || tk.MaxUses != c.wantMax) {
+				t.Errorf("%s: listed %d/%d joins, want %d/%d", c.desc, tk.Uses, tk.MaxUses, c.ok, c.wantMax)
+			}
+		}
+	}
+	_, err := e.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "neg", MaxUses: -1})
+	wantCode(t, err, cloud.Invalid)
 }
 
 func TestHeartbeat(t *testing.T) {

@@ -180,9 +180,37 @@ func TestAgentMutualTLS(t *testing.T) {
 		t.Fatalf("after the report the instance is %s", got.State)
 	}
 
-	// A re-join: the old credential is revoked, so the old pair opens
+	// A re-join presents the host's credential from a connection with the
+	// host's certificate: the credential alone (stolen) or with another
+	// host's certificate is refused and changes nothing.
+	keyPEM, csrPEM, err := agentapi.NewClientKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jt := e.joinToken("again")
+	rejoin := func(hc *http.Client) (*agentapi.JoinResponse, error) {
+		return agentapi.NewClient(e.srv.URL, "", hc).Join(ctx, agentapi.JoinRequest{JoinToken: jt,
+			Inventory: inventory("node-1", "L4", 1), CSR: string(csrPEM), Credential: cred1})
+	}
+	for name, hc := range map[string]*http.Client{"no certificate": e.srv.Client(), "node-2's certificate": e.mtlsClient(cert2)} {
+		before := testkit.CountRows(t, e.store)
+		_, err := rejoin(hc)
+		wantCode(t, err, cloud.Unauthenticated)
+		if after := testkit.CountRows(t, e.store); after != before {
+			t.Errorf("a re-join with %s wrote: %+v -> %+v", name, before, after)
+		}
+	}
+	// The re-join: the old credential is revoked, so the old pair opens
 	// nothing; the new pair works.
-	cred1b, cert1b := e.mtlsJoin(inventory("node-1", "L4", 1))
+	jr, err := rejoin(e.mtlsClient(cert1))
+	if err != nil {
+		t.Fatalf("re-join with the host's credential and certificate: %v", err)
+	}
+	cred1b := jr.Credential
+	cert1b, err := agentapi.ClientCertificate([]byte(jr.Certificate), keyPEM, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := agent1.Heartbeat(ctx, agentapi.HeartbeatRequest{}); cloud.ErrorCode(err) != cloud.Unauthenticated {
 		t.Errorf("the revoked credential with its certificate: %v", err)
 	}

@@ -231,7 +231,7 @@ func cloneJSON(src, dst any) error {
 var bodylessRoutes = []string{
 	"POST /v1/instances/{id}/stop", "POST /v1/instances/{id}/start", "POST /v1/instances/{id}/terminate",
 	"POST /v1/volumes/{id}/detach", "POST /v1/spot/requests/{id}/cancel", "POST /v1/addresses/{id}/disassociate",
-	"POST /v1/hosts/{id}/cordon", "POST /v1/hosts/{id}/uncordon", "POST /v1/hosts/{id}/drain",
+	"POST /v1/hosts/{id}/cordon", "POST /v1/hosts/{id}/uncordon", "POST /v1/hosts/{id}/drain", "POST /v1/hosts/{id}/remove",
 }
 
 // TestFuzzRoutesCoverBodies checks that every route that may take a body
