@@ -209,6 +209,14 @@ func (j *Joined) TLSCertificate() (cert tls.Certificate, ok bool, err error) {
 // build its Server client with from then on: over TLS, the server accepts
 // the credential only from a connection that presents the certificate.
 func Join(ctx context.Context, srv ControlPlane, joinToken string, drv gpu.Driver) (*Joined, error) {
+	return Rejoin(ctx, srv, joinToken, "", drv)
+}
+
+// Rejoin is Join presenting credential, the host's current credential (""
+// for none): the server joins a host that has joined only with it (srv
+// must then present the host's client certificate over TLS), or after an
+// admin removed the host.
+func Rejoin(ctx context.Context, srv ControlPlane, joinToken, credential string, drv gpu.Driver) (*Joined, error) {
 	if joinToken == "" {
 		return nil, errors.New("join: no join token")
 	}
@@ -220,7 +228,7 @@ func Join(ctx context.Context, srv ControlPlane, joinToken string, drv gpu.Drive
 	if err != nil {
 		return nil, fmt.Errorf("join: make the TLS client key: %w", err)
 	}
-	resp, err := srv.Join(ctx, agentapi.JoinRequest{JoinToken: joinToken, Inventory: inv, CSR: string(csrPEM)})
+	resp, err := srv.Join(ctx, agentapi.JoinRequest{JoinToken: joinToken, Inventory: inv, CSR: string(csrPEM), Credential: credential})
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}

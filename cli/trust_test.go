@@ -65,9 +65,33 @@ func TestLoginTrustsTheCloudCA(t *testing.T) {
 		t.Fatalf("offerings after login: %d %s", code, errOut)
 	}
 	// The join token the CLI prints carries the CA's fingerprint.
+	// It recommends the file or the environment, never --join-token.
 	code, out, errOut = run(t, "hosts", "join-token", "--name", "rack-1")
-	if code != ExitOK || !strings.Contains(out, "@"+s.CAFingerprint()) || !strings.Contains(out, "GPUCLOUD_JOIN_TOKEN=") || !strings.Contains(out, "joins hosts until") {
+	if code != ExitOK || !strings.Contains(out, "@"+s.CAFingerprint()) || !strings.Contains(out, "GPUCLOUD_JOIN_TOKEN=") ||
+		!strings.Contains(out, "--join-token-file") || strings.Contains(out, "--join-token ") || !strings.Contains(out, "joins 1 host until") {
 		t.Fatalf("join-token: %d %s %s", code, out, errOut)
+	}
+	id := strings.Fields(out)[2]
+	for _, c := range []struct {
+		desc string
+		args []string
+		code int
+		want string
+	}{
+		{"a fleet's token", []string{"hosts", "join-token", "--name", "fleet", "--max-joins", "16"}, ExitOK, "joins 16 hosts until"},
+		{"no joins", []string{"hosts", "join-token", "--max-joins", "0"}, ExitUsage, "--max-joins must be at least 1"},
+		{"the help recommends the file and the environment only", []string{"hosts", "join-token", "--help"}, ExitOK, "--join-token-file"},
+		{"the list shows the joins", []string{"hosts", "join-token", "list"}, ExitOK, "0/16"},
+		{"revoking", []string{"hosts", "join-token", "revoke", id}, ExitOK, "revoked"},
+		{"removing a missing host", []string{"hosts", "remove", "node-9"}, ExitError, "node-9"},
+	} {
+		code, out, errOut := run(t, c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("%s: exit %d, %q %q; want exit %d and %q", c.desc, code, out, errOut, c.code, c.want)
+		}
+		if strings.Contains(out, "--join-token ") || strings.Contains(out, "--join-token TOKEN") {
+			t.Errorf("%s: recommends --join-token: %s", c.desc, out)
+		}
 	}
 }
 

@@ -72,19 +72,14 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 	// A re-join presents the host's current credential, authenticated as
 	// the agent routes authenticate it (with the host's client certificate
 	// over mutual TLS); the service checks that it is the joining host's.
+	// One that does not authenticate grants nothing: the join goes on
+	// without it (a new host joins; an existing one is refused).
 	credentialID := ""
 	if req.Credential != "" {
 		cp, err := s.checkToken(r, req.Credential)
-		if err != nil {
-			return err
+		if err == nil && cp.Role == cloud.RoleAgent && (!s.requireAgentCert || hostCertificate(r, cp.HostID)) {
+			credentialID = cp.TokenID
 		}
-		if cp.Role != cloud.RoleAgent {
-			return s.authFailed(r, unauthenticated("credential is not an agent credential: a re-join presents the host's current credential"))
-		}
-		if s.requireAgentCert && !hostCertificate(r, cp.HostID) {
-			return s.authFailed(r, unauthenticated(agentCertRequired))
-		}
-		credentialID = cp.TokenID
 	}
 	id, credential, cert, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory, []byte(req.CSR), credentialID)
 	if !created {

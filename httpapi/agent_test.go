@@ -280,9 +280,9 @@ func TestJoinTakeover(t *testing.T) {
 	}{
 		{"a join token alone", "", cloud.Conflict},
 		{"another host's credential", other.token, cloud.Conflict},
-		{"a join token as the credential", e.joinToken("x"), cloud.Unauthenticated},
-		{"a member's token as the credential", e.acmeToken, cloud.Unauthenticated},
-		{"a made-up credential", "gpc_made_up", cloud.Unauthenticated},
+		{"a join token as the credential", e.joinToken("x"), cloud.Conflict},
+		{"a member's token as the credential", e.acmeToken, cloud.Conflict},
+		{"a made-up credential", "gpc_made_up", cloud.Conflict},
 	} {
 		jt := e.joinToken("attacker")
 		before := e.counts()

@@ -195,7 +195,9 @@ func TestAgentMutualTLS(t *testing.T) {
 	for name, hc := range map[string]*http.Client{"no certificate": e.srv.Client(), "node-2's certificate": e.mtlsClient(cert2)} {
 		before := testkit.CountRows(t, e.store)
 		_, err := rejoin(hc)
-		wantCode(t, err, cloud.Unauthenticated)
+		if ce := wantCode(t, err, cloud.Conflict); ce.Details["reason"] != "host_exists" {
+			t.Errorf("a re-join with %s: %+v", name, ce)
+		}
 		if after := testkit.CountRows(t, e.store); after != before {
 			t.Errorf("a re-join with %s wrote: %+v -> %+v", name, before, after)
 		}

@@ -179,3 +179,37 @@ func readJoinToken(file string) (string, error) {
 	}
 	return strings.TrimSpace(os.Getenv(EnvJoinToken)), nil
 }
+
+// credentialFileName is the host credential's file in a data directory
+// (the agent's default --credential-file).
+const credentialFileName = "credential"
+
+// KeptCredential is the host credential kept in dataDir by KeepCredential,
+// with the client that presents the host's client certificate kept there
+// (agentCredClient): what a re-join presents, as the server joins a host
+// that has joined only with its current credential. It answers "" and a
+// nil client when dataDir keeps no credential (a first join).
+func KeptCredential(server, dataDir string) (string, *http.Client, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, credentialFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	cred := strings.TrimSpace(string(b))
+	if cred == "" {
+		return "", nil, nil
+	}
+	hc, err := agentCredClient(server, dataDir)
+	if err != nil {
+		return "", nil, err
+	}
+	return cred, hc, nil
+}
+
+// KeepCredential keeps a join's credential in dataDir, 0600, for
+// KeptCredential.
+func KeepCredential(dataDir, credential string) error {
+	return writeSecret(filepath.Join(dataDir, credentialFileName), []byte(credential+"\n"))
+}

@@ -52,7 +52,9 @@ type hostAgent struct {
 }
 
 // startAgent joins a host to the server and returns its running agent,
-// which runs workloads with rt. Every agent of a local cloud keeps volumes
+// which runs workloads with rt. A host that joined before (a restart of
+// up) re-joins with the credential it kept in dir, as the server joins a
+// host that has joined only with its current credential. Every agent of a local cloud keeps volumes
 // under volumeDir, so that a volume follows its instance from host to host
 // as on a cloud's network storage.
 func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime) (*hostAgent, error) {
@@ -60,11 +62,21 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 	if err != nil {
 		return nil, err
 	}
-	joined, err := agent.Join(ctx, agentapi.NewClient(url, "", hc), secret, drv)
+	cred, credClient, err := agentcmd.KeptCredential(url, dir)
+	if err != nil {
+		return nil, err
+	}
+	if credClient != nil {
+		hc = credClient // the re-join presents the host's client certificate
+	}
+	joined, err := agent.Rejoin(ctx, agentapi.NewClient(url, "", hc), secret, cred, drv)
 	if err != nil {
 		return nil, err
 	}
 	if hc, err = agentcmd.JoinedClient(url, dir, joined); err != nil { // mutual TLS from now on
+		return nil, err
+	}
+	if err := agentcmd.KeepCredential(dir, joined.Credential); err != nil {
 		return nil, err
 	}
 	inv, err := drv.Inventory(ctx)
@@ -188,7 +200,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	joinString, err := createJoinToken(ctx, s, token)
+	joinString, err := createJoinToken(ctx, s, token, len(specs)+1)
 	if err != nil {
 		return err
 	}
@@ -262,11 +274,13 @@ func keepDataDir(dir string, s *controlplane.Replica) (string, error) {
 	return token, nil
 }
 
-// createJoinToken creates the join token of up's hosts (valid an hour)
-// and returns it as agents take it, with the CA's fingerprint.
-func createJoinToken(ctx context.Context, s *controlplane.Replica, token string) (string, error) {
+// createJoinToken creates the join token of up's hosts (valid an hour,
+// for joins joins: the simulated hosts and this machine's GPUs) and
+// returns it as agents take it, with the CA's fingerprint.
+func createJoinToken(ctx context.Context, s *controlplane.Replica, token string, joins int) (string, error) {
 	admin := client.New(s.URL, token, s.HTTPClient())
-	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()), ExpiresAt: ptr(time.Now().Add(time.Hour))})
+	jt, err := admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: fmt.Sprintf("gpucloud-up-%d", time.Now().Unix()),
+		ExpiresAt: ptr(time.Now().Add(time.Hour)), MaxUses: joins})
 	if err != nil {
 		return "", fmt.Errorf("create join token: %w", err)
 	}
