@@ -214,7 +214,7 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 	if cfg.Now != nil {
 		now = cfg.Now
 	}
-	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(now().Add(time.Hour))})
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "e2e", ExpiresAt: new(now().Add(time.Hour)), MaxUses: len(specs)})
 	if err != nil {
 		t.Fatalf("create join token: %v", err)
 	}
