@@ -264,3 +264,30 @@ func TestJoinTokenRace(t *testing.T) {
 		}
 	})
 }
+
+// TestHostsRemoveHolding: a host that holds instances is not removed: the
+// removal is refused (Conflict, saying to drain it) and changes nothing.
+func TestHostsRemoveHolding(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		f.putHost("h-a", 4)
+		in := f.placed(f.acme, "h-a", cloud.Scheduled)
+		for _, state := range []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping} {
+			if state != cloud.Scheduled {
+				testkit.Move(t, st, in.ID, state, nil, f.clock.Now())
+			}
+			before := f.state()
+			_, err := f.svc.Hosts.Remove(ctx, f.admin, "h-a")
+			ce := ahCode(t, err, cloud.Conflict)
+			if ce.Details["host"] != "h-a" || !strings.Contains(ce.Message, "hosts drain h-a") {
+				t.Errorf("removing a host with a %s instance: %+v", state, ce)
+			}
+			f.unchanged(before, "a refused removal")
+		}
+		testkit.Move(t, st, in.ID, cloud.Stopped, nil, f.clock.Now())
+		if n, err := f.svc.Hosts.Remove(ctx, f.admin, "h-a"); err != nil || n != 0 {
+			t.Errorf("removing a drained host without credentials = %d, %v", n, err)
+		}
+	})
+}
