@@ -141,7 +141,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	ctx, stop := cmdutil.SignalContext()
 	defer stop()
-	cred, hc, err := credential(ctx, cmd, fl, server, h.drv, stderr)
+	cred, hc, err := credential(ctx, cmd, fl, server, h.drv)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func makeDataDir(dir string) error {
 // credential returns the host's credential and the HTTP client that goes
 // with it: the kept one, or on the first start the one a join with the
 // join token issues (kept then, with its client certificate).
-func credential(ctx context.Context, cmd *cobra.Command, fl *flags, server string, drv gpu.Driver, stderr io.Writer) (string, *http.Client, error) {
+func credential(ctx context.Context, cmd *cobra.Command, fl *flags, server string, drv gpu.Driver) (string, *http.Client, error) {
 	jt, err := readJoinToken(fl.joinTokenFile)
 	if err != nil {
 		return "", nil, err
