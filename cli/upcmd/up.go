@@ -38,6 +38,7 @@ import (
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cli/servercmd"
 	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controlplane"
 )
 
@@ -57,7 +58,7 @@ type hostAgent struct {
 // host that has joined only with its current credential. Every agent of a local cloud keeps volumes
 // under volumeDir, so that a volume follows its instance from host to host
 // as on a cloud's network storage.
-func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime) (*hostAgent, error) {
+func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime) (*hostAgent, error) {
 	hc, secret, err := agentcmd.JoinClient(ctx, url, joinToken, dir)
 	if err != nil {
 		return nil, err
@@ -70,6 +71,15 @@ func startAgent(ctx context.Context, url, joinToken string, drv gpu.Driver, dir,
 		hc = credClient // the re-join presents the host's client certificate
 	}
 	joined, err := agent.Rejoin(ctx, agentapi.NewClient(url, "", hc), secret, cred, drv)
+	if host, ok := hostExists(err); ok && cred == "" {
+		// A data directory from before up kept its hosts' credentials:
+		// up, the cloud's admin, removes the host's old agent (revokes
+		// its credentials) and joins it again.
+		if err := revokeHostCredentials(ctx, admin, host); err != nil {
+			return nil, err
+		}
+		joined, err = agent.Rejoin(ctx, agentapi.NewClient(url, "", hc), secret, "", drv)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +221,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer rts.close()
-	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
+	hosts, err := startHosts(ctx, s.URL, joinString, client.New(s.URL, token, s.HTTPClient()), specs, rts, fl, log)
 	if err != nil {
 		return err
 	}
@@ -274,6 +284,33 @@ func keepDataDir(dir string, s *controlplane.Replica) (string, error) {
 	return token, nil
 }
 
+// hostExists reports whether err is a join refused because its host has
+// joined already (reason host_exists), and names the host.
+func hostExists(err error) (string, bool) {
+	var ce *cloud.Error
+	if !errors.As(err, &ce) || ce.Code != cloud.Conflict || ce.Details["reason"] != "host_exists" {
+		return "", false
+	}
+	host, ok := ce.Details["host"].(string)
+	return host, ok && host != ""
+}
+
+// revokeHostCredentials revokes the live agent credentials of host.
+func revokeHostCredentials(ctx context.Context, admin *client.Client, host string) error {
+	ts, err := admin.Tokens(ctx, "")
+	if err != nil {
+		return fmt.Errorf("host %s: list its credentials: %w", host, err)
+	}
+	for _, t := range ts {
+		if t.Role == cloud.RoleAgent && t.HostID == host && t.RevokedAt == nil {
+			if _, err := admin.RevokeToken(ctx, t.ID); err != nil {
+				return fmt.Errorf("host %s: revoke its old credential: %w", host, err)
+			}
+		}
+	}
+	return nil
+}
+
 // createJoinToken creates the join token of up's hosts (valid an hour,
 // for joins joins: the simulated hosts and this machine's GPUs) and
 // returns it as agents take it, with the CA's fingerprint.
@@ -290,7 +327,7 @@ func createJoinToken(ctx context.Context, s *controlplane.Replica, token string,
 // startHosts joins the simulated hosts, and this machine's GPUs when NVML
 // works (unless --no-nvml; a failure there is a warning), and returns
 // their agents, not yet running.
-func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, rts *upRuntimes, fl *flags, log *slog.Logger) ([]*hostAgent, error) {
+func startHosts(ctx context.Context, url, joinString string, admin *client.Client, specs []sim.Spec, rts *upRuntimes, fl *flags, log *slog.Logger) ([]*hostAgent, error) {
 	volumes := filepath.Join(fl.dir, "volumes")
 	var hosts []*hostAgent
 	for _, spec := range specs {
@@ -303,7 +340,7 @@ func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, r
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		h, err := startAgent(ctx, url, joinString, drv, hostDir, volumes, true, fl.interval, log, rt)
+		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt)
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
@@ -320,7 +357,7 @@ func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, r
 	rt, err := rts.forHost(ctx, hostDir, drv)
 	if err == nil {
 		var h *hostAgent
-		if h, err = startAgent(ctx, url, joinString, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {
+		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {
 			hosts = append(hosts, h)
 		}
 	}
