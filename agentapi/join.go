@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
@@ -126,4 +127,25 @@ func ClientCertificate(certPEM, keyPEM []byte, host string) (tls.Certificate, er
 		return tls.Certificate{}, errors.New("the agent's client certificate is not for client authentication")
 	}
 	return c, nil
+}
+
+// Reasons (details "reason") of joins the server refuses with a conflict.
+const (
+	// ReasonHostExists: the host ID has joined, and the join presented
+	// neither the host's current credential nor came after an admin
+	// removed the host.
+	ReasonHostExists = "host_exists"
+	// ReasonJoinTokenUsedUp: the join token has made all its joins.
+	ReasonJoinTokenUsedUp = "join_token_used_up"
+)
+
+// HostExists reports whether err is a join refused because its host has
+// joined already (ReasonHostExists), and names the host.
+func HostExists(err error) (host string, ok bool) {
+	var ce *cloud.Error
+	if !errors.As(err, &ce) || ce.Code != cloud.Conflict || ce.Details["reason"] != ReasonHostExists {
+		return "", false
+	}
+	host, ok = ce.Details["host"].(string)
+	return host, ok && host != ""
 }

@@ -61,9 +61,9 @@ const (
 const (
 	// HostExists: the host ID has joined, and the join presented neither
 	// the host's current credential nor came after an admin removed it.
-	HostExists = "host_exists"
+	HostExists = agentapi.ReasonHostExists
 	// JoinTokenUsedUp: the join token has made all the joins it allows.
-	JoinTokenUsedUp = "join_token_used_up"
+	JoinTokenUsedUp = agentapi.ReasonJoinTokenUsedUp
 )
 
 // Limits on an inventory; real hosts are far below them.

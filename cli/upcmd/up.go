@@ -38,7 +38,6 @@ import (
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cli/servercmd"
 	"github.com/gpucloud/gpucloud/client"
-	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controlplane"
 )
 
@@ -71,7 +70,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		hc = credClient // the re-join presents the host's client certificate
 	}
 	joined, err := agent.Rejoin(ctx, agentapi.NewClient(url, "", hc), secret, cred, drv)
-	if host, ok := hostExists(err); ok && cred == "" {
+	if host, ok := agentapi.HostExists(err); ok && cred == "" {
 		// A data directory from before up kept its hosts' credentials:
 		// up, the cloud's admin, removes the host's old agent (revokes
 		// its credentials) and joins it again.
@@ -284,17 +283,6 @@ func keepDataDir(dir string, s *controlplane.Replica) (string, error) {
 	return token, nil
 }
 
-// hostExists reports whether err is a join refused because its host has
-// joined already (reason host_exists), and names the host.
-func hostExists(err error) (string, bool) {
-	var ce *cloud.Error
-	if !errors.As(err, &ce) || ce.Code != cloud.Conflict || ce.Details["reason"] != "host_exists" {
-		return "", false
-	}
-	host, ok := ce.Details["host"].(string)
-	return host, ok && host != ""
-}
-
 // revokeHostCredentials revokes the live agent credentials of host.
 func revokeHostCredentials(ctx context.Context, admin *client.Client, host string) error {
 	ts, err := admin.Tokens(ctx, "")
@@ -302,7 +290,7 @@ func revokeHostCredentials(ctx context.Context, admin *client.Client, host strin
 		return fmt.Errorf("host %s: list its credentials: %w", host, err)
 	}
 	for _, t := range ts {
-		if t.Role == cloud.RoleAgent && t.HostID == host && t.RevokedAt == nil {
+		if t.Role == "agent" && t.HostID == host && t.RevokedAt == nil {
 			if _, err := admin.RevokeToken(ctx, t.ID); err != nil {
 				return fmt.Errorf("host %s: revoke its old credential: %w", host, err)
 			}
