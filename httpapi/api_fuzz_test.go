@@ -425,7 +425,7 @@ func newFuzzServer(t testing.TB) *fuzzServer {
 	// Limits far above what a fuzzer sends: the targets are about bodies,
 	// and a limited request never reaches its handler.
 	unlimited := Limit{Rate: 1e9, Burst: 1e9}
-	s.h = New(svc, Options{Logger: log, TokenCacheTTL: -1, Limits: RateLimits{Member: unlimited, Admin: unlimited, Agent: unlimited}})
+	s.h = New(svc, Options{Logger: log, TokenCacheTTL: -1, Limits: RateLimits{Member: unlimited, Admin: unlimited, Agent: unlimited, AgentLiveness: unlimited}})
 	tok, _, err := svc.Accounts.Bootstrap(ctx)
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
