@@ -300,7 +300,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	s, err := c.sessionOf(r, secret)
 	if cloud.ErrorCode(err) == cloud.RateLimited {
 		ce := retryAfter(w, err)
-		msg := "Too many requests: " + ce.Message
+		msg := ce.Message
+		if msg != "" {
+			msg = strings.ToUpper(msg[:1]) + msg[1:]
+		}
 		if ce.Details[limitDetail] == "auth_failures" {
 			msg = "Too many failed logins from your address; " + ce.Message
 		}

@@ -258,6 +258,13 @@ func TestConsoleMemberRateLimit(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.name, rec.Code, c.want)
 		}
 	}
+	// Logging in again is one more request of the member's: refused on
+	// the login page, with the member's limit, not as a failed login.
+	rec := lw.serve(req{method: "POST", path: "/login", addr: addr, form: url.Values{"token": {lw.acme.Token}}})
+	if body := rec.Body.String(); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" ||
+		!strings.Contains(body, "Too many requests: user "+lw.acme.User.ID) || strings.Contains(body, "failed logins") {
+		t.Errorf("login past the member's burst: %d %s", rec.Code, body)
+	}
 	// A second refills 50.
 	lw.clock.Advance(time.Second)
 	got = tally{}
