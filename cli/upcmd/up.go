@@ -199,6 +199,11 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer rts.close()
+	if rts.kind == upRuntimeContainerd {
+		if rts.limits, err = fleetLimits(specs, thisMachine()); err != nil {
+			return err
+		}
+	}
 	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
 	if err != nil {
 		return err
