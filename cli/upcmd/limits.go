@@ -27,10 +27,14 @@ type resources struct {
 // CPU and memory limits of its offering; run as containers on one small
 // machine, a few instances could be allowed more memory than the machine
 // has, and one tenant could push it into the kernel's out-of-memory
-// killer. So each container's limits are scaled by machine/fleet (CPU and
-// memory apart, never up), which keeps what the whole simulated fleet may
-// use within the machine, while the fleet, the offerings and the
-// scheduler keep their simulated sizes.
+// killer. So each container's memory limit is scaled by machine/fleet
+// (never up), which keeps what the whole simulated fleet may hold within
+// the machine's memory, and its CPU limit is capped at the machine's CPUs.
+// CPU is not scaled like memory: time on a busy CPU is shared in
+// proportion to the containers' CPU shares (which follow the offerings),
+// nothing is killed for lack of it, and a scaled quota (1/640 on a
+// 2-core machine) would starve a lone instance on an idle machine. The
+// fleet, the offerings and the scheduler keep their simulated sizes.
 type limitScale struct {
 	fleet, machine resources
 }
@@ -73,23 +77,36 @@ func scale(v, num, den int64) int64 {
 	return max(s, 1)
 }
 
-// apply returns s with its CPU and memory limits scaled.
+// apply returns s with its memory limit scaled and its CPU limit capped.
 func (l limitScale) apply(s runtime.Spec) runtime.Spec {
-	s.CPUMilli = scale(s.CPUMilli, l.machine.cpuMilli, l.fleet.cpuMilli)
+	if l.machine.cpuMilli > 0 && s.CPUMilli > l.machine.cpuMilli {
+		s.CPUMilli = l.machine.cpuMilli
+	}
 	s.MemoryMiB = scale(s.MemoryMiB, l.machine.memoryMiB, l.fleet.memoryMiB)
 	return s
 }
 
-// describe is the line up prints when it scales the limits, "" when it
-// does not.
+// describe is the line up prints when it scales or caps the limits, ""
+// when it does not.
 func (l limitScale) describe() string {
 	if !l.scales() {
 		return ""
 	}
-	return fmt.Sprintf("limits: the simulated hosts promise %s CPUs and %s GiB together, this machine has %s CPUs and %s GiB: "+
-		"each container's CPU and memory limits are scaled by %s and %s, so that all of them together fit this machine (docs/RUNTIME.md)",
-		milliCores(l.fleet.cpuMilli), gib(l.fleet.memoryMiB), milliCores(l.machine.cpuMilli), gib(l.machine.memoryMiB),
-		ratio(l.machine.cpuMilli, l.fleet.cpuMilli), ratio(l.machine.memoryMiB, l.fleet.memoryMiB))
+	var what []string
+	if l.machine.memoryMiB > 0 && l.fleet.memoryMiB > l.machine.memoryMiB {
+		what = append(what, fmt.Sprintf("each container's memory limit is scaled by %s, so that all of them together fit in its memory",
+			ratio(l.machine.memoryMiB, l.fleet.memoryMiB)))
+	}
+	if l.machine.cpuMilli > 0 && l.fleet.cpuMilli > l.machine.cpuMilli {
+		what = append(what, fmt.Sprintf("a container's CPU limit is at most %s CPUs (busy CPUs are shared in proportion to the offerings)",
+			milliCores(l.machine.cpuMilli)))
+	}
+	mem := "memory unknown"
+	if l.machine.memoryMiB > 0 {
+		mem = gib(l.machine.memoryMiB) + " GiB"
+	}
+	return fmt.Sprintf("limits: the simulated hosts promise %s CPUs and %s GiB together, this machine has %s CPUs and %s: %s (docs/RUNTIME.md)",
+		milliCores(l.fleet.cpuMilli), gib(l.fleet.memoryMiB), milliCores(l.machine.cpuMilli), mem, strings.Join(what, "; "))
 }
 
 // milliCores formats milli-cores as cores ("2", "0.5").

@@ -23,10 +23,10 @@ func TestLimitScale(t *testing.T) {
 		scales          bool
 	}{
 		{"A100 MIG slice on the small machine", fleet, smallMachine,
-			runtime.Spec{CPUMilli: 3000, MemoryMiB: 34 * 1024}, 4, 79, true},
+			runtime.Spec{CPUMilli: 3000, MemoryMiB: 34 * 1024}, 2000, 79, true},
 		{"whole host (metal) on the small machine", fleet, smallMachine,
-			runtime.Spec{CPUMilli: 256_000, MemoryMiB: 2048 * 1024}, 400, 4812, true},
-		{"the whole fleet is the machine", fleet, smallMachine,
+			runtime.Spec{CPUMilli: 256_000, MemoryMiB: 2048 * 1024}, 2000, 4812, true},
+		{"the whole fleet fits the machine", fleet, smallMachine,
 			runtime.Spec{CPUMilli: fleet.cpuMilli, MemoryMiB: fleet.memoryMiB}, 2000, 24064, true},
 		{"tiny limits stay positive", fleet, smallMachine,
 			runtime.Spec{CPUMilli: 1, MemoryMiB: 1}, 1, 1, true},
@@ -36,8 +36,12 @@ func TestLimitScale(t *testing.T) {
 			runtime.Spec{CPUMilli: 3000, MemoryMiB: 4096}, 3000, 4096, false},
 		{"only memory short", resources{cpuMilli: 8000, memoryMiB: 64 * 1024}, resources{cpuMilli: 16000, memoryMiB: 16 * 1024},
 			runtime.Spec{CPUMilli: 3000, MemoryMiB: 8192}, 3000, 2048, true},
+		{"only CPU short", resources{cpuMilli: 64000, memoryMiB: 8 * 1024}, resources{cpuMilli: 2000, memoryMiB: 16 * 1024},
+			runtime.Spec{CPUMilli: 3000, MemoryMiB: 8192}, 2000, 8192, true},
+		{"CPU under the machine's kept", fleet, smallMachine,
+			runtime.Spec{CPUMilli: 1500, MemoryMiB: 1024}, 1500, 2, true},
 		{"memory unknown (not Linux): CPU only", resources{cpuMilli: 8000, memoryMiB: 64 * 1024}, resources{cpuMilli: 2000},
-			runtime.Spec{CPUMilli: 4000, MemoryMiB: 8192}, 1000, 8192, true},
+			runtime.Spec{CPUMilli: 4000, MemoryMiB: 8192}, 2000, 8192, true},
 		{"equal: nothing", smallMachine, smallMachine, runtime.Spec{CPUMilli: 2000, MemoryMiB: 24064}, 2000, 24064, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,7 +75,8 @@ func TestFleetLimitsDefaultFleet(t *testing.T) {
 		t.Errorf("fleet %+v, want %+v", l.fleet, want)
 	}
 	want := "limits: the simulated hosts promise 1280 CPUs and 10240 GiB together, this machine has 2 CPUs and 23.5 GiB: " +
-		"each container's CPU and memory limits are scaled by 1/640 and 1/436, so that all of them together fit this machine (docs/RUNTIME.md)"
+		"each container's memory limit is scaled by 1/436, so that all of them together fit in its memory; " +
+		"a container's CPU limit is at most 2 CPUs (busy CPUs are shared in proportion to the offerings) (docs/RUNTIME.md)"
 	if got := l.describe(); got != want {
 		t.Errorf("describe:\n got %s\nwant %s", got, want)
 	}
@@ -101,7 +106,7 @@ func TestUpSaysItScales(t *testing.T) {
 		if !strings.HasPrefix(lines[0], "workloads: containers") {
 			t.Errorf("%s: %q", tc.name, out)
 		}
-		says := len(lines) == 2 && strings.Contains(lines[1], "scaled by 1/640 and 1/436")
+		says := len(lines) == 2 && strings.Contains(lines[1], "scaled by 1/436")
 		if says != tc.want || len(lines) > 2 || !tc.want && len(lines) != 1 {
 			t.Errorf("%s: describe %q; want the limits line: %v", tc.name, out, tc.want)
 		}
@@ -142,7 +147,7 @@ func TestScaledRuntimeStart(t *testing.T) {
 	if err := rt.Start(context.Background(), runtime.Spec{InstanceID: "i-1", CPUMilli: 4000, MemoryMiB: 2048, ShareMemoryMiB: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if rec.got.InstanceID != "i-1" || rec.got.CPUMilli != 1000 || rec.got.MemoryMiB != 1024 || rec.got.ShareMemoryMiB != 1000 {
-		t.Errorf("started %+v; want i-1 at 1000 m, 1024 MiB, GPU share memory untouched", rec.got)
+	if rec.got.InstanceID != "i-1" || rec.got.CPUMilli != 2000 || rec.got.MemoryMiB != 1024 || rec.got.ShareMemoryMiB != 1000 {
+		t.Errorf("started %+v; want i-1 at 2000 m, 1024 MiB, GPU share memory untouched", rec.got)
 	}
 }
