@@ -22,7 +22,7 @@ import (
 // visibly, as the package describes; s itself when it holds none.
 func Escape(s string) string {
 	var b strings.Builder
-	done := 0 // s[:done] is in b (once b is in use)
+	done := 0 // s[:done] is in b
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		esc := ""
@@ -38,7 +38,7 @@ func Escape(s string) string {
 			esc = fmt.Sprintf(`\u%04x`, r)
 		}
 		if esc != "" {
-			if done == 0 && b.Len() == 0 {
+			if b.Len() == 0 {
 				b.Grow(len(s) + 16)
 			}
 			b.WriteString(s[done:i])
@@ -47,8 +47,8 @@ func Escape(s string) string {
 		}
 		i += size
 	}
-	if done == 0 && b.Len() == 0 {
-		return s
+	if b.Len() == 0 {
+		return s // nothing to escape
 	}
 	b.WriteString(s[done:])
 	return b.String()
