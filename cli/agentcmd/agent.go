@@ -128,7 +128,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer h.close()
-	if err := makeDataDir(fl.dir); err != nil {
+	if err := agent.MakeDataDir(fl.dir); err != nil {
 		return err
 	}
 	if fl.credFile == "" {
@@ -197,16 +197,6 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, close: func() { d.Close() }}, nil
 	}
 	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim or nvml", fl.driver)
-}
-
-// makeDataDir makes the agent's data directory, which holds the
-// credential, the CA and the workloads' state, the host's root's only (a
-// directory made before keeps its mode otherwise).
-func makeDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
 }
 
 // credential returns the host's credential and the HTTP client that goes

@@ -42,6 +42,9 @@ type upRuntimes struct {
 	kind, why string
 	daemon    *containerd.Daemon
 	log       *slog.Logger
+	// limits scales the simulated hosts' container limits to this
+	// machine (set before the hosts' runtimes are made; zero: none).
+	limits limitScale
 
 	mu     sync.Mutex
 	closed bool
@@ -166,7 +169,8 @@ func startUpRuntimes(ctx context.Context, mode, dataDir string, log *slog.Logger
 // dir. A containerd runtime keeps its instances' directories under
 // dir/runtime, labels its containers with the host (dir's name) so that
 // the runtimes of other hosts on the daemon leave them alone, and for a
-// simulated host sees the fake device nodes made in dir/dev.
+// simulated host sees the fake device nodes made in dir/dev, and starts
+// workloads with their limits scaled by u.limits.
 func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (agentcmd.Runtime, error) {
 	if u.kind == upRuntimeProcess {
 		return process.New(filepath.Join(dir, "runtime")).SetLog(u.log), nil
@@ -201,6 +205,9 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 		return nil, errors.New("up is shutting down")
 	}
 	u.ctrs = append(u.ctrs, rt)
+	if _, simulated := drv.(*sim.Host); simulated && u.limits.scales() {
+		return scaledRuntime{containerRuntime: rt, limits: u.limits}, nil
+	}
 	return rt, nil
 }
 
@@ -223,8 +230,12 @@ func baseImage(ctx context.Context, d *containerd.Daemon, dataDir string) error 
 func (u *upRuntimes) describe() string {
 	switch {
 	case u.kind == upRuntimeContainerd:
-		return fmt.Sprintf("workloads: containers on a private containerd (socket %s; default image %s)",
+		s := fmt.Sprintf("workloads: containers on a private containerd (socket %s; default image %s)",
 			u.daemon.Socket(), containerd.BaseImage)
+		if l := u.limits.describe(); l != "" {
+			s += "\n" + l
+		}
+		return s
 	case u.why != "":
 		return "warning: workloads run as plain processes, NOT isolated from each other or from gpucloud: " + u.why +
 			" (for containers: apt-get install containerd runc tini busybox-static and run up as root)"

@@ -199,6 +199,11 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer rts.close()
+	if rts.kind == upRuntimeContainerd {
+		if rts.limits, err = fleetLimits(specs, thisMachine()); err != nil {
+			return err
+		}
+	}
 	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
 	if err != nil {
 		return err
@@ -273,6 +278,19 @@ func createJoinToken(ctx context.Context, s *controlplane.Replica, token string)
 	return agentapi.JoinString(jt.Secret, s.CAFingerprint()), nil
 }
 
+// makeHostDir makes the data directory of host id's agent,
+// dataDir/hosts/id, and dataDir/hosts, each the host root's only
+// (agent.DataDirMode, an existing one included), before anything else
+// makes them with a looser mode, and returns its path.
+func makeHostDir(dataDir, id string) (string, error) {
+	hosts := filepath.Join(dataDir, "hosts")
+	if err := agent.MakeDataDir(hosts); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(hosts, id)
+	return dir, agent.MakeDataDir(dir)
+}
+
 // startHosts joins the simulated hosts, and this machine's GPUs when NVML
 // works (unless --no-nvml; a failure there is a warning), and returns
 // their agents, not yet running.
@@ -284,7 +302,10 @@ func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, r
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		hostDir := filepath.Join(fl.dir, "hosts", spec.ID)
+		hostDir, err := makeHostDir(fl.dir, spec.ID)
+		if err != nil {
+			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
+		}
 		rt, err := rts.forHost(ctx, hostDir, drv)
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
@@ -302,8 +323,11 @@ func startHosts(ctx context.Context, url, joinString string, specs []sim.Spec, r
 	if err != nil {
 		return hosts, nil
 	}
-	hostDir := filepath.Join(fl.dir, "hosts", "nvml")
-	rt, err := rts.forHost(ctx, hostDir, drv)
+	hostDir, err := makeHostDir(fl.dir, "nvml")
+	var rt agentcmd.Runtime
+	if err == nil {
+		rt, err = rts.forHost(ctx, hostDir, drv)
+	}
 	if err == nil {
 		var h *hostAgent
 		if h, err = startAgent(ctx, url, joinString, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {
