@@ -95,7 +95,7 @@ func (b *base) checkRegistry(fieldName, image string) error {
 		return Field(fieldName, "%s %v", Quote(image), err)
 	}
 	if err := imageref.CheckRegistryAllowed(ref, b.opts.AllowRegistries); err != nil {
-		return Field(fieldName, "%s %v", Quote(image), err)
+		return Field(fieldName, "%v", err)
 	}
 	return nil
 }

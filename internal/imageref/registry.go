@@ -144,15 +144,14 @@ func canonHost(h string) string {
 // HTTPS.
 const DefaultPort = "443"
 
-// CheckRegistryAllowed returns an error, in words that fit after "image
-// %q ", when the registry of ref may not be pulled from by its name alone
-// (HostRule) and the operator did not allow it. It says which rule, never
-// anything about the port.
+// CheckRegistryAllowed returns an error when the registry of ref may not
+// be pulled from by its name alone (HostRule) and the operator did not
+// allow it. It names the registry's host and the rule, never the port.
 func CheckRegistryAllowed(ref Reference, allow AllowList) error {
 	host, port := SplitRegistry(ref.Registry)
 	rule := HostRule(host)
 	if rule == "" || allow.Allows(host, port) || port == "" && allow.Allows(host, DefaultPort) {
 		return nil
 	}
-	return fmt.Errorf("names registry %s, which is %s: hosts do not pull from loopback, link-local, private or other internal addresses unless the operator allows the registry (--allow-registry)", host, rule)
+	return fmt.Errorf("registry %s is %s: hosts do not pull from loopback, link-local, private or other internal addresses unless the operator allows the registry (--allow-registry)", host, rule)
 }
