@@ -201,6 +201,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer rts.close()
+	rts.allow = fl.registries.List
 	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
 	if err != nil {
 		return err
