@@ -225,12 +225,16 @@ func checkLayerSizes(children []ocispec.Descriptor, maxBytes int64) error {
 	return nil
 }
 
-// byteSize writes n bytes in GiB or MiB.
+// byteSize writes n bytes in GiB or MiB when it is a whole number of
+// them, else in bytes.
 func byteSize(n int64) string {
-	if n >= 1<<30 && n%(1<<30) == 0 {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
 		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
 	}
-	return strconv.FormatInt(n>>20, 10) + " MiB"
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // pull pulls image name (canonical) from its registry, unpacked for the

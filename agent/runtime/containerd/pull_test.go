@@ -2,19 +2,25 @@ package containerd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path"
+	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/images"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/internal/imageref"
 )
 
@@ -232,6 +238,114 @@ func TestPullBudget(t *testing.T) {
 		}
 		if got := errors.Is(err, errImageTooLarge); got != c.tooLarge {
 			t.Errorf("%d bytes (chunked %v) in a budget of %d: %v, want too large %v", c.n, c.chunked, c.budget, err, c.tooLarge)
+		}
+	}
+}
+
+// testRegistry serves one image, repository repo tag "1", over plain HTTP
+// on loopback, as a registry's API does (GET and HEAD of /v2/,
+// manifests and blobs), and records the paths asked for.
+type testRegistry struct {
+	srv   *httptest.Server
+	layer string // the layer's blob path
+	mu    sync.Mutex
+	paths []string
+}
+
+func newTestRegistry(t *testing.T, repo string, files []File) *testRegistry {
+	t.Helper()
+	layer, err := layerTar(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]any{"architecture": goruntime.GOARCH, "os": "linux",
+		"config": map[string]any{}, "rootfs": map[string]any{"type": "layers", "diff_ids": []string{digestOf(layer)}}})
+	manifest, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": ocispec.MediaTypeImageManifest,
+		"config": map[string]any{"mediaType": ocispec.MediaTypeImageConfig, "digest": digestOf(cfg), "size": len(cfg)},
+		"layers": []any{map[string]any{"mediaType": ocispec.MediaTypeImageLayer, "digest": digestOf(layer), "size": len(layer)}}})
+	blobs := map[string][]byte{digestOf(cfg): cfg, digestOf(layer): layer}
+	r := &testRegistry{layer: "/v2/" + repo + "/blobs/" + digestOf(layer)}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.paths = append(r.paths, req.URL.Path)
+		r.mu.Unlock()
+		var body []byte
+		switch p := req.URL.Path; {
+		case p == "/v2/":
+		case p == "/v2/"+repo+"/manifests/1" || p == "/v2/"+repo+"/manifests/"+digestOf(manifest):
+			body = manifest
+			w.Header().Set("Content-Type", ocispec.MediaTypeImageManifest)
+			w.Header().Set("Docker-Content-Digest", digestOf(manifest))
+		case strings.HasPrefix(p, "/v2/"+repo+"/blobs/") && blobs[path.Base(p)] != nil:
+			body = blobs[path.Base(p)]
+		default:
+			http.NotFound(w, req)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		if req.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// asked reports whether the registry was asked for path, or for anything
+// when path is empty.
+func (r *testRegistry) asked(path string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return path == "" && len(r.paths) > 0 || slices.Contains(r.paths, path)
+}
+
+// TestPullFromRegistry: through containerd, the runtime pulls from a
+// registry on the host's loopback only when the operator allowed it, and
+// then runs the image; refused, it never connects; an image over the size
+// limit is refused from its manifest, before its layer is fetched.
+func TestPullFromRegistry(t *testing.T) {
+	need(t)
+	files, err := BaseImageFiles("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, File{Path: "/etc/marker", Mode: 0o644, Data: []byte("pulled\n")})
+	for _, c := range []struct {
+		name  string
+		allow bool
+		max   int64
+		says  string // "" when the pull succeeds
+	}{
+		{"refused", false, 0, "registry host 127.0.0.1 is a loopback address"},
+		{"allowed", true, 0, ""},
+		{"too large", true, 1 << 20, "over the host's limit of 1 MiB"},
+	} {
+		repo := "acme/" + strings.ReplaceAll(c.name, " ", "-")
+		reg := newTestRegistry(t, repo, files)
+		host := strings.TrimPrefix(reg.srv.URL, "http://")
+		rt := newRuntime(t, func(cfg *Config) {
+			cfg.NoPull, cfg.MaxImageBytes = false, c.max
+			if c.allow {
+				cfg.AllowRegistries = imageref.MustAllowList("127.0.0.1")
+			}
+		})
+		spec := runtime.Spec{InstanceID: newID(t), Image: host + "/" + repo + ":1", Command: sh("cat /etc/marker")}
+		if c.says == "" {
+			if st, out := run(t, rt, spec); st.ExitCode != 0 || out != "pulled\n" {
+				t.Errorf("%s: exit %d, output %q; want the pulled image to run", c.name, st.ExitCode, out)
+			}
+			continue
+		}
+		err := rt.Start(t.Context(), spec)
+		want := "the image could not be pulled from " + host
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v; want %q and %q", c.name, err, want, c.says)
+		}
+		if !c.allow && reg.asked("") {
+			t.Errorf("%s: the registry was asked for %v", c.name, reg.paths)
+		}
+		if reg.asked(reg.layer) {
+			t.Errorf("%s: the layer was fetched", c.name)
 		}
 	}
 }
