@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +88,10 @@ type Config struct {
 	// (service.DefaultAddressPool when empty).
 	StopGrace   time.Duration
 	AddressPool string
+	// AllowRegistries are the registries images may name although their
+	// host is a loopback, link-local or private address
+	// (service.Options.AllowRegistries); empty allows none.
+	AllowRegistries imageref.AllowList
 }
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
@@ -260,7 +265,7 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool,
-		Availability: s.availability, DryRun: s.dryRun}
+		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 	}

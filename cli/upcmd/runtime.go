@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -45,6 +46,9 @@ type upRuntimes struct {
 	// limits scales the simulated hosts' container limits to this
 	// machine (set before the hosts' runtimes are made; zero: none).
 	limits limitScale
+	// allow are the registries the hosts pull from although their
+	// addresses are internal (--allow-registry, as the server's).
+	allow imageref.AllowList
 
 	mu     sync.Mutex
 	closed bool
@@ -186,7 +190,7 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 	u.nets = append(u.nets, net)
 	u.mu.Unlock()
 	cfg := containerd.Config{Socket: u.daemon.Socket(), BaseDir: filepath.Join(dir, "runtime"), Host: filepath.Base(dir), Log: u.log,
-		Network: net}
+		Network: net, AllowRegistries: u.allow}
 	if h, ok := drv.(*sim.Host); ok {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)

@@ -133,6 +133,7 @@ type flags struct {
 	spot                             servercmd.SpotFlags
 	tls                              servercmd.TLSFlags
 	limits                           servercmd.LimitFlags
+	registries                       servercmd.RegistryFlags
 	dir, listen, fleetFile, logLevel string
 	runtimeMode, db                  string
 	noNVML                           bool
@@ -145,6 +146,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	fl.spot.Register(cmd)
 	fl.limits.Register(cmd)
+	fl.registries.Register(cmd)
 	f.StringVar(&fl.dir, "data-dir", cmdutil.DataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&fl.db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
@@ -204,6 +206,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 			return err
 		}
 	}
+	rts.allow = fl.registries.List
 	hosts, err := startHosts(ctx, s.URL, joinString, specs, rts, fl, log)
 	if err != nil {
 		return err
@@ -237,6 +240,9 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 		return nil, err
 	}
 	if err := fl.spot.Apply(cmd, &cfg); err != nil {
+		return nil, err
+	}
+	if err := fl.registries.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
 	s, err := controlplane.Start(ctx, cfg)
