@@ -15,17 +15,48 @@ gpucloud_need_tool() { # TOOL PACKAGE
 	command -v "$1" >/dev/null 2>&1
 }
 
+# gpucloud_need_static_busybox makes sure /bin/busybox is a statically
+# linked program (an ELF file without a program interpreter), installing
+# busybox-static over Debian's dynamic busybox when it is not: the base
+# image runs it in containers that hold no shared libraries.
+gpucloud_need_static_busybox() {
+	gpucloud_need_tool readelf binutils || return 1
+	if [ -f /bin/busybox ] && ! readelf -l /bin/busybox 2>/dev/null | grep -q 'program interpreter'; then
+		return 0
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		echo "tools.sh: /bin/busybox is missing or not statically linked, and installing busybox-static needs root" >&2
+		return 1
+	fi
+	echo "tools.sh: installing busybox-static from Debian's packages (/bin/busybox is missing or dynamic)"
+	apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends busybox-static >/dev/null || return 1
+	[ -f /bin/busybox ] && ! readelf -l /bin/busybox | grep -q 'program interpreter'
+}
+
 gpucloud_need_tool promtool prometheus
+# The NVML bindings (agent/gpu/nvml) are cgo. Without a C compiler Go turns
+# cgo off, silently, and the package's tests vanish ([no test files]): a C
+# compiler is a tool like the others (.ci/run then fails if cgo is off).
+if ! command -v "$(go env CC)" >/dev/null 2>&1; then
+	gpucloud_need_tool gcc gcc
+fi
 # Chromium (Debian's chromium package) runs the web console's browser tests
 # (e2e/console_test.go); they fail in CI without it.
 gpucloud_need_tool chromium chromium
 # The container runtime's tests (agent/runtime/containerd) start a private
 # containerd with runc, run tini-static as each container's init, and build
 # their images from busybox-static; they fail in CI without them.
+# The tests find these programs as this check does: by name in PATH
+# (containerd also finds its shim and runc there), and busybox at the
+# path Debian's busybox-static gives it, which the base image is made
+# from (containerd.DefaultBusybox), statically linked.
 gpucloud_need_tool containerd containerd
+gpucloud_need_tool containerd-shim-runc-v2 containerd
 gpucloud_need_tool runc runc
 gpucloud_need_tool tini-static tini
 gpucloud_need_tool busybox busybox-static
+gpucloud_need_static_busybox
 # The instance network's tests (agent/network, and agent/runtime/containerd's
 # network test) make bridges, veths and namespaces with ip(8) and rules with
 # nft(8); they fail in CI without them.

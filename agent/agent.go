@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -181,6 +182,21 @@ func (a *Agent) check() error {
 	return nil
 }
 
+// DataDirMode is the mode of an agent's data directory: it holds the
+// host's credential, its TLS key and every instance's work directory and
+// log, so only the host's root may enter it.
+const DataDirMode os.FileMode = 0o700
+
+// MakeDataDir makes dir (and any missing parent) with DataDirMode, and
+// gives an existing dir that mode too, so that a directory made looser
+// before (by another program, or an earlier version) is closed at start.
+func MakeDataDir(dir string) error {
+	if err := os.MkdirAll(dir, DataDirMode); err != nil {
+		return err
+	}
+	return os.Chmod(dir, DataDirMode)
+}
+
 // Joined is what a join gives the agent: the server's answer (host ID,
 // credential, and the TLS client certificate from a server that serves
 // TLS) and the client key the certificate is for, which the agent made for
@@ -244,11 +260,16 @@ func Rejoin(ctx context.Context, srv ControlPlane, joinToken, credential string,
 
 // Run heartbeats and reconciles, each every Interval, until ctx ends; it
 // then returns nil, leaving the workloads running. A failing heartbeat or
-// pass is logged and retried with backoff (up to ten intervals). Run returns
-// an error only for an agent without driver, runtime or data directory.
+// pass is logged and retried with backoff (up to ten intervals). Run first
+// makes the data directory the host root's only (MakeDataDir); it returns an
+// error only for an agent without driver, runtime or data directory, or one
+// whose data directory cannot be made so.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := a.check(); err != nil {
 		return err
+	}
+	if err := MakeDataDir(a.cfg.DataDir); err != nil {
+		return fmt.Errorf("agent: data directory: %w", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat) })

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -260,6 +261,33 @@ func TestInstanceLogs(t *testing.T) {
 
 	code, _, errOut = e.as(tok, "instances", "logs", "i-0000000000000000")
 	oneLine(t, code, errOut, "(not_found)")
+
+	// On a terminal the workload's escape sequences are shown, not sent;
+	// --raw, a pipe or a file get the bytes. (Invalid UTF-8 reaches the
+	// CLI as U+FFFD: the API's JSON carries text.)
+	hostile := "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2A\x1b[2K\a\u009b1m\r\x7fok ✓\tdone\n"
+	e.appendLog(in.ID, hostile, 1<<20)
+	terminal := false
+	oldTW := terminalWidth
+	terminalWidth = func(io.Writer) (int, bool) { return 80, terminal }
+	t.Cleanup(func() { terminalWidth = oldTW })
+	for _, tc := range []struct {
+		name     string
+		terminal bool
+		args     []string
+		want     string
+	}{
+		{"terminal", true, nil, `\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2A\x1b[2K\x07\u009b1m\r\x7fok ✓` + "\tdone\n"},
+		{"terminal, --raw", true, []string{"--raw"}, hostile},
+		{"terminal, --follow", true, []string{"--follow"}, `\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2A\x1b[2K\x07\u009b1m\r\x7fok ✓` + "\tdone\n"},
+		{"pipe", false, nil, hostile},
+	} {
+		terminal = tc.terminal
+		code, out, errOut := e.as(tok, append([]string{"instances", "logs", in.ID}, tc.args...)...)
+		if code != 0 || !strings.HasSuffix(out, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want it to end %q", tc.name, code, out, errOut, tc.want)
+		}
+	}
 
 	// A server without the route says so.
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

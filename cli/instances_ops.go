@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/ctrlesc"
 )
 
 // pollEvery is how often --wait and logs --follow ask the server; tests
@@ -368,7 +369,7 @@ func noOutputNote(in *cloud.Instance, follow bool) string {
 }
 
 func newInstancesLogsCommand(s *session) *cobra.Command {
-	var follow bool
+	var follow, raw bool
 	cmd := &cobra.Command{
 		Use:   "logs ID",
 		Short: "Print an instance's output",
@@ -377,9 +378,15 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 			"fails or is terminated (or Ctrl-C).\n\n" +
 			"An instance that has not started yet has no output: a one-line note on stderr\n" +
 			"says so (and its state), and the exit status is 0, as for any instance whose\n" +
-			"workload has written nothing yet.",
-		Example: "  gpucloud instances logs i-0123456789abcdef\n  gpucloud instances logs i-0123456789abcdef --follow",
-		Args:    exactArgs(1, "one instance ID"),
+			"workload has written nothing yet.\n\n" +
+			"On a terminal, control characters other than newline and tab are shown\n" +
+			"visibly (ESC as \\x1b, CR as \\r), so that no escape sequence the workload\n" +
+			"wrote (a window title, the clipboard, cursor moves) acts on the terminal;\n" +
+			"--raw writes the bytes as they are. Into a pipe or a file the output is\n" +
+			"always written as it is.",
+		Example: "  gpucloud instances logs i-0123456789abcdef\n  gpucloud instances logs i-0123456789abcdef --follow\n" +
+			"  gpucloud instances logs i-0123456789abcdef --raw",
+		Args: exactArgs(1, "one instance ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -387,7 +394,9 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			err = c.copyLogs(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], follow)
+			out := cmd.OutOrStdout()
+			_, tty := terminalWidth(out)
+			err = c.copyLogs(ctx, out, cmd.ErrOrStderr(), args[0], follow, tty && !raw)
 			if follow && ctx.Err() != nil {
 				// Ctrl-C is how a follow ends.
 				return nil
@@ -397,13 +406,15 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 		ValidArgsFunction: s.completeInstances(false),
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the instance stops")
+	cmd.Flags().BoolVar(&raw, "raw", false, "write the output's bytes as they are on a terminal too, escape sequences included\n(a pipe or a file always gets them as they are)")
 	return cmd
 }
 
 // copyLogs writes an instance's output to w: what there is now, or with
-// follow, everything until the instance is finished. Output the server
-// dropped to keep its log under its cap is noted on stderr.
-func (c *conn) copyLogs(ctx context.Context, w, stderr io.Writer, id string, follow bool) error {
+// follow, everything until the instance is finished; with escape, its
+// control characters made visible (ctrlesc), for a terminal. Output the
+// server dropped to keep its log under its cap is noted on stderr.
+func (c *conn) copyLogs(ctx context.Context, w, stderr io.Writer, id string, follow, escape bool) error {
 	var offset int64
 	last, noted := false, false
 	for {
@@ -419,7 +430,11 @@ func (c *conn) copyLogs(ctx context.Context, w, stderr io.Writer, id string, fol
 			fmt.Fprintf(stderr, "[gpucloud: %d bytes of earlier output were dropped by the server]\n", ch.Start-offset)
 		}
 		if ch.Data != "" {
-			if _, err := io.WriteString(w, ch.Data); err != nil {
+			data := ch.Data
+			if escape {
+				data = ctrlesc.Escape(data)
+			}
+			if _, err := io.WriteString(w, data); err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,13 @@
 // token derived from the session's token (an HMAC only the holder of the
 // cookie can compute), and a POST whose Origin is another site is refused
 // before anything is read.
+//
+// Every request with a session cookie goes through the API's request
+// limits (Options.Limiter): a cookie that is not a live user's token is a
+// failed authentication of the browser's address, and past that address's
+// limit the console answers 429 without looking cookies up; a live
+// session's request takes from its user's bucket, the one the user's API
+// requests take from.
 package console
 
 import (
@@ -24,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,14 +59,36 @@ const sessionTTL = 12 * time.Hour
 type Options struct {
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
-	// CheckLogin, when set, checks a token typed on the login page the
-	// way the API checks a bearer token, with the API's limits on failed
-	// authentications from the browser's address (serve wires it to the
-	// API handler): nil when the token is good, a *cloud.Error
-	// (unauthenticated, rate_limited) when not. Without it the console
-	// checks the token against the store only.
-	CheckLogin func(r *http.Request, token string) error
+	// Limiter applies the API's request limits to the console's
+	// requests: the server hands the console the API's own limiter
+	// (httpapi.Limiter), so that they share its buckets. Without it the
+	// console limits nothing; a server that serves it must set it.
+	Limiter Limiter
 }
+
+// Limiter is the API's request limits as the console applies them;
+// httpapi.Limiter implements it. A refusal is a *cloud.Error with code
+// rate_limited whose Details["retry_after_seconds"] (an int) is how long
+// to wait, and Details["limit"] which limit refused: "auth_failures" or
+// "requests".
+type Limiter interface {
+	// CheckToken runs lookup, which looks up token, presented by r, under
+	// the failed-authentication limit of r's source address: past it,
+	// a token that has not authenticated recently is refused and lookup
+	// does not run; a malformed token, or one lookup answers
+	// unauthenticated, counts as a failure.
+	CheckToken(r *http.Request, token string, lookup func() error) error
+	// AllowUser takes one request of user (of tenant, in role) from the
+	// user's bucket, the one the user's API requests take from: refused
+	// when it is empty.
+	AllowUser(ctx context.Context, user, tenant string, role cloud.Role) error
+}
+
+// The Details keys of a rate_limited refusal (Limiter).
+const (
+	retryAfterDetail = "retry_after_seconds"
+	limitDetail      = "limit"
+)
 
 // Console is the console's http.Handler.
 type Console struct {
@@ -68,8 +98,8 @@ type Console struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	tmpl map[string]*template.Template
-	// checkLogin is Options.CheckLogin.
-	checkLogin func(r *http.Request, token string) error
+	// limits is Options.Limiter, nil for none.
+	limits Limiter
 }
 
 // New returns the console over the services svc, which hold the store,
@@ -79,7 +109,7 @@ func New(svc *service.Services, opts Options) *Console {
 		opts.Logger = slog.Default()
 	}
 	c := &Console{
-		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), checkLogin: opts.CheckLogin,
+		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), limits: opts.Limiter,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
@@ -159,12 +189,13 @@ func (s *session) admin() bool { return s.actor.Admin() }
 
 type handler func(w http.ResponseWriter, r *http.Request, s *session) error
 
-// authed resolves the session cookie to its token's actor, sends the
-// browser to the login page without one, checks the CSRF token of every
-// POST, and renders a handler's error as a page.
+// authed resolves the session cookie to its token's actor under the
+// request limits (session), sends the browser to the login page without
+// a session, checks the CSRF token of every POST, and renders a handler's
+// error as a page.
 func (c *Console) authed(h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s, err := c.session(r.Context(), r)
+		s, err := c.session(r)
 		if err != nil {
 			if cloud.ErrorCode(err) == cloud.Unauthenticated {
 				clearCookie(w)
@@ -186,16 +217,43 @@ func (c *Console) authed(h handler) http.HandlerFunc {
 	}
 }
 
-// session reads and checks the session cookie.
-func (c *Console) session(ctx context.Context, r *http.Request) (*session, error) {
+// session reads and checks the session cookie (sessionOf). A request
+// without one is not logged in, which is no failed authentication: it
+// looks nothing up.
+func (c *Console) session(r *http.Request) (*session, error) {
 	ck, err := r.Cookie(SessionCookie)
 	if err != nil || ck.Value == "" {
 		return nil, cloud.Errorf(cloud.Unauthenticated, "not logged in")
 	}
-	return c.sessionOf(ctx, ck.Value)
+	return c.sessionOf(r, ck.Value)
 }
 
-func (c *Console) sessionOf(ctx context.Context, secret string) (*session, error) {
+// sessionOf is the session of the token secret, presented by r (as its
+// cookie, or typed on the login page), under the request limits: past
+// the failed-authentication limit of r's address, rate_limited without a
+// lookup; a secret that is not a live user's token counts as a failed
+// authentication; a live one's request takes from its user's bucket,
+// rate_limited when that is empty.
+func (c *Console) sessionOf(r *http.Request, secret string) (*session, error) {
+	if c.limits == nil {
+		return c.lookupSession(r.Context(), secret)
+	}
+	var s *session
+	err := c.limits.CheckToken(r, secret, func() (err error) {
+		s, err = c.lookupSession(r.Context(), secret)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.limits.AllowUser(r.Context(), s.actor.ID, s.actor.TenantID, s.actor.Role); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// lookupSession finds the session of the token secret in the store.
+func (c *Console) lookupSession(ctx context.Context, secret string) (*session, error) {
 	if !strings.HasPrefix(secret, service.SecretPrefix) || len(secret) > 256 {
 		return nil, cloud.Errorf(cloud.Unauthenticated, "invalid, revoked or expired token")
 	}
@@ -239,14 +297,19 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	secret := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
-	if c.checkLogin != nil {
-		if err := c.checkLogin(r, secret); cloud.ErrorCode(err) == cloud.RateLimited {
-			c.render(w, r, http.StatusTooManyRequests, "login", nil, map[string]any{"Next": next,
-				"Error": "Too many failed logins from your address; " + strings.TrimPrefix(err.Error(), string(cloud.RateLimited)+": ")})
-			return
+	s, err := c.sessionOf(r, secret)
+	if cloud.ErrorCode(err) == cloud.RateLimited {
+		ce := retryAfter(w, err)
+		msg := ce.Message
+		if msg != "" {
+			msg = strings.ToUpper(msg[:1]) + msg[1:]
 		}
+		if ce.Details[limitDetail] == "auth_failures" {
+			msg = "Too many failed logins from your address; " + ce.Message
+		}
+		c.render(w, r, http.StatusTooManyRequests, "login", nil, map[string]any{"Next": next, "Error": msg})
+		return
 	}
-	s, err := c.sessionOf(r.Context(), secret)
 	if err != nil {
 		status := http.StatusUnauthorized
 		msg := "That token is not valid: it may be mistyped, revoked or expired."
@@ -280,8 +343,25 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) err
 }
 
 func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
-	s, _ := c.session(r.Context(), r)
+	s, err := c.session(r)
+	if cloud.ErrorCode(err) == cloud.RateLimited {
+		c.fail(w, r, nil, err)
+		return
+	}
 	c.render(w, r, http.StatusNotFound, "error", s, map[string]any{"Status": 404, "Message": "There is no page at " + r.URL.Path + "."})
+}
+
+// retryAfter sets Retry-After from a rate_limited error's
+// retry_after_seconds, and returns the error.
+func retryAfter(w http.ResponseWriter, err error) *cloud.Error {
+	var ce *cloud.Error
+	if !errors.As(err, &ce) {
+		return &cloud.Error{Code: cloud.RateLimited, Message: err.Error()}
+	}
+	if secs, ok := ce.Details[retryAfterDetail].(int); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	return ce
 }
 
 // fail renders an error page with the status the API would answer, and
@@ -305,6 +385,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 			status = http.StatusServiceUnavailable
 		case cloud.Unauthenticated:
 			status = http.StatusUnauthorized
+		case cloud.RateLimited:
+			status = http.StatusTooManyRequests
+			retryAfter(w, err)
 		default:
 			msg = "Something went wrong on the server; it has been logged."
 			c.log.Error("console", "path", r.URL.Path, "err", err)

@@ -23,20 +23,29 @@ import (
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
-// world is a server with the API and the console on one listener, two
-// tenants with an instance each, and a host.
+// world is a server with the API and the console on one listener and
+// one request limiter, as controlplane serves them, two tenants with an
+// instance each, and a host.
 type world struct {
 	*testkit.API
 	acme, glob     testkit.Member
 	acmeIn, globIn *cloud.Instance
 }
 
+// newWorld is a world with the default request limits.
 func newWorld(t *testing.T, st cloud.Store) *world {
+	return newWorldLimited(t, st, httpapi.RateLimits{})
+}
+
+// newWorldLimited is a world whose API and console share one limiter with
+// the limits lim.
+func newWorldLimited(t *testing.T, st cloud.Store, lim httpapi.RateLimits) *world {
 	w := &world{}
 	w.API = testkit.NewAPI(t, st, func(svc *service.Services) http.Handler {
+		limiter := httpapi.NewLimiter(lim, svc)
 		mux := http.NewServeMux()
-		mux.Handle("/v1/", httpapi.New(svc, httpapi.Options{}))
-		mux.Handle("/", console.New(svc, console.Options{}))
+		mux.Handle("/v1/", httpapi.New(svc, httpapi.Options{Limiter: limiter}))
+		mux.Handle("/", console.New(svc, console.Options{Limiter: limiter}))
 		return mux
 	})
 	ctx := context.Background()

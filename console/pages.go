@@ -15,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/internal/ctrlesc"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
@@ -112,7 +113,11 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 	return nil
 }
 
-// instanceLog answers the log from ?offset= as JSON, for the page's tail.
+// instanceLog answers the log from ?offset= as JSON, for the page's tail:
+// its text with control characters made visible (ctrlesc), so that the
+// page shows what a terminal would have obeyed. A character cut short at
+// the chunk's end is left for the next request ("next" stops before it),
+// unless the chunk holds nothing else.
 func (c *Console) instanceLog(w http.ResponseWriter, r *http.Request, s *session) error {
 	off, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if err != nil && r.URL.Query().Get("offset") != "" {
@@ -122,7 +127,11 @@ func (c *Console) instanceLog(w http.ResponseWriter, r *http.Request, s *session
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": string(chunk.Data), "start": chunk.Start, "next": chunk.Start + int64(len(chunk.Data))})
+	data := chunk.Data
+	if n := ctrlesc.IncompleteTail(data); n > 0 && n < len(data) {
+		data = data[:len(data)-n]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": ctrlesc.Escape(string(data)), "start": chunk.Start, "next": chunk.Start + int64(len(data))})
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,11 +74,13 @@ type Config struct {
 	// TLS says how the API is served: TLS 1.3 with the cloud's own CA by
 	// default (see TLS).
 	TLS TLS
-	// Limits are the API's request limits: per credential (members,
-	// admins, agents; a tenant's quota overrides its users'), failed
-	// authentications per source address, and the reverse proxies whose
-	// X-Forwarded-For names the client. The zero value has the defaults
-	// (httpapi.DefaultRateLimits). They hold per replica.
+	// Limits are the request limits of the API and the web console, one
+	// limiter for both: per credential (members, admins, agents; a
+	// tenant's quota overrides its users'; a user's console pages take
+	// from the user's bucket), failed authentications per source address
+	// (bad tokens and bad session cookies alike), and the reverse proxies
+	// whose X-Forwarded-For names the client. The zero value has the
+	// defaults (httpapi.DefaultRateLimits). They hold per replica.
 	Limits httpapi.RateLimits
 	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
 	// when it stops an instance (service.DefaultStopGrace when zero);
@@ -85,6 +88,10 @@ type Config struct {
 	// (service.DefaultAddressPool when empty).
 	StopGrace   time.Duration
 	AddressPool string
+	// AllowRegistries are the registries images may name although their
+	// host is a loopback, link-local or private address
+	// (service.Options.AllowRegistries); empty allows none.
+	AllowRegistries imageref.AllowList
 }
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
@@ -258,7 +265,7 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool,
-		Availability: s.availability, DryRun: s.dryRun}
+		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 	}
@@ -283,9 +290,13 @@ func bootstrap(ctx context.Context, svc *service.Services) (adminToken string, c
 
 // handler is the replica's one HTTP handler: the API under /v1/, the
 // metrics, the CA certificate and the web console on every other path,
-// over the replica's services.
+// over the replica's services. The API and the console apply one request
+// limiter (cfg.Limits): a user's console pages and API calls take from
+// the same bucket, and a bad session cookie counts against its address's
+// failed authentications as a bad token does.
 func (s *Replica) handler(cfg Config) http.Handler {
-	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limits: cfg.Limits,
+	limiter := httpapi.NewLimiter(cfg.Limits, s.Services)
+	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limiter: limiter,
 		// Agents: a client certificate at join, and mutual TLS from then on.
 		RequireAgentCert: !cfg.TLS.Plain}
 	api := httpapi.New(s.Services, apiOpts)
@@ -300,7 +311,7 @@ func (s *Replica) handler(cfg Config) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(pki.EncodeCert(s.ca.Cert))
 	})
-	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, CheckLogin: loginChecker(api)}))
+	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter}))
 	return root
 }
 

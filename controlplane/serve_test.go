@@ -171,8 +171,14 @@ func TestLeaderFailover(t *testing.T) {
 	// would: the replica steps down at once, campaigns again, and leads
 	// with a fresh fleet index; the two pending instances then go to a
 	// new host, and nothing is placed twice.
+	// A session of another test's schema, holding an advisory lock as a
+	// store migrating beside this test does, must survive the kill.
+	bystander := holdAdvisoryLock(t, pgtest.URL(t))
 	terms := follower.LeaderTerms()
 	killLockHolders(t, db)
+	if _, err := bystander.ExecContext(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("killLockHolders ended another schema's session: %v", err)
+	}
 	testkit.Eventually(t, 0, "a new leadership term", func() bool { return follower.LeaderTerms() > terms && follower.IsLeader() })
 	addHost(t, follower.Store, fleet.MockNVLinkHost("h100-2", "H100-80GB-SXM", 8))
 	testkit.Eventually(t, 0, "all ten placed", func() bool {
@@ -253,8 +259,10 @@ func TestConcurrentIdempotentCreates(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { run(t, pgtest.URL(t)) })
 }
 
-// killLockHolders terminates the PostgreSQL sessions that hold advisory
-// locks in this database.
+// killLockHolders terminates the PostgreSQL sessions of db's schema that
+// hold advisory locks, and only those: pgtest.URL names every session of a
+// schema after it (application_name), so the sessions of tests running
+// beside this one, in other schemas or packages, are left alone.
 func killLockHolders(t *testing.T, db string) {
 	t.Helper()
 	conn, err := sql.Open("pgx", db)
@@ -262,10 +270,35 @@ func killLockHolders(t *testing.T, db string) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	var app string
+	if err := conn.QueryRow(`SELECT current_setting('application_name')`).Scan(&app); err != nil || app == "" {
+		t.Fatalf("the sessions of %s have no application_name to find them by: %q, %v", db, app, err)
+	}
 	var n int
-	err = conn.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-		WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`).Scan(&n)
+	err = conn.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
+		AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory')`, app).Scan(&n)
 	if err != nil || n == 0 {
 		t.Fatalf("terminated %d lock holders: %v", n, err)
 	}
+}
+
+// holdAdvisoryLock opens a session on db that holds an advisory lock
+// until the test ends, and returns it.
+func holdAdvisoryLock(t *testing.T, db string) *sql.Conn {
+	t.Helper()
+	pool, err := sql.Open("pgx", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	conn, err := pool.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_lock(4242)"); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }

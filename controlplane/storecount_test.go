@@ -35,19 +35,19 @@ func TestStoreCostPerCreate(t *testing.T) {
 	const creates = 20
 	for _, c := range []struct {
 		name              string
-		db                func() string
+		db                func(t *testing.T) string
 		create, placement storeCost // budgets: at most this much per create
 	}{
 		// A create: one transaction of 8 statements. The scheduler's
 		// step: 2 transactions of 8 statements in all, for 20 placements.
-		{"sqlite", func() string { return "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db") },
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db") },
 			storeCost{tx: 1, stmts: 8}, storeCost{tx: 0.1, stmts: 0.4}},
-		{"postgres", func() string { return pgtest.URL(t) },
+		{"postgres", func(t *testing.T) string { return pgtest.URL(t) },
 			storeCost{tx: 1, stmts: 8}, storeCost{tx: 0.1, stmts: 0.4}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			db := c.db()
+			db := c.db(t)
 			st, err := OpenStore(ctx, db)
 			if err != nil {
 				t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
@@ -116,56 +115,4 @@ func (s *Replica) HTTPClient() *http.Client {
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 64,
 	}}
-}
-
-// loginChecker checks a token typed on the console's login page through
-// the API handler itself (an authenticated GET of the offerings, from the
-// browser's address), so that a console login counts against the same
-// failed-authentication limits as an API call with a bad token.
-func loginChecker(api http.Handler) func(r *http.Request, token string) error {
-	return func(r *http.Request, token string) error {
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/offerings", nil)
-		if err != nil {
-			return err
-		}
-		req.RemoteAddr = r.RemoteAddr
-		req.Header.Set("Authorization", "Bearer "+token)
-		var w statusWriter
-		api.ServeHTTP(&w, req)
-		switch w.status {
-		case http.StatusOK:
-			return nil
-		case http.StatusTooManyRequests:
-			return cloud.Errorf(cloud.RateLimited, "try again in %s seconds", w.header.Get("Retry-After"))
-		case http.StatusUnauthorized:
-			return cloud.Errorf(cloud.Unauthenticated, "invalid, revoked or expired token")
-		}
-		return fmt.Errorf("console login check: the API answered %d", w.status)
-	}
-}
-
-// statusWriter keeps a response's status and headers and drops its body.
-type statusWriter struct {
-	status int
-	header http.Header
-}
-
-func (w *statusWriter) Header() http.Header {
-	if w.header == nil {
-		w.header = http.Header{}
-	}
-	return w.header
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return len(b), nil
 }

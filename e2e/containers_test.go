@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -76,7 +77,11 @@ func startContainerHost(t *testing.T) *containerHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := containerd.StartDaemon(context.Background(), filepath.Join(dir, "d"))
+	bin, err := exec.LookPath("containerd") // the one containersMissing found
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := containerd.StartDaemon(context.Background(), filepath.Join(dir, "d"), containerd.DaemonConfig{Binary: bin})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		t.Fatalf("start containerd: %v", err)
@@ -116,13 +121,18 @@ func containersMissing() string {
 	if os.Geteuid() != 0 {
 		return "containers need root"
 	}
-	for _, tool := range []struct{ path, pkg string }{
-		{containerd.DefaultContainerd, "containerd"}, {"/usr/bin/containerd-shim-runc-v2", "containerd"},
-		{"/usr/sbin/runc", "runc"}, {containerd.DefaultBusybox, "busybox-static"}, {containerd.DefaultInits[0], "tini"},
+	// The programs, found as .ci/tools.sh checks for them: by name in
+	// PATH (where containerd finds its shim and runc too), and busybox
+	// statically linked at the path the base image is made from.
+	for _, tool := range []struct{ name, pkg string }{
+		{"containerd", "containerd"}, {"containerd-shim-runc-v2", "containerd"}, {"runc", "runc"}, {"tini-static", "tini"},
 	} {
-		if _, err := os.Stat(tool.path); err != nil {
-			return fmt.Sprintf("%s is missing (Debian package %s; .ci/tools.sh installs it)", tool.path, tool.pkg)
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Sprintf("%s is not in PATH (Debian package %s; .ci/tools.sh installs it)", tool.name, tool.pkg)
 		}
+	}
+	if _, err := containerd.BaseImageFiles(""); err != nil {
+		return err.Error() + "; .ci/tools.sh installs it"
 	}
 	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 )
 
@@ -12,20 +13,8 @@ import (
 // under the same Idempotency-Key answers.
 func (s *handlers) allocateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req api.AllocateAddressRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		return err
-	}
-	tenant, err := bodyOrQueryTenant(r, req.Tenant)
-	if err != nil {
-		return err
-	}
-	req.Tenant = tenant
-	a, created, err := s.svc.Addresses.Allocate(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
-	if err != nil {
-		return err
-	}
-	writeCreated(w, created, "/v1/addresses/"+a.ID, a)
-	return nil
+	return answerCreate(w, r, p, &req, &req.Tenant, s.svc.Addresses.Allocate,
+		func(v *cloud.Address) string { return "/v1/addresses/" + v.ID })
 }
 
 // bodyOrQueryTenant is the tenant a create asks for, in its body or as
@@ -79,21 +68,11 @@ func (s *handlers) associateAddress(w http.ResponseWriter, r *http.Request, p pr
 // disassociateAddress handles POST /v1/addresses/{id}/disassociate
 // (service.Addresses.Disassociate).
 func (s *handlers) disassociateAddress(w http.ResponseWriter, r *http.Request, p principal) error {
-	a, err := s.svc.Addresses.Disassociate(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, a)
-	return nil
+	return answerByID(w, r, p, s.svc.Addresses.Disassociate)
 }
 
 // releaseAddress handles DELETE /v1/addresses/{id}
 // (service.Addresses.Release).
 func (s *handlers) releaseAddress(w http.ResponseWriter, r *http.Request, p principal) error {
-	a, err := s.svc.Addresses.Release(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, a)
-	return nil
+	return answerByID(w, r, p, s.svc.Addresses.Release)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"unicode"
@@ -128,10 +129,13 @@ func FuzzAgentProtocol(f *testing.F) {
 		}
 
 		ctx := context.Background()
-		before := testkit.CountRows(t, s.st)
+		before := s.count(t)
 		beforeIn := s.getInstance(t, s.placed)
 		code, _, answer := s.do(rt.method, path, token, ctype, body)
 		refused := s.checkAnswer(t, what, code, answer, before)
+		if code == http.StatusTooManyRequests {
+			return // limited before its handler, which never read the body
+		}
 
 		if rt.newReq == nil { // logs
 			if refused {

@@ -53,6 +53,13 @@ type Options struct {
 	// authentications per source address); the zero value has the
 	// defaults (DefaultRateLimits).
 	Limits RateLimits
+	// Limiter, when set, is the limiter whose buckets the handler's
+	// requests take from, and Limits is not used: a server that serves
+	// other handlers beside the API (the web console) makes one
+	// (NewLimiter) and hands it to them all, so that a user's requests
+	// through any of them share one bucket and a failed authentication
+	// through any of them counts against its address.
+	Limiter *Limiter
 	// RequireAgentCert accepts an agent credential only from a connection
 	// whose verified TLS client certificate names the credential's host
 	// (mutual TLS): a stolen credential alone opens nothing. A server that
@@ -224,7 +231,11 @@ func New(svc *service.Services, opts Options) http.Handler {
 	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
 		requireAgentCert: opts.RequireAgentCert}
-	s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
+	if opts.Limiter != nil {
+		s.limits = opts.Limiter.l
+	} else {
+		s.limits = newLimiter(opts.Limits, s.svc.Accounts.RequestRate)
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

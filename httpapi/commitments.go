@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // createCommitment handles POST /v1/commitments: a reservation or a
@@ -13,20 +14,8 @@ import (
 // request that differs in any field is a conflict naming the fields.
 func (s *handlers) createCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req api.CreateCommitmentRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		return err
-	}
-	tenant, err := bodyOrQueryTenant(r, req.Tenant)
-	if err != nil {
-		return err
-	}
-	req.Tenant = tenant
-	out, created, err := s.svc.Commitments.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
-	if err != nil {
-		return err
-	}
-	writeCreated(w, created, "/v1/commitments/"+out.ID, out)
-	return nil
+	return answerCreate(w, r, p, &req, &req.Tenant, s.svc.Commitments.Create,
+		func(v *cloud.Commitment) string { return "/v1/commitments/" + v.ID })
 }
 
 // listCommitments handles GET /v1/commitments: the tenant's (admins:
@@ -43,10 +32,5 @@ func (s *handlers) listCommitments(w http.ResponseWriter, r *http.Request, p pri
 // getCommitment handles GET /v1/commitments/{id}; another tenant's answers
 // like a missing one.
 func (s *handlers) getCommitment(w http.ResponseWriter, r *http.Request, p principal) error {
-	c, err := s.svc.Commitments.Get(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, c)
-	return nil
+	return answerByID(w, r, p, s.svc.Commitments.Get)
 }

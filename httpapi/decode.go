@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -239,4 +240,38 @@ func queryAfterInt(r *http.Request) (int64, error) {
 		return 0, invalid("after must be the next value of a previous page, got %s", service.Quote(s))
 	}
 	return n, nil
+}
+
+// answerByID calls a service method on the resource the path's {id} names
+// and answers 200 with what it returns: the whole body of most GET, POST
+// action and DELETE handlers.
+func answerByID[T any](w http.ResponseWriter, r *http.Request, p principal, call func(context.Context, service.Actor, string) (T, error)) error {
+	v, err := call(r.Context(), p.actor(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// answerCreate decodes a create request into req, takes its tenant from
+// the body or ?tenant (the two must agree), calls the service's create
+// with the Idempotency-Key and answers 201 with the new resource's
+// location, or 200 with what a retry under the same key answers.
+func answerCreate[Req, T any](w http.ResponseWriter, r *http.Request, p principal, req *Req, tenant *string,
+	call func(context.Context, service.Actor, Req, string) (T, bool, error), location func(T) string) error {
+	if err := decodeBody(w, r, req); err != nil {
+		return err
+	}
+	t, err := bodyOrQueryTenant(r, *tenant)
+	if err != nil {
+		return err
+	}
+	*tenant = t
+	v, created, err := call(r.Context(), p.actor(), *req, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	writeCreated(w, created, location(v), v)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // createPlacementGroup handles POST /v1/placement-groups
@@ -11,20 +12,8 @@ import (
 // with the group a retry under the same Idempotency-Key answers.
 func (s *handlers) createPlacementGroup(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req api.CreatePlacementGroupRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		return err
-	}
-	tenant, err := bodyOrQueryTenant(r, req.Tenant)
-	if err != nil {
-		return err
-	}
-	req.Tenant = tenant
-	g, created, err := s.svc.Placement.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
-	if err != nil {
-		return err
-	}
-	writeCreated(w, created, "/v1/placement-groups/"+g.ID, g)
-	return nil
+	return answerCreate(w, r, p, &req, &req.Tenant, s.svc.Placement.Create,
+		func(v *cloud.PlacementGroup) string { return "/v1/placement-groups/" + v.ID })
 }
 
 // listPlacementGroups handles GET /v1/placement-groups.
@@ -39,12 +28,7 @@ func (s *handlers) listPlacementGroups(w http.ResponseWriter, r *http.Request, p
 
 // getPlacementGroup handles GET /v1/placement-groups/{id}.
 func (s *handlers) getPlacementGroup(w http.ResponseWriter, r *http.Request, p principal) error {
-	g, err := s.svc.Placement.Get(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, g)
-	return nil
+	return answerByID(w, r, p, s.svc.Placement.Get)
 }
 
 // deletePlacementGroup handles DELETE /v1/placement-groups/{id}: 204, or

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // The API's request limits (docs/CONTROL_PLANE.md, "Limits"):
@@ -38,6 +39,10 @@ import (
 //     bucket; while that bucket is empty, a request from the address whose
 //     token this server has not seen work recently is answered 429 before
 //     the token is looked up. Successful requests take nothing from it.
+//   - The web console, served beside the API, applies the same limiter
+//     (Limiter) to its own requests: a page a user's session asks for
+//     takes from the user's bucket, and a session cookie that is not a
+//     live user's token is a failed authentication of its address.
 //
 // A request over a limit is answered 429 rate_limited with Retry-After
 // (whole seconds, rounded up) and changes nothing. Buckets live in this
@@ -517,6 +522,65 @@ func (l *limiter) failed(addr, tok string, now time.Time) {
 // succeeded remembers that tok authenticated.
 func (l *limiter) succeeded(tok string, now time.Time) {
 	l.known.put(sha256.Sum256([]byte(tok)), struct{}{}, now.Add(knownTokenTTL), now)
+}
+
+// Limiter is the API's request limiter, exported for the handlers a
+// server serves beside the API (the web console), so that their requests
+// take from the same buckets as the API's: a user's requests from the
+// user's bucket, a failed authentication from its source address's.
+// NewLimiter makes one; the server hands the same one to the API
+// (Options.Limiter) and to those handlers. It is safe for concurrent use.
+type Limiter struct{ l *limiter }
+
+// NewLimiter returns a limiter with the limits cfg (its unset fields take
+// their defaults, as in Options.Limits), which reads tenants' quota rates
+// through svc.
+func NewLimiter(cfg RateLimits, svc *service.Services) *Limiter {
+	return &Limiter{l: newLimiter(cfg, svc.Accounts.RequestRate)}
+}
+
+// CheckToken runs lookup, which looks up token, a credential that r
+// presents other than as its bearer token (a console session's cookie),
+// under the failed-authentication limit of r's source address, as the API
+// checks a bearer token. From an address over the limit, a token that has
+// not authenticated here recently is answered rate_limited (with
+// retry_after_seconds) and lookup does not run. A malformed token (not
+// "gpc_...", or too long) is a failed authentication without a lookup;
+// so is one whose lookup answers unauthenticated. A token whose lookup
+// answers nil is remembered as one that authenticated. Lookup's other
+// errors are returned as they are, and count as nothing.
+func (l *Limiter) CheckToken(r *http.Request, token string, lookup func() error) error {
+	addr, now := l.l.sourceAddress(r), l.l.now()
+	if !strings.HasPrefix(token, service.SecretPrefix) || len(token) > maxTokenLen {
+		if err := l.l.blocked(addr, "", now); err != nil {
+			return err
+		}
+		l.l.failed(addr, "", now)
+		return unauthenticated("invalid, revoked or expired token")
+	}
+	if err := l.l.blocked(addr, token, now); err != nil {
+		return err
+	}
+	err := lookup()
+	switch {
+	case err == nil:
+		l.l.succeeded(token, now)
+	case cloud.ErrorCode(err) == cloud.Unauthenticated:
+		l.l.failed(addr, token, now)
+	}
+	return err
+}
+
+// AllowUser takes one request of user, of tenant, in role (admin or
+// member), from the user's bucket: the one the user's API requests take
+// from, at the rate of the tenant's quota where it sets one. It answers
+// nil, or rate_limited (with retry_after_seconds) when the bucket is
+// empty, taking nothing then.
+func (l *Limiter) AllowUser(ctx context.Context, user, tenant string, role cloud.Role) error {
+	if role != cloud.RoleAdmin && role != cloud.RoleMember || user == "" {
+		return cloud.Errorf(cloud.PermissionDenied, "only a user's requests have a user's request limit")
+	}
+	return l.l.allow(ctx, principal{UserID: user, TenantID: tenant, Role: role}, route{})
 }
 
 // retrySeconds is d in whole seconds, rounded up, at least 1.

@@ -82,12 +82,7 @@ func (s *handlers) putQuota(w http.ResponseWriter, r *http.Request, p principal)
 // getQuota handles GET /v1/tenants/{id}/quota: admins for any tenant,
 // members for their own.
 func (s *handlers) getQuota(w http.ResponseWriter, r *http.Request, p principal) error {
-	q, err := s.svc.Accounts.Quota(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, q)
-	return nil
+	return answerByID(w, r, p, s.svc.Accounts.Quota)
 }
 
 // listTokens handles GET /v1/tokens: the caller's tenant's tokens; admins

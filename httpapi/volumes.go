@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // createVolume handles POST /v1/volumes (service.Volumes.Create): 201 with
@@ -11,20 +12,8 @@ import (
 // Idempotency-Key answers.
 func (s *handlers) createVolume(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req api.CreateVolumeRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		return err
-	}
-	tenant, err := bodyOrQueryTenant(r, req.Tenant)
-	if err != nil {
-		return err
-	}
-	req.Tenant = tenant
-	v, created, err := s.svc.Volumes.Create(r.Context(), p.actor(), req, r.Header.Get("Idempotency-Key"))
-	if err != nil {
-		return err
-	}
-	writeCreated(w, created, "/v1/volumes/"+v.ID, v)
-	return nil
+	return answerCreate(w, r, p, &req, &req.Tenant, s.svc.Volumes.Create,
+		func(v *cloud.Volume) string { return "/v1/volumes/" + v.ID })
 }
 
 // listVolumes handles GET /v1/volumes: the tenant's volumes; admins every
@@ -40,12 +29,7 @@ func (s *handlers) listVolumes(w http.ResponseWriter, r *http.Request, p princip
 
 // getVolume handles GET /v1/volumes/{id}.
 func (s *handlers) getVolume(w http.ResponseWriter, r *http.Request, p principal) error {
-	v, err := s.svc.Volumes.Get(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return answerByID(w, r, p, s.svc.Volumes.Get)
 }
 
 // attachVolume handles POST /v1/volumes/{id}/attach
@@ -66,20 +50,10 @@ func (s *handlers) attachVolume(w http.ResponseWriter, r *http.Request, p princi
 // detachVolume handles POST /v1/volumes/{id}/detach
 // (service.Volumes.Detach).
 func (s *handlers) detachVolume(w http.ResponseWriter, r *http.Request, p principal) error {
-	v, err := s.svc.Volumes.Detach(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return answerByID(w, r, p, s.svc.Volumes.Detach)
 }
 
 // deleteVolume handles DELETE /v1/volumes/{id} (service.Volumes.Delete).
 func (s *handlers) deleteVolume(w http.ResponseWriter, r *http.Request, p principal) error {
-	v, err := s.svc.Volumes.Delete(r.Context(), p.actor(), r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, v)
-	return nil
+	return answerByID(w, r, p, s.svc.Volumes.Delete)
 }

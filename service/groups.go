@@ -81,6 +81,9 @@ func (s *Groups) Create(ctx context.Context, a Actor, spec api.CreateGroupReques
 	if err := CheckGroupSpec(s.cat, &spec); err != nil {
 		return nil, false, err
 	}
+	if err := s.checkRegistry("template.image", spec.Template.Image); err != nil {
+		return nil, false, err
+	}
 	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(g *cloud.Group) error { return sameGroup(g, &spec) }
 	err = s.tx(ctx, func(tx cloud.Tx) error {
@@ -322,6 +325,9 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch api.Updat
 	if patch.Template != nil {
 		t := *patch.Template
 		if err := checkTemplate(s.cat, &t); err != nil {
+			return nil, err
+		}
+		if err := s.checkRegistry("template.image", t.Image); err != nil {
 			return nil, err
 		}
 		patch.Template = &t

@@ -226,6 +226,9 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstance
 	if err != nil {
 		return nil, false, err
 	}
+	if err := s.checkRegistry("image", spec.Image); err != nil {
+		return nil, false, err
+	}
 	spec.Tags = addSystemTags(ctx, spec.Tags)
 	// A create without volumes depends only on the unique (tenant,
 	// idempotency key) constraint and on the tenant's quota, which
@@ -301,6 +304,9 @@ func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCre
 		}
 		o, err := CheckInstanceSpec(s.cat, &it.Spec)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkRegistry("image", it.Spec.Image); err != nil {
 			return nil, err
 		}
 		offs[i] = o

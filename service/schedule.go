@@ -129,7 +129,7 @@ type ScheduleResult struct {
 // races returns the store's Conflict, with nothing written.
 func ApplySchedule(ctx context.Context, st cloud.Store, actor Actor, plan *SchedulePlan, now time.Time) (*ScheduleResult, error) {
 	res, err := applySchedule(ctx, st, actor.ID, plan, now, true)
-	if err == nil || res.HostChanged == nil || err != res.HostChanged {
+	if err == nil || res == nil || res.HostChanged == nil || err != res.HostChanged {
 		return res, err
 	}
 	hostErr := res.HostChanged

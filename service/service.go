@@ -26,6 +26,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -114,6 +115,11 @@ type Options struct {
 	// certificate request (Agents.Join). Nil: no client certificates (a
 	// plain-HTTP server).
 	SignAgentCert func(csrPEM []byte, hostID string) ([]byte, error)
+	// AllowRegistries are the registries images may name although their
+	// host is an internal address (loopback, link-local, private:
+	// imageref.HostRule); empty refuses them all. Hosts apply the same
+	// rules, and their own list, when they pull.
+	AllowRegistries imageref.AllowList
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.

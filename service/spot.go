@@ -92,6 +92,9 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRe
 	if err := CheckSpotRequestSpec(s.cat, &spec); err != nil {
 		return nil, false, err
 	}
+	if err := s.checkRegistry("image", spec.Image); err != nil {
+		return nil, false, err
+	}
 	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(r *cloud.SpotRequest) error { return sameSpotRequest(r, &spec) }
 	err = s.tx(ctx, func(tx cloud.Tx) error {

@@ -60,6 +60,9 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 			return err
 		}
 		_, err := CheckInstanceSpec(s.cat, &spec)
+		if err == nil {
+			err = s.checkRegistry("image", spec.Image)
+		}
 		return StackFieldError(c.Address, err)
 	case stack.TypeVolume:
 		var spec api.CreateVolumeRequest
@@ -75,13 +78,21 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
 			return err
 		}
-		return StackFieldError(c.Address, CheckSpotRequestSpec(s.cat, &spec))
+		err := CheckSpotRequestSpec(s.cat, &spec)
+		if err == nil {
+			err = s.checkRegistry("image", spec.Image)
+		}
+		return StackFieldError(c.Address, err)
 	case stack.TypeGroup:
 		var body api.CreateGroupRequest
 		if err := DecodeStackProps(c.Address, props, &body); err != nil || !known {
 			return err
 		}
-		return StackFieldError(c.Address, CheckGroupSpec(s.cat, &body))
+		err := CheckGroupSpec(s.cat, &body)
+		if err == nil {
+			err = s.checkRegistry("template.image", body.Template.Image)
+		}
+		return StackFieldError(c.Address, err)
 	case stack.TypePlacementGroup:
 		var spec api.CreatePlacementGroupRequest
 		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {

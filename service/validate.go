@@ -81,6 +81,25 @@ func CheckImage(fieldName, s string) (string, error) {
 	return canon, nil
 }
 
+// checkRegistry refuses an image (canonical, as CheckImage returns it;
+// empty for the hosts' default) whose registry is an internal address by
+// its name alone (imageref.HostRule) unless the operator allowed it
+// (Options.AllowRegistries). The error names the field, the registry's
+// host and the rule, never a port.
+func (b *base) checkRegistry(fieldName, image string) error {
+	if image == "" {
+		return nil
+	}
+	ref, err := imageref.Parse(image)
+	if err != nil {
+		return Field(fieldName, "%s %v", Quote(image), err)
+	}
+	if err := imageref.CheckRegistryAllowed(ref, b.opts.AllowRegistries); err != nil {
+		return Field(fieldName, "%v", err)
+	}
+	return nil
+}
+
 // checkEnvName accepts POSIX environment variable names.
 func checkEnvName(s string) bool {
 	if s == "" {

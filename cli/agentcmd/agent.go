@@ -82,6 +82,7 @@ type flags struct {
 	manageMIG                                                  bool
 	interval, metricsInterval                                  time.Duration
 	net                                                        instanceNetFlags
+	pull                                                       pullFlags
 }
 
 func (fl *flags) register(cmd *cobra.Command) {
@@ -103,6 +104,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
 	f.StringVar(&fl.containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
 	fl.net.register(cmd)
+	fl.pull.register(cmd)
 	f.StringVar(&fl.defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
 	f.StringVar(&fl.mpsControl, "mps-control", "", "CUDA MPS control program run per shared GPU (--runtime containerd on real GPUs; "+containerd.DefaultMPSControl+" in PATH when empty)")
 }
@@ -128,12 +130,15 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if fl.runtimeName != "process" && fl.runtimeName != "containerd" {
 		return cmdutil.Usagef(cmd, "--runtime %q: want process or containerd", fl.runtimeName)
 	}
+	if err := fl.pull.apply(&containerd.Config{}); err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
 	h, err := openDriver(cmd, fl)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	if err := makeDataDir(fl.dir); err != nil {
+	if err := agent.MakeDataDir(fl.dir); err != nil {
 		return err
 	}
 	if fl.credFile == "" {
@@ -149,7 +154,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
-	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg)
+	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg, &fl.pull)
 	if err != nil {
 		return err
 	}
@@ -202,16 +207,6 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, close: func() { d.Close() }}, nil
 	}
 	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim or nvml", fl.driver)
-}
-
-// makeDataDir makes the agent's data directory, which holds the
-// credential, the CA and the workloads' state, the host's root's only (a
-// directory made before keeps its mode otherwise).
-func makeDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	return os.Chmod(dir, 0o700)
 }
 
 // credential returns the host's credential and the HTTP client that goes
@@ -305,7 +300,7 @@ type Runtime interface {
 // newAgentRuntime opens the workload runtime the flags name. For the
 // containerd runtime on a simulated host, the sim driver's fake device
 // nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
-func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config) (Runtime, error) {
+func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config, pull *pullFlags) (Runtime, error) {
 	if name == "process" {
 		return process.New(filepath.Join(dir, "runtime")), nil
 	}
@@ -316,6 +311,9 @@ func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir s
 		return nil, fmt.Errorf("--runtime containerd: the instance network: %w", err)
 	}
 	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net, MPSControl: mpsControl}
+	if err := pull.apply(&cfg); err != nil {
+		return nil, err
+	}
 	if simHost != nil {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)

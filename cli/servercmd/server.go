@@ -6,6 +6,7 @@ package servercmd
 import (
 	"context"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"io"
 	"net/netip"
 	"os"
@@ -32,6 +33,7 @@ func New(stderr io.Writer) *cobra.Command {
 		spotFlags  SpotFlags
 		tlsFlags   TLSFlags
 		limits     LimitFlags
+		registries RegistryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -62,6 +64,9 @@ func New(stderr io.Writer) *cobra.Command {
 			if err := limits.Apply(cmd, &cfg); err != nil {
 				return err
 			}
+			if err := registries.Apply(cmd, &cfg); err != nil {
+				return err
+			}
 			ctx, stop := cmdutil.SignalContext()
 			defer stop()
 			s, err := controlplane.Start(ctx, cfg)
@@ -90,7 +95,32 @@ func New(stderr io.Writer) *cobra.Command {
 	spotFlags.Register(cmd)
 	tlsFlags.Register(cmd, true)
 	limits.Register(cmd)
+	registries.Register(cmd)
 	return cmd
+}
+
+// RegistryFlags name the registries images may name although their host
+// is an internal address (imageref.AllowList).
+type RegistryFlags struct {
+	entries []string
+	// List is the parsed list, once Apply has run.
+	List imageref.AllowList
+}
+
+// Register adds --allow-registry to cmd.
+func (f *RegistryFlags) Register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.entries, "allow-registry", nil, "a registry, HOST or HOST:PORT, that images may name although it is at a loopback, "+
+		"link-local or private address (refused otherwise); repeatable")
+}
+
+// Apply parses the flags into f.List and cfg.AllowRegistries.
+func (f *RegistryFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
+	l, err := imageref.NewAllowList(f.entries)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "--allow-registry: %v", err)
+	}
+	f.List, cfg.AllowRegistries = l, l
+	return nil
 }
 
 // TLSFlags say how a server serves: TLS 1.3 with the cloud's own CA

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -42,6 +43,12 @@ type upRuntimes struct {
 	kind, why string
 	daemon    *containerd.Daemon
 	log       *slog.Logger
+	// limits scales the simulated hosts' container limits to this
+	// machine (set before the hosts' runtimes are made; zero: none).
+	limits limitScale
+	// allow are the registries the hosts pull from although their
+	// addresses are internal (--allow-registry, as the server's).
+	allow imageref.AllowList
 
 	mu     sync.Mutex
 	closed bool
@@ -166,7 +173,8 @@ func startUpRuntimes(ctx context.Context, mode, dataDir string, log *slog.Logger
 // dir. A containerd runtime keeps its instances' directories under
 // dir/runtime, labels its containers with the host (dir's name) so that
 // the runtimes of other hosts on the daemon leave them alone, and for a
-// simulated host sees the fake device nodes made in dir/dev.
+// simulated host sees the fake device nodes made in dir/dev, and starts
+// workloads with their limits scaled by u.limits.
 func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (agentcmd.Runtime, error) {
 	if u.kind == upRuntimeProcess {
 		return process.New(filepath.Join(dir, "runtime")).SetLog(u.log), nil
@@ -182,7 +190,7 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 	u.nets = append(u.nets, net)
 	u.mu.Unlock()
 	cfg := containerd.Config{Socket: u.daemon.Socket(), BaseDir: filepath.Join(dir, "runtime"), Host: filepath.Base(dir), Log: u.log,
-		Network: net}
+		Network: net, AllowRegistries: u.allow}
 	if h, ok := drv.(*sim.Host); ok {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)
@@ -201,6 +209,9 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 		return nil, errors.New("up is shutting down")
 	}
 	u.ctrs = append(u.ctrs, rt)
+	if _, simulated := drv.(*sim.Host); simulated && u.limits.scales() {
+		return scaledRuntime{containerRuntime: rt, limits: u.limits}, nil
+	}
 	return rt, nil
 }
 
@@ -223,8 +234,12 @@ func baseImage(ctx context.Context, d *containerd.Daemon, dataDir string) error 
 func (u *upRuntimes) describe() string {
 	switch {
 	case u.kind == upRuntimeContainerd:
-		return fmt.Sprintf("workloads: containers on a private containerd (socket %s; default image %s)",
+		s := fmt.Sprintf("workloads: containers on a private containerd (socket %s; default image %s)",
 			u.daemon.Socket(), containerd.BaseImage)
+		if l := u.limits.describe(); l != "" {
+			s += "\n" + l
+		}
+		return s
 	case u.why != "":
 		return "warning: workloads run as plain processes, NOT isolated from each other or from gpucloud: " + u.why +
 			" (for containers: apt-get install containerd runc tini busybox-static and run up as root)"

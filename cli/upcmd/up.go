@@ -154,6 +154,7 @@ type flags struct {
 	spot                             servercmd.SpotFlags
 	tls                              servercmd.TLSFlags
 	limits                           servercmd.LimitFlags
+	registries                       servercmd.RegistryFlags
 	dir, listen, fleetFile, logLevel string
 	runtimeMode, db                  string
 	noNVML                           bool
@@ -166,6 +167,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	fl.spot.Register(cmd)
 	fl.limits.Register(cmd)
+	fl.registries.Register(cmd)
 	f.StringVar(&fl.dir, "data-dir", cmdutil.DataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&fl.db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
@@ -220,6 +222,12 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return err
 	}
 	defer rts.close()
+	if rts.kind == upRuntimeContainerd {
+		if rts.limits, err = fleetLimits(specs, thisMachine()); err != nil {
+			return err
+		}
+	}
+	rts.allow = fl.registries.List
 	hosts, err := startHosts(ctx, s.URL, joinString, client.New(s.URL, token, s.HTTPClient()), specs, rts, fl, log)
 	if err != nil {
 		return err
@@ -253,6 +261,9 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 		return nil, err
 	}
 	if err := fl.spot.Apply(cmd, &cfg); err != nil {
+		return nil, err
+	}
+	if err := fl.registries.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
 	s, err := controlplane.Start(ctx, cfg)
@@ -312,6 +323,19 @@ func createJoinToken(ctx context.Context, s *controlplane.Replica, token string,
 	return agentapi.JoinString(jt.Secret, s.CAFingerprint()), nil
 }
 
+// makeHostDir makes the data directory of host id's agent,
+// dataDir/hosts/id, and dataDir/hosts, each the host root's only
+// (agent.DataDirMode, an existing one included), before anything else
+// makes them with a looser mode, and returns its path.
+func makeHostDir(dataDir, id string) (string, error) {
+	hosts := filepath.Join(dataDir, "hosts")
+	if err := agent.MakeDataDir(hosts); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(hosts, id)
+	return dir, agent.MakeDataDir(dir)
+}
+
 // startHosts joins the simulated hosts, and this machine's GPUs when NVML
 // works (unless --no-nvml; a failure there is a warning), and returns
 // their agents, not yet running.
@@ -323,7 +347,10 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		hostDir := filepath.Join(fl.dir, "hosts", spec.ID)
+		hostDir, err := makeHostDir(fl.dir, spec.ID)
+		if err != nil {
+			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
+		}
 		rt, err := rts.forHost(ctx, hostDir, drv)
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
@@ -341,8 +368,11 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 	if err != nil {
 		return hosts, nil
 	}
-	hostDir := filepath.Join(fl.dir, "hosts", "nvml")
-	rt, err := rts.forHost(ctx, hostDir, drv)
+	hostDir, err := makeHostDir(fl.dir, "nvml")
+	var rt agentcmd.Runtime
+	if err == nil {
+		rt, err = rts.forHost(ctx, hostDir, drv)
+	}
 	if err == nil {
 		var h *hostAgent
 		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {

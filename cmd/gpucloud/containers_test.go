@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 )
 
 // TestUpContainers runs `gpucloud up --runtime containerd`: it starts its
@@ -97,13 +99,18 @@ func containersMissing() string {
 	if os.Geteuid() != 0 {
 		return "containers need root"
 	}
-	for _, tool := range []struct{ path, pkg string }{
-		{"/usr/bin/containerd", "containerd"}, {"/usr/bin/containerd-shim-runc-v2", "containerd"},
-		{"/usr/sbin/runc", "runc"}, {"/bin/busybox", "busybox-static"}, {"/usr/bin/tini-static", "tini"},
+	// The programs, found as .ci/tools.sh checks for them: by name in
+	// PATH (where up's containerd finds its shim and runc too), and
+	// busybox statically linked at the path up's base image is made from.
+	for _, tool := range []struct{ name, pkg string }{
+		{"containerd", "containerd"}, {"containerd-shim-runc-v2", "containerd"}, {"runc", "runc"}, {"tini-static", "tini"},
 	} {
-		if _, err := os.Stat(tool.path); err != nil {
-			return fmt.Sprintf("%s is missing (Debian package %s; .ci/tools.sh installs it)", tool.path, tool.pkg)
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Sprintf("%s is not in PATH (Debian package %s; .ci/tools.sh installs it)", tool.name, tool.pkg)
 		}
+	}
+	if _, err := containerd.BaseImageFiles(""); err != nil {
+		return err.Error() + "; .ci/tools.sh installs it"
 	}
 	return ""
 }

@@ -16,7 +16,10 @@ import (
 )
 
 // URL returns a connection URL whose connections use a new, uniquely named
-// schema, dropped when the test ends.
+// schema, dropped when the test ends. Its connections also carry the
+// schema's name as their application_name, so that a test can find its
+// own sessions in pg_stat_activity (and terminate them) without touching
+// those of tests running beside it on the same server.
 func URL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv("GPUCLOUD_TEST_POSTGRES_URL")
@@ -41,7 +44,7 @@ func URL(t testing.TB) string {
 		admin.Close()
 	})
 	if !strings.HasPrefix(base, "postgres://") && !strings.HasPrefix(base, "postgresql://") {
-		return base + " search_path=" + schema
+		return base + " search_path=" + schema + " application_name=" + schema
 	}
 	u, err := url.Parse(base)
 	if err != nil {
@@ -49,6 +52,7 @@ func URL(t testing.TB) string {
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
+	q.Set("application_name", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -135,6 +135,13 @@ type Config struct {
 	// NoPull keeps the runtime from pulling images it does not have:
 	// they must be imported first (air-gapped hosts).
 	NoPull bool
+	// AllowRegistries are the registries the runtime pulls from although
+	// their addresses are ones hosts do not reach (loopback, link-local,
+	// private: imageref.AddrRule); empty allows none (pull.go).
+	AllowRegistries imageref.AllowList
+	// MaxImageBytes caps the total compressed size of a pulled image's
+	// layers (DefaultMaxImageBytes).
+	MaxImageBytes int64
 	// Snapshotter is the snapshotter of the root filesystems
 	// (DefaultSnapshotter).
 	Snapshotter string
@@ -205,6 +212,9 @@ type Runtime struct {
 	mps *mpsManager
 	// cdi holds the CDI specifications when Config.CDI is set.
 	cdi *cdiRegistry
+	// lookupHost resolves registry names when pulling (the system resolver
+	// when nil); tests set a fake one.
+	lookupHost lookupFunc
 	// bg is the context of what outlives a call: waits, escalations,
 	// cleanups.
 	bg     context.Context
@@ -329,6 +339,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MIGMinors == "" {
 		cfg.MIGMinors = DefaultMIGMinors
+	}
+	if cfg.MaxImageBytes <= 0 {
+		cfg.MaxImageBytes = DefaultMaxImageBytes
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = DefaultPidsLimit

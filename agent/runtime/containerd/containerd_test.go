@@ -353,6 +353,16 @@ func TestAdopt(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	need(t)
+	// A dynamically linked program: all an ELF header needs to say so is
+	// a program interpreter (PT_INTERP), whatever the machine has installed.
+	dynamic := make([]byte, 64+56)
+	copy(dynamic, "\x7fELF\x02\x01\x01")
+	dynamic[0x20], dynamic[0x36], dynamic[0x38] = 64, 56, 1 // e_phoff, e_phentsize, e_phnum
+	dynamic[64] = 3                                         // p_type: PT_INTERP
+	dynamicInit := filepath.Join(t.TempDir(), "tini")
+	if err := os.WriteFile(dynamicInit, dynamic, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		desc string
 		cfg  Config
@@ -360,7 +370,7 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{desc: "no containerd at the socket", cfg: Config{Socket: filepath.Join(t.TempDir(), "none.sock"), BaseDir: t.TempDir()}, want: "containerd is not reachable at"},
 		{desc: "bad user", cfg: Config{Socket: env.daemon.Socket(), BaseDir: t.TempDir(), User: "nobody"}, want: "want uid:gid"},
-		{desc: "dynamic init", cfg: Config{Socket: env.daemon.Socket(), BaseDir: t.TempDir(), Init: "/usr/bin/tini"}, want: "not statically linked"},
+		{desc: "dynamic init", cfg: Config{Socket: env.daemon.Socket(), BaseDir: t.TempDir(), Init: dynamicInit}, want: "not statically linked"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {

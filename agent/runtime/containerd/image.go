@@ -386,11 +386,7 @@ func (r *Runtime) image(ctx context.Context, name string) (client.Image, error) 
 	case errdefs.IsNotFound(err) && r.cfg.NoPull:
 		return nil, fmt.Errorf("image %s is not on this host (import it; pulling is off): %w", name, errdefs.ErrNotFound)
 	case errdefs.IsNotFound(err):
-		img, err = r.client.Pull(ctx, name, client.WithPullUnpack, client.WithPullSnapshotter(r.cfg.Snapshotter))
-		if err != nil {
-			return nil, fmt.Errorf("pull image %s: %w", name, err)
-		}
-		return img, nil
+		return r.pull(ctx, name)
 	case err != nil:
 		return nil, fmt.Errorf("image %s: %w", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -64,17 +65,17 @@ func setUp() string {
 	if os.Geteuid() != 0 {
 		return "containers need root (runc with cgroup limits)"
 	}
-	for _, tool := range []struct{ path, pkg string }{
-		{DefaultContainerd, "containerd"}, {"/usr/bin/containerd-shim-runc-v2", "containerd"},
-		{"/usr/sbin/runc", "runc"}, {DefaultBusybox, "busybox-static"}, {DefaultInits[0], "tini"},
-	} {
-		if _, err := os.Stat(tool.path); err != nil {
-			return fmt.Sprintf("%s is missing (Debian package %s; .ci/tools.sh installs it)", tool.path, tool.pkg)
-		}
+	// The programs, found as .ci/tools.sh checks for them: by name in
+	// PATH, where containerd finds its shim and runc too. busybox is
+	// checked by BaseImageFiles below: statically linked, at
+	// DefaultBusybox.
+	containerd, err := containerTools()
+	if err != nil {
+		return err.Error()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := StartDaemon(context.Background(), filepath.Join(env.tmp, "d"))
+	d, err := StartDaemon(context.Background(), filepath.Join(env.tmp, "d"), DaemonConfig{Binary: containerd})
 	if err != nil {
 		return "cannot start containerd: " + err.Error()
 	}
@@ -115,6 +116,25 @@ func setUp() string {
 		}
 	}
 	return ""
+}
+
+// containerTools finds containerd, containerd-shim-runc-v2, runc and
+// tini-static in PATH, as .ci/tools.sh does, and returns containerd's
+// path; the error names the first one missing.
+func containerTools() (string, error) {
+	var containerd string
+	for _, tool := range []struct{ name, pkg string }{
+		{"containerd", "containerd"}, {"containerd-shim-runc-v2", "containerd"}, {"runc", "runc"}, {"tini-static", "tini"},
+	} {
+		p, err := exec.LookPath(tool.name)
+		if err != nil {
+			return "", fmt.Errorf("%s is not in PATH (Debian package %s; .ci/tools.sh installs it)", tool.name, tool.pkg)
+		}
+		if tool.name == "containerd" {
+			containerd = p
+		}
+	}
+	return containerd, nil
 }
 
 // capsMajor is the major of the fake nvidia-caps nodes.
