@@ -39,6 +39,18 @@ func findTool(configured, name, pkg string) (string, error) {
 	return "", fmt.Errorf("instance network: %s is missing (Debian package %s)", name, pkg)
 }
 
+// Missing says which program an instance network needs is missing ("nft
+// is missing (Debian package nftables)"), found as New finds them, or ""
+// when both are there.
+func Missing() string {
+	for _, t := range []struct{ name, pkg string }{{"ip", "iproute2"}, {"nft", "nftables"}} {
+		if _, err := findTool("", t.name, t.pkg); err != nil {
+			return strings.TrimPrefix(err.Error(), "instance network: ")
+		}
+	}
+	return ""
+}
+
 // run runs a program with stdin and returns its standard output; its
 // error output is in the error.
 func run(ctx context.Context, stdin []byte, prog string, args ...string) ([]byte, error) {

@@ -99,23 +99,21 @@ func ContainerdMissing() string {
 	if os.Geteuid() != 0 {
 		return "not running as root (containers need root)"
 	}
-	look := func(name string, dirs ...string) bool {
-		for _, d := range dirs {
-			if fi, err := os.Stat(filepath.Join(d, name)); err == nil && fi.Mode().IsRegular() {
-				return true
-			}
-		}
+	// Found in PATH, as containerd finds its shim and runc.
+	look := func(name string) bool {
 		_, err := exec.LookPath(name)
 		return err == nil
 	}
-	sys := []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 	switch {
-	case !look("containerd", sys...):
-		return "containerd is not installed"
-	case !look("containerd-shim-runc-v2", sys...):
+	case !look("containerd"):
+		return "containerd is not installed (or not in PATH)"
+	case !look("containerd-shim-runc-v2"):
 		return "containerd-shim-runc-v2 is not installed (Debian package containerd)"
-	case !look("runc", sys...):
-		return "runc is not installed"
+	case !look("runc"):
+		return "runc is not installed (or not in PATH)"
+	}
+	if why := network.Missing(); why != "" {
+		return why + "; the instance network needs it"
 	}
 	init := false
 	for _, p := range containerd.DefaultInits {
@@ -163,7 +161,7 @@ func startUpRuntimes(ctx context.Context, mode, dataDir string, log *slog.Logger
 		why = err.Error()
 	}
 	if mode == upRuntimeContainerd {
-		return nil, fmt.Errorf("--runtime containerd: %s (Debian: apt-get install containerd runc tini busybox-static, and run up as root; or --runtime process)", why)
+		return nil, fmt.Errorf("--runtime containerd: %s (Debian: %s; or --runtime process)", why, containerHint())
 	}
 	u.why = why
 	return u, nil
@@ -242,9 +240,19 @@ func (u *upRuntimes) describe() string {
 		return s
 	case u.why != "":
 		return "warning: workloads run as plain processes, NOT isolated from each other or from gpucloud: " + u.why +
-			" (for containers: apt-get install containerd runc tini busybox-static and run up as root)"
+			" (for containers: " + containerHint() + ")"
 	}
 	return "workloads: plain processes (--runtime process), not isolated: a single-tenant development mode"
+}
+
+// containerHint says what containers need on Debian: the packages, and
+// root only to one who is not.
+func containerHint() string {
+	h := "apt-get install containerd runc tini busybox-static iproute2 nftables"
+	if os.Geteuid() != 0 {
+		h += ", and run up as root"
+	}
+	return h
 }
 
 // close closes the containerd runtimes and stops the daemon; the

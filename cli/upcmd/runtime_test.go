@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,5 +63,40 @@ func TestUpRuntimeChoice(t *testing.T) {
 	u, err = startUpRuntimes(t.Context(), upRuntimeAuto, long, log)
 	if err != nil || u.kind != upRuntimeProcess || !strings.Contains(u.why, "too long for a unix socket path") {
 		t.Errorf("auto with a long data directory: %+v, %v", u, err)
+	}
+}
+
+// TestContainerdMissingUsesPATH: the check finds containerd, its shim and
+// runc in PATH like any other program, so a PATH without them changes
+// the choice; and the hint tells only a user who is not root to be root.
+func TestContainerdMissingUsesPATH(t *testing.T) {
+	if goruntime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Skip("the PATH checks come after the Linux and root checks")
+	}
+	bin := t.TempDir()
+	for _, tc := range []struct {
+		have []string
+		want string
+	}{
+		{nil, "containerd is not installed (or not in PATH)"},
+		{[]string{"containerd"}, "containerd-shim-runc-v2 is not installed (Debian package containerd)"},
+		{[]string{"containerd", "containerd-shim-runc-v2"}, "runc is not installed (or not in PATH)"},
+	} {
+		dir := filepath.Join(bin, strconv.Itoa(len(tc.have)))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range tc.have {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Setenv("PATH", dir)
+		if got := ContainerdMissing(); got != tc.want {
+			t.Errorf("PATH with %v: %q, want %q", tc.have, got, tc.want)
+		}
+	}
+	if h := containerHint(); strings.Contains(h, "root") || !strings.Contains(h, "nftables") {
+		t.Errorf("hint to root: %q", h)
 	}
 }

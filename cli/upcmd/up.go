@@ -128,8 +128,8 @@ func New(stderr io.Writer) *cobra.Command {
 			"a simulated fleet (2 hosts of 8x H100-80GB-SXM and 2 of 8x A100-80GB-SXM on NVLink,\n" +
 			"4 of 2x L40S; or --fleet FILE) and an agent for every host. If this machine has\n" +
 			"NVIDIA GPUs and NVML works, they join as a real host too (MIG layouts untouched).\n\n" +
-			"Run as root with containerd, runc, tini and busybox-static installed (Debian's\n" +
-			"packages), it runs every instance in a container of its own, on a private\n" +
+			"Run as root with containerd, runc, tini, busybox-static, iproute2 and nftables\n" +
+			"installed (Debian's packages), it runs every instance in a container of its own, on a private\n" +
 			"containerd under DATA-DIR/ctr, in the busybox base image unless the instance\n" +
 			"names one (docs/RUNTIME.md). Otherwise workloads run as plain processes and up\n" +
 			"says why in one line: they are then not isolated from each other (--runtime).\n\n" +

@@ -29,8 +29,8 @@ type Daemon struct {
 
 // DaemonConfig tunes StartDaemon; the zero value is fine.
 type DaemonConfig struct {
-	// Binary is containerd's path (DefaultContainerd, then containerd in
-	// PATH, when empty).
+	// Binary is containerd's path; when empty, containerd in PATH, then
+	// DefaultContainerd.
 	Binary string
 	// Wait bounds how long StartDaemon waits for the daemon to serve
 	// (20 s when zero).
@@ -85,9 +85,10 @@ func StartDaemon(ctx context.Context, dir string, cfgs ...DaemonConfig) (*Daemon
 	}
 	bin := cfg.Binary
 	if bin == "" {
-		bin = DefaultContainerd
-		if _, err := os.Stat(bin); err != nil {
-			if bin, err = exec.LookPath("containerd"); err != nil {
+		var err error
+		if bin, err = exec.LookPath("containerd"); err != nil {
+			bin = DefaultContainerd
+			if _, serr := os.Stat(bin); serr != nil {
 				return nil, fmt.Errorf("containerd is not installed (Debian: apt-get install containerd runc): %w", err)
 			}
 		}
