@@ -372,8 +372,11 @@ func lookPath(name, pathEnv, workDir string) (string, error) {
 		if !executable(p, workDir) {
 			where := ""
 			if inDir(p, workDir) {
-				where = fmt.Sprintf(" in the instance's working directory %s (a relative path starts there; "+
-					"a symlink out of it is not followed)", workDir)
+				hint := "a symlink out of it is not followed"
+				if !filepath.IsAbs(name) {
+					hint = "a relative path starts there; " + hint
+				}
+				where = fmt.Sprintf(" in the instance's working directory %s (%s)", workDir, hint)
 			}
 			return "", fmt.Errorf("program %q is not an executable file%s: %w", name, where, runtime.ErrInvalid)
 		}
