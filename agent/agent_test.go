@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -466,11 +467,17 @@ func TestBadAssignmentsFail(t *testing.T) {
 	badVolume.Volumes = []string{"../etc"}
 	noPlacement := e.assignment("i-noplace", whole(e.host.ID()), serveScript)
 	noPlacement.Placement = nil
-	e.assign(noProgram, badVolume, noPlacement)
+	// An image on the process runtime: the command would write its OUT
+	// file if it ran on the host.
+	image := e.assignment("i-image", whole(e.host.ID(), 2), "echo ran > \"$OUT\"")
+	image.Image = "docker.io/library/python:3.12"
+	e.assign(noProgram, badVolume, noPlacement, image)
 	for id, msg := range map[string]string{
 		"i-noprog":  "not an executable file",
 		"i-badvol":  `bad volume id "../etc"`,
 		"i-noplace": "no placement",
+		"i-image": "instance i-image names image docker.io/library/python:3.12, but host " + e.host.ID() +
+			" runs workloads as processes, which cannot run images",
 	} {
 		e.untilPhase(id, agentapi.PhaseFailed)
 		if r := e.lastReport(id); !strings.Contains(r.Message, msg) {
@@ -479,8 +486,13 @@ func TestBadAssignmentsFail(t *testing.T) {
 	}
 	// The failed start with a program left its starting report; the
 	// others failed before anything started.
-	if ps := e.srv.Phases("i-noprog"); !slices.Equal(ps, []string{agentapi.PhaseStarting, agentapi.PhaseFailed}) {
-		t.Fatalf("i-noprog reported %v", ps)
+	for _, id := range []string{"i-noprog", "i-image"} {
+		if ps := e.srv.Phases(id); !slices.Equal(ps, []string{agentapi.PhaseStarting, agentapi.PhaseFailed}) {
+			t.Fatalf("%s reported %v", id, ps)
+		}
+	}
+	if _, err := os.Stat(e.outFile("i-image")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the command of the instance with an image ran on the host: %v", err)
 	}
 }
 

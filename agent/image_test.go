@@ -5,11 +5,13 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 )
 
 // TestSpecCarriesImage: the image an assignment names reaches the
 // runtime's Spec as it is; an assignment without one leaves the Spec's
-// image empty (the runtime's default image).
+// image empty (the runtime's default image). The process runtime under
+// the test refuses the one with an image, and the instance fails.
 func TestSpecCarriesImage(t *testing.T) {
 	rec := &recorder{specs: map[string]runtime.Spec{}}
 	e := newEnv(t, h100, func(c *agent.Config) {
@@ -20,7 +22,7 @@ func TestSpecCarriesImage(t *testing.T) {
 	with.Image = "ghcr.io/acme/train@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	without := e.assignment("i-default", whole(h100.ID, 1), serveScript)
 	e.assign(with, without)
-	e.ready(with.InstanceID)
+	e.untilPhase(with.InstanceID, agentapi.PhaseFailed)
 	e.ready(without.InstanceID)
 	if got := rec.spec(with.InstanceID).Image; got != with.Image {
 		t.Errorf("spec image %q, want the assignment's %q", got, with.Image)

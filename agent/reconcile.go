@@ -406,6 +406,13 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseStarting})
 	}
 	if err := a.cfg.Runtime.Start(ctx, spec); err != nil {
+		// A runtime that cannot run the instance's image refuses it (the
+		// process runtime after a restart from containers); the failure
+		// names this host, which the runtime does not know.
+		var ie *runtime.ImageError
+		if errors.As(err, &ie) && ie.Host == "" {
+			ie.Host, _ = a.hostInfo(ctx)
+		}
 		return err
 	}
 	s.state, s.started = stateRunning, true

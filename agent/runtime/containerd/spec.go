@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
@@ -335,9 +336,17 @@ func withDevices(devs []device) oci.SpecOpts {
 }
 
 // lookPath checks, as the process runtime does before it forks, that the
-// program exists: in the instance's mounts when its path leads there, else
-// in the image, searched along the workload's PATH. The image is looked at
-// through a read-only view of its root filesystem.
+// program exists in the container: in the instance's mounts when its path
+// leads there, else in the image, searched along the workload's PATH. The
+// image is looked at through a read-only view of its root filesystem.
+//
+// Nothing is looked up among the host's own files. A path under a mount is
+// resolved within that mount's directory (os.Root); a symlink that leads
+// out of it, or an absolute one, is not followed on the host, where it
+// would point at the host's files rather than the container's. Such a
+// program is left to the container: its init resolves it in the
+// container's view, and one that is missing there is the workload's own
+// failure, the same whatever the host holds at that path.
 func (r *Runtime) lookPath(ctx context.Context, img client.Image, s runtime.Spec, m mounts) error {
 	env := containerEnv(s, m)
 	pathEnv := ""
@@ -361,12 +370,15 @@ func (r *Runtime) lookPath(ctx context.Context, img client.Image, s runtime.Spec
 			}
 		}
 	}
-	// Paths under a mount are looked up on the host.
 	var inImage []string
+	unresolved := false
 	for _, c := range candidates {
-		if host, ok := underMount(c, m); ok {
-			if executableIn(filepath.Dir(host), filepath.Base(host)) {
+		if dir, rel, ok := underMount(c, m); ok {
+			switch inMount(dir, rel) {
+			case programFound:
 				return nil
+			case programUnresolved:
+				unresolved = true
 			}
 			continue
 		}
@@ -385,6 +397,9 @@ func (r *Runtime) lookPath(ctx context.Context, img client.Image, s runtime.Spec
 			return nil
 		}
 	}
+	if unresolved {
+		return nil
+	}
 	if strings.Contains(name, "/") {
 		return fmt.Errorf("program %q is not an executable file in the container: %w", name, runtime.ErrInvalid)
 	}
@@ -392,14 +407,57 @@ func (r *Runtime) lookPath(ctx context.Context, img client.Image, s runtime.Spec
 }
 
 // underMount maps a container path under one of the instance's bind
-// mounts to its host path.
-func underMount(p string, m mounts) (string, bool) {
+// mounts to the mount's host directory and the path's slash-separated
+// rest below it ("." for the mount point itself).
+func underMount(p string, m mounts) (dir, rel string, ok bool) {
 	for _, b := range m.binds {
-		if rel, ok := strings.CutPrefix(p, b[1]); ok && (rel == "" || rel[0] == '/') {
-			return filepath.Join(b[0], filepath.FromSlash(rel)), true
+		if rest, ok := strings.CutPrefix(p, b[1]); ok && (rest == "" || rest[0] == '/') {
+			rel = strings.TrimPrefix(rest, "/")
+			if rel == "" {
+				rel = "."
+			}
+			return b[0], rel, true
 		}
 	}
-	return "", false
+	return "", "", false
+}
+
+// programLookup is what inMount finds.
+type programLookup int
+
+const (
+	// programMissing: no executable file at the path, within the mount.
+	programMissing programLookup = iota
+	// programFound: an executable regular file, within the mount.
+	programFound
+	// programUnresolved: the path leads out of the mount (a symlink),
+	// so only the container can tell.
+	programUnresolved
+)
+
+// inMount looks rel up within the host directory dir of a mount, never
+// outside it: os.Root follows symlinks only while they stay inside, and
+// refuses one that leaves or is absolute without looking at its target.
+// Only a path that is not there (or runs into a non-directory) is missing;
+// any other failure, a symlink out included, leaves it unresolved.
+func inMount(dir, rel string) programLookup {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return programUnresolved
+	}
+	defer root.Close()
+	fi, err := root.Stat(filepath.FromSlash(rel))
+	switch {
+	case err == nil:
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return programFound
+		}
+		return programMissing
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return programMissing
+	default:
+		return programUnresolved
+	}
 }
 
 // inImage reports whether one of the paths is an executable file in the

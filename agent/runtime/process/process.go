@@ -8,9 +8,8 @@
 // that starts its own session or group escapes this; cgroups or containers
 // are the stronger boundary and belong to another runtime.
 //
-// Images are not used: a workload whose Spec names one runs its command on
-// the host all the same, and the first such Start of the process logs a
-// warning that says so (see Start).
+// Images are not run: Start refuses a workload whose Spec names one with a
+// runtime.ImageError rather than run a container's workload on the host.
 package process
 
 import (
@@ -24,7 +23,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
@@ -97,28 +95,25 @@ func (r *Runtime) SetLog(l *slog.Logger) *Runtime {
 	return r
 }
 
-// imageWarned is set once a Start of this process has warned that images
-// are not used: one line says it for every runtime (gpucloud up runs one
-// per simulated host) and every later instance.
-var imageWarned atomic.Bool
-
 // Start implements runtime.Runtime. The workload runs in its own process
 // group with runtime.Environ's environment, stdin from /dev/null, and stdout
 // and stderr appended to its log. It is not tied to ctx: ctx only bounds the
 // start itself.
 //
-// The Spec's image is ignored: the command runs on the host. This runtime is
-// the single-tenant development mode, where the requests, scripts and group
-// templates written for a cloud of containers should run unchanged rather
-// than fail; a workload that needs its image's contents then finds the
-// host's, and the warning logged for the first instance with an image
-// (once per process) says why.
+// A Spec that names an image is refused with a *runtime.ImageError: this
+// runtime has no image to run the command in, and running it on the host
+// instead would give a workload written for a container the host's files
+// and the agent's user (root on most hosts). This happens when a cloud of
+// containers is restarted on processes with its instances still assigned.
 func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.Validate(); err != nil {
 		return err
+	}
+	if s.Image != "" {
+		return &runtime.ImageError{InstanceID: s.InstanceID, Image: s.Image}
 	}
 	if !supported {
 		return fmt.Errorf("start %s: the process runtime needs a Unix host: %w", s.InstanceID, errors.ErrUnsupported)
@@ -129,11 +124,6 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	defer r.mu.Unlock()
 	if r.procs[s.InstanceID] != nil {
 		return nil
-	}
-	if s.Image != "" && imageWarned.CompareAndSwap(false, true) {
-		r.log.Warn("process runtime: images are not used; workloads run their command on the host "+
-			"(single-tenant development mode; the containerd runtime runs images). Not logged again for other instances",
-			"instance", s.InstanceID, "image", s.Image)
 	}
 	dir := filepath.Join(r.base, s.InstanceID)
 	workDir, logPath := s.WorkDir, s.LogPath
@@ -366,16 +356,27 @@ func (r *Runtime) groupOf(id string) (usage, bool) {
 // exec.LookPath would search the agent's own PATH, which the workload does
 // not have. Names with a '/' are taken relative to the working directory,
 // and relative PATH entries are skipped, as a careful shell would.
+//
+// A program in the working directory (a relative name, or an absolute one
+// under it) is looked up within it, and a symlink that leads out of it (or
+// is absolute) is not followed, wherever it points: what the instance's own
+// directory holds says nothing about the host's files. Other absolute
+// names and PATH entries are the host's, which is what the workload of
+// this single-tenant runtime runs on.
 func lookPath(name, pathEnv, workDir string) (string, error) {
 	if strings.Contains(name, "/") {
 		p := name
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(workDir, p)
 		}
-		if !executable(p) {
+		if !executable(p, workDir) {
 			where := ""
-			if !filepath.IsAbs(name) {
-				where = fmt.Sprintf(" in the instance's working directory %s (a relative path starts there; give an absolute one)", workDir)
+			if inDir(p, workDir) {
+				hint := "a symlink out of it is not followed"
+				if !filepath.IsAbs(name) {
+					hint = "a relative path starts there; " + hint
+				}
+				where = fmt.Sprintf(" in the instance's working directory %s (%s)", workDir, hint)
 			}
 			return "", fmt.Errorf("program %q is not an executable file%s: %w", name, where, runtime.ErrInvalid)
 		}
@@ -385,16 +386,37 @@ func lookPath(name, pathEnv, workDir string) (string, error) {
 		if !filepath.IsAbs(dir) {
 			continue
 		}
-		if p := filepath.Join(dir, name); executable(p) {
+		if p := filepath.Join(dir, name); executable(p, workDir) {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("program %q not found in PATH %q: %w", name, pathEnv, runtime.ErrInvalid)
 }
 
-func executable(path string) bool {
-	fi, err := os.Stat(path)
+// executable reports whether path is a regular file with an execute bit.
+// A path in workDir is resolved within it (os.Root), so that a symlink out
+// of it makes the answer false whatever it points at.
+func executable(path, workDir string) bool {
+	var fi os.FileInfo
+	var err error
+	if inDir(path, workDir) {
+		var root *os.Root
+		if root, err = os.OpenRoot(workDir); err != nil {
+			return false
+		}
+		defer root.Close()
+		rel, _ := filepath.Rel(workDir, path)
+		fi, err = root.Stat(rel)
+	} else {
+		fi, err = os.Stat(path)
+	}
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// inDir reports whether path is dir or lies under it, by name.
+func inDir(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && filepath.IsLocal(rel)
 }
 
 func envValue(env []string, key string) string {
