@@ -242,7 +242,7 @@ func (ad *adviser) offering(o *catalog.Offering) error {
 			// A commitment binds and spot risks the work: neither is
 			// worth it when on demand costs no more, to the cent (a
 			// retainer at its break-even differs by rounding only).
-			ad.exclude(o, mix, DimPricing, fmt.Sprintf("costs %s, no less than on demand (%s)", c.compute.Cents(), onDemand.Cents()))
+			ad.exclude(o, mix, DimPricing, fmt.Sprintf("costs %s, no less than on demand (%s)", money.FormatAmount(c.compute), money.FormatAmount(onDemand)))
 			continue
 		}
 		opt := ad.option(o, f, mix, &c, total, fits)
@@ -253,7 +253,7 @@ func (ad *adviser) offering(o *catalog.Offering) error {
 		}
 		if w.Budget > 0 && opt.Total > w.Budget {
 			ad.exclude(o, mix, DimBudget, fmt.Sprintf("costs %s, over the budget of %s by %s",
-				opt.Total.Cents(), w.Budget.Cents(), (opt.Total-w.Budget).Cents()))
+				money.FormatAmount(opt.Total), money.FormatAmount(w.Budget), money.FormatAmount(opt.Total-w.Budget)))
 			continue
 		}
 		opt.Reasons = ad.reasons(f, &c, availWhy)
@@ -354,7 +354,7 @@ func storageCost(need *Need, m *MarketView) (money.Micros, string, error) {
 		return 0, "", fmt.Errorf("advise: volume cost: %w", err)
 	}
 	return c, fmt.Sprintf("checkpoint volume of %d GiB (%s) at %s/GiB-month for %s: %s",
-		need.CheckpointGiB, need.CheckpointRule, m.VolumePerGiBMonth, Duration(need.HeldSeconds), c.Cents()), nil
+		need.CheckpointGiB, need.CheckpointRule, money.FormatPrice(m.VolumePerGiBMonth), Duration(need.HeldSeconds), money.FormatAmount(c)), nil
 }
 
 // completion is when run seconds of work are done, from the start, when

@@ -348,7 +348,7 @@ func TestCosts(t *testing.T) {
 		t.Errorf("ranking %v, want %v", got, want)
 	}
 	i := slices.IndexFunc(a.Excluded, func(e Exclusion) bool { return e.Mix == Reserved })
-	if want := "costs 5616.00, no less than on demand (4320.00)"; i < 0 || a.Excluded[i].Reason != want || a.Excluded[i].Dimension != DimPricing {
+	if want := "costs $5,616.00, no less than on demand ($4,320.00)"; i < 0 || a.Excluded[i].Reason != want || a.Excluded[i].Dimension != DimPricing {
 		t.Errorf("excluded %+v, want the reservation: %q", a.Excluded, want)
 	}
 
@@ -357,7 +357,7 @@ func TestCosts(t *testing.T) {
 	w.PerDay = 24 * time.Hour
 	a = mustAdvise(t, w, costMarket(), cat)
 	r := option(t, a, "h100.1x", Reserved)
-	if r.Compute != money.MustParse("5616") || !hasReason(r, DimPricing, "35% off 12.00/h: 5616.00, held 24 h/day used or not (no upfront: 6480.00)") {
+	if r.Compute != money.MustParse("5616") || !hasReason(r, DimPricing, "35% off $12.0000/h: $5,616.00, held 24 h/day used or not (no upfront: $6,480.00)") {
 		t.Errorf("reserved %+v", r)
 	}
 }
@@ -449,7 +449,7 @@ func TestDeadlineAndBudget(t *testing.T) {
 		}
 	}
 	i = slices.IndexFunc(a.Excluded, func(e Exclusion) bool { return e.Mix == OnDemand })
-	if i < 0 || a.Excluded[i].Dimension != DimBudget || !strings.Contains(a.Excluded[i].Reason, "over the budget of 8000.00") {
+	if i < 0 || a.Excluded[i].Dimension != DimBudget || !strings.Contains(a.Excluded[i].Reason, "over the budget of $8,000.00") {
 		t.Errorf("excluded %+v", a.Excluded)
 	}
 }

@@ -75,7 +75,7 @@ func (p pricer) onDemand() (costed, error) {
 		return c, err
 	}
 	c.reasons = append(c.reasons, fmt.Sprintf("on demand at %s/h%s × %s × %s: %s",
-		p.q.OnDemand, inZone(p.q.Zone), plural(int64(p.w.Nodes), "node", "nodes"), Hours(p.need.RunSeconds), c.compute.Cents()))
+		money.FormatPrice(p.q.OnDemand), inZone(p.q.Zone), plural(int64(p.w.Nodes), "node", "nodes"), Hours(p.need.RunSeconds), money.FormatAmount(c.compute)))
 	return c, nil
 }
 
@@ -131,8 +131,8 @@ func (p pricer) reserved() (costed, error) {
 	utilBP := p.need.RunSeconds * 10_000 / p.need.HeldSeconds
 	c.reasons = append(c.reasons,
 		fmt.Sprintf("reservation of %s for %s, all upfront, %s off %s/h: %s, held 24 h/day used or not (no upfront: %s)",
-			plural(int64(p.w.Nodes), "node", "nodes"), Duration(p.need.HeldSeconds), percent(all.DiscountBP), p.q.OnDemand,
-			total.Cents(), noUpfront.Cents()),
+			plural(int64(p.w.Nodes), "node", "nodes"), Duration(p.need.HeldSeconds), percent(all.DiscountBP), money.FormatPrice(p.q.OnDemand),
+			money.FormatAmount(total), money.FormatAmount(noUpfront)),
 		fmt.Sprintf("breaks even with on demand at %s utilisation; this workload uses %s of each day",
 			percent(10_000-all.DiscountBP), percent(utilBP)))
 	return c, nil
@@ -149,7 +149,7 @@ func (p pricer) retainer() (costed, error) {
 	}
 	c.compute = total
 	c.reasons = append(c.reasons, fmt.Sprintf("retainer for %s: a fee of %s/h per node, 24 h/day, and the hours used at %s/h (%s off): %s",
-		Duration(p.need.HeldSeconds), r.HourlyFee, r.UsageRate, percent(r.DiscountBP), total.Cents()))
+		Duration(p.need.HeldSeconds), money.FormatPrice(r.HourlyFee), money.FormatPrice(r.UsageRate), percent(r.DiscountBP), money.FormatAmount(total)))
 	return c, nil
 }
 
@@ -222,15 +222,15 @@ func (p pricer) spot(base int) (costed, error) {
 			priceWhy = fmt.Sprintf(" (assumed %s off on demand)", percent(DefaultSpotDiscountBP))
 		}
 		c.reasons = []string{fmt.Sprintf("spot at %s/h%s%s for %s × %s (%s + %s lost to reclaims)",
-			pool.Price, inZone(pool.Zone), priceWhy, plural(int64(spotNodes), "node", "nodes"), Hours(secs), Hours(run), Hours(c.lost))}
+			money.FormatPrice(pool.Price), inZone(pool.Zone), priceWhy, plural(int64(spotNodes), "node", "nodes"), Hours(secs), Hours(run), Hours(c.lost))}
 		if base > 0 {
 			c.reasons = append(c.reasons, fmt.Sprintf("%s on demand at %s/h for the job's head, which keeps running through reclaims",
-				plural(int64(base), "node", "nodes"), p.q.OnDemand))
+				plural(int64(base), "node", "nodes"), money.FormatPrice(p.q.OnDemand)))
 		}
 		c.reasons = append(c.reasons, fmt.Sprintf("%s reclaims per node-hour (%s)%s: %s expected reclaims, each losing half "+
 			"of the %s checkpoint interval: %s (%s) more running time; total %s",
 			decimal(rate, 10_000, 4), rateWhy, jobWord(spotNodes), decimal(c.reclaimsMilli, 1000, 2), Duration(ckpt),
-			Hours(c.lost), percent(c.lost*10_000/max(run, 1)), c.compute.Cents()))
+			Hours(c.lost), percent(c.lost*10_000/max(run, 1)), money.FormatAmount(c.compute)))
 		best = &c
 	}
 	if best == nil {

@@ -58,6 +58,20 @@ type Line struct {
 	Amount money.Micros `json:"amount"`
 }
 
+// PriceUnit says what the line's UnitPrice is per, as it is printed after
+// the price: "/h", "/GiB-month", "/unit-h" or " each".
+func (l Line) PriceUnit() string {
+	switch l.Unit {
+	case UnitGiBSecond:
+		return "/GiB-month"
+	case UnitUnitSecond:
+		return "/unit-h"
+	case UnitEach:
+		return " each"
+	}
+	return "/h"
+}
+
 // Invoice is a tenant's charges for a period as of a time. It is final
 // once AsOf has reached the period's end.
 type Invoice struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -106,64 +105,13 @@ func priceUnit(k cloud.PriceKind) string {
 	return "/h"
 }
 
-// Money in the CLI's tables and messages has one format (-o json, yaml and
-// csv keep the API's exact decimal strings instead):
-//
-//   - an amount (a total, a fee paid once, a budget) is in dollars and cents
-//     with thousands separators: "$4,320.00", "-$0.13";
-//   - a price (per hour, per GiB-month) has four decimals, a hundredth of a
-//     cent: "$2.4900/h", "$0.2557/h" for 0.255714. A price under half of
-//     that, which four decimals would show as zero, is shown exactly:
-//     "$0.00004/h".
-//
-// Both round half away from zero. Every amount is USD (billing.Currency).
-const currencySign = "$"
+// formatAmount prints an amount in dollars and cents: money.FormatAmount,
+// the one format of amounts in the CLI's tables and messages.
+func formatAmount(m money.Micros) string { return money.FormatAmount(m) }
 
-// formatAmount prints an amount rounded to cents: "$4,320.00", "-$0.13".
-func formatAmount(m money.Micros) string {
-	return formatMoney(m, 2)
-}
-
-// formatPrice prints a price without its unit: "$2.4900", "$1,200.0000",
-// "$0.00004".
-func formatPrice(m money.Micros) string {
-	if m != 0 && m.Round(100) == 0 {
-		return formatMoney(m, 6)
-	}
-	return formatMoney(m, 4)
-}
-
-// formatMoney prints m rounded to decimals (2, 4 or 6) with the currency
-// sign and thousands separators; six decimals drop trailing zeros.
-func formatMoney(m money.Micros, decimals int) string {
-	unit := money.Micros(1)
-	for i := decimals; i < 6; i++ {
-		unit *= 10
-	}
-	r := m.Round(unit)
-	sign := ""
-	if r < 0 {
-		sign, r = "-", -r
-	}
-	frac := fmt.Sprintf("%06d", int64(r%money.Unit))[:decimals]
-	if decimals == 6 {
-		frac = strings.TrimRight(frac, "0")
-	}
-	return sign + currencySign + thousands(int64(r/money.Unit)) + "." + frac
-}
-
-// thousands prints a non-negative integer with a comma every three digits.
-func thousands(v int64) string {
-	s := strconv.FormatInt(v, 10)
-	var b strings.Builder
-	for i, d := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(d)
-	}
-	return b.String()
-}
+// formatPrice prints a price to a hundredth of a cent, without its unit:
+// money.FormatPrice, the one format of prices in the CLI.
+func formatPrice(m money.Micros) string { return money.FormatPrice(m) }
 
 // --- prices ---
 

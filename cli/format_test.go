@@ -15,46 +15,6 @@ import (
 	"github.com/gpucloud/gpucloud/money"
 )
 
-func TestFormatAmount(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"0", "$0.00"},
-		{"12", "$12.00"},
-		{"4320", "$4,320.00"},
-		{"999.999", "$1,000.00"},
-		{"0.004999", "$0.00"},
-		{"0.005", "$0.01"}, // half away from zero
-		{"1234567.891", "$1,234,567.89"},
-		{"-4320.5", "-$4,320.50"},
-		{"-0.125", "-$0.13"},
-	} {
-		if got := formatAmount(money.MustParse(tc.in)); got != tc.want {
-			t.Errorf("formatAmount(%s) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestFormatPrice(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"0", "$0.0000"},
-		{"2.49", "$2.4900"},
-		{"19.92", "$19.9200"},
-		{"7.968", "$7.9680"},
-		{"0.255714", "$0.2557"}, // a list price of 1.79/7
-		{"0.07425", "$0.0743"},  // half away from zero
-		{"0.000125", "$0.0001"},
-		{"0.00005", "$0.0001"},
-		{"0.00004", "$0.00004"}, // four decimals would say zero
-		{"0.000001", "$0.000001"},
-		{"1200", "$1,200.0000"},
-		{"9999.99995", "$10,000.0000"},
-		{"-1.5", "-$1.5000"},
-	} {
-		if got := formatPrice(money.MustParse(tc.in)); got != tc.want {
-			t.Errorf("formatPrice(%s) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 // TestBareAmount checks the pattern the cost tests use to find an amount
 // printed without its currency sign.
 func TestBareAmount(t *testing.T) {

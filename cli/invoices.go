@@ -63,15 +63,7 @@ func secondsIn(seconds, per int64) string {
 
 // lineUnitPrice renders a line's unit price with what it is per.
 func lineUnitPrice(l billing.Line) string {
-	switch l.Unit {
-	case billing.UnitGiBSecond:
-		return formatPrice(l.UnitPrice) + "/GiB-month"
-	case billing.UnitUnitSecond:
-		return formatPrice(l.UnitPrice) + "/unit-h"
-	case billing.UnitEach:
-		return formatPrice(l.UnitPrice) + " each"
-	}
-	return formatPrice(l.UnitPrice) + "/h"
+	return formatPrice(l.UnitPrice) + l.PriceUnit()
 }
 
 // lineGroup is invoice lines that differ only in unit price (a spot
@@ -135,22 +127,25 @@ func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 		}
 		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
 		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
-		var shown money.Micros
-		for _, g := range groupLines(inv.Lines, detail) {
+		groups := groupLines(inv.Lines, detail)
+		amounts := make([]money.Micros, len(groups))
+		for i, g := range groups {
+			amounts[i] = g.Amount
+		}
+		// Lines are metered to the micro-dollar and shown to the cent, so
+		// that the printed lines add up to the printed total (-o json
+		// shows every digit).
+		cents := money.RoundToCents(amounts, inv.Total)
+		for i, g := range groups {
 			price := lineUnitPrice(g.Line)
 			if g.n > 1 {
 				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
 			}
-			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(g.Amount)})
-			shown += g.Amount.Round(10_000)
+			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(cents[i])})
 		}
 		rows = append(rows, []string{"TOTAL", "", "", formatAmount(inv.Total)})
 		if err := writeTable(w, rows); err != nil {
 			return err
-		}
-		if shown != inv.Total.Round(10_000) {
-			// Lines are metered to the micro-dollar and shown to the cent.
-			fmt.Fprintln(w, "Line amounts are rounded to cents; the total is their exact sum (-o json shows every digit).")
 		}
 	}
 	return nil

@@ -478,7 +478,7 @@ func (c *Console) meterOf(r *http.Request, s *session, tenant string) (*meterRea
 	for _, inv := range invs {
 		spent += inv.Total
 	}
-	return &meterReading{HourStart: hour, AsOf: now, Spent: spent, SpentText: dollars(spent)}, nil
+	return &meterReading{HourStart: hour, AsOf: now, Spent: spent, SpentText: money.FormatAmount(spent)}, nil
 }
 
 func (c *Console) meter(w http.ResponseWriter, r *http.Request, s *session) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
@@ -29,8 +30,10 @@ func parseTemplates() map[string]*template.Template {
 }
 
 var funcs = template.FuncMap{
-	"dollars": dollars,
-	"perHour": func(m money.Micros) string { return dollars(m) + "/h" },
+	"amount":      money.FormatAmount,
+	"perHour":     perHour,
+	"linePrice":   func(l billing.Line) string { return money.FormatPrice(l.UnitPrice) + l.PriceUnit() },
+	"lineAmounts": lineAmounts,
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"
@@ -96,15 +99,23 @@ func value(v any) string {
 	return string(b)
 }
 
-// dollars prints micro-dollars as "$1.2345": four decimals, enough for
-// per-hour prices of GPU shares, and the same everywhere in the console.
-func dollars(m money.Micros) string {
-	sign := ""
-	if m < 0 {
-		sign, m = "-", -m
+// Money on every page has the one format of package money (see
+// money.FormatAmount): an amount (a total, a cost, a budget) through the
+// "amount" function, "$4,320.00"; a price through "perHour" or, for an
+// invoice line, "linePrice", with its unit: "$2.4900/h".
+
+// perHour prints a price per hour: "$2.4900/h".
+func perHour(m money.Micros) string { return money.FormatPrice(m) + "/h" }
+
+// lineAmounts is the amounts of an invoice's lines as the billing page
+// shows them: rounded to cents so that they add up to the total shown
+// (money.RoundToCents), in the order of inv.Lines.
+func lineAmounts(inv *billing.Invoice) []money.Micros {
+	amounts := make([]money.Micros, len(inv.Lines))
+	for i, l := range inv.Lines {
+		amounts[i] = l.Amount
 	}
-	r := m.Round(100)
-	return fmt.Sprintf("%s$%d.%04d", sign, int64(r)/1_000_000, (int64(r)%1_000_000)/100)
+	return money.RoundToCents(amounts, inv.Total)
 }
 
 func roughDuration(d time.Duration) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // point is one sample of a chart's series.
@@ -61,6 +62,12 @@ func lineChart(title, unit string, ps []point, from, to time.Time) chart {
 	return chart{Title: title, Summary: summary, SVG: draw(title, unit, [][]point{ps}, []float64{scale}, top, from, to, nil)}
 }
 
+// dollarsToMicros turns a chart's price in dollars back into micros, for
+// money's one format.
+func dollarsToMicros(v float64) money.Micros {
+	return money.Micros(math.Round(v * float64(money.Unit)))
+}
+
 // priceChart draws a spot price history in dollars per hour with the
 // on-demand price as a dashed line.
 func priceChart(title string, ps []point, onDemand float64, from, to time.Time) chart {
@@ -74,7 +81,7 @@ func priceChart(title string, ps []point, onDemand float64, from, to time.Time) 
 	top *= 1.1
 	summary := "no price changes in the last 24 hours"
 	if n := len(ps); n > 0 {
-		summary = fmt.Sprintf("spot $%.4f/h now, on-demand $%.4f/h, %d price points in 24 hours", ps[n-1].Value, onDemand, n)
+		summary = fmt.Sprintf("spot %s now, on-demand %s, %d price points in 24 hours", perHour(dollarsToMicros(ps[n-1].Value)), perHour(dollarsToMicros(onDemand)), n)
 	}
 	ref := []float64{}
 	if onDemand > 0 {
