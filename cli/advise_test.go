@@ -28,7 +28,7 @@ func TestAdviseOfflineTable(t *testing.T) {
 	for _, want := range []string{
 		"Workload: 7B parameters, int8 inference, 1 node, 8 h/day for 30 days (240 h); cannot be interrupted.",
 		"Needs 7.9 GiB of GPU memory (7B × 1 byte (int8) × 1.2 for the KV cache and activations).",
-		"Storage, in every total: a checkpoint volume of 7 GiB (the weights: 7B × 1 byte) at 0.08/GiB-month for 30 days: 0.55.",
+		"Storage, in every total: a checkpoint volume of 7 GiB (the weights: 7B × 1 byte) at $0.0800/GiB-month for 30 days: $0.55.",
 		"Prices: list prices (offline).",
 		"Note: no spot: the workload cannot be interrupted (no checkpoint interval).",
 		"   compute       int8 on Turing Tensor Cores",

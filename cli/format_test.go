@@ -57,18 +57,23 @@ func TestInvoiceLineUnits(t *testing.T) {
 
 // TestInvoiceRoundingNote: when line amounts shown to the cent do not add
 // up to the total shown, the table says why.
-func TestInvoiceRoundingNote(t *testing.T) {
+// TestInvoiceLinesAddUp: an invoice's table shows each line's amount in
+// cents, and the amounts shown add up to the total shown.
+func TestInvoiceLinesAddUp(t *testing.T) {
 	line := func(desc string, micros money.Micros) billing.Line {
 		return billing.Line{Category: billing.CategoryCompute, Description: desc, Quantity: 1, Unit: billing.UnitSecond, UnitPrice: 1, Amount: micros}
 	}
 	for _, tc := range []struct {
 		name  string
 		lines []billing.Line
-		note  bool
+		want  []string // the AMOUNT column, lines then total
 	}{
-		{"exact cents", []billing.Line{line("a", 1_500_000), line("b", 10_000)}, false},
-		{"sub-cent lines adding up", []billing.Line{line("a", 4_000), line("b", 4_000)}, true},
-		{"no lines", nil, false},
+		{"exact cents", []billing.Line{line("a", 1_500_000), line("b", 10_000)}, []string{"$1.50", "$0.01", "$1.51"}},
+		{"sub-cent lines adding up", []billing.Line{line("a", 4_000), line("b", 4_000)}, []string{"$0.01", "$0.00", "$0.01"}},
+		// Each alone rounds to $0.14: $0.41 under a $0.40 total.
+		{"halves over the total", []billing.Line{line("a", 135_000), line("b", 135_000), line("c", 130_000)},
+			[]string{"$0.14", "$0.13", "$0.13", "$0.40"}},
+		{"no lines", nil, []string{"$0.00"}},
 	} {
 		var total money.Micros
 		for _, l := range tc.lines {
@@ -79,8 +84,13 @@ func TestInvoiceRoundingNote(t *testing.T) {
 		if err := printInvoices(&b, []*billing.Invoice{inv}, true); err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Contains(b.String(), "rounded to cents"); got != tc.note {
-			t.Errorf("%s: rounding note %v, want %v:\n%s", tc.name, got, tc.note, b.String())
+		var got []string
+		for _, row := range strings.Split(strings.TrimSpace(b.String()), "\n")[2:] {
+			f := strings.Fields(row)
+			got = append(got, f[len(f)-1])
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: amounts %v, want %v:\n%s", tc.name, got, tc.want, b.String())
 		}
 	}
 }
