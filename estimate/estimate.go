@@ -331,7 +331,7 @@ func reservationRows(w Workload, b baseline, held int64) ([]Row, error) {
 		if w.SecondsPerDay < 86400 {
 			// Total and HeldTotal assume different things; the note says
 			// which is which, so that they do not read as a contradiction.
-			r.Note = fmt.Sprintf("total counts the used hours only; held 24 h/day, as a commitment is billed: %s; %s", heldTotal.Cents(), r.Note)
+			r.Note = fmt.Sprintf("total counts the used hours only; held 24 h/day, as a commitment is billed: %s; %s", money.FormatAmount(heldTotal), r.Note)
 		}
 		if o.term > w.Days {
 			r.Note += fmt.Sprintf("; the term commits %d days", o.term)
@@ -358,10 +358,10 @@ func retainerRow(w Workload, used, held int64) (Row, error) {
 	if feeBP < rdBP {
 		r.BreakEvenBP = ceilDiv(feeBP*10_000, rdBP)
 		r.Note = fmt.Sprintf("fee %s (%s of on demand, 24 h/day) + usage %s at %s off; breaks even at %s utilisation",
-			fee.Cents(), percent(feeBP), usage.Cents(), percent(rdBP), percent(r.BreakEvenBP))
+			money.FormatAmount(fee), percent(feeBP), money.FormatAmount(usage), percent(rdBP), percent(r.BreakEvenBP))
 	} else {
 		r.Note = fmt.Sprintf("fee %s (%s of on demand, 24 h/day) + usage %s at %s off; never cheaper than on demand",
-			fee.Cents(), percent(feeBP), usage.Cents(), percent(rdBP))
+			money.FormatAmount(fee), percent(feeBP), money.FormatAmount(usage), percent(rdBP))
 	}
 	return r, nil
 }
@@ -395,7 +395,7 @@ func spotRow(w Workload, used int64) (Row, money.Micros, error) {
 	if w.SpotPrice == 0 {
 		r.DiscountBP = w.SpotDiscountBP
 	}
-	r.Note = fmt.Sprintf("at %s/h; %s expected reclaims cost %s h more", sp.Cents(), milli(int64(reclaimsMilli)), hours(int64(overhead)))
+	r.Note = fmt.Sprintf("at %s/h; %s expected reclaims cost %s h more", money.FormatPrice(sp), milli(int64(reclaimsMilli)), hours(int64(overhead)))
 	if !w.InterruptionTolerant {
 		r.Unsuitable = true
 		r.Note = "unsuitable: the workload does not tolerate interruptions; " + r.Note

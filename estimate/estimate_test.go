@@ -52,7 +52,7 @@ func TestArticleExample(t *testing.T) {
 	if r.HeldTotal != money.MustParse("6480") || r.HeldSavingsBP != -5000 || r.BreakEvenBP != 7500 || r.Kind != KindReservation {
 		t.Errorf("reserved held %+v", r)
 	}
-	if want := "total counts the used hours only; held 24 h/day, as a commitment is billed: 6480.00; breaks even at 75% utilisation"; r.Note != want {
+	if want := "total counts the used hours only; held 24 h/day, as a commitment is billed: $6,480.00; breaks even at 75% utilisation"; r.Note != want {
 		t.Errorf("note %q, want %q", r.Note, want)
 	}
 	// Retainer: 10% of $12 for 720 h = $864, plus 360 h at $8.40 = $3,024.
@@ -129,7 +129,7 @@ func TestSpotOverhead(t *testing.T) {
 	if sp.SavingsBP != 5977 { // 1 − 1738.08/4320 = 59.77%
 		t.Errorf("savings %d bp", sp.SavingsBP)
 	}
-	if want := "at 4.80/h; 18 expected reclaims cost 2.1 h more"; sp.Note != want {
+	if want := "at $4.8000/h; 18 expected reclaims cost 2.1 h more"; sp.Note != want {
 		t.Errorf("note %q, want %q", sp.Note, want)
 	}
 	if sp.PerHour != money.MustParse("4.828") { // 1738.08 / 360
