@@ -133,7 +133,7 @@ func (s *Billing) PutBudget(ctx context.Context, a Actor, tenant string, spec ap
 			return err
 		}
 		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventBudgetUpdated, TenantID: t, Actor: a.ID,
-			Reason: fmt.Sprintf("monthly budget %s with alerts at %s", b.Amount.Cents(), percents(ths))}); err != nil {
+			Reason: fmt.Sprintf("monthly budget %s with alerts at %s", money.FormatAmount(b.Amount), percents(ths))}); err != nil {
 			return err
 		}
 		out, err = s.budgetStatus(ctx, tx, t)

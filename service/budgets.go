@@ -77,7 +77,7 @@ func CheckBudgets(ctx context.Context, st cloud.Store, now time.Time) ([]*cloud.
 				}
 				return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventBudgetAlert, TenantID: a.TenantID,
 					Actor: "billing", Reason: fmt.Sprintf("spending %s in %s reached %d%% of the budget %s",
-						d.spent.Cents(), a.Month, th, d.b.Amount.Cents())})
+						money.FormatAmount(d.spent), a.Month, th, money.FormatAmount(d.b.Amount))})
 			})
 			if cloud.IsConflict(err) {
 				continue // another replica alerted first
