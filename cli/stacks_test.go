@@ -230,6 +230,31 @@ func TestStackWait(t *testing.T) {
 		}
 	}
 
+	// drift: 0 in sync; 2 once the instance is stopped outside the stack,
+	// with the table or the document, and nothing on stderr; 1 with an
+	// error when it fails.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"stacks", "drift", "train"}, ExitOK, "in sync"},
+		{[]string{"stacks", "drift", "train", "-o", "json"}, ExitOK, `"in_sync": true`},
+		{nil, 0, ""}, // the instance stops here
+		{[]string{"stacks", "drift", "train"}, ExitDrift, "box"},
+		{[]string{"stacks", "drift", "train", "-o", "json"}, ExitDrift, `"in_sync": false`},
+		{[]string{"stacks", "drift", "nope"}, ExitError, ""},
+	} {
+		if c.args == nil {
+			e.move(box.ID, cloud.Stopped, testkit.Via{})
+			continue
+		}
+		code, out, errOut := e.as(tok, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) || (errOut != "") != (c.code == ExitError) {
+			t.Errorf("%v: exit %d, %q, %q; want exit %d saying %q", c.args, code, out, errOut, c.code, c.want)
+		}
+	}
+
 	wait = e.start(tok, "stacks", "destroy", "train", "--wait")
 	e.askedAgain("DELETE /v1/stacks/train")
 	e.askedAgain("GET /v1/stacks/train/events")
