@@ -278,6 +278,17 @@ func TestStackWait(t *testing.T) {
 	if !strings.Contains(errOut, "stack  destroy  started") || strings.Contains(errOut, "apply") {
 		t.Errorf("destroy --wait's steps are not the destroy's:\n%s", errOut)
 	}
+	// The destroyed stack's events stay readable by its name, by its
+	// tenant only.
+	out = e.ok(tok, "stacks", "events", "train")
+	for _, want := range []string{"destroy", "succeeded", "box", "delete"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events after the destroy lack %q:\n%s", want, out)
+		}
+	}
+	_, other := e.member("globex", "gary")
+	code, _, errOut = e.as(other, "stacks", "events", "train")
+	oneLine(t, code, errOut, "(not_found)")
 
 	// A failed apply (over the instance quota) exits 1 with the stack's
 	// reason.
