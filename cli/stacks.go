@@ -233,6 +233,7 @@ func newStacksApplyCommand(s *session) *cobra.Command {
 					return err
 				}
 				sw := &stackWatch{c: c, stderr: cmd.ErrOrStderr(), tenant: tenant, name: name}
+				sw.fit(tmpl)
 				if w.wait {
 					if err := sw.skip(ctx); err != nil {
 						return c.explain(err)
