@@ -208,8 +208,9 @@ func stackInstances(v *api.StackView) (waiting, bad []string) {
 
 // waitDestroy follows a destroy, printing the events sw has not seen,
 // until the stack is gone (a destroyed stack is not found by its name any
-// more, but its events are), and returns the resources it retained: those shown retained, and
-// those the template retains (deletion_policy: retain, and commitments).
+// more, but its events are), and returns the resources it retained: those
+// shown retained, and those the template retains (deletion_policy:
+// retain, and commitments).
 // before is the stack as it was before the destroy.
 func (c *conn) waitDestroy(ctx context.Context, sw *stackWatch, st *cloud.Stack, before *api.StackView, timeout time.Duration) ([]api.StackResource, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
