@@ -29,9 +29,13 @@ const (
 	ExitError = 1 // the command ran and failed
 	ExitUsage = 2 // bad flags or arguments
 	ExitNoFit = 3 // stacks plan: the stack's instances do not fit now
+	// ExitDrift is stacks drift's answer when the stack drifted, like
+	// terraform plan -detailed-exitcode; a failure is still ExitError.
+	ExitDrift = 2
 )
 
-// codeError is a failure with an exit code of its own.
+// codeError is a failure with an exit code of its own. An error without
+// a message is an answer, not a failure: Main prints nothing for it.
 type codeError struct {
 	code int
 	err  error
@@ -56,6 +60,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	)
 	switch {
 	case errors.As(err, &ce):
+		if msg == "" {
+			return ce.code
+		}
 		fmt.Fprintf(stderr, "error: %s\n", strings.ReplaceAll(msg, "\n", "; "))
 		return ce.code
 	case errors.As(err, &ue):

@@ -145,7 +145,10 @@ func newStacksEventsCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events NAME",
 		Short: "List a stack's events: every step of its applies, destroys and drift checks",
-		Args:  exactArgs(1, "the stack's name"),
+		Long: "List a stack's events: every step of its applies, destroys and drift checks.\n" +
+			"After a destroy the name still finds the destroyed stack's events (the latest\n" +
+			"stack of that name) until another apply makes a new stack of it.",
+		Args: exactArgs(1, "the stack's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err

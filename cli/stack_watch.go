@@ -14,7 +14,8 @@ import (
 	"github.com/gpucloud/gpucloud/stack"
 )
 
-// stackWatch prints a stack's new events, one line each, on stderr.
+// stackWatch prints a stack's new events, one line each, on stderr, in
+// aligned columns (see stackEventLine).
 type stackWatch struct {
 	c      *conn
 	stderr io.Writer
@@ -22,6 +23,28 @@ type stackWatch struct {
 	name   string
 	// after is the last event printed or skipped.
 	after int64
+	// widths are the columns' widths so far: the addresses' (set from the
+	// template, see fit) and the resource IDs'. A wider value widens its
+	// column from its line on.
+	widths eventWidths
+}
+
+// fit widens the address column for the resources of the template src
+// (a counted resource's addresses end in "[N]"), so that the stream's
+// lines line up from the first one. A template that does not parse
+// changes nothing: the server says what is wrong with it.
+func (sw *stackWatch) fit(src string) {
+	t, err := stack.Parse([]byte(src))
+	if err != nil {
+		return
+	}
+	for _, r := range t.Resources {
+		n := len(r.Name)
+		if r.Counted() {
+			n += len("[0]")
+		}
+		sw.widths.address = max(sw.widths.address, n)
+	}
 }
 
 // skip passes over the events the stack has now, an earlier operation's;
@@ -36,7 +59,7 @@ func (sw *stackWatch) skip(ctx context.Context) error {
 
 // events prints the events that came since the last call.
 func (sw *stackWatch) events(ctx context.Context) error {
-	return sw.read(ctx, func(ev *cloud.StackEvent) { fmt.Fprintln(sw.stderr, stackEventLine(ev)) })
+	return sw.read(ctx, func(ev *cloud.StackEvent) { fmt.Fprintln(sw.stderr, stackEventLine(ev, &sw.widths)) })
 }
 
 // read passes each event after the last one read to fn.
@@ -56,16 +79,53 @@ func (sw *stackWatch) read(ctx context.Context, fn func(*cloud.StackEvent)) erro
 	}
 }
 
-// stackEventLine is one event on one line.
-func stackEventLine(ev *cloud.StackEvent) string {
-	parts := []string{ev.Time.UTC().Format(time.RFC3339), cmpOrDash(ev.Address, "stack"), ev.Action, ev.Outcome}
-	if ev.Resource != "" {
-		parts = append(parts, ev.Resource)
+// eventWidths are the widths of a stream's padded columns.
+type eventWidths struct{ address, resource int }
+
+// eventIDWidth is the resource column's least width: an ID of the longest
+// prefix a stack's resources have ("asg-" and "eip-", then 16 hex digits),
+// so that the stack's own lines, which have none, line up with the rest.
+const eventIDWidth = len("asg-0123456789abcdef")
+
+// stackEventLine is one event on one line, in columns: the time, the
+// address ("stack" for the stack itself), what happened ("created",
+// "deleted", "apply started", "create failed"), the resource's ID and the
+// message. w holds the columns' widths so far; the line widens them as it
+// needs. The plan's reason that only restates the step ("not in the stack
+// yet" for a create, "destroying the stack" for a destroy's delete) is
+// left out.
+func stackEventLine(ev *cloud.StackEvent, w *eventWidths) string {
+	addr := cmpOrDash(ev.Address, "stack")
+	w.address = max(w.address, len(addr), len("stack"))
+	w.resource = max(w.resource, len(ev.Resource), eventIDWidth)
+	msg := oneLineText(ev.Message)
+	if ev.Outcome == "succeeded" && (ev.Action == string(stack.ActionCreate) && msg == "not in the stack yet" ||
+		ev.Action == string(stack.ActionDelete) && msg == "destroying the stack") {
+		msg = ""
 	}
-	if ev.Message != "" {
-		parts = append(parts, oneLineText(ev.Message))
+	line := fmt.Sprintf("%s  %-*s  %-*s  %-*s  %s", ev.Time.UTC().Format(time.RFC3339), w.address, addr,
+		eventWhatWidth, stackEventWhat(ev), w.resource, ev.Resource, msg)
+	return strings.TrimRight(line, " ")
+}
+
+// eventWhatWidth is the width of the column that says what happened:
+// "rollback succeeded", the longest stackEventWhat answers for the
+// engine's actions.
+const eventWhatWidth = len("rollback succeeded")
+
+// stackEventWhat says what an event did: a resource's step that succeeded
+// as a past participle ("created", "deleted"), anything else as its action
+// and outcome ("apply started", "create failed", "destroy succeeded").
+func stackEventWhat(ev *cloud.StackEvent) string {
+	done := map[string]string{
+		string(stack.ActionCreate): "created", string(stack.ActionReplace): "replaced",
+		string(stack.ActionUpdate): "updated", string(stack.ActionDelete): "deleted",
+		string(stack.ActionRetain): "retained", string(stack.ActionStart): "started",
 	}
-	return strings.Join(parts, "  ")
+	if w, ok := done[ev.Action]; ok && ev.Outcome == "succeeded" && ev.Address != "" {
+		return w
+	}
+	return ev.Action + " " + ev.Outcome
 }
 
 // waitApply follows an apply, printing the events sw has not seen, until
@@ -148,8 +208,9 @@ func stackInstances(v *api.StackView) (waiting, bad []string) {
 
 // waitDestroy follows a destroy, printing the events sw has not seen,
 // until the stack is gone (a destroyed stack is not found by its name any
-// more), and returns the resources it retained: those shown retained, and
-// those the template retains (deletion_policy: retain, and commitments).
+// more, but its events are), and returns the resources it retained: those
+// shown retained, and those the template retains (deletion_policy:
+// retain, and commitments).
 // before is the stack as it was before the destroy.
 func (c *conn) waitDestroy(ctx context.Context, sw *stackWatch, st *cloud.Stack, before *api.StackView, timeout time.Duration) ([]api.StackResource, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -180,9 +241,19 @@ func (c *conn) waitDestroy(ctx context.Context, sw *stackWatch, st *cloud.Stack,
 		sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
 		return out
 	}
+	for _, r := range before.Resources {
+		sw.widths.address = max(sw.widths.address, len(r.Address))
+	}
 	for {
 		v, err := c.GetStack(ctx, tenant, st.Name)
 		if cloud.ErrorCode(err) == cloud.NotFound {
+			// Destroyed: its last round's events (the deletions that
+			// waited for others, a placement group's after its members,
+			// and the destroy's end) are still to print. The name finds
+			// the destroyed stack's events.
+			if err := sw.events(ctx); err != nil && cloud.ErrorCode(err) != cloud.NotFound {
+				return nil, c.explain(err)
+			}
 			return done(), nil
 		}
 		if err == nil && v.ID != st.ID {

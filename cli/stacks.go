@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -232,6 +233,7 @@ func newStacksApplyCommand(s *session) *cobra.Command {
 					return err
 				}
 				sw := &stackWatch{c: c, stderr: cmd.ErrOrStderr(), tenant: tenant, name: name}
+				sw.fit(tmpl)
 				if w.wait {
 					if err := sw.skip(ctx); err != nil {
 						return c.explain(err)
@@ -287,7 +289,9 @@ func newStacksDriftCommand(s *session) *cobra.Command {
 		Short: "Compare a stack's live resources with its last apply",
 		Long: "List each resource of the stack that was terminated, deleted, stopped or\n" +
 			"changed outside the stack since its last apply. The next apply repairs them.\n" +
-			"The exit code is 0 whether or not the stack drifted.",
+			"The exit code is 0 when the stack is in sync, 2 when it drifted and 1 when\n" +
+			"the command failed, like terraform plan -detailed-exitcode. With -o json or\n" +
+			"yaml the exit code says the same.",
 		Args: exactArgs(1, "the stack's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
@@ -303,8 +307,12 @@ func newStacksDriftCommand(s *session) *cobra.Command {
 					return c.explain(err)
 				}
 				w := cmd.OutOrStdout()
+				drifted := &codeError{code: ExitDrift, err: errors.New("")}
 				if !out.table() {
-					return writeData(w, out.format, d)
+					if err := writeData(w, out.format, d); err != nil || d.InSync {
+						return err
+					}
+					return drifted
 				}
 				if d.InSync {
 					_, err := fmt.Fprintf(w, "stack %s is in sync\n", args[0])
@@ -321,8 +329,10 @@ func newStacksDriftCommand(s *session) *cobra.Command {
 				if err := writeTable(w, rows); err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(w, "`gpucloud stacks apply` repairs this.\n")
-				return err
+				if _, err := fmt.Fprintf(w, "`gpucloud stacks apply` repairs this.\n"); err != nil {
+					return err
+				}
+				return drifted
 			})
 		},
 	}

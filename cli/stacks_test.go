@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
@@ -177,7 +179,12 @@ func TestStackWait(t *testing.T) {
 	ctx := context.Background()
 	_, tok := e.member("acme", "alice")
 	svc := service.New(e.st, catalog.Default(), service.Options{Now: e.clock.Now})
-	file := writeTemplate(t, strings.Replace(cliStack, "    type: volume\n", "    type: volume\n    deletion_policy: retain\n", 1))
+	// The instance is in a placement group, which the destroy deletes
+	// last, once the instance is gone.
+	tmpl := strings.Replace(cliStack, "    type: volume\n", "    type: volume\n    deletion_policy: retain\n", 1)
+	tmpl = strings.Replace(tmpl, "properties: {offering: l4.1x,", "properties: {offering: l4.1x, placement_group: \"${pg.id}\",", 1)
+	tmpl = strings.Replace(tmpl, "resources:\n", "resources:\n  pg:\n    type: placement_group\n    properties: {name: train, strategy: cluster}\n", 1)
+	file := writeTemplate(t, tmpl)
 	// stackState is the state of the stack train that is not destroyed,
 	// or destroyed when there is none.
 	stackState := func() (cloud.StackState, string) {
@@ -224,9 +231,46 @@ func TestStackWait(t *testing.T) {
 	if code != 0 || out != "stack train: active\n" {
 		t.Fatalf("apply --wait: exit %d, %q, %q", code, out, errOut)
 	}
-	for _, want := range []string{"stack  apply  started", "box  create  succeeded  " + box.ID, "data  create  succeeded", "stack  apply  succeeded"} {
+	// Each step in columns: the address, what happened, the ID.
+	col := func(addr, what, id string) string { return fmt.Sprintf("  %-5s  %-18s  %s", addr, what, id) }
+	var pgID string
+	for _, line := range strings.Split(errOut, "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[1] == "pg" {
+			pgID = f[3]
+		}
+	}
+	for _, want := range []string{col("stack", "apply started", ""), col("box", "created", box.ID), col("data", "created", "v-"),
+		col("pg", "created", pgID), col("stack", "apply succeeded", "")} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("apply --wait's steps lack %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "not in the stack yet") || pgID == "" {
+		t.Errorf("apply --wait's steps:\n%s", errOut)
+	}
+
+	// drift: 0 in sync; 2 once the instance is stopped outside the stack,
+	// with the table or the document, and nothing on stderr; 1 with an
+	// error when it fails.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"stacks", "drift", "train"}, ExitOK, "in sync"},
+		{[]string{"stacks", "drift", "train", "-o", "json"}, ExitOK, `"in_sync": true`},
+		{nil, 0, ""}, // the instance stops here
+		{[]string{"stacks", "drift", "train"}, ExitDrift, "box"},
+		{[]string{"stacks", "drift", "train", "-o", "json"}, ExitDrift, `"in_sync": false`},
+		{[]string{"stacks", "drift", "nope"}, ExitError, ""},
+	} {
+		if c.args == nil {
+			e.move(box.ID, cloud.Stopped, testkit.Via{})
+			continue
+		}
+		code, out, errOut := e.as(tok, c.args...)
+		if code != c.code || !strings.Contains(out, c.want) || (errOut != "") != (c.code == ExitError) {
+			t.Errorf("%v: exit %d, %q, %q; want exit %d saying %q", c.args, code, out, errOut, c.code, c.want)
 		}
 	}
 
@@ -250,9 +294,28 @@ func TestStackWait(t *testing.T) {
 	if strings.Contains(out, "box") {
 		t.Errorf("destroy --wait says the instance is retained:\n%s", out)
 	}
-	if !strings.Contains(errOut, "stack  destroy  started") || strings.Contains(errOut, "apply") {
+	if !strings.Contains(errOut, col("stack", "destroy started", "")) || strings.Contains(errOut, "apply") {
 		t.Errorf("destroy --wait's steps are not the destroy's:\n%s", errOut)
 	}
+	// Every deletion is in the stream, the placement group's last (it
+	// waits for its member), then the destroy's end.
+	for _, want := range []string{col("data", "retained", "v-"), col("box", "deleted", box.ID), col("pg", "deleted", pgID),
+		col("stack", "destroy succeeded", "")} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("destroy --wait's steps lack %q:\n%s", want, errOut)
+		}
+	}
+	// The destroyed stack's events stay readable by its name, by its
+	// tenant only.
+	out = e.ok(tok, "stacks", "events", "train")
+	for _, want := range []string{"destroy", "succeeded", "box", "delete"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events after the destroy lack %q:\n%s", want, out)
+		}
+	}
+	_, other := e.member("globex", "gary")
+	code, _, errOut = e.as(other, "stacks", "events", "train")
+	oneLine(t, code, errOut, "(not_found)")
 
 	// A failed apply (over the instance quota) exits 1 with the stack's
 	// reason.
@@ -264,5 +327,44 @@ func TestStackWait(t *testing.T) {
 	_, reason := stackState()
 	if code != ExitError || out != "stack train: failed: "+reason+"\n" || !strings.Contains(errOut, "error: stack train failed: "+reason) {
 		t.Errorf("a failed apply --wait: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// TestStackEventLine renders a stream's events: aligned columns, a step
+// that succeeded as what it did, and no reason that only restates it.
+func TestStackEventLine(t *testing.T) {
+	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	ev := func(addr, action, outcome, id, msg string) *cloud.StackEvent {
+		return &cloud.StackEvent{Time: at, Address: addr, Action: action, Outcome: outcome, Resource: id, Message: msg}
+	}
+	const ts = "2026-12-01T08:00:00Z  "
+	w := &eventWidths{address: len("workers[0]")}
+	for _, c := range []struct {
+		ev   *cloud.StackEvent
+		want string
+	}{
+		{ev("", "apply", "started", "", "apply requested by u-1"),
+			ts + "stack       apply started                             apply requested by u-1"},
+		{ev("pg", "create", "succeeded", "pg-0123456789abcdef", "not in the stack yet"),
+			ts + "pg          created             pg-0123456789abcdef"},
+		{ev("workers[0]", "replace", "succeeded", "i-0123456789abcdef", "instance is gone"),
+			ts + "workers[0]  replaced            i-0123456789abcdef    instance is gone"},
+		{ev("head", "create", "failed", "", "over quota\nsee quotas"),
+			ts + "head        create failed                             over quota see quotas"},
+		{ev("data", "retain", "succeeded", "v-0123456789abcdef", "left alive (deletion_policy retain)"),
+			ts + "data        retained            v-0123456789abcdef    left alive (deletion_policy retain)"},
+		{ev("pg", "delete", "succeeded", "pg-0123456789abcdef", "destroying the stack"),
+			ts + "pg          deleted             pg-0123456789abcdef"},
+		{ev("", "rollback", "succeeded", "", "apply failed; rolled back"),
+			ts + "stack       rollback succeeded                        apply failed; rolled back"},
+		// A wider ID widens its column from its line on.
+		{ev("ip", "delete", "succeeded", "eip-0123456789abcdef0", ""),
+			ts + "ip          deleted             eip-0123456789abcdef0"},
+		{ev("", "destroy", "succeeded", "", "every resource is gone"),
+			ts + "stack       destroy succeeded                          every resource is gone"},
+	} {
+		if got := stackEventLine(c.ev, w); got != c.want {
+			t.Errorf("%s %s %s:\n got %q\nwant %q", c.ev.Address, c.ev.Action, c.ev.Outcome, got, c.want)
+		}
 	}
 }

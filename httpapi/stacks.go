@@ -102,7 +102,8 @@ func (s *handlers) destroyStack(w http.ResponseWriter, r *http.Request, p princi
 }
 
 // stackEvents handles GET /v1/stacks/{name}/events: the stack's events,
-// oldest first, paged by ?after and ?limit.
+// oldest first, paged by ?after and ?limit. After a destroy the name finds
+// the destroyed stack's (see service.Stacks.Events).
 func (s *handlers) stackEvents(w http.ResponseWriter, r *http.Request, p principal) error {
 	limit, err := queryLimit(r)
 	if err != nil {

@@ -57,7 +57,9 @@ func (s *Stacks) List(ctx context.Context, a Actor, tenant string) ([]*cloud.Sta
 }
 
 // Events answers the stack's events after the event ID after, oldest
-// first, at most limit (0: 1000).
+// first, at most limit (0: 1000). The name finds the tenant's live stack
+// of that name or, when none is live, the latest destroyed one, so that a
+// destroy's events stay readable after it.
 func (s *Stacks) Events(ctx context.Context, a Actor, tenant, name string, after int64, limit int) ([]*cloud.StackEvent, error) {
 	return s.events(ctx, a, tenant, name, after, limit)
 }

@@ -175,6 +175,38 @@ func stackOf(ctx context.Context, tx cloud.Tx, a Actor, tenant, name string) (*c
 	return st, err
 }
 
+// latestStackOf finds the stack of that name actor a may see, as stackOf
+// does, and when none is live the latest one destroyed (created last), so
+// that a destroyed stack's events stay readable by its name. It answers
+// NotFound when the tenant never had a stack of that name.
+func latestStackOf(ctx context.Context, tx cloud.Tx, a Actor, tenant, name string) (*cloud.Stack, error) {
+	t, err := Scope(ctx, tx, a, tenant, a.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	st, err := tx.StackByName(ctx, t, name)
+	if cloud.ErrorCode(err) != cloud.NotFound {
+		return st, err
+	}
+	all, err := tx.ListStacks(ctx, t, true)
+	if err != nil {
+		return nil, err
+	}
+	var latest *cloud.Stack
+	for _, x := range all {
+		if x.TenantID != t || x.Name != name {
+			continue
+		}
+		if latest == nil || x.CreatedAt.After(latest.CreatedAt) || x.CreatedAt.Equal(latest.CreatedAt) && x.ID > latest.ID {
+			latest = x
+		}
+	}
+	if latest == nil {
+		return nil, NotFound("stack", name)
+	}
+	return latest, nil
+}
+
 func (s *Stacks) plan(ctx context.Context, a Actor, req api.StackRequest) (*api.StackPlan, error) {
 	if req.Name != "" {
 		if err := CheckStackName(req.Name); err != nil {
@@ -370,7 +402,7 @@ func (s *Stacks) events(ctx context.Context, a Actor, tenant, name string, after
 	}
 	var out []*cloud.StackEvent
 	err := s.tx(ctx, func(tx cloud.Tx) error {
-		st, err := stackOf(ctx, tx, a, tenant, name)
+		st, err := latestStackOf(ctx, tx, a, tenant, name)
 		if err != nil {
 			return err
 		}

@@ -201,7 +201,7 @@ func (b *Bound) checkIndexes(errs *errList) {
 		check(r.refs, "resources."+r.Name+".properties")
 	}
 	for _, o := range t.Outputs {
-		check(o.refs, "outputs."+o.Name+".value")
+		check(o.refs, o.path)
 	}
 }
 

@@ -74,6 +74,16 @@ func TestParseErrors(t *testing.T) {
 		{"count.index in output", "resources:\n  v:\n    type: volume\n    count: 1\noutputs:\n  o:\n    value: ${count.index}\n",
 			[]string{"7:12 outputs.o.value: ${count.index}: ${count.index} is only allowed"}},
 		{"output without value", "resources: {}\noutputs:\n  o: {description: x}\n", []string{"3:6 outputs.o: must be a mapping with a value"}},
+		// The shorthand (a bare expression) keeps the errors' positions,
+		// its path without ".value"; what is not an expression is not one.
+		{"shorthand output, unknown resource", "resources: {}\noutputs:\n  a: \"${nope.id}\"\n",
+			[]string{"3:6 outputs.a: ${nope.id}: unknown resource \"nope\""}},
+		{"shorthand output, unterminated", "resources: {}\noutputs:\n  a: \"${nope.id\"\n",
+			[]string{"3:6 outputs.a: unterminated reference"}},
+		{"shorthand output, count.index", "resources:\n  v:\n    type: volume\n    count: 1\noutputs:\n  o: ${count.index}\n",
+			[]string{"6:6 outputs.o: ${count.index}: ${count.index} is only allowed"}},
+		{"output as a constant", "resources: {}\noutputs:\n  o: hello\n", []string{"3:6 outputs.o: must be a mapping with a value, or an expression"}},
+		{"output as a list", "resources: {}\noutputs:\n  o: [\"${a.id}\"]\n", []string{"3:6 outputs.o: must be a mapping with a value, or an expression"}},
 		{"cycle", "resources:\n  a:\n    type: volume\n    depends_on: [c]\n  b:\n    type: volume\n    properties: {name: \"${a.name}\"}\n  c:\n    type: volume\n    properties: {name: \"${b.name}\"}\n",
 			[]string{"2:3 resources.a: dependency cycle: a -> c -> b -> a"}},
 		{"self reference cycle", "resources:\n  a:\n    type: volume\n    properties: {name: \"${a.id}\"}\n",
@@ -184,5 +194,36 @@ func TestParseKeepsFileOrder(t *testing.T) {
 	}
 	if r, ok := tm.Resource("m"); !ok || r.Type != TypeAddress || r.DeletionPolicy != DeletionDelete {
 		t.Errorf("Resource(m) = %+v", r)
+	}
+}
+
+// TestParseOutputShorthand: a bare expression as an output is its value,
+// as {value: ...} would be, and evaluates alike.
+func TestParseOutputShorthand(t *testing.T) {
+	const res = "resources:\n  head: {type: instance, properties: {offering: l4.1x}}\n"
+	for _, tt := range []struct {
+		name, outputs string
+		want          any
+	}{
+		{"bare expression", "  id: \"${head.id}\"\n", "i-1"},
+		{"unquoted", "  id: ${head.id}\n", "i-1"},
+		{"interpolated", "  id: \"head ${head.id} in ${head.zone}\"\n", "head i-1 in z1"},
+		{"full form", "  id: {value: \"${head.id}\", description: the head}\n", "i-1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tm := mustParse(t, res+"outputs:\n"+tt.outputs)
+			if len(tm.Outputs) != 1 || tm.Outputs[0].Name != "id" || tm.Outputs[0].Line != 4 || tm.Outputs[0].Column != 3 {
+				t.Fatalf("outputs %+v", tm.Outputs)
+			}
+			b, err := tm.Bind(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := map[string]map[string]any{"head": {"id": "i-1", "zone": "z1"}}
+			outs, err := b.Outputs(func(addr, attr string) (any, bool) { v, ok := live[addr][attr]; return v, ok })
+			if err != nil || outs["id"] != tt.want {
+				t.Errorf("outputs = %v, %v; want id %v", outs, err, tt.want)
+			}
+		})
 	}
 }

@@ -19,7 +19,7 @@ func (t *Template) checkRefs(errs *errList) {
 	for _, o := range t.Outputs {
 		for _, rf := range o.refs {
 			if msg := t.checkRef(rf, nil); msg != "" {
-				errs.at(rf.line, rf.col, "outputs."+o.Name+".value", "%s: %s", rf.text, msg)
+				errs.at(rf.line, rf.col, o.path, "%s: %s", rf.text, msg)
 			}
 		}
 	}

@@ -87,6 +87,9 @@ type Output struct {
 
 	value *node
 	refs  []*ref
+	// path names the value in errors: outputs.NAME.value, or
+	// outputs.NAME for the shorthand (a bare expression).
+	path string
 }
 
 // Parameter returns a declared parameter.
@@ -375,14 +378,21 @@ func (t *Template) parseOutputs(n *node, errs *errList) {
 			continue
 		}
 		on := n.fields[k.key()]
-		if on.kind != nMap || on.get("value") == nil {
-			errs.atNode(on, path, "must be a mapping with a value")
-			continue
-		}
-		checkKeys(on, path, outputKeys, errs)
 		o := &Output{Name: k.key(), Line: k.line, Column: k.col}
-		o.Description = stringField(on, "description", path, errs)
-		o.value = interpolate(on.get("value"), path+".value", errs)
+		if s, ok := on.lit.(string); ok && on.kind == nLiteral && strings.Contains(s, "${") {
+			// The shorthand: `head: "${head.id}"` is {value: "${head.id}"}.
+			o.path = path
+			o.value = interpolate(on, o.path, errs)
+		} else {
+			if on.kind != nMap || on.get("value") == nil {
+				errs.atNode(on, path, `must be a mapping with a value, or an expression ("${resource.attribute}")`)
+				continue
+			}
+			checkKeys(on, path, outputKeys, errs)
+			o.Description = stringField(on, "description", path, errs)
+			o.path = path + ".value"
+			o.value = interpolate(on.get("value"), o.path, errs)
+		}
 		o.Value = o.value.rawValue()
 		o.refs = collectRefs(o.value)
 		t.Outputs = append(t.Outputs, o)

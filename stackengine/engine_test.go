@@ -1,6 +1,7 @@
 package stackengine_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -241,10 +242,28 @@ func TestStackLifecycle(t *testing.T) {
 		if len(vs)+len(as)+len(gs) != 0 {
 			t.Errorf("left: %d volumes, %d addresses, %d placement groups", len(vs), len(as), len(gs))
 		}
+		// A destroyed stack's events stay readable by its name, every
+		// deletion included, and by its own tenant only.
 		evs, err := svc.Stacks.Events(ctx, f.acme, "", "train", 0, 0)
-		if cloud.ErrorCode(err) != cloud.NotFound {
-			t.Errorf("events of a destroyed stack: %d, %v", len(evs), err)
+		if err != nil {
+			t.Fatalf("events of a destroyed stack: %v", err)
 		}
+		var destroy []string
+		for _, ev := range evs {
+			if ev.Action == "delete" || ev.Action == "destroy" {
+				destroy = append(destroy, cmp.Or(ev.Address, "stack")+" "+ev.Action+" "+ev.Outcome)
+			}
+		}
+		for _, want := range []string{"stack destroy started", "pg delete succeeded", "ckpt delete succeeded",
+			"ip delete succeeded", "head delete succeeded", "workers[0] delete succeeded", "stack destroy succeeded"} {
+			if !slices.Contains(destroy, want) {
+				t.Errorf("the destroy's events lack %q: %q", want, destroy)
+			}
+		}
+		_, err = svc.Stacks.Events(ctx, f.globex, "", "train", 0, 0)
+		hidden(t, err, "stack", "train")
+		_, err = svc.Stacks.Events(ctx, f.acme, "", "nope", 0, 0)
+		hidden(t, err, "stack", "nope")
 	})
 }
 

@@ -111,8 +111,9 @@ func testUpStack(t *testing.T, flags ...string) {
 	}
 
 	cli("instances", "terminate", ids["workers[0]"], "--wait")
-	if d := cli("stacks", "drift", "train"); !strings.Contains(d, "workers[0]") || !strings.Contains(d, "deleted") {
-		t.Fatalf("drift:\n%s", d)
+	// Drift exits 2, as terraform plan -detailed-exitcode does.
+	if d, e, code := run("stacks", "drift", "train"); code != 2 || !strings.Contains(d, "workers[0]") || !strings.Contains(d, "deleted") {
+		t.Fatalf("drift: exit %d\n%s%s", code, d, e)
 	}
 	cli("stacks", "apply", file, "--name", "train", "--wait", "--timeout", "2m")
 	if d := cli("stacks", "drift", "train"); !strings.Contains(d, "in sync") {
