@@ -90,6 +90,10 @@ type Assignment struct {
 	// master address is known as the workload starts, adds its Env to the
 	// workload's environment.
 	Stack *StackInfo `json:"stack,omitempty"`
+	// Network is the instance's place on its private network (nil:
+	// an instance made before networks existed, which gets the host's
+	// per-tenant network).
+	Network *InstanceNetwork `json:"network,omitempty"`
 }
 
 // StackInfo is an instance's place in its stack's job, computed by the

@@ -180,9 +180,18 @@ type Instance struct {
 	Volumes []string          `json:"volumes,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
 
-	// PrivateAddress is the instance's address on its host's instance
-	// network, as the agent reported it (empty until then; kept after
-	// the instance stops holding it, as Zone is).
+	// NetworkID and SubnetID are the instance's network and subnet, and
+	// SecurityGroupIDs its security groups (one to five, of that
+	// network), chosen at create (the tenant's default network, subnet
+	// and group when the request names none).
+	NetworkID        string   `json:"network_id,omitempty"`
+	SubnetID         string   `json:"subnet_id,omitempty"`
+	SecurityGroupIDs []string `json:"security_groups,omitempty"`
+	// PrivateAddress is the instance's address in its subnet, given at
+	// create and kept across stop and start until it terminates (kept on
+	// the record after that, as Zone is, but no longer held: another
+	// instance may get it). Instances made before networks existed have
+	// the address their agent reported.
 	PrivateAddress string `json:"private_address,omitempty"`
 
 	// HostID and Placement are set while the instance holds an allocation.

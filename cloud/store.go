@@ -214,6 +214,11 @@ type InstanceFilter struct {
 	InGroup bool
 	// PlacementGroupID selects the members of one placement group.
 	PlacementGroupID string
+	// NetworkID, SubnetID and SecurityGroupID select the instances of a
+	// network, of a subnet, and the members of a security group.
+	NetworkID       string
+	SubnetID        string
+	SecurityGroupID string
 	// IDs selects these instances (none: any).
 	IDs []string
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.

@@ -158,6 +158,14 @@ type Host struct {
 	MemoryMiB int64 `json:"memory_mib"`
 	GPUs      []GPU `json:"gpus,omitempty"`
 
+	// Underlay is the host's address on the fabric between hosts, where
+	// its overlay (VXLAN) endpoint listens, and MTU the fabric's MTU
+	// (0: 1500); both as its agent reports them. Placement ignores them.
+	Underlay string `json:"underlay,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
+	// HCAs are the host's RDMA adapters (InfiniBand or RoCE).
+	HCAs []HCA `json:"hcas,omitempty"`
+
 	// UsedCPUMilli and UsedMemoryMiB sum the allocations on the host.
 	UsedCPUMilli  int64 `json:"used_cpu_milli,omitempty"`
 	UsedMemoryMiB int64 `json:"used_memory_mib,omitempty"`
@@ -255,4 +263,17 @@ func (h *Host) validate(cat *catalog.Catalog) error {
 		}
 	}
 	return nil
+}
+
+// HCA is an RDMA adapter of a host, as /sys/class/infiniband shows it.
+type HCA struct {
+	// Name is the adapter's name ("mlx5_0").
+	Name string `json:"name"`
+	// LinkLayer is "InfiniBand" or "Ethernet" (RoCE).
+	LinkLayer string `json:"link_layer"`
+	// NetDev is its network interface ("ib0"), when it has one.
+	NetDev string `json:"netdev,omitempty"`
+	// Devices are its device nodes a workload needs
+	// ("/dev/infiniband/uverbs0"; rdma_cm is shared by every adapter).
+	Devices []string `json:"devices,omitempty"`
 }
