@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -83,6 +84,19 @@ type Spec struct {
 
 	// The fields below are for runtimes that isolate the workload (a
 	// container); the process runtime ignores them.
+
+	// Network is the instance's place on its private network (issue 19),
+	// which the runtime's network hook builds; nil for an instance made
+	// before networks existed (the host's per-tenant network).
+	Network *Network
+	// DNS answers the workload's name lookups: a runtime that serves it
+	// inside the workload's network namespace (as it serves Metadata)
+	// points the workload's resolv.conf at it. Nil: the image's own.
+	DNS DNSServer
+	// Devices are host device nodes the workload may open besides its
+	// GPUs' (RDMA: /dev/infiniband/uverbsN, rdma_cm), bind-mounted at the
+	// same path and allowed in its device cgroup.
+	ExtraDevices []string
 
 	// Image is the container image the workload runs in ("docker.io/
 	// library/python:3.12", or a name imported from a tarball); empty means
@@ -156,6 +170,27 @@ type Runtime interface {
 	// Remove forgets an exited workload, keeping its files. Removing a
 	// running workload is ErrRunning; an unknown one is ErrNotFound.
 	Remove(id string) error
+}
+
+// Network is an instance's place on its private network: its network
+// (ID, name, overlay segment VNI and CIDR), subnet, gateway, address,
+// interface MAC and security groups, and its DNS names. The agent fills it
+// from agentapi.InstanceNetwork.
+type Network struct {
+	ID, Name       string
+	VNI            uint32
+	CIDR, Subnet   netip.Prefix
+	Gateway, Addr  netip.Addr
+	MAC            string
+	SecurityGroups []string
+	DNSNames       []string
+}
+
+// DNSServer serves one workload's DNS: the runtime opens a UDP socket and
+// a TCP listener where the workload reaches them (inside its network
+// namespace) and Serve answers on both until ctx ends or they close.
+type DNSServer interface {
+	Serve(ctx context.Context, udp net.PacketConn, tcp net.Listener) error
 }
 
 // MetadataServer is implemented by runtimes that serve each workload's
