@@ -60,9 +60,19 @@ var manyAddrs = func() []netip.Addr {
 	return out
 }()
 
+// hugeAddrs are the answers of huge.example.: more than 4096 bytes.
+var hugeAddrs = func() []netip.Addr {
+	var out []netip.Addr
+	for i := range 300 {
+		out = append(out, netip.AddrFrom4([4]byte{198, 51, byte(100 + i/256), byte(i)}))
+	}
+	return out
+}()
+
 // newUpstream starts a fake resolver that answers example.com. with
 // 93.184.216.34, big.example. with manyAddrs (truncated over UDP),
-// fail.example. with SERVFAIL, and everything else with NXDOMAIN.
+// huge.example. with hugeAddrs (whatever the buffer), fail.example. with
+// SERVFAIL, and everything else with NXDOMAIN.
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
 	var pc net.PacketConn
@@ -144,6 +154,11 @@ func (u *upstream) answer(msg []byte, tcp bool) []byte {
 			break
 		}
 		for _, a := range manyAddrs {
+			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: a.As4()}})
+		}
+	case "huge.example.":
+		// Larger than any buffer, truncated or not: a broken upstream.
+		for _, a := range hugeAddrs {
 			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: a.As4()}})
 		}
 	case "fail.example.":
@@ -486,6 +501,10 @@ func TestForward(t *testing.T) {
 			want: addrStrings(manyAddrs), opt: 1232, viaTCP: true},
 		{what: "truncated, over TCP", ups: []netip.AddrPort{up.addr}, q: query{name: "big.example.", typ: dnsmessage.TypeA, tcp: true},
 			want: addrStrings(manyAddrs), viaTCP: true},
+		{what: "too large over UDP, over TCP", ups: []netip.AddrPort{up.addr}, q: query{name: "huge.example.", typ: dnsmessage.TypeA, tcp: true},
+			want: addrStrings(hugeAddrs), viaTCP: true},
+		{what: "too large over UDP", ups: []netip.AddrPort{up.addr}, q: query{name: "huge.example.", typ: dnsmessage.TypeA, edns: 1232},
+			tc: true, opt: 1232, viaTCP: true},
 		{what: "the first upstream down", ups: []netip.AddrPort{dead, up.addr}, q: query{name: "example.com.", typ: dnsmessage.TypeA},
 			want: []string{"93.184.216.34"}},
 		{what: "the first upstream silent", ups: []netip.AddrPort{silent, up.addr}, q: query{name: "example.com.", typ: dnsmessage.TypeA},

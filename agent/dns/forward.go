@@ -85,21 +85,31 @@ func (req *request) relay(resp []byte) []byte {
 	return out
 }
 
-// errMismatch is an answer that is not to the query sent.
-var errMismatch = errors.New("an answer to another query")
+var (
+	// errMismatch is an answer that is not to the query sent.
+	errMismatch = errors.New("an answer to another query")
+	// errTooLarge is a UDP answer larger than maxUpstreamUDP, which the
+	// upstream was not asked for: it is asked again over TCP.
+	errTooLarge = errors.New("a UDP answer larger than asked for")
+)
+
+// maxUpstreamUDP is the largest UDP answer read from an upstream: far
+// more than the buffer size it is told (at most MaxUDPSize).
+const maxUpstreamUDP = 4096
 
 // exchange asks one upstream, with a random ID: over UDP, then over TCP
-// when the answer is truncated. It returns an answer to the query.
+// when the answer is truncated (or larger than it may be). It returns an
+// answer to the query.
 func (s *Server) exchange(ctx context.Context, up netip.AddrPort, query []byte, req *request) ([]byte, error) {
 	query = bytes.Clone(query)
 	id := uint16(rand.Uint32())
 	binary.BigEndian.PutUint16(query, id)
 	resp, err := s.try(ctx, "udp", up, query, id, req)
-	if err != nil {
-		return nil, err
-	}
-	if resp[2]&0x02 == 0 { // TC
+	if err == nil && resp[2]&0x02 == 0 { // not truncated (TC)
 		return resp, nil
+	}
+	if err != nil && !errors.Is(err, errTooLarge) {
+		return nil, err
 	}
 	return s.try(ctx, "tcp", up, query, id, req)
 }
@@ -127,11 +137,14 @@ func (s *Server) try(ctx context.Context, network string, up netip.AddrPort, que
 		if _, err := c.Write(query); err != nil {
 			return nil, err
 		}
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, maxUpstreamUDP+1)
 		for {
 			n, err := c.Read(buf)
 			if err != nil {
 				return nil, err
+			}
+			if n > maxUpstreamUDP {
+				return nil, errTooLarge
 			}
 			if req.answers(buf[:n], id) {
 				return bytes.Clone(buf[:n]), nil
