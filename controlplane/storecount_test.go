@@ -75,7 +75,7 @@ func TestStoreCostPerCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close(context.Background())
-			counts := s.Store.(interface{ Counts() sqlstore.Counts }).Counts
+			counts := service.Unwrap(s.Store).(interface{ Counts() sqlstore.Counts }).Counts
 			admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 			tn, err := admin.CreateTenant(ctx, "count")
 			if err != nil {
