@@ -25,6 +25,7 @@ import (
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/pki"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/testkit"
 )

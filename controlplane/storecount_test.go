@@ -11,6 +11,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/sqlstore"
 	"github.com/gpucloud/gpucloud/testkit"

@@ -30,7 +30,7 @@ func (s *handlers) agentNetworks(w http.ResponseWriter, r *http.Request, p princ
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > agentapi.MaxNetworkWait {
 			return &cloud.Error{Code: cloud.Invalid, Message: "wait: want a duration from 0s to " + agentapi.MaxNetworkWait.String() + ", such as 25s",
-				Details: map[string]string{"field": "wait"}}
+				Details: map[string]any{"field": "wait"}}
 		}
 		wait = d
 	}
