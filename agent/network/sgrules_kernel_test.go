@@ -521,3 +521,71 @@ func TestGroupRulesetKernel(t *testing.T) {
 		})
 	})
 }
+
+// sgBenchNetwork is a network of 200 local instances in 50 groups, three
+// groups each, whose 1,000 rules (ten ingress and ten egress a group)
+// are half CIDR rules with port ranges and half rules naming another
+// group, whose members' addresses they resolve to.
+func sgBenchNetwork() (agentapi.HostNetwork, []LocalPort) {
+	const nInst, nGroups = 200, 50
+	hn := agentapi.HostNetwork{ID: "net-bench", CIDR: "10.0.0.0/16",
+		Subnets: []agentapi.NetworkSubnet{{ID: "subnet-bench", CIDR: "10.0.0.0/16", Gateway: "10.0.0.1"}}}
+	var local []LocalPort
+	for i := range nInst {
+		addr := netip.AddrFrom4([4]byte{10, 0, byte((i + 2) >> 8), byte(i + 2)})
+		mac := fmt.Sprintf("02:00:0a:00:%02x:%02x", (i+2)>>8, (i+2)&0xff)
+		id := fmt.Sprintf("i-%04d", i)
+		var groups []string
+		for _, g := range []int{i % nGroups, (i*7 + 3) % nGroups, (i*13 + 5) % nGroups} {
+			groups = append(groups, fmt.Sprintf("sg-%02d", g))
+		}
+		hn.Endpoints = append(hn.Endpoints, agentapi.Endpoint{InstanceID: id, Address: addr.String(), MAC: mac, SecurityGroups: groups})
+		local = append(local, LocalPort{InstanceID: id, Iface: fmt.Sprintf("v%04d", i), Addr: addr, MAC: mac})
+	}
+	var groups []sgTestGroup
+	for g := range nGroups {
+		sg := sgTestGroup{id: fmt.Sprintf("sg-%02d", g)}
+		for k := range 10 {
+			proto := []string{"tcp", "udp"}[k%2]
+			port := 1000 + 100*k + g
+			if k < 5 {
+				sg.ingress = append(sg.ingress, sgTestRule{proto: proto, from: port, to: port + 10, cidr: fmt.Sprintf("10.%d.%d.0/24", 1+k, g)})
+				sg.egress = append(sg.egress, sgTestRule{proto: proto, from: port, to: port, cidr: fmt.Sprintf("172.16.%d.0/24", g)})
+			} else {
+				sg.ingress = append(sg.ingress, sgTestRule{proto: proto, from: port, to: port, groupID: fmt.Sprintf("sg-%02d", (g+k)%nGroups)})
+				sg.egress = append(sg.egress, sgTestRule{proto: proto, from: port, to: port + 5, groupID: fmt.Sprintf("sg-%02d", (g+2*k)%nGroups)})
+			}
+		}
+		groups = append(groups, sg)
+	}
+	hn.SecurityGroups = sgResolve(groups, hn.Endpoints)
+	return hn, local
+}
+
+// BenchmarkGroupRuleset1000 writes the ruleset of 1,000 rules over 200
+// instances and loads it into a namespace, replacing the previous
+// version, as a host does on every change of its view.
+func BenchmarkGroupRuleset1000(b *testing.B) {
+	sgNeedNft(b)
+	netns := sgNetns(b, "bench")
+	hn, local := sgBenchNetwork()
+	rules := 0
+	for _, g := range hn.SecurityGroups {
+		rules += len(g.Ingress) + len(g.Egress)
+	}
+	if rules != 1000 || len(local) != 200 {
+		b.Fatalf("%d rules over %d instances", rules, len(local))
+	}
+	var size int
+	for b.Loop() {
+		script, err := GroupRuleset("sgbench", hn, local, RulesetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := sgNft(netns, script, "-f", "-"); err != nil {
+			b.Fatal(err)
+		}
+		size = len(script)
+	}
+	b.ReportMetric(float64(size), "script-bytes")
+}

@@ -134,7 +134,10 @@ func TestGroupRuleset(t *testing.T) {
 			"chain ge_sg-web {\n\t\tgoto deliver\n\t}",
 			"chain gi_sg-web {\n\t\ticmp type echo-request accept\n" +
 				"\t\tip saddr 10.0.0.0/24 tcp dport 8080 accept\n" +
-				"\t\tip saddr { 10.0.0.3, 10.0.0.4, 10.0.0.9 } tcp dport 9000 accept\n\t}",
+				"\t\tip saddr @peers_0 tcp dport 9000 accept\n\t}",
+			// Peer sets of more than one address are named.
+			"table inet sgtest {\n\tset peers_0 {\n\t\ttype ipv4_addr; flags interval;\n" +
+				"\t\telements = { 10.0.0.3, 10.0.0.4, 10.0.0.9 }\n\t}\n\tchain prerouting {",
 			"chain ge_sg-db {\n\t\tip daddr 10.0.0.0/24 tcp dport 80-90 goto deliver\n\t}",
 			"chain gi_sg-db {\n\t\tip saddr 10.0.0.2 tcp dport 5432 accept\n\t}",
 			"chain gi_sg-client {\n\t}",
@@ -162,20 +165,27 @@ func TestGroupRuleset(t *testing.T) {
 		want:    []string{"chain gi_sg-web {\n\t\tip saddr 10.0.0.0/24 tcp dport 8080 accept\n\t}"},
 		notWant: []string{"9000", "icmp type echo-request accept\n\t\tip saddr"},
 	}, {
-		name: "nested and duplicate peers and rules merge",
+		name: "nested and duplicate peers and rules merge, adjacent ones stay",
 		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
 			g := &hn.SecurityGroups[2] // sg-db
 			g.Ingress = []agentapi.RuleSpec{
 				{Protocol: "udp", FromPort: 53, ToPort: 53, Peers: []string{"10.0.1.7/32", "10.0.0.0/16", "10.0.0.5/24", "192.168.0.1/32"}},
 				{Protocol: "udp", FromPort: 53, ToPort: 53, Peers: []string{"192.168.0.1/32", "10.0.0.0/16"}},
 				{Protocol: "udp", Peers: []string{"10.9.0.0/16"}},
+				{Protocol: "udp", FromPort: 1, ToPort: 65535, Peers: []string{"10.7.0.128/25", "10.7.0.0/25", "10.7.1.0/24"}},
 				{Protocol: "all", Peers: []string{"10.8.0.0/16"}},
+				{Protocol: "tcp", FromPort: 53, ToPort: 53, Peers: []string{"192.168.0.1/32", "10.0.0.0/16"}},
 			}
 		},
 		want: []string{"chain gi_sg-db {\n" +
 			"\t\tip saddr 10.8.0.0/16 accept\n" +
 			"\t\tip saddr 10.9.0.0/16 meta l4proto udp accept\n" +
-			"\t\tip saddr { 10.0.0.0/16, 192.168.0.1 } udp dport 53 accept\n\t}"},
+			"\t\tip saddr @peers_0 tcp dport 53 accept\n" +
+			"\t\tip saddr @peers_0 udp dport 53 accept\n" +
+			"\t\tip saddr @peers_1 udp dport 1-65535 accept\n\t}",
+			"\tset peers_0 {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 10.0.0.0/16, 192.168.0.1 }\n\t}\n" +
+				"\tset peers_1 {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 10.7.0.0/25, 10.7.0.128/25, 10.7.1.0/24 }\n\t}\n" +
+				"\tset peers_2 {\n\t\ttype ipv4_addr; flags interval;\n\t\telements = { 10.0.0.3, 10.0.0.4, 10.0.0.9 }\n\t}\n\tchain prerouting {"},
 	}, {
 		name: "gateways and services from the options",
 		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
