@@ -147,21 +147,21 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 	var chains strings.Builder
 	var sets []string
 	setNames := map[string]string{}
-	wc := func(dir, id string, rules []string) {
+	wc := func(dir, id string, rules []sgRule) {
 		fmt.Fprintf(&chains, "\tchain %s_%s {\n", dir, id)
 		for _, r := range rules {
-			if i := strings.Index(r, "{ "); i >= 0 {
-				j := strings.Index(r, " }")
-				elems := r[i+2 : j]
-				name, ok := setNames[elems]
-				if !ok {
-					name = fmt.Sprintf("peers_%d", len(sets))
-					setNames[elems] = name
-					sets = append(sets, elems)
-				}
-				r = r[:i] + "@" + name + r[j+2:]
+			if len(r.peers) < 2 {
+				fmt.Fprintf(&chains, "\t\t%s\n", r.inline())
+				continue
 			}
-			fmt.Fprintf(&chains, "\t\t%s\n", r)
+			elems := strings.Join(r.peers, ", ")
+			name, ok := setNames[elems]
+			if !ok {
+				name = fmt.Sprintf("peers_%d", len(sets))
+				setNames[elems] = name
+				sets = append(sets, elems)
+			}
+			fmt.Fprintf(&chains, "\t\t%s @%s %s\n", r.field, name, r.rest)
 		}
 		chains.WriteString("\t}\n")
 	}
@@ -285,10 +285,29 @@ func sgPorts(local []LocalPort) ([]sgPort, error) {
 	return ports, nil
 }
 
-// sgGroup is a group's rules as nft rule lines, sorted and without
-// duplicates.
+// sgGroup is a group's rules, sorted and without duplicates.
 type sgGroup struct {
-	ingress, egress []string
+	ingress, egress []sgRule
+}
+
+// sgRule is a rule of a group's chain: field (the address it matches)
+// among peers, set elements (none: any address), then rest (its other
+// matches and its verdict).
+type sgRule struct {
+	field string
+	peers []string
+	rest  string
+}
+
+// inline is the rule with its peers as an anonymous set; it orders rules.
+func (r sgRule) inline() string {
+	switch len(r.peers) {
+	case 0:
+		return r.rest
+	case 1:
+		return r.field + " " + r.peers[0] + " " + r.rest
+	}
+	return r.field + " { " + strings.Join(r.peers, ", ") + " } " + r.rest
 }
 
 // sgGroups validates the groups and writes their rules.
@@ -317,13 +336,13 @@ func sgGroups(in []agentapi.GroupRules) (map[string]sgGroup, error) {
 // sgRules writes a group's rules of one direction: an ingress rule
 // matches the source address and accepts, an egress rule matches the
 // destination and goes on to the destination's ingress rules (deliver).
-// A rule without peers allows nothing and has no line.
-func sgRules(group, dir string, rules []agentapi.RuleSpec) ([]string, error) {
+// A rule without peers allows nothing and is left out.
+func sgRules(group, dir string, rules []agentapi.RuleSpec) ([]sgRule, error) {
 	field, verdict := "ip saddr", "accept"
 	if dir == "egress" {
 		field, verdict = "ip daddr", "goto deliver"
 	}
-	var lines []string
+	var out []sgRule
 	for i, r := range rules {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("security groups: group %s: %s rule %d: %s", group, dir, i+1, fmt.Sprintf(format, args...))
@@ -362,25 +381,21 @@ func sgRules(group, dir string, rules []agentapi.RuleSpec) ([]string, error) {
 		if len(peers) == 0 {
 			continue
 		}
-		parts := make([]string, 0, 3)
-		if set := sgPrefixSet(peers); set != "" {
-			parts = append(parts, field+" "+set)
-		}
+		rest := verdict
 		if match != "" {
-			parts = append(parts, match)
+			rest = match + " " + verdict
 		}
-		parts = append(parts, verdict)
-		lines = append(lines, strings.Join(parts, " "))
+		out = append(out, sgRule{field: field, peers: sgPrefixElems(peers), rest: rest})
 	}
-	slices.Sort(lines)
-	return slices.Compact(lines), nil
+	slices.SortFunc(out, func(a, b sgRule) int { return strings.Compare(a.inline(), b.inline()) })
+	return slices.CompactFunc(out, func(a, b sgRule) bool { return a.inline() == b.inline() }), nil
 }
 
-// sgPrefixSet writes prefixes as an nft set: sorted, without those
-// inside another (an anonymous interval set refuses overlaps), and a
-// single address without braces; "" when one is 0.0.0.0/0 (every address
-// matches, so there is nothing to match).
-func sgPrefixSet(ps []netip.Prefix) string {
+// sgPrefixElems writes prefixes as the elements of an nft interval set:
+// sorted, without those inside another (an interval set refuses
+// overlaps), an address without its /32; none when one is 0.0.0.0/0
+// (every address matches, so there is nothing to match).
+func sgPrefixElems(ps []netip.Prefix) []string {
 	slices.SortFunc(ps, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
 			return c
@@ -390,7 +405,7 @@ func sgPrefixSet(ps []netip.Prefix) string {
 	var kept []netip.Prefix
 	for _, p := range ps {
 		if p.Bits() == 0 {
-			return ""
+			return nil
 		}
 		// Sorted by address then length, a prefix that contains p comes
 		// before it; since prefixes nest or are disjoint, the last kept
@@ -408,10 +423,7 @@ func sgPrefixSet(ps []netip.Prefix) string {
 			s[i] = p.String()
 		}
 	}
-	if len(s) == 1 {
-		return s[0]
-	}
-	return "{ " + strings.Join(s, ", ") + " }"
+	return s
 }
 
 // sgGateways validates the gateways and adds the subnets' own.
@@ -450,12 +462,17 @@ func sgServices(in []GatewayService) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// sgAddrSet writes addresses, sorted and without duplicates, as an
+// anonymous set (one without braces).
 func sgAddrSet(as []netip.Addr) string {
-	ps := make([]netip.Prefix, len(as))
+	s := make([]string, len(as))
 	for i, a := range as {
-		ps[i] = netip.PrefixFrom(a, 32)
+		s[i] = a.String()
 	}
-	return sgPrefixSet(ps)
+	if len(s) == 1 {
+		return s[0]
+	}
+	return "{ " + strings.Join(s, ", ") + " }"
 }
 
 func sgIfaceSet(ports []sgPort) string {
