@@ -68,6 +68,16 @@ func sgInNetns(netns string, f func() error) error {
 	return <-ch
 }
 
+// sgSysctl sets a key under /proc/sys/net in a namespace.
+func sgSysctl(t testing.TB, netns, key, value string) {
+	t.Helper()
+	if err := sgInNetns(netns, func() error {
+		return os.WriteFile("/proc/sys/net/"+key, []byte(value), 0o644)
+	}); err != nil {
+		t.Fatalf("sysctl net/%s in %s: %v", key, netns, err)
+	}
+}
+
 // sgRouter is a router namespace with instance namespaces.
 type sgRouter struct {
 	netns string
@@ -89,7 +99,7 @@ func sgNewRouter(t testing.TB, gw string, insts [][3]string) *sgRouter {
 	r := &sgRouter{netns: sgNetns(t, "r"), gw: netip.MustParseAddr(gw), insts: map[string]*sgInst{}}
 	sgRun(t, "ip", "-n", r.netns, "link", "set", "lo", "up")
 	sgRun(t, "ip", "-n", r.netns, "addr", "add", gw+"/32", "dev", "lo")
-	sgRun(t, "ip", "netns", "exec", r.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	sgSysctl(t, r.netns, "ipv4/ip_forward", "1")
 	for i, in := range insts {
 		r.addInst(t, fmt.Sprintf("i%d", i), in[0], in[1], in[2])
 	}
@@ -102,9 +112,11 @@ func (r *sgRouter) addInst(t testing.TB, role, name, addr, mac string) {
 	ipr := func(args ...string) { sgRun(t, "ip", append([]string{"-n", r.netns}, args...)...) }
 	ipi := func(args ...string) { sgRun(t, "ip", append([]string{"-n", in.netns}, args...)...) }
 	ipr("link", "add", in.iface, "type", "veth", "peer", "name", "eth0", "netns", in.netns)
-	for _, kv := range []string{"conf/" + in.iface + "/proxy_arp=1", "neigh/" + in.iface + "/proxy_delay=0"} {
-		sgRun(t, "ip", "netns", "exec", r.netns, "sysctl", "-qw", "net/ipv4/"+kv)
-	}
+	// Proxy ARP answers for every other address at once (not after
+	// proxy_delay): the instance reaches its neighbours through the
+	// router.
+	sgSysctl(t, r.netns, "ipv4/conf/"+in.iface+"/proxy_arp", "1")
+	sgSysctl(t, r.netns, "ipv4/neigh/"+in.iface+"/proxy_delay", "0")
 	ipr("link", "set", in.iface, "up")
 	ipr("route", "add", addr+"/32", "dev", in.iface)
 	ipi("link", "set", "lo", "up")
