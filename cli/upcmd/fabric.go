@@ -63,7 +63,7 @@ func (u *upRuntimes) startFabric(ctx context.Context, hosts int) error {
 	}
 	f, err := fabric.New(ctx, fabric.Config{Cloud: u.cloud, Hosts: hosts, Prefix: u.fabricPrefix, Log: u.log})
 	if err != nil {
-		return fmt.Errorf("the hosts' fabric: %w", err)
+		return err // "fabric: ...", or "fabric P overlaps ...; pass --fabric-prefix"
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -108,7 +108,7 @@ func TestUpFabric(t *testing.T) {
 	// A second up of the same cloud (the same data directory) while this
 	// one runs.
 	other := &upRuntimes{kind: upRuntimeContainerd, cloud: cloud, log: log}
-	if err := other.startFabric(t.Context(), 2); !errors.Is(err, fabric.ErrInUse) || !strings.Contains(err.Error(), "the hosts' fabric") {
+	if err := other.startFabric(t.Context(), 2); !errors.Is(err, fabric.ErrInUse) || !strings.Contains(err.Error(), "the fabric of cloud "+cloud) {
 		t.Errorf("a second up of cloud %s: %v; want it refused", cloud, err)
 	}
 	if _, err := os.Lstat("/var/run/netns/" + fabric.HostNetns(cloud, 1)); err != nil {

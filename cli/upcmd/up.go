@@ -133,8 +133,8 @@ func New(stderr io.Writer) *cobra.Command {
 			"containerd under DATA-DIR/ctr, in the busybox base image unless the instance\n" +
 			"names one (docs/RUNTIME.md), and gives each host a network namespace of its own\n" +
 			"on a bridge, the hosts' fabric (--fabric-prefix), named from the cloud's identity.\n" +
-			"Otherwise workloads run as plain processes and up\n" +
-			"says why in one line: they are then not isolated from each other (--runtime).\n\n" +
+			"Otherwise workloads run as plain processes and up says why in one line: they are\n" +
+			"then not isolated from each other (--runtime).\n\n" +
 			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
 			"the other commands work right away, and shuts down cleanly on Ctrl-C (or\n" +
 			"SIGTERM), exiting 0. To run a second cloud beside it, give it another --listen\n" +

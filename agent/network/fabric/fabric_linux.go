@@ -86,8 +86,8 @@ func New(ctx context.Context, cfg Config) (*Fabric, error) {
 	owner, err := lockFile(ctx, ownerLock(cfg.Cloud), false)
 	if errors.Is(err, errLocked) {
 		pid, _ := os.ReadFile(ownerLock(cfg.Cloud))
-		return nil, fmt.Errorf("%w: the fabric of cloud %s is held by process %s (another gpucloud up with the same cloud? stop it first)",
-			ErrInUse, cfg.Cloud, strings.TrimSpace(string(pid)))
+		return nil, fmt.Errorf("%w (pid %s): the fabric of cloud %s; is another gpucloud up of the same cloud (data directory or database) running? Stop it first",
+			ErrInUse, strings.TrimSpace(string(pid)), cfg.Cloud)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)

@@ -395,7 +395,7 @@ func TestNewRefusesForeignNames(t *testing.T) {
 	// A fabric of the same identity that another owner holds.
 	f := newFabric(t, Config{Cloud: cloud, Hosts: 1, Prefix: prefix})
 	if _, err := New(t.Context(), Config{Cloud: cloud, Hosts: 1, Log: quietLog()}); !errors.Is(err, ErrInUse) ||
-		!strings.Contains(err.Error(), fmt.Sprintf("held by process %d", os.Getpid())) {
+		!strings.Contains(err.Error(), fmt.Sprintf("in use by another process (pid %d): the fabric of cloud %s;", os.Getpid(), cloud)) {
 		t.Errorf("a second New of %s: %v; want ErrInUse naming this process", cloud, err)
 	}
 	checkHost(t, f, 0, f.Hosts()[0])
