@@ -27,6 +27,10 @@
 //     services: the server listens there), only replies to connections
 //     the agent's namespace opened. No other table is touched.
 //
+// Route sends a prefix outside the fabric (a public address a host
+// answers for) from the agent's namespace to a host, by a route on the
+// bridge that goes with it.
+//
 // Every link carries the alias "gpucloud-fabric:C" (Alias), and so does the
 // loopback of each host namespace: that is how New, after a crash, and
 // Close find what is the fabric's, and nothing else. A fabric is held by

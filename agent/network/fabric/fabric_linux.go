@@ -60,6 +60,51 @@ func (f *Fabric) MTU() int { return f.cfg.MTU }
 // Cloud is the fabric's identity.
 func (f *Fabric) Cloud() string { return f.cfg.Cloud }
 
+// Route routes dst, in the agent's namespace, to host i over the fabric
+// (through its underlay address), replacing a route of the fabric's to
+// dst: how an address a host answers for (a public address it DNATs to an
+// instance) is reached from the agent's namespace and through it. The
+// route is on the fabric's bridge and goes with it; Unroute removes it
+// earlier. dst may not overlap the fabric's prefix.
+func (f *Fabric) Route(dst netip.Prefix, i int) error {
+	r, err := f.route(dst)
+	if err != nil {
+		return err
+	}
+	if i < 0 || i >= len(f.hosts) {
+		return fmt.Errorf("fabric: route %v: no host %d", dst, i)
+	}
+	r.Gw = f.hosts[i].Underlay.AsSlice()
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("fabric: route %v via host %d: %w", dst, i, err)
+	}
+	return nil
+}
+
+// Unroute removes the fabric's route to dst, if there is one.
+func (f *Fabric) Unroute(dst netip.Prefix) error {
+	r, err := f.route(dst)
+	if err != nil {
+		return err
+	}
+	if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("fabric: remove route %v: %w", dst, err)
+	}
+	return nil
+}
+
+// route is the fabric's route to dst, without its gateway.
+func (f *Fabric) route(dst netip.Prefix) (*netlink.Route, error) {
+	if !dst.IsValid() || !dst.Addr().Is4() || dst != dst.Masked() || dst.Overlaps(f.prefix) || dst.Bits() == 0 {
+		return nil, fmt.Errorf("fabric: route %v: want an IPv4 prefix outside the fabric's %v, not a default route", dst, f.prefix)
+	}
+	br, err := netlink.LinkByName(BridgeName(f.cfg.Cloud))
+	if err != nil {
+		return nil, fmt.Errorf("fabric: route %v: %w", dst, err)
+	}
+	return &netlink.Route{LinkIndex: br.Attrs().Index, Dst: ipNet(dst.Addr(), dst.Bits())}, nil
+}
+
 // New builds the fabric of cfg.Cloud: it removes what an earlier fabric of
 // the same identity left (a process that crashed), checks that no name it
 // needs is held by anything else and that its prefix overlaps no address

@@ -34,5 +34,11 @@ func (f *Fabric) MTU() int { return 0 }
 // Cloud is the fabric's identity.
 func (f *Fabric) Cloud() string { return "" }
 
+// Route fails.
+func (f *Fabric) Route(dst netip.Prefix, i int) error { return errors.New("fabric: needs Linux") }
+
+// Unroute fails.
+func (f *Fabric) Unroute(dst netip.Prefix) error { return errors.New("fabric: needs Linux") }
+
 // Close does nothing.
 func (f *Fabric) Close(ctx context.Context) error { return nil }

@@ -172,6 +172,10 @@ func checkHost(t *testing.T, f *Fabric, i int, h Host) {
 	if err != nil || !strings.Contains(string(out), h.Underlay.String()+"/"+fmt.Sprint(f.Prefix().Bits())) {
 		t.Errorf("host %d: %s in %s: %s %v", i, HostLink, h.Netns, out, err)
 	}
+	out, err = exec.Command("ip", "-n", h.Netns, "link", "show", "dev", HostLink).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf(" mtu %d ", f.MTU())) || !strings.Contains(string(out), "alias "+Alias(f.Cloud())) {
+		t.Errorf("host %d: %s in %s: %s %v; want MTU %d and the fabric's alias", i, HostLink, h.Netns, out, err, f.MTU())
+	}
 	out, err = exec.Command("ip", "-n", h.Netns, "-4", "route", "show", "default").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "via "+f.Gateway().String()+" dev "+HostLink) {
 		t.Errorf("host %d: default route in %s: %s %v", i, h.Netns, out, err)
@@ -428,5 +432,56 @@ func TestStaleFabric(t *testing.T) {
 	checkHost(t, f, 0, f.Hosts()[0])
 	if _, err := reach("", netip.AddrPortFrom(f.Hosts()[0].Underlay, listen(t, f.Hosts()[0].Netns, f.Hosts()[0].Underlay).Port())); err != nil {
 		t.Errorf("the new fabric's host: %v", err)
+	}
+}
+
+// TestRoute: an address routed to a host is reached there from the agent's
+// namespace, and no longer once unrouted; routes inside the fabric's
+// prefix, or of no host, are refused.
+func TestRoute(t *testing.T) {
+	needKernel(t)
+	f := newFabric(t, Config{Cloud: testCloud("f"), Hosts: 2})
+	h := f.Hosts()[1]
+	pub := netip.MustParsePrefix(fmt.Sprintf("198.19.%d.7/32", os.Getpid()%250))
+	sh(t, "ip", "-n", h.Netns, "addr", "add", pub.String(), "dev", "lo")
+	to := listen(t, h.Netns, pub.Addr())
+	if err := f.Route(pub, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reach("", to); err != nil {
+		t.Errorf("routed to host 1, %v is not reached: %v", pub, err)
+	}
+	if err := f.Unroute(pub); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reach("", to); err == nil {
+		t.Errorf("unrouted, %v is still reached", pub)
+	}
+	if err := f.Unroute(pub); err != nil {
+		t.Errorf("Unroute again: %v", err)
+	}
+	for _, tc := range []struct {
+		dst  netip.Prefix
+		host int
+		want string
+	}{
+		{netip.PrefixFrom(f.Gateway(), 32), 0, "outside the fabric's"},
+		{netip.MustParsePrefix("0.0.0.0/0"), 0, "not a default route"},
+		{netip.MustParsePrefix("fd00::/64"), 0, "want an IPv4 prefix"},
+		{pub, 2, "no host 2"},
+	} {
+		if err := f.Route(tc.dst, tc.host); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Route(%v, %d) = %v; want an error saying %q", tc.dst, tc.host, err, tc.want)
+		}
+	}
+	if err := f.Route(pub, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The route goes with the fabric.
+	if err := f.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("ip", "route", "show", pub.String()).Output(); len(strings.TrimSpace(string(out))) != 0 {
+		t.Errorf("Close left the route: %s", out)
 	}
 }
