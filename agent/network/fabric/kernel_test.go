@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,37 +228,56 @@ func TestTwoFabrics(t *testing.T) {
 			hosts = append(hosts, host{f, h.Netns, listen(t, h.Netns, h.Underlay)})
 		}
 	}
+	// Every try at once: the ones that must fail wait out their timeout
+	// together.
+	type try struct {
+		from, to string
+		addr     netip.AddrPort
+		want     bool // reached
+		check    func(seen netip.AddrPort) string
+	}
+	var tries []try
 	for _, from := range hosts {
 		for _, to := range hosts {
 			if from.ns == to.ns {
 				continue
 			}
-			seen, err := reach(from.ns, to.addr)
-			switch {
-			case from.f == to.f && err != nil:
-				t.Errorf("%s cannot reach %s of its fabric: %v", from.ns, to.ns, err)
-			case from.f == to.f && seen.Addr() != from.addr.Addr():
-				t.Errorf("%s reached %s from %v, not its underlay address", from.ns, to.ns, seen)
-			case from.f != to.f && err == nil:
-				t.Errorf("%s reached %s of the other fabric (seen from %v)", from.ns, to.ns, seen)
-			}
+			self := from.addr.Addr()
+			tries = append(tries, try{from.ns, to.ns, to.addr, from.f == to.f, func(seen netip.AddrPort) string {
+				if seen.Addr() != self {
+					return fmt.Sprintf("from %v, not its underlay address", seen)
+				}
+				return ""
+			}})
 		}
+		// The agent's namespace opens connections to the hosts.
+		tries = append(tries, try{"", from.ns, from.addr, true, nil})
 	}
-	// The agent's namespace opens connections to the hosts; the hosts
-	// open none to it, at either fabric's gateway.
-	for _, h := range hosts {
-		if _, err := reach("", h.addr); err != nil {
-			t.Errorf("the agent's namespace cannot reach %s: %v", h.ns, err)
-		}
-	}
+	// The hosts open none to the agent's namespace, at either fabric's
+	// gateway.
 	for _, f := range []*Fabric{a, b} {
 		gw := listen(t, "", f.Gateway())
 		for _, h := range hosts {
-			if seen, err := reach(h.ns, gw); err == nil {
-				t.Errorf("%s reached the agent's namespace at %v (seen from %v)", h.ns, gw, seen)
-			}
+			tries = append(tries, try{h.ns, "the agent's namespace", gw, false, nil})
 		}
 	}
+	var wg sync.WaitGroup
+	for _, tr := range tries {
+		wg.Go(func() {
+			seen, err := reach(tr.from, tr.addr)
+			switch {
+			case tr.want && err != nil:
+				t.Errorf("%q cannot reach %s at %v: %v", tr.from, tr.to, tr.addr, err)
+			case !tr.want && err == nil:
+				t.Errorf("%q reached %s at %v (seen from %v)", tr.from, tr.to, tr.addr, seen)
+			case tr.want && tr.check != nil:
+				if why := tr.check(seen); why != "" {
+					t.Errorf("%q reached %s %s", tr.from, tr.to, why)
+				}
+			}
+		})
+	}
+	wg.Wait()
 	reachOutside(t, a.Hosts()[1].Netns)
 
 	if err := a.Close(t.Context()); err != nil {
