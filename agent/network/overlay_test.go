@@ -5,6 +5,7 @@ package network
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -260,5 +261,297 @@ func TestOverlayTwoHosts(t *testing.T) {
 	}
 	if a, ok := drivers[A].Address("i1"); !ok || a != i1.addr() {
 		t.Errorf("Address(i1) = %v, %v", a, ok)
+	}
+}
+
+// TestOverlayIsolation: two tenants' networks (VNIs 100 and 200) with the
+// same CIDR and the same addresses on the same two hosts. Each instance
+// reaches its own network's peer at the shared address, never the other
+// network's; a forged source address is dropped; the hosts' underlay
+// addresses are out of reach; and a VXLAN packet an instance crafts for
+// the other network's VNI never reaches the fabric, while the same
+// packet sent from the host does (the check can fail).
+func TestOverlayIsolation(t *testing.T) {
+	need(t)
+	f := newFabric(t, 2)
+	A, B := f.hosts[0], f.hosts[1]
+	cloud := testCloud()
+	drivers := map[*simHost]*Overlay{A: newOverlayOn(t, A, cloud), B: newOverlayOn(t, B, cloud)}
+	x, y := vnet{"net-x", 100}, vnet{"net-y", 200}
+	x1, x2 := inst{"x1", x, A, 10}, inst{"x2", x, B, 11}
+	y1, y2 := inst{"y1", y, A, 10}, inst{"y2", y, B, 11}
+	paths := start(t, drivers, "7000", x1, x2, y1, y2)
+	syncAll(t, drivers, x1, x2, y1, y2)
+	hostPort := "7001"
+	serve(t, A.path(), "0.0.0.0:"+hostPort, "hostA")
+	serve(t, B.path(), "0.0.0.0:"+hostPort, "hostB")
+	runChecks(t, []check{
+		{desc: "x1 to 10.0.1.11 (x2, its network's)", netns: paths["x1"], addr: "10.0.1.11:7000", want: "x2 10.0.1.10:"},
+		{desc: "y1 to 10.0.1.11 (y2, its network's)", netns: paths["y1"], addr: "10.0.1.11:7000", want: "y2 10.0.1.10:"},
+		{desc: "x2 to 10.0.1.10 (x1)", netns: paths["x2"], addr: "10.0.1.10:7000", want: "x1 10.0.1.11:"},
+		{desc: "y2 to 10.0.1.10 (y1)", netns: paths["y2"], addr: "10.0.1.10:7000", want: "y1 10.0.1.11:"},
+		{desc: "x1 to a network address no instance has", netns: paths["x1"], addr: "10.0.1.99:7000"},
+		{desc: "x1 to host A's underlay address", netns: paths["x1"], addr: A.underlay.String() + ":" + hostPort},
+		{desc: "x1 to host B's underlay address", netns: paths["x1"], addr: B.underlay.String() + ":" + hostPort},
+		{desc: "x1 to its gateway", netns: paths["x1"], addr: "10.0.1.1:" + hostPort},
+		{desc: "host A to host B (the fabric works)", netns: A.path(), addr: B.underlay.String() + ":" + hostPort, want: "hostB"},
+	})
+
+	// x1 forges a neighbour's address: dropped, while its own works, to
+	// an instance on another host (TCP) and to one on its own (UDP, which
+	// needs no answer).
+	ipCmd(t, "-n", drivers[A].instNS("x1"), "addr", "add", "10.0.1.12/32", "dev", InstanceIf)
+	runChecks(t, []check{
+		{desc: "x1 to x2 from a forged address", netns: paths["x1"], addr: "10.0.1.11:7000", from: netip.MustParseAddr("10.0.1.12")},
+		{desc: "x1 to x2 from its own address", netns: paths["x1"], addr: "10.0.1.11:7000", from: x1.addr(), want: "x2"},
+	})
+	x3 := inst{"x3", x, A, 13}
+	paths["x3"] = start(t, drivers, "", x3)["x3"]
+	syncAll(t, drivers, x1, x2, x3, y1, y2)
+	x3got := udpListen(t, paths["x3"], "0.0.0.0:7003")
+	udpSend(t, paths["x1"], netip.MustParseAddr("10.0.1.12"), "10.0.1.13:7003", "forged")
+	time.Sleep(200 * time.Millisecond)
+	udpSend(t, paths["x1"], x1.addr(), "10.0.1.13:7003", "own")
+	select {
+	case s := <-x3got:
+		if s != "own" {
+			t.Fatalf("x3 received %q from a forged address", s)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("x3 never received x1's datagram from its own address")
+	}
+
+	// A VXLAN packet for y's VNI, from y1 to y2, to host B's VXLAN port.
+	got := udpListen(t, paths["y2"], "0.0.0.0:7002")
+	inject := func(netnsPath, payload string) {
+		t.Helper()
+		pkt := vxlanPacket(y.vni, vtepMAC(A.underlay), vtepMAC(B.underlay), y1.addr(), y2.addr(), 7002, payload)
+		if err := inNetns(netnsPath, func() error {
+			c, err := net.Dial("udp4", net.JoinHostPort(B.underlay.String(), "4789"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(pkt)
+			return err
+		}); err != nil {
+			t.Fatalf("send from %s: %v", netnsPath, err)
+		}
+	}
+	inject(paths["x1"], "from x1")
+	time.Sleep(200 * time.Millisecond)
+	inject(A.path(), "from host A")
+	select {
+	case s := <-got:
+		if s != "from host A" {
+			t.Fatalf("y2 received %q: an instance of another network injected into y's VNI", s)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the VXLAN packet from host A never reached y2: the injection check cannot tell")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("y2 received %q too", s)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// udpListen receives datagrams on addr in a namespace.
+func udpListen(t *testing.T, netnsPath, addr string) <-chan string {
+	t.Helper()
+	got := make(chan string, 4)
+	var ln net.PacketConn
+	if err := inNetns(netnsPath, func() (err error) {
+		ln, err = net.ListenPacket("udp4", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := ln.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	return got
+}
+
+// udpSend sends a datagram from a namespace, from an address of its.
+func udpSend(t *testing.T, netnsPath string, from netip.Addr, to, payload string) {
+	t.Helper()
+	if err := inNetns(netnsPath, func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: from.AsSlice()}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(to)))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte(payload))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vxlanPacket is a VXLAN payload carrying an IPv4 UDP datagram.
+func vxlanPacket(vni uint32, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, port uint16, payload string) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], 5555)
+	binary.BigEndian.PutUint16(udp[2:], port)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...) // checksum 0: none, as IPv4 allows
+	ip := make([]byte, 20)
+	ip[0], ip[8], ip[9] = 0x45, 64, 17
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000)
+	s, d := src.As4(), dst.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	out := []byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}
+	out = append(out, dstMAC...)
+	out = append(out, srcMAC...)
+	out = append(out, 0x08, 0x00)
+	out = append(out, ip...)
+	return append(out, udp...)
+}
+
+// TestOverlaySync: an endpoint removed from the view becomes unreachable,
+// one added becomes reachable, and the running instances' interfaces are
+// left as they are.
+func TestOverlaySync(t *testing.T) {
+	need(t)
+	f := newFabric(t, 2)
+	A, B := f.hosts[0], f.hosts[1]
+	cloud := testCloud()
+	drivers := map[*simHost]*Overlay{A: newOverlayOn(t, A, cloud), B: newOverlayOn(t, B, cloud)}
+	x := vnet{"net-x", 100}
+	i1, i2, i3 := inst{"i1", x, A, 10}, inst{"i2", x, B, 11}, inst{"i3", x, B, 12}
+	paths := start(t, drivers, "7000", i1, i2, i3)
+	syncAll(t, drivers, i1, i2)
+	runChecks(t, []check{
+		{desc: "i1 to i2 (in the view)", netns: paths["i1"], addr: "10.0.1.11:7000", want: "i2"},
+		{desc: "i1 to i3 (not yet in the view)", netns: paths["i1"], addr: "10.0.1.12:7000"},
+	})
+	ifindexes := func() map[string]int {
+		out := map[string]int{}
+		for _, in := range []inst{i1, i2, i3} {
+			d := drivers[in.host]
+			d.mu.Lock()
+			oi := d.insts[in.id]
+			d.mu.Unlock()
+			h, err := handleIn(d.routerNS(x.vni))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := h.LinkByName(oi.veth)
+			h.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[in.id] = l.Attrs().Index
+		}
+		return out
+	}
+	before := ifindexes()
+	syncAll(t, drivers, i1, i3)
+	runChecks(t, []check{
+		{desc: "i1 to i2 (gone from the view)", netns: paths["i1"], addr: "10.0.1.11:7000"},
+		{desc: "i1 to i3 (added)", netns: paths["i1"], addr: "10.0.1.12:7000", want: "i3 10.0.1.10:"},
+		{desc: "i2 to i3 (same host)", netns: paths["i2"], addr: "10.0.1.12:7000", want: "i3"},
+	})
+	if after := ifindexes(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("Sync remade instances' interfaces: %v, before %v", after, before)
+	}
+}
+
+// TestOverlayTeardown: a second cloud's driver on the same hosts keeps
+// its objects and its traffic through the first one's teardowns, restart
+// and Destroy; a restarted driver finds its instances, and Reconcile
+// drops the ones that are gone; after every teardown and Destroy nothing
+// of the first cloud is left on either host (newOverlayOn checks).
+func TestOverlayTeardown(t *testing.T) {
+	need(t)
+	f := newFabric(t, 2)
+	A, B := f.hosts[0], f.hosts[1]
+	c1, c2 := testCloud(), testCloud()
+	other := map[*simHost]*Overlay{A: newOverlayOn(t, A, c2), B: newOverlayOn(t, B, c2)}
+	o1 := map[*simHost]*Overlay{A: newOverlayOn(t, A, c1), B: newOverlayOn(t, B, c1)}
+	n1, n2 := vnet{"net-1", 100}, vnet{"net-2", 300}
+	a1, b1, a3 := inst{"a1", n1, A, 10}, inst{"b1", n1, B, 11}, inst{"a3", n1, A, 13}
+	p1 := start(t, o1, "7000", a1, b1, a3)
+	syncAll(t, o1, a1, b1, a3)
+	a2, b2 := inst{"a2", n2, A, 10}, inst{"b2", n2, B, 11}
+	p2 := start(t, other, "7000", a2, b2)
+	syncAll(t, other, a2, b2)
+
+	// The same VNI on the same host and port as another cloud's is
+	// refused, and leaves nothing.
+	clash := inst{"clash", vnet{"net-c", 300}, A, 20}
+	if _, err := o1[A].Setup(t.Context(), clash.id, clash.spec()); err == nil || !strings.Contains(err.Error(), "taken") {
+		t.Fatalf("a VNI another cloud has on the host: %v", err)
+	}
+	if nsExists(o1[A].instNS("clash")) || nsExists(o1[A].routerNS(300)) {
+		t.Fatal("the refused setup left its namespaces")
+	}
+	checks := []check{
+		{desc: "cloud 2: a2 to b2", netns: p2["a2"], addr: "10.0.1.11:7000", want: "b2"},
+	}
+	runChecks(t, append(checks, check{desc: "cloud 1: a1 to b1", netns: p1["a1"], addr: "10.0.1.11:7000", want: "b1"}))
+
+	// A restarted driver finds its instances; Reconcile drops a3.
+	again, err := NewOverlay(t.Context(), o1[A].cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(again.Instances(), " "); got != "a1 a3" {
+		t.Fatalf("the restarted driver found %q", got)
+	}
+	if err := again.Reconcile(t.Context(), []string{"a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if nsExists(o1[A].instNS("a3")) {
+		t.Fatal("Reconcile left a3's namespace")
+	}
+	if err := again.Sync(t.Context(), view(a1, b1)); err != nil {
+		t.Fatal(err)
+	}
+	runChecks(t, append(checks, check{desc: "cloud 1: a1 to b1 after the restart", netns: p1["a1"], addr: "10.0.1.11:7000", want: "b1"}))
+
+	for _, step := range []struct {
+		d  *Overlay
+		id string
+	}{{again, "a1"}, {o1[B], "b1"}} {
+		if err := step.d.Teardown(t.Context(), step.id); err != nil {
+			t.Fatal(err)
+		}
+		if err := step.d.Teardown(t.Context(), step.id); err != nil {
+			t.Fatalf("a second teardown of %s: %v", step.id, err)
+		}
+	}
+	for _, h := range []*simHost{A, B} {
+		if left := overlayLeftovers(h, c1, o1[h].nsPrefix()); strings.Contains(left, "netns") || strings.Contains(left, "link") || strings.Contains(left, "route") {
+			t.Errorf("host %s after every teardown: %s (want the host's table only)", h.name, left)
+		}
+	}
+	for _, d := range o1 {
+		if err := d.Destroy(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runChecks(t, checks)
+	if got := strings.Join(other[A].Instances(), " "); got != "a2" {
+		t.Fatalf("cloud 2's driver on A has %q", got)
 	}
 }
