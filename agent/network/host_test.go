@@ -29,7 +29,7 @@ import (
 // otherwise, saying why.
 
 // need skips or fails a test that needs the host's network.
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	why := ""
 	if os.Geteuid() != 0 {
