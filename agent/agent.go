@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent/dns"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
@@ -104,8 +105,13 @@ type Config struct {
 	// network of another host).
 	Underlay    netip.Addr
 	UnderlayMTU int
-	Now         func() time.Time
-	Log         *slog.Logger
+	// DNSUpstreams are the resolvers the instances' DNS forwards the
+	// names outside their networks to; the nameservers of the host's
+	// /etc/resolv.conf when empty. Used only with a runtime that serves
+	// DNS (runtime.DNSServing).
+	DNSUpstreams []netip.AddrPort
+	Now          func() time.Time
+	Log          *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
@@ -149,6 +155,9 @@ type Agent struct {
 	hostMu sync.Mutex
 	hostID string
 	zone   string
+
+	// dns is the instances' resolver, nil when the runtime serves no DNS.
+	dns *dns.Resolver
 }
 
 // New returns an agent that talks to srv. Zero Config fields take their
@@ -175,6 +184,7 @@ func New(srv ControlPlane, cfg Config) *Agent {
 		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
 		targets: map[string]*target{},
 	}
+	a.dns = newResolver(cfg)
 	if md := cfg.Metadata; md != nil {
 		_, simulated := cfg.Driver.(gpu.LoadSimulator)
 		md.SetSimulated(simulated)
@@ -296,7 +306,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.MetricsInterval > 0 {
 		wg.Go(func() { a.sampleLoop(ctx) })
 	}
-	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok {
+	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok || a.dns != nil {
 		wg.Go(func() { a.networkLoop(ctx, ns) })
 	}
 	a.loop(ctx, "reconcile", a.Step)

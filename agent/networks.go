@@ -7,12 +7,13 @@ import (
 	"github.com/gpucloud/gpucloud/agentapi"
 )
 
-// networkLoop keeps the runtime's private networks what the control
-// plane says: it long-polls the host's NetworkView (agentapi.MaxNetworkWait
-// at a time) and hands every new version to the runtime, until ctx ends.
-// A failed call or sync is retried with the agent's backoff; a sync that
-// failed is retried with the next view, or the same one, since the agent
-// then asks for any version.
+// networkLoop keeps the host's private networks what the control plane
+// says: it long-polls the host's NetworkView (agentapi.MaxNetworkWait at
+// a time) and hands every new version to the instances' DNS (updateDNS)
+// and to the runtime (ns, when not nil), until ctx ends. A failed call or
+// sync is retried with the agent's backoff; a sync that failed is
+// retried with the next view, or the same one, since the agent then asks
+// for any version.
 func (a *Agent) networkLoop(ctx context.Context, ns NetworkSyncer) {
 	version, fails := "", 0
 	for {
@@ -23,7 +24,10 @@ func (a *Agent) networkLoop(ctx context.Context, ns NetworkSyncer) {
 		}
 		changed := err == nil && view != nil && (view.Version != version || version == "")
 		if changed {
-			if err = ns.SyncNetworks(ctx, view); err == nil {
+			a.updateDNS(view.Networks)
+			if ns == nil {
+				version = view.Version
+			} else if err = ns.SyncNetworks(ctx, view); err == nil {
 				version = view.Version
 			} else {
 				version = "" // ask again for whatever the view is

@@ -403,6 +403,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if err := a.serveMetadata(ctx, s, devices, &spec); err != nil {
 		return err
 	}
+	a.serveDNS(s, &spec)
 	if !s.starting {
 		s.starting = true
 		s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseStarting})
@@ -694,7 +695,8 @@ func definitive(err error) bool {
 
 // instanceNetwork converts the server's InstanceNetwork into the
 // runtime's Network; an address, prefix or MAC it cannot read is an
-// error.
+// error, an empty one stays zero (the runtime's network checks that it
+// has what it needs).
 func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
 	n := &runtime.Network{
 		ID: in.NetworkID, Name: in.NetworkName, VNI: in.VNI, MAC: in.MAC,
@@ -702,6 +704,9 @@ func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
 	}
 	var errs []error
 	prefix := func(what, s string) netip.Prefix {
+		if s == "" {
+			return netip.Prefix{}
+		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", what, s, err))
@@ -709,6 +714,9 @@ func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
 		return p
 	}
 	addr := func(what, s string) netip.Addr {
+		if s == "" {
+			return netip.Addr{}
+		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", what, s, err))
@@ -717,7 +725,7 @@ func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
 	}
 	n.CIDR, n.Subnet = prefix("CIDR", in.CIDR), prefix("subnet", in.SubnetCIDR)
 	n.Gateway, n.Addr = addr("gateway", in.Gateway), addr("address", in.Address)
-	if _, err := net.ParseMAC(in.MAC); err != nil {
+	if _, err := net.ParseMAC(in.MAC); err != nil && in.MAC != "" {
 		errs = append(errs, fmt.Errorf("MAC %q: %w", in.MAC, err))
 	}
 	return n, errors.Join(errs...)
