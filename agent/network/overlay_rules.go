@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/gpucloud/gpucloud/agentapi"
 )
 
 // The overlay's nftables rules: one table of the driver's
@@ -113,23 +115,30 @@ func (o *Overlay) hostRules() string {
 
 // applyRouter replaces a router namespace's tables.
 func (o *Overlay) applyRouter(ctx context.Context, r *router) error {
-	return o.nftIn(ctx, o.routerNS(r.vni), o.resetTables("inet", "arp")+o.routerRules(r))
+	script, err := o.routerScript(r)
+	if err != nil {
+		return fmt.Errorf("network %s: %w", r.netID, err)
+	}
+	return o.nftIn(ctx, o.routerNS(r.vni), script)
 }
 
-// routerRules are a router's rules:
+// routerScript is the script that replaces a router's tables: the
+// security groups of its local instances (GroupRuleset, in table
+// gpucloud_<cloud>: anti-spoofing, the groups' stateful rules, what
+// reaches the router itself), from the last view of the network (none
+// yet: no group, so nothing new passes), and the overlay's own table
+// (gpucloud_<cloud>_ov, inet and arp), whose rules hold whatever the
+// groups say:
 //
-//   - each local instance sends only from its own MAC and address, IPv4
-//     and ARP only; the VXLAN device delivers only from the network's
-//     remote endpoints;
-//   - the router itself answers nothing but ICMP echo to its gateways
-//     and replies;
-//   - forwarded: replies; new traffic between the network's endpoints
-//     (local to local or remote, remote to local); from a local instance
-//     to the outside through the transit link (masqueraded there; the
-//     host's rules decide what the outside is). Everything else is
-//     dropped: traffic to addresses of the network that no endpoint
-//     has, from the outside, between remote endpoints.
-func (o *Overlay) routerRules(r *router) string {
+//   - the VXLAN device delivers IPv4 from the network's remote endpoints
+//     only, to local instances only, and reaches nothing of the router
+//     itself but ICMP echo to its gateways and replies;
+//   - nothing new comes in through the transit link (the host's side);
+//   - what leaves through the transit link is not for the network's own
+//     addresses (those that no endpoint has), and is masqueraded to the
+//     router's transit address;
+//   - a local instance answers and asks ARP as itself only.
+func (o *Overlay) routerScript(r *router) (string, error) {
 	var insts []*ovInst
 	gws := map[netip.Addr]bool{}
 	for _, in := range o.insts {
@@ -139,19 +148,32 @@ func (o *Overlay) routerRules(r *router) string {
 		}
 	}
 	slices.SortFunc(insts, func(a, b *ovInst) int { return strings.Compare(a.veth, b.veth) })
-	var endpoints, remotes []netip.Addr
-	var veths []string
-	for _, in := range insts {
-		endpoints = append(endpoints, in.addr)
-		veths = append(veths, in.veth)
-	}
+	var remotes []netip.Addr
 	for _, e := range o.remotes(r) {
-		endpoints = append(endpoints, e.addr)
 		remotes = append(remotes, e.addr)
 	}
+	var veths []string
+	ports := make([]LocalPort, 0, len(insts))
+	for _, in := range insts {
+		veths = append(veths, in.veth)
+		ports = append(ports, LocalPort{InstanceID: in.id, Iface: in.veth, Addr: in.addr, MAC: in.mac.String()})
+	}
 	gateways := slices.SortedFunc(maps.Keys(gws), netip.Addr.Compare)
+	hn, ok := o.views[r.vni]
+	if !ok || hn.ID != r.netID {
+		hn = agentapi.HostNetwork{ID: r.netID, VNI: r.vni, CIDR: r.cidr.String()}
+	}
+	groups, err := GroupRuleset(o.table(), hn, ports, RulesetOptions{Gateways: gateways})
+	if err != nil {
+		return "", err
+	}
 
 	var b strings.Builder
+	b.WriteString(groups)
+	ov := o.table() + "_ov"
+	for _, f := range []string{"inet", "arp"} {
+		fmt.Fprintf(&b, "table %s %s\ndelete table %s %s\n", f, ov, f, ov)
+	}
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	set := func(name, typ string, elems string) {
 		w("\tset %s {", name)
@@ -161,43 +183,33 @@ func (o *Overlay) routerRules(r *router) string {
 		}
 		w("\t}")
 	}
-	w("table inet %s {", o.table())
+	w("table inet %s {", ov)
 	set("instances", "ifname", quoted(veths))
-	set("endpoints", "ipv4_addr", addrList(endpoints))
 	set("remotes", "ipv4_addr", addrList(remotes))
 	set("gateways", "ipv4_addr", addrList(gateways))
 	w("\tchain prerouting {")
 	w("\t\ttype filter hook prerouting priority raw; policy accept;")
-	for _, in := range insts {
-		w("\t\tiifname %q ether saddr != %s drop", in.veth, in.mac)
-		w("\t\tiifname %q meta nfproto != ipv4 drop", in.veth)
-		w("\t\tiifname %q ip saddr != %s drop", in.veth, in.addr)
-	}
 	w("\t\tiifname %q meta nfproto != ipv4 drop", r.vxlan)
 	w("\t\tiifname %q ip saddr != @remotes drop", r.vxlan)
 	w("\t}")
 	w("\tchain input {")
-	w("\t\ttype filter hook input priority filter; policy drop;")
-	w("\t\tiif \"lo\" accept")
-	w("\t\tct state established,related accept")
-	w("\t\tiifname @instances ip daddr @gateways icmp type echo-request accept")
+	w("\t\ttype filter hook input priority filter; policy accept;")
+	w("\t\tiifname { %q, %q } ct state established,related accept", r.vxlan, transitIf)
 	w("\t\tiifname %q ip daddr @gateways icmp type echo-request accept", r.vxlan)
+	w("\t\tiifname { %q, %q } drop", r.vxlan, transitIf)
 	w("\t}")
 	w("\tchain forward {")
-	w("\t\ttype filter hook forward priority filter; policy drop;")
-	w("\t\tct state established,related accept")
-	w("\t\tiifname @instances ip daddr @endpoints oifname @instances accept")
-	w("\t\tiifname @instances ip daddr @endpoints oifname %q accept", r.vxlan)
-	w("\t\tiifname %q ip daddr @endpoints oifname @instances accept", r.vxlan)
-	w("\t\tiifname @instances oifname %q ip daddr != %s accept", transitIf, r.cidr)
+	w("\t\ttype filter hook forward priority filter; policy accept;")
+	w("\t\tiifname %q oifname != @instances drop", r.vxlan)
+	w("\t\tiifname %q ct state new drop", transitIf)
+	w("\t\toifname %q ip daddr %s drop", transitIf, r.cidr)
 	w("\t}")
 	w("\tchain postrouting {")
 	w("\t\ttype nat hook postrouting priority srcnat; policy accept;")
 	w("\t\toifname %q masquerade", transitIf)
 	w("\t}")
 	w("}")
-	// ARP: an instance answers and asks as itself only.
-	w("table arp %s {", o.table())
+	w("table arp %s {", ov)
 	w("\tchain input {")
 	w("\t\ttype filter hook input priority filter; policy accept;")
 	for _, in := range insts {
@@ -206,7 +218,7 @@ func (o *Overlay) routerRules(r *router) string {
 	}
 	w("\t}")
 	w("}")
-	return b.String()
+	return b.String(), nil
 }
 
 // quoted joins names as nft strings.

@@ -182,7 +182,14 @@ func (i inst) spec() *runtime.Network {
 	}
 }
 
-// view is the control plane's view of the networks of insts.
+// defaultGroup is a network's default security group: everything among
+// the network's addresses, every egress.
+var defaultGroup = agentapi.GroupRules{ID: "sg-default",
+	Ingress: []agentapi.RuleSpec{{Protocol: "all", Peers: []string{"10.0.0.0/16"}}},
+	Egress:  []agentapi.RuleSpec{{Protocol: "all", Peers: []string{"0.0.0.0/0"}}}}
+
+// view is the control plane's view of the networks of insts, each
+// endpoint in defaultGroup.
 func view(insts ...inst) []agentapi.HostNetwork {
 	var out []agentapi.HostNetwork
 	idx := map[string]int{}
@@ -192,10 +199,11 @@ func view(insts ...inst) []agentapi.HostNetwork {
 			i = len(out)
 			idx[in.net.id] = i
 			out = append(out, agentapi.HostNetwork{ID: in.net.id, VNI: in.net.vni, CIDR: "10.0.0.0/16",
-				Subnets: []agentapi.NetworkSubnet{{ID: "sub", CIDR: "10.0.1.0/24", Gateway: "10.0.1.1"}}})
+				Subnets:        []agentapi.NetworkSubnet{{ID: "sub", CIDR: "10.0.1.0/24", Gateway: "10.0.1.1"}},
+				SecurityGroups: []agentapi.GroupRules{defaultGroup}})
 		}
 		out[i].Endpoints = append(out[i].Endpoints, agentapi.Endpoint{InstanceID: in.id, Address: in.addr().String(),
-			MAC: macOf(in.addr()), HostID: in.host.name, Underlay: in.host.underlay.String()})
+			MAC: macOf(in.addr()), HostID: in.host.name, Underlay: in.host.underlay.String(), SecurityGroups: []string{defaultGroup.ID}})
 	}
 	return out
 }
@@ -428,8 +436,9 @@ func vxlanPacket(vni uint32, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Add
 }
 
 // TestOverlaySync: an endpoint removed from the view becomes unreachable,
-// one added becomes reachable, and the running instances' interfaces are
-// left as they are.
+// one added becomes reachable, a narrowed security group stops new
+// connections, and the running instances' interfaces are left as they
+// are.
 func TestOverlaySync(t *testing.T) {
 	need(t)
 	f := newFabric(t, 2)
@@ -469,7 +478,21 @@ func TestOverlaySync(t *testing.T) {
 	runChecks(t, []check{
 		{desc: "i1 to i2 (gone from the view)", netns: paths["i1"], addr: "10.0.1.11:7000"},
 		{desc: "i1 to i3 (added)", netns: paths["i1"], addr: "10.0.1.12:7000", want: "i3 10.0.1.10:"},
-		{desc: "i2 to i3 (same host)", netns: paths["i2"], addr: "10.0.1.12:7000", want: "i3"},
+		{desc: "i3 to i1 (added)", netns: paths["i3"], addr: "10.0.1.10:7000", want: "i1 10.0.1.12:"},
+	})
+	// A group that opens port 7001 only: new connections to 7000 stop,
+	// those to 7001 pass.
+	serve(t, paths["i3"], "0.0.0.0:7001", "i3-7001")
+	narrow := view(i1, i3)
+	narrow[0].SecurityGroups[0].Ingress = []agentapi.RuleSpec{{Protocol: "tcp", FromPort: 7001, ToPort: 7001, Peers: []string{"10.0.0.0/16"}}}
+	for _, d := range drivers {
+		if err := d.Sync(t.Context(), narrow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runChecks(t, []check{
+		{desc: "i1 to i3:7000 (no longer open)", netns: paths["i1"], addr: "10.0.1.12:7000"},
+		{desc: "i1 to i3:7001 (open)", netns: paths["i1"], addr: "10.0.1.12:7001", want: "i3-7001"},
 	})
 	if after := ifindexes(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("Sync remade instances' interfaces: %v, before %v", after, before)
