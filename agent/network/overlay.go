@@ -322,7 +322,10 @@ func (o *Overlay) Setup(ctx context.Context, instanceID string, n *runtime.Netwo
 		return "", err
 	}
 	if err := o.setup(ctx, instanceID, n); err != nil {
-		err = errors.Join(err, o.teardown(ctx, instanceID), o.applyHost(ctx))
+		err = errors.Join(err, o.teardown(ctx, instanceID))
+		if r := o.routers[n.VNI]; r != nil && !o.used(n.VNI) {
+			err = errors.Join(err, o.dropRouter(ctx, r)) // made for this instance
+		}
 		return "", fmt.Errorf("instance network of %s: %w", instanceID, err)
 	}
 	return o.NetnsPath(instanceID), nil

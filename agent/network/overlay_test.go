@@ -578,3 +578,88 @@ func TestOverlayTeardown(t *testing.T) {
 		t.Fatalf("cloud 2's driver on A has %q", got)
 	}
 }
+
+// TestOverlayRefusals: a bad configuration is refused before anything is
+// made, and a Setup with bad input is refused and leaves nothing.
+func TestOverlayRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		cfg  OverlayConfig
+		want string
+	}{
+		{"no identity", OverlayConfig{Underlay: netip.MustParseAddr("10.1.1.1")}, "cloud identity"},
+		{"an identity too long", OverlayConfig{Cloud: "abcdefg", Underlay: netip.MustParseAddr("10.1.1.1")}, "cloud identity"},
+		{"an identity with capitals", OverlayConfig{Cloud: "Ab", Underlay: netip.MustParseAddr("10.1.1.1")}, "cloud identity"},
+		{"no underlay", OverlayConfig{Cloud: "ab"}, "underlay"},
+		{"an IPv6 underlay", OverlayConfig{Cloud: "ab", Underlay: netip.MustParseAddr("fd00::1")}, "underlay"},
+		{"a transit pool too small", OverlayConfig{Cloud: "ab", Underlay: netip.MustParseAddr("10.1.1.1"), TransitPool: netip.MustParsePrefix("100.65.0.0/31")}, "transit pool"},
+		{"a bad port", OverlayConfig{Cloud: "ab", Underlay: netip.MustParseAddr("10.1.1.1"), Port: 70000}, "port"},
+	} {
+		if _, err := NewOverlay(t.Context(), tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error about %s", tc.desc, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ fp, want string }{
+		{"sha256:ABCDEF0123", "abcdef"}, {"ab:cd:ef:01", "abcdef"}, {"abc", ""}, {"sha256:zzzzzzzz", ""},
+	} {
+		if got, err := CloudID(tc.fp); got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("CloudID(%q) = %q, %v; want %q", tc.fp, got, err, tc.want)
+		}
+	}
+
+	need(t)
+	f := newFabric(t, 1)
+	A := f.hosts[0]
+	if _, err := NewOverlay(t.Context(), OverlayConfig{Cloud: "ab", HostNetns: A.ns, Underlay: netip.MustParseAddr("192.0.2.1")}); err == nil ||
+		!strings.Contains(err.Error(), "no interface") {
+		t.Fatalf("an underlay the host does not hold: %v", err)
+	}
+	o := newOverlayOn(t, A, testCloud())
+	good := inst{"i1", vnet{"net-x", 100}, A, 10}
+	for _, tc := range []struct {
+		desc   string
+		id     string
+		change func(*runtime.Network)
+		want   string
+	}{
+		{"no network", "i1", nil, "no network"},
+		{"a bad instance ID", "a/b", func(*runtime.Network) {}, "instance id"},
+		{"a router's name", "n100", func(*runtime.Network) {}, "router"},
+		{"VNI 0", "i1", func(n *runtime.Network) { n.VNI = 0 }, "VNI"},
+		{"a VNI too large", "i1", func(n *runtime.Network) { n.VNI = 1 << 24 }, "VNI"},
+		{"a subnet outside the network", "i1", func(n *runtime.Network) { n.Subnet = netip.MustParsePrefix("10.9.0.0/24") }, "subnet"},
+		{"an address outside the subnet", "i1", func(n *runtime.Network) { n.Addr = netip.MustParseAddr("10.0.2.5") }, "address"},
+		{"the subnet's own address", "i1", func(n *runtime.Network) { n.Addr = netip.MustParseAddr("10.0.1.0") }, "address"},
+		{"the gateway's address", "i1", func(n *runtime.Network) { n.Addr = n.Gateway }, "gateway"},
+		{"a multicast MAC", "i1", func(n *runtime.Network) { n.MAC = "01:00:5e:00:00:01" }, "MAC"},
+		{"no MAC", "i1", func(n *runtime.Network) { n.MAC = "" }, "MAC"},
+	} {
+		var n *runtime.Network
+		if tc.change != nil {
+			n = good.spec()
+			tc.change(n)
+		}
+		if _, err := o.Setup(t.Context(), tc.id, n); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error about %s", tc.desc, err, tc.want)
+		}
+	}
+	// Another network on a VNI the host has for one: refused.
+	start(t, map[*simHost]*Overlay{A: o}, "", good)
+	other := good.spec()
+	other.ID = "net-other"
+	if _, err := o.Setup(t.Context(), "i2", other); err == nil || !strings.Contains(err.Error(), "VNI 100 is network net-x") {
+		t.Errorf("another network on VNI 100: %v", err)
+	}
+	// The same address twice in one network: refused.
+	if _, err := o.Setup(t.Context(), "i3", good.spec()); err == nil || !strings.Contains(err.Error(), "is instance i1's") {
+		t.Errorf("a second instance at i1's address: %v", err)
+	}
+	if got := strings.Join(o.Instances(), " "); got != "i1" {
+		t.Fatalf("instances after the refusals: %q", got)
+	}
+	for _, id := range []string{"i2", "i3", "n100x", "a"} {
+		if nsExists(o.instNS(id)) {
+			t.Errorf("a refused setup left the namespace of %s", id)
+		}
+	}
+}
