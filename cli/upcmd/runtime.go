@@ -17,6 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/network"
+	"github.com/gpucloud/gpucloud/agent/network/fabric"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/cli/agentcmd"
@@ -56,6 +57,15 @@ type upRuntimes struct {
 	// nets are the simulated hosts' instance networks, one each (own
 	// nftables tables, interface prefix and subnet), destroyed at close.
 	nets []*network.Network
+
+	// cloud is the cloud's short identity (upCloudID), which the fabric's
+	// names derive from; fabricPrefix is --fabric-prefix (unset: the
+	// fabric chooses).
+	cloud        string
+	fabricPrefix netip.Prefix
+	// fab is the container hosts' fabric (fabric.go), removed at close
+	// after the instance networks.
+	fab *fabric.Fabric
 }
 
 // upNetwork is the instance network of up's i-th host: simulated hosts
@@ -237,6 +247,9 @@ func (u *upRuntimes) describe() string {
 		if l := u.limits.describe(); l != "" {
 			s += "\n" + l
 		}
+		if f := u.describeFabric(); f != "" {
+			s += "\n" + f
+		}
 		return s
 	case u.why != "":
 		return "warning: workloads run as plain processes, NOT isolated from each other or from gpucloud: " + u.why +
@@ -255,8 +268,9 @@ func containerHint() string {
 	return h
 }
 
-// close closes the containerd runtimes and stops the daemon; the
-// containers must have been stopped (StopAll) before. It is idempotent.
+// close closes the containerd runtimes, removes the instance networks and
+// the hosts' fabric, and stops the daemon; the containers must have been
+// stopped (StopAll) before. It is idempotent.
 func (u *upRuntimes) close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -274,6 +288,7 @@ func (u *upRuntimes) close() {
 			u.log.Warn("up: remove an instance network", "err", err)
 		}
 	}
+	u.closeFabric(ctx)
 	if u.daemon != nil {
 		_ = u.daemon.Close()
 	}

@@ -131,8 +131,10 @@ func New(stderr io.Writer) *cobra.Command {
 			"Run as root with containerd, runc, tini, busybox-static, iproute2 and nftables\n" +
 			"installed (Debian's packages), it runs every instance in a container of its own, on a private\n" +
 			"containerd under DATA-DIR/ctr, in the busybox base image unless the instance\n" +
-			"names one (docs/RUNTIME.md). Otherwise workloads run as plain processes and up\n" +
-			"says why in one line: they are then not isolated from each other (--runtime).\n\n" +
+			"names one (docs/RUNTIME.md), and gives each host a network namespace of its own\n" +
+			"on a bridge, the hosts' fabric (--fabric-prefix), named from the cloud's identity.\n" +
+			"Otherwise workloads run as plain processes and up says why in one line: they are\n" +
+			"then not isolated from each other (--runtime).\n\n" +
 			"It prints the API URL and the admin token, writes the CLI configuration so that\n" +
 			"the other commands work right away, and shuts down cleanly on Ctrl-C (or\n" +
 			"SIGTERM), exiting 0. To run a second cloud beside it, give it another --listen\n" +
@@ -157,6 +159,7 @@ type flags struct {
 	registries                       servercmd.RegistryFlags
 	dir, listen, fleetFile, logLevel string
 	runtimeMode, db                  string
+	fabricPrefix                     string
 	noNVML                           bool
 	interval                         time.Duration
 	metricsListen                    string
@@ -174,6 +177,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.fleetFile, "fleet", "", "YAML list of simulated hosts (fields of a sim host file) instead of the default fleet")
 	f.BoolVar(&fl.noNVML, "no-nvml", false, "do not offer this machine's NVIDIA GPUs even if NVML works")
 	f.StringVar(&fl.runtimeMode, "runtime", upRuntimeAuto, "how workloads run: auto (containers when this machine can: root with containerd, runc, tini and busybox-static installed; else processes, with a warning), containerd (containers or fail) or process (plain processes, not isolated)")
+	f.StringVar(&fl.fabricPrefix, "fabric-prefix", "", "with containers, the IPv4 prefix of the wire between the hosts' network namespaces (default: a /24 of 100.96.0.0/12 that this machine does not use, chosen by the cloud's identity)")
 	f.DurationVar(&fl.interval, "agent-interval", time.Second, "how often agents poll for assignments and heartbeat")
 	f.StringVar(&fl.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	f.StringVar(&fl.metricsListen, "agent-metrics-listen", "127.0.0.1:9400", `where the agents serve their GPU metrics for Prometheus ("" turns it off)`)
@@ -184,6 +188,10 @@ func (fl *flags) register(cmd *cobra.Command) {
 // CLI configuration; then it waits for a signal and stops it all.
 func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	log, err := cmdutil.NewLogger(stderr, fl.logLevel)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	fabricPrefix, err := parseFabricPrefix(fl.fabricPrefix)
 	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
@@ -228,6 +236,10 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		}
 	}
 	rts.allow = fl.registries.List
+	if rts.cloud, err = upCloudID(s.CAFingerprint()); err != nil {
+		return err
+	}
+	rts.fabricPrefix = fabricPrefix
 	hosts, err := startHosts(ctx, s.URL, joinString, client.New(s.URL, token, s.HTTPClient()), specs, rts, fl, log)
 	if err != nil {
 		return err
@@ -338,9 +350,23 @@ func makeHostDir(dataDir, id string) (string, error) {
 
 // startHosts joins the simulated hosts, and this machine's GPUs when NVML
 // works (unless --no-nvml; a failure there is a warning), and returns
-// their agents, not yet running.
+// their agents, not yet running. With containers, it first makes the
+// hosts' fabric, a host of it for each.
 func startHosts(ctx context.Context, url, joinString string, admin *client.Client, specs []sim.Spec, rts *upRuntimes, fl *flags, log *slog.Logger) ([]*hostAgent, error) {
 	volumes := filepath.Join(fl.dir, "volumes")
+	var gpus gpu.Driver // this machine's, when NVML works
+	if !fl.noNVML {
+		if drv, err := nvml.Open(); err == nil {
+			gpus = drv
+		}
+	}
+	n := len(specs)
+	if gpus != nil {
+		n++
+	}
+	if err := rts.startFabric(ctx, n); err != nil {
+		return nil, err
+	}
 	var hosts []*hostAgent
 	for _, spec := range specs {
 		drv, err := sim.New(spec)
@@ -361,13 +387,10 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 		}
 		hosts = append(hosts, h)
 	}
-	if fl.noNVML {
+	if gpus == nil {
 		return hosts, nil
 	}
-	drv, err := nvml.Open()
-	if err != nil {
-		return hosts, nil
-	}
+	drv := gpus
 	hostDir, err := makeHostDir(fl.dir, "nvml")
 	var rt agentcmd.Runtime
 	if err == nil {
