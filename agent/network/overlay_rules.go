@@ -15,9 +15,10 @@ import (
 
 // The overlay's nftables rules: one table of the driver's
 // ("gpucloud_<cloud>", inet) in the host's namespace, for the transit
-// links, and one in each router namespace (inet and arp), for the
-// network's instances. Each is replaced whole, in one `nft -f -`
-// transaction run in its namespace.
+// links; in each router namespace, the security groups' table
+// (GroupRuleset, "gpucloud_<cloud>") and the overlay's own
+// ("gpucloud_<cloud>_ov", inet and arp). Each script replaces its tables
+// whole, in one `nft -f -` transaction run in its namespace.
 
 // nftIn runs an nft script in a namespace ("" is the host's).
 func (o *Overlay) nftIn(ctx context.Context, ns, script string) error {
