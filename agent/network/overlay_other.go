@@ -27,3 +27,12 @@ func (o *Overlay) Sync(ctx context.Context, nets []agentapi.HostNetwork) error {
 func (o *Overlay) Reconcile(ctx context.Context, keep []string) error          { return nil }
 func (o *Overlay) Destroy(ctx context.Context) error                           { return nil }
 func (o *Overlay) Address(id string) (netip.Addr, bool)                        { return netip.Addr{}, false }
+
+// MTU is the instances' MTU: none without Linux.
+func (o *Overlay) MTU() int { return 0 }
+
+// Instances returns the instances the driver knows: none without Linux.
+func (o *Overlay) Instances() []string { return nil }
+
+// NetnsPath is the path of an instance's network namespace.
+func (o *Overlay) NetnsPath(id string) string { return "" }
