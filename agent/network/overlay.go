@@ -935,10 +935,12 @@ func (o *Overlay) Reconcile(ctx context.Context, keep []string) error {
 	for _, ns := range s.netns {
 		errs = append(errs, o.delRouterObjects(ctx, ns, ""))
 	}
+	// The routers left keep the rules they have, so that an agent's
+	// restart leaves its instances' traffic alone; those that lost an
+	// instance were rewritten by its teardown, with the groups of the
+	// view the driver has (none before the first Sync after a restart:
+	// nothing new passes there until it comes).
 	errs = append(errs, o.applyHost(ctx))
-	for _, vni := range slices.Sorted(maps.Keys(o.routers)) {
-		errs = append(errs, o.applyRouter(ctx, o.routers[vni]))
-	}
 	return errors.Join(errs...)
 }
 

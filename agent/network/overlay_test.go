@@ -541,6 +541,7 @@ func TestOverlayTeardown(t *testing.T) {
 	if got := strings.Join(again.Instances(), " "); got != "a1 a3" {
 		t.Fatalf("the restarted driver found %q", got)
 	}
+	runChecks(t, []check{{desc: "cloud 1: a1 to b1 after the restart, before a view", netns: p1["a1"], addr: "10.0.1.11:7000", want: "b1"}})
 	if err := again.Reconcile(t.Context(), []string{"a1"}); err != nil {
 		t.Fatal(err)
 	}
