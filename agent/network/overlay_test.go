@@ -18,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -329,6 +330,28 @@ func TestOverlayIsolation(t *testing.T) {
 		t.Fatal("x3 never received x1's datagram from its own address")
 	}
 
+	// x1 claims x3's address in ARP (a gratuitous reply, then a request
+	// from it): the router still reaches x3, and keeps no entry that
+	// points x3's address at x1.
+	x1MAC, _ := net.ParseMAC(macOf(x1.addr()))
+	for _, op := range []uint16{2, 1} {
+		sendARP(t, paths["x1"], op, x1MAC, x3.addr(), netip.MustParseAddr("10.0.1.1"))
+	}
+	time.Sleep(200 * time.Millisecond)
+	rh, err := handleIn(drivers[A].routerNS(x.vni))
+	if err != nil {
+		t.Fatal(err)
+	}
+	neighs, _ := rh.NeighList(0, netlink.FAMILY_V4)
+	rh.Close()
+	for _, nb := range neighs {
+		if a, _ := netip.AddrFromSlice(nb.IP.To4()); a == x3.addr() && nb.HardwareAddr.String() == x1MAC.String() {
+			t.Errorf("the router holds x3's address at x1's MAC after x1's ARP: %+v", nb)
+		}
+	}
+	serve(t, paths["x3"], "0.0.0.0:7000", "x3")
+	runChecks(t, []check{{desc: "x2 to x3 after x1 claimed x3's address", netns: paths["x2"], addr: "10.0.1.13:7000", want: "x3 10.0.1.11:"}})
+
 	// A VXLAN packet for y's VNI, from y1 to y2, to host B's VXLAN port.
 	got := udpListen(t, paths["y2"], "0.0.0.0:7002")
 	inject := func(netnsPath, payload string) {
@@ -361,6 +384,36 @@ func TestOverlayIsolation(t *testing.T) {
 	case s := <-got:
 		t.Fatalf("y2 received %q too", s)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// sendARP sends an ARP packet (op 1 request, 2 reply) out of eth0 in a
+// namespace, from mac claiming sender, to target, broadcast.
+func sendARP(t *testing.T, netnsPath string, op uint16, mac net.HardwareAddr, sender, target netip.Addr) {
+	t.Helper()
+	frame := make([]byte, 0, 42)
+	frame = append(frame, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	frame = append(frame, mac...)
+	frame = append(frame, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, byte(op>>8), byte(op))
+	s, d := sender.As4(), target.As4()
+	frame = append(frame, mac...)
+	frame = append(frame, s[:]...)
+	frame = append(frame, 0, 0, 0, 0, 0, 0)
+	frame = append(frame, d[:]...)
+	if err := inNetns(netnsPath, func() error {
+		ifi, err := net.InterfaceByName(InstanceIf)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Protocol: 0x0608, Ifindex: ifi.Index, Halen: 6,
+			Addr: [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}})
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
