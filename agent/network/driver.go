@@ -99,7 +99,7 @@ func (h *Hook) SyncNetworks(ctx context.Context, view *agentapi.NetworkView) err
 // Address implements runtime.Addresser: the instance's address on
 // whichever network it is.
 func (h *Hook) Address(id string) (netip.Addr, bool) {
-	if a, ok := h.Driver.(runtime.Addresser); ok && h.Driver != nil {
+	if a, ok := h.Driver.(runtime.Addresser); ok {
 		if addr, ok := a.Address(id); ok {
 			return addr, true
 		}
