@@ -53,11 +53,12 @@ func (o *Overlay) applyHost(ctx context.Context) error {
 }
 
 // hostRules are the host's rules for the traffic of the routers' transit
-// links, the way out of the networks: nothing reaches the host itself
-// but replies; blocked destinations (the host's networks, the underlay,
-// the transit links, VXLAN's port) are dropped unless allowed; nothing
-// new enters a transit link from the host's side; what leaves the host
-// from a router is masqueraded to the host's address.
+// links, the way out of the networks, and for its VXLAN packets, which
+// are not tracked: nothing reaches the host itself from a router but
+// replies; blocked destinations (the host's networks, the underlay, the
+// transit links, VXLAN's port) are dropped unless allowed; nothing new
+// enters a transit link from the host's side; what leaves the host from
+// a router is masqueraded to the host's address.
 func (o *Overlay) hostRules() string {
 	var transits []string
 	for _, r := range o.routers {
@@ -82,6 +83,17 @@ func (o *Overlay) hostRules() string {
 	if len(o.cfg.Allowed) > 0 {
 		w("\t\telements = { %s }", prefixes(o.cfg.Allowed))
 	}
+	w("\t}")
+	// The VXLAN packets between hosts need no connection tracking: it
+	// would only cost each of them a lookup (what they carry is tracked
+	// in the routers).
+	w("\tchain raw_prerouting {")
+	w("\t\ttype filter hook prerouting priority raw; policy accept;")
+	w("\t\tip daddr %s udp dport %d notrack", o.cfg.Underlay, o.cfg.Port)
+	w("\t}")
+	w("\tchain raw_output {")
+	w("\t\ttype filter hook output priority raw; policy accept;")
+	w("\t\tip saddr %s udp dport %d notrack", o.cfg.Underlay, o.cfg.Port)
 	w("\t}")
 	w("\tchain input {")
 	w("\t\ttype filter hook input priority filter - 10; policy accept;")
