@@ -32,7 +32,10 @@ func (f *fakeDriver) Reconcile(ctx context.Context, keep []string) error {
 	f.calls = append(f.calls, "reconcile "+strings.Join(keep, ","))
 	return nil
 }
-func (f *fakeDriver) Destroy(ctx context.Context) error { f.calls = append(f.calls, "destroy"); return nil }
+func (f *fakeDriver) Destroy(ctx context.Context) error {
+	f.calls = append(f.calls, "destroy")
+	return nil
+}
 func (f *fakeDriver) Address(id string) (netip.Addr, bool) {
 	return f.addr, id == "i1"
 }
