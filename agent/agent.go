@@ -47,6 +47,18 @@ type ControlPlane interface {
 	AppendLogs(ctx context.Context, instanceID string, chunk []byte) error
 	ReportMetrics(ctx context.Context, rep agentapi.MetricsReport) error
 	SetScaleInLock(ctx context.Context, instanceID string, req agentapi.LockRequest) (*cloud.ScaleIn, error)
+	// Networks returns the host's view of its private networks; with a
+	// version and a wait it answers once the view changes, or after wait
+	// (agentapi.Client.Networks).
+	Networks(ctx context.Context, version string, wait time.Duration) (*agentapi.NetworkView, error)
+}
+
+// NetworkSyncer is a runtime that carries private networks across hosts
+// (the containerd runtime with the overlay): the agent hands it each new
+// view of the host's networks, which it applies to the running instances
+// without restarting them.
+type NetworkSyncer interface {
+	SyncNetworks(ctx context.Context, view *agentapi.NetworkView) error
 }
 
 // Defaults of Config.
@@ -86,6 +98,13 @@ type Config struct {
 	// utilization of its instances and reports it (DefaultMetricsInterval
 	// when zero; negative: never).
 	MetricsInterval time.Duration
+	// Underlay is the host's address on the fabric between hosts, where
+	// its overlay endpoint listens, and UnderlayMTU the fabric's MTU: the
+	// agent reports them in its inventory (fleet.Host.Underlay and MTU)
+	// unless the driver does. Zero: none (the host carries no private
+	// network of another host).
+	Underlay    netip.Addr
+	UnderlayMTU int
 	// DNSUpstreams are the resolvers the instances' DNS forwards the
 	// names outside their networks to; the nameservers of the host's
 	// /etc/resolv.conf when empty. Used only with a runtime that serves
@@ -287,6 +306,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.MetricsInterval > 0 {
 		wg.Go(func() { a.sampleLoop(ctx) })
 	}
+	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok || a.dns != nil {
+		wg.Go(func() { a.networkLoop(ctx, ns) })
+	}
 	a.loop(ctx, "reconcile", a.Step)
 	wg.Wait()
 	return nil
@@ -393,6 +415,12 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	inv, err := a.cfg.Driver.Inventory(dctx)
 	if err != nil {
 		return nil, err
+	}
+	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {
+		inv.Host.Underlay = a.cfg.Underlay.String()
+		if inv.Host.MTU == 0 {
+			inv.Host.MTU = a.cfg.UnderlayMTU
+		}
 	}
 	a.hostMu.Lock()
 	a.hostID, a.zone = inv.Host.ID, inv.Host.Zone

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -436,6 +438,13 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 		Env:     maps.Clone(as.Env),
 	}
 	spec.TenantID = as.TenantID // the instance network puts a tenant's instances together
+	if as.Network != nil {
+		n, err := instanceNetwork(as.Network)
+		if err != nil {
+			return spec, fmt.Errorf("instance %s: network: %w (%w)", s.id, err, runtime.ErrInvalid)
+		}
+		spec.Network = n
+	}
 	if err := share(pl, &spec); err != nil {
 		return spec, err
 	}
@@ -682,4 +691,42 @@ func definitive(err error) bool {
 	return errors.As(err, &se) ||
 		errors.Is(err, gpu.ErrNotSupported) || errors.Is(err, gpu.ErrInvalid) || errors.Is(err, gpu.ErrNotFound) ||
 		errors.Is(err, runtime.ErrInvalid) || errors.Is(err, errors.ErrUnsupported)
+}
+
+// instanceNetwork converts the server's InstanceNetwork into the
+// runtime's Network; an address, prefix or MAC it cannot read is an
+// error, an empty one stays zero (the runtime's network checks that it
+// has what it needs).
+func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
+	n := &runtime.Network{
+		ID: in.NetworkID, Name: in.NetworkName, VNI: in.VNI, MAC: in.MAC,
+		SecurityGroups: slices.Clone(in.SecurityGroups), DNSNames: slices.Clone(in.DNSNames),
+	}
+	var errs []error
+	prefix := func(what, s string) netip.Prefix {
+		if s == "" {
+			return netip.Prefix{}
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", what, s, err))
+		}
+		return p
+	}
+	addr := func(what, s string) netip.Addr {
+		if s == "" {
+			return netip.Addr{}
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", what, s, err))
+		}
+		return a
+	}
+	n.CIDR, n.Subnet = prefix("CIDR", in.CIDR), prefix("subnet", in.SubnetCIDR)
+	n.Gateway, n.Addr = addr("gateway", in.Gateway), addr("address", in.Address)
+	if _, err := net.ParseMAC(in.MAC); err != nil && in.MAC != "" {
+		errs = append(errs, fmt.Errorf("MAC %q: %w", in.MAC, err))
+	}
+	return n, errors.Join(errs...)
 }

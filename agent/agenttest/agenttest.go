@@ -29,13 +29,14 @@ const (
 	OpAppendLogs     = "AppendLogs"
 	OpReportMetrics  = "ReportMetrics"
 	OpSetScaleInLock = "SetScaleInLock"
+	OpNetworks       = "Networks"
 )
 
 // MaxLogChunk is the most output one AppendLogs call may carry, as on the
 // real server.
 const MaxLogChunk = 1 << 20
 
-var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs, OpReportMetrics, OpSetScaleInLock}
+var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs, OpReportMetrics, OpSetScaleInLock, OpNetworks}
 
 // ControlPlane is the fake control plane. It is safe for concurrent use.
 //
@@ -63,6 +64,11 @@ type ControlPlane struct {
 	scaleIn     map[string]*cloud.ScaleIn
 	calls       map[string]int
 	fail        map[string]*failure
+	// networks is the host's network view; netChanged is closed when it
+	// changes (and replaced).
+	networks   agentapi.NetworkView
+	netVersion int
+	netChanged chan struct{}
 }
 
 type failure struct {
@@ -76,7 +82,49 @@ func New() *ControlPlane {
 		tokens: map[string]string{}, reports: map[string][]agentapi.StatusReport{},
 		logs: map[string][]byte{}, calls: map[string]int{}, fail: map[string]*failure{},
 		locks: map[string][]agentapi.LockRequest{}, scaleIn: map[string]*cloud.ScaleIn{},
+		networks: agentapi.NetworkView{Version: "0", Networks: []agentapi.HostNetwork{}}, netChanged: make(chan struct{}),
 	}
+}
+
+// SetNetworks makes nets the host's network view, under a new version,
+// and wakes the Networks calls that wait for a change.
+func (s *ControlPlane) SetNetworks(nets ...agentapi.HostNetwork) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.netVersion++
+	if nets == nil {
+		nets = []agentapi.HostNetwork{}
+	}
+	s.networks = roundTrip(agentapi.NetworkView{Version: fmt.Sprint(s.netVersion), Networks: nets})
+	close(s.netChanged)
+	s.netChanged = make(chan struct{})
+}
+
+// Networks implements agent.ControlPlane as the real server does: with
+// the version the view has and a wait, it answers when the view changes,
+// or after wait (at most agentapi.MaxNetworkWait) with the same view.
+func (s *ControlPlane) Networks(ctx context.Context, version string, wait time.Duration) (*agentapi.NetworkView, error) {
+	s.mu.Lock()
+	if err := s.enter(ctx, OpNetworks); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if version != "" && version == s.networks.Version && wait > 0 {
+		changed := s.netChanged
+		s.mu.Unlock()
+		t := time.NewTimer(min(wait, agentapi.MaxNetworkWait))
+		defer t.Stop()
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	v := roundTrip(s.networks)
+	return &v, nil
 }
 
 // AddJoinToken accepts token for a join as host hostID.

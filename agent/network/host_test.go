@@ -29,7 +29,7 @@ import (
 // otherwise, saying why.
 
 // need skips or fails a test that needs the host's network.
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	why := ""
 	if os.Geteuid() != 0 {
@@ -344,7 +344,7 @@ func TestInstanceNetwork(t *testing.T) {
 	ctx := t.Context()
 	paths := map[string]string{}
 	for _, in := range []struct{ id, tenant string }{{"a1", "ten-a"}, {"a2", "ten-a"}, {"b1", "ten-b"}} {
-		p, err := n.Setup(ctx, in.id, in.tenant)
+		p, err := n.Setup(ctx, in.id, in.tenant, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,22 +503,22 @@ func TestSetupErrors(t *testing.T) {
 	cfg.TenantBits = 30 // one tenant block of 1 instance, and another
 	n := newNet(t, cfg)
 	ctx := t.Context()
-	if _, err := n.Setup(ctx, "a/b", "t"); err == nil {
+	if _, err := n.Setup(ctx, "a/b", "t", nil); err == nil {
 		t.Fatal("accepted an instance ID with a slash")
 	}
-	if _, err := n.Setup(ctx, "i1", "ten a"); err == nil {
+	if _, err := n.Setup(ctx, "i1", "ten a", nil); err == nil {
 		t.Fatal("accepted a tenant ID with a space")
 	}
-	if _, err := n.Setup(ctx, "i1", "ta"); err != nil {
+	if _, err := n.Setup(ctx, "i1", "ta", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Setup(ctx, "i2", "ta"); err == nil || !strings.Contains(err.Error(), "no free address") {
+	if _, err := n.Setup(ctx, "i2", "ta", nil); err == nil || !strings.Contains(err.Error(), "no free address") {
 		t.Fatalf("a second instance in a /30: %v", err)
 	}
-	if _, err := n.Setup(ctx, "i3", "tb"); err != nil {
+	if _, err := n.Setup(ctx, "i3", "tb", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Setup(ctx, "i4", "tc"); err == nil || !strings.Contains(err.Error(), "no free /30") {
+	if _, err := n.Setup(ctx, "i4", "tc", nil); err == nil || !strings.Contains(err.Error(), "no free /30") {
 		t.Fatalf("a third tenant in a /29 of /30s: %v", err)
 	}
 	if got := strings.Join(n.Instances(), " "); got != "i1 i3" {
@@ -531,7 +531,7 @@ func TestSetupErrors(t *testing.T) {
 	}
 	// Setting an instance up again gives it a fresh network.
 	before, _ := n.Instance("i1")
-	if _, err := n.Setup(ctx, "i1", "ta"); err != nil {
+	if _, err := n.Setup(ctx, "i1", "ta", nil); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := n.Instance("i1"); after != before {

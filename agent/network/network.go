@@ -74,6 +74,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gpucloud/gpucloud/agent/runtime"
 )
 
 // Defaults of Config.
@@ -349,8 +351,12 @@ func checkID(kind, id string) error {
 // Setup implements containerd.NetworkHook: it makes the instance's
 // network namespace and links it to its tenant's bridge, and returns the
 // namespace's path. An earlier network of the same instance is torn down
-// first.
-func (n *Network) Setup(ctx context.Context, instanceID, tenantID string) (string, error) {
+// first. The per-tenant network carries no private network: an instance
+// with one (net not nil) is refused (Hook gives it to the Driver).
+func (n *Network) Setup(ctx context.Context, instanceID, tenantID string, net *runtime.Network) (string, error) {
+	if net != nil {
+		return "", fmt.Errorf("instance network of %s: the per-tenant network does not carry private network %s", instanceID, net.ID)
+	}
 	if err := checkID("instance", instanceID); err != nil {
 		return "", err
 	}

@@ -7,6 +7,8 @@ package agentcmd
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +37,7 @@ import (
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // New returns the agent command. stderr takes the log and warnings.
@@ -154,7 +157,11 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
-	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg, &fl.pull)
+	ovCfg, err := fl.net.overlay(netCfg, server, fl.dir)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg, ovCfg, &fl.pull)
 	if err != nil {
 		return err
 	}
@@ -165,7 +172,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	defer md.Close()
 	a := agent.New(agentapi.NewClient(server, cred, hc), agent.Config{
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
-		MetricsInterval: fl.metricsInterval,
+		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU,
 	})
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
@@ -300,17 +307,26 @@ type Runtime interface {
 // newAgentRuntime opens the workload runtime the flags name. For the
 // containerd runtime on a simulated host, the sim driver's fake device
 // nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
-func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config, pull *pullFlags) (Runtime, error) {
+func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config, ovCfg network.OverlayConfig, pull *pullFlags) (Runtime, error) {
 	if name == "process" {
 		return process.New(filepath.Join(dir, "runtime")), nil
 	}
-	// Each container's own network (a per-tenant bridge, NAT, nftables
-	// isolation from other tenants and the host: docs/RUNTIME.md).
+	// Each container's own network: its private network on the overlay
+	// (with --underlay), else a per-tenant bridge, NAT, nftables isolation
+	// from other tenants and the host (docs/RUNTIME.md, docs/NETWORK.md).
 	net, err := network.New(ctx, netCfg)
 	if err != nil {
 		return nil, fmt.Errorf("--runtime containerd: the instance network: %w", err)
 	}
-	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: net, MPSControl: mpsControl}
+	hook := &network.Hook{Legacy: net}
+	if ovCfg.Underlay.IsValid() {
+		ov, err := network.NewOverlay(ctx, ovCfg)
+		if err != nil {
+			return nil, fmt.Errorf("--runtime containerd: the private networks' overlay: %w", err)
+		}
+		hook.Driver = ov
+	}
+	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: hook, MPSControl: mpsControl}
 	if err := pull.apply(&cfg); err != nil {
 		return nil, err
 	}
@@ -339,6 +355,9 @@ type instanceNetFlags struct {
 	subnet         string
 	forward        bool
 	blocked, allow []string
+	// The private networks' overlay.
+	networkID, underlay, hostNetns string
+	underlayMTU                    int
 }
 
 func (n *instanceNetFlags) register(cmd *cobra.Command) {
@@ -347,6 +366,50 @@ func (n *instanceNetFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&n.forward, "ip-forward", false, "turn on the host's IPv4 forwarding, which instances need to reach the outside through NAT (--runtime containerd)")
 	f.StringSliceVar(&n.blocked, "block-cidr", nil, "more destinations instances may not reach (the server's own addresses are always blocked); repeatable")
 	f.StringSliceVar(&n.allow, "allow-cidr", nil, "exceptions to the blocked private ranges (a dataset server on the host's network); never another tenant or the host; repeatable")
+	f.StringVar(&n.underlay, "underlay", "", "the host's IPv4 address on the network between hosts, which carries the private networks' overlay (VXLAN, UDP 4789) (--runtime containerd; empty: no private networks on this host)")
+	f.IntVar(&n.underlayMTU, "underlay-mtu", 0, "the MTU of the network between hosts (default: its interface's); instances get 50 less")
+	f.StringVar(&n.networkID, "network-id", "", "the cloud's short identity in the names of the overlay's namespaces, interfaces and nftables tables: 1 to 6 of a-z, 0-9 (default: the first 6 hex digits of the cloud's CA fingerprint)")
+	f.StringVar(&n.hostNetns, "host-netns", "", "the network namespace (ip netns) the overlay treats as the host's (default: the agent's own)")
+}
+
+// overlay is the overlay's configuration: none (no Underlay) without
+// --underlay. Its identity is --network-id, else the first 6 hex digits of
+// the fingerprint of the cloud's CA (kept in the data directory by the
+// join), else of the SHA-256 of the server's URL (a plain http:// cloud).
+func (n *instanceNetFlags) overlay(legacy network.Config, server, dataDir string) (network.OverlayConfig, error) {
+	cfg := network.OverlayConfig{HostNetns: n.hostNetns, UnderlayMTU: n.underlayMTU, Blocked: legacy.Blocked, Allowed: legacy.Allowed, Log: legacy.Log}
+	if n.underlay == "" {
+		return cfg, nil
+	}
+	a, err := netip.ParseAddr(n.underlay)
+	if err != nil || !a.Is4() {
+		return cfg, fmt.Errorf("--underlay %q: want an IPv4 address of the host", n.underlay)
+	}
+	cfg.Underlay = a
+	cfg.Cloud = n.networkID
+	if cfg.Cloud == "" {
+		cfg.Cloud, err = NetworkID(server, dataDir)
+		if err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// NetworkID is a cloud's short identity for the names its network makes
+// on a host: the first 6 hex digits of its CA's fingerprint (the CA an
+// agent keeps in its data directory), or of the SHA-256 of the server's
+// URL when there is no CA (a plain http:// server).
+func NetworkID(server, dataDir string) (string, error) {
+	if b, err := os.ReadFile(filepath.Join(dataDir, caFileName)); err == nil {
+		c, err := pki.ParseCert(b)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", filepath.Join(dataDir, caFileName), err)
+		}
+		return network.CloudID(pki.Fingerprint(c))
+	}
+	sum := sha256.Sum256([]byte(server))
+	return network.CloudID(hex.EncodeToString(sum[:]))
 }
 
 // config is the network configuration, with the server's addresses

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/catalog"
@@ -163,6 +164,8 @@ type containerRuntime interface {
 	runtime.UsageReader
 	runtime.Addresser
 	runtime.MetadataServer
+	runtime.DNSServing
+	agent.NetworkSyncer
 }
 
 // scaledRuntime is a simulated host's containerd runtime that starts every

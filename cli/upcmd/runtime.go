@@ -66,6 +66,26 @@ type upRuntimes struct {
 	// fab is the container hosts' fabric (fabric.go), removed at close
 	// after the instance networks.
 	fab *fabric.Fabric
+	// ovs are the container hosts' overlays (private networks), one per
+	// host on the fabric, destroyed at close before the fabric; underlays
+	// are their hosts' underlay addresses and MTUs, by host directory,
+	// which their agents report.
+	ovs       []*network.Overlay
+	underlays map[string]hostUnderlay
+}
+
+// hostUnderlay is a host's place on the fabric, as its agent reports it.
+type hostUnderlay struct {
+	addr netip.Addr
+	mtu  int
+}
+
+// underlay is the underlay of the host whose agent keeps its files in dir
+// (none without a fabric).
+func (u *upRuntimes) underlay(dir string) hostUnderlay {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.underlays[dir]
 }
 
 // upNetwork is the instance network of up's i-th host: simulated hosts
@@ -197,8 +217,25 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 	u.mu.Lock()
 	u.nets = append(u.nets, net)
 	u.mu.Unlock()
+	// Instances on private networks get the overlay of the host's
+	// namespace on the fabric; the others the per-tenant network.
+	hook := &network.Hook{Legacy: net}
+	if ns, addr := u.hostNetwork(i); addr.IsValid() {
+		ov, err := network.NewOverlay(ctx, network.OverlayConfig{Cloud: u.cloud, HostNetns: ns, Underlay: addr, UnderlayMTU: u.fabricMTU(), Log: u.log})
+		if err != nil {
+			return nil, fmt.Errorf("the private networks' overlay: %w", err)
+		}
+		u.mu.Lock()
+		u.ovs = append(u.ovs, ov)
+		if u.underlays == nil {
+			u.underlays = map[string]hostUnderlay{}
+		}
+		u.underlays[dir] = hostUnderlay{addr: addr, mtu: ov.MTU() + network.OverlayOverhead}
+		u.mu.Unlock()
+		hook.Driver = ov
+	}
 	cfg := containerd.Config{Socket: u.daemon.Socket(), BaseDir: filepath.Join(dir, "runtime"), Host: filepath.Base(dir), Log: u.log,
-		Network: net, AllowRegistries: u.allow}
+		Network: hook, AllowRegistries: u.allow}
 	if h, ok := drv.(*sim.Host); ok {
 		cfg.DevDir = filepath.Join(dir, "dev")
 		cfg.MIGMinors = filepath.Join(cfg.DevDir, sim.MIGMinorsFile)
@@ -283,6 +320,11 @@ func (u *upRuntimes) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for _, o := range u.ovs {
+		if err := o.Destroy(ctx); err != nil {
+			u.log.Warn("up: remove a host's private networks", "err", err)
+		}
+	}
 	for _, n := range u.nets {
 		if err := n.Destroy(ctx); err != nil {
 			u.log.Warn("up: remove an instance network", "err", err)

@@ -57,7 +57,7 @@ type hostAgent struct {
 // host that has joined only with its current credential. Every agent of a local cloud keeps volumes
 // under volumeDir, so that a volume follows its instance from host to host
 // as on a cloud's network storage.
-func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime) (*hostAgent, error) {
+func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime, ul hostUnderlay) (*hostAgent, error) {
 	hc, secret, err := agentcmd.JoinClient(ctx, url, joinToken, dir)
 	if err != nil {
 		return nil, err
@@ -96,6 +96,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
+		Underlay: ul.addr, UnderlayMTU: ul.mtu,
 	})
 	return h, nil
 }
@@ -381,7 +382,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt)
+		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt, rts.underlay(hostDir))
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
@@ -398,7 +399,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 	}
 	if err == nil {
 		var h *hostAgent
-		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt); err == nil {
+		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt, rts.underlay(hostDir)); err == nil {
 			hosts = append(hosts, h)
 		}
 	}

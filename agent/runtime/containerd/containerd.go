@@ -45,6 +45,7 @@ import (
 	"github.com/containerd/platforms"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/internal/imageref"
 )
 
@@ -100,13 +101,16 @@ const (
 
 // NetworkHook gives each container a network namespace of its own. Without
 // one, each container gets a new network namespace with only a loopback
-// interface. The instance network (agent/network: a veth into a per-tenant
-// bridge, NAT, nftables rules) plugs in here.
+// interface. The instance network plugs in here (agent/network.Hook: the
+// instance's private network, Spec.Network, on the kernel overlay; or,
+// for an instance without one, a veth into a per-tenant bridge, NAT,
+// nftables rules).
 type NetworkHook interface {
 	// Setup prepares the network of an instance of a tenant and returns
 	// the path of the network namespace its container joins
-	// (/var/run/netns/<name>).
-	Setup(ctx context.Context, instanceID, tenantID string) (netnsPath string, err error)
+	// (/var/run/netns/<name>). net is the instance's private network
+	// (Spec.Network), nil for an instance made before networks existed.
+	Setup(ctx context.Context, instanceID, tenantID string, net *runtime.Network) (netnsPath string, err error)
 	// Teardown releases it once the container has exited. It is called
 	// once per successful Setup, and must be idempotent.
 	Teardown(ctx context.Context, instanceID string) error
@@ -118,6 +122,24 @@ type NetworkHook interface {
 // an agent that restarts leaks no instance network.
 type NetworkReconciler interface {
 	Reconcile(ctx context.Context, running []string) error
+}
+
+// NetworkSyncer is a NetworkHook that carries private networks across
+// hosts: SyncNetworks applies the control plane's view of the host's
+// networks (the other hosts' endpoints, the security groups) to the
+// running instances without restarting them. The runtime forwards the
+// agent's views to it (Runtime.SyncNetworks).
+type NetworkSyncer interface {
+	SyncNetworks(ctx context.Context, view *agentapi.NetworkView) error
+}
+
+// SyncNetworks hands the control plane's view of the host's networks to
+// the network hook, when it is a NetworkSyncer; otherwise it does nothing.
+func (r *Runtime) SyncNetworks(ctx context.Context, view *agentapi.NetworkView) error {
+	if s, ok := r.cfg.Network.(NetworkSyncer); ok {
+		return s.SyncNetworks(ctx, view)
+	}
+	return nil
 }
 
 // Config configures the runtime. The zero value of every field takes its

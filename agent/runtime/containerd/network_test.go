@@ -283,7 +283,7 @@ func TestNetworkAfterRestart(t *testing.T) {
 	waitLog(t, old, id, "one /x")
 	before, _ := nw.Instance(id)
 	// A network whose container went while no agent ran.
-	if _, err := nw.Setup(t.Context(), ghost, "ten-b"); err != nil {
+	if _, err := nw.Setup(t.Context(), ghost, "ten-b", nil); err != nil {
 		t.Fatal(err)
 	}
 	old.mu.Lock()

@@ -154,7 +154,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	}
 	netns := ""
 	if r.cfg.Network != nil {
-		if netns, err = r.cfg.Network.Setup(ctx, s.InstanceID, s.TenantID); err != nil {
+		if netns, err = r.cfg.Network.Setup(ctx, s.InstanceID, s.TenantID, s.Network); err != nil {
 			return nil, fmt.Errorf("instance network: %w", err)
 		}
 		in.netns = true
