@@ -149,3 +149,12 @@ type NetworkTx interface {
 	// one address.
 	ListSubnetAddresses(ctx context.Context, subnetID string) ([]string, error)
 }
+
+// Owner is the tenant a network belongs to.
+func (n *Network) Owner() string { return n.TenantID }
+
+// Owner is the tenant a subnet belongs to.
+func (s *Subnet) Owner() string { return s.TenantID }
+
+// Owner is the tenant a security group belongs to.
+func (g *SecurityGroup) Owner() string { return g.TenantID }
