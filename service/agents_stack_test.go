@@ -131,6 +131,9 @@ func TestAgentsAssignmentsStack(t *testing.T) {
 		member := func(a service.Actor, host string, rank, world int, job string) *cloud.Instance {
 			in := f.placed(a, host, cloud.Starting)
 			return f.amUpdate(in.ID, func(in *cloud.Instance) {
+				// Made before private networks: the agent reports the
+				// address (an instance on a network has the server's).
+				in.NetworkID, in.SubnetID, in.SecurityGroupIDs, in.PrivateAddress = "", "", nil, ""
 				in.Tags = map[string]string{"team": "ml", service.TagStack: "llm", service.TagStackResource: "worker",
 					service.TagStackJob: job, service.TagStackRank: strconv.Itoa(rank), service.TagStackWorld: strconv.Itoa(world)}
 			})
