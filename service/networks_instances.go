@@ -131,12 +131,36 @@ func instanceGroups(ctx context.Context, tx cloud.Tx, in *cloud.Instance, sub *c
 	return slices.Clone(in.SecurityGroupIDs), nil
 }
 
+// allocateRereads bounds how often allocateAddress reads its subnet again
+// after a concurrent allocation wrote it first.
+const allocateRereads = 32
+
 // allocateAddress gives the next free address of subnet sub (see
-// nextAddress) and writes the subnet's advanced cursor; a concurrent
-// allocation that wrote the subnet first makes it errNetworkRace. A
-// subnet whose every usable address is held is insufficient_capacity,
-// naming the subnet.
+// nextAddress) and writes the subnet's advanced cursor. The write checks
+// the version read, so that two allocations never take the same address:
+// one that a concurrent allocation beat reads the subnet again (at read
+// committed it sees the winner's cursor; the winner's row lock makes the
+// others wait their turn), and after allocateRereads tries it is
+// errNetworkRace, which runs the transaction again. A subnet whose every
+// usable address is held is insufficient_capacity, naming the subnet.
 func allocateAddress(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet) (netip.Addr, error) {
+	for range allocateRereads {
+		addr, err := tryAllocate(ctx, tx, sub)
+		if !cloud.IsConflict(err) {
+			return addr, err
+		}
+		fresh, err := tx.GetSubnet(ctx, sub.ID)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		*sub = *fresh
+	}
+	return netip.Addr{}, errNetworkRace
+}
+
+// tryAllocate is one try of allocateAddress: Conflict when the subnet
+// changed since sub was read.
+func tryAllocate(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet) (netip.Addr, error) {
 	p, err := mustPrefix("subnet", sub.ID, sub.CIDR)
 	if err != nil {
 		return netip.Addr{}, err
@@ -161,9 +185,11 @@ func allocateAddress(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet) (netip
 				sub.ID, sub.Name, sub.CIDR, SubnetCapacity(p)),
 			Details: map[string]any{"subnet_id": sub.ID, "cidr": sub.CIDR, "capacity": SubnetCapacity(p)}}
 	}
-	sub.Cursor = cursor
-	if err := tx.UpdateSubnet(ctx, sub); err != nil {
-		return netip.Addr{}, raced(err)
+	next := *sub
+	next.Cursor = cursor
+	if err := tx.UpdateSubnet(ctx, &next); err != nil {
+		return netip.Addr{}, err
 	}
+	*sub = next
 	return addr, nil
 }
