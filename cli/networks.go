@@ -66,7 +66,9 @@ func newNetworksCreateCommand(s *session) *cobra.Command {
 			}
 			req.Name = args[0]
 			return createResource(s, cmd, &key, &req.Tenant, out.format,
-				func(ctx context.Context, c *conn, key string) (*cloud.Network, error) { return c.CreateNetwork(ctx, req, key) },
+				func(ctx context.Context, c *conn, key string) (*cloud.Network, error) {
+					return c.CreateNetwork(ctx, req, key)
+				},
 				printNetworks)
 		},
 	}
@@ -199,7 +201,9 @@ func newSubnetsCreateCommand(s *session) *cobra.Command {
 			}
 			req.Name = args[0]
 			return createResource(s, cmd, &key, &req.Tenant, out.format,
-				func(ctx context.Context, c *conn, key string) (*cloud.Subnet, error) { return c.CreateSubnet(ctx, req, key) },
+				func(ctx context.Context, c *conn, key string) (*cloud.Subnet, error) {
+					return c.CreateSubnet(ctx, req, key)
+				},
 				printSubnets)
 		},
 	}
@@ -216,7 +220,9 @@ func newSubnetsCreateCommand(s *session) *cobra.Command {
 func newSubnetsListCommand(s *session) *cobra.Command {
 	var network string
 	cmd := newTenantListCommand(s, "subnets", "List subnets: members their tenant's, admins every tenant's or one tenant's; --network one network's.",
-		func(ctx context.Context, c *conn, t string) ([]*cloud.Subnet, error) { return c.Subnets(ctx, t, network) },
+		func(ctx context.Context, c *conn, t string) ([]*cloud.Subnet, error) {
+			return c.Subnets(ctx, t, network)
+		},
 		printSubnets)
 	cmd.Flags().StringVar(&network, "network", "", "only this network's subnets")
 	return cmd

@@ -88,7 +88,9 @@ func newSecurityGroupsListCommand(s *session) *cobra.Command {
 
 func newSecurityGroupsDescribeCommand(s *session) *cobra.Command {
 	return newDescribeCommand(s, "Show a security group with its rules", "one security group ID",
-		func(ctx context.Context, c *conn, id string) (*cloud.SecurityGroup, error) { return c.GetSecurityGroup(ctx, id) },
+		func(ctx context.Context, c *conn, id string) (*cloud.SecurityGroup, error) {
+			return c.GetSecurityGroup(ctx, id)
+		},
 		func(_ context.Context, _ *conn, g *cloud.SecurityGroup) fieldRows {
 			var rows fieldRows
 			rows.add("ID", g.ID)
