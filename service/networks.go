@@ -155,7 +155,7 @@ func createNetwork(ctx context.Context, tx cloud.Tx, n *cloud.Network, actor str
 			return err
 		}
 	}
-	g := &cloud.SecurityGroup{ID: NewID(SecurityGroupPrefix), TenantID: n.TenantID, NetworkID: n.ID, Name: DefaultName,
+	g := &cloud.SecurityGroup{ID: DefaultGroupID(n.ID), TenantID: n.TenantID, NetworkID: n.ID, Name: DefaultName,
 		Description: "all traffic among its members, all egress", Default: true, CreatedAt: n.CreatedAt}
 	g.Ingress = []cloud.SecurityRule{{ID: NewID(RulePrefix), Protocol: cloud.ProtocolAll, GroupID: g.ID}}
 	g.Egress = []cloud.SecurityRule{{ID: NewID(RulePrefix), Protocol: cloud.ProtocolAll, CIDR: "0.0.0.0/0"}}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -115,19 +116,13 @@ func defaultSubnet(ctx context.Context, tx cloud.Tx, tenant string) (*cloud.Subn
 	return nil, nil
 }
 
-// defaultGroup reads the default security group of network id.
-func defaultGroup(ctx context.Context, tx cloud.Tx, tenant, id string) (*cloud.SecurityGroup, error) {
-	gs, err := tx.ListSecurityGroups(ctx, cloud.SecurityGroupFilter{TenantID: tenant, NetworkID: id})
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range gs {
-		if g.Default {
-			return g, nil
-		}
-	}
-	return nil, &cloud.Error{Code: cloud.Conflict, Message: "network " + id + " has no default security group; name the instance's groups",
-		Details: map[string]any{"field": "security_groups", "network_id": id}}
+// DefaultGroupID is the ID of network id's default security group: "sg-"
+// and the network ID's part after "vpc-", so that an instance create
+// knows it without reading the network's groups. The default group goes
+// with its network only (DeleteSecurityGroup refuses it), so it exists
+// while the network does.
+func DefaultGroupID(network string) string {
+	return SecurityGroupPrefix + strings.TrimPrefix(network, NetworkPrefix)
 }
 
 // createSubnet writes subnet s, and its event when record is set.

@@ -71,8 +71,10 @@ func tenantSubnet(ctx context.Context, tx cloud.Tx, tenant, id string) (*cloud.S
 // subnet, made on first need), its security groups (in.SecurityGroupIDs,
 // one to five of the subnet's network, else the network's default group),
 // the subnet's zone as its only zone, and a private address from the
-// subnet (allocateAddress). The subnet is read once and written once;
-// its held addresses are read only once its allocation has wrapped.
+// subnet (allocateAddress). The subnet is read once and written once (a
+// write that also keeps a network deleted meanwhile from getting the
+// instance: it finds the subnet gone); its held addresses are read only
+// once its allocation has wrapped.
 func placeOnNetwork(ctx context.Context, tx cloud.Tx, in *cloud.Instance, actor string) error {
 	var sub *cloud.Subnet
 	var err error
@@ -103,14 +105,11 @@ func placeOnNetwork(ctx context.Context, tx cloud.Tx, in *cloud.Instance, actor 
 }
 
 // instanceGroups checks the groups an instance names (the tenant's, of
-// its subnet's network) or answers the network's default group.
+// its subnet's network) or answers the network's default group, which it
+// need not read (DefaultGroupID).
 func instanceGroups(ctx context.Context, tx cloud.Tx, in *cloud.Instance, sub *cloud.Subnet) ([]string, error) {
 	if len(in.SecurityGroupIDs) == 0 {
-		g, err := defaultGroup(ctx, tx, sub.TenantID, sub.NetworkID)
-		if err != nil {
-			return nil, err
-		}
-		return []string{g.ID}, nil
+		return []string{DefaultGroupID(sub.NetworkID)}, nil
 	}
 	if len(in.SecurityGroupIDs) > MaxInstanceGroups {
 		return nil, Field("security_groups", "%d groups; an instance has 1 to %d", len(in.SecurityGroupIDs), MaxInstanceGroups)
