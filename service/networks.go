@@ -76,6 +76,9 @@ func CheckNetworkSpec(spec *api.CreateNetworkRequest) error {
 	if err := CheckDNSLabel("name", spec.Name); err != nil {
 		return err
 	}
+	if spec.Name == DefaultName {
+		return Field("name", "%s is the name of the tenant's default network, made on first use", Quote(DefaultName))
+	}
 	if _, err := ParseNetworkCIDR("cidr", spec.CIDR); err != nil {
 		return err
 	}

@@ -76,15 +76,12 @@ func ensureDefaultNetwork(ctx context.Context, tx cloud.Tx, tenant, actor string
 	if err != nil {
 		return nil, err
 	}
+	// A network named "default" that is not the default network cannot
+	// be: CreateNetwork reserves the name.
 	var n *cloud.Network
 	for _, o := range ns {
-		switch {
-		case o.Default:
+		if o.Default {
 			n = o
-		case o.Name == DefaultName:
-			return nil, &cloud.Error{Code: cloud.Conflict,
-				Message: "the tenant's network " + o.ID + " is named " + Quote(DefaultName) + " but is not its default network; name a subnet, or delete that network so that the default one can be made",
-				Details: map[string]any{"network_id": o.ID}}
 		}
 	}
 	if n == nil {

@@ -99,6 +99,7 @@ func TestNetworkCreateRules(t *testing.T) {
 			{"-dash", "10.3.0.0/16", cloud.Invalid, "name"},
 			{"", "10.3.0.0/16", cloud.Invalid, "name"},
 			{"taken", "10.4.0.0/16", cloud.Conflict, "name"},
+			{"default", "10.5.0.0/16", cloud.Invalid, "name"},
 		} {
 			before := f.state()
 			n, created, err := f.svc.Networks.CreateNetwork(ctx, f.acme, api.CreateNetworkRequest{Name: tc.name, CIDR: tc.cidr}, "")
