@@ -470,3 +470,53 @@ func TestInstanceDNSNames(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupTemplateNetwork: an autoscaling group's template may name a
+// subnet and groups, checked as an instance create checks them (another
+// tenant's subnet is not_found; groups need the subnet), with the
+// subnet's zone as the template's; its members are launched in them.
+func TestGroupTemplateNetwork(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newNetFixture(t, st)
+		ctx := context.Background()
+		n := f.network(f.acme, "main", "10.0.0.0/16")
+		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-a")
+		web := f.group(f.acme, n.ID, "web")
+		theirs := f.subnet(f.globex, f.network(f.globex, "x", "10.0.0.0/16").ID, "b", "10.0.1.0/24", "zone-a")
+		spec := func(subnet string, groups ...string) api.CreateGroupRequest {
+			one := 1
+			return api.CreateGroupRequest{Name: "g", Min: 0, Max: 2, Desired: &one,
+				Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}, Subnet: subnet, SecurityGroups: groups}}
+		}
+		before := f.state()
+		for _, tc := range []struct {
+			what  string
+			req   api.CreateGroupRequest
+			code  cloud.Code
+			field string
+		}{
+			{"another tenant's subnet", spec(theirs.ID), cloud.NotFound, "template.subnet"},
+			{"groups without a subnet", spec("", web.ID), cloud.Invalid, "template.security_groups"},
+			{"a missing group", spec(s.ID, "sg-nope"), cloud.NotFound, "template.security_groups[0]"},
+		} {
+			_, _, err := f.svc.Groups.Create(ctx, f.acme, tc.req, "")
+			if ce := ahCode(t, err, tc.code); ce.Details["field"] != tc.field {
+				t.Errorf("%s: %v, want field %s", tc.what, err, tc.field)
+			}
+		}
+		f.unchanged(before, "refused groups")
+		g, _, err := f.svc.Groups.Create(ctx, f.acme, spec(s.ID, web.ID), "")
+		if err != nil || g.Template.Subnet != s.ID || !slices.Equal(g.Template.Zones, []string{"zone-a"}) {
+			t.Fatalf("group %+v %v", g, err)
+		}
+		var in *cloud.Instance
+		err = st.Tx(ctx, func(tx cloud.Tx) error {
+			var err error
+			in, err = service.LaunchGroupMember(ctx, tx, f.svc.Catalog(), g, service.LaunchSpec{Offering: "l4.1x", Seq: 1}, "groups", f.clock.Now())
+			return err
+		})
+		if err != nil || in.SubnetID != s.ID || !slices.Equal(in.SecurityGroupIDs, []string{web.ID}) || in.PrivateAddress != "10.0.1.4" {
+			t.Errorf("member %+v %v", in, err)
+		}
+	})
+}
