@@ -83,23 +83,8 @@ func mustPrefix(kind, id, s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// SubnetGateway is the gateway of a subnet: the first address after its
-// base address.
-func SubnetGateway(p netip.Prefix) netip.Addr { return addr4(ip4(p.Addr()) + 1) }
-
 // SubnetCapacity is how many instances a subnet can hold at once.
 func SubnetCapacity(p netip.Prefix) int { return int(blockSize(p)) - SubnetReserved }
-
-// InstanceMAC is the MAC address of an instance's interface on its
-// network, made from its private address: 02:00 and the address's four
-// bytes. The first byte marks it locally administered and unicast; no two
-// instances of a network share an address (its subnets do not overlap),
-// so none share a MAC, and the MAC never changes while the instance
-// keeps its address.
-func InstanceMAC(addr netip.Addr) string {
-	b := addr.As4()
-	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
-}
 
 // A subnet's cursor (cloud.Subnet.Cursor) is where its address allocation
 // stands: the offset in the subnet of the next address to try. Until the

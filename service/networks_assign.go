@@ -86,7 +86,7 @@ func (x *netIndex) of(in *cloud.Instance) *agentapi.InstanceNetwork {
 		return nil
 	}
 	return &agentapi.InstanceNetwork{NetworkID: n.ID, NetworkName: n.Name, VNI: n.VNI, CIDR: n.CIDR,
-		SubnetID: s.ID, SubnetCIDR: s.CIDR, Gateway: SubnetGateway(p).String(), Address: addr.String(),
-		MAC: InstanceMAC(addr), SecurityGroups: slices.Clone(in.SecurityGroupIDs), PublicAddress: x.public[in.ID],
+		SubnetID: s.ID, SubnetCIDR: s.CIDR, Gateway: SubnetGateway(p.String()), Address: addr.String(),
+		MAC: InstanceMAC(addr.String()), SecurityGroups: slices.Clone(in.SecurityGroupIDs), PublicAddress: x.public[in.ID],
 		DNSNames: InstanceDNSNames(in, n.Name)}
 }

@@ -22,7 +22,7 @@ import (
 // (no zone added).
 func TestDefaultNetwork(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		before := f.state()
 		a, err := f.create(f.acme, "")
@@ -78,14 +78,14 @@ func TestDefaultNetwork(t *testing.T) {
 // without (the operator's, whose creates race and retry).
 func TestDefaultNetworkRace(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		for i, a := range []service.Actor{f.acme, f.admin} {
 			raceDefault(t, f, a, i+1)
 		}
 	})
 }
 
-func raceDefault(t *testing.T, f netFixture, a service.Actor, networks int) {
+func raceDefault(t *testing.T, f nsFixture, a service.Actor, networks int) {
 	{
 		const n = 8
 		var wg sync.WaitGroup
@@ -119,7 +119,7 @@ func raceDefault(t *testing.T, f netFixture, a service.Actor, networks int) {
 // checks, and the subnet's zone as the instance's.
 func TestInstanceNetworkChoice(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-a")
@@ -175,7 +175,7 @@ func TestInstanceNetworkChoice(t *testing.T) {
 // key is a conflict naming them.
 func TestInstanceIdempotencyNetwork(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-a")
@@ -213,7 +213,7 @@ func TestInstanceIdempotencyNetwork(t *testing.T) {
 // subnet; a terminated instance's address is given again.
 func TestAddressAllocation(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		f.putHost("h-a", 1)
 		n := f.network(f.acme, "small", "10.0.0.0/28")
@@ -264,7 +264,7 @@ func TestAddressAllocation(t *testing.T) {
 // is usable, and a create fails exactly when 11 instances hold one.
 func TestAddressProperty(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		s := f.subnet(f.acme, f.network(f.acme, "p", "10.7.0.16/28").ID, "p", "10.7.0.16/28", "z")
 		rng := rand.New(rand.NewPCG(19, 28))
@@ -305,7 +305,7 @@ func TestAddressProperty(t *testing.T) {
 // groups.
 func TestNetworkDeleteRefusals(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "z")
@@ -375,7 +375,7 @@ func TestNetworkDeleteRefusals(t *testing.T) {
 // tenant.
 func TestNetworkEvents(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "z")
@@ -413,7 +413,7 @@ func TestNetworkEvents(t *testing.T) {
 // address associated with it, and its DNS names.
 func TestAssignmentNetwork(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		f.putHost("h-a", 2)
 		n := f.network(f.acme, "train", "10.0.0.0/16")
@@ -477,7 +477,7 @@ func TestInstanceDNSNames(t *testing.T) {
 // subnet's zone as the template's; its members are launched in them.
 func TestGroupTemplateNetwork(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-a")

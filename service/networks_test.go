@@ -14,12 +14,12 @@ import (
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
-// netFixture is ahFixture with helpers for networks.
-type netFixture struct{ *ahFixture }
+// nsFixture is ahFixture with helpers for networks.
+type nsFixture struct{ *ahFixture }
 
-func newNetFixture(t *testing.T, st cloud.Store) netFixture { return netFixture{newAHFixture(t, st)} }
+func newNSFixture(t *testing.T, st cloud.Store) nsFixture { return nsFixture{newAHFixture(t, st)} }
 
-func (f netFixture) network(a service.Actor, name, cidr string) *cloud.Network {
+func (f nsFixture) network(a service.Actor, name, cidr string) *cloud.Network {
 	f.t.Helper()
 	n, _, err := f.svc.Networks.CreateNetwork(context.Background(), a, api.CreateNetworkRequest{Name: name, CIDR: cidr}, "")
 	if err != nil {
@@ -28,7 +28,7 @@ func (f netFixture) network(a service.Actor, name, cidr string) *cloud.Network {
 	return n
 }
 
-func (f netFixture) subnet(a service.Actor, network, name, cidr, zone string) *cloud.Subnet {
+func (f nsFixture) subnet(a service.Actor, network, name, cidr, zone string) *cloud.Subnet {
 	f.t.Helper()
 	s, _, err := f.svc.Networks.CreateSubnet(context.Background(), a, api.CreateSubnetRequest{Network: network, Name: name, CIDR: cidr, Zone: zone}, "")
 	if err != nil {
@@ -37,7 +37,7 @@ func (f netFixture) subnet(a service.Actor, network, name, cidr, zone string) *c
 	return s
 }
 
-func (f netFixture) group(a service.Actor, network, name string) *cloud.SecurityGroup {
+func (f nsFixture) group(a service.Actor, network, name string) *cloud.SecurityGroup {
 	f.t.Helper()
 	g, _, err := f.svc.Networks.CreateSecurityGroup(context.Background(), a, api.CreateSecurityGroupRequest{Network: network, Name: name}, "")
 	if err != nil {
@@ -47,13 +47,13 @@ func (f netFixture) group(a service.Actor, network, name string) *cloud.Security
 }
 
 // create creates an l4.1x instance of a with the network fields given.
-func (f netFixture) create(a service.Actor, subnet string, groups ...string) (*cloud.Instance, error) {
+func (f nsFixture) create(a service.Actor, subnet string, groups ...string) (*cloud.Instance, error) {
 	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: "l4.1x", Subnet: subnet, SecurityGroups: groups}, "")
 	return in, err
 }
 
 // defaultGroupOf reads the default group of network n.
-func (f netFixture) defaultGroupOf(a service.Actor, n string) *cloud.SecurityGroup {
+func (f nsFixture) defaultGroupOf(a service.Actor, n string) *cloud.SecurityGroup {
 	f.t.Helper()
 	gs, err := f.svc.Networks.ListSecurityGroups(context.Background(), a, "", n)
 	if err != nil {
@@ -79,7 +79,7 @@ func wantField(t *testing.T, err error, field string) {
 
 func TestNetworkCreateRules(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		f.network(f.acme, "taken", "10.1.0.0/16")
 		for _, tc := range []struct {
@@ -129,7 +129,7 @@ func TestNetworkCreateRules(t *testing.T) {
 
 func TestSubnetCreateRules(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		first := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-x")
@@ -176,7 +176,7 @@ func TestSubnetCreateRules(t *testing.T) {
 
 func TestAuthorizeRevokeRules(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		g := f.group(f.acme, n.ID, "web")
@@ -257,7 +257,7 @@ func TestAuthorizeRevokeRules(t *testing.T) {
 
 func TestAuthorizeLimit(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		g := f.group(f.acme, f.network(f.acme, "main", "10.0.0.0/16").ID, "many")
 		for port := 1; port <= service.MaxRulesPerDirection; port++ {
@@ -284,7 +284,7 @@ func TestAuthorizeLimit(t *testing.T) {
 // conflict naming the fields; another tenant's key is its own.
 func TestNetworksIdempotency(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		type call func(a service.Actor, variant bool) (string, bool, error)
@@ -363,7 +363,7 @@ func idOf[T interface{ Owner() string }](r T) string {
 // answer not_found to every call, and an instance cannot use them.
 func TestNetworksTenantIsolation(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
-		f := newNetFixture(t, st)
+		f := newNSFixture(t, st)
 		ctx := context.Background()
 		n := f.network(f.acme, "main", "10.0.0.0/16")
 		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "z")

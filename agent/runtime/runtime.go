@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -83,6 +84,19 @@ type Spec struct {
 
 	// The fields below are for runtimes that isolate the workload (a
 	// container); the process runtime ignores them.
+
+	// Network is the instance's place on its private network (issue 19),
+	// which the runtime's network hook builds; nil for an instance made
+	// before networks existed (the host's per-tenant network).
+	Network *Network
+	// DNS answers the workload's name lookups: a runtime that serves it
+	// inside the workload's network namespace (as it serves Metadata)
+	// points the workload's resolv.conf at it. Nil: the image's own.
+	DNS DNSServer
+	// Devices are host device nodes the workload may open besides its
+	// GPUs' (RDMA: /dev/infiniband/uverbsN, rdma_cm), bind-mounted at the
+	// same path and allowed in its device cgroup.
+	ExtraDevices []string
 
 	// Image is the container image the workload runs in ("docker.io/
 	// library/python:3.12", or a name imported from a tarball); empty means
@@ -158,6 +172,27 @@ type Runtime interface {
 	Remove(id string) error
 }
 
+// Network is an instance's place on its private network: its network
+// (ID, name, overlay segment VNI and CIDR), subnet, gateway, address,
+// interface MAC and security groups, and its DNS names. The agent fills it
+// from agentapi.InstanceNetwork.
+type Network struct {
+	ID, Name       string
+	VNI            uint32
+	CIDR, Subnet   netip.Prefix
+	Gateway, Addr  netip.Addr
+	MAC            string
+	SecurityGroups []string
+	DNSNames       []string
+}
+
+// DNSServer serves one workload's DNS: the runtime opens a UDP socket and
+// a TCP listener where the workload reaches them (inside its network
+// namespace) and Serve answers on both until ctx ends or they close.
+type DNSServer interface {
+	Serve(ctx context.Context, udp net.PacketConn, tcp net.Listener) error
+}
+
 // MetadataServer is implemented by runtimes that serve each workload's
 // metadata endpoint (Spec.Metadata) themselves, inside the workload's own
 // network namespace, where nothing else on the host reaches it: the agent
@@ -166,6 +201,15 @@ type MetadataServer interface {
 	// MetadataURL is where each workload finds its endpoint
 	// (GPUCLOUD_METADATA_URL).
 	MetadataURL() string
+}
+
+// DNSServing is implemented by runtimes that serve each workload's DNS
+// (Spec.DNS) themselves, inside the workload's own network namespace, and
+// point the workload's resolv.conf at it: the agent then gives each
+// instance on a private network its network's server (agent/dns).
+type DNSServing interface {
+	// ServesDNS reports whether the runtime serves Spec.DNS here.
+	ServesDNS() bool
 }
 
 // Addresser is implemented by runtimes that know the address where the
