@@ -99,6 +99,13 @@ type CreateInstanceRequest struct {
 	// (POST /v1/placement-groups): cluster keeps its members on one NVLink
 	// island or rack fabric, spread on different hosts.
 	PlacementGroup string `json:"placement_group,omitempty"`
+	// Subnet is the ID of one of the tenant's subnets (POST /v1/subnets);
+	// empty: the tenant's default subnet, in its default network, made on
+	// first use. The subnet's zone, when it has one, is the instance's.
+	Subnet string `json:"subnet,omitempty"`
+	// SecurityGroups are one to five IDs of security groups of the
+	// subnet's network; none: the network's default group.
+	SecurityGroups []string `json:"security_groups,omitempty"`
 	// Command, Env and Volumes describe the workload.
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`

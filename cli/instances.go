@@ -163,6 +163,8 @@ func (f *instanceCreateFlags) register(cmd *cobra.Command) {
 	fs.StringSliceVar(&f.req.Zones, "zone", nil, "allowed zone (repeat or comma-separate for several)")
 	fs.StringArrayVar(&f.req.Labels, "label", nil, `host label selector such as "driver>=550" or "!maintenance" (repeatable)`)
 	fs.StringVar(&f.req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
+	fs.StringVar(&f.req.Subnet, "subnet", "", "the ID of a subnet to put it in (default: the tenant's default subnet, any zone)")
+	fs.StringArrayVar(&f.req.SecurityGroups, "security-group", nil, "the ID of a security group of the subnet's network (repeatable, 1 to 5; default: the network's default group)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
 	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
@@ -403,7 +405,7 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 					Events []*cloud.Event `json:"events"`
 				}{in, evs})
 			}
-			return describeInstance(cmd.OutOrStdout(), in, evs)
+			return describeInstance(cmd.OutOrStdout(), in, evs, c.publicAddress(ctx, in))
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
@@ -412,8 +414,24 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// describeInstance writes the detail view of an instance.
-func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error {
+// publicAddress is the public address associated with an instance, or
+// "" (none, or the addresses cannot be read).
+func (c *conn) publicAddress(ctx context.Context, in *cloud.Instance) string {
+	as, err := c.Addresses(ctx, in.TenantID, false)
+	if err != nil {
+		return ""
+	}
+	for _, a := range as {
+		if a.InstanceID == in.ID {
+			return a.IP
+		}
+	}
+	return ""
+}
+
+// describeInstance writes the detail view of an instance, with the public
+// address associated with it (public; "" for none).
+func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event, public string) error {
 	var rows fieldRows
 	add := rows.add
 	add("ID", in.ID)
@@ -459,6 +477,11 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event) error
 	add("Command", dash(shellJoin(in.Command)))
 	add("Env", dash(joinMap(in.Env)))
 	add("Volumes", dash(strings.Join(in.Volumes, ", ")))
+	add("Network", dash(in.NetworkID))
+	add("Subnet", dash(in.SubnetID))
+	add("Security groups", dash(strings.Join(in.SecurityGroupIDs, ", ")))
+	add("Private address", dash(in.PrivateAddress))
+	add("Public address", dash(public))
 	add("Host", dash(in.HostID))
 	if p := in.Placement; p != nil {
 		add("Allocation", allocationSummary(p))

@@ -73,6 +73,12 @@ type GroupTemplate struct {
 	Zones     []string          `json:"zones,omitempty"`
 	Labels    []string          `json:"labels,omitempty"`
 	Tags      map[string]string `json:"tags,omitempty"`
+	// Subnet and SecurityGroups are the private network of every
+	// instance, as in an instance create (the ID of one of the tenant's
+	// subnets, and one to five groups of its network); empty: the
+	// tenant's default subnet and the network's default group.
+	Subnet         string   `json:"subnet,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
 	// VolumeGiB, when positive, gives each instance its own new volume of
 	// that size, deleted when the instance is terminated (scale-in,
 	// replacement, the group's deletion); 0 means no volume.

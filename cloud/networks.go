@@ -46,7 +46,9 @@ type Subnet struct {
 	Default bool `json:"default,omitempty"`
 	// Cursor is the IPAM cursor: the offset in CIDR of the next address
 	// to try. The service advances it as it gives addresses out, so that
-	// a freed address is given again only after the rest of the subnet.
+	// a freed address is given again only after the rest of the subnet;
+	// once the allocation has wrapped around the subnet's end, it is the
+	// subnet's size plus that offset (service/networks_addr.go).
 	Cursor         uint32            `json:"-"`
 	Tags           map[string]string `json:"tags,omitempty"`
 	IdempotencyKey string            `json:"-"`
@@ -153,3 +155,12 @@ type NetworkTx interface {
 	// one address.
 	ListSubnetAddresses(ctx context.Context, subnetID string) ([]string, error)
 }
+
+// Owner is the tenant a network belongs to.
+func (n *Network) Owner() string { return n.TenantID }
+
+// Owner is the tenant a subnet belongs to.
+func (s *Subnet) Owner() string { return s.TenantID }
+
+// Owner is the tenant a security group belongs to.
+func (g *SecurityGroup) Owner() string { return g.TenantID }

@@ -83,6 +83,33 @@ var apiFuzzRoutes = []bodyRoute{
 		},
 		seeds: []string{`{"name":"train","strategy":"cluster"}`, `{"name":"web","strategy":"spread","by_rack":true,"tags":{"a":"b"}}`,
 			`{"name":"x","strategy":"near"}`, `{"name":"x","strategy":"cluster","by_rack":true}`, `{"name":"x","strategy":"spread","tags":{"gpucloud:stack":"s"}}`}},
+	{method: "POST", path: "/v1/networks", newReq: newOf[api.CreateNetworkRequest](),
+		check: func(_ *catalog.Catalog, req any) error {
+			spec := *req.(*api.CreateNetworkRequest)
+			return service.CheckNetworkSpec(&spec)
+		},
+		seeds: []string{`{"name":"train","cidr":"10.1.0.0/16"}`, `{"name":"x","cidr":"10.0.0.1/16"}`, `{"name":"Bad","cidr":"10.2.0.0/16"}`,
+			`{"name":"big","cidr":"10.0.0.0/8"}`, `{"name":"v6","cidr":"fd00::/64"}`}},
+	{method: "POST", path: "/v1/subnets", newReq: newOf[api.CreateSubnetRequest](),
+		check: func(_ *catalog.Catalog, req any) error {
+			spec := *req.(*api.CreateSubnetRequest)
+			return service.CheckSubnetSpec(&spec)
+		},
+		seeds: []string{`{"network":"{network}","name":"a","cidr":"10.0.1.0/24","zone":"` + fleet.MockZone + `"}`,
+			`{"network":"{network}","name":"b","cidr":"10.1.0.0/24","zone":"z"}`, `{"network":"vpc-none","name":"c","cidr":"10.0.2.0/24","zone":"z"}`,
+			`{"network":"{network}","name":"d","cidr":"10.0.3.0/29","zone":"z"}`}},
+	{method: "POST", path: "/v1/security-groups", newReq: newOf[api.CreateSecurityGroupRequest](),
+		check: func(_ *catalog.Catalog, req any) error {
+			spec := *req.(*api.CreateSecurityGroupRequest)
+			return service.CheckSecurityGroupSpec(&spec)
+		},
+		seeds: []string{`{"network":"{network}","name":"db","description":"postgres"}`, `{"network":"{network}","name":""}`, `{"name":"x"}`}},
+	{method: "POST", path: "/v1/security-groups/{id}/authorize", newReq: newOf[api.AuthorizeRequest](),
+		seeds: []string{`{"direction":"ingress","protocol":"tcp","from_port":22,"to_port":22,"cidr":"0.0.0.0/0"}`,
+			`{"direction":"egress","protocol":"all","group":"{id}"}`, `{"direction":"ingress","protocol":"udp","from_port":0,"cidr":"10.0.0.0/8"}`,
+			`{"direction":"up","protocol":"tcp"}`, `{"direction":"ingress","protocol":"icmp","cidr":"10.0.0.1/8"}`}},
+	{method: "POST", path: "/v1/security-groups/{id}/revoke", newReq: newOf[api.RevokeRequest](),
+		seeds: []string{`{"rule_id":"sgr-none"}`, `{"direction":"egress","protocol":"all","cidr":"0.0.0.0/0"}`, `{"direction":"ingress"}`}},
 	{method: "POST", path: "/v1/instances", newReq: newOf[api.CreateInstanceRequest](),
 		check: func(cat *catalog.Catalog, req any) error {
 			spec := *req.(*api.CreateInstanceRequest)
@@ -93,6 +120,8 @@ var apiFuzzRoutes = []bodyRoute{
 			`{"offering":"h100.mig.3g.40gb","command":["sh","-c","echo $CUDA_VISIBLE_DEVICES; sleep 600"]}`,
 			`{"name":"train-1","offering":"h100.1x","zones":["zone-a"],"labels":["driver>=550","!maintenance"],"command":["python","train.py"],"env":{"HF_TOKEN":"x"},"tags":{"team":"ml"}}`,
 			`{"offering":"l4.1x","volumes":["v-1","v-1"]}`,
+			`{"offering":"l4.1x","subnet":"subnet-none"}`,
+			`{"offering":"l4.1x","security_groups":["sg-a","sg-a"]}`,
 			`{"offering":"nope"}`,
 			`{"offering":"l4.1x","env":{"A=B":"1"}}`,
 			`{"offering":"l4.1x","labels":["=="]}`,
@@ -397,6 +426,9 @@ type fuzzServer struct {
 	acme                   string
 	instance, volume       string
 	group, address, placed string
+	// network and secGroup are acme's network and one of its security
+	// groups.
+	network, secGroup string
 	// changed counts the accepted requests since the fixture was made;
 	// the targets make a fresh one after a few, so that what the fuzzer
 	// learns keeps meeting the same state.
@@ -454,6 +486,12 @@ func newFuzzServer(t testing.TB) *fuzzServer {
 	var a cloud.Address
 	s.mustDo(t, "POST", "/v1/addresses", s.member, `{}`, &a)
 	s.address = a.ID
+	var n cloud.Network
+	s.mustDo(t, "POST", "/v1/networks", s.member, `{"name":"fuzz","cidr":"10.0.0.0/16"}`, &n)
+	s.network = n.ID
+	var sg cloud.SecurityGroup
+	s.mustDo(t, "POST", "/v1/security-groups", s.member, `{"network":"`+n.ID+`","name":"web"}`, &sg)
+	s.secGroup = sg.ID
 
 	var jt api.CreatedToken
 	s.mustDo(t, "POST", "/v1/join-tokens", s.admin, `{"name":"fuzz"}`, &jt)
@@ -530,10 +568,12 @@ func (s *fuzzServer) fill(route, v string) string {
 		id = s.group
 	case strings.HasPrefix(route, "/v1/addresses/"):
 		id = s.address
+	case strings.HasPrefix(route, "/v1/security-groups/"):
+		id = s.secGroup
 	case strings.HasPrefix(route, "/v1/agent/"):
 		id = s.placed
 	}
-	return strings.NewReplacer("{id}", id, "{instance}", s.instance, "{name}", "fuzz").Replace(v)
+	return strings.NewReplacer("{id}", id, "{instance}", s.instance, "{name}", "fuzz", "{network}", s.network).Replace(v)
 }
 
 // fuzzServers hands each fuzz input a fixture, and a fresh one after

@@ -254,6 +254,16 @@ func answerByID[T any](w http.ResponseWriter, r *http.Request, p principal, call
 	return nil
 }
 
+// answerDelete calls a service's delete of the path's {id} and answers
+// 204.
+func answerDelete(w http.ResponseWriter, r *http.Request, p principal, call func(context.Context, service.Actor, string) error) error {
+	if err := call(r.Context(), p.actor(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // answerCreate decodes a create request into req, takes its tenant from
 // the body or ?tenant (the two must agree), calls the service's create
 // with the Idempotency-Key and answers 201 with the new resource's

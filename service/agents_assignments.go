@@ -18,7 +18,9 @@ import (
 // while stopping or terminating. An instance that a stack created as a
 // member of a job (tags TagStack and TagStackJob) carries its place in
 // the job (stackJobs): its rank, the job's size, its peers and the
-// launchers' environment.
+// launchers' environment. An instance on a private network carries its
+// place on it (agentapi.InstanceNetwork: readNetIndex reads the networks,
+// subnets and public addresses once per call, not per instance).
 func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignment, error) {
 	if err := agentOnly(a); err != nil {
 		return nil, err
@@ -34,6 +36,10 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 		if err != nil {
 			return err
 		}
+		nets, err := readNetIndex(ctx, tx, ins)
+		if err != nil {
+			return err
+		}
 		out = make([]agentapi.Assignment, 0, len(ins))
 		for _, in := range ins {
 			desired := agentapi.DesiredRun
@@ -44,7 +50,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				Offering: in.Offering, Desired: desired, Placement: in.Placement, Image: in.Image, Command: in.Command,
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn,
-				Stack: stackInfo(in, jobs)})
+				Stack: stackInfo(in, jobs), Network: nets.of(in)})
 		}
 		return nil
 	})

@@ -31,9 +31,12 @@ const maxReportMessage = 1024
 // this host, which changes nothing, so that an agent may retry a report
 // whose answer it did not get.
 //
-// A report's PrivateAddress (the running report's) is recorded on the
-// instance, whose peers in a stack's job learn it from their assignments
-// (Assignments); it must be an IP address without a zone, neither
+// A report's PrivateAddress (the running report's) is recorded on an
+// instance made before private networks existed (one without a subnet),
+// whose peers in a stack's job learn it from their assignments
+// (Assignments); the address of an instance on a private network is the
+// one the server gave it, and a report of another is ignored. A report's
+// address must be an IP address without a zone, neither
 // unspecified nor multicast (invalid_argument otherwise, before anything
 // is written). Only the agent of the instance's host gets that far.
 func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.StatusReport) error {
@@ -64,7 +67,9 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 		path, reason := reportPath(in.State, rep)
 		now := s.now()
 		devicesChanged := rep.Phase == agentapi.PhaseRunning && recordDevices(in, rep.Devices)
-		addressChanged := rep.PrivateAddress != "" && rep.PrivateAddress != in.PrivateAddress
+		// The server gave an instance on a private network its address
+		// (placeOnNetwork): a report of another one is ignored.
+		addressChanged := rep.PrivateAddress != "" && rep.PrivateAddress != in.PrivateAddress && in.SubnetID == ""
 		if addressChanged {
 			in.PrivateAddress = rep.PrivateAddress
 		}

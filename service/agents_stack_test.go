@@ -13,15 +13,18 @@ import (
 )
 
 // TestAgentsReportPrivateAddress: a running report's private address is
-// recorded on the instance, canonical; a malformed one is refused before
-// anything is written, and another host's agent cannot set it.
+// recorded on an instance made before private networks existed (no
+// subnet), canonical; a malformed one is refused before anything is
+// written, and another host's agent cannot set it.
 func TestAgentsReportPrivateAddress(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newAHFixture(t, st)
 		ctx := context.Background()
 		f.putHost("h-a", 1)
 		f.putHost("h-b", 1)
-		in := f.placed(f.acme, "h-a", cloud.Starting)
+		in := f.amUpdate(f.placed(f.acme, "h-a", cloud.Starting).ID, func(in *cloud.Instance) {
+			in.NetworkID, in.SubnetID, in.SecurityGroupIDs, in.PrivateAddress = "", "", nil, ""
+		})
 		report := func(host, addr string) error {
 			return f.svc.Agents.Report(ctx, service.AgentActor(host), in.ID,
 				agentapi.StatusReport{Phase: agentapi.PhaseRunning, PrivateAddress: addr})
@@ -67,6 +70,31 @@ func TestAgentsReportPrivateAddress(t *testing.T) {
 	})
 }
 
+// TestAgentsReportServerAddress: the address the server gave an instance
+// on a private network stays when its agent reports another; a report of
+// the same address changes nothing.
+func TestAgentsReportServerAddress(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		f.putHost("h-a", 1)
+		in := f.placed(f.acme, "h-a", cloud.Starting)
+		given := in.PrivateAddress
+		if in.SubnetID == "" || given == "" {
+			t.Fatalf("created without a network: %+v", in)
+		}
+		for _, tc := range []struct{ name, addr string }{{"another", "10.240.0.5"}, {"the same", given}, {"none", ""}} {
+			if err := f.svc.Agents.Report(ctx, service.AgentActor("h-a"), in.ID,
+				agentapi.StatusReport{Phase: agentapi.PhaseRunning, PrivateAddress: tc.addr}); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if got := f.instance(in.ID); got.State != cloud.Running || got.PrivateAddress != given {
+				t.Fatalf("after reporting %s address: %s %q, want %q", tc.name, got.State, got.PrivateAddress, given)
+			}
+		}
+	})
+}
+
 // countingStore counts the ListInstances calls of its transactions.
 type countingStore struct {
 	cloud.Store
@@ -103,6 +131,9 @@ func TestAgentsAssignmentsStack(t *testing.T) {
 		member := func(a service.Actor, host string, rank, world int, job string) *cloud.Instance {
 			in := f.placed(a, host, cloud.Starting)
 			return f.amUpdate(in.ID, func(in *cloud.Instance) {
+				// Made before private networks: the agent reports the
+				// address (an instance on a network has the server's).
+				in.NetworkID, in.SubnetID, in.SecurityGroupIDs, in.PrivateAddress = "", "", nil, ""
 				in.Tags = map[string]string{"team": "ml", service.TagStack: "llm", service.TagStackResource: "worker",
 					service.TagStackJob: job, service.TagStackRank: strconv.Itoa(rank), service.TagStackWorld: strconv.Itoa(world)}
 			})

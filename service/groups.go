@@ -92,6 +92,9 @@ func (s *Groups) Create(ctx context.Context, a Actor, spec api.CreateGroupReques
 		if err != nil {
 			return err
 		}
+		if err := checkTemplateNetwork(ctx, tx, tenant, &spec.Template); err != nil {
+			return err
+		}
 		byKey := func(k string) (*cloud.Group, error) { return tx.GroupByKey(ctx, tenant, k) }
 		if old, found, err := prior(key, byKey, same); found || err != nil {
 			out = old
@@ -191,6 +194,8 @@ func sameGroup(old *cloud.Group, spec *api.CreateGroupRequest) error {
 	d.Strings("template.labels", ot.Labels, st.Labels)
 	d.Map("template.tags", ot.Tags, st.Tags)
 	Value(&d, "template.volume_gib", ot.VolumeGiB, st.VolumeGiB)
+	d.String("template.subnet", ot.Subnet, st.Subnet)
+	d.Strings("template.security_groups", ot.SecurityGroups, st.SecurityGroups)
 	d.Map("tags", old.Tags, spec.Tags)
 	if old.Status.LastActionAt.IsZero() {
 		Value(&d, "min", old.Min, spec.Min)
@@ -342,6 +347,11 @@ func (s *Groups) Update(ctx context.Context, a Actor, id string, patch api.Updat
 		g, err := activeGroup(ctx, tx, a, id, ifMatch)
 		if err != nil {
 			return err
+		}
+		if patch.Template != nil {
+			if err := checkTemplateNetwork(ctx, tx, g.TenantID, patch.Template); err != nil {
+				return err
+			}
 		}
 		was := *g
 		changed := applyGroupPatch(&patch, g)

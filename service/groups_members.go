@@ -138,7 +138,8 @@ func LaunchGroupMember(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, g
 	tags[TagGroup], tags[TagGroupName] = g.ID, g.Name
 	in := &cloud.Instance{TenantID: g.TenantID, Name: GroupMemberName(g, l.Seq), Offering: l.Offering, Image: t.Image,
 		IdempotencyKey: key, Zones: slices.Clone(t.Zones), Labels: slices.Clone(t.Labels), Command: slices.Clone(t.Command),
-		Env: maps.Clone(t.Env), Tags: tags, Market: l.Market, GroupID: g.ID, CreatedAt: now}
+		Env: maps.Clone(t.Env), Tags: tags, Market: l.Market, GroupID: g.ID, CreatedAt: now,
+		SubnetID: t.Subnet, SecurityGroupIDs: slices.Clone(t.SecurityGroups)}
 	if l.Zone != "" {
 		in.Zones = []string{l.Zone}
 	}

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -58,7 +59,7 @@ func newGroup(spec *api.CreateGroupRequest) *cloud.Group {
 func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 	t.Offerings, t.Zones, t.Labels, t.Command = slices.Clone(t.Offerings), slices.Clone(t.Zones),
 		slices.Clone(t.Labels), slices.Clone(t.Command)
-	t.Env, t.Tags = maps.Clone(t.Env), maps.Clone(t.Tags)
+	t.Env, t.Tags, t.SecurityGroups = maps.Clone(t.Env), maps.Clone(t.Tags), slices.Clone(t.SecurityGroups)
 	if len(t.Offerings) == 0 || len(t.Offerings) > maxGroupOfferings {
 		return Field("template.offerings", "%d offerings; give 1 to %d, the first preferred (GET /v1/offerings lists them)",
 			len(t.Offerings), maxGroupOfferings)
@@ -78,7 +79,8 @@ func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 	if t.Image, err = CheckImage("template.image", t.Image); err != nil {
 		return err
 	}
-	is := api.CreateInstanceRequest{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags}
+	is := api.CreateInstanceRequest{Offering: t.Offerings[0], Zones: t.Zones, Labels: t.Labels, Command: t.Command, Env: t.Env, Tags: t.Tags,
+		Subnet: t.Subnet, SecurityGroups: t.SecurityGroups}
 	if _, err := CheckInstanceSpec(cat, &is); err != nil {
 		return prefixField(err, "template.")
 	}
@@ -94,6 +96,34 @@ func checkTemplate(cat *catalog.Catalog, t *cloud.GroupTemplate) error {
 		return Field("template.volume_gib", "%d is out of range 0..%d (0: no volume)", t.VolumeGiB, maxVolumeGiB)
 	}
 	return nil
+}
+
+// checkTemplateNetwork checks a template's subnet and groups in the store
+// as an instance create does (the tenant's subnet, else not_found; groups
+// of its network), and sets the template's zones to the subnet's zone
+// when it has one. Groups without a subnet are the default network's,
+// which may not exist yet: they need the subnet named.
+func checkTemplateNetwork(ctx context.Context, tx cloud.Tx, tenant string, t *cloud.GroupTemplate) error {
+	if t.Subnet == "" {
+		if len(t.SecurityGroups) > 0 {
+			return Field("template.security_groups", "need template.subnet: the subnet whose network the groups are of")
+		}
+		return nil
+	}
+	spec := api.CreateInstanceRequest{Subnet: t.Subnet, Zones: t.Zones}
+	if err := subnetZone(ctx, tx, tenant, &spec); err != nil {
+		return prefixField(err, "template.")
+	}
+	t.Zones = spec.Zones
+	if len(t.SecurityGroups) == 0 {
+		return nil
+	}
+	sub, err := tenantSubnet(ctx, tx, tenant, t.Subnet)
+	if err != nil {
+		return prefixField(err, "template.")
+	}
+	_, err = instanceGroups(ctx, tx, &cloud.Instance{TenantID: tenant, SecurityGroupIDs: t.SecurityGroups}, sub)
+	return prefixField(err, "template.")
 }
 
 // prefixField returns err with prefix before the field its details name

@@ -64,6 +64,9 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *api.CreateInstanceRequest) (*
 	if err := CheckWorkload(spec.Command, spec.Env, spec.Volumes, spec.Tags); err != nil {
 		return nil, err
 	}
+	if err := checkNetworkSpec(spec); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -135,7 +138,9 @@ func checkEnv(env map[string]string) error {
 // checks the tenant's quota (EnforceQuota), checks and attaches the
 // volumes (one rule: the tenant's own, not deleted, in one of the
 // instance's zones, and not attached to another instance that is not
-// terminated), gives it an ID when it has none, writes it pending, and
+// terminated), gives it an ID when it has none, gives it its place on a
+// private network (placeOnNetwork: in.SubnetID and in.SecurityGroupIDs,
+// or the tenant's defaults; a private address), writes it pending, and
 // appends its instance.created event with reason. A key the tenant used
 // before makes the store's unique constraint answer with the existing
 // instance's ID (see asKeyRace).
@@ -164,6 +169,9 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 		return err
 	}
 	if err := EnforceQuota(ctx, tx, cat, in.TenantID, o); err != nil {
+		return err
+	}
+	if err := placeOnNetwork(ctx, tx, in, actor); err != nil {
 		return err
 	}
 	if err := tx.CreateInstance(ctx, in); err != nil {
@@ -244,7 +252,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstance
 		out, created, err = s.createIn(txctx, tx, a, &spec, o, key)
 		return err
 	}
-	err = s.tx(txctx, body)
+	err = s.retryNetwork(txctx, body)
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
 		func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
 	return out, created && err == nil, err
@@ -256,6 +264,9 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstance
 func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *api.CreateInstanceRequest, o *catalog.Offering, key string) (*cloud.Instance, bool, error) {
 	tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := subnetZone(ctx, tx, tenant, spec); err != nil {
 		return nil, false, err
 	}
 	byKey := func(k string) (*cloud.Instance, error) { return tx.InstanceByKey(ctx, tenant, k) }
@@ -273,7 +284,8 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *ap
 	}
 	in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
 		IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
-		Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: s.now()}
+		Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: s.now(),
+		SubnetID: spec.Subnet, SecurityGroupIDs: slices.Clone(spec.SecurityGroups)}
 	if err := CreateInstance(ctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
 		return nil, false, err
 	}
@@ -318,7 +330,7 @@ func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCre
 		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
 	}
 	var out []*cloud.Instance
-	err := s.tx(txctx, func(tx cloud.Tx) error {
+	err := s.retryNetwork(txctx, func(tx cloud.Tx) error {
 		out = make([]*cloud.Instance, len(items))
 		// A fresh count for each attempt of the transaction.
 		bctx := withCreateBatch(txctx)
@@ -348,6 +360,13 @@ func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *api.CreateInst
 	d.Strings("volumes", old.Volumes, spec.Volumes)
 	d.Map("tags", old.Tags, spec.Tags)
 	d.String("placement_group", old.PlacementGroupID, spec.PlacementGroup)
+	// A create without a subnet or groups got the defaults.
+	if spec.Subnet != "" {
+		d.String("subnet", old.SubnetID, spec.Subnet)
+	}
+	if len(spec.SecurityGroups) > 0 {
+		d.Strings("security_groups", old.SecurityGroupIDs, spec.SecurityGroups)
+	}
 	return d.Err("instance", old.ID)
 }
 

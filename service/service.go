@@ -83,6 +83,12 @@ const (
 	GroupPrefix       = "asg-"
 	PlacementPrefix   = "pg-"
 	StackPrefix       = "stk-"
+	// Networks (issue 19): networks, subnets, security groups and their
+	// rules.
+	NetworkPrefix       = "vpc-"
+	SubnetPrefix        = "subnet-"
+	SecurityGroupPrefix = "sg-"
+	RulePrefix          = "sgr-"
 )
 
 // Options configures the services. The zero value uses the wall clock
@@ -151,6 +157,7 @@ type Services struct {
 	Groups      *Groups
 	Placement   *PlacementGroups
 	Stacks      *Stacks
+	Networks    *Networks
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
 	base
@@ -216,7 +223,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, NetworkChanges: opts.NetworkChanges}
+		Placement: &PlacementGroups{b}, Networks: &Networks{b}, NetworkChanges: opts.NetworkChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}

@@ -105,6 +105,10 @@ type Rows struct {
 	// sums their versions, and Metrics counts metric points.
 	Groups, Metrics int
 	GroupVersions   int64
+	// Networks, Subnets and SecurityGroups count networks, subnets and
+	// security groups; NetworkVersions sums their versions.
+	Networks, Subnets, SecurityGroups int
+	NetworkVersions                   int64
 }
 
 // CountRows takes the snapshot of st, in one transaction.
@@ -115,7 +119,7 @@ func CountRows(t testing.TB, st cloud.Store) Rows {
 	err := st.Tx(ctx, func(tx cloud.Tx) error {
 		c = Rows{}
 		for _, count := range []func(context.Context, cloud.Tx, *Rows) error{
-			countCompute, countAccounts, countHosts, countBilling, countAddresses, countGroups,
+			countCompute, countAccounts, countHosts, countBilling, countAddresses, countGroups, countNetworks,
 		} {
 			if err := count(ctx, tx, &c); err != nil {
 				return err
@@ -278,6 +282,32 @@ func countGroups(ctx context.Context, tx cloud.Tx, c *Rows) error {
 		return err
 	}
 	c.Metrics = len(ms)
+	return nil
+}
+
+func countNetworks(ctx context.Context, tx cloud.Tx, c *Rows) error {
+	ns, err := tx.ListNetworks(ctx, cloud.NetworkFilter{})
+	if err != nil {
+		return err
+	}
+	subs, err := tx.ListSubnets(ctx, cloud.SubnetFilter{})
+	if err != nil {
+		return err
+	}
+	gs, err := tx.ListSecurityGroups(ctx, cloud.SecurityGroupFilter{})
+	if err != nil {
+		return err
+	}
+	c.Networks, c.Subnets, c.SecurityGroups = len(ns), len(subs), len(gs)
+	for _, n := range ns {
+		c.NetworkVersions += n.Version
+	}
+	for _, s := range subs {
+		c.NetworkVersions += s.Version
+	}
+	for _, g := range gs {
+		c.NetworkVersions += g.Version
+	}
 	return nil
 }
 
