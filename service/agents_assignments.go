@@ -18,7 +18,8 @@ import (
 // while stopping or terminating. An instance that a stack created as a
 // member of a job (tags TagStack and TagStackJob) carries its place in
 // the job (stackJobs): its rank, the job's size, its peers and the
-// launchers' environment.
+// launchers' environment. An instance that owns the host's fabric gets
+// its RDMA adapters (rdmaRule).
 func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignment, error) {
 	if err := agentOnly(a); err != nil {
 		return nil, err
@@ -34,6 +35,10 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 		if err != nil {
 			return err
 		}
+		rdma, err := newRDMARule(ctx, tx, a.HostID)
+		if err != nil {
+			return err
+		}
 		out = make([]agentapi.Assignment, 0, len(ins))
 		for _, in := range ins {
 			desired := agentapi.DesiredRun
@@ -45,6 +50,9 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn,
 				Stack: stackInfo(in, jobs)})
+			if out[len(out)-1].RDMA, err = rdma.wants(ctx, tx, in); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
