@@ -35,10 +35,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 		if err != nil {
 			return err
 		}
-		rdma, err := newRDMARule(ctx, tx, a.HostID)
-		if err != nil {
-			return err
-		}
+		rdma := newRDMARule(a.HostID)
 		out = make([]agentapi.Assignment, 0, len(ins))
 		for _, in := range ins {
 			desired := agentapi.DesiredRun

@@ -123,35 +123,38 @@ func labelInterconnect(h *fleet.Host) {
 // rdmaRule decides which of one host's instances get its RDMA adapters:
 // on a host that has some, an instance that takes the whole host (a
 // metal placement), or one whose placement group is a cluster (its
-// members talk over the fabric). It reads each placement group once.
+// members talk over the fabric). It reads the host only when an instance
+// could get them, and each placement group once.
 type rdmaRule struct {
+	hostID  string
+	read    bool
 	hasHCAs bool
 	groups  map[string]*cloud.PlacementGroup
 }
 
-// newRDMARule reads whether host hostID has adapters.
-func newRDMARule(ctx context.Context, tx cloud.Tx, hostID string) (*rdmaRule, error) {
-	h, err := tx.GetHost(ctx, hostID)
-	if cloud.IsNotFound(err) {
-		return &rdmaRule{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &rdmaRule{hasHCAs: len(h.Spec.HCAs) > 0, groups: map[string]*cloud.PlacementGroup{}}, nil
+// newRDMARule returns the rule of host hostID.
+func newRDMARule(hostID string) *rdmaRule {
+	return &rdmaRule{hostID: hostID, groups: map[string]*cloud.PlacementGroup{}}
 }
 
 // wants reports whether in gets the host's adapters. A placement group
 // counts only when it is the instance's own tenant's.
 func (r *rdmaRule) wants(ctx context.Context, tx cloud.Tx, in *cloud.Instance) (bool, error) {
-	if !r.hasHCAs || in.Placement == nil {
+	if in.Placement == nil || !in.Placement.Metal && in.PlacementGroupID == "" {
+		return false, nil
+	}
+	if !r.read {
+		h, err := tx.GetHost(ctx, r.hostID)
+		if err != nil && !cloud.IsNotFound(err) {
+			return false, err
+		}
+		r.read, r.hasHCAs = true, err == nil && len(h.Spec.HCAs) > 0
+	}
+	if !r.hasHCAs {
 		return false, nil
 	}
 	if in.Placement.Metal {
 		return true, nil
-	}
-	if in.PlacementGroupID == "" {
-		return false, nil
 	}
 	g, ok := r.groups[in.PlacementGroupID]
 	if !ok {
