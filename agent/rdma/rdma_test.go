@@ -44,7 +44,7 @@ func ib(files map[string]string, n string) {
 	files["dev/infiniband/uverbs"+n] = ""
 }
 
-func TestDiscover(t *testing.T) {
+func TestDiscoverHCAs(t *testing.T) {
 	tests := []struct {
 		desc    string
 		files   func(map[string]string)
@@ -122,8 +122,8 @@ func TestDiscover(t *testing.T) {
 	}
 }
 
-// TestSkipReasons checks that each reason says what is wrong.
-func TestSkipReasons(t *testing.T) {
+// TestHCASkipReasons checks that each reason says what is wrong.
+func TestHCASkipReasons(t *testing.T) {
 	files := map[string]string{}
 	f := files
 	f["sys/class/infiniband/bad_ll/ports/1/link_layer"] = "Token Ring\n"
@@ -158,9 +158,9 @@ func TestSkipReasons(t *testing.T) {
 	}
 }
 
-// TestDiscoverUnreadable checks that a class path that is not a directory
+// TestDiscoverHCAsUnreadable checks that a class path that is not a directory
 // is an error with no adapters.
-func TestDiscoverUnreadable(t *testing.T) {
+func TestDiscoverHCAsUnreadable(t *testing.T) {
 	root := tree(t, map[string]string{"sys/class/infiniband": "not a directory"})
 	got, err := Discover(filepath.Join(root, "sys"), filepath.Join(root, "dev"))
 	var se *SkipError
