@@ -23,11 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent/dns"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/runtime"
@@ -85,6 +87,11 @@ type Config struct {
 	// utilization of its instances and reports it (DefaultMetricsInterval
 	// when zero; negative: never).
 	MetricsInterval time.Duration
+	// DNSUpstreams are the resolvers the instances' DNS forwards the
+	// names outside their networks to; the nameservers of the host's
+	// /etc/resolv.conf when empty. Used only with a runtime that serves
+	// DNS (runtime.DNSServing).
+	DNSUpstreams []netip.AddrPort
 	// HCAs finds the host's RDMA adapters, which the inventory then
 	// reports instead of the driver's (nil: the driver's, which a
 	// simulated host fills). A real host's agent runs rdma.Discover over
@@ -141,6 +148,9 @@ type Agent struct {
 	// finding them ("" for none), logged when it changes.
 	hcas   []fleet.HCA
 	hcaErr string
+
+	// dns is the instances' resolver, nil when the runtime serves no DNS.
+	dns *dns.Resolver
 }
 
 // New returns an agent that talks to srv. Zero Config fields take their
@@ -167,6 +177,7 @@ func New(srv ControlPlane, cfg Config) *Agent {
 		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
 		targets: map[string]*target{},
 	}
+	a.dns = newResolver(cfg)
 	if md := cfg.Metadata; md != nil {
 		_, simulated := cfg.Driver.(gpu.LoadSimulator)
 		md.SetSimulated(simulated)

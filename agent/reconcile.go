@@ -401,6 +401,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if err := a.serveMetadata(ctx, s, devices, &spec); err != nil {
 		return err
 	}
+	a.serveDNS(s, &spec)
 	if !s.starting {
 		s.starting = true
 		s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseStarting})

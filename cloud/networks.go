@@ -43,7 +43,11 @@ type Subnet struct {
 	CIDR string `json:"cidr"`
 	Zone string `json:"zone"`
 	// Default marks the default subnet of a zone in the default network.
-	Default        bool              `json:"default,omitempty"`
+	Default bool `json:"default,omitempty"`
+	// Cursor is the IPAM cursor: the offset in CIDR of the next address
+	// to try. The service advances it as it gives addresses out, so that
+	// a freed address is given again only after the rest of the subnet.
+	Cursor         uint32            `json:"-"`
 	Tags           map[string]string `json:"tags,omitempty"`
 	IdempotencyKey string            `json:"-"`
 	Version        int64             `json:"version"`

@@ -25,6 +25,7 @@ import (
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/pki"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/testkit"
 )
@@ -208,7 +209,7 @@ func benchSetup(b *testing.B, db string, maxTx, exits int, quota, tls bool) (*Re
 		b.Fatal(err)
 	}
 	if maxTx >= 0 {
-		s.Store.(interface{ LimitTx(int) }).LimitTx(maxTx)
+		service.Unwrap(s.Store).(interface{ LimitTx(int) }).LimitTx(maxTx)
 	}
 	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 	var tokens []string
@@ -474,7 +475,7 @@ func randomKey() string {
 // listing instances through the store would decode every row, and poll the
 // server's CPU away from the work it measures.
 func rawDB(b *testing.B, st cloud.Store) *sql.DB {
-	d, ok := st.(interface{ DB() *sql.DB })
+	d, ok := service.Unwrap(st).(interface{ DB() *sql.DB })
 	if !ok {
 		b.Fatalf("store %T does not expose its database", st)
 	}

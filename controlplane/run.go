@@ -97,7 +97,12 @@ type Config struct {
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
 // controllers, which run only while this replica is the leader.
 type Replica struct {
+	// Store is the store every writer of the replica uses: the one it
+	// opened, wrapped so that writes the agents' network views show are
+	// noted (service.WatchNetworks); service.Unwrap reaches the store.
 	Store cloud.Store
+	// netChanges is the notifier Store feeds.
+	netChanges *service.NetworkChanges
 	// URL is the API's base URL: https:// unless Config.TLS.Plain.
 	URL string
 	// AdminToken is set on the very first start, when the operator tenant
@@ -148,7 +153,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Store: st, Metrics: metrics.NewRegistry(), leader: &leaderState{}}
+	// Every writer (the services and the controllers) writes through the
+	// one store that notes what the agents' network views show.
+	changes := service.NewNetworkChanges()
+	s := &Replica{Store: service.WatchNetworks(st, changes), netChanges: changes, Metrics: metrics.NewRegistry(), leader: &leaderState{}}
 	ln, err := s.start(ctx, cfg)
 	if err != nil {
 		st.Close()
@@ -264,7 +272,7 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 // not lead); a server that serves TLS signs agents' client certificates
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
-	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool,
+	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges,
 		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)

@@ -11,6 +11,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/sqlstore"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -75,7 +76,7 @@ func TestStoreCostPerCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close(context.Background())
-			counts := s.Store.(interface{ Counts() sqlstore.Counts }).Counts
+			counts := service.Unwrap(s.Store).(interface{ Counts() sqlstore.Counts }).Counts
 			admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 			tn, err := admin.CreateTenant(ctx, "count")
 			if err != nil {

@@ -212,6 +212,7 @@ var routeTable = []route{
 	{"POST", "/v1/agent/join", public, (*handlers).agentJoin},
 	{"POST", "/v1/agent/heartbeat", agentOnly, (*handlers).agentHeartbeat},
 	{"GET", "/v1/agent/assignments", agentOnly, (*handlers).agentAssignments},
+	{"GET", "/v1/agent/networks", agentOnly, (*handlers).agentNetworks},
 	{"POST", "/v1/agent/instances/{id}/status", agentOnly, (*handlers).agentStatus},
 	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
 	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},

@@ -122,6 +122,7 @@ const (
 var livenessRoutes = map[string]bool{
 	"POST /v1/agent/heartbeat":  true,
 	"GET /v1/agent/assignments": true,
+	"GET /v1/agent/networks":    true,
 }
 
 // heartbeatRoute is the route whose refused requests are signs of life.

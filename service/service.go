@@ -88,6 +88,12 @@ const (
 // Options configures the services. The zero value uses the wall clock
 // and the default catalog.
 type Options struct {
+	// NetworkChanges is the notifier of the agents' network views, fed by
+	// the store st that New is given, which WatchNetworks must have
+	// wrapped with it (the composition root wraps the store once, so that
+	// the controllers' writes are noted too). Nil: New makes one and
+	// wraps st itself.
+	NetworkChanges *NetworkChanges
 	// Now is the clock; tests pass a settable one.
 	Now func() time.Time
 	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
@@ -145,6 +151,8 @@ type Services struct {
 	Groups      *Groups
 	Placement   *PlacementGroups
 	Stacks      *Stacks
+	// NetworkChanges wakes the agents waiting for their network views.
+	NetworkChanges *NetworkChanges
 	base
 }
 
@@ -200,11 +208,15 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	if opts.AddressPool == "" {
 		opts.AddressPool = DefaultAddressPool
 	}
+	if opts.NetworkChanges == nil {
+		opts.NetworkChanges = NewNetworkChanges()
+		st = WatchNetworks(st, opts.NetworkChanges)
+	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}}
+		Placement: &PlacementGroups{b}, NetworkChanges: opts.NetworkChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}

@@ -203,6 +203,15 @@ type MetadataServer interface {
 	MetadataURL() string
 }
 
+// DNSServing is implemented by runtimes that serve each workload's DNS
+// (Spec.DNS) themselves, inside the workload's own network namespace, and
+// point the workload's resolv.conf at it: the agent then gives each
+// instance on a private network its network's server (agent/dns).
+type DNSServing interface {
+	// ServesDNS reports whether the runtime serves Spec.DNS here.
+	ServesDNS() bool
+}
+
 // Addresser is implemented by runtimes that know the address where the
 // other instances of a tenant reach an instance's workload: the agent
 // reports it with the running report (agentapi.StatusReport's

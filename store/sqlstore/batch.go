@@ -51,10 +51,10 @@ func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]stri
 	d := &t.s.d
 	j := d.typed("json")
 	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, ?, " + strings.Repeat(j+", ", 6) + "?, " + j + ", " +
-		d.typed("timestamptz") + ", ?, ?, ?, " + j + ", ?, " + j + ", ?, ?)"
+		d.typed("timestamptz") + ", ?, ?, ?, " + j + ", ?, " + j + ", ?, ?, ?, ?, " + j + ")"
 	// Encode everything first, so that an instance that cannot be stored
 	// fails the call before anything is written.
-	const cols = 23
+	const cols = 26
 	args := make([]any, 0, cols*len(ins))
 	docs := make([]*instanceDoc, len(ins))
 	for i, in := range ins {
@@ -66,21 +66,23 @@ func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]stri
 		args = append(args, in.ID, in.Version, in.Name, in.Offering, string(in.State), in.Reason,
 			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 			d.timeArg(normTime(in.UpdatedAt)), in.Zone, string(doc.market), in.SpotRequestID, doc.interruption,
-			in.GroupID, doc.scaleIn, in.Image, in.PrivateAddress)
+			in.GroupID, doc.scaleIn, in.Image, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups)
 	}
 	written := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))
 		ids, err := list(ctx, t, "update instances",
 			"WITH v (id, version, name, offering, state, reason, zones, labels, command, env, volumes, tags,"+
-				" host_id, placement, updated_at, zone, market, spot_request_id, interruption, group_id, scale_in, image, private_address)"+
+				" host_id, placement, updated_at, zone, market, spot_request_id, interruption, group_id, scale_in, image, private_address,"+
+				" network_id, subnet_id, security_groups)"+
 				" AS (VALUES "+values(row, hi-lo)+")"+
 				" UPDATE instances SET name = v.name, offering = v.offering, state = v.state, reason = v.reason,"+
 				" zones = v.zones, labels = v.labels, command = v.command, env = v.env, volumes = v.volumes,"+
 				" tags = v.tags, host_id = v.host_id, placement = v.placement, updated_at = v.updated_at,"+
 				" zone = v.zone, market = v.market, spot_request_id = v.spot_request_id,"+
 				" interruption = v.interruption, group_id = v.group_id, scale_in = v.scale_in, image = v.image,"+
-				" private_address = v.private_address,"+
+				" private_address = v.private_address, network_id = v.network_id, subnet_id = v.subnet_id,"+
+				" security_groups = v.security_groups,"+
 				" version = instances.version + 1"+
 				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
 			args[cols*lo:cols*hi], scanString)

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -10,7 +11,8 @@ import (
 
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
-	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address"
+	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address, " +
+	"network_id, subnet_id, security_groups"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -19,7 +21,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
-		&in.Image, &in.PlacementGroupID, &in.PrivateAddress)
+		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs})
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -27,12 +29,13 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 }
 
 // instanceDoc is the JSON text of an instance's list, map, placement,
-// interruption and scale-in fields, in column order, with the values of the
+// interruption, scale-in and security group fields, in column order, with the values of the
 // instance's fields that the store normalizes: the market (empty is on
 // demand), the interruption's times and the scale-in lock's time (UTC
 // microseconds, in copies: the caller's may be shared).
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
+	securityGroups                             string
 	placement, interruption, scaleIn           any
 	market                                     cloud.Market
 	intr                                       *cloud.Interruption
@@ -56,6 +59,7 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 		{"zones", &d.zones, in.Zones}, {"labels", &d.labels, in.Labels},
 		{"command", &d.command, in.Command}, {"env", &d.env, in.Env},
 		{"volumes", &d.volumes, in.Volumes}, {"tags", &d.tags, in.Tags},
+		{"security groups", &d.securityGroups, in.SecurityGroupIDs},
 	} {
 		if *f.dst, err = jsonArg("instance "+in.ID+" "+f.name, f.v); err != nil {
 			return nil, err
@@ -135,12 +139,12 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 	d := &t.s.d
 	n, err := t.execN(ctx, "create instance "+in.ID,
 		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
-			" ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+			" ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
 		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 		d.timeArg(created), d.timeArg(updated),
 		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.PlacementGroupID, in.PrivateAddress)
+		in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups)
 	if err != nil {
 		return err
 	}
@@ -158,7 +162,7 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 				}
 			}
 		}
-		return conflictf("instance %s already exists", in.ID)
+		return t.instanceNotInserted(ctx, in)
 	}
 	in.Version, in.CreatedAt, in.UpdatedAt = 1, created, updated
 	doc.normalize(in)
@@ -246,6 +250,15 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.PlacementGroupID != "" {
 		add("placement_group_id = ?", f.PlacementGroupID)
 	}
+	if f.NetworkID != "" {
+		add("network_id = ?", f.NetworkID)
+	}
+	if f.SubnetID != "" {
+		add("subnet_id = ?", f.SubnetID)
+	}
+	if f.SecurityGroupID != "" {
+		add(`CAST(security_groups AS TEXT) LIKE ? ESCAPE '\'`, jsonElemPattern(f.SecurityGroupID))
+	}
 	if f.GroupID != "" {
 		add("group_id = ?", f.GroupID)
 	}
@@ -283,11 +296,12 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 		"UPDATE instances SET name = ?, offering = ?, state = ?, reason = ?, zones = ?, labels = ?,"+
 			" command = ?, env = ?, volumes = ?, tags = ?, host_id = ?, placement = ?, updated_at = ?,"+
 			" zone = ?, market = ?, spot_request_id = ?, interruption = ?, group_id = ?, scale_in = ?, image = ?,"+
-			" private_address = ?, version = version + 1 WHERE id = ? AND version = ?",
+			" private_address = ?, network_id = ?, subnet_id = ?, security_groups = ?, version = version + 1"+
+			" WHERE id = ? AND version = ?",
 		in.Name, in.Offering, string(in.State), in.Reason, doc.zones, doc.labels,
 		doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement, t.s.d.timeArg(updated),
 		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.PrivateAddress, in.ID, in.Version)
+		in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, in.ID, in.Version)
 	if err != nil {
 		return err
 	}
@@ -298,6 +312,31 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	in.UpdatedAt = updated
 	doc.normalize(in)
 	return nil
+}
+
+// instanceNotInserted explains why the insert of in, with ON CONFLICT DO
+// NOTHING, inserted nothing once its idempotency key is ruled out: its ID
+// is taken, or its private address is held in its subnet.
+func (t *tx) instanceNotInserted(ctx context.Context, in *cloud.Instance) error {
+	dup, err := t.exists(ctx, "find instance "+in.ID, "SELECT 1 FROM instances WHERE id = ?", in.ID)
+	if err != nil {
+		return err
+	}
+	if !dup && in.SubnetID != "" && in.PrivateAddress != "" {
+		return &cloud.Error{Code: cloud.Conflict,
+			Message: "address " + in.PrivateAddress + " is held in subnet " + in.SubnetID + " by another instance",
+			Details: map[string]any{"subnet_id": in.SubnetID, "private_address": in.PrivateAddress}}
+	}
+	return conflictf("instance %s already exists", in.ID)
+}
+
+// jsonElemPattern is the LIKE pattern (escape character \) that matches
+// the JSON text of a list of strings holding s: s's JSON form, quotes
+// included, so that one ID never matches another that contains it.
+func jsonElemPattern(s string) string {
+	b, _ := json.Marshal(s) // a string always encodes
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return "%" + r.Replace(string(b)) + "%"
 }
 
 // staleVersion explains why a versioned update changed no row: NotFound for

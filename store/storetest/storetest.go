@@ -82,6 +82,11 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Metrics", testMetrics},
 		{"GroupHistory", testGroupHistory},
 		{"GroupInstances", testGroupInstances},
+		{"NetworkResources", testNetworkResources},
+		{"NetworkDetails", testNetworkDetails},
+		{"ConcurrentVNIs", testConcurrentVNIs},
+		{"NetworkInstances", testNetworkInstances},
+		{"SubnetAddresses", testSubnetAddresses},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -53,6 +53,7 @@ var (
 	_ runtime.UsageReader    = (*Runtime)(nil)
 	_ runtime.ResourceReader = (*Runtime)(nil)
 	_ runtime.MetadataServer = (*Runtime)(nil)
+	_ runtime.DNSServing     = (*Runtime)(nil)
 )
 
 // Defaults of Config.
@@ -242,6 +243,9 @@ type inst struct {
 	// metaOff is set once the workload exited (guarded by Runtime.mu).
 	meta    io.Closer
 	metaOff bool
+	// dns serves the instance's DNS in its network namespace (guarded by
+	// Runtime.mu); it too is not served again once metaOff is set.
+	dns *dnsCloser
 	// done is closed once the workload has exited, its processes are gone
 	// and its status is set.
 	done chan struct{}

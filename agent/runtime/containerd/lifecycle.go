@@ -63,6 +63,7 @@ func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
 	if meta != nil {
 		meta.Close()
 	}
+	r.stopDNS(in)
 	r.teardownNetwork(in)
 	r.releaseMPS(in)
 	r.mu.Lock()

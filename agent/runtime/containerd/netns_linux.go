@@ -15,59 +15,65 @@ import (
 
 // listenInNetns opens a TCP listener inside the network namespace at
 // nsPath, bringing its loopback interface up first and adding addr's
-// address to it unless it is a loopback address. A socket belongs to
-// the namespace it was made in, so the listener stays there while the
-// agent serves it from its own threads. The work is done on a locked OS
-// thread that enters the namespace and returns to the agent's; a thread
-// that cannot return is not reused (it stays locked and exits with its
-// goroutine).
+// address to it unless it is a loopback address (see inNetns).
 func listenInNetns(nsPath string, addr netip.AddrPort) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
+	var ln net.Listener
+	err := inNetns(nsPath, addr.Addr(), func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr.String())
+		return err
+	})
+	return ln, err
+}
+
+// inNetns runs f inside the network namespace at nsPath, after bringing
+// its loopback interface up and adding addr to it unless it is a
+// loopback address. The sockets f makes belong to that namespace, and
+// stay there while the agent serves them from its own threads. The work
+// is done on a locked OS thread that enters the namespace and returns to
+// the agent's; a thread that cannot return is not reused (it stays locked
+// and exits with its goroutine).
+func inNetns(nsPath string, addr netip.Addr, f func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
-		ln, err, back := inNetns(nsPath, addr)
+		err, back := enterNetns(nsPath, addr, f)
 		if back {
 			goruntime.UnlockOSThread()
 		}
-		ch <- result{ln, err}
+		ch <- err
 	}()
-	res := <-ch
-	return res.ln, res.err
+	return <-ch
 }
 
-// inNetns runs on a locked thread; back reports whether the thread is in
-// its original namespace again.
-func inNetns(nsPath string, addr netip.AddrPort) (ln net.Listener, err error, back bool) {
+// enterNetns runs on a locked thread; back reports whether the thread is
+// in its original namespace again.
+func enterNetns(nsPath string, addr netip.Addr, f func() error) (err error, back bool) {
 	self, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, err, true
+		return err, true
 	}
 	defer self.Close()
 	target, err := os.Open(nsPath)
 	if err != nil {
-		return nil, err, true
+		return err, true
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("enter the container's network namespace: %w", err), true
+		return fmt.Errorf("enter the container's network namespace: %w", err), true
 	}
 	defer func() {
 		back = unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil
 	}()
 	if err := loopbackUp(); err != nil {
-		return nil, fmt.Errorf("bring the container's loopback up: %w", err), false
+		return fmt.Errorf("bring the container's loopback up: %w", err), false
 	}
-	if !addr.Addr().IsLoopback() {
-		if err := addLoopbackAddr(addr.Addr()); err != nil {
-			return nil, fmt.Errorf("add %s to the container's loopback: %w", addr.Addr(), err), false
+	if !addr.IsLoopback() {
+		if err := addLoopbackAddr(addr); err != nil {
+			return fmt.Errorf("add %s to the container's loopback: %w", addr, err), false
 		}
 	}
-	ln, err = net.Listen("tcp", addr.String())
-	return ln, err, false
+	return f(), false
 }
 
 // addLoopbackAddr adds an IPv4 address (/32, host scope) to lo in the

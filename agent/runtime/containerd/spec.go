@@ -42,6 +42,9 @@ type mounts struct {
 	// mpsShm is that daemon's shm directory, mounted at /dev/shm instead
 	// of the container's own tmpfs; empty without one.
 	mpsShm string
+	// resolvConf is the host file mounted read-only at ResolvConfPath;
+	// empty: the image's own.
+	resolvConf string
 }
 
 // layout places the working directory and volumes: each volume at
@@ -96,6 +99,9 @@ func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oc
 	bindOpts := []string{"rbind", "rw", "nosuid", "nodev"}
 	for _, b := range m.binds {
 		ms = append(ms, specs.Mount{Destination: b[1], Type: "bind", Source: b[0], Options: bindOpts})
+	}
+	if m.resolvConf != "" {
+		ms = append(ms, resolvConfMount(m.resolvConf))
 	}
 	if r.init != "" {
 		ms = append(ms, specs.Mount{Destination: InitPath, Type: "bind", Source: r.init, Options: []string{"bind", "ro", "nosuid", "nodev"}})

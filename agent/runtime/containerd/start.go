@@ -29,8 +29,10 @@ import (
 // The runtime serves Spec.Metadata inside the container's network
 // namespace (MetadataURL); a Spec with a MetadataURL of its own is
 // ErrInvalid, since no address of the host is reachable from the
-// container. Starting a running instance again serves its metadata if
-// nothing does (a new agent's runtime, which adopted the container).
+// container. Spec.DNS is served there too (dns.go), and the container's
+// resolv.conf names it. Starting a running instance again serves its
+// metadata and DNS if nothing does (a new agent's runtime, which adopted
+// the container).
 func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -59,6 +61,13 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 				// served (the workload exiting meanwhile) fails no start.
 				if err := r.serveMetadata(in, s.Metadata); err != nil {
 					r.cfg.Log.Warn("containerd runtime: metadata endpoint of an adopted container", "instance", in.id, "err", err)
+				}
+			}
+		}
+		if s.DNS != nil {
+			if in, err := r.lookup(s.InstanceID); err == nil {
+				if err := r.serveDNS(in, s.DNS); err != nil {
+					r.cfg.Log.Warn("containerd runtime: DNS server of an adopted container", "instance", in.id, "err", err)
 				}
 			}
 		}
@@ -119,6 +128,9 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		return nil, err
 	}
 	if err := r.lookPath(ctx, img, s, lay); err != nil {
+		return nil, err
+	}
+	if err := r.prepareDNS(s, &lay); err != nil {
 		return nil, err
 	}
 	grace := s.Grace
@@ -282,8 +294,8 @@ func (r *Runtime) newContainer(ctx context.Context, s runtime.Spec, img client.I
 }
 
 // startTask creates the container's task with its output appended to
-// the log, serves the instance's metadata in its network namespace, and
-// starts it; it returns the channel of the task's exit.
+// the log, serves the instance's metadata and DNS in its network
+// namespace, and starts it; it returns the channel of the task's exit.
 func (r *Runtime) startTask(ctx context.Context, s runtime.Spec, in *inst) (<-chan client.ExitStatus, error) {
 	task, err := in.ctr.NewTask(ctx, cio.LogFile(s.LogPath))
 	if err != nil {
@@ -299,9 +311,20 @@ func (r *Runtime) startTask(ctx context.Context, s runtime.Spec, in *inst) (<-ch
 			return nil, fmt.Errorf("metadata endpoint: %w", err)
 		}
 	}
+	if s.DNS != nil {
+		if in.dns, err = r.dnsServer(in.id, s.DNS, task.Pid()); err != nil {
+			if in.meta != nil {
+				in.meta.Close()
+			}
+			return nil, fmt.Errorf("DNS server: %w", err)
+		}
+	}
 	if err := task.Start(ctx); err != nil {
 		if in.meta != nil {
 			in.meta.Close()
+		}
+		if in.dns != nil {
+			in.dns.Close()
 		}
 		return nil, fmt.Errorf("start task: %w", err)
 	}
