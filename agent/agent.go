@@ -35,6 +35,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
 )
 
 // ControlPlane is the control plane as the agent sees it. agentapi.Client
@@ -110,8 +111,15 @@ type Config struct {
 	// /etc/resolv.conf when empty. Used only with a runtime that serves
 	// DNS (runtime.DNSServing).
 	DNSUpstreams []netip.AddrPort
-	Now          func() time.Time
-	Log          *slog.Logger
+	// HCAs finds the host's RDMA adapters, which the inventory then
+	// reports instead of the driver's (nil: the driver's, which a
+	// simulated host fills). A real host's agent runs rdma.Discover over
+	// /sys and /dev. An error is logged, once per distinct message, and
+	// the adapters returned with it are kept (rdma.SkipError comes with
+	// the adapters that can be used).
+	HCAs func() ([]fleet.HCA, error)
+	Now  func() time.Time
+	Log  *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
@@ -155,6 +163,10 @@ type Agent struct {
 	hostMu sync.Mutex
 	hostID string
 	zone   string
+	// hcas are the host's RDMA adapters, and hcaErr the last error
+	// finding them ("" for none), logged when it changes.
+	hcas   []fleet.HCA
+	hcaErr string
 
 	// dns is the instances' resolver, nil when the runtime serves no DNS.
 	dns *dns.Resolver
@@ -422,10 +434,38 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 			inv.Host.MTU = a.cfg.UnderlayMTU
 		}
 	}
+	var hcaErr string
+	if a.cfg.HCAs != nil {
+		hcas, err := a.cfg.HCAs()
+		inv.Host.HCAs = hcas
+		if err != nil {
+			hcaErr = err.Error()
+		}
+	}
 	a.hostMu.Lock()
 	a.hostID, a.zone = inv.Host.ID, inv.Host.Zone
+	a.hcas = slices.Clone(inv.Host.HCAs)
+	logHCAErr := hcaErr != "" && hcaErr != a.hcaErr
+	a.hcaErr = hcaErr
 	a.hostMu.Unlock()
+	if logHCAErr {
+		a.log.Warn("agent: RDMA adapters", "err", hcaErr, "adapters", len(inv.Host.HCAs))
+	}
 	return inv, nil
+}
+
+// hostHCAs returns the host's RDMA adapters from the last inventory,
+// reading the inventory once if none was read yet; none when it cannot be.
+func (a *Agent) hostHCAs(ctx context.Context) []fleet.HCA {
+	a.hostMu.Lock()
+	read, hcas := a.hostID != "", a.hcas
+	a.hostMu.Unlock()
+	if !read {
+		if inv, err := a.inventory(ctx); err == nil {
+			hcas = inv.Host.HCAs
+		}
+	}
+	return hcas
 }
 
 // hostInfo returns the host ID and zone, reading the inventory once if no

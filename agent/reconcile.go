@@ -426,8 +426,9 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 }
 
 // runSpec describes the run of s on devices for the runtime: command,
-// limits, device nodes, sharing, environment, and its work, log and volume
-// directories, which it creates.
+// limits, device nodes (the host's RDMA adapters' too, for an instance
+// given them: addRDMA), sharing, environment, and its work, log and
+// volume directories, which it creates.
 func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime.Spec, error) {
 	as, pl := s.a, s.a.Placement
 	spec := runtime.Spec{
@@ -466,6 +467,7 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 		spec.Env = map[string]string{}
 	}
 	addStackEnv(spec.Env, as.Stack)
+	a.addRDMA(ctx, &as, &spec)
 	if len(vols) > 0 {
 		spec.Volumes = vols
 		spec.WorkDir = vols[0]

@@ -94,6 +94,12 @@ type Assignment struct {
 	// an instance made before networks existed, which gets the host's
 	// per-tenant network).
 	Network *InstanceNetwork `json:"network,omitempty"`
+	// RDMA gives the workload the host's RDMA adapters (fleet.Host.HCAs):
+	// their device nodes, and NCCL's environment (NCCL_IB_HCA, and
+	// NCCL_SOCKET_IFNAME where the workload has an interface of its own).
+	// The server sets it, on a host with adapters, for an instance that
+	// takes the whole host or whose placement group is a cluster.
+	RDMA bool `json:"rdma,omitempty"`
 }
 
 // StackInfo is an instance's place in its stack's job, computed by the

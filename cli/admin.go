@@ -21,10 +21,10 @@ import (
 // --- hosts ---
 
 func newHostsCommand(s *session) *cobra.Command {
-	cmd := groupCommand("hosts", "List, cordon, uncordon, drain and remove GPU hosts (admins)",
+	cmd := groupCommand("hosts", "List, describe, cordon, uncordon, drain and remove GPU hosts (admins)",
 		"The GPU servers whose agents joined the cloud, as the control plane records\n"+
 			"them. A cordoned host keeps what it runs and takes nothing new.",
-		newHostsListCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newDrainCommand(s), newHostRemoveCommand(s), newJoinTokenCommand(s))
+		newHostsListCommand(s), newHostDescribeCommand(s), newHostStateCommand(s, "cordon"), newHostStateCommand(s, "uncordon"), newDrainCommand(s), newHostRemoveCommand(s), newJoinTokenCommand(s))
 	cmd.Aliases = []string{"host"}
 	return cmd
 }

@@ -298,3 +298,80 @@ func TestInstanceLogs(t *testing.T) {
 	code, _, errOut = run(t, "--server", old.URL, "--token", tok, "instances", "logs", in.ID)
 	oneLine(t, code, errOut, "does not serve instance logs")
 }
+
+// TestHostDescribe: a host's detail view shows its RDMA adapters and
+// underlay; another tenant's member cannot see it, and an unknown host
+// is not_found.
+func TestHostDescribe(t *testing.T) {
+	e := newCloudEnv(t)
+	ctx := context.Background()
+	ib := fleet.MockNVLinkHost("h100-a", "H100-80GB-SXM", 8)
+	ib.Labels["interconnect"] = "infiniband"
+	ib.Underlay, ib.MTU = "10.9.0.2", 9000
+	ib.HCAs = []fleet.HCA{
+		{Name: "mlx5_0", LinkLayer: "InfiniBand", NetDev: "ib0", Devices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}},
+		{Name: "mlx5_bond_0", LinkLayer: "Ethernet", Devices: []string{"/dev/infiniband/uverbs1"}},
+	}
+	plain := fleet.MockHost("l40s-a", "L40S", 2)
+	err := e.st.Tx(ctx, func(tx cloud.Tx) error {
+		for _, h := range []*fleet.Host{ib, plain} {
+			if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		host      string
+		want      []string
+		wantLines []string // lines of the adapters' table, spaces collapsed
+		not       []string
+	}{
+		{host: "h100-a",
+			want: []string{"ID:", "h100-a", "schedulable", "interconnect=infiniband", "Underlay:", "10.9.0.2, MTU 9000",
+				"8x H100-80GB-SXM", "RDMA adapters:", "NAME", "LINK LAYER", "NETDEV", "DEVICES"},
+			wantLines: []string{
+				"mlx5_0 InfiniBand ib0 /dev/infiniband/uverbs0, /dev/infiniband/rdma_cm",
+				"mlx5_bond_0 Ethernet (RoCE) - /dev/infiniband/uverbs1",
+			}},
+		{host: "l40s-a", want: []string{"l40s-a", "2x L40S", "RDMA adapters: none"}, not: []string{"Underlay:"}},
+	}
+	for _, tt := range tests {
+		out := e.ok(e.admin, "hosts", "describe", tt.host)
+		for _, s := range tt.want {
+			if !strings.Contains(out, s) {
+				t.Errorf("hosts describe %s lacks %q:\n%s", tt.host, s, out)
+			}
+		}
+		for _, s := range tt.not {
+			if strings.Contains(out, s) {
+				t.Errorf("hosts describe %s shows %q:\n%s", tt.host, s, out)
+			}
+		}
+		lines := map[string]bool{}
+		for _, l := range strings.Split(out, "\n") {
+			lines[strings.Join(strings.Fields(l), " ")] = true
+		}
+		for _, l := range tt.wantLines {
+			if !lines[l] {
+				t.Errorf("hosts describe %s lacks the line %q:\n%s", tt.host, l, out)
+			}
+		}
+	}
+	var h cloud.Host
+	decodeJSON(t, e.ok(e.admin, "hosts", "describe", "h100-a", "-o", "json"), &h)
+	if h.ID != "h100-a" || len(h.Spec.HCAs) != 2 || h.Spec.HCAs[1].LinkLayer != "Ethernet" || h.Spec.Underlay != "10.9.0.2" {
+		t.Errorf("describe -o json: %+v", h)
+	}
+	code, _, errOut := e.as(e.admin, "hosts", "describe", "nope")
+	oneLine(t, code, errOut, "(not_found)")
+	_, tok := e.member("acme", "alice")
+	code, _, errOut = e.as(tok, "hosts", "describe", "h100-a")
+	oneLine(t, code, errOut, "(permission_denied)")
+	if code, _, _ := e.as(e.admin, "hosts", "describe"); code != ExitUsage {
+		t.Errorf("describe without an ID: exit %d", code)
+	}
+}

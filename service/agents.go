@@ -378,7 +378,9 @@ func (s *Agents) Heartbeat(ctx context.Context, a Actor, inv *agentapi.Inventory
 // allocations), with GPU models in their canonical catalog names, and MIG
 // instances checked against the catalog's profile tables. The driver and
 // CUDA versions become the labels "driver" and "cuda" unless the inventory
-// sets them, so that label selectors such as "driver>=550" work. Anything
+// sets them, so that label selectors such as "driver>=550" work; the RDMA
+// adapters (checked by hostHCAs) give the label "interconnect" likewise
+// (labelInterconnect). Anything
 // the scheduler could not use is invalid_argument.
 func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error) {
 	src := &inv.Host
@@ -401,6 +403,12 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 			h.Labels[k] = v
 		}
 	}
+	hcas, err := hostHCAs(src.HCAs)
+	if err != nil {
+		return fleet.Host{}, err
+	}
+	h.HCAs = hcas
+	labelInterconnect(&h)
 	if len(h.Labels) > maxHostLabels {
 		return fleet.Host{}, Field("inventory.host.labels", "%d labels; the limit is %d", len(h.Labels), maxHostLabels)
 	}

@@ -20,7 +20,8 @@ import (
 // the job (stackJobs): its rank, the job's size, its peers and the
 // launchers' environment. An instance on a private network carries its
 // place on it (agentapi.InstanceNetwork: readNetIndex reads the networks,
-// subnets and public addresses once per call, not per instance).
+// subnets and public addresses once per call, not per instance). An
+// instance that owns the host's fabric gets its RDMA adapters (rdmaRule).
 func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignment, error) {
 	if err := agentOnly(a); err != nil {
 		return nil, err
@@ -40,6 +41,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 		if err != nil {
 			return err
 		}
+		rdma := newRDMARule(a.HostID)
 		out = make([]agentapi.Assignment, 0, len(ins))
 		for _, in := range ins {
 			desired := agentapi.DesiredRun
@@ -51,6 +53,9 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn,
 				Stack: stackInfo(in, jobs), Network: nets.of(in)})
+			if out[len(out)-1].RDMA, err = rdma.wants(ctx, tx, in); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

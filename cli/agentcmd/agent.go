@@ -31,12 +31,14 @@ import (
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
 	"github.com/gpucloud/gpucloud/agent/network"
+	"github.com/gpucloud/gpucloud/agent/rdma"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
@@ -53,7 +55,8 @@ func New(stderr io.Writer) *cobra.Command {
 			"server on first contact only if it presents that CA, and keeps the CA in its\n" +
 			"data directory (0700) for later starts.\n\n" +
 			"The agent reports the host's GPUs (NVML on real GPUs, or a simulated host from\n" +
-			"a YAML file), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
+			"a YAML file) and RDMA adapters (/sys/class/infiniband, or the simulated host's\n" +
+			"fake ones), heartbeats, applies MIG layouts (the sim driver always; NVML only\n" +
 			"with --manage-mig), and runs each assigned instance's command with exactly its\n" +
 			"GPUs visible, stopping it with SIGTERM, then SIGKILL after the grace period.\n\n" +
 			"With --runtime containerd (run as root, with containerd and runc installed) each\n" +
@@ -172,7 +175,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	defer md.Close()
 	a := agent.New(agentapi.NewClient(server, cred, hc), agent.Config{
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
-		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU,
+		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
 	})
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
@@ -189,7 +192,10 @@ type hostDriver struct {
 	sim       *sim.Host // the simulated host, for --driver sim
 	hostname  string    // the host's name in its metrics
 	manageMIG bool      // always for a simulated host; --manage-mig on real GPUs
-	close     func()
+	// hcas finds the RDMA adapters of a real host (rdma.Discover); nil
+	// for a simulated host, whose driver reports its fake ones.
+	hcas  func() ([]fleet.HCA, error)
+	close func()
 }
 
 // openDriver opens the driver of --driver: NVML, or the simulated host of
@@ -211,7 +217,8 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open NVML: %w", err)
 		}
-		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, close: func() { d.Close() }}, nil
+		hcas := func() ([]fleet.HCA, error) { return rdma.Discover("/sys", "/dev") }
+		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, hcas: hcas, close: func() { d.Close() }}, nil
 	}
 	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim or nvml", fl.driver)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/fleet"
 )
 
 // Device nodes of a simulated host.
@@ -39,6 +40,60 @@ const (
 	maxGI = 15
 	maxCI = 8
 )
+
+// Device nodes of a simulated host's RDMA adapters (Spec.HCAs), under
+// dir/infiniband as the kernel makes them under /dev/infiniband:
+// uverbs<i> for adapter i with the verbs driver's fixed numbers, and
+// rdma_cm, the connection manager, which every adapter shares. The kernel
+// makes rdma_cm a misc device (major 10) with a minor it picks when the
+// module loads; the fake one has minor 255, MISC_DYNAMIC_MINOR, the value
+// a driver passes to ask for a dynamic minor and which the kernel
+// therefore never gives a device: opening it reaches no driver. A host
+// whose kernel runs ib_uverbs with a real adapter answers the uverbs
+// numbers, so a simulated host there gives its workloads the real one.
+const (
+	// UverbsMajor is the verbs nodes' character major; uverbs<i> is minor
+	// UverbsMinorBase+i.
+	UverbsMajor     = 231
+	UverbsMinorBase = 192
+	// RDMACMMajor and RDMACMMinor are the fake rdma_cm node's numbers.
+	RDMACMMajor = 10
+	RDMACMMinor = 255
+	// hcaDevDir is the workloads' path of the adapters' nodes.
+	hcaDevDir = "/dev/infiniband"
+)
+
+// hcas is what Inventory reports of the adapters: their names, link
+// layers and interfaces, and their nodes as a workload sees them
+// (/dev/infiniband/uverbs<i> and the shared /dev/infiniband/rdma_cm).
+func (h *Host) hcas() []fleet.HCA {
+	if len(h.spec.HCAs) == 0 {
+		return nil
+	}
+	out := make([]fleet.HCA, len(h.spec.HCAs))
+	for i, a := range h.spec.HCAs {
+		out[i] = fleet.HCA{Name: a.Name, LinkLayer: a.LinkLayer, NetDev: a.NetDev,
+			Devices: []string{hcaDevDir + "/uverbs" + strconv.Itoa(i), hcaDevDir + "/rdma_cm"}}
+	}
+	return out
+}
+
+// makeHCANodes makes the adapters' nodes under dir/infiniband.
+func (h *Host) makeHCANodes(dir string) error {
+	if len(h.spec.HCAs) == 0 {
+		return nil
+	}
+	ib := filepath.Join(dir, "infiniband")
+	if err := os.MkdirAll(ib, 0o755); err != nil {
+		return err
+	}
+	for i := range h.spec.HCAs {
+		if err := mknod(filepath.Join(ib, "uverbs"+strconv.Itoa(i)), UverbsMajor, uint32(UverbsMinorBase+i)); err != nil {
+			return err
+		}
+	}
+	return mknod(filepath.Join(ib, "rdma_cm"), RDMACMMajor, RDMACMMinor)
+}
 
 // MIGCapMinor is the minor of a MIG capability node in the NVIDIA driver's
 // numbering: 1 and 2 are "config" and "monitor", then each GPU has a block
@@ -94,11 +149,15 @@ func (h *Host) MIGIDs(ctx context.Context, index, start int) (gi, ci int, err er
 // (made 0755 if missing): nvidia0..N-1 and nvidiactl (major 195),
 // nvidia-uvm and nvidia-uvm-tools, and, on a model with MIG, the
 // nvidia-caps nodes of every GPU and compute instance ID with the
-// mig-minors table. It is idempotent: nodes already there with the right
+// mig-minors table; and its RDMA adapters' nodes, infiniband/uverbs<i>
+// and infiniband/rdma_cm (see UverbsMajor). It is idempotent: nodes already there with the right
 // numbers are kept, others are replaced. It needs CAP_MKNOD (root).
 func (h *Host) MakeDeviceNodes(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if err := h.makeHCANodes(dir); err != nil {
+		return fmt.Errorf("sim host %s: RDMA device nodes: %w", h.spec.ID, err)
 	}
 	uvm, caps, err := freeMajors()
 	if err != nil {

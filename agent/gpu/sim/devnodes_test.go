@@ -60,7 +60,7 @@ func TestMakeDeviceNodes(t *testing.T) {
 		}
 		t.Skip("making device nodes needs root")
 	}
-	h, err := New(Spec{ID: "h", GPUs: GPUSpec{Model: "H100", Count: 2}})
+	h, err := New(Spec{ID: "h", GPUs: GPUSpec{Model: "H100", Count: 2}, HCAs: make(HCAs, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,8 @@ func TestMakeDeviceNodes(t *testing.T) {
 		name  string
 		major uint32
 		minor uint32
-	}{{"nvidia0", 195, 0}, {"nvidia1", 195, 1}, {"nvidiactl", 195, 255}} {
+	}{{"nvidia0", 195, 0}, {"nvidia1", 195, 1}, {"nvidiactl", 195, 255},
+		{"infiniband/uverbs0", 231, 192}, {"infiniband/uverbs1", 231, 193}, {"infiniband/rdma_cm", 10, 255}} {
 		ma, mi, ok := nodeNumbers(filepath.Join(dir, n.name))
 		if !ok || ma != n.major || mi != n.minor {
 			t.Errorf("%s: %d:%d (%v), want %d:%d", n.name, ma, mi, ok, n.major, n.minor)
@@ -90,6 +91,11 @@ func TestMakeDeviceNodes(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, MIGMinorsFile)); err != nil || string(b) != MIGMinorsTable(2) {
 		t.Errorf("mig-minors: %v", err)
+	}
+	// rdma_cm's misc minor is one no misc device ever holds.
+	if f, err := os.Open(filepath.Join(dir, "infiniband", "rdma_cm")); err == nil {
+		f.Close()
+		t.Error("the fake rdma_cm node opened a device")
 	}
 	// No driver is behind the nodes: opening one fails with ENXIO.
 	f, err := os.Open(filepath.Join(dir, "nvidia0"))

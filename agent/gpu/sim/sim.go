@@ -124,6 +124,7 @@ func (h *Host) Spec() Spec {
 	s := h.spec
 	s.Labels = maps.Clone(s.Labels)
 	s.GPUs.NVLinkIslands = slices.Clone(s.GPUs.NVLinkIslands)
+	s.HCAs = slices.Clone(s.HCAs)
 	return s
 }
 
@@ -165,6 +166,7 @@ func (h *Host) Inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		},
 		Driver: s.Driver, CUDA: s.CUDA,
 	}
+	inv.Host.HCAs = h.hcas()
 	islands := islandOf(s.GPUs.NVLinkIslands, len(h.gpus))
 	for i := range h.gpus {
 		g := &h.gpus[i]

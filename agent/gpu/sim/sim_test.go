@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -74,6 +75,35 @@ func TestInventory(t *testing.T) {
 	}
 	if err := h.SetUsage(2, 101, 0); !errors.Is(err, gpu.ErrInvalid) {
 		t.Fatalf("SetUsage 101%%: %v", err)
+	}
+	if inv.Host.HCAs != nil {
+		t.Fatalf("a host without adapters reports %+v", inv.Host.HCAs)
+	}
+}
+
+// TestInventoryHCAs checks that a host's fake RDMA adapters are reported
+// with their device nodes as a workload sees them.
+func TestInventoryHCAs(t *testing.T) {
+	h, err := New(Spec{ID: "ib", GPUs: GPUSpec{Model: "H100", Count: 2},
+		HCAs: HCAs{{}, {Name: "roce", LinkLayer: Ethernet, NetDev: "eth3"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := h.Inventory(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []fleet.HCA{
+		{Name: "mlx5_0", LinkLayer: "InfiniBand", NetDev: "ib0", Devices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}},
+		{Name: "roce", LinkLayer: "Ethernet", NetDev: "eth3", Devices: []string{"/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"}},
+	}
+	if !reflect.DeepEqual(inv.Host.HCAs, want) {
+		t.Fatalf("hcas %+v\nwant %+v", inv.Host.HCAs, want)
+	}
+	// The caller owns the result.
+	inv.Host.HCAs[0].Devices[0] = "changed"
+	if again, _ := h.Inventory(t.Context()); again.Host.HCAs[0].Devices[0] != "/dev/infiniband/uverbs0" {
+		t.Fatal("inventory shares adapters with the host")
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
+	"strconv"
 
 	"gopkg.in/yaml.v3"
 
@@ -37,6 +39,7 @@ const (
 //	cpu_milli: 256000
 //	memory_mib: 2097152
 //	gpus: {model: H100, count: 8, nvlink_islands: 1, mig: false}
+//	hcas: 8
 type Spec struct {
 	ID     string            `yaml:"id"`
 	Zone   string            `yaml:"zone,omitempty"`
@@ -51,6 +54,117 @@ type Spec struct {
 	// DefaultCUDA when empty.
 	Driver string `yaml:"driver,omitempty"`
 	CUDA   string `yaml:"cuda,omitempty"`
+	// HCAs are the host's fake RDMA adapters, which Inventory reports
+	// and MakeDeviceNodes makes device nodes for.
+	HCAs HCAs `yaml:"hcas,omitempty"`
+}
+
+// MaxHCAs caps the RDMA adapters of one simulated host.
+const MaxHCAs = 32
+
+// Link layers of a simulated adapter (fleet.HCA.LinkLayer).
+const (
+	InfiniBand = "InfiniBand"
+	// Ethernet is RoCE.
+	Ethernet = "Ethernet"
+)
+
+// HCAs lists a simulated host's RDMA adapters; adapter i has the verbs
+// node infiniband/uverbs<i>. In YAML it is either a number of InfiniBand
+// adapters ("hcas: 8": mlx5_0 to mlx5_7 with the interfaces ib0 to ib7,
+// as on an HGX H100 board) or a list of adapters whose fields default the
+// same way:
+//
+//	hcas:
+//	  - {name: mlx5_0, link_layer: Ethernet, netdev: eth2}
+//	  - {link_layer: InfiniBand}
+type HCAs []HCASpec
+
+// HCASpec is one simulated RDMA adapter. Spec.Resolve fills what is
+// empty: Name "mlx5_<i>", LinkLayer InfiniBand, and, for an InfiniBand
+// adapter, NetDev "ib<i>" (a RoCE adapter's interface is the operator's
+// to name; none when empty).
+type HCASpec struct {
+	Name      string `yaml:"name,omitempty"`
+	LinkLayer string `yaml:"link_layer,omitempty"`
+	NetDev    string `yaml:"netdev,omitempty"`
+}
+
+// UnmarshalYAML accepts a number of adapters or a list of them.
+func (hs *HCAs) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var k int
+		if err := n.Decode(&k); err != nil {
+			return fmt.Errorf("line %d: hcas must be a number of adapters or a list of them", n.Line)
+		}
+		if k < 0 || k > MaxHCAs {
+			return fmt.Errorf("line %d: hcas %d is outside 0..%d", n.Line, k, MaxHCAs)
+		}
+		*hs = make(HCAs, k)
+		if k == 0 {
+			*hs = nil
+		}
+		return nil
+	}
+	var list []HCASpec
+	if err := n.Decode(&list); err != nil {
+		return fmt.Errorf("line %d: hcas must be a number of adapters or a list of them: %w", n.Line, err)
+	}
+	*hs = list
+	return nil
+}
+
+// resolveHCAs fills the adapters' defaults and reports what is wrong.
+func resolveHCAs(hs HCAs, bad func(string, ...any)) HCAs {
+	if len(hs) > MaxHCAs {
+		bad("hcas: %d adapters; the limit is %d", len(hs), MaxHCAs)
+		return nil
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	out := slices.Clone(hs)
+	names := map[string]bool{}
+	for i := range out {
+		h := &out[i]
+		if h.Name == "" {
+			h.Name = "mlx5_" + strconv.Itoa(i)
+		}
+		if h.LinkLayer == "" {
+			h.LinkLayer = InfiniBand
+		}
+		if h.NetDev == "" && h.LinkLayer == InfiniBand {
+			h.NetDev = "ib" + strconv.Itoa(i)
+		}
+		switch {
+		case !simpleName(h.Name):
+			bad("hcas[%d].name %q: want 1 to 64 letters, digits, '_', '-' or '.'", i, h.Name)
+		case names[h.Name]:
+			bad("hcas[%d].name %q is given twice", i, h.Name)
+		}
+		names[h.Name] = true
+		if h.LinkLayer != InfiniBand && h.LinkLayer != Ethernet {
+			bad("hcas[%d].link_layer %q: want %s or %s (RoCE)", i, h.LinkLayer, InfiniBand, Ethernet)
+		}
+		if h.NetDev != "" && !simpleName(h.NetDev) {
+			bad("hcas[%d].netdev %q: want 1 to 64 letters, digits, '_', '-' or '.'", i, h.NetDev)
+		}
+	}
+	return out
+}
+
+// simpleName accepts the names the kernel gives adapters and interfaces:
+// letters, digits, '_', '-' and '.', at most 64 bytes, and not "." or "..".
+func simpleName(s string) bool {
+	if s == "" || len(s) > 64 || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // GPUSpec describes the GPUs of a simulated host; hosts carry one model.
@@ -171,6 +285,7 @@ func (s Spec) Resolve(cat *catalog.Catalog) (Spec, error) {
 	if r.CUDA == "" {
 		r.CUDA = DefaultCUDA
 	}
+	r.HCAs = resolveHCAs(s.HCAs, bad)
 	if len(errs) > 0 {
 		name := r.ID
 		if name == "" {
@@ -234,6 +349,7 @@ func Fleet(n int, template Spec) []Spec {
 		s.ID = fmt.Sprintf("%s-%d", template.ID, i+1)
 		s.Labels = maps.Clone(template.Labels)
 		s.GPUs.NVLinkIslands = append(Islands(nil), template.GPUs.NVLinkIslands...)
+		s.HCAs = slices.Clone(template.HCAs)
 		out[i] = s
 	}
 	return out
@@ -242,12 +358,14 @@ func Fleet(n int, template Spec) []Spec {
 // DefaultFleet is the mixed fleet `gpucloud up` starts when given none: two
 // 8x H100-80GB-SXM and two 8x A100-80GB-SXM hosts with all GPUs on one
 // NVLink island (as on HGX boards), and four 2x L40S hosts on PCIe, each
-// kind on its own rack of zone "local-a".
+// kind on its own rack of zone "local-a". The H100 hosts have eight fake
+// InfiniBand adapters each, one per GPU, as on a DGX H100.
 func DefaultFleet() []Spec {
 	var out []Spec
 	out = append(out, Fleet(2, Spec{ID: "sim-h100", Zone: "local-a", Rack: "rack-1",
 		Labels: map[string]string{"interconnect": "infiniband"},
-		GPUs:   GPUSpec{Model: "H100-80GB-SXM", Count: 8, NVLinkIslands: Islands{8}}})...)
+		GPUs:   GPUSpec{Model: "H100-80GB-SXM", Count: 8, NVLinkIslands: Islands{8}},
+		HCAs:   make(HCAs, 8)})...)
 	out = append(out, Fleet(2, Spec{ID: "sim-a100", Zone: "local-a", Rack: "rack-2",
 		GPUs: GPUSpec{Model: "A100-80GB-SXM", Count: 8, NVLinkIslands: Islands{8}}})...)
 	out = append(out, Fleet(4, Spec{ID: "sim-l40s", Zone: "local-a", Rack: "rack-3",

@@ -77,6 +77,42 @@ cuda: "12.5"
 				}
 			},
 		},
+		{
+			desc: "RDMA adapters as a count",
+			yaml: "id: h5\nhcas: 2\n",
+			check: func(t *testing.T, s Spec) {
+				want := HCAs{{Name: "mlx5_0", LinkLayer: "InfiniBand", NetDev: "ib0"}, {Name: "mlx5_1", LinkLayer: "InfiniBand", NetDev: "ib1"}}
+				if !reflect.DeepEqual(s.HCAs, want) {
+					t.Fatalf("hcas %+v", s.HCAs)
+				}
+			},
+		},
+		{
+			desc: "RDMA adapters as a list, defaults filled",
+			yaml: "id: h6\nhcas: [{name: roce0, link_layer: Ethernet, netdev: eth2}, {link_layer: Ethernet}, {}]\n",
+			check: func(t *testing.T, s Spec) {
+				want := HCAs{{Name: "roce0", LinkLayer: "Ethernet", NetDev: "eth2"}, {Name: "mlx5_1", LinkLayer: "Ethernet"},
+					{Name: "mlx5_2", LinkLayer: "InfiniBand", NetDev: "ib2"}}
+				if !reflect.DeepEqual(s.HCAs, want) {
+					t.Fatalf("hcas %+v", s.HCAs)
+				}
+			},
+		},
+		{
+			desc: "no RDMA adapters",
+			yaml: "id: h7\nhcas: 0\n",
+			check: func(t *testing.T, s Spec) {
+				if s.HCAs != nil {
+					t.Fatalf("hcas %+v", s.HCAs)
+				}
+			},
+		},
+		{desc: "too many adapters", yaml: "id: h\nhcas: 33\n", wantErr: "hcas 33 is outside 0..32"},
+		{desc: "adapters of the wrong type", yaml: "id: h\nhcas: many\n", wantErr: "number of adapters or a list"},
+		{desc: "unknown link layer", yaml: "id: h\nhcas: [{link_layer: TokenRing}]\n", wantErr: `hcas[0].link_layer "TokenRing"`},
+		{desc: "adapter named twice", yaml: "id: h\nhcas: [{name: a}, {name: a}]\n", wantErr: `hcas[1].name "a" is given twice`},
+		{desc: "adapter name NCCL cannot list", yaml: "id: h\nhcas: [{name: \"a,b\"}]\n", wantErr: `hcas[0].name "a,b"`},
+		{desc: "bad interface name", yaml: "id: h\nhcas: [{netdev: \"../x\"}]\n", wantErr: `hcas[0].netdev "../x"`},
 		{desc: "misspelt field", yaml: "id: h\nnvlink_island: 1\n", wantErr: "field nvlink_island not found"},
 		{desc: "empty file", yaml: "", wantErr: "empty host description"},
 		{desc: "no id", yaml: "gpus: {model: H100, count: 1}\n", wantErr: "id is required"},
@@ -135,15 +171,17 @@ func TestLoadFile(t *testing.T) {
 }
 
 func TestFleetCopiesTemplate(t *testing.T) {
-	tmpl := Spec{ID: "gpu", Labels: map[string]string{"a": "1"}, GPUs: GPUSpec{Model: "H100", Count: 8, NVLinkIslands: Islands{8}}}
+	tmpl := Spec{ID: "gpu", Labels: map[string]string{"a": "1"}, GPUs: GPUSpec{Model: "H100", Count: 8, NVLinkIslands: Islands{8}},
+		HCAs: HCAs{{Name: "mlx5_0"}}}
 	specs := Fleet(3, tmpl)
 	if len(specs) != 3 || specs[0].ID != "gpu-1" || specs[2].ID != "gpu-3" {
 		t.Fatalf("ids %v", specs)
 	}
 	specs[0].Labels["a"] = "changed"
 	specs[0].GPUs.NVLinkIslands[0] = 1
-	if specs[1].Labels["a"] != "1" || tmpl.Labels["a"] != "1" || specs[1].GPUs.NVLinkIslands[0] != 8 {
-		t.Fatal("fleet specs share labels or islands")
+	specs[0].HCAs[0].Name = "changed"
+	if specs[1].Labels["a"] != "1" || tmpl.Labels["a"] != "1" || specs[1].GPUs.NVLinkIslands[0] != 8 || specs[1].HCAs[0].Name != "mlx5_0" {
+		t.Fatal("fleet specs share labels, islands or adapters")
 	}
 }
 
@@ -177,6 +215,12 @@ func TestDefaultFleet(t *testing.T) {
 					t.Fatalf("H100 gpu %d not on island 0", g.Index)
 				}
 			}
+			// The InfiniBand hosts: the label and the adapters agree.
+			if len(inv.Host.HCAs) != 8 || inv.Host.HCAs[7].LinkLayer != InfiniBand || inv.Host.Labels["interconnect"] != "infiniband" {
+				t.Fatalf("H100 host %s: adapters %+v, labels %v", s.ID, inv.Host.HCAs, inv.Host.Labels)
+			}
+		} else if len(inv.Host.HCAs) != 0 {
+			t.Fatalf("host %s has adapters %+v", s.ID, inv.Host.HCAs)
 		}
 	}
 	want := map[string]int{"H100-80GB-SXMx8": 2, "A100-80GB-SXMx8": 2, "L40Sx2": 4}

@@ -287,6 +287,15 @@ func TestDevices(t *testing.T) {
 				"/dev/nvidia2": "No such device or address", mine: "No such device or address", mineCI: "No such device or address",
 				"/testdev/nvidia-cap": "Operation not permitted", "/testdev/nvidia0": "Operation not permitted",
 			}},
+		// Misc minor 255 belongs to no device (ENODEV), and no verbs
+		// driver answers on a host without RDMA (ENXIO): both say "No
+		// such device".
+		{desc: "RDMA adapter 0", spec: runtime.Spec{ExtraDevices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}},
+			probe: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs1", "/testdev/uverbs1", "/testdev/nvidia0"},
+			want: map[string]string{
+				"/dev/infiniband/uverbs0": "No such device", "/dev/infiniband/rdma_cm": "No such device",
+				"/dev/infiniband/uverbs1": "o such file", "/testdev/uverbs1": "Operation not permitted", "/testdev/nvidia0": "Operation not permitted",
+			}},
 		{desc: "CPU only", spec: runtime.Spec{},
 			probe: []string{"/dev/nvidiactl", "/testdev/nvidia0"},
 			want:  map[string]string{"/dev/nvidiactl": "o such file", "/testdev/nvidia0": "Operation not permitted"}},

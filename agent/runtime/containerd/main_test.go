@@ -26,7 +26,8 @@ import (
 // skip otherwise, saying why.
 
 // testImage is the tests' image: the base image plus device nodes that
-// the tests' device cgroups must deny (/testdev).
+// the tests' device cgroups must deny (/testdev); the simulated host has
+// four GPUs and two RDMA adapters.
 const testImage = "docker.io/gpucloud/test:1"
 
 var env struct {
@@ -81,7 +82,7 @@ func setUp() string {
 	}
 	env.daemon = d
 	env.ns = "gpucloud-test-" + strconv.Itoa(os.Getpid())
-	env.host, err = sim.New(sim.Spec{ID: "h-test", GPUs: sim.GPUSpec{Model: "H100", Count: 4}})
+	env.host, err = sim.New(sim.Spec{ID: "h-test", GPUs: sim.GPUSpec{Model: "H100", Count: 4}, HCAs: make(sim.HCAs, 2)})
 	if err != nil {
 		return err.Error()
 	}
@@ -96,6 +97,7 @@ func setUp() string {
 	}
 	files = append(files,
 		File{Path: "/testdev/nvidia0", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: sim.NVIDIAMajor, Minor: 0},
+		File{Path: "/testdev/uverbs1", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: sim.UverbsMajor, Minor: sim.UverbsMinorBase + 1},
 		File{Path: "/testdev/nvidia-cap", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: capsMajor(), Minor: int64(sim.MIGCapMinor(2, 1, -1))},
 	)
 	if err := WriteImage(&img, testImage, files, ImageConfig{}); err != nil {

@@ -170,7 +170,56 @@ func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oc
 	if err != nil {
 		return nil, err
 	}
-	return append(opts, gpus...), nil
+	opts = append(opts, gpus...)
+	extra, err := r.extraDevices(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
+		opts = append(opts, withDevices(extra))
+	}
+	return opts, nil
+}
+
+// checkExtraDevices refuses, before anything is made, an extra device
+// that is not a clean absolute path under /dev: the workload gets the
+// node at the same path, and nothing else of the host.
+func checkExtraDevices(s runtime.Spec) error {
+	for _, p := range s.ExtraDevices {
+		if _, ok := devName(p); !ok {
+			return fmt.Errorf("instance %s: extra device %q: want a clean absolute path under /dev: %w", s.InstanceID, p, runtime.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// devName is a device path's name under /dev ("infiniband/uverbs0"), and
+// false for a path that is not a clean absolute path under /dev.
+func devName(p string) (string, bool) {
+	name, ok := strings.CutPrefix(p, "/dev/")
+	return name, ok && name != "" && path.Clean(p) == p
+}
+
+// extraDevices are the nodes of Spec.ExtraDevices (the host's RDMA
+// adapters' verbs nodes and rdma_cm): each /dev/NAME is the node
+// Config.DevDir/NAME on the host, at /dev/NAME in the container, and must
+// be a character device (a block device, a directory or a file is
+// refused).
+func (r *Runtime) extraDevices(s runtime.Spec) ([]device, error) {
+	if err := checkExtraDevices(s); err != nil {
+		return nil, err
+	}
+	out := make([]device, 0, len(s.ExtraDevices))
+	for _, p := range s.ExtraDevices {
+		name, _ := devName(p)
+		host := filepath.Join(r.cfg.DevDir, filepath.FromSlash(name))
+		ma, mi, err := charDevice(host)
+		if err != nil {
+			return nil, fmt.Errorf("extra device %s: %w", p, err)
+		}
+		out = append(out, device{host: host, path: p, major: ma, minor: mi})
+	}
+	return out, nil
 }
 
 // gpuOpts give the workload its GPUs: the CDI devices that name them with

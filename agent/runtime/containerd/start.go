@@ -40,6 +40,9 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	if err := checkExtraDevices(s); err != nil {
+		return err
+	}
 	if err := identifiers.Validate(s.InstanceID); err != nil {
 		return fmt.Errorf("instance id %q: containerd takes letters and digits separated by single '.', '_' or '-', at most 76: %w", s.InstanceID, runtime.ErrInvalid)
 	}

@@ -10,6 +10,11 @@
 //
 // Images are not run: Start refuses a workload whose Spec names one with a
 // runtime.ImageError rather than run a container's workload on the host.
+//
+// Device nodes are not confined either: a process sees every node of the
+// host that its user may open, so Spec.ExtraDevices (the host's RDMA
+// adapters) is ignored, as are the limits and GPU nodes a container
+// runtime enforces.
 package process
 
 import (
