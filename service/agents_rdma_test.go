@@ -170,7 +170,7 @@ func TestAgentsAssignmentsRDMA(t *testing.T) {
 				return err
 			}
 			c := *in
-			c.ID, c.PlacementGroupID, c.Version, c.IdempotencyKey = intruder, cluster, 0, ""
+			c.ID, c.PlacementGroupID, c.Version, c.IdempotencyKey, c.PrivateAddress = intruder, cluster, 0, "", ""
 			p := *in.Placement
 			p.ID = intruder
 			c.Placement = &p
