@@ -70,8 +70,8 @@ func (o *Overlay) publicOf(in *ovInst) netip.Addr {
 // address that cannot be one (not IPv4 unicast, the host's underlay
 // address, in the transit pool or in the instance's own network) is
 // skipped with a warning, and so is one that an instance earlier in ID
-// order already has.
-func (o *Overlay) publics() map[netip.Addr]served {
+// order already has; warn says whether to log those.
+func (o *Overlay) publics(warn bool) map[netip.Addr]served {
 	out := map[netip.Addr]served{}
 	for _, id := range slices.Sorted(maps.Keys(o.insts)) {
 		in := o.insts[id]
@@ -82,10 +82,14 @@ func (o *Overlay) publics() map[netip.Addr]served {
 		}
 		switch {
 		case !p.Is4() || !p.IsGlobalUnicast() || p == o.cfg.Underlay || o.cfg.TransitPool.Contains(p) || r.cidr.Contains(p):
-			o.cfg.Log.Warn("overlay: public address not served: it cannot be one on this host", "instance", id, "address", p)
+			if warn {
+				o.cfg.Log.Warn("overlay: public address not served: it cannot be one on this host", "instance", id, "address", p)
+			}
 			continue
 		case out[p].inst != "":
-			o.cfg.Log.Warn("overlay: public address not served: another instance has it", "instance", id, "address", p, "other", out[p].inst)
+			if warn {
+				o.cfg.Log.Warn("overlay: public address not served: another instance has it", "instance", id, "address", p, "other", out[p].inst)
+			}
 			continue
 		}
 		out[p] = served{vni: in.vni, inst: id, addr: in.addr}
@@ -101,7 +105,7 @@ func (r *router) routerAddr() netip.Addr { return r.link.Addr().Next().Next() }
 // set changed, and OnPublic for each address that came or went. The
 // routers' DNAT rules are applyRouter's, which reads the same publics.
 func (o *Overlay) syncPublic(ctx context.Context) error {
-	want := o.publics()
+	want := o.publics(true)
 	before := o.served
 	o.served = want
 	var errs []error
@@ -177,7 +181,7 @@ func (o *Overlay) publicRoutes(want map[netip.Addr]served) error {
 // routerPublics are the public addresses a router forwards, each with
 // its instance's private address, sorted.
 func (o *Overlay) routerPublics(r *router) (pubs, privs []netip.Addr) {
-	all := o.publics()
+	all := o.publics(false)
 	for _, a := range slices.SortedFunc(maps.Keys(all), netip.Addr.Compare) {
 		if s := all[a]; s.vni == r.vni {
 			pubs, privs = append(pubs, a), append(privs, s.addr)

@@ -4,8 +4,11 @@ package network
 
 import (
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,5 +196,67 @@ func TestOverlayPublic(t *testing.T) {
 	}
 	if got := takeEvents(); got != "203.0.113.8 true, 203.0.113.8 false" {
 		t.Errorf("OnPublic over i3's life: %q", got)
+	}
+}
+
+// TestOverlayPublicChoice: which public address each local instance is
+// served at: the view's endpoint when the view names the instance, else
+// Setup's; none for an address that cannot be one on the host, and the
+// first instance by ID for an address two have.
+func TestOverlayPublicChoice(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.0.0.0/16")
+	mk := func(id string, vni uint32, addr, public string) *ovInst {
+		in := &ovInst{id: id, vni: vni, addr: netip.MustParseAddr(addr)}
+		if public != "" {
+			in.public = netip.MustParseAddr(public)
+		}
+		return in
+	}
+	ep := func(id, public string) agentapi.Endpoint {
+		return agentapi.Endpoint{InstanceID: id, PublicAddress: public}
+	}
+	for _, tc := range []struct {
+		desc  string
+		insts []*ovInst
+		view  []agentapi.Endpoint // of network 100; nil: no view
+		want  string
+	}{
+		{"Setup's, no view", []*ovInst{mk("i1", 100, "10.0.1.10", "203.0.113.1")}, nil, "203.0.113.1>i1/10.0.1.10"},
+		{"Setup's, the view does not name the instance", []*ovInst{mk("i1", 100, "10.0.1.10", "203.0.113.1")},
+			[]agentapi.Endpoint{ep("i9", "")}, "203.0.113.1>i1/10.0.1.10"},
+		{"the view's replaces Setup's", []*ovInst{mk("i1", 100, "10.0.1.10", "203.0.113.1")},
+			[]agentapi.Endpoint{ep("i1", "203.0.113.2")}, "203.0.113.2>i1/10.0.1.10"},
+		{"disassociated in the view", []*ovInst{mk("i1", 100, "10.0.1.10", "203.0.113.1")},
+			[]agentapi.Endpoint{ep("i1", "")}, ""},
+		{"unreadable in the view", []*ovInst{mk("i1", 100, "10.0.1.10", "")},
+			[]agentapi.Endpoint{ep("i1", "203.0.113.300")}, ""},
+		{"two networks, same private address", []*ovInst{mk("i1", 100, "10.0.1.10", "203.0.113.1"), mk("i2", 200, "10.0.1.10", "203.0.113.2")},
+			nil, "203.0.113.1>i1/10.0.1.10 203.0.113.2>i2/10.0.1.10"},
+		{"one address, two instances: the first by ID", []*ovInst{mk("i2", 200, "10.0.1.10", "203.0.113.1"), mk("i1", 100, "10.0.1.11", "203.0.113.1")},
+			nil, "203.0.113.1>i1/10.0.1.11"},
+		{"in the network's own CIDR", []*ovInst{mk("i1", 100, "10.0.1.10", "10.0.9.9")}, nil, ""},
+		{"in the transit pool", []*ovInst{mk("i1", 100, "10.0.1.10", "100.65.0.9")}, nil, ""},
+		{"the host's underlay address", []*ovInst{mk("i1", 100, "10.0.1.10", "192.0.2.1")}, nil, ""},
+		{"IPv6", []*ovInst{mk("i1", 100, "10.0.1.10", "2001:db8::1")}, nil, ""},
+		{"multicast", []*ovInst{mk("i1", 100, "10.0.1.10", "239.1.1.1")}, nil, ""},
+		{"unspecified", []*ovInst{mk("i1", 100, "10.0.1.10", "0.0.0.0")}, nil, ""},
+	} {
+		o := &Overlay{cfg: OverlayConfig{Underlay: netip.MustParseAddr("192.0.2.1"), TransitPool: DefaultTransitPool, Log: slog.New(slog.DiscardHandler)},
+			insts: map[string]*ovInst{}, views: map[uint32]agentapi.HostNetwork{},
+			routers: map[uint32]*router{100: {vni: 100, netID: "net-x", cidr: cidr}, 200: {vni: 200, netID: "net-y", cidr: cidr}}}
+		for _, in := range tc.insts {
+			o.insts[in.id] = in
+		}
+		if tc.view != nil {
+			o.views[100] = agentapi.HostNetwork{ID: "net-x", VNI: 100, Endpoints: tc.view}
+		}
+		pubs := o.publics(false)
+		var got []string
+		for _, a := range slices.SortedFunc(maps.Keys(pubs), netip.Addr.Compare) {
+			got = append(got, fmt.Sprintf("%s>%s/%s", a, pubs[a].inst, pubs[a].addr))
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: %q, want %q", tc.desc, g, tc.want)
+		}
 	}
 }
