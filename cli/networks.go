@@ -55,7 +55,7 @@ func newNetworksCreateCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "create NAME --cidr CIDR",
 		Short:   "Create a network",
-		Example: "  gpucloud networks create train --cidr 10.0.0.0/16\n  gpucloud subnets create --network vpc-0123456789abcdef --name a --cidr 10.0.1.0/24 --zone a",
+		Example: "  gpucloud networks create train --cidr 10.0.0.0/16\n  gpucloud subnets create a --network vpc-0123456789abcdef --cidr 10.0.1.0/24 --zone a",
 		Args:    exactArgs(1, "the network's name (a DNS label)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
