@@ -102,6 +102,24 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 	case stack.TypeCommitment:
 		var spec api.CreateCommitmentRequest
 		return DecodeStackProps(c.Address, props, &spec)
+	case stack.TypeNetwork:
+		var spec api.CreateNetworkRequest
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
+			return err
+		}
+		return StackFieldError(c.Address, CheckNetworkSpec(&spec))
+	case stack.TypeSubnet:
+		var spec api.CreateSubnetRequest
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
+			return err
+		}
+		return StackFieldError(c.Address, CheckSubnetSpec(&spec))
+	case stack.TypeSecurityGroup:
+		var t api.SecurityGroupTemplate
+		if err := DecodeStackProps(c.Address, props, &t); err != nil || !known {
+			return err
+		}
+		return StackFieldError(c.Address, CheckSecurityGroupTemplate(&t))
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
 }
@@ -231,6 +249,12 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 			status = "not in its term"
 		}
 		return live, map[string]any{"id": c.ID}, status, nil
+	case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup:
+		l, attrs, status, err := readNetworkResource(ctx, svc, a, rs)
+		if err != nil {
+			return gone(err)
+		}
+		return l, attrs, status, nil
 	}
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
 }
@@ -273,7 +297,8 @@ func instanceLive(in *cloud.Instance) (live stack.Live, attrs map[string]any, st
 
 // ResourceAttrs are the attributes a stack's template can reference of a
 // resource its copy made (an instance, volume, address, spot request,
-// group or placement group; a commitment's ID): what the engine records
+// group, placement group, network, subnet or security group; a
+// commitment's ID): what the engine records
 // after a create.
 func ResourceAttrs(v any) map[string]any {
 	switch r := v.(type) {
@@ -291,6 +316,12 @@ func ResourceAttrs(v any) map[string]any {
 		return placementAttrs(r)
 	case *cloud.Commitment:
 		return map[string]any{"id": r.ID}
+	case *cloud.Network:
+		return networkAttrs(r)
+	case *cloud.Subnet:
+		return subnetAttrs(r)
+	case *cloud.SecurityGroup:
+		return securityGroupAttrs(r)
 	}
 	return nil
 }
