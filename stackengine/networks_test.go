@@ -409,3 +409,65 @@ func TestStackNetworkCrashResumes(t *testing.T) {
 		}
 	})
 }
+
+// TestStackBlueprintLLMFinetuneNetwork: the llm-finetune blueprint makes
+// its own network, subnet and rendezvous group, and puts the head and the
+// workers in them; the workers learn the head's private address. A
+// destroy leaves nothing of the network (the checkpoint volume is
+// retained).
+func TestStackBlueprintLLMFinetuneNetwork(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newFixture(t, st)
+		svc, ctx := f.svc, context.Background()
+		src, err := stack.Blueprint("llm-finetune")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := api.ApplyStackRequest{Template: string(src), Parameters: map[string]string{"nodes": "3", "checkpoint_gib": "10"}}
+		if _, err := svc.Stacks.Apply(ctx, f.acme, "ft", req); err != nil {
+			t.Fatal(err)
+		}
+		if v := runStack(t, svc, f.acme, "ft", 10); v.State != cloud.StackActive {
+			t.Fatalf("apply: %s %q", v.State, v.Reason)
+		}
+		s := readNets(t, svc, f.acme, "ft")
+		if len(s.nets) != 1 || len(s.subs) != 1 || len(s.groups) != 1 || len(s.nodes) != 3 {
+			t.Fatalf("made %d networks, %d subnets, %d groups, %d nodes", len(s.nets), len(s.subs), len(s.groups), len(s.nodes))
+		}
+		net, sub, g := s.nets[0], s.subs[0], s.groups[0]
+		if net.Name != "llm-finetune" || net.CIDR != "10.42.0.0/16" || sub.CIDR != "10.42.0.0/20" || sub.Zone != "local-a" || g.Name != "rendezvous" {
+			t.Errorf("network %s %s, subnet %s %s, group %s", net.Name, net.CIDR, sub.CIDR, sub.Zone, g.Name)
+		}
+		want := []string{"all 0-0 self", "tcp 29500-29500 self"}
+		if got := ruleWords(g, g.Ingress); !slices.Equal(got, want) {
+			t.Errorf("rendezvous ingress %v, want %v", got, want)
+		}
+		if got := ruleWords(g, g.Egress); !slices.Equal(got, []string{"all 0-0 0.0.0.0/0"}) {
+			t.Errorf("rendezvous egress %v", got)
+		}
+		var head *cloud.Instance
+		for _, in := range s.nodes {
+			if in.Name == "llm-head" {
+				head = in
+			}
+		}
+		if head == nil {
+			t.Fatal("no head")
+		}
+		for _, in := range s.nodes {
+			if in.SubnetID != sub.ID || !slices.Equal(in.SecurityGroupIDs, []string{g.ID}) || !slices.Equal(in.Zones, []string{"local-a"}) {
+				t.Errorf("%s: subnet %s, groups %v, zones %v", in.Name, in.SubnetID, in.SecurityGroupIDs, in.Zones)
+			}
+			if in != head && in.Env["MASTER_ADDR"] != head.PrivateAddress {
+				t.Errorf("%s: MASTER_ADDR %q, want the head's %s", in.Name, in.Env["MASTER_ADDR"], head.PrivateAddress)
+			}
+		}
+		if _, err := svc.Stacks.Destroy(ctx, f.acme, "", "ft"); err != nil {
+			t.Fatal(err)
+		}
+		runStack(t, svc, f.acme, "ft", 10)
+		if s := readNets(t, svc, f.acme, "ft"); len(s.nets)+len(s.subs)+len(s.groups)+len(s.nodes)+s.nonDflt != 0 {
+			t.Errorf("left: %d networks, %d subnets, %d groups, %d nodes", len(s.nets), len(s.subs), len(s.groups), len(s.nodes))
+		}
+	})
+}
