@@ -98,7 +98,7 @@ func TestAssignmentNetworkReachesSpec(t *testing.T) {
 	good := e.assignment("i-net", whole(e.host.ID(), 0), serveScript)
 	good.Network = &agentapi.InstanceNetwork{NetworkID: "net-1", NetworkName: "prod", VNI: 100, CIDR: "10.0.0.0/16",
 		SubnetID: "sub-1", SubnetCIDR: "10.0.1.0/24", Gateway: "10.0.1.1", Address: "10.0.1.10", MAC: "02:00:0a:00:01:0a",
-		SecurityGroups: []string{"sg-1"}, DNSNames: []string{"i-net.internal"}}
+		SecurityGroups: []string{"sg-1"}, DNSNames: []string{"i-net.internal"}, PublicAddress: "203.0.113.9"}
 	bad := e.assignment("i-badnet", whole(e.host.ID(), 1), serveScript)
 	bad.Network = &agentapi.InstanceNetwork{NetworkID: "net-1", VNI: 100, CIDR: "10.0.0.0/16", SubnetCIDR: "10.0.1.0/24",
 		Gateway: "10.0.1.1", Address: "10.0.1.999", MAC: "02:00:0a:00:01:0b"}
@@ -113,9 +113,10 @@ func TestAssignmentNetworkReachesSpec(t *testing.T) {
 	rt.mu.Unlock()
 	want := runtime.Network{ID: "net-1", Name: "prod", VNI: 100, CIDR: netip.MustParsePrefix("10.0.0.0/16"),
 		Subnet: netip.MustParsePrefix("10.0.1.0/24"), Gateway: netip.MustParseAddr("10.0.1.1"), Addr: netip.MustParseAddr("10.0.1.10"),
-		MAC: "02:00:0a:00:01:0a", SecurityGroups: []string{"sg-1"}, DNSNames: []string{"i-net.internal"}}
+		MAC: "02:00:0a:00:01:0a", SecurityGroups: []string{"sg-1"}, DNSNames: []string{"i-net.internal"},
+		Public: netip.MustParseAddr("203.0.113.9")}
 	if n == nil || n.ID != want.ID || n.Name != want.Name || n.VNI != want.VNI || n.CIDR != want.CIDR || n.Subnet != want.Subnet ||
-		n.Gateway != want.Gateway || n.Addr != want.Addr || n.MAC != want.MAC || strings.Join(n.SecurityGroups, ",") != "sg-1" ||
+		n.Gateway != want.Gateway || n.Addr != want.Addr || n.MAC != want.MAC || n.Public != want.Public || strings.Join(n.SecurityGroups, ",") != "sg-1" ||
 		strings.Join(n.DNSNames, ",") != "i-net.internal" {
 		t.Fatalf("Spec.Network %+v, want %+v", n, want)
 	}

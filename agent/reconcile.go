@@ -727,6 +727,7 @@ func instanceNetwork(in *agentapi.InstanceNetwork) (*runtime.Network, error) {
 	}
 	n.CIDR, n.Subnet = prefix("CIDR", in.CIDR), prefix("subnet", in.SubnetCIDR)
 	n.Gateway, n.Addr = addr("gateway", in.Gateway), addr("address", in.Address)
+	n.Public = addr("public address", in.PublicAddress)
 	if _, err := net.ParseMAC(in.MAC); err != nil && in.MAC != "" {
 		errs = append(errs, fmt.Errorf("MAC %q: %w", in.MAC, err))
 	}

@@ -668,3 +668,38 @@ func TestStackEventsTail(t *testing.T) {
 		t.Errorf("events shown: %d, %v", len(got), got)
 	}
 }
+
+// TestInstancePageNetwork: the instance page shows the instance's
+// network, subnet and groups by name and ID, its private address, and
+// the public address associated with it.
+func TestInstancePageNetwork(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		ctx := context.Background()
+		in, err := w.acme.Client.GetInstance(ctx, w.acmeIn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.NetworkID == "" || in.SubnetID == "" || len(in.SecurityGroupIDs) != 1 || in.PrivateAddress == "" {
+			t.Fatalf("the instance is on no network: %+v", in)
+		}
+		b := w.browser(t)
+		b.login(w.acme.Token)
+		p := b.get("/instances/" + in.ID)
+		for _, want := range []string{in.NetworkID, in.SubnetID, in.SecurityGroupIDs[0], in.PrivateAddress, "172.31.0.0/16", `id="public">none`} {
+			if !strings.Contains(p.body, want) {
+				t.Errorf("the page lacks %q", want)
+			}
+		}
+		ad, err := w.acme.Client.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.acme.Client.AssociateAddress(ctx, ad.ID, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		if p := b.get("/instances/" + in.ID); !strings.Contains(p.body, "<code>"+ad.IP+"</code>") {
+			t.Errorf("the page lacks the public address %s", ad.IP)
+		}
+	})
+}

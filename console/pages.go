@@ -103,9 +103,13 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 		}
 	}
 	o, _ := c.cat.Offering(in.Offering)
+	net, err := c.instanceNetwork(r, s, in)
+	if err != nil {
+		return err
+	}
 	c.render(w, r, http.StatusOK, "instance", s, map[string]any{
 		"Title": "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
-		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in),
+		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in), "Net": net,
 		"CanStop":      in.State == cloud.Running || in.State == cloud.Starting || in.State == cloud.Scheduled || in.State == cloud.Pending,
 		"CanStart":     in.State == cloud.Stopped,
 		"CanTerminate": in.State != cloud.Terminated && in.State != cloud.Terminating,
@@ -570,4 +574,57 @@ func (c *Console) advise(r *http.Request, s *session, q url.Values) (*advise.Adv
 		live.Pools = append(live.Pools, advise.LivePool{Pool: p.Pool, Price: p.Price, ReclaimRateBP: p.ReclaimRateBP, SpotSeconds: p.SpotSeconds})
 	}
 	return advise.Advise(w, advise.LiveMarket(live), c.cat)
+}
+
+// netFacts is an instance's place on its private network, as its page
+// shows it: names next to IDs, and its public address.
+type netFacts struct {
+	Network, Subnet *namedID
+	SubnetCIDR      string
+	Groups          []namedID
+	Public          string
+}
+
+// namedID is a resource's ID with its name.
+type namedID struct{ ID, Name string }
+
+// instanceNetwork reads the network, subnet, groups and public address of
+// an instance through the services, as the session's actor: nil for an
+// instance on no network. A resource deleted since (or not visible) shows
+// by its ID alone.
+func (c *Console) instanceNetwork(r *http.Request, s *session, in *cloud.Instance) (*netFacts, error) {
+	if in.NetworkID == "" {
+		return nil, nil
+	}
+	ctx := r.Context()
+	f := &netFacts{Network: &namedID{ID: in.NetworkID}, Subnet: &namedID{ID: in.SubnetID}}
+	if n, err := c.svc.Networks.GetNetwork(ctx, s.actor, in.NetworkID); err == nil {
+		f.Network.Name = n.Name
+	} else if cloud.ErrorCode(err) != cloud.NotFound {
+		return nil, err
+	}
+	if sn, err := c.svc.Networks.GetSubnet(ctx, s.actor, in.SubnetID); err == nil {
+		f.Subnet.Name, f.SubnetCIDR = sn.Name, sn.CIDR
+	} else if cloud.ErrorCode(err) != cloud.NotFound {
+		return nil, err
+	}
+	for _, id := range in.SecurityGroupIDs {
+		g := namedID{ID: id}
+		if sg, err := c.svc.Networks.GetSecurityGroup(ctx, s.actor, id); err == nil {
+			g.Name = sg.Name
+		} else if cloud.ErrorCode(err) != cloud.NotFound {
+			return nil, err
+		}
+		f.Groups = append(f.Groups, g)
+	}
+	addrs, err := c.svc.Addresses.List(ctx, s.actor, in.TenantID, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if a.InstanceID == in.ID {
+			f.Public = a.IP
+		}
+	}
+	return f, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/network"
+	"github.com/gpucloud/gpucloud/agent/network/fabric"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/api"
@@ -48,6 +49,9 @@ type containerHost struct {
 	mu   sync.Mutex
 	rts  []*trackingContainers
 	nets []*network.Network
+	// ovs and fabs are the hosts' overlays and their one-host fabrics.
+	ovs  []*network.Overlay
+	fabs []*fabric.Fabric
 }
 
 // e2eImage is the image the end-to-end tests build: the base image plus a
@@ -164,7 +168,27 @@ func (ch *containerHost) runtimeOf(t *testing.T, h *sim.Host, dir string) hostRu
 	ch.mu.Lock()
 	ch.nets = append(ch.nets, net)
 	ch.mu.Unlock()
-	rt, err := containerd.New(t.Context(), containerd.Config{Socket: ch.daemon.Socket(), Namespace: ch.ns, Network: net,
+	// Instances on private networks (every new one) get the overlay, in a
+	// host namespace of the host's own on a one-host fabric: the
+	// identity, and so every name, is this host's.
+	cloud := fmt.Sprintf("e%05d", (os.Getpid()*31+int(seq))%100000)
+	fab, err := fabric.New(t.Context(), fabric.Config{Cloud: cloud, Hosts: 1})
+	if err != nil {
+		t.Fatalf("fabric: %v", err)
+	}
+	ch.mu.Lock()
+	ch.fabs = append(ch.fabs, fab)
+	ch.mu.Unlock()
+	fh := fab.Hosts()[0]
+	ov, err := network.NewOverlay(t.Context(), network.OverlayConfig{Cloud: cloud, HostNetns: fh.Netns, Underlay: fh.Underlay, UnderlayMTU: fab.MTU()})
+	if err != nil {
+		t.Fatalf("overlay: %v", err)
+	}
+	ch.mu.Lock()
+	ch.ovs = append(ch.ovs, ov)
+	ch.mu.Unlock()
+	hook := &network.Hook{Driver: ov, Legacy: net}
+	rt, err := containerd.New(t.Context(), containerd.Config{Socket: ch.daemon.Socket(), Namespace: ch.ns, Network: hook,
 		BaseDir: filepath.Join(dir, "runtime"), Host: fmt.Sprintf("%s-%d", h.ID(), nsSeq.Add(1)), NoPull: true,
 		DevDir: dev, MIGMinors: filepath.Join(dev, sim.MIGMinorsFile)})
 	if err != nil {
@@ -202,6 +226,14 @@ func (ch *containerHost) closeRuntimes() {
 		_ = n.Destroy(ctx)
 	}
 	ch.nets = nil
+	for _, ov := range ch.ovs {
+		_ = ov.Destroy(ctx)
+	}
+	ch.ovs = nil
+	for _, f := range ch.fabs {
+		_ = f.Close(ctx)
+	}
+	ch.fabs = nil
 }
 
 // TestInstanceImage runs instances in containers on the containerd

@@ -248,7 +248,8 @@ func processesWith(s string) int {
 }
 
 // addrOf is an instance's address on its host's instance network, and
-// its bridge's (the host's side).
+// an address of the host's side: its tenant bridge's, or on a private
+// network the fabric's gateway.
 func (ch *containerHost) addrOf(t *testing.T, id string) (addr, gateway string) {
 	t.Helper()
 	ch.mu.Lock()
@@ -256,6 +257,14 @@ func (ch *containerHost) addrOf(t *testing.T, id string) (addr, gateway string) 
 	for _, n := range ch.nets {
 		if info, ok := n.Instance(id); ok {
 			return info.Addr.String(), info.Gateway.String()
+		}
+	}
+	// On a private network: the overlay's address, and the fabric's
+	// gateway, an address of this machine's own namespace that the
+	// host's traffic is routed to.
+	for i, ov := range ch.ovs {
+		if a, ok := ov.Address(id); ok {
+			return a.String(), ch.fabs[i].Gateway().String()
 		}
 	}
 	t.Fatalf("instance %s has no address on any network", id)

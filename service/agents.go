@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -408,6 +409,9 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 		return fleet.Host{}, err
 	}
 	h.HCAs = hcas
+	if h.Underlay, h.MTU, err = hostUnderlay(src.Underlay, src.MTU); err != nil {
+		return fleet.Host{}, err
+	}
 	labelInterconnect(&h)
 	if len(h.Labels) > maxHostLabels {
 		return fleet.Host{}, Field("inventory.host.labels", "%d labels; the limit is %d", len(h.Labels), maxHostLabels)
@@ -552,4 +556,25 @@ func checkPrintable(field, v string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// hostUnderlay checks a host's fabric address and MTU as its agent
+// reports them: an IPv4 unicast address (its overlay endpoint, which the
+// other hosts' forwarding entries name; canonical), and an MTU from 1280
+// to 65535 (0: not said, 1500). No underlay: the host carries no private
+// network's traffic to other hosts.
+func hostUnderlay(addr string, mtu int) (string, int, error) {
+	if mtu != 0 && (mtu < 1280 || mtu > 65535) {
+		return "", 0, Field("inventory.host.mtu", "is %d; want 1280 to 65535, or 0 for 1500", mtu)
+	}
+	if addr == "" {
+		return "", mtu, nil
+	}
+	a, err := netip.ParseAddr(addr)
+	a = a.Unmap()
+	if err != nil || !a.Is4() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a == netip.IPv4Unspecified() ||
+		a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return "", 0, Field("inventory.host.underlay", "is %s; want the host's IPv4 unicast address on the fabric between hosts", Quote(addr))
+	}
+	return a.String(), mtu, nil
 }

@@ -138,10 +138,15 @@ func tagInt(tags map[string]string, key string, lowest int) (int, bool) {
 }
 
 // peerAddress is an instance's private address while it is known to be
-// current: the agent reports it as the workload runs, and an address kept
-// from an earlier run (a stopped instance, or one started again and not
-// running yet) may be another host's.
+// current. On a private network (SubnetID set) that is from its create on:
+// the subnet gave it, and it holds it until it terminates, wherever it
+// runs. Otherwise the agent reports it as the workload runs, and an
+// address kept from an earlier run (a stopped instance, or one started
+// again and not running yet) may be another host's.
 func peerAddress(in *cloud.Instance) string {
+	if in.SubnetID != "" {
+		return in.PrivateAddress
+	}
 	if in.State == cloud.Running || in.State == cloud.Stopping {
 		return in.PrivateAddress
 	}

@@ -170,7 +170,7 @@ func TestAgentsAssignmentsRDMA(t *testing.T) {
 				return err
 			}
 			c := *in
-			c.ID, c.PlacementGroupID, c.Version, c.IdempotencyKey = intruder, cluster, 0, ""
+			c.ID, c.PlacementGroupID, c.Version, c.IdempotencyKey, c.PrivateAddress = intruder, cluster, 0, "", ""
 			p := *in.Placement
 			p.ID = intruder
 			c.Placement = &p
@@ -195,6 +195,50 @@ func TestAgentsAssignmentsRDMA(t *testing.T) {
 		}
 		if seen != len(want) {
 			t.Errorf("%d assignments, want %d", seen, len(want))
+		}
+	})
+}
+
+// TestAgentsJoinUnderlay: a host's fabric address and MTU are kept in its
+// spec, canonical; a malformed one is refused, naming the field, and
+// nothing is written.
+func TestAgentsJoinUnderlay(t *testing.T) {
+	tests := []struct {
+		desc, addr string
+		mtu        int
+		want       string // the kept address; "!" for a refusal
+		field      string
+	}{
+		{desc: "an address and an MTU", addr: "100.96.0.2", mtu: 1450, want: "100.96.0.2"},
+		{desc: "none", want: ""},
+		{desc: "IPv4-mapped is IPv4", addr: "::ffff:10.1.2.3", want: "10.1.2.3"},
+		{desc: "IPv6", addr: "fd00::1", want: "!", field: "inventory.host.underlay"},
+		{desc: "loopback", addr: "127.0.0.1", want: "!", field: "inventory.host.underlay"},
+		{desc: "not an address", addr: "fabric", want: "!", field: "inventory.host.underlay"},
+		{desc: "an MTU too small", addr: "10.0.0.1", mtu: 500, want: "!", field: "inventory.host.mtu"},
+	}
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		join, jtID := f.joinActor("rack-u")
+		for i, tt := range tests {
+			id := "under-" + string(rune('a'+i))
+			inv := ahInventory(id, "H100", 1)
+			inv.Host.GPUs[0].UUID += id
+			inv.Host.Underlay, inv.Host.MTU = tt.addr, tt.mtu
+			_, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil, "")
+			if tt.want == "!" {
+				if ce, ok := err.(*cloud.Error); !ok || ce.Code != cloud.Invalid || ce.Details["field"] != tt.field {
+					t.Errorf("%s: %v, want invalid_argument on %s", tt.desc, err, tt.field)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tt.desc, err)
+			}
+			if h := f.host(id); h.Spec.Underlay != tt.want || h.Spec.MTU != tt.mtu {
+				t.Errorf("%s: kept %q MTU %d", tt.desc, h.Spec.Underlay, h.Spec.MTU)
+			}
 		}
 	})
 }

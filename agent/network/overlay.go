@@ -63,6 +63,7 @@ type Overlay struct {
 	insts   map[string]*ovInst
 	routers map[uint32]*router
 	views   map[uint32]agentapi.HostNetwork
+	served  map[netip.Addr]served // the public addresses the host serves
 }
 
 var _ Driver = (*Overlay)(nil)
@@ -76,6 +77,7 @@ type ovInst struct {
 	mac    net.HardwareAddr
 	subnet netip.Prefix
 	gw     netip.Addr
+	public netip.Addr // as Setup gave it; the view's endpoint overrides
 }
 
 // router is a network's router namespace on the host.
@@ -160,6 +162,9 @@ func NewOverlay(ctx context.Context, cfg OverlayConfig) (*Overlay, error) {
 		return nil, err
 	}
 	if err := o.applyHost(ctx); err != nil {
+		return nil, err
+	}
+	if err := o.syncPublic(ctx); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -326,6 +331,10 @@ func (o *Overlay) Setup(ctx context.Context, instanceID string, n *runtime.Netwo
 		if r := o.routers[n.VNI]; r != nil && !o.used(n.VNI) {
 			err = errors.Join(err, o.dropRouter(ctx, r)) // made for this instance
 		}
+		err = errors.Join(err, o.syncPublic(ctx))
+		return "", fmt.Errorf("instance network of %s: %w", instanceID, err)
+	}
+	if err := o.syncPublic(ctx); err != nil {
 		return "", fmt.Errorf("instance network of %s: %w", instanceID, err)
 	}
 	return o.NetnsPath(instanceID), nil
@@ -359,7 +368,7 @@ func (o *Overlay) setup(ctx context.Context, id string, n *runtime.Network) erro
 		}
 	}
 	mac, _ := net.ParseMAC(n.MAC)
-	in := &ovInst{id: id, vni: n.VNI, addr: n.Addr, mac: mac, subnet: n.Subnet.Masked(), gw: n.Gateway}
+	in := &ovInst{id: id, vni: n.VNI, addr: n.Addr, mac: mac, subnet: n.Subnet.Masked(), gw: n.Gateway, public: n.Public}
 	rns, ins := o.routerNS(n.VNI), o.instNS(id)
 	if _, err := run(ctx, nil, o.cfg.IP, "netns", "add", ins); err != nil {
 		return err
@@ -676,7 +685,7 @@ func (o *Overlay) Teardown(ctx context.Context, instanceID string) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.teardown(ctx, instanceID)
+	return errors.Join(o.teardown(ctx, instanceID), o.syncPublic(ctx))
 }
 
 // teardown removes an instance's veth and namespace, and its network's
@@ -772,6 +781,7 @@ func (o *Overlay) Sync(ctx context.Context, networks []agentapi.HostNetwork) err
 		errs = append(errs, o.program(rh, r), o.applyRouter(ctx, r))
 		rh.Close()
 	}
+	errs = append(errs, o.syncPublic(ctx))
 	return errors.Join(errs...)
 }
 
@@ -940,7 +950,7 @@ func (o *Overlay) Reconcile(ctx context.Context, keep []string) error {
 	// instance were rewritten by its teardown, with the groups of the
 	// view the driver has (none before the first Sync after a restart:
 	// nothing new passes there until it comes).
-	errs = append(errs, o.applyHost(ctx))
+	errs = append(errs, o.applyHost(ctx), o.syncPublic(ctx))
 	return errors.Join(errs...)
 }
 

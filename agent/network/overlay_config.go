@@ -58,6 +58,13 @@ type OverlayConfig struct {
 	IP, NFT string
 	// Log receives warnings (slog.Default()).
 	Log *slog.Logger
+	// OnPublic, if set, hears which public addresses the host serves
+	// (docs/NETWORK.md, "Public addresses"): serving true when the driver
+	// starts forwarding an address to a local instance, false when it
+	// stops, so that whatever routes public addresses to hosts (the
+	// fabric of gpucloud up) can follow. It is called with the driver's
+	// lock held, and must not call the driver.
+	OnPublic func(addr netip.Addr, serving bool)
 }
 
 func validCloud(s string) bool {

@@ -57,8 +57,10 @@ func (o *Overlay) applyHost(ctx context.Context) error {
 // are not tracked: nothing reaches the host itself from a router but
 // replies; blocked destinations (the host's networks, the underlay, the
 // transit links, VXLAN's port) are dropped unless allowed; nothing new
-// enters a transit link from the host's side; what leaves the host from
-// a router is masqueraded to the host's address.
+// enters a transit link from the host's side but connections to a
+// public address the host serves, through its router's link (from
+// outside or from another router); what leaves the host from a router
+// is masqueraded to the host's address.
 func (o *Overlay) hostRules() string {
 	var transits []string
 	for _, r := range o.routers {
@@ -77,6 +79,20 @@ func (o *Overlay) hostRules() string {
 	w("\tset blocked {")
 	w("\t\ttype ipv4_addr; flags interval; auto-merge")
 	w("\t\telements = { %s }", prefixes(o.blocked))
+	w("\t}")
+	// The public addresses the host serves, each with the transit link
+	// of its router (overlay_public.go).
+	var pubs []string
+	for _, a := range slices.SortedFunc(maps.Keys(o.served), netip.Addr.Compare) {
+		if r := o.routers[o.served[a].vni]; r != nil {
+			pubs = append(pubs, fmt.Sprintf("%s . %q", a, r.transit))
+		}
+	}
+	w("\tset publics {")
+	w("\t\ttype ipv4_addr . ifname")
+	if len(pubs) > 0 {
+		w("\t\telements = { %s }", strings.Join(pubs, ", "))
+	}
 	w("\t}")
 	w("\tset allowed {")
 	w("\t\ttype ipv4_addr; flags interval; auto-merge")
@@ -108,6 +124,7 @@ func (o *Overlay) hostRules() string {
 	w("\tchain from_router {")
 	w("\t\tct state established,related accept")
 	w("\t\tmeta nfproto != ipv4 drop")
+	w("\t\tip daddr . oifname @publics accept")
 	w("\t\toifname @transits drop")
 	w("\t\tudp dport %d drop", o.cfg.Port)
 	w("\t\tip daddr @allowed accept")
@@ -116,6 +133,7 @@ func (o *Overlay) hostRules() string {
 	w("\t}")
 	w("\tchain to_router {")
 	w("\t\tct state established,related accept")
+	w("\t\tip daddr . oifname @publics accept")
 	w("\t\tdrop")
 	w("\t}")
 	w("\tchain postrouting {")
@@ -146,7 +164,10 @@ func (o *Overlay) applyRouter(ctx context.Context, r *router) error {
 //   - the VXLAN device delivers IPv4 from the network's remote endpoints
 //     only, to local instances only, and reaches nothing of the router
 //     itself but ICMP echo to its gateways and replies;
-//   - nothing new comes in through the transit link (the host's side);
+//   - nothing new comes in through the transit link (the host's side)
+//     but connections to the public addresses of local instances, whose
+//     destination is rewritten to the instance's private address
+//     (overlay_public.go), for the groups to decide;
 //   - what leaves through the transit link is not for the network's own
 //     addresses (those that no endpoint has), and is masqueraded to the
 //     router's transit address;
@@ -172,6 +193,11 @@ func (o *Overlay) routerScript(r *router) (string, error) {
 		ports = append(ports, LocalPort{InstanceID: in.id, Iface: in.veth, Addr: in.addr, MAC: in.mac.String()})
 	}
 	gateways := slices.SortedFunc(maps.Keys(gws), netip.Addr.Compare)
+	pubs, privs := o.routerPublics(r)
+	pubMap := make([]string, len(pubs))
+	for i := range pubs {
+		pubMap[i] = fmt.Sprintf("%s : %s", pubs[i], privs[i])
+	}
 	hn, ok := o.views[r.vni]
 	if !ok || hn.ID != r.netID {
 		hn = agentapi.HostNetwork{ID: r.netID, VNI: r.vni, CIDR: r.cidr.String()}
@@ -200,10 +226,21 @@ func (o *Overlay) routerScript(r *router) (string, error) {
 	set("instances", "ifname", quoted(veths))
 	set("remotes", "ipv4_addr", addrList(remotes))
 	set("gateways", "ipv4_addr", addrList(gateways))
+	set("publics", "ipv4_addr", addrList(pubs))
+	w("\tmap public_in {")
+	w("\t\ttype ipv4_addr : ipv4_addr")
+	if len(pubMap) > 0 {
+		w("\t\telements = { %s }", strings.Join(pubMap, ", "))
+	}
+	w("\t}")
 	w("\tchain prerouting {")
 	w("\t\ttype filter hook prerouting priority raw; policy accept;")
 	w("\t\tiifname %q meta nfproto != ipv4 drop", r.vxlan)
 	w("\t\tiifname %q ip saddr != @remotes drop", r.vxlan)
+	w("\t}")
+	w("\tchain public_in {")
+	w("\t\ttype nat hook prerouting priority dstnat; policy accept;")
+	w("\t\tiifname %q dnat ip to ip daddr map @public_in", transitIf)
 	w("\t}")
 	w("\tchain input {")
 	w("\t\ttype filter hook input priority filter; policy accept;")
@@ -214,7 +251,7 @@ func (o *Overlay) routerScript(r *router) (string, error) {
 	w("\tchain forward {")
 	w("\t\ttype filter hook forward priority filter; policy accept;")
 	w("\t\tiifname %q oifname != @instances drop", r.vxlan)
-	w("\t\tiifname %q ct state new drop", transitIf)
+	w("\t\tiifname %q ct state new ct original ip daddr != @publics drop", transitIf)
 	w("\t\toifname %q ip daddr %s drop", transitIf, r.cidr)
 	w("\t}")
 	w("\tchain postrouting {")

@@ -90,7 +90,16 @@ func newFabric(t testing.TB, n int) *fabric {
 // when the test ends, failing the test if anything of it is left.
 func newOverlayOn(t testing.TB, h *simHost, cloud string) *Overlay {
 	t.Helper()
-	o, err := NewOverlay(t.Context(), OverlayConfig{Cloud: cloud, HostNetns: h.ns, Underlay: h.underlay})
+	return newOverlayWith(t, h, OverlayConfig{Cloud: cloud})
+}
+
+// newOverlayWith is newOverlayOn with more of the configuration: its
+// host's namespace and underlay address are h's.
+func newOverlayWith(t testing.TB, h *simHost, cfg OverlayConfig) *Overlay {
+	t.Helper()
+	cloud := cfg.Cloud
+	cfg.HostNetns, cfg.Underlay = h.ns, h.underlay
+	o, err := NewOverlay(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

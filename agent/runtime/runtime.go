@@ -174,8 +174,9 @@ type Runtime interface {
 
 // Network is an instance's place on its private network: its network
 // (ID, name, overlay segment VNI and CIDR), subnet, gateway, address,
-// interface MAC and security groups, and its DNS names. The agent fills it
-// from agentapi.InstanceNetwork.
+// interface MAC and security groups, its DNS names, and the public address
+// associated with it (Public; zero: none), which its host forwards to Addr
+// through its groups. The agent fills it from agentapi.InstanceNetwork.
 type Network struct {
 	ID, Name       string
 	VNI            uint32
@@ -184,6 +185,7 @@ type Network struct {
 	MAC            string
 	SecurityGroups []string
 	DNSNames       []string
+	Public         netip.Addr
 }
 
 // DNSServer serves one workload's DNS: the runtime opens a UDP socket and

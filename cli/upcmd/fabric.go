@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/network/fabric"
@@ -74,7 +76,48 @@ func (u *upRuntimes) startFabric(ctx context.Context, hosts int) error {
 		return fmt.Errorf("up is shutting down")
 	}
 	u.fab = f
+	u.pubs = &publicRoutes{fab: f, log: u.log, host: map[netip.Addr]int{}}
 	return nil
+}
+
+// publicRoutes routes each public address a host serves (its overlay's
+// OnPublic) to that host over the fabric, in the machine's namespace
+// (fabric.Route), so that the machine, and whatever it routes, reaches
+// the instance at it through its groups. Its lock is its own: the
+// overlays call it with theirs held, and up's close destroys them with
+// u.mu held.
+type publicRoutes struct {
+	fab *fabric.Fabric
+	log *slog.Logger
+
+	mu   sync.Mutex
+	host map[netip.Addr]int // the host each routed address goes to
+}
+
+// onPublic is host i's overlay's OnPublic. An address that another host
+// serves since is left routed to that one, whatever order the two hosts'
+// news come in.
+func (p *publicRoutes) onPublic(i int) func(netip.Addr, bool) {
+	return func(a netip.Addr, serving bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		dst := netip.PrefixFrom(a, a.BitLen())
+		if serving {
+			if err := p.fab.Route(dst, i); err != nil {
+				p.log.Warn("up: route a public address to its host", "address", a, "host", i, "err", err)
+				return
+			}
+			p.host[a] = i
+			return
+		}
+		if h, ok := p.host[a]; !ok || h != i {
+			return
+		}
+		delete(p.host, a)
+		if err := p.fab.Unroute(dst); err != nil {
+			p.log.Warn("up: remove a public address's route", "address", a, "host", i, "err", err)
+		}
+	}
 }
 
 // hostNetwork is where container host i (in the order forHost made their
@@ -132,5 +175,5 @@ func (u *upRuntimes) closeFabric(ctx context.Context) {
 	if err := u.fab.Close(ctx); err != nil {
 		u.log.Warn("up: remove the hosts' fabric", "err", err)
 	}
-	u.fab = nil
+	u.fab, u.pubs = nil, nil
 }

@@ -128,3 +128,57 @@ func TestUpFabric(t *testing.T) {
 		t.Errorf("close left the table")
 	}
 }
+
+// TestUpPublicRoutes: the public addresses the hosts' overlays serve are
+// routed, in the machine's namespace, to the host that serves them, and
+// a host that stops serving one after another took it over leaves that
+// one's route alone.
+func TestUpPublicRoutes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the fabric needs root")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " is missing")
+		}
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cloud := fmt.Sprintf("p%04x", os.Getpid()&0xffff)
+	u := &upRuntimes{kind: upRuntimeContainerd, cloud: cloud, log: log}
+	defer u.close()
+	if err := u.startFabric(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	hs := u.fab.Hosts()
+	pub := netip.AddrFrom4([4]byte{203, 0, 113, byte(20 + os.Getpid()%200)})
+	routed := func() string {
+		out, err := exec.Command("ip", "-4", "route", "show", pub.String()+"/32").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip route show: %v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, step := range []struct {
+		desc    string
+		host    int
+		serving bool
+		via     netip.Addr // zero: no route
+	}{
+		{"host 0 serves it", 0, true, hs[0].Underlay},
+		{"host 1 takes it over", 1, true, hs[1].Underlay},
+		{"host 0 stops serving it, late", 0, false, hs[1].Underlay},
+		{"host 1 stops serving it", 1, false, netip.Addr{}},
+		{"host 1 serves it again", 1, true, hs[1].Underlay},
+	} {
+		u.pubs.onPublic(step.host)(pub, step.serving)
+		got := routed()
+		if step.via.IsValid() && !strings.Contains(got, "via "+step.via.String()+" dev "+fabric.BridgeName(cloud)) ||
+			!step.via.IsValid() && got != "" {
+			t.Errorf("%s: route %q, want via %v", step.desc, got, step.via)
+		}
+	}
+	u.close()
+	if got := routed(); got != "" {
+		t.Errorf("after close: route %q", got)
+	}
+}

@@ -66,6 +66,9 @@ type upRuntimes struct {
 	// fab is the container hosts' fabric (fabric.go), removed at close
 	// after the instance networks.
 	fab *fabric.Fabric
+	// pubs routes the public addresses the hosts serve to them over the
+	// fabric (fabric.go); nil without a fabric.
+	pubs *publicRoutes
 	// ovs are the container hosts' overlays (private networks), one per
 	// host on the fabric, destroyed at close before the fabric; underlays
 	// are their hosts' underlay addresses and MTUs, by host directory,
@@ -221,7 +224,13 @@ func (u *upRuntimes) forHost(ctx context.Context, dir string, drv gpu.Driver) (a
 	// namespace on the fabric; the others the per-tenant network.
 	hook := &network.Hook{Legacy: net}
 	if ns, addr := u.hostNetwork(i); addr.IsValid() {
-		ov, err := network.NewOverlay(ctx, network.OverlayConfig{Cloud: u.cloud, HostNetns: ns, Underlay: addr, UnderlayMTU: u.fabricMTU(), Log: u.log})
+		ovCfg := network.OverlayConfig{Cloud: u.cloud, HostNetns: ns, Underlay: addr, UnderlayMTU: u.fabricMTU(), Log: u.log}
+		u.mu.Lock()
+		if u.pubs != nil {
+			ovCfg.OnPublic = u.pubs.onPublic(i)
+		}
+		u.mu.Unlock()
+		ov, err := network.NewOverlay(ctx, ovCfg)
 		if err != nil {
 			return nil, fmt.Errorf("the private networks' overlay: %w", err)
 		}
