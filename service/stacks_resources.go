@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/api"
@@ -109,19 +110,42 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 		}
 		return StackFieldError(c.Address, CheckNetworkSpec(&spec))
 	case stack.TypeSubnet:
+		// Its network is most often the stack's own, known only after
+		// apply: the rest is checked all the same.
 		var spec api.CreateSubnetRequest
-		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !unknownOnly(c.Properties, "network") {
 			return err
+		}
+		if spec.Network == "" && !known {
+			spec.Network = unknownNetwork
 		}
 		return StackFieldError(c.Address, CheckSubnetSpec(&spec))
 	case stack.TypeSecurityGroup:
 		var t api.SecurityGroupTemplate
-		if err := DecodeStackProps(c.Address, props, &t); err != nil || !known {
+		if err := DecodeStackProps(c.Address, props, &t); err != nil || !unknownOnly(c.Properties, "network") {
 			return err
+		}
+		if t.Network == "" && !known {
+			t.Network = unknownNetwork
 		}
 		return StackFieldError(c.Address, CheckSecurityGroupTemplate(&t))
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
+}
+
+// unknownNetwork stands for a network ID known only after apply, while a
+// subnet or security group is checked.
+const unknownNetwork = NetworkPrefix + "unknown"
+
+// unknownOnly reports whether every top-level property of props whose
+// value is not known yet is one of keys.
+func unknownOnly(props map[string]any, keys ...string) bool {
+	for k, v := range props {
+		if hasUnknown(v) && !slices.Contains(keys, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // StackFieldError puts a copy's address in front of a field error's field.

@@ -45,6 +45,12 @@ func TestStackBadInput(t *testing.T) {
 				"resources.g.properties.ingress[0].cidr"},
 			{"rule twice", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: all, group: self}, {protocol: ALL, group: self}]}}", nil,
 				"resources.g.properties.ingress[1]"},
+			{"rule of a group in the stack's network", "resources:\n  n: {type: network, properties: {name: n, cidr: 10.0.0.0/16}}\n" +
+				"  g: {type: security_group, properties: {network: \"${n.id}\", name: g, ingress: [{protocol: tcp, from_port: 9, to_port: 8, group: self}]}}", nil,
+				"resources.g.properties.ingress[0].to_port"},
+			{"subnet in the stack's network", "resources:\n  n: {type: network, properties: {name: n, cidr: 10.0.0.0/16}}\n" +
+				"  s: {type: subnet, properties: {network: \"${n.id}\", name: s, cidr: 10.0.0.0/33, zone: z}}", nil,
+				"resources.s.properties.cidr"},
 			{"rule field", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: all, group: self, ports: 1}]}}", nil,
 				"ports"},
 		} {
