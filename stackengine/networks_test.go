@@ -186,6 +186,24 @@ func TestStackNetworks(t *testing.T) {
 		if v.Outputs["vpc"] != net.ID {
 			t.Errorf("outputs %v", v.Outputs)
 		}
+		statuses := map[string]string{}
+		for _, r := range v.Resources {
+			statuses[r.Address] = r.Type + " " + r.ID + ": " + r.Status
+		}
+		for addr, want := range map[string]string{
+			"net":  fmt.Sprintf("network %s: 10.42.0.0/16, vni %d", net.ID, net.VNI),
+			"sub":  "subnet " + sub.ID + ": 10.42.0.0/20 in local-a",
+			"rdzv": "security_group " + rdzv.ID + ": 3 ingress, 1 egress rules",
+		} {
+			if statuses[addr] != want {
+				t.Errorf("%s: %q, want %q", addr, statuses[addr], want)
+			}
+		}
+		if !slices.ContainsFunc(p.Cost.Lines, func(l api.StackCostLine) bool {
+			return l.Address == "net" && l.OnDemand == 0 && strings.Contains(l.What, "network")
+		}) {
+			t.Errorf("cost lines %+v", p.Cost.Lines)
+		}
 		// The creates went in dependency order.
 		evs, _ := svc.Stacks.Events(ctx, f.acme, "", "train", 0, 0)
 		at := map[string]int{}
