@@ -96,3 +96,32 @@ type RevokeRequest struct {
 	RuleID string `json:"rule_id,omitempty"`
 	AuthorizeRequest
 }
+
+// SecurityGroupTemplate is the properties of a stack's security_group
+// resource: the create body and the rules the group has. The stack keeps
+// the group's rules as written, authorizing and revoking the difference
+// (service.Networks.SetRules), so that a change to them updates the group
+// in place.
+type SecurityGroupTemplate struct {
+	CreateSecurityGroupRequest
+	// Ingress are the group's ingress rules; none when absent.
+	Ingress []RuleTemplate `json:"ingress,omitempty"`
+	// Egress are the group's egress rules; when absent, a new group's
+	// default: all traffic to 0.0.0.0/0.
+	Egress *[]RuleTemplate `json:"egress,omitempty"`
+}
+
+// RuleTemplate is one rule of a SecurityGroupTemplate, as
+// AuthorizeRequest's fields, except that Group may be "self": the group
+// the rule belongs to.
+type RuleTemplate struct {
+	Protocol    string `json:"protocol"`
+	FromPort    int    `json:"from_port,omitempty"`
+	ToPort      int    `json:"to_port,omitempty"`
+	CIDR        string `json:"cidr,omitempty"`
+	Group       string `json:"group,omitempty"`
+	Description string `json:"description,omitempty"`
+}
+
+// RuleSelf is a RuleTemplate's Group naming the rule's own group.
+const RuleSelf = "self"

@@ -19,7 +19,8 @@ import (
 func newStacksCommand(s *session) *cobra.Command {
 	cmd := groupCommand("stacks", "Plan, apply, check and destroy stacks of resources made from templates",
 		"A stack is a set of resources (instances, spot requests, volumes, addresses,\n"+
-			"groups, placement groups, commitments) made from one YAML or JSON template\n"+
+			"groups, placement groups, commitments, networks, subnets, security groups)\n"+
+			"made from one YAML or JSON template\n"+
 			"(docs/STACKS.md). plan shows what an apply would change, what the stack\n"+
 			"costs per hour and whether it fits in the fleet now; apply makes it so;\n"+
 			"drift compares the live resources with the last apply; destroy deletes\n"+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
@@ -147,6 +148,8 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 			}
 		case stack.TypeCommitment:
 			cost.Assumptions = append(cost.Assumptions, c.Address+": a commitment's fees are fixed at purchase and billed on their own; not included")
+		case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup:
+			add(c.Address, strings.ReplaceAll(c.Type, "_", " ")+" (free)", 0, 0)
 		}
 	}
 	return cost, nil
@@ -209,6 +212,21 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord,
 		}
 		return "", "", false
 	}
+	// An instance on one of the stack's subnets runs in the subnet's zone.
+	subnetZones := map[string]string{}
+	for _, c := range stackCopies(p, rec) {
+		if z := propString(c.Properties, "zone"); c.Type == stack.TypeSubnet && z != "" {
+			subnetZones[c.Address] = z
+		}
+	}
+	zonesOf := func(c *stack.Change) []string {
+		for _, d := range c.DependsOn {
+			if z, ok := subnetZones[d]; ok {
+				return []string{z}
+			}
+		}
+		return propStrings(c.Properties, "zones")
+	}
 	for _, c := range p.Changes {
 		if c.Action != stack.ActionCreate && c.Action != stack.ActionReplace {
 			continue
@@ -218,7 +236,7 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord,
 		case stack.TypeInstance:
 			g, strategy, byRack := groupOf(c)
 			reqs = append(reqs, cloud.DryRunRequest{Tenant: tenant, ID: c.Address, Offering: propString(props, "offering"),
-				Zones: propStrings(props, "zones"), Labels: propStrings(props, "labels"), Group: g, Strategy: strategy, ByRack: byRack})
+				Zones: zonesOf(c), Labels: propStrings(props, "labels"), Group: g, Strategy: strategy, ByRack: byRack})
 		case stack.TypeSpotRequest:
 			pools, _ := props["pools"].([]any)
 			if len(pools) > 0 {

@@ -110,11 +110,9 @@ func DecodeStackRecord(st *cloud.Stack) (*StackRecord, error) {
 	return rec, nil
 }
 
-// Encode is the record as cloud.Stack.Applied keeps it.
+// Encode is the record as cloud.Stack.Applied keeps it (an empty Waiting
+// left out). It does not change rec, which a round goes on writing.
 func (rec *StackRecord) Encode() (json.RawMessage, error) {
-	if len(rec.Waiting) == 0 {
-		rec.Waiting = nil
-	}
 	b, err := json.Marshal(rec)
 	return b, err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/api"
@@ -102,8 +103,49 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 	case stack.TypeCommitment:
 		var spec api.CreateCommitmentRequest
 		return DecodeStackProps(c.Address, props, &spec)
+	case stack.TypeNetwork:
+		var spec api.CreateNetworkRequest
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !known {
+			return err
+		}
+		return StackFieldError(c.Address, CheckNetworkSpec(&spec))
+	case stack.TypeSubnet:
+		// Its network is most often the stack's own, known only after
+		// apply: the rest is checked all the same.
+		var spec api.CreateSubnetRequest
+		if err := DecodeStackProps(c.Address, props, &spec); err != nil || !unknownOnly(c.Properties, "network") {
+			return err
+		}
+		if spec.Network == "" && !known {
+			spec.Network = unknownNetwork
+		}
+		return StackFieldError(c.Address, CheckSubnetSpec(&spec))
+	case stack.TypeSecurityGroup:
+		var t api.SecurityGroupTemplate
+		if err := DecodeStackProps(c.Address, props, &t); err != nil || !unknownOnly(c.Properties, "network") {
+			return err
+		}
+		if t.Network == "" && !known {
+			t.Network = unknownNetwork
+		}
+		return StackFieldError(c.Address, CheckSecurityGroupTemplate(&t))
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
+}
+
+// unknownNetwork stands for a network ID known only after apply, while a
+// subnet or security group is checked.
+const unknownNetwork = NetworkPrefix + "unknown"
+
+// unknownOnly reports whether every top-level property of props whose
+// value is not known yet is one of keys.
+func unknownOnly(props map[string]any, keys ...string) bool {
+	for k, v := range props {
+		if hasUnknown(v) && !slices.Contains(keys, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // StackFieldError puts a copy's address in front of a field error's field.
@@ -231,6 +273,12 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 			status = "not in its term"
 		}
 		return live, map[string]any{"id": c.ID}, status, nil
+	case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup:
+		l, attrs, status, err := readNetworkResource(ctx, svc, a, rs)
+		if err != nil {
+			return gone(err)
+		}
+		return l, attrs, status, nil
 	}
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
 }
@@ -273,7 +321,8 @@ func instanceLive(in *cloud.Instance) (live stack.Live, attrs map[string]any, st
 
 // ResourceAttrs are the attributes a stack's template can reference of a
 // resource its copy made (an instance, volume, address, spot request,
-// group or placement group; a commitment's ID): what the engine records
+// group, placement group, network, subnet or security group; a
+// commitment's ID): what the engine records
 // after a create.
 func ResourceAttrs(v any) map[string]any {
 	switch r := v.(type) {
@@ -291,6 +340,12 @@ func ResourceAttrs(v any) map[string]any {
 		return placementAttrs(r)
 	case *cloud.Commitment:
 		return map[string]any{"id": r.ID}
+	case *cloud.Network:
+		return networkAttrs(r)
+	case *cloud.Subnet:
+		return subnetAttrs(r)
+	case *cloud.SecurityGroup:
+		return securityGroupAttrs(r)
 	}
 	return nil
 }

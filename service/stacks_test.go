@@ -31,6 +31,28 @@ func TestStackBadInput(t *testing.T) {
 			{"tenant property", "resources:\n  a: {type: volume, properties: {name: x, size_gib: 1, tenant: other}}", nil, "tenant"},
 			{"bad offering", "resources:\n  a: {type: instance, properties: {offering: nope.9x}}", nil, "offering"},
 			{"reserved tag", "resources:\n  a: {type: volume, properties: {name: x, size_gib: 1, tags: {\"gpucloud:stack\": y}}}", nil, "gpucloud:"},
+			{"network cidr", "resources:\n  n: {type: network, properties: {name: n, cidr: 10.0.0.1/16}}", nil, "resources.n.properties.cidr"},
+			{"network name", "resources:\n  n: {type: network, properties: {name: N_1, cidr: 10.0.0.0/16}}", nil, "resources.n.properties.name"},
+			{"default network name", "resources:\n  n: {type: network, properties: {name: default, cidr: 10.0.0.0/16}}", nil, "default"},
+			{"subnet without zone", "resources:\n  s: {type: subnet, properties: {network: vpc-1, name: s, cidr: 10.0.0.0/24}}", nil, "resources.s.properties.zone"},
+			{"subnet property", "resources:\n  s: {type: subnet, properties: {network: vpc-1, name: s, cidr: 10.0.0.0/24, zone: z, az: z}}", nil, "az"},
+			{"group without network", "resources:\n  g: {type: security_group, properties: {name: g}}", nil, "resources.g.properties.network"},
+			{"rule protocol", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: sctp, cidr: 0.0.0.0/0}]}}", nil,
+				"resources.g.properties.ingress[0].protocol"},
+			{"rule ports", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, egress: [{protocol: tcp, from_port: 0, to_port: 0, group: self}]}}", nil,
+				"resources.g.properties.egress[0].from_port"},
+			{"rule peer", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: all}]}}", nil,
+				"resources.g.properties.ingress[0].cidr"},
+			{"rule twice", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: all, group: self}, {protocol: ALL, group: self}]}}", nil,
+				"resources.g.properties.ingress[1]"},
+			{"rule of a group in the stack's network", "resources:\n  n: {type: network, properties: {name: n, cidr: 10.0.0.0/16}}\n" +
+				"  g: {type: security_group, properties: {network: \"${n.id}\", name: g, ingress: [{protocol: tcp, from_port: 9, to_port: 8, group: self}]}}", nil,
+				"resources.g.properties.ingress[0].to_port"},
+			{"subnet in the stack's network", "resources:\n  n: {type: network, properties: {name: n, cidr: 10.0.0.0/16}}\n" +
+				"  s: {type: subnet, properties: {network: \"${n.id}\", name: s, cidr: 10.0.0.0/33, zone: z}}", nil,
+				"resources.s.properties.cidr"},
+			{"rule field", "resources:\n  g: {type: security_group, properties: {network: vpc-1, name: g, ingress: [{protocol: all, group: self, ports: 1}]}}", nil,
+				"ports"},
 		} {
 			before := f.counts()
 			_, err := f.svc.Stacks.Apply(ctx, f.acme, "s", api.ApplyStackRequest{Template: tc.tmpl, Parameters: tc.params})

@@ -70,12 +70,50 @@ func TestBlueprintLLMFinetune(t *testing.T) {
 	if one := bindSrc(t, string(src), map[string]string{"nodes": "1"}); one.Count("workers") != 0 {
 		t.Errorf("one node has %d workers", one.Count("workers"))
 	}
-	d := PlanDestroy(new(fakeCloud).apply(t, b, nil, planOf(t, b, nil, nil)))
-	if d.Changes[len(d.Changes)-2].Address != "checkpoints" && d.Changes[len(d.Changes)-1].Address != "checkpoints" {
-		t.Errorf("destroy order %s", actions(d))
+	if head["subnet"] != "subnet.id" || !Equal(head["security_groups"], []any{"rendezvous.id"}) ||
+		w["subnet"] != "subnet.id" || !Equal(w["security_groups"], []any{"rendezvous.id"}) {
+		t.Errorf("the nodes' network: head %v %v, worker %v %v", head["subnet"], head["security_groups"], w["subnet"], w["security_groups"])
 	}
-	if d.Summary[ActionRetain] != 1 {
+	sub, err := b.Resolve("subnet", attrs)
+	if err != nil || sub["network"] != "net.id" || sub["cidr"] != "10.42.0.0/20" || sub["zone"] != "local-a" {
+		t.Errorf("subnet %v, %v", sub, err)
+	}
+	sg, err := b.Resolve("rendezvous", attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIngress := []any{
+		map[string]any{"protocol": "tcp", "from_port": int64(29500), "to_port": int64(29500), "group": "self", "description": "torchrun rendezvous (MASTER_PORT)"},
+		map[string]any{"protocol": "all", "group": "self", "description": "NCCL bootstrap and transport, on ports chosen at run time"},
+	}
+	if sg["network"] != "net.id" || !Equal(sg["ingress"], wantIngress) || sg["egress"] != nil ||
+		!strings.Contains(sg["description"].(string), "29500") {
+		t.Errorf("rendezvous %v", sg)
+	}
+	d := PlanDestroy(new(fakeCloud).apply(t, b, nil, planOf(t, b, nil, nil)))
+	pos := map[string]int{}
+	for i, c := range d.Changes {
+		pos[c.Address] = i
+	}
+	// Every node goes before the group and the subnet it is in, and they
+	// before the network.
+	for _, before := range [][2]string{{"head", "rendezvous"}, {"workers[2]", "rendezvous"}, {"head", "subnet"},
+		{"workers[0]", "subnet"}, {"rendezvous", "net"}, {"subnet", "net"}, {"head", "pg"}, {"head", "checkpoints"}} {
+		if pos[before[0]] > pos[before[1]] {
+			t.Errorf("destroy order %s: %s after %s", actions(d), before[0], before[1])
+		}
+	}
+	if d.Summary[ActionRetain] != 1 || d.Changes[pos["checkpoints"]].Action != ActionRetain {
 		t.Errorf("checkpoints should be retained: %s", actions(d))
+	}
+	custom := bindSrc(t, string(src), map[string]string{"cidr": "10.7.0.0/16", "subnet_cidr": "10.7.16.0/20", "zone": "z1", "network": "ft-2"})
+	n, _ := custom.Resolve("net", attrs)
+	s, _ := custom.Resolve("subnet", attrs)
+	if n["name"] != "ft-2" || n["cidr"] != "10.7.0.0/16" || s["cidr"] != "10.7.16.0/20" || s["zone"] != "z1" {
+		t.Errorf("network parameters: net %v, subnet %v", n, s)
+	}
+	if _, err := mustParse(t, string(src)).Bind(map[string]string{"network": "Not_A_Label"}); err == nil {
+		t.Error("network accepts a name that is not a DNS label")
 	}
 }
 

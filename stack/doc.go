@@ -68,7 +68,10 @@
 // (only TypeInfo.Mutable properties differ), replaced, started again,
 // deleted, retained or left alone, with a reason. Deletions come last, in
 // reverse dependency order. A commitment is a contract: a plan never
-// changes, replaces or deletes one. PlanDestroy plans a destroy.
+// changes, replaces or deletes one. A replacement that keeps a live
+// copy's unique properties (TypeInfo.Unique: a network's name, a subnet's
+// or security group's network and name) is an error, since the new copy
+// is made before the old one goes. PlanDestroy plans a destroy.
 //
 // Every error of Parse and Bind is an *Error with the line and column of
 // the problem, collected as Errors.

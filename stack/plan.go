@@ -207,7 +207,26 @@ func (p *planner) copyChange(c *Copy) (*Change, error) {
 		ch.Reason += "; the old one is left alive (deletion_policy retain)"
 	}
 	p.checkCommitment(ch, rs)
+	p.checkUnique(ch, rs, lv)
 	return ch, nil
+}
+
+// checkUnique records an error when a copy's replacement keeps every
+// unique property (TypeInfo.Unique) of the live copy it replaces: the new
+// one is made while the old one lives, and the two would collide.
+func (p *planner) checkUnique(ch *Change, rs *ResourceState, lv Live) {
+	info := Types[ch.Type]
+	if rs == nil || ch.Action != ActionReplace || lv.Gone || rs.Type != ch.Type || len(info.Unique) == 0 {
+		return
+	}
+	for _, k := range info.Unique {
+		v := ch.Properties[k]
+		if s, ok := v.(string); !ok || s == "" || !Equal(rs.Properties[k], v) {
+			return
+		}
+	}
+	p.errs.at(0, 0, ch.Address, "the %s is replaced (%s), and the new one is made before the old one goes, which holds the same %s: change its %s too, or destroy the stack first",
+		ch.Type, ch.Reason, strings.Join(info.Unique, " and "), info.Unique[len(info.Unique)-1])
 }
 
 // goneReason says what happened to a copy that is gone.

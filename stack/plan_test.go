@@ -3,6 +3,7 @@ package stack
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -310,5 +311,96 @@ func TestPlanDestroyOrder(t *testing.T) {
 	}
 	if after := cloud.apply(t, b, s, d); len(after.Resources) != 0 {
 		t.Errorf("left %v", after.Resources)
+	}
+}
+
+const planNetwork = `
+parameters:
+  cidr: {type: string, default: 10.0.0.0/16}
+  net_name: {type: string, default: n}
+  sub_name: {type: string, default: s}
+  sub_cidr: {type: string, default: 10.0.0.0/24}
+  port: {type: integer, default: 22}
+  desc: {type: string, default: d}
+resources:
+  net:
+    type: network
+    properties: {name: "${param.net_name}", cidr: "${param.cidr}"}
+  sub:
+    type: subnet
+    properties: {network: "${net.id}", name: "${param.sub_name}", cidr: "${param.sub_cidr}", zone: z}
+  sg:
+    type: security_group
+    properties:
+      network: ${net.id}
+      name: sg
+      description: ${param.desc}
+      ingress:
+        - {protocol: tcp, from_port: "${param.port}", to_port: "${param.port}", group: self}
+  node:
+    type: instance
+    properties: {offering: h100.1x, subnet: "${sub.id}", security_groups: ["${sg.id}"]}
+`
+
+// TestPlanNetworks: a network, subnet and security group are created in
+// the order their references give, a group's rules change in place,
+// names and CIDRs replace (with what depends on them), and a replacement
+// that keeps a unique name is refused.
+func TestPlanNetworks(t *testing.T) {
+	cloud := &fakeCloud{}
+	b0 := bindSrc(t, planNetwork, nil)
+	p0 := planOf(t, b0, nil, nil)
+	if got := actions(p0); got != "net:create sub:create sg:create node:create" {
+		t.Fatalf("first plan: %s", got)
+	}
+	node := b0.byAddr["node"]
+	if !slices.Contains(node.DependsOn, "sub") || !slices.Contains(node.DependsOn, "sg") {
+		t.Errorf("node depends on %v", node.DependsOn)
+	}
+	s0 := cloud.apply(t, b0, nil, p0)
+	if d := PlanDestroy(s0); actions(d) != "node:delete sg:delete sub:delete net:delete" {
+		t.Errorf("destroy order: %s", actions(d))
+	}
+	for _, tc := range []struct {
+		name string
+		args map[string]string
+		want string // the plan's actions
+		err  string // a plan error's text
+	}{
+		{"same", nil, "net:none sub:none sg:none node:none", ""},
+		{"group rules", map[string]string{"port": "2222"}, "net:none sub:none sg:update node:none", ""},
+		{"group description", map[string]string{"desc": "other"}, "", "sg: the security_group is replaced"},
+		{"subnet name", map[string]string{"sub_name": "s2"}, "net:none sub:replace sg:none node:replace", ""},
+		{"subnet cidr only", map[string]string{"sub_cidr": "10.0.1.0/24"}, "", "change its name too"},
+		{"network cidr and name", map[string]string{"cidr": "10.1.0.0/16", "net_name": "n2", "sub_cidr": "10.1.0.0/24"},
+			"net:replace sub:replace sg:replace node:replace", ""},
+		{"network cidr only", map[string]string{"cidr": "10.1.0.0/16", "sub_cidr": "10.1.0.0/24"}, "", "net: the network is replaced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Plan(bindSrc(t, planNetwork, tc.args), s0, nil)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("plan: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := actions(p); got != tc.want {
+				t.Errorf("plan %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// Gone: a replacement may keep its name, since the old one is gone.
+	p, err := Plan(bindSrc(t, planNetwork, map[string]string{"cidr": "10.1.0.0/16", "sub_cidr": "10.1.0.0/24"}), s0, map[string]Live{"net": {Gone: true}})
+	if err != nil || actions(p) != "net:replace sub:replace sg:replace node:replace" {
+		t.Errorf("the network deleted outside the stack: %v, %v", actions(p), err)
+	}
+	// Drift of the rules: the live rules differ from the applied ones.
+	live := map[string]Live{"sg": {Changed: []FieldDiff{{Path: "properties.ingress", Old: s0.Resources["sg"].Properties["ingress"], New: []any{}}}}}
+	p = planOf(t, b0, s0, live)
+	if actions(p) != "net:none sub:none sg:update node:none" || !strings.Contains(p.Changes[2].Reason, "changed outside the stack") {
+		t.Errorf("drifted rules: %s %q", actions(p), p.Changes[2].Reason)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // names: a resource refers only to resources before it.
 func randomTemplate(r *rand.Rand) string {
 	names := []string{"a", "b", "c", "d", "e", "f"}
-	types := []string{TypeInstance, TypeVolume, TypeAddress, TypeGroup, TypePlacementGroup, TypeSpotRequest}
+	types := []string{TypeInstance, TypeVolume, TypeAddress, TypeGroup, TypePlacementGroup, TypeSpotRequest, TypeNetwork, TypeSubnet, TypeSecurityGroup}
 	var b strings.Builder
 	b.WriteString("resources:\n")
 	var declared []string

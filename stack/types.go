@@ -11,6 +11,9 @@ const (
 	TypeGroup          = "group"
 	TypePlacementGroup = "placement_group"
 	TypeCommitment     = "commitment"
+	TypeNetwork        = "network"
+	TypeSubnet         = "subnet"
+	TypeSecurityGroup  = "security_group"
 )
 
 // TypeInfo describes one resource type: the attributes a reference may
@@ -20,6 +23,12 @@ const (
 type TypeInfo struct {
 	Attributes []string
 	Mutable    []string
+	// Unique are the properties whose values no two live resources of
+	// the type share: the name, and the scope it is unique in (a subnet's
+	// and a security group's network). A copy's replacement is made
+	// before the old copy goes, so a replacement that keeps all of them
+	// would collide with the copy it replaces; Plan refuses it.
+	Unique []string
 }
 
 // HasAttribute reports whether attr is one of the type's attributes.
@@ -32,7 +41,10 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 // fields of the API's create body for that type (api.CreateInstanceRequest,
 // api.CreateSpotRequestRequest, api.CreateVolumeRequest,
 // api.AllocateAddressRequest, api.CreateGroupRequest, the placement group
-// create body and api.CreateCommitmentRequest). Callers must not modify it.
+// create body, api.CreateCommitmentRequest, api.CreateNetworkRequest,
+// api.CreateSubnetRequest, and for a security group
+// api.SecurityGroupTemplate: the create body with its ingress and egress
+// rules, which change in place). Callers must not modify it.
 var Types = map[string]TypeInfo{
 	TypeInstance:       {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
 	TypeSpotRequest:    {Attributes: []string{"id", "name", "instance_id"}},
@@ -41,6 +53,9 @@ var Types = map[string]TypeInfo{
 	TypeGroup:          {Attributes: []string{"id", "name"}, Mutable: []string{"min", "max", "desired", "template", "policies", "mixed", "timing", "budget_per_hour", "idle_release"}},
 	TypePlacementGroup: {Attributes: []string{"id", "name", "strategy"}},
 	TypeCommitment:     {Attributes: []string{"id"}},
+	TypeNetwork:        {Attributes: []string{"id", "name", "cidr", "vni"}, Unique: []string{"name"}},
+	TypeSubnet:         {Attributes: []string{"id", "name", "cidr", "zone"}, Unique: []string{"network", "name"}},
+	TypeSecurityGroup:  {Attributes: []string{"id", "name"}, Mutable: []string{"ingress", "egress"}, Unique: []string{"network", "name"}},
 }
 
 // typeNames is the sorted list of type names, for messages.

@@ -423,7 +423,17 @@ func TestStackProperty(t *testing.T) {
 		if names {
 			name = "x"
 		}
-		fmt.Fprintf(&b, "  nodes:\n    type: instance\n    count: %d\n    properties: {name: \"%s-${count.index}\", offering: l4.1x}\n", workers, name)
+		// Some templates put the nodes on a network of their own, with a
+		// group whose rules vary.
+		place := ""
+		if seed%3 != 1 {
+			fmt.Fprintf(&b, "  net: {type: network, properties: {name: n%d, cidr: 10.%d.0.0/16}}\n", seed%2, seed%2)
+			fmt.Fprintf(&b, "  sub: {type: subnet, properties: {network: \"${net.id}\", name: s, cidr: 10.%d.0.0/24, zone: z}}\n", seed%2)
+			fmt.Fprintf(&b, "  sg: {type: security_group, properties: {network: \"${net.id}\", name: g, ingress: [{protocol: tcp, from_port: %d, to_port: %d, group: self}]}}\n",
+				22+seed%4, 22+seed%4)
+			place = `, subnet: "${sub.id}", security_groups: ["${sg.id}"]`
+		}
+		fmt.Fprintf(&b, "  nodes:\n    type: instance\n    count: %d\n    properties: {name: \"%s-${count.index}\", offering: l4.1x%s}\n", workers, name, place)
 		if seed%5 == 0 {
 			b.WriteString("  solo: {type: instance, properties: {offering: l4.2x}}\n")
 			n++
@@ -458,6 +468,24 @@ func TestStackProperty(t *testing.T) {
 	}
 	if vs, _ := svc.Volumes.List(ctx, f.acme, ""); len(vs) != 0 {
 		t.Errorf("%d volumes left", len(vs))
+	}
+	ns, _ := svc.Networks.ListNetworks(ctx, f.acme, "")
+	subs, _ := svc.Networks.ListSubnets(ctx, f.acme, "", "")
+	gs, _ := svc.Networks.ListSecurityGroups(ctx, f.acme, "", "")
+	for _, n := range ns {
+		if !n.Default {
+			t.Errorf("network %s (%s) left", n.ID, n.Name)
+		}
+	}
+	for _, sub := range subs {
+		if !sub.Default {
+			t.Errorf("subnet %s (%s) left", sub.ID, sub.Name)
+		}
+	}
+	for _, g := range gs {
+		if !g.Default {
+			t.Errorf("security group %s (%s) left", g.ID, g.Name)
+		}
 	}
 }
 

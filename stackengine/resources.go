@@ -89,6 +89,42 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 			return "", nil, service.StackFieldError(address, err)
 		}
 		return c.ID, service.ResourceAttrs(c), nil
+	case stack.TypeNetwork:
+		var spec api.CreateNetworkRequest
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		n, _, err := svc.Networks.CreateNetwork(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return n.ID, service.ResourceAttrs(n), nil
+	case stack.TypeSubnet:
+		var spec api.CreateSubnetRequest
+		if err := service.DecodeStackProps(address, props, &spec); err != nil {
+			return "", nil, err
+		}
+		sub, _, err := svc.Networks.CreateSubnet(ctx, a, spec, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return sub.ID, service.ResourceAttrs(sub), nil
+	case stack.TypeSecurityGroup:
+		// The group, then its rules: a create cut short between the two
+		// is completed with the same key, which answers the group, and
+		// setting its rules again is harmless.
+		var t api.SecurityGroupTemplate
+		if err := service.DecodeStackProps(address, props, &t); err != nil {
+			return "", nil, err
+		}
+		g, _, err := svc.Networks.CreateSecurityGroup(ctx, a, t.CreateSecurityGroupRequest, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		if err := setGroupRules(ctx, svc, a, address, g.ID, &t); err != nil {
+			return "", nil, err
+		}
+		return g.ID, service.ResourceAttrs(g), nil
 	}
 	return "", nil, service.Field("resources."+address+".type", "%s is not a resource type", service.Quote(typ))
 }
@@ -125,6 +161,15 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 		derr = svc.Placement.Delete(ctx, a, rs.ID)
 	case stack.TypeCommitment:
 		return true, "", nil // never deleted: a contract runs to its end
+	case stack.TypeNetwork:
+		// The stack's subnets and groups in it went first (they depend
+		// on it); its default group and any subnet or group made outside
+		// the stack go with it. Instances in it are a conflict: wait.
+		derr = svc.Networks.DeleteNetwork(ctx, a, rs.ID)
+	case stack.TypeSubnet:
+		derr = svc.Networks.DeleteSubnet(ctx, a, rs.ID)
+	case stack.TypeSecurityGroup:
+		derr = svc.Networks.DeleteSecurityGroup(ctx, a, rs.ID)
 	default:
 		return false, "", fmt.Errorf("unknown resource type %q", rs.Type)
 	}
@@ -137,6 +182,30 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 		return false, derr.Error(), nil
 	}
 	return false, "", derr
+}
+
+// updateResource changes a copy's mutable properties in place: a
+// group's sizes, template and policies, a security group's rules.
+func updateResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address, id string, props map[string]any) error {
+	switch typ {
+	case stack.TypeGroup:
+		return updateGroup(ctx, svc, a, address, id, props)
+	case stack.TypeSecurityGroup:
+		var t api.SecurityGroupTemplate
+		if err := service.DecodeStackProps(address, props, &t); err != nil {
+			return err
+		}
+		return setGroupRules(ctx, svc, a, address, id, &t)
+	}
+	return fmt.Errorf("%s: a %s does not change in place", address, typ)
+}
+
+// setGroupRules makes security group id's rules those of t, authorizing
+// and revoking the difference.
+func setGroupRules(ctx context.Context, svc *service.Services, a service.Actor, address, id string, t *api.SecurityGroupTemplate) error {
+	ingress, egress := service.GroupRules(t, id)
+	_, err := svc.Networks.SetRules(ctx, a, id, ingress, egress)
+	return service.StackFieldError(address, err)
 }
 
 // updateGroup changes a group's mutable properties in place.

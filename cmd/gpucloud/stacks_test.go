@@ -85,7 +85,7 @@ func testUpStack(t *testing.T, flags ...string) {
 			break
 		}
 	}
-	if !strings.Contains(plan, "Plan: 4 to create") || !strings.Contains(plan, "Fit: fits now") {
+	if !strings.Contains(plan, "Plan: 7 to create") || !strings.Contains(plan, "Fit: fits now") {
 		t.Fatalf("plan:\n%s", plan)
 	}
 	if o, e, code := run("stacks", "plan", file, "--param", "nodes=3"); code != 3 || !strings.Contains(o, "does not fit") {
