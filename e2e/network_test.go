@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -172,6 +174,25 @@ func testNetworkIsolation(t *testing.T, ch *containerHost, db string) {
 	acme := sides[0].tn
 	gid, sid, nid := acme.group.ID, acme.subnet.ID, acme.net.ID
 	own := sides[1].tn
+	// The versions of acme's network, subnet and group (the subnet's
+	// changes as it gives addresses).
+	versions := func() map[string]int64 {
+		t.Helper()
+		n, err := alice.GetNetwork(ctx, nid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := alice.GetSubnet(ctx, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := alice.GetSecurityGroup(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]int64{"network": n.Version, "subnet": s.Version, "group": g.Version}
+	}
+	before := versions()
 	for name, do := range map[string]func() error{
 		"get network":    func() error { _, err := bob.GetNetwork(ctx, nid); return err },
 		"get subnet":     func() error { _, err := bob.GetSubnet(ctx, sid); return err },
@@ -214,40 +235,12 @@ func testNetworkIsolation(t *testing.T, ch *containerHost, db string) {
 	if ns, err := bob.Networks(ctx, ""); err != nil || slices.ContainsFunc(ns, func(n *cloud.Network) bool { return n.ID == nid }) {
 		t.Errorf("globex lists networks %v, %v: want none of acme's", ns, err)
 	}
-	for what, get := range map[string]func() (int64, error){
-		"network": func() (int64, error) { n, err := alice.GetNetwork(ctx, nid); return versionOf(n, err) },
-		"subnet":  func() (int64, error) { s, err := alice.GetSubnet(ctx, sid); return versionOf(s, err) },
-		"group":   func() (int64, error) { g, err := alice.GetSecurityGroup(ctx, gid); return versionOf(g, err) },
-	} {
-		want := map[string]int64{"network": acme.net.Version, "subnet": acme.subnet.Version, "group": acme.group.Version}[what]
-		if v, err := get(); err != nil || v != want {
-			t.Errorf("acme's %s after globex's tries: version %d, %v; want %d, unchanged", what, v, err, want)
-		}
+	if after := versions(); !maps.Equal(after, before) {
+		t.Errorf("acme's network, subnet and group after globex's tries: versions %v, want %v, unchanged", after, before)
 	}
 	if l := c.instances(bob, client.ListInstancesOptions{}); len(l) != 2 {
 		t.Errorf("globex has %d instances, want its client and listener only", len(l))
 	}
-}
-
-// versioned is a resource with a version.
-type versioned interface {
-	*cloud.Network | *cloud.Subnet | *cloud.SecurityGroup
-}
-
-// versionOf is the version of a resource read with err.
-func versionOf[T versioned](r T, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	switch v := any(r).(type) {
-	case *cloud.Network:
-		return v.Version, nil
-	case *cloud.Subnet:
-		return v.Version, nil
-	case *cloud.SecurityGroup:
-		return v.Version, nil
-	}
-	return 0, fmt.Errorf("%T", r)
 }
 
 // TestSecurityGroupRevoke: a client on host a connects to a listener on
@@ -263,12 +256,15 @@ func TestSecurityGroupRevoke(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { testSecurityGroupRevoke(t, ch, pgtest.URL(t)) })
 }
 
-// loopScript tries a connection to PEER:7000 every 200 ms (each bounded by
-// a second), printing "ok T" or "fail T", T the uptime when it began.
+// loopScript begins a connection to PEER:7000 every 200 ms, whether the
+// one before has ended or not (each is bounded by a second: a dropped
+// connection hangs until then), and prints "ok T" or "fail T" when it
+// ends, T the uptime when it began: the lines are in the order the tries
+// ended.
 const loopScript = `
 while :; do
   t=$(cut -d' ' -f1 /proc/uptime)
-  if timeout 1 wget -q -O /dev/null "http://$PEER:7000/" 2>/dev/null; then echo "ok $t"; else echo "fail $t"; fi
+  ( if timeout 1 wget -q -O /dev/null "http://$PEER:7000/" 2>/dev/null; then echo "ok $t"; else echo "fail $t"; fi ) &
   sleep 0.2
 done
 `
@@ -279,7 +275,7 @@ type try struct {
 	began float64 // uptime, seconds
 }
 
-// tries parses loopScript's output.
+// tries parses loopScript's output, in the order the tries began.
 func tries(out string) []try {
 	var ts []try
 	for _, line := range strings.Split(out, "\n") {
@@ -293,6 +289,7 @@ func tries(out string) []try {
 		}
 		ts = append(ts, try{ok: res == "ok", began: f})
 	}
+	slices.SortStableFunc(ts, func(a, b try) int { return cmp.Compare(a.began, b.began) })
 	return ts
 }
 
@@ -388,7 +385,31 @@ func testSecurityGroupRevoke(t *testing.T, ch *containerHost, db string) {
 		t.Fatalf("authorize again: %v", err)
 	}
 	ok := since(authorized, true, "a connection to succeed after the rule is authorized again")
-	t.Logf("authorize: the first succeeding try began %.2fs after the call", ok.began-authorized)
+	// The tries that began before it end within a second of it.
+	var ts []try
+	c.until("a try to end more than a second after the first success", func() (bool, string) {
+		ts = tries(c.logs(alice, a.ID))
+		return slices.ContainsFunc(ts, func(tr try) bool { return tr.began > ok.began+1 }), fmt.Sprintf("%d tries", len(ts))
+	})
+	lastFail := 0.0
+	for _, tr := range ts {
+		if !tr.ok && tr.began >= authorized {
+			lastFail = tr.began
+		}
+	}
+	t.Logf("authorize: the first succeeding try began %.2fs after the call (the last failing one %s)",
+		ok.began-authorized, failAfter(lastFail, authorized))
+	if d := ok.began - authorized; d > 2 {
+		t.Errorf("the first succeeding try began %.2fs after the authorize, want within a second or two", d)
+	}
+}
+
+// failAfter describes the last try that failed after the authorize.
+func failAfter(lastFail, authorized float64) string {
+	if lastFail == 0 {
+		return "none after the call"
+	}
+	return fmt.Sprintf("%.2fs after it", lastFail-authorized)
 }
 
 // okAfter describes the last try that succeeded after the revoke.
