@@ -66,8 +66,8 @@ var nsSeq atomic.Int64
 
 // startContainerHost starts a private containerd for the test (stopped
 // when it ends) and imports the images. Without root, containerd, runc,
-// tini or busybox-static the test fails in CI (CI set) and skips
-// elsewhere, saying why.
+// tini, busybox-static, iproute2 or nftables the test fails in CI (CI
+// set) and skips elsewhere, saying why.
 func startContainerHost(t *testing.T) *containerHost {
 	t.Helper()
 	if why := containersMissing(); why != "" {
@@ -137,6 +137,10 @@ func containersMissing() string {
 	}
 	if _, err := containerd.BaseImageFiles(""); err != nil {
 		return err.Error() + "; .ci/tools.sh installs it"
+	}
+	// The hosts' fabric and the instances' networks.
+	if why := network.Missing(); why != "" {
+		return why + "; .ci/tools.sh installs it"
 	}
 	return ""
 }

@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,43 +44,14 @@ type netEnv struct {
 	rts   []*trackingContainers
 }
 
-// netSeq numbers the clouds of one test process.
-var netSeq int
-
-// netMissing says why this machine cannot run the private networks'
-// data path, or "": the container tests' needs and iproute2 and nftables.
-func netMissing() string {
-	if why := containersMissing(); why != "" {
-		return why
-	}
-	if why := network.Missing(); why != "" {
-		return why + "; .ci/tools.sh installs it"
-	}
-	return ""
-}
-
-// startNetEnv starts the private containerd of a network test (or, under
-// CI, fails saying what is missing; elsewhere skips).
-func startNetEnv(t *testing.T) *containerHost {
-	t.Helper()
-	if why := netMissing(); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the private network tests must run in CI: %s", why)
-		}
-		t.Skipf("skipping the private network tests: %s", why)
-	}
-	return startContainerHost(t)
-}
-
 // newNetEnv makes a fabric of n hosts for one cloud, named from an
-// identity of its own ("n" and five hex digits of the process and a
-// sequence number), removed with everything on it when t ends: after
-// the cluster's cleanup has stopped the agents and the workloads, since
-// newNetEnv is called before the cluster starts.
+// identity of its own ("n" and five random hex digits), removed with
+// everything on it when t ends: after the cluster's cleanup has stopped
+// the agents and the workloads, since newNetEnv is called before the
+// cluster starts.
 func newNetEnv(t *testing.T, ch *containerHost, n int) *netEnv {
 	t.Helper()
-	netSeq++
-	cloudID := fmt.Sprintf("n%05x", (os.Getpid()*16+netSeq)%0x100000)
+	cloudID := fmt.Sprintf("n%05x", rand.Uint32N(1<<20))
 	fab, err := fabric.New(t.Context(), fabric.Config{Cloud: cloudID, Hosts: n, Log: logger()})
 	if err != nil {
 		t.Fatalf("the hosts' fabric: %v", err)
@@ -120,7 +91,8 @@ func (e *netEnv) runtimeOf(t *testing.T, h *sim.Host, dir string) hostRuntime {
 }
 
 // tuneAgent gives a host's agent its underlay on the fabric, which it
-// reports to the server (startClusterOn's tuneAgent).
+// reports to the server (startClusterOn's tuneAgent, which it calls after
+// the host's newRuntime, runtimeOf, has given the host its place).
 func (e *netEnv) tuneAgent(cfg *agent.Config) {
 	h, ok := cfg.Driver.(*sim.Host)
 	if !ok {
@@ -265,7 +237,8 @@ func serveScript(body string, ports ...int) string {
 const fetchFn = `get() { r=$(timeout 2 wget -q -O - "http://$1:$2/" 2>/dev/null) && echo "$r" || echo FAIL; }
 `
 
-// waitHost waits until the instance runs on the host with the given ID.
+// waitRunningOn waits until the instance runs, and checks that it runs on
+// the host with the given ID.
 func (c *cluster) waitRunningOn(cl *client.Client, id, host string) *cloud.Instance {
 	c.t.Helper()
 	in := c.waitState(cl, id, cloud.Running)

@@ -30,7 +30,7 @@ import (
 // address and by its DNS names, and not on a port the group does not
 // open; describe shows the instances' address, subnet and groups.
 func TestNetworkCrossHost(t *testing.T) {
-	ch := startNetEnv(t)
+	ch := startContainerHost(t)
 	t.Run("sqlite", func(t *testing.T) { testNetworkCrossHost(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
 	t.Run("postgres", func(t *testing.T) { testNetworkCrossHost(t, ch, pgtest.URL(t)) })
 }
@@ -97,7 +97,7 @@ func testNetworkCrossHost(t *testing.T, ch *containerHost, db string) {
 // tries; and the second tenant cannot read or use the first's network,
 // subnet and group through the API.
 func TestNetworkIsolation(t *testing.T) {
-	ch := startNetEnv(t)
+	ch := startContainerHost(t)
 	t.Run("sqlite", func(t *testing.T) { testNetworkIsolation(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
 	t.Run("postgres", func(t *testing.T) { testNetworkIsolation(t, ch, pgtest.URL(t)) })
 }
@@ -249,7 +249,7 @@ func testNetworkIsolation(t *testing.T, ch *containerHost, db string) {
 // lets it in is revoked, new connections fail within a second or two, and
 // once it is authorized again they succeed.
 func TestSecurityGroupRevoke(t *testing.T) {
-	ch := startNetEnv(t)
+	ch := startContainerHost(t)
 	t.Run("sqlite", func(t *testing.T) {
 		testSecurityGroupRevoke(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"))
 	})
