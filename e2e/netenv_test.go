@@ -219,8 +219,8 @@ func (tn *tenantNet) run(c *cluster, name, host, script string, env map[string]s
 	return in
 }
 
-// serveScript serves body over HTTP on port (busybox httpd, in the
-// foreground) and says so in the log.
+// serveScript is a workload that serves body over HTTP on each port (a
+// busybox httpd each, in the background), prints "serving" and waits.
 func serveScript(body string, ports ...int) string {
 	var b strings.Builder
 	b.WriteString("mkdir -p /work/www && echo '" + body + "' > /work/www/index.html\n")
