@@ -66,8 +66,8 @@ var nsSeq atomic.Int64
 
 // startContainerHost starts a private containerd for the test (stopped
 // when it ends) and imports the images. Without root, containerd, runc,
-// tini or busybox-static the test fails in CI (CI set) and skips
-// elsewhere, saying why.
+// tini, busybox-static, iproute2 or nftables the test fails in CI (CI
+// set) and skips elsewhere, saying why.
 func startContainerHost(t *testing.T) *containerHost {
 	t.Helper()
 	if why := containersMissing(); why != "" {
@@ -138,6 +138,10 @@ func containersMissing() string {
 	if _, err := containerd.BaseImageFiles(""); err != nil {
 		return err.Error() + "; .ci/tools.sh installs it"
 	}
+	// The hosts' fabric and the instances' networks.
+	if why := network.Missing(); why != "" {
+		return why + "; .ci/tools.sh installs it"
+	}
 	return ""
 }
 
@@ -149,10 +153,6 @@ func containersMissing() string {
 // daemon ends, after its clusters have stopped their workloads.
 func (ch *containerHost) runtimeOf(t *testing.T, h *sim.Host, dir string) hostRuntime {
 	t.Helper()
-	dev := filepath.Join(dir, "dev")
-	if err := h.MakeDeviceNodes(dev); err != nil {
-		t.Fatal(err)
-	}
 	// The host's instance network: tables, interfaces and a subnet of its
 	// own, so that hosts and clusters sharing this machine stay apart. The
 	// subnets are e2e's range, 10.100-139: see agent/network's freeSubnet.
@@ -187,21 +187,35 @@ func (ch *containerHost) runtimeOf(t *testing.T, h *sim.Host, dir string) hostRu
 	ch.mu.Lock()
 	ch.ovs = append(ch.ovs, ov)
 	ch.mu.Unlock()
-	hook := &network.Hook{Driver: ov, Legacy: net}
+	tc := ch.containerRuntime(t, h, dir, &network.Hook{Driver: ov, Legacy: net})
+	ch.mu.Lock()
+	ch.rts = append(ch.rts, tc)
+	ch.mu.Unlock()
+	return tc
+}
+
+// containerRuntime makes a host's containerd runtime on the daemon, with
+// hook as its instance network: its own directories, the simulated
+// host's fake device nodes, a host label of its own, no pulls, and the
+// base image as the default, as runtimeOf describes. The caller closes
+// it (closeRuntime).
+func (ch *containerHost) containerRuntime(t *testing.T, h *sim.Host, dir string, hook containerd.NetworkHook) *trackingContainers {
+	t.Helper()
+	dev := filepath.Join(dir, "dev")
+	if err := h.MakeDeviceNodes(dev); err != nil {
+		t.Fatal(err)
+	}
 	rt, err := containerd.New(t.Context(), containerd.Config{Socket: ch.daemon.Socket(), Namespace: ch.ns, Network: hook,
 		BaseDir: filepath.Join(dir, "runtime"), Host: fmt.Sprintf("%s-%d", h.ID(), nsSeq.Add(1)), NoPull: true,
 		DevDir: dev, MIGMinors: filepath.Join(dev, sim.MIGMinorsFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &trackingContainers{Runtime: rt}
-	ch.mu.Lock()
-	ch.rts = append(ch.rts, tc)
-	ch.mu.Unlock()
 	if err := rt.EnsureBaseImage(t.Context(), ""); err != nil {
+		_ = rt.Close()
 		t.Fatal(err)
 	}
-	return tc
+	return &trackingContainers{Runtime: rt}
 }
 
 // closeRuntimes stops and removes every container the runtimes started
@@ -212,14 +226,7 @@ func (ch *containerHost) closeRuntimes() {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	for _, tc := range ch.rts {
-		_ = tc.StopAll(ctx)
-		tc.mu.Lock()
-		ids := slices.Clone(tc.started)
-		tc.mu.Unlock()
-		for _, id := range ids {
-			_ = tc.Remove(id)
-		}
-		_ = tc.Close()
+		closeRuntime(ctx, tc)
 	}
 	ch.rts = nil
 	for _, n := range ch.nets {
@@ -234,6 +241,19 @@ func (ch *containerHost) closeRuntimes() {
 		_ = f.Close(ctx)
 	}
 	ch.fabs = nil
+}
+
+// closeRuntime stops and removes every container tc started, and closes
+// it.
+func closeRuntime(ctx context.Context, tc *trackingContainers) {
+	_ = tc.StopAll(ctx)
+	tc.mu.Lock()
+	ids := slices.Clone(tc.started)
+	tc.mu.Unlock()
+	for _, id := range ids {
+		_ = tc.Remove(id)
+	}
+	_ = tc.Close()
 }
 
 // TestInstanceImage runs instances in containers on the containerd
