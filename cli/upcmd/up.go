@@ -254,9 +254,11 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	wg := runAgents(ctx, hosts, log)
 	out := cmd.OutOrStdout()
 	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
+	resumeInstances(ctx, fl.dir, client.New(s.URL, token, s.HTTPClient()), out, log)
 	<-ctx.Done()
 	wg.Wait()
 	stopHosts(hosts)
+	recordShutdown(fl.dir, s, hosts, log)
 	rts.close() // after the containers are stopped
 	fmt.Fprintln(out, "gpucloud stopped")
 	return nil
