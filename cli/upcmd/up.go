@@ -253,8 +253,8 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	wg := runAgents(ctx, hosts, log)
 	out := cmd.OutOrStdout()
-	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
 	resumeInstances(ctx, fl.dir, client.New(s.URL, token, s.HTTPClient()), out, log)
+	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
 	<-ctx.Done()
 	wg.Wait()
 	stopHosts(hosts)
