@@ -45,6 +45,7 @@ targets=(
 	"./sim FuzzParsePods"
 	"./autoscale FuzzParseCSV"
 	"./internal/imageref FuzzNormalize"
+	"./agent/dns FuzzHandle"
 )
 
 # Every fuzz target of the repository is in the list, so that a new one is

@@ -115,22 +115,33 @@ func TestStoreCostPerCreate(t *testing.T) {
 			per := func(d sqlstore.Counts) storeCost {
 				return storeCost{tx: float64(d.Begins) / creates, stmts: float64(d.Statements) / creates}
 			}
-			before := counts()
-			for i := 0; i < creates; i++ {
-				if _, err := member.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"},
-					fmt.Sprintf("key-%d", i)); err != nil {
+			// Two rounds, and each figure's lower: a transaction of the
+			// server's own (a leader's lease renewal) may land in one
+			// round's window, not in both.
+			var create, placement storeCost
+			for round := range 2 {
+				before := counts()
+				for i := 0; i < creates; i++ {
+					if _, err := member.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"},
+						fmt.Sprintf("key-%d-%d", round, i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				created := counts()
+				placed, err := s.Scheduler.Step(ctx)
+				if err != nil {
 					t.Fatal(err)
 				}
+				if placed != creates {
+					t.Fatalf("the scheduler placed %d of %d creates", placed, creates)
+				}
+				cr, pl := per(created.Sub(before)), per(counts().Sub(created))
+				if round == 0 {
+					create, placement = cr, pl
+				}
+				create = storeCost{tx: min(create.tx, cr.tx), stmts: min(create.stmts, cr.stmts)}
+				placement = storeCost{tx: min(placement.tx, pl.tx), stmts: min(placement.stmts, pl.stmts)}
 			}
-			created := counts()
-			placed, err := s.Scheduler.Step(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if placed != creates {
-				t.Fatalf("the scheduler placed %d of %d creates", placed, creates)
-			}
-			create, placement := per(created.Sub(before)), per(counts().Sub(created))
 			t.Logf("per create: API %.2f transactions, %.2f statements; placement %.2f transactions, %.2f statements",
 				create.tx, create.stmts, placement.tx, placement.stmts)
 			for _, b := range []struct {
