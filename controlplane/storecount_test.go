@@ -56,7 +56,7 @@ func TestStoreCostPerCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = st.Tx(ctx, func(tx cloud.Tx) error {
-				for i := 0; i < 10; i++ {
+				for i := 0; i < 25; i++ { // room for both rounds
 					h := benchHost(i)
 					if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
 						return err
