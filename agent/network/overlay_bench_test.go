@@ -72,8 +72,23 @@ func send(b *testing.B, netnsPath, addr string, n int64, done <-chan int64) time
 // BenchmarkOverlayThroughput measures TCP throughput between instances on
 // two hosts, across the overlay, and between the two hosts' namespaces
 // on the underlay, in the same run: each op sends benchChunk bytes each
-// way, one after the other. It reports both rates (MB/s) and their ratio.
+// way, one after the other. It reports both rates (MB/s) and their ratio,
+// with the instances in the default group (all traffic among the
+// network's addresses, all egress: the untracked fast path, sgfast.go)
+// and in a group as wide whose ingress is TCP only, which keeps every
+// connection tracked.
 func BenchmarkOverlayThroughput(b *testing.B) {
+	tracked := defaultGroup
+	tracked.Ingress = []agentapi.RuleSpec{{Protocol: "tcp", Peers: []string{"10.0.0.0/16"}}}
+	for _, c := range []struct {
+		name  string
+		group agentapi.GroupRules
+	}{{"untracked", defaultGroup}, {"tracked", tracked}} {
+		b.Run(c.name, func(b *testing.B) { benchOverlayThroughput(b, c.group) })
+	}
+}
+
+func benchOverlayThroughput(b *testing.B, group agentapi.GroupRules) {
 	need(b)
 	f := newFabric(b, 2)
 	A, B := f.hosts[0], f.hosts[1]
@@ -82,7 +97,13 @@ func BenchmarkOverlayThroughput(b *testing.B) {
 	x := vnet{"net-x", 100}
 	i1, i2 := inst{"i1", x, A, 10}, inst{"i2", x, B, 11}
 	paths := start(b, drivers, "", i1, i2)
-	syncAll(b, drivers, i1, i2)
+	v := view(i1, i2)
+	v[0].SecurityGroups = []agentapi.GroupRules{group}
+	for _, d := range drivers {
+		if err := d.Sync(b.Context(), v); err != nil {
+			b.Fatal(err)
+		}
+	}
 	overlayAddr, overlayDone := sink(b, paths["i2"], i2.addr().String()+":0")
 	underlayAddr, underlayDone := sink(b, B.path(), B.underlay.String()+":0")
 	var overlay, underlay time.Duration
