@@ -287,8 +287,9 @@ func testInstanceImage(t *testing.T, ch *containerHost, db string) {
 	running := c.waitState(alice, own.ID, cloud.Running)
 	t.Logf("create to running in a container: %v", time.Since(began).Round(time.Millisecond))
 	out := c.waitLogs(alice, own.ID, "done\n")
-	if !strings.Contains(out, e2eOSRelease) || !strings.Contains(out, "uid=65534\n") {
-		t.Errorf("the workload did not run in its image as nobody; output:\n%s", out)
+	ownUID := workloadUID(out)
+	if !strings.Contains(out, e2eOSRelease) || ownUID < containerd.DefaultUIDBase {
+		t.Errorf("the workload did not run in its image as a user of its own; output:\n%s", out)
 	}
 	if d := running.Placement.Devices; len(d) != 1 || !strings.Contains(out, "cuda="+d[0].UUID+"\n") {
 		t.Errorf("the workload does not see exactly its GPU; output:\n%s", out)
@@ -300,8 +301,9 @@ func testInstanceImage(t *testing.T, ch *containerHost, db string) {
 		t.Fatal(err)
 	}
 	c.waitState(alice, def.ID, cloud.Running)
-	if out := c.waitLogs(alice, def.ID, "done\n"); !strings.HasPrefix(out, "no os-release\nuid=65534\n") {
-		t.Errorf("an instance without an image: output %q, want the base image's (no os-release)", out)
+	if out := c.waitLogs(alice, def.ID, "done\n"); !strings.HasPrefix(out, "no os-release\nuid=") ||
+		workloadUID(out) < containerd.DefaultUIDBase || workloadUID(out) == ownUID {
+		t.Errorf("an instance without an image: output %q, want the base image's (no os-release), as a user of its own (not %d)", out, ownUID)
 	}
 
 	missing, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Name: "missing", Offering: "h100.1x",
@@ -351,4 +353,15 @@ func (c *cluster) waitLogs(cl *client.Client, id, s string) string {
 		return strings.Contains(out, s), strconv.Quote(out)
 	})
 	return out
+}
+
+// workloadUID reads the "uid=N" line a workload printed (0 if none).
+func workloadUID(out string) uint32 {
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, "uid="); ok {
+			n, _ := strconv.ParseUint(v, 10, 32)
+			return uint32(n)
+		}
+	}
+	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,15 +70,18 @@ func TestUpContainers(t *testing.T) {
 	if in.State != "running" || in.Image != "docker.io/gpucloud/base:1" {
 		t.Errorf("created %+v, want running in docker.io/gpucloud/base:1", in)
 	}
-	want := fmt.Sprintf("host=%s uid=65534\n", in.ID)
+	// The container's hostname, and a user of its own (not nobody).
+	want := regexp.MustCompile(`host=` + regexp.QuoteMeta(in.ID) + ` uid=(\d+)\n`)
 	var logs string
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if logs = cli("instances", "logs", in.ID); strings.Contains(logs, want) {
+		if logs = cli("instances", "logs", in.ID); want.MatchString(logs) {
 			break
 		}
 	}
-	if !strings.Contains(logs, want) {
+	if m := want.FindStringSubmatch(logs); m == nil {
 		t.Errorf("instances logs: %q, want %q (the container's hostname and user)", logs, want)
+	} else if uid, _ := strconv.Atoi(m[1]); uid < containerd.DefaultUIDBase {
+		t.Errorf("the workload runs as %d, not a user of its own", uid)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

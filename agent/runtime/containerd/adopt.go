@@ -34,6 +34,7 @@ func (r *Runtime) adopt(ctx context.Context) error {
 		if r.mps != nil {
 			in.mpsGPU = labels[labelMPS]
 		}
+		r.adoptUser(in, labels[labelUID])
 		r.insts[in.id] = in
 		task, err := ctr.Task(ctx, nil)
 		if err != nil {

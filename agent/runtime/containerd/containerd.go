@@ -8,7 +8,7 @@
 //
 // Each workload gets its own PID, mount, IPC, UTS and network namespaces
 // (the network has only a loopback interface unless Config.Network gives
-// it one); a non-root user (Config.User, 65534:65534 by default) with no
+// it one); a non-root user of its own (uids.go; or Config.User) with no
 // capabilities and no way to gain privileges; the memory, CPU and pids
 // limits of its Spec; its working directory and volumes as bind mounts
 // (/work and /volumes/<name>) and nothing else of the host's files; a
@@ -65,7 +65,10 @@ const (
 	// containers; other users of the daemon (Kubernetes' k8s.io, docker's
 	// moby) do not see them.
 	DefaultNamespace = "gpucloud"
-	// DefaultUser is the user and group workloads run as: nobody.
+	// DefaultUser is the user and group of the workloads that share a
+	// GPU through its MPS daemon, which serves one user only: nobody.
+	// Every other workload runs as a user of its own (uids.go) unless
+	// Config.User names one for all.
 	DefaultUser = "65534:65534"
 	// DefaultPidsLimit is the most processes and threads of a workload
 	// whose Spec sets none.
@@ -168,10 +171,17 @@ type Config struct {
 	// Snapshotter is the snapshotter of the root filesystems
 	// (DefaultSnapshotter).
 	Snapshotter string
-	// User is the "uid:gid" workloads run as (DefaultUser). "0:0" runs
-	// them as root inside the container, with containerd's default
-	// capabilities: only for bare-metal hosts rented whole.
+	// User is the "uid:gid" every workload runs as; empty (the default)
+	// gives each workload a uid and gid of its own from UIDBase and
+	// UIDCount, claimed in UIDDir (uids.go), and MPS clients DefaultUser.
+	// "0:0" runs them as root inside the container, with containerd's
+	// default capabilities: only for bare-metal hosts rented whole.
 	User string
+	// UIDBase and UIDCount are the range of the workloads' own uids
+	// (DefaultUIDBase, DefaultUIDCount); UIDDir holds the machine's
+	// claims of them (DefaultUIDDir).
+	UIDBase, UIDCount uint32
+	UIDDir            string
 	// Init is the host path of a statically linked init run as each
 	// container's PID 1 (the first of DefaultInits that exists when
 	// empty); "none" runs the workload as PID 1, which then gets SIGTERM
@@ -228,7 +238,10 @@ type Runtime struct {
 	cfg      Config
 	client   *client.Client
 	platform platforms.MatchComparer
+	// uid and gid are Config.User's, or DefaultUser's when uids gives
+	// each workload its own (nil: Config.User for all).
 	uid, gid uint32
+	uids     *uidPool
 	init     string // host path of the init; empty for none
 	// mps runs the shared GPUs' MPS control daemons; nil when the host
 	// runs none (simulated GPUs, MPSOff).
@@ -258,6 +271,10 @@ type inst struct {
 	cgroup  string
 	// netns is set when Config.Network set the instance's network up.
 	netns bool
+	// uid and gid are the workload's; ownUID says the runtime's uid pool
+	// claimed them for it.
+	uid, gid uint32
+	ownUID   bool
 	// mpsGPU is the GPU whose MPS daemon the instance is a client of;
 	// empty when none, or once released.
 	mpsGPU string
@@ -287,6 +304,7 @@ const (
 	labelExit     = "gpucloud.exit"
 	labelExited   = "gpucloud.exited"
 	labelMPS      = "gpucloud.mps"
+	labelUID      = "gpucloud.uid"
 )
 
 // runcRuntime is the containerd runtime (shim) of the containers.
@@ -303,9 +321,19 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, gid, err := parseUser(cfg.User)
+	fixed := cfg.User
+	if fixed == "" {
+		fixed = DefaultUser // MPS clients'
+	}
+	uid, gid, err := parseUser(fixed)
 	if err != nil {
 		return nil, err
+	}
+	var uids *uidPool
+	if cfg.User == "" {
+		if uids, err = newUIDPool(cfg); err != nil {
+			return nil, err
+		}
 	}
 	init, err := findInit(cfg.Init)
 	if err != nil {
@@ -327,7 +355,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	bg, bgCancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
 	r := &Runtime{
-		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, init: init, mps: mps, cdi: cdiReg,
+		cfg: cfg, client: c, platform: platforms.Default(), uid: uid, gid: gid, uids: uids, init: init, mps: mps, cdi: cdiReg,
 		bg: bg, cancel: bgCancel,
 		insts: map[string]*inst{}, starting: map[string]chan struct{}{},
 	}
@@ -357,8 +385,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = DefaultSnapshotter
 	}
-	if cfg.User == "" {
-		cfg.User = DefaultUser
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = DefaultUIDBase
+	}
+	if cfg.UIDCount == 0 {
+		cfg.UIDCount = DefaultUIDCount
+	}
+	if cfg.UIDDir == "" {
+		cfg.UIDDir = DefaultUIDDir
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = DefaultDevDir
@@ -431,6 +465,16 @@ func dial(ctx context.Context, cfg Config) (*client.Client, error) {
 func (r *Runtime) takeOver(ctx context.Context) error {
 	if err := r.adopt(ctx); err != nil {
 		return err
+	}
+	if r.uids != nil {
+		// The claims of containers that went while no runtime ran end.
+		held := map[string]bool{}
+		for id, in := range r.insts {
+			held[id] = in.ownUID
+		}
+		if err := r.uids.prune(held); err != nil {
+			r.cfg.Log.Warn("containerd runtime: workload uid claims", "err", err)
+		}
 	}
 	if r.mps != nil {
 		// The daemons of the adopted share workloads keep running; those

@@ -148,8 +148,12 @@ echo done`
 			t.Errorf("the workload shares the host's %s namespace", n)
 		}
 	}
+	uid := rt.insts[id].uid
+	if uid < DefaultUIDBase || uid >= DefaultUIDBase+DefaultUIDCount {
+		t.Errorf("the workload's uid %d is not one of the range's", uid)
+	}
 	checks := []struct{ key, want string }{
-		{"id", "65534:65534;"},
+		{"id", fmt.Sprintf("%d:%d;", uid, uid)},
 		{"host", id + ";"},
 		{"init", InitPath + " -g -- /bin/sh -c "},
 		{"ifaces", "lo ;"},

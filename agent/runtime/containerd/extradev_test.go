@@ -75,7 +75,7 @@ func TestExtraDevicesSpec(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			s := tt.spec
 			s.InstanceID, s.Command = "i-spec", []string{"/bin/true"}
-			opts, err := r.specOpts(s, mounts{cwd: WorkDir}, "/test/i-spec", "")
+			opts, err := r.specOpts(s, mounts{cwd: WorkDir}, "/test/i-spec", "", 65534, 65534)
 			switch {
 			case tt.invalid:
 				if !errors.Is(err, runtime.ErrInvalid) {

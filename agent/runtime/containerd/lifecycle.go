@@ -251,6 +251,9 @@ func (r *Runtime) Remove(id string) error {
 	if err := in.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
+	if in.ownUID {
+		r.uids.release(in.uid, id)
+	}
 	return nil
 }
 

@@ -93,7 +93,7 @@ func containerEnv(s runtime.Spec, m mounts) []string {
 }
 
 // specOpts builds the container's OCI spec.
-func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oci.SpecOpts, error) {
+func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string, uid, gid uint32) ([]oci.SpecOpts, error) {
 	args := s.Command
 	var ms []specs.Mount
 	bindOpts := []string{"rbind", "rw", "nosuid", "nodev"}
@@ -136,13 +136,13 @@ func (r *Runtime) specOpts(s runtime.Spec, m mounts, cgroup, netns string) ([]oc
 			})
 			return nil
 		},
-		oci.WithUIDGID(r.uid, r.gid),
+		oci.WithUIDGID(uid, gid),
 		oci.WithNoNewPrivileges,
 		oci.WithCgroup(cgroup),
 		seccomp.WithDefaultProfile(),
 		withNofile(),
 	}
-	if r.uid != 0 {
+	if uid != 0 {
 		// No capability at all: a non-root user keeps none across exec
 		// anyway; empty sets make it explicit, bounding set included.
 		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {

@@ -120,7 +120,18 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	if err != nil {
 		return nil, err
 	}
-	if err := r.prepareDirs(&s); err != nil {
+	uid, gid, own, err := r.workloadUser(s)
+	if err != nil {
+		return nil, err
+	}
+	if own {
+		defer func() {
+			if err != nil {
+				r.uids.release(uid, s.InstanceID)
+			}
+		}()
+	}
+	if err := r.prepareDirs(&s, uid, gid); err != nil {
 		return nil, err
 	}
 	lay, err := layout(s)
@@ -141,6 +152,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		id: s.InstanceID, logPath: s.LogPath, grace: grace,
 		cgroup: "/" + r.cfg.Namespace + "/" + s.InstanceID,
 		done:   make(chan struct{}),
+		uid:    uid, gid: gid, ownUID: own,
 	}
 	if err := r.joinMPS(ctx, s, in, &lay); err != nil {
 		return nil, err
@@ -201,10 +213,27 @@ func (r *Runtime) specImage(ctx context.Context, s runtime.Spec) (client.Image, 
 	return r.image(ctx, imgName)
 }
 
+// workloadUser is the uid and gid s's workload runs as: a claimed pair of
+// its own (own set; uids.go), unless Config.User names one user for all or
+// the workload shares a GPU through MPS, whose daemon serves one user (the
+// runtime's fixed one).
+func (r *Runtime) workloadUser(s runtime.Spec) (uid, gid uint32, own bool, err error) {
+	if r.uids == nil {
+		return r.uid, r.gid, false, nil
+	}
+	if _, mps, err := r.mpsGPU(s); err != nil || mps {
+		return r.uid, r.gid, false, err
+	}
+	if uid, err = r.uids.acquire(s.InstanceID); err != nil {
+		return 0, 0, false, err
+	}
+	return uid, uid, true, nil
+}
+
 // prepareDirs fills the working directory and log path the runtime picks
 // for a spec that leaves them empty, and makes the directories: the
-// working directory and volumes owned by the workload's user.
-func (r *Runtime) prepareDirs(s *runtime.Spec) error {
+// working directory and volumes owned by the workload's user, uid:gid.
+func (r *Runtime) prepareDirs(s *runtime.Spec, uid, gid uint32) error {
 	dir := filepath.Join(r.cfg.BaseDir, s.InstanceID)
 	if s.WorkDir == "" {
 		s.WorkDir = filepath.Join(dir, "work")
@@ -221,14 +250,15 @@ func (r *Runtime) prepareDirs(s *runtime.Spec) error {
 			return err
 		}
 	}
-	// The workload's user owns its directories (their tops: what it
-	// wrote there under another user is left as it is).
+	// The workload's user owns its directories: all of what is in one
+	// another user owns (another instance's volume, or this one's from a
+	// start under another uid; uids.go).
 	for _, d := range append([]string{s.WorkDir}, s.Volumes...) {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}
-		if err := os.Lchown(d, int(r.uid), int(r.gid)); err != nil {
-			return err
+		if err := chownTree(d, uid, gid); err != nil {
+			return fmt.Errorf("give %s to the workload's user: %w", d, err)
 		}
 	}
 	return nil
@@ -263,7 +293,7 @@ func (r *Runtime) joinMPS(ctx context.Context, s runtime.Spec, in *inst, lay *mo
 // newContainer creates the container of s, labelled with what a later
 // runtime needs to adopt it (started at now).
 func (r *Runtime) newContainer(ctx context.Context, s runtime.Spec, img client.Image, lay mounts, in *inst, netns string, now time.Time) (client.Container, error) {
-	specOpts, err := r.specOpts(s, lay, in.cgroup, netns)
+	specOpts, err := r.specOpts(s, lay, in.cgroup, netns, in.uid, in.gid)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +307,9 @@ func (r *Runtime) newContainer(ctx context.Context, s runtime.Spec, img client.I
 	}
 	if in.mpsGPU != "" {
 		labels[labelMPS] = in.mpsGPU
+	}
+	if in.ownUID {
+		labels[labelUID] = fmt.Sprintf("%d:%d", in.uid, in.gid)
 	}
 	ctr, err := r.client.NewContainer(ctx, s.InstanceID,
 		client.WithImage(img),
