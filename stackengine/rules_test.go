@@ -2,13 +2,16 @@ package stackengine_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
+	"github.com/gpucloud/gpucloud/stackengine"
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
@@ -227,4 +230,51 @@ func TestStackRulePlanChecks(t *testing.T) {
 	if p, err := f.svc.Stacks.Plan(ctx, f.acme, api.StackRequest{Name: "checks", Template: ok}); err != nil || p.Summary[stack.ActionCreate] != 3 {
 		t.Errorf("a good rule: %+v %v", p, err)
 	}
+}
+
+// TestStackRuleCrashResumes: an apply cut short between a rule's create
+// and its record resumes and makes each rule once: the retry with the
+// same key answers the rule the first try made, rather than a conflict
+// with it.
+func TestStackRuleCrashResumes(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newFixture(t, st)
+		ctx := context.Background()
+		n, _, err := f.svc.Networks.CreateNetwork(ctx, f.acme, api.CreateNetworkRequest{Name: "shared", CIDR: "10.0.0.0/16"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared, _, err := f.svc.Networks.CreateSecurityGroup(ctx, f.acme, api.CreateSecurityGroupRequest{Network: n.ID, Name: "shared"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		crash := &crashingStore{Store: st}
+		crash.after.Store(1 << 40)
+		svc := service.New(crash, nil, service.Options{Now: f.clock.Now})
+		tmpl := strings.NewReplacer("NET", n.ID, "SHARED", shared.ID).Replace(ruleTemplate)
+		if _, err := svc.Stacks.Apply(ctx, f.acme, "rules", api.ApplyStackRequest{Template: tmpl}); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 {
+			crash.writes.Store(0)
+			crash.after.Store(int64(round + 1))
+			if _, err := stackengine.New(svc).Step(ctx); !errors.Is(err, errCrash) {
+				t.Fatalf("round %d: %v, want the crash", round, err)
+			}
+		}
+		crash.after.Store(1 << 40)
+		if v := runStack(t, svc, f.acme, "rules", 10); v.State != cloud.StackActive {
+			t.Fatalf("after the crashes: %s %q", v.State, v.Reason)
+		}
+		g, err := svc.Networks.GetSecurityGroup(ctx, f.acme, shared.ID)
+		if err != nil || len(g.Ingress) != 2 || ruleIn(g, "tcp", 22) == nil || ruleIn(g, "all", 0) == nil {
+			t.Fatalf("shared ingress %+v %v", g, err)
+		}
+		v, _ := svc.Stacks.Get(ctx, f.acme, "", "rules")
+		for _, r := range v.Resources {
+			if r.Address == "ssh" && r.ID != ruleIn(g, "tcp", 22).ID {
+				t.Errorf("the stack records rule %s, the group has %+v", r.ID, g.Ingress)
+			}
+		}
+	})
 }
