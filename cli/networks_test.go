@@ -158,3 +158,22 @@ func TestSpotRequestsNetwork(t *testing.T) {
 	code, _, errOut = e.as(other, "spot", "requests", "create", "--offering", "l4.1x", "--subnet", s.ID)
 	oneLine(t, code, errOut, "(not_found)")
 }
+
+// TestRuleText: a rule on one line, with its description and, for a rule
+// a stack's security_group_rule made, its owner.
+func TestRuleText(t *testing.T) {
+	for _, tc := range []struct {
+		r    cloud.SecurityRule
+		dir  string
+		want string
+	}{
+		{cloud.SecurityRule{ID: "sgr-1", Protocol: "tcp", FromPort: 22, ToPort: 22, CIDR: "10.0.0.0/8"}, "from", "sgr-1 tcp 22  from 10.0.0.0/8"},
+		{cloud.SecurityRule{ID: "sgr-2", Protocol: "all", GroupID: "sg-1", Description: "nodes"}, "from", "sgr-2 all  from group sg-1  (nodes)"},
+		{cloud.SecurityRule{ID: "sgr-3", Protocol: "udp", FromPort: 53, ToPort: 54, CIDR: "0.0.0.0/0", Owner: "stack-stk-1-dns-g1"}, "to",
+			"sgr-3 udp 53-54  to 0.0.0.0/0  [owned by stack-stk-1-dns-g1]"},
+	} {
+		if got := ruleText(tc.r, tc.dir); got != tc.want {
+			t.Errorf("ruleText(%+v) = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}
