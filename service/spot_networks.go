@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -54,4 +55,35 @@ func checkSpotNetwork(ctx context.Context, tx cloud.Tx, tenant string, spec *api
 	}
 	_, err = instanceGroups(ctx, tx, &cloud.Instance{TenantID: tenant, SecurityGroupIDs: spec.SecurityGroups}, sub)
 	return err
+}
+
+// liveSpotStates are the states of a spot request that may still launch.
+var liveSpotStates = []cloud.SpotRequestState{cloud.SpotOpen, cloud.SpotActive, cloud.SpotDisabled}
+
+// notNamedBySpot answers a conflict naming a spot request of tenant that
+// may still launch and whose network match says names kind id, when there
+// is one: its next launch would be refused, so, as with a volume
+// (Volumes.Delete), the request is cancelled first.
+func notNamedBySpot(ctx context.Context, tx cloud.Tx, tenant, kind, id string, match func(*cloud.SpotRequest) bool) error {
+	rs, err := tx.ListSpotRequests(ctx, cloud.SpotRequestFilter{TenantID: tenant, States: liveSpotStates})
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if match(r) {
+			return &cloud.Error{Code: cloud.Conflict,
+				Message: kind + " " + id + " is named by spot request " + r.ID + " (" + string(r.State) + "), which may launch in it; cancel the request first",
+				Details: map[string]any{"spot_request_id": r.ID}}
+		}
+	}
+	return nil
+}
+
+// spotNamesNetwork reports whether spot request r names one of subs or
+// groups (a network's).
+func spotNamesNetwork(subs []*cloud.Subnet, groups []*cloud.SecurityGroup) func(*cloud.SpotRequest) bool {
+	return func(r *cloud.SpotRequest) bool {
+		return slices.ContainsFunc(subs, func(s *cloud.Subnet) bool { return s.ID == r.Subnet }) ||
+			slices.ContainsFunc(groups, func(g *cloud.SecurityGroup) bool { return slices.Contains(r.SecurityGroups, g.ID) })
+	}
 }

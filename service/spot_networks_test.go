@@ -216,3 +216,56 @@ func TestSpotRelaunchNetwork(t *testing.T) {
 		}
 	})
 }
+
+// TestSpotNetworkDeleteRefusals: a subnet, a group or a network that a
+// spot request which may still launch names cannot be deleted (a conflict
+// naming the request, nothing changed), as a volume it names cannot;
+// once the request is cancelled (its instance terminated) they can.
+func TestSpotNetworkDeleteRefusals(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newNSFixture(t, st)
+		ctx := context.Background()
+		n := f.network(f.acme, "main", "10.0.0.0/16")
+		s := f.subnet(f.acme, n.ID, "a", "10.0.1.0/24", "zone-a")
+		web := f.group(f.acme, n.ID, "web")
+		r, _, err := f.svc.Spot.Create(ctx, f.acme, spotOn(s.ID, []string{web.ID}, "zone-a"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The launch holds the subnet as any instance does; terminated, the
+		// request alone still holds it.
+		if _, err := f.svc.Instances.Act(ctx, f.acme, r.InstanceID, service.Terminate, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.svc.Spot.Get(ctx, f.acme, r.ID); got.State == cloud.SpotCancelled || got.State == cloud.SpotClosed {
+			t.Fatalf("the request after its instance's terminate: %+v", got)
+		}
+		before := f.state()
+		for _, tc := range []struct {
+			what string
+			del  func() error
+		}{
+			{"subnet", func() error { return f.svc.Networks.DeleteSubnet(ctx, f.acme, s.ID) }},
+			{"group", func() error { return f.svc.Networks.DeleteSecurityGroup(ctx, f.acme, web.ID) }},
+			{"network", func() error { return f.svc.Networks.DeleteNetwork(ctx, f.acme, n.ID) }},
+		} {
+			ce := ahCode(t, tc.del(), cloud.Conflict)
+			if ce.Details["spot_request_id"] != r.ID || !strings.Contains(ce.Message, "cancel the request") {
+				t.Errorf("%s: %+v", tc.what, ce)
+			}
+		}
+		f.unchanged(before, "refused deletes")
+		if _, err := f.svc.Spot.Cancel(ctx, f.acme, r.ID, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.svc.Networks.DeleteSecurityGroup(ctx, f.acme, web.ID); err != nil {
+			t.Errorf("delete the group after the cancel: %v", err)
+		}
+		if err := f.svc.Networks.DeleteSubnet(ctx, f.acme, s.ID); err != nil {
+			t.Errorf("delete the subnet after the cancel: %v", err)
+		}
+		if err := f.svc.Networks.DeleteNetwork(ctx, f.acme, n.ID); err != nil {
+			t.Errorf("delete the network after the cancel: %v", err)
+		}
+	})
+}
