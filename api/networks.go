@@ -125,3 +125,15 @@ type RuleTemplate struct {
 
 // RuleSelf is a RuleTemplate's Group naming the rule's own group.
 const RuleSelf = "self"
+
+// SecurityGroupRuleTemplate is the properties of a stack's
+// security_group_rule resource: one rule, AuthorizeRequest's fields, on
+// the security group SecurityGroup (its ID), which the stack need not
+// own, as AWS::EC2::SecurityGroupIngress. The stack owns the rule only
+// (cloud.SecurityRule.Owner): it deletes that rule and no other, and the
+// group's own rule list, when a stack declares the group, leaves it alone.
+// Its description changes in place; any other change replaces the rule.
+type SecurityGroupRuleTemplate struct {
+	SecurityGroup string `json:"security_group"`
+	AuthorizeRequest
+}

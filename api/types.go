@@ -329,6 +329,12 @@ type CreateSpotRequestRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Volumes []string          `json:"volumes,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
+	// Subnet and SecurityGroups put every launch on a private network, as
+	// in CreateInstanceRequest: a subnet of the tenant (whose zone, when
+	// it has one, every pool must allow), one to five groups of its
+	// network; absent, the tenant's default subnet and group.
+	Subnet         string   `json:"subnet,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
 }
 
 // SpotRequestList answers GET /v1/spot/requests.

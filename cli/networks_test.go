@@ -109,3 +109,71 @@ func TestNetworksCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestSpotRequestsNetwork: a spot request on a subnet with a group through
+// the CLI: its launch is there, describe and list show them; a pool in
+// another zone and another tenant's subnet are refused in one line.
+func TestSpotRequestsNetwork(t *testing.T) {
+	e := newCloudEnv(t)
+	_, tok := e.member("acme", "alice")
+	_, other := e.member("globex", "gary")
+	var n cloud.Network
+	decodeJSON(t, e.ok(tok, "networks", "create", "train", "--cidr", "10.0.0.0/16", "-o", "json"), &n)
+	var s cloud.Subnet
+	decodeJSON(t, e.ok(tok, "subnets", "create", "a", "--network", n.ID, "--cidr", "10.0.1.0/24", "--zone", "zone-a", "-o", "json"), &s)
+	var g, g2 cloud.SecurityGroup
+	decodeJSON(t, e.ok(tok, "security-groups", "create", "web", "--network", n.ID, "-o", "json"), &g)
+	decodeJSON(t, e.ok(tok, "security-groups", "create", "db", "--network", n.ID, "-o", "json"), &g2)
+
+	var r cloud.SpotRequest
+	decodeJSON(t, e.ok(tok, "spot", "requests", "create", "--offering", "l4.1x", "--subnet", s.ID,
+		"--security-group", g.ID, "--security-group", g2.ID, "-o", "json", "--", "python", "train.py"), &r)
+	if r.Subnet != s.ID || strings.Join(r.SecurityGroups, ",") != g.ID+","+g2.ID || r.InstanceID == "" {
+		t.Fatalf("spot request %+v", r)
+	}
+	var in cloud.Instance
+	decodeJSON(t, e.ok(tok, "instances", "describe", r.InstanceID, "-o", "json"), &in)
+	if in.SubnetID != s.ID || in.PrivateAddress != "10.0.1.4" || strings.Join(in.SecurityGroupIDs, ",") != g.ID+","+g2.ID ||
+		strings.Join(in.Zones, ",") != "zone-a" {
+		t.Errorf("launch %+v", in)
+	}
+	out := e.ok(tok, "spot", "requests", "describe", r.ID)
+	for _, want := range []string{s.ID, g.ID + ", " + g2.ID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe lacks %q:\n%s", want, out)
+		}
+	}
+	if out := e.ok(tok, "spot", "requests", "list"); !strings.Contains(out, "SUBNET") || !strings.Contains(out, s.ID) {
+		t.Errorf("list:\n%s", out)
+	}
+	// Without a subnet, describe says the defaults.
+	var plain cloud.SpotRequest
+	decodeJSON(t, e.ok(tok, "spot", "requests", "create", "--offering", "l4.1x", "-o", "json"), &plain)
+	if out := e.ok(tok, "spot", "requests", "describe", plain.ID); !strings.Contains(out, "the tenant's default subnet") {
+		t.Errorf("describe of a request without a subnet:\n%s", out)
+	}
+
+	code, _, errOut := e.as(tok, "spot", "requests", "create", "--offering", "l4.1x", "--zone", "zone-b", "--subnet", s.ID)
+	oneLine(t, code, errOut, "pools[0].zone", "invalid_argument")
+	code, _, errOut = e.as(other, "spot", "requests", "create", "--offering", "l4.1x", "--subnet", s.ID)
+	oneLine(t, code, errOut, "(not_found)")
+}
+
+// TestRuleText: a rule on one line, with its description and, for a rule
+// a stack's security_group_rule made, its owner.
+func TestRuleText(t *testing.T) {
+	for _, tc := range []struct {
+		r    cloud.SecurityRule
+		dir  string
+		want string
+	}{
+		{cloud.SecurityRule{ID: "sgr-1", Protocol: "tcp", FromPort: 22, ToPort: 22, CIDR: "10.0.0.0/8"}, "from", "sgr-1 tcp 22  from 10.0.0.0/8"},
+		{cloud.SecurityRule{ID: "sgr-2", Protocol: "all", GroupID: "sg-1", Description: "nodes"}, "from", "sgr-2 all  from group sg-1  (nodes)"},
+		{cloud.SecurityRule{ID: "sgr-3", Protocol: "udp", FromPort: 53, ToPort: 54, CIDR: "0.0.0.0/0", Owner: "stack-stk-1-dns-g1"}, "to",
+			"sgr-3 udp 53-54  to 0.0.0.0/0  [owned by stack-stk-1-dns-g1]"},
+	} {
+		if got := ruleText(tc.r, tc.dir); got != tc.want {
+			t.Errorf("ruleText(%+v) = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}

@@ -186,8 +186,8 @@ func TestListsShowNoticesAndWholeReasons(t *testing.T) {
 
 	// The spot request shows its instance's notice, and its reason last.
 	out = e.ok(tok, "spot", "requests", "list")
-	got := tableRow(t, out, r.ID)
-	if !strings.HasSuffix(got[3], "(reclaim in 1m32s)") || !strings.HasPrefix(tableRow(t, out, "ID")[9], "REASON") {
+	got, head := tableRow(t, out, r.ID), tableRow(t, out, "ID")
+	if !strings.HasSuffix(got[3], "(reclaim in 1m32s)") || !strings.HasPrefix(head[len(head)-1], "REASON") {
 		t.Errorf("spot request row %q", got)
 	}
 	if out := e.ok(tok, "spot", "requests", "describe", r.ID); !strings.Contains(out, r.InstanceID+": running (reclaim in 1m32s)") {

@@ -127,6 +127,10 @@ func ruleText(r cloud.SecurityRule, dir string) string {
 	if r.Description != "" {
 		s += "  (" + r.Description + ")"
 	}
+	if r.Owner != "" {
+		// A stack's security_group_rule made it; only that stack deletes it.
+		s += "  [owned by " + r.Owner + "]"
+	}
 	return s
 }
 

@@ -212,7 +212,7 @@ func printSpotRequestsOf(w io.Writer, format string, one bool, ins map[string]*c
 	now := clockNow()
 	return resourceTable[cloud.SpotRequest]{
 		none:   "no spot requests",
-		header: []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "INSTANCE", "LAUNCHES", "AGE", "REASON"},
+		header: []string{"ID", "NAME", "TYPE", "STATE", "POOLS", "MAX PRICE", "SUBNET", "INSTANCE", "LAUNCHES", "AGE", "REASON"},
 		row: func(r *cloud.SpotRequest) []string {
 			state, reason := string(r.State), r.Reason
 			if in := ins[r.InstanceID]; in != nil && r.InstanceID != "" {
@@ -225,7 +225,7 @@ func printSpotRequestsOf(w io.Writer, format string, one bool, ins map[string]*c
 			}
 			// The reason is last and never cut.
 			return []string{r.ID, dash(r.Name), string(r.Type), state, poolList(r.Pools), maxPriceText(r.MaxPrice),
-				dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
+				cmpOrDash(r.Subnet, "default"), dash(r.InstanceID), strconv.Itoa(r.Launches), ago(r.CreatedAt), dash(oneLineText(reason))}
 		},
 		tenant: func(r *cloud.SpotRequest) string { return r.TenantID },
 	}.print(w, format, one, rs...)
@@ -280,12 +280,15 @@ func newSpotRequestsCreateCommand(s *session) *cobra.Command {
 			"backup pools to use when the first has no room, and launch its first instance.\n" +
 			"The max price defaults to the on-demand price. On interruption the instance is\n" +
 			"terminated, or with --interruption stop stopped with its volumes (for one-time\n" +
-			"and persistent requests alike).\n\n" +
+			"and persistent requests alike). With --subnet every launch is on that subnet, in\n" +
+			"its zone (give pools in that zone or without one), with the --security-group\n" +
+			"groups; without it, on the tenant's default network.\n\n" +
 			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
 			"a retry with the same key answers the request the first call made.",
 		Example: strings.Join([]string{
 			"  gpucloud spot requests create --offering h100.1x --zone a -- python train.py",
 			"  gpucloud spot requests create --offering h100.1x --image ghcr.io/acme/train:1 -- python /app/train.py",
+			"  gpucloud spot requests create --offering h100.1x --subnet subnet-0123 --security-group sg-0123 -- python train.py",
 			"  gpucloud spot requests create --offering h100.1x --zone a --backup h100.1x/b --backup a100.1x/a \\",
 			"      --persistent --max-price 1.20 --interruption stop --volume v-0123 -- python train.py --resume",
 		}, "\n"),
@@ -335,6 +338,8 @@ func (f *spotCreateFlags) register(cmd *cobra.Command) {
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach to every launch (repeatable)")
 	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
+	fs.StringVar(&f.req.Subnet, "subnet", "", "the ID of a subnet every launch is put in (default: the tenant's default subnet, any zone); its zone must suit every pool")
+	fs.StringArrayVar(&f.req.SecurityGroups, "security-group", nil, "the ID of a security group of the subnet's network for every launch (repeatable, 1 to 5; default: the network's default group)")
 	fs.StringVar(&f.req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
 	fs.StringVar(&f.key, "idempotency-key", "", "retry key: the same key returns the same request (default: a random UUID)")
 }
@@ -431,6 +436,8 @@ func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
 			f.add("Env", dash(joinMap(r.Env)))
 			f.add("Volumes", dash(strings.Join(r.Volumes, ", ")))
 			f.add("Tags", dash(joinMap(r.Tags)))
+			f.add("Subnet", cmpOrDash(r.Subnet, "the tenant's default subnet"))
+			f.add("Security groups", cmpOrDash(strings.Join(r.SecurityGroups, ", "), "the network's default group"))
 			f.add("Version", strconv.FormatInt(r.Version, 10))
 			f.add("Created", stamp(r.CreatedAt))
 			f.add("Updated", stamp(r.UpdatedAt))

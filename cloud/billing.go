@@ -194,6 +194,11 @@ type SpotRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Volumes []string          `json:"volumes,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
+	// Subnet and SecurityGroups are the private network of every launch,
+	// as the request asked for them: empty, the tenant's default subnet
+	// and the network's default group, resolved at each launch.
+	Subnet         string   `json:"subnet,omitempty"`
+	SecurityGroups []string `json:"security_groups,omitempty"`
 
 	Version        int64     `json:"version"`
 	IdempotencyKey string    `json:"-"`

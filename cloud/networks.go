@@ -99,6 +99,11 @@ type SecurityRule struct {
 	CIDR        string `json:"cidr,omitempty"`
 	GroupID     string `json:"group_id,omitempty"`
 	Description string `json:"description,omitempty"`
+	// Owner, when set, is the stack resource copy that made the rule (a
+	// security_group_rule's, on a group the stack need not own): only it
+	// deletes the rule, and a group's own rule list (a stack's
+	// security_group) leaves it alone.
+	Owner string `json:"owner,omitempty"`
 }
 
 // NetworkFilter selects networks, SubnetFilter subnets and

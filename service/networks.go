@@ -211,8 +211,9 @@ func (s *Networks) ListNetworks(ctx context.Context, a Actor, tenant string) ([]
 }
 
 // DeleteNetwork deletes a network none of whose subnets has an instance
-// that is not terminated (a conflict naming them), with its subnets and
-// security groups. The default network is deleted like any other; the
+// that is not terminated, and none of whose subnets and groups a spot
+// request that may still launch names (a conflict naming them), with its
+// subnets and security groups. The default network is deleted like any other; the
 // tenant's next need makes a new one.
 func (s *Networks) DeleteNetwork(ctx context.Context, a Actor, id string) error {
 	return s.tx(ctx, func(tx cloud.Tx) error {
@@ -227,14 +228,17 @@ func (s *Networks) DeleteNetwork(ctx context.Context, a Actor, id string) error 
 		if err != nil {
 			return err
 		}
+		subs, err := tx.ListSubnets(ctx, cloud.SubnetFilter{TenantID: n.TenantID, NetworkID: n.ID})
+		if err != nil {
+			return err
+		}
+		if err := notNamedBySpot(ctx, tx, n.TenantID, "network", n.ID, spotNamesNetwork(subs, gs)); err != nil {
+			return err
+		}
 		for _, g := range gs {
 			if err := tx.DeleteSecurityGroup(ctx, g.ID); err != nil {
 				return err
 			}
-		}
-		subs, err := tx.ListSubnets(ctx, cloud.SubnetFilter{TenantID: n.TenantID, NetworkID: n.ID})
-		if err != nil {
-			return err
 		}
 		for _, sub := range subs {
 			if err := tx.DeleteSubnet(ctx, sub.ID); err != nil {

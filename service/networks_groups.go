@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpucloud/gpucloud/api"
@@ -136,8 +137,8 @@ func (s *Networks) ListSecurityGroups(ctx context.Context, a Actor, tenant, netw
 }
 
 // DeleteSecurityGroup deletes a security group that no instance that is
-// not terminated is a member of and no other group's rule names (a
-// conflict naming them). A network's default group goes with its network
+// not terminated is a member of, no other group's rule names and no spot
+// request that may still launch names (a conflict naming them). A network's default group goes with its network
 // only.
 func (s *Networks) DeleteSecurityGroup(ctx context.Context, a Actor, id string) error {
 	return s.tx(ctx, func(tx cloud.Tx) error {
@@ -154,6 +155,9 @@ func (s *Networks) DeleteSecurityGroup(ctx context.Context, a Actor, id string) 
 			return err
 		}
 		if err := notNamed(ctx, tx, g); err != nil {
+			return err
+		}
+		if err := notNamedBySpot(ctx, tx, g.TenantID, "security group", g.ID, func(r *cloud.SpotRequest) bool { return slices.Contains(r.SecurityGroups, g.ID) }); err != nil {
 			return err
 		}
 		if err := tx.DeleteSecurityGroup(ctx, g.ID); err != nil {

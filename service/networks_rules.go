@@ -115,29 +115,41 @@ func (s *Networks) Authorize(ctx context.Context, a Actor, id string, req api.Au
 		if err := CheckVersion("security group", id, ifMatch, g.Version); err != nil {
 			return err
 		}
-		if err := checkRulePeer(ctx, tx, g, r); err != nil {
-			return err
-		}
-		rules := rulesOf(g, req.Direction)
-		for _, o := range *rules {
-			if sameRule(o, r) {
-				return &cloud.Error{Code: cloud.Conflict, Message: "security group " + g.ID + " has this " + req.Direction + " rule already: " + o.ID,
-					Details: map[string]any{"rule_id": o.ID}}
-			}
-		}
-		if len(*rules) >= MaxRulesPerDirection {
-			return limitErr(fmt.Sprintf("security group %s has %d %s rules, the most it may have; revoke one first", g.ID, len(*rules), req.Direction),
-				MaxRulesPerDirection)
-		}
-		r.ID = NewID(RulePrefix)
-		*rules = append(*rules, r)
-		if err := tx.UpdateSecurityGroup(ctx, g); err != nil {
+		if _, err := addRule(ctx, tx, a, g, req.Direction, r, s.now()); err != nil {
 			return err
 		}
 		out = g
-		return ruleEvent(ctx, tx, a, g, "authorized", req.Direction, r, s.now())
+		return nil
 	})
 	return out, err
+}
+
+// addRule adds rule r (its owner set, its ID not) to g's rules of
+// direction dir and writes g, with its event: the peer checked
+// (checkRulePeer), a rule that allows what one of g's rules already does
+// a conflict naming it, past MaxRulesPerDirection quota_exceeded. It
+// answers the rule with its ID.
+func addRule(ctx context.Context, tx cloud.Tx, a Actor, g *cloud.SecurityGroup, dir string, r cloud.SecurityRule, now time.Time) (cloud.SecurityRule, error) {
+	if err := checkRulePeer(ctx, tx, g, r); err != nil {
+		return r, err
+	}
+	rules := rulesOf(g, dir)
+	for _, o := range *rules {
+		if sameRule(o, r) {
+			return r, &cloud.Error{Code: cloud.Conflict, Message: "security group " + g.ID + " has this " + dir + " rule already: " + o.ID,
+				Details: map[string]any{"rule_id": o.ID}}
+		}
+	}
+	if len(*rules) >= MaxRulesPerDirection {
+		return r, limitErr(fmt.Sprintf("security group %s has %d %s rules, the most it may have; revoke one first", g.ID, len(*rules), dir),
+			MaxRulesPerDirection)
+	}
+	r.ID = NewID(RulePrefix)
+	*rules = append(*rules, r)
+	if err := tx.UpdateSecurityGroup(ctx, g); err != nil {
+		return r, err
+	}
+	return r, ruleEvent(ctx, tx, a, g, "authorized", dir, r, now)
 }
 
 // Revoke removes a rule from security group id: the rule named by

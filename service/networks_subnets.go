@@ -179,7 +179,8 @@ func (s *Networks) ListSubnets(ctx context.Context, a Actor, tenant, network str
 }
 
 // DeleteSubnet deletes a subnet that has no instance that is not
-// terminated (a conflict naming them). The default subnet goes with the
+// terminated (a conflict naming them) and that no spot request that may
+// still launch names. The default subnet goes with the
 // default network only.
 func (s *Networks) DeleteSubnet(ctx context.Context, a Actor, id string) error {
 	return s.tx(ctx, func(tx cloud.Tx) error {
@@ -193,6 +194,9 @@ func (s *Networks) DeleteSubnet(ctx context.Context, a Actor, id string) error {
 				Details: map[string]any{"network_id": sub.NetworkID}}
 		}
 		if err := notInUse(ctx, tx, "subnet", sub.ID, cloud.InstanceFilter{TenantID: sub.TenantID, SubnetID: sub.ID}); err != nil {
+			return err
+		}
+		if err := notNamedBySpot(ctx, tx, sub.TenantID, "subnet", sub.ID, func(r *cloud.SpotRequest) bool { return r.Subnet == sub.ID }); err != nil {
 			return err
 		}
 		if err := tx.DeleteSubnet(ctx, sub.ID); err != nil {

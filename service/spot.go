@@ -74,21 +74,25 @@ func CheckSpotRequestSpec(cat *catalog.Catalog, spec *api.CreateSpotRequestReque
 	if spec.Image, err = CheckImage("image", spec.Image); err != nil {
 		return err
 	}
-	return CheckWorkload(spec.Command, spec.Env, spec.Volumes, spec.Tags)
+	if err := CheckWorkload(spec.Command, spec.Env, spec.Volumes, spec.Tags); err != nil {
+		return err
+	}
+	return checkSpotNetworkSpec(spec)
 }
 
 // Create creates a spot request for actor a and, in the same
 // transaction, launches its first instance in its first pool through
 // LaunchSpot (pending, for the scheduler and the market to place; the
-// tenant's quota and the volume rule are an instance's). With an
-// idempotency key, a retry answers the request the first call made
+// tenant's quota, the volume rule and the network's rules are an
+// instance's; the subnet's zone must suit every pool, checkSpotNetwork).
+// With an idempotency key, a retry answers the request the first call made
 // (created false) and launches nothing; the same key with a request that
 // differs in any field is a Conflict naming the fields.
 func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRequest, key string) (out *cloud.SpotRequest, created bool, err error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
-	spec.Pools = slices.Clone(spec.Pools)
+	spec.Pools, spec.SecurityGroups = slices.Clone(spec.Pools), slices.Clone(spec.SecurityGroups)
 	if err := CheckSpotRequestSpec(s.cat, &spec); err != nil {
 		return nil, false, err
 	}
@@ -97,7 +101,9 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRe
 	}
 	spec.Tags = addSystemTags(ctx, spec.Tags)
 	same := func(r *cloud.SpotRequest) error { return sameSpotRequest(r, &spec) }
-	err = s.tx(ctx, func(tx cloud.Tx) error {
+	// The launch allocates a private address: a race on the network runs
+	// the transaction again (retryNetwork), as an instance create's.
+	err = s.retryNetwork(ctx, func(tx cloud.Tx) error {
 		out, created = nil, false
 		tenant, err := Scope(ctx, tx, a, spec.Tenant, a.TenantID)
 		if err != nil {
@@ -108,13 +114,17 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRe
 			out = old
 			return err
 		}
+		if err := checkSpotNetwork(ctx, tx, tenant, &spec); err != nil {
+			return err
+		}
 		if err := s.anyRunnable(ctx, tx, spec.Pools); err != nil {
 			return err
 		}
 		now := s.now()
 		sr := &cloud.SpotRequest{ID: NewID(SpotRequestPrefix), TenantID: tenant, Name: spec.Name, Type: spec.Type,
 			Interruption: spec.Interruption, Pools: spec.Pools, State: cloud.SpotOpen, Image: spec.Image, Command: spec.Command,
-			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, IdempotencyKey: key, CreatedAt: now, UpdatedAt: now}
+			Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, Subnet: spec.Subnet, SecurityGroups: spec.SecurityGroups,
+			IdempotencyKey: key, CreatedAt: now, UpdatedAt: now}
 		if spec.MaxPrice != nil {
 			sr.MaxPrice = *spec.MaxPrice
 		}
@@ -168,6 +178,10 @@ func sameSpotRequest(old *cloud.SpotRequest, spec *api.CreateSpotRequestRequest)
 	d.Map("env", old.Env, spec.Env)
 	d.Strings("volumes", old.Volumes, spec.Volumes)
 	d.Map("tags", old.Tags, spec.Tags)
+	// The request keeps the network as asked (empty: the defaults, which
+	// each launch resolves), so an empty field is compared too.
+	d.String("subnet", old.Subnet, spec.Subnet)
+	d.Strings("security_groups", old.SecurityGroups, spec.SecurityGroups)
 	return d.Err("spot request", old.ID)
 }
 

@@ -260,8 +260,10 @@ func errorMessage(err error) string {
 // refusedLaunch reports whether the instance rules refused a launch for a
 // reason that only the tenant or the operator can change (a quota, a
 // volume that is gone or attached to another live instance, an offering
-// that left the catalog), as opposed to a race (a version conflict: the
-// next round tries again) or a failure of the store.
+// that left the catalog, a subnet or group that was deleted, a subnet
+// whose every address is held), as opposed to a race (a version conflict:
+// the next round tries again) or a failure of the store. A full subnet
+// must not fail the market's whole plan round after round.
 func refusedLaunch(err error) bool {
 	var ce *cloud.Error
 	if !errors.As(err, &ce) {
@@ -270,6 +272,11 @@ func refusedLaunch(err error) bool {
 	switch ce.Code {
 	case cloud.QuotaExceeded, cloud.Invalid, cloud.NotFound:
 		return true
+	case cloud.InsufficientCapacity:
+		// allocateAddress names the full subnet; nothing else of a
+		// launch is insufficient_capacity.
+		_, full := ce.Details["subnet_id"]
+		return full
 	case cloud.Conflict:
 		// The volume rule names the volume's field; a race names none.
 		f, _ := ce.Details["field"].(string)

@@ -148,7 +148,7 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 			}
 		case stack.TypeCommitment:
 			cost.Assumptions = append(cost.Assumptions, c.Address+": a commitment's fees are fixed at purchase and billed on their own; not included")
-		case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup:
+		case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup, stack.TypeSecurityGroupRule:
 			add(c.Address, strings.ReplaceAll(c.Type, "_", " ")+" (free)", 0, 0)
 		}
 	}

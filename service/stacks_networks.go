@@ -90,7 +90,10 @@ func canonicalRules(ingress, egress []api.AuthorizeRequest) (in, out []cloud.Sec
 // keeping those it has (a rule whose description changed is revoked and
 // authorized again), with an event for each, and answers the group. A
 // rule's peer group is checked as Authorize checks it. A group whose
-// rules are already those is not written.
+// rules are already those is not written. Rules with an owner (a stack's
+// security_group_rule) are not the group's list: they stay as they are,
+// a wanted rule that one of them allows already is a conflict naming it,
+// and they count towards MaxRulesPerDirection.
 func (s *Networks) SetRules(ctx context.Context, a Actor, id string, ingress, egress []api.AuthorizeRequest) (*cloud.SecurityGroup, error) {
 	ingress, egress = slices.Clone(ingress), slices.Clone(egress)
 	for i := range ingress {
@@ -117,7 +120,18 @@ func (s *Networks) SetRules(ctx context.Context, a Actor, id string, ingress, eg
 		}{{api.Ingress, wantIn}, {api.Egress, wantOut}} {
 			rules := rulesOf(g, d.dir)
 			var kept []cloud.SecurityRule
+			owned := 0
 			for _, r := range *rules {
+				if r.Owner != "" {
+					if j := slices.IndexFunc(d.want, func(w cloud.SecurityRule) bool { return sameRule(r, w) }); j >= 0 {
+						return &cloud.Error{Code: cloud.Conflict,
+							Message: fmt.Sprintf("%s[%d]: security group %s has this %s rule already as rule %s of %s; give it once", d.dir, j, g.ID, d.dir, r.ID, r.Owner),
+							Details: map[string]any{"field": fmt.Sprintf("%s[%d]", d.dir, j), "rule_id": r.ID, "owner": r.Owner}}
+					}
+					kept = append(kept, r)
+					owned++
+					continue
+				}
 				if slices.ContainsFunc(d.want, func(w cloud.SecurityRule) bool { return sameRule(r, w) && r.Description == w.Description }) {
 					kept = append(kept, r)
 					continue
@@ -140,6 +154,10 @@ func (s *Networks) SetRules(ctx context.Context, a Actor, id string, ingress, eg
 				if err := ruleEvent(ctx, tx, a, g, "authorized", d.dir, w, now); err != nil {
 					return err
 				}
+			}
+			if n := owned + len(d.want); n > MaxRulesPerDirection {
+				return limitErr(fmt.Sprintf("security group %s would have %d %s rules (%d of them owned by other stack resources), more than %d",
+					g.ID, n, d.dir, owned, MaxRulesPerDirection), MaxRulesPerDirection)
 			}
 			if kept == nil {
 				kept = []cloud.SecurityRule{}
@@ -169,10 +187,14 @@ func securityGroupLive(g *cloud.SecurityGroup, rs *stack.ResourceState) stack.Li
 	if err != nil {
 		return live
 	}
+	// Rules other stack resources own are theirs to watch.
+	unowned := func(rs []cloud.SecurityRule) []cloud.SecurityRule {
+		return slices.DeleteFunc(slices.Clone(rs), func(r cloud.SecurityRule) bool { return r.Owner != "" })
+	}
 	for _, d := range []struct {
 		dir        string
 		want, have []cloud.SecurityRule
-	}{{api.Ingress, wantIn, g.Ingress}, {api.Egress, wantOut, g.Egress}} {
+	}{{api.Ingress, wantIn, unowned(g.Ingress)}, {api.Egress, wantOut, unowned(g.Egress)}} {
 		if sameRules(d.want, d.have) {
 			continue
 		}
@@ -254,6 +276,67 @@ func readNetworkResource(ctx context.Context, svc *Services, a Actor, rs *stack.
 			return stack.Live{}, nil, "", err
 		}
 		return securityGroupLive(g, rs), securityGroupAttrs(g), fmt.Sprintf("%d ingress, %d egress rules", len(g.Ingress), len(g.Egress)), nil
+	case stack.TypeSecurityGroupRule:
+		return readRuleResource(ctx, svc, a, rs)
 	}
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
+}
+
+// unknownGroup stands for a security group ID known only after apply,
+// while a security_group_rule is checked.
+const unknownGroup = SecurityGroupPrefix + "unknown"
+
+// checkRuleProps is checkStackProps for a security_group_rule: all are
+// its properties, props those known now. Its group and its peer group are
+// most often references known only after apply: the rest is checked all
+// the same.
+func checkRuleProps(address string, all, props map[string]any, known bool) error {
+	var t api.SecurityGroupRuleTemplate
+	if err := DecodeStackProps(address, props, &t); err != nil || !unknownOnly(all, "security_group", "group") {
+		return err
+	}
+	if !known {
+		if hasUnknown(all["security_group"]) {
+			t.SecurityGroup = unknownGroup
+		}
+		if hasUnknown(all["group"]) {
+			t.Group = unknownGroup
+		}
+	}
+	return StackFieldError(address, CheckRuleTemplate(&t))
+}
+
+// RuleAttrs are the attributes of a stack's security_group_rule copy:
+// the rule's ID, its group and direction, and its owner (the copy's
+// idempotency key), which its reads and its delete need.
+func RuleAttrs(group, dir string, r cloud.SecurityRule) map[string]any {
+	return map[string]any{"id": r.ID, "security_group": group, "direction": dir, "owner": r.Owner}
+}
+
+// RuleRef answers the group and the owner a security_group_rule copy
+// recorded at its create, which its reads, its update and its delete
+// need.
+func RuleRef(rs *stack.ResourceState) (group, owner string) {
+	group, _ = rs.Attributes["security_group"].(string)
+	if group == "" {
+		group, _ = rs.Properties["security_group"].(string)
+	}
+	owner, _ = rs.Attributes["owner"].(string)
+	return group, owner
+}
+
+// readRuleResource reads a security_group_rule copy: its rule, owned by
+// the copy, in its group. A rule revoked behind the stack's back (or its
+// group deleted) is gone; a description changed is drift.
+func readRuleResource(ctx context.Context, svc *Services, a Actor, rs *stack.ResourceState) (live stack.Live, attrs map[string]any, status string, err error) {
+	group, owner := RuleRef(rs)
+	dir, r, err := svc.Networks.OwnedRule(ctx, a, group, rs.ID, owner)
+	if err != nil {
+		return stack.Live{}, nil, "", err
+	}
+	want, _ := rs.Properties["description"].(string)
+	if r.Description != want {
+		live.Changed = append(live.Changed, stack.FieldDiff{Path: "properties.description", Old: rs.Properties["description"], New: r.Description})
+	}
+	return live, RuleAttrs(group, dir, r), dir + " " + describeRule(r) + " on " + group, nil
 }

@@ -129,6 +129,8 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 			t.Network = unknownNetwork
 		}
 		return StackFieldError(c.Address, CheckSecurityGroupTemplate(&t))
+	case stack.TypeSecurityGroupRule:
+		return checkRuleProps(c.Address, c.Properties, props, known)
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
 }
@@ -273,7 +275,7 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 			status = "not in its term"
 		}
 		return live, map[string]any{"id": c.ID}, status, nil
-	case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup:
+	case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup, stack.TypeSecurityGroupRule:
 		l, attrs, status, err := readNetworkResource(ctx, svc, a, rs)
 		if err != nil {
 			return gone(err)

@@ -14,6 +14,9 @@ const (
 	TypeNetwork        = "network"
 	TypeSubnet         = "subnet"
 	TypeSecurityGroup  = "security_group"
+	// TypeSecurityGroupRule is one rule on a group the stack need not
+	// own; the stack owns the rule only.
+	TypeSecurityGroupRule = "security_group_rule"
 )
 
 // TypeInfo describes one resource type: the attributes a reference may
@@ -44,7 +47,10 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 // create body, api.CreateCommitmentRequest, api.CreateNetworkRequest,
 // api.CreateSubnetRequest, and for a security group
 // api.SecurityGroupTemplate: the create body with its ingress and egress
-// rules, which change in place). Callers must not modify it.
+// rules, which change in place; for a security group rule
+// api.SecurityGroupRuleTemplate, whose description changes in place; its
+// owner attribute is the copy's own mark on the rule). Callers must not
+// modify it.
 var Types = map[string]TypeInfo{
 	TypeInstance:       {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
 	TypeSpotRequest:    {Attributes: []string{"id", "name", "instance_id"}},
@@ -56,6 +62,10 @@ var Types = map[string]TypeInfo{
 	TypeNetwork:        {Attributes: []string{"id", "name", "cidr", "vni"}, Unique: []string{"name"}},
 	TypeSubnet:         {Attributes: []string{"id", "name", "cidr", "zone"}, Unique: []string{"network", "name"}},
 	TypeSecurityGroup:  {Attributes: []string{"id", "name"}, Mutable: []string{"ingress", "egress"}, Unique: []string{"network", "name"}},
+	// A rule's replacement differs in what it allows, its group or its
+	// direction (its description alone updates in place), so it never
+	// collides with the rule it replaces.
+	TypeSecurityGroupRule: {Attributes: []string{"id", "security_group", "direction", "owner"}, Mutable: []string{"description"}},
 }
 
 // typeNames is the sorted list of type names, for messages.

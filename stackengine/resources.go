@@ -125,6 +125,18 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 			return "", nil, err
 		}
 		return g.ID, service.ResourceAttrs(g), nil
+	case stack.TypeSecurityGroupRule:
+		// The key marks the rule as this copy's: a create cut short is
+		// completed with the same key, which answers the rule it made.
+		var t api.SecurityGroupRuleTemplate
+		if err := service.DecodeStackProps(address, props, &t); err != nil {
+			return "", nil, err
+		}
+		_, r, err := svc.Networks.AuthorizeOwned(ctx, a, t.SecurityGroup, t.AuthorizeRequest, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return r.ID, service.RuleAttrs(t.SecurityGroup, t.Direction, r), nil
 	}
 	return "", nil, service.Field("resources."+address+".type", "%s is not a resource type", service.Quote(typ))
 }
@@ -170,6 +182,11 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 		derr = svc.Networks.DeleteSubnet(ctx, a, rs.ID)
 	case stack.TypeSecurityGroup:
 		derr = svc.Networks.DeleteSecurityGroup(ctx, a, rs.ID)
+	case stack.TypeSecurityGroupRule:
+		// Only the rule this copy made: another's, or one revoked since,
+		// answers not_found, and is left alone.
+		group, owner := service.RuleRef(rs)
+		derr = svc.Networks.RevokeOwned(ctx, a, group, rs.ID, owner)
 	default:
 		return false, "", fmt.Errorf("unknown resource type %q", rs.Type)
 	}
@@ -185,9 +202,18 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 }
 
 // updateResource changes a copy's mutable properties in place: a
-// group's sizes, template and policies, a security group's rules.
-func updateResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address, id string, props map[string]any) error {
+// group's sizes, template and policies, a security group's rules, a
+// security group rule's description. old is the copy as applied.
+func updateResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address string, old *stack.ResourceState, props map[string]any) error {
+	id := old.ID
 	switch typ {
+	case stack.TypeSecurityGroupRule:
+		var t api.SecurityGroupRuleTemplate
+		if err := service.DecodeStackProps(address, props, &t); err != nil {
+			return err
+		}
+		group, owner := service.RuleRef(old)
+		return service.StackFieldError(address, svc.Networks.DescribeOwned(ctx, a, group, id, owner, t.Description))
 	case stack.TypeGroup:
 		return updateGroup(ctx, svc, a, address, id, props)
 	case stack.TypeSecurityGroup:

@@ -351,7 +351,7 @@ func (r *round) do(ctx context.Context, c *stack.Change, props map[string]any) (
 		r.recordCreate(c.Address, in, id, attrs)
 		r.event(c.Address, string(c.Action), "succeeded", id, c.Reason)
 	case stack.ActionUpdate:
-		if err := updateResource(ctx, r.svc, r.actor, c.Type, c.Address, old.ID, props); err != nil {
+		if err := updateResource(ctx, r.svc, r.actor, c.Type, c.Address, old, props); err != nil {
 			r.event(c.Address, "update", "failed", old.ID, err.Error())
 			return false, err
 		}

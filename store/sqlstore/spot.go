@@ -12,14 +12,16 @@ import (
 // Spot requests and the spot price history: part of cloud.BillingTx.
 
 const spotRequestCols = "id, tenant_id, name, type, max_price, interruption, pools, state, reason, instance_id," +
-	" launches, command, env, volumes, tags, version, idempotency_key, created_at, updated_at, image"
+	" launches, command, env, volumes, tags, version, idempotency_key, created_at, updated_at, image," +
+	" subnet_id, security_groups"
 
 func scanSpotRequest(sc scanner) (*cloud.SpotRequest, error) {
 	var r cloud.SpotRequest
 	err := sc.Scan(&r.ID, &r.TenantID, &r.Name, &r.Type, &r.MaxPrice, &r.Interruption, jsonCol{&r.Pools},
 		&r.State, &r.Reason, &r.InstanceID, &r.Launches, jsonCol{&r.Command}, jsonCol{&r.Env},
 		jsonCol{&r.Volumes}, jsonCol{&r.Tags}, &r.Version, &r.IdempotencyKey,
-		timeCol{&r.CreatedAt}, timeCol{&r.UpdatedAt}, &r.Image)
+		timeCol{&r.CreatedAt}, timeCol{&r.UpdatedAt}, &r.Image,
+		&r.Subnet, jsonCol{&r.SecurityGroups})
 	return &r, err
 }
 
@@ -54,7 +56,7 @@ func validSpotRequest(r *cloud.SpotRequest) error {
 }
 
 // spotRequestDoc is the JSON text of a request's list and map fields.
-type spotRequestDoc struct{ pools, command, env, volumes, tags string }
+type spotRequestDoc struct{ pools, command, env, volumes, tags, securityGroups string }
 
 func encodeSpotRequest(r *cloud.SpotRequest) (*spotRequestDoc, error) {
 	var d spotRequestDoc
@@ -66,6 +68,7 @@ func encodeSpotRequest(r *cloud.SpotRequest) (*spotRequestDoc, error) {
 	}{
 		{"pools", &d.pools, r.Pools}, {"command", &d.command, r.Command}, {"env", &d.env, r.Env},
 		{"volumes", &d.volumes, r.Volumes}, {"tags", &d.tags, r.Tags},
+		{"security groups", &d.securityGroups, r.SecurityGroups},
 	} {
 		if *f.dst, err = jsonArg("spot request "+r.ID+" "+f.name, f.v); err != nil {
 			return nil, err
@@ -94,11 +97,11 @@ func (t *tx) CreateSpotRequest(ctx context.Context, r *cloud.SpotRequest) error 
 	created, updated := normTime(r.CreatedAt), normTime(r.UpdatedAt)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create spot request "+r.ID,
-		"INSERT INTO spot_requests ("+spotRequestCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)"+
+		"INSERT INTO spot_requests ("+spotRequestCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)"+
 			" ON CONFLICT DO NOTHING",
 		r.ID, r.TenantID, r.Name, string(r.Type), int64(r.MaxPrice), r.Interruption, doc.pools, string(r.State),
 		r.Reason, r.InstanceID, r.Launches, doc.command, doc.env, doc.volumes, doc.tags, r.IdempotencyKey,
-		d.timeArg(created), d.timeArg(updated), r.Image)
+		d.timeArg(created), d.timeArg(updated), r.Image, r.Subnet, doc.securityGroups)
 	if err != nil {
 		return err
 	}
@@ -162,10 +165,10 @@ func (t *tx) UpdateSpotRequest(ctx context.Context, r *cloud.SpotRequest) error 
 	n, err := t.execN(ctx, "update spot request "+r.ID,
 		"UPDATE spot_requests SET name = ?, type = ?, max_price = ?, interruption = ?, pools = ?, state = ?,"+
 			" reason = ?, instance_id = ?, launches = ?, command = ?, env = ?, volumes = ?, tags = ?,"+
-			" image = ?, updated_at = ?, version = version + 1 WHERE id = ? AND version = ?",
+			" image = ?, subnet_id = ?, security_groups = ?, updated_at = ?, version = version + 1 WHERE id = ? AND version = ?",
 		r.Name, string(r.Type), int64(r.MaxPrice), r.Interruption, doc.pools, string(r.State),
 		r.Reason, r.InstanceID, r.Launches, doc.command, doc.env, doc.volumes, doc.tags,
-		r.Image, t.s.d.timeArg(updated), r.ID, r.Version)
+		r.Image, r.Subnet, doc.securityGroups, t.s.d.timeArg(updated), r.ID, r.Version)
 	if err != nil {
 		return err
 	}

@@ -149,6 +149,7 @@ func spotRequest(id, tenant, key string) *cloud.SpotRequest {
 		State: cloud.SpotOpen, Reason: "waiting for capacity", InstanceID: "i-" + id, Launches: 2,
 		Image: "ghcr.io/acme/train:1", Command: []string{"python", "train.py"}, Env: map[string]string{"A": "1", "EMPTY": ""},
 		Volumes: []string{"v-1"}, Tags: map[string]string{"team": "ml"},
+		Subnet: "subnet-1", SecurityGroups: []string{"sg-1", "sg-2"},
 		IdempotencyKey: key, CreatedAt: t0, UpdatedAt: t0.Add(time.Second)}
 }
 
@@ -195,6 +196,7 @@ func spotRequestUpdates(t *testing.T, s cloud.Store) {
 	cur.State, cur.Reason, cur.InstanceID, cur.Launches = cloud.SpotActive, "launched", "i-2", 3
 	cur.Pools, cur.Tags, cur.MaxPrice = []cloud.Pool{{Offering: "h200.8x", Zone: "eu-1c"}}, nil, bigMoney
 	cur.Image = "ghcr.io/acme/train@sha256:" + imageDigest
+	cur.Subnet, cur.SecurityGroups = "subnet-2", []string{"sg-3"}
 	cur.UpdatedAt = t0.Add(time.Hour)
 	cur.TenantID, cur.IdempotencyKey, cur.CreatedAt = "t-2", "other", t0.Add(time.Hour)
 	inTx(t, s, func(tx cloud.Tx) error { return tx.UpdateSpotRequest(ctx, cur) })
