@@ -62,7 +62,12 @@ type Tx interface {
 	// under name, once: Conflict when the name is taken, so that of two
 	// replicas starting together one wins and the other reads its value.
 	// ClusterSecret reads one back; NotFound when there is none.
+	// UpdateClusterSecret replaces a secret's value only when it still is
+	// old (compare and swap: Conflict when it is not, NotFound when there
+	// is no such secret), so that replicas rewriting it together (the CA
+	// key's encryption at start) cannot both write.
 	CreateClusterSecret(ctx context.Context, name string, value []byte, at time.Time) error
+	UpdateClusterSecret(ctx context.Context, name string, old, value []byte) error
 	ClusterSecret(ctx context.Context, name string) ([]byte, error)
 
 	PutQuota(ctx context.Context, q *Quota) error // upsert

@@ -74,6 +74,10 @@ type Config struct {
 	// TLS says how the API is served: TLS 1.3 with the cloud's own CA by
 	// default (see TLS).
 	TLS TLS
+	// CAKey is the operator's key that encrypts the CA's private key in
+	// the store (service.LoadCA); nil keeps it in plaintext, with a
+	// warning at start.
+	CAKey *service.CAKeyWrap
 	// Limits are the request limits of the API and the web console, one
 	// limiter for both: per credential (members, admins, agents; a
 	// tenant's quota overrides its users'; a user's console pages take
@@ -222,8 +226,8 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 	var err error
 	// Certificates live on the wall clock, which TLS checks, not a test's
 	// scaled one.
-	if s.ca, err = service.LoadCA(ctx, s.Store, time.Now()); err != nil {
-		return nil, fmt.Errorf("the cloud's CA: %w", err)
+	if err = s.loadCA(ctx, cfg); err != nil {
+		return nil, err
 	}
 	s.Metrics.Log = cfg.Log
 	s.Scheduler = s.newScheduler(cfg)
@@ -263,6 +267,25 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 		IdleTimeout:       120 * time.Second,
 	}
 	return ln, nil
+}
+
+// loadCA loads (or makes) the cloud's CA, saying in the log how its key is
+// kept when that needs the operator's attention.
+func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
+	ca, state, err := service.LoadCA(ctx, s.Store, time.Now(), cfg.CAKey)
+	if err != nil {
+		return fmt.Errorf("the cloud's CA: %w", err)
+	}
+	s.ca = ca
+	switch state {
+	case service.CAKeyPlain:
+		cfg.Log.Warn("the CA's private key is stored unencrypted in the database; anyone who reads the database can " +
+			"issue certificates the cloud trusts: give a key with --ca-encryption-key-file or $GPUCLOUD_CA_ENCRYPTION_KEY " +
+			"to encrypt it (docs/CONTROL_PLANE.md)")
+	case service.CAKeyUpgraded:
+		cfg.Log.Info("encrypted the CA's private key in the database", "key", cfg.CAKey.Source)
+	}
+	return nil
 }
 
 // newServices builds the domain services, the one time a replica does:

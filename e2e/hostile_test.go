@@ -24,6 +24,7 @@ import (
 //   - A's working directory, log, volume, the agent's data directory or
 //     the database existing at their host paths;
 //   - seeing A's processes, or killing them (kill -9 -1 from B);
+//   - A's instance, volume or tenant IDs in B's /proc/self/mountinfo;
 //   - reaching the server's port;
 //   - a process that escaped with setsid surviving the stop of B's
 //     instance.
@@ -65,6 +66,7 @@ probe "${HOSTPORT%:*}" "${HOSTPORT##*:}" && echo "REACHED the host at $HOSTPORT"
 tok=$(printf 'PUT /v1/token HTTP/1.0\r\nX-Metadata-Token-TTL-Seconds: 60\r\n\r\n' | timeout 5 nc 169.254.169.254 80 | tail -n 1)
 echo "NOTOKEN $(timeout 2 wget -q -O - "$GPUCLOUD_METADATA_URL/v1/instance" 2>&1 | head -c 80)"
 echo "METADATA $(timeout 2 wget -q -O - --header "X-Metadata-Token: $tok" "$GPUCLOUD_METADATA_URL/v1/instance" | tr -d '\n')"
+echo "MOUNTINFO $(tr '\n' '|' < /proc/self/mountinfo)"
 echo scanned
 kill -9 -1 2>/dev/null
 sleep 600
@@ -75,7 +77,7 @@ func testHostileTenant(t *testing.T, ch *containerHost, db string) {
 	c := startClusterOn(t, db, nil, nil, ch.runtimeOf, spec)
 	ctx := t.Context()
 	h := c.hosts[spec.ID]
-	_, alice, aliceToken := c.member("acme", "alice")
+	aliceTenant, alice, aliceToken := c.member("acme", "alice")
 	bobTenant, bob, _ := c.member("globex", "bob")
 
 	// A: a secret in its environment and in its volume, a line in its log.
@@ -162,6 +164,22 @@ func testHostileTenant(t *testing.T, ch *containerHost, db string) {
 		switch {
 		case strings.HasPrefix(line, "FOUND "), strings.HasPrefix(line, "EXISTS "), strings.HasPrefix(line, "REACHED "):
 			t.Errorf("tenant B's workload: %s", line)
+		}
+	}
+	// Its mountinfo shows host paths (docs/RUNTIME.md), but nothing of A:
+	// not A's instances, volume or tenant.
+	mounts := ""
+	for _, line := range strings.Split(out, "\n") {
+		if m, ok := strings.CutPrefix(line, "MOUNTINFO "); ok {
+			mounts = m
+		}
+	}
+	if !strings.Contains(mounts, " /proc ") {
+		t.Errorf("B read no mountinfo: %q", mounts)
+	}
+	for what, id := range map[string]string{"A's instance": a.ID, "A's colleague": peer.ID, "A's volume": vol.ID, "A's tenant": aliceTenant.ID} {
+		if strings.Contains(mounts, id) {
+			t.Errorf("B's /proc/self/mountinfo names %s %s: %s", what, id, mounts)
 		}
 	}
 	// Its metadata is its own, and only with a session token.

@@ -520,3 +520,36 @@ func TestDashboardMetricsExist(t *testing.T) {
 		}
 	}
 }
+
+// TestRequireToken: with a token, the metrics (which name tenants and
+// instances) are served only to requests that carry it as a bearer token;
+// none, a wrong one or another scheme is 401 with no metrics.
+func TestRequireToken(t *testing.T) {
+	h := newHost(t, false)
+	const token = "0123456789abcdef0123"
+	handler := exporter.RequireToken(exporter.Handler(exporter.New(exporter.Config{Driver: h, Hostname: "n", Log: quiet()}), quiet()), token)
+	for _, c := range []struct {
+		name, auth string
+		want       int
+	}{
+		{"the token", "Bearer " + token, http.StatusOK},
+		{"no token", "", http.StatusUnauthorized},
+		{"a wrong token", "Bearer " + token[:len(token)-1] + "x", http.StatusUnauthorized},
+		{"a prefix of it", "Bearer " + token[:8], http.StatusUnauthorized},
+		{"basic auth", "Basic " + token, http.StatusUnauthorized},
+	} {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		has := strings.Contains(w.Body.String(), "DCGM_FI_DEV_GPU_TEMP{")
+		if w.Code != c.want || has != (c.want == http.StatusOK) {
+			t.Errorf("%s: %d, metrics served %v", c.name, w.Code, has)
+		}
+		if c.want == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: no WWW-Authenticate", c.name)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net"
@@ -29,6 +30,23 @@ func HandlerOf(log *slog.Logger, cs ...prometheus.Collector) http.Handler {
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Registry:      reg,
+	})
+}
+
+// RequireToken serves h only to requests that carry token as a bearer
+// token (Prometheus: authorization.credentials_file); any other is 401.
+// The metrics name the host's tenants and instances, which is the
+// operator's business alone. The comparison takes the same time whatever
+// the guess.
+func RequireToken(h http.Handler, token string) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gpucloud agent metrics"`)
+			http.Error(w, "unauthenticated: the agent's metrics need its metrics token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

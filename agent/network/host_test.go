@@ -370,6 +370,9 @@ func TestInstanceNetwork(t *testing.T) {
 		t.Fatalf("tenants' networks: %+v", info)
 	}
 
+	for id, p := range paths {
+		assertNoIPv6(t, "instance "+id, p)
+	}
 	const port = "8080"
 	for id, p := range paths {
 		serve(t, p, "0.0.0.0:"+port, id)
@@ -543,5 +546,35 @@ func TestSetupErrors(t *testing.T) {
 	}
 	if after, _ := n.Instance("i1"); after != before {
 		t.Fatalf("again: %+v, before %+v", after, before)
+	}
+}
+
+// assertNoIPv6 fails the test when the network namespace at path has an
+// IPv6 address on any interface (a link-local one included: the instance
+// networks are IPv4 only and nothing filters IPv6) or IPv6 enabled at all.
+func assertNoIPv6(t *testing.T, what, path string) {
+	t.Helper()
+	var inet6, all, def string
+	err := inNS(path, func() error {
+		// /proc/net is the process's namespace; thread-self is this
+		// thread's, which inNS moved.
+		b, err := os.ReadFile("/proc/thread-self/net/if_inet6")
+		if err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		inet6 = strings.TrimSpace(string(b))
+		a, _ := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+		d, _ := os.ReadFile("/proc/sys/net/ipv6/conf/default/disable_ipv6")
+		all, def = strings.TrimSpace(string(a)), strings.TrimSpace(string(d))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if inet6 != "" {
+		t.Errorf("%s has IPv6 addresses:\n%s", what, inet6)
+	}
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil && (all != "1" || def != "1") {
+		t.Errorf("%s: IPv6 not disabled (all=%q default=%q)", what, all, def)
 	}
 }

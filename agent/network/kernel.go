@@ -119,6 +119,18 @@ func (n *Network) delNetns(ctx context.Context, name string) error {
 	return nil
 }
 
+// disableIPv6 turns IPv6 off in the calling thread's network namespace:
+// on every interface it has ("all") and every one it gets ("default"). A
+// kernel without IPv6 has nothing to turn off.
+func disableIPv6() error {
+	for _, k := range []string{"net/ipv6/conf/all/disable_ipv6", "net/ipv6/conf/default/disable_ipv6"} {
+		if err := writeSysctl(k, "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeSysctl writes a value under /proc/sys.
 func writeSysctl(key, value string) error {
 	return os.WriteFile(filepath.Join("/proc/sys", key), []byte(value+"\n"), 0o644)

@@ -419,6 +419,11 @@ func (n *Network) setup(ctx context.Context, id, tenant string) error {
 	for _, dev := range []string{t.bridge, in.veth} {
 		_ = writeSysctl("net/ipv6/conf/"+dev+"/disable_ipv6", "1") // absent without IPv6
 	}
+	// The instance's side is IPv4 only too: with IPv6 on, its interfaces
+	// would take link-local addresses that nothing here filters.
+	if err := inNS(n.NetnsPath(id), disableIPv6); err != nil {
+		return fmt.Errorf("turn IPv6 off in the instance's namespace: %w", err)
+	}
 	gw := t.block.Addr().Next()
 	if err := n.ipBatch(ctx, ns, []string{
 		"link set dev lo up",

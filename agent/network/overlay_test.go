@@ -300,6 +300,9 @@ func TestOverlayIsolation(t *testing.T) {
 	y1, y2 := inst{"y1", y, A, 10}, inst{"y2", y, B, 11}
 	paths := start(t, drivers, "7000", x1, x2, y1, y2)
 	syncAll(t, drivers, x1, x2, y1, y2)
+	for id, p := range paths {
+		assertNoIPv6(t, "instance "+id, p)
+	}
 	hostPort := "7001"
 	serve(t, A.path(), "0.0.0.0:"+hostPort, "hostA")
 	serve(t, B.path(), "0.0.0.0:"+hostPort, "hostB")

@@ -84,6 +84,7 @@ type flags struct {
 	joinToken, joinTokenFile, credFile, driver, simHost, dir   string
 	volumeDir, logLevel                                        string
 	metricsListen, runtimeName, containerdSocket, defaultImage string
+	metricsTokenFile                                           string
 	mpsControl                                                 string
 	manageMIG                                                  bool
 	interval, metricsInterval                                  time.Duration
@@ -106,6 +107,8 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.DurationVar(&fl.interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
 	f.DurationVar(&fl.metricsInterval, "metrics-interval", agent.DefaultMetricsInterval, "how often instances' GPU and CPU utilization is sampled and reported (negative: never)")
 	f.StringVar(&fl.metricsListen, "metrics-listen", "", `serve GPU metrics for Prometheus on http://ADDR/metrics, e.g. "127.0.0.1:9400" (default off)`)
+	f.StringVar(&fl.metricsTokenFile, "metrics-token-file", "", "with --metrics-listen, serve the metrics (which name the host's tenants and instances) only to requests "+
+		"with this file's token as a bearer token (Prometheus: authorization.credentials_file)")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&fl.runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
 	f.StringVar(&fl.containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
@@ -137,6 +140,10 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return cmdutil.Usagef(cmd, "--runtime %q: want process or containerd", fl.runtimeName)
 	}
 	if err := fl.pull.apply(&containerd.Config{}); err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	metricsToken, err := readMetricsToken(fl)
+	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
 	h, err := openDriver(cmd, fl)
@@ -178,7 +185,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
 	})
 	if fl.metricsListen != "" {
-		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
+		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
 			return err
 		}
 	}
@@ -276,9 +283,14 @@ func join(ctx context.Context, out io.Writer, server string, hc *http.Client, se
 }
 
 // serveMetrics serves the GPUs' metrics for Prometheus on addr until ctx
-// ends, and says where on out.
-func serveMetrics(ctx context.Context, out io.Writer, addr string, cfg exporter.Config) error {
-	ms, err := exporter.Listen(addr, exporter.Handler(exporter.New(cfg), cfg.Log))
+// ends, only to requests with token when it is not empty, and says where
+// on out.
+func serveMetrics(ctx context.Context, out io.Writer, addr, token string, cfg exporter.Config) error {
+	h := exporter.Handler(exporter.New(cfg), cfg.Log)
+	if token != "" {
+		h = exporter.RequireToken(h, token)
+	}
+	ms, err := exporter.Listen(addr, h)
 	if err != nil {
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
@@ -289,6 +301,28 @@ func serveMetrics(ctx context.Context, out io.Writer, addr string, cfg exporter.
 	}()
 	fmt.Fprintf(out, "GPU metrics on http://%s/metrics\n", ms.Addr())
 	return nil
+}
+
+// readMetricsToken reads the metrics token of --metrics-token-file ("" when
+// none): the file's content without surrounding white space, one token of
+// at least 16 characters.
+func readMetricsToken(fl *flags) (string, error) {
+	file := fl.metricsTokenFile
+	if file == "" {
+		return "", nil
+	}
+	if fl.metricsListen == "" {
+		return "", errors.New("--metrics-token-file needs --metrics-listen")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--metrics-token-file %s: want one token of at least 16 characters (openssl rand -hex 32)", file)
+	}
+	return token, nil
 }
 
 // runUntilStopped runs the agent until ctx ends (a signal: not an error),

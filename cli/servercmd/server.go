@@ -34,6 +34,7 @@ func New(stderr io.Writer) *cobra.Command {
 		tlsFlags   TLSFlags
 		limits     LimitFlags
 		registries RegistryFlags
+		caKey      CAKeyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -48,10 +49,10 @@ func New(stderr io.Writer) *cobra.Command {
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if db == "" {
-				if err := os.MkdirAll(cmdutil.DataDir(), 0o700); err != nil {
+				var err error
+				if db, err = defaultDB(); err != nil {
 					return err
 				}
-				db = "sqlite://" + filepath.Join(cmdutil.DataDir(), "gpucloud.db")
 			}
 			log, err := cmdutil.NewLogger(stderr, logLevel)
 			if err != nil {
@@ -65,6 +66,9 @@ func New(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			if err := registries.Apply(cmd, &cfg); err != nil {
+				return err
+			}
+			if err := caKey.Apply(cmd, &cfg, ""); err != nil {
 				return err
 			}
 			ctx, stop := cmdutil.SignalContext()
@@ -96,6 +100,87 @@ func New(stderr io.Writer) *cobra.Command {
 	tlsFlags.Register(cmd, true)
 	limits.Register(cmd)
 	registries.Register(cmd)
+	caKey.Register(cmd)
+	cmd.AddCommand(newRotateCAKey())
+	return cmd
+}
+
+// defaultDB is the store of a server not given --db: SQLite in the data
+// directory.
+func defaultDB() (string, error) {
+	if err := os.MkdirAll(cmdutil.DataDir(), 0o700); err != nil {
+		return "", err
+	}
+	return "sqlite://" + filepath.Join(cmdutil.DataDir(), "gpucloud.db"), nil
+}
+
+// CAKeyFlags name the key that encrypts the CA's private key in the store.
+type CAKeyFlags struct {
+	file string
+}
+
+// Register adds --ca-encryption-key-file to cmd.
+func (f *CAKeyFlags) Register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.file, "ca-encryption-key-file", "", "a file holding the key (64 hex digits: openssl rand -hex 32) that encrypts the CA's private key "+
+		"in the database; or $"+controlplane.EnvCAKey+" holds the key itself. Without either the CA key is stored unencrypted")
+}
+
+// Apply reads the key into cfg.CAKey: the flag's file, else the
+// environment's key, else defaultFile (made, 0600, when missing) unless it
+// is empty.
+func (f *CAKeyFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config, defaultFile string) error {
+	file, env := f.file, os.Getenv(controlplane.EnvCAKey)
+	if file == "" && env == "" && defaultFile != "" {
+		if _, err := controlplane.EnsureCAKeyFile(defaultFile); err != nil {
+			return err
+		}
+		file = defaultFile
+	}
+	w, err := controlplane.CAKeyFrom(file, env)
+	if err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	cfg.CAKey = w
+	return nil
+}
+
+// newRotateCAKey is `gpucloud server rotate-ca-key`: the CA's private key
+// in the store re-encrypted under a new key, in one transaction.
+func newRotateCAKey() *cobra.Command {
+	var db, oldFile, newFile string
+	cmd := &cobra.Command{
+		Use:   "rotate-ca-key",
+		Short: "Re-encrypt the CA's private key in the database under a new key",
+		Long: "Re-encrypt the CA's private key in the database: decrypt it with the key in\n" +
+			"--old-key-file (leave it out when the CA key is stored unencrypted) and\n" +
+			"encrypt it with the key in --new-key-file, in one transaction. Running servers\n" +
+			"keep working; give each the new key (--ca-encryption-key-file or\n" +
+			"$" + controlplane.EnvCAKey + ") before its next start: a server started with the\n" +
+			"old key refuses to start, saying the key is wrong.",
+		Example: "  openssl rand -hex 32 > new.key && chmod 600 new.key\n" +
+			"  gpucloud server rotate-ca-key --db postgres://gpucloud@db.internal/gpucloud --old-key-file old.key --new-key-file new.key",
+		Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if newFile == "" {
+				return cmdutil.Usagef(cmd, "--new-key-file is required")
+			}
+			if db == "" {
+				var err error
+				if db, err = defaultDB(); err != nil {
+					return err
+				}
+			}
+			if err := controlplane.RotateCAKey(cmd.Context(), db, oldFile, newFile); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "the CA key in the database is now encrypted with the key in %s; give it to every server before its next start\n", newFile)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&db, "db", "", "store: sqlite://PATH or postgres://URL (default sqlite in the data directory)")
+	f.StringVar(&oldFile, "old-key-file", "", "the key the CA key is encrypted with now (leave out when it is unencrypted)")
+	f.StringVar(&newFile, "new-key-file", "", "the key to encrypt it with")
 	return cmd
 }
 

@@ -158,6 +158,7 @@ type flags struct {
 	tls                              servercmd.TLSFlags
 	limits                           servercmd.LimitFlags
 	registries                       servercmd.RegistryFlags
+	caKey                            servercmd.CAKeyFlags
 	dir, listen, fleetFile, logLevel string
 	runtimeMode, db                  string
 	fabricPrefix                     string
@@ -172,6 +173,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	fl.spot.Register(cmd)
 	fl.limits.Register(cmd)
 	fl.registries.Register(cmd)
+	fl.caKey.Register(cmd)
 	f.StringVar(&fl.dir, "data-dir", cmdutil.DataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:7878", "API listen address")
 	f.StringVar(&fl.db, "db", "", "the store: postgres://... for PostgreSQL (default: SQLite in the data directory)")
@@ -281,12 +283,21 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 	if err := fl.registries.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
+	// up encrypts the CA's key by default, with a key of its own beside
+	// the database (caKeyFile) unless it is given one.
+	if err := fl.caKey.Apply(cmd, &cfg, filepath.Join(fl.dir, caKeyFile)); err != nil {
+		return nil, err
+	}
 	s, err := controlplane.Start(ctx, cfg)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, addressInUse(fl.listen)
 	}
 	return s, err
 }
+
+// caKeyFile is the key, in up's data directory, that encrypts the CA's
+// private key in the database when up is not given one.
+const caKeyFile = "ca-encryption.key"
 
 // keepDataDir keeps the admin token and the CA certificate in the data
 // directory and locks it down; it returns the admin token.
@@ -585,7 +596,7 @@ func lockDown(dir string) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
-	for _, name := range []string{"gpucloud.db", "gpucloud.db-wal", "gpucloud.db-shm", "admin-token"} {
+	for _, name := range []string{"gpucloud.db", "gpucloud.db-wal", "gpucloud.db-shm", "admin-token", caKeyFile} {
 		if err := os.Chmod(filepath.Join(dir, name), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -33,3 +33,18 @@ func (t *tx) ClusterSecret(ctx context.Context, name string) ([]byte, error) {
 	}
 	return []byte(*v), nil
 }
+
+func (t *tx) UpdateClusterSecret(ctx context.Context, name string, old, value []byte) error {
+	if name == "" || len(value) == 0 {
+		return invalidf("cluster secret needs a name and a value")
+	}
+	n, err := t.execN(ctx, "update cluster secret "+name,
+		"UPDATE cluster_secrets SET value = ? WHERE name = ? AND value = ?", string(value), name, string(old))
+	if err != nil || n > 0 {
+		return err
+	}
+	if _, err := t.ClusterSecret(ctx, name); err != nil {
+		return err
+	}
+	return conflictf("cluster secret %s changed since it was read", name)
+}
