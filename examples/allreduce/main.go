@@ -16,9 +16,10 @@
 // --bytes vector of float32s after one warm-up, checks every result, and
 // prints one line:
 //
-//	allreduce: rank=0 world=2 bytes=67108864 iters=5 time=412.3ms algbw=0.16 GB/s busbw=0.16 GB/s ok
+//	allreduce: rank=1 world=2 master=10.42.0.4:29500 bytes=67108864 iters=5 time=412.3ms algbw=0.16 GB/s busbw=0.16 GB/s ok
 //
-// algbw and busbw as NCCL's tests define them: bytes over the time of one
+// master is the rendezvous address the rank used (a worker reached rank 0
+// there; rank 0 listened on its port); algbw and busbw as NCCL's tests define them: bytes over the time of one
 // all-reduce, and that times 2(W−1)/W. On any error it prints
 // "allreduce: rank=R ... FAIL: reason" and exits 1 (2 for bad flags).
 package main
@@ -65,8 +66,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "allreduce: rank=%d world=%d FAIL: %v\n", cfg.Rank, cfg.World, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "allreduce: rank=%d world=%d bytes=%d iters=%d time=%v algbw=%.2f GB/s busbw=%.2f GB/s ok\n",
-		cfg.Rank, cfg.World, cfg.Bytes, cfg.Iters, res.PerIter.Round(time.Microsecond), res.AlgBW, res.BusBW)
+	fmt.Fprintf(stdout, "allreduce: rank=%d world=%d master=%s bytes=%d iters=%d time=%v algbw=%.2f GB/s busbw=%.2f GB/s ok\n",
+		cfg.Rank, cfg.World, cfg.Master, cfg.Bytes, cfg.Iters, res.PerIter.Round(time.Microsecond), res.AlgBW, res.BusBW)
 	return 0
 }
 
