@@ -108,7 +108,7 @@ func testAllReduce(t *testing.T, ch *containerHost, db string) {
 	for _, id := range []string{headID, workerID} {
 		c.until(id+" to stop on its exit", func() (bool, string) {
 			in := c.get(alice, id)
-			return in.State == cloud.Stopped, string(in.State) + " " + in.Reason
+			return in.State == cloud.Stopped && in.Reason == cloud.ReasonExitedOK, string(in.State) + " " + in.Reason
 		})
 	}
 
