@@ -91,7 +91,7 @@ func testAllReduce(t *testing.T, ch *containerHost, db string) {
 			t.Fatalf("%s did not finish its all-reduce; output:\n%s", id, out)
 		}
 		lines[id] = m
-		t.Logf("%s at %v: %s", id, time.Since(began).Round(time.Millisecond), strings.TrimSpace(m[0]))
+		t.Logf("%s at %v:\n%s", id, time.Since(began).Round(time.Millisecond), out)
 	}
 	head := c.get(alice, headID)
 	if head.PrivateAddress == "" || v.Outputs["head_address"] != head.PrivateAddress {

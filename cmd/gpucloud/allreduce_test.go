@@ -81,7 +81,7 @@ func TestUpAllReduce(t *testing.T) {
 	for rank, id := range []string{o.HeadID, o.WorkerIDs[0]} {
 		var logs string
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if logs = cli("instances", "logs", id); strings.Contains(logs, "allreduce: ") {
+			if logs = cli("instances", "logs", id); strings.Contains(logs, " ok\n") || strings.Contains(logs, " FAIL: ") {
 				break
 			}
 		}

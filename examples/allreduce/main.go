@@ -14,14 +14,18 @@
 // (for at most --dial-timeout), the ranks form a ring, and each runs
 // --iters ring all-reduces (reduce-scatter, then all-gather) of a
 // --bytes vector of float32s after one warm-up, checks every result, and
-// prints one line:
+// prints a line at each stage it reaches, so that a run that hangs says
+// where, then its result:
 //
-//	allreduce: rank=1 world=2 master=10.42.0.4:29500 bytes=67108864 iters=5 time=412.3ms algbw=0.16 GB/s busbw=0.16 GB/s ok
+//	allreduce: rank=1 world=2 rendezvous at 10.42.0.4:29500 done: ranks at 10.42.0.4:40113 10.42.0.5:38021
+//	allreduce: rank=1 world=2 ring connected: to 10.42.0.4:40113, from 10.42.0.4:51270
+//	allreduce: rank=1 world=2 master=10.42.0.4:29500 bytes=67108864 iters=5 time=161.2ms algbw=0.42 GB/s busbw=0.42 GB/s ok
 //
 // master is the rendezvous address the rank used (a worker reached rank 0
-// there; rank 0 listened on its port); algbw and busbw as NCCL's tests define them: bytes over the time of one
-// all-reduce, and that times 2(W−1)/W. On any error it prints
-// "allreduce: rank=R ... FAIL: reason" and exits 1 (2 for bad flags).
+// there; rank 0 listened on its port). algbw and busbw as NCCL's tests
+// define them: bytes over the time of one all-reduce, and that times
+// 2(W−1)/W. On any error it prints "allreduce: rank=R world=W FAIL:
+// reason" and exits 1 (2 for bad flags).
 package main
 
 import (
@@ -60,6 +64,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 1
 		}
 		defer master.Close()
+	}
+	cfg.Progress = func(format string, args ...any) {
+		fmt.Fprintf(stdout, "allreduce: rank=%d world=%d %s\n", cfg.Rank, cfg.World, fmt.Sprintf(format, args...))
 	}
 	res, err := Run(ctx, cfg, master)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +30,15 @@ type Config struct {
 	// DialTimeout bounds the wait for the master (a worker may start
 	// before its head listens); Timeout bounds the whole run.
 	DialTimeout, Timeout time.Duration
+	// Progress, when set, is told of each stage reached (the rendezvous,
+	// the ring), so that a run that hangs says where.
+	Progress func(format string, args ...any)
+}
+
+func (cfg Config) progress(format string, args ...any) {
+	if cfg.Progress != nil {
+		cfg.Progress(format, args...)
+	}
 }
 
 // Result is what a rank measured: the mean time of one all-reduce and the
@@ -89,10 +99,12 @@ func Run(ctx context.Context, cfg Config, master net.Listener) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	cfg.progress("rendezvous at %s done: ranks at %s", cfg.Master, strings.Join(peers, " "))
 	next, prev, err := connectRing(ctx, cfg, ring, peers)
 	if err != nil {
 		return Result{}, err
 	}
+	cfg.progress("ring connected: to %s, from %s", next.RemoteAddr(), prev.RemoteAddr())
 	defer next.Close()
 	defer prev.Close()
 	// Every read and write ends by the run's deadline.
@@ -277,8 +289,9 @@ func readHello(r io.Reader) (hello, error) {
 		Bytes: binary.BigEndian.Uint64(b[12:]), Port: binary.BigEndian.Uint16(b[20:])}, nil
 }
 
-// writePeers sends the ring's addresses, one line each, rank 0's host
-// left empty (each worker reaches it at the master address it dialled).
+// writePeers sends the ring's addresses, one line each; each worker
+// replaces rank 0's host with the master address it dialled, which it
+// knows reaches rank 0.
 func writePeers(w io.Writer, peers []string) error {
 	var b []byte
 	for _, p := range peers {
@@ -328,7 +341,8 @@ func serveRendezvous(ctx context.Context, cfg Config, master net.Listener, port 
 	stop := context.AfterFunc(ctx, func() { master.Close() })
 	defer stop()
 	peers := make([]string, cfg.World)
-	peers[0] = ":" + strconv.Itoa(port)
+	host, _, _ := net.SplitHostPort(cfg.Master)
+	peers[0] = net.JoinHostPort(host, strconv.Itoa(port))
 	conns := make([]net.Conn, cfg.World)
 	defer func() {
 		for _, c := range conns {
@@ -362,8 +376,8 @@ func serveRendezvous(ctx context.Context, cfg Config, master net.Listener, port 
 			c.Close()
 			return nil, fmt.Errorf("rendezvous: a second or unknown rank %d", r)
 		}
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		peers[r] = net.JoinHostPort(host, strconv.Itoa(int(h.Port)))
+		from, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		peers[r] = net.JoinHostPort(from, strconv.Itoa(int(h.Port)))
 		conns[r] = c
 		joined++
 	}

@@ -245,7 +245,10 @@ func TestRunLines(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	line := regexp.MustCompile(`^allreduce: rank=(\d) world=2 master=127\.0\.0\.1:` + port + ` bytes=65536 iters=2 time=\S+ algbw=\d+\.\d\d GB/s busbw=\d+\.\d\d GB/s ok\n$`)
+	// The stages, then the result, last.
+	line := regexp.MustCompile(`^allreduce: rank=(\d) world=2 rendezvous at 127\.0\.0\.1:` + port + ` done: ranks at \S+ \S+\n` +
+		`allreduce: rank=\d world=2 ring connected: to 127\.0\.0\.1:\d+, from 127\.0\.0\.1:\d+\n` +
+		`allreduce: rank=\d world=2 master=127\.0\.0\.1:` + port + ` bytes=65536 iters=2 time=\S+ algbw=\d+\.\d\d GB/s busbw=\d+\.\d\d GB/s ok\n$`)
 	for r := range 2 {
 		m := line.FindStringSubmatch(outs[r].String())
 		if codes[r] != 0 || m == nil || m[1] != strconv.Itoa(r) {
