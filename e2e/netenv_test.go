@@ -133,12 +133,18 @@ var netHosts = []sim.Spec{
 // on a fabric with the overlay, as under gpucloud up.
 func startNetCluster(t *testing.T, ch *containerHost, db string) *cluster {
 	t.Helper()
-	e := newNetEnv(t, ch, len(netHosts))
-	c := startClusterOn(t, db, nil, e.tuneAgent, e.runtimeOf, netHosts...)
+	return startNetClusterOf(t, ch, db, netHosts...)
+}
+
+// startNetClusterOf is startNetCluster with hosts of the caller's.
+func startNetClusterOf(t *testing.T, ch *containerHost, db string, specs ...sim.Spec) *cluster {
+	t.Helper()
+	e := newNetEnv(t, ch, len(specs))
+	c := startClusterOn(t, db, nil, e.tuneAgent, e.runtimeOf, specs...)
 	// Every host reports its underlay before an instance is placed.
 	c.until("the hosts to report their underlay addresses", func() (bool, string) {
 		hs := c.hostSpecs()
-		for _, s := range netHosts {
+		for _, s := range specs {
 			h := hs[s.ID]
 			if h == nil || h.Spec.Underlay != e.hosts[s.ID].Underlay.String() {
 				return false, fmt.Sprintf("host %s: %+v", s.ID, h)
