@@ -202,7 +202,7 @@ func (o *Overlay) routerScript(r *router) (string, error) {
 	if !ok || hn.ID != r.netID {
 		hn = agentapi.HostNetwork{ID: r.netID, VNI: r.vni, CIDR: r.cidr.String()}
 	}
-	groups, err := GroupRuleset(o.table(), hn, ports, RulesetOptions{Gateways: gateways, Overlay: r.vxlan})
+	groups, err := GroupRuleset(o.table(), hn, ports, RulesetOptions{Gateways: gateways})
 	if err != nil {
 		return "", err
 	}

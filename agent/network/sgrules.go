@@ -75,10 +75,6 @@ type RulesetOptions struct {
 	// Services are the router's own services that local instances may
 	// reach at the gateways (the DNS resolver, say); none by default.
 	Services []GatewayService
-	// Overlay is the router's overlay device (the VXLAN one), whose
-	// packets from remote instances may take the untracked fast path
-	// (sgfast.go); "": only local instances' packets may.
-	Overlay string
 }
 
 // GatewayService is a service the router offers at its gateways: a
@@ -120,9 +116,6 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 	}
 	services, err := sgServices(opts.Services)
 	if err != nil {
-		return "", err
-	}
-	if err := sgOverlayName(opts.Overlay); err != nil {
 		return "", err
 	}
 	// Each local instance's groups, sorted; only those groups' chains
@@ -176,7 +169,6 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 		wc("ge", id, groups[id].egress)
 		wc("gi", id, groups[id].ingress)
 	}
-	untracked := sgFastPath(hn.CIDR, ports, groups, portGroups)
 
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -189,13 +181,6 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 		w("\t\telements = { %s }", elems)
 		w("\t}")
 	}
-	// Anti-spoofed packets, and those from the overlay, go on to the
-	// untracked fast path when some pair may take it (sgfast.go).
-	verdict := "accept"
-	if len(untracked) > 0 {
-		writeUntracked(w, ports, gws, untracked)
-		verdict = "goto untracked"
-	}
 
 	w("\tchain prerouting {")
 	w("\t\ttype filter hook prerouting priority raw; policy accept;")
@@ -204,11 +189,8 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 		for i, p := range ports {
 			elems[i] = fmt.Sprintf("%q . %s . %s", p.Iface, p.MAC, p.Addr)
 		}
-		w("\t\tiifname . ether saddr . ip saddr { %s } %s", strings.Join(elems, ", "), verdict)
+		w("\t\tiifname . ether saddr . ip saddr { %s } accept", strings.Join(elems, ", "))
 		w("\t\tiifname %s drop", sgIfaceSet(ports))
-	}
-	if len(untracked) > 0 && opts.Overlay != "" {
-		w("\t\tiifname %q goto untracked", opts.Overlay)
 	}
 	w("\t}")
 
@@ -233,10 +215,6 @@ func GroupRuleset(table string, hn agentapi.HostNetwork, local []LocalPort, opts
 	w("\tchain forward {")
 	w("\t\ttype filter hook forward priority filter; policy accept;")
 	w("\t\tct state established,related accept")
-	if len(untracked) > 0 {
-		// Only the fast path leaves packets untracked.
-		w("\t\tct state untracked accept")
-	}
 	w("\t\tct state invalid drop")
 	if len(ports) > 0 {
 		w("\t\tiifname vmap { %s }", sgVmap(ports, "out_"))
@@ -319,11 +297,6 @@ type sgRule struct {
 	field string
 	peers []string
 	rest  string
-	// all says the rule allows every protocol and port; nets are its
-	// peers as prefixes, normalized (sgNormalize). The untracked fast
-	// path (sgfast.go) reads them.
-	all  bool
-	nets []netip.Prefix
 }
 
 // inline is the rule with its peers as an anonymous set; it orders rules.
@@ -412,17 +385,17 @@ func sgRules(group, dir string, rules []agentapi.RuleSpec) ([]sgRule, error) {
 		if match != "" {
 			rest = match + " " + verdict
 		}
-		nets := sgNormalize(peers)
-		out = append(out, sgRule{field: field, peers: sgPrefixElems(nets), rest: rest, all: r.Protocol == "all", nets: nets})
+		out = append(out, sgRule{field: field, peers: sgPrefixElems(peers), rest: rest})
 	}
 	slices.SortFunc(out, func(a, b sgRule) int { return strings.Compare(a.inline(), b.inline()) })
 	return slices.CompactFunc(out, func(a, b sgRule) bool { return a.inline() == b.inline() }), nil
 }
 
-// sgNormalize sorts prefixes and drops those inside another (an nft
-// interval set refuses overlaps); it returns 0.0.0.0/0 alone when the
-// prefixes hold it. ps is sorted in place.
-func sgNormalize(ps []netip.Prefix) []netip.Prefix {
+// sgPrefixElems writes prefixes as the elements of an nft interval set:
+// sorted, without those inside another (an interval set refuses
+// overlaps), an address without its /32; none when one is 0.0.0.0/0
+// (every address matches, so there is nothing to match).
+func sgPrefixElems(ps []netip.Prefix) []string {
 	slices.SortFunc(ps, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
 			return c
@@ -432,7 +405,7 @@ func sgNormalize(ps []netip.Prefix) []netip.Prefix {
 	var kept []netip.Prefix
 	for _, p := range ps {
 		if p.Bits() == 0 {
-			return []netip.Prefix{p}
+			return nil
 		}
 		// Sorted by address then length, a prefix that contains p comes
 		// before it; since prefixes nest or are disjoint, the last kept
@@ -442,29 +415,15 @@ func sgNormalize(ps []netip.Prefix) []netip.Prefix {
 		}
 		kept = append(kept, p)
 	}
-	return kept
-}
-
-// sgPrefixElems writes normalized prefixes (sgNormalize) as the elements
-// of an nft interval set, an address without its /32; none when one is
-// 0.0.0.0/0 (every address matches, so there is nothing to match).
-func sgPrefixElems(kept []netip.Prefix) []string {
-	if len(kept) == 1 && kept[0].Bits() == 0 {
-		return nil
-	}
 	s := make([]string, len(kept))
 	for i, p := range kept {
-		s[i] = sgPrefixString(p)
+		if p.IsSingleIP() {
+			s[i] = p.Addr().String()
+		} else {
+			s[i] = p.String()
+		}
 	}
 	return s
-}
-
-// sgPrefixString writes a prefix for nft: an address without its /32.
-func sgPrefixString(p netip.Prefix) string {
-	if p.IsSingleIP() {
-		return p.Addr().String()
-	}
-	return p.String()
 }
 
 // sgGateways validates the gateways and adds the subnets' own.

@@ -532,53 +532,6 @@ func TestGroupRulesetKernel(t *testing.T) {
 			{from: "web", addr: "10.0.0.1:7000", ok: true},
 		})
 	})
-
-	t.Run("the untracked fast path", func(t *testing.T) {
-		// client and db share a group that allows all traffic among
-		// its members and all egress, the default group's rules: their
-		// pairs skip conntrack (sgfast.go); web, in sg-web, stays
-		// tracked.
-		mesh := func(all bool) []sgTestGroup {
-			g := sgTestGroup{id: "sg-mesh", egress: []sgTestRule{{proto: "all", cidr: "0.0.0.0/0"}},
-				ingress: []sgTestRule{{proto: "tcp", from: 5432, to: 5432, groupID: "sg-mesh"}}}
-			if all {
-				g.ingress = []sgTestRule{{proto: "all", groupID: "sg-mesh"}}
-			}
-			return append(groups(true), g)
-		}
-		m := map[string][]string{"web": {"sg-web"}, "client": {"sg-mesh"}, "db": {"sg-mesh"}}
-		r.load(t, mesh(true), m, RulesetOptions{})
-		r.sgRunChecks(t, []sgCheck{
-			{from: "client", addr: "10.0.0.4:8080", ok: true},
-			{from: "db", addr: "10.0.0.3:8080", ok: true},
-			{from: "client", addr: "10.0.0.4", ping: true, ok: true},
-			{from: "client", addr: "10.0.0.2:8080", ok: true}, // tracked: web's ingress by CIDR
-			{from: "web", addr: "10.0.0.4:8080"},              // web is not in the group
-			{from: "web", addr: "10.0.0.3", ping: true},
-			{from: "client", addr: "10.0.0.1", ping: true, ok: true}, // the router stays stateful
-			{from: "client", addr: "10.0.0.1:7000"},
-		})
-		open, err := sgDial(r.insts["client"].netns, "10.0.0.4:8080", sgOKTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer open.c.Close()
-		if a, err := open.ask("before", sgOKTimeout); err != nil || a != "db before" {
-			t.Fatalf("before: %q, %v", a, err)
-		}
-		// Revoking the all rule stops even the open connection, which a
-		// tracked one would survive (the subtest above): its packets
-		// were never tracked, so the next one is new to conntrack, and
-		// the rules left (tcp 5432 only) refuse it.
-		r.load(t, mesh(false), m, RulesetOptions{})
-		if a, err := open.ask("after", sgDroppedTimeout); err == nil {
-			t.Errorf("the untracked connection went on after its rule was revoked: %q", a)
-		}
-		r.sgRunChecks(t, []sgCheck{
-			{from: "client", addr: "10.0.0.4:8080"},
-			{from: "client", addr: "10.0.0.4:5432", ok: true},
-		})
-	})
 }
 
 // sgBenchNetwork is a network of 200 local instances in 50 groups, three

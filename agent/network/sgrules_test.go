@@ -210,47 +210,6 @@ func TestGroupRuleset(t *testing.T) {
 		},
 		want:    []string{"chain out_r-client {\n\t\tdrop\n\t}", "chain in_r-web {\n\t\tdrop\n\t}"},
 		notWant: []string{"sg-gone", "chain ge_"},
-	}, {
-		name: "the untracked fast path: all traffic both ways among a group's members",
-		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
-			hn.SecurityGroups[1].Ingress = []agentapi.RuleSpec{{Protocol: "all", Peers: []string{"10.0.0.3/32", "10.0.0.4/32", "10.0.0.9/32"}}}
-			opts.Overlay = "vx-1"
-		},
-		want: []string{
-			"\tset locals {\n\t\ttype ipv4_addr;\n\t\telements = { 10.0.0.3, 10.0.0.4, 10.0.0.2 }\n\t}\n",
-			// client's and db's pairs with the group's members; web
-			// (sg-web: no all-ingress rule) has none.
-			"\t\telements = { 10.0.0.3 . 10.0.0.3, 10.0.0.3 . 10.0.0.4, 10.0.0.3 . 10.0.0.9, " +
-				"10.0.0.4 . 10.0.0.3, 10.0.0.4 . 10.0.0.4, 10.0.0.4 . 10.0.0.9 }\n",
-			"chain untracked {\n\t\tip saddr 10.0.0.1 return\n\t\tip daddr 10.0.0.1 return\n" +
-				"\t\tip saddr @locals ip saddr . ip daddr != @untracked return\n" +
-				"\t\tip daddr @locals ip daddr . ip saddr != @untracked return\n" +
-				"\t\tip saddr != @locals ip daddr != @locals return\n\t\tnotrack\n\t}\n",
-			` . 10.0.0.2 } goto untracked` + "\n" + `		iifname { "r-client", "r-db", "r-web" } drop` + "\n" + `		iifname "vx-1" goto untracked` + "\n",
-			"ct state established,related accept\n\t\tct state untracked accept\n\t\tct state invalid drop\n",
-		},
-	}, {
-		name: "the fast path stops at the network's CIDR, and needs no overlay device",
-		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
-			hn.SecurityGroups[0].Ingress = append(hn.SecurityGroups[0].Ingress, agentapi.RuleSpec{Protocol: "all", Peers: []string{"0.0.0.0/0"}})
-		},
-		want:    []string{"\t\telements = { 10.0.0.2 . 10.0.0.0/16 }\n", "goto untracked"},
-		notWant: []string{"10.0.0.3 . ", `iifname "vx`},
-	}, {
-		name: "all traffic one way only stays tracked",
-		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
-			hn.SecurityGroups[1].Ingress = []agentapi.RuleSpec{{Protocol: "all", Peers: []string{"10.0.0.0/16"}}}
-			hn.SecurityGroups[1].Egress = []agentapi.RuleSpec{{Protocol: "tcp", Peers: []string{"0.0.0.0/0"}}}
-			opts.Overlay = "vx-1"
-		},
-		notWant: []string{"notrack", "goto untracked", "set locals", "ct state untracked"},
-	}, {
-		name: "a network without a CIDR has no fast path",
-		change: func(hn *agentapi.HostNetwork, local *[]LocalPort, opts *RulesetOptions) {
-			hn.SecurityGroups[0].Ingress = append(hn.SecurityGroups[0].Ingress, agentapi.RuleSpec{Protocol: "all", Peers: []string{"0.0.0.0/0"}})
-			hn.CIDR = ""
-		},
-		notWant: []string{"notrack", "goto untracked"},
 	}}
 	check := ""
 	if os.Geteuid() == 0 {
@@ -336,7 +295,6 @@ func TestGroupRulesetErrors(t *testing.T) {
 	}{
 		{name: "table", table: "1table", want: `bad table name "1table"`},
 		{name: "table chars", table: "a b", want: `bad table name "a b"`},
-		{name: "overlay", change: func(_ *agentapi.HostNetwork, _ []LocalPort, opts *RulesetOptions) { opts.Overlay = "vx 1" }, want: `bad overlay interface name "vx 1"`},
 		{name: "protocol", change: func(hn *agentapi.HostNetwork, _ []LocalPort, _ *RulesetOptions) {
 			rule(hn, agentapi.RuleSpec{Protocol: "sctp", Peers: []string{"10.0.0.0/8"}})
 		}, want: `group sg-db: egress rule 2: bad protocol "sctp"`},
@@ -434,70 +392,4 @@ func sgOr(s, or string) string {
 		return or
 	}
 	return s
-}
-
-func TestSgIntersect(t *testing.T) {
-	ps := func(s ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, x := range s {
-			out = append(out, netip.MustParsePrefix(x))
-		}
-		return out
-	}
-	cases := []struct {
-		name string
-		a, b []netip.Prefix
-		want []netip.Prefix
-	}{
-		{"empty", nil, ps("10.0.0.0/8"), nil},
-		{"all and a network", ps("0.0.0.0/0"), ps("10.0.0.0/16"), ps("10.0.0.0/16")},
-		{"nested both ways", ps("10.0.0.0/16", "10.2.0.5/32"), ps("10.0.1.0/24", "10.2.0.0/16"), ps("10.0.1.0/24", "10.2.0.5/32")},
-		{"disjoint", ps("10.0.0.0/24", "10.0.2.0/24"), ps("10.0.1.0/24", "10.0.3.0/24"), nil},
-		{"members inside a CIDR", ps("10.0.0.3/32", "10.0.0.4/32", "10.1.0.9/32"), ps("10.0.0.0/16"), ps("10.0.0.3/32", "10.0.0.4/32")},
-		{"many inside one, then one past it", ps("10.0.0.1/32", "10.0.0.2/32", "10.0.9.0/24"), ps("10.0.0.0/23", "10.0.9.128/25"), ps("10.0.0.1/32", "10.0.0.2/32", "10.0.9.128/25")},
-		{"the top of the address space", ps("255.255.255.255/32"), ps("255.0.0.0/8"), ps("255.255.255.255/32")},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			for _, order := range [][2][]netip.Prefix{{c.a, c.b}, {c.b, c.a}} {
-				if got := sgIntersect(order[0], order[1]); !slices.Equal(got, c.want) {
-					t.Errorf("sgIntersect(%v, %v) = %v, want %v", order[0], order[1], got, c.want)
-				}
-			}
-		})
-	}
-	// Against a brute force over every address of a small space: random
-	// normalized lists inside 10.0.0.0/24.
-	in := func(l []netip.Prefix, a netip.Addr) bool {
-		return slices.ContainsFunc(l, func(p netip.Prefix) bool { return p.Contains(a) })
-	}
-	for range 200 {
-		rnd := func() []netip.Prefix {
-			var l []netip.Prefix
-			for range rand.IntN(5) {
-				bits := 24 + rand.IntN(9)
-				l = append(l, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(rand.IntN(256))}), bits).Masked())
-			}
-			return sgNormalize(l)
-		}
-		a, b := rnd(), rnd()
-		got := sgIntersect(a, b)
-		for i := range 256 {
-			addr := netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
-			if in(got, addr) != (in(a, addr) && in(b, addr)) {
-				t.Fatalf("sgIntersect(%v, %v) = %v: wrong about %s", a, b, got, addr)
-			}
-		}
-		if !slices.Equal(sgNormalize(slices.Clone(got)), got) {
-			t.Fatalf("sgIntersect(%v, %v) = %v: not sorted and disjoint", a, b, got)
-		}
-	}
-}
-
-func TestSgLast(t *testing.T) {
-	for p, want := range map[string]string{"10.0.0.0/16": "10.0.255.255", "10.0.0.7/32": "10.0.0.7", "0.0.0.0/0": "255.255.255.255", "10.1.2.3/24": "10.1.2.255"} {
-		if got := sgLast(netip.MustParsePrefix(p)); got.String() != want {
-			t.Errorf("sgLast(%s) = %s, want %s", p, got, want)
-		}
-	}
 }
