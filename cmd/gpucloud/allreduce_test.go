@@ -26,33 +26,16 @@ func TestUpAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a local cloud")
 	}
-	if why := containersMissing(); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("this test must run in CI: %s", why)
-		}
-		t.Skipf("skipping: %s", why)
-	}
+	needContainers(t)
 	dir := t.TempDir()
 	tarball := writeAllReduceImage(t, dir)
 	began := time.Now()
 	cmd, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "")
 	m := regexp.MustCompile(`containerd \(socket (\S+/ctr/containerd\.sock);`).FindStringSubmatch(out)
-	cm := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)
-	if m == nil || cm == nil {
-		t.Fatalf("no containerd socket or CLI configuration in the output:\n%s", out)
+	if m == nil {
+		t.Fatalf("no containerd socket in the output:\n%s", out)
 	}
-	cli := func(args ...string) string {
-		t.Helper()
-		c := exec.Command(os.Args[0], args...)
-		c.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+cm[1])
-		var stderr strings.Builder
-		c.Stderr = &stderr
-		b, err := c.Output()
-		if err != nil {
-			t.Fatalf("gpucloud %s: %v\n%s%s", strings.Join(args, " "), err, b, stderr.String())
-		}
-		return string(b)
-	}
+	cli := upCLI(t, out)
 
 	if o := cli("images", "import", tarball, "--containerd-socket", m[1]); !strings.Contains(o, "imported docker.io/gpucloud/allreduce:1") {
 		t.Fatalf("images import:\n%s", o)

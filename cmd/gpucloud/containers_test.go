@@ -26,12 +26,7 @@ func TestUpContainers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a local cloud")
 	}
-	if why := containersMissing(); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("this test must run in CI: %s", why)
-		}
-		t.Skipf("skipping: %s", why)
-	}
+	needContainers(t)
 	began := time.Now()
 	cmd, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "")
 	t.Logf("up with containers started in %v", time.Since(began).Round(time.Millisecond))
@@ -40,22 +35,7 @@ func TestUpContainers(t *testing.T) {
 		t.Fatalf("up does not say its workloads run in containers:\n%s", out)
 	}
 	socket := m[1]
-	cm := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)
-	if cm == nil {
-		t.Fatalf("no CLI configuration in the output:\n%s", out)
-	}
-	cli := func(args ...string) string {
-		t.Helper()
-		c := exec.Command(os.Args[0], args...)
-		c.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+cm[1])
-		var stderr strings.Builder
-		c.Stderr = &stderr
-		b, err := c.Output()
-		if err != nil {
-			t.Fatalf("gpucloud %s: %v\n%s%s", strings.Join(args, " "), err, b, stderr.String())
-		}
-		return string(b)
-	}
+	cli := upCLI(t, out)
 
 	created := time.Now()
 	var in struct {
@@ -95,6 +75,41 @@ func TestUpContainers(t *testing.T) {
 	// Neither the daemon nor a shim of its containers is left.
 	if pids := processesWith(filepath.Dir(socket)); len(pids) > 0 {
 		t.Errorf("processes of up's containerd left running: %v", pids)
+	}
+}
+
+// needContainers skips a test without what containers need, and fails it
+// in CI (CI set), saying why.
+func needContainers(t *testing.T) {
+	t.Helper()
+	if why := containersMissing(); why != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("this test must run in CI: %s", why)
+		}
+		t.Skipf("skipping: %s", why)
+	}
+}
+
+// upCLI returns the CLI of the up whose output so far is out (the CLI
+// configuration it names): each call runs gpucloud with args and returns
+// its standard output, failing the test, with both outputs, on an error.
+func upCLI(t *testing.T, out string) func(args ...string) string {
+	t.Helper()
+	cm := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)
+	if cm == nil {
+		t.Fatalf("no CLI configuration in up's output:\n%s", out)
+	}
+	return func(args ...string) string {
+		t.Helper()
+		c := exec.Command(os.Args[0], args...)
+		c.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+cm[1])
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		b, err := c.Output()
+		if err != nil {
+			t.Fatalf("gpucloud %s: %v\n%s%s", strings.Join(args, " "), err, b, stderr.String())
+		}
+		return string(b)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -32,12 +31,7 @@ func TestTwoUpsSideBySide(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two local clouds")
 	}
-	if why := containersMissing(); why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("this test must run in CI: %s", why)
-		}
-		t.Skipf("skipping: %s", why)
-	}
+	needContainers(t)
 	clouds := []*upCloud{{name: "a"}, {name: "b"}}
 	for _, c := range clouds {
 		c.start(t)
@@ -107,23 +101,11 @@ func (c *upCloud) start(t *testing.T) {
 	cmd, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "")
 	c.cmd, c.wait = cmd, wait
 	m := regexp.MustCompile(`hosts' fabric: cloud (\S+),`).FindStringSubmatch(out)
-	cm := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)
-	if m == nil || cm == nil {
-		t.Fatalf("cloud %s: no fabric or CLI configuration in up's output:\n%s", c.name, out)
+	if m == nil {
+		t.Fatalf("cloud %s: no fabric in up's output:\n%s", c.name, out)
 	}
 	c.id = m[1]
-	c.cli = func(args ...string) string {
-		t.Helper()
-		cl := exec.Command(os.Args[0], args...)
-		cl.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+cm[1])
-		var stderr strings.Builder
-		cl.Stderr = &stderr
-		b, err := cl.Output()
-		if err != nil {
-			t.Fatalf("cloud %s: gpucloud %s: %v\n%s%s", c.name, strings.Join(args, " "), err, b, stderr.String())
-		}
-		return string(b)
-	}
+	c.cli = upCLI(t, out)
 }
 
 // create runs script in a container of the cloud's base image and
