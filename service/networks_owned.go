@@ -82,6 +82,21 @@ func ownedRule(g *cloud.SecurityGroup, ruleID, owner string) (string, int) {
 	return "", -1
 }
 
+// ownedIn reads, in tx, security group id (visible to a) and finds its
+// rule ruleID of owner: the group, the rule's direction and index. A
+// missing group or rule, and another owner's rule, are not_found.
+func ownedIn(ctx context.Context, tx cloud.Tx, a Actor, id, ruleID, owner string) (*cloud.SecurityGroup, string, int, error) {
+	g, err := Visible(ctx, a, "security group", id, tx.GetSecurityGroup)
+	if err != nil {
+		return nil, "", -1, err
+	}
+	dir, i := ownedRule(g, ruleID, owner)
+	if i < 0 || owner == "" {
+		return nil, "", -1, errNotOwned(id, ruleID)
+	}
+	return g, dir, i, nil
+}
+
 // errNotOwned is the not_found of a rule that is missing or is not
 // owner's: the two answer alike, since a stack deletes only its own.
 func errNotOwned(g, ruleID string) error {
@@ -94,13 +109,9 @@ func errNotOwned(g, ruleID string) error {
 // rule, are not_found.
 func (s *Networks) OwnedRule(ctx context.Context, a Actor, id, ruleID, owner string) (dir string, rule cloud.SecurityRule, err error) {
 	err = s.tx(ctx, func(tx cloud.Tx) error {
-		g, err := Visible(ctx, a, "security group", id, tx.GetSecurityGroup)
+		g, d, i, err := ownedIn(ctx, tx, a, id, ruleID, owner)
 		if err != nil {
 			return err
-		}
-		d, i := ownedRule(g, ruleID, owner)
-		if i < 0 || owner == "" {
-			return errNotOwned(id, ruleID)
 		}
 		dir, rule = d, (*rulesOf(g, d))[i]
 		return nil
@@ -113,13 +124,9 @@ func (s *Networks) OwnedRule(ctx context.Context, a Actor, id, ruleID, owner str
 // not_found and nothing changes.
 func (s *Networks) RevokeOwned(ctx context.Context, a Actor, id, ruleID, owner string) error {
 	return s.tx(ctx, func(tx cloud.Tx) error {
-		g, err := Visible(ctx, a, "security group", id, tx.GetSecurityGroup)
+		g, dir, i, err := ownedIn(ctx, tx, a, id, ruleID, owner)
 		if err != nil {
 			return err
-		}
-		dir, i := ownedRule(g, ruleID, owner)
-		if i < 0 || owner == "" {
-			return errNotOwned(id, ruleID)
 		}
 		rules := rulesOf(g, dir)
 		gone := (*rules)[i]
@@ -139,13 +146,9 @@ func (s *Networks) DescribeOwned(ctx context.Context, a Actor, id, ruleID, owner
 		return err
 	}
 	return s.tx(ctx, func(tx cloud.Tx) error {
-		g, err := Visible(ctx, a, "security group", id, tx.GetSecurityGroup)
+		g, dir, i, err := ownedIn(ctx, tx, a, id, ruleID, owner)
 		if err != nil {
 			return err
-		}
-		dir, i := ownedRule(g, ruleID, owner)
-		if i < 0 || owner == "" {
-			return errNotOwned(id, ruleID)
 		}
 		r := &(*rulesOf(g, dir))[i]
 		if r.Description == description {
