@@ -248,6 +248,13 @@ func (r *Runtime) Remove(id string) error {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
 	defer cancel()
+	if err := r.releaseRoot(id, ""); err != nil {
+		// Known again, so that the agent's next Remove tries again.
+		r.mu.Lock()
+		r.insts[id] = in
+		r.mu.Unlock()
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
 	if err := in.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}

@@ -188,6 +188,9 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 			r.discard(in.ctr)
 		}
 	}()
+	if err := r.limitRoot(ctx, s.InstanceID); err != nil {
+		return nil, err
+	}
 	exitC, err := r.startTask(ctx, s, in)
 	if err != nil {
 		return nil, err
@@ -371,6 +374,9 @@ func (r *Runtime) discard(ctr client.Container) {
 	defer cancel()
 	if t, err := ctr.Task(ctx, nil); err == nil {
 		_, _ = t.Delete(ctx, client.WithProcessKill)
+	}
+	if err := r.releaseRoot(ctr.ID(), ""); err != nil {
+		r.cfg.Log.Warn("containerd runtime: remove container", "container", ctr.ID(), "err", err)
 	}
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		r.cfg.Log.Warn("containerd runtime: remove container", "container", ctr.ID(), "err", err)
