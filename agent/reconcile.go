@@ -397,10 +397,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if _, ok := a.logOff[s.id]; !ok {
 		// Output already in the file was shipped by an earlier run (or by
 		// an earlier agent); only what this run writes is new.
-		a.logOff[s.id] = 0
-		if fi, err := os.Stat(spec.LogPath); err == nil {
-			a.logOff[s.id] = fi.Size()
-		}
+		// The log may be rotated: its end counts all it ever held.
+		a.logOff[s.id], _ = runtime.LogEnd(spec.LogPath)
 	}
 	if err := a.serveMetadata(ctx, s, devices, &spec); err != nil {
 		return err

@@ -433,8 +433,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.LogSize == 0 {
 		cfg.LogSize = DefaultLogSize
 	}
-	if cfg.LogFiles <= 0 {
+	if cfg.LogFiles == 0 {
 		cfg.LogFiles = DefaultLogFiles
+	}
+	if cfg.LogFiles < 2 {
+		return cfg, fmt.Errorf("containerd runtime: a log in %d files: want at least 2, the one written and a rotated one", cfg.LogFiles)
 	}
 	if cfg.BaseDir == "" {
 		return cfg, errors.New("containerd runtime: no base directory")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"syscall"
@@ -216,15 +215,9 @@ func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
 	if offset < 0 {
 		return nil, 0, fmt.Errorf("logs %s: negative offset %d: %w", id, offset, runtime.ErrInvalid)
 	}
-	f, err := os.Open(in.logPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil // nothing written yet
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	defer f.Close()
-	data, next, err := runtime.ReadLog(f, offset)
+	// The log may be rotated (logwriter.go): offsets count all the
+	// output the workload wrote.
+	data, next, err := runtime.ReadLogFile(in.logPath, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/errdefs"
 
@@ -333,7 +332,11 @@ func (r *Runtime) newContainer(ctx context.Context, s runtime.Spec, img client.I
 // the log, serves the instance's metadata and DNS in its network
 // namespace, and starts it; it returns the channel of the task's exit.
 func (r *Runtime) startTask(ctx context.Context, s runtime.Spec, in *inst) (<-chan client.ExitStatus, error) {
-	task, err := in.ctr.NewTask(ctx, cio.LogFile(s.LogPath))
+	logIO, err := r.logIO(s.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	task, err := in.ctr.NewTask(ctx, logIO)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}

@@ -1,15 +1,19 @@
 package containerd
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 )
+
 
 // hostFree is the free space of the filesystem holding dir, in bytes.
 func hostFree(t *testing.T, dir string) int64 {
@@ -94,3 +98,90 @@ func TestStorageLimits(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestLogRotation: the workload's log, written by the log writer the shim
+// runs, never takes more than LogSize × LogFiles on disk; a reader that
+// keeps up gets every line in order across rotations, one that falls
+// behind resumes at the oldest output kept; no writer outlives the
+// workload.
+func TestLogRotation(t *testing.T) {
+	const size, files = 16 << 10, 3
+	rt := newRuntime(t, func(c *Config) { c.LogSize, c.LogFiles = size, files })
+	// 3000 lines of 39 bytes (114 KiB), in bursts of 100.
+	script := `i=0; while [ $i -lt 3000 ]; do printf 'line-%05d-padding-padding-padding-pad\n' $i; i=$((i+1)); ` +
+		`[ $((i % 100)) = 0 ] && sleep 0.05; done; echo done`
+	id := newID(t)
+	s := withWorkDir(rt, runtime.Spec{InstanceID: id, Command: sh(script), Grace: grace})
+	s.LogPath = filepath.Join(t.TempDir(), "logs", id+".log")
+	if err := rt.Start(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	writerConf := fmt.Sprintf("%d:%d:%s", size, files, s.LogPath)
+	if p := hostProcesses(logWriterArg, writerConf); len(p) != 1 {
+		t.Errorf("log writers of the workload: %v, want one", p)
+	}
+	var got []byte
+	var off int64
+	maxUse := int64(0)
+	for done := false; !done; {
+		st, err := rt.Status(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = st.State == runtime.StateExited
+		for {
+			b, next, err := rt.Logs(id, off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, off = append(got, b...), next
+			if len(b) == 0 {
+				break
+			}
+		}
+		use, n := dirUse(t, filepath.Dir(s.LogPath))
+		maxUse = max(maxUse, use)
+		if use > size*files || n > files {
+			t.Fatalf("the log takes %d bytes in %d files, more than %d in %d", use, n, size*files, files)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")
+	if len(lines) != 3001 || lines[3000] != "done" {
+		t.Fatalf("read %d lines ending %q, want 3000 and done", len(lines), lines[len(lines)-1])
+	}
+	for i, l := range lines[:3000] {
+		if want := fmt.Sprintf("line-%05d-padding-padding-padding-pad", i); l != want {
+			t.Fatalf("line %d is %q, want %q", i, l, want)
+		}
+	}
+	if want := int64(3000*39 + 5); off != want {
+		t.Errorf("the reader ends at %d, want %d", off, want)
+	}
+	t.Logf("%d bytes written, at most %d on disk in at most %d files", off, maxUse, files)
+	// A reader from the start gets the output kept, the newest.
+	b, next, err := rt.Logs(id, 0)
+	if from := next - int64(len(b)); err != nil || from <= 0 || string(got[from:next]) != string(b) {
+		t.Errorf("a reader from 0 got %d bytes up to %d (%v), want the oldest kept", len(b), next, err)
+	}
+	runtimetest.Eventually(t, "the log writer gone", func() (bool, string) {
+		p := hostProcesses(logWriterArg, writerConf)
+		return len(p) == 0, fmt.Sprint(p)
+	})
+}
+
+// dirUse sums the sizes of the files in dir.
+func dirUse(t *testing.T, dir string) (total int64, n int) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			total += fi.Size()
+			n++
+		}
+	}
+	return total, n
+}
