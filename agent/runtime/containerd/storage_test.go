@@ -14,7 +14,6 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime/runtimetest"
 )
 
-
 // hostFree is the free space of the filesystem holding dir, in bytes.
 func hostFree(t *testing.T, dir string) int64 {
 	t.Helper()
