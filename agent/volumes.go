@@ -172,9 +172,25 @@ func (a *Agent) volumesInUse() map[string]bool {
 	return use
 }
 
+// ReleaseVolumes unmounts every volume this agent mounted, for a host
+// process that stopped its workloads (StopAll) and is about to exit
+// (gpucloud agent, gpucloud up): their files then sit in their images
+// only, and a next agent mounts them again on first use. It must not run
+// with Run or Step.
+func (a *Agent) ReleaseVolumes() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.unmountVolumes(map[string]bool{})
+}
+
 // releaseVolumes unmounts the volumes this agent mounted that no
 // instance uses any more. It runs at the end of each pass.
 func (a *Agent) releaseVolumes() error {
+	return a.unmountVolumes(a.volumesInUse())
+}
+
+// unmountVolumes unmounts the volumes this agent mounted but those in use.
+func (a *Agent) unmountVolumes(use map[string]bool) error {
 	entries, err := os.ReadDir(filepath.Join(a.cfg.DataDir, "mounts"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -182,7 +198,6 @@ func (a *Agent) releaseVolumes() error {
 	if err != nil {
 		return err
 	}
-	use := a.volumesInUse()
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()

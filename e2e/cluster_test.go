@@ -77,6 +77,7 @@ type simHost struct {
 	sim  *sim.Host
 	rt   hostRuntime
 	md   *metadata.Endpoints
+	ag   *agent.Agent
 	// dir is the agent's data directory (volumes live under it).
 	dir string
 	// api is the agent's own client (its credential), for looking at the
@@ -229,6 +230,9 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 			if err := h.rt.StopAll(shut); err != nil {
 				t.Errorf("host %s: stop workloads: %v", h.id, err)
 			}
+			if err := h.ag.ReleaseVolumes(); err != nil {
+				t.Errorf("host %s: unmount volumes: %v", h.id, err)
+			}
 			h.md.Close()
 		}
 	})
@@ -260,6 +264,7 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 			tuneAgent(&acfg)
 		}
 		ag := agent.New(h.api, acfg)
+		h.ag = ag
 		c.hosts[h.id] = h
 		wg.Go(func() {
 			if err := ag.Run(agentCtx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
@@ -74,7 +75,9 @@ sleep 600
 
 func testHostileTenant(t *testing.T, ch *containerHost, db string) {
 	spec := sim.Spec{ID: "sim-shared", Zone: "zone-a", GPUs: sim.GPUSpec{Model: "H100", Count: 8}}
-	c := startClusterOn(t, db, nil, nil, ch.runtimeOf, spec)
+	// Volumes as filesystems of their size, as gpucloud agent --runtime
+	// containerd keeps them.
+	c := startClusterOn(t, db, nil, func(cfg *agent.Config) { cfg.VolumeImages = true }, ch.runtimeOf, spec)
 	ctx := t.Context()
 	h := c.hosts[spec.ID]
 	aliceTenant, alice, aliceToken := c.member("acme", "alice")

@@ -339,6 +339,10 @@ func runUntilStopped(ctx context.Context, a *agent.Agent, rt Runtime) error {
 	shut, cancel := cmdutil.ShutdownContext(10 * time.Second)
 	defer cancel()
 	rt.StopAll(shut)
+	// The stopped workloads' volumes go back into their images.
+	if verr := a.ReleaseVolumes(); verr != nil {
+		slog.Warn("agent: unmount volumes", "err", verr)
+	}
 	if errors.Is(err, ctx.Err()) {
 		return nil
 	}

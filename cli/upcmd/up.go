@@ -514,6 +514,9 @@ func stopHosts(hosts []*hostAgent) {
 	defer cancel()
 	for _, h := range hosts {
 		h.rt.StopAll(shut)
+		if err := h.ag.ReleaseVolumes(); err != nil {
+			slog.Warn("up: unmount a host's volumes", "host", h.id, "err", err)
+		}
 		h.md.Close()
 	}
 }

@@ -65,6 +65,12 @@ func (r *Runtime) finish(in *inst, code int, exitedAt time.Time) {
 	r.stopDNS(in)
 	r.teardownNetwork(in)
 	r.releaseMPS(in)
+	// Nothing reads an exited container's root: its image goes now, so
+	// that a host whose containers are all stopped holds no mounts of
+	// theirs (gpucloud up after Ctrl-C). Remove tries again.
+	if err := r.releaseRoot(in.id, ""); err != nil {
+		r.cfg.Log.Warn("containerd runtime: root filesystem of an exited container", "instance", in.id, "err", err)
+	}
 	r.mu.Lock()
 	in.status.State = runtime.StateExited
 	in.status.ExitCode, in.status.Signal = code, signalOf(code)

@@ -24,9 +24,10 @@ import (
 // the root filesystem, with fs and work made again inside it (overlayfs
 // wants them on one filesystem): the workload's writes to its root land in
 // the image, and past its size they fail with ENOSPC. The image is
-// BaseDir/<id>/rootfs.img; it is unmounted and removed before the
-// container and its snapshot are deleted (the snapshotter renames the
-// snapshot's directory, which a mount point refuses). XFS project quotas
+// BaseDir/<id>/rootfs.img; it is unmounted and removed once the workload
+// exits, and in any case before the container and its snapshot are
+// deleted (the snapshotter renames the snapshot's directory, which a mount
+// point refuses). XFS project quotas
 // would limit the upper directory in place, but only where containerd's
 // root is on XFS mounted with prjquota, which the host's root filesystem
 // (ext4) is not; an image works on any filesystem.

@@ -68,10 +68,13 @@ func TestStorageLimits(t *testing.T) {
 			id := newID(t)
 			free := hostFree(t, dir)
 			mib := c.limit>>20 + 64
-			st, out := run(t, rt, runtime.Spec{InstanceID: id, Volumes: []string{vol}, Grace: grace,
-				Command: sh("dd if=/dev/zero of=" + c.target + " bs=1M count=" + itoa(mib) + " 2>&1; echo rc=$?; ls -l " + c.target)})
-			if st.ExitCode != 0 || !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
-				t.Fatalf("writing %d MiB into %d: exit %d, output %q; want ENOSPC", mib, c.limit>>20, st.ExitCode, out)
+			if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Volumes: []string{vol}, Grace: grace,
+				Command: sh("dd if=/dev/zero of=" + c.target + " bs=1M count=" + itoa(mib) + " 2>&1; echo rc=$?; ls -l " + c.target + "; echo filled; sleep 60")}); err != nil {
+				t.Fatal(err)
+			}
+			out := waitLog(t, rt, id, "filled")
+			if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
+				t.Fatalf("writing %d MiB into %d: output %q; want ENOSPC", mib, c.limit>>20, out)
 			}
 			if drop := free - hostFree(t, dir); drop > c.limit+c.limit/8 {
 				t.Errorf("the host's free space dropped by %d bytes, more than the %d limit", drop, c.limit)
@@ -81,12 +84,15 @@ func TestStorageLimits(t *testing.T) {
 			} else {
 				t.Logf("%s: dd of %d MiB ended in ENOSPC; the image of %d MiB takes %d MiB on disk", c.name, mib, c.limit>>20, a>>20)
 			}
+			if err := rt.Stop(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
 			if err := rt.Remove(id); err != nil {
 				t.Fatal(err)
 			}
 			if c.name == "root filesystem" {
 				if _, err := os.Stat(c.image(id)); !os.IsNotExist(err) {
-					t.Errorf("the root image is left after Remove: %v", err)
+					t.Errorf("the root image is left after the exit and Remove: %v", err)
 				}
 				if held, err := runtime.ImageAttached(c.image(id)); err != nil || held {
 					t.Errorf("the removed root image is still attached to a loop device (%v)", err)
