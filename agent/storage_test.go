@@ -36,6 +36,9 @@ func filesWith(t *testing.T, m string, dirs ...string) []string {
 	t.Helper()
 	var found []string
 	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
 		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
 			if err != nil || !e.Type().IsRegular() {
 				return nil
@@ -200,10 +203,27 @@ func sortedCopy(s []string) []string {
 // device, and no file holds what the workload wrote.
 func TestVolumeImages(t *testing.T) {
 	needLoop(t)
+	for _, shared := range []bool{false, true} {
+		name := "in the data directory"
+		if shared {
+			name = "in a volume directory every host mounts"
+		}
+		t.Run(name, func(t *testing.T) { testVolumeImages(t, shared) })
+	}
+}
+
+func testVolumeImages(t *testing.T, shared bool) {
+	volDir := ""
+	if shared {
+		volDir = t.TempDir()
+	}
 	e := newEnv(t, h100, func(cfg *agent.Config) {
-		cfg.VolumeImages, cfg.RetainTerminated, cfg.StorageSweep = true, -1, time.Nanosecond
+		cfg.VolumeImages, cfg.RetainTerminated, cfg.StorageSweep, cfg.VolumeDir = true, -1, time.Nanosecond, volDir
 	})
 	vols := filepath.Join(e.dir, "volumes")
+	if shared {
+		vols = volDir
+	}
 	// A volume from before images, a plain directory with a file.
 	if err := os.MkdirAll(filepath.Join(vols, "v-old"), 0o750); err != nil {
 		t.Fatal(err)
@@ -255,7 +275,7 @@ func TestVolumeImages(t *testing.T) {
 		b, _ := runtime.Mounted(filepath.Join(vols, "v-old"))
 		return e.gone("i-1") && !a && !b
 	})
-	if got := filesWith(t, m, e.dir); len(got) != 1 || got[0] != filepath.Join(vols, "v-new.img") {
+	if got := filesWith(t, m, e.dir, volDir); len(got) != 1 || got[0] != filepath.Join(vols, "v-new.img") {
 		t.Errorf("unmounted, the marker is in %v, want in the volume's image (the scan reads images)", got)
 	}
 	// A volume without a size fails its instance, definitively.
@@ -275,10 +295,30 @@ func TestVolumeImages(t *testing.T) {
 	if held, err := runtime.ImageAttached(filepath.Join(vols, "v-new.img")); err != nil || held {
 		t.Errorf("the deleted image is still attached to a loop device: %v", err)
 	}
-	if got := filesWith(t, m, e.dir); len(got) != 0 {
+	if got := filesWith(t, m, e.dir, volDir); len(got) != 0 {
 		t.Errorf("the marker is still in %v", got)
 	}
 	if _, err := os.Stat(filepath.Join(vols, "v-old.img")); err != nil {
 		t.Errorf("the live volume's image: %v", err)
+	}
+	// The kept volume is mounted again for its next instance, its files
+	// there.
+	again := e.assignment("i-2", whole(e.host.ID(), 2), serveScript)
+	again.Volumes, again.VolumeSizes = []string{"v-old"}, map[string]int64{"v-old": 2}
+	e.assign(again)
+	e.ready("i-2")
+	if b, err := os.ReadFile(filepath.Join(vols, "v-old", "kept")); err != nil || string(b) != "old data" {
+		t.Errorf("mounted again: %q, %v", b, err)
+	}
+	// As a host process does when it exits: its workloads stopped, their
+	// volumes unmounted.
+	if err := e.rt.StopAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ag.ReleaseVolumes(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := runtime.Mounted(filepath.Join(vols, "v-old")); ok {
+		t.Error("ReleaseVolumes left the volume mounted")
 	}
 }
