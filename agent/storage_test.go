@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,6 +311,19 @@ func testVolumeImages(t *testing.T, shared bool) {
 	if b, err := os.ReadFile(filepath.Join(vols, "v-old", "kept")); err != nil || string(b) != "old data" {
 		t.Errorf("mounted again: %q, %v", b, err)
 	}
+	// A restarted agent adopts the workload and keeps its volume's mount:
+	// one loop device, the same mount.
+	cfg := agent.Config{Driver: e.host, Runtime: e.rt, Metadata: e.md, DataDir: e.dir, VolumeDir: volDir, Interval: testInterval,
+		ManageMIG: true, VolumeImages: true, RetainTerminated: -1, StorageSweep: time.Nanosecond,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	e.ag = agent.New(e.srv, cfg)
+	e.steps(3)
+	if n := loopsOf(t, filepath.Join(vols, "v-old.img")); n != 1 {
+		t.Errorf("after an agent restart the image is on %d loop devices, want 1", n)
+	}
+	if ok, _ := runtime.Mounted(filepath.Join(vols, "v-old")); !ok || e.gone("i-2") {
+		t.Error("after an agent restart the running instance's volume is not mounted")
+	}
 	// As a host process does when it exits: its workloads stopped, their
 	// volumes unmounted.
 	if err := e.rt.StopAll(t.Context()); err != nil {
@@ -321,4 +335,20 @@ func testVolumeImages(t *testing.T, shared bool) {
 	if ok, _ := runtime.Mounted(filepath.Join(vols, "v-old")); ok {
 		t.Error("ReleaseVolumes left the volume mounted")
 	}
+}
+
+// loopsOf counts the loop devices whose backing file is img.
+func loopsOf(t *testing.T, img string) int {
+	t.Helper()
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == img {
+			n++
+		}
+	}
+	return n
 }
