@@ -92,6 +92,10 @@ type Config struct {
 	// root; the containerd runtime's agent sets it. Without it volumes are
 	// plain directories.
 	VolumeImages bool
+	// WorkSize is, with VolumeImages, the size of the filesystem of the
+	// working directory of an instance without volumes
+	// (DefaultWorkSize when zero; negative: a plain directory).
+	WorkSize int64
 	// RetainTerminated is how long a terminated instance's working
 	// directory and log stay on the host (DefaultRetainTerminated when
 	// zero; negative: removed at once), and StorageSweep how often the

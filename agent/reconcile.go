@@ -454,13 +454,19 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 	if err := a.deviceNodes(ctx, pl, &spec); err != nil {
 		return spec, err
 	}
-	for _, dir := range []string{spec.WorkDir, filepath.Dir(spec.LogPath)} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return spec, err
-		}
+	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o750); err != nil {
+		return spec, err
 	}
 	vols, err := a.volumeDirs(as)
 	if err != nil {
+		return spec, err
+	}
+	if len(vols) == 0 {
+		if spec.WorkDir, err = a.workDir(s.id); err != nil {
+			return spec, err
+		}
+	} else if err := os.MkdirAll(spec.WorkDir, 0o750); err != nil {
+		// Unused (the workload works in its first volume), as before.
 		return spec, err
 	}
 	if spec.Env == nil {

@@ -115,8 +115,11 @@ func (a *Agent) instanceFiles() ([]string, error) {
 		}
 		for _, e := range entries {
 			id := e.Name()
-			if d == "logs" {
+			switch d {
+			case "logs":
 				id, _, _ = strings.Cut(id, ".log")
+			case "instances":
+				id = strings.TrimSuffix(id, imageSuffix)
 			}
 			if runtime.ValidateID(id) == nil {
 				seen[id] = true
@@ -161,8 +164,20 @@ func (a *Agent) retireFiles(id string, now time.Time) error {
 			return nil
 		}
 	}
+	// The working directory's filesystem, unmounted and free of any loop
+	// device before its image goes.
+	if err := a.unmountImage(kindWork, id); err != nil {
+		return fmt.Errorf("terminated instance %s: %w", id, err)
+	}
+	workDir, workImg := a.imagePaths(kindWork, id)
+	if held, err := runtime.ImageAttached(workImg); err != nil || held {
+		if err == nil {
+			err = errors.New("its working directory's image is still attached to a loop device; retried at the next sweep")
+		}
+		return fmt.Errorf("terminated instance %s: %w", id, err)
+	}
 	paths := []string{
-		filepath.Join(a.cfg.DataDir, "instances", id),
+		workDir, workImg,
 		// The runtime's own directory of the instance (gpucloud agent's
 		// runtimes keep theirs in DataDir/runtime).
 		filepath.Join(a.cfg.DataDir, "runtime", id),

@@ -352,3 +352,51 @@ func loopsOf(t *testing.T, img string) int {
 	}
 	return n
 }
+
+// TestWorkDirImage: with VolumeImages the working directory of an
+// instance without volumes is a filesystem of WorkSize: a write past it is
+// ENOSPC; it is mounted while the instance runs, and once the instance is
+// terminated its image goes with every byte the workload wrote.
+func TestWorkDirImage(t *testing.T) {
+	needLoop(t)
+	const size = 64 << 20
+	e := newEnv(t, h100, func(cfg *agent.Config) {
+		cfg.VolumeImages, cfg.WorkSize, cfg.RetainTerminated, cfg.StorageSweep = true, size, -1, time.Nanosecond
+	})
+	m := marker(t)
+	a := e.assignment("i-work", whole(e.host.ID(), 0), `echo "$MARK"; echo "$MARK" > "$HOME/mark"
+dd if=/dev/zero of="$HOME/fill" bs=1M count=100 2>&1 | grep -o "No space left on device"; rm -f "$HOME/fill"; `+serveScript)
+	a.Env["MARK"] = m
+	e.assign(a)
+	e.ready("i-work")
+	dir := filepath.Join(e.dir, "instances", "i-work")
+	img := dir + ".img"
+	if ok, err := runtime.Mounted(dir); err != nil || !ok {
+		t.Fatalf("the working directory is not mounted while its instance runs: %v", err)
+	}
+	if out := string(e.srv.Logs("i-work")); !strings.Contains(out, "No space left on device") {
+		t.Errorf("writing 100 MiB into a %d MiB working directory: %q, want ENOSPC", size>>20, out)
+	}
+	if err := e.srv.SetDesired("i-work", agentapi.DesiredStop); err != nil {
+		t.Fatal(err)
+	}
+	e.untilPhase("i-work", agentapi.PhaseStopped)
+	e.until("the working directory unmounted", func() bool {
+		ok, _ := runtime.Mounted(dir)
+		return e.gone("i-work") && !ok
+	})
+	if got := filesWith(t, m, e.dir); len(got) != 2 {
+		t.Errorf("the marker is in %v, want the log and the working directory's image", got)
+	}
+	e.srv.MarkGone(nil, []string{"i-work"})
+	e.until("the terminated instance's image removed", func() bool {
+		_, err := os.Stat(img)
+		return os.IsNotExist(err)
+	})
+	if got := filesWith(t, m, e.dir); len(got) != 0 {
+		t.Errorf("the marker is still in %v", got)
+	}
+	if n := loopsOf(t, img); n != 0 {
+		t.Errorf("the removed image is on %d loop devices", n)
+	}
+}

@@ -42,9 +42,27 @@ func (a *Agent) volumePaths(id string) (dir, img string) {
 	return filepath.Join(base, id), filepath.Join(base, id+imageSuffix)
 }
 
-// mountMarker is the file that records that this agent mounted volume id.
-func (a *Agent) mountMarker(id string) string {
-	return filepath.Join(a.cfg.DataDir, "mounts", id)
+// The kinds of directories the agent keeps in filesystem images: volumes,
+// and the working directories of instances without volumes (workdir.go).
+const (
+	kindVolume = "volumes"
+	kindWork   = "work"
+)
+
+// imagePaths returns the directory and filesystem image of a volume or
+// an instance's working directory.
+func (a *Agent) imagePaths(kind, id string) (dir, img string) {
+	if kind == kindVolume {
+		return a.volumePaths(id)
+	}
+	base := filepath.Join(a.cfg.DataDir, "instances")
+	return filepath.Join(base, id), filepath.Join(base, id+imageSuffix)
+}
+
+// mountMarker is the file that records that this agent mounted the
+// filesystem of a volume or working directory.
+func (a *Agent) mountMarker(kind, id string) string {
+	return filepath.Join(a.cfg.DataDir, "mounts", kind, id)
 }
 
 // volumeDirs makes the volumes of an assignment ready (volume) and returns
@@ -69,18 +87,27 @@ func (a *Agent) volumeDirs(as agentapi.Assignment) ([]string, error) {
 // (made on first use) mounted there. It is idempotent: a mounted volume
 // (an agent restart) is used as it is.
 func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
-	dir, img := a.volumePaths(id)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", err
-	}
+	dir, _ := a.volumePaths(id)
 	if !a.cfg.VolumeImages {
-		return dir, nil
+		return dir, os.MkdirAll(dir, 0o750)
 	}
 	if sizeGiB <= 0 {
 		return "", &startError{fmt.Sprintf("volume %s: the server sent no size (a server older than this agent?); "+
 			"this host keeps each volume in a filesystem of its size", id)}
 	}
-	if err := a.markMounted(id); err != nil {
+	return a.mountedImage(kindVolume, id, sizeGiB<<30)
+}
+
+// mountedImage returns the directory of a volume or working directory
+// with its filesystem image of size bytes (made on first use) mounted
+// there. It is idempotent: a mounted one (an agent restart) is used as it
+// is.
+func (a *Agent) mountedImage(kind, id string, size int64) (string, error) {
+	dir, img := a.imagePaths(kind, id)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	if err := a.markMounted(kind, id); err != nil {
 		return "", err
 	}
 	mounted, err := runtime.Mounted(dir)
@@ -88,7 +115,7 @@ func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
 		return dir, err
 	}
 	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
-		if err := a.makeVolumeImage(id, dir, img, sizeGiB<<30); err != nil {
+		if err := a.makeImage(kind, id, dir, img, size); err != nil {
 			return "", err
 		}
 	} else if err != nil {
@@ -104,31 +131,31 @@ func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
 		if err == nil {
 			err = errors.New("its image is still in use by a container that has ended its instance; retried")
 		}
-		return "", fmt.Errorf("volume %s: %w", id, err)
+		return "", fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	if err := runtime.MountImage(img, dir); err != nil {
-		return "", fmt.Errorf("volume %s: %w", id, err)
+		return "", fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	return dir, nil
 }
 
-// markMounted records that this agent mounts volume id, before it does:
-// a crash right after the mount leaves the record.
-func (a *Agent) markMounted(id string) error {
-	m := a.mountMarker(id)
+// markMounted records that this agent mounts a filesystem, before it
+// does: a crash right after the mount leaves the record.
+func (a *Agent) markMounted(kind, id string) error {
+	m := a.mountMarker(kind, id)
 	if err := os.MkdirAll(filepath.Dir(m), 0o700); err != nil {
 		return err
 	}
 	return os.WriteFile(m, nil, 0o600)
 }
 
-// makeVolumeImage makes the filesystem image of a volume. A volume that
-// was a plain directory (made before images, or by a host without them)
-// keeps its files: they are copied into the image, which is left mounted
-// at dir; a volume holding more than its size cannot start.
-func (a *Agent) makeVolumeImage(id, dir, img string, size int64) error {
+// makeImage makes the filesystem image of a volume or working directory.
+// One that was a plain directory (made before images, or by a host
+// without them) keeps its files: they are copied into the image, which is
+// left mounted at dir; one holding more than its size cannot start.
+func (a *Agent) makeImage(kind, id, dir, img string, size int64) error {
 	if err := runtime.MakeImage(img, size); err != nil {
-		return fmt.Errorf("volume %s: %w", id, err)
+		return fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) == 0 {
@@ -143,7 +170,7 @@ func (a *Agent) makeVolumeImage(id, dir, img string, size int64) error {
 		_ = os.Remove(dir)
 		_ = os.Rename(old, dir)
 		_ = os.Remove(img)
-		return fmt.Errorf("volume %s: move its files into a filesystem of its size: %w", id, err)
+		return fmt.Errorf("%s %s: move its files into a filesystem of its size: %w", kind, id, err)
 	}
 	if err := os.Mkdir(dir, 0o750); err != nil {
 		return undo(err)
@@ -154,25 +181,28 @@ func (a *Agent) makeVolumeImage(id, dir, img string, size int64) error {
 	if out, err := exec.Command("cp", "-a", "--", old+"/.", dir+"/").CombinedOutput(); err != nil {
 		return undo(fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out))))
 	}
-	a.log.Info("agent: volume moved into a filesystem image of its size", "volume", id, "image", img)
+	a.log.Info("agent: files moved into a filesystem image of their size", kind, id, "image", img)
 	return os.RemoveAll(old)
 }
 
-// volumesInUse are the volumes of the instances whose workload the
-// runtime knows: their containers may hold the volumes' mounts.
-func (a *Agent) volumesInUse() map[string]bool {
-	use := map[string]bool{}
+// mountsInUse are the volumes and working directories (by kind, then ID)
+// of the instances whose workload the runtime knows: their containers may
+// hold the mounts.
+func (a *Agent) mountsInUse() map[string]map[string]bool {
+	use := map[string]map[string]bool{kindVolume: {}, kindWork: {}}
 	for _, s := range a.insts {
 		if s.started || s.state == stateRunning || s.state == stateStopping {
+			use[kindWork][s.id] = true
 			for _, v := range s.a.Volumes {
-				use[v] = true
+				use[kindVolume][v] = true
 			}
 		}
 	}
 	return use
 }
 
-// ReleaseVolumes unmounts every volume this agent mounted, for a host
+// ReleaseVolumes unmounts every volume and working directory this agent
+// mounted, for a host
 // process that stopped its workloads (StopAll) and is about to exit
 // (gpucloud agent, gpucloud up): their files then sit in their images
 // only, and a next agent mounts them again on first use. It must not run
@@ -180,40 +210,51 @@ func (a *Agent) volumesInUse() map[string]bool {
 func (a *Agent) ReleaseVolumes() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.unmountVolumes(map[string]bool{})
+	return a.unmountImages(nil)
 }
 
-// releaseVolumes unmounts the volumes this agent mounted that no
-// instance uses any more. It runs at the end of each pass.
+// releaseVolumes unmounts the volumes and working directories this agent
+// mounted that no instance uses any more. It runs at the end of each
+// pass.
 func (a *Agent) releaseVolumes() error {
-	return a.unmountVolumes(a.volumesInUse())
+	return a.unmountImages(a.mountsInUse())
 }
 
-// unmountVolumes unmounts the volumes this agent mounted but those in use.
-func (a *Agent) unmountVolumes(use map[string]bool) error {
-	entries, err := os.ReadDir(filepath.Join(a.cfg.DataDir, "mounts"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+// unmountImages unmounts the filesystems this agent mounted but those in
+// use.
+func (a *Agent) unmountImages(use map[string]map[string]bool) error {
 	var errs []error
-	for _, e := range entries {
-		id := e.Name()
-		if use[id] || runtime.ValidateID(id) != nil {
+	for _, kind := range []string{kindVolume, kindWork} {
+		entries, err := os.ReadDir(filepath.Join(a.cfg.DataDir, "mounts", kind))
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		dir, _ := a.volumePaths(id)
-		if err := runtime.Unmount(dir); err != nil {
-			errs = append(errs, fmt.Errorf("volume %s: %w", id, err))
-			continue
-		}
-		if err := os.Remove(a.mountMarker(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		for _, e := range entries {
+			id := e.Name()
+			if use[kind][id] || runtime.ValidateID(id) != nil {
+				continue
+			}
+			errs = append(errs, a.unmountImage(kind, id))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unmountImage unmounts a volume's or working directory's filesystem and
+// drops the agent's record of it.
+func (a *Agent) unmountImage(kind, id string) error {
+	dir, _ := a.imagePaths(kind, id)
+	if err := runtime.Unmount(dir); err != nil {
+		return fmt.Errorf("%s %s: %w", kind, id, err)
+	}
+	if err := os.Remove(a.mountMarker(kind, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // heldVolumes lists the volumes whose files are in the volume directory:
@@ -256,7 +297,7 @@ func (a *Agent) deleteVolume(id string) error {
 		return fmt.Errorf("deleted volume %s: %w", id, err)
 	}
 	var errs []error
-	for _, p := range []string{img, a.mountMarker(id)} {
+	for _, p := range []string{img, a.mountMarker(kindVolume, id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

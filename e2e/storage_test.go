@@ -21,8 +21,9 @@ import (
 )
 
 // TestStorageLimitsAndDeletion: through the server and a containerd host
-// whose agent keeps volumes as filesystems of their size, a workload that
-// writes past its 1 GiB volume gets ENOSPC and the volume's image takes no
+// whose agent keeps volumes and working directories as filesystems of
+// their size, a workload that writes past its 1 GiB volume, or past its
+// 64 MiB working directory, gets ENOSPC and the volume's image takes no
 // more than 1 GiB; another tenant does not see the volume; once the
 // instance is terminated its working directory and log leave the host,
 // and once the volume is deleted its image does too: a random marker the
@@ -38,7 +39,7 @@ func TestStorageLimitsAndDeletion(t *testing.T) {
 func testStorage(t *testing.T, ch *containerHost, db string) {
 	spec := sim.Spec{ID: "sim-storage", Zone: "zone-a", GPUs: sim.GPUSpec{Model: "H100", Count: 8}}
 	c := startClusterOn(t, db, nil, func(cfg *agent.Config) {
-		cfg.VolumeImages, cfg.RetainTerminated, cfg.StorageSweep = true, -1, 50*time.Millisecond
+		cfg.VolumeImages, cfg.WorkSize, cfg.RetainTerminated, cfg.StorageSweep = true, 64<<20, -1, 50*time.Millisecond
 	}, ch.runtimeOf, spec)
 	ctx := t.Context()
 	h := c.hosts[spec.ID]
@@ -66,11 +67,14 @@ dd if=/dev/zero of=$v/fill bs=1M count=1100 2>&1; echo "volume: $(df -k $v | tai
 		t.Fatal(err)
 	}
 	scratch, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Name: "scratch", Offering: "h100.1x",
-		Env: map[string]string{"MARK": mark}, Command: []string{"/bin/sh", "-c", `echo "$MARK" > $HOME/mark && echo "$MARK" && echo done`}}, "")
+		Env: map[string]string{"MARK": mark}, Command: []string{"/bin/sh", "-c", `echo "$MARK" > $HOME/mark && echo "$MARK"
+dd if=/dev/zero of=$HOME/fill bs=1M count=100 2>&1; rm -f $HOME/fill; echo done`}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.waitLogs(alice, scratch.ID, "done\n")
+	if out := c.waitLogs(alice, scratch.ID, "done\n"); !strings.Contains(out, "No space left on device") {
+		t.Errorf("writing 100 MiB into a 64 MiB working directory: no ENOSPC; output:\n%s", out)
+	}
 	out := c.waitLogs(alice, in.ID, "done\n")
 	if !strings.Contains(out, "No space left on device") {
 		t.Errorf("writing 1100 MiB into a 1 GiB volume: no ENOSPC; output:\n%s", out)

@@ -189,7 +189,9 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
 	}
-	fl.storage.apply(&agentCfg, fl.runtimeName, stderr)
+	if err := fl.storage.apply(&agentCfg, fl.runtimeName, stderr); err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
 	a := agent.New(agentapi.NewClient(server, cred, hc), agentCfg)
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {

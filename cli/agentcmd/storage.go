@@ -16,9 +16,9 @@ import (
 // storageFlags are the host's storage limits and retention
 // (docs/RUNTIME.md, "Storage limits and deletion").
 type storageFlags struct {
-	retain            time.Duration
-	rootSize, logSize string
-	logFiles          int
+	retain                      time.Duration
+	rootSize, workSize, logSize string
+	logFiles                    int
 }
 
 func (s *storageFlags) register(cmd *cobra.Command) {
@@ -27,6 +27,8 @@ func (s *storageFlags) register(cmd *cobra.Command) {
 		"how long a terminated instance's working directory and log stay on the host (0: removed at once)")
 	f.StringVar(&s.rootSize, "root-size", "10GiB",
 		"the most a container writes to its root filesystem, e.g. 10GiB or 512MiB (--runtime containerd; 0: no limit)")
+	f.StringVar(&s.workSize, "work-size", "10GiB",
+		"the most an instance without volumes writes to its working directory, /work (--runtime containerd; 0: no limit)")
 	f.StringVar(&s.logSize, "log-size", "100MiB",
 		"the most one file of a workload's log holds (--runtime containerd; 0: one file, not rotated, no limit)")
 	f.IntVar(&s.logFiles, "log-files", containerd.DefaultLogFiles,
@@ -36,15 +38,27 @@ func (s *storageFlags) register(cmd *cobra.Command) {
 // apply sets the agent's storage configuration: with containers each
 // volume is a filesystem of its size; the process runtime, for one
 // tenant and maybe not root, keeps plain directories, which it says once.
-func (s *storageFlags) apply(cfg *agent.Config, runtimeName string, stderr io.Writer) {
+func (s *storageFlags) apply(cfg *agent.Config, runtimeName string, stderr io.Writer) error {
+	work, err := parseSize(s.workSize)
+	if err != nil {
+		return fmt.Errorf("--work-size: %w", err)
+	}
+	if work > 0 && work < 16<<20 {
+		return fmt.Errorf("--work-size %s: want at least 16MiB, or 0 for no limit", s.workSize)
+	}
+	cfg.WorkSize = work
+	if work == 0 {
+		cfg.WorkSize = -1
+	}
 	cfg.RetainTerminated = s.retain
 	if s.retain == 0 {
 		cfg.RetainTerminated = -1 // at once
 	}
 	cfg.VolumeImages = runtimeName == "containerd"
 	if !cfg.VolumeImages {
-		fmt.Fprintln(stderr, "warning: the process runtime does not limit storage: volumes are plain directories that may outgrow their size, and logs are not rotated (docs/RUNTIME.md)")
+		fmt.Fprintln(stderr, "warning: the process runtime does not limit storage: volumes and working directories are plain directories that may outgrow their size, and logs are not rotated (docs/RUNTIME.md)")
 	}
+	return nil
 }
 
 // containerd sets the containerd runtime's limits.

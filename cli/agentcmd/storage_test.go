@@ -55,17 +55,28 @@ func TestStorageFlags(t *testing.T) {
 		})
 	}
 	for _, c := range []struct {
-		retain  time.Duration
-		rt      string
-		want    time.Duration
-		volumes bool
+		retain   time.Duration
+		work, rt string
+		want     time.Duration
+		workSize int64
+		volumes  bool
+		wantErr  bool
 	}{
-		{time.Hour, "containerd", time.Hour, true}, {0, "containerd", -1, true}, {time.Minute, "process", time.Minute, false},
+		{time.Hour, "10GiB", "containerd", time.Hour, 10 << 30, true, false},
+		{0, "0", "containerd", -1, -1, true, false},
+		{time.Minute, "64MiB", "process", time.Minute, 64 << 20, false, false},
+		{time.Minute, "1MiB", "containerd", 0, 0, false, true},
+		{time.Minute, "lots", "containerd", 0, 0, false, true},
 	} {
 		var cfg agent.Config
-		(&storageFlags{retain: c.retain}).apply(&cfg, c.rt, io.Discard)
-		if cfg.RetainTerminated != c.want || cfg.VolumeImages != c.volumes {
-			t.Errorf("--retain-terminated %v with %s: retain %v, images %v; want %v, %v", c.retain, c.rt, cfg.RetainTerminated, cfg.VolumeImages, c.want, c.volumes)
+		err := (&storageFlags{retain: c.retain, workSize: c.work}).apply(&cfg, c.rt, io.Discard)
+		if (err != nil) != c.wantErr {
+			t.Errorf("--work-size %s: %v, want error %v", c.work, err, c.wantErr)
+			continue
+		}
+		if err == nil && (cfg.RetainTerminated != c.want || cfg.VolumeImages != c.volumes || cfg.WorkSize != c.workSize) {
+			t.Errorf("--retain-terminated %v --work-size %s with %s: retain %v, images %v, work %d; want %v, %v, %d",
+				c.retain, c.work, c.rt, cfg.RetainTerminated, cfg.VolumeImages, cfg.WorkSize, c.want, c.volumes, c.workSize)
 		}
 	}
 }
