@@ -20,12 +20,13 @@ import (
 // the volume's size, VolumeDir/<id>.img beside it (so that a VolumeDir
 // every host mounts still carries the volume to the next host): mounted
 // when an instance of the host first needs it, again after a reboot,
-// unmounted when none uses it. A marker in DataDir/mounts/<id> records
-// that this agent mounted it, so that an agent unmounts only its own
-// mounts (several simulated hosts of `gpucloud up` share one machine's
-// mount table), after a restart too.
+// unmounted when none uses it. A marker in DataDir/mounts/volumes/<id>
+// records that this agent mounted it, so that an agent unmounts only its
+// own mounts (several simulated hosts of `gpucloud up` share one
+// machine's mount table), after a restart too. The working directories of
+// instances without volumes are kept the same way (workdir.go).
 
-// imageSuffix ends the name of a volume's filesystem image.
+// imageSuffix ends the name of a filesystem image.
 const imageSuffix = ".img"
 
 // volumeBase is the directory of the host's volumes.
