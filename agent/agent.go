@@ -428,6 +428,7 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
+	fillMachine(&inv.Host)
 	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {
 		inv.Host.Underlay = a.cfg.Underlay.String()
 		if inv.Host.MTU == 0 {
