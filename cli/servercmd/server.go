@@ -34,6 +34,7 @@ func New(stderr io.Writer) *cobra.Command {
 		tlsFlags   TLSFlags
 		limits     LimitFlags
 		registries RegistryFlags
+		cat        CatalogFlag
 		caKey      CAKeyFlags
 	)
 	cmd := &cobra.Command{
@@ -68,6 +69,9 @@ func New(stderr io.Writer) *cobra.Command {
 			if err := registries.Apply(cmd, &cfg); err != nil {
 				return err
 			}
+			if err := cat.Apply(cmd, &cfg); err != nil {
+				return err
+			}
 			if err := caKey.Apply(cmd, &cfg, ""); err != nil {
 				return err
 			}
@@ -100,6 +104,7 @@ func New(stderr io.Writer) *cobra.Command {
 	tlsFlags.Register(cmd, true)
 	limits.Register(cmd)
 	registries.Register(cmd)
+	cat.Register(cmd, "what the server sells (give each agent the same file for GPU models it adds)")
 	caKey.Register(cmd)
 	cmd.AddCommand(newRotateCAKey())
 	return cmd
