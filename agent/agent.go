@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -429,6 +430,14 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		return nil, err
 	}
 	fillMachine(&inv.Host)
+	if k, ok := a.cfg.Runtime.(runtime.Kinder); ok {
+		labels := maps.Clone(inv.Host.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[runtime.LabelRuntime] = k.Kind()
+		inv.Host.Labels = labels
+	}
 	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {
 		inv.Host.Underlay = a.cfg.Underlay.String()
 		if inv.Host.MTU == 0 {

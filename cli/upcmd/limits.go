@@ -151,6 +151,9 @@ type scaledRuntime struct {
 	limits limitScale
 }
 
+// Kind is runtime.KindContainerd: the containerd runtime it scales.
+func (s scaledRuntime) Kind() string { return runtime.KindContainerd }
+
 // Start starts the workload of s with its CPU and memory limits scaled.
 func (r scaledRuntime) Start(ctx context.Context, s runtime.Spec) error {
 	return r.containerRuntime.Start(ctx, r.limits.apply(s))

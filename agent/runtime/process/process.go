@@ -237,6 +237,9 @@ func terminate(p *proc) {
 }
 
 // Status implements runtime.Runtime.
+// Kind is runtime.KindProcess.
+func (r *Runtime) Kind() string { return runtime.KindProcess }
+
 func (r *Runtime) Status(id string) (runtime.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
