@@ -32,6 +32,7 @@ type Store interface {
 type Tx interface {
 	BillingTx
 	GroupTx
+	KeyTx
 	NetworkTx
 	PlacementGroupTx
 	StackTx

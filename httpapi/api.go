@@ -156,6 +156,10 @@ var routeTable = []route{
 	{"GET", "/v1/placement-groups", authed, (*handlers).listPlacementGroups},
 	{"GET", "/v1/placement-groups/{id}", authed, (*handlers).getPlacementGroup},
 	{"DELETE", "/v1/placement-groups/{id}", authed, (*handlers).deletePlacementGroup},
+	{"POST", "/v1/keys", authed, (*handlers).importKey},
+	{"GET", "/v1/keys", authed, (*handlers).listKeys},
+	{"GET", "/v1/keys/{id}", authed, (*handlers).getKey},
+	{"DELETE", "/v1/keys/{id}", authed, (*handlers).deleteKey},
 
 	{"POST", "/v1/networks", authed, (*handlers).createNetwork},
 	{"GET", "/v1/networks", authed, (*handlers).listNetworks},
