@@ -34,6 +34,7 @@ type Tx interface {
 	GroupTx
 	NetworkTx
 	PlacementGroupTx
+	SessionTx
 	StackTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
