@@ -134,8 +134,12 @@ type Config struct {
 	// the adapters returned with it are kept (rdma.SkipError comes with
 	// the adapters that can be used).
 	HCAs func() ([]fleet.HCA, error)
-	Now  func() time.Time
-	Log  *slog.Logger
+	// Sessions serves the session kinds other than exec and forward,
+	// keyed by kind (agentapi.SessionSSH, agentapi.SessionFiles); a kind
+	// with no handler is refused with a message to the client.
+	Sessions map[string]SessionHandler
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
@@ -339,6 +343,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok || a.dns != nil {
 		wg.Go(func() { a.networkLoop(ctx, ns) })
+	}
+	if d, ok := a.srv.(SessionDialer); ok {
+		wg.Go(func() { a.sessionLoop(ctx, d) })
 	}
 	a.loop(ctx, "reconcile", a.Step)
 	wg.Wait()
