@@ -97,6 +97,15 @@ func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
 	if mounted, err := runtime.Mounted(dir); err != nil || mounted {
 		return dir, err // makeVolumeImage mounted it, to move files in
 	}
+	// Mounted twice, through two loop devices, the filesystem would be
+	// corrupted: a container that still holds the image (its host mount
+	// gone) must end first. The start is retried.
+	if held, err := runtime.ImageAttached(img); err != nil || held {
+		if err == nil {
+			err = errors.New("its image is still in use by a container that has ended its instance; retried")
+		}
+		return "", fmt.Errorf("volume %s: %w", id, err)
+	}
 	if err := runtime.MountImage(img, dir); err != nil {
 		return "", fmt.Errorf("volume %s: %w", id, err)
 	}

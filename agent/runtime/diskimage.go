@@ -61,10 +61,13 @@ func MakeImage(path string, size int64) error {
 
 // MountImage mounts the filesystem image img at dir (which must exist) on
 // a loop device, nosuid and nodev. The loop device goes with the mount
-// (autoclear), so Unmount leaves nothing attached to img. A fresh image's
-// lost+found is removed: the workload sees an empty directory.
+// (autoclear), so Unmount leaves nothing attached to img. With discard,
+// what the workload deletes is punched out of the image: the file takes
+// on the host's disk what the filesystem holds now, not the most it ever
+// held. A fresh image's lost+found is removed: the workload sees an empty
+// directory.
 func MountImage(img, dir string) error {
-	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, dir); err != nil {
+	if err := run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard", img, dir); err != nil {
 		return fmt.Errorf("mount %s at %s: %w", img, dir, err)
 	}
 	lf := filepath.Join(dir, "lost+found")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // needLoop skips a test that mounts filesystem images where it cannot
@@ -108,6 +109,25 @@ func TestImageLimits(t *testing.T) {
 	if ok, _ := ImageAttached(img); !ok {
 		t.Error("ImageAttached = false while mounted")
 	}
+	// What is deleted leaves the host's disk (discard punches it out).
+	full := allocatedBytes(t, img)
+	if err := os.Remove(filepath.Join(mnt, "fill")); err != nil {
+		t.Fatal(err)
+	}
+	// The discards follow the journal's commit.
+	after := full
+	for deadline := time.Now().Add(10 * time.Second); after > full/2 && time.Now().Before(deadline); {
+		syscall.Sync()
+		time.Sleep(100 * time.Millisecond)
+		after = allocatedBytes(t, img)
+	}
+	if after > full/2 {
+		t.Errorf("after deleting the fill the image takes %d bytes on disk, was %d", after, full)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "fill"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	written = 1 << 20
 	if err := Unmount(mnt); err != nil {
 		t.Fatal(err)
 	}
@@ -136,4 +156,13 @@ func TestImageLimits(t *testing.T) {
 	if err := MountImage(filepath.Join(dir, "missing.img"), mnt); err == nil || !strings.Contains(err.Error(), "missing.img") {
 		t.Errorf("mounting a missing image: %v", err)
 	}
+}
+
+func allocatedBytes(t *testing.T, p string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }
