@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -137,8 +138,12 @@ type Config struct {
 	// the adapters returned with it are kept (rdma.SkipError comes with
 	// the adapters that can be used).
 	HCAs func() ([]fleet.HCA, error)
-	Now  func() time.Time
-	Log  *slog.Logger
+	// Sessions serves the session kinds other than exec and forward,
+	// keyed by kind (agentapi.SessionSSH, agentapi.SessionFiles); a kind
+	// with no handler is refused with a message to the client.
+	Sessions map[string]SessionHandler
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls
@@ -343,6 +348,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok || a.dns != nil {
 		wg.Go(func() { a.networkLoop(ctx, ns) })
 	}
+	if d, ok := a.srv.(SessionDialer); ok {
+		wg.Go(func() { a.sessionLoop(ctx, d) })
+	}
 	a.loop(ctx, "reconcile", a.Step)
 	wg.Wait()
 	return nil
@@ -449,6 +457,15 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 	inv, err := a.cfg.Driver.Inventory(dctx)
 	if err != nil {
 		return nil, err
+	}
+	fillMachine(&inv.Host)
+	if k, ok := a.cfg.Runtime.(runtime.Kinder); ok {
+		labels := maps.Clone(inv.Host.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[runtime.LabelRuntime] = k.Kind()
+		inv.Host.Labels = labels
 	}
 	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {
 		inv.Host.Underlay = a.cfg.Underlay.String()

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -563,5 +564,30 @@ func TestVolumeDir(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(string(pwd)), filepath.Join(shared, "vol-a"); got != want {
 		t.Fatalf("working directory %q, want %q", got, want)
+	}
+}
+
+// TestHeartbeatLabelsTheRuntime: the inventory a heartbeat carries names
+// the host's runtime kind in its "runtime" label (the process runtime
+// here), beside the driver's own labels, which stay as they were.
+func TestHeartbeatLabelsTheRuntime(t *testing.T) {
+	e := newEnv(t, sim.Spec{ID: "h1", Labels: map[string]string{"rack": "r1"}, GPUs: sim.GPUSpec{Model: "L40S", Count: 1}})
+	if err := e.ag.Heartbeat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hbs := e.srv.Heartbeats()
+	if len(hbs) == 0 || hbs[0].Inventory == nil {
+		t.Fatalf("no heartbeat with an inventory: %+v", hbs)
+	}
+	labels := hbs[0].Inventory.Host.Labels
+	if labels[runtime.LabelRuntime] != runtime.KindProcess || labels["rack"] != "r1" {
+		t.Errorf("labels %v, want runtime=process beside rack=r1", labels)
+	}
+	inv, err := e.host.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inv.Host.Labels[runtime.LabelRuntime]; ok {
+		t.Errorf("the driver's own labels were changed: %v", inv.Host.Labels)
 	}
 }

@@ -402,3 +402,20 @@ type CreatePlacementGroupRequest struct {
 type PlacementGroupList struct {
 	PlacementGroups []*cloud.PlacementGroup `json:"placement_groups"`
 }
+
+// ImportKeyRequest is the body of POST /v1/keys.
+type ImportKeyRequest struct {
+	// Tenant is for admins, as in CreateInstanceRequest.
+	Tenant string `json:"tenant,omitempty"`
+	// Name is unique among the tenant's keys; empty: derived from the
+	// key's comment (me@laptop → me-laptop), or from its fingerprint.
+	Name string `json:"name,omitempty"`
+	// PublicKey is one OpenSSH public key, as in an authorized_keys file
+	// or a .pub file: "ssh-ed25519 AAAA... comment".
+	PublicKey string `json:"public_key"`
+}
+
+// KeyList answers GET /v1/keys.
+type KeyList struct {
+	Keys []*cloud.Key `json:"keys"`
+}

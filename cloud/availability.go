@@ -11,6 +11,10 @@ type OfferingAvailability struct {
 	// enough GPUs, CPU and memory. Zero means no host in the fleet ever
 	// could.
 	Hosts int `json:"hosts"`
+	// Containers counts those of Hosts that run workloads in containers
+	// (their "runtime" label is not "process"): the hosts that could run
+	// an instance of the offering that names an image.
+	Containers int `json:"containers"`
 	// FitsNow counts the hosts with room for one instance right now.
 	FitsNow int `json:"fits_now"`
 	// Reasons, when FitsNow is 0, counts the hosts by the placement

@@ -32,8 +32,10 @@ type Store interface {
 type Tx interface {
 	BillingTx
 	GroupTx
+	KeyTx
 	NetworkTx
 	PlacementGroupTx
+	SessionTx
 	StackTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists

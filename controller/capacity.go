@@ -83,6 +83,14 @@ func (s *Scheduler) publishAvailability() {
 			continue
 		}
 		a := cloud.OfferingAvailability{Hosts: ever, FitsNow: fit, AsOf: now, FleetHosts: len(f.Hosts)}
+		a.Containers = ever
+		if ever > 0 {
+			img := *req
+			img.Labels = append(img.Labels, NeedsContainers)
+			if _, n, _, err := c.engine.Count(c.empty, &img); err == nil {
+				a.Containers = n
+			}
+		}
 		if fit == 0 && len(reasons) > 0 {
 			a.Reasons = reasons
 		}

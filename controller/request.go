@@ -43,5 +43,14 @@ func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, er
 		}
 		r.Labels = append(r.Labels, sel)
 	}
+	if in.Image != "" {
+		r.Labels = append(r.Labels, NeedsContainers)
+	}
 	return r, nil
 }
+
+// NeedsContainers is the selector every instance that names an image
+// places with: never on a host whose agent runs workloads as plain
+// processes (its "runtime" label, runtime.LabelRuntime), which would
+// ignore the image. A host that does not say (an older agent) may run it.
+var NeedsContainers = placement.LabelSelector{Key: "runtime", Op: "!=", Value: "process"}

@@ -76,6 +76,13 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"instances":10,"gpus":{"H100":8}}`, `{"gpus":{"h100":1,"H100-80GB-SXM":2}}`, `{"instances":-1}`, `{"gpus":{"H100":1e400}}`}},
 	{method: "POST", path: "/v1/tokens", optional: true, newReq: newOf[api.CreateTokenRequest](),
 		seeds: []string{``, `{"name":"ci"}`, `{"name":"ci","expires_at":"2025-04-01T00:00:00Z"}`, `{"expires_at":"2020-01-01T00:00:00Z"}`}},
+	{method: "POST", path: "/v1/keys", newReq: newOf[api.ImportKeyRequest](),
+		check: func(cat *catalog.Catalog, req any) error {
+			_, err := service.ParseKey("public_key", req.(*api.ImportKeyRequest).PublicKey)
+			return err
+		},
+		seeds: []string{`{"public_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq3X1V7Xh6mWlq5gU2m9jXqj0uJ0x7bLrJ4bYwq3nPq me@laptop"}`,
+			`{"public_key":"ssh-dss AAAA"}`, `{"public_key":"-----BEGIN OPENSSH PRIVATE KEY-----"}`, `{"name":"a b","public_key":"x"}`}},
 	{method: "POST", path: "/v1/placement-groups", newReq: newOf[api.CreatePlacementGroupRequest](),
 		check: func(cat *catalog.Catalog, req any) error {
 			spec := *req.(*api.CreatePlacementGroupRequest)

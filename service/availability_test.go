@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -81,6 +82,55 @@ func TestCreateRefusesWhatNoHostCouldRun(t *testing.T) {
 			Pools: []cloud.Pool{{Offering: "h200.mig.1g.18gb"}, {Offering: "h100.1x"}}}, "")
 		if err != nil {
 			t.Errorf("spot request with one runnable pool: %v", err)
+		}
+	})
+}
+
+// TestCreateRefusesAnImageOnProcessHosts: where every host that could run
+// an offering runs plain processes, an instance or spot request that
+// names an image is invalid, naming the image field, and changes nothing;
+// without an image, or where a host runs containers, it is accepted.
+func TestCreateRefusesAnImageOnProcessHosts(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		avail := map[string]cloud.OfferingAvailability{
+			"h100.1x": {Hosts: 2, FitsNow: 2, Containers: 0},
+			"l40s.1x": {Hosts: 3, FitsNow: 3, Containers: 1},
+		}
+		w.svc = service.New(st, catalog.Default(), service.Options{Now: w.clock.Now,
+			Availability: func() map[string]cloud.OfferingAvailability { return avail }})
+		ctx := context.Background()
+		for _, c := range []struct {
+			name, offering, image string
+			want                  cloud.Code
+		}{
+			{"image, processes only", "h100.1x", "python:3.12", cloud.Invalid},
+			{"no image, processes only", "h100.1x", "", ""},
+			{"image, one host runs containers", "l40s.1x", "python:3.12", ""},
+			{"image, availability unknown", "a100.1x", "python:3.12", ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				before := w.rows(t)
+				_, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: c.offering, Image: c.image}, "")
+				if got := cloud.ErrorCode(err); got != c.want {
+					t.Fatalf("code %q (%v), want %q", got, err, c.want)
+				}
+				if c.want == "" {
+					return
+				}
+				if w.rows(t) != before {
+					t.Errorf("a refused create changed rows")
+				}
+				var ce *cloud.Error
+				if !errors.As(err, &ce) || ce.Details["field"] != "image" || !strings.Contains(ce.Message, "plain processes") {
+					t.Errorf("error %#v, want one naming the image field and why", err)
+				}
+			})
+		}
+		_, _, err := w.svc.Spot.Create(ctx, w.acme, api.CreateSpotRequestRequest{Type: cloud.SpotOneTime, Image: "python:3.12",
+			Pools: []cloud.Pool{{Offering: "h100.1x"}}}, "")
+		if cloud.ErrorCode(err) != cloud.Invalid {
+			t.Errorf("spot request naming an image on process hosts: %v", err)
 		}
 	})
 }

@@ -274,7 +274,7 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *ap
 	if old, found, err := prior(key, byKey, same); found || err != nil {
 		return old, false, err
 	}
-	if err := s.runnable(ctx, tx, o); err != nil {
+	if err := s.runnable(ctx, tx, o, spec.Image); err != nil {
 		return nil, false, err
 	}
 	if spec.PlacementGroup != "" {
@@ -494,12 +494,15 @@ func (s *Instances) EventLog(ctx context.Context, a Actor, f cloud.EventFilter) 
 
 // runnable refuses an offering that no host of the fleet could ever run
 // (Options.Availability), rather than accepting an instance that would
-// wait forever. When the fleet is unknown, empty, or stale (a host joined
-// or left since the scheduler counted: the store's host count differs),
-// it says nothing.
-func (s *base) runnable(ctx context.Context, tx cloud.Tx, o *catalog.Offering) error {
+// wait forever; with an image, also one that only hosts running plain
+// processes could run (they cannot run an image). When the fleet is
+// unknown, empty, or stale (a host joined or left since the scheduler
+// counted: the store's host count differs), it says nothing.
+func (s *base) runnable(ctx context.Context, tx cloud.Tx, o *catalog.Offering, image string) error {
 	a, ok := s.Availability()[o.Name]
-	if !ok || a.Hosts > 0 || total(a.Reasons) == 0 {
+	never := a.Hosts == 0 && total(a.Reasons) > 0
+	noContainers := image != "" && a.Hosts > 0 && a.Containers == 0
+	if !ok || !never && !noContainers {
 		return nil
 	}
 	st, err := tx.HostStamp(ctx)
@@ -508,6 +511,12 @@ func (s *base) runnable(ctx context.Context, tx cloud.Tx, o *catalog.Offering) e
 	}
 	if st.Hosts != a.FleetHosts {
 		return nil
+	}
+	if noContainers {
+		return &cloud.Error{Code: cloud.Invalid,
+			Message: fmt.Sprintf("image: every host that could run offering %s runs workloads as plain processes (%d hosts), which cannot run an image; "+
+				"leave --image out to run the command on the host, or add hosts that run containers (gpucloud agent --runtime containerd)", o.Name, a.Hosts),
+			Details: map[string]any{"field": "image", "hosts": a.Hosts, "containers": 0}}
 	}
 	return &cloud.Error{Code: cloud.Invalid,
 		Message: fmt.Sprintf("offering %s: no host in this cloud could ever run it (%s); 'gpucloud offerings --available' lists the offerings its hosts can run",

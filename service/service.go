@@ -83,6 +83,8 @@ const (
 	GroupPrefix       = "asg-"
 	PlacementPrefix   = "pg-"
 	StackPrefix       = "stk-"
+	// KeyPrefix is SSH public keys' (issue 20).
+	KeyPrefix = "k-"
 	// Networks (issue 19): networks, subnets, security groups and their
 	// rules.
 	NetworkPrefix       = "vpc-"
@@ -132,6 +134,14 @@ type Options struct {
 	// imageref.HostRule); empty refuses them all. Hosts apply the same
 	// rules, and their own list, when they pull.
 	AllowRegistries imageref.AllowList
+	// SessionLimit is how many interactive sessions one user may have
+	// open at once (DefaultSessionLimit when zero).
+	SessionLimit int
+	// Replica names this server replica in the session records, so that
+	// at its start it closes only the sessions it left open
+	// (Sessions.CloseLeftOpen); replicas that share a store need
+	// distinct, stable names.
+	Replica string
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
@@ -156,8 +166,10 @@ type Services struct {
 	Agents      *Agents
 	Groups      *Groups
 	Placement   *PlacementGroups
+	Keys        *Keys
 	Stacks      *Stacks
 	Networks    *Networks
+	Sessions    *Sessions
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
 	base
@@ -190,6 +202,8 @@ type (
 	Groups struct{ base }
 	// PlacementGroups creates, reads and deletes placement groups.
 	PlacementGroups struct{ base }
+	// Keys imports, reads and deletes a tenant's SSH public keys.
+	Keys struct{ base }
 )
 
 // base is what every service shares. It has no mutable state: all state
@@ -223,7 +237,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Networks: &Networks{b}, NetworkChanges: opts.NetworkChanges}
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, NetworkChanges: opts.NetworkChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}

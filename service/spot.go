@@ -117,7 +117,7 @@ func (s *Spot) Create(ctx context.Context, a Actor, spec api.CreateSpotRequestRe
 		if err := checkSpotNetwork(ctx, tx, tenant, &spec); err != nil {
 			return err
 		}
-		if err := s.anyRunnable(ctx, tx, spec.Pools); err != nil {
+		if err := s.anyRunnable(ctx, tx, spec.Pools, spec.Image); err != nil {
 			return err
 		}
 		now := s.now()
@@ -506,14 +506,14 @@ func reclaimStats(ctx context.Context, tx cloud.Tx, now time.Time, window time.D
 
 // anyRunnable refuses a spot request none of whose pools' offerings any
 // host could ever run (base.runnable).
-func (s *Spot) anyRunnable(ctx context.Context, tx cloud.Tx, pools []cloud.Pool) error {
+func (s *Spot) anyRunnable(ctx context.Context, tx cloud.Tx, pools []cloud.Pool, image string) error {
 	var first error
 	for _, p := range pools {
 		o, err := s.cat.Offering(p.Offering)
 		if err != nil {
 			return nil // CheckSpotRequestSpec has said so already
 		}
-		err = s.runnable(ctx, tx, o)
+		err = s.runnable(ctx, tx, o, image)
 		if err == nil {
 			return nil
 		}

@@ -109,6 +109,8 @@ type Rows struct {
 	// security groups; NetworkVersions sums their versions.
 	Networks, Subnets, SecurityGroups int
 	NetworkVersions                   int64
+	// Keys counts SSH public keys.
+	Keys int
 }
 
 // CountRows takes the snapshot of st, in one transaction.
@@ -191,7 +193,9 @@ func countAccounts(ctx context.Context, tx cloud.Tx, c *Rows) error {
 			return err
 		}
 	}
-	return nil
+	ks, err := tx.ListKeys(ctx, "")
+	c.Keys = len(ks)
+	return err
 }
 
 // countHosts counts hosts and adds their versions.

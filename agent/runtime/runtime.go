@@ -228,6 +228,22 @@ type Addresser interface {
 	Address(id string) (netip.Addr, bool)
 }
 
+// Kinder is implemented by runtimes that say what kind they are
+// (KindProcess, KindContainerd): the agent reports it as the host's
+// "runtime" label, so that the scheduler never places an instance that
+// names an image on a host that cannot run one.
+type Kinder interface {
+	Kind() string
+}
+
+// The runtime kinds, as the "runtime" host label carries them.
+const (
+	KindProcess    = "process"
+	KindContainerd = "containerd"
+	// LabelRuntime is the host label naming its runtime's kind.
+	LabelRuntime = "runtime"
+)
+
 // UsageReader is implemented by runtimes that can tell how much CPU a
 // workload used; the agent turns it into the instance's CPU utilization.
 type UsageReader interface {

@@ -36,6 +36,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/fleet"
@@ -82,6 +83,7 @@ func New(stderr io.Writer) *cobra.Command {
 // flags are the agent command's flags.
 type flags struct {
 	joinToken, joinTokenFile, credFile, driver, simHost, dir   string
+	catalog                                                    string
 	volumeDir, logLevel                                        string
 	metricsListen, runtimeName, containerdSocket, defaultImage string
 	metricsTokenFile                                           string
@@ -102,6 +104,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
 	f.StringVar(&fl.driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
 	f.StringVar(&fl.simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
+	f.StringVar(&fl.catalog, "catalog", "", "the operator catalog file the server was given (--driver nvml), so that GPU models it adds are recognized")
 	f.StringVar(&fl.dir, "data-dir", filepath.Join(cmdutil.DataDir(), "agent"), "volumes, work directories and workload logs")
 	f.StringVar(&fl.volumeDir, "volume-dir", "", "keep volumes here (VOLUME-DIR/<id>) rather than in the data directory: a filesystem every host mounts lets volumes follow instances across hosts (spot relaunches find their checkpoints)")
 	f.BoolVar(&fl.manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
@@ -229,7 +232,15 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 		}
 		return &hostDriver{drv: h, sim: h, hostname: h.ID(), manageMIG: true, close: func() {}}, nil
 	case "nvml":
-		d, err := nvml.Open()
+		cat := catalog.Default()
+		if fl.catalog != "" {
+			c, err := catalog.LoadFile(fl.catalog)
+			if err != nil {
+				return nil, cmdutil.Usagef(cmd, "--catalog %s: %v", fl.catalog, err)
+			}
+			cat = c
+		}
+		d, err := nvml.OpenCatalog(cat)
 		if err != nil {
 			return nil, fmt.Errorf("open NVML: %w", err)
 		}

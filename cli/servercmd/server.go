@@ -34,6 +34,7 @@ func New(stderr io.Writer) *cobra.Command {
 		tlsFlags   TLSFlags
 		limits     LimitFlags
 		registries RegistryFlags
+		cat        CatalogFlag
 		caKey      CAKeyFlags
 	)
 	cmd := &cobra.Command{
@@ -68,6 +69,9 @@ func New(stderr io.Writer) *cobra.Command {
 			if err := registries.Apply(cmd, &cfg); err != nil {
 				return err
 			}
+			if err := cat.Apply(cmd, &cfg); err != nil {
+				return err
+			}
 			if err := caKey.Apply(cmd, &cfg, ""); err != nil {
 				return err
 			}
@@ -100,6 +104,7 @@ func New(stderr io.Writer) *cobra.Command {
 	tlsFlags.Register(cmd, true)
 	limits.Register(cmd)
 	registries.Register(cmd)
+	cat.Register(cmd, "what the server sells (give each agent the same file for GPU models it adds)")
 	caKey.Register(cmd)
 	cmd.AddCommand(newRotateCAKey())
 	return cmd
@@ -281,8 +286,10 @@ func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 
 // LimitFlags are the API's request limits (httpapi.RateLimits).
 type LimitFlags struct {
-	limits  []string
-	proxies []string
+	limits   []string
+	proxies  []string
+	sessions int
+	replica  string
 }
 
 // Register adds the flags to cmd.
@@ -295,6 +302,8 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultAgentLivenessRate, httpapi.DefaultAgentLivenessBurst)+"; an agent's heartbeats and assignment polls) or auth-failures (per source address, "+
 		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
+	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
+	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records (default: the host name); replicas sharing a database need distinct, stable names")
 }
 
 func limitText(rate float64, burst int) string {
@@ -308,6 +317,10 @@ func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
 	cfg.Limits = l
+	if f.sessions < 1 {
+		return cmdutil.Usagef(cmd, "--session-limit %d: want at least 1", f.sessions)
+	}
+	cfg.SessionLimit, cfg.Replica = f.sessions, f.replica
 	return nil
 }
 

@@ -1,12 +1,8 @@
 package upcmd
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 
@@ -129,32 +125,12 @@ func ratio(num, den int64) string {
 	return "1/" + strconv.FormatFloat(float64(den)/float64(num), 'g', 3, 64)
 }
 
-// thisMachine returns this machine's CPUs and memory (MemTotal in
-// /proc/meminfo); memory 0 where it cannot be read (not Linux), which
-// scales no memory limit.
+// thisMachine returns this machine's CPUs and memory (agent.Machine);
+// memory 0 where it cannot be read (not Linux), which scales no memory
+// limit.
 func thisMachine() resources {
-	m := resources{cpuMilli: int64(goruntime.NumCPU()) * 1000}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		m.memoryMiB = memTotalMiB(b)
-	}
-	return m
-}
-
-// memTotalMiB reads MemTotal (in kB) from the text of /proc/meminfo, in
-// MiB; 0 when it is not there.
-func memTotalMiB(meminfo []byte) int64 {
-	sc := bufio.NewScanner(bytes.NewReader(meminfo))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil || kb < 0 {
-				return 0
-			}
-			return kb / 1024
-		}
-	}
-	return 0
+	cpu, mem := agent.Machine()
+	return resources{cpuMilli: cpu, memoryMiB: mem}
 }
 
 // containerRuntime is what up's containerd runtime offers the agent: the
@@ -174,6 +150,9 @@ type scaledRuntime struct {
 	containerRuntime
 	limits limitScale
 }
+
+// Kind is runtime.KindContainerd: the containerd runtime it scales.
+func (s scaledRuntime) Kind() string { return runtime.KindContainerd }
 
 // Start starts the workload of s with its CPU and memory limits scaled.
 func (r scaledRuntime) Start(ctx context.Context, s runtime.Spec) error {

@@ -113,23 +113,6 @@ func TestUpSaysItScales(t *testing.T) {
 	}
 }
 
-func TestMemTotalMiB(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-	}{
-		{"MemTotal:       24641536 kB\nMemFree:         1234 kB\n", 24064},
-		{"MemFree:         1234 kB\nMemTotal:  8388608 kB\n", 8192},
-		{"MemFree: 1 kB\n", 0},
-		{"MemTotal: lots kB\n", 0},
-		{"", 0},
-	} {
-		if got := memTotalMiB([]byte(tc.in)); got != tc.want {
-			t.Errorf("memTotalMiB(%q) = %d, want %d", tc.in, got, tc.want)
-		}
-	}
-}
-
 // recordingRuntime records the spec Start got.
 type recordingRuntime struct {
 	containerRuntime

@@ -158,6 +158,7 @@ type flags struct {
 	tls                              servercmd.TLSFlags
 	limits                           servercmd.LimitFlags
 	registries                       servercmd.RegistryFlags
+	catalog                          servercmd.CatalogFlag
 	caKey                            servercmd.CAKeyFlags
 	dir, listen, fleetFile, logLevel string
 	runtimeMode, db                  string
@@ -173,6 +174,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	fl.spot.Register(cmd)
 	fl.limits.Register(cmd)
 	fl.registries.Register(cmd)
+	fl.catalog.Register(cmd, "what the cloud sells, and the GPU models this machine's NVIDIA GPUs are matched against")
 	fl.caKey.Register(cmd)
 	f.StringVar(&fl.dir, "data-dir", cmdutil.DataDir(), "where the database, the admin token and the hosts' files live")
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:7878", "API listen address")
@@ -283,6 +285,9 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 	if err := fl.registries.Apply(cmd, &cfg); err != nil {
 		return nil, err
 	}
+	if err := fl.catalog.Apply(cmd, &cfg); err != nil {
+		return nil, err
+	}
 	// up encrypts the CA's key by default, with a key of its own beside
 	// the database (caKeyFile) unless it is given one.
 	if err := fl.caKey.Apply(cmd, &cfg, filepath.Join(fl.dir, caKeyFile)); err != nil {
@@ -370,7 +375,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 	volumes := filepath.Join(fl.dir, "volumes")
 	var gpus gpu.Driver // this machine's, when NVML works
 	if !fl.noNVML {
-		if drv, err := nvml.Open(); err == nil {
+		if drv, err := nvml.OpenCatalog(fl.catalog.Catalog); err == nil {
 			gpus = drv
 		}
 	}

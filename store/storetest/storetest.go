@@ -87,6 +87,8 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"ConcurrentVNIs", testConcurrentVNIs},
 		{"NetworkInstances", testNetworkInstances},
 		{"SubnetAddresses", testSubnetAddresses},
+		{"Keys", testKeys},
+		{"Sessions", testSessions},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -187,6 +187,9 @@ func (r *Runtime) terminate(in *inst) {
 	}
 }
 
+// Kind is runtime.KindContainerd.
+func (r *Runtime) Kind() string { return runtime.KindContainerd }
+
 // Status implements runtime.Runtime.
 func (r *Runtime) Status(id string) (runtime.Status, error) {
 	r.mu.Lock()
