@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Filesystem images: a sparse file holding an ext4 filesystem of a fixed
@@ -78,17 +79,40 @@ func MountImage(img, dir string) error {
 }
 
 // Unmount unmounts the filesystem mounted at dir; a dir with nothing
-// mounted is no error.
+// mounted is no error. A loop device the mount held is detached by the
+// kernel asynchronously (autoclear): Unmount waits for that, up to
+// loopDetachWait, so that a caller that removes the image next removes
+// blocks nothing holds.
 func Unmount(dir string) error {
-	ok, err := Mounted(dir)
-	if err != nil || !ok {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return err
+	}
+	points, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	source, ok := points[filepath.Clean(dir)]
+	if !ok {
+		return nil
 	}
 	if err := run("umount", dir); err != nil {
 		return fmt.Errorf("unmount %s: %w", dir, err)
 	}
+	if loop, ok := strings.CutPrefix(source, "/dev/"); ok && strings.HasPrefix(loop, "loop") {
+		backing := filepath.Join("/sys/block", loop, "loop", "backing_file")
+		for deadline := time.Now().Add(loopDetachWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(backing); err != nil {
+				break
+			}
+		}
+	}
 	return nil
 }
+
+// loopDetachWait bounds how long Unmount waits for the kernel to detach
+// the loop device of an unmounted image.
+const loopDetachWait = 5 * time.Second
 
 // Mounted reports whether a filesystem is mounted at dir, as the host's
 // mount table (/proc/self/mountinfo) says.
@@ -101,7 +125,8 @@ func Mounted(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return points[filepath.Clean(dir)], nil
+	_, ok := points[filepath.Clean(dir)]
+	return ok, nil
 }
 
 // ImageAttached reports whether a loop device has img as its backing
@@ -130,20 +155,31 @@ func ImageAttached(img string) (bool, error) {
 	return false, nil
 }
 
-// mountPoints reads the mount points of the process's mount namespace.
-func mountPoints() (map[string]bool, error) {
+// mountPoints reads the mount points of the process's mount namespace,
+// with the source (the device) mounted at each; of several mounts at one
+// point, the last (the one on top).
+func mountPoints() (map[string]string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
 		f := strings.Fields(sc.Text())
-		if len(f) > 4 {
-			out[unescapeMount(f[4])] = true
+		if len(f) < 5 {
+			continue
 		}
+		source := ""
+		for i := 5; i+2 < len(f); i++ {
+			if f[i] == "-" {
+				source = unescapeMount(f[i+2])
+				break
+			}
+		}
+		out[unescapeMount(f[4])] = source
 	}
 	return out, sc.Err()
 }
