@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -82,7 +83,8 @@ func (s *Sessions) Start(ctx context.Context, a Actor, instanceID, kind, summary
 		}
 		out = &SessionStart{Session: ses, HostID: in.HostID}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: ses.StartedAt, Kind: cloud.EventSessionStarted,
-			TenantID: in.TenantID, InstanceID: in.ID, HostID: in.HostID, Actor: a.ID, Details: mustJSON(details)})
+			TenantID: in.TenantID, InstanceID: in.ID, HostID: in.HostID, Actor: a.ID,
+			Reason: sessionLine(kind, summary), Details: mustJSON(details)})
 	})
 	if err != nil {
 		return nil, err
@@ -112,8 +114,27 @@ func (s *Sessions) end(ctx context.Context, tx cloud.Tx, id string, exitCode *in
 	if exitCode != nil {
 		details["exit_code"] = *exitCode
 	}
+	line := sessionLine(ses.Kind, ses.Command) + ": "
+	if exitCode != nil {
+		line += fmt.Sprintf("exit %d, ", *exitCode)
+	}
+	line += fmt.Sprintf("%s after %s", reason, at.Sub(ses.StartedAt).Round(time.Millisecond))
 	return tx.AppendEvent(ctx, &cloud.Event{Time: at, Kind: cloud.EventSessionEnded, TenantID: ses.TenantID,
-		InstanceID: ses.InstanceID, Actor: ses.UserID, Reason: reason, Details: mustJSON(details)})
+		InstanceID: ses.InstanceID, Actor: ses.UserID, Reason: line, Details: mustJSON(details)})
+}
+
+// sessionLine is how an event's reason names a session, so that an
+// instance's event list says what each session ran: "exec: sh -c ...",
+// "port-forward: 8888".
+func sessionLine(kind, summary string) string {
+	if summary == "" {
+		return kind
+	}
+	const max = 200
+	if len(summary) > max {
+		summary = summary[:max] + "..."
+	}
+	return kind + ": " + summary
 }
 
 // ReasonServerRestarted is the end reason of the sessions a server

@@ -137,7 +137,7 @@ func TestSessionEndAndLimit(t *testing.T) {
 			t.Fatal("no session.ended event")
 		}
 		d := details(t, ended)
-		if d["exit_code"] != float64(130) || d["duration_ms"] != float64(1500) || ended.Reason != "exited" ||
+		if d["exit_code"] != float64(130) || d["duration_ms"] != float64(1500) || ended.Reason != "exec: bash: exit 130, exited after 1.5s" ||
 			ended.Actor != f.acme.ID || d["command"] != "bash" {
 			t.Errorf("ended event %+v %v", ended, d)
 		}

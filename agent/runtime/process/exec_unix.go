@@ -33,7 +33,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.ExecSpec) (int,
 	}
 	path, err := lookPath(p.Command[0], envValue(env, "PATH"), workDir)
 	if err != nil {
-		return 0, fmt.Errorf("exec in %s: %v: %w", id, err, runtime.ErrInvalid)
+		return 0, fmt.Errorf("exec in %s: %w", id, err) // err wraps runtime.ErrInvalid
 	}
 	cmd := &exec.Cmd{Path: path, Args: p.Command, Env: env, Dir: workDir}
 	if p.TTY {
