@@ -76,6 +76,9 @@ type Config struct {
 	// ShellC is the argv a command string is appended to (exec
 	// requests); DefaultShellC when nil.
 	ShellC []string
+	// Signals says whether Exec delivers Process.Signals; without it the
+	// client's signal requests are answered no, so that it knows.
+	Signals bool
 	// Log records each session's start and end; nil discards.
 	Log *slog.Logger
 }

@@ -157,7 +157,7 @@ func (s *server) request(req *ssh.Request, p *Process, resize chan WindowSize, s
 		return nil, true
 	case "signal":
 		var r signalReq
-		if !started || ssh.Unmarshal(req.Payload, &r) != nil {
+		if !started || !s.cfg.Signals || ssh.Unmarshal(req.Payload, &r) != nil {
 			return nil, false
 		}
 		select {

@@ -159,7 +159,7 @@ func (f *fixture) dial(t *testing.T, ctx context.Context, key ssh.Signer, dial D
 	cc, sc := connPair(t)
 	f.served = make(chan error, 1)
 	go func() {
-		f.served <- Serve(ctx, sc, Config{HostKey: f.host, Authorized: []ssh.PublicKey{f.user.PublicKey()}, Exec: fakeExec, Dial: dial})
+		f.served <- Serve(ctx, sc, Config{HostKey: f.host, Authorized: []ssh.PublicKey{f.user.PublicKey()}, Exec: fakeExec, Dial: dial, Signals: true})
 	}()
 	conn, chans, reqs, err := ssh.NewClientConn(cc, "i-1.gpucloud", &ssh.ClientConfig{
 		User:            "root",
