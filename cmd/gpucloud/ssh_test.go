@@ -112,6 +112,11 @@ func TestSSH(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 		t.Errorf("exit 7: %v", err)
 	}
+	// A terminal (ssh -tt: one even without a local terminal), of the
+	// client's TERM.
+	if o, e, err := ssh(alice, "ssh", "-tt", host, `tty; echo "$TERM"`); err != nil || !strings.HasPrefix(o, "/dev/pts/") {
+		t.Errorf("ssh -tt: %q, %v\n%s", o, err, e)
+	}
 	// scp's legacy protocol (it needs scp in the instance: on the process
 	// runtime, the host's).
 	local := filepath.Join(dir, "dataset.bin")
