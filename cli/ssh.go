@@ -106,15 +106,27 @@ func newInstancesSSHCommand(s *session) *cobra.Command {
 		Long: "Run the system's ssh (OpenSSH) to the instance through the gpucloud server, with\n" +
 			"your keys (import them first: gpucloud keys import ~/.ssh/id_ed25519.pub). With\n" +
 			"no command, a login shell; with one, its output and exit code. For scp, rsync\n" +
-			"and VS Code, see gpucloud ssh-config.",
+			"and VS Code, see gpucloud ssh-config. Where ssh is not installed, a built-in\n" +
+			"client does the same (keys from -i, ssh-agent, or ~/.ssh/id_* without a\n" +
+			"passphrase; the same known_hosts).",
 		Example: "  gpucloud instances ssh i-0123456789abcdef\n" +
 			"  gpucloud instances ssh i-0123456789abcdef -- nvidia-smi\n" +
 			"  gpucloud instances ssh -i ~/.ssh/work_ed25519 i-0123456789abcdef",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			id := strings.TrimSuffix(args[0], client.SSHDomain)
+			remote := args[1:]
+			if len(remote) > 0 && remote[0] == "--" {
+				// Flags stop at the ID, so the "--" before a command is
+				// still there.
+				remote = remote[1:]
+			}
 			sshPath, err := exec.LookPath("ssh")
 			if err != nil {
-				return errors.New("ssh (OpenSSH's client) is not installed here: install it (apt install openssh-client), or use gpucloud instances exec")
+				// No OpenSSH here: the same session with our own client.
+				return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+					return builtinSSH(ctx, cmd, c, id, identity, remote)
+				})
 			}
 			proxy, err := s.proxyCommand()
 			if err != nil {
@@ -129,13 +141,7 @@ func newInstancesSSHCommand(s *session) *cobra.Command {
 			if identity != "" {
 				argv = append(argv, "-i", identity, "-o", "IdentitiesOnly=yes")
 			}
-			argv = append(argv, "--", strings.TrimSuffix(args[0], client.SSHDomain)+client.SSHDomain)
-			remote := args[1:]
-			if len(remote) > 0 && remote[0] == "--" {
-				// Flags stop at the ID, so the "--" before a command is
-				// still there.
-				remote = remote[1:]
-			}
+			argv = append(argv, "--", id+client.SSHDomain)
 			argv = append(argv, remote...)
 			c := exec.CommandContext(contextOf(cmd), sshPath, argv...)
 			c.Stdin, c.Stdout, c.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()

@@ -149,6 +149,25 @@ func TestSSH(t *testing.T) {
 		t.Errorf("instances ssh: %q, %v\n%s", o, err, e)
 	}
 
+	// Without OpenSSH, instances ssh's own client does the same, and
+	// checks the host key OpenSSH recorded.
+	noSSH := func(args ...string) (string, string, error) {
+		c := exec.Command(os.Args[0], args...)
+		c.Env = append(env(alice), "PATH="+t.TempDir())
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		b, err := c.Output()
+		return string(b), stderr.String(), err
+	}
+	if o, e, err := noSSH("instances", "ssh", "-i", alice.key, in.ID, "--", "echo", "built", "in;", "exit", "3"); o != "built in\n" {
+		t.Errorf("the built-in client: %q, %v\n%s", o, err, e)
+	} else if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Errorf("the built-in client's exit code: %v", err)
+	}
+	if _, e, err := noSSH("instances", "ssh", "-i", bob.key, in.ID, "--", "true"); err == nil || !strings.Contains(e, "unable to authenticate") {
+		t.Errorf("the built-in client with bob's key: %v\n%s", err, e)
+	}
+
 	// Bob's key is not acme's: the instance refuses it, even over
 	// alice's token.
 	if o, e, err := ssh(sshUser{token: alice.token, key: bob.key, config: conf}, "ssh", host, "echo", "hi"); err == nil || !strings.Contains(e, "Permission denied (publickey)") {
