@@ -2,6 +2,8 @@ package sshd
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -90,6 +92,11 @@ func (s *server) session(ctx context.Context, nch ssh.NewChannel) {
 				continue
 			}
 			p.Argv = argv
+			if p.TTY {
+				// As OpenSSH's sshd: the client's EOF does not hang up a
+				// terminal (ssh -tt < /dev/null sends one at once).
+				p.Stdin = &holdEOF{r: ch, done: ctx.Done()}
+			}
 			if req.WantReply {
 				_ = req.Reply(true, nil)
 			}
@@ -202,4 +209,21 @@ func setEnv(env []string, name, value string) []string {
 		}
 	}
 	return append(env, name+"="+value)
+}
+
+// holdEOF reads r and, at its end, waits for done before it says so.
+type holdEOF struct {
+	r    io.Reader
+	done <-chan struct{}
+}
+
+func (h *holdEOF) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		if n > 0 {
+			return n, nil
+		}
+		<-h.done
+	}
+	return n, err
 }

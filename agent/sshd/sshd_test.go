@@ -42,6 +42,17 @@ func fakeExec(ctx context.Context, p Process) (int, error) {
 		case <-ctx.Done():
 			return 137, nil
 		}
+	case cmd == "eof?":
+		// Whether stdin ends within a moment.
+		got := make(chan error, 1)
+		go func() { _, err := io.ReadAll(p.Stdin); got <- err }()
+		select {
+		case <-got:
+			fmt.Fprintln(p.Stdout, "eof")
+		case <-time.After(300 * time.Millisecond):
+			fmt.Fprintln(p.Stdout, "no eof")
+		}
+		return 0, nil
 	case cmd == "no such binary":
 		return 0, errors.New("exec: no such file")
 	case strings.HasPrefix(cmd, "exit "):
@@ -302,6 +313,21 @@ func TestShellWithPty(t *testing.T) {
 	fmt.Fprintln(in, "exit")
 	if err := s.Wait(); err != nil {
 		t.Errorf("exit: %v", err)
+	}
+	// The client's EOF ends a command's input, but does not hang up a
+	// terminal (ssh -tt < /dev/null), as with OpenSSH's sshd.
+	for _, tty := range []bool{false, true} {
+		s, _ := c.NewSession()
+		if tty {
+			if err := s.RequestPty("xterm", 24, 80, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Stdin = strings.NewReader("")
+		out, err := s.Output("eof?")
+		if want := map[bool]string{false: "eof\n", true: "no eof\n"}[tty]; err != nil || string(out) != want {
+			t.Errorf("tty %v: %q, %v; want %q", tty, out, err, want)
+		}
 	}
 	// A second shell on a session that has one is refused.
 	s2, _ := c.NewSession()

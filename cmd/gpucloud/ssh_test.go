@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -34,6 +37,105 @@ type sshUser struct {
 	token, key, config string
 }
 
+// sshCloud is an up with two tenants' members, alice (acme) and bob
+// (globex), each with a key imported, and alice's running instance.
+type sshCloud struct {
+	t          *testing.T
+	dir        string
+	alice, bob sshUser
+	in         cloud.Instance
+	host       string // the instance as ssh names it
+	sshConfig  string // ssh-config's stanza, in a file
+}
+
+// newSSHCloud starts an up with flags and sets up sshCloud, alice's
+// instance created with createArgs.
+func newSSHCloud(t *testing.T, flags []string, createArgs ...string) *sshCloud {
+	t.Helper()
+	cmd, out, wait := startUp(t, flags...)
+	// Stopped as a user would (Ctrl-C), so that up stops its containers
+	// and its containerd before the data directory goes.
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		wait()
+	})
+	admin := upCLI(t, out)
+	conf := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)[1]
+	c := &sshCloud{t: t, dir: t.TempDir()}
+	newUser := func(tenant, name string) sshUser {
+		admin("tenants", "create", tenant)
+		var cu api.CreatedUser
+		if err := json.Unmarshal([]byte(admin("tenants", "add-user", tenant, "--name", name, "-o", "json")), &cu); err != nil {
+			t.Fatal(err)
+		}
+		key := filepath.Join(c.dir, name)
+		if b, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name+"@laptop", "-f", key).CombinedOutput(); err != nil {
+			t.Fatalf("ssh-keygen: %v %s", err, b)
+		}
+		return sshUser{token: cu.Secret, key: key, config: conf}
+	}
+	c.alice, c.bob = newUser("acme", "alice"), newUser("globex", "bob")
+	c.must(c.alice, "keys", "import", c.alice.key+".pub")
+	c.must(c.bob, "keys", "import", c.bob.key+".pub")
+	js := c.must(c.alice, append([]string{"instances", "create", "--wait", "-o", "json"}, createArgs...)...)
+	if err := json.Unmarshal([]byte(js), &c.in); err != nil {
+		t.Fatal(err)
+	}
+	c.host = c.in.ID + ".gpucloud"
+	c.sshConfig = filepath.Join(c.dir, "ssh_config")
+	if err := os.WriteFile(c.sshConfig, []byte(c.must(c.alice, "ssh-config")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// env is u's environment for gpucloud, which also reaches the
+// ProxyCommand that ssh runs (this test binary, as gpucloud).
+func (c *sshCloud) env(u sshUser) []string {
+	return append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+u.config, "GPUCLOUD_TOKEN="+u.token)
+}
+
+func run(prog string, env []string, args ...string) (string, string, error) {
+	cmd := exec.Command(prog, args...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	return string(b), stderr.String(), err
+}
+
+// as runs gpucloud as u.
+func (c *sshCloud) as(u sshUser, args ...string) (string, string, error) {
+	return run(os.Args[0], c.env(u), args...)
+}
+
+func (c *sshCloud) must(u sshUser, args ...string) string {
+	c.t.Helper()
+	o, e, err := c.as(u, args...)
+	if err != nil {
+		c.t.Fatalf("gpucloud %s: %v\n%s%s", strings.Join(args, " "), err, o, e)
+	}
+	return o
+}
+
+// ssh runs OpenSSH's prog (ssh, scp) as u with ssh-config's stanza, as a
+// user would, and u's key.
+func (c *sshCloud) ssh(u sshUser, prog string, args ...string) (string, string, error) {
+	return run(prog, c.env(u), append([]string{"-F", c.sshConfig, "-i", u.key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"}, args...)...)
+}
+
+// checkTenancy: bob's key is refused by alice's instance even over
+// alice's token, and bob's token does not find it.
+func (c *sshCloud) checkTenancy() {
+	t := c.t
+	if o, e, err := c.ssh(sshUser{token: c.alice.token, key: c.bob.key, config: c.alice.config}, "ssh", c.host, "echo", "hi"); err == nil || !strings.Contains(e, "Permission denied (publickey)") {
+		t.Errorf("bob's key on acme's instance: %q, %v\n%s", o, err, e)
+	}
+	if o, e, err := c.ssh(c.bob, "ssh", c.host, "echo", "hi"); err == nil || !strings.Contains(e, "not_found") {
+		t.Errorf("bob's token on acme's instance: %q, %v\n%s", o, err, e)
+	}
+}
+
 // TestSSH: the system's ssh, scp and `gpucloud instances ssh` reach an
 // instance through the server and its host's agent (gpucloud up, process
 // runtime) with a key the tenant imported; another tenant's key is
@@ -43,89 +145,32 @@ func TestSSH(t *testing.T) {
 		t.Skip("starts a local cloud")
 	}
 	needSSH(t)
-	_, out, _ := startUp(t, noMetrics...)
-	admin := upCLI(t, out)
-	conf := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)[1]
-	dir := t.TempDir()
-	newUser := func(tenant, name string) sshUser {
-		admin("tenants", "create", tenant)
-		var cu api.CreatedUser
-		if err := json.Unmarshal([]byte(admin("tenants", "add-user", tenant, "--name", name, "-o", "json")), &cu); err != nil {
-			t.Fatal(err)
-		}
-		key := filepath.Join(dir, name)
-		if b, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name+"@laptop", "-f", key).CombinedOutput(); err != nil {
-			t.Fatalf("ssh-keygen: %v %s", err, b)
-		}
-		return sshUser{token: cu.Secret, key: key, config: conf}
-	}
-	alice, bob := newUser("acme", "alice"), newUser("globex", "bob")
-	// as runs gpucloud as u; the environment also reaches the
-	// ProxyCommand that ssh runs (this test binary, as gpucloud).
-	env := func(u sshUser) []string {
-		return append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+u.config, "GPUCLOUD_TOKEN="+u.token)
-	}
-	as := func(u sshUser, args ...string) (string, string, error) {
-		c := exec.Command(os.Args[0], args...)
-		c.Env = env(u)
-		var stderr strings.Builder
-		c.Stderr = &stderr
-		b, err := c.Output()
-		return string(b), stderr.String(), err
-	}
-	must := func(u sshUser, args ...string) string {
-		t.Helper()
-		o, e, err := as(u, args...)
-		if err != nil {
-			t.Fatalf("gpucloud %s: %v\n%s%s", strings.Join(args, " "), err, o, e)
-		}
-		return o
-	}
-	must(alice, "keys", "import", alice.key+".pub")
-	must(bob, "keys", "import", bob.key+".pub")
-	var in cloud.Instance
-	if err := json.Unmarshal([]byte(must(alice, "instances", "create", "--offering", "l40s.1x", "--wait", "-o", "json", "--", "sleep", "3600")), &in); err != nil {
-		t.Fatal(err)
-	}
-	sshConfig := filepath.Join(dir, "ssh_config")
-	if err := os.WriteFile(sshConfig, []byte(must(alice, "ssh-config")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	host := in.ID + ".gpucloud"
-	// ssh runs plain OpenSSH with the printed stanza, as a user would.
-	ssh := func(u sshUser, prog string, args ...string) (string, string, error) {
-		c := exec.Command(prog, append([]string{"-F", sshConfig, "-i", u.key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"}, args...)...)
-		c.Env = env(u)
-		var stderr strings.Builder
-		c.Stderr = &stderr
-		b, err := c.Output()
-		return string(b), stderr.String(), err
-	}
+	c := newSSHCloud(t, noMetrics, "--offering", "l40s.1x", "--", "sleep", "3600")
+	alice, bob, host := c.alice, c.bob, c.host
 
 	start := time.Now()
-	if o, e, err := ssh(alice, "ssh", host, "echo", "hi"); err != nil || o != "hi\n" {
+	if o, e, err := c.ssh(alice, "ssh", host, "echo", "hi"); err != nil || o != "hi\n" {
 		t.Fatalf("ssh %s echo hi: %q, %v\n%s", host, o, err, e)
 	}
 	t.Logf("ssh echo hi (a new connection, key exchange and session): %s", time.Since(start).Round(time.Millisecond))
 	// The exit code comes back.
-	_, _, err := ssh(alice, "ssh", host, "exit 7")
+	_, _, err := c.ssh(alice, "ssh", host, "exit 7")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 		t.Errorf("exit 7: %v", err)
 	}
-	// A terminal (ssh -tt: one even without a local terminal), of the
-	// client's TERM.
-	if o, e, err := ssh(alice, "ssh", "-tt", host, `tty; echo "$TERM"`); err != nil || !strings.HasPrefix(o, "/dev/pts/") {
+	// A terminal (ssh -tt: one even without a local terminal).
+	if o, e, err := c.ssh(alice, "ssh", "-tt", host, "tty"); err != nil || !strings.HasPrefix(o, "/dev/pts/") {
 		t.Errorf("ssh -tt: %q, %v\n%s", o, err, e)
 	}
 	// scp's legacy protocol (it needs scp in the instance: on the process
 	// runtime, the host's).
-	local := filepath.Join(dir, "dataset.bin")
+	local := filepath.Join(c.dir, "dataset.bin")
 	if err := os.WriteFile(local, []byte(strings.Repeat("0123456789abcdef", 1<<14)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, e, err := ssh(alice, "scp", "-O", local, host+":dataset.bin"); err != nil {
+	if _, e, err := c.ssh(alice, "scp", "-O", local, host+":dataset.bin"); err != nil {
 		t.Errorf("scp -O: %v\n%s", err, e)
-	} else if o, _, err := ssh(alice, "ssh", host, "wc -c < dataset.bin"); err != nil || strings.TrimSpace(o) != fmt.Sprint(1<<18) {
+	} else if o, _, err := c.ssh(alice, "ssh", host, "wc -c < dataset.bin"); err != nil || strings.TrimSpace(o) != fmt.Sprint(1<<18) {
 		t.Errorf("the copied file: %q bytes, %v", o, err)
 	}
 	// A forward to a port inside the instance (ssh -W: direct-tcpip; the
@@ -136,54 +181,67 @@ func TestSSH(t *testing.T) {
 	}
 	defer ln.Close()
 	go func() {
-		if c, err := ln.Accept(); err == nil {
-			c.Write([]byte("jupyter here\n"))
-			c.Close()
+		if conn, err := ln.Accept(); err == nil {
+			conn.Write([]byte("jupyter here\n"))
+			conn.Close()
 		}
 	}()
-	if o, e, err := ssh(alice, "ssh", "-W", ln.Addr().String(), host); err != nil || o != "jupyter here\n" {
+	if o, e, err := c.ssh(alice, "ssh", "-W", ln.Addr().String(), host); err != nil || o != "jupyter here\n" {
 		t.Errorf("ssh -W: %q, %v\n%s", o, err, e)
 	}
 	// gpucloud instances ssh runs the same ssh.
-	if o, e, err := as(alice, "instances", "ssh", "-i", alice.key, in.ID, "--", "echo", "from", "instances", "ssh"); err != nil || o != "from instances ssh\n" {
+	if o, e, err := c.as(alice, "instances", "ssh", "-i", alice.key, c.in.ID, "--", "echo", "from", "instances", "ssh"); err != nil || o != "from instances ssh\n" {
 		t.Errorf("instances ssh: %q, %v\n%s", o, err, e)
 	}
-
 	// Without OpenSSH, instances ssh's own client does the same, and
 	// checks the host key OpenSSH recorded.
 	noSSH := func(args ...string) (string, string, error) {
-		c := exec.Command(os.Args[0], args...)
-		c.Env = append(env(alice), "PATH="+t.TempDir())
-		var stderr strings.Builder
-		c.Stderr = &stderr
-		b, err := c.Output()
-		return string(b), stderr.String(), err
+		return run(os.Args[0], append(c.env(alice), "PATH="+t.TempDir()), args...)
 	}
-	if o, e, err := noSSH("instances", "ssh", "-i", alice.key, in.ID, "--", "echo", "built", "in;", "exit", "3"); o != "built in\n" {
+	if o, e, err := noSSH("instances", "ssh", "-i", alice.key, c.in.ID, "--", "echo", "built", "in;", "exit", "3"); o != "built in\n" {
 		t.Errorf("the built-in client: %q, %v\n%s", o, err, e)
 	} else if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Errorf("the built-in client's exit code: %v", err)
 	}
-	if _, e, err := noSSH("instances", "ssh", "-i", bob.key, in.ID, "--", "true"); err == nil || !strings.Contains(e, "unable to authenticate") {
+	if _, e, err := noSSH("instances", "ssh", "-i", bob.key, c.in.ID, "--", "true"); err == nil || !strings.Contains(e, "unable to authenticate") {
 		t.Errorf("the built-in client with bob's key: %v\n%s", err, e)
 	}
 
-	// Bob's key is not acme's: the instance refuses it, even over
-	// alice's token.
-	if o, e, err := ssh(sshUser{token: alice.token, key: bob.key, config: conf}, "ssh", host, "echo", "hi"); err == nil || !strings.Contains(e, "Permission denied (publickey)") {
-		t.Errorf("bob's key on acme's instance: %q, %v\n%s", o, err, e)
-	}
-	// Bob's token: acme's instance is not found.
-	if o, e, err := ssh(bob, "ssh", host, "echo", "hi"); err == nil || !strings.Contains(e, "not_found") {
-		t.Errorf("bob's token on acme's instance: %q, %v\n%s", o, err, e)
-	}
+	c.checkTenancy()
 	// A deleted key opens no new session.
 	var keys []cloud.Key
-	if err := json.Unmarshal([]byte(must(alice, "keys", "list", "-o", "json")), &keys); err != nil || len(keys) != 1 {
+	if err := json.Unmarshal([]byte(c.must(alice, "keys", "list", "-o", "json")), &keys); err != nil || len(keys) != 1 {
 		t.Fatalf("alice's keys: %v %v", keys, err)
 	}
-	must(alice, "keys", "delete", keys[0].ID)
-	if _, e, err := ssh(alice, "ssh", host, "echo", "hi"); err == nil || !strings.Contains(e, "no SSH keys") {
+	c.must(alice, "keys", "delete", keys[0].ID)
+	if _, e, err := c.ssh(alice, "ssh", host, "echo", "hi"); err == nil || !strings.Contains(e, "no SSH keys") {
 		t.Errorf("after the key's delete: %v\n%s", err, e)
 	}
+}
+
+// TestSSHContainers: an image without sshd (the busybox base image) gets
+// a shell and commands over plain ssh, in the container, as its user,
+// with the allowed environment; tenancy as on processes.
+func TestSSHContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cloud")
+	}
+	needSSH(t)
+	needContainers(t)
+	c := newSSHCloud(t, []string{"--runtime", "containerd", "--agent-metrics-listen", ""},
+		"--offering", "h100.1x", "--image", "gpucloud/base:1", "--", "sleep", "3600")
+	o, e, err := c.ssh(c.alice, "ssh", "-o", "SetEnv=LANG=C.UTF-8", c.host, `echo "$(hostname) $(id -u) $LANG"; exit 5`)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
+		t.Fatalf("ssh in a container: %q, %v\n%s", o, err, e)
+	}
+	f := strings.Fields(o)
+	if len(f) != 3 || f[0] != c.in.ID || f[2] != "C.UTF-8" {
+		t.Errorf("in the container: %q; want its hostname %s, a uid and LANG", o, c.in.ID)
+	} else if uid, _ := strconv.Atoi(f[1]); uid < containerd.DefaultUIDBase {
+		t.Errorf("the session runs as %d, not the container's user", uid)
+	}
+	if o, e, err := c.ssh(c.alice, "ssh", "-tt", c.host, "tty"); err != nil || !strings.HasPrefix(o, "/dev/pts/") {
+		t.Errorf("ssh -tt in a container: %q, %v\n%s", o, err, e)
+	}
+	c.checkTenancy()
 }
