@@ -173,6 +173,26 @@ func TestSSH(t *testing.T) {
 	} else if o, _, err := c.ssh(alice, "ssh", host, "wc -c < dataset.bin"); err != nil || strings.TrimSpace(o) != fmt.Sprint(1<<18) {
 		t.Errorf("the copied file: %q bytes, %v", o, err)
 	}
+	// rsync over the same stanza (it needs rsync in the instance too).
+	if _, err := exec.LookPath("rsync"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Errorf("rsync is missing (apt package rsync)")
+		}
+	} else {
+		src := filepath.Join(c.dir, "checkpoints")
+		if err := os.MkdirAll(filepath.Join(src, "step-1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "step-1", "model.pt"), []byte("weights"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, e, err := run("rsync", c.env(alice), "-a", "-e", "ssh -F "+c.sshConfig+" -i "+alice.key+" -o IdentitiesOnly=yes -o BatchMode=yes",
+			src+"/", host+":ckpt/"); err != nil {
+			t.Errorf("rsync: %v\n%s", err, e)
+		} else if o, _, err := c.ssh(alice, "ssh", host, "cat ckpt/step-1/model.pt"); err != nil || o != "weights" {
+			t.Errorf("rsync's copy: %q, %v", o, err)
+		}
+	}
 	// A forward to a port inside the instance (ssh -W: direct-tcpip; the
 	// process runtime's instances share the host's loopback).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
