@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,11 +149,19 @@ func TestSSH(t *testing.T) {
 	c := newSSHCloud(t, noMetrics, "--offering", "l40s.1x", "--", "sleep", "3600")
 	alice, bob, host := c.alice, c.bob, c.host
 
-	start := time.Now()
-	if o, e, err := c.ssh(alice, "ssh", host, "echo", "hi"); err != nil || o != "hi\n" {
-		t.Fatalf("ssh %s echo hi: %q, %v\n%s", host, o, err, e)
+	// Each run is a new ssh: the proxy process, TLS, the WebSocket, the
+	// agent's dial-back, the key exchange and the session.
+	var took []time.Duration
+	for range 5 {
+		start := time.Now()
+		if o, e, err := c.ssh(alice, "ssh", host, "echo", "hi"); err != nil || o != "hi\n" {
+			t.Fatalf("ssh %s echo hi: %q, %v\n%s", host, o, err, e)
+		}
+		took = append(took, time.Since(start))
 	}
-	t.Logf("ssh echo hi (a new connection, key exchange and session): %s", time.Since(start).Round(time.Millisecond))
+	slices.Sort(took)
+	t.Logf("ssh echo hi, a new connection each: min %s, median %s, max %s", took[0].Round(time.Millisecond),
+		took[2].Round(time.Millisecond), took[4].Round(time.Millisecond))
 	// The exit code comes back.
 	_, _, err := c.ssh(alice, "ssh", host, "exit 7")
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
