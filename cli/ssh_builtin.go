@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
@@ -99,16 +97,13 @@ func sshTerminal(ctx context.Context, s *ssh.Session, fd int) (restore func(), e
 	if err != nil {
 		return nil, err
 	}
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	sizes, stop := watchSize(fd)
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		for {
 			select {
-			case <-winch:
-				if w, h, err := term.GetSize(fd); err == nil {
-					_ = s.WindowChange(h, w)
-				}
+			case sz := <-sizes:
+				_ = s.WindowChange(int(sz.Rows), int(sz.Cols))
 			case <-ctx.Done():
 				return
 			}
@@ -116,7 +111,7 @@ func sshTerminal(ctx context.Context, s *ssh.Session, fd int) (restore func(), e
 	}()
 	return func() {
 		cancel()
-		signal.Stop(winch)
+		stop()
 		_ = term.Restore(fd, old)
 	}, nil
 }

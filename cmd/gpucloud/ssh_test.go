@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/api"
@@ -234,6 +237,42 @@ func TestSSH(t *testing.T) {
 	}
 	if _, e, err := noSSH("instances", "ssh", "-i", bob.key, c.in.ID, "--", "true"); err == nil || !strings.Contains(e, "unable to authenticate") {
 		t.Errorf("the built-in client with bob's key: %v\n%s", err, e)
+	}
+	// Its shell on a terminal: the local size, and the exit code.
+	sh := exec.Command(os.Args[0], "instances", "ssh", "-i", alice.key, c.in.ID)
+	sh.Env = append(c.env(alice), "PATH="+t.TempDir(), "TERM=xterm")
+	tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 30, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	if _, err := tty.Write([]byte("stty size; exit 4\n")); err != nil {
+		t.Fatal(err)
+	}
+	screen := make(chan string, 1)
+	go func() {
+		// Until the terminal's other side closes (EIO) with the client.
+		b, _ := io.ReadAll(tty)
+		screen <- string(b)
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- sh.Wait() }()
+	select {
+	case err := <-waited:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 4 {
+			t.Errorf("the built-in client's shell: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = sh.Process.Kill()
+		t.Errorf("the built-in client's shell did not exit")
+	}
+	select {
+	case out := <-screen:
+		if !strings.Contains(out, "30 100") {
+			t.Errorf("the built-in client's terminal: %q, want the size 30 100", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the built-in client's terminal did not close")
 	}
 
 	c.checkTenancy()
