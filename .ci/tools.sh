@@ -62,3 +62,9 @@ gpucloud_need_static_busybox
 # nft(8); they fail in CI without them.
 gpucloud_need_tool ip iproute2
 gpucloud_need_tool nft nftables
+# The SSH end-to-end test (cmd/gpucloud/ssh_test.go) runs OpenSSH's ssh,
+# scp, ssh-keygen and rsync against instances; it fails in CI without them.
+gpucloud_need_tool ssh openssh-client
+gpucloud_need_tool ssh-keygen openssh-client
+gpucloud_need_tool scp openssh-client
+gpucloud_need_tool rsync rsync

@@ -192,7 +192,7 @@ func newCloudCommands(root *cobra.Command) []*cobra.Command {
 	pf.StringVar(&s.server, "server", "", "gpucloud server URL (default $"+cliconfig.EnvServer+", else the config file)")
 	pf.StringVar(&s.token, "token", "", "API token (default $"+cliconfig.EnvToken+", else the config file)")
 	return []*cobra.Command{newLoginCommand(s), newOfferingsCommand(s), newInstancesCommand(s),
-		newVolumesCommand(s), newPlacementGroupsCommand(s), newKeysCommand(s), newNetworksCommand(s), newSubnetsCommand(s), newSecurityGroupsCommand(s), newStacksCommand(s), newHostsCommand(s), newTenantsCommand(s), newQuotasCommand(s), newTokensCommand(s)}
+		newVolumesCommand(s), newPlacementGroupsCommand(s), newKeysCommand(s), newSSHConfigCommand(s), newNetworksCommand(s), newSubnetsCommand(s), newSecurityGroupsCommand(s), newStacksCommand(s), newHostsCommand(s), newTenantsCommand(s), newQuotasCommand(s), newTokensCommand(s)}
 }
 
 func newLoginCommand(s *session) *cobra.Command {

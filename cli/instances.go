@@ -37,7 +37,8 @@ func newInstancesCommand(s *session) *cobra.Command {
 		newInstancesCreateCommand(s), newInstancesListCommand(s), newInstancesDescribeCommand(s),
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
 		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
-		newInstancesExecCommand(s), newInstancesPortForwardCommand(s))
+		newInstancesExecCommand(s), newInstancesPortForwardCommand(s),
+		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
 }

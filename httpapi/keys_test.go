@@ -81,3 +81,31 @@ func TestKeys(t *testing.T) {
 	_, err = e.acme.GetKey(ctx, k.ID)
 	wantCode(t, err, cloud.NotFound)
 }
+
+// TestInstanceSSHRefusals: GET /v1/instances/{id}/ssh answers its
+// refusals as JSON errors before any upgrade: another tenant's instance
+// is not_found (before its keys are read), a tenant without keys is told
+// to import one, an instance that is not running is a conflict.
+func TestInstanceSSHRefusals(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	in, err := e.acme.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.acme.DialSSH(ctx, in.ID)
+	if wantCode(t, err, cloud.Invalid); err == nil || !strings.Contains(err.Error(), "keys import") {
+		t.Errorf("no keys: %v", err)
+	}
+	if _, err := e.acme.ImportKey(ctx, api.ImportKeyRequest{PublicKey: testKeyLine(t, "a")}, ""); err != nil {
+		t.Fatal(err)
+	}
+	before := e.counts()
+	_, err = e.globex.DialSSH(ctx, in.ID)
+	wantCode(t, err, cloud.NotFound)
+	_, err = e.acme.DialSSH(ctx, "i-doesnotexist")
+	wantCode(t, err, cloud.NotFound)
+	e.unchanged(before, "refused ssh")
+	_, err = e.acme.DialSSH(ctx, in.ID)
+	wantCode(t, err, cloud.Conflict)
+}

@@ -35,6 +35,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/agent/sshd"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
@@ -191,6 +192,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	agentCfg := agent.Config{
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
+		Sessions: SessionHandlers(fl.dir, rt, log),
 	}
 	if err := fl.storage.apply(&agentCfg, fl.runtimeName, stderr); err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
@@ -512,4 +514,15 @@ func (n *instanceNetFlags) config(server string, log *slog.Logger) (network.Conf
 		}
 	}
 	return cfg, nil
+}
+
+// SessionHandlers are the session kinds an agent serves beside exec and
+// forward: ssh (agent/sshd), with the instances' host keys under dir/ssh,
+// where rt can exec.
+func SessionHandlers(dir string, rt any, log *slog.Logger) map[string]agent.SessionHandler {
+	out := map[string]agent.SessionHandler{}
+	if h := sshd.ForRuntime(filepath.Join(dir, "ssh"), rt, log); h != nil {
+		out[agentapi.SessionSSH] = h
+	}
+	return out
 }

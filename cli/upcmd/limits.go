@@ -141,6 +141,8 @@ type containerRuntime interface {
 	runtime.Addresser
 	runtime.MetadataServer
 	runtime.DNSServing
+	// Exec and Dial serve sessions (exec, port forwards, ssh): the agent
+	// finds them on the runtime it is given, this wrapper.
 	runtime.Execer
 	runtime.Dialer
 	agent.NetworkSyncer

@@ -96,7 +96,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir, VolumeImages: isContainers(rt),
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
-		Underlay: ul.addr, UnderlayMTU: ul.mtu,
+		Underlay: ul.addr, UnderlayMTU: ul.mtu, Sessions: agentcmd.SessionHandlers(dir, h.rt, log.With("host", joined.HostID)),
 	})
 	return h, nil
 }
