@@ -21,7 +21,8 @@
     screen.hidden = false;
     button.hidden = true;
     var term = new Terminal({cursorBlink: true, scrollback: 5000, fontSize: 14,
-      fontFamily: "ui-monospace, SFMono-Regular, Menlo, monospace"});
+      fontFamily: "ui-monospace, SFMono-Regular, Menlo, monospace",
+      theme: {background: "#0d1117", foreground: "#e6edf3"}});
     var fit = new FitAddon.FitAddon();
     term.loadAddon(fit);
     term.open(screen);
