@@ -20,19 +20,14 @@ import (
 // adds only its own authentication (the session cookie) and its
 // cross-site WebSocket check (terminalSocket).
 type Terminals interface {
-	// Exec runs req in instance id as actor: it checks the session's
-	// rules, opens it on the instance's agent, upgrades r to a framed
-	// exec WebSocket (subprotocol TerminalSubprotocol) and relays it until
-	// it ends. An error means the session was refused before the upgrade,
-	// and nothing has been written to w; how an upgraded session ends is
-	// the relay's, on the WebSocket.
-	Exec(w http.ResponseWriter, r *http.Request, actor service.Actor, id string, req TerminalRequest) error
-}
-
-// TerminalRequest is what the terminal asks Terminals.Exec to run.
-type TerminalRequest struct {
-	Command    []string
-	Cols, Rows uint16
+	// Terminal runs command in instance id as actor, with a terminal of
+	// cols × rows and stdin: it checks the session's rules, opens it on
+	// the instance's agent, upgrades r to a framed exec WebSocket
+	// (subprotocol TerminalSubprotocol) and relays it until it ends. An
+	// error means the session was refused before the upgrade, and nothing
+	// has been written to w; how an upgraded session ends is the relay's,
+	// on the WebSocket.
+	Terminal(w http.ResponseWriter, r *http.Request, actor service.Actor, id string, command []string, cols, rows uint16) error
 }
 
 // TerminalSubprotocol is the WebSocket subprotocol of the terminal's
@@ -86,8 +81,8 @@ func (c *Console) terminalSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	req := TerminalRequest{Command: terminalShell, Cols: termSize(q.Get("cols"), defaultCols), Rows: termSize(q.Get("rows"), defaultRows)}
-	if err := c.terms.Exec(w, r, s.actor, r.PathValue("id"), req); err != nil {
+	cols, rows := termSize(q.Get("cols"), defaultCols), termSize(q.Get("rows"), defaultRows)
+	if err := c.terms.Terminal(w, r, s.actor, r.PathValue("id"), terminalShell, cols, rows); err != nil {
 		c.refuseSocket(w, r, err)
 	}
 }

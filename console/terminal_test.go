@@ -20,7 +20,7 @@ import (
 // the relay at all.
 type countingTerminals struct{ calls atomic.Int32 }
 
-func (c *countingTerminals) Exec(w http.ResponseWriter, r *http.Request, actor service.Actor, id string, req console.TerminalRequest) error {
+func (c *countingTerminals) Terminal(w http.ResponseWriter, r *http.Request, actor service.Actor, id string, command []string, cols, rows uint16) error {
 	c.calls.Add(1)
 	return &cloud.Error{Code: cloud.Conflict, Message: "counted"}
 }
