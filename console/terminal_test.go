@@ -2,12 +2,17 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/httpapi"
@@ -89,8 +94,8 @@ func TestTerminalSocketRefusesOtherOrigins(t *testing.T) {
 		t.Fatalf("the relay was asked %d times for refused origins", n)
 	}
 	// The console's own Origin reaches the relay (which refuses here).
-	if p := b.do("GET", path, nil, with(map[string]string{"Origin": w.URL})); p.status != http.StatusSwitchingProtocols {
-		t.Errorf("own origin: %d %q", p.status, p.body)
+	if code, reason := dialTerminal(t, w, b.cookie, w.acmeIn.ID); code != 4409 || reason != "counted" {
+		t.Errorf("own origin: closed %d %q, want the relay's refusal", code, reason)
 	}
 	if n := terms.calls.Load(); n != 1 {
 		t.Fatalf("the relay was asked %d times for the console's own origin, want 1", n)
@@ -149,5 +154,103 @@ func TestNoTerminalWithoutRelay(t *testing.T) {
 	b.login(w.acme.Token)
 	if p := b.get("/instances/" + w.acmeIn.ID); !strings.Contains(p.body, "No terminal: this server has no terminal relay.") {
 		t.Fatalf("no reason shown")
+	}
+}
+
+// relayWorld is a world whose console's terminal is the API's exec relay
+// (httpapi.NewWithExec), as controlplane serves them.
+func relayWorld(t *testing.T, st cloud.Store) *world {
+	w := &world{}
+	w.API = testkit.NewAPI(t, st, func(svc *service.Services) http.Handler {
+		limiter := httpapi.NewLimiter(httpapi.RateLimits{}, svc)
+		apiHandler, exec := httpapi.NewWithExec(svc, httpapi.Options{Limiter: limiter})
+		mux := http.NewServeMux()
+		mux.Handle("/v1/", apiHandler)
+		mux.Handle("/", console.New(svc, console.Options{Limiter: limiter, Terminals: exec}))
+		return mux
+	})
+	ctx := context.Background()
+	w.acme, w.glob = w.Member("acme", "alice"), w.Member("globex", "bob")
+	var err error
+	if w.acmeIn, err = w.acme.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: "acme-train", Offering: "h100.1x"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if w.globIn, err = w.glob.Client.CreateInstance(ctx, api.CreateInstanceRequest{Name: "globex-secret", Offering: "h100.1x"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// dialTerminal opens the terminal socket of instance id as a page of
+// the console would (its Origin, the session cookie, the subprotocol),
+// and answers how the server closed it.
+func dialTerminal(t *testing.T, w *world, cookie, id string) (websocket.StatusCode, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := http.Header{}
+	h.Set("Origin", w.URL)
+	h.Set("Cookie", console.SessionCookie+"="+cookie)
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(w.URL, "http")+"/instances/"+id+"/terminal/ws?cols=100&rows=30",
+		&websocket.DialOptions{HTTPHeader: h, Subprotocols: []string{console.TerminalSubprotocol}})
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dial the terminal of %s: %d %v", id, status, err)
+	}
+	defer ws.CloseNow()
+	_, _, err = ws.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("the terminal of %s: read %v, want a close", id, err)
+	}
+	return ce.Code, ce.Reason
+}
+
+// TestTerminalRules: the console's terminal obeys the API's exec rules,
+// which service.Sessions checks for both: another tenant's running
+// instance is "not found" exactly like a missing one (and records no
+// session), a stopped instance says it is stopped, and a running one
+// whose host's agent is not connected says so; each as the socket's
+// close (4000 + the API's status) with the API's message, which the page
+// shows.
+func TestTerminalRules(t *testing.T) {
+	testkit.EachStore(t, testTerminalRules)
+}
+
+func testTerminalRules(t *testing.T, st cloud.Store) {
+	w := relayWorld(t, st)
+	now := testkit.Epoch
+	testkit.Walk(t, w.Store, w.acmeIn.ID, cloud.Running, testkit.Via{}, now)
+	testkit.Walk(t, w.Store, w.globIn.ID, cloud.Running, testkit.Via{}, now)
+	b := w.browser(t)
+	b.login(w.acme.Token)
+
+	code, reason := dialTerminal(t, w, b.cookie, w.globIn.ID)
+	missCode, missReason := dialTerminal(t, w, b.cookie, "i-doesnotexist")
+	if code != 4404 || strings.Contains(reason, "globex") ||
+		strings.ReplaceAll(reason, w.globIn.ID, "X") != strings.ReplaceAll(missReason, "i-doesnotexist", "X") || missCode != code {
+		t.Errorf("another tenant's instance: %d %q; a missing one: %d %q", code, reason, missCode, missReason)
+	}
+	evs, err := w.glob.Client.InstanceEvents(context.Background(), w.globIn.ID, client.EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Events {
+		if strings.HasPrefix(string(e.Kind), "session.") {
+			t.Errorf("acme's refused terminal left an event on globex's instance: %+v", e)
+		}
+	}
+
+	// Running, but no agent holds a control channel here.
+	if code, reason := dialTerminal(t, w, b.cookie, w.acmeIn.ID); code != 4503 || !strings.Contains(reason, "agent") {
+		t.Errorf("running instance without its agent: %d %q", code, reason)
+	}
+
+	testkit.Walk(t, w.Store, w.acmeIn.ID, cloud.Stopped, testkit.Via{}, now)
+	if code, reason := dialTerminal(t, w, b.cookie, w.acmeIn.ID); code != 4409 || !strings.Contains(reason, "is stopped") {
+		t.Errorf("stopped instance: %d %q", code, reason)
 	}
 }
