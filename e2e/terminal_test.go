@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// typeKeys types s on the focused element as a keyboard does: for each
+// character one keyDown that carries its text, then a keyUp (what
+// Chromium's own key handling produces, and Puppeteer's keyboard sends).
+// chromedp's SendKeys sends a separate "char" event after a keyDown
+// without text, which xterm.js, which listens to keydown, keypress and
+// input, takes as two keystrokes.
+func typeKeys(s string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range s {
+			for _, k := range kb.Encode(r) {
+				if k.Type == kb.KeyChar {
+					continue
+				}
+				if k.Type == kb.KeyDown {
+					k.Text, k.UnmodifiedText = string(r), string(r)
+				}
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// waitJS polls a JavaScript expression that answers a string until ok
+// holds, failing the test with its last value.
+func waitJS(t *testing.T, ctx context.Context, what, expr string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var v string
+	for time.Now().Before(deadline) {
+		if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr)); err == nil {
+			v = got
+			if ok(v) {
+				return v
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("browser: %s: %q", what, v)
+	return ""
+}
+
+// TestConsoleTerminal opens the instance page's terminal in Chromium, on
+// a running instance of the process runtime: a login shell runs through
+// the server's relay, a typed command's output appears in the terminal,
+// the exit status ends the session, the session is on the instance's
+// events, and a stopped instance offers no terminal and says why.
+func TestConsoleTerminal(t *testing.T) {
+	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"),
+		sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
+	ctx := t.Context()
+	_, alice, token := c.member("acme", "alice")
+	in, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Name: "term", Offering: "l4.1x",
+		Command: []string{"sleep", "600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.until("the instance runs", func() (bool, string) {
+		got, err := alice.GetInstance(ctx, in.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.State == cloud.Running, string(got.State)
+	})
+
+	b := newBrowser(t, serverSPKI(t, c))
+	base := c.srv.URL
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	run(t, b, "log in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(css("#token")),
+		chromedp.SendKeys(css("#token"), token),
+		chromedp.Submit(css("#token")),
+		chromedp.WaitVisible(css(`nav[aria-label="Main"]`)))
+	run(t, b, "open the instance page and its terminal",
+		chromedp.Navigate(base+"/instances/"+in.ID),
+		chromedp.WaitVisible(css("#term-open")),
+		chromedp.Click(css("#term-open")),
+		chromedp.WaitVisible(css(".xterm-helper-textarea")))
+	status := `document.getElementById("term-status").textContent`
+	waitJS(t, b, "the terminal connects", status, func(s string) bool { return s == "Connected." })
+	rows := `document.querySelector(".xterm-rows").textContent`
+	run(t, b, "type a command", chromedp.Focus(css(".xterm-helper-textarea")), typeKeys("echo hello-$((6*7))\r"))
+	// The typed line echoes "hello-$((6*7))"; only the shell prints 42.
+	waitJS(t, b, "the command's output in the terminal", rows, func(s string) bool { return strings.Contains(s, "hello-42") })
+	screenshot(t, b, "terminal")
+	run(t, b, "exit the shell", typeKeys("exit 3\r"))
+	waitJS(t, b, "the session's end", status, func(s string) bool { return s == "session ended: exit 3" })
+
+	// The session is on the instance's events, as the API's are.
+	c.until("the session's events", func() (bool, string) {
+		evs, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Events {
+			seen = append(seen, string(e.Kind)+" "+e.Reason)
+		}
+		s := strings.Join(seen, " ")
+		return strings.Contains(s, "session.started") && strings.Contains(s, "session.ended"), s
+	})
+
+	// A stopped instance offers no terminal, and says why.
+	if _, err := alice.StopInstance(ctx, in.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.until("the instance stops", func() (bool, string) {
+		got, err := alice.GetInstance(ctx, in.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.State == cloud.Stopped, string(got.State)
+	})
+	run(t, b, "reload", chromedp.Navigate(base+"/instances/"+in.ID), chromedp.WaitVisible(css("#term-reason")))
+	if got := get(t, b, "the reason", chromedp.Text(css("#term-reason"))); got != "No terminal: the instance is stopped." {
+		t.Errorf("stopped instance: %q", got)
+	}
+}
