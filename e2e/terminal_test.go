@@ -108,8 +108,20 @@ func TestConsoleTerminal(t *testing.T) {
 	screenshot(t, b, "terminal")
 	run(t, b, "exit the shell", typeKeys("exit 3\r"))
 	waitJS(t, b, "the session's end", status, func(s string) bool { return s == "session ended: exit 3" })
+	// The page offers a new session, in a fresh terminal.
+	if label := get(t, b, "the button", chromedp.Text(css("#term-open"))); label != "Open a new terminal" {
+		t.Errorf("after the session the button says %q", label)
+	}
+	run(t, b, "open a new terminal", chromedp.Click(css("#term-open")))
+	waitJS(t, b, "the new terminal connects", status, func(s string) bool { return s == "Connected." })
+	run(t, b, "type in the new terminal", chromedp.Focus(css(".xterm-helper-textarea")), typeKeys("echo again-$((1+1)); exit\r"))
+	waitJS(t, b, "the new session's output", rows, func(s string) bool {
+		return strings.Contains(s, "again-2") && !strings.Contains(s, "hello-42")
+	})
+	waitJS(t, b, "the new session's end", status, func(s string) bool { return s == "session ended: exit 0" })
 
-	// The session is on the instance's events, as the API's are.
+	// The sessions are on the instance's events, as the API's are: who,
+	// what, and how they ended.
 	c.until("the session's events", func() (bool, string) {
 		evs, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{})
 		if err != nil {
@@ -117,10 +129,13 @@ func TestConsoleTerminal(t *testing.T) {
 		}
 		var seen []string
 		for _, e := range evs.Events {
-			seen = append(seen, string(e.Kind)+" "+e.Reason)
+			if strings.HasPrefix(string(e.Kind), "session.") {
+				seen = append(seen, string(e.Kind)+" by "+e.Actor+" "+string(e.Details))
+			}
 		}
-		s := strings.Join(seen, " ")
-		return strings.Contains(s, "session.started") && strings.Contains(s, "session.ended"), s
+		s := strings.Join(seen, "\n")
+		return strings.Count(s, "session.started by u-") == 2 && strings.Count(s, "session.ended by u-") == 2 &&
+			strings.Count(s, `"command":"/bin/sh -l"`) == 4 && strings.Contains(s, `"exit_code":3`), s
 	})
 
 	// A stopped instance offers no terminal, and says why.

@@ -13,14 +13,18 @@
   // A refused session closes with 4000 + the API's HTTP status.
   var REFUSED = 4000;
 
+  // The terminal of the last session, disposed when another starts.
+  var current = null;
+
   function start(button) {
     var screen = document.getElementById("term-screen");
     var status = document.getElementById("term-status");
     function say(text) { status.textContent = text; }
 
+    if (current) current.dispose();
     screen.hidden = false;
     button.hidden = true;
-    var term = new Terminal({cursorBlink: true, scrollback: 5000, fontSize: 14,
+    var term = current = new Terminal({cursorBlink: true, scrollback: 5000, fontSize: 14,
       fontFamily: "ui-monospace, SFMono-Regular, Menlo, monospace",
       theme: {background: "#0d1117", foreground: "#e6edf3"}});
     var fit = new FitAddon.FitAddon();
@@ -78,6 +82,9 @@
     ws.onclose = function (e) {
       term.options.disableStdin = true;
       term.options.cursorBlink = false;
+      window.removeEventListener("resize", refit);
+      button.textContent = "Open a new terminal";
+      button.hidden = false;
       if (e.code >= REFUSED && e.code < REFUSED + 1000) {
         say("No terminal: " + (e.reason || "refused (" + (e.code - REFUSED) + ")"));
       } else if (!ended) {
@@ -94,10 +101,11 @@
     });
     term.onResize(function (sz) { sendSize(sz.cols, sz.rows); });
     var pending = 0;
-    window.addEventListener("resize", function () {
+    function refit() {
       clearTimeout(pending);
       pending = setTimeout(function () { fit.fit(); }, 100);
-    });
+    }
+    window.addEventListener("resize", refit);
   }
 
   document.addEventListener("DOMContentLoaded", function () {
