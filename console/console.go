@@ -152,7 +152,8 @@ func New(svc *service.Services, opts Options) *Console {
 // console's own files, no inline script or style.
 const pageCSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 
-// terminalCSP is the instance page's, which differs in style-src alone:
+// terminalCSP is the page's of an instance that offers a terminal, which
+// differs in style-src alone:
 // xterm.js (the terminal) sizes and colours its rows with <style>
 // elements it writes at run time, which 'self' does not allow and which
 // it offers no nonce for. Scripts stay the console's own files only, and

@@ -108,7 +108,9 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 		return err
 	}
 	term, termReason := c.terminalState(in)
-	w.Header().Set("Content-Security-Policy", terminalCSP)
+	if term {
+		w.Header().Set("Content-Security-Policy", terminalCSP)
+	}
 	c.render(w, r, http.StatusOK, "instance", s, map[string]any{
 		"Title": "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
 		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in), "Net": net,
