@@ -9,6 +9,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -94,6 +95,14 @@ func TestConsoleTerminal(t *testing.T) {
 		chromedp.SendKeys(css("#token"), token),
 		chromedp.Submit(css("#token")),
 		chromedp.WaitVisible(css(`nav[aria-label="Main"]`)))
+	// Every Content-Security-Policy violation on the pages is noted, so
+	// that the test sees the terminal work within the page's policy.
+	run(t, b, "note CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `window.cspViolations = []; document.addEventListener("securitypolicyviolation",
+				function (e) { window.cspViolations.push(e.violatedDirective + " " + e.blockedURI); });`})
+		return err
+	}))
 	run(t, b, "open the instance page and its terminal",
 		chromedp.Navigate(base+"/instances/"+in.ID),
 		chromedp.WaitVisible(css("#term-open")),
@@ -106,6 +115,9 @@ func TestConsoleTerminal(t *testing.T) {
 	// The typed line echoes "hello-$((6*7))"; only the shell prints 42.
 	waitJS(t, b, "the command's output in the terminal", rows, func(s string) bool { return strings.Contains(s, "hello-42") })
 	screenshot(t, b, "terminal")
+	if v := get(t, b, "CSP violations", chromedp.Evaluate[string](`window.cspViolations.join("; ")`)); v != "" {
+		t.Errorf("the terminal broke the page's Content-Security-Policy: %s", v)
+	}
 	run(t, b, "exit the shell", typeKeys("exit 3\r"))
 	waitJS(t, b, "the session's end", status, func(s string) bool { return s == "session ended: exit 3" })
 	// The page offers a new session, in a fresh terminal.
