@@ -86,6 +86,21 @@ type Config struct {
 	// volume follow its instance from host to host, as a spot request's
 	// relaunches need to find their checkpoints.
 	VolumeDir string
+	// VolumeImages keeps each volume in a filesystem of its size: an ext4
+	// image (VolumeDir/<id>.img, or DataDir/volumes/<id>.img) loop-mounted
+	// at the volume's directory while an instance of the host uses it, so
+	// that a volume never holds more than its size (volumes.go). It needs
+	// root; the containerd runtime's agent sets it. Without it volumes are
+	// plain directories.
+	VolumeImages bool
+	// RetainTerminated is how long a terminated instance's working
+	// directory and log stay on the host (DefaultRetainTerminated when
+	// zero; negative: removed at once), and StorageSweep how often the
+	// agent looks for what to delete (DefaultStorageSweep when zero;
+	// negative: never). A deleted volume's files go at the first sweep
+	// after the server says so (storage.go).
+	RetainTerminated time.Duration
+	StorageSweep     time.Duration
 	// Interval is the poll and heartbeat period (DefaultInterval when zero).
 	Interval time.Duration
 	// ManageMIG lets the agent change the MIG layout: switch MIG mode and
@@ -175,6 +190,9 @@ type Agent struct {
 
 	// dns is the instances' resolver, nil when the runtime serves no DNS.
 	dns *dns.Resolver
+
+	// lastSweep is when the last storage sweep ran (guarded by mu).
+	lastSweep time.Time
 }
 
 // New returns an agent that talks to srv. Zero Config fields take their

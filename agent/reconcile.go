@@ -158,6 +158,8 @@ func (a *Agent) Step(ctx context.Context) error {
 			}
 		}
 	}
+	// Storage: unmount the volumes no instance uses, delete what is gone.
+	errs = append(errs, a.releaseVolumes(), a.sweepStorage(ctx))
 	return errors.Join(errs...)
 }
 
@@ -395,10 +397,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 	if _, ok := a.logOff[s.id]; !ok {
 		// Output already in the file was shipped by an earlier run (or by
 		// an earlier agent); only what this run writes is new.
-		a.logOff[s.id] = 0
-		if fi, err := os.Stat(spec.LogPath); err == nil {
-			a.logOff[s.id] = fi.Size()
-		}
+		// The log may be rotated: its end counts all it ever held.
+		a.logOff[s.id], _ = runtime.LogEnd(spec.LogPath)
 	}
 	if err := a.serveMetadata(ctx, s, devices, &spec); err != nil {
 		return err
@@ -459,7 +459,7 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 			return spec, err
 		}
 	}
-	vols, err := a.volumeDirs(as.Volumes)
+	vols, err := a.volumeDirs(as)
 	if err != nil {
 		return spec, err
 	}
@@ -473,26 +473,6 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 		spec.WorkDir = vols[0]
 	}
 	return spec, nil
-}
-
-// volumeDirs creates the directories of the volumes named and returns
-// them in order: under VolumeDir when set, else under DataDir/volumes.
-func (a *Agent) volumeDirs(volumes []string) ([]string, error) {
-	var vols []string
-	for _, v := range volumes {
-		if err := runtime.ValidateID(v); err != nil {
-			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
-		}
-		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
-		if a.cfg.VolumeDir != "" {
-			dir = filepath.Join(a.cfg.VolumeDir, v)
-		}
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, err
-		}
-		vols = append(vols, dir)
-	}
-	return vols, nil
 }
 
 // serveMetadata publishes the metadata document of s, when the agent

@@ -63,7 +63,11 @@ type Assignment struct {
 	Command    []string          `json:"command,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Volumes    []string          `json:"volumes,omitempty"`
-	Tags       map[string]string `json:"tags,omitempty"`
+	// VolumeSizes is the size in GiB of each of Volumes, by ID: a host
+	// that keeps each volume in a filesystem of its size needs it. A
+	// volume without one (an older server) is a plain directory there.
+	VolumeSizes map[string]int64  `json:"volume_sizes_gib,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
 	// GraceSeconds is how long a stop waits between SIGTERM and SIGKILL.
 	GraceSeconds int `json:"grace_seconds"`
 	// Interruption is a spot reclaim announced to the instance (Action

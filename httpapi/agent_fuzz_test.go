@@ -67,6 +67,8 @@ var agentFuzzRoutes = []bodyRoute{
 			`{"samples":[{"instance_id":"{id}","at":"9999-12-31T23:59:59Z","gpu_utilization":0.5}],"sent_at":"0001-01-01T00:00:01Z"}`,
 			`{"samples":[{"instance_id":"{id}","at":"2025-03-01T09:00:00Z","cpu_utilization":0.5}]}`,
 		}},
+	{method: "POST", path: "/v1/agent/gone", newReq: newOf[agentapi.GoneRequest](),
+		seeds: []string{`{}`, `{"volumes":["v-1","v-1",""],"instances":["{id}","i-none"]}`, `{"volumes":null}`, `{"instances":[1]}`}},
 }
 
 func fuzzJoinBody(id string, gpus int) string {

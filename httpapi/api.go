@@ -245,6 +245,7 @@ var routeTable = []route{
 	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
 	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},
 	{"POST", "/v1/agent/metrics", agentOnly, (*handlers).agentMetrics},
+	{"POST", "/v1/agent/gone", agentOnly, (*handlers).agentGone},
 	{"GET", "/v1/agent/sessions", agentOnly, (*handlers).agentSessions},
 	{"GET", "/v1/agent/sessions/{id}", agentOnly, (*handlers).agentSession},
 

@@ -42,6 +42,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 			return err
 		}
 		rdma := newRDMARule(a.HostID)
+		sizes := volumeSizes{}
 		out = make([]agentapi.Assignment, 0, len(ins))
 		for _, in := range ins {
 			desired := agentapi.DesiredRun
@@ -54,6 +55,9 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn,
 				Stack: stackInfo(in, jobs), Network: nets.of(in)})
 			if out[len(out)-1].RDMA, err = rdma.wants(ctx, tx, in); err != nil {
+				return err
+			}
+			if out[len(out)-1].VolumeSizes, err = sizes.of(ctx, tx, in.Volumes); err != nil {
 				return err
 			}
 		}

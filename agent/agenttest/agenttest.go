@@ -36,7 +36,7 @@ const (
 // real server.
 const MaxLogChunk = 1 << 20
 
-var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs, OpReportMetrics, OpSetScaleInLock, OpNetworks}
+var knownOps = []string{OpJoin, OpHeartbeat, OpAssignments, OpReportStatus, OpAppendLogs, OpReportMetrics, OpSetScaleInLock, OpNetworks, OpGone}
 
 // ControlPlane is the fake control plane. It is safe for concurrent use.
 //
@@ -69,6 +69,10 @@ type ControlPlane struct {
 	networks   agentapi.NetworkView
 	netVersion int
 	netChanged chan struct{}
+	// gone are the volumes (deleted) and instances (terminated) Gone
+	// names, by ID (gone.go).
+	gone      map[string]bool
+	goneAsked []agentapi.GoneRequest
 }
 
 type failure struct {

@@ -92,6 +92,7 @@ type flags struct {
 	interval, metricsInterval                                  time.Duration
 	net                                                        instanceNetFlags
 	pull                                                       pullFlags
+	storage                                                    storageFlags
 }
 
 func (fl *flags) register(cmd *cobra.Command) {
@@ -117,6 +118,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
 	fl.net.register(cmd)
 	fl.pull.register(cmd)
+	fl.storage.register(cmd)
 	f.StringVar(&fl.defaultImage, "default-image", containerd.BaseImage, "image of instances that name none (--runtime containerd); the built-in "+containerd.BaseImage+" is made from the host's busybox-static when missing")
 	f.StringVar(&fl.mpsControl, "mps-control", "", "CUDA MPS control program run per shared GPU (--runtime containerd on real GPUs; "+containerd.DefaultMPSControl+" in PATH when empty)")
 }
@@ -143,6 +145,9 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		return cmdutil.Usagef(cmd, "--runtime %q: want process or containerd", fl.runtimeName)
 	}
 	if err := fl.pull.apply(&containerd.Config{}); err != nil {
+		return cmdutil.Usagef(cmd, "%v", err)
+	}
+	if err := fl.storage.containerd(&containerd.Config{}); err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
 	metricsToken, err := readMetricsToken(fl)
@@ -174,7 +179,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
-	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg, ovCfg, &fl.pull)
+	rt, err := newAgentRuntime(ctx, fl.runtimeName, fl.containerdSocket, fl.defaultImage, fl.mpsControl, fl.dir, h.sim, netCfg, ovCfg, &fl.pull, &fl.storage)
 	if err != nil {
 		return err
 	}
@@ -183,10 +188,12 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	md := metadata.New()
 	defer md.Close()
-	a := agent.New(agentapi.NewClient(server, cred, hc), agent.Config{
+	agentCfg := agent.Config{
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
-	})
+	}
+	fl.storage.apply(&agentCfg, fl.runtimeName, stderr)
+	a := agent.New(agentapi.NewClient(server, cred, hc), agentCfg)
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
 			return err
@@ -359,7 +366,7 @@ type Runtime interface {
 // newAgentRuntime opens the workload runtime the flags name. For the
 // containerd runtime on a simulated host, the sim driver's fake device
 // nodes (DATA-DIR/dev) stand in for the NVIDIA driver's.
-func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config, ovCfg network.OverlayConfig, pull *pullFlags) (Runtime, error) {
+func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir string, simHost *sim.Host, netCfg network.Config, ovCfg network.OverlayConfig, pull *pullFlags, st *storageFlags) (Runtime, error) {
 	if name == "process" {
 		return process.New(filepath.Join(dir, "runtime")), nil
 	}
@@ -380,6 +387,9 @@ func newAgentRuntime(ctx context.Context, name, socket, image, mpsControl, dir s
 	}
 	cfg := containerd.Config{Socket: socket, BaseDir: filepath.Join(dir, "runtime"), DefaultImage: image, Network: hook, MPSControl: mpsControl}
 	if err := pull.apply(&cfg); err != nil {
+		return nil, err
+	}
+	if err := st.containerd(&cfg); err != nil {
 		return nil, err
 	}
 	if simHost != nil {

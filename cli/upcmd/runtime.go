@@ -344,3 +344,10 @@ func (u *upRuntimes) close() {
 		_ = u.daemon.Close()
 	}
 }
+
+// isContainers reports whether rt runs containers: each volume is then a
+// filesystem of its size (up runs containers as root).
+func isContainers(rt agentcmd.Runtime) bool {
+	_, ok := rt.(*containerd.Runtime)
+	return ok
+}

@@ -94,7 +94,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 	}
 	h := &hostAgent{id: joined.HostID, rt: rt, md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
-		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir,
+		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir, VolumeImages: isContainers(rt),
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 		Underlay: ul.addr, UnderlayMTU: ul.mtu,
 	})

@@ -229,6 +229,21 @@ type Config struct {
 	// containers with it and adopts only the containers labelled with its
 	// own (none, when empty: the one agent of a real host).
 	Host string
+	// RootSize is the most, in bytes, a container writes to its root
+	// filesystem (DefaultRootSize when zero; negative: no limit):
+	// storage.go.
+	RootSize int64
+	// LogSize is the most one file of a workload's log holds, in bytes
+	// (DefaultLogSize when zero; negative: one file, unlimited, appended
+	// by the shim), and LogFiles how many files the log is kept in, the
+	// one written and the rotated ones (DefaultLogFiles when zero):
+	// logwriter.go.
+	LogSize  int64
+	LogFiles int
+	// LogWriter is the program the shim runs to write each workload's
+	// log: a binary that links this package, which then serves as the
+	// log writer (the running executable when empty).
+	LogWriter string
 	// Log receives the runtime's warnings (slog.Default()).
 	Log *slog.Logger
 }
@@ -411,6 +426,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.RootSize == 0 {
+		cfg.RootSize = DefaultRootSize
+	}
+	if cfg.LogSize == 0 {
+		cfg.LogSize = DefaultLogSize
+	}
+	if cfg.LogFiles == 0 {
+		cfg.LogFiles = DefaultLogFiles
+	}
+	if cfg.LogFiles < 2 {
+		return cfg, fmt.Errorf("containerd runtime: a log in %d files: want at least 2, the one written and a rotated one", cfg.LogFiles)
 	}
 	if cfg.BaseDir == "" {
 		return cfg, errors.New("containerd runtime: no base directory")

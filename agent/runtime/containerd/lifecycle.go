@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"syscall"
@@ -219,15 +218,9 @@ func (r *Runtime) Logs(id string, offset int64) ([]byte, int64, error) {
 	if offset < 0 {
 		return nil, 0, fmt.Errorf("logs %s: negative offset %d: %w", id, offset, runtime.ErrInvalid)
 	}
-	f, err := os.Open(in.logPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil // nothing written yet
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
-	}
-	defer f.Close()
-	data, next, err := runtime.ReadLog(f, offset)
+	// The log may be rotated (logwriter.go): offsets count all the
+	// output the workload wrote.
+	data, next, err := runtime.ReadLogFile(in.logPath, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("logs %s: %w", id, err)
 	}
@@ -251,6 +244,13 @@ func (r *Runtime) Remove(id string) error {
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(r.bg, 30*time.Second)
 	defer cancel()
+	if err := r.releaseRoot(id, ""); err != nil {
+		// Known again, so that the agent's next Remove tries again.
+		r.mu.Lock()
+		r.insts[id] = in
+		r.mu.Unlock()
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
 	if err := in.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/errdefs"
 
@@ -188,6 +187,9 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 			r.discard(in.ctr)
 		}
 	}()
+	if err := r.limitRoot(ctx, s.InstanceID); err != nil {
+		return nil, err
+	}
 	exitC, err := r.startTask(ctx, s, in)
 	if err != nil {
 		return nil, err
@@ -330,7 +332,11 @@ func (r *Runtime) newContainer(ctx context.Context, s runtime.Spec, img client.I
 // the log, serves the instance's metadata and DNS in its network
 // namespace, and starts it; it returns the channel of the task's exit.
 func (r *Runtime) startTask(ctx context.Context, s runtime.Spec, in *inst) (<-chan client.ExitStatus, error) {
-	task, err := in.ctr.NewTask(ctx, cio.LogFile(s.LogPath))
+	logIO, err := r.logIO(s.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	task, err := in.ctr.NewTask(ctx, logIO)
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
@@ -371,6 +377,9 @@ func (r *Runtime) discard(ctr client.Container) {
 	defer cancel()
 	if t, err := ctr.Task(ctx, nil); err == nil {
 		_, _ = t.Delete(ctx, client.WithProcessKill)
+	}
+	if err := r.releaseRoot(ctr.ID(), ""); err != nil {
+		r.cfg.Log.Warn("containerd runtime: remove container", "container", ctr.ID(), "err", err)
 	}
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		r.cfg.Log.Warn("containerd runtime: remove container", "container", ctr.ID(), "err", err)

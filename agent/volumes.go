@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gpucloud/gpucloud/agent/runtime"
+	"github.com/gpucloud/gpucloud/agentapi"
+)
+
+// Volumes on the host. Each volume is a directory, VolumeDir/<id> (or
+// DataDir/volumes/<id>), bind-mounted into its instance's container. With
+// Config.VolumeImages the directory is the mount point of a filesystem of
+// the volume's size, VolumeDir/<id>.img beside it (so that a VolumeDir
+// every host mounts still carries the volume to the next host): mounted
+// when an instance of the host first needs it, again after a reboot,
+// unmounted when none uses it. A marker in DataDir/mounts/<id> records
+// that this agent mounted it, so that an agent unmounts only its own
+// mounts (several simulated hosts of `gpucloud up` share one machine's
+// mount table), after a restart too.
+
+// imageSuffix ends the name of a volume's filesystem image.
+const imageSuffix = ".img"
+
+// volumeBase is the directory of the host's volumes.
+func (a *Agent) volumeBase() string {
+	if a.cfg.VolumeDir != "" {
+		return a.cfg.VolumeDir
+	}
+	return filepath.Join(a.cfg.DataDir, "volumes")
+}
+
+// volumePaths returns the directory and filesystem image of volume id.
+func (a *Agent) volumePaths(id string) (dir, img string) {
+	base := a.volumeBase()
+	return filepath.Join(base, id), filepath.Join(base, id+imageSuffix)
+}
+
+// mountMarker is the file that records that this agent mounted volume id.
+func (a *Agent) mountMarker(id string) string {
+	return filepath.Join(a.cfg.DataDir, "mounts", id)
+}
+
+// volumeDirs makes the volumes of an assignment ready (volume) and returns
+// their directories in order.
+func (a *Agent) volumeDirs(as agentapi.Assignment) ([]string, error) {
+	var vols []string
+	for _, v := range as.Volumes {
+		if err := runtime.ValidateID(v); err != nil || strings.HasSuffix(v, imageSuffix) {
+			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
+		}
+		dir, err := a.volume(v, as.VolumeSizes[v])
+		if err != nil {
+			return nil, err
+		}
+		vols = append(vols, dir)
+	}
+	return vols, nil
+}
+
+// volume makes volume id ready for a workload and returns its directory:
+// a plain directory, or with VolumeImages its filesystem image of sizeGiB
+// (made on first use) mounted there. It is idempotent: a mounted volume
+// (an agent restart) is used as it is.
+func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
+	dir, img := a.volumePaths(id)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	if !a.cfg.VolumeImages {
+		return dir, nil
+	}
+	if sizeGiB <= 0 {
+		return "", &startError{fmt.Sprintf("volume %s: the server sent no size (a server older than this agent?); "+
+			"this host keeps each volume in a filesystem of its size", id)}
+	}
+	if err := a.markMounted(id); err != nil {
+		return "", err
+	}
+	mounted, err := runtime.Mounted(dir)
+	if err != nil || mounted {
+		return dir, err
+	}
+	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
+		if err := a.makeVolumeImage(id, dir, img, sizeGiB<<30); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	if mounted, err := runtime.Mounted(dir); err != nil || mounted {
+		return dir, err // makeVolumeImage mounted it, to move files in
+	}
+	// Mounted twice, through two loop devices, the filesystem would be
+	// corrupted: a container that still holds the image (its host mount
+	// gone) must end first. The start is retried.
+	if held, err := runtime.ImageAttached(img); err != nil || held {
+		if err == nil {
+			err = errors.New("its image is still in use by a container that has ended its instance; retried")
+		}
+		return "", fmt.Errorf("volume %s: %w", id, err)
+	}
+	if err := runtime.MountImage(img, dir); err != nil {
+		return "", fmt.Errorf("volume %s: %w", id, err)
+	}
+	return dir, nil
+}
+
+// markMounted records that this agent mounts volume id, before it does:
+// a crash right after the mount leaves the record.
+func (a *Agent) markMounted(id string) error {
+	m := a.mountMarker(id)
+	if err := os.MkdirAll(filepath.Dir(m), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(m, nil, 0o600)
+}
+
+// makeVolumeImage makes the filesystem image of a volume. A volume that
+// was a plain directory (made before images, or by a host without them)
+// keeps its files: they are copied into the image, which is left mounted
+// at dir; a volume holding more than its size cannot start.
+func (a *Agent) makeVolumeImage(id, dir, img string, size int64) error {
+	if err := runtime.MakeImage(img, size); err != nil {
+		return fmt.Errorf("volume %s: %w", id, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	old := filepath.Join(filepath.Dir(dir), "."+id+".migrating")
+	if err := os.Rename(dir, old); err != nil {
+		return err
+	}
+	undo := func(err error) error {
+		_ = runtime.Unmount(dir)
+		_ = os.Remove(dir)
+		_ = os.Rename(old, dir)
+		_ = os.Remove(img)
+		return fmt.Errorf("volume %s: move its files into a filesystem of its size: %w", id, err)
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		return undo(err)
+	}
+	if err := runtime.MountImage(img, dir); err != nil {
+		return undo(err)
+	}
+	if out, err := exec.Command("cp", "-a", "--", old+"/.", dir+"/").CombinedOutput(); err != nil {
+		return undo(fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out))))
+	}
+	a.log.Info("agent: volume moved into a filesystem image of its size", "volume", id, "image", img)
+	return os.RemoveAll(old)
+}
+
+// volumesInUse are the volumes of the instances whose workload the
+// runtime knows: their containers may hold the volumes' mounts.
+func (a *Agent) volumesInUse() map[string]bool {
+	use := map[string]bool{}
+	for _, s := range a.insts {
+		if s.started || s.state == stateRunning || s.state == stateStopping {
+			for _, v := range s.a.Volumes {
+				use[v] = true
+			}
+		}
+	}
+	return use
+}
+
+// releaseVolumes unmounts the volumes this agent mounted that no
+// instance uses any more. It runs at the end of each pass.
+func (a *Agent) releaseVolumes() error {
+	entries, err := os.ReadDir(filepath.Join(a.cfg.DataDir, "mounts"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	use := a.volumesInUse()
+	var errs []error
+	for _, e := range entries {
+		id := e.Name()
+		if use[id] || runtime.ValidateID(id) != nil {
+			continue
+		}
+		dir, _ := a.volumePaths(id)
+		if err := runtime.Unmount(dir); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", id, err))
+			continue
+		}
+		if err := os.Remove(a.mountMarker(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// heldVolumes lists the volumes whose files are in the volume directory:
+// a directory or an image named after the volume.
+func (a *Agent) heldVolumes() ([]string, error) {
+	entries, err := os.ReadDir(a.volumeBase())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		name := e.Name()
+		id := strings.TrimSuffix(name, imageSuffix)
+		if strings.HasPrefix(name, ".") || runtime.ValidateID(id) != nil || (id == name) != e.IsDir() {
+			continue
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// deleteVolume removes a deleted volume's files: it unmounts the volume
+// (whoever mounted it on this machine), makes sure no loop device still
+// holds its image (a container would keep its blocks alive after the
+// name is gone), and removes the image and the directory.
+func (a *Agent) deleteVolume(id string) error {
+	dir, img := a.volumePaths(id)
+	if err := runtime.Unmount(dir); err != nil {
+		return fmt.Errorf("deleted volume %s: %w", id, err)
+	}
+	if held, err := runtime.ImageAttached(img); err != nil || held {
+		if err == nil {
+			err = errors.New("its image is still attached to a loop device; retried at the next sweep")
+		}
+		return fmt.Errorf("deleted volume %s: %w", id, err)
+	}
+	var errs []error
+	for _, p := range []string{img, a.mountMarker(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("deleted volume %s: %w", id, err)
+	}
+	a.log.Info("agent: deleted volume's files removed", "volume", id)
+	return nil
+}
