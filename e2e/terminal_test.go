@@ -118,7 +118,16 @@ func TestConsoleTerminal(t *testing.T) {
 	if v := get(t, b, "CSP violations", chromedp.Evaluate[string](`window.cspViolations.join("; ")`)); v != "" {
 		t.Errorf("the terminal broke the page's Content-Security-Policy: %s", v)
 	}
-	run(t, b, "exit the shell", typeKeys("exit 3\r"))
+	// The keyboard leaves the terminal with Shift+Tab (Tab is the shell's).
+	focusIn := `document.activeElement.classList.contains("xterm-helper-textarea") ? "terminal" : "page"`
+	if f := get(t, b, "focus", chromedp.Evaluate[string](focusIn)); f != "terminal" {
+		t.Fatalf("the focus is on the %s, want the terminal", f)
+	}
+	run(t, b, "Shift+Tab", chromedp.KeyEvent("\t", chromedp.KeyModifiers(chromedp.ModifierShift)))
+	if f := get(t, b, "focus", chromedp.Evaluate[string](focusIn)); f != "page" {
+		t.Errorf("Shift+Tab leaves the focus on the %s, want the page", f)
+	}
+	run(t, b, "exit the shell", chromedp.Focus(css(".xterm-helper-textarea")), typeKeys("exit 3\r"))
 	waitJS(t, b, "the session's end", status, func(s string) bool { return s == "session ended: exit 3" })
 	// The page offers a new session, in a fresh terminal.
 	if label := get(t, b, "the button", chromedp.Text(css("#term-open"))); label != "Open a new terminal" {

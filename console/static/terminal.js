@@ -29,6 +29,12 @@
       theme: {background: "#0d1117", foreground: "#e6edf3"}});
     var fit = new FitAddon.FitAddon();
     term.loadAddon(fit);
+    // Tab belongs to the shell (completion), so the keyboard needs a way
+    // out of the terminal: Shift+Tab is left to the browser, which moves
+    // the focus back to the page.
+    term.attachCustomKeyEventHandler(function (e) {
+      return !(e.key === "Tab" && e.shiftKey && !e.ctrlKey && !e.altKey && !e.metaKey);
+    });
     term.open(screen);
     fit.fit();
 
