@@ -17,6 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
 // typeKeys types s on the focused element as a keyboard does: for each
@@ -71,10 +72,33 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string, ok func(string
 func TestConsoleTerminal(t *testing.T) {
 	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"),
 		sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
+	testConsoleTerminal(t, c, api.CreateInstanceRequest{Name: "term", Offering: "l4.1x", Command: []string{"sleep", "600"}}, "")
+}
+
+// TestConsoleTerminalContainer is TestConsoleTerminal on the containerd
+// runtime: the shell is the image's, inside the instance's container (it
+// reads the image's own /etc/os-release), on both stores.
+func TestConsoleTerminalContainer(t *testing.T) {
+	ch := startContainerHost(t)
+	spec := sim.Spec{ID: "sim-l4", Zone: "e2e-a", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+	req := api.CreateInstanceRequest{Name: "term", Offering: "l4.1x", Image: "gpucloud/e2e:1", Command: []string{"sleep", "600"}}
+	t.Run("sqlite", func(t *testing.T) {
+		c := startClusterOn(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), nil, nil, ch.runtimeOf, spec)
+		testConsoleTerminal(t, c, req, "ID=gpucloud-e2e")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		c := startClusterOn(t, pgtest.URL(t), nil, nil, ch.runtimeOf, spec)
+		testConsoleTerminal(t, c, req, "ID=gpucloud-e2e")
+	})
+}
+
+// testConsoleTerminal runs the terminal's browser test on an instance
+// created by req in cluster c; marker, when set, is a line of the
+// image's /etc/os-release, which the shell must read.
+func testConsoleTerminal(t *testing.T, c *cluster, req api.CreateInstanceRequest, marker string) {
 	ctx := t.Context()
 	_, alice, token := c.member("acme", "alice")
-	in, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Name: "term", Offering: "l4.1x",
-		Command: []string{"sleep", "600"}}, "")
+	in, err := alice.CreateInstance(ctx, req, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +138,12 @@ func TestConsoleTerminal(t *testing.T) {
 	run(t, b, "type a command", chromedp.Focus(css(".xterm-helper-textarea")), typeKeys("echo hello-$((6*7))\r"))
 	// The typed line echoes "hello-$((6*7))"; only the shell prints 42.
 	waitJS(t, b, "the command's output in the terminal", rows, func(s string) bool { return strings.Contains(s, "hello-42") })
-	screenshot(t, b, "terminal")
+	if marker != "" {
+		run(t, b, "read the image's os-release", typeKeys("cat /etc/os-release\r"))
+		waitJS(t, b, "the image's os-release in the terminal", rows, func(s string) bool { return strings.Contains(s, marker) })
+	} else {
+		screenshot(t, b, "terminal")
+	}
 	if v := get(t, b, "CSP violations", chromedp.Evaluate[string](`window.cspViolations.join("; ")`)); v != "" {
 		t.Errorf("the terminal broke the page's Content-Security-Policy: %s", v)
 	}
