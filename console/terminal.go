@@ -50,16 +50,19 @@ const (
 
 // refusalCodeBase is added to the HTTP status of a refused session to
 // make the WebSocket close code the page reads (4404 not found, 4409 the
-// instance is not running, 4429 a limit): a browser sees nothing of a
+// instance is not running, 4403 the user's session limit, 4503 the
+// host's agent not reachable): a browser sees nothing of a
 // refused handshake, so the console accepts the socket and closes it with
 // the API's message instead.
 const refusalCodeBase = 4000
 
 // terminalSocket serves GET /instances/{id}/terminal/ws, the terminal's
-// WebSocket. A browser sends the console's cookie on a WebSocket from any
-// site's page (cross-site WebSocket hijacking), so before anything else
-// the Origin must be this console's own, as a browser always sends it on
-// a WebSocket; SameSite=Strict on the cookie is the second guard. Then
+// WebSocket. A WebSocket is not bound by the same-origin policy, and a
+// browser that sends a site's cookies on one another site's page opens
+// gives that page the user's session (cross-site WebSocket hijacking);
+// CSRF tokens do not apply to the handshake, a GET. So before anything
+// else the Origin, which browsers always send on a WebSocket, must be
+// this console's own; SameSite=Strict on the cookie is the second guard. Then
 // the session cookie is checked under the request limits, as every
 // page's is, and the API's exec relay runs the shell.
 func (c *Console) terminalSocket(w http.ResponseWriter, r *http.Request) {
