@@ -17,6 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -70,7 +71,7 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string, ok func(string
 // the exit status ends the session, the session is on the instance's
 // events, and a stopped instance offers no terminal and says why.
 func TestConsoleTerminal(t *testing.T) {
-	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"),
+	c := startClusterWith(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), oneSession,
 		sim.Spec{ID: "sim-l4", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}})
 	testConsoleTerminal(t, c, api.CreateInstanceRequest{Name: "term", Offering: "l4.1x", Command: []string{"sleep", "600"}}, "")
 }
@@ -83,14 +84,19 @@ func TestConsoleTerminalContainer(t *testing.T) {
 	spec := sim.Spec{ID: "sim-l4", Zone: "e2e-a", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
 	req := api.CreateInstanceRequest{Name: "term", Offering: "l4.1x", Image: "gpucloud/e2e:1", Command: []string{"sleep", "600"}}
 	t.Run("sqlite", func(t *testing.T) {
-		c := startClusterOn(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), nil, nil, ch.runtimeOf, spec)
+		c := startClusterOn(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), oneSession, nil, ch.runtimeOf, spec)
 		testConsoleTerminal(t, c, req, "ID=gpucloud-e2e")
 	})
 	t.Run("postgres", func(t *testing.T) {
-		c := startClusterOn(t, pgtest.URL(t), nil, nil, ch.runtimeOf, spec)
+		c := startClusterOn(t, pgtest.URL(t), oneSession, nil, ch.runtimeOf, spec)
 		testConsoleTerminal(t, c, req, "ID=gpucloud-e2e")
 	})
 }
+
+// oneSession lets each user hold one session at a time, so that the
+// terminal test sees the console's sessions count against the limit the
+// API's do.
+func oneSession(cfg *controlplane.Config) { cfg.SessionLimit = 1 }
 
 // testConsoleTerminal runs the terminal's browser test on an instance
 // created by req in cluster c; marker, when set, is a line of the
@@ -147,6 +153,21 @@ func testConsoleTerminal(t *testing.T, c *cluster, req api.CreateInstanceRequest
 	if v := get(t, b, "CSP violations", chromedp.Evaluate[string](`window.cspViolations.join("; ")`)); v != "" {
 		t.Errorf("the terminal broke the page's Content-Security-Policy: %s", v)
 	}
+	// The open terminal is the user's one session: the API's exec and a
+	// second terminal (another tab) are refused, the latter saying why.
+	if _, err := alice.Exec(ctx, in.ID, client.ExecOptions{Command: []string{"true"}}); cloud.ErrorCode(err) != cloud.QuotaExceeded {
+		t.Errorf("an API exec beside the console's terminal: %v, want quota_exceeded", err)
+	}
+	tab, closeTab := chromedp.NewContext(b)
+	run(t, tab, "a second terminal in another tab",
+		chromedp.Navigate(base+"/instances/"+in.ID),
+		chromedp.WaitVisible(css("#term-open")),
+		chromedp.Click(css("#term-open")))
+	waitJS(t, tab, "the second terminal's refusal", status, func(s string) bool {
+		return strings.HasPrefix(s, "No terminal: user ") && strings.Contains(s, "the limit")
+	})
+	closeTab()
+
 	// The keyboard leaves the terminal with Shift+Tab (Tab is the shell's).
 	focusIn := `document.activeElement.classList.contains("xterm-helper-textarea") ? "terminal" : "page"`
 	if f := get(t, b, "focus", chromedp.Evaluate[string](focusIn)); f != "terminal" {
