@@ -64,6 +64,10 @@ type Options struct {
 	// (httpapi.Limiter), so that they share its buckets. Without it the
 	// console limits nothing; a server that serves it must set it.
 	Limiter Limiter
+	// Terminals runs the instance page's terminal: the server hands the
+	// console the API's exec relay. Without it the page offers no
+	// terminal, and says so.
+	Terminals Terminals
 }
 
 // Limiter is the API's request limits as the console applies them;
@@ -100,6 +104,8 @@ type Console struct {
 	tmpl map[string]*template.Template
 	// limits is Options.Limiter, nil for none.
 	limits Limiter
+	// terms is Options.Terminals, nil for none.
+	terms Terminals
 }
 
 // New returns the console over the services svc, which hold the store,
@@ -109,7 +115,7 @@ func New(svc *service.Services, opts Options) *Console {
 		opts.Logger = slog.Default()
 	}
 	c := &Console{
-		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), limits: opts.Limiter,
+		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), limits: opts.Limiter, terms: opts.Terminals,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
@@ -124,6 +130,7 @@ func New(svc *service.Services, opts Options) *Console {
 	c.mux.HandleFunc("GET /instances/{id}", c.authed(c.instance))
 	c.mux.HandleFunc("GET /instances/{id}/log", c.authed(c.instanceLog))
 	c.mux.HandleFunc("GET /instances/{id}/charts", c.authed(c.instanceCharts))
+	c.mux.HandleFunc("GET /instances/{id}/terminal/ws", c.terminalSocket)
 	c.mux.HandleFunc("POST /instances/{id}/{action}", c.authed(c.act))
 	c.mux.HandleFunc("GET /launch", c.authed(c.launchPage))
 	c.mux.HandleFunc("POST /launch", c.authed(c.launch))
@@ -141,10 +148,23 @@ func New(svc *service.Services, opts Options) *Console {
 	return c
 }
 
+// pageCSP is every page's Content-Security-Policy: nothing but the
+// console's own files, no inline script or style.
+const pageCSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+
+// terminalCSP is the page's of an instance that offers a terminal, which
+// differs in style-src alone:
+// xterm.js (the terminal) sizes and colours its rows with <style>
+// elements it writes at run time, which 'self' does not allow and which
+// it offers no nonce for. Scripts stay the console's own files only, and
+// the page's text is escaped by html/template as everywhere, so inline
+// style adds no way in for a workload's or a tenant's text.
+const terminalCSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+
 // ServeHTTP serves the console with its security headers.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("Content-Security-Policy", pageCSP)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
@@ -368,36 +388,42 @@ func retryAfter(w http.ResponseWriter, err error) *cloud.Error {
 // the API's message: another tenant's instance is "not found", exactly as
 // a missing one.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
-	var ce *cloud.Error
-	status, msg := http.StatusInternalServerError, "Something went wrong on the server; it has been logged."
-	if errors.As(err, &ce) {
-		msg = ce.Message
-		switch ce.Code {
-		case cloud.Invalid:
-			status = http.StatusBadRequest
-		case cloud.NotFound:
-			status = http.StatusNotFound
-		case cloud.Conflict:
-			status = http.StatusConflict
-		case cloud.QuotaExceeded, cloud.PermissionDenied:
-			status = http.StatusForbidden
-		case cloud.InsufficientCapacity:
-			status = http.StatusServiceUnavailable
-		case cloud.Unauthenticated:
-			status = http.StatusUnauthorized
-		case cloud.RateLimited:
-			status = http.StatusTooManyRequests
-			retryAfter(w, err)
-		default:
-			msg = "Something went wrong on the server; it has been logged."
-			c.log.Error("console", "path", r.URL.Path, "err", err)
-		}
-	} else {
-		c.log.Error("console", "path", r.URL.Path, "err", err)
+	status, msg := c.statusOf(r, err)
+	if status == http.StatusTooManyRequests {
+		retryAfter(w, err)
 	}
 	if r.Header.Get("Accept") == "application/json" {
 		writeJSON(w, status, map[string]any{"error": msg})
 		return
 	}
 	c.render(w, r, status, "error", s, map[string]any{"Status": status, "Message": msg})
+}
+
+// statusOf is the HTTP status and the message the console shows for err
+// (as fail renders them): the API's message for a domain error, a
+// generic one, logged, for anything else.
+func (c *Console) statusOf(r *http.Request, err error) (int, string) {
+	var ce *cloud.Error
+	if !errors.As(err, &ce) {
+		c.log.Error("console", "path", r.URL.Path, "err", err)
+		return http.StatusInternalServerError, "Something went wrong on the server; it has been logged."
+	}
+	switch ce.Code {
+	case cloud.Invalid:
+		return http.StatusBadRequest, ce.Message
+	case cloud.NotFound:
+		return http.StatusNotFound, ce.Message
+	case cloud.Conflict:
+		return http.StatusConflict, ce.Message
+	case cloud.QuotaExceeded, cloud.PermissionDenied:
+		return http.StatusForbidden, ce.Message
+	case cloud.InsufficientCapacity, cloud.Unavailable:
+		return http.StatusServiceUnavailable, ce.Message
+	case cloud.Unauthenticated:
+		return http.StatusUnauthorized, ce.Message
+	case cloud.RateLimited:
+		return http.StatusTooManyRequests, ce.Message
+	}
+	c.log.Error("console", "path", r.URL.Path, "err", err)
+	return http.StatusInternalServerError, "Something went wrong on the server; it has been logged."
 }

@@ -107,9 +107,14 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 	if err != nil {
 		return err
 	}
+	term, termReason := c.terminalState(in)
+	if term {
+		w.Header().Set("Content-Security-Policy", terminalCSP)
+	}
 	c.render(w, r, http.StatusOK, "instance", s, map[string]any{
 		"Title": "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
 		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in), "Net": net,
+		"Terminal": term, "TerminalReason": termReason,
 		"CanStop":      in.State == cloud.Running || in.State == cloud.Starting || in.State == cloud.Scheduled || in.State == cloud.Pending,
 		"CanStart":     in.State == cloud.Stopped,
 		"CanTerminate": in.State != cloud.Terminated && in.State != cloud.Terminating,

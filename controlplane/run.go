@@ -353,7 +353,9 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limiter: limiter,
 		// Agents: a client certificate at join, and mutual TLS from then on.
 		RequireAgentCert: !cfg.TLS.Plain}
-	api := httpapi.New(s.Services, apiOpts)
+	// The console's terminal is the API's exec relay, over the same hub
+	// of agent control channels.
+	api, exec := httpapi.NewWithExec(s.Services, apiOpts)
 	root := http.NewServeMux()
 	root.Handle("/v1/", api)
 	root.Handle("/metrics", api)
@@ -365,7 +367,7 @@ func (s *Replica) handler(cfg Config) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(pki.EncodeCert(s.ca.Cert))
 	})
-	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter}))
+	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter, Terminals: exec}))
 	return root
 }
 
