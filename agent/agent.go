@@ -119,8 +119,12 @@ type Config struct {
 	// the adapters returned with it are kept (rdma.SkipError comes with
 	// the adapters that can be used).
 	HCAs func() ([]fleet.HCA, error)
-	Now  func() time.Time
-	Log  *slog.Logger
+	// Sessions serves the session kinds other than exec and forward,
+	// keyed by kind (agentapi.SessionSSH, agentapi.SessionFiles); a kind
+	// with no handler is refused with a message to the client.
+	Sessions map[string]SessionHandler
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Agent runs one host. Its methods are safe for concurrent use; Step calls

@@ -29,6 +29,7 @@ var agentLinks = []string{
 	"internal/pki",      // the CA pinned by the join token, the agent's client certificate
 	"internal/rest",     // the one HTTP request path of the clients
 	"internal/imageref", // canonical image names (containerd runtime)
+	"internal/stream",   // the framing of exec sessions
 }
 
 // agentCommandLinks are what `gpucloud agent` (cli/agentcmd) may link

@@ -21,9 +21,13 @@ const (
 	QuotaExceeded        Code = "quota_exceeded"
 	RateLimited          Code = "rate_limited"
 	InsufficientCapacity Code = "insufficient_capacity"
-	Unauthenticated      Code = "unauthenticated"
-	PermissionDenied     Code = "permission_denied"
-	Internal             Code = "internal"
+	// Unavailable: a dependency of the request is not reachable now
+	// (e.g. the instance's host agent is not connected to this replica);
+	// the same request may succeed later.
+	Unavailable      Code = "unavailable"
+	Unauthenticated  Code = "unauthenticated"
+	PermissionDenied Code = "permission_denied"
+	Internal         Code = "internal"
 )
 
 // Error is the one error shape of the domain and the API:

@@ -34,7 +34,7 @@ func statusOf(c cloud.Code) int {
 		return http.StatusConflict
 	case cloud.QuotaExceeded, cloud.RateLimited:
 		return http.StatusTooManyRequests
-	case cloud.InsufficientCapacity:
+	case cloud.InsufficientCapacity, cloud.Unavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -1,0 +1,130 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/coder/websocket"
+	"github.com/gpucloud/gpucloud/internal/stream"
+)
+
+// Splice relays messages between a client's WebSocket and an agent's
+// until either side ends, message by message and streamed (a message is
+// never held whole). With framed (internal/stream), the agent's messages
+// are checked for a known channel, and the status message's exit status
+// is returned (nil when the session ended without one); the client may
+// not send stdout, stderr or status. Without framed, the bytes pass as
+// they are.
+//
+// When the agent ends first, the client is closed with the agent's code
+// and reason; when the client ends first, the agent is closed (and kills
+// what it ran for the session).
+func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*stream.ExitStatus, error) {
+	limit := int64(-1)
+	if framed {
+		limit = stream.ReadLimit
+	}
+	client.SetReadLimit(limit)
+	agent.SetReadLimit(limit)
+	var status *stream.ExitStatus
+	up := make(chan error, 1)
+	go func() {
+		err := pump(ctx, client, agent, framed, true, nil)
+		// The client is gone (or broke the framing): the agent ends the
+		// session, and its close ends the other direction.
+		reason := "the client closed the session"
+		if !isClosed(err) {
+			reason = "the client's connection failed"
+		}
+		agent.Close(websocket.StatusNormalClosure, reason)
+		up <- err
+	}()
+	downErr := pump(ctx, agent, client, framed, false, &status)
+	code, reason := websocket.StatusNormalClosure, ""
+	var ce websocket.CloseError
+	switch {
+	case status != nil:
+	case errors.As(downErr, &ce):
+		code, reason = ce.Code, ce.Reason
+	default:
+		code, reason = websocket.StatusInternalError, "the relay to the host's agent failed"
+	}
+	client.Close(code, reason)
+	upErr := <-up
+	agent.CloseNow()
+	if status != nil || isClosed(downErr) || isClosed(upErr) {
+		return status, nil
+	}
+	return status, errors.Join(downErr, upErr)
+}
+
+// isClosed reports whether err is a peer's orderly close.
+func isClosed(err error) bool {
+	s := websocket.CloseStatus(err)
+	return s == websocket.StatusNormalClosure || s == websocket.StatusGoingAway
+}
+
+// pump copies src's messages to dst until src ends. fromClient refuses a
+// client's output channels; status, when not nil, receives a framed
+// status message (the last one: pump stops after it).
+func pump(ctx context.Context, src, dst *websocket.Conn, framed, fromClient bool, status **stream.ExitStatus) error {
+	for {
+		typ, r, err := src.Reader(ctx)
+		if err != nil {
+			return err
+		}
+		if !framed {
+			if err := copyMessage(ctx, dst, typ, nil, r); err != nil {
+				return err
+			}
+			continue
+		}
+		if typ != websocket.MessageBinary {
+			return errors.New("relay: text message on a framed session")
+		}
+		var ch [1]byte
+		if _, err := io.ReadFull(r, ch[:]); err != nil {
+			return errors.New("relay: empty message on a framed session")
+		}
+		switch c := ch[0]; {
+		case fromClient && (c == stream.Stdout || c == stream.Stderr || c == stream.Status):
+			return errors.New("relay: the client sent on an output channel")
+		case c == stream.Status && status != nil:
+			b, err := io.ReadAll(r)
+			if err != nil {
+				return err
+			}
+			st, err := stream.DecodeStatus(b)
+			if err != nil {
+				return err
+			}
+			if err := dst.Write(ctx, websocket.MessageBinary, stream.Encode(c, b)); err != nil {
+				return err
+			}
+			*status = &st
+			return nil
+		case !stream.IsData(c) && c != stream.Resize && c != stream.Close:
+			return stream.ErrFrame
+		}
+		if err := copyMessage(ctx, dst, typ, ch[:], r); err != nil {
+			return err
+		}
+	}
+}
+
+func copyMessage(ctx context.Context, dst *websocket.Conn, typ websocket.MessageType, head []byte, r io.Reader) error {
+	w, err := dst.Writer(ctx, typ)
+	if err != nil {
+		return err
+	}
+	if len(head) > 0 {
+		if _, err := w.Write(head); err != nil {
+			return err
+		}
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		return err
+	}
+	return w.Close()
+}
