@@ -483,10 +483,7 @@ func (a *Agent) volumeDirs(volumes []string) ([]string, error) {
 		if err := runtime.ValidateID(v); err != nil {
 			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
 		}
-		dir := filepath.Join(a.cfg.DataDir, "volumes", v)
-		if a.cfg.VolumeDir != "" {
-			dir = filepath.Join(a.cfg.VolumeDir, v)
-		}
+		dir := VolumePath(a.cfg, v)
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, err
 		}

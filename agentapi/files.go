@@ -89,3 +89,8 @@ const (
 )
 
 func (e *FileError) Error() string { return e.Code + ": " + e.Message }
+
+// LabelSharedVolumes is the host label ("true") of an agent whose volumes
+// live on a filesystem every such host mounts (agent.Config.VolumeDir):
+// the server sends a detached volume's copy to any healthy one of them.
+const LabelSharedVolumes = "shared-volumes"

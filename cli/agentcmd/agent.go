@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/exporter"
+	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -183,10 +184,12 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	md := metadata.New()
 	defer md.Close()
-	a := agent.New(agentapi.NewClient(server, cred, hc), agent.Config{
+	acfg := agent.Config{
 		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
-	})
+	}
+	acfg.Sessions = files.Sessions(acfg)
+	a := agent.New(agentapi.NewClient(server, cred, hc), acfg)
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
 			return err

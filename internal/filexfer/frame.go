@@ -50,10 +50,11 @@ var ErrFrame = errors.New("filexfer: malformed frame")
 type frameReader struct {
 	r   *bufio.Reader
 	hdr [5]byte
+	buf []byte // a data frame's bytes on their way to the writer
 }
 
 func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), buf: make([]byte, 64<<10)}
 }
 
 // next reads the next frame's type and length, checking the length
@@ -101,6 +102,7 @@ func (f *frameReader) header(v any) error {
 // ErrFrame); werr is w's first error, after which the rest of the stream
 // is read and dropped, so that the session stays in step.
 func (f *frameReader) copyData(w io.Writer, limit int64) (n int64, werr, err error) {
+	var got int64 // read, whether or not written
 	for {
 		typ, size, err := f.next()
 		if err != nil {
@@ -115,47 +117,26 @@ func (f *frameReader) copyData(w io.Writer, limit int64) (n int64, werr, err err
 		case frameHeader:
 			return n, werr, fmt.Errorf("%w: a header inside a data stream", ErrFrame)
 		}
-		if n+int64(size) > limit {
+		if got += int64(size); got > limit {
 			return n, werr, fmt.Errorf("%w: data past its announced size", ErrFrame)
 		}
-		if werr != nil {
-			if _, err := f.r.Discard(size); err != nil {
-				return n, werr, fmt.Errorf("%w: data cut short", ErrFrame)
+		left := size
+		for left > 0 {
+			k, err := f.r.Read(f.buf[:min(left, len(f.buf))])
+			left -= k
+			if k > 0 && werr == nil {
+				var m int
+				m, werr = w.Write(f.buf[:k])
+				n += int64(m)
 			}
-			continue
-		}
-		m, err := io.CopyN(w, &readErr{f.r}, int64(size))
-		n += m
-		var re *readError
-		switch {
-		case errors.As(err, &re):
-			if errors.Is(re.err, io.EOF) {
-				return n, werr, fmt.Errorf("%w: data cut short", ErrFrame)
-			}
-			return n, werr, re.err
-		case err != nil:
-			werr = err
-			if _, err := f.r.Discard(size - int(m)); err != nil {
-				return n, werr, fmt.Errorf("%w: data cut short", ErrFrame)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = fmt.Errorf("%w: data cut short", ErrFrame)
+				}
+				return n, werr, err
 			}
 		}
 	}
-}
-
-// readErr marks the errors of the connection's reader, so that copyData
-// tells them from its writer's.
-type readErr struct{ r io.Reader }
-
-type readError struct{ err error }
-
-func (e *readError) Error() string { return e.err.Error() }
-
-func (r *readErr) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if err != nil {
-		err = &readError{err}
-	}
-	return n, err
 }
 
 // frameWriter writes frames to a buffered connection.

@@ -245,6 +245,12 @@ func (s *server) put(name string, req agentapi.FileRequest) error {
 	if werr == nil {
 		werr = s.fs.Commit(name, perm(req.Mode, 0o644))
 	}
+	if errors.Is(werr, syscall.ENOSPC) || errors.Is(werr, syscall.EDQUOT) {
+		// A partial file that filled the volume would leave it full:
+		// its space goes back, and the copy starts over once there is
+		// room.
+		f.Truncate(0)
+	}
 	if werr != nil {
 		return s.fail(werr)
 	}

@@ -75,6 +75,7 @@ const usageMaxAge = 500 * time.Millisecond
 type proc struct {
 	grace   time.Duration
 	logPath string
+	workDir string
 	pgid    int
 	cmd     *exec.Cmd
 	// done is closed once the workload has exited and its status is set.
@@ -167,7 +168,7 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 		grace = runtime.DefaultGrace
 	}
 	p := &proc{
-		grace: grace, logPath: logPath, pgid: cmd.Process.Pid, cmd: cmd,
+		grace: grace, logPath: logPath, workDir: workDir, pgid: cmd.Process.Pid, cmd: cmd,
 		done:   make(chan struct{}),
 		status: runtime.Status{State: runtime.StateRunning, StartedAt: r.now()},
 	}
