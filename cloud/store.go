@@ -35,6 +35,7 @@ type Tx interface {
 	KeyTx
 	NetworkTx
 	PlacementGroupTx
+	SessionTx
 	StackTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists

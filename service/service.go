@@ -134,6 +134,14 @@ type Options struct {
 	// imageref.HostRule); empty refuses them all. Hosts apply the same
 	// rules, and their own list, when they pull.
 	AllowRegistries imageref.AllowList
+	// SessionLimit is how many interactive sessions one user may have
+	// open at once (DefaultSessionLimit when zero).
+	SessionLimit int
+	// Replica names this server replica in the session records, so that
+	// at its start it closes only the sessions it left open
+	// (Sessions.CloseLeftOpen); replicas that share a store need
+	// distinct, stable names.
+	Replica string
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
@@ -161,6 +169,7 @@ type Services struct {
 	Keys        *Keys
 	Stacks      *Stacks
 	Networks    *Networks
+	Sessions    *Sessions
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
 	base
@@ -228,7 +237,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, NetworkChanges: opts.NetworkChanges}
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, NetworkChanges: opts.NetworkChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}

@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"NetworkInstances", testNetworkInstances},
 		{"SubnetAddresses", testSubnetAddresses},
 		{"Keys", testKeys},
+		{"Sessions", testSessions},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -38,6 +38,8 @@ var (
 	_ runtime.UsageReader    = (*Runtime)(nil)
 	_ runtime.ResourceReader = (*Runtime)(nil)
 	_ runtime.Addresser      = (*Runtime)(nil)
+	_ runtime.Execer         = (*Runtime)(nil)
+	_ runtime.Dialer         = (*Runtime)(nil)
 )
 
 // MaxLogChunk caps the bytes one Logs call returns, so that a chatty
@@ -73,9 +75,11 @@ const usageMaxAge = 500 * time.Millisecond
 
 // proc is one started workload.
 type proc struct {
+	// env and workDir are the workload's, which Exec gives its commands.
+	env     []string
+	workDir string
 	grace   time.Duration
 	logPath string
-	workDir string
 	pgid    int
 	cmd     *exec.Cmd
 	// done is closed once the workload has exited and its status is set.
@@ -168,7 +172,8 @@ func (r *Runtime) Start(ctx context.Context, s runtime.Spec) error {
 		grace = runtime.DefaultGrace
 	}
 	p := &proc{
-		grace: grace, logPath: logPath, workDir: workDir, pgid: cmd.Process.Pid, cmd: cmd,
+		env: env, workDir: workDir,
+		grace: grace, logPath: logPath, pgid: cmd.Process.Pid, cmd: cmd,
 		done:   make(chan struct{}),
 		status: runtime.Status{State: runtime.StateRunning, StartedAt: r.now()},
 	}
