@@ -36,7 +36,8 @@ func newInstancesCommand(s *session) *cobra.Command {
 			"read their events and output.",
 		newInstancesCreateCommand(s), newInstancesListCommand(s), newInstancesDescribeCommand(s),
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
-		newInstancesEventsCommand(s), newInstancesLogsCommand(s))
+		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
+		newCopyCommand(s, "instances", "i-", "instance"))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
 }

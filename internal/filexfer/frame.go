@@ -145,7 +145,29 @@ type frameWriter struct {
 }
 
 func newFrameWriter(w io.Writer) *frameWriter {
-	return &frameWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	return &frameWriter{w: bufio.NewWriterSize(splitWriter{w}, MaxWrite)}
+}
+
+// MaxWrite bounds one write to the connection: over a WebSocket each
+// write is a message, and 32 KiB is the message size a WebSocket reader
+// accepts by default (coder/websocket's read limit), which both ends of a
+// relayed session may keep.
+const MaxWrite = 32 << 10
+
+// splitWriter writes at most MaxWrite bytes at a time.
+type splitWriter struct{ w io.Writer }
+
+func (s splitWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k, err := s.w.Write(p[:min(len(p), MaxWrite)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
 }
 
 func (f *frameWriter) frame(typ byte, payload []byte) error {
