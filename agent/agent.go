@@ -326,6 +326,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ns, ok := a.cfg.Runtime.(NetworkSyncer); ok || a.dns != nil {
 		wg.Go(func() { a.networkLoop(ctx, ns) })
 	}
+	if d, ok := a.srv.(SessionDialer); ok {
+		wg.Go(func() { a.sessionLoop(ctx, d) })
+	}
 	a.loop(ctx, "reconcile", a.Step)
 	wg.Wait()
 	return nil

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -96,7 +97,18 @@ type Config struct {
 	// host is a loopback, link-local or private address
 	// (service.Options.AllowRegistries); empty allows none.
 	AllowRegistries imageref.AllowList
+	// SessionLimit is how many interactive sessions (exec, port forwards)
+	// one user may have open at once (service.DefaultSessionLimit when
+	// zero).
+	SessionLimit int
+	// Replica names this replica in the session records, so that at its
+	// start it closes only the sessions it left open; the host name when
+	// empty. Replicas that share a database need distinct, stable names.
+	Replica string
 }
+
+// DefaultSessionLimit is Config.SessionLimit's default.
+const DefaultSessionLimit = service.DefaultSessionLimit
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
 // controllers, which run only while this replica is the leader.
@@ -237,6 +249,13 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
+	// The relay that carried the sessions this replica left open is
+	// gone with its previous run.
+	if n, err := s.Services.Sessions.CloseLeftOpen(ctx); err != nil {
+		return nil, fmt.Errorf("close the sessions left open: %w", err)
+	} else if n > 0 {
+		cfg.Log.Info("closed the sessions the previous run left open", "sessions", n)
+	}
 	if created {
 		s.AdminToken = token
 	}
@@ -296,7 +315,11 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges,
-		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries}
+		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries,
+		SessionLimit: cfg.SessionLimit, Replica: cfg.Replica}
+	if opts.Replica == "" {
+		opts.Replica, _ = os.Hostname()
+	}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 	}

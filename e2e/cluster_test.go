@@ -88,6 +88,9 @@ type simHost struct {
 	// the client certificate the join issued (mutual TLS), without which
 	// the server refuses cred.
 	hc *http.Client
+	// restart stops the host's agent and starts a new one on the same
+	// runtime and data directory, as an agent process restarted would.
+	restart func()
 }
 
 // hostRuntime is a host's workload runtime as the cluster uses it: the
@@ -259,13 +262,31 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 		if tuneAgent != nil {
 			tuneAgent(&acfg)
 		}
-		ag := agent.New(h.api, acfg)
 		c.hosts[h.id] = h
-		wg.Go(func() {
-			if err := ag.Run(agentCtx); err != nil {
-				t.Errorf("agent of %s: %v", h.id, err)
-			}
-		})
+		var mu sync.Mutex
+		stop, done := func() {}, make(chan struct{})
+		run := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			ctx, cancel := context.WithCancel(agentCtx)
+			stopped := make(chan struct{})
+			stop, done = cancel, stopped
+			ag := agent.New(h.api, acfg)
+			wg.Go(func() {
+				defer close(stopped)
+				if err := ag.Run(ctx); err != nil {
+					t.Errorf("agent of %s: %v", h.id, err)
+				}
+			})
+		}
+		h.restart = func() {
+			mu.Lock()
+			stop()
+			<-done
+			mu.Unlock()
+			run()
+		}
+		run()
 	}
 	return c
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/service"
 )
 
@@ -66,6 +67,10 @@ type Options struct {
 	// serves TLS sets it (and service.Options.SignAgentCert); over plain
 	// HTTP there is no certificate to check.
 	RequireAgentCert bool
+	// Relay holds the agents' session control channels that this
+	// replica serves (nil: a hub of the handler's own). Exec and port
+	// forwards reach only the agents connected to the same hub.
+	Relay *relay.Hub
 }
 
 // handlers holds what the handlers share. Its only mutable state is
@@ -85,6 +90,8 @@ type handlers struct {
 	metrics http.Handler
 	// requireAgentCert is Options.RequireAgentCert.
 	requireAgentCert bool
+	// hub is Options.Relay.
+	hub *relay.Hub
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -185,6 +192,8 @@ var routeTable = []route{
 	{"GET", "/v1/stacks/{name}/drift", authed, (*handlers).stackDrift},
 
 	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
+	{"GET", "/v1/instances/{id}/exec", authed, (*handlers).exec},
+	{"GET", "/v1/instances/{id}/port-forward", authed, (*handlers).portForward},
 
 	{"GET", "/v1/prices", authed, (*handlers).listPrices},
 	{"POST", "/v1/prices", adminOnly, (*handlers).setPrice},
@@ -236,6 +245,8 @@ var routeTable = []route{
 	{"POST", "/v1/agent/instances/{id}/logs", agentOnly, (*handlers).agentLogs},
 	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},
 	{"POST", "/v1/agent/metrics", agentOnly, (*handlers).agentMetrics},
+	{"GET", "/v1/agent/sessions", agentOnly, (*handlers).agentSessions},
+	{"GET", "/v1/agent/sessions/{id}", agentOnly, (*handlers).agentSession},
 
 	{"GET", "/metrics", adminOnly, (*handlers).serveMetrics},
 }
@@ -250,7 +261,10 @@ func New(svc *service.Services, opts Options) http.Handler {
 	}
 	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
-		requireAgentCert: opts.RequireAgentCert}
+		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay}
+	if s.hub == nil {
+		s.hub = relay.NewHub()
+	}
 	if opts.Limiter != nil {
 		s.limits = opts.Limiter.l
 	} else {

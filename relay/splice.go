@@ -2,8 +2,10 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 	"github.com/gpucloud/gpucloud/internal/stream"
@@ -28,9 +30,11 @@ func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*s
 	client.SetReadLimit(limit)
 	agent.SetReadLimit(limit)
 	var status *stream.ExitStatus
+	var clientGone atomic.Bool
 	up := make(chan error, 1)
 	go func() {
 		err := pump(ctx, client, agent, framed, true, nil)
+		clientGone.Store(true)
 		// The client is gone (or broke the framing): the agent ends the
 		// session, and its close ends the other direction.
 		reason := "the client closed the session"
@@ -50,6 +54,20 @@ func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*s
 	default:
 		code, reason = websocket.StatusInternalError, "the relay to the host's agent failed"
 	}
+	if framed && status == nil && !clientGone.Load() {
+		// The agent went without a status (it was killed, its host
+		// lost): the client still learns that the session is over, and
+		// that it did not exit by itself.
+		msg := "the connection to the instance's host agent was lost"
+		if reason != "" {
+			msg += ": " + reason
+		}
+		lost := stream.ExitStatus{ExitCode: LostExitCode, Message: msg}
+		b, _ := json.Marshal(lost)
+		if client.Write(ctx, websocket.MessageBinary, stream.Encode(stream.Status, b)) == nil {
+			status = &lost
+		}
+	}
 	client.Close(code, reason)
 	upErr := <-up
 	agent.CloseNow()
@@ -58,6 +76,10 @@ func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*s
 	}
 	return status, errors.Join(downErr, upErr)
 }
+
+// LostExitCode is the exit code of a session whose agent went without
+// an exit status, as ssh answers a lost connection.
+const LostExitCode = 255
 
 // isClosed reports whether err is a peer's orderly close.
 func isClosed(err error) bool {

@@ -286,8 +286,10 @@ func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 
 // LimitFlags are the API's request limits (httpapi.RateLimits).
 type LimitFlags struct {
-	limits  []string
-	proxies []string
+	limits   []string
+	proxies  []string
+	sessions int
+	replica  string
 }
 
 // Register adds the flags to cmd.
@@ -300,6 +302,8 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultAgentLivenessRate, httpapi.DefaultAgentLivenessBurst)+"; an agent's heartbeats and assignment polls) or auth-failures (per source address, "+
 		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
+	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
+	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records (default: the host name); replicas sharing a database need distinct, stable names")
 }
 
 func limitText(rate float64, burst int) string {
@@ -313,6 +317,10 @@ func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
 	cfg.Limits = l
+	if f.sessions < 1 {
+		return cmdutil.Usagef(cmd, "--session-limit %d: want at least 1", f.sessions)
+	}
+	cfg.SessionLimit, cfg.Replica = f.sessions, f.replica
 	return nil
 }
 

@@ -9,12 +9,12 @@ import (
 )
 
 // txWritePrefixes name the cloud.Tx methods that change the store.
-var txWritePrefixes = []string{"Create", "Update", "Put", "Append", "Add", "Delete", "Revoke", "Record", "Bump", "Heartbeat", "Prune"}
+var txWritePrefixes = []string{"Create", "Update", "Put", "Append", "Add", "Delete", "Revoke", "Record", "Bump", "Heartbeat", "Prune", "End"}
 
 // txReads are the cloud.Tx methods that only read (LockQuota reads the
 // quota row under a lock, for the quota check that follows it).
 var txReads = []string{"ClusterSecret", "InstanceIDs", "InstanceVersions", "HostStamp", "LockQuota", "LatestSpotPrices",
-	"OpenUsage", "GroupHistory", "GroupVersions", "StackIDs", "StackEvents", "TokenByHash", "StackByName"}
+	"OpenUsage", "OpenSessions", "GroupHistory", "GroupVersions", "StackIDs", "StackEvents", "TokenByHash", "StackByName"}
 
 func txWrites(method string) bool {
 	for _, p := range txWritePrefixes {
