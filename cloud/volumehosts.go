@@ -16,10 +16,10 @@ type VolumeHost struct {
 
 // VolumeHostTx records where volumes' data lives.
 type VolumeHostTx interface {
-	// SetVolumeHosts records hostID as the host of each volume of ids
+	// RecordVolumeHosts records hostID as the host of each volume of ids
 	// (replacing what was recorded); NotFound when a volume does not
 	// exist.
-	SetVolumeHosts(ctx context.Context, ids []string, hostID string, at time.Time) error
+	RecordVolumeHosts(ctx context.Context, ids []string, hostID string, at time.Time) error
 	// GetVolumeHost is the recorded host of a volume; NotFound when none
 	// is recorded.
 	GetVolumeHost(ctx context.Context, volumeID string) (*VolumeHost, error)

@@ -20,7 +20,7 @@ func recordVolumeHosts(ctx context.Context, tx cloud.Tx, in *cloud.Instance, m M
 	}
 	for _, id := range in.Volumes {
 		// A volume deleted meanwhile has no host to record.
-		if err := tx.SetVolumeHosts(ctx, []string{id}, in.HostID, now); err != nil && !cloud.IsNotFound(err) {
+		if err := tx.RecordVolumeHosts(ctx, []string{id}, in.HostID, now); err != nil && !cloud.IsNotFound(err) {
 			return err
 		}
 	}

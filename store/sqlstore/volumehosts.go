@@ -9,8 +9,8 @@ import (
 
 // Where volumes' data lives: cloud.VolumeHostTx.
 
-// SetVolumeHosts upserts one row per volume.
-func (t *tx) SetVolumeHosts(ctx context.Context, ids []string, hostID string, at time.Time) error {
+// RecordVolumeHosts upserts one row per volume.
+func (t *tx) RecordVolumeHosts(ctx context.Context, ids []string, hostID string, at time.Time) error {
 	if hostID == "" {
 		return invalidf("volume host: no host id")
 	}

@@ -20,9 +20,9 @@ func testVolumeHosts(t *testing.T, s cloud.Store) {
 	if err := try(s, func(tx cloud.Tx) error { _, err := tx.GetVolumeHost(ctx, "v-1"); return err }); cloud.ErrorCode(err) != cloud.NotFound {
 		t.Fatalf("host of a volume never placed: %v, want not found", err)
 	}
-	inTx(t, s, func(tx cloud.Tx) error { return tx.SetVolumeHosts(ctx, []string{"v-1", "v-2"}, "h-1", t0) })
+	inTx(t, s, func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{"v-1", "v-2"}, "h-1", t0) })
 	later := t0.Add(time.Hour)
-	inTx(t, s, func(tx cloud.Tx) error { return tx.SetVolumeHosts(ctx, []string{"v-2"}, "h-2", later) })
+	inTx(t, s, func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{"v-2"}, "h-2", later) })
 	for _, tt := range []struct {
 		id, host string
 		at       time.Time
@@ -37,8 +37,8 @@ func testVolumeHosts(t *testing.T, s cloud.Store) {
 		fn   func(cloud.Tx) error
 		want cloud.Code
 	}{
-		{"missing volume", func(tx cloud.Tx) error { return tx.SetVolumeHosts(ctx, []string{"v-1", "v-9"}, "h-3", t0) }, cloud.NotFound},
-		{"no host", func(tx cloud.Tx) error { return tx.SetVolumeHosts(ctx, []string{"v-1"}, "", t0) }, cloud.Invalid},
+		{"missing volume", func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{"v-1", "v-9"}, "h-3", t0) }, cloud.NotFound},
+		{"no host", func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{"v-1"}, "", t0) }, cloud.Invalid},
 	} {
 		if err := try(s, e.fn); cloud.ErrorCode(err) != e.want {
 			t.Errorf("%s: %v, want %s", e.name, err, e.want)
