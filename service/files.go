@@ -137,3 +137,30 @@ func (s *Files) volumeHost(ctx context.Context, tx cloud.Tx, v *cloud.Volume) (s
 		Message: fmt.Sprintf("volume %s has never been attached to an instance, so no host holds its data yet: attach it to an instance (or create one with it) and copy then; an operator can run the agents with --volume-dir on a filesystem every host mounts to copy into detached volumes", v.ID),
 		Details: map[string]any{"id": v.ID}}
 }
+
+// The events of a detached volume's files session, which has no instance
+// to record a session on (an attached volume's copy is a session of its
+// instance: Sessions.Start).
+const (
+	EventVolumeFilesStarted cloud.EventKind = "volume.files.started"
+	EventVolumeFilesEnded   cloud.EventKind = "volume.files.ended"
+)
+
+// AuditVolumeSession records that actor's files session sessionID on a
+// detached volume started (ended false) or ended, with why and how long
+// it took: who copied what, when, through which host.
+func (s *Files) AuditVolumeSession(ctx context.Context, a Actor, r *VolumeRoute, sessionID string, ended bool, reason string, took time.Duration) error {
+	kind := EventVolumeFilesStarted
+	details := map[string]any{"session_id": sessionID, "volume_id": r.Volume.ID, "host_id": r.HostID}
+	if ended {
+		kind = EventVolumeFilesEnded
+		details["duration_ms"] = took.Milliseconds()
+	}
+	if a.Admin() && a.TenantID != r.Volume.TenantID {
+		details["admin"] = true
+	}
+	return s.tx(ctx, func(tx cloud.Tx) error {
+		return tx.AppendEvent(ctx, &cloud.Event{Time: s.now(), Kind: kind, TenantID: r.Volume.TenantID, HostID: r.HostID,
+			Actor: a.ID, Reason: reason, Details: mustJSON(details)})
+	})
+}
