@@ -37,7 +37,7 @@ func newInstancesCommand(s *session) *cobra.Command {
 		newInstancesCreateCommand(s), newInstancesListCommand(s), newInstancesDescribeCommand(s),
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
 		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
-		newCopyCommand(s, "instances", "i-", "instance"))
+		newInstancesExecCommand(s), newInstancesPortForwardCommand(s), newCopyCommand(s, "instances", "i-", "instance"))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
 }

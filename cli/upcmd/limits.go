@@ -141,6 +141,8 @@ type containerRuntime interface {
 	runtime.Addresser
 	runtime.MetadataServer
 	runtime.DNSServing
+	runtime.Execer
+	runtime.Dialer
 	agent.NetworkSyncer
 }
 

@@ -58,6 +58,8 @@ func (r *Runtime) adopt(ctx context.Context) error {
 			r.finish(in, int(st.ExitStatus), st.ExitTime)
 			continue
 		}
+		// The exec sessions of the agent before this one ended with it.
+		r.killExecs(ctx, task)
 		exitC, err := task.Wait(r.bg)
 		if err != nil {
 			return fmt.Errorf("containerd: wait for %s: %w", in.id, err)

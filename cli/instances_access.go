@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/internal/stream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// Access to running instances (docs/ACCESS.md): exec and port-forward,
+// through the server and the host's agent; nothing listens on the host.
+
+func newInstancesExecCommand(s *session) *cobra.Command {
+	var stdin, tty bool
+	cmd := &cobra.Command{
+		Use:   "exec ID [-i] [-t] -- COMMAND [ARG...]",
+		Short: "Run a command in a running instance",
+		Long: "Run a command in a running instance, in its environment (its container's\n" +
+			"namespaces and user, or its working directory under the process runtime), as\n" +
+			"kubectl exec does. The command's output comes back on stdout and stderr, and\n" +
+			"gpucloud exits with the command's exit code.\n\n" +
+			"-i sends this terminal's input to the command. -t runs the command on a\n" +
+			"terminal: on a terminal here it is put in raw mode, so that every key\n" +
+			"(Ctrl-C included) goes to the remote command, and its size follows this\n" +
+			"window's. Without -t, Ctrl-C ends the session and the command with it.\n\n" +
+			"Every session is an event on the instance (who, what, how long, the exit\n" +
+			"code) and counts against the user's limit of open sessions.",
+		Example: "  gpucloud instances exec i-0123456789abcdef -- nvidia-smi\n" +
+			"  gpucloud instances exec -it i-0123456789abcdef -- bash",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return cmdutil.Usagef(cmd, "%s takes an instance ID and a command after --", cmd.CommandPath())
+			}
+			if at := cmd.ArgsLenAtDash(); at >= 0 && at != 1 {
+				return cmdutil.Usagef(cmd, "give one instance ID before -- and the command after it")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			return runExec(cmd, c, args[0], args[1:], stdin, tty)
+		},
+		ValidArgsFunction: s.completeInstances(false),
+	}
+	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "send this terminal's input to the command")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (raw mode here when this is a terminal)")
+	return cmd
+}
+
+// runExec runs one exec session and turns its exit code into gpucloud's.
+func runExec(cmd *cobra.Command, c *conn, id string, command []string, withStdin, tty bool) error {
+	o := client.ExecOptions{Command: command, TTY: tty, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+	in := cmd.InOrStdin()
+	if withStdin {
+		o.Stdin = in
+	}
+	ctx := contextOf(cmd)
+	f, isFile := in.(*os.File)
+	raw := tty && isFile && term.IsTerminal(int(f.Fd()))
+	if raw {
+		if w, h, err := term.GetSize(int(f.Fd())); err == nil {
+			o.Size = stream.Size{Cols: uint16(w), Rows: uint16(h)}
+		}
+		old, err := term.MakeRaw(int(f.Fd()))
+		if err != nil {
+			return fmt.Errorf("put the terminal in raw mode: %w", err)
+		}
+		defer term.Restore(int(f.Fd()), old)
+		resize, stop := watchSize(int(f.Fd()))
+		defer stop()
+		o.Resize = resize
+	} else {
+		// Without a remote terminal, Ctrl-C here ends the session (and
+		// the agent kills the command).
+		var cancel context.CancelFunc
+		ctx, cancel = interruptible(cmd)
+		defer cancel()
+	}
+	st, err := c.Exec(ctx, id, o)
+	if raw {
+		fmt.Fprint(cmd.ErrOrStderr(), "\r")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return &codeError{code: 130, err: errors.New("interrupted; the remote command was ended")}
+		}
+		return err
+	}
+	if st.ExitCode == 0 {
+		return nil
+	}
+	var msg error = errors.New("")
+	if st.Message != "" {
+		msg = errors.New(st.Message)
+	}
+	return &codeError{code: st.ExitCode & 0xff, err: msg}
+}
+
+func newInstancesPortForwardCommand(s *session) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "port-forward ID [LOCAL:]REMOTE",
+		Short: "Forward a local port to a port inside a running instance",
+		Long: "Listen on 127.0.0.1:LOCAL and forward each connection to port REMOTE inside a\n" +
+			"running instance (Jupyter, TensorBoard), through the server and the host's\n" +
+			"agent, as kubectl port-forward does: each connection is a session of its own.\n" +
+			"LOCAL 0 (or :REMOTE) picks a free port; REMOTE alone uses the same port\n" +
+			"locally. It runs until Ctrl-C.",
+		Example: "  gpucloud instances port-forward i-0123456789abcdef 8888\n" +
+			"  gpucloud instances port-forward i-0123456789abcdef 6006:6006",
+		Args: exactArgs(2, "an instance ID and [LOCAL:]REMOTE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			local, remote, err := parsePorts(args[1])
+			if err != nil {
+				return cmdutil.Usagef(cmd, "%v", err)
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			return forwardPort(ctx, c, args[0], local, remote, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+		ValidArgsFunction: s.completeInstances(false),
+	}
+	return cmd
+}
+
+// parsePorts reads [LOCAL:]REMOTE.
+func parsePorts(s string) (local, remote int, err error) {
+	l, r, two := strings.Cut(s, ":")
+	if !two {
+		r = l
+	}
+	port := func(v string, zero bool) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 65535 || n == 0 && !zero {
+			return 0, fmt.Errorf("%q: want [LOCAL:]REMOTE, TCP ports such as 8888 or 8080:80", s)
+		}
+		return n, nil
+	}
+	if remote, err = port(r, false); err != nil {
+		return 0, 0, err
+	}
+	if !two {
+		return remote, remote, nil
+	}
+	if l == "" {
+		return 0, remote, nil
+	}
+	local, err = port(l, true)
+	return local, remote, err
+}
+
+// forwardPort serves 127.0.0.1:local until ctx ends, each connection
+// forwarded to remote in instance id.
+func forwardPort(ctx context.Context, c *conn, id string, local, remote int, stdout, stderr io.Writer) error {
+	// Refuse at once what would refuse every connection (another
+	// tenant's instance, a stopped one).
+	probe, err := c.PortForward(ctx, id, remote)
+	if err != nil {
+		return err
+	}
+	probe.Close()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, func() { ln.Close() })
+	fmt.Fprintf(stdout, "Forwarding from %s -> %d\n", ln.Addr(), remote)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		lconn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		wg.Go(func() {
+			defer lconn.Close()
+			rconn, err := c.PortForward(ctx, id, remote)
+			if err != nil {
+				fmt.Fprintf(stderr, "error: forwarding a connection to %d: %v\n", remote, err)
+				return
+			}
+			defer rconn.Close()
+			pipeBoth(ctx, lconn, rconn)
+		})
+	}
+}
+
+// pipeBoth copies a and b into each other until either ends or ctx does.
+func pipeBoth(ctx context.Context, a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	for range 2 {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

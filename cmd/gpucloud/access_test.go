@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cliRun runs the CLI of the up whose output is out with args and stdin,
+// and returns its exit code and outputs (no failure on a non-zero exit).
+func cliRun(t *testing.T, out, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cm := regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)
+	if cm == nil {
+		t.Fatalf("no CLI configuration in up's output:\n%s", out)
+	}
+	c := exec.Command(os.Args[0], args...)
+	c.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+cm[1])
+	c.Stdin = strings.NewReader(stdin)
+	var so, se strings.Builder
+	c.Stdout, c.Stderr = &so, &se
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, so.String(), se.String()
+}
+
+// TestUpExecContainers: on `up` with containers, `instances exec` runs as
+// the workload's user (id -u matches the workload's own), passes stdin,
+// exits with the remote exit code, and `instances port-forward` reaches a
+// server inside the container's network namespace. Containers as
+// TestUpContainers needs them (CI fails without them).
+func TestUpExecContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cloud")
+	}
+	needContainers(t)
+	up, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "")
+	cli := upCLI(t, out)
+	var in struct{ ID string }
+	js := cli("instances", "create", "--offering", "h100.1x", "--image", "gpucloud/base:1", "--wait", "-o", "json", "--",
+		"sh", "-c", "echo uid=$(id -u); mkdir -p www && echo hello-through-the-relay > www/index.html && exec httpd -f -p 8080 -h www")
+	if err := json.Unmarshal([]byte(js), &in); err != nil {
+		t.Fatalf("instances create: %v\n%s", err, js)
+	}
+	want := regexp.MustCompile(`uid=(\d+)\n`)
+	var logs string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !want.MatchString(logs); time.Sleep(100 * time.Millisecond) {
+		logs = cli("instances", "logs", in.ID)
+	}
+	m := want.FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no uid in the workload's output %q", logs)
+	}
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		code        int
+		out         string
+	}{
+		{"the workload's user", "", []string{"--", "id", "-u"}, 0, m[1] + "\n"},
+		{"stdin", "typed", []string{"-i", "--", "cat"}, 0, "typed"},
+		{"exit code", "", []string{"--", "sh", "-c", "exit 42"}, 42, ""},
+	} {
+		code, so, se := cliRun(t, out, c.stdin, append([]string{"instances", "exec", in.ID}, c.args...)...)
+		if code != c.code || so != c.out {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d, %q", c.name, code, so, se, c.code, c.out)
+		}
+	}
+
+	pf := exec.Command(os.Args[0], "instances", "port-forward", in.ID, "0:8080")
+	pf.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)[1])
+	pr, pw := io.Pipe()
+	pf.Stdout, pf.Stderr = pw, os.Stderr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pf.Process.Kill(); pf.Wait() })
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	lm := regexp.MustCompile(`^Forwarding from (127\.0\.0\.1:\d+) -> 8080\n$`).FindStringSubmatch(line)
+	if err != nil || lm == nil {
+		t.Fatalf("port-forward said %q, %v", line, err)
+	}
+	for range 2 { // each connection is a session of its own
+		resp, err := http.Get("http://" + lm[1] + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "hello-through-the-relay") {
+			t.Fatalf("through the port-forward: %q", b)
+		}
+	}
+	pf.Process.Kill()
+	pf.Wait()
+	// up stops its containers and its containerd before the test's
+	// directories go.
+	if err := up.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err, rest := wait(); err != nil {
+		t.Errorf("after SIGINT: %v, %q", err, rest)
+	}
+}
