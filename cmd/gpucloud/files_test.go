@@ -18,8 +18,8 @@ import (
 // `instances cp` move files in and out of a running container and its
 // volume, through the server and the host's agent: what they create
 // belongs to the workload's own uid, the SHA-256 matches what the
-// workload reads, and a link the workload planted to /etc/hostname is
-// resolved inside the container (its hostname, not the host's).
+// workload reads, and links the workload planted resolve inside the
+// container, never to the host's files.
 // Containers as TestUpContainers needs them (CI fails without them).
 func TestUpCopyContainers(t *testing.T) {
 	if testing.Short() {
@@ -33,7 +33,7 @@ func TestUpCopyContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := cli("instances", "create", "--offering", "h100.1x", "--image", "gpucloud/base:1", "--volume", vol.ID, "--wait", "-o", "json", "--",
-		"sh", "-c", "echo uid=$(id -u); ln -s /etc/hostname /tmp/hn-link; exec sleep 600")
+		"sh", "-c", "echo inside > /tmp/inside; ln -s /tmp/inside /tmp/abs-link; ln -s /etc/hostname /tmp/hn-link; echo uid=$(id -u); exec sleep 600")
 	if err := json.Unmarshal([]byte(js), &in); err != nil {
 		t.Fatalf("instances create: %v\n%s", err, js)
 	}
@@ -85,10 +85,19 @@ func TestUpCopyContainers(t *testing.T) {
 	if b, _ := os.ReadFile(back); sha256.Sum256(b) != sum {
 		t.Errorf("copied back out: %d bytes differ", len(b))
 	}
-	hn := filepath.Join(dir, "hostname")
-	copyOK("instances", "cp", in.ID+":/tmp/hn-link", hn)
-	if b, _ := os.ReadFile(hn); strings.TrimSpace(string(b)) != exec("cat", "/etc/hostname") {
-		t.Errorf("the planted link gave %q, not the container's hostname", b)
+	// Links the workload planted resolve inside the container: an
+	// absolute one to its own file, and one to /etc/hostname, which the
+	// image lacks and the host has, to nothing.
+	abs := filepath.Join(dir, "abs")
+	copyOK("instances", "cp", in.ID+":/tmp/abs-link", abs)
+	if b, _ := os.ReadFile(abs); string(b) != "inside\n" {
+		t.Errorf("the planted absolute link gave %q, not the container's file", b)
+	}
+	if _, err := os.Stat("/etc/hostname"); err == nil {
+		code, _, se := cliRun(t, out, "", "instances", "cp", in.ID+":/tmp/hn-link", filepath.Join(dir, "hn"))
+		if code == 0 || !strings.Contains(se, "not_found") {
+			t.Errorf("a link to /etc/hostname: exit %d, %q: want not_found (the image has none; the host's must not show)", code, se)
+		}
 	}
 	if err := up.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
