@@ -256,10 +256,10 @@ func (a *Agent) serveForward(ctx context.Context, req agentapi.SessionRequest, w
 	return nil
 }
 
-// copyChunks copies src to dst in writes of at most stream.MaxPayload, so
-// that each becomes one WebSocket message within the relay's limit.
+// copyChunks copies src to dst in writes of at most 256 KiB, each one
+// WebSocket message: bounded, and large enough that frames are few.
 func copyChunks(dst io.Writer, src io.Reader) (int64, error) {
-	return io.CopyBuffer(dst, onlyReader{src}, make([]byte, stream.MaxPayload))
+	return io.CopyBuffer(dst, onlyReader{src}, make([]byte, 256<<10))
 }
 
 // onlyReader hides WriterTo, so that CopyBuffer uses the buffer's size.

@@ -120,14 +120,17 @@ func (c *Client) PortForward(ctx context.Context, id string, port int) (net.Conn
 	return &chunkedConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)}, nil
 }
 
-// chunkedConn writes at most stream.MaxPayload bytes per message, the
-// relay's limit of one message.
+// chunkedConn writes at most forwardChunk bytes per message, so that no
+// message is held whole anywhere in memory, while each is large enough
+// that its frames and TLS records are few.
 type chunkedConn struct{ net.Conn }
+
+const forwardChunk = 256 << 10
 
 func (c *chunkedConn) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
-		k := min(len(p), stream.MaxPayload)
+		k := min(len(p), forwardChunk)
 		m, err := c.Conn.Write(p[:k])
 		n += m
 		if err != nil {

@@ -135,18 +135,32 @@ func pump(ctx context.Context, src, dst *websocket.Conn, framed, fromClient bool
 	}
 }
 
+// copyBuf is how much of a message copyMessage reads before it writes:
+// a read answers at most one TLS record (16 KiB), and a frame written per
+// read would cost a flush and a syscall each.
+const copyBuf = 256 << 10
+
 func copyMessage(ctx context.Context, dst *websocket.Conn, typ websocket.MessageType, head []byte, r io.Reader) error {
 	w, err := dst.Writer(ctx, typ)
 	if err != nil {
 		return err
 	}
-	if len(head) > 0 {
-		if _, err := w.Write(head); err != nil {
+	buf := make([]byte, copyBuf)
+	n := copy(buf, head)
+	for {
+		m, err := io.ReadFull(r, buf[n:])
+		n += m
+		if n > 0 && (n == len(buf) || err != nil) {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			n = 0
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return w.Close()
+		}
+		if err != nil {
 			return err
 		}
 	}
-	if _, err := io.Copy(w, r); err != nil {
-		return err
-	}
-	return w.Close()
 }

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+// TestAccessFigures measures what docs/BENCHMARKS.md reports of the access
+// relay, on a running server (TLS 1.3) with one agent (mutual TLS) and
+// the process runtime: the exec round trip of a command that prints one
+// line (p50, p99), and port-forward throughput against a direct loopback
+// connection. It runs only with GPUCLOUD_BENCH=1:
+//
+//	GPUCLOUD_BENCH=1 go test ./e2e -run TestAccessFigures -v -count=1
+func TestAccessFigures(t *testing.T) {
+	if os.Getenv("GPUCLOUD_BENCH") != "1" {
+		t.Skip("a measurement: GPUCLOUD_BENCH=1 runs it")
+	}
+	spec := sim.Spec{ID: "sim-bench", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+	c := startCluster(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), spec)
+	ctx := t.Context()
+	_, alice, _ := c.member("acme", "alice")
+	in, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitState(alice, in.ID, cloud.Running)
+
+	const runs = 200
+	var lat []time.Duration
+	for i := range runs + 10 {
+		var out bytes.Buffer
+		start := time.Now()
+		st, err := alice.Exec(ctx, in.ID, client.ExecOptions{Command: []string{"echo", "one line"}, Stdout: &out})
+		d := time.Since(start)
+		if err != nil || st.ExitCode != 0 || out.String() != "one line\n" {
+			t.Fatalf("exec: %+v %v %q", st, err, out.String())
+		}
+		if i >= 10 { // the first ones warm the connections
+			lat = append(lat, d)
+		}
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("exec round trip (echo, %d runs): p50 %s, p99 %s", runs, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// Reads the length, then that many bytes, then answers
+				// one byte: the sender's clock stops at the answer.
+				var n int64
+				binary.Read(conn, binary.BigEndian, &n)
+				io.CopyN(io.Discard, conn, n)
+				conn.Write([]byte{1})
+				conn.Close()
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	const size = 1 << 30
+	send := func(conn net.Conn) float64 {
+		defer conn.Close()
+		buf := make([]byte, 256<<10)
+		start := time.Now()
+		binary.Write(conn, binary.BigEndian, int64(size))
+		for sent := 0; sent < size; sent += len(buf) {
+			if _, err := conn.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ack [1]byte
+		if _, err := io.ReadFull(conn, ack[:]); err != nil {
+			t.Fatal(err)
+		}
+		return float64(size) / time.Since(start).Seconds() / (1 << 20)
+	}
+	direct, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := send(direct)
+	fw, err := alice.PortForward(ctx, in.ID, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := send(fw)
+	t.Logf("1 GiB: direct loopback %.0f MiB/s, through port-forward %.0f MiB/s: %.0f%%", d, f, 100*f/d)
+	fmt.Fprintf(os.Stderr, "exec p50 %s p99 %s; forward %.0f MiB/s vs %.0f MiB/s direct (%.0f%%)\n", p50, p99, f, d, 100*f/d)
+}
