@@ -20,8 +20,5 @@ func (c *Client) OpenFiles(ctx context.Context, kind, id string) (net.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	// The agent writes messages of at most 32 KiB (filexfer.MaxWrite);
-	// the limit is a bound, not a size anyone should reach.
-	ws.SetReadLimit(1 << 20)
 	return websocket.NetConn(ctx, ws, websocket.MessageBinary), nil
 }

@@ -149,10 +149,11 @@ func newFrameWriter(w io.Writer) *frameWriter {
 }
 
 // MaxWrite bounds one write to the connection: over a WebSocket each
-// write is a message, and 32 KiB is the message size a WebSocket reader
-// accepts by default (coder/websocket's read limit), which both ends of a
-// relayed session may keep.
-const MaxWrite = 32 << 10
+// write is a message. Both ends of a relayed session read through
+// websocket.NetConn, which lifts the read limit, and the relay streams a
+// message without holding it whole; 256 KiB keeps messages bounded and
+// their frames, flushes and TLS records few.
+const MaxWrite = 256 << 10
 
 // splitWriter writes at most MaxWrite bytes at a time.
 type splitWriter struct{ w io.Writer }
