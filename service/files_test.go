@@ -109,3 +109,52 @@ func TestVolumeRoute(t *testing.T) {
 		}
 	})
 }
+
+// TestVolumeSessionAudit: a detached volume's files session is recorded
+// on its tenant as a started and an ended event naming the session, the
+// volume, the host and (ended) how long it took; an admin's is marked.
+func TestVolumeSessionAudit(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		ctx := context.Background()
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 1}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		route := &service.VolumeRoute{Volume: v, HostID: "h-1"}
+		for _, c := range []struct {
+			actor service.Actor
+			admin bool
+		}{{f.acme, false}, {f.admin, true}} {
+			id := service.NewID(service.SessionPrefix)
+			if err := f.svc.Files.AuditVolumeSession(ctx, c.actor, route, id, false, "volumes cp", 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.svc.Files.AuditVolumeSession(ctx, c.actor, route, id, true, "closed", 1500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			var evs []*cloud.Event
+			if err := st.Tx(ctx, func(tx cloud.Tx) (err error) {
+				evs, err = tx.ListEvents(ctx, cloud.EventFilter{TenantID: v.TenantID,
+					Kinds: []cloud.EventKind{service.EventVolumeFilesStarted, service.EventVolumeFilesEnded}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var mine []*cloud.Event
+			for _, e := range evs {
+				if details(t, e)["session_id"] == id {
+					mine = append(mine, e)
+				}
+			}
+			if len(mine) != 2 || mine[0].Kind != service.EventVolumeFilesStarted || mine[1].Kind != service.EventVolumeFilesEnded {
+				t.Fatalf("events of %s: %+v", id, mine)
+			}
+			end := details(t, mine[1])
+			if end["volume_id"] != v.ID || end["host_id"] != "h-1" || end["duration_ms"] != float64(1500) || mine[1].Actor != c.actor.ID ||
+				(end["admin"] == true) != c.admin {
+				t.Errorf("ended event: %+v %v", mine[1], end)
+			}
+		}
+	})
+}
