@@ -86,6 +86,7 @@ const (
 	FilePermission = "permission"   // the path is not the tenant's to touch
 	FileInternal   = "internal"     // anything else
 	FileOutOfRange = "out_of_range" // a resume offset past the partial file
+	FileBusy       = "busy"         // another copy is writing the same file
 )
 
 func (e *FileError) Error() string { return e.Code + ": " + e.Message }

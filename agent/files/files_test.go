@@ -244,3 +244,24 @@ func target(t agentapi.FilesTarget) json.RawMessage {
 	b, _ := json.Marshal(t)
 	return b
 }
+
+// TestOneWriterPerFile: while one put holds a file's partial, another
+// session's put of the same file is refused as busy; once it is done, the
+// file can be written again.
+func TestOneWriterPerFile(t *testing.T) {
+	dir := t.TempDir()
+	r := openRoot(t, dir, -1, -1)
+	defer r.Close()
+	first, err := r.OpenPartial("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, openRoot(t, dir, -1, -1))
+	if _, err := c.Put("/f", strings.NewReader("x"), 0, 1, 0); code(err) != agentapi.FileBusy {
+		t.Fatalf("a second writer: %v, want busy", err)
+	}
+	first.Close()
+	if _, err := c.Put("/f", strings.NewReader("x"), 0, 1, 0); err != nil {
+		t.Fatalf("after the first writer: %v", err)
+	}
+}

@@ -258,10 +258,28 @@ func (r *Root) OpenPartial(name string) (*os.File, error) {
 	}
 	pname := filexfer.PartialName(name)
 	f, err := r.openRegular(pname, unix.O_RDWR, true)
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return f, err
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		f, err = r.createPartial(pname)
 	}
-	f, err = r.openat2(pname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// One writer per partial file: two copies resuming the same file
+	// at once would each truncate and append under the other. The lock
+	// goes with the descriptor when the put ends.
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, &agentapi.FileError{Code: agentapi.FileBusy, Message: name + ": another copy is writing it; wait for it to end"}
+		}
+		return nil, &fs.PathError{Op: "lock", Path: pname, Err: err}
+	}
+	return f, nil
+}
+
+// createPartial creates the partial file pname, owned by the root's user.
+func (r *Root) createPartial(pname string) (*os.File, error) {
+	f, err := r.openat2(pname, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}

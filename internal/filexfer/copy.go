@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
 )
@@ -175,7 +176,15 @@ func uploadFile(c *Client, f localFile, opt Options, st *Stats) error {
 		return err
 	}
 	opt.add(offset)
-	sum, err := c.Put(f.remote, io.TeeReader(file, io.MultiWriter(h, addWriter{&opt})), offset, f.size, f.mode)
+	body := io.TeeReader(file, io.MultiWriter(h, addWriter{&opt}))
+	sum, err := c.Put(f.remote, body, offset, f.size, f.mode)
+	// An interrupted copy's session may still be closing on the agent,
+	// holding the partial file: busy is answered before any data is read,
+	// so the same put is tried again for a little while.
+	for try := 0; isBusy(err) && try < busyTries; try++ {
+		time.Sleep(busyWait)
+		sum, err = c.Put(f.remote, body, offset, f.size, f.mode)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.remote, err)
 	}
@@ -186,6 +195,17 @@ func uploadFile(c *Client, f localFile, opt Options, st *Stats) error {
 	st.Bytes += f.size - offset
 	st.Resumed += offset
 	return nil
+}
+
+// How long uploadFile waits for a busy partial file.
+const (
+	busyTries = 15
+	busyWait  = 200 * time.Millisecond
+)
+
+func isBusy(err error) bool {
+	var fe *agentapi.FileError
+	return errors.As(err, &fe) && fe.Code == agentapi.FileBusy
 }
 
 // sameSum reports whether the remote file's SHA-256 is the local one's

@@ -335,3 +335,37 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	})
 }
+
+// busyFS holds every partial file busy for its first n opens.
+type busyFS struct {
+	rootFS
+	n *atomic.Int32
+}
+
+func (f busyFS) OpenPartial(name string) (*os.File, error) {
+	if f.n.Add(-1) >= 0 {
+		return nil, &agentapi.FileError{Code: agentapi.FileBusy, Message: "busy"}
+	}
+	return f.rootFS.OpenPartial(name)
+}
+
+// TestUploadWaitsOutABusyFile: a put answered busy (an interrupted copy's
+// session still closing) is tried again, and the copy completes.
+func TestUploadWaitsOutABusyFile(t *testing.T) {
+	local, remote := t.TempDir(), t.TempDir()
+	data := randomFile(t, filepath.Join(local, "f"), 1000)
+	root, err := os.OpenRoot(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	var n atomic.Int32
+	n.Store(2)
+	cli, srv := net.Pipe()
+	go Serve(t.Context(), srv, busyFS{rootFS{root}, &n})
+	defer cli.Close()
+	if _, err := Upload(NewClient(cli), filepath.Join(local, "f"), "/f", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, filepath.Join(remote, "f"), data)
+}
