@@ -46,6 +46,8 @@ targets=(
 	"./autoscale FuzzParseCSV"
 	"./internal/imageref FuzzNormalize"
 	"./agent/dns FuzzHandle"
+	"./internal/stream FuzzDecode"
+	"./internal/filexfer FuzzFrameReader"
 )
 
 # Every fuzz target of the repository is in the list, so that a new one is

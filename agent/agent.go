@@ -467,6 +467,16 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		labels[runtime.LabelRuntime] = k.Kind()
 		inv.Host.Labels = labels
 	}
+	if a.cfg.VolumeDir != "" {
+		// Every host with a VolumeDir mounts the same volumes: the server
+		// may send a detached volume's copy to any of them.
+		labels := maps.Clone(inv.Host.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[agentapi.LabelSharedVolumes] = "true"
+		inv.Host.Labels = labels
+	}
 	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {
 		inv.Host.Underlay = a.cfg.Underlay.String()
 		if inv.Host.MTU == 0 {

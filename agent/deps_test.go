@@ -30,6 +30,7 @@ var agentLinks = []string{
 	"internal/rest",     // the one HTTP request path of the clients
 	"internal/imageref", // canonical image names (containerd runtime)
 	"internal/stream",   // the framing of exec sessions
+	"internal/filexfer", // the files protocol of volumes cp and instances cp
 }
 
 // agentCommandLinks are what `gpucloud agent` (cli/agentcmd) may link

@@ -312,3 +312,41 @@ func (a *Agent) deleteVolume(id string) error {
 	a.log.Info("agent: deleted volume's files removed", "volume", id)
 	return nil
 }
+
+// VolumePath is where an agent of cfg keeps volume id: under VolumeDir
+// when set, else under DataDir/volumes. The files handler (agent/files)
+// serves `volumes cp` there, through VolumeRoot.
+func VolumePath(cfg Config, id string) string {
+	if cfg.VolumeDir != "" {
+		return filepath.Join(cfg.VolumeDir, id)
+	}
+	return filepath.Join(cfg.DataDir, "volumes", id)
+}
+
+// ErrVolumeNotMounted is VolumeRoot's answer for a volume kept in a
+// filesystem image that is not mounted now.
+var ErrVolumeNotMounted = errors.New("volume not mounted")
+
+// VolumeRoot is the directory holding volume id's files now, for a
+// session that reads or writes them. A plain directory always is (made
+// when missing, as an instance's start makes it). With VolumeImages the
+// files live in the volume's filesystem image, which is mounted at
+// VolumePath only while an instance of this host uses the volume: then
+// the directory is the mount, and otherwise VolumeRoot refuses
+// (ErrVolumeNotMounted) rather than let a copy land in the empty mount
+// point, where the next mount would hide it.
+func VolumeRoot(cfg Config, id string) (string, error) {
+	dir := VolumePath(cfg, id)
+	if !cfg.VolumeImages {
+		return dir, os.MkdirAll(dir, 0o750)
+	}
+	mounted, err := runtime.Mounted(dir)
+	if err != nil {
+		return "", err
+	}
+	if !mounted {
+		return "", fmt.Errorf("%w: volume %s is kept in a filesystem image of its size, mounted only while an instance on this host uses it; "+
+			"copy while an instance that has it attached is running", ErrVolumeNotMounted, id)
+	}
+	return dir, nil
+}

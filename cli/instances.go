@@ -38,7 +38,7 @@ func newInstancesCommand(s *session) *cobra.Command {
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
 		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
 		newInstancesExecCommand(s), newInstancesPortForwardCommand(s),
-		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s))
+		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s), newCopyCommand(s, "instances", "i-", "instance"))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
 }

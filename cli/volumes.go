@@ -15,7 +15,8 @@ func newVolumesCommand(s *session) *cobra.Command {
 	cmd := groupCommand("volumes", "Create, list, attach and detach volumes",
 		"Volumes are persistent storage of a tenant. A volume is attached to at most\n"+
 			"one instance at a time and outlives it: terminating the instance detaches it.",
-		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s))
+		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s),
+		newCopyCommand(s, "volumes", "v-", "volume"))
 	cmd.Aliases = []string{"volume"}
 	return cmd
 }

@@ -37,6 +37,7 @@ type Tx interface {
 	PlacementGroupTx
 	SessionTx
 	StackTx
+	VolumeHostTx
 
 	CreateTenant(ctx context.Context, t *Tenant) error // Conflict if the ID or name exists
 	GetTenant(ctx context.Context, id string) (*Tenant, error)

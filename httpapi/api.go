@@ -195,6 +195,8 @@ var routeTable = []route{
 	{"GET", "/v1/instances/{id}/exec", authed, (*handlers).exec},
 	{"GET", "/v1/instances/{id}/port-forward", authed, (*handlers).portForward},
 	{"GET", "/v1/instances/{id}/ssh", authed, (*handlers).instanceSSH},
+	{"GET", "/v1/instances/{id}/files", authed, (*handlers).instanceFiles},
+	{"GET", "/v1/volumes/{id}/files", authed, (*handlers).volumeFiles},
 
 	{"GET", "/v1/prices", authed, (*handlers).listPrices},
 	{"POST", "/v1/prices", adminOnly, (*handlers).setPrice},

@@ -108,6 +108,9 @@ func MoveInstance(ctx context.Context, tx cloud.Tx, in *cloud.Instance, m Move, 
 			return err
 		}
 	}
+	if err := recordVolumeHosts(ctx, tx, &next, m, now); err != nil {
+		return err
+	}
 	if err := tx.AppendEvent(ctx, ev); err != nil {
 		return err
 	}
@@ -154,6 +157,9 @@ func MoveInstances(ctx context.Context, tx cloud.Tx, ins []*cloud.Instance, move
 					return nil, err
 				}
 			}
+		}
+		if err := recordVolumeHosts(ctx, tx, n, moves[i], now); err != nil {
+			return nil, err
 		}
 		written = append(written, events[i])
 		*ins[i] = *n

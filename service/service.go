@@ -170,6 +170,7 @@ type Services struct {
 	Stacks      *Stacks
 	Networks    *Networks
 	Sessions    *Sessions
+	Files       *Files
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
 	base
@@ -237,7 +238,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, NetworkChanges: opts.NetworkChanges}
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, NetworkChanges: opts.NetworkChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/exporter"
+	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -197,6 +198,8 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	if err := fl.storage.apply(&agentCfg, fl.runtimeName, stderr); err != nil {
 		return cmdutil.Usagef(cmd, "%v", err)
 	}
+	// The files handler reads the storage settings (VolumeImages).
+	agentCfg.Sessions = files.Sessions(agentCfg)
 	a := agent.New(agentapi.NewClient(server, cred, hc), agentCfg)
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {

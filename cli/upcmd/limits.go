@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/catalog"
@@ -146,6 +147,7 @@ type containerRuntime interface {
 	runtime.Execer
 	runtime.Dialer
 	agent.NetworkSyncer
+	files.InstanceRoots // instances cp
 }
 
 // scaledRuntime is a simulated host's containerd runtime that starts every

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/exporter"
+	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agent/gpu"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -93,11 +94,13 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		return nil, err
 	}
 	h := &hostAgent{id: joined.HostID, rt: rt, md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
-	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), agent.Config{
+	acfg := agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir, VolumeImages: isContainers(rt),
 		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 		Underlay: ul.addr, UnderlayMTU: ul.mtu, Sessions: agentcmd.SessionHandlers(dir, h.rt, log.With("host", joined.HostID)),
-	})
+	}
+	acfg.Sessions = files.Sessions(acfg)
+	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), acfg)
 	return h, nil
 }
 

@@ -89,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"SubnetAddresses", testSubnetAddresses},
 		{"Keys", testKeys},
 		{"Sessions", testSessions},
+		{"VolumeHosts", testVolumeHosts},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,97 @@
+package agentapi
+
+// The files session (`gpucloud volumes cp`, `gpucloud instances cp`): the
+// server relays a session of kind SessionFiles to the agent of the host
+// that holds the volume or runs the instance, and the client and the
+// agent then speak internal/filexfer over the relayed connection. These
+// are the protocol's header messages; file data travels as raw frames
+// between them (internal/filexfer).
+
+// FilesTarget says what a files session opens: a volume's directory or a
+// running instance's filesystem. The server sends it as the session
+// request's "files" field.
+type FilesTarget struct {
+	// VolumeID, when set, roots the session at the volume's directory.
+	VolumeID string `json:"volume_id,omitempty"`
+	// InstanceID, when set (and VolumeID not), roots the session at the
+	// instance's filesystem: the container's root, or the process
+	// runtime's working directory.
+	InstanceID string `json:"instance_id,omitempty"`
+}
+
+// The operations of a files session.
+const (
+	FileOpStat  = "stat"  // one path's FileInfo, and the size of its partial upload
+	FileOpList  = "list"  // a directory's entries, recursively
+	FileOpPut   = "put"   // write a file from Offset, through a hidden partial file
+	FileOpGet   = "get"   // read a file from Offset
+	FileOpSum   = "sum"   // a file's SHA-256
+	FileOpMkdir = "mkdir" // a directory and its parents
+)
+
+// FileRequest is one operation. Paths are slash-separated and resolved
+// inside the session's root: "/" is the root, ".." never leaves it.
+type FileRequest struct {
+	Op   string `json:"op"`
+	Path string `json:"path"`
+	// Offset is where a put resumes (the size of the partial file, which
+	// the agent keeps up to there) or where a get starts.
+	Offset int64 `json:"offset,omitempty"`
+	// Size is a put's total size: the data frames carry Size-Offset bytes.
+	Size int64 `json:"size,omitempty"`
+	// Mode is the permission bits of a put's file or a mkdir's directory
+	// (0o644 and 0o755 when zero).
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// FileInfo describes one file or directory. In a list, Path is relative
+// to the listed directory.
+type FileInfo struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	Mode  uint32 `json:"mode"` // permission bits
+	IsDir bool   `json:"is_dir,omitempty"`
+	// Partial is the size of the file's partial upload, which a put can
+	// resume from (stat only; 0: none).
+	Partial int64 `json:"partial,omitempty"`
+}
+
+// FileResponse answers a request. A put is answered twice: once ready
+// (before the data, or with the error that refuses it) and once done; a
+// get once before its data (Info with the file's size) and once after
+// (Sum); a list with as many responses as it takes, the last with Done.
+type FileResponse struct {
+	Error   *FileError `json:"error,omitempty"`
+	Info    *FileInfo  `json:"info,omitempty"`
+	Entries []FileInfo `json:"entries,omitempty"`
+	Done    bool       `json:"done,omitempty"`
+	// Sum is the SHA-256 (hex) of the whole file: a sum's answer, a put's
+	// done and a get's trailer.
+	Sum string `json:"sum,omitempty"`
+}
+
+// FileError is an operation's failure; the session goes on.
+type FileError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// The codes of FileError.
+const (
+	FileNotFound   = "not_found"
+	FileInvalid    = "invalid"      // a bad path, op or offset
+	FileIsDir      = "is_dir"       // a file op on a directory
+	FileNotDir     = "not_dir"      // a directory op on a file, or a file in the way of a parent
+	FileNoSpace    = "no_space"     // the volume or filesystem is full (ENOSPC, EDQUOT)
+	FilePermission = "permission"   // the path is not the tenant's to touch
+	FileInternal   = "internal"     // anything else
+	FileOutOfRange = "out_of_range" // a resume offset past the partial file
+	FileBusy       = "busy"         // another copy is writing the same file
+)
+
+func (e *FileError) Error() string { return e.Code + ": " + e.Message }
+
+// LabelSharedVolumes is the host label ("true") of an agent whose volumes
+// live on a filesystem every such host mounts (agent.Config.VolumeDir):
+// the server sends a detached volume's copy to any healthy one of them.
+const LabelSharedVolumes = "shared-volumes"

@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/internal/filexfer"
+)
+
+// newCopyCommand is `volumes cp` (kind "volumes", IDs with prefix "v-")
+// and `instances cp` (kind "instances", "i-"): files and directories
+// between this machine and a volume or a running instance, through the
+// server's relay to the agent of the host that holds it.
+func newCopyCommand(s *session, kind, prefix, what string) *cobra.Command {
+	var noResume bool
+	example := fmt.Sprintf("  gpucloud %[1]s cp ./dataset %[2]s0123456789abcdef:/data/\n"+
+		"  gpucloud %[1]s cp %[2]s0123456789abcdef:/checkpoints/step-1000.pt .\n"+
+		"  # Start over rather than resume what an interrupted copy left\n"+
+		"  gpucloud %[1]s cp --no-resume big.tar %[2]s0123456789abcdef:/big.tar", kind, prefix)
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files and directories to or from a " + what,
+		Long: "Copy a file or a directory (recursively) between this machine and a " + what + ".\n" +
+			"One side is " + strings.ToUpper(what[:1]) + "ID:/path (" + prefix + "...:/path), the other a local path. As with cp -r,\n" +
+			"a copy into an existing directory (or a path ending in /) lands inside it.\n\n" +
+			"The data streams over TLS 1.3 through the server to the agent of the host that\n" +
+			"holds the " + what + "; no port on the host is opened. A copy that is interrupted\n" +
+			"resumes when run again (from what the partial file holds; files already there\n" +
+			"with the same SHA-256 are skipped); --no-resume starts every file over. Each\n" +
+			"file's SHA-256 is compared at the end: a mismatch is an error.\n\n" +
+			"On a terminal a progress line shows bytes, rate and time left; a summary line\n" +
+			"follows on stderr in any case.",
+		Example: example,
+		Args:    exactArgs(2, "a source and a destination"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, remote, local, upload, err := parseCopyArgs(args, prefix, what)
+			if err != nil {
+				return cmdutil.Usagef(cmd, "%v", err)
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			conn, err := c.OpenFiles(ctx, kind, id)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			stderr := cmd.ErrOrStderr()
+			p := newByteProgress(stderr)
+			opt := filexfer.Options{NoResume: noResume, Total: p.setTotal, Add: p.add,
+				Skip: func(name, why string) { p.note(fmt.Sprintf("skipped %s: %s", name, why)) }}
+			fc := filexfer.NewClient(conn)
+			var st filexfer.Stats
+			if upload {
+				st, err = filexfer.Upload(fc, local, remote, opt)
+			} else {
+				st, err = filexfer.Download(fc, remote, local, opt)
+			}
+			p.stop()
+			if err != nil {
+				if ctx.Err() != nil || !errors.Is(err, filexfer.ErrChecksum) && isCut(err) {
+					return fmt.Errorf("%w (the copy was interrupted: run the same command again to resume)", err)
+				}
+				return err
+			}
+			fmt.Fprintln(stderr, copySummary(st, p.elapsed()))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&noResume, "no-resume", false, "start every file over: resume no partial file and skip no file already there")
+	return cmd
+}
+
+// isCut reports whether err is the session's connection failing (rather
+// than a file's error, which the agent answered).
+func isCut(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, filexfer.ErrFrame) ||
+		strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "reset")
+}
+
+// parseCopyArgs finds the remote side of a copy: the argument of the form
+// ID:/path whose ID has prefix; the other is local.
+func parseCopyArgs(args []string, prefix, what string) (id, remote, local string, upload bool, err error) {
+	side := func(a string) (string, string, bool) {
+		i := strings.IndexByte(a, ':')
+		if i <= len(prefix) || !strings.HasPrefix(a, prefix) || strings.ContainsAny(a[:i], "/\\") {
+			return "", "", false
+		}
+		p := a[i+1:]
+		if p == "" {
+			p = "/"
+		}
+		return a[:i], p, true
+	}
+	srcID, srcPath, srcRemote := side(args[0])
+	dstID, dstPath, dstRemote := side(args[1])
+	switch {
+	case srcRemote && dstRemote:
+		return "", "", "", false, fmt.Errorf("copy between this machine and a %s: one side must be a local path", what)
+	case !srcRemote && !dstRemote:
+		return "", "", "", false, fmt.Errorf("one side must be a %s path, %sID:/path", what, prefix)
+	case dstRemote:
+		if args[0] == "" {
+			return "", "", "", false, errors.New("empty local path")
+		}
+		return dstID, dstPath, args[0], true, nil
+	}
+	if args[1] == "" {
+		return "", "", "", false, errors.New("empty local path")
+	}
+	return srcID, srcPath, args[1], false, nil
+}
+
+// copySummary is the line a copy ends with.
+func copySummary(st filexfer.Stats, d time.Duration) string {
+	moved := st.Bytes
+	rate := ""
+	if d > 0 && moved > 0 {
+		rate = ", " + humanBytes(int64(float64(moved)/d.Seconds())) + "/s"
+	}
+	s := fmt.Sprintf("copied %d files (%s) in %s%s", st.Files, humanBytes(moved), d.Round(time.Millisecond), rate)
+	if st.Resumed > 0 {
+		s += fmt.Sprintf("; resumed %s from partial files", humanBytes(st.Resumed))
+	}
+	if st.Skipped > 0 {
+		s += fmt.Sprintf("; %d files already there (same SHA-256) skipped", st.Skipped)
+	}
+	return s + "; SHA-256 verified"
+}
+
+// humanBytes prints n in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// byteProgress draws a copy's progress line on a terminal: bytes, rate
+// and time left, at most every redraw interval; elsewhere it draws
+// nothing.
+type byteProgress struct {
+	w     io.Writer
+	width int
+	tty   bool
+	start time.Time
+
+	mu    sync.Mutex
+	total int64
+	done  int64
+	last  time.Time
+	drawn bool
+}
+
+func newByteProgress(w io.Writer) *byteProgress {
+	width, tty := terminalWidth(w)
+	return &byteProgress{w: w, width: width, tty: tty, start: time.Now()}
+}
+
+const redrawProgress = 200 * time.Millisecond
+
+func (p *byteProgress) setTotal(n int64) {
+	p.mu.Lock()
+	p.total = n
+	p.mu.Unlock()
+}
+
+func (p *byteProgress) add(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done += n
+	if !p.tty {
+		return
+	}
+	if now := time.Now(); now.Sub(p.last) >= redrawProgress {
+		p.last = now
+		p.draw(now)
+	}
+}
+
+// note prints a line above the progress line.
+func (p *byteProgress) note(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *byteProgress) draw(now time.Time) {
+	el := now.Sub(p.start).Seconds()
+	line := fmt.Sprintf("%s / %s", humanBytes(p.done), humanBytes(p.total))
+	if p.total > 0 {
+		line += fmt.Sprintf("  %3d%%", p.done*100/p.total)
+	}
+	if el > 0.5 && p.done > 0 {
+		rate := float64(p.done) / el
+		line += "  " + humanBytes(int64(rate)) + "/s"
+		if left := p.total - p.done; left > 0 && rate > 0 {
+			line += "  ETA " + time.Duration(float64(left)/rate*float64(time.Second)).Round(time.Second).String()
+		}
+	}
+	if p.width > 0 && len(line) > p.width {
+		line = line[:p.width]
+	}
+	fmt.Fprint(p.w, "\r\033[K"+line)
+	p.drawn = true
+}
+
+// stop clears the progress line.
+func (p *byteProgress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+}
+
+func (p *byteProgress) elapsed() time.Duration { return time.Since(p.start) }

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/internal/filexfer"
+)
+
+func TestParseCopyArgs(t *testing.T) {
+	for _, tt := range []struct {
+		args                   []string
+		id, remote, local, err string
+		upload                 bool
+	}{
+		{args: []string{"./data", "v-1:/data"}, id: "v-1", remote: "/data", local: "./data", upload: true},
+		{args: []string{"v-1:/ckpt/a.pt", "."}, id: "v-1", remote: "/ckpt/a.pt", local: "."},
+		{args: []string{"v-1:", "out"}, id: "v-1", remote: "/", local: "out"},
+		{args: []string{"dir/v-1:x", "v-2:/y"}, id: "v-2", remote: "/y", local: "dir/v-1:x", upload: true},
+		{args: []string{"v-1:/a", "v-2:/b"}, err: "one side must be a local path"},
+		{args: []string{"a", "b"}, err: "one side must be a volume path"},
+		{args: []string{"i-1:/a", "b"}, err: "one side must be a volume path"},
+		{args: []string{"", "v-1:/b"}, err: "empty local path"},
+	} {
+		id, remote, local, upload, err := parseCopyArgs(tt.args, "v-", "volume")
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: %v, want %q", tt.args, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || id != tt.id || remote != tt.remote || local != tt.local || upload != tt.upload {
+			t.Errorf("%q: %q %q %q %v %v", tt.args, id, remote, local, upload, err)
+		}
+	}
+}
+
+func TestCopySummary(t *testing.T) {
+	for _, tt := range []struct {
+		st   filexfer.Stats
+		want string
+	}{
+		{filexfer.Stats{Files: 1, Bytes: 2 << 30}, "copied 1 files (2.0 GiB) in 2s, 1.0 GiB/s; SHA-256 verified"},
+		{filexfer.Stats{Files: 3, Bytes: 1 << 20, Resumed: 1 << 30, Skipped: 2}, "copied 3 files (1.0 MiB) in 2s, 512.0 KiB/s; resumed 1.0 GiB from partial files; 2 files already there (same SHA-256) skipped; SHA-256 verified"},
+	} {
+		if got := copySummary(tt.st, 2*time.Second); got != tt.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tt.st, got, tt.want)
+		}
+	}
+}
+
+func TestByteProgress(t *testing.T) {
+	old := terminalWidth
+	defer func() { terminalWidth = old }()
+	var buf bytes.Buffer
+	terminalWidth = func(io.Writer) (int, bool) { return 80, true }
+	p := newByteProgress(&buf)
+	p.start = time.Now().Add(-2 * time.Second)
+	p.setTotal(4 << 20)
+	p.add(1 << 20)
+	if got := buf.String(); !strings.Contains(got, "1.0 MiB / 4.0 MiB   25%") || !strings.Contains(got, "/s") || !strings.Contains(got, "ETA") {
+		t.Errorf("progress line %q", got)
+	}
+	p.stop()
+	if !strings.HasSuffix(buf.String(), "\r\033[K") {
+		t.Errorf("the line is not cleared: %q", buf.String())
+	}
+}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/internal/filexfer"
+)
+
+// TestBenchVolumeCopy is the volumes cp benchmark (docs/BENCHMARKS.md),
+// run only with GPUCLOUD_BENCH_COPY=1: one file of GPUCLOUD_BENCH_COPY_MIB
+// MiB (2048 by default) copied into a volume over TLS 1.3 and over plain
+// HTTP, through a real server and agent, and with a plain local cp on the
+// same disk, interleaved for GPUCLOUD_BENCH_COPY_ROUNDS rounds (3).
+func TestBenchVolumeCopy(t *testing.T) {
+	if os.Getenv("GPUCLOUD_BENCH_COPY") != "1" {
+		t.Skip("a benchmark: set GPUCLOUD_BENCH_COPY=1")
+	}
+	mib := envInt("GPUCLOUD_BENCH_COPY_MIB", 2048)
+	rounds := envInt("GPUCLOUD_BENCH_COPY_ROUNDS", 3)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.bin")
+	writePseudoRandom(t, src, int64(mib)<<20)
+	type target struct {
+		name   string
+		cl     *client.Client
+		volID  string
+		volDir string
+	}
+	setup := func(plain bool) target {
+		tune := func(c *controlplane.Config) { c.TLS.Plain = plain }
+		spec := sim.Spec{ID: "sim-copy", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+		c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
+		_, _, token := c.member("acme", "alice")
+		// No client timeout: a copy takes as long as it takes.
+		hc := c.srv.HTTPClient()
+		cl := client.New(c.srv.URL, token, hc)
+		ctx := t.Context()
+		vol, err := cl.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 100}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := cl.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "3600"}, Volumes: []string{vol.ID}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.waitState(cl, in.ID, cloud.Running)
+		name := "tls"
+		if plain {
+			name = "plain"
+		}
+		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts[spec.ID].dir, "volumes", vol.ID)}
+	}
+	targets := []target{setup(false), setup(true)}
+	took := map[string][]time.Duration{}
+	// CPU time too: the client, the server and the agent all run in this
+	// process, so its CPU time is the copy's whole cost, which a busy
+	// machine does not inflate as it does the wall clock.
+	cpu := map[string][]time.Duration{}
+	for r := range rounds {
+		start, c0 := time.Now(), cpuTime(syscall.RUSAGE_CHILDREN)
+		dst := filepath.Join(dir, "cp.bin")
+		if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, out)
+		}
+		took["cp"] = append(took["cp"], time.Since(start))
+		cpu["cp"] = append(cpu["cp"], cpuTime(syscall.RUSAGE_CHILDREN)-c0)
+		os.Remove(dst)
+		for _, tg := range targets {
+			start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
+			conn, err := tg.cl.OpenFiles(t.Context(), "volumes", tg.volID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			remote := fmt.Sprintf("/copy-%d.bin", r)
+			if _, err := filexfer.Upload(filexfer.NewClient(conn), src, remote, filexfer.Options{NoResume: true}); err != nil {
+				t.Fatalf("%s: %v", tg.name, err)
+			}
+			conn.Close()
+			took[tg.name] = append(took[tg.name], time.Since(start))
+			cpu[tg.name] = append(cpu[tg.name], cpuTime(syscall.RUSAGE_SELF)-c0)
+			os.Remove(filepath.Join(tg.volDir, remote))
+		}
+	}
+	rate := func(d time.Duration) float64 { return float64(mib) / d.Seconds() }
+	for _, name := range []string{"cp", "tls", "plain"} {
+		line := fmt.Sprintf("%-6s", name)
+		for i, d := range took[name] {
+			line += fmt.Sprintf("  %6.2fs %7.1f MiB/s (CPU %5.2fs)", d.Seconds(), rate(d), cpu[name][i].Seconds())
+		}
+		t.Log(line)
+	}
+	for r := range rounds {
+		t.Logf("round %d: TLS/plain time %.3f (CPU %.3f), TLS/cp throughput %.3f", r+1,
+			took["tls"][r].Seconds()/took["plain"][r].Seconds(), cpu["tls"][r].Seconds()/cpu["plain"][r].Seconds(),
+			took["cp"][r].Seconds()/took["tls"][r].Seconds())
+	}
+}
+
+// cpuTime is the user and system time of who (RUSAGE_SELF or
+// RUSAGE_CHILDREN) so far.
+func cpuTime(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// writePseudoRandom writes size bytes that no filesystem or link
+// compresses.
+func writePseudoRandom(t *testing.T, p string, size int64) {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.CopyN(f, rand.NewChaCha8([32]byte{1}), size); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/relay"
+	"github.com/gpucloud/gpucloud/service"
+)
+
+// File copies (`volumes cp`, `instances cp`; docs/ACCESS.md, "Moving
+// data"): a client's WebSocket on /v1/instances/{id}/files or
+// /v1/volumes/{id}/files is relayed, as every session is, to the agent of
+// the host that holds the files, which speaks internal/filexfer on it.
+
+// filesTarget is a session request's Files field.
+func filesTarget(t agentapi.FilesTarget) json.RawMessage {
+	b, _ := json.Marshal(t) // two strings always marshal
+	return b
+}
+
+// instanceFiles opens a files session on a running instance's filesystem.
+func (s *handlers) instanceFiles(w http.ResponseWriter, r *http.Request, p principal) error {
+	id := r.PathValue("id")
+	req := agentapi.SessionRequest{Kind: agentapi.SessionFiles, Files: filesTarget(agentapi.FilesTarget{InstanceID: id})}
+	return s.relay(w, r, p, id, req, "instances cp", false)
+}
+
+// volumeFiles opens a files session on a volume's directory, on the host
+// service.Files.VolumeRoute picks: attached to a running instance, a
+// session of that instance (its rules, limits and records); detached,
+// a session straight to the host, recorded on the tenant's events.
+func (s *handlers) volumeFiles(w http.ResponseWriter, r *http.Request, p principal) error {
+	if err := wantUpgrade(r, agentapi.RawSubprotocol, false); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	route, err := s.svc.Files.VolumeRoute(ctx, p.actor(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	req := agentapi.SessionRequest{Kind: agentapi.SessionFiles,
+		Files: filesTarget(agentapi.FilesTarget{VolumeID: route.Volume.ID})}
+	if route.InstanceID != "" {
+		return s.relay(w, r, p, route.InstanceID, req, "volumes cp "+route.Volume.ID, false)
+	}
+	req.ID, req.Actor = service.NewID(service.SessionPrefix), p.UserID
+	if err := s.svc.Files.AuditVolumeSession(ctx, p.actor(), route, req.ID, false, "volumes cp", 0); err != nil {
+		return err
+	}
+	start := time.Now()
+	reason := "closed"
+	defer func() { s.endVolumeSession(p, route, req.ID, reason, time.Since(start)) }()
+	agent, err := s.hub.Open(ctx, route.HostID, req)
+	if err != nil {
+		reason = "the host's agent did not open it: " + err.Error()
+		return err
+	}
+	defer agent.Close(websocket.StatusNormalClosure, "")
+	clearDeadlines(w)
+	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{agentapi.RawSubprotocol}})
+	if err != nil {
+		reason = "the client's upgrade failed"
+		return nil // Accept has answered
+	}
+	if _, err := relay.Splice(ctx, client, agent.Conn, false); err != nil {
+		reason = "relay failed: " + err.Error()
+	}
+	return nil
+}
+
+// endVolumeSession records a detached volume's session's end; the
+// request's context may be gone by then.
+func (s *handlers) endVolumeSession(p principal, route *service.VolumeRoute, id, reason string, took time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), sessionEndWait)
+	defer cancel()
+	if err := s.svc.Files.AuditVolumeSession(ctx, p.actor(), route, id, true, reason, took); err != nil {
+		s.log.Warn("recording a volume session's end failed", "session", id, "err", err)
+	}
+}

@@ -1,0 +1,160 @@
+package service_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/testkit"
+)
+
+// TestVolumeRoute: a volume's copy goes to the host of the running
+// instance it is attached to, else to the host an instance with it was
+// last placed on while that host is up, else (that host shared its
+// volumes, or none was ever recorded) to an up host of its zone that
+// shares them; another tenant's and a deleted volume are not_found, and a
+// volume no host can serve is a conflict that says why.
+func TestVolumeRoute(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		ctx := context.Background()
+		now := f.clock.Now()
+		putHost := func(id, zone string, shared bool, state fleet.HostState, beat time.Time) {
+			spec := fleet.MockHost(id, "L4", 1)
+			spec.Zone = zone
+			if shared {
+				spec.Labels = map[string]string{agentapi.LabelSharedVolumes: "true"}
+			}
+			h := &cloud.Host{ID: id, State: state, Spec: *spec, LastHeartbeat: beat}
+			if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.PutHost(ctx, h) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		putHost("h-local", "z1", false, fleet.Schedulable, now)
+		putHost("h-silent", "z1", false, fleet.Schedulable, now.Add(-time.Hour))
+		putHost("h-shared-down", "z1", true, fleet.Unhealthy, now)
+		putHost("h-shared", "z1", true, fleet.Schedulable, now)
+		volume := func(a service.Actor, zone string) *cloud.Volume {
+			v, _, err := f.svc.Volumes.Create(ctx, a, api.CreateVolumeRequest{Name: "data", SizeGiB: 1, Zone: zone}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		// withInstance places an instance with v on host and walks it to state.
+		withInstance := func(v *cloud.Volume, host string, state cloud.State) *cloud.Instance {
+			in, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Through running: the way from pending to stopped skips the
+			// scheduler.
+			testkit.Walk(t, st, in.ID, cloud.Running, testkit.Via{Host: host, Zone: "z1"}, now)
+			return testkit.Walk(t, st, in.ID, state, testkit.Via{}, now)
+		}
+		running := volume(f.acme, "z1")
+		runIn := withInstance(running, "h-local", cloud.Running)
+		stoppedVol := volume(f.acme, "z1")
+		withInstance(stoppedVol, "h-local", cloud.Stopped)
+		silentVol := volume(f.acme, "z1")
+		withInstance(silentVol, "h-silent", cloud.Stopped)
+		sharedDownVol := volume(f.acme, "z1")
+		withInstance(sharedDownVol, "h-shared-down", cloud.Stopped)
+		never := volume(f.acme, "z1")
+		neverOtherZone := volume(f.acme, "z2")
+		deleted := volume(f.acme, "z1")
+		if _, err := f.svc.Volumes.Delete(ctx, f.acme, deleted.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name     string
+			actor    service.Actor
+			id       string
+			host     string
+			instance string
+			code     cloud.Code
+			says     string
+		}{
+			{"attached to a running instance", f.acme, running.ID, "h-local", runIn.ID, "", ""},
+			{"an admin", f.admin, running.ID, "h-local", runIn.ID, "", ""},
+			{"its instance stopped: the host it was on", f.acme, stoppedVol.ID, "h-local", "", "", ""},
+			{"its host silent", f.acme, silentVol.ID, "", "", cloud.Conflict, "h-silent"},
+			{"its shared host down: another shared host", f.acme, sharedDownVol.ID, "h-shared", "", "", ""},
+			{"never attached: a shared host of its zone", f.acme, never.ID, "h-shared", "", "", ""},
+			{"never attached, no shared host in its zone", f.acme, neverOtherZone.ID, "", "", cloud.Conflict, "never been attached"},
+			{"another tenant's", f.globex, running.ID, "", "", cloud.NotFound, ""},
+			{"deleted", f.acme, deleted.ID, "", "", cloud.NotFound, ""},
+			{"missing", f.acme, "vol-missing", "", "", cloud.NotFound, ""},
+		} {
+			got, err := f.svc.Files.VolumeRoute(ctx, c.actor, c.id)
+			if cloud.ErrorCode(err) != c.code && !(c.code == "" && err == nil) {
+				t.Errorf("%s: %v, want %q", c.name, err, c.code)
+				continue
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), c.says) {
+					t.Errorf("%s: %q does not say %q", c.name, err, c.says)
+				}
+				continue
+			}
+			if got.HostID != c.host || got.InstanceID != c.instance || got.Volume.ID != c.id {
+				t.Errorf("%s: routed to host %s instance %q, want %s %q", c.name, got.HostID, got.InstanceID, c.host, c.instance)
+			}
+		}
+	})
+}
+
+// TestVolumeSessionAudit: a detached volume's files session is recorded
+// on its tenant as a started and an ended event naming the session, the
+// volume, the host and (ended) how long it took; an admin's is marked.
+func TestVolumeSessionAudit(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		ctx := context.Background()
+		v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 1}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		route := &service.VolumeRoute{Volume: v, HostID: "h-1"}
+		for _, c := range []struct {
+			actor service.Actor
+			admin bool
+		}{{f.acme, false}, {f.admin, true}} {
+			id := service.NewID(service.SessionPrefix)
+			if err := f.svc.Files.AuditVolumeSession(ctx, c.actor, route, id, false, "volumes cp", 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.svc.Files.AuditVolumeSession(ctx, c.actor, route, id, true, "closed", 1500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			var evs []*cloud.Event
+			if err := st.Tx(ctx, func(tx cloud.Tx) (err error) {
+				evs, err = tx.ListEvents(ctx, cloud.EventFilter{TenantID: v.TenantID,
+					Kinds: []cloud.EventKind{service.EventVolumeFilesStarted, service.EventVolumeFilesEnded}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var mine []*cloud.Event
+			for _, e := range evs {
+				if details(t, e)["session_id"] == id {
+					mine = append(mine, e)
+				}
+			}
+			if len(mine) != 2 || mine[0].Kind != service.EventVolumeFilesStarted || mine[1].Kind != service.EventVolumeFilesEnded {
+				t.Fatalf("events of %s: %+v", id, mine)
+			}
+			end := details(t, mine[1])
+			if end["volume_id"] != v.ID || end["host_id"] != "h-1" || end["duration_ms"] != float64(1500) || mine[1].Actor != c.actor.ID ||
+				(end["admin"] == true) != c.admin {
+				t.Errorf("ended event: %+v %v", mine[1], end)
+			}
+		}
+	})
+}
