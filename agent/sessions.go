@@ -112,7 +112,10 @@ func (a *Agent) runSession(ctx context.Context, req agentapi.SessionRequest, ws 
 		ws.Close(code, truncate(msg, 120))
 		return errors.New(msg)
 	}
-	if st, err := a.cfg.Runtime.Status(req.InstanceID); err != nil || st.State != runtime.StateRunning {
+	// A files session on a detached volume names no instance: the files
+	// handler checks the volume itself (agent.VolumeRoot).
+	volumeOnly := req.Kind == agentapi.SessionFiles && req.InstanceID == ""
+	if st, err := a.cfg.Runtime.Status(req.InstanceID); !volumeOnly && (err != nil || st.State != runtime.StateRunning) {
 		msg := fmt.Sprintf("instance %s is not running on this host", req.InstanceID)
 		if req.Kind == agentapi.SessionExec {
 			return a.endExec(stream.NewConn(ws), stream.ExitStatus{ExitCode: ExitCannotRun, Message: msg})
