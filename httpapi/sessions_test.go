@@ -96,7 +96,7 @@ func testExecRefusals(t *testing.T, e *env) {
 			kinds = append(kinds, string(ev.Kind)+":"+ev.Reason)
 		}
 	}
-	if len(kinds) != 2 || kinds[0] != "session.started:" || !strings.HasPrefix(kinds[1], "session.ended:the host's agent did not open it") {
+	if len(kinds) != 2 || kinds[0] != "session.started:exec: id" || !strings.HasPrefix(kinds[1], "session.ended:exec: id: the host's agent did not open it") {
 		t.Errorf("session events %q", kinds)
 	}
 }
