@@ -238,7 +238,7 @@ func (a *Agent) serveForward(ctx context.Context, req agentapi.SessionRequest, w
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(tcp, conn)
+		_ = copyMessages(ctx, tcp, ws)
 		if cw, ok := tcp.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -263,6 +263,38 @@ func (a *Agent) serveForward(ctx context.Context, req agentapi.SessionRequest, w
 // WebSocket message: bounded, and large enough that frames are few.
 func copyChunks(dst io.Writer, src io.Reader) (int64, error) {
 	return io.CopyBuffer(dst, onlyReader{src}, make([]byte, 256<<10))
+}
+
+// copyMessages copies ws's messages to dst until ws closes, each message
+// read up to 256 KiB at a time before it is written: a read of the
+// WebSocket answers at most one TLS record (16 KiB), and a write into the
+// instance per record cost a syscall each (docs/BENCHMARKS.md). A message
+// is a write of the client's, so nothing waits for later ones.
+func copyMessages(ctx context.Context, dst io.Writer, ws *websocket.Conn) error {
+	buf := make([]byte, 256<<10)
+	for {
+		_, r, err := ws.Reader(ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
+				return nil
+			}
+			return err
+		}
+		for {
+			n, err := io.ReadFull(r, buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return werr
+				}
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // onlyReader hides WriterTo, so that CopyBuffer uses the buffer's size.

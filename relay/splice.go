@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coder/websocket"
@@ -140,12 +141,18 @@ func pump(ctx context.Context, src, dst *websocket.Conn, framed, fromClient bool
 // read would cost a flush and a syscall each.
 const copyBuf = 256 << 10
 
+// copyBufs holds copyMessage's buffers: a buffer made per message cost as
+// much allocation and zeroing as the bytes it carried.
+var copyBufs = sync.Pool{New: func() any { return new([copyBuf]byte) }}
+
 func copyMessage(ctx context.Context, dst *websocket.Conn, typ websocket.MessageType, head []byte, r io.Reader) error {
 	w, err := dst.Writer(ctx, typ)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, copyBuf)
+	b := copyBufs.Get().(*[copyBuf]byte)
+	defer copyBufs.Put(b)
+	buf := b[:]
 	n := copy(buf, head)
 	for {
 		m, err := io.ReadFull(r, buf[n:])
