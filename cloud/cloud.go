@@ -219,11 +219,11 @@ type Instance struct {
 
 // Volume is persistent storage; it outlives the instances it is attached to.
 type Volume struct {
-	ID         string `json:"id"`
-	TenantID   string `json:"tenant_id"`
-	Name       string `json:"name"`
-	SizeGiB    int64  `json:"size_gib"`
-	Zone       string `json:"zone,omitempty"`
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Name     string `json:"name"`
+	SizeGiB  int64  `json:"size_gib"`
+	Zone     string `json:"zone,omitempty"`
 	// Kind is VolumeBlock (one host, one instance at a time) or
 	// VolumeShared (a directory on the operator's shared filesystem that
 	// many instances on many hosts mount at once). Empty reads as block.
