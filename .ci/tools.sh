@@ -62,3 +62,7 @@ gpucloud_need_static_busybox
 # nft(8); they fail in CI without them.
 gpucloud_need_tool ip iproute2
 gpucloud_need_tool nft nftables
+# Shared volumes on XFS keep their sizes with project quotas
+# (agent/sharedvol.go): their tests make an XFS filesystem and set quotas.
+gpucloud_need_tool mkfs.xfs xfsprogs
+gpucloud_need_tool xfs_quota xfsprogs

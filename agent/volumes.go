@@ -74,7 +74,13 @@ func (a *Agent) volumeDirs(as agentapi.Assignment) ([]string, error) {
 		if err := runtime.ValidateID(v); err != nil || strings.HasSuffix(v, imageSuffix) {
 			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
 		}
-		dir, err := a.volume(v, as.VolumeSizes[v])
+		var dir string
+		var err error
+		if slices.Contains(as.SharedVolumes, v) {
+			dir, err = a.sharedVolume(v, as.VolumeSizes[v])
+		} else {
+			dir, err = a.volume(v, as.VolumeSizes[v])
+		}
 		if err != nil {
 			return nil, err
 		}
