@@ -364,6 +364,9 @@ func instanceAttrs(in *cloud.Instance) map[string]any {
 
 func volumeAttrs(v *cloud.Volume) map[string]any {
 	m := map[string]any{"id": v.ID, "name": v.Name, "size_gib": v.SizeGiB}
+	if v.Kind != "" {
+		m["kind"] = string(v.Kind)
+	}
 	if v.Zone != "" {
 		m["zone"] = v.Zone
 	}

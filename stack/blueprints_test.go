@@ -115,6 +115,15 @@ func TestBlueprintLLMFinetune(t *testing.T) {
 	if _, err := mustParse(t, string(src)).Bind(map[string]string{"network": "Not_A_Label"}); err == nil {
 		t.Error("network accepts a name that is not a DNS label")
 	}
+	for kind, params := range map[string]map[string]string{"block": nil, "shared": {"checkpoint_kind": "shared"}} {
+		ck, err := bindSrc(t, string(src), params).Resolve("checkpoints", attrs)
+		if err != nil || ck["kind"] != kind {
+			t.Errorf("checkpoints with %v: %v, %v; want kind %s", params, ck, err, kind)
+		}
+	}
+	if _, err := mustParse(t, string(src)).Bind(map[string]string{"checkpoint_kind": "tape"}); err == nil {
+		t.Error("checkpoint_kind accepts tape")
+	}
 }
 
 func TestBlueprintSweep(t *testing.T) {

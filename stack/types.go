@@ -54,7 +54,7 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 var Types = map[string]TypeInfo{
 	TypeInstance:       {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
 	TypeSpotRequest:    {Attributes: []string{"id", "name", "instance_id"}},
-	TypeVolume:         {Attributes: []string{"id", "name", "zone", "size_gib"}},
+	TypeVolume:         {Attributes: []string{"id", "name", "zone", "size_gib", "kind"}},
 	TypeAddress:        {Attributes: []string{"id", "address"}},
 	TypeGroup:          {Attributes: []string{"id", "name"}, Mutable: []string{"min", "max", "desired", "template", "policies", "mixed", "timing", "budget_per_hour", "idle_release"}},
 	TypePlacementGroup: {Attributes: []string{"id", "name", "strategy"}},
