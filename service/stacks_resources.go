@@ -367,6 +367,12 @@ func volumeAttrs(v *cloud.Volume) map[string]any {
 	if v.Kind != "" {
 		m["kind"] = string(v.Kind)
 	}
+	// The volumes every node of a stack may list: a block volume goes on
+	// one instance only.
+	m["shared_ids"] = []any{}
+	if v.Shared() {
+		m["shared_ids"] = []any{v.ID}
+	}
 	if v.Zone != "" {
 		m["zone"] = v.Zone
 	}

@@ -64,7 +64,7 @@ func TestBlueprintLLMFinetune(t *testing.T) {
 		}
 	}
 	w, err := b.Resolve("workers[2]", attrs)
-	if err != nil || w["name"] != "llm-worker-2" || w["volumes"] != nil || w["env"].(map[string]any)["MASTER_ADDR"] != "head.private_address" {
+	if err != nil || w["name"] != "llm-worker-2" || w["volumes"] != "checkpoints.shared_ids" || w["env"].(map[string]any)["MASTER_ADDR"] != "head.private_address" {
 		t.Errorf("workers[2] = %v, %v", w, err)
 	}
 	if one := bindSrc(t, string(src), map[string]string{"nodes": "1"}); one.Count("workers") != 0 {
