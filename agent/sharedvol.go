@@ -45,6 +45,12 @@ func (a *Agent) sharedVolume(id string, sizeGiB int64) (string, error) {
 	if a.cfg.SharedVolumeDir == "" {
 		return "", &startError{fmt.Sprintf("volume %s is shared, and this host has no shared volume directory (--shared-volume-dir)", id)}
 	}
+	// A missing directory is a shared filesystem that is not mounted:
+	// making it would keep the volume on this host's disk, shared with
+	// no one.
+	if st, err := os.Stat(a.cfg.SharedVolumeDir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("shared volume %s: the shared volume directory %s is missing or not a directory (is the shared filesystem mounted?)", id, a.cfg.SharedVolumeDir)
+	}
 	dir := filepath.Join(a.cfg.SharedVolumeDir, id)
 	// Mkdir is atomic on the shared filesystem: when two hosts start
 	// instances with a new volume at once, one makes it, both use it.

@@ -160,3 +160,19 @@ func TestSharedVolumeQuotaXFS(t *testing.T) {
 		t.Errorf("wrote %d MiB into a 1 GiB shared volume, want about 1024 (the quota)", written>>20)
 	}
 }
+
+// TestSharedVolumeDirMissing: a shared volume directory that is not there
+// (the shared filesystem not mounted) is not made on the host's disk; the
+// start fails and says so.
+func TestSharedVolumeDirMissing(t *testing.T) {
+	shared := filepath.Join(t.TempDir(), "not-mounted")
+	e1, _, withVol := sharedEnvs(t, shared, "v-missing")
+	e1.assign(withVol(e1.assignment("i-1", whole(e1.host.ID(), 0), "true")))
+	e1.until("i-1 refused", func() bool {
+		r := e1.srv.Reports("i-1")
+		return len(r) > 0 && strings.Contains(r[len(r)-1].Message, "is the shared filesystem mounted?")
+	})
+	if _, err := os.Stat(shared); !os.IsNotExist(err) {
+		t.Errorf("the agent made the missing shared volume directory: %v", err)
+	}
+}
