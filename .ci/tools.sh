@@ -68,3 +68,7 @@ gpucloud_need_tool ssh openssh-client
 gpucloud_need_tool ssh-keygen openssh-client
 gpucloud_need_tool scp openssh-client
 gpucloud_need_tool rsync rsync
+# Shared volumes on XFS keep their sizes with project quotas
+# (agent/sharedvol.go): their tests make an XFS filesystem and set quotas.
+gpucloud_need_tool mkfs.xfs xfsprogs
+gpucloud_need_tool xfs_quota xfsprogs

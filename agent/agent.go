@@ -86,6 +86,13 @@ type Config struct {
 	// volume follow its instance from host to host, as a spot request's
 	// relaunches need to find their checkpoints.
 	VolumeDir string
+	// SharedVolumeDir, when set, holds the shared volumes
+	// (SharedVolumeDir/<id>, sharedvol.go): a filesystem the operator
+	// mounts at this same path on every host (NFS, CephFS, Lustre), so
+	// that instances on many hosts mount one volume at once. The host
+	// reports the label shared-volumes, which instances with a shared
+	// volume are placed by.
+	SharedVolumeDir string
 	// VolumeImages keeps each volume in a filesystem of its size: an ext4
 	// image (VolumeDir/<id>.img, or DataDir/volumes/<id>.img) loop-mounted
 	// at the volume's directory while an instance of the host uses it, so
@@ -467,14 +474,20 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		labels[runtime.LabelRuntime] = k.Kind()
 		inv.Host.Labels = labels
 	}
-	if a.cfg.VolumeDir != "" {
-		// Every host with a VolumeDir mounts the same volumes: the server
-		// may send a detached volume's copy to any of them.
+	if a.cfg.VolumeDir != "" || a.cfg.SharedVolumeDir != "" {
 		labels := maps.Clone(inv.Host.Labels)
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[agentapi.LabelSharedVolumes] = "true"
+		if a.cfg.VolumeDir != "" {
+			// Every host with a VolumeDir mounts the same volumes: the
+			// server may send a detached volume's copy to any of them.
+			labels[agentapi.LabelVolumeDirShared] = "true"
+		}
+		if a.cfg.SharedVolumeDir != "" {
+			// The host can mount shared volumes (kind shared).
+			labels[LabelSharedVolumes] = "true"
+		}
 		inv.Host.Labels = labels
 	}
 	if inv.Host.Underlay == "" && a.cfg.Underlay.IsValid() {

@@ -52,6 +52,15 @@ func (a *Agent) sweepStorage(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("storage sweep: %w", err)
 	}
+	shared, err := a.heldShared()
+	if err != nil {
+		return fmt.Errorf("storage sweep: %w", err)
+	}
+	for _, id := range shared {
+		if !a.volumeUsed(id) && !slices.Contains(vols, id) {
+			vols = append(vols, id)
+		}
+	}
 	var errs []error
 	for len(vols) > 0 || len(insts) > 0 {
 		req := agentapi.GoneRequest{Volumes: vols[:min(len(vols), agentapi.MaxGoneIDs)], Instances: insts[:min(len(insts), agentapi.MaxGoneIDs)]}
@@ -61,7 +70,11 @@ func (a *Agent) sweepStorage(ctx context.Context) error {
 			return errors.Join(append(errs, fmt.Errorf("storage sweep: ask which volumes and instances are gone: %w", err))...)
 		}
 		for _, id := range gone.Volumes {
-			if slices.Contains(req.Volumes, id) {
+			switch {
+			case !slices.Contains(req.Volumes, id):
+			case slices.Contains(shared, id):
+				errs = append(errs, a.deleteShared(id))
+			default:
 				errs = append(errs, a.deleteVolume(id))
 			}
 		}
@@ -72,6 +85,16 @@ func (a *Agent) sweepStorage(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// volumeUsed reports whether an instance the agent knows names volume id.
+func (a *Agent) volumeUsed(id string) bool {
+	for _, s := range a.insts {
+		if slices.Contains(s.a.Volumes, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // unusedFiles lists the volumes and instances the host holds files of

@@ -74,7 +74,13 @@ func (a *Agent) volumeDirs(as agentapi.Assignment) ([]string, error) {
 		if err := runtime.ValidateID(v); err != nil || strings.HasSuffix(v, imageSuffix) {
 			return nil, &startError{fmt.Sprintf("bad volume id %q: want letters, digits, '.', '_' or '-'", v)}
 		}
-		dir, err := a.volume(v, as.VolumeSizes[v])
+		var dir string
+		var err error
+		if slices.Contains(as.SharedVolumes, v) {
+			dir, err = a.sharedVolume(v, as.VolumeSizes[v])
+		} else {
+			dir, err = a.volume(v, as.VolumeSizes[v])
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -335,7 +341,21 @@ var ErrVolumeNotMounted = errors.New("volume not mounted")
 // the directory is the mount, and otherwise VolumeRoot refuses
 // (ErrVolumeNotMounted) rather than let a copy land in the empty mount
 // point, where the next mount would hide it.
-func VolumeRoot(cfg Config, id string) (string, error) {
+//
+// A shared volume's files are in SharedVolumeDir (sharedvol.go), made when
+// missing as an instance's start makes it; its size limit, where the
+// filesystem keeps one, is set when an instance first uses it.
+func VolumeRoot(cfg Config, id string, shared bool) (string, error) {
+	if shared {
+		if cfg.SharedVolumeDir == "" {
+			return "", fmt.Errorf("volume %s is a shared volume, and this host has no shared volume directory (gpucloud agent --shared-volume-dir)", id)
+		}
+		if _, err := os.Stat(cfg.SharedVolumeDir); err != nil {
+			return "", fmt.Errorf("volume %s: the shared volume directory: %w (is its filesystem mounted?)", id, err)
+		}
+		dir := filepath.Join(cfg.SharedVolumeDir, id)
+		return dir, os.MkdirAll(dir, 0o750)
+	}
 	dir := VolumePath(cfg, id)
 	if !cfg.VolumeImages {
 		return dir, os.MkdirAll(dir, 0o750)

@@ -34,7 +34,7 @@ func TestSharedVolumesLabel(t *testing.T) {
 			if len(hbs) == 0 || hbs[0].Inventory == nil {
 				t.Fatalf("no heartbeat with an inventory: %+v", hbs)
 			}
-			if got := hbs[0].Inventory.Host.Labels[agentapi.LabelSharedVolumes]; got != tt.want {
+			if got := hbs[0].Inventory.Host.Labels[agentapi.LabelVolumeDirShared]; got != tt.want {
 				t.Errorf("shared-volumes label %q, want %q", got, tt.want)
 			}
 		})

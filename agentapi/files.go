@@ -17,6 +17,9 @@ type FilesTarget struct {
 	// instance's filesystem: the container's root, or the process
 	// runtime's working directory.
 	InstanceID string `json:"instance_id,omitempty"`
+	// Shared says the volume is of kind shared: its files are in the
+	// host's shared volume directory, not where block volumes are.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // The operations of a files session.
@@ -91,7 +94,9 @@ const (
 
 func (e *FileError) Error() string { return e.Code + ": " + e.Message }
 
-// LabelSharedVolumes is the host label ("true") of an agent whose volumes
-// live on a filesystem every such host mounts (agent.Config.VolumeDir):
-// the server sends a detached volume's copy to any healthy one of them.
-const LabelSharedVolumes = "shared-volumes"
+// LabelVolumeDirShared is the host label ("true") of an agent whose
+// volumes live on a filesystem every such host mounts
+// (agent.Config.VolumeDir): the server sends a detached volume's copy to
+// any healthy one of them. (Not "shared-volumes", which says a host can
+// mount volumes of kind shared.)
+const LabelVolumeDirShared = "volume-dir-shared"

@@ -66,8 +66,12 @@ type Assignment struct {
 	// VolumeSizes is the size in GiB of each of Volumes, by ID: a host
 	// that keeps each volume in a filesystem of its size needs it. A
 	// volume without one (an older server) is a plain directory there.
-	VolumeSizes map[string]int64  `json:"volume_sizes_gib,omitempty"`
-	Tags        map[string]string `json:"tags,omitempty"`
+	VolumeSizes map[string]int64 `json:"volume_sizes_gib,omitempty"`
+	// SharedVolumes are those of Volumes that are shared (cloud.VolumeShared):
+	// directories on the host's shared filesystem (the agent's
+	// --shared-volume-dir), which other hosts' instances mount at once.
+	SharedVolumes []string          `json:"shared_volumes,omitempty"`
+	Tags          map[string]string `json:"tags,omitempty"`
 	// GraceSeconds is how long a stop waits between SIGTERM and SIGKILL.
 	GraceSeconds int `json:"grace_seconds"`
 	// Interruption is a spot reclaim announced to the instance (Action

@@ -136,6 +136,8 @@ type CreateVolumeRequest struct {
 	Name    string `json:"name"`
 	SizeGiB int64  `json:"size_gib"`
 	Zone    string `json:"zone,omitempty"`
+	// Kind is "block" (the default) or "shared" (see cloud.VolumeKind).
+	Kind cloud.VolumeKind `json:"kind,omitempty"`
 	// Tags are the tenant's (no "gpucloud:" prefix).
 	Tags map[string]string `json:"tags,omitempty"`
 }

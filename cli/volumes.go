@@ -13,8 +13,10 @@ import (
 
 func newVolumesCommand(s *session) *cobra.Command {
 	cmd := groupCommand("volumes", "Create, list, attach and detach volumes",
-		"Volumes are persistent storage of a tenant. A volume is attached to at most\n"+
-			"one instance at a time and outlives it: terminating the instance detaches it.",
+		"Volumes are persistent storage of a tenant. A block volume (the default) is\n"+
+			"attached to at most one instance at a time; a shared volume (--kind shared) to\n"+
+			"any number at once, on any hosts. A volume outlives its instances: terminating\n"+
+			"an instance detaches it.",
 		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s),
 		newCopyCommand(s, "volumes", "v-", "volume"))
 	cmd.Aliases = []string{"volume"}
@@ -25,9 +27,9 @@ func newVolumesCommand(s *session) *cobra.Command {
 // an object, several as a list).
 var printVolumes = resourceTable[cloud.Volume]{
 	none:   "no volumes",
-	header: []string{"ID", "NAME", "SIZE", "ZONE", "INSTANCE", "AGE"},
+	header: []string{"ID", "NAME", "SIZE", "KIND", "ZONE", "INSTANCE", "AGE"},
 	row: func(v *cloud.Volume) []string {
-		return []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
+		return []string{v.ID, v.Name, strconv.FormatInt(v.SizeGiB, 10) + " GiB", dash(string(v.Kind)), dash(v.Zone), dash(v.InstanceID), ago(v.CreatedAt)}
 	},
 	tenant: func(v *cloud.Volume) string { return v.TenantID },
 }.print
@@ -45,6 +47,8 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 			"Every call sends an Idempotency-Key (random unless --idempotency-key is given):\n" +
 			"a retry with the same key answers the volume the first call created.",
 		Example: "  gpucloud volumes create --name datasets --size-gib 500 --zone a\n" +
+			"  # Checkpoints every node of a training stack reads and writes\n" +
+			"  gpucloud volumes create --name ckpt --size-gib 200 --kind shared\n" +
 			"  # Safe to retry from a script\n" +
 			"  gpucloud volumes create --name datasets --size-gib 500 --idempotency-key datasets-1",
 		Args: cmdutil.NoArgs,
@@ -67,6 +71,7 @@ func newVolumesCreateCommand(s *session) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "the volume's name; required")
 	cmd.Flags().Int64Var(&req.SizeGiB, "size-gib", 0, "size in GiB; required")
+	cmd.Flags().StringVar((*string)(&req.Kind), "kind", "block", "block (one instance at a time) or shared (many instances on many hosts at once; needs hosts with a shared volume directory)")
 	cmd.Flags().StringVar(&req.Zone, "zone", "", "the zone to create it in (instances using it must be allowed there)")
 	cmd.Flags().StringVar(&req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
 	cmd.Flags().StringVar(&key, "idempotency-key", "", "retry key: the same key returns the same volume (default: a random UUID)")

@@ -219,11 +219,18 @@ type Instance struct {
 
 // Volume is persistent storage; it outlives the instances it is attached to.
 type Volume struct {
-	ID         string `json:"id"`
-	TenantID   string `json:"tenant_id"`
-	Name       string `json:"name"`
-	SizeGiB    int64  `json:"size_gib"`
-	Zone       string `json:"zone,omitempty"`
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+	Name     string `json:"name"`
+	SizeGiB  int64  `json:"size_gib"`
+	Zone     string `json:"zone,omitempty"`
+	// Kind is VolumeBlock (one host, one instance at a time) or
+	// VolumeShared (a directory on the operator's shared filesystem that
+	// many instances on many hosts mount at once). Empty reads as block.
+	Kind VolumeKind `json:"kind,omitempty"`
+	// InstanceID is the one instance a block volume is attached to. A
+	// shared volume leaves it empty: the instances that name it in their
+	// Volumes are its attachments.
 	InstanceID string `json:"instance_id,omitempty"`
 	// Tags are the tenant's, and gpucloud's own (gpucloud:stack).
 	Tags      map[string]string `json:"tags,omitempty"`
@@ -233,6 +240,23 @@ type Volume struct {
 	// (unique per tenant; empty: not idempotent).
 	IdempotencyKey string `json:"-"`
 }
+
+// VolumeKind says where a volume's data lives and who may mount it.
+type VolumeKind string
+
+// Volume kinds.
+const (
+	// VolumeBlock is a filesystem image on one host's disk, attached to
+	// one instance at a time (the kind every volume had before kinds).
+	VolumeBlock VolumeKind = "block"
+	// VolumeShared is a directory on a filesystem every host mounts at the
+	// same path (the agent's --shared-volume-dir), attachable to many
+	// instances at once, read-write.
+	VolumeShared VolumeKind = "shared"
+)
+
+// Shared reports whether v is a shared volume.
+func (v *Volume) Shared() bool { return v.Kind == VolumeShared }
 
 // Host is a GPU server as the control plane records it: its inventory as
 // the agent reported it, and the operator's scheduling state.

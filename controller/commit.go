@@ -88,6 +88,11 @@ func (s *Scheduler) plan(ctx context.Context, r *round, in *cloud.Instance) erro
 		r.fail(in, err.Error())
 		return nil
 	}
+	if shared, err := s.hasSharedVolume(ctx, in); err != nil {
+		return err
+	} else if shared {
+		req.Labels = append(req.Labels, NeedsSharedVolumes)
+	}
 	if in.PlacementGroupID != "" {
 		if req.Group, err = s.placementGroup(ctx, r.snap, in.PlacementGroupID); err != nil {
 			return err
@@ -251,6 +256,31 @@ func (s *Scheduler) giveBack(ps []service.PlannedPlacement) {
 // that a cluster's second member follows its first before either commits.
 // A group that no longer exists places its instance without a group. It
 // reads the group from the store when the snapshot does not hold it yet.
+// hasSharedVolume reports whether instance in names a shared volume,
+// which only hosts with the shared filesystem can mount. A volume that is
+// gone counts as not shared: the agent reports it missing.
+func (s *Scheduler) hasSharedVolume(ctx context.Context, in *cloud.Instance) (bool, error) {
+	if len(in.Volumes) == 0 {
+		return false, nil
+	}
+	shared := false
+	err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
+		shared = false
+		for _, id := range in.Volumes {
+			v, err := tx.GetVolume(ctx, id)
+			if cloud.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			shared = shared || v.Shared()
+		}
+		return nil
+	})
+	return shared, err
+}
+
 func (s *Scheduler) placementGroup(ctx context.Context, snap *snapshot, id string) (*placement.Group, error) {
 	if g, ok := snap.placementGroups[id]; ok {
 		return g, nil

@@ -54,3 +54,9 @@ func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, er
 // processes (its "runtime" label, runtime.LabelRuntime), which would
 // ignore the image. A host that does not say (an older agent) may run it.
 var NeedsContainers = placement.LabelSelector{Key: "runtime", Op: "!=", Value: "process"}
+
+// NeedsSharedVolumes is the selector an instance with a shared volume
+// places with: only on a host whose agent mounts the operator's shared
+// filesystem (--shared-volume-dir), which reports the label
+// service.LabelSharedVolumes.
+var NeedsSharedVolumes = placement.LabelSelector{Key: "shared-volumes", Op: "exists"}

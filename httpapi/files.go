@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/service"
 )
@@ -45,7 +46,7 @@ func (s *handlers) volumeFiles(w http.ResponseWriter, r *http.Request, p princip
 		return err
 	}
 	req := agentapi.SessionRequest{Kind: agentapi.SessionFiles,
-		Files: filesTarget(agentapi.FilesTarget{VolumeID: route.Volume.ID})}
+		Files: filesTarget(agentapi.FilesTarget{VolumeID: route.Volume.ID, Shared: route.Volume.Kind == cloud.VolumeShared})}
 	if route.InstanceID != "" {
 		return s.relay(w, r, p, route.InstanceID, req, "volumes cp "+route.Volume.ID, false)
 	}

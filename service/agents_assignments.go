@@ -57,7 +57,8 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 			if out[len(out)-1].RDMA, err = rdma.wants(ctx, tx, in); err != nil {
 				return err
 			}
-			if out[len(out)-1].VolumeSizes, err = sizes.of(ctx, tx, in.Volumes); err != nil {
+			last := &out[len(out)-1]
+			if last.VolumeSizes, last.SharedVolumes, err = sizes.of(ctx, tx, in.Volumes); err != nil {
 				return err
 			}
 		}

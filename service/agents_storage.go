@@ -65,34 +65,39 @@ func dedupe(ids []string) []string {
 	return out
 }
 
-// volumeSizes reads the sizes of the volumes of a host's assignments, each
-// volume once per call.
-type volumeSizes map[string]int64
+// volumeSizes reads the sizes and kinds of the volumes of a host's
+// assignments, each volume once per call.
+type volumeSizes map[string]*cloud.Volume
 
-// of returns the sizes in GiB of the volumes ids, by ID; nil for none. A
-// volume the store no longer has (deleted meanwhile) is left out: the
-// instance holding it is being stopped, and a host that needs the size
-// refuses to start it.
-func (vs volumeSizes) of(ctx context.Context, tx cloud.Tx, ids []string) (map[string]int64, error) {
+// of returns the sizes in GiB of the volumes ids, by ID (nil for none),
+// and those of them that are shared. A volume the store no longer has
+// (deleted meanwhile) is left out: the instance holding it is being
+// stopped, and a host that needs the size refuses to start it.
+func (vs volumeSizes) of(ctx context.Context, tx cloud.Tx, ids []string) (map[string]int64, []string, error) {
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	out := make(map[string]int64, len(ids))
+	var shared []string
 	for _, id := range ids {
-		size, ok := vs[id]
+		v, ok := vs[id]
 		if !ok {
-			v, err := tx.GetVolume(ctx, id)
+			var err error
+			v, err = tx.GetVolume(ctx, id)
 			if err != nil && !cloud.IsNotFound(err) {
-				return nil, err
+				return nil, nil, err
 			}
-			if err == nil {
-				size = v.SizeGiB
-			}
-			vs[id] = size
+			vs[id] = v
 		}
-		if size > 0 {
-			out[id] = size
+		if v == nil {
+			continue
+		}
+		if v.SizeGiB > 0 {
+			out[id] = v.SizeGiB
+		}
+		if v.Shared() {
+			shared = append(shared, id)
 		}
 	}
-	return out, nil
+	return out, shared, nil
 }

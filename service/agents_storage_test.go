@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -30,17 +31,33 @@ func TestAgentsAssignmentVolumeSizes(t *testing.T) {
 		f := newAHFixture(t, st)
 		f.putHost("h-a", 2)
 		small, big := f.putVolume(f.acme, 1), f.putVolume(f.acme, 250)
-		with := f.placed(f.acme, "h-a", cloud.Running, small.ID, big.ID)
+		shared := &cloud.Volume{ID: service.NewID(service.VolumePrefix), TenantID: f.acme.TenantID, Name: "ckpt", SizeGiB: 3,
+			Kind: cloud.VolumeShared, CreatedAt: f.clock.Now()}
+		ctx := context.Background()
+		h := f.host("h-a")
+		h.Spec.Labels = map[string]string{service.LabelSharedVolumes: "true"}
+		if err := f.st.Tx(ctx, func(tx cloud.Tx) error {
+			if err := tx.PutHost(ctx, h); err != nil {
+				return err
+			}
+			return tx.CreateVolume(ctx, shared)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		with := f.placed(f.acme, "h-a", cloud.Running, small.ID, shared.ID, big.ID)
 		without := f.placed(f.globex, "h-a", cloud.Running)
 		as, err := f.svc.Agents.Assignments(context.Background(), service.AgentActor("h-a"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]map[string]int64{with.ID: {small.ID: 1, big.ID: 250}, without.ID: nil}
+		want := map[string]map[string]int64{with.ID: {small.ID: 1, shared.ID: 3, big.ID: 250}, without.ID: nil}
 		if len(as) != len(want) {
 			t.Fatalf("%d assignments, want %d", len(as), len(want))
 		}
 		for _, a := range as {
+			if wantShared := map[string]string{with.ID: shared.ID}[a.InstanceID]; strings.Join(a.SharedVolumes, ",") != wantShared {
+				t.Errorf("%s: shared volumes %v, want %q", a.InstanceID, a.SharedVolumes, wantShared)
+			}
 			w, ok := want[a.InstanceID]
 			if !ok || len(a.VolumeSizes) != len(w) {
 				t.Errorf("%s: volume sizes %v, want %v", a.InstanceID, a.VolumeSizes, w)

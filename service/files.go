@@ -49,7 +49,7 @@ const SilentAfter = 2 * time.Minute
 // actor: the host of the running instance it is attached to; else, when
 // the host recorded for it (the last one an instance with it was placed
 // on) is up, that host; else, when that host shared its volumes with the
-// others (agentapi.LabelSharedVolumes), or none is recorded, any up host
+// others (agentapi.LabelVolumeDirShared), or none is recorded, any up host
 // of the volume's zone that shares them. Another tenant's volume answers
 // not_found; a volume no host can serve, conflict saying why
 // and what to do.
@@ -102,7 +102,13 @@ func (s *Files) volumeHost(ctx context.Context, tx cloud.Tx, v *cloud.Volume) (s
 	up := func(h *cloud.Host) bool {
 		return h.State != fleet.Unhealthy && now.Sub(h.LastHeartbeat) < SilentAfter
 	}
-	shared := func(h *cloud.Host) bool { return h.Spec.Labels[agentapi.LabelSharedVolumes] == "true" }
+	shared := func(h *cloud.Host) bool { return h.Spec.Labels[agentapi.LabelVolumeDirShared] == "true" }
+	if v.Kind == cloud.VolumeShared {
+		// A shared volume lives on the operator's shared filesystem, which
+		// every host with the label mounts: any of them serves it.
+		shared = func(h *cloud.Host) bool { _, ok := h.Spec.Labels[LabelSharedVolumes]; return ok }
+		rec = nil
+	}
 	var recorded *cloud.Host
 	if rec != nil {
 		for _, h := range hosts {

@@ -29,7 +29,7 @@ func TestVolumeRoute(t *testing.T) {
 			spec := fleet.MockHost(id, "L4", 1)
 			spec.Zone = zone
 			if shared {
-				spec.Labels = map[string]string{agentapi.LabelSharedVolumes: "true"}
+				spec.Labels = map[string]string{agentapi.LabelVolumeDirShared: "true"}
 			}
 			h := &cloud.Host{ID: id, State: state, Spec: *spec, LastHeartbeat: beat}
 			if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.PutHost(ctx, h) }); err != nil {

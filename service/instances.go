@@ -178,6 +178,10 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 		return asKeyRace(err, in.IdempotencyKey)
 	}
 	for _, v := range vols {
+		if v.Shared() {
+			// A shared volume's attachments are the instances that name it.
+			continue
+		}
 		v.InstanceID = in.ID
 		if err := tx.UpdateVolume(ctx, v); err != nil {
 			return err
@@ -191,7 +195,8 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 // may be attached to it: the tenant's own and not deleted (a missing
 // volume and another tenant's answer the same, so that IDs do not leak),
 // in one of the instance's zones when it names zones, and not attached to
-// another instance that is not terminated.
+// another instance that is not terminated. A shared volume may be attached
+// to any number of instances, where some host has the shared filesystem.
 func attachable(ctx context.Context, tx cloud.Tx, in *cloud.Instance) ([]*cloud.Volume, error) {
 	var vols []*cloud.Volume
 	for i, id := range in.Volumes {
@@ -202,6 +207,11 @@ func attachable(ctx context.Context, tx cloud.Tx, in *cloud.Instance) ([]*cloud.
 		}
 		if err != nil {
 			return nil, err
+		}
+		if v.Shared() {
+			if err := sharedVolumesOffered(ctx, tx, name); err != nil {
+				return nil, err
+			}
 		}
 		if v.InstanceID != "" && v.InstanceID != in.ID {
 			other, err := tx.GetInstance(ctx, v.InstanceID)

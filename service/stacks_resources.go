@@ -364,6 +364,15 @@ func instanceAttrs(in *cloud.Instance) map[string]any {
 
 func volumeAttrs(v *cloud.Volume) map[string]any {
 	m := map[string]any{"id": v.ID, "name": v.Name, "size_gib": v.SizeGiB}
+	if v.Kind != "" {
+		m["kind"] = string(v.Kind)
+	}
+	// The volumes every node of a stack may list: a block volume goes on
+	// one instance only.
+	m["shared_ids"] = []any{}
+	if v.Shared() {
+		m["shared_ids"] = []any{v.ID}
+	}
 	if v.Zone != "" {
 		m["zone"] = v.Zone
 	}

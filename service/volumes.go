@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -30,7 +31,37 @@ func CheckVolumeSpec(spec *api.CreateVolumeRequest) error {
 	if err := CheckName("zone", spec.Zone, false); err != nil {
 		return err
 	}
+	switch spec.Kind {
+	case "":
+		spec.Kind = cloud.VolumeBlock
+	case cloud.VolumeBlock, cloud.VolumeShared:
+	default:
+		return Field("kind", "%s is not a volume kind (block or shared)", Quote(string(spec.Kind)))
+	}
 	return CheckTags("tags", spec.Tags)
+}
+
+// LabelSharedVolumes is the host label an agent started with
+// --shared-volume-dir reports: the host mounts the operator's shared
+// filesystem, so instances with shared volumes may run on it.
+const LabelSharedVolumes = "shared-volumes"
+
+// sharedVolumesOffered refuses a shared volume where no host of the cloud
+// has the shared filesystem: such a volume could never be mounted, and
+// an instance that names it would stay pending forever.
+func sharedVolumesOffered(ctx context.Context, tx cloud.Tx, field string) error {
+	hs, err := tx.ListHosts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if _, ok := h.Spec.Labels[LabelSharedVolumes]; ok {
+			return nil
+		}
+	}
+	return &cloud.Error{Code: cloud.Unavailable,
+		Message: field + ": no host of this cloud has a shared volume directory (the operator starts agents with --shared-volume-dir on a filesystem every host mounts); shared volumes are unavailable",
+		Details: map[string]any{"field": field}}
 }
 
 // Create creates a volume for actor a and appends its volume.created
@@ -59,9 +90,14 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec api.CreateVolumeRequ
 			out = old
 			return err
 		}
+		if spec.Kind == cloud.VolumeShared {
+			if err := sharedVolumesOffered(ctx, tx, "kind"); err != nil {
+				return err
+			}
+		}
 		now := s.now()
 		v := &cloud.Volume{ID: NewID(VolumePrefix), TenantID: tenant, Name: spec.Name, SizeGiB: spec.SizeGiB,
-			Zone: spec.Zone, Tags: spec.Tags, CreatedAt: now, IdempotencyKey: key}
+			Zone: spec.Zone, Kind: spec.Kind, Tags: spec.Tags, CreatedAt: now, IdempotencyKey: key}
 		if err := tx.CreateVolume(ctx, v); err != nil {
 			return asKeyRace(err, key)
 		}
@@ -86,6 +122,7 @@ func sameVolume(old *cloud.Volume, spec *api.CreateVolumeRequest) error {
 	d.String("name", old.Name, spec.Name)
 	Value(&d, "size_gib", old.SizeGiB, spec.SizeGiB)
 	d.String("zone", old.Zone, spec.Zone)
+	d.String("kind", string(old.Kind), string(spec.Kind))
 	d.Map("tags", old.Tags, spec.Tags)
 	return d.Err("volume", old.ID)
 }
@@ -172,7 +209,7 @@ func (s *Volumes) Attach(ctx context.Context, a Actor, id, instanceID string) (*
 			return err
 		}
 		out = v
-		if v.InstanceID == in.ID {
+		if v.InstanceID == in.ID || v.Shared() && slices.Contains(in.Volumes, v.ID) {
 			return nil
 		}
 		if in.TenantID != v.TenantID {
@@ -190,7 +227,9 @@ func (s *Volumes) Attach(ctx context.Context, a Actor, id, instanceID string) (*
 			return Field("instance_id", "instance %s has %d volumes, the limit", in.ID, maxVolumes)
 		}
 		now := s.now()
-		v.InstanceID = in.ID
+		if !v.Shared() {
+			v.InstanceID = in.ID
+		}
 		if !slices.Contains(in.Volumes, v.ID) {
 			in.Volumes = append(in.Volumes, v.ID)
 		}
@@ -242,6 +281,9 @@ func (s *Volumes) Detach(ctx context.Context, a Actor, id string) (*cloud.Volume
 			return err
 		}
 		out = v
+		if v.Shared() {
+			return s.detachShared(ctx, tx, a, v)
+		}
 		if v.InstanceID == "" {
 			return nil
 		}
@@ -294,6 +336,19 @@ func (s *Volumes) Delete(ctx context.Context, a Actor, id string) (*cloud.Volume
 		if v.DeletedAt != nil {
 			return nil
 		}
+		if v.Shared() {
+			holders, err := sharedHolders(ctx, tx, v)
+			if err != nil {
+				return err
+			}
+			if len(holders) > 0 {
+				in := holders[0]
+				return &cloud.Error{Code: cloud.Conflict,
+					Message: "volume " + v.ID + " is attached to instance " + in.ID + " (" + string(in.State) + ") and " +
+						fmt.Sprint(len(holders)-1) + " more; detach it first",
+					Details: map[string]any{"instance_id": in.ID}}
+			}
+		}
 		if v.InstanceID != "" {
 			in, err := tx.GetInstance(ctx, v.InstanceID)
 			switch {
@@ -327,4 +382,42 @@ func (s *Volumes) Delete(ctx context.Context, a Actor, id string) (*cloud.Volume
 			Actor: a.ID, Reason: "volume " + v.ID + " deleted"})
 	})
 	return out, err
+}
+
+// sharedHolders lists the instances of v's tenant that are not terminated
+// and name shared volume v: its attachments (the volume names none).
+func sharedHolders(ctx context.Context, tx cloud.Tx, v *cloud.Volume) ([]*cloud.Instance, error) {
+	ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: v.TenantID, States: LiveStates})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ins, func(in *cloud.Instance) bool { return !slices.Contains(in.Volumes, v.ID) }), nil
+}
+
+// detachShared detaches shared volume v from every instance that has it
+// (a detach names no instance): all of them must be changeable now (see
+// mutableVolumes), or none changes.
+func (s *Volumes) detachShared(ctx context.Context, tx cloud.Tx, a Actor, v *cloud.Volume) error {
+	holders, err := sharedHolders(ctx, tx, v)
+	if err != nil {
+		return err
+	}
+	for _, in := range holders {
+		if err := mutableVolumes(in); err != nil {
+			return err
+		}
+	}
+	now := s.now()
+	for _, in := range holders {
+		in.Volumes = slices.DeleteFunc(in.Volumes, func(id string) bool { return id == v.ID })
+		in.UpdatedAt = now
+		if err := tx.UpdateInstance(ctx, in); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDetached, TenantID: v.TenantID,
+			InstanceID: in.ID, Actor: a.ID, Reason: "volume " + v.ID + " detached"}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

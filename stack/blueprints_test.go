@@ -64,7 +64,7 @@ func TestBlueprintLLMFinetune(t *testing.T) {
 		}
 	}
 	w, err := b.Resolve("workers[2]", attrs)
-	if err != nil || w["name"] != "llm-worker-2" || w["volumes"] != nil || w["env"].(map[string]any)["MASTER_ADDR"] != "head.private_address" {
+	if err != nil || w["name"] != "llm-worker-2" || w["volumes"] != "checkpoints.shared_ids" || w["env"].(map[string]any)["MASTER_ADDR"] != "head.private_address" {
 		t.Errorf("workers[2] = %v, %v", w, err)
 	}
 	if one := bindSrc(t, string(src), map[string]string{"nodes": "1"}); one.Count("workers") != 0 {
@@ -114,6 +114,15 @@ func TestBlueprintLLMFinetune(t *testing.T) {
 	}
 	if _, err := mustParse(t, string(src)).Bind(map[string]string{"network": "Not_A_Label"}); err == nil {
 		t.Error("network accepts a name that is not a DNS label")
+	}
+	for kind, params := range map[string]map[string]string{"block": nil, "shared": {"checkpoint_kind": "shared"}} {
+		ck, err := bindSrc(t, string(src), params).Resolve("checkpoints", attrs)
+		if err != nil || ck["kind"] != kind {
+			t.Errorf("checkpoints with %v: %v, %v; want kind %s", params, ck, err, kind)
+		}
+	}
+	if _, err := mustParse(t, string(src)).Bind(map[string]string{"checkpoint_kind": "tape"}); err == nil {
+		t.Error("checkpoint_kind accepts tape")
 	}
 }
 

@@ -52,9 +52,12 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 // owner attribute is the copy's own mark on the rule). Callers must not
 // modify it.
 var Types = map[string]TypeInfo{
-	TypeInstance:       {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
-	TypeSpotRequest:    {Attributes: []string{"id", "name", "instance_id"}},
-	TypeVolume:         {Attributes: []string{"id", "name", "zone", "size_gib"}},
+	TypeInstance:    {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
+	TypeSpotRequest: {Attributes: []string{"id", "name", "instance_id"}},
+	// A volume's shared_ids is [id] for a shared volume and [] for a
+	// block one: what the other nodes of a stack list in their volumes,
+	// so that they mount it exactly when they can.
+	TypeVolume:         {Attributes: []string{"id", "name", "zone", "size_gib", "kind", "shared_ids"}},
 	TypeAddress:        {Attributes: []string{"id", "address"}},
 	TypeGroup:          {Attributes: []string{"id", "name"}, Mutable: []string{"min", "max", "desired", "template", "policies", "mixed", "timing", "budget_per_hour", "idle_release"}},
 	TypePlacementGroup: {Attributes: []string{"id", "name", "strategy"}},

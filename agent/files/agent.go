@@ -10,7 +10,7 @@ import (
 // them (nil when the runtime does not).
 func ForAgent(cfg agent.Config) *Handler {
 	rt, _ := cfg.Runtime.(InstanceRoots)
-	return &Handler{VolumeDir: func(id string) (string, error) { return agent.VolumeRoot(cfg, id) }, Runtime: rt, Log: cfg.Log}
+	return &Handler{VolumeDir: func(id string, shared bool) (string, error) { return agent.VolumeRoot(cfg, id, shared) }, Runtime: rt, Log: cfg.Log}
 }
 
 // Sessions is cfg's session handlers with this one added for files.

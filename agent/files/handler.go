@@ -31,7 +31,7 @@ type InstanceRoots interface {
 type Handler struct {
 	// VolumeDir is the directory holding a volume's files now
 	// (agent.VolumeRoot), or why there is none.
-	VolumeDir func(id string) (string, error)
+	VolumeDir func(id string, shared bool) (string, error)
 	// Runtime roots instances' files; nil: instances cp is refused.
 	Runtime InstanceRoots
 	Log     *slog.Logger
@@ -77,7 +77,7 @@ func (h *Handler) open(t agentapi.FilesTarget) (*Root, error) {
 		if err := runtime.ValidateID(t.VolumeID); err != nil || h.VolumeDir == nil {
 			return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: fmt.Sprintf("bad volume id %q", t.VolumeID)}
 		}
-		dir, err := h.VolumeDir(t.VolumeID)
+		dir, err := h.VolumeDir(t.VolumeID, t.Shared)
 		if err != nil {
 			return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
 		}

@@ -86,7 +86,7 @@ func New(stderr io.Writer) *cobra.Command {
 type flags struct {
 	joinToken, joinTokenFile, credFile, driver, simHost, dir   string
 	catalog                                                    string
-	volumeDir, logLevel                                        string
+	volumeDir, sharedVolumeDir, logLevel                       string
 	metricsListen, runtimeName, containerdSocket, defaultImage string
 	metricsTokenFile                                           string
 	mpsControl                                                 string
@@ -108,6 +108,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
 	f.StringVar(&fl.catalog, "catalog", "", "the operator catalog file the server was given (--driver nvml), so that GPU models it adds are recognized")
 	f.StringVar(&fl.dir, "data-dir", filepath.Join(cmdutil.DataDir(), "agent"), "volumes, work directories and workload logs")
+	f.StringVar(&fl.sharedVolumeDir, "shared-volume-dir", "", "keep shared volumes here (DIR/<id>): a filesystem the operator mounts at this same path on every host (NFS, CephFS, Lustre); on XFS mounted with prjquota each volume's size is enforced with a project quota, elsewhere by the filer's own quotas only")
 	f.StringVar(&fl.volumeDir, "volume-dir", "", "keep volumes here (VOLUME-DIR/<id>) rather than in the data directory: a filesystem every host mounts lets volumes follow instances across hosts (spot relaunches find their checkpoints)")
 	f.BoolVar(&fl.manageMIG, "manage-mig", false, "let the agent change MIG modes and instances on real GPUs")
 	f.DurationVar(&fl.interval, "interval", agent.DefaultInterval, "poll and heartbeat period")
@@ -191,7 +192,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	md := metadata.New()
 	defer md.Close()
 	agentCfg := agent.Config{
-		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
+		Driver: h.drv, Runtime: rt, Metadata: md, DataDir: fl.dir, VolumeDir: fl.volumeDir, SharedVolumeDir: fl.sharedVolumeDir, Interval: fl.interval, ManageMIG: h.manageMIG, Log: log,
 		MetricsInterval: fl.metricsInterval, Underlay: ovCfg.Underlay, UnderlayMTU: ovCfg.UnderlayMTU, HCAs: h.hcas,
 		Sessions: SessionHandlers(fl.dir, rt, log),
 	}

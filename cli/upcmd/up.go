@@ -59,6 +59,12 @@ type hostAgent struct {
 // under volumeDir, so that a volume follows its instance from host to host
 // as on a cloud's network storage.
 func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime, ul hostUnderlay) (*hostAgent, error) {
+	// The agent never makes its shared volume directory (a missing one is
+	// an operator's filesystem not mounted: writing to the local disk
+	// instead would share nothing); up makes its own.
+	if err := os.MkdirAll(sharedVolumeDir(volumeDir), 0o755); err != nil {
+		return nil, err
+	}
 	hc, secret, err := agentcmd.JoinClient(ctx, url, joinToken, dir)
 	if err != nil {
 		return nil, err
@@ -96,7 +102,10 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 	h := &hostAgent{id: joined.HostID, rt: rt, md: metadata.New(), drv: drv, gpu: len(inv.Host.GPUs)}
 	acfg := agent.Config{
 		Driver: drv, Runtime: h.rt, Metadata: h.md, DataDir: dir, VolumeDir: volumeDir, VolumeImages: isContainers(rt),
-		Interval: interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
+		// The simulated hosts share this machine's disk, which is a
+		// shared filesystem to them: shared volumes work on every one.
+		SharedVolumeDir: sharedVolumeDir(volumeDir),
+		Interval:        interval, ManageMIG: manageMIG, Log: log.With("host", joined.HostID),
 		Underlay: ul.addr, UnderlayMTU: ul.mtu, Sessions: agentcmd.SessionHandlers(dir, h.rt, log.With("host", joined.HostID)),
 	}
 	acfg.Sessions = files.Sessions(acfg)
@@ -613,4 +622,10 @@ func lockDown(dir string) error {
 		}
 	}
 	return nil
+}
+
+// sharedVolumeDir is where up's hosts keep shared volumes, beside the
+// volumes.
+func sharedVolumeDir(volumeDir string) string {
+	return filepath.Join(filepath.Dir(volumeDir), "shared-volumes")
 }

@@ -45,7 +45,7 @@ func TestUpAllReduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli("stacks", "apply", file, "--name", "ft", "--param", "image=docker.io/gpucloud/allreduce:1",
-		"--param", "network=ft", "--param", "checkpoint_gib=10", "--wait", "--timeout", "2m")
+		"--param", "network=ft", "--param", "checkpoint_gib=10", "--param", "checkpoint_kind=shared", "--wait", "--timeout", "2m")
 	var view struct {
 		Outputs struct {
 			HeadID      string   `json:"head_id"`
@@ -71,6 +71,11 @@ func TestUpAllReduce(t *testing.T) {
 		lm := line.FindStringSubmatch(logs)
 		if lm == nil || lm[1] != string(rune('0'+rank)) {
 			t.Fatalf("rank %d (%s): logs %q", rank, id, logs)
+		}
+		// The checkpoint volume is shared: each node, on its own host,
+		// sees the file the other left in it.
+		if !strings.Contains(logs, "holds ranks=0,1\n") {
+			t.Errorf("rank %d: the shared checkpoint volume does not hold both ranks' files: %q", rank, logs)
 		}
 		if rank == 1 && lm[2] != o.HeadAddress+":29500" {
 			t.Errorf("the worker's master is %s, want head_address %s:29500", lm[2], o.HeadAddress)

@@ -36,6 +36,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -68,10 +69,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Progress = func(format string, args ...any) {
 		fmt.Fprintf(stdout, "allreduce: rank=%d world=%d %s\n", cfg.Rank, cfg.World, fmt.Sprintf(format, args...))
 	}
+	vol, _, _ := strings.Cut(getenv("GPUCLOUD_VOLUMES"), ":")
+	if vol != "" {
+		// Each rank leaves a file in its first volume before the
+		// all-reduce, which no rank finishes before every rank began it:
+		// after it, a volume every node shares holds every rank's file.
+		_ = os.WriteFile(filepath.Join(vol, fmt.Sprintf("rank-%d", cfg.Rank)), nil, 0o644)
+	}
 	res, err := Run(ctx, cfg, master)
 	if err != nil {
 		fmt.Fprintf(stdout, "allreduce: rank=%d world=%d FAIL: %v\n", cfg.Rank, cfg.World, err)
 		return 1
+	}
+	if vol != "" {
+		var ranks []string
+		if es, err := os.ReadDir(vol); err == nil {
+			for _, e := range es {
+				if r, ok := strings.CutPrefix(e.Name(), "rank-"); ok {
+					ranks = append(ranks, r)
+				}
+			}
+		}
+		fmt.Fprintf(stdout, "allreduce: rank=%d volume %s holds ranks=%s\n", cfg.Rank, vol, strings.Join(ranks, ","))
 	}
 	fmt.Fprintf(stdout, "allreduce: rank=%d world=%d master=%s bytes=%d iters=%d time=%v algbw=%.2f GB/s busbw=%.2f GB/s ok\n",
 		cfg.Rank, cfg.World, cfg.Master, cfg.Bytes, cfg.Iters, res.PerIter.Round(time.Microsecond), res.AlgBW, res.BusBW)

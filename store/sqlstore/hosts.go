@@ -99,12 +99,12 @@ func (t *tx) Heartbeat(ctx context.Context, id string, at time.Time) error {
 	return nil
 }
 
-const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key, tags"
+const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key, tags, kind"
 
 func scanVolume(sc scanner) (*cloud.Volume, error) {
 	var v cloud.Volume
 	err := sc.Scan(&v.ID, &v.TenantID, &v.Name, &v.SizeGiB, &v.Zone, strCol{&v.InstanceID},
-		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt}, &v.IdempotencyKey, jsonCol{&v.Tags})
+		timeCol{&v.CreatedAt}, nullTimeCol{&v.DeletedAt}, &v.IdempotencyKey, jsonCol{&v.Tags}, &v.Kind)
 	return &v, err
 }
 
@@ -136,11 +136,20 @@ func (t *tx) CreateVolume(ctx context.Context, v *cloud.Volume) error {
 	if err != nil {
 		return err
 	}
+	if v.Kind == "" {
+		v.Kind = cloud.VolumeBlock
+	}
+	if v.Kind != cloud.VolumeBlock && v.Kind != cloud.VolumeShared {
+		return invalidf("volume %s has unknown kind %q", v.ID, v.Kind)
+	}
+	if v.Kind == cloud.VolumeShared && v.InstanceID != "" {
+		return invalidf("shared volume %s names instance %s: its attachments are the instances' volume lists", v.ID, v.InstanceID)
+	}
 	d := &t.s.d
 	n, err := t.execN(ctx, "create volume "+v.ID,
-		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO volumes ("+volumeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		v.ID, v.TenantID, v.Name, v.SizeGiB, v.Zone, nullStr(v.InstanceID),
-		d.timeArg(created), d.nullTimeArg(deleted), v.IdempotencyKey, tags)
+		d.timeArg(created), d.nullTimeArg(deleted), v.IdempotencyKey, tags, string(v.Kind))
 	if err != nil {
 		return err
 	}
@@ -193,7 +202,7 @@ func (t *tx) ListVolumes(ctx context.Context, tenantID string) ([]*cloud.Volume,
 }
 
 // UpdateVolume writes Name, SizeGiB, Zone, InstanceID and DeletedAt; ID,
-// TenantID and CreatedAt are fixed at creation. Volumes carry no version:
+// TenantID, Kind and CreatedAt are fixed at creation. Volumes carry no version:
 // callers that attach one serialize through the instance's version.
 //
 // It appends the volume's usage entries: an Off at DeletedAt when the
@@ -206,6 +215,9 @@ func (t *tx) UpdateVolume(ctx context.Context, v *cloud.Volume) error {
 	old, err := t.GetVolume(ctx, v.ID)
 	if err != nil {
 		return err
+	}
+	if old.Kind == cloud.VolumeShared && v.InstanceID != "" {
+		return invalidf("shared volume %s names instance %s: its attachments are the instances' volume lists", v.ID, v.InstanceID)
 	}
 	if v.InstanceID != "" {
 		if err := t.mustExist(ctx, "instances", "instance", v.InstanceID); err != nil {

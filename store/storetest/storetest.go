@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"AppendEvents", testAppendEvents},
 		{"Logs", testLogs},
 		{"Volumes", testVolumes},
+		{"SharedVolumes", testSharedVolumes},
 		{"Events", testEvents},
 		{"ListEvents", testListEvents},
 		{"EventFilter", testEventFilter},
