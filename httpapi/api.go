@@ -92,6 +92,8 @@ type handlers struct {
 	requireAgentCert bool
 	// hub is Options.Relay.
 	hub *relay.Hub
+	// ports proxies the published HTTP ports (ports.go).
+	ports *portsProxy
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -194,6 +196,13 @@ var routeTable = []route{
 	{"GET", "/v1/instances/{id}/logs", authed, (*handlers).instanceLogs},
 	{"GET", "/v1/instances/{id}/exec", authed, (*handlers).exec},
 	{"GET", "/v1/instances/{id}/port-forward", authed, (*handlers).portForward},
+	// Published HTTP ports (ports.go): every method portMethods lists.
+	{"GET", portsPath, authed, (*handlers).openPort},
+	{"POST", portsPath, authed, (*handlers).openPort},
+	{"PUT", portsPath, authed, (*handlers).openPort},
+	{"PATCH", portsPath, authed, (*handlers).openPort},
+	{"DELETE", portsPath, authed, (*handlers).openPort},
+	{"OPTIONS", portsPath, authed, (*handlers).openPort},
 
 	{"GET", "/v1/prices", authed, (*handlers).listPrices},
 	{"POST", "/v1/prices", adminOnly, (*handlers).setPrice},
@@ -266,6 +275,7 @@ func New(svc *service.Services, opts Options) http.Handler {
 	if s.hub == nil {
 		s.hub = relay.NewHub()
 	}
+	s.ports = newPortsProxy(s)
 	if opts.Limiter != nil {
 		s.limits = opts.Limiter.l
 	} else {
