@@ -17,6 +17,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controlplane"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -32,7 +33,7 @@ func TestPublishedPorts(t *testing.T) {
 // instances share the host's loopback, so a listener there is inside the
 // instance, as in TestAccess's port-forward. It answers what it was sent
 // as JSON, and echoes a WebSocket on /ws.
-func workloadHTTP(t *testing.T) int {
+func workloadHTTP(t *testing.T) (int, *http.Server) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +64,11 @@ func workloadHTTP(t *testing.T) int {
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, srv
 }
+
+// portsSessionLimit is the test server's --session-limit.
+const portsSessionLimit = 6
 
 type echoed struct {
 	Method string      `json:"method"`
@@ -75,11 +79,12 @@ type echoed struct {
 
 func testPublishedPorts(t *testing.T, db string) {
 	spec := sim.Spec{ID: "sim-ports", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
-	c := startCluster(t, db, spec)
+	// A small session limit, so that the proxy's refusal past it is seen.
+	c := startClusterWith(t, db, func(cfg *controlplane.Config) { cfg.SessionLimit = portsSessionLimit }, spec)
 	ctx := t.Context()
 	_, alice, aliceTok := c.member("acme", "alice")
 	_, _, malloryTok := c.member("globex", "mallory")
-	port := workloadHTTP(t)
+	port, workload := workloadHTTP(t)
 	in, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
 		Publish: []int{port}}, "")
 	if err != nil {
@@ -229,6 +234,34 @@ func testPublishedPorts(t *testing.T, db string) {
 		})
 	})
 
+	t.Run("session limit", func(t *testing.T) {
+		// Held WebSockets are connections, each a session: past the
+		// limit, the proxy answers the sessions' quota_exceeded as JSON.
+		wsURL := "wss" + strings.TrimPrefix(base, "https") + "ws"
+		var refused *http.Response
+		for i := 0; i <= portsSessionLimit && refused == nil; i++ {
+			ws, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: c.hc,
+				HTTPHeader: http.Header{"Authorization": {"Bearer " + aliceTok}}})
+			if err != nil {
+				if resp == nil {
+					t.Fatalf("WebSocket %d: %v", i, err)
+				}
+				refused = resp
+				break
+			}
+			defer ws.CloseNow()
+		}
+		if refused == nil {
+			t.Fatalf("%d WebSockets held, none refused; the limit is %d", portsSessionLimit+1, portsSessionLimit)
+		}
+		// (A plain request may still pass here, over an idle pooled
+		// connection: that is no new session.)
+		b, _ := io.ReadAll(refused.Body)
+		if refused.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"quota_exceeded"`) {
+			t.Errorf("a WebSocket past the limit: %d %s", refused.StatusCode, b)
+		}
+	})
+
 	t.Run("stopped instance", func(t *testing.T) {
 		if _, err := alice.StopInstance(ctx, in.ID, 0); err != nil {
 			t.Fatal(err)
@@ -245,5 +278,26 @@ func testPublishedPorts(t *testing.T, db string) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// The workload's end closes its connections (this one lives in
+		// the test, not in the instance, so it is closed here), and so
+		// every proxied session ends, pooled ones included (and nothing
+		// still writes when the test's database goes).
+		workload.Close()
+		c.until("every proxied session ended", func() (bool, string) {
+			page, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
+			if err != nil {
+				return false, err.Error()
+			}
+			open := 0
+			for _, e := range page.Events {
+				switch e.Kind {
+				case cloud.EventSessionStarted:
+					open++
+				case cloud.EventSessionEnded:
+					open--
+				}
+			}
+			return open == 0, fmt.Sprintf("%d sessions open", open)
+		})
 	})
 }
