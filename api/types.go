@@ -113,6 +113,10 @@ type CreateInstanceRequest struct {
 	// detached now.
 	Volumes []string          `json:"volumes,omitempty"`
 	Tags    map[string]string `json:"tags,omitempty"`
+	// Publish lists TCP ports inside the instance (1 to 65535, at most 8,
+	// each once) that its tenant opens as HTTP through the server at
+	// /v1/instances/{id}/ports/{port}/ (docs/ACCESS.md).
+	Publish []int `json:"publish,omitempty"`
 }
 
 // InstanceList answers GET /v1/instances. Next, when not empty, is the

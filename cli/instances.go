@@ -37,7 +37,7 @@ func newInstancesCommand(s *session) *cobra.Command {
 		newInstancesCreateCommand(s), newInstancesListCommand(s), newInstancesDescribeCommand(s),
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
 		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
-		newInstancesExecCommand(s), newInstancesPortForwardCommand(s),
+		newInstancesExecCommand(s), newInstancesPortForwardCommand(s), newInstancesOpenCommand(s),
 		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s), newCopyCommand(s, "instances", "i-", "instance"))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
@@ -167,6 +167,7 @@ func (f *instanceCreateFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
 	fs.StringVar(&f.req.Subnet, "subnet", "", "the ID of a subnet to put it in (default: the tenant's default subnet, any zone)")
 	fs.StringArrayVar(&f.req.SecurityGroups, "security-group", nil, "the ID of a security group of the subnet's network (repeatable, 1 to 5; default: the network's default group)")
+	fs.IntSliceVar(&f.req.Publish, "publish", nil, "a TCP port inside the instance to open as HTTP through the server (repeatable, at most 8; gpucloud instances open ID PORT)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
 	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
@@ -407,7 +408,7 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 					Events []*cloud.Event `json:"events"`
 				}{in, evs})
 			}
-			return describeInstance(cmd.OutOrStdout(), in, evs, c.publicAddress(ctx, in))
+			return describeInstance(cmd.OutOrStdout(), in, evs, c.publicAddress(ctx, in), c.portURLs(in))
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
@@ -433,7 +434,7 @@ func (c *conn) publicAddress(ctx context.Context, in *cloud.Instance) string {
 
 // describeInstance writes the detail view of an instance, with the public
 // address associated with it (public; "" for none).
-func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event, public string) error {
+func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event, public string, ports []string) error {
 	var rows fieldRows
 	add := rows.add
 	add("ID", in.ID)
@@ -484,6 +485,7 @@ func describeInstance(w io.Writer, in *cloud.Instance, evs []*cloud.Event, publi
 	add("Security groups", dash(strings.Join(in.SecurityGroupIDs, ", ")))
 	add("Private address", dash(in.PrivateAddress))
 	add("Public address", dash(public))
+	add("Published ports", dash(strings.Join(ports, ", ")))
 	add("Host", dash(in.HostID))
 	if p := in.Placement; p != nil {
 		add("Allocation", allocationSummary(p))

@@ -7,12 +7,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/stream"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -226,5 +229,54 @@ func pipeBoth(ctx context.Context, a, b net.Conn) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// portURLs are the addresses of the instance's published ports.
+func (c *conn) portURLs(in *cloud.Instance) []string {
+	urls := make([]string, len(in.Publish))
+	for i, p := range in.Publish {
+		urls[i] = c.PortURL(in.ID, p)
+	}
+	return urls
+}
+
+func newInstancesOpenCommand(s *session) *cobra.Command {
+	return &cobra.Command{
+		Use:   "open ID PORT",
+		Short: "Print the URL of an instance's published HTTP port",
+		Long: "Print the address at which the server proxies HTTP to PORT inside the instance\n" +
+			"(a port published at create: gpucloud instances create --publish PORT), and a\n" +
+			"curl line that sends the token. Requests need the token as a bearer token;\n" +
+			"the server removes it before the request reaches the instance. For Jupyter,\n" +
+			"start it with --ServerApp.base_url set to the URL's path (docs/ACCESS.md).",
+		Example: "  gpucloud instances open i-0123456789abcdef 8888",
+		Args:    exactArgs(2, "an instance ID and a published port"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := strconv.Atoi(args[1])
+			if err != nil || port < 1 || port > 65535 {
+				return cmdutil.Usagef(cmd, "%q: want a TCP port from 1 to 65535", args[1])
+			}
+			c, err := s.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			in, err := c.GetInstance(ctx, args[0])
+			if err != nil {
+				return c.explain(err)
+			}
+			if !slices.Contains(in.Publish, port) {
+				return fmt.Errorf("instance %s does not publish port %d (published: %v); publish ports at create with --publish", in.ID, port, in.Publish)
+			}
+			u := c.PortURL(in.ID, port)
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w, u)
+			// The token itself is not printed: the line names the variable.
+			fmt.Fprintf(w, "curl -H \"Authorization: Bearer $%s\" %s\n", cliconfig.EnvToken, u)
+			return nil
+		},
+		ValidArgsFunction: s.completeInstances(false),
 	}
 }

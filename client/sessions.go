@@ -140,3 +140,11 @@ func (c *chunkedConn) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// PortURL is the address at which the server proxies HTTP to the
+// published port of instance id (docs/ACCESS.md, "Published HTTP ports"),
+// with its trailing slash; requests to it carry the client's bearer token
+// (Authorization: Bearer ...).
+func (c *Client) PortURL(id string, port int) string {
+	return c.r.URL(rest.PathOf("instances", id, "ports", strconv.Itoa(port)) + "/")
+}

@@ -187,6 +187,11 @@ type Instance struct {
 	NetworkID        string   `json:"network_id,omitempty"`
 	SubnetID         string   `json:"subnet_id,omitempty"`
 	SecurityGroupIDs []string `json:"security_groups,omitempty"`
+	// Publish lists the TCP ports inside the instance that its tenant
+	// may open as HTTP through the server, at
+	// /v1/instances/{id}/ports/{port}/ (docs/ACCESS.md, "Published HTTP
+	// ports"). Fixed at create.
+	Publish []int `json:"publish,omitempty"`
 	// PrivateAddress is the instance's address in its subnet, given at
 	// create and kept across stop and start until it terminates (kept on
 	// the record after that, as Zone is, but no longer held: another

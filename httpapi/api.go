@@ -92,6 +92,8 @@ type handlers struct {
 	requireAgentCert bool
 	// hub is Options.Relay.
 	hub *relay.Hub
+	// ports proxies the published HTTP ports (ports.go).
+	ports *portsProxy
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -197,6 +199,13 @@ var routeTable = []route{
 	{"GET", "/v1/instances/{id}/ssh", authed, (*handlers).instanceSSH},
 	{"GET", "/v1/instances/{id}/files", authed, (*handlers).instanceFiles},
 	{"GET", "/v1/volumes/{id}/files", authed, (*handlers).volumeFiles},
+	// Published HTTP ports (ports.go): every method portMethods lists.
+	{"GET", portsPath, authed, (*handlers).openPort},
+	{"POST", portsPath, authed, (*handlers).openPort},
+	{"PUT", portsPath, authed, (*handlers).openPort},
+	{"PATCH", portsPath, authed, (*handlers).openPort},
+	{"DELETE", portsPath, authed, (*handlers).openPort},
+	{"OPTIONS", portsPath, authed, (*handlers).openPort},
 
 	{"GET", "/v1/prices", authed, (*handlers).listPrices},
 	{"POST", "/v1/prices", adminOnly, (*handlers).setPrice},
@@ -269,6 +278,7 @@ func New(svc *service.Services, opts Options) http.Handler {
 	if s.hub == nil {
 		s.hub = relay.NewHub()
 	}
+	s.ports = newPortsProxy(s)
 	if opts.Limiter != nil {
 		s.limits = opts.Limiter.l
 	} else {

@@ -67,7 +67,31 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *api.CreateInstanceRequest) (*
 	if err := checkNetworkSpec(spec); err != nil {
 		return nil, err
 	}
+	if err := CheckPublish(spec.Publish); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// MaxPublish is how many ports one instance may publish.
+const MaxPublish = 8
+
+// CheckPublish validates an instance's published ports: 1 to 65535, each
+// once, at most MaxPublish.
+func CheckPublish(ports []int) error {
+	if len(ports) > MaxPublish {
+		return Field("publish", "%d ports; an instance publishes at most %d", len(ports), MaxPublish)
+	}
+	for i, p := range ports {
+		field := fmt.Sprintf("publish[%d]", i)
+		if p < 1 || p > 65535 {
+			return Field(field, "%d is not a TCP port (1 to 65535)", p)
+		}
+		if slices.Contains(ports[:i], p) {
+			return Field(field, "port %d is published twice", p)
+		}
+	}
+	return nil
 }
 
 // CheckWorkload validates what an instance runs: its command, environment,
@@ -295,7 +319,7 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *ap
 	in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
 		IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
 		Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: s.now(),
-		SubnetID: spec.Subnet, SecurityGroupIDs: slices.Clone(spec.SecurityGroups)}
+		SubnetID: spec.Subnet, SecurityGroupIDs: slices.Clone(spec.SecurityGroups), Publish: slices.Clone(spec.Publish)}
 	if err := CreateInstance(ctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
 		return nil, false, err
 	}
@@ -370,6 +394,9 @@ func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *api.CreateInst
 	d.Strings("volumes", old.Volumes, spec.Volumes)
 	d.Map("tags", old.Tags, spec.Tags)
 	d.String("placement_group", old.PlacementGroupID, spec.PlacementGroup)
+	if !slices.Equal(old.Publish, spec.Publish) {
+		d.Add("publish", render(old.Publish), render(spec.Publish))
+	}
 	// A create without a subnet or groups got the defaults.
 	if spec.Subnet != "" {
 		d.String("subnet", old.SubnetID, spec.Subnet)

@@ -69,7 +69,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 		w.volume(t, "tn-acme", "v-2", "zone-a")
 		base := api.CreateInstanceRequest{Name: "train", Offering: "h100.1x", Image: "ghcr.io/acme/train:1", Zones: []string{"zone-a"},
 			Labels: []string{"driver>=550"}, Command: []string{"python", "train.py"}, Env: map[string]string{"EPOCHS": "3"},
-			Volumes: []string{"v-1"}, Tags: map[string]string{"team": "nlp"}}
+			Volumes: []string{"v-1"}, Tags: map[string]string{"team": "nlp"}, Publish: []int{8888}}
 		cases := []struct {
 			field  string
 			change func(*api.CreateInstanceRequest)
@@ -83,6 +83,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 			{"env", func(s *api.CreateInstanceRequest) { s.Env = map[string]string{"EPOCHS": "4"} }},
 			{"volumes", func(s *api.CreateInstanceRequest) { s.Volumes = []string{"v-2"} }},
 			{"tags", func(s *api.CreateInstanceRequest) { s.Tags = nil }},
+			{"publish", func(s *api.CreateInstanceRequest) { s.Publish = []int{8888, 6006} }},
 		}
 		first, created, err := w.svc.Instances.Create(ctx, w.acme, clone(base), "key-1")
 		if err != nil || !created {
@@ -121,6 +122,7 @@ func TestCreateInstanceKeyConflicts(t *testing.T) {
 
 func clone(s api.CreateInstanceRequest) api.CreateInstanceRequest {
 	s.Zones, s.Labels, s.Command, s.Volumes = slices.Clone(s.Zones), slices.Clone(s.Labels), slices.Clone(s.Command), slices.Clone(s.Volumes)
+	s.Publish = slices.Clone(s.Publish)
 	return s
 }
 
@@ -149,6 +151,11 @@ func TestCreateInstanceRules(t *testing.T) {
 			{"NUL in command", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Command: []string{"a\x00b"}}, cloud.Invalid},
 			{"bad image", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Image: "ghcr.io/acme/Train"}, cloud.Invalid},
 			{"image", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Image: "ghcr.io/acme/train:1"}, ""},
+			{"published ports", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Publish: []int{8888, 6006, 65535, 1}}, ""},
+			{"port 0", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Publish: []int{0}}, cloud.Invalid},
+			{"port over 65535", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Publish: []int{65536}}, cloud.Invalid},
+			{"a port twice", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Publish: []int{8888, 8888}}, cloud.Invalid},
+			{"nine ports", w.acme, api.CreateInstanceRequest{Offering: "h100.1x", Publish: []int{1, 2, 3, 4, 5, 6, 7, 8, 9}}, cloud.Invalid},
 		}
 		for _, c := range cases {
 			before := w.rows(t)

@@ -53,10 +53,8 @@ func (s *Sessions) Start(ctx context.Context, a Actor, instanceID, kind, summary
 		if err != nil {
 			return err
 		}
-		if in.State != cloud.Running || in.HostID == "" {
-			return &cloud.Error{Code: cloud.Conflict,
-				Message: fmt.Sprintf("instance %s is %s; a %s session needs a running instance", in.ID, in.State, kind),
-				Details: map[string]any{"id": in.ID, "state": string(in.State)}}
+		if err := sessionTarget(in, kind); err != nil {
+			return err
 		}
 		limit := s.opts.SessionLimit
 		if limit <= 0 {
@@ -90,6 +88,40 @@ func (s *Sessions) Start(ctx context.Context, a Actor, instanceID, kind, summary
 		return nil, err
 	}
 	return out, nil
+}
+
+// sessionTarget refuses an instance that a session of kind cannot reach:
+// one not running on a host.
+func sessionTarget(in *cloud.Instance, kind string) error {
+	if in.State != cloud.Running || in.HostID == "" {
+		return &cloud.Error{Code: cloud.Conflict,
+			Message: fmt.Sprintf("instance %s is %s; a %s session needs a running instance", in.ID, in.State, kind),
+			Details: map[string]any{"id": in.ID, "state": string(in.State)}}
+	}
+	return nil
+}
+
+// Reachable answers instance instanceID when actor a could open a session
+// of kind into it now, with Start's answers otherwise (not_found for
+// another tenant's, conflict for one not running), and records nothing.
+// The HTTP proxy of published ports asks it for every request, since its
+// sessions (one per TCP connection to the workload) outlive requests.
+func (s *Sessions) Reachable(ctx context.Context, a Actor, instanceID, kind string) (*cloud.Instance, error) {
+	if a.ID == "" || a.Role != cloud.RoleAdmin && a.Role != cloud.RoleMember {
+		return nil, cloud.Errorf(cloud.PermissionDenied, "sessions are opened by users")
+	}
+	var in *cloud.Instance
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		if in, err = Visible(ctx, a, "instance", instanceID, tx.GetInstance); err != nil {
+			return err
+		}
+		return sessionTarget(in, kind)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // End closes session id with its exit code (nil when none came back) and

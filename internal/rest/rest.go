@@ -239,3 +239,6 @@ func NilOnErr[T any](v *T, err error) (*T, error) {
 	}
 	return v, nil
 }
+
+// URL is the absolute address of path (with query) on the client's server.
+func (c *Client) URL(path string) string { return c.base + path }

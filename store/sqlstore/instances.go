@@ -12,7 +12,7 @@ import (
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
 	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address, " +
-	"network_id, subnet_id, security_groups"
+	"network_id, subnet_id, security_groups, publish"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -21,7 +21,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
-		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs})
+		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs}, jsonCol{&in.Publish})
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -35,7 +35,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 // microseconds, in copies: the caller's may be shared).
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
-	securityGroups                             string
+	securityGroups, publish                    string
 	placement, interruption, scaleIn           any
 	market                                     cloud.Market
 	intr                                       *cloud.Interruption
@@ -60,6 +60,7 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 		{"command", &d.command, in.Command}, {"env", &d.env, in.Env},
 		{"volumes", &d.volumes, in.Volumes}, {"tags", &d.tags, in.Tags},
 		{"security groups", &d.securityGroups, in.SecurityGroupIDs},
+		{"published ports", &d.publish, in.Publish},
 	} {
 		if *f.dst, err = jsonArg("instance "+in.ID+" "+f.name, f.v); err != nil {
 			return nil, err
@@ -139,12 +140,12 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 	d := &t.s.d
 	n, err := t.execN(ctx, "create instance "+in.ID,
 		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
-			" ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+			" ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
 		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 		d.timeArg(created), d.timeArg(updated),
 		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups)
+		in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish)
 	if err != nil {
 		return err
 	}
@@ -285,7 +286,7 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 
 // UpdateInstance writes every field except the ones fixed at creation: ID,
 // TenantID (moving an instance between tenants would bypass quotas and
-// billing), IdempotencyKey and CreatedAt.
+// billing), IdempotencyKey, CreatedAt and Publish (the published ports).
 func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	doc, err := encodeInstance(in)
 	if err != nil {

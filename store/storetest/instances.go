@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func testInstances(t *testing.T, s cloud.Store) {
 		{"empty slices and maps stay empty, not nil", &cloud.Instance{
 			ID: "i-empty", TenantID: "t-1", Offering: "l4", State: cloud.Pending,
 			Zones: []string{}, Labels: []string{}, Command: []string{}, Env: map[string]string{},
-			Volumes: []string{}, Tags: map[string]string{},
+			Volumes: []string{}, Tags: map[string]string{}, Publish: []int{},
 			Placement: &fleet.Placement{ID: "i-empty", HostID: "h-1", Metal: true}}},
 		{"a version given to create is ignored", &cloud.Instance{
 			ID: "i-v", TenantID: "t-1", State: cloud.Pending, Version: 41}},
@@ -148,7 +149,7 @@ func testUpdateInstance(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	inTx(t, s, func(tx cloud.Tx) error {
 		return tx.CreateInstance(ctx, &cloud.Instance{ID: "i-1", TenantID: "t-1", Offering: "h100x2",
-			State: cloud.Pending, IdempotencyKey: "k", CreatedAt: t0, UpdatedAt: t0})
+			State: cloud.Pending, IdempotencyKey: "k", CreatedAt: t0, UpdatedAt: t0, Publish: []int{8888}})
 	})
 	get := func() *cloud.Instance {
 		return mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-1") })
@@ -210,12 +211,14 @@ func testUpdateInstance(t *testing.T, s cloud.Store) {
 	in := get()
 	want := *in
 	in.TenantID, in.IdempotencyKey, in.CreatedAt = "t-2", "other", t0.Add(time.Hour)
+	in.Publish = []int{1, 2}
 	if err := update(in); err != nil {
 		t.Fatalf("update of fixed fields: %v", err)
 	}
 	got := get()
-	if got.TenantID != want.TenantID || got.IdempotencyKey != want.IdempotencyKey || !got.CreatedAt.Equal(want.CreatedAt) {
-		t.Errorf("UpdateInstance changed fixed fields: tenant %s key %s created %v", got.TenantID, got.IdempotencyKey, got.CreatedAt)
+	if got.TenantID != want.TenantID || got.IdempotencyKey != want.IdempotencyKey || !got.CreatedAt.Equal(want.CreatedAt) ||
+		!slices.Equal(got.Publish, want.Publish) {
+		t.Errorf("UpdateInstance changed fixed fields: tenant %s key %s created %v publish %v", got.TenantID, got.IdempotencyKey, got.CreatedAt, got.Publish)
 	}
 
 	err := update(&cloud.Instance{ID: "i-404", TenantID: "t-1", Version: 1})
