@@ -30,11 +30,15 @@ import (
 const imageSuffix = ".img"
 
 // volumeBase is the directory of the host's volumes.
-func (a *Agent) volumeBase() string {
-	if a.cfg.VolumeDir != "" {
-		return a.cfg.VolumeDir
+func (a *Agent) volumeBase() string { return volumeBase(a.cfg) }
+
+// volumeBase is where an agent of cfg keeps its volumes: VolumeDir when
+// set, else DataDir/volumes.
+func volumeBase(cfg Config) string {
+	if cfg.VolumeDir != "" {
+		return cfg.VolumeDir
 	}
-	return filepath.Join(a.cfg.DataDir, "volumes")
+	return filepath.Join(cfg.DataDir, "volumes")
 }
 
 // volumePaths returns the directory and filesystem image of volume id.
@@ -322,12 +326,7 @@ func (a *Agent) deleteVolume(id string) error {
 // VolumePath is where an agent of cfg keeps volume id: under VolumeDir
 // when set, else under DataDir/volumes. The files handler (agent/files)
 // serves `volumes cp` there, through VolumeRoot.
-func VolumePath(cfg Config, id string) string {
-	if cfg.VolumeDir != "" {
-		return filepath.Join(cfg.VolumeDir, id)
-	}
-	return filepath.Join(cfg.DataDir, "volumes", id)
-}
+func VolumePath(cfg Config, id string) string { return filepath.Join(volumeBase(cfg), id) }
 
 // ErrVolumeNotMounted is VolumeRoot's answer for a volume kept in a
 // filesystem image that is not mounted now.

@@ -55,15 +55,7 @@ func TestUpExecContainers(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &in); err != nil {
 		t.Fatalf("instances create: %v\n%s", err, js)
 	}
-	want := regexp.MustCompile(`uid=(\d+)\n`)
-	var logs string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !want.MatchString(logs); time.Sleep(100 * time.Millisecond) {
-		logs = cli("instances", "logs", in.ID)
-	}
-	m := want.FindStringSubmatch(logs)
-	if m == nil {
-		t.Fatalf("no uid in the workload's output %q", logs)
-	}
+	m := workloadUID(t, cli, in.ID)
 	for _, c := range []struct {
 		name, stdin string
 		args        []string
@@ -115,4 +107,21 @@ func TestUpExecContainers(t *testing.T) {
 	if err, rest := wait(); err != nil {
 		t.Errorf("after SIGINT: %v, %q", err, rest)
 	}
+}
+
+// workloadUID waits (at most 20 s) for an instance's workload to print
+// "uid=N" and returns the match, N in [1]: the host uid its container
+// runs as.
+func workloadUID(t *testing.T, cli func(...string) string, id string) []string {
+	t.Helper()
+	want := regexp.MustCompile(`uid=(\d+)\n`)
+	var logs string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !want.MatchString(logs); time.Sleep(100 * time.Millisecond) {
+		logs = cli("instances", "logs", id)
+	}
+	m := want.FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no uid in the workload's output %q", logs)
+	}
+	return m
 }

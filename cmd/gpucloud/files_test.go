@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestUpCopyContainers: on `up` with containers, `volumes cp` and
@@ -37,15 +35,7 @@ func TestUpCopyContainers(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &in); err != nil {
 		t.Fatalf("instances create: %v\n%s", err, js)
 	}
-	want := regexp.MustCompile(`uid=(\d+)\n`)
-	var logs string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !want.MatchString(logs); time.Sleep(100 * time.Millisecond) {
-		logs = cli("instances", "logs", in.ID)
-	}
-	m := want.FindStringSubmatch(logs)
-	if m == nil {
-		t.Fatalf("no uid in the workload's output %q", logs)
-	}
+	m := workloadUID(t, cli, in.ID)
 	uid := m[1]
 	exec := func(args ...string) string {
 		code, so, se := cliRun(t, out, "", append([]string{"instances", "exec", in.ID, "--"}, args...)...)
