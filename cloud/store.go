@@ -87,8 +87,18 @@ type Tx interface {
 	// returns that instance and a Conflict error whose Details carry
 	// "existing_id".
 	CreateInstance(ctx context.Context, in *Instance) error
+	// CreateInstances inserts several instances as CreateInstance would,
+	// in a few statements rather than a few per instance. When one cannot
+	// be inserted it answers CreateInstance's error for the first such
+	// one, and the caller must abandon the transaction: the others may
+	// have been written.
+	CreateInstances(ctx context.Context, ins []*Instance) error
 	GetInstance(ctx context.Context, id string) (*Instance, error)
 	InstanceByKey(ctx context.Context, tenantID, key string) (*Instance, error)
+	// InstancesByKeys finds, in one read, the instances a tenant created
+	// with any of keys; a key that names none (and the empty key) is
+	// absent from the answer, which is in no particular order.
+	InstancesByKeys(ctx context.Context, tenantID string, keys []string) ([]*Instance, error)
 	ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error)
 	// InstanceIDs returns the IDs of the instances ListInstances(f) would
 	// return, in the same order, without reading the rest of their rows:

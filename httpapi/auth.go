@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
@@ -134,18 +135,14 @@ func (s *handlers) lookupToken(ctx context.Context, tok string) (principal, erro
 	if !strings.HasPrefix(tok, service.SecretPrefix) || len(tok) > maxTokenLen {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
 	}
-	now := s.now()
-	if p, ok := s.tokens.get(tok, now); ok {
-		return p, nil
-	}
-	t, err := s.svc.Accounts.TokenOf(ctx, tok)
-	if cloud.IsNotFound(err) {
-		return principal{}, unauthenticated("invalid, revoked or expired token")
-	}
-	if err != nil {
-		return principal{}, err
-	}
-	p := principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}
-	s.tokens.put(tok, p, t.ExpiresAt, now)
-	return p, nil
+	return s.tokens.lookup(ctx, tok, s.now, func(ctx context.Context) (principal, *time.Time, error) {
+		t, err := s.svc.Accounts.TokenOf(ctx, tok)
+		if cloud.IsNotFound(err) {
+			return principal{}, nil, unauthenticated("invalid, revoked or expired token")
+		}
+		if err != nil {
+			return principal{}, nil, err
+		}
+		return principal{UserID: t.UserID, TenantID: t.TenantID, Role: t.Role, TokenID: t.ID, HostID: t.HostID}, t.ExpiresAt, nil
+	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
+	"golang.org/x/sync/singleflight"
 )
 
 // The API's request limits (docs/CONTROL_PLANE.md, "Limits"):
@@ -392,8 +393,10 @@ type limiter struct {
 	// address (a NAT, a shared proxy) does not lock out those working
 	// there. A token that then fails is dropped from it.
 	known *expiring[[sha256.Size]byte, struct{}]
-	// rateOf reads a tenant's quota rate from the store.
-	rateOf func(ctx context.Context, tenant string) (perSecond, burst int, err error)
+	// rateOf reads a tenant's quota rate from the store; rateReads
+	// shares one read among a tenant's concurrent requests.
+	rateOf    func(ctx context.Context, tenant string) (perSecond, burst int, err error)
+	rateReads singleflight.Group
 	// beats holds the hosts whose refused heartbeat was recorded as a sign
 	// of life within refusedBeatEvery.
 	beats *expiring[string, struct{}]
@@ -427,12 +430,21 @@ func (l *limiter) limitOf(ctx context.Context, p principal, rt route, now time.T
 	}
 	tr, ok := l.tenants.get(p.TenantID, now)
 	if !ok {
-		rctx, cancel := context.WithTimeout(ctx, tenantRateLookup)
-		perSecond, burst, err := l.rateOf(rctx, p.TenantID)
-		cancel()
-		if err == nil {
-			tr = tenantRate{perSecond: perSecond, burst: burst}
+		// One read for the tenant's requests in flight when its entry
+		// is missing, not one each.
+		v, err, _ := l.rateReads.Do(p.TenantID, func() (any, error) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tenantRateLookup)
+			defer cancel()
+			perSecond, burst, err := l.rateOf(rctx, p.TenantID)
+			if err != nil {
+				return tenantRate{}, err
+			}
+			tr := tenantRate{perSecond: perSecond, burst: burst}
 			l.tenants.put(p.TenantID, tr, now.Add(tenantRateTTL), now)
+			return tr, nil
+		})
+		if err == nil {
+			tr = v.(tenantRate)
 		}
 	}
 	if tr.perSecond > 0 {

@@ -1,9 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // DefaultTokenCacheTTL is how long a server trusts a token it looked up.
@@ -18,6 +22,39 @@ type tokenCache struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	m   map[[sha256.Size]byte]cachedToken
+	// lookups shares one store lookup among the requests that carry the
+	// same token while it is not cached: a burst of requests, or those
+	// in flight when its entry expires, cost one transaction, not one
+	// each.
+	lookups singleflight.Group
+}
+
+// tokenLookupTimeout bounds a shared lookup, which runs apart from the
+// context of the request that started it (that request may go away while
+// others wait for the answer).
+const tokenLookupTimeout = 10 * time.Second
+
+// lookup answers tok's principal from the cache, or from fetch, run once
+// for all the concurrent lookups of tok, its answer cached (with the
+// token's expiry, when fetch gives one).
+func (c *tokenCache) lookup(ctx context.Context, tok string, now func() time.Time,
+	fetch func(context.Context) (principal, *time.Time, error)) (principal, error) {
+	if p, ok := c.get(tok, now()); ok {
+		return p, nil
+	}
+	k := sha256.Sum256([]byte(tok))
+	v, err, _ := c.lookups.Do(hex.EncodeToString(k[:]), func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenLookupTimeout)
+		defer cancel()
+		at := now()
+		p, expires, err := fetch(lctx)
+		if err == nil {
+			c.put(tok, p, expires, at)
+		}
+		return p, err
+	})
+	p, _ := v.(principal)
+	return p, err
 }
 
 type cachedToken struct {

@@ -138,15 +138,24 @@ func (s *Accounts) CreateTenant(ctx context.Context, a Actor, name string) (*clo
 	}
 	now := s.now()
 	t := &cloud.Tenant{ID: NewID(TenantPrefix), Name: name, CreatedAt: now}
-	err := s.tx(ctx, func(tx cloud.Tx) error {
+	err := s.retryNetwork(ctx, func(tx cloud.Tx) error {
 		if err := tx.CreateTenant(ctx, t); err != nil {
 			return err
 		}
 		if err := tx.PutQuota(ctx, DefaultQuota(t.ID)); err != nil {
 			return err
 		}
-		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventTenantCreated,
-			TenantID: t.ID, Actor: a.ID, Reason: "tenant " + t.Name + " created"})
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventTenantCreated,
+			TenantID: t.ID, Actor: a.ID, Reason: "tenant " + t.Name + " created"}); err != nil {
+			return err
+		}
+		// The default network is made with the tenant, as a cloud
+		// account comes with its default VPC: the tenant's first creates
+		// find it, rather than take turns on the cloud's VNI counter to
+		// make it while they hold their quota's lock. (A tenant made
+		// before this still gets it from its first create.)
+		_, err := ensureDefaultNetwork(ctx, tx, t.ID, a.ID, now)
+		return err
 	})
 	if cloud.IsConflict(err) {
 		return nil, &cloud.Error{Code: cloud.Conflict, Message: "a tenant named " + Quote(name) + " exists",

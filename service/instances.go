@@ -16,7 +16,10 @@ import (
 
 // Instances is the instance service: create, read, and the lifecycle
 // actions tenants ask for.
-type Instances struct{ base }
+type Instances struct {
+	base
+	creates *createQueues
+}
 
 // CheckInstanceSpec validates what can be checked without the store and
 // returns the offering. Label selectors and the image are rewritten in
@@ -195,8 +198,15 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 	if err := EnforceQuota(ctx, tx, cat, in.TenantID, o); err != nil {
 		return err
 	}
-	if err := placeOnNetwork(ctx, tx, in, actor); err != nil {
+	sub, err := placeOnNetwork(ctx, tx, in, actor)
+	if err != nil {
 		return err
+	}
+	ev := &cloud.Event{Time: in.CreatedAt, Kind: cloud.EventInstanceCreated, TenantID: in.TenantID,
+		InstanceID: in.ID, To: cloud.Pending, Actor: actor, Reason: reason}
+	if b := deferring(ctx, in); b != nil {
+		b.add(in, sub, ev)
+		return nil
 	}
 	if err := tx.CreateInstance(ctx, in); err != nil {
 		return asKeyRace(err, in.IdempotencyKey)
@@ -211,8 +221,7 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 			return err
 		}
 	}
-	return tx.AppendEvent(ctx, &cloud.Event{Time: in.CreatedAt, Kind: cloud.EventInstanceCreated, TenantID: in.TenantID,
-		InstanceID: in.ID, To: cloud.Pending, Actor: actor, Reason: reason})
+	return tx.AppendEvent(ctx, ev)
 }
 
 // attachable reads the volumes an instance asks for and checks that they
@@ -272,24 +281,26 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstance
 		return nil, false, err
 	}
 	spec.Tags = addSystemTags(ctx, spec.Tags)
+	c := &createCall{ctx: ctx, a: a, spec: spec, o: o, key: key, done: make(chan struct{})}
+	if len(spec.Volumes) > 0 {
+		// A volume attachment needs serializable isolation: such a
+		// create runs alone.
+		res, err := s.commitCreates(ctx, []*createCall{c}, true)
+		if err == nil {
+			out, created = res[0].out, res[0].created
+		}
+		out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
+			func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
+		return out, created && err == nil, err
+	}
 	// A create without volumes depends only on the unique (tenant,
 	// idempotency key) constraint and on the tenant's quota, which
 	// EnforceQuota locks before it counts: it runs at read committed,
 	// which spares it the aborts of serializable transactions under
-	// contention (creates of one tenant take turns on its quota instead).
-	// A volume attachment needs serializable isolation.
-	txctx := ctx
-	if len(spec.Volumes) == 0 {
-		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
-	}
-	body := func(tx cloud.Tx) error {
-		out, created, err = s.createIn(txctx, tx, a, &spec, o, key)
-		return err
-	}
-	err = s.retryNetwork(txctx, body)
-	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
-		func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
-	return out, created && err == nil, err
+	// contention, with the other creates of its tenant that arrive while
+	// one runs (runCreates).
+	s.creates.submit(c.asked(), c, s.runCreates)
+	return c.out, c.created, c.err
 }
 
 // createIn is one create inside a transaction: the tenant, the key's
@@ -303,7 +314,7 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *ap
 	if err := subnetZone(ctx, tx, tenant, spec); err != nil {
 		return nil, false, err
 	}
-	byKey := func(k string) (*cloud.Instance, error) { return tx.InstanceByKey(ctx, tenant, k) }
+	byKey := func(k string) (*cloud.Instance, error) { return batchOf(ctx).instanceByKey(ctx, tx, tenant, k) }
 	same := func(old *cloud.Instance) error { return sameInstance(old, o, spec) }
 	if old, found, err := prior(key, byKey, same); found || err != nil {
 		return old, false, err
@@ -359,25 +370,19 @@ func (s *Instances) CreateMany(ctx context.Context, a Actor, items []InstanceCre
 		it.Spec.Tags = addSystemTags(WithSystemTags(ctx, it.Tags), it.Spec.Tags)
 		volumes = volumes || len(it.Spec.Volumes) > 0
 	}
-	txctx := ctx
-	if !volumes {
-		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
+	calls := make([]*createCall, len(items))
+	for i := range items {
+		calls[i] = &createCall{ctx: ctx, a: a, spec: items[i].Spec, o: offs[i], key: items[i].Key}
 	}
-	var out []*cloud.Instance
-	err := s.retryNetwork(txctx, func(tx cloud.Tx) error {
-		out = make([]*cloud.Instance, len(items))
-		// A fresh count for each attempt of the transaction.
-		bctx := withCreateBatch(txctx)
-		for i := range items {
-			in, _, err := s.createIn(bctx, tx, a, &items[i].Spec, offs[i], items[i].Key)
-			if err != nil {
-				return err
-			}
-			out[i] = in
-		}
-		return nil
-	})
-	return out, err
+	res, err := s.commitCreates(ctx, calls, volumes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*cloud.Instance, len(res))
+	for i, r := range res {
+		out[i] = r.out
+	}
+	return out, nil
 }
 
 // sameInstance reports a conflict when an idempotency key is reused for an

@@ -42,7 +42,7 @@ func subnetZone(ctx context.Context, tx cloud.Tx, tenant string, spec *api.Creat
 	if spec.Subnet == "" {
 		return nil
 	}
-	sub, err := tenantSubnet(ctx, tx, tenant, spec.Subnet)
+	sub, err := batchOf(ctx).subnet(ctx, tx, tenant, spec.Subnet)
 	if err != nil {
 		return err
 	}
@@ -71,37 +71,42 @@ func tenantSubnet(ctx context.Context, tx cloud.Tx, tenant, id string) (*cloud.S
 // subnet, made on first need), its security groups (in.SecurityGroupIDs,
 // one to five of the subnet's network, else the network's default group),
 // the subnet's zone as its only zone, and a private address from the
-// subnet (allocateAddress). The subnet is read once and written once (a
+// subnet (allocateAddresses). The subnet is read once and written once (a
 // write that also keeps a network deleted meanwhile from getting the
 // instance: it finds the subnet gone); its held addresses are read only
 // once its allocation has wrapped.
-func placeOnNetwork(ctx context.Context, tx cloud.Tx, in *cloud.Instance, actor string) error {
+func placeOnNetwork(ctx context.Context, tx cloud.Tx, in *cloud.Instance, actor string) (*cloud.Subnet, error) {
+	b := batchOf(ctx)
 	var sub *cloud.Subnet
 	var err error
 	if in.SubnetID == "" {
-		sub, err = ensureDefaultNetwork(ctx, tx, in.TenantID, actor, in.CreatedAt)
+		sub, err = b.defaultSubnet(ctx, tx, in.TenantID, actor, in.CreatedAt)
 	} else {
-		sub, err = tenantSubnet(ctx, tx, in.TenantID, in.SubnetID)
+		sub, err = b.subnet(ctx, tx, in.TenantID, in.SubnetID)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	groups, err := instanceGroups(ctx, tx, in, sub)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if sub.Zone != "" {
 		if len(in.Zones) > 0 && !slices.Contains(in.Zones, sub.Zone) {
-			return Field("zones", "subnet %s is in zone %s, which the zones %v exclude", sub.ID, sub.Zone, in.Zones)
+			return nil, Field("zones", "subnet %s is in zone %s, which the zones %v exclude", sub.ID, sub.Zone, in.Zones)
 		}
 		in.Zones = []string{sub.Zone}
 	}
-	addr, err := allocateAddress(ctx, tx, sub)
-	if err != nil {
-		return err
+	in.NetworkID, in.SubnetID, in.SecurityGroupIDs = sub.NetworkID, sub.ID, groups
+	if deferring(ctx, in) != nil {
+		return sub, nil // the batch's flush gives the address
 	}
-	in.NetworkID, in.SubnetID, in.SecurityGroupIDs, in.PrivateAddress = sub.NetworkID, sub.ID, groups, addr.String()
-	return nil
+	addrs, err := allocateAddresses(ctx, tx, sub, 1)
+	if err != nil {
+		return nil, err
+	}
+	in.PrivateAddress = addrs[0].String()
+	return sub, nil
 }
 
 // instanceGroups checks the groups an instance names (the tenant's, of
@@ -130,65 +135,78 @@ func instanceGroups(ctx context.Context, tx cloud.Tx, in *cloud.Instance, sub *c
 	return slices.Clone(in.SecurityGroupIDs), nil
 }
 
-// allocateRereads bounds how often allocateAddress reads its subnet again
-// after a concurrent allocation wrote it first.
+// allocateRereads bounds how often allocateAddresses reads its subnet
+// again after a concurrent allocation wrote it first.
 const allocateRereads = 32
 
-// allocateAddress gives the next free address of subnet sub (see
-// nextAddress) and writes the subnet's advanced cursor. The write checks
-// the version read, so that two allocations never take the same address:
-// one that a concurrent allocation beat reads the subnet again (at read
-// committed it sees the winner's cursor; the winner's row lock makes the
-// others wait their turn), and after allocateRereads tries it is
-// errNetworkRace, which runs the transaction again. A subnet whose every
-// usable address is held is insufficient_capacity, naming the subnet.
-func allocateAddress(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet) (netip.Addr, error) {
+// allocateAddresses gives the next n free addresses of subnet sub (see
+// nextAddress) and writes the subnet's advanced cursor, once. The write
+// checks the version read, so that two allocations never take the same
+// address: one that a concurrent allocation beat reads the subnet again
+// (at read committed it sees the winner's cursor; the winner's row lock
+// makes the others wait their turn), and after allocateRereads tries it
+// is errNetworkRace, which runs the transaction again. A subnet without n
+// free usable addresses is insufficient_capacity, naming the subnet.
+func allocateAddresses(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet, n int) ([]netip.Addr, error) {
 	for range allocateRereads {
-		addr, err := tryAllocate(ctx, tx, sub)
+		addrs, err := tryAllocate(ctx, tx, sub, n)
 		if !cloud.IsConflict(err) {
-			return addr, err
+			return addrs, err
 		}
 		fresh, err := tx.GetSubnet(ctx, sub.ID)
 		if err != nil {
-			return netip.Addr{}, err
+			return nil, err
 		}
 		*sub = *fresh
 	}
-	return netip.Addr{}, errNetworkRace
+	return nil, errNetworkRace
 }
 
-// tryAllocate is one try of allocateAddress: Conflict when the subnet
-// changed since sub was read.
-func tryAllocate(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet) (netip.Addr, error) {
+// tryAllocate is one try of allocateAddresses: Conflict when the subnet
+// changed since sub was read. The held addresses are read once, when the
+// cursor first needs them, and the addresses given here join them.
+func tryAllocate(ctx context.Context, tx cloud.Tx, sub *cloud.Subnet, n int) ([]netip.Addr, error) {
 	p, err := mustPrefix("subnet", sub.ID, sub.CIDR)
 	if err != nil {
-		return netip.Addr{}, err
+		return nil, err
 	}
 	var held map[netip.Addr]bool
-	if cursorNeedsHeld(p, sub.Cursor) {
-		addrs, err := tx.ListSubnetAddresses(ctx, sub.ID)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		held = make(map[netip.Addr]bool, len(addrs))
-		for _, s := range addrs {
-			if a, err := netip.ParseAddr(s); err == nil {
+	cursor := sub.Cursor
+	out := make([]netip.Addr, 0, n)
+	for len(out) < n {
+		if held == nil && cursorNeedsHeld(p, cursor) {
+			addrs, err := tx.ListSubnetAddresses(ctx, sub.ID)
+			if err != nil {
+				return nil, err
+			}
+			held = make(map[netip.Addr]bool, len(addrs)+n)
+			for _, s := range addrs {
+				if a, err := netip.ParseAddr(s); err == nil {
+					held[a] = true
+				}
+			}
+			for _, a := range out {
 				held[a] = true
 			}
 		}
+		addr, next, ok := nextAddress(p, cursor, held)
+		if !ok {
+			return nil, &cloud.Error{Code: cloud.InsufficientCapacity,
+				Message: fmt.Sprintf("subnet %s (%s, %s) has no free address: instances that are not terminated hold all %d of its usable addresses; terminate one, or use another subnet",
+					sub.ID, sub.Name, sub.CIDR, SubnetCapacity(p)),
+				Details: map[string]any{"subnet_id": sub.ID, "cidr": sub.CIDR, "capacity": SubnetCapacity(p)}}
+		}
+		out = append(out, addr)
+		if held != nil {
+			held[addr] = true
+		}
+		cursor = next
 	}
-	addr, cursor, ok := nextAddress(p, sub.Cursor, held)
-	if !ok {
-		return netip.Addr{}, &cloud.Error{Code: cloud.InsufficientCapacity,
-			Message: fmt.Sprintf("subnet %s (%s, %s) has no free address: instances that are not terminated hold all %d of its usable addresses; terminate one, or use another subnet",
-				sub.ID, sub.Name, sub.CIDR, SubnetCapacity(p)),
-			Details: map[string]any{"subnet_id": sub.ID, "cidr": sub.CIDR, "capacity": SubnetCapacity(p)}}
+	upd := *sub
+	upd.Cursor = cursor
+	if err := tx.UpdateSubnet(ctx, &upd); err != nil {
+		return nil, err
 	}
-	next := *sub
-	next.Cursor = cursor
-	if err := tx.UpdateSubnet(ctx, &next); err != nil {
-		return netip.Addr{}, err
-	}
-	*sub = next
-	return addr, nil
+	*sub = upd
+	return out, nil
 }

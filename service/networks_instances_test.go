@@ -16,22 +16,25 @@ import (
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
-// TestDefaultNetwork: a tenant's first instance without a subnet makes its
-// default network (172.31.0.0/16), subnet (any zone) and group, silently;
-// later ones reuse them; the instance places as it did before networks
-// (no zone added).
+// TestDefaultNetwork: a tenant is made with its default network
+// (172.31.0.0/16), subnet (any zone) and group, silently; its instances
+// without a subnet use them and place as they did before networks (no
+// zone added). A tenant made before default networks came with tenants
+// gets its own from its first create.
 func TestDefaultNetwork(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newNSFixture(t, st)
 		ctx := context.Background()
+		if rows := f.state(); rows.Networks != 2 || rows.Subnets != 2 || rows.SecurityGroups != 2 {
+			t.Errorf("two new tenants: %+v, want a network, subnet and group each", rows)
+		}
 		before := f.state()
 		a, err := f.create(f.acme, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		after := f.state()
-		if after.Networks != 1 || after.Subnets != 1 || after.SecurityGroups != 1 || after.Events != before.Events+1 {
-			t.Errorf("first create: %+v -> %+v, want a network, subnet and group and only the instance's event", before, after)
+		if after := f.state(); after.Networks != before.Networks || after.Events != before.Events+1 {
+			t.Errorf("first create: %+v -> %+v, want no network and only the instance's event", before, after)
 		}
 		b, err := f.create(f.acme, "")
 		if err != nil {
@@ -60,34 +63,69 @@ func TestDefaultNetwork(t *testing.T) {
 		if err != nil || gl.NetworkID == n.ID || gl.PrivateAddress != "172.31.0.4" {
 			t.Errorf("globex: %+v %v", gl, err)
 		}
-		// Listing makes the default network of a tenant that has none.
-		third, err := f.svc.Accounts.CreateTenant(ctx, f.admin, "third")
+		// A tenant without one (made before tenants came with their
+		// default network) gets it from its first create, and its
+		// listing makes it too.
+		old := f.legacyTenant("old")
+		before = f.state()
+		in, err := f.create(old, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ns, err = f.svc.Networks.ListNetworks(ctx, f.admin, third.ID)
-		if err != nil || len(ns) != 1 || !ns[0].Default || ns[0].TenantID != third.ID {
-			t.Errorf("admin's listing of a new tenant: %+v %v", ns, err)
+		if after := f.state(); after.Networks != before.Networks+1 || after.Subnets != before.Subnets+1 ||
+			after.SecurityGroups != before.SecurityGroups+1 || after.Events != before.Events+1 {
+			t.Errorf("first create of a tenant without a network: %+v -> %+v, want a network, subnet and group and only the instance's event", before, after)
+		}
+		if in.PrivateAddress != "172.31.0.4" || in.NetworkID == n.ID || in.NetworkID == gl.NetworkID {
+			t.Errorf("old tenant's instance: %+v", in)
+		}
+		older := f.legacyTenant("older")
+		ns, err = f.svc.Networks.ListNetworks(ctx, f.admin, older.TenantID)
+		if err != nil || len(ns) != 1 || !ns[0].Default || ns[0].TenantID != older.TenantID {
+			t.Errorf("admin's listing of a tenant without a network: %+v %v", ns, err)
 		}
 	})
 }
 
-// TestDefaultNetworkRace: concurrent first creates of one tenant end with
-// one default network, every instance on it with its own address: of a
-// tenant with a quota (whose lock makes them take turns) and of one
-// without (the operator's, whose creates race and retry).
+// legacyTenant makes a tenant with a member and a quota as tenants were
+// made before default networks came with them: in the store, without a
+// network. It answers the member.
+func (f nsFixture) legacyTenant(name string) service.Actor {
+	f.t.Helper()
+	ctx := context.Background()
+	tn, u := "tn-"+name, "u-"+name
+	err := f.st.Tx(ctx, func(tx cloud.Tx) error {
+		if err := tx.CreateTenant(ctx, &cloud.Tenant{ID: tn, Name: name, CreatedAt: f.clock.Now()}); err != nil {
+			return err
+		}
+		if err := tx.PutQuota(ctx, service.DefaultQuota(tn)); err != nil {
+			return err
+		}
+		return tx.CreateUser(ctx, &cloud.User{ID: u, TenantID: tn, Name: "user-" + name, Role: cloud.RoleMember, CreatedAt: f.clock.Now()})
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return service.Actor{ID: u, TenantID: tn, Role: cloud.RoleMember}
+}
+
+// TestDefaultNetworkRace: concurrent first creates of a tenant without a
+// default network end with one, every instance on it with its own
+// address: of a tenant with a quota (whose lock makes them take turns)
+// and of one without (the operator's, whose creates race and retry).
 func TestDefaultNetworkRace(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newNSFixture(t, st)
-		for i, a := range []service.Actor{f.acme, f.admin} {
-			raceDefault(t, f, a, i+1)
+		for _, a := range []service.Actor{f.legacyTenant("old"), f.admin} {
+			raceDefault(t, f, a)
 		}
 	})
 }
 
-func raceDefault(t *testing.T, f nsFixture, a service.Actor, networks int) {
+func raceDefault(t *testing.T, f nsFixture, a service.Actor) {
 	{
 		const n = 8
+		before := f.state()
 		var wg sync.WaitGroup
 		ins := make([]*cloud.Instance, n)
 		errs := make([]error, n)
@@ -109,8 +147,8 @@ func raceDefault(t *testing.T, f nsFixture, a service.Actor, networks int) {
 			}
 			addrs[ins[i].PrivateAddress] = true
 		}
-		if rows := f.state(); rows.Networks != networks || rows.Subnets != networks || rows.SecurityGroups != networks {
-			t.Errorf("after %d concurrent first creates of %s: %+v", n, a.TenantID, rows)
+		if rows := f.state(); rows.Networks != before.Networks+1 || rows.Subnets != before.Subnets+1 || rows.SecurityGroups != before.SecurityGroups+1 {
+			t.Errorf("after %d concurrent first creates of %s: %+v -> %+v", n, a.TenantID, before, rows)
 		}
 	}
 }

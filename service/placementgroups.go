@@ -165,10 +165,10 @@ var notTerminated = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting
 	cloud.Stopped, cloud.Terminating, cloud.Failed, cloud.Lost}
 
 // checkedPlacementGroup is livePlacementGroup, once per group in a batch
-// of creates (withCreateBatch): the group cannot change within the
+// of creates (createBatch): the group cannot change within the
 // transaction.
 func checkedPlacementGroup(ctx context.Context, tx cloud.Tx, tenant, id string) error {
-	b, _ := ctx.Value(createBatchKey{}).(*createBatch)
+	b := batchOf(ctx)
 	if b != nil && b.groups[tenant+"/"+id] {
 		return nil
 	}

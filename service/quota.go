@@ -133,7 +133,7 @@ func GPULimit(q *cloud.Quota, model string) float64 {
 // those of a tenant whose quota limits nothing lock nothing (a quota set
 // meanwhile applies to the creates after them).
 func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant string, o *catalog.Offering) error {
-	b, _ := ctx.Value(createBatchKey{}).(*createBatch)
+	b := batchOf(ctx)
 	var (
 		q   *cloud.Quota
 		u   api.Usage
@@ -173,27 +173,6 @@ func EnforceQuota(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, tenant
 		b.tenant, b.quota, b.usage, b.loaded = tenant, q, u, true
 	}
 	return nil
-}
-
-// createBatch is what the creates of one transaction (Instances.CreateMany)
-// read once: the tenant's quota and usage (each create is checked against
-// the usage read first plus the creates before it, exactly what a fresh
-// count inside the transaction would say) and the placement groups found
-// live (checkedPlacementGroup).
-type createBatch struct {
-	tenant string
-	loaded bool
-	quota  *cloud.Quota
-	usage  api.Usage
-	// groups are the placement groups checked live in this batch.
-	groups map[string]bool
-}
-
-type createBatchKey struct{}
-
-// withCreateBatch returns ctx whose EnforceQuota calls share one count.
-func withCreateBatch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, createBatchKey{}, &createBatch{})
 }
 
 // checkQuota checks one more instance of offering o against quota q and

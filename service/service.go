@@ -235,7 +235,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		st = WatchNetworks(st, opts.NetworkChanges)
 	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
-	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues()}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
 		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, NetworkChanges: opts.NetworkChanges}

@@ -273,7 +273,7 @@ func refusedLaunch(err error) bool {
 	case cloud.QuotaExceeded, cloud.Invalid, cloud.NotFound:
 		return true
 	case cloud.InsufficientCapacity:
-		// allocateAddress names the full subnet; nothing else of a
+		// allocateAddresses names the full subnet; nothing else of a
 		// launch is insufficient_capacity.
 		_, full := ce.Details["subnet_id"]
 		return full

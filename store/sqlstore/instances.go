@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,71 +104,78 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 	return &d, nil
 }
 
-// CreateInstance looks the idempotency key up before inserting, so that a
-// retried create returns the first instance. Two concurrent creates with one
-// key cannot both insert: SQLite runs one transaction at a time, and on
-// PostgreSQL the unique index makes the second lose a serialization race,
-// after which Tx reruns it and the lookup finds the first.
+// CreateInstance inserts the instance unless its idempotency key (or its
+// ID, or its address) is taken; a key taken by a committed create, this
+// statement sees (at read committed it waits for a concurrent one to end,
+// and at serializable PostgreSQL fails one of the two to serialize, after
+// which Tx reruns it), and the lookup that follows answers that instance.
+// There is no lookup before the insert: the service looked the key up
+// already, and the insert decides anyway.
 func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
-	if in.ID == "" {
-		return invalidf("instance has no id")
-	}
-	if in.TenantID == "" {
-		return invalidf("instance %s has no tenant", in.ID)
-	}
-	if in.IdempotencyKey != "" {
-		old, err := t.InstanceByKey(ctx, in.TenantID, in.IdempotencyKey)
-		if err == nil {
-			*in = *old
-			return &cloud.Error{
-				Code: cloud.Conflict,
-				Message: "instance " + old.ID + " was already created with idempotency key " +
-					strconv.Quote(in.IdempotencyKey),
-				Details: map[string]any{"existing_id": old.ID},
-			}
+	return t.CreateInstances(ctx, []*cloud.Instance{in})
+}
+
+// CreateInstances inserts the instances with one statement per batchRows
+// of them (ON CONFLICT DO NOTHING ... RETURNING id), after checking each
+// one's tenant once; an instance that was not inserted is explained as
+// CreateInstance explains it, and the first such one's error returned.
+func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
+	const cols = 30 // parameters per row (the version is the literal 1)
+	args := make([]any, 0, cols*len(ins))
+	docs := make([]*instanceDoc, len(ins))
+	tenants := map[string]bool{}
+	ids := make(map[string]bool, len(ins))
+	d := &t.s.d
+	for i, in := range ins {
+		if in.ID == "" {
+			return invalidf("instance has no id")
 		}
-		if !cloud.IsNotFound(err) {
+		if in.TenantID == "" {
+			return invalidf("instance %s has no tenant", in.ID)
+		}
+		if ids[in.ID] {
+			return invalidf("instance %s is given twice", in.ID)
+		}
+		ids[in.ID] = true
+		doc, err := encodeInstance(in)
+		if err != nil {
+			return err
+		}
+		docs[i] = doc
+		created, updated := normTime(in.CreatedAt), normTime(in.UpdatedAt)
+		args = append(args, in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
+			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
+			d.timeArg(created), d.timeArg(updated),
+			in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
+			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish)
+		tenants[in.TenantID] = true
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
+		if err := t.mustExist(ctx, "tenants", "tenant", tenant); err != nil {
 			return err
 		}
 	}
-	if err := t.mustExist(ctx, "tenants", "tenant", in.TenantID); err != nil {
-		return err
-	}
-	doc, err := encodeInstance(in)
-	if err != nil {
-		return err
-	}
-	created, updated := normTime(in.CreatedAt), normTime(in.UpdatedAt)
-	d := &t.s.d
-	n, err := t.execN(ctx, "create instance "+in.ID,
-		"INSERT INTO instances ("+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"+
-			" ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-		in.ID, in.TenantID, in.Name, in.Offering, string(in.State), in.Reason, in.IdempotencyKey,
-		doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
-		d.timeArg(created), d.timeArg(updated),
-		in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-		in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		if in.IdempotencyKey != "" {
-			// At read committed a concurrent create with the same key may
-			// have committed after the lookup above; this statement sees it.
-			if old, err := t.InstanceByKey(ctx, in.TenantID, in.IdempotencyKey); err == nil {
-				key := in.IdempotencyKey
-				*in = *old
-				return &cloud.Error{
-					Code:    cloud.Conflict,
-					Message: "instance " + old.ID + " was already created with idempotency key " + strconv.Quote(key),
-					Details: map[string]any{"existing_id": old.ID},
-				}
-			}
+	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	inserted := make(map[string]bool, len(ins))
+	for lo := 0; lo < len(ins); lo += batchRows {
+		hi := min(lo+batchRows, len(ins))
+		got, err := list(ctx, t, "create instances",
+			"INSERT INTO instances ("+instanceCols+") VALUES "+values(row, hi-lo)+" ON CONFLICT DO NOTHING RETURNING id",
+			args[cols*lo:cols*hi], scanString)
+		if err != nil {
+			return err
 		}
-		return t.instanceNotInserted(ctx, in)
+		for _, id := range got {
+			inserted[*id] = true
+		}
 	}
-	in.Version, in.CreatedAt, in.UpdatedAt = 1, created, updated
-	doc.normalize(in)
+	for i, in := range ins {
+		if !inserted[in.ID] {
+			return t.instanceNotInserted(ctx, in)
+		}
+		in.Version, in.CreatedAt, in.UpdatedAt = 1, normTime(in.CreatedAt), normTime(in.UpdatedAt)
+		docs[i].normalize(in)
+	}
 	return nil
 }
 
@@ -184,6 +193,31 @@ func (t *tx) InstanceByKey(ctx context.Context, tenantID, key string) (*cloud.In
 		},
 		"SELECT "+instanceCols+" FROM instances WHERE tenant_id = ? AND idempotency_key = ? AND idempotency_key <> ''",
 		[]any{tenantID, key}, scanInstance)
+}
+
+// InstancesByKeys reads the instances of keys with one IN list per
+// batchRows keys.
+func (t *tx) InstancesByKeys(ctx context.Context, tenantID string, keys []string) ([]*cloud.Instance, error) {
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == "" })
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var out []*cloud.Instance
+	for lo := 0; lo < len(keys); lo += batchRows {
+		part := keys[lo:min(lo+batchRows, len(keys))]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, tenantID)
+		for _, k := range part {
+			args = append(args, k)
+		}
+		ins, err := list(ctx, t, "find instances by idempotency keys",
+			"SELECT "+instanceCols+" FROM instances WHERE tenant_id = ? AND idempotency_key IN ("+
+				strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+")", args, scanInstance)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ins...)
+	}
+	return out, nil
 }
 
 // ListInstances returns the matching instances in ID order, after
@@ -316,9 +350,24 @@ func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 }
 
 // instanceNotInserted explains why the insert of in, with ON CONFLICT DO
-// NOTHING, inserted nothing once its idempotency key is ruled out: its ID
-// is taken, or its private address is held in its subnet.
+// NOTHING, inserted nothing: its idempotency key is taken (Conflict with
+// "existing_id", and *in set to that instance), its ID is, or its private
+// address is held in its subnet.
 func (t *tx) instanceNotInserted(ctx context.Context, in *cloud.Instance) error {
+	if key := in.IdempotencyKey; key != "" {
+		// At read committed a concurrent create with the same key may
+		// have committed after the service's lookup; the insert saw it.
+		if old, err := t.InstanceByKey(ctx, in.TenantID, key); err == nil {
+			*in = *old
+			return &cloud.Error{
+				Code:    cloud.Conflict,
+				Message: "instance " + old.ID + " was already created with idempotency key " + strconv.Quote(key),
+				Details: map[string]any{"existing_id": old.ID},
+			}
+		} else if !cloud.IsNotFound(err) {
+			return err
+		}
+	}
 	dup, err := t.exists(ctx, "find instance "+in.ID, "SELECT 1 FROM instances WHERE id = ?", in.ID)
 	if err != nil {
 		return err

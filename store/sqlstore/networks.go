@@ -383,20 +383,24 @@ func (t *tx) UpdateSubnet(ctx context.Context, s *cloud.Subnet) error {
 	if err := validNet(subnetTable, s.ID, s.TenantID, s.Name); err != nil {
 		return err
 	}
-	if err := t.nameTaken(ctx, subnetTable, s.NetworkID, s.Name, s.ID); err != nil {
-		return err
-	}
 	tags, err := jsonArg("subnet "+s.ID+" tags", s.Tags)
 	if err != nil {
 		return err
 	}
+	// One statement in the common case (each instance create advances its
+	// subnet's cursor): the name's check is part of the update, and only
+	// an update that changed nothing asks why.
 	c, err := t.execN(ctx, "update subnet "+s.ID,
-		"UPDATE subnets SET name = ?, ipam_cursor = ?, tags = ?, version = version + 1 WHERE id = ? AND version = ?",
-		s.Name, int64(s.Cursor), tags, s.ID, s.Version)
+		"UPDATE subnets SET name = ?, ipam_cursor = ?, tags = ?, version = version + 1 WHERE id = ? AND version = ?"+
+			" AND NOT EXISTS (SELECT 1 FROM subnets o WHERE o.network_id = ? AND o.name = ? AND o.id <> ?)",
+		s.Name, int64(s.Cursor), tags, s.ID, s.Version, s.NetworkID, s.Name, s.ID)
 	if err != nil {
 		return err
 	}
 	if c == 0 {
+		if err := t.nameTaken(ctx, subnetTable, s.NetworkID, s.Name, s.ID); err != nil {
+			return err
+		}
 		return t.staleVersion(ctx, "subnets", "subnet", s.ID, s.Version)
 	}
 	s.Version++

@@ -322,3 +322,68 @@ func instancePaging(t *testing.T, s cloud.Store, n int) {
 	})
 	wantCode(t, "a negative Limit is Invalid for InstanceIDs", err, cloud.Invalid, "")
 }
+
+// testCreateInstances: several instances in one call, each as
+// CreateInstance would write it; a key or ID taken fails the call with
+// CreateInstance's error for the first such instance; InstancesByKeys
+// finds a tenant's instances of several keys at once, never another
+// tenant's.
+func testCreateInstances(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1", "t-2")
+	ins := []*cloud.Instance{fullInstance("i-1", "t-1"), fullInstance("i-2", "t-1"),
+		{ID: "i-3", TenantID: "t-2", State: cloud.Pending, IdempotencyKey: "key-i-1"},
+		{ID: "i-4", TenantID: "t-1", State: cloud.Pending}}
+	ins[1].PrivateAddress = "10.0.0.9"
+	inTx(t, s, func(tx cloud.Tx) error { return tx.CreateInstances(ctx, ins) })
+	for _, in := range ins {
+		if in.Version != 1 {
+			t.Errorf("%s: Version %d, want 1", in.ID, in.Version)
+		}
+		got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, in.ID) })
+		wantEqual(t, "CreateInstances "+in.ID, got, in)
+	}
+	for _, c := range []struct {
+		desc     string
+		ins      []*cloud.Instance
+		code     cloud.Code
+		existing string
+	}{
+		{"a key taken", []*cloud.Instance{{ID: "i-5", TenantID: "t-1"}, {ID: "i-6", TenantID: "t-1", IdempotencyKey: "key-i-2"}},
+			cloud.Conflict, "i-2"},
+		{"an ID taken", []*cloud.Instance{{ID: "i-7", TenantID: "t-1"}, {ID: "i-4", TenantID: "t-2"}}, cloud.Conflict, ""},
+		{"an ID given twice", []*cloud.Instance{{ID: "i-8", TenantID: "t-1"}, {ID: "i-8", TenantID: "t-1"}}, cloud.Invalid, ""},
+		{"a missing tenant", []*cloud.Instance{{ID: "i-9", TenantID: "t-1"}, {ID: "i-10", TenantID: "t-9"}}, cloud.NotFound, ""},
+	} {
+		before := len(mustList(t, s))
+		err := try(s, func(tx cloud.Tx) error { return tx.CreateInstances(ctx, c.ins) })
+		wantCode(t, c.desc, err, c.code, "")
+		if ce, ok := err.(*cloud.Error); c.existing != "" && (!ok || ce.Details["existing_id"] != c.existing) {
+			t.Errorf("%s: %#v, want existing_id %s", c.desc, err, c.existing)
+		}
+		if after := len(mustList(t, s)); after != before {
+			t.Errorf("%s: %d instances, then %d", c.desc, before, after)
+		}
+	}
+	got := mustRead(t, s, func(tx cloud.Tx) (*[]*cloud.Instance, error) {
+		ins, err := tx.InstancesByKeys(ctx, "t-1", []string{"key-i-1", "key-i-2", "nope", "", "key-i-1"})
+		return &ins, err
+	})
+	ids := []string{}
+	for _, in := range *got {
+		ids = append(ids, in.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"i-1", "i-2"}) {
+		t.Errorf("InstancesByKeys of t-1: %v, want i-1 and i-2 (not t-2's i-3 of the same key)", ids)
+	}
+}
+
+// mustList lists every instance.
+func mustList(t *testing.T, s cloud.Store) []*cloud.Instance {
+	t.Helper()
+	got := mustRead(t, s, func(tx cloud.Tx) (*[]*cloud.Instance, error) {
+		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{})
+		return &ins, err
+	})
+	return *got
+}

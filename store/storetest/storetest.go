@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Instances", testInstances},
 		{"InstanceErrors", testInstanceErrors},
 		{"Idempotency", testIdempotency},
+		{"CreateInstances", testCreateInstances},
 		{"UpdateInstance", testUpdateInstance},
 		{"ListInstances", testListInstances},
 		{"Hosts", testHosts},
