@@ -13,7 +13,7 @@ var txWritePrefixes = []string{"Create", "Update", "Put", "Append", "Add", "Dele
 
 // txReads are the cloud.Tx methods that only read (LockQuota reads the
 // quota row under a lock, for the quota check that follows it).
-var txReads = []string{"ClusterSecret", "InstanceIDs", "InstanceVersions", "HostStamp", "LockQuota", "LatestSpotPrices",
+var txReads = []string{"ClusterSecret", "InstanceIDs", "InstancesByKeys", "InstanceVersions", "HostStamp", "LockQuota", "LatestSpotPrices",
 	"OpenUsage", "OpenSessions", "GroupHistory", "GroupVersions", "StackIDs", "StackEvents", "TokenByHash", "StackByName"}
 
 func txWrites(method string) bool {
