@@ -120,9 +120,12 @@ type Scheduler struct {
 	hints SpotHints
 	// usage is the GPU usage of the fleet as of the last step (GPUUsage),
 	// computed from the fleet usageOf at its change count usageAt.
-	usage   atomic.Pointer[[]fleet.GPUCount]
-	usageOf *fleet.Fleet
-	usageAt uint64
+	usage atomic.Pointer[[]fleet.GPUCount]
+	// schedulable counts the fleet's schedulable hosts as of the last
+	// rebuild (Schedulable).
+	schedulable atomic.Int64
+	usageOf     *fleet.Fleet
+	usageAt     uint64
 	// pending is what PendingByReason returns (pending.go).
 	pending atomic.Pointer[map[string]int]
 	// avail is the availability summary (Availability).
@@ -153,6 +156,13 @@ func (s *Scheduler) Fleet() *fleet.Fleet { return s.fleet }
 // scheduler was made: the first, one per host change seen and one per
 // commit that lost a host race. Safe to call from any goroutine.
 func (s *Scheduler) Rebuilds() int { return int(s.rebuilds.Load()) }
+
+// Schedulable is how many schedulable hosts the scheduler's fleet holds,
+// as of its last rebuild from the store (a host that joins or changes
+// state makes the next step rebuild): 0 before the first. `up` waits for
+// its hosts here before it says the cloud is up. Safe to call from any
+// goroutine.
+func (s *Scheduler) Schedulable() int { return int(s.schedulable.Load()) }
 
 // Name is the scheduler's name as a Controller.
 func (s *Scheduler) Name() string { return "scheduler" }
@@ -245,6 +255,13 @@ func (s *Scheduler) Rebuild(ctx context.Context) error {
 	}
 	s.fleet, s.placed, s.pools, s.versions, s.stamp = f, placed, pools, versions, stamp
 	s.rebuilds.Add(1)
+	n := 0
+	for _, h := range f.Hosts {
+		if h.State == fleet.Schedulable {
+			n++
+		}
+	}
+	s.schedulable.Store(int64(n))
 	// Capacity reservations live only in the fleet: the next step places
 	// them again on the new one.
 	s.placeholders = map[string]placeholder{}

@@ -194,6 +194,38 @@ func TestSchedulerHostChangeWins(t *testing.T) {
 	}
 }
 
+// TestSchedulerSchedulable: Schedulable counts the schedulable hosts of
+// the fleet as the last rebuild read it: none before the first, then the
+// seeded two; a cordoned host leaves the count at the step that reads it.
+func TestSchedulerSchedulable(t *testing.T) {
+	st := newStore(t)
+	seed(t, st)
+	s := newScheduler(st)
+	if n := s.Schedulable(); n != 0 {
+		t.Fatalf("before the first rebuild: %d", n)
+	}
+	if _, err := s.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Schedulable(); n != 2 {
+		t.Fatalf("after the first step: %d, want 2", n)
+	}
+	tx(t, st, func(tx cloud.Tx) error {
+		h, err := tx.GetHost(context.Background(), "l40s-a")
+		if err != nil {
+			return err
+		}
+		h.State = fleet.Cordoned
+		return tx.PutHost(context.Background(), h)
+	})
+	if _, err := s.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Schedulable(); n != 1 {
+		t.Fatalf("after a host was cordoned: %d, want 1", n)
+	}
+}
+
 // TestTwoSchedulersNeverDoublePlace: two schedulers on one store (a leader
 // and a stale one) race over the same pending instances; the host version
 // check lets only one commit per host state, so no GPU is handed out twice.

@@ -39,6 +39,7 @@ import (
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cli/servercmd"
 	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/controlplane"
 )
 
@@ -269,6 +270,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	wg := runAgents(ctx, hosts, log)
 	out := cmd.OutOrStdout()
+	waitSchedulable(ctx, s.Scheduler, hosts, out)
 	resumeInstances(ctx, fl.dir, client.New(s.URL, token, s.HTTPClient()), out, log)
 	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
 	<-ctx.Done()
@@ -464,6 +466,37 @@ func serveAgentMetrics(ctx context.Context, cmd *cobra.Command, addr string, hos
 	}
 	go func() { _ = ms.Serve(ctx) }()
 	return "http://" + ms.Addr() + "/metrics", nil
+}
+
+// schedulableWait bounds how long up waits for the scheduler to see its
+// hosts before it says it is up anyway.
+const schedulableWait = 2 * time.Minute
+
+// waitSchedulable returns once the scheduler's fleet holds every host that
+// joined (each agent's first heartbeat makes it schedulable, and the
+// scheduler's next step reads it), so that "gpucloud is up" means a plan
+// or a create made the next moment sees the whole fleet. It says what it
+// waits for when that takes more than a moment, and gives up after
+// schedulableWait with a warning.
+func waitSchedulable(ctx context.Context, sch *controller.Scheduler, hosts []*hostAgent, out io.Writer) {
+	want := len(hosts)
+	start := time.Now()
+	said := false
+	for sch.Schedulable() < want {
+		if time.Since(start) > schedulableWait {
+			fmt.Fprintf(out, "warning: the scheduler sees %d of %d hosts after %s; creates may wait for the rest\n", sch.Schedulable(), want, schedulableWait)
+			return
+		}
+		if !said && time.Since(start) > 2*time.Second {
+			fmt.Fprintf(out, "waiting for the scheduler to see the hosts (%d of %d)...\n", sch.Schedulable(), want)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // runAgents runs every host's agent until ctx ends; the wait group is
