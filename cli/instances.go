@@ -292,7 +292,7 @@ func printInstances(w io.Writer, format string, ins ...*cloud.Instance) error {
 	for _, in := range ins {
 		tenants = tenants || in.TenantID != ins[0].TenantID
 	}
-	header := []string{"ID", "NAME", "OFFERING", "STATE", "HOST", "AGE", "REASON"}
+	header := []string{"ID", "NAME", "OFFERING", "MARKET", "STATE", "HOST", "AGE", "REASON"}
 	if tenants {
 		header = append([]string{"TENANT"}, header...)
 	}
@@ -301,7 +301,11 @@ func printInstances(w io.Writer, format string, ins ...*cloud.Instance) error {
 	for _, in := range ins {
 		// The reason is the last column and is never cut: a pending
 		// instance's reason is the whole answer to "why is it waiting?".
-		row := []string{in.ID, dash(in.Name), in.Offering, stateText(in, now), dash(in.HostID), ago(in.CreatedAt), dash(oneLineText(in.Reason))}
+		market := in.Market
+		if market == "" {
+			market = cloud.MarketOnDemand
+		}
+		row := []string{in.ID, dash(in.Name), in.Offering, string(market), stateText(in, now), dash(in.HostID), ago(in.CreatedAt), dash(oneLineText(in.Reason))}
 		if tenants {
 			row = append([]string{in.TenantID}, row...)
 		}

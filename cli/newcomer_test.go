@@ -171,11 +171,12 @@ func TestListsShowNoticesAndWholeReasons(t *testing.T) {
 	e.update(od.ID, func(in *cloud.Instance) { in.Reason = reason })
 
 	out := e.ok(tok, "instances", "list")
-	if got := tableRow(t, out, r.InstanceID); got[3] != "running (reclaim in 1m32s)" {
+	// The market has its column (issue 21: the list showed none).
+	if got := tableRow(t, out, r.InstanceID); got[3] != "spot" || got[4] != "running (reclaim in 1m32s)" {
 		t.Errorf("spot instance row %q", got)
 	}
-	if got := tableRow(t, out, od.ID); got[len(got)-1] != reason {
-		t.Errorf("pending reason cut: %q, want %q", got[len(got)-1], reason)
+	if got := tableRow(t, out, od.ID); got[len(got)-1] != reason || got[3] != "on_demand" {
+		t.Errorf("on-demand row %q: want market on_demand and the whole reason %q", got, reason)
 	}
 	out = e.ok(tok, "instances", "describe", r.InstanceID)
 	want := "terminate at " + now.Add(92*time.Second).Format(time.RFC3339) + " (in 1m32s; capacity for " + od.ID + ")"
@@ -196,11 +197,11 @@ func TestListsShowNoticesAndWholeReasons(t *testing.T) {
 
 	// A minute later the countdown moved; past the deadline it is due.
 	e.clock.Advance(time.Minute)
-	if got := tableRow(t, e.ok(tok, "instances", "list"), r.InstanceID); got[3] != "running (reclaim in 32s)" {
+	if got := tableRow(t, e.ok(tok, "instances", "list"), r.InstanceID); got[4] != "running (reclaim in 32s)" {
 		t.Errorf("a minute later: %q", got)
 	}
 	e.clock.Advance(time.Minute)
-	if got := tableRow(t, e.ok(tok, "instances", "list"), r.InstanceID); got[3] != "running (reclaim due)" {
+	if got := tableRow(t, e.ok(tok, "instances", "list"), r.InstanceID); got[4] != "running (reclaim due)" {
 		t.Errorf("past the deadline: %q", got)
 	}
 
