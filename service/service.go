@@ -220,6 +220,8 @@ type base struct {
 	cat   *catalog.Catalog
 	now   func() time.Time
 	opts  Options
+	// beats is the group commit of heartbeats (heartbeats.go).
+	beats *beatGroups
 }
 
 // New returns the services over st, validating against cat.
@@ -244,7 +246,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		opts.AssignmentChanges = NewAssignmentChanges()
 		st = WatchAssignments(st, opts.AssignmentChanges)
 	}
-	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
+	b := base{store: st, cat: cat, now: opts.Now, opts: opts, beats: &beatGroups{}}
 	svc := &Services{base: b, Instances: &Instances{b}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
