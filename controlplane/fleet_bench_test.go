@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,6 +75,9 @@ import (
 //     window, through the API;
 //   - agent-errors: failures the agents logged (a heartbeat or pass that
 //     failed), over the whole run;
+//   - unfinished: instances that had not run and exited, with the
+//     instance stopped, two minutes after the window (an overloaded
+//     server); the delays are of the others;
 //   - srv-MiB, srv-goroutines: the server process's resident memory and
 //     goroutines at the window's end.
 const (
@@ -113,6 +117,9 @@ func BenchmarkFleet(b *testing.B) {
 		}
 	}
 }
+
+// fleetRamp is how long the agents take to start: 500 a second.
+func fleetRamp(n int) time.Duration { return time.Duration(n) * time.Second / 500 }
 
 // fleetAgentsConfig is what the agent process is told (fleetAgentEnv).
 type fleetAgentsConfig struct {
@@ -225,7 +232,10 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	lim := httpapi.DefaultRateLimits()
 	// One join token joins the whole fleet, at once.
 	lim.Member = httpapi.Limit{Rate: 100000, Burst: 100000}
-	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, Limits: lim})
+	var srvErrs atomic.Int64
+	var srvFirst []string
+	srvLog := slog.New(countingLog{n: &srvErrs, mu: &sync.Mutex{}, first: &srvFirst, level: slog.LevelDebug})
+	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: srvLog, Limits: lim})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -260,7 +270,8 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("the %d agents did not join within 10 minutes", n)
 	}
-	time.Sleep(fleetWarmup)
+	// The agents start over fleetRamp; then the fleet settles.
+	time.Sleep(fleetRamp(n) + fleetWarmup)
 
 	pg := strings.HasPrefix(db, "postgres")
 	read := func() fleetReading {
@@ -304,6 +315,14 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	}
 	tick.Stop()
 	r1 := read()
+	if dir := os.Getenv("GPUCLOUD_FLEET_PROFILE"); dir != "" {
+		// What the server's goroutines wait on at the window's end.
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)))
+		if err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
+	}
 	creating.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
@@ -324,7 +343,11 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d instances not done two minutes after the window", left, len(ids))
+			// An overloaded server: the figures below are of the
+			// instances that got through, and unfinished says how many
+			// did not.
+			b.Logf("%d of %d instances not done two minutes after the window", left, len(ids))
+			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -332,6 +355,7 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 
 	// The delays, from the store's events and the agents' runtime.
 	var startD, exitD []time.Duration
+	unfinished := 0
 	for _, id := range ids {
 		var evs []*cloud.Event
 		if err := s.Store.Tx(ctx, func(tx cloud.Tx) error {
@@ -365,17 +389,27 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 		started, ok1 := res.Started[id]
 		exited, ok2 := res.Exited[id]
 		if placed.IsZero() || !ok1 || !ok2 || changed.IsZero() {
-			b.Fatalf("instance %s: placed %v, started %v, exited %v, changed %v", id, placed, started, exited, changed)
+			unfinished++
 		}
-		startD = append(startD, started.Sub(placed))
-		exitD = append(exitD, changed.Sub(exited))
+		if !placed.IsZero() && ok1 {
+			startD = append(startD, started.Sub(placed))
+		}
+		if ok2 && !changed.IsZero() {
+			exitD = append(exitD, changed.Sub(exited))
+		}
 	}
 	slices.Sort(startD)
 	slices.Sort(exitD)
 
 	secs := r1.at.Sub(r0.at).Seconds()
 	perAgent := func(c cpuTime) float64 { return float64(c) / float64(time.Microsecond) / float64(n) / secs }
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	// A percentile of no samples (nothing got through) is -1.
+	pct := func(ds []time.Duration, p float64) float64 {
+		if len(ds) == 0 {
+			return -1
+		}
+		return float64(percentile(ds, p)) / float64(time.Millisecond)
+	}
 	d := r1.store.Sub(r0.store)
 	b.ReportMetric(perAgent(r1.server-r0.server), "srv-cpu-us/agent/s")
 	b.ReportMetric(float64(r1.server-r0.server)/float64(time.Second)/secs, "srv-cores")
@@ -394,15 +428,19 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	b.ReportMetric((r1.requests-r0.requests)/secs, "req/s")
 	b.ReportMetric(float64(d.Begins)/secs, "store-tx/s")
 	b.ReportMetric(float64(d.Statements+d.Begins+d.Commits+d.Rollbacks)/secs, "store-rt/s")
-	b.ReportMetric(ms(percentile(startD, 0.50)), "start-p50-ms")
-	b.ReportMetric(ms(percentile(startD, 0.99)), "start-p99-ms")
-	b.ReportMetric(ms(percentile(exitD, 0.50)), "exit-p50-ms")
-	b.ReportMetric(ms(percentile(exitD, 0.99)), "exit-p99-ms")
-	b.ReportMetric(ms(percentile(createLat, 0.50)), "create-p50-ms")
-	b.ReportMetric(ms(percentile(createLat, 0.99)), "create-p99-ms")
+	b.ReportMetric(pct(startD, 0.50), "start-p50-ms")
+	b.ReportMetric(pct(startD, 0.99), "start-p99-ms")
+	b.ReportMetric(pct(exitD, 0.50), "exit-p50-ms")
+	b.ReportMetric(pct(exitD, 0.99), "exit-p99-ms")
+	b.ReportMetric(pct(createLat, 0.50), "create-p50-ms")
+	b.ReportMetric(pct(createLat, 0.99), "create-p99-ms")
 	b.ReportMetric(float64(res.Errors), "agent-errors")
+	b.ReportMetric(float64(unfinished), "unfinished")
 	b.ReportMetric(rss, "srv-MiB")
 	b.ReportMetric(float64(r1.serverGoroutine), "srv-goroutines")
+	if len(srvFirst) > 0 {
+		b.Logf("server: %d log records, the first: %q", srvErrs.Load(), srvFirst)
+	}
 	if len(res.FirstErrors) > 0 {
 		b.Logf("agent errors: %q", res.FirstErrors)
 	}
@@ -523,9 +561,10 @@ type countingLog struct {
 	n     *atomic.Int64
 	mu    *sync.Mutex
 	first *[]string
+	level slog.Level // the least level counted (0: info and up; the agents' is warn)
 }
 
-func (h countingLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h countingLog) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
 func (h countingLog) Handle(_ context.Context, r slog.Record) error {
 	if h.n.Add(1) <= 5 {
 		msg := r.Message
@@ -572,7 +611,7 @@ func runFleetAgents(cfg fleetAgentsConfig, stop io.Reader, out io.Writer) error 
 	rt := newFleetRuntime(cfg.Workload)
 	var errs atomic.Int64
 	var first []string
-	log := slog.New(countingLog{&errs, &sync.Mutex{}, &first})
+	log := slog.New(countingLog{n: &errs, mu: &sync.Mutex{}, first: &first, level: slog.LevelWarn})
 	began := time.Now()
 	agents := make([]*agent.Agent, cfg.Agents)
 	jobs := make(chan int)
@@ -600,10 +639,12 @@ func runFleetAgents(cfg fleetAgentsConfig, stop io.Reader, out io.Writer) error 
 	var run sync.WaitGroup
 	for i, ag := range agents {
 		run.Go(func() {
-			// Spread the agents over an interval, as hosts that joined
-			// at different times are.
+			// Spread the agents' starts over fleetRamp (at least an
+			// interval), as hosts that joined at different times are: a
+			// fleet that connects all at once measures TLS handshakes.
+			ramp := max(cfg.Interval, fleetRamp(cfg.Agents))
 			select {
-			case <-time.After(time.Duration(i) * cfg.Interval / time.Duration(cfg.Agents)):
+			case <-time.After(time.Duration(i) * ramp / time.Duration(cfg.Agents)):
 			case <-ctx.Done():
 				return
 			}
