@@ -39,7 +39,7 @@ type env struct {
 	ag   *agent.Agent
 	cfg  agent.Config // what ag was made with
 	dir  string       // the agent's DataDir
-	out  string // where workloads write what tests read
+	out  string       // where workloads write what tests read
 	// running is set while Run drives the agent; until then polls Step.
 	running bool
 
