@@ -450,9 +450,11 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 
 // requestCount is the server's count of the requests it answered.
 func requestCount(b *testing.B, s *Replica) float64 {
+	// A collector that reads the store may time out on an overloaded
+	// server; the request counter is gathered all the same.
 	mfs, err := s.Metrics.Registry.Gather()
 	if err != nil {
-		b.Fatal(err)
+		b.Logf("metrics: %v", err)
 	}
 	var sum float64
 	for _, mf := range mfs {
