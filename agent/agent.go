@@ -28,6 +28,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent/dns"
@@ -185,6 +186,14 @@ type Agent struct {
 	targets  map[string]*target
 	sampleMu sync.Mutex
 
+	// reports counts the status reports sent (tried), and latest is the
+	// newest assignment list known, from the watch or a fetch (watch.go).
+	reports atomic.Uint64
+	latest  latestList
+	// kick asks the reconcile loop for a pass now (the watch answered
+	// with a new list).
+	kick chan struct{}
+
 	// asgMu guards assigned, the assignments the last pass fetched, which
 	// Assignments hands out without waiting for a pass.
 	asgMu    sync.Mutex
@@ -228,7 +237,7 @@ func New(srv ControlPlane, cfg Config) *Agent {
 	a := &Agent{
 		srv: srv, cfg: cfg, log: cfg.Log,
 		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
-		targets: map[string]*target{},
+		targets: map[string]*target{}, kick: make(chan struct{}, 1),
 	}
 	a.dns = newResolver(cfg)
 	if md := cfg.Metadata; md != nil {
@@ -348,7 +357,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: data directory: %w", err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat) })
+	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat, nil) })
 	if a.cfg.MetricsInterval > 0 {
 		wg.Go(func() { a.sampleLoop(ctx) })
 	}
@@ -358,7 +367,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if d, ok := a.srv.(SessionDialer); ok {
 		wg.Go(func() { a.sessionLoop(ctx, d) })
 	}
-	a.loop(ctx, "reconcile", a.Step)
+	if w, ok := a.srv.(AssignmentWatcher); ok {
+		// Passes take the list from the watch while it answers, and
+		// poll for it while it does not (watch.go).
+		wg.Go(func() { a.watchLoop(ctx, w) })
+		a.loop(ctx, "reconcile", a.watchedStep, a.kick)
+	} else {
+		a.loop(ctx, "reconcile", a.Step, nil)
+	}
 	wg.Wait()
 	return nil
 }
@@ -370,8 +386,9 @@ const maxBackoff = 10
 // back, so that a wrong header cannot silence a host for long.
 const maxRetryAfter = 5 * time.Minute
 
-// loop calls f every interval, backing off exponentially while it fails.
-func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) error) {
+// loop calls f every interval, backing off exponentially while it fails;
+// a kick (the assignment watch's new list) ends the wait early.
+func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) error, kick <-chan struct{}) {
 	fails := 0
 	for {
 		err := f(ctx)
@@ -392,6 +409,8 @@ func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) e
 			t.Stop()
 			return
 		case <-t.C:
+		case <-kick:
+			t.Stop()
 		}
 	}
 }

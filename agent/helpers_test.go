@@ -37,8 +37,9 @@ type env struct {
 	rt   *process.Runtime
 	md   *metadata.Endpoints
 	ag   *agent.Agent
-	dir  string // the agent's DataDir
-	out  string // where workloads write what tests read
+	cfg  agent.Config // what ag was made with
+	dir  string       // the agent's DataDir
+	out  string       // where workloads write what tests read
 	// running is set while Run drives the agent; until then polls Step.
 	running bool
 
@@ -66,7 +67,7 @@ func newEnv(t *testing.T, spec sim.Spec, tweak ...func(*agent.Config)) *env {
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	e.ag = agent.New(e.srv, cfg)
+	e.ag, e.cfg = agent.New(e.srv, cfg), cfg
 	return e
 }
 

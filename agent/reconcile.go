@@ -119,14 +119,31 @@ func (a *Agent) Step(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	fetched := time.Now()
+	list, fetched, err := a.fetch(ctx)
+	if err != nil {
+		return err
+	}
+	return a.pass(ctx, list, fetched)
+}
+
+// fetch asks the server for the host's assignments, and keeps them as the
+// latest list known (watch.go).
+func (a *Agent) fetch(ctx context.Context) (*agentapi.AssignmentList, time.Time, error) {
+	fetched, gen := time.Now(), a.reports.Load()
 	list, err := a.srv.Assignments(ctx)
 	if err != nil {
-		return fmt.Errorf("fetch assignments: %w", err)
+		return nil, fetched, fmt.Errorf("fetch assignments: %w", err)
 	}
 	if list == nil {
-		return errors.New("fetch assignments: no answer")
+		return nil, fetched, errors.New("fetch assignments: no answer")
 	}
+	a.latest.offer(list, fetched, gen, a.reports.Load(), false)
+	return list, fetched, nil
+}
+
+// pass is the pass of Step over a list of assignments fetched (asked for)
+// at fetched. The caller holds mu.
+func (a *Agent) pass(ctx context.Context, list *agentapi.AssignmentList, fetched time.Time) error {
 	a.setAssigned(list.Assignments)
 	p := newPass(list.Assignments)
 	p.fetched = fetched

@@ -65,7 +65,14 @@ func (a *Agent) shipLogs(ctx context.Context, s *inst) error {
 func (a *Agent) sendReports(ctx context.Context, s *inst) error {
 	for len(s.reports) > 0 {
 		r := s.reports[0]
-		if err := a.srv.ReportStatus(ctx, s.id, r); err != nil {
+		// A list asked for before this report ended may not show it,
+		// whether the server takes it or its answer is lost: counting
+		// the report before and after it is sent makes every list asked
+		// for meanwhile stale (watch.go).
+		a.reports.Add(1)
+		err := a.srv.ReportStatus(ctx, s.id, r)
+		a.reports.Add(1)
+		if err != nil {
 			if !permanent(err) {
 				return fmt.Errorf("report %s: %w", r.Phase, err)
 			}

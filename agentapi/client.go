@@ -3,6 +3,8 @@ package agentapi
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -51,6 +53,30 @@ func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) error {
 func (c *Client) Assignments(ctx context.Context) (*AssignmentList, error) {
 	var out AssignmentList
 	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: "/v1/agent/assignments", Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// WatchAssignments lists the host's assignments as Assignments does,
+// with their version. With a version (one an earlier call returned) and a
+// wait, the server answers when the list no longer has that version, or
+// after wait (at most MaxAssignmentWait) with the same list: an agent that
+// calls again at once hears of a placement within its round trip. A
+// server from before the watch ignores both and answers at once, without
+// a version.
+func (c *Client) WatchAssignments(ctx context.Context, version string, wait time.Duration) (*AssignmentList, error) {
+	q := url.Values{}
+	if version != "" {
+		q.Set("version", version)
+	}
+	if wait > 0 {
+		q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10)+"ms")
+	}
+	path := "/v1/agent/assignments"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out AssignmentList
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: path, Out: &out})
 	return rest.NilOnErr(&out, err)
 }
 

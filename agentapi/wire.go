@@ -160,10 +160,21 @@ const (
 // first MaxStackPeers instances by rank.
 const MaxStackPeers = 4096
 
-// AssignmentList is the answer to GET /v1/agent/assignments.
+// AssignmentList is the answer to GET /v1/agent/assignments. Version
+// changes whenever anything in the list does, so that an agent waits for
+// the next change by sending the version it has (Client.WatchAssignments);
+// a server from before the watch sends none.
 type AssignmentList struct {
+	Version     string       `json:"version,omitempty"`
 	Assignments []Assignment `json:"assignments"`
 }
+
+// MaxAssignmentWait bounds how long GET /v1/agent/assignments waits for a
+// change.
+const MaxAssignmentWait = 30 * time.Second
+
+// MaxVersion bounds the length of a version an agent sends back.
+const MaxVersion = 64
 
 // Phases an agent reports for an instance's workload.
 const (

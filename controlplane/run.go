@@ -114,11 +114,13 @@ const DefaultSessionLimit = service.DefaultSessionLimit
 // controllers, which run only while this replica is the leader.
 type Replica struct {
 	// Store is the store every writer of the replica uses: the one it
-	// opened, wrapped so that writes the agents' network views show are
-	// noted (service.WatchNetworks); service.Unwrap reaches the store.
+	// opened, wrapped so that writes the agents' network views and
+	// assignments show are noted (service.WatchNetworks,
+	// service.WatchAssignments); service.Unwrap reaches the store.
 	Store cloud.Store
-	// netChanges is the notifier Store feeds.
+	// netChanges and asgChanges are the notifiers Store feeds.
 	netChanges *service.NetworkChanges
+	asgChanges *service.AssignmentChanges
 	// URL is the API's base URL: https:// unless Config.TLS.Plain.
 	URL string
 	// AdminToken is set on the very first start, when the operator tenant
@@ -171,8 +173,9 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	// Every writer (the services and the controllers) writes through the
 	// one store that notes what the agents' network views show.
-	changes := service.NewNetworkChanges()
-	s := &Replica{Store: service.WatchNetworks(st, changes), netChanges: changes, Metrics: metrics.NewRegistry(), leader: &leaderState{}}
+	changes, asg := service.NewNetworkChanges(), service.NewAssignmentChanges()
+	s := &Replica{Store: service.WatchAssignments(service.WatchNetworks(st, changes), asg), netChanges: changes, asgChanges: asg,
+		Metrics: metrics.NewRegistry(), leader: &leaderState{}}
 	ln, err := s.start(ctx, cfg)
 	if err != nil {
 		st.Close()
@@ -314,7 +317,7 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 // not lead); a server that serves TLS signs agents' client certificates
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
-	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges,
+	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
 		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries,
 		SessionLimit: cfg.SessionLimit, Replica: cfg.Replica}
 	if opts.Replica == "" {

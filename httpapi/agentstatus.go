@@ -1,11 +1,14 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -17,18 +20,66 @@ import (
 // The agent protocol, part two: what a host must run, what became of it,
 // and its output (service.Agents has the rules).
 
+// assignmentReread is how often a waiting assignment watch reads the
+// host's list again although this replica noted no change: another
+// replica's writes (the leader's placements, when the agent's watch is
+// on another replica) are not noted here, nor are the rarer changes a
+// list shows that no key covers (a volume's size).
+const assignmentReread = 5 * time.Second
+
 // agentAssignments handles GET /v1/agent/assignments: every instance
-// holding an allocation on the caller's host.
+// holding an allocation on the caller's host (service.Agents.
+// AssignmentView), with the list's version. With ?version= (a version an
+// earlier answer carried) and ?wait= (a duration, at most
+// agentapi.MaxAssignmentWait) it answers as soon as the list's version
+// differs, or when the wait is over with the list as it is: a long poll
+// that wakes when this replica notes a change of the host's instances
+// (service.AssignmentChanges), and re-reads every assignmentReread for
+// the others'. The host is the credential's: no parameter names one, and
+// any other parameter is refused.
 func (s *handlers) agentAssignments(w http.ResponseWriter, r *http.Request, p principal) error {
-	as, err := s.svc.Agents.Assignments(r.Context(), p.actor())
-	if err != nil {
-		return err
+	q := r.URL.Query()
+	for k := range q {
+		if k != "version" && k != "wait" {
+			return &cloud.Error{Code: cloud.Invalid, Message: "unknown parameter " + strconv.Quote(k) + ": want version and wait",
+				Details: map[string]any{"field": k}}
+		}
 	}
-	if as == nil {
-		as = []agentapi.Assignment{}
+	since := q.Get("version")
+	if len(q["version"]) > 1 || len(since) > agentapi.MaxVersion || strings.Trim(since, "0123456789abcdef") != "" {
+		return &cloud.Error{Code: cloud.Invalid, Message: "version: want a version an earlier answer carried",
+			Details: map[string]any{"field": "version"}}
 	}
-	writeJSON(w, http.StatusOK, agentapi.AssignmentList{Assignments: as})
-	return nil
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" || len(q["wait"]) > 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > agentapi.MaxAssignmentWait || len(q["wait"]) > 1 {
+			return &cloud.Error{Code: cloud.Invalid, Message: "wait: want a duration from 0s to " + agentapi.MaxAssignmentWait.String() + ", such as 25s",
+				Details: map[string]any{"field": "wait"}}
+		}
+		wait = d
+	}
+	ctx := r.Context()
+	deadline := time.Now().Add(wait)
+	changes := s.svc.AssignmentChanges
+	for {
+		seq := changes.Seq()
+		list, keys, err := s.svc.Agents.AssignmentView(ctx, p.actor())
+		if err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if since == "" || list.Version != since || left <= 0 {
+			writeJSON(w, http.StatusOK, list)
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(left, assignmentReread))
+		changes.Wait(wctx, seq, keys)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // agentStatus handles POST /v1/agent/instances/{id}/status: the report's

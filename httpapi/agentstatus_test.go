@@ -19,11 +19,12 @@ import (
 	"github.com/gpucloud/gpucloud/service"
 )
 
-// schedule runs one scheduler step, as the leader's loop would, and
-// returns how many instances it placed.
+// schedule runs one scheduler step, as the leader's loop would, over the
+// store the services write (so that the agents' watches note its
+// placements), and returns how many instances it placed.
 func (e *env) schedule() int {
 	e.t.Helper()
-	s := control.NewScheduler(e.store, nil)
+	s := control.NewScheduler(e.Services.Store(), nil)
 	s.Now = e.clock.Now
 	s.Log = slog.New(slog.NewTextHandler(&syncWriter{w: e.logs}, nil))
 	n, err := s.Step(context.Background())

@@ -327,13 +327,20 @@ func heal(ctx context.Context, tx cloud.Tx, h *cloud.Host, now time.Time, why st
 // the host's version alone, so that the scheduler does not rebuild its
 // fleet for nothing. A changed inventory replaces the spec and bumps the
 // version (the scheduler rebuilds from it), with an event. An unhealthy
-// host becomes schedulable again, with an event.
+// host becomes schedulable again, with an event. A heartbeat without an
+// inventory is written in one transaction with the other hosts' that
+// arrive meanwhile (heartbeats.go).
 func (s *Agents) Heartbeat(ctx context.Context, a Actor, inv *agentapi.Inventory) error {
 	if err := agentOnly(a); err != nil {
 		return err
 	}
 	if inv != nil {
 		if _, err := s.hostSpec(inv, a.HostID); err != nil {
+			return err
+		}
+	} else if s.beats != nil {
+		// Only the time: in a group with the other hosts' (heartbeats.go).
+		if err := s.beat(ctx, a.HostID); !errors.Is(err, errAlone) {
 			return err
 		}
 	}

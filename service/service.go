@@ -102,6 +102,10 @@ type Options struct {
 	// the controllers' writes are noted too). Nil: New makes one and
 	// wraps st itself.
 	NetworkChanges *NetworkChanges
+	// AssignmentChanges is the notifier of the agents' assignment
+	// watches, fed likewise by the store st that WatchAssignments must
+	// have wrapped with it. Nil: New makes one and wraps st itself.
+	AssignmentChanges *AssignmentChanges
 	// Now is the clock; tests pass a settable one.
 	Now func() time.Time
 	// StopGrace is how long an agent waits between SIGTERM and SIGKILL
@@ -173,6 +177,8 @@ type Services struct {
 	Files       *Files
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
+	// AssignmentChanges wakes the agents waiting for their assignments.
+	AssignmentChanges *AssignmentChanges
 	base
 }
 
@@ -214,6 +220,8 @@ type base struct {
 	cat   *catalog.Catalog
 	now   func() time.Time
 	opts  Options
+	// beats is the group commit of heartbeats (heartbeats.go).
+	beats *beatGroups
 }
 
 // New returns the services over st, validating against cat.
@@ -234,11 +242,16 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		opts.NetworkChanges = NewNetworkChanges()
 		st = WatchNetworks(st, opts.NetworkChanges)
 	}
-	b := base{store: st, cat: cat, now: opts.Now, opts: opts}
+	if opts.AssignmentChanges == nil {
+		opts.AssignmentChanges = NewAssignmentChanges()
+		st = WatchAssignments(st, opts.AssignmentChanges)
+	}
+	b := base{store: st, cat: cat, now: opts.Now, opts: opts, beats: &beatGroups{}}
 	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues()}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, NetworkChanges: opts.NetworkChanges}
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, NetworkChanges: opts.NetworkChanges,
+		AssignmentChanges: opts.AssignmentChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}
