@@ -213,6 +213,9 @@ type Agent struct {
 
 	// lastSweep is when the last storage sweep ran (guarded by mu).
 	lastSweep time.Time
+	// scratchUnit is the bytes of a GiB of instance store: 1 GiB but in
+	// tests (export_test.go), which fill stores of a few MiB.
+	scratchUnit int64
 }
 
 // New returns an agent that talks to srv. Zero Config fields take their

@@ -45,7 +45,10 @@ type inst struct {
 	starting bool // the starting phase was queued
 	started  bool // the runtime knows the workload and has not been told to forget it
 	cleaned  bool // MIG instances and metadata are released
-	drained  bool // the exited workload's output is all shipped
+	// scratchMade is set once this run's instance store is made
+	// (scratch.go): a retried start keeps it.
+	scratchMade bool
+	drained     bool // the exited workload's output is all shipped
 	// orphan is set once the assignment is gone: the workload is stopped
 	// and cleaned up without reports.
 	orphan bool
@@ -176,7 +179,8 @@ func (a *Agent) pass(ctx context.Context, list *agentapi.AssignmentList, fetched
 		}
 	}
 	// Storage: unmount the volumes no instance uses, delete what is gone.
-	errs = append(errs, a.releaseVolumes(), a.sweepStorage(ctx))
+	// Instance stores of what is not running are wiped at once.
+	errs = append(errs, a.releaseVolumes(), a.wipeUnusedScratches(), a.sweepStorage(ctx))
 	return errors.Join(errs...)
 }
 
@@ -445,7 +449,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 // runSpec describes the run of s on devices for the runtime: command,
 // limits, device nodes (the host's RDMA adapters' too, for an instance
 // given them: addRDMA), sharing, environment, and its work, log and
-// volume directories, which it creates.
+// volume directories and instance store, which it creates.
 func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime.Spec, error) {
 	as, pl := s.a, s.a.Placement
 	spec := runtime.Spec{
@@ -494,6 +498,9 @@ func (a *Agent) runSpec(ctx context.Context, s *inst, devices []string) (runtime
 	if len(vols) > 0 {
 		spec.Volumes = vols
 		spec.WorkDir = vols[0]
+	}
+	if spec.Scratch, err = a.scratch(s); err != nil {
+		return spec, err
 	}
 	return spec, nil
 }

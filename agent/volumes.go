@@ -50,8 +50,9 @@ func (a *Agent) volumePaths(id string) (dir, img string) {
 // The kinds of directories the agent keeps in filesystem images: volumes,
 // and the working directories of instances without volumes (workdir.go).
 const (
-	kindVolume = "volumes"
-	kindWork   = "work"
+	kindVolume  = "volumes"
+	kindWork    = "work"
+	kindScratch = "scratch" // instance stores (scratch.go)
 )
 
 // imagePaths returns the directory and filesystem image of a volume or
@@ -61,6 +62,9 @@ func (a *Agent) imagePaths(kind, id string) (dir, img string) {
 		return a.volumePaths(id)
 	}
 	base := filepath.Join(a.cfg.DataDir, "instances")
+	if kind == kindScratch {
+		base = a.scratchDir()
+	}
 	return filepath.Join(base, id), filepath.Join(base, id+imageSuffix)
 }
 
@@ -165,7 +169,11 @@ func (a *Agent) markMounted(kind, id string) error {
 // without them) keeps its files: they are copied into the image, which is
 // left mounted at dir; one holding more than its size cannot start.
 func (a *Agent) makeImage(kind, id, dir, img string, size int64) error {
-	if err := runtime.MakeImage(img, size); err != nil {
+	mk := runtime.MakeImage
+	if kind == kindScratch {
+		mk = runtime.MakeScratchImage
+	}
+	if err := mk(img, size); err != nil {
 		return fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	entries, err := os.ReadDir(dir)
@@ -213,7 +221,7 @@ func (a *Agent) mountsInUse() map[string]map[string]bool {
 }
 
 // ReleaseVolumes unmounts every volume and working directory this agent
-// mounted, for a host
+// mounted, and wipes the instance stores, for a host
 // process that stopped its workloads (StopAll) and is about to exit
 // (gpucloud agent, gpucloud up): their files then sit in their images
 // only, and a next agent mounts them again on first use. It must not run
@@ -221,7 +229,8 @@ func (a *Agent) mountsInUse() map[string]map[string]bool {
 func (a *Agent) ReleaseVolumes() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.unmountImages(nil)
+	// Their workloads stopped, the instance stores are wiped.
+	return errors.Join(a.unmountImages(nil), a.wipeScratches(nil))
 }
 
 // releaseVolumes unmounts the volumes and working directories this agent

@@ -70,8 +70,13 @@ type Assignment struct {
 	// SharedVolumes are those of Volumes that are shared (cloud.VolumeShared):
 	// directories on the host's shared filesystem (the agent's
 	// --shared-volume-dir), which other hosts' instances mount at once.
-	SharedVolumes []string          `json:"shared_volumes,omitempty"`
-	Tags          map[string]string `json:"tags,omitempty"`
+	SharedVolumes []string `json:"shared_volumes,omitempty"`
+	// InstanceStoreGiB is the instance store of the instance's offering
+	// (catalog.Offering.InstanceStoreGiB), in GiB: local scratch disk the
+	// agent makes for each run of the instance, mounts at /scratch and
+	// wipes when the run ends. 0: none.
+	InstanceStoreGiB int               `json:"instance_store_gib,omitempty"`
+	Tags             map[string]string `json:"tags,omitempty"`
 	// GraceSeconds is how long a stop waits between SIGTERM and SIGKILL.
 	GraceSeconds int `json:"grace_seconds"`
 	// Interruption is a spot reclaim announced to the instance (Action

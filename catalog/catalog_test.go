@@ -80,32 +80,32 @@ func TestBuiltinOfferings(t *testing.T) {
 		}
 	}
 	want := []Offering{
-		{Name: "h100.metal", Mode: ModeMetal, Model: "H100-80GB-SXM", GPUs: 8, VCPUs: 192, MemoryMiB: 1966080},
-		{Name: "h100.1x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 1, VCPUs: 24, MemoryMiB: 245760},
-		{Name: "h100.2x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 2, VCPUs: 48, MemoryMiB: 491520},
-		{Name: "h100.4x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 4, VCPUs: 96, MemoryMiB: 983040},
-		{Name: "h100.8x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 8, VCPUs: 192, MemoryMiB: 1966080},
+		{Name: "h100.metal", Mode: ModeMetal, Model: "H100-80GB-SXM", GPUs: 8, VCPUs: 192, MemoryMiB: 1966080, InstanceStoreGiB: 7680},
+		{Name: "h100.1x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 1, VCPUs: 24, MemoryMiB: 245760, InstanceStoreGiB: 960},
+		{Name: "h100.2x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 2, VCPUs: 48, MemoryMiB: 491520, InstanceStoreGiB: 1920},
+		{Name: "h100.4x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 4, VCPUs: 96, MemoryMiB: 983040, InstanceStoreGiB: 3840},
+		{Name: "h100.8x", Mode: ModeGPU, Model: "H100-80GB-SXM", GPUs: 8, VCPUs: 192, MemoryMiB: 1966080, InstanceStoreGiB: 7680},
 		// MIG slices get round(24*c/7) vCPU and round(240*c/7) GiB.
-		{Name: "h100.mig.1g.10gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "1g.10gb", VCPUs: 3, MemoryMiB: 34 * 1024},
-		{Name: "h100.mig.2g.20gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "2g.20gb", VCPUs: 7, MemoryMiB: 69 * 1024},
-		{Name: "h100.mig.3g.40gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "3g.40gb", VCPUs: 10, MemoryMiB: 103 * 1024},
-		{Name: "h100.mig.4g.40gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "4g.40gb", VCPUs: 14, MemoryMiB: 137 * 1024},
-		{Name: "h100.mig.7g.80gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "7g.80gb", VCPUs: 24, MemoryMiB: 240 * 1024},
-		{Name: "a100.metal", Mode: ModeMetal, Model: "A100-80GB-SXM", GPUs: 8, VCPUs: 128, MemoryMiB: 1280 * 1024},
-		{Name: "a100.mig.3g.40gb", Mode: ModeMIG, Model: "A100-80GB-SXM", MIGProfile: "3g.40gb", VCPUs: 7, MemoryMiB: 69 * 1024},
-		{Name: "h200.1x", Mode: ModeGPU, Model: "H200-141GB", GPUs: 1, VCPUs: 24, MemoryMiB: 320 * 1024},
-		{Name: "h200.mig.7g.141gb", Mode: ModeMIG, Model: "H200-141GB", MIGProfile: "7g.141gb", VCPUs: 24, MemoryMiB: 320 * 1024},
-		{Name: "h200.mig.1g.18gb", Mode: ModeMIG, Model: "H200-141GB", MIGProfile: "1g.18gb", VCPUs: 3, MemoryMiB: 46 * 1024},
-		{Name: "l40s.1x", Mode: ModeGPU, Model: "L40S", GPUs: 1, VCPUs: 16, MemoryMiB: 96 * 1024},
-		{Name: "l40s.2x", Mode: ModeGPU, Model: "L40S", GPUs: 2, VCPUs: 32, MemoryMiB: 192 * 1024},
-		{Name: "l40s.shared.0.25", Mode: ModeShared, Model: "L40S", ShareMilli: 250, ShareMemoryMiB: 12288, VCPUs: 4, MemoryMiB: 24 * 1024},
-		{Name: "l40s.shared.0.5", Mode: ModeShared, Model: "L40S", ShareMilli: 500, ShareMemoryMiB: 24576, VCPUs: 8, MemoryMiB: 48 * 1024},
-		{Name: "l4.1x", Mode: ModeGPU, Model: "L4", GPUs: 1, VCPUs: 8, MemoryMiB: 32 * 1024},
-		{Name: "l4.shared.0.25", Mode: ModeShared, Model: "L4", ShareMilli: 250, ShareMemoryMiB: 6144, VCPUs: 2, MemoryMiB: 8 * 1024},
-		{Name: "t4.1x", Mode: ModeGPU, Model: "T4", GPUs: 1, VCPUs: 4, MemoryMiB: 16 * 1024},
-		{Name: "t4.shared.0.25", Mode: ModeShared, Model: "T4", ShareMilli: 250, ShareMemoryMiB: 4096, VCPUs: 1, MemoryMiB: 4 * 1024},
-		{Name: "a10.1x", Mode: ModeGPU, Model: "A10", GPUs: 1, VCPUs: 8, MemoryMiB: 32 * 1024},
-		{Name: "a10.shared.0.5", Mode: ModeShared, Model: "A10", ShareMilli: 500, ShareMemoryMiB: 12288, VCPUs: 4, MemoryMiB: 16 * 1024},
+		{Name: "h100.mig.1g.10gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "1g.10gb", VCPUs: 3, MemoryMiB: 34 * 1024, InstanceStoreGiB: 137},
+		{Name: "h100.mig.2g.20gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "2g.20gb", VCPUs: 7, MemoryMiB: 69 * 1024, InstanceStoreGiB: 274},
+		{Name: "h100.mig.3g.40gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "3g.40gb", VCPUs: 10, MemoryMiB: 103 * 1024, InstanceStoreGiB: 411},
+		{Name: "h100.mig.4g.40gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "4g.40gb", VCPUs: 14, MemoryMiB: 137 * 1024, InstanceStoreGiB: 549},
+		{Name: "h100.mig.7g.80gb", Mode: ModeMIG, Model: "H100-80GB-SXM", MIGProfile: "7g.80gb", VCPUs: 24, MemoryMiB: 240 * 1024, InstanceStoreGiB: 960},
+		{Name: "a100.metal", Mode: ModeMetal, Model: "A100-80GB-SXM", GPUs: 8, VCPUs: 128, MemoryMiB: 1280 * 1024, InstanceStoreGiB: 4000},
+		{Name: "a100.mig.3g.40gb", Mode: ModeMIG, Model: "A100-80GB-SXM", MIGProfile: "3g.40gb", VCPUs: 7, MemoryMiB: 69 * 1024, InstanceStoreGiB: 214},
+		{Name: "h200.1x", Mode: ModeGPU, Model: "H200-141GB", GPUs: 1, VCPUs: 24, MemoryMiB: 320 * 1024, InstanceStoreGiB: 960},
+		{Name: "h200.mig.7g.141gb", Mode: ModeMIG, Model: "H200-141GB", MIGProfile: "7g.141gb", VCPUs: 24, MemoryMiB: 320 * 1024, InstanceStoreGiB: 960},
+		{Name: "h200.mig.1g.18gb", Mode: ModeMIG, Model: "H200-141GB", MIGProfile: "1g.18gb", VCPUs: 3, MemoryMiB: 46 * 1024, InstanceStoreGiB: 137},
+		{Name: "l40s.1x", Mode: ModeGPU, Model: "L40S", GPUs: 1, VCPUs: 16, MemoryMiB: 96 * 1024, InstanceStoreGiB: 400},
+		{Name: "l40s.2x", Mode: ModeGPU, Model: "L40S", GPUs: 2, VCPUs: 32, MemoryMiB: 192 * 1024, InstanceStoreGiB: 800},
+		{Name: "l40s.shared.0.25", Mode: ModeShared, Model: "L40S", ShareMilli: 250, ShareMemoryMiB: 12288, VCPUs: 4, MemoryMiB: 24 * 1024, InstanceStoreGiB: 100},
+		{Name: "l40s.shared.0.5", Mode: ModeShared, Model: "L40S", ShareMilli: 500, ShareMemoryMiB: 24576, VCPUs: 8, MemoryMiB: 48 * 1024, InstanceStoreGiB: 200},
+		{Name: "l4.1x", Mode: ModeGPU, Model: "L4", GPUs: 1, VCPUs: 8, MemoryMiB: 32 * 1024, InstanceStoreGiB: 200},
+		{Name: "l4.shared.0.25", Mode: ModeShared, Model: "L4", ShareMilli: 250, ShareMemoryMiB: 6144, VCPUs: 2, MemoryMiB: 8 * 1024, InstanceStoreGiB: 50},
+		{Name: "t4.1x", Mode: ModeGPU, Model: "T4", GPUs: 1, VCPUs: 4, MemoryMiB: 16 * 1024, InstanceStoreGiB: 100},
+		{Name: "t4.shared.0.25", Mode: ModeShared, Model: "T4", ShareMilli: 250, ShareMemoryMiB: 4096, VCPUs: 1, MemoryMiB: 4 * 1024, InstanceStoreGiB: 25},
+		{Name: "a10.1x", Mode: ModeGPU, Model: "A10", GPUs: 1, VCPUs: 8, MemoryMiB: 32 * 1024, InstanceStoreGiB: 200},
+		{Name: "a10.shared.0.5", Mode: ModeShared, Model: "A10", ShareMilli: 500, ShareMemoryMiB: 12288, VCPUs: 4, MemoryMiB: 16 * 1024, InstanceStoreGiB: 100},
 	}
 	for _, w := range want {
 		got, err := c.Offering(w.Name)
@@ -135,6 +135,15 @@ func TestValidateOffering(t *testing.T) {
 			t.Errorf("valid %s offering rejected: %v", mode, err)
 		}
 	}
+	// Any mode may come with an instance store, up to the maximum.
+	for mode, o := range valid {
+		for _, gib := range []int{1, MaxInstanceStoreGiB} {
+			o.InstanceStoreGiB = gib
+			if err := c.ValidateOffering(&o); err != nil {
+				t.Errorf("%s offering with a %d GiB instance store rejected: %v", mode, gib, err)
+			}
+		}
+	}
 	// A metal offering may leave the model and GPU count open.
 	if err := c.ValidateOffering(&Offering{Name: "any.metal", Mode: ModeMetal}); err != nil {
 		t.Errorf("metal without model rejected: %v", err)
@@ -162,6 +171,9 @@ func TestValidateOffering(t *testing.T) {
 		{"gpu with share", ModeGPU, func(o *Offering) { o.ShareMilli = 500 }, "share_milli", "only allowed in shared mode"},
 		{"negative vcpus", ModeGPU, func(o *Offering) { o.VCPUs = -1 }, "vcpus", "must not be negative"},
 		{"negative memory", ModeGPU, func(o *Offering) { o.MemoryMiB = -1 }, "memory_mib", "must not be negative"},
+		{"negative instance store", ModeGPU, func(o *Offering) { o.InstanceStoreGiB = -1 }, "instance_store_gib", "must be 0 (none) to 15360 GiB (15 TiB), got -1"},
+		{"instance store past 15 TiB", ModeMetal, func(o *Offering) { o.InstanceStoreGiB = MaxInstanceStoreGiB + 1 }, "instance_store_gib", "got 15361"},
+		{"cpu instance store past 15 TiB", ModeCPU, func(o *Offering) { o.InstanceStoreGiB = 1 << 30 }, "instance_store_gib", "must be 0 (none) to 15360"},
 		{"mig on model without MIG", ModeMIG, func(o *Offering) { o.Model = "L40S" }, "model", `gpu model "L40S" does not support MIG`},
 		{"mig without profile", ModeMIG, func(o *Offering) { o.MIGProfile = "" }, "mig_profile", "required for mig mode (valid for H100-80GB-SXM: 1g.10gb, 1g.10gb+me"},
 		{"mig profile of another model", ModeMIG, func(o *Offering) { o.MIGProfile = "3g.20gb" }, "mig_profile",

@@ -22,6 +22,7 @@ offerings:
     gpus: 1
     vcpus: 16
     memory_mib: 131072
+    instance_store_gib: 1800
 `
 
 func TestLoadExtends(t *testing.T) {
@@ -37,7 +38,7 @@ func TestLoadExtends(t *testing.T) {
 		t.Errorf("custom model = %+v", m)
 	}
 	o, err := c.Offering("custom.1x")
-	if err != nil || o.GPUs != 1 || o.VCPUs != 16 || o.MemoryMiB != 131072 || o.Mode != ModeGPU {
+	if err != nil || o.GPUs != 1 || o.VCPUs != 16 || o.MemoryMiB != 131072 || o.Mode != ModeGPU || o.InstanceStoreGiB != 1800 {
 		t.Errorf("custom offering = %+v, %v", o, err)
 	}
 	// The built-ins are still there.
@@ -199,6 +200,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`bad.yaml:3: offering "o.1x": name: duplicate offering name`}, "name"},
 		{"invalid offering", "offerings:\n  - name: t4.half\n    mode: shared\n    model: T4\n    share_milli: 1500\n    share_memory_mib: 1024\n",
 			[]string{`bad.yaml:5: offering "t4.half": share_milli: fraction out of range: 1500`}, "share_milli"},
+		{"negative instance store", "offerings:\n  - name: t4.scratch\n    mode: gpu\n    model: T4\n    gpus: 1\n    instance_store_gib: -5\n",
+			[]string{`bad.yaml:6: offering "t4.scratch": instance_store_gib: must be 0 (none) to 15360 GiB (15 TiB), got -5`}, "instance_store_gib"},
+		{"instance store too big", "offerings:\n  - {name: t4.scratch, mode: gpu, model: T4, gpus: 1, instance_store_gib: 20000}\n",
+			[]string{`instance_store_gib: must be 0 (none) to 15360 GiB (15 TiB), got 20000`}, "instance_store_gib"},
 		{"offering missing model", "offerings:\n  - name: t4.half\n    mode: gpu\n    gpus: 1\n",
 			[]string{`bad.yaml:2: offering "t4.half": model: required for gpu mode`}, "model"},
 		{"offering on unknown model", "offerings:\n  - name: z.1x\n    mode: gpu\n    model: Z9\n    gpus: 1\n",

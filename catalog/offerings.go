@@ -11,6 +11,7 @@ type offeringFamily struct {
 	model     string // canonical model name
 	vcpus     int    // vCPUs per whole GPU
 	memoryGiB int64  // host RAM per whole GPU
+	storeGiB  int    // instance store (local scratch disk) per whole GPU
 	metal     bool   // offer the whole 8-GPU host as "<prefix>.metal"
 	whole     []int  // whole-GPU counts offered as "<prefix>.<n>x"
 	mig       []string
@@ -29,21 +30,26 @@ var (
 	allWhole       = []int{1, 2, 4, 8}
 )
 
-// builtinFamilies lists what the built-in catalog offers. The MIG offerings
-// are the profiles tenants ask for (one of each compute size); the 1g profile
-// with double memory and the "+me" media profile stay available to operator
-// catalog files but are not offered by default.
+// builtinFamilies lists what the built-in catalog offers. The instance
+// store comes per whole GPU, like host CPU and RAM, and is scaled the same
+// way for slices: an 8-GPU H100 offering has 7.5 TiB, as a cloud's 8-GPU
+// instances come with several TiB of local NVMe, and a host's instances
+// never together ask for more than its GPUs' worth (round-off aside).
+//
+// The MIG offerings are the profiles tenants ask for (one of each compute
+// size); the 1g profile with double memory and the "+me" media profile
+// stay available to operator catalog files but are not offered by default.
 var builtinFamilies = []offeringFamily{
-	{prefix: "h100", model: "H100-80GB-SXM", vcpus: 24, memoryGiB: 240, metal: true, whole: allWhole,
+	{prefix: "h100", model: "H100-80GB-SXM", vcpus: 24, memoryGiB: 240, storeGiB: 960, metal: true, whole: allWhole,
 		mig: []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}},
-	{prefix: "a100", model: "A100-80GB-SXM", vcpus: 16, memoryGiB: 160, metal: true, whole: allWhole,
+	{prefix: "a100", model: "A100-80GB-SXM", vcpus: 16, memoryGiB: 160, storeGiB: 500, metal: true, whole: allWhole,
 		mig: []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}},
-	{prefix: "h200", model: "H200-141GB", vcpus: 24, memoryGiB: 320, metal: true, whole: allWhole,
+	{prefix: "h200", model: "H200-141GB", vcpus: 24, memoryGiB: 320, storeGiB: 960, metal: true, whole: allWhole,
 		mig: []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}},
-	{prefix: "l40s", model: "L40S", vcpus: 16, memoryGiB: 96, whole: allWhole, shared: quarterAndHalf},
-	{prefix: "l4", model: "L4", vcpus: 8, memoryGiB: 32, whole: allWhole, shared: quarterAndHalf},
-	{prefix: "a10", model: "A10", vcpus: 8, memoryGiB: 32, whole: []int{1, 2, 4}, shared: quarterAndHalf},
-	{prefix: "t4", model: "T4", vcpus: 4, memoryGiB: 16, whole: []int{1, 2, 4}, shared: quarterAndHalf},
+	{prefix: "l40s", model: "L40S", vcpus: 16, memoryGiB: 96, storeGiB: 400, whole: allWhole, shared: quarterAndHalf},
+	{prefix: "l4", model: "L4", vcpus: 8, memoryGiB: 32, storeGiB: 200, whole: allWhole, shared: quarterAndHalf},
+	{prefix: "a10", model: "A10", vcpus: 8, memoryGiB: 32, storeGiB: 200, whole: []int{1, 2, 4}, shared: quarterAndHalf},
+	{prefix: "t4", model: "T4", vcpus: 4, memoryGiB: 16, storeGiB: 100, whole: []int{1, 2, 4}, shared: quarterAndHalf},
 }
 
 // builtinOfferings returns a fresh copy of the built-in offerings. It needs
@@ -68,24 +74,26 @@ func (f offeringFamily) offerings(m *Model) []Offering {
 	var out []Offering
 	if f.metal {
 		out = append(out, Offering{
-			Name:        f.prefix + ".metal",
-			Description: fmt.Sprintf("Bare-metal host with %d %s GPUs", maxGPUsPerHost, m.Name),
-			Mode:        ModeMetal,
-			Model:       m.Name,
-			GPUs:        maxGPUsPerHost,
-			VCPUs:       f.vcpus * maxGPUsPerHost,
-			MemoryMiB:   f.memoryGiB * maxGPUsPerHost * GiB,
+			Name:             f.prefix + ".metal",
+			Description:      fmt.Sprintf("Bare-metal host with %d %s GPUs", maxGPUsPerHost, m.Name),
+			Mode:             ModeMetal,
+			Model:            m.Name,
+			GPUs:             maxGPUsPerHost,
+			VCPUs:            f.vcpus * maxGPUsPerHost,
+			MemoryMiB:        f.memoryGiB * maxGPUsPerHost * GiB,
+			InstanceStoreGiB: f.storeGiB * maxGPUsPerHost,
 		})
 	}
 	for _, n := range f.whole {
 		out = append(out, Offering{
-			Name:        fmt.Sprintf("%s.%dx", f.prefix, n),
-			Description: fmt.Sprintf("%d x %s (passthrough)", n, m.Name),
-			Mode:        ModeGPU,
-			Model:       m.Name,
-			GPUs:        n,
-			VCPUs:       f.vcpus * n,
-			MemoryMiB:   f.memoryGiB * int64(n) * GiB,
+			Name:             fmt.Sprintf("%s.%dx", f.prefix, n),
+			Description:      fmt.Sprintf("%d x %s (passthrough)", n, m.Name),
+			Mode:             ModeGPU,
+			Model:            m.Name,
+			GPUs:             n,
+			VCPUs:            f.vcpus * n,
+			MemoryMiB:        f.memoryGiB * int64(n) * GiB,
+			InstanceStoreGiB: f.storeGiB * n,
 		})
 	}
 	for _, name := range f.mig {
@@ -94,25 +102,27 @@ func (f offeringFamily) offerings(m *Model) []Offering {
 			panic("catalog: built-in offering family " + f.prefix + " names unknown MIG profile " + name)
 		}
 		out = append(out, Offering{
-			Name:        f.prefix + ".mig." + name,
-			Description: fmt.Sprintf("MIG %s instance of one %s", name, m.Name),
-			Mode:        ModeMIG,
-			Model:       m.Name,
-			MIGProfile:  name,
-			VCPUs:       scaleVCPUs(f.vcpus, p.ComputeSlices, MIGComputeSlices),
-			MemoryMiB:   scaleGiB(f.memoryGiB, p.ComputeSlices, MIGComputeSlices) * GiB,
+			Name:             f.prefix + ".mig." + name,
+			Description:      fmt.Sprintf("MIG %s instance of one %s", name, m.Name),
+			Mode:             ModeMIG,
+			Model:            m.Name,
+			MIGProfile:       name,
+			VCPUs:            scaleVCPUs(f.vcpus, p.ComputeSlices, MIGComputeSlices),
+			MemoryMiB:        scaleGiB(f.memoryGiB, p.ComputeSlices, MIGComputeSlices) * GiB,
+			InstanceStoreGiB: scaleStore(f.storeGiB, p.ComputeSlices, MIGComputeSlices),
 		})
 	}
 	for _, s := range f.shared {
 		out = append(out, Offering{
-			Name:           f.prefix + ".shared." + s.suffix,
-			Description:    fmt.Sprintf("%s of one %s (time-sliced)", s.suffix, m.Name),
-			Mode:           ModeShared,
-			Model:          m.Name,
-			ShareMilli:     s.milli,
-			ShareMemoryMiB: m.MemoryMiB * int64(s.milli) / 1000,
-			VCPUs:          scaleVCPUs(f.vcpus, s.milli, 1000),
-			MemoryMiB:      scaleGiB(f.memoryGiB, s.milli, 1000) * GiB,
+			Name:             f.prefix + ".shared." + s.suffix,
+			Description:      fmt.Sprintf("%s of one %s (time-sliced)", s.suffix, m.Name),
+			Mode:             ModeShared,
+			Model:            m.Name,
+			ShareMilli:       s.milli,
+			ShareMemoryMiB:   m.MemoryMiB * int64(s.milli) / 1000,
+			VCPUs:            scaleVCPUs(f.vcpus, s.milli, 1000),
+			MemoryMiB:        scaleGiB(f.memoryGiB, s.milli, 1000) * GiB,
+			InstanceStoreGiB: scaleStore(f.storeGiB, s.milli, 1000),
 		})
 	}
 	return out
@@ -129,4 +139,13 @@ func scaleVCPUs(vcpus, num, den int) int {
 func scaleGiB(gib int64, num, den int) int64 {
 	v := (2*gib*int64(num) + int64(den)) / (2 * int64(den))
 	return max(v, 1)
+}
+
+// scaleStore returns round(gib*num/den): a slice's share of its GPU's
+// instance store (0 when the family has none).
+func scaleStore(gib, num, den int) int {
+	if gib == 0 {
+		return 0
+	}
+	return int(scaleGiB(int64(gib), num, den))
 }

@@ -126,4 +126,11 @@ type Offering struct {
 	// VCPUs and MemoryMiB are the host CPU and RAM that come with the offering.
 	VCPUs     int   `yaml:"vcpus" json:"vcpus"`
 	MemoryMiB int64 `yaml:"memory_mib" json:"memory_mib"`
+	// InstanceStoreGiB is the local scratch disk that comes with the
+	// offering, in GiB (0: none, 0..MaxInstanceStoreGiB): a filesystem of
+	// that size on the host's own disk, mounted at /scratch in the
+	// workload and wiped whenever the instance stops (docs/RUNTIME.md,
+	// "Instance store"). It is included in the offering's price, as a
+	// cloud's instance store is.
+	InstanceStoreGiB int `yaml:"instance_store_gib,omitempty" json:"instance_store_gib,omitempty"`
 }

@@ -19,6 +19,12 @@ var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]*$`)
 // host we place on has more than 8 GPUs.
 const maxGPUsPerHost = 8
 
+// MaxInstanceStoreGiB is the largest instance store an offering may come
+// with: 15 TiB. The agent keeps an instance's store in one sparse file on
+// the host's disk, and a file on ext4 (the usual host filesystem) holds at
+// most 16 TiB.
+const MaxInstanceStoreGiB = 15 << 10
+
 // validModes is the list shown when a mode is missing or unknown.
 const validModes = "metal, gpu, mig, shared, cpu"
 
@@ -61,7 +67,7 @@ func (c *Catalog) validateOffering(o *Offering) *ValidationError {
 type failFunc func(field, format string, args ...any) *ValidationError
 
 // validateOfferingBasics checks the fields every offering has: name, mode,
-// vcpus and memory_mib.
+// vcpus, memory_mib and instance_store_gib.
 func validateOfferingBasics(o *Offering, fail failFunc) *ValidationError {
 	switch {
 	case o.Name == "":
@@ -80,6 +86,9 @@ func validateOfferingBasics(o *Offering, fail failFunc) *ValidationError {
 	}
 	if o.MemoryMiB < 0 {
 		return fail("memory_mib", "must not be negative, got %d", o.MemoryMiB)
+	}
+	if o.InstanceStoreGiB < 0 || o.InstanceStoreGiB > MaxInstanceStoreGiB {
+		return fail("instance_store_gib", "must be 0 (none) to %d GiB (15 TiB), got %d", MaxInstanceStoreGiB, o.InstanceStoreGiB)
 	}
 	return nil
 }

@@ -239,8 +239,9 @@ func newCatalogOfferingsCommand() *cobra.Command {
 		Short: "List the offerings (instance types)",
 		Long: "List the offerings tenants rent, sorted by name: the virtualization mode, the\n" +
 			"GPU model, what of the GPU it rents (RESOURCE: whole GPUs, a MIG profile, or a\n" +
-			"time-sliced share with its GPU memory), and the host vCPUs and memory that\n" +
-			"come with it.\n\n" +
+			"time-sliced share with its GPU memory), the host vCPUs and memory that come\n" +
+			"with it, and its instance store (STORE: local scratch disk at /scratch, wiped\n" +
+			"when the instance stops, included in the price; \"-\" for none).\n\n" +
 			"Modes: metal (a whole host), gpu (1..8 whole GPUs in passthrough), mig (one MIG\n" +
 			"instance), shared (a time-sliced fraction of one GPU), cpu (no GPU).\n\n" +
 			"-o json and -o yaml print the offerings as a list, descriptions included.",
@@ -303,10 +304,10 @@ func newCatalogOfferingsCommand() *cobra.Command {
 				fmt.Fprintf(out, "no offerings%s\n", describeFilter(wantMode, wantModel))
 				return nil
 			}
-			rows := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY"}}
+			rows := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY", "STORE"}}
 			for _, o := range offerings {
 				rows = append(rows, []string{o.Name, string(o.Mode), dash(canonical[o]), offeringResource(o),
-					strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB)})
+					strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB), instanceStore(o)})
 			}
 			return writeTable(out, rows)
 		},
@@ -360,6 +361,14 @@ func offeringResource(o *catalog.Offering) string {
 		return share + " GPU, " + formatMiB(o.ShareMemoryMiB)
 	}
 	return "-"
+}
+
+// instanceStore is an offering's instance store: "7680 GiB", or "-".
+func instanceStore(o *catalog.Offering) string {
+	if o.InstanceStoreGiB <= 0 {
+		return "-"
+	}
+	return strconv.Itoa(o.InstanceStoreGiB) + " GiB"
 }
 
 func gpuCount(n int) string {

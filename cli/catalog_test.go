@@ -165,15 +165,15 @@ func TestCatalogProfilesErrors(t *testing.T) {
 
 func TestCatalogOfferings(t *testing.T) {
 	out := mustRun(t, "catalog", "offerings")
-	if got := tableRow(t, out, "NAME"); !reflect.DeepEqual(got, []string{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY"}) {
+	if got := tableRow(t, out, "NAME"); !reflect.DeepEqual(got, []string{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY", "STORE"}) {
 		t.Errorf("header %q", got)
 	}
 	for name, want := range map[string][]string{
-		"h100.8x":          {"h100.8x", "gpu", "H100-80GB-SXM", "8 GPUs", "192", "1920 GiB"},
-		"h100.metal":       {"h100.metal", "metal", "H100-80GB-SXM", "8 GPUs", "192", "1920 GiB"},
-		"t4.1x":            {"t4.1x", "gpu", "T4", "1 GPU", "4", "16 GiB"},
-		"h100.mig.3g.40gb": {"h100.mig.3g.40gb", "mig", "H100-80GB-SXM", "mig 3g.40gb", "10", "103 GiB"},
-		"l40s.shared.0.25": {"l40s.shared.0.25", "shared", "L40S", "0.25 GPU, 12 GiB", "4", "24 GiB"},
+		"h100.8x":          {"h100.8x", "gpu", "H100-80GB-SXM", "8 GPUs", "192", "1920 GiB", "7680 GiB"},
+		"h100.metal":       {"h100.metal", "metal", "H100-80GB-SXM", "8 GPUs", "192", "1920 GiB", "7680 GiB"},
+		"t4.1x":            {"t4.1x", "gpu", "T4", "1 GPU", "4", "16 GiB", "100 GiB"},
+		"h100.mig.3g.40gb": {"h100.mig.3g.40gb", "mig", "H100-80GB-SXM", "mig 3g.40gb", "10", "103 GiB", "411 GiB"},
+		"l40s.shared.0.25": {"l40s.shared.0.25", "shared", "L40S", "0.25 GPU, 12 GiB", "4", "24 GiB", "100 GiB"},
 	} {
 		if got := tableRow(t, out, name); !reflect.DeepEqual(got, want) {
 			t.Errorf("row %s = %q, want %q", name, got, want)
@@ -286,15 +286,15 @@ func TestCatalogFlagUsesFile(t *testing.T) {
 	}
 
 	out = mustRun(t, "catalog", "offerings", "--catalog", path, "--model", "X9-96GB")
-	if got, want := tableRow(t, out, "x9.mig.3g.48gb"), []string{"x9.mig.3g.48gb", "mig", "X9-96GB", "mig 3g.48gb", "12", "64 GiB"}; !reflect.DeepEqual(got, want) {
+	if got, want := tableRow(t, out, "x9.mig.3g.48gb"), []string{"x9.mig.3g.48gb", "mig", "X9-96GB", "mig 3g.48gb", "12", "64 GiB", "-"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("custom offering row %q, want %q", got, want)
 	}
 	// Memory that is not whole GiB is shown in MiB rather than rounded.
-	if got, want := tableRow(t, out, "x9.shared.0.125"), []string{"x9.shared.0.125", "shared", "X9-96GB", "0.125 GPU, 12000 MiB", "2", "8 GiB"}; !reflect.DeepEqual(got, want) {
+	if got, want := tableRow(t, out, "x9.shared.0.125"), []string{"x9.shared.0.125", "shared", "X9-96GB", "0.125 GPU, 12000 MiB", "2", "8 GiB", "-"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("custom shared row %q, want %q", got, want)
 	}
 	out = mustRun(t, "catalog", "offerings", "--catalog", path, "--model", "tesla-t4", "--mode", "gpu")
-	if got, want := tableRow(t, out, "t4.1x"), []string{"t4.1x", "gpu", "t4", "1 GPU", "6", "24 GiB"}; !reflect.DeepEqual(got, want) {
+	if got, want := tableRow(t, out, "t4.1x"), []string{"t4.1x", "gpu", "t4", "1 GPU", "6", "24 GiB", "-"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("overridden offering row %q, want %q", got, want)
 	}
 	var offerings []catalog.Offering

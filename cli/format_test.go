@@ -247,7 +247,7 @@ func TestOfferingRows(t *testing.T) {
 		"h200.mig.1g.18gb": {"$0.7000/h", "-", "no host"},
 		"a10.1x":           {"-", "-", "?"},
 	}
-	if h := table[0]; strings.Join(h[6:], ",") != "ON-DEMAND,SPOT,AVAILABLE" {
+	if h := table[0]; strings.Join(h[7:], ",") != "ON-DEMAND,SPOT,AVAILABLE" {
 		t.Errorf("header %q", h)
 	}
 	for _, row := range table[1:] {
@@ -256,13 +256,13 @@ func TestOfferingRows(t *testing.T) {
 			t.Errorf("unexpected row %q", row)
 			continue
 		}
-		if got := [3]string{row[6], row[7], row[8]}; got != w {
+		if got := [3]string{row[7], row[8], row[9]}; got != w {
 			t.Errorf("%s: %q, want %q", row[0], got, w)
 		}
 	}
 	// Prices or pools that could not be read are unknown, not absent.
 	table = offeringsTable(offeringRows(offs[:1], nil, nil, nil), false, false)
-	if got := table[1][6:]; strings.Join(got, ",") != "?,?,?" {
+	if got := table[1][7:]; strings.Join(got, ",") != "?,?,?" {
 		t.Errorf("unknown prices: %q", got)
 	}
 }

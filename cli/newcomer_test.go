@@ -80,10 +80,10 @@ func TestOfferingsPricesAndAvailability(t *testing.T) {
 
 	// Without availability (no scheduler runs here), it says "?".
 	out := e.ok(tok, "offerings", "--model", "L4")
-	if got := tableRow(t, out, "NAME"); strings.Join(got, ",") != "NAME,MODE,MODEL,RESOURCE,VCPUS,MEMORY,ON-DEMAND,SPOT,AVAILABLE" {
+	if got := tableRow(t, out, "NAME"); strings.Join(got, ",") != "NAME,MODE,MODEL,RESOURCE,VCPUS,MEMORY,STORE,ON-DEMAND,SPOT,AVAILABLE" {
 		t.Errorf("header %q", got)
 	}
-	if got := tableRow(t, out, "l4.1x"); strings.Join(got[6:], ",") != "from $1.0000/h,$0.3500/h,?" {
+	if got := tableRow(t, out, "l4.1x"); strings.Join(got[7:], ",") != "from $1.0000/h,$0.3500/h,?" {
 		t.Errorf("l4.1x row %q", got)
 	}
 	code, _, errOut := e.as(tok, "offerings", "--available")

@@ -141,11 +141,11 @@ func offeringRows(offerings []*catalog.Offering, prices []*cloud.Price, pools []
 // offeringsTable renders offering rows; pricesKnown and spotKnown say
 // whether the prices and the spot pools could be read.
 func offeringsTable(rows []offeringRow, pricesKnown, spotKnown bool) [][]string {
-	table := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY", "ON-DEMAND", "SPOT", "AVAILABLE"}}
+	table := [][]string{{"NAME", "MODE", "MODEL", "RESOURCE", "VCPUS", "MEMORY", "STORE", "ON-DEMAND", "SPOT", "AVAILABLE"}}
 	for _, r := range rows {
 		o := r.Offering
 		table = append(table, []string{o.Name, string(o.Mode), dash(canonicalModel(o.Model)), offeringResource(o),
-			strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB), priceText(r.Price, r.PriceZones, pricesKnown),
+			strconv.Itoa(o.VCPUs), formatMiB(o.MemoryMiB), instanceStore(o), priceText(r.Price, r.PriceZones, pricesKnown),
 			priceText(r.SpotPrice, r.SpotPools, spotKnown), availabilityText(r.Availability)})
 	}
 	return table
@@ -166,7 +166,8 @@ func newOfferingsCommand(s *session) *cobra.Command {
 		Short: "List the offerings the server rents, with prices and availability",
 		Long: "List the offerings (instance types) of the server's catalog, which may add\n" +
 			"to the built-in one: the mode, the GPU model, what of the GPU it rents, the\n" +
-			"vCPUs and memory that come with it, and:\n\n" +
+			"vCPUs and memory that come with it, its instance store (STORE: local scratch\n" +
+			"disk at /scratch, wiped when the instance stops, included in the price), and:\n\n" +
 			"  ON-DEMAND  the price per hour in force now (\"from\" when zones differ)\n" +
 			"  SPOT       the cheapest current spot price of its pools (\"-\": no pool yet)\n" +
 			"  AVAILABLE  what the fleet can do for it as of the scheduler's last step:\n" +

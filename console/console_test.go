@@ -323,7 +323,7 @@ func TestPagesRender(t *testing.T) {
 	b := w.browser(t)
 	b.login(w.acme.Token)
 	launch := b.get("/launch")
-	for _, want := range []string{"h100.1x", "$", "/h", `<label for="o-h100.1x">`} {
+	for _, want := range []string{"h100.1x", "$", "/h", `<label for="o-h100.1x">`, "<th scope=\"col\">Scratch</th>", "960 GiB <span class=\"note\">at /scratch"} {
 		if !strings.Contains(launch.body, want) {
 			t.Errorf("/launch lacks %q", want)
 		}

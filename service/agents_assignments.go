@@ -21,7 +21,8 @@ import (
 // launchers' environment. An instance on a private network carries its
 // place on it (agentapi.InstanceNetwork: readNetIndex reads the networks,
 // subnets and public addresses once per call, not per instance). An
-// instance that owns the host's fabric gets its RDMA adapters (rdmaRule).
+// instance that owns the host's fabric gets its RDMA adapters (rdmaRule),
+// and each its offering's instance store (InstanceStoreGiB).
 func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignment, error) {
 	if err := agentOnly(a); err != nil {
 		return nil, err
@@ -60,6 +61,11 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 			last := &out[len(out)-1]
 			if last.VolumeSizes, last.SharedVolumes, err = sizes.of(ctx, tx, in.Volumes); err != nil {
 				return err
+			}
+			// The instance store is the offering's, as the catalog says
+			// now; an offering the catalog no longer has gets none.
+			if o, err := s.cat.Offering(in.Offering); err == nil {
+				last.InstanceStoreGiB = o.InstanceStoreGiB
 			}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -68,6 +69,44 @@ func TestAgentsAssignmentVolumeSizes(t *testing.T) {
 					t.Errorf("%s: volume %s of %d GiB, want %d", a.InstanceID, id, a.VolumeSizes[id], size)
 				}
 			}
+		}
+	})
+}
+
+// TestAgentsAssignmentInstanceStore: an assignment carries its offering's
+// instance store, as the server's catalog has it (an operator's file may
+// change a built-in offering's), and none for an offering without one.
+func TestAgentsAssignmentInstanceStore(t *testing.T) {
+	cat, err := catalog.Load(strings.NewReader(`offerings:
+  - {name: l4.1x, mode: gpu, model: L4, gpus: 1, vcpus: 8, memory_mib: 32768, instance_store_gib: 50}
+  - {name: l4.bare, mode: gpu, model: L4, gpus: 1, vcpus: 8, memory_mib: 32768}
+`), "catalog.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		f.putHost("h-a", 4)
+		byDefault := f.placedOffering(f.acme, "h-a", "l4.2x", cloud.Running)
+		f.svc = service.New(st, cat, service.Options{Now: f.clock.Now})
+		overridden := f.placed(f.acme, "h-a", cloud.Running)
+		bare := f.placedOffering(f.globex, "h-a", "l4.bare", cloud.Stopping)
+		as, err := f.svc.Agents.Assignments(context.Background(), service.AgentActor("h-a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{byDefault.ID: 400, overridden.ID: 50, bare.ID: 0}
+		if len(as) != len(want) {
+			t.Fatalf("%d assignments, want %d", len(as), len(want))
+		}
+		for _, a := range as {
+			if w, ok := want[a.InstanceID]; !ok || a.InstanceStoreGiB != w {
+				t.Errorf("%s (%s): instance store %d GiB, want %d", a.InstanceID, a.Offering, a.InstanceStoreGiB, w)
+			}
+		}
+		// Only the host's agent reads them.
+		if _, err := f.svc.Agents.Assignments(context.Background(), f.acme); err == nil {
+			t.Error("a tenant read a host's assignments")
 		}
 	})
 }

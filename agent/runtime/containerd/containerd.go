@@ -98,6 +98,9 @@ const (
 	// where name is the last element of the volume's host directory (the
 	// volume ID, for the agent's volumes).
 	VolumesDir = "/volumes"
+	// ScratchDir is where the instance store is mounted, for an instance
+	// with one (Spec.Scratch).
+	ScratchDir = "/scratch"
 	// InitPath is where the init is mounted, read-only.
 	InitPath = "/dev/init"
 )

@@ -36,6 +36,9 @@ type mounts struct {
 	binds [][2]string
 	// volumes are the container paths of Spec.Volumes, in order.
 	volumes []string
+	// scratch is the container path of Spec.Scratch (ScratchDir), empty
+	// without one.
+	scratch string
 	// mpsPipe is the pipe directory of the MPS daemon of a share's GPU,
 	// mounted at the same path; empty without one.
 	mpsPipe string
@@ -50,7 +53,7 @@ type mounts struct {
 // layout places the working directory and volumes: each volume at
 // VolumesDir/<its directory's name>, the working directory at WorkDir
 // unless it is one of the volumes (the agent runs a workload with volumes
-// in its first one).
+// in its first one), and the instance store at ScratchDir.
 func layout(s runtime.Spec) (mounts, error) {
 	var m mounts
 	seen := map[string]bool{}
@@ -73,6 +76,14 @@ func layout(s runtime.Spec) (mounts, error) {
 		m.cwd = WorkDir
 		m.binds = append([][2]string{{work, WorkDir}}, m.binds...)
 	}
+	if s.Scratch != "" {
+		sc := filepath.Clean(s.Scratch)
+		if !filepath.IsAbs(sc) || sc == work || slices.Contains(s.Volumes, sc) {
+			return m, fmt.Errorf("instance store %q: want an absolute directory of its own: %w", s.Scratch, runtime.ErrInvalid)
+		}
+		m.binds = append(m.binds, [2]string{sc, ScratchDir})
+		m.scratch = ScratchDir
+	}
 	return m, nil
 }
 
@@ -80,7 +91,7 @@ func layout(s runtime.Spec) (mounts, error) {
 // paths and the metadata URL the workload sees, and the MPS pipe
 // directory of a share whose GPU has a daemon.
 func containerEnv(s runtime.Spec, m mounts) []string {
-	s.Volumes = m.volumes
+	s.Volumes, s.Scratch = m.volumes, m.scratch
 	if s.Metadata != nil {
 		s.MetadataURL = metadataURL()
 	}

@@ -234,7 +234,8 @@ func (r *Runtime) workloadUser(s runtime.Spec) (uid, gid uint32, own bool, err e
 
 // prepareDirs fills the working directory and log path the runtime picks
 // for a spec that leaves them empty, and makes the directories: the
-// working directory and volumes owned by the workload's user, uid:gid.
+// working directory, volumes and instance store owned by the workload's
+// user, uid:gid.
 func (r *Runtime) prepareDirs(s *runtime.Spec, uid, gid uint32) error {
 	dir := filepath.Join(r.cfg.BaseDir, s.InstanceID)
 	if s.WorkDir == "" {
@@ -255,7 +256,11 @@ func (r *Runtime) prepareDirs(s *runtime.Spec, uid, gid uint32) error {
 	// The workload's user owns its directories: all of what is in one
 	// another user owns (another instance's volume, or this one's from a
 	// start under another uid; uids.go).
-	for _, d := range append([]string{s.WorkDir}, s.Volumes...) {
+	dirs := append([]string{s.WorkDir}, s.Volumes...)
+	if s.Scratch != "" {
+		dirs = append(dirs, s.Scratch)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}

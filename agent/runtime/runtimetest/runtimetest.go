@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"StartIsIdempotent", testStartIsIdempotent},
 		{"Logs", testLogs},
 		{"WorkDirAndVolumes", testWorkDirAndVolumes},
+		{"Scratch", testScratch},
 		{"Errors", testErrors},
 		{"WaitHonoursContext", testWaitHonoursContext},
 		{"Address", testAddress},

@@ -23,6 +23,10 @@ import (
 func testEnvironment(t *testing.T, h Harness) {
 	rt := h.New(t)
 	vol := filepath.Join(t.TempDir(), "vol-data")
+	scratch := filepath.Join(t.TempDir(), "scratch", "i-env")
+	if err := os.MkdirAll(scratch, 0o750); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		desc string
 		spec runtime.Spec
@@ -37,6 +41,8 @@ func testEnvironment(t *testing.T, h Harness) {
 		{desc: "tenant cannot widen devices", spec: runtime.Spec{Devices: []string{"GPU-1"},
 			Env: map[string]string{"CUDA_VISIBLE_DEVICES": "all", "GPUCLOUD_INSTANCE_ID": "other", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=1T"}}},
 		{desc: "volumes are passed as the paths the workload sees", spec: runtime.Spec{Volumes: []string{vol}, WorkDir: vol}},
+		{desc: "the instance store is passed as the path the workload sees", spec: runtime.Spec{Scratch: scratch,
+			Env: map[string]string{runtime.EnvScratch: "/elsewhere"}}},
 	}
 	// The agent's own environment must not leak into workloads.
 	t.Setenv("CUDA_VISIBLE_DEVICES", "GPU-agent")
@@ -66,6 +72,7 @@ func testEnvironment(t *testing.T, h Harness) {
 				{wantURL != "", runtime.EnvMetadataURL + "=" + wantURL},
 				{s.ShareMilli > 0, runtime.EnvMPSMemLimit + "=0=20480M"},
 				{len(s.Volumes) > 0, runtime.EnvVolumes + "=" + h.Seen(rt, s, vol)},
+				{s.Scratch != "", runtime.EnvScratch + "=" + h.Seen(rt, s, scratch)},
 			} {
 				if c.when && !slices.Contains(got, c.want) {
 					t.Fatalf("%s is missing: %q", c.want, got)
@@ -181,6 +188,30 @@ func testWorkDirAndVolumes(t *testing.T, h Harness) {
 	s = runtime.Spec{InstanceID: h.ID(t), WorkDir: volA, Volumes: []string{volA}, Command: Sh("pwd; ls")}
 	if st, out := Exec(t, rt, s); st.ExitCode != 0 || out != h.Seen(rt, s, volA)+"\nf\n" {
 		t.Fatalf("a volume as the working directory: exit %d, output %q", st.ExitCode, out)
+	}
+}
+
+// testScratch: the workload finds its instance store at GPUCLOUD_SCRATCH,
+// writes there as its own user, and what it writes lands in the host
+// directory; an instance without one has no GPUCLOUD_SCRATCH.
+func testScratch(t *testing.T, h Harness) {
+	rt := h.New(t)
+	scratch := filepath.Join(t.TempDir(), "scratch", "i-s")
+	if err := os.MkdirAll(scratch, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	s := runtime.Spec{InstanceID: h.ID(t), Scratch: scratch,
+		Command: Sh(`echo "$GPUCLOUD_SCRATCH"; mkdir "$GPUCLOUD_SCRATCH/d" && echo data > "$GPUCLOUD_SCRATCH/d/f" && echo written`)}
+	st, out := Exec(t, rt, s)
+	if want := h.Seen(rt, s, scratch) + "\nwritten\n"; st.ExitCode != 0 || out != want {
+		t.Fatalf("exit %d, output %q, want %q", st.ExitCode, out, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(scratch, "d", "f")); err != nil || string(b) != "data\n" {
+		t.Fatalf("the file written in the instance store: %q, %v", b, err)
+	}
+	s = runtime.Spec{InstanceID: h.ID(t), Command: Sh(`echo "[$GPUCLOUD_SCRATCH]"; test -e /scratch && echo "/scratch exists"; true`)}
+	if st, out := Exec(t, rt, s); st.ExitCode != 0 || out != "[]\n" {
+		t.Fatalf("without an instance store: exit %d, output %q", st.ExitCode, out)
 	}
 }
 
