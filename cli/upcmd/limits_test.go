@@ -2,6 +2,7 @@ package upcmd
 
 import (
 	"context"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"strings"
 	"testing"
 
@@ -132,5 +133,18 @@ func TestScaledRuntimeStart(t *testing.T) {
 	}
 	if rec.got.InstanceID != "i-1" || rec.got.CPUMilli != 2000 || rec.got.MemoryMiB != 1024 || rec.got.ShareMemoryMiB != 1000 {
 		t.Errorf("started %+v; want i-1 at 2000 m, 1024 MiB, GPU share memory untouched", rec.got)
+	}
+}
+
+// TestScaledRuntimeIsContainers: a simulated host whose container limits up
+// scales still runs containers, so its volumes and instance stores are
+// filesystems of their size (VolumeImages), not plain directories: up on
+// a machine smaller than its fleet once lost that.
+func TestScaledRuntimeIsContainers(t *testing.T) {
+	if !isContainers(scaledRuntime{}) {
+		t.Error("a scaled containerd runtime is not taken for containers")
+	}
+	if isContainers(process.New(t.TempDir())) {
+		t.Error("the process runtime is taken for containers")
 	}
 }

@@ -348,6 +348,13 @@ func (u *upRuntimes) close() {
 // isContainers reports whether rt runs containers: each volume is then a
 // filesystem of its size (up runs containers as root).
 func isContainers(rt agentcmd.Runtime) bool {
-	_, ok := rt.(*containerd.Runtime)
-	return ok
+	switch rt.(type) {
+	case *containerd.Runtime, scaledRuntime:
+		// scaledRuntime is the containerd runtime of a simulated host
+		// whose limits up scales to the machine: missing it here once
+		// made every volume and instance store under up a plain
+		// directory, its size not enforced.
+		return true
+	}
+	return false
 }
