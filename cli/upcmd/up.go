@@ -307,6 +307,15 @@ func startServer(ctx context.Context, cmd *cobra.Command, fl *flags, log *slog.L
 	if err := fl.caKey.Apply(cmd, &cfg, filepath.Join(fl.dir, caKeyFile)); err != nil {
 		return nil, err
 	}
+	// The address is tried before the store is opened: a start that
+	// fails on a taken port must not leave a new data directory with a
+	// database whose admin token was never written (the next up there
+	// would refuse it).
+	if ln, err := net.Listen("tcp", fl.listen); errors.Is(err, syscall.EADDRINUSE) {
+		return nil, addressInUse(fl.listen)
+	} else if err == nil {
+		_ = ln.Close()
+	}
 	s, err := controlplane.Start(ctx, cfg)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, addressInUse(fl.listen)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -171,5 +173,30 @@ func TestUpAgentMetricsPortTaken(t *testing.T) {
 	}
 	if err, _ := wait(); err != nil {
 		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestUpServerPortTaken: an up whose server port is taken says so, exits
+// non-zero and leaves its new data directory without a database, so that
+// the same command with another port then starts.
+func TestUpServerPortTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cloud")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cmd := exec.Command(os.Args[0], "up", "--listen", ln.Addr().String(), "--data-dir", data, "--no-nvml", "--runtime", "process")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+filepath.Join(dir, "config.yaml"))
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cannot listen on "+ln.Addr().String()) {
+		t.Fatalf("up on a taken port: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "gpucloud.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the failed up left a database: %v", err)
 	}
 }
