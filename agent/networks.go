@@ -49,12 +49,8 @@ func (a *Agent) networkLoop(ctx context.Context, ns NetworkSyncer) {
 		if delay == 0 {
 			continue
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, delay) {
 			return
-		case <-t.C:
 		}
 	}
 }

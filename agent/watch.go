@@ -165,12 +165,21 @@ func (a *Agent) watchLoop(ctx context.Context, w AssignmentWatcher) {
 		if delay == 0 {
 			continue
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, delay) {
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// sleep waits d, or less when ctx ends first; it reports whether ctx is
+// still live (the watch and the network view loops wait with it).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
