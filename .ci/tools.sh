@@ -72,3 +72,20 @@ gpucloud_need_tool rsync rsync
 # (agent/sharedvol.go): their tests make an XFS filesystem and set quotas.
 gpucloud_need_tool mkfs.xfs xfsprogs
 gpucloud_need_tool xfs_quota xfsprogs
+# The OpenAPI document is linted by a third-party linter, Redocly CLI with
+# its recommended rules (httpapi TestOpenAPILint), installed from npm at a
+# pinned version into the user's cache (not the checkout) and put on PATH.
+# 1.34.7 runs on Debian 12's Node.js 18; the 2.x line needs Node 20.19.
+gpucloud_need_redocly() {
+	local version=1.34.7
+	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/gpucloud/redocly-$version"
+	if [ ! -x "$dir/node_modules/.bin/redocly" ]; then
+		gpucloud_need_tool node nodejs || return 1
+		gpucloud_need_tool npm npm || return 1
+		echo "tools.sh: installing @redocly/cli@$version from npm into $dir (for redocly)"
+		mkdir -p "$dir" &&
+			npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@redocly/cli@$version" >/dev/null || return 1
+	fi
+	export PATH="$dir/node_modules/.bin:$PATH"
+}
+gpucloud_need_redocly

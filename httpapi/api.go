@@ -105,8 +105,12 @@ type access int
 
 const (
 	// public routes need no token (the agent's join carries its join
-	// token in the body, and the handler checks it).
+	// token in the body, and the handler checks it, under the failed-
+	// authentication limit of its source address).
 	public access = iota
+	// anonymous routes need no token and carry no credential: each
+	// request takes from its source address's Anonymous bucket.
+	anonymous
 	// authed routes need the token of a tenant's user (admin or member);
 	// the handler scopes by tenant. Join and agent tokens are refused.
 	authed
@@ -132,7 +136,7 @@ type route struct {
 
 // routeTable lists every route of the API.
 var routeTable = []route{
-	{"GET", "/v1/openapi.json", public, (*handlers).openAPI},
+	{"GET", "/v1/openapi.json", anonymous, (*handlers).openAPI},
 	{"GET", "/v1/offerings", authed, (*handlers).listOfferings},
 
 	{"POST", "/v1/tenants", adminOnly, (*handlers).createTenant},
@@ -312,7 +316,13 @@ func (s *handlers) wrap(rt route) http.Handler {
 			}
 		}()
 		var p principal
-		if rt.access != public {
+		if rt.access == anonymous {
+			if err := s.limits.allowAnonymous(r); err != nil {
+				writeError(w, r, s.log, err)
+				return
+			}
+		}
+		if rt.access != public && rt.access != anonymous {
 			var err error
 			if p, err = s.authenticate(r); err != nil {
 				writeError(w, r, s.log, err)

@@ -40,6 +40,9 @@ import (
 //     bucket; while that bucket is empty, a request from the address whose
 //     token this server has not seen work recently is answered 429 before
 //     the token is looked up. Successful requests take nothing from it.
+//   - A request to a route that needs no token and carries no
+//     credential (the OpenAPI document) takes a token from its source
+//     address's Anonymous bucket.
 //   - The web console, served beside the API, applies the same limiter
 //     (Limiter) to its own requests: a page a user's session asks for
 //     takes from the user's bucket, and a session cookie that is not a
@@ -86,6 +89,8 @@ const (
 	DefaultAgentLivenessBurst = 2000
 	DefaultAuthFailureRate    = 10
 	DefaultAuthFailureBurst   = 50
+	DefaultAnonymousRate      = 10
+	DefaultAnonymousBurst     = 100
 )
 
 const (
@@ -147,6 +152,11 @@ type RateLimits struct {
 	// AuthFailures is the bucket of failed authentications per source
 	// address (an IPv4 address, or an IPv6 /64).
 	AuthFailures Limit
+	// Anonymous is the bucket, per source address, of requests to the
+	// routes that need no credential (the OpenAPI document, which clients
+	// may cache for 5 minutes); the agent's join is not one of them (its
+	// join token is its credential).
+	Anonymous Limit
 	// TrustedProxies are the addresses of reverse proxies whose
 	// X-Forwarded-For header names the client. The header of any other
 	// peer is ignored (anyone can write it), so that by default the
@@ -167,6 +177,7 @@ func DefaultRateLimits() RateLimits {
 		Agent:         Limit{Rate: DefaultAgentRate, Burst: DefaultAgentBurst},
 		AgentLiveness: Limit{Rate: DefaultAgentLivenessRate, Burst: DefaultAgentLivenessBurst},
 		AuthFailures:  Limit{Rate: DefaultAuthFailureRate, Burst: DefaultAuthFailureBurst},
+		Anonymous:     Limit{Rate: DefaultAnonymousRate, Burst: DefaultAnonymousBurst},
 	}
 }
 
@@ -186,6 +197,7 @@ func (r RateLimits) withDefaults() RateLimits {
 	r.Agent = r.Agent.orDefault(d.Agent)
 	r.AgentLiveness = r.AgentLiveness.orDefault(d.AgentLiveness)
 	r.AuthFailures = r.AuthFailures.orDefault(d.AuthFailures)
+	r.Anonymous = r.Anonymous.orDefault(d.Anonymous)
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -473,6 +485,21 @@ func (l *limiter) allow(ctx context.Context, p principal, rt route) error {
 	}
 	return &cloud.Error{Code: cloud.RateLimited, Message: msg,
 		Details: map[string]any{"limit": "requests", "requests_per_second": lim.Rate, "burst": lim.Burst, retryAfterDetail: secs}}
+}
+
+// allowAnonymous takes a token for a request without a credential from
+// its source address's Anonymous bucket, or answers rate_limited.
+func (l *limiter) allowAnonymous(r *http.Request) error {
+	addr, now := l.sourceAddress(r), l.now()
+	d := l.requests.take("a:"+addr, l.cfg.Anonymous, now)
+	if d == 0 {
+		return nil
+	}
+	secs := retrySeconds(d)
+	return &cloud.Error{Code: cloud.RateLimited,
+		Message: fmt.Sprintf("too many requests without a token from %s: %s per second, %d at once; retry in %d s",
+			addr, formatRate(l.cfg.Anonymous.Rate), l.cfg.Anonymous.Burst, secs),
+		Details: map[string]any{"limit": "anonymous", "address": addr, retryAfterDetail: secs}}
 }
 
 // signOfLife reports whether a refused request of p to rt is to be

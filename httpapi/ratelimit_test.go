@@ -155,7 +155,7 @@ func TestRetrySeconds(t *testing.T) {
 func TestRateLimitDefaults(t *testing.T) {
 	d := DefaultRateLimits()
 	if d.Member != (Limit{50, 500}) || d.Admin != (Limit{200, 2000}) || d.Agent != (Limit{200, 2000}) || d.AgentLiveness != (Limit{200, 2000}) ||
-		d.AuthFailures != (Limit{10, 50}) {
+		d.AuthFailures != (Limit{10, 50}) || d.Anonymous != (Limit{10, 100}) {
 		t.Errorf("defaults %+v", d)
 	}
 	for _, c := range []struct {
@@ -586,6 +586,38 @@ func TestAuthFailureLimit(t *testing.T) {
 			status, h, b = c.fail(e, attacker)
 			wantLimited(t, status, h, b, "auth_failures", 1)
 		})
+	}
+}
+
+// TestAnonymousLimit: requests without a token to the OpenAPI document
+// take from their source address's bucket: over it, 429 with Retry-After,
+// other addresses unaffected, and served again after the wait. The join,
+// public too, is not charged to it.
+func TestAnonymousLimit(t *testing.T) {
+	e, clock := limitedEnv(t, RateLimits{Anonymous: Limit{Rate: 1, Burst: 3},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	doc := func(from string) (int, http.Header, []byte) {
+		return e.raw("GET", "/v1/openapi.json", "", nil, map[string]string{"X-Forwarded-For": from})
+	}
+	const reader, neighbour = "198.51.100.7", "198.51.100.8"
+	for i := range 3 {
+		if status, _, b := doc(reader); status != http.StatusOK {
+			t.Fatalf("request %d: %d %.200s, want 200", i+1, status, b)
+		}
+	}
+	status, h, b := doc(reader)
+	wait := wantLimited(t, status, h, b, "anonymous", 1)
+	if status, _, b := doc(neighbour); status != http.StatusOK {
+		t.Errorf("another address: %d %.200s, want 200", status, b)
+	}
+	// A join from the same address is judged by its join token, not by
+	// the anonymous bucket.
+	if status, _, b := e.raw("POST", "/v1/agent/join", "", strings.NewReader(`{}`), map[string]string{"X-Forwarded-For": reader}); status != http.StatusUnauthorized {
+		t.Errorf("a join from the limited address: %d %s, want 401", status, b)
+	}
+	clock.Advance(wait)
+	if status, _, b := doc(reader); status != http.StatusOK {
+		t.Errorf("after Retry-After: %d %.200s, want 200", status, b)
 	}
 }
 

@@ -9,14 +9,15 @@ import (
 )
 
 func TestParseLimits(t *testing.T) {
-	l, err := parseLimits([]string{"member=5/20", "admin=100/1000", "agent=300.5/3000", "agent-liveness=400/4000", "auth-failures=1/5"},
+	l, err := parseLimits([]string{"member=5/20", "admin=100/1000", "agent=300.5/3000", "agent-liveness=400/4000", "auth-failures=1/5", "anonymous=2/7"},
 		[]string{"10.0.0.0/8", "192.0.2.7", "fd00::1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := httpapi.RateLimits{Member: httpapi.Limit{Rate: 5, Burst: 20}, Admin: httpapi.Limit{Rate: 100, Burst: 1000},
-		Agent: httpapi.Limit{Rate: 300.5, Burst: 3000}, AgentLiveness: httpapi.Limit{Rate: 400, Burst: 4000}, AuthFailures: httpapi.Limit{Rate: 1, Burst: 5}}
-	if l.Member != want.Member || l.Admin != want.Admin || l.Agent != want.Agent || l.AgentLiveness != want.AgentLiveness || l.AuthFailures != want.AuthFailures {
+		Agent: httpapi.Limit{Rate: 300.5, Burst: 3000}, AgentLiveness: httpapi.Limit{Rate: 400, Burst: 4000}, AuthFailures: httpapi.Limit{Rate: 1, Burst: 5},
+		Anonymous: httpapi.Limit{Rate: 2, Burst: 7}}
+	if l.Member != want.Member || l.Admin != want.Admin || l.Agent != want.Agent || l.AgentLiveness != want.AgentLiveness || l.AuthFailures != want.AuthFailures || l.Anonymous != want.Anonymous {
 		t.Errorf("limits %+v, want %+v", l, want)
 	}
 	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("fd00::1/128")}

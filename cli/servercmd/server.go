@@ -299,8 +299,9 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultMemberRate, httpapi.DefaultMemberBurst)+"), admin ("+
 		limitText(httpapi.DefaultAdminRate, httpapi.DefaultAdminBurst)+"), agent ("+
 		limitText(httpapi.DefaultAgentRate, httpapi.DefaultAgentBurst)+"; what its workloads make it do), agent-liveness ("+
-		limitText(httpapi.DefaultAgentLivenessRate, httpapi.DefaultAgentLivenessBurst)+"; an agent's heartbeats and assignment polls) or auth-failures (per source address, "+
-		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+"); a tenant's quota overrides member and admin; repeatable")
+		limitText(httpapi.DefaultAgentLivenessRate, httpapi.DefaultAgentLivenessBurst)+"; an agent's heartbeats and assignment polls), auth-failures (per source address, "+
+		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+") or anonymous (requests without a token, per source address, "+
+		limitText(httpapi.DefaultAnonymousRate, httpapi.DefaultAnonymousBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
 	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
 	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records (default: the host name); replicas sharing a database need distinct, stable names")
@@ -354,8 +355,10 @@ func parseLimits(limits, proxies []string) (httpapi.RateLimits, error) {
 			out.AgentLiveness = lim
 		case "auth-failures":
 			out.AuthFailures = lim
+		case "anonymous":
+			out.Anonymous = lim
 		default:
-			return out, fmt.Errorf("--rate-limit %q: the role must be member, admin, agent, agent-liveness or auth-failures", s)
+			return out, fmt.Errorf("--rate-limit %q: the role must be member, admin, agent, agent-liveness, auth-failures or anonymous", s)
 		}
 	}
 	for _, p := range proxies {
