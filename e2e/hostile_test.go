@@ -25,7 +25,8 @@ import (
 //   - A's working directory, log, volume, the agent's data directory or
 //     the database existing at their host paths;
 //   - seeing A's processes, or killing them (kill -9 -1 from B);
-//   - A's instance, volume or tenant IDs in B's /proc/self/mountinfo;
+//   - A's instance, volume or tenant IDs, or the agent's data directory,
+//     in B's /proc/self/mountinfo;
 //   - reaching the server's port;
 //   - a process that escaped with setsid surviving the stop of B's
 //     instance.
@@ -169,8 +170,9 @@ func testHostileTenant(t *testing.T, ch *containerHost, db string) {
 			t.Errorf("tenant B's workload: %s", line)
 		}
 	}
-	// Its mountinfo shows host paths (docs/RUNTIME.md), but nothing of A:
-	// not A's instances, volume or tenant.
+	// Its mountinfo shows containerd's snapshot directories and tini's path
+	// (docs/RUNTIME.md), but nothing of A: not A's instances, volume or
+	// tenant.
 	mounts := ""
 	for _, line := range strings.Split(out, "\n") {
 		if m, ok := strings.CutPrefix(line, "MOUNTINFO "); ok {
@@ -179,6 +181,11 @@ func testHostileTenant(t *testing.T, ch *containerHost, db string) {
 	}
 	if !strings.Contains(mounts, " /proc ") {
 		t.Errorf("B read no mountinfo: %q", mounts)
+	}
+	// Nor the agent's data directory: B's work directory, volumes and
+	// resolv.conf are filesystems or files of their own.
+	if strings.Contains(mounts, h.dir) {
+		t.Errorf("B's /proc/self/mountinfo names the agent's data directory %s: %s", h.dir, mounts)
 	}
 	for what, id := range map[string]string{"A's instance": a.ID, "A's colleague": peer.ID, "A's volume": vol.ID, "A's tenant": aliceTenant.ID} {
 		if strings.Contains(mounts, id) {

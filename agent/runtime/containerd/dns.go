@@ -23,7 +23,8 @@ import (
 // UDP and TCP: an address it adds to the namespace's loopback interface,
 // so that the workload's queries never leave its namespace and no other
 // namespace reaches the server. The container's /etc/resolv.conf is a
-// read-only file the runtime writes (BaseDir/<id>/resolv.conf), naming
+// file the runtime writes, owned by root and read-only to the workload
+// (prepareDNS says where), naming
 // DNSAddr as its nameserver and, for an instance on a private network,
 // the network's domain as its search list. A new agent serves the DNS of
 // an adopted container again when the agent starts the instance again.
@@ -65,10 +66,19 @@ func isDNSLabel(s string) bool {
 	return true
 }
 
-// prepareDNS writes the resolv.conf of a spec with a DNS server and
-// places it in lay; a spec without one keeps the image's.
+// prepareDNS readies the resolv.conf of a spec with a DNS server; a spec
+// without one keeps the image's. On the overlayfs snapshotter the file is
+// written into the container's own writable layer once its snapshot
+// exists (writeLayerResolvConf), so that the workload's /etc/resolv.conf
+// is a file of its root filesystem, and its /proc/self/mountinfo names no
+// host path for it. On another snapshotter it is a host file
+// (BaseDir/<id>/resolv.conf), placed in lay to be bind-mounted read-only.
 func (r *Runtime) prepareDNS(s runtime.Spec, lay *mounts) error {
 	if s.DNS == nil {
+		return nil
+	}
+	if r.cfg.Snapshotter == DefaultSnapshotter {
+		lay.layerResolvConf = true
 		return nil
 	}
 	dir := filepath.Join(r.cfg.BaseDir, s.InstanceID)
@@ -86,6 +96,38 @@ func (r *Runtime) prepareDNS(s runtime.Spec, lay *mounts) error {
 	}
 	lay.resolvConf = path
 	return nil
+}
+
+// writeLayerResolvConf writes the resolv.conf of s, owned by root and
+// read-only to others, into the writable layer (the overlay's upper
+// directory) of container s's new snapshot, where it hides the image's.
+// The layer is new and empty; the writes go through an os.Root of it all
+// the same, so that nothing in it can lead them elsewhere on the host.
+func (r *Runtime) writeLayerResolvConf(ctx context.Context, s runtime.Spec) error {
+	ms, err := r.client.SnapshotService(r.cfg.Snapshotter).Mounts(ctx, s.InstanceID)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	dir, err := snapshotDir(ms)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	root, err := os.OpenRoot(filepath.Join(dir, "fs"))
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll("etc", 0o755); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	if err := root.Chmod("etc", 0o755); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	_ = root.Remove("etc/resolv.conf")
+	if err := root.WriteFile("etc/resolv.conf", resolvConf(s), 0o644); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	return root.Chmod("etc/resolv.conf", 0o644)
 }
 
 // resolvConfMount mounts the resolv.conf at path over the image's,

@@ -58,7 +58,9 @@ func fakeUpstream(t *testing.T) netip.AddrPort {
 // network through the server the runtime serves in its network namespace
 // (by full name, by instance ID, through the search list), not another
 // network's, and other names through the host's resolver; that its
-// resolv.conf is read-only; and that the server stops with the workload.
+// resolv.conf is read-only, root's, and no mount (a file of its own root
+// filesystem, whose host path its mountinfo would otherwise show); and
+// that the server stops with the workload.
 func TestDNS(t *testing.T) {
 	rt := newRuntime(t)
 	r := dns.New(dns.Config{Upstreams: []netip.AddrPort{fakeUpstream(t)}, Log: slog.New(slog.DiscardHandler)})
@@ -75,7 +77,8 @@ for n in peer.net.internal PEER.NET.INTERNAL i-peer.internal peer hidden.net.int
 done
 echo "== 10.0.0.7"; nslookup 10.0.0.7 2>&1
 echo "== tcp"; printf '` + octal(tcpQuery(t)) + `' | nc 169.254.169.253 53 | od -An -v -tx1
-echo "== write"; (echo nameserver 1.1.1.1 > /etc/resolv.conf) 2>&1 || echo refused`)})
+echo "== write"; (echo nameserver 1.1.1.1 > /etc/resolv.conf) 2>&1 || echo refused
+echo "== mountinfo"; grep -c resolv.conf /proc/self/mountinfo; ls -ln /etc/resolv.conf`)})
 	if st.ExitCode != 0 {
 		t.Fatalf("exit %d: %s", st.ExitCode, out)
 	}
@@ -101,6 +104,9 @@ echo "== write"; (echo nameserver 1.1.1.1 > /etc/resolv.conf) 2>&1 || echo refus
 		{"outside.example", "Address: 192.0.2.77"},
 		{"10.0.0.7", "name = peer.net.internal"},
 		{"write", "refused"},
+		// A file of the container's own root filesystem, root's: no
+		// mount, so its mountinfo names no host path for it.
+		{"mountinfo", "0\n-rw-r--r--    1 0        0 "},
 	} {
 		if got := sections[tc.section]; !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q in it", tc.section, got, tc.want)

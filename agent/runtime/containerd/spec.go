@@ -45,6 +45,10 @@ type mounts struct {
 	// mpsShm is that daemon's shm directory, mounted at /dev/shm instead
 	// of the container's own tmpfs; empty without one.
 	mpsShm string
+	// layerResolvConf says that the resolv.conf is written into the
+	// container's writable layer once its snapshot exists
+	// (writeLayerResolvConf).
+	layerResolvConf bool
 	// resolvConf is the host file mounted read-only at ResolvConfPath;
 	// empty: the image's own.
 	resolvConf string

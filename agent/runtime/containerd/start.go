@@ -190,6 +190,11 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	if err := r.limitRoot(ctx, s.InstanceID); err != nil {
 		return nil, err
 	}
+	if lay.layerResolvConf {
+		if err := r.writeLayerResolvConf(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	exitC, err := r.startTask(ctx, s, in)
 	if err != nil {
 		return nil, err
