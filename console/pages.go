@@ -32,13 +32,21 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	if s.admin() {
 		query.Tenant = q.Get("tenant")
 	}
-	if st := q.Get("state"); st != "" {
-		query.States = []cloud.State{cloud.State(st)}
+	view := q.Get("view")
+	switch st := q.Get("state"); {
+	case st != "":
+		query.States, view = []cloud.State{cloud.State(st)}, ""
+	case view == "ended":
+		query.States = endedStates
+	case view == "all":
+	default:
+		query.States, view = currentStates, ""
 	}
 	list, next, err := c.svc.Instances.List(r.Context(), s.actor, query)
 	if err != nil {
 		return err
 	}
+	sortNewestFirst(list)
 	nextURL := ""
 	if next != "" {
 		v := r.URL.Query()
@@ -51,11 +59,31 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	c.render(w, r, http.StatusOK, "instances", s, map[string]any{
 		"Title": "Instances", "Instances": list, "Next": nextURL, "First": q.Get("after") != "",
-		"State": q.Get("state"), "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
+		"State": q.Get("state"), "View": view, "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
 		"States":    []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost},
 		"Offerings": offerings,
 	})
 	return nil
+}
+
+// The instances list shows the current instances (those that still hold
+// or may hold capacity again) by default; ended ones are a view of their
+// own, so that a long history does not bury what runs.
+var (
+	currentStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped}
+	endedStates   = []cloud.State{cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
+)
+
+// sortNewestFirst orders a page of instances newest first (by creation,
+// then ID). The service pages by ID, so a list longer than a page is
+// newest first within each page.
+func sortNewestFirst(list []*cloud.Instance) {
+	sort.SliceStable(list, func(i, j int) bool {
+		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
+			return list[i].CreatedAt.After(list[j].CreatedAt)
+		}
+		return list[i].ID < list[j].ID
+	})
 }
 
 // gpuLine is one device of an instance's placement, as the page shows it.
