@@ -28,33 +28,6 @@ func TestBareAmount(t *testing.T) {
 	}
 }
 
-// TestInvoiceLineUnits: a line's quantity is in the unit its price is per.
-func TestInvoiceLineUnits(t *testing.T) {
-	for _, tc := range []struct {
-		line          billing.Line
-		qty, price    string
-		quantityTimes string // the unit both share
-	}{
-		{billing.Line{Unit: billing.UnitSecond, Quantity: 5400, UnitPrice: money.MustParse("1")}, "1.50 h", "$1.0000/h", "h"},
-		{billing.Line{Unit: billing.UnitSecond, Quantity: 60, UnitPrice: money.MustParse("2.49")}, "0.0167 h", "$2.4900/h", "h"},
-		// 50 GiB for 73 hours is 3650 GiB-h, 5 GiB-months of 730 h.
-		{billing.Line{Unit: billing.UnitGiBSecond, Quantity: 50 * 73 * 3600, UnitPrice: money.MustParse("0.10")}, "5.00 GiB-month", "$0.1000/GiB-month", "GiB-month"},
-		// 100 GiB-h are 0.137 GiB-months.
-		{billing.Line{Unit: billing.UnitGiBSecond, Quantity: 100 * 3600, UnitPrice: money.MustParse("0.08")}, "0.1370 GiB-month", "$0.0800/GiB-month", "GiB-month"},
-		{billing.Line{Unit: billing.UnitGiBSecond, Quantity: 1, UnitPrice: money.MustParse("0.08")}, "<0.0001 GiB-month", "$0.0800/GiB-month", "GiB-month"},
-		{billing.Line{Unit: billing.UnitUnitSecond, Quantity: 7200, UnitPrice: money.MustParse("0.5")}, "2.00 unit-h", "$0.5000/unit-h", "unit-h"},
-		{billing.Line{Unit: billing.UnitEach, Quantity: 3, UnitPrice: money.MustParse("5")}, "3", "$5.0000 each", ""},
-	} {
-		qty, price := lineQuantity(tc.line), lineUnitPrice(tc.line)
-		if qty != tc.qty || price != tc.price {
-			t.Errorf("%s × %d: quantity %q, price %q; want %q, %q", tc.line.Unit, tc.line.Quantity, qty, price, tc.qty, tc.price)
-		}
-		if tc.quantityTimes != "" && (!strings.HasSuffix(qty, " "+tc.quantityTimes) || !strings.HasSuffix(price, "/"+tc.quantityTimes)) {
-			t.Errorf("%s: quantity %q and price %q are in different units", tc.line.Unit, qty, price)
-		}
-	}
-}
-
 // TestInvoiceRoundingNote: when line amounts shown to the cent do not add
 // up to the total shown, the table says why.
 // TestInvoiceLinesAddUp: an invoice's table shows each line's amount in

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,91 +24,6 @@ func newInvoicesCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// lineQuantity renders a line's quantity in the unit its price is per
-// (lineUnitPrice): hours for time-metered lines, GiB-months for storage,
-// so that quantity × unit price is the amount. Under an hour, four
-// decimals keep what was billed visible.
-func lineQuantity(l billing.Line) string {
-	switch l.Unit {
-	case billing.UnitSecond:
-		return secondsIn(l.Quantity, money.SecondsPerHour) + " h"
-	case billing.UnitGiBSecond:
-		return secondsIn(l.Quantity, money.SecondsPerMonth) + " GiB-month"
-	case billing.UnitUnitSecond:
-		return secondsIn(l.Quantity, money.SecondsPerHour) + " unit-h"
-	}
-	return strconv.FormatInt(l.Quantity, 10)
-}
-
-// secondsIn renders seconds in units of per seconds (an hour, a billing
-// month), computed in integers and rounded half up: two decimals from one
-// unit up, four below it, and "<0.0001" for a quantity too small for
-// that: secondsIn(5400, 3600) is "1.50", secondsIn(60, 3600) "0.0167".
-func secondsIn(seconds, per int64) string {
-	sign := ""
-	if seconds < 0 {
-		sign, seconds = "-", -seconds
-	}
-	decimals, scale := 2, int64(100)
-	if seconds < per {
-		decimals, scale = 4, 10_000
-	}
-	v := (seconds*scale*2 + per) / (2 * per)
-	if v == 0 && seconds > 0 {
-		return sign + "<0.0001"
-	}
-	return fmt.Sprintf("%s%d.%0*d", sign, v/scale, decimals, v%scale)
-}
-
-// lineUnitPrice renders a line's unit price with what it is per.
-func lineUnitPrice(l billing.Line) string {
-	return formatPrice(l.UnitPrice) + l.PriceUnit()
-}
-
-// lineGroup is invoice lines that differ only in unit price (a spot
-// pool's seconds at each price in force), summed for the table.
-type lineGroup struct {
-	billing.Line
-	n int
-}
-
-// average is the group's average unit price, rounded to a micro.
-func (g lineGroup) average() money.Micros {
-	per := int64(money.SecondsPerHour)
-	if g.Unit == billing.UnitGiBSecond {
-		per = money.SecondsPerMonth
-	}
-	if g.Quantity == 0 {
-		return g.UnitPrice
-	}
-	avg, err := money.MulDiv(g.Amount, per, g.Quantity)
-	if err != nil {
-		return g.UnitPrice
-	}
-	return avg
-}
-
-// groupLines sums consecutive lines that differ only in unit price, unless
-// detail asks for every line. Amounts add exactly, so the total is the
-// same either way.
-func groupLines(lines []billing.Line, detail bool) []lineGroup {
-	var out []lineGroup
-	for _, l := range lines {
-		if n := len(out); !detail && n > 0 {
-			p := &out[n-1]
-			if p.Category == l.Category && p.Model == l.Model && p.Offering == l.Offering && p.Zone == l.Zone &&
-				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description {
-				p.Quantity += l.Quantity
-				p.Amount += l.Amount
-				p.n++
-				continue
-			}
-		}
-		out = append(out, lineGroup{Line: l, n: 1})
-	}
-	return out
-}
-
 // printInvoices writes invoices as tables: a heading per invoice, its lines
 // (those that differ only in price summed, unless detail) and its total.
 func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
@@ -127,7 +41,7 @@ func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 		}
 		fmt.Fprintf(w, "Invoice %s, tenant %s (%s)\n", inv.Month, inv.TenantID, status)
 		rows := [][]string{{"DESCRIPTION", "QUANTITY", "UNIT PRICE", "AMOUNT"}}
-		groups := groupLines(inv.Lines, detail)
+		groups := billing.GroupLines(inv.Lines, detail)
 		amounts := make([]money.Micros, len(groups))
 		for i, g := range groups {
 			amounts[i] = g.Amount
@@ -137,11 +51,11 @@ func printInvoices(w io.Writer, invs []*billing.Invoice, detail bool) error {
 		// shows every digit).
 		cents := money.RoundToCents(amounts, inv.Total)
 		for i, g := range groups {
-			price := lineUnitPrice(g.Line)
-			if g.n > 1 {
-				price = fmt.Sprintf("%d prices, avg %s", g.n, lineUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.average()}))
+			price := billing.FormatUnitPrice(g.Line)
+			if g.Prices() > 1 {
+				price = fmt.Sprintf("%d prices, avg %s", g.Prices(), billing.FormatUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.AveragePrice()}))
 			}
-			rows = append(rows, []string{g.Description, lineQuantity(g.Line), price, formatAmount(cents[i])})
+			rows = append(rows, []string{g.Description, billing.FormatQuantity(g.Line), price, formatAmount(cents[i])})
 		}
 		rows = append(rows, []string{"TOTAL", "", "", formatAmount(inv.Total)})
 		if err := writeTable(w, rows); err != nil {

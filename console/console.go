@@ -68,6 +68,10 @@ type Options struct {
 	// console the API's exec relay. Without it the page offers no
 	// terminal, and says so.
 	Terminals Terminals
+	// SpotClearInterval is how often the spot market clears prices (the
+	// market controller's interval), which the spot page states. Zero:
+	// the page does not say how often.
+	SpotClearInterval time.Duration
 }
 
 // Limiter is the API's request limits as the console applies them;
@@ -106,6 +110,8 @@ type Console struct {
 	limits Limiter
 	// terms is Options.Terminals, nil for none.
 	terms Terminals
+	// clearEvery is Options.SpotClearInterval.
+	clearEvery time.Duration
 }
 
 // New returns the console over the services svc, which hold the store,
@@ -116,6 +122,7 @@ func New(svc *service.Services, opts Options) *Console {
 	}
 	c := &Console{
 		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), limits: opts.Limiter, terms: opts.Terminals,
+		clearEvery: opts.SpotClearInterval,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")

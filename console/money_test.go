@@ -38,7 +38,7 @@ func TestBillingPageMoney(t *testing.T) {
 		}
 		inv := &billing.Invoice{TenantID: "t", Month: "2026-12", Currency: "USD", Lines: tc.lines, Total: total, AsOf: time.Unix(0, 0)}
 		var buf bytes.Buffer
-		p := page{Data: map[string]any{"Title": "Billing", "Invoices": []*billing.Invoice{inv}, "Month": "2026-12"}}
+		p := page{Data: map[string]any{"Title": "Billing", "Invoices": []invoiceView{viewInvoice(inv)}, "Month": "2026-12"}}
 		if err := parseTemplates()["billing"].Execute(&buf, p); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/internal/ctrlesc"
 	"github.com/gpucloud/gpucloud/money"
-	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 )
 
@@ -33,13 +32,21 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	if s.admin() {
 		query.Tenant = q.Get("tenant")
 	}
-	if st := q.Get("state"); st != "" {
-		query.States = []cloud.State{cloud.State(st)}
+	view := q.Get("view")
+	switch st := q.Get("state"); {
+	case st != "":
+		query.States, view = []cloud.State{cloud.State(st)}, ""
+	case view == "ended":
+		query.States = endedStates
+	case view == "all":
+	default:
+		query.States, view = currentStates, ""
 	}
 	list, next, err := c.svc.Instances.List(r.Context(), s.actor, query)
 	if err != nil {
 		return err
 	}
+	sortNewestFirst(list)
 	nextURL := ""
 	if next != "" {
 		v := r.URL.Query()
@@ -52,11 +59,31 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	c.render(w, r, http.StatusOK, "instances", s, map[string]any{
 		"Title": "Instances", "Instances": list, "Next": nextURL, "First": q.Get("after") != "",
-		"State": q.Get("state"), "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
+		"State": q.Get("state"), "View": view, "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
 		"States":    []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost},
 		"Offerings": offerings,
 	})
 	return nil
+}
+
+// The instances list shows the current instances (those that still hold
+// or may hold capacity again) by default; ended ones are a view of their
+// own, so that a long history does not bury what runs.
+var (
+	currentStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped}
+	endedStates   = []cloud.State{cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
+)
+
+// sortNewestFirst orders a page of instances newest first (by creation,
+// then ID). The service pages by ID, so a list longer than a page is
+// newest first within each page.
+func sortNewestFirst(list []*cloud.Instance) {
+	sort.SliceStable(list, func(i, j int) bool {
+		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
+			return list[i].CreatedAt.After(list[j].CreatedAt)
+		}
+		return list[i].ID < list[j].ID
+	})
 }
 
 // gpuLine is one device of an instance's placement, as the page shows it.
@@ -95,7 +122,7 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 			case fleet.MIGSlice:
 				g.What = "MIG " + d.MIGProfile
 			case fleet.Share:
-				g.What = fmt.Sprintf("share: %d.%d%% compute, %d MiB", d.Milli/10, d.Milli%10, d.MemoryMiB)
+				g.What = fmt.Sprintf("share: %d.%d%% compute, %s", d.Milli/10, d.Milli%10, memory(int64(d.MemoryMiB)))
 			default:
 				g.What = "whole GPU"
 			}
@@ -111,8 +138,10 @@ func (c *Console) instance(w http.ResponseWriter, r *http.Request, s *session) e
 	if term {
 		w.Header().Set("Content-Security-Policy", terminalCSP)
 	}
+	from, to := chartSpan(in, c.now())
 	c.render(w, r, http.StatusOK, "instance", s, map[string]any{
-		"Title": "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
+		"ChartSpan": spanText(to.Sub(from)),
+		"Title":     "Instance " + in.ID, "Section": "instances", "In": in, "Events": evs, "Cost": cost, "CostNote": costNote,
 		"GPUs": gpus, "Offering": o, "Charts": c.charts(r, s, in), "Net": net,
 		"Terminal": term, "TerminalReason": termReason,
 		"CanStop":      in.State == cloud.Running || in.State == cloud.Starting || in.State == cloud.Scheduled || in.State == cloud.Pending,
@@ -147,9 +176,28 @@ func (c *Console) instanceLog(w http.ResponseWriter, r *http.Request, s *session
 // chartWindow is how far back the instance page's charts go.
 const chartWindow = time.Hour
 
+// minChartSpan is the narrowest time axis a chart draws: a chart of an
+// instance a few seconds old still spans a minute.
+const minChartSpan = time.Minute
+
+// chartSpan is the time axis of an instance's charts at now: the last
+// hour, or, for an instance younger than that, since it was created, so
+// that a young instance's samples fill the chart instead of its right
+// edge.
+func chartSpan(in *cloud.Instance, now time.Time) (from, to time.Time) {
+	from = now.Add(-chartWindow)
+	if in.CreatedAt.After(from) {
+		from = in.CreatedAt
+	}
+	if now.Sub(from) < minChartSpan {
+		from = now.Add(-minChartSpan)
+	}
+	return from, now
+}
+
 func (c *Console) charts(r *http.Request, s *session, in *cloud.Instance) []chart {
-	now := c.now()
-	pts, err := c.svc.Instances.InstanceMetrics(r.Context(), s.actor, in.ID, now.Add(-chartWindow))
+	from, now := chartSpan(in, c.now())
+	pts, err := c.svc.Instances.InstanceMetrics(r.Context(), s.actor, in.ID, from)
 	if err != nil {
 		return nil
 	}
@@ -163,7 +211,7 @@ func (c *Console) charts(r *http.Request, s *session, in *cloud.Instance) []char
 		{cloud.MetricGPUMemoryUsed, "GPU memory used", "GiB"},
 		{cloud.MetricCPUUtilization, "CPU utilization", "%"},
 	} {
-		out = append(out, lineChart(m.title, m.unit, series[m.name], now.Add(-chartWindow), now))
+		out = append(out, lineChart(m.title, m.unit, series[m.name], from, now))
 	}
 	return out
 }
@@ -214,6 +262,7 @@ type offerRow struct {
 	Spot       money.Micros
 	HasSpot    bool
 	ReclaimBP  int64
+	SpotPool   service.PoolStats
 	Known      bool
 	Hosts      int
 	FitsNow    int
@@ -250,11 +299,11 @@ func (c *Console) offerRows(r *http.Request, s *session) ([]offerRow, error) {
 		row := offerRow{O: o}
 		row.OnDemand, row.HasPrice = onDemand[o.Name]
 		if p, ok := spot[o.Name]; ok {
-			row.Spot, row.HasSpot, row.ReclaimBP = p.Price, true, p.ReclaimRateBP
+			row.Spot, row.HasSpot, row.ReclaimBP, row.SpotPool = p.Price, true, p.ReclaimRateBP, p
 		}
 		if a, ok := avail[o.Name]; ok {
 			row.Known, row.Hosts, row.FitsNow = true, a.Hosts, a.FitsNow
-			row.Reasons = placement.FormatReasons(a.Reasons)
+			row.Reasons = reasonsText(a.Reasons)
 		}
 		row.Selectable = !row.Known || row.Hosts > 0
 		rows = append(rows, row)
@@ -422,9 +471,9 @@ func (c *Console) spotPage(w http.ResponseWriter, r *http.Request, s *session) e
 		if p.OnDemand != nil {
 			od = float64(*p.OnDemand) / 1e6
 		}
-		rows = append(rows, row{P: p, Chart: priceChart(p.Pool.String(), series, od, now.Add(-24*time.Hour), now)})
+		rows = append(rows, row{P: p, Chart: sparkline(p.Pool.String(), series, od, now.Add(-24*time.Hour), now)})
 	}
-	c.render(w, r, http.StatusOK, "spot", s, map[string]any{"Title": "Spot market", "Pools": rows})
+	c.render(w, r, http.StatusOK, "spot", s, map[string]any{"Title": "Spot market", "Pools": rows, "Clears": intervalText(c.clearEvery)})
 	return nil
 }
 
@@ -444,7 +493,11 @@ func (c *Console) billingPage(w http.ResponseWriter, r *http.Request, s *session
 	if err != nil {
 		return err
 	}
-	data := map[string]any{"Title": "Billing", "Invoices": invs, "Month": period.Name(), "TenantFilter": tenant}
+	views := make([]invoiceView, len(invs))
+	for i, inv := range invs {
+		views[i] = viewInvoice(inv)
+	}
+	data := map[string]any{"Title": "Billing", "Invoices": views, "Month": period.Name(), "TenantFilter": tenant}
 	if !s.admin() || tenant != "" {
 		b, err := c.svc.Billing.Budget(ctx, s.actor, tenant)
 		if err != nil {
@@ -465,6 +518,65 @@ func (c *Console) billingPage(w http.ResponseWriter, r *http.Request, s *session
 	data["Meter"] = m
 	c.render(w, r, http.StatusOK, "billing", s, data)
 	return nil
+}
+
+// invoiceView is an invoice as the billing page shows it: its lines that
+// differ only in unit price grouped (billing.GroupLines, as the CLI's
+// table groups them), each group's amount rounded to cents so that the
+// groups add up to the total, and a group of several prices with its
+// lines (its price windows) for the drill-down, whose cents add up to
+// the group's.
+type invoiceView struct {
+	*billing.Invoice
+	Groups []invoiceGroup
+}
+
+// invoiceGroup is one row of an invoice, and its price windows when it
+// sums several.
+type invoiceGroup struct {
+	billing.LineGroup
+	Cents   money.Micros
+	Windows []invoiceLine
+}
+
+// invoiceLine is one line of a group's drill-down.
+type invoiceLine struct {
+	billing.Line
+	Cents money.Micros
+}
+
+func viewInvoice(inv *billing.Invoice) invoiceView {
+	groups := billing.GroupLines(inv.Lines, false)
+	amounts := make([]money.Micros, len(groups))
+	for i, g := range groups {
+		amounts[i] = g.Amount
+	}
+	cents := money.RoundToCents(amounts, inv.Total)
+	v := invoiceView{Invoice: inv, Groups: make([]invoiceGroup, len(groups))}
+	for i, g := range groups {
+		v.Groups[i] = invoiceGroup{LineGroup: g, Cents: cents[i]}
+		if g.Prices() < 2 {
+			continue
+		}
+		sub := make([]money.Micros, len(g.Lines))
+		for j, l := range g.Lines {
+			sub[j] = l.Amount
+		}
+		subCents := money.RoundToCents(sub, cents[i])
+		for j, l := range g.Lines {
+			v.Groups[i].Windows = append(v.Groups[i].Windows, invoiceLine{Line: l, Cents: subCents[j]})
+		}
+	}
+	return v
+}
+
+// groupPrice is the unit price column of an invoice's group: its price,
+// or for several, how many and their average: "37 prices, avg $1.0761/h".
+func groupPrice(g billing.LineGroup) string {
+	if g.Prices() > 1 {
+		return fmt.Sprintf("%d prices, avg %s", g.Prices(), billing.FormatUnitPrice(billing.Line{Unit: g.Unit, UnitPrice: g.AveragePrice()}))
+	}
+	return billing.FormatUnitPrice(g.Line)
 }
 
 // meterReading is the live meter: what the current clock hour has cost

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -30,10 +31,19 @@ func parseTemplates() map[string]*template.Template {
 }
 
 var funcs = template.FuncMap{
-	"amount":      money.FormatAmount,
-	"perHour":     perHour,
-	"linePrice":   func(l billing.Line) string { return money.FormatPrice(l.UnitPrice) + l.PriceUnit() },
-	"lineAmounts": lineAmounts,
+	"amount":       money.FormatAmount,
+	"perHour":      perHour,
+	"linePrice":    billing.FormatUnitPrice,
+	"lineQty":      invoiceQuantity,
+	"groupPrice":   groupPrice,
+	"interruption": interruption,
+	"memory":       memory,
+	"gib":          gib,
+	"reclaims":     reclaims,
+	"tenant":       tenantName,
+	"tenantText":   tenantText,
+	"lastDecision": lastDecision,
+	"newestFirst":  newestFirst,
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"
@@ -102,21 +112,12 @@ func value(v any) string {
 // Money on every page has the one format of package money (see
 // money.FormatAmount): an amount (a total, a cost, a budget) through the
 // "amount" function, "$4,320.00"; a price through "perHour" or, for an
-// invoice line, "linePrice", with its unit: "$2.4900/h".
+// invoice line, "linePrice", with its unit: "$2.4900/h". An invoice's
+// amounts are rounded to cents so that they add up to its total
+// (viewInvoice).
 
 // perHour prints a price per hour: "$2.4900/h".
 func perHour(m money.Micros) string { return money.FormatPrice(m) + "/h" }
-
-// lineAmounts is the amounts of an invoice's lines as the billing page
-// shows them: rounded to cents so that they add up to the total shown
-// (money.RoundToCents), in the order of inv.Lines.
-func lineAmounts(inv *billing.Invoice) []money.Micros {
-	amounts := make([]money.Micros, len(inv.Lines))
-	for i, l := range inv.Lines {
-		amounts[i] = l.Amount
-	}
-	return money.RoundToCents(amounts, inv.Total)
-}
 
 func roughDuration(d time.Duration) string {
 	switch {
@@ -142,7 +143,10 @@ type page struct {
 	Tenant  string
 	CSRF    string
 	Now     time.Time
-	Data    map[string]any
+	// Names are the names of the tenants the session may read, by ID
+	// (the "tenant" function shows a tenant by it).
+	Names map[string]string
+	Data  map[string]any
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, s *session, data map[string]any) {
@@ -152,6 +156,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	if s != nil {
 		p.Admin, p.User, p.Tenant, p.CSRF = s.admin(), s.user, s.actor.TenantID, s.csrf
+		p.Names = c.tenantNames(r.Context(), s)
 	}
 	if sec, ok := data["Section"].(string); ok {
 		p.Section = sec
@@ -174,4 +179,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// tenantNames are the names of the tenants s may read, by ID: every
+// tenant's for an admin, a member's own tenant's; none when they cannot
+// be read (pages then show IDs).
+func (c *Console) tenantNames(ctx context.Context, s *session) map[string]string {
+	names := map[string]string{}
+	if s.admin() {
+		ts, err := c.svc.Accounts.Tenants(ctx, s.actor)
+		if err != nil {
+			c.log.Warn("console: tenant names", "err", err)
+		}
+		for _, t := range ts {
+			names[t.ID] = t.Name
+		}
+		return names
+	}
+	t, err := c.svc.Accounts.Tenant(ctx, s.actor, s.actor.TenantID)
+	if err != nil {
+		c.log.Warn("console: tenant name", "err", err)
+		return names
+	}
+	names[t.ID] = t.Name
+	return names
 }

@@ -27,9 +27,11 @@ type chart struct {
 	SVG     template.HTML
 }
 
+// A chart's size in SVG units. padL leaves the y axis's labels room:
+// "100%", "$12.50" and "12.5 GiB" at 11 px are under 56 units wide.
 const (
 	chartW, chartH = 640, 160
-	padL, padB     = 48, 24
+	padL, padB     = 64, 24
 )
 
 func esc(s string) string { return template.HTMLEscapeString(s) }
@@ -55,9 +57,10 @@ func lineChart(title, unit string, ps []point, from, to time.Time) chart {
 			top = 1
 		}
 	}
-	summary := "no samples in the last hour"
+	span := spanText(to.Sub(from))
+	summary := "no samples in the " + span
 	if n := len(ps); n > 0 {
-		summary = fmt.Sprintf("latest %.1f %s, %d samples in the last hour", ps[n-1].Value*scale, unit, n)
+		summary = fmt.Sprintf("latest %.1f %s, %d samples in the %s", ps[n-1].Value*scale, unit, n, span)
 	}
 	return chart{Title: title, Summary: summary, SVG: draw(title, unit, [][]point{ps}, []float64{scale}, top, from, to, nil)}
 }
@@ -68,9 +71,14 @@ func dollarsToMicros(v float64) money.Micros {
 	return money.Micros(math.Round(v * float64(money.Unit)))
 }
 
-// priceChart draws a spot price history in dollars per hour with the
-// on-demand price as a dashed line.
-func priceChart(title string, ps []point, onDemand float64, from, to time.Time) chart {
+// Sparklines: the spot page's small price charts, one per pool in a
+// table row, with no axes (the row states the prices).
+const sparkW, sparkH = 240, 40
+
+// sparkline draws a spot price history over [from, to] in dollars per
+// hour, as a step line from 0 to a little above the highest price (or
+// the on-demand price, drawn dashed), with the newest price as a dot.
+func sparkline(title string, ps []point, onDemand float64, from, to time.Time) chart {
 	top := onDemand
 	for _, p := range ps {
 		top = math.Max(top, p.Value)
@@ -83,11 +91,35 @@ func priceChart(title string, ps []point, onDemand float64, from, to time.Time) 
 	if n := len(ps); n > 0 {
 		summary = fmt.Sprintf("spot %s now, on-demand %s, %d price points in 24 hours", perHour(dollarsToMicros(ps[n-1].Value)), perHour(dollarsToMicros(onDemand)), n)
 	}
-	ref := []float64{}
-	if onDemand > 0 {
-		ref = append(ref, onDemand)
+	x := func(t time.Time) float64 {
+		span := to.Sub(from).Seconds()
+		if span <= 0 {
+			return 0
+		}
+		return 2 + (sparkW-6)*math.Min(1, math.Max(0, t.Sub(from).Seconds()/span))
 	}
-	return chart{Title: title, Summary: summary, SVG: draw(title, "$/h", [][]point{ps}, []float64{1}, top, from, to, ref)}
+	y := func(v float64) float64 { return 2 + (sparkH-4)*(1-math.Min(1, math.Max(0, v/top))) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="spark" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg"><title>%s</title>`,
+		sparkW, sparkH, sparkW, sparkH, esc(title+": "+summary), esc(summary))
+	if onDemand > 0 {
+		fmt.Fprintf(&b, `<line class="ref" x1="0" x2="%d" y1="%.1f" y2="%.1f"/>`, sparkW, y(onDemand), y(onDemand))
+	}
+	if len(ps) > 0 {
+		var d strings.Builder
+		for j, p := range ps {
+			if j == 0 {
+				fmt.Fprintf(&d, "M%.1f %.1f", x(p.At), y(p.Value))
+			} else {
+				fmt.Fprintf(&d, " H%.1f V%.1f", x(p.At), y(p.Value))
+			}
+		}
+		fmt.Fprintf(&d, " H%.1f", x(to))
+		last := ps[len(ps)-1]
+		fmt.Fprintf(&b, `<path class="series s0" d="%s"/><circle class="dot s0" cx="%.1f" cy="%.1f" r="2.5"/>`, d.String(), x(last.At), y(last.Value))
+	}
+	b.WriteString(`</svg>`)
+	return chart{Title: title, Summary: summary, SVG: template.HTML(b.String())}
 }
 
 // draw renders series as step lines (a value holds until the next sample)

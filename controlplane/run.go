@@ -370,7 +370,11 @@ func (s *Replica) handler(cfg Config) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(pki.EncodeCert(s.ca.Cert))
 	})
-	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter, Terminals: exec}))
+	clear := cfg.SpotClearInterval
+	if clear <= 0 {
+		clear = controller.DefaultClearInterval
+	}
+	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter, Terminals: exec, SpotClearInterval: clear}))
 	return root
 }
 

@@ -244,7 +244,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The charts: GPU utilization, GPU memory (a whole GPU's is the
 	// instance's) and CPU, from the agent's samples.
 	charts := waitText(t, b, "#charts", "the charts have samples", func(s string) bool {
-		return strings.Count(s, "samples in the last hour") == 3 && strings.Count(s, "latest") == 3
+		return strings.Count(s, "samples in the last") == 3 && strings.Count(s, "latest") == 3
 	})
 	if !strings.Contains(charts, "GPU memory used: latest") {
 		t.Errorf("charts: %s", charts)
@@ -285,7 +285,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	screenshot(t, b, "fleet")
 	run(t, b, "spot", chromedp.Navigate(base+"/spot"), chromedp.WaitVisible(css("#main h1")))
-	if n := get(t, b, "spot price lines", chromedp.Evaluate[int](`document.querySelectorAll("section.pool svg .dot").length`)); n == 0 {
+	if n := get(t, b, "spot price lines", chromedp.Evaluate[int](`document.querySelectorAll("#pools tr.pool svg .dot").length`)); n == 0 {
 		t.Errorf("the spot page draws no price")
 	}
 	screenshot(t, b, "spot")

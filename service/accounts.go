@@ -181,6 +181,22 @@ func (s *Accounts) Tenants(ctx context.Context, a Actor) ([]*cloud.Tenant, error
 	return ts, err
 }
 
+// Tenant reads a tenant actor a may see, so that a view can name it: an
+// admin any tenant, anyone else their own. Another tenant is not found,
+// exactly as a missing one.
+func (s *Accounts) Tenant(ctx context.Context, a Actor, id string) (*cloud.Tenant, error) {
+	if !a.Admin() && id != a.TenantID {
+		return nil, NotFound("tenant", id)
+	}
+	var t *cloud.Tenant
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		var err error
+		t, err = getTenant(ctx, tx, id)
+		return err
+	})
+	return t, err
+}
+
 // getTenant reads a tenant, answering NotFound in the services' words.
 func getTenant(ctx context.Context, tx cloud.Tx, id string) (*cloud.Tenant, error) {
 	t, err := tx.GetTenant(ctx, id)

@@ -405,3 +405,37 @@ func TestAccountsIsolation(t *testing.T) {
 }
 
 func ahPtr[T any](v T) *T { return &v }
+
+// TestAccountsTenant: a member reads their own tenant (its name, for the
+// console), never another's, which is not found exactly as a missing
+// one; an admin reads any.
+func TestAccountsTenant(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name   string
+			actor  service.Actor
+			tenant string
+			want   string // the name, "" for not found
+		}{
+			{"own", f.acme, f.acme.TenantID, "acme"},
+			{"another's", f.acme, f.globex.TenantID, ""},
+			{"the operator's", f.globex, service.OperatorTenant, ""},
+			{"missing", f.acme, "tn-doesnotexist", ""},
+			{"admin, any", f.admin, f.globex.TenantID, "globex"},
+			{"admin, missing", f.admin, "tn-doesnotexist", ""},
+		} {
+			got, err := f.svc.Accounts.Tenant(ctx, tc.actor, tc.tenant)
+			if tc.want == "" {
+				if ce := ahCode(t, err, cloud.NotFound); ce.Details["id"] != tc.tenant {
+					t.Errorf("%s: %v", tc.name, err)
+				}
+				continue
+			}
+			if err != nil || got.Name != tc.want || got.ID != tc.tenant {
+				t.Errorf("%s: %+v, %v; want %s", tc.name, got, err, tc.want)
+			}
+		}
+	})
+}
