@@ -195,12 +195,43 @@ type ForecastReport struct {
 	MAPE, WAPE float64
 }
 
+// BacktestHistory is the history BacktestForecast needs: a day to learn
+// the daily profile, and an hour to compare a forecast with.
+const BacktestHistory = 25 * time.Hour
+
+// ShortHistoryError is BacktestForecast's answer over less history than
+// it needs: the same request succeeds once there is enough.
+type ShortHistoryError struct {
+	// Metric is the metric whose history is short, e.g. gpu_utilization.
+	Metric string
+	// Have is the history there is; Need, BacktestHistory.
+	Have, Need time.Duration
+}
+
+func (e *ShortHistoryError) Error() string {
+	return fmt.Sprintf("not enough %s history for a forecast: it needs %s, there is %s; try again in %s",
+		e.Metric, hoursMinutes(e.Need), hoursMinutes(e.Have), hoursMinutes(e.Need-e.Have))
+}
+
+// hoursMinutes writes d as "25h", "2h10m" or "40m".
+func hoursMinutes(d time.Duration) string {
+	d = d.Round(time.Minute)
+	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
+	switch {
+	case h == 0:
+		return fmt.Sprintf("%dm", m)
+	case m == 0:
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dh%dm", h, m)
+}
+
 // BacktestForecast replays the forecaster of g's first predictive policy
 // (or, without one, of its first target tracking policy: the same metric
 // and target) over h up to now: it is trained minute by minute, and at
 // each whole hour after the first 24 hours it forecasts the hour to come,
-// which is then compared with what happened. It needs 25 hours of
-// history.
+// which is then compared with what happened. It needs BacktestHistory
+// of history: less is a *ShortHistoryError.
 func BacktestForecast(g *cloud.Group, h *History, now time.Time) (ForecastReport, error) {
 	var pol *cloud.ScalingPolicy
 	label := ""
@@ -219,13 +250,14 @@ func BacktestForecast(g *cloud.Group, h *History, now time.Time) (ForecastReport
 	}
 	key := seriesKey(pol.Metric)
 	first, ok := oldestMinute(h, key)
-	if !ok {
-		return ForecastReport{}, fmt.Errorf("no %s history", metricName(pol.Metric))
-	}
 	nowMin := unixMinute(now)
+	if !ok {
+		first = nowMin
+	}
 	first = max(first, nowMin-int64(keepMinutes))
-	if nowMin-first < 25*60 {
-		return ForecastReport{}, fmt.Errorf("%s of %s history: a backtest needs 25h", time.Duration(max(0, nowMin-first))*time.Minute, metricName(pol.Metric))
+	if nowMin-first < int64(BacktestHistory/time.Minute) {
+		return ForecastReport{}, &ShortHistoryError{Metric: metricName(pol.Metric),
+			Have: time.Duration(max(0, nowMin-first)) * time.Minute, Need: BacktestHistory}
 	}
 	n := nowMin - first
 	vals := make([]float64, 2*n)

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -1110,9 +1111,22 @@ func TestBacktestForecast(t *testing.T) {
 	if mean < 30 || mean > 70 { // 400 GPUs / 8 = 50 instances at 0.7 / 0.7
 		t.Fatalf("mean actual %v", mean)
 	}
-	// Too little history, or nothing to forecast for.
-	if _, err := BacktestForecast(g, dailyHistory(now, 1), now); err == nil || !strings.Contains(err.Error(), "25h") {
-		t.Fatalf("one day: %v", err)
+	// Too little history is a *ShortHistoryError that says how much is
+	// needed and how much there is.
+	for _, c := range []struct {
+		name string
+		h    *History
+		have time.Duration
+		msg  string
+	}{
+		{"none", NewHistory(), 0, "not enough gpu_utilization history for a forecast: it needs 25h, there is 0m; try again in 25h"},
+		{"one day", dailyHistory(now, 1), 24 * time.Hour, "not enough gpu_utilization history for a forecast: it needs 25h, there is 24h; try again in 1h"},
+	} {
+		_, err := BacktestForecast(g, c.h, now)
+		var short *ShortHistoryError
+		if !errors.As(err, &short) || short.Have != c.have || short.Need != BacktestHistory || err.Error() != c.msg {
+			t.Errorf("%s: %v (%+v), want %q", c.name, err, short, c.msg)
+		}
 	}
 	g.Policies = nil
 	if _, err := BacktestForecast(g, h, now); err == nil {

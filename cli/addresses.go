@@ -85,7 +85,7 @@ func newAddressesAssociateCommand(s *session) *cobra.Command {
 		Use:     "associate ADDRESS --instance ID",
 		Short:   "Associate an address with an instance",
 		Example: "  gpucloud addresses associate eip-0123456789abcdef --instance i-0123456789abcdef",
-	}, "one address ID", "the instance; required",
+	}, addressKind, "the instance; required",
 		func(ctx context.Context, c *conn, id, instance string) (*cloud.Address, error) {
 			return c.AssociateAddress(ctx, id, instance)
 		}, printAddresses)
@@ -95,7 +95,7 @@ func newAddressesAssociateCommand(s *session) *cobra.Command {
 // address ID and nothing else.
 func newAddressActionCommand(s *session, use, short, long string,
 	call func(c *conn) func(context.Context, string) (*cloud.Address, error)) *cobra.Command {
-	return newIDCommand(s, &cobra.Command{Use: use + " ADDRESS", Short: short, Long: long}, "one address ID",
+	return newIDCommand(s, &cobra.Command{Use: use + " ADDRESS", Short: short, Long: long}, addressKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.Address, error) { return call(c)(ctx, id) }, asOne(printAddresses))
 }
 

@@ -134,7 +134,7 @@ func newCommitmentsListCommand(s *session) *cobra.Command {
 }
 
 func newCommitmentsDescribeCommand(s *session) *cobra.Command {
-	return newDescribeCommand(s, "Show a commitment", "one commitment ID",
+	return newDescribeCommand(s, "Show a commitment", commitmentKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.Commitment, error) {
 			return c.GetCommitment(ctx, id)
 		},

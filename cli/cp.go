@@ -18,7 +18,8 @@ import (
 // and `instances cp` (kind "instances", "i-"): files and directories
 // between this machine and a volume or a running instance, through the
 // server's relay to the agent of the host that holds it.
-func newCopyCommand(s *session, kind, prefix, what string) *cobra.Command {
+func newCopyCommand(s *session, k resourceKind) *cobra.Command {
+	kind, prefix, what := k.plural, k.prefix, k.noun
 	var noResume bool
 	example := fmt.Sprintf("  gpucloud %[1]s cp ./dataset %[2]s0123456789abcdef:/data/\n"+
 		"  gpucloud %[1]s cp %[2]s0123456789abcdef:/checkpoints/step-1000.pt .\n"+
@@ -28,7 +29,8 @@ func newCopyCommand(s *session, kind, prefix, what string) *cobra.Command {
 		Use:   "cp SRC DST",
 		Short: "Copy files and directories to or from a " + what,
 		Long: "Copy a file or a directory (recursively) between this machine and a " + what + ".\n" +
-			"One side is " + strings.ToUpper(what[:1]) + "ID:/path (" + prefix + "...:/path), the other a local path. As with cp -r,\n" +
+			"One side is ID:/path (" + prefix + "...:/path) or NAME:/path, the other a local path\n" +
+			"(as with scp, write a local path with a colon before any slash as ./a:b). As with cp -r,\n" +
 			"a copy into an existing directory (or a path ending in /) lands inside it.\n\n" +
 			"The data streams over TLS 1.3 through the server to the agent of the host that\n" +
 			"holds the " + what + "; no port on the host is opened. A copy that is interrupted\n" +
@@ -50,6 +52,9 @@ func newCopyCommand(s *session, kind, prefix, what string) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
+			if id, err = c.resolve(ctx, k, id); err != nil {
+				return err
+			}
 			conn, err := c.OpenFiles(ctx, kind, id)
 			if err != nil {
 				return err
@@ -89,11 +94,13 @@ func isCut(err error) bool {
 }
 
 // parseCopyArgs finds the remote side of a copy: the argument of the form
-// ID:/path whose ID has prefix; the other is local.
+// ID:/path (the ID has prefix) or NAME:/path, a colon before any slash as
+// scp has it (a single letter before it is a Windows drive, local); the
+// other is local.
 func parseCopyArgs(args []string, prefix, what string) (id, remote, local string, upload bool, err error) {
 	side := func(a string) (string, string, bool) {
 		i := strings.IndexByte(a, ':')
-		if i <= len(prefix) || !strings.HasPrefix(a, prefix) || strings.ContainsAny(a[:i], "/\\") {
+		if i < 2 || strings.HasPrefix(a, prefix) && i <= len(prefix) || strings.ContainsAny(a[:i], "/\\") {
 			return "", "", false
 		}
 		p := a[i+1:]
@@ -108,7 +115,7 @@ func parseCopyArgs(args []string, prefix, what string) (id, remote, local string
 	case srcRemote && dstRemote:
 		return "", "", "", false, fmt.Errorf("copy between this machine and a %s: one side must be a local path", what)
 	case !srcRemote && !dstRemote:
-		return "", "", "", false, fmt.Errorf("one side must be a %s path, %sID:/path", what, prefix)
+		return "", "", "", false, fmt.Errorf("one side must be a %s path, %sID:/path or NAME:/path", what, prefix)
 	case dstRemote:
 		if args[0] == "" {
 			return "", "", "", false, errors.New("empty local path")

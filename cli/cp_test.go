@@ -22,7 +22,9 @@ func TestParseCopyArgs(t *testing.T) {
 		{args: []string{"dir/v-1:x", "v-2:/y"}, id: "v-2", remote: "/y", local: "dir/v-1:x", upload: true},
 		{args: []string{"v-1:/a", "v-2:/b"}, err: "one side must be a local path"},
 		{args: []string{"a", "b"}, err: "one side must be a volume path"},
-		{args: []string{"i-1:/a", "b"}, err: "one side must be a volume path"},
+		{args: []string{"data:/a", "b"}, id: "data", remote: "/a", local: "b"},
+		{args: []string{"./data:/a", "b"}, err: "one side must be a volume path"},
+		{args: []string{`C:\data`, "v-1:/b"}, id: "v-1", remote: "/b", local: `C:\data`, upload: true},
 		{args: []string{"", "v-1:/b"}, err: "empty local path"},
 	} {
 		id, remote, local, upload, err := parseCopyArgs(tt.args, "v-", "volume")

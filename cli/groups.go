@@ -52,28 +52,9 @@ func newGroupsCommand(s *session) *cobra.Command {
 }
 
 // groupID resolves a group given by ID (asg-...) or by name among the
-// groups the caller sees that are not deleted.
+// groups the caller sees that are not deleted (resolve).
 func (c *conn) groupID(ctx context.Context, arg string) (string, error) {
-	if strings.HasPrefix(arg, "asg-") {
-		return arg, nil
-	}
-	gs, err := c.Groups(ctx, "")
-	if err != nil {
-		return "", c.explain(err)
-	}
-	var ids []string
-	for _, g := range gs {
-		if g.Name == arg {
-			ids = append(ids, g.ID)
-		}
-	}
-	switch len(ids) {
-	case 0:
-		return "", fmt.Errorf("no group named %q ('gpucloud groups list' lists them)", arg)
-	case 1:
-		return ids[0], nil
-	}
-	return "", fmt.Errorf("%d groups of different tenants are named %q: give the ID (%s)", len(ids), arg, strings.Join(ids, ", "))
+	return c.resolve(ctx, groupKind, arg)
 }
 
 func newGroupsCreateCommand(s *session) *cobra.Command {
@@ -485,7 +466,7 @@ func newInstanceProtectCommand(s *session, protect bool) *cobra.Command {
 		Short:   short,
 		Long:    long,
 		Example: fmt.Sprintf("  gpucloud instances %s i-0123456789abcdef", verb),
-		Args:    minArgs(1, "one or more instance IDs"),
+		Args:    minArgs(1, "one or more instance IDs or names"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -493,12 +474,16 @@ func newInstanceProtectCommand(s *session, protect bool) *cobra.Command {
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				var done []*cloud.Instance
 				var failed []error
-				for _, id := range args {
-					in, err := c.SetProtection(ctx, id, protect)
-					if err != nil {
+				for _, arg := range args {
+					id, err := c.resolve(ctx, instanceKind, arg)
+					var in *cloud.Instance
+					if err == nil {
+						in, err = c.SetProtection(ctx, id, protect)
 						err = c.explain(err)
+					}
+					if err != nil {
 						if len(args) > 1 {
-							err = fmt.Errorf("%s: %w", id, err)
+							err = fmt.Errorf("%s: %w", arg, err)
 						}
 						failed = append(failed, err)
 						continue

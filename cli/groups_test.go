@@ -120,7 +120,7 @@ func TestGroupsCreateFromFlags(t *testing.T) {
 	}
 
 	// Metrics.
-	if out := e.ok(tok, "metrics", "put", "web", "queue=42", "custom:rps=1.5"); !strings.Contains(out, "published 2 value(s) for group "+g.ID) {
+	if out := e.ok(tok, "metrics", "put", "web", "queue=42", "custom:rps=1.5"); out != "stored 2 points for group web ("+g.ID+"), measured now: queue=42, rps=1.5\n" {
 		t.Errorf("metrics put: %q", out)
 	}
 	if n := e.Rows().Metrics; n != 2 {
@@ -263,5 +263,25 @@ func TestPrintForecast(t *testing.T) {
 	}
 	if strings.Contains(out, "2026-12-01 00:00") {
 		t.Errorf("--hours 1 listed the older hour:\n%s", out)
+	}
+}
+
+// TestStoredLine: metrics put says what it stored, for which group, when.
+func TestStoredLine(t *testing.T) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name, group string
+		points      []api.MetricPoint
+		when        time.Time
+		want        string
+	}{
+		{"by name, now", "web", []api.MetricPoint{{Name: "queue", Value: 42}, {Name: "rps", Value: 180.5}}, time.Time{},
+			"stored 2 points for group web (asg-0123456789abcdef), measured now: queue=42, rps=180.5"},
+		{"by ID, at a time", "asg-0123456789abcdef", []api.MetricPoint{{Name: "queue_depth", Value: 3}}, at,
+			"stored 1 point for group asg-0123456789abcdef, measured at 2025-03-01T12:00:00Z: queue_depth=3"},
+	} {
+		if got := storedLine(c.group, "asg-0123456789abcdef", c.points, c.when); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
 	}
 }

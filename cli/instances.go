@@ -38,7 +38,7 @@ func newInstancesCommand(s *session) *cobra.Command {
 		newInstanceActionCommand(s, "stop"), newInstanceActionCommand(s, "start"), newInstanceActionCommand(s, "terminate"),
 		newInstancesEventsCommand(s), newInstancesLogsCommand(s),
 		newInstancesExecCommand(s), newInstancesPortForwardCommand(s), newInstancesOpenCommand(s),
-		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s), newCopyCommand(s, "instances", "i-", "instance"))
+		newInstancesSSHCommand(s), newInstancesSSHProxyCommand(s), newCopyCommand(s, instanceKind))
 	cmd.Aliases = []string{"instance", "i"}
 	return cmd
 }
@@ -383,7 +383,7 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 			"last events.\n\n" +
 			"-o json and -o yaml print the instance with an \"events\" list added.",
 		Example: "  gpucloud instances describe i-0123456789abcdef\n  gpucloud instances describe i-0123456789abcdef -o yaml --events 50",
-		Args:    exactArgs(1, "one instance ID"),
+		Args:    exactArgs(1, instanceKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -397,7 +397,11 @@ func newInstancesDescribeCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			in, err := c.GetInstance(ctx, args[0])
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			if err != nil {
+				return err
+			}
+			in, err := c.GetInstance(ctx, id)
 			if err != nil {
 				return c.explain(err)
 			}

@@ -43,10 +43,10 @@ func newInstancesExecCommand(s *session) *cobra.Command {
 			"  gpucloud instances exec -it i-0123456789abcdef -- bash",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 {
-				return cmdutil.Usagef(cmd, "%s takes an instance ID and a command after --", cmd.CommandPath())
+				return cmdutil.Usagef(cmd, "%s takes an instance ID or name and a command after --", cmd.CommandPath())
 			}
 			if at := cmd.ArgsLenAtDash(); at >= 0 && at != 1 {
-				return cmdutil.Usagef(cmd, "give one instance ID before -- and the command after it")
+				return cmdutil.Usagef(cmd, "give one instance ID or name before -- and the command after it")
 			}
 			return nil
 		},
@@ -55,7 +55,13 @@ func newInstancesExecCommand(s *session) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runExec(cmd, c, args[0], args[1:], stdin, tty)
+			ctx, cancel := interruptible(cmd)
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			cancel()
+			if err != nil {
+				return err
+			}
+			return runExec(cmd, c, id, args[1:], stdin, tty)
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
@@ -124,7 +130,7 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			"locally. It runs until Ctrl-C.",
 		Example: "  gpucloud instances port-forward i-0123456789abcdef 8888\n" +
 			"  gpucloud instances port-forward i-0123456789abcdef 6006:6006",
-		Args: exactArgs(2, "an instance ID and [LOCAL:]REMOTE"),
+		Args: exactArgs(2, "an instance ID or name and [LOCAL:]REMOTE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			local, remote, err := parsePorts(args[1])
 			if err != nil {
@@ -136,7 +142,11 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			return forwardPort(ctx, c, args[0], local, remote, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			if err != nil {
+				return err
+			}
+			return forwardPort(ctx, c, id, local, remote, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
@@ -251,7 +261,7 @@ func newInstancesOpenCommand(s *session) *cobra.Command {
 			"the server removes it before the request reaches the instance. For Jupyter,\n" +
 			"start it with --ServerApp.base_url set to the URL's path (docs/ACCESS.md).",
 		Example: "  gpucloud instances open i-0123456789abcdef 8888",
-		Args:    exactArgs(2, "an instance ID and a published port"),
+		Args:    exactArgs(2, "an instance ID or name and a published port"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			port, err := strconv.Atoi(args[1])
 			if err != nil || port < 1 || port > 65535 {
@@ -263,7 +273,11 @@ func newInstancesOpenCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			in, err := c.GetInstance(ctx, args[0])
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			if err != nil {
+				return err
+			}
+			in, err := c.GetInstance(ctx, id)
 			if err != nil {
 				return c.explain(err)
 			}

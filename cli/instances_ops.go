@@ -197,17 +197,21 @@ func instanceActionOf(verb string) instanceAction {
 		}}
 }
 
-// actOn calls call on each instance of ids and returns the instances it
-// changed and the errors of the others: with one ID the error is all
-// there is to say, with several each names its instance.
+// actOn calls call on each instance of ids (IDs or names) and returns the
+// instances it changed and the errors of the others: with one ID the
+// error is all there is to say, with several each names its instance.
 func (c *conn) actOn(ctx context.Context, ids []string, version int64,
 	call func(c *conn) func(context.Context, string, int64) (*cloud.Instance, error)) (done []*cloud.Instance, failed []error) {
-	for _, id := range ids {
-		in, err := call(c)(ctx, id, version)
-		if err != nil {
+	for _, arg := range ids {
+		id, err := c.resolve(ctx, instanceKind, arg)
+		var in *cloud.Instance
+		if err == nil {
+			in, err = call(c)(ctx, id, version)
 			err = c.explain(err)
+		}
+		if err != nil {
 			if len(ids) > 1 {
-				err = fmt.Errorf("%s: %w", id, err)
+				err = fmt.Errorf("%s: %w", arg, err)
 			}
 			failed = append(failed, err)
 			continue
@@ -251,7 +255,7 @@ func newInstanceActionCommand(s *session, verb string) *cobra.Command {
 			"command returns once every instance is " + string(want) + ".",
 		Example: fmt.Sprintf("  gpucloud instances %s i-0123456789abcdef\n  gpucloud instances %s i-0123456789abcdef i-fedcba9876543210 --wait\n"+
 			"  gpucloud instances %s i-0123456789abcdef --if-match 7", verb, verb, verb),
-		Args: minArgs(1, "one or more instance IDs"),
+		Args: minArgs(1, "one or more instance IDs or names"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -311,7 +315,7 @@ func newInstancesEventsCommand(s *session) *cobra.Command {
 		Long: "Show every event of an instance, oldest first: its creation, each state change\n" +
 			"with its reason and who caused it (a user ID, \"scheduler\", or the agent).",
 		Example: "  gpucloud instances events i-0123456789abcdef\n  gpucloud instances events i-0123456789abcdef -o json",
-		Args:    exactArgs(1, "one instance ID"),
+		Args:    exactArgs(1, instanceKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -322,7 +326,11 @@ func newInstancesEventsCommand(s *session) *cobra.Command {
 			}
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
-			evs, err := c.allEvents(ctx, args[0])
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			if err != nil {
+				return err
+			}
+			evs, err := c.allEvents(ctx, id)
 			if err != nil {
 				return c.explain(err)
 			}
@@ -386,7 +394,7 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 			"always written as it is.",
 		Example: "  gpucloud instances logs i-0123456789abcdef\n  gpucloud instances logs i-0123456789abcdef --follow\n" +
 			"  gpucloud instances logs i-0123456789abcdef --raw",
-		Args: exactArgs(1, "one instance ID"),
+		Args: exactArgs(1, instanceKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -396,7 +404,11 @@ func newInstancesLogsCommand(s *session) *cobra.Command {
 			defer cancel()
 			out := cmd.OutOrStdout()
 			_, tty := terminalWidth(out)
-			err = c.copyLogs(ctx, out, cmd.ErrOrStderr(), args[0], follow, tty && !raw)
+			id, err := c.resolve(ctx, instanceKind, args[0])
+			if err != nil {
+				return err
+			}
+			err = c.copyLogs(ctx, out, cmd.ErrOrStderr(), id, follow, tty && !raw)
 			if follow && ctx.Err() != nil {
 				// Ctrl-C is how a follow ends.
 				return nil

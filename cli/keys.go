@@ -93,7 +93,7 @@ func newKeyListCommand(s *session) *cobra.Command {
 }
 
 func newKeyDescribeCommand(s *session) *cobra.Command {
-	return newIDCommand(s, &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: "Show an SSH public key"}, "one key ID",
+	return newIDCommand(s, &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: "Show an SSH public key"}, keyKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.Key, error) {
 			return c.GetKey(ctx, id)
 		},
@@ -101,19 +101,6 @@ func newKeyDescribeCommand(s *session) *cobra.Command {
 }
 
 func newKeyDeleteCommand(s *session) *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete ID",
-		Aliases: []string{"rm"},
-		Short:   "Delete an SSH public key (new SSH sessions can no longer use it)",
-		Args:    exactArgs(1, "one key ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				if err := c.DeleteKey(ctx, args[0]); err != nil {
-					return c.explain(err)
-				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "key %s deleted\n", args[0])
-				return err
-			})
-		},
-	}
+	return newDeleteCommand(s, keyKind, "Delete an SSH public key (new SSH sessions can no longer use it)",
+		func(ctx context.Context, c *conn, id string) error { return c.DeleteKey(ctx, id) })
 }

@@ -66,15 +66,34 @@ func newMetricsPutCommand(s *session) *cobra.Command {
 				if err := c.PutMetrics(ctx, api.PutMetricsRequest{GroupID: id, Metrics: points}); err != nil {
 					return c.explain(err)
 				}
-				stamp := "now"
-				if !when.IsZero() {
-					stamp = when.UTC().Format(time.RFC3339)
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %d value(s) for group %s at %s\n", len(points), id, stamp)
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), storedLine(args[0], id, points, when))
 				return err
 			})
 		},
 	}
 	cmd.Flags().StringVar(&at, "at", "", "when the values were measured: RFC 3339 or a duration ago such as 2m (default now)")
 	return cmd
+}
+
+// storedLine says what metrics put stored: "stored 2 points for group web
+// (asg-...), measured now: queue=42, rps=180.5". group is what the user
+// typed, id the group's ID; a zero when is the server's now.
+func storedLine(group, id string, points []api.MetricPoint, when time.Time) string {
+	name := id
+	if group != id {
+		name = group + " (" + id + ")"
+	}
+	stamp := "now"
+	if !when.IsZero() {
+		stamp = "at " + when.UTC().Format(time.RFC3339)
+	}
+	vals := make([]string, len(points))
+	for i, p := range points {
+		vals[i] = p.Name + "=" + strconv.FormatFloat(p.Value, 'g', -1, 64)
+	}
+	noun := "points"
+	if len(points) == 1 {
+		noun = "point"
+	}
+	return fmt.Sprintf("stored %d %s for group %s, measured %s: %s", len(points), noun, name, stamp, strings.Join(vals, ", "))
 }

@@ -22,7 +22,7 @@ func newNetworksCommand(s *session) *cobra.Command {
 			"use, with one default subnet over all of it in any zone: instances created\n"+
 			"without --subnet go there and place exactly as without networks.",
 		newNetworksCreateCommand(s), newNetworksListCommand(s), newNetworksDescribeCommand(s),
-		newDeleteCommand(s, "network", "Delete a network that has no instances, with its subnets and groups",
+		newDeleteCommand(s, networkKind, "Delete a network that has no instances, with its subnets and groups",
 			func(ctx context.Context, c *conn, id string) error { return c.DeleteNetwork(ctx, id) }))
 	cmd.Aliases = []string{"network", "net", "vpc"}
 	return cmd
@@ -87,7 +87,7 @@ func newNetworksListCommand(s *session) *cobra.Command {
 }
 
 func newNetworksDescribeCommand(s *session) *cobra.Command {
-	return newDescribeCommand(s, "Show a network with its subnets and security groups", "one network ID",
+	return newDescribeCommand(s, "Show a network with its subnets and security groups", networkKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.Network, error) { return c.GetNetwork(ctx, id) },
 		func(ctx context.Context, c *conn, n *cloud.Network) fieldRows {
 			var rows fieldRows
@@ -136,26 +136,6 @@ func zoneText(z string) string {
 	return z
 }
 
-// newDeleteCommand builds the "delete ID" command of a resource of kind
-// (aliases rm), which del deletes.
-func newDeleteCommand(s *session, kind, short string, del func(ctx context.Context, c *conn, id string) error) *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete ID",
-		Aliases: []string{"rm"},
-		Short:   short,
-		Args:    exactArgs(1, "one "+kind+" ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				if err := del(ctx, c, args[0]); err != nil {
-					return c.explain(err)
-				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s deleted\n", kind, args[0])
-				return err
-			})
-		},
-	}
-}
-
 func newSubnetsCommand(s *session) *cobra.Command {
 	cmd := groupCommand("subnets", "Create, list and delete subnets",
 		"A subnet is a CIDR inside its network's, in one zone. Its instances run in that\n"+
@@ -163,7 +143,7 @@ func newSubnetsCommand(s *session) *cobra.Command {
 			"start until they terminate. Five addresses of every subnet are reserved: the\n"+
 			"first, the gateway (+1), the DNS resolver (+2), one more (+3) and the last.",
 		newSubnetsCreateCommand(s), newSubnetsListCommand(s), newSubnetsDescribeCommand(s),
-		newDeleteCommand(s, "subnet", "Delete a subnet that has no instances",
+		newDeleteCommand(s, subnetKind, "Delete a subnet that has no instances",
 			func(ctx context.Context, c *conn, id string) error { return c.DeleteSubnet(ctx, id) }))
 	cmd.Aliases = []string{"subnet", "sn"}
 	return cmd
@@ -229,7 +209,7 @@ func newSubnetsListCommand(s *session) *cobra.Command {
 }
 
 func newSubnetsDescribeCommand(s *session) *cobra.Command {
-	return newDescribeCommand(s, "Show a subnet", "one subnet ID",
+	return newDescribeCommand(s, "Show a subnet", subnetKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.Subnet, error) { return c.GetSubnet(ctx, id) },
 		func(_ context.Context, _ *conn, sub *cloud.Subnet) fieldRows {
 			var rows fieldRows

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -89,7 +88,7 @@ func newPlacementListCommand(s *session) *cobra.Command {
 }
 
 func newPlacementDescribeCommand(s *session) *cobra.Command {
-	return newIDCommand(s, &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: "Show a placement group"}, "one placement group ID",
+	return newIDCommand(s, &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: "Show a placement group"}, placementGroupKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.PlacementGroup, error) {
 			return c.GetPlacementGroup(ctx, id)
 		},
@@ -97,19 +96,6 @@ func newPlacementDescribeCommand(s *session) *cobra.Command {
 }
 
 func newPlacementDeleteCommand(s *session) *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete ID",
-		Aliases: []string{"rm"},
-		Short:   "Delete a placement group no live instance is in",
-		Args:    exactArgs(1, "one placement group ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				if err := c.DeletePlacementGroup(ctx, args[0]); err != nil {
-					return c.explain(err)
-				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "placement group %s deleted\n", args[0])
-				return err
-			})
-		},
-	}
+	return newDeleteCommand(s, placementGroupKind, "Delete a placement group no live instance is in",
+		func(ctx context.Context, c *conn, id string) error { return c.DeletePlacementGroup(ctx, id) })
 }

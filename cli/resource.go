@@ -58,19 +58,19 @@ func (t resourceTable[T]) print(w io.Writer, format string, one bool, items ...*
 }
 
 // newIDCommand completes cmd, whose use and help text are set, as a
-// command that takes one ID (argName says of what, e.g. "one volume ID"),
-// calls call with it and prints what call returns with show, in the
-// output format of -o.
-func newIDCommand[T any](s *session, cmd *cobra.Command, argName string,
+// command that takes one resource of kind k, by ID or (for a kind with
+// names) by name (c.resolve), calls call with its ID and prints what call
+// returns with show, in the output format of -o.
+func newIDCommand[T any](s *session, cmd *cobra.Command, k resourceKind,
 	call func(ctx context.Context, c *conn, id string) (*T, error),
 	show func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error) *cobra.Command {
-	return idCommand(s, cmd, argName, nil, call, show)
+	return idCommand(s, cmd, k, nil, call, show)
 }
 
 // newToInstanceCommand is newIDCommand for a resource put on an instance
-// (attach, associate): it takes a required --instance too, described by
-// instanceHelp.
-func newToInstanceCommand[T any](s *session, cmd *cobra.Command, argName, instanceHelp string,
+// (attach, associate): it takes a required --instance too (an ID or a
+// name), described by instanceHelp.
+func newToInstanceCommand[T any](s *session, cmd *cobra.Command, k resourceKind, instanceHelp string,
 	call func(ctx context.Context, c *conn, id, instance string) (*T, error),
 	print func(w io.Writer, format string, one bool, items ...*T) error) *cobra.Command {
 	var instance string
@@ -80,8 +80,12 @@ func newToInstanceCommand[T any](s *session, cmd *cobra.Command, argName, instan
 		}
 		return nil
 	}
-	cmd = idCommand(s, cmd, argName, check, func(ctx context.Context, c *conn, id string) (*T, error) {
-		return call(ctx, c, id, instance)
+	cmd = idCommand(s, cmd, k, check, func(ctx context.Context, c *conn, id string) (*T, error) {
+		in, err := c.resolve(ctx, instanceKind, instance)
+		if err != nil {
+			return nil, err
+		}
+		return call(ctx, c, id, in)
 	}, asOne(print))
 	cmd.Flags().StringVar(&instance, "instance", "", instanceHelp)
 	_ = cmd.RegisterFlagCompletionFunc("instance", s.completeInstances(false))
@@ -90,11 +94,11 @@ func newToInstanceCommand[T any](s *session, cmd *cobra.Command, argName, instan
 
 // idCommand is newIDCommand with check, when not nil, run on the command
 // line before connecting.
-func idCommand[T any](s *session, cmd *cobra.Command, argName string, check func(*cobra.Command) error,
+func idCommand[T any](s *session, cmd *cobra.Command, k resourceKind, check func(*cobra.Command) error,
 	call func(ctx context.Context, c *conn, id string) (*T, error),
 	show func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error) *cobra.Command {
 	var out outputFlag
-	cmd.Args = exactArgs(1, argName)
+	cmd.Args = exactArgs(1, k.arg())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := out.check(cmd); err != nil {
 			return err
@@ -105,7 +109,11 @@ func idCommand[T any](s *session, cmd *cobra.Command, argName string, check func
 			}
 		}
 		return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-			v, err := call(ctx, c, args[0])
+			id, err := c.resolve(ctx, k, args[0])
+			if err != nil {
+				return err
+			}
+			v, err := call(ctx, c, id)
 			if err != nil {
 				return c.explain(err)
 			}
@@ -128,16 +136,40 @@ func asOne[T any](print func(w io.Writer, format string, one bool, items ...*T) 
 // newDescribeCommand builds the "describe ID" command (aliases show and
 // get) of a resource: get reads it, and fields says it as "Key: value"
 // rows, or the resource is written whole in a data format.
-func newDescribeCommand[T any](s *session, short, argName string,
+func newDescribeCommand[T any](s *session, short string, k resourceKind,
 	get func(ctx context.Context, c *conn, id string) (*T, error),
 	fields func(ctx context.Context, c *conn, v *T) fieldRows) *cobra.Command {
 	cmd := &cobra.Command{Use: "describe ID", Aliases: []string{"show", "get"}, Short: short}
-	return newIDCommand(s, cmd, argName, get, func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error {
+	return newIDCommand(s, cmd, k, get, func(ctx context.Context, c *conn, w io.Writer, format string, v *T) error {
 		if format != "table" {
 			return writeData(w, format, v)
 		}
 		return writeTable(w, fields(ctx, c, v))
 	})
+}
+
+// newDeleteCommand builds the "delete ID" command (alias rm) of a resource
+// of kind k, given by ID or name, which del deletes.
+func newDeleteCommand(s *session, k resourceKind, short string, del func(ctx context.Context, c *conn, id string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete ID",
+		Aliases: []string{"rm"},
+		Short:   short,
+		Args:    exactArgs(1, k.arg()),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				id, err := c.resolve(ctx, k, args[0])
+				if err != nil {
+					return err
+				}
+				if err := del(ctx, c, id); err != nil {
+					return c.explain(err)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s deleted\n", k.noun, id)
+				return err
+			})
+		},
+	}
 }
 
 // fieldRows are the "Key: value" rows of a describe table.

@@ -23,7 +23,7 @@ func newSecurityGroupsCommand(s *session) *cobra.Command {
 			"apply to running instances at once.",
 		newSecurityGroupsCreateCommand(s), newSecurityGroupsListCommand(s), newSecurityGroupsDescribeCommand(s),
 		newRuleCommand(s, true), newRuleCommand(s, false),
-		newDeleteCommand(s, "security group", "Delete a security group that no instance is in and no rule names",
+		newDeleteCommand(s, securityGroupKind, "Delete a security group that no instance is in and no rule names",
 			func(ctx context.Context, c *conn, id string) error { return c.DeleteSecurityGroup(ctx, id) }))
 	cmd.Aliases = []string{"security-group", "sg"}
 	return cmd
@@ -87,7 +87,7 @@ func newSecurityGroupsListCommand(s *session) *cobra.Command {
 }
 
 func newSecurityGroupsDescribeCommand(s *session) *cobra.Command {
-	return newDescribeCommand(s, "Show a security group with its rules", "one security group ID",
+	return newDescribeCommand(s, "Show a security group with its rules", securityGroupKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.SecurityGroup, error) {
 			return c.GetSecurityGroup(ctx, id)
 		},
@@ -214,7 +214,7 @@ func newRuleCommand(s *session, add bool) *cobra.Command {
 		Short: short,
 		Example: fmt.Sprintf("  gpucloud security-groups %s sg-0123456789abcdef --ingress --protocol tcp --port 22 --cidr 0.0.0.0/0\n"+
 			"  gpucloud security-groups %s sg-0123456789abcdef --ingress --ports 8000-8100 --group sg-fedcba9876543210", verb, verb),
-		Args: exactArgs(1, "one security group ID"),
+		Args: exactArgs(1, securityGroupKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -238,11 +238,14 @@ func newRuleCommand(s *session, add bool) *cobra.Command {
 			req.RuleID = ruleID
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
 				var g *cloud.SecurityGroup
-				var err error
+				id, err := c.resolve(ctx, securityGroupKind, args[0])
+				if err != nil {
+					return err
+				}
 				if add {
-					g, err = c.Authorize(ctx, args[0], req.AuthorizeRequest, version)
+					g, err = c.Authorize(ctx, id, req.AuthorizeRequest, version)
 				} else {
-					g, err = c.Revoke(ctx, args[0], req, version)
+					g, err = c.Revoke(ctx, id, req, version)
 				}
 				if err != nil {
 					return c.explain(err)

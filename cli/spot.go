@@ -407,7 +407,7 @@ func newSpotRequestsListCommand(s *session) *cobra.Command {
 }
 
 func newSpotRequestsDescribeCommand(s *session) *cobra.Command {
-	return newDescribeCommand(s, "Show a spot request", "one spot request ID",
+	return newDescribeCommand(s, "Show a spot request", spotRequestKind,
 		func(ctx context.Context, c *conn, id string) (*cloud.SpotRequest, error) {
 			return c.GetSpotRequest(ctx, id)
 		},
@@ -457,7 +457,7 @@ func newSpotRequestsCancelCommand(s *session) *cobra.Command {
 		Long: "Cancel a spot request: it launches nothing more. Its current instance keeps\n" +
 			"running unless --terminate-instance is given. Cancelling a cancelled or closed\n" +
 			"request changes nothing.",
-		Args: exactArgs(1, "one spot request ID"),
+		Args: exactArgs(1, spotRequestKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(cmd); err != nil {
 				return err
@@ -471,7 +471,11 @@ func newSpotRequestsCancelCommand(s *session) *cobra.Command {
 				version = v
 			}
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
-				r, err := c.CancelSpotRequest(ctx, args[0], kill, version)
+				id, err := c.resolve(ctx, spotRequestKind, args[0])
+				if err != nil {
+					return err
+				}
+				r, err := c.CancelSpotRequest(ctx, id, kill, version)
 				if err != nil {
 					return c.explain(err)
 				}

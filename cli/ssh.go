@@ -115,6 +115,12 @@ func newInstancesSSHCommand(s *session) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := strings.TrimSuffix(args[0], client.SSHDomain)
+			if err := s.withConn(cmd, func(ctx context.Context, c *conn) (err error) {
+				id, err = c.resolve(ctx, instanceKind, id)
+				return err
+			}); err != nil {
+				return err
+			}
 			remote := args[1:]
 			if len(remote) > 0 && remote[0] == "--" {
 				// Flags stop at the ID, so the "--" before a command is
@@ -174,10 +180,13 @@ func newInstancesSSHProxyCommand(s *session) *cobra.Command {
 		Long: "Connect standard input and output to the instance's SSH endpoint through the\n" +
 			"gpucloud server: ssh runs this as its ProxyCommand (gpucloud ssh-config,\n" +
 			"gpucloud instances ssh). ID may be i-ID" + client.SSHDomain + ", as ssh's %h gives it.",
-		Args: exactArgs(1, "one instance ID"),
+		Args: exactArgs(1, instanceKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := strings.TrimSuffix(args[0], client.SSHDomain)
 			return s.withConn(cmd, func(ctx context.Context, c *conn) error {
+				id, err := c.resolve(ctx, instanceKind, strings.TrimSuffix(args[0], client.SSHDomain))
+				if err != nil {
+					return err
+				}
 				nc, err := c.DialSSH(ctx, id)
 				if err != nil {
 					return c.explain(err)

@@ -18,7 +18,7 @@ func newVolumesCommand(s *session) *cobra.Command {
 			"any number at once, on any hosts. A volume outlives its instances: terminating\n"+
 			"an instance detaches it.",
 		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s),
-		newCopyCommand(s, "volumes", "v-", "volume"))
+		newCopyCommand(s, volumeKind))
 	cmd.Aliases = []string{"volume"}
 	return cmd
 }
@@ -89,7 +89,7 @@ func newVolumesAttachCommand(s *session) *cobra.Command {
 		Use:     "attach VOLUME --instance ID",
 		Short:   "Attach a detached volume to an instance",
 		Example: "  gpucloud volumes attach v-0123456789abcdef --instance i-0123456789abcdef",
-	}, "one volume ID", "the instance to attach it to; required",
+	}, volumeKind, "the instance to attach it to; required",
 		func(ctx context.Context, c *conn, id, instance string) (*cloud.Volume, error) {
 			return c.AttachVolume(ctx, id, instance)
 		}, printVolumes)
@@ -100,7 +100,7 @@ func newVolumesDetachCommand(s *session) *cobra.Command {
 		Use:   "detach VOLUME",
 		Short: "Detach a volume from its instance",
 		Long:  "Detach a volume from its instance; detaching a detached volume changes nothing.",
-	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DetachVolume(ctx, id) }, asOne(printVolumes))
+	}, volumeKind, func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DetachVolume(ctx, id) }, asOne(printVolumes))
 }
 
 func newVolumesDeleteCommand(s *session) *cobra.Command {
@@ -112,5 +112,5 @@ func newVolumesDeleteCommand(s *session) *cobra.Command {
 			"named by a spot request that may still launch, is refused: detach it or cancel\n" +
 			"the request first. Deleting a deleted volume changes nothing.",
 		Example: "  gpucloud volumes delete v-0123456789abcdef",
-	}, "one volume ID", func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DeleteVolume(ctx, id) }, asOne(printVolumes))
+	}, volumeKind, func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DeleteVolume(ctx, id) }, asOne(printVolumes))
 }

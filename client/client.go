@@ -143,6 +143,8 @@ type ListInstancesOptions struct {
 	Host     string
 	// Market is "on_demand" or "spot" (both when empty).
 	Market cloud.Market
+	// Name selects the instances of that exact name.
+	Name string
 	// Limit caps the page (server default 100, at most 1000); After is the
 	// Next of the previous page.
 	Limit int
@@ -163,7 +165,7 @@ func (c *Client) ListInstances(ctx context.Context, o ListInstancesOptions) (*ap
 	var out api.InstanceList
 	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Out: &out, Path: "/v1/instances" + rest.Query(
 		"tenant", o.Tenant, "state", strings.Join(states, ","), "offering", o.Offering,
-		"host", o.Host, "market", string(o.Market), "limit", limit, "after", o.After)})
+		"host", o.Host, "market", string(o.Market), "name", o.Name, "limit", limit, "after", o.After)})
 	return rest.NilOnErr(&out, err)
 }
 

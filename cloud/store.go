@@ -220,6 +220,8 @@ type InstanceFilter struct {
 	States   []State
 	HostID   string
 	Offering string
+	// Name selects the instances of that exact name.
+	Name string
 	// Market selects on-demand or spot instances; SpotRequestID the
 	// launches of one spot request.
 	Market        Market

@@ -49,6 +49,15 @@ func (s *Scheduler) Availability() map[string]cloud.OfferingAvailability {
 	return nil
 }
 
+// SnapshotHosts is how many hosts the fleet DryRun places on holds: 0
+// before the scheduler's first pass. Safe to call from any goroutine.
+func (s *Scheduler) SnapshotHosts() int {
+	if snap := s.avail.snapshot.Load(); snap != nil {
+		return len(snap.Hosts)
+	}
+	return 0
+}
+
 // publishAvailability recounts the availability when the fleet changed,
 // at most every availabilityEvery.
 func (s *Scheduler) publishAvailability() {

@@ -318,7 +318,7 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 // with the cloud's CA.
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
-		Availability: s.availability, DryRun: s.dryRun, AllowRegistries: cfg.AllowRegistries,
+		Availability: s.availability, DryRun: s.dryRun, FleetSeen: s.fleetSeen, AllowRegistries: cfg.AllowRegistries,
 		SessionLimit: cfg.SessionLimit, Replica: cfg.Replica}
 	if opts.Replica == "" {
 		opts.Replica, _ = os.Hostname()
@@ -454,6 +454,15 @@ func (s *Replica) dryRun(reqs []cloud.DryRunRequest) ([]cloud.DryRunResult, bool
 		return nil, false
 	}
 	return s.Scheduler.DryRun(reqs)
+}
+
+// fleetSeen is how many hosts the leading scheduler's dry-run fleet
+// holds; a replica that does not lead has no fleet.
+func (s *Replica) fleetSeen() (int, bool) {
+	if !s.IsLeader() {
+		return 0, false
+	}
+	return s.Scheduler.SnapshotHosts(), true
 }
 
 // IsLeader reports whether this replica runs the controllers now.

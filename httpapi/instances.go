@@ -51,7 +51,8 @@ func parseStates(s string) ([]cloud.State, error) {
 }
 
 // listInstances handles GET /v1/instances. Members list their tenant's;
-// admins every tenant's, or one tenant's with ?tenant. Pages are in ID
+// admins every tenant's, or one tenant's with ?tenant. ?name selects one
+// name (within what the caller may see). Pages are in ID
 // order; next is the ?after of the following page.
 func (s *handlers) listInstances(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
@@ -65,7 +66,7 @@ func (s *handlers) listInstances(w http.ResponseWriter, r *http.Request, p princ
 	}
 	ins, next, err := s.svc.Instances.List(r.Context(), p.actor(), service.InstanceQuery{Tenant: q.Get("tenant"),
 		States: states, Host: q.Get("host"), Offering: q.Get("offering"), Market: cloud.Market(q.Get("market")),
-		Limit: limit, After: q.Get("after")})
+		Name: q.Get("name"), Limit: limit, After: q.Get("after")})
 	if err != nil {
 		return err
 	}

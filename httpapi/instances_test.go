@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -480,5 +481,50 @@ func TestListInstancesByMarket(t *testing.T) {
 	_, err := e.acme.ListInstances(ctx, client.ListInstancesOptions{Market: "cheap"})
 	if cloud.ErrorCode(err) != cloud.Invalid {
 		t.Fatalf("bad market: %v", err)
+	}
+}
+
+// TestListInstancesByName: ?name selects one exact name among what the
+// caller may see; another tenant's instance of that name never answers.
+func TestListInstancesByName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	create := func(c *client.Client, name string) *cloud.Instance {
+		in, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Name: name}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	web := create(e.acme, "web")
+	create(e.acme, "web-2")
+	gweb, gdb := create(e.globex, "web"), create(e.globex, "db")
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+		opts client.ListInstancesOptions
+		want []string
+	}{
+		{"own name", e.acme, client.ListInstancesOptions{Name: "web"}, []string{web.ID}},
+		{"another tenant's name", e.acme, client.ListInstancesOptions{Name: "db"}, nil},
+		{"exact, not a prefix", e.acme, client.ListInstancesOptions{Name: "we"}, nil},
+		{"the other tenant sees its own", e.globex, client.ListInstancesOptions{Name: "web"}, []string{gweb.ID}},
+		{"admin, one tenant", e.admin, client.ListInstancesOptions{Name: "db", Tenant: e.globexID}, []string{gdb.ID}},
+	} {
+		page, err := tc.c.ListInstances(ctx, tc.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []string
+		for _, in := range page.Instances {
+			got = append(got, in.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	page, err := e.admin.ListInstances(ctx, client.ListInstancesOptions{Name: "web"})
+	if err != nil || len(page.Instances) != 2 {
+		t.Errorf("admin ?name=web: %+v, %v; want both tenants' web", page, err)
 	}
 }

@@ -64,7 +64,7 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 			}
 			return NotFound("instance", id)
 		}
-		path, reason := reportPath(in.State, rep)
+		path, reason := reportPath(in.State, rep, reclaimOf(in))
 		now := s.now()
 		devicesChanged := rep.Phase == agentapi.PhaseRunning && recordDevices(in, rep.Devices)
 		// The server gave an instance on a private network its address
@@ -176,7 +176,12 @@ func cleanMessage(s string) string {
 // instance being terminated goes to terminated whatever ended it. A stopped
 // report applies only while the server asked for a stop: for an instance
 // that should run it can only be a late copy from an earlier run.
-func reportPath(from cloud.State, rep agentapi.StatusReport) ([]cloud.State, string) {
+//
+// reclaim, when not empty, is the reason of the spot reclaim that is
+// stopping or terminating the instance (reclaimOf): a final report's
+// reason then says the instance was reclaimed, e.g. "reclaimed
+// (capacity): stopped at the notice's deadline".
+func reportPath(from cloud.State, rep agentapi.StatusReport, reclaim string) ([]cloud.State, string) {
 	var path []cloud.State
 	var reason string
 	switch rep.Phase {
@@ -227,6 +232,12 @@ func reportPath(from cloud.State, rep agentapi.StatusReport) ([]cloud.State, str
 		} else {
 			reason += ": " + rep.Message
 		}
+	}
+	if reclaim != "" && len(path) > 0 && (from == cloud.Stopping || from == cloud.Terminating) {
+		if rep.Phase == agentapi.PhaseStopped {
+			reason = strings.Replace(reason, "the agent stopped the workload", "stopped at the notice's deadline", 1)
+		}
+		reason = "reclaimed (" + reclaim + "): " + reason
 	}
 	return path, reason
 }

@@ -58,30 +58,39 @@ func TestAgentsReportPath(t *testing.T) {
 		rep    rep
 		path   []cloud.State
 		reason string
+		// reclaim is the spot reclaim stopping the instance, if any.
+		reclaim string
 	}{
-		{cloud.Scheduled, rep{Phase: agentapi.PhaseStarting}, []cloud.State{cloud.Starting}, "the agent is starting the workload"},
-		{cloud.Starting, rep{Phase: agentapi.PhaseStarting}, nil, "the agent is starting the workload"},
-		{cloud.Running, rep{Phase: agentapi.PhaseStarting}, nil, "the agent is starting the workload"},
-		{cloud.Scheduled, rep{Phase: agentapi.PhaseRunning}, []cloud.State{cloud.Starting, cloud.Running}, "the workload is running"},
-		{cloud.Starting, rep{Phase: agentapi.PhaseRunning, Message: "pid 7"}, []cloud.State{cloud.Running}, "the workload is running: pid 7"},
-		{cloud.Running, rep{Phase: agentapi.PhaseRunning}, nil, "the workload is running"},
-		{cloud.Stopping, rep{Phase: agentapi.PhaseRunning}, nil, "the workload is running"},
-		{cloud.Stopping, rep{Phase: agentapi.PhaseStopped}, []cloud.State{cloud.Stopped}, "the agent stopped the workload"},
-		{cloud.Terminating, rep{Phase: agentapi.PhaseStopped}, []cloud.State{cloud.Terminated}, "the agent stopped the workload"},
-		{cloud.Running, rep{Phase: agentapi.PhaseStopped}, nil, "the agent stopped the workload"},
-		{cloud.Running, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Stopping, cloud.Stopped}, cloud.ReasonExitedOK},
-		{cloud.Stopping, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Stopped}, cloud.ReasonExitedOK},
-		{cloud.Terminating, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Terminated}, cloud.ReasonExitedOK},
-		{cloud.Stopped, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, nil, cloud.ReasonExitedOK},
-		{cloud.Running, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(3), Message: "oom"}, []cloud.State{cloud.Failed}, "exit code 3: oom"},
-		{cloud.Stopping, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(137)}, []cloud.State{cloud.Failed}, "exit code 137"},
-		{cloud.Terminating, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(1)}, []cloud.State{cloud.Terminated}, "exit code 1"},
-		{cloud.Failed, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(1)}, nil, "exit code 1"},
-		{cloud.Scheduled, rep{Phase: agentapi.PhaseFailed}, []cloud.State{cloud.Failed}, "the agent could not start the workload"},
-		{cloud.Starting, rep{Phase: agentapi.PhaseFailed, Message: "MIG layout: busy"}, []cloud.State{cloud.Failed}, "MIG layout: busy"},
-		{cloud.Terminating, rep{Phase: agentapi.PhaseFailed}, []cloud.State{cloud.Terminated}, "the agent could not start the workload"},
+		{cloud.Scheduled, rep{Phase: agentapi.PhaseStarting}, []cloud.State{cloud.Starting}, "the agent is starting the workload", ""},
+		{cloud.Starting, rep{Phase: agentapi.PhaseStarting}, nil, "the agent is starting the workload", ""},
+		{cloud.Running, rep{Phase: agentapi.PhaseStarting}, nil, "the agent is starting the workload", ""},
+		{cloud.Scheduled, rep{Phase: agentapi.PhaseRunning}, []cloud.State{cloud.Starting, cloud.Running}, "the workload is running", ""},
+		{cloud.Starting, rep{Phase: agentapi.PhaseRunning, Message: "pid 7"}, []cloud.State{cloud.Running}, "the workload is running: pid 7", ""},
+		{cloud.Running, rep{Phase: agentapi.PhaseRunning}, nil, "the workload is running", ""},
+		{cloud.Stopping, rep{Phase: agentapi.PhaseRunning}, nil, "the workload is running", ""},
+		{cloud.Stopping, rep{Phase: agentapi.PhaseStopped}, []cloud.State{cloud.Stopped}, "the agent stopped the workload", ""},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseStopped}, []cloud.State{cloud.Terminated}, "the agent stopped the workload", ""},
+		{cloud.Running, rep{Phase: agentapi.PhaseStopped}, nil, "the agent stopped the workload", ""},
+		{cloud.Running, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Stopping, cloud.Stopped}, cloud.ReasonExitedOK, ""},
+		{cloud.Stopping, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Stopped}, cloud.ReasonExitedOK, ""},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Terminated}, cloud.ReasonExitedOK, ""},
+		{cloud.Stopped, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, nil, cloud.ReasonExitedOK, ""},
+		{cloud.Running, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(3), Message: "oom"}, []cloud.State{cloud.Failed}, "exit code 3: oom", ""},
+		{cloud.Stopping, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(137)}, []cloud.State{cloud.Failed}, "exit code 137", ""},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(1)}, []cloud.State{cloud.Terminated}, "exit code 1", ""},
+		{cloud.Failed, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(1)}, nil, "exit code 1", ""},
+		{cloud.Scheduled, rep{Phase: agentapi.PhaseFailed}, []cloud.State{cloud.Failed}, "the agent could not start the workload", ""},
+		{cloud.Starting, rep{Phase: agentapi.PhaseFailed, Message: "MIG layout: busy"}, []cloud.State{cloud.Failed}, "MIG layout: busy", ""},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseFailed}, []cloud.State{cloud.Terminated}, "the agent could not start the workload", ""},
+		// A spot reclaim's stop says it was a reclaim, not the agent's whim.
+		{cloud.Stopping, rep{Phase: agentapi.PhaseStopped}, []cloud.State{cloud.Stopped}, "reclaimed (capacity): stopped at the notice's deadline", "capacity"},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseStopped, Message: "SIGTERM after 3s"}, []cloud.State{cloud.Terminated}, "reclaimed (price): stopped at the notice's deadline: SIGTERM after 3s", "price"},
+		{cloud.Terminating, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(143)}, []cloud.State{cloud.Terminated}, "reclaimed (capacity): exit code 143", "capacity"},
+		{cloud.Stopping, rep{Phase: agentapi.PhaseExited, ExitCode: ahInt(0)}, []cloud.State{cloud.Stopped}, "reclaimed (capacity): " + cloud.ReasonExitedOK, "capacity"},
+		// A report that changes nothing keeps its plain reason.
+		{cloud.Running, rep{Phase: agentapi.PhaseStopped}, nil, "the agent stopped the workload", "capacity"},
 	} {
-		path, reason := service.ReportPath(c.from, c.rep)
+		path, reason := service.ReportPath(c.from, c.rep, c.reclaim)
 		if !slices.Equal(path, c.path) || reason != c.reason {
 			t.Errorf("from %s, report %+v: %v %q, want %v %q", c.from, c.rep, path, reason, c.path, c.reason)
 		}
@@ -480,4 +489,49 @@ func TestReportRecordsVisibleDevices(t *testing.T) {
 			t.Errorf("visible UUID %q, want MIG-5678", got.Placement.Devices[0].VisibleUUID)
 		}
 	})
+}
+
+// TestAgentsReportReclaimed: the stopped report of a spot instance that
+// the scheduler reclaimed at its notice's deadline says it was reclaimed;
+// one that its tenant stopped during the notice says what it always did.
+func TestAgentsReportReclaimed(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		action string
+		// tenantStop stops the instance by the API before the deadline.
+		tenantStop bool
+		want       cloud.State
+		reason     string
+	}{
+		{"terminated by a capacity reclaim", cloud.ActionTerminate, false, cloud.Terminated, "reclaimed (capacity): stopped at the notice's deadline"},
+		{"stopped by a capacity reclaim", cloud.ActionStop, false, cloud.Stopped, "reclaimed (capacity): stopped at the notice's deadline"},
+		{"stopped by its tenant under notice", cloud.ActionTerminate, true, cloud.Stopped, "the agent stopped the workload"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+				f := newAHFixture(t, st)
+				ctx := context.Background()
+				f.putHost("h-a", 2)
+				in := f.placed(f.acme, "h-a", cloud.Running)
+				now := f.clock.Now()
+				f.amUpdate(in.ID, func(in *cloud.Instance) {
+					in.Market = cloud.MarketSpot
+					in.Interruption = &cloud.Interruption{Action: c.action, Reason: cloud.ReclaimCapacity, NoticedAt: now, Deadline: now}
+				})
+				if c.tenantStop {
+					if _, err := f.svc.Instances.Act(ctx, f.acme, in.ID, service.Stop, 0); err != nil {
+						t.Fatal(err)
+					}
+				} else if _, err := service.ApplySchedule(ctx, st, service.Controller("scheduler"), &service.SchedulePlan{Deadlines: []string{in.ID}}, now); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.svc.Agents.Report(ctx, service.AgentActor("h-a"), in.ID, agentapi.StatusReport{Phase: agentapi.PhaseStopped}); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.instance(in.ID); got.State != c.want || got.Reason != c.reason {
+					t.Errorf("after the stopped report: %s %q, want %s %q", got.State, got.Reason, c.want, c.reason)
+				}
+			})
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -529,8 +530,11 @@ func (s *Groups) Delete(ctx context.Context, a Actor, id string, ifMatch int64) 
 // (or, without one, of its first target tracking policy) over the history
 // the group controller last saved (it saves every 10 minutes): the
 // forecast of each past hour beside what happened, with the backtest's
-// MAPE and WAPE, and the next 48 hours. A group with less than 25 hours of
-// history, or none saved yet, is a conflict that says how much there is.
+// MAPE and WAPE, and the next 48 hours. A group with less than
+// autoscale.BacktestHistory of history, or none saved yet, is unavailable
+// (the same request succeeds later), saying how much is needed and how
+// much there is (details history_seconds and needed_seconds); a group
+// with no policy to forecast for is a conflict.
 func (s *Groups) Forecast(ctx context.Context, a Actor, id string) (*autoscale.ForecastReport, error) {
 	var g *cloud.Group
 	var doc []byte
@@ -548,15 +552,22 @@ func (s *Groups) Forecast(ctx context.Context, a Actor, id string) (*autoscale.F
 	if err != nil {
 		return nil, err
 	}
+	need := autoscale.BacktestHistory
 	if doc == nil {
-		return nil, &cloud.Error{Code: cloud.Conflict, Message: "group " + g.Name +
-			" has no saved history yet: the group controller saves it every 10 minutes, and a forecast needs 25 hours of it"}
+		return nil, &cloud.Error{Code: cloud.Unavailable, Message: "group " + g.Name + fmt.Sprintf(" has no saved history yet: the group controller saves it every 10 minutes, and a forecast needs %d hours of it; try again later", need/time.Hour),
+			Details: map[string]any{"history_seconds": 0, "needed_seconds": int64(need / time.Second)}}
 	}
 	h := autoscale.NewHistory()
 	if err := h.UnmarshalBinary(doc); err != nil {
 		return nil, fmt.Errorf("group %s: saved history: %w", g.ID, err)
 	}
 	r, err := autoscale.BacktestForecast(g, h, s.now())
+	var short *autoscale.ShortHistoryError
+	if errors.As(err, &short) {
+		return nil, &cloud.Error{Code: cloud.Unavailable, Message: "group " + g.Name + ": " + err.Error(),
+			Details: map[string]any{"metric": short.Metric, "history_seconds": int64(short.Have / time.Second),
+				"needed_seconds": int64(short.Need / time.Second)}}
+	}
 	if err != nil {
 		return nil, &cloud.Error{Code: cloud.Conflict, Message: "group " + g.Name + ": " + err.Error()}
 	}

@@ -216,7 +216,17 @@ func NoticeGroupMember(ctx context.Context, tx cloud.Tx, in *cloud.Instance, rea
 	}
 	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventGroupScaling, TenantID: in.TenantID,
 		InstanceID: in.ID, HostID: in.HostID, Actor: actor, Details: details,
-		Reason: fmt.Sprintf("scale-in notice (%s): terminated at %s unless protected or locked first", reason, deadline.UTC().Format(time.RFC3339))})
+		Reason: fmt.Sprintf("scale-in notice (%s) to member %s: terminated at %s unless protected or locked first",
+			reason, memberName(in), deadline.UTC().Format(time.RFC3339))})
+}
+
+// memberName names a group member in an event: its ID, and its name when
+// it has one ("i-0123456789abcdef (web-3)").
+func memberName(in *cloud.Instance) string {
+	if in.Name == "" {
+		return in.ID
+	}
+	return in.ID + " (" + in.Name + ")"
 }
 
 // WithdrawGroupNotice takes back the scale-in notice of a group member that
@@ -235,6 +245,6 @@ func WithdrawGroupNotice(ctx context.Context, tx cloud.Tx, in *cloud.Instance, a
 	}
 	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: cloud.EventGroupScaling, TenantID: in.TenantID,
 		InstanceID: in.ID, HostID: in.HostID, Actor: actor,
-		Reason:  "scale-in notice (" + reason + ") withdrawn: the instance is protected or holds a completion lock",
+		Reason:  "scale-in notice (" + reason + ") to member " + memberName(in) + " withdrawn: the instance is protected or holds a completion lock",
 		Details: []byte(`{"group_id":"` + in.GroupID + `"}`)})
 }

@@ -815,8 +815,11 @@ func TestNoticeGroupMember(t *testing.T) {
 			t.Fatalf("notice = %+v, %v", in, err)
 		}
 		evs, _, _ := w.svc.Groups.Events(ctx, w.acme, g.ID, 0, 0)
-		if last := evs[len(evs)-1]; last.Kind != cloud.EventGroupScaling || last.InstanceID != in.ID {
-			t.Errorf("event = %+v", last)
+		// The event names the member, by ID and name.
+		want := "scale-in notice (scale-in) to member " + in.ID + " (" + in.Name + "): terminated at "
+		if last := evs[len(evs)-1]; last.Kind != cloud.EventGroupScaling || last.InstanceID != in.ID || in.Name == "" ||
+			!strings.HasPrefix(last.Reason, want) {
+			t.Errorf("event = %+v, want a reason starting %q", last, want)
 		}
 		if _, err := w.svc.Instances.SetProtection(ctx, w.acme, ins[1].ID, true); err != nil {
 			t.Fatal(err)
@@ -844,15 +847,17 @@ func TestNoticeGroupMember(t *testing.T) {
 }
 
 // TestGroupForecast backtests a saved history: none saved and too short
-// are conflicts that say so; 30 hours of a daily cycle give a backtest of
+// are unavailable, saying so; 30 hours of a daily cycle give a backtest of
 // the hours after the first day, with a small error, and 48 hours ahead.
 func TestGroupForecast(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		w := newWorld(t, st)
 		ctx := context.Background()
 		g := w.group(t, w.acme, "web")
-		ce := groupCode(t, groupErr(w.svc.Groups.Forecast(ctx, w.acme, g.ID)), cloud.Conflict)
-		if !strings.Contains(ce.Message, "no saved history") {
+		// Not enough history is unavailable (it comes with time), never a
+		// conflict, and says how much is needed and how much there is.
+		ce := groupCode(t, groupErr(w.svc.Groups.Forecast(ctx, w.acme, g.ID)), cloud.Unavailable)
+		if !strings.Contains(ce.Message, "no saved history") || !strings.Contains(ce.Message, "needs 25 hours") {
 			t.Errorf("no history: %q", ce.Message)
 		}
 		save := func(hours int) {
@@ -873,9 +878,9 @@ func TestGroupForecast(t *testing.T) {
 			}
 		}
 		save(10)
-		ce = groupCode(t, groupErr(w.svc.Groups.Forecast(ctx, w.acme, g.ID)), cloud.Conflict)
-		if !strings.Contains(ce.Message, "25h") {
-			t.Errorf("10 hours of history: %q", ce.Message)
+		ce = groupCode(t, groupErr(w.svc.Groups.Forecast(ctx, w.acme, g.ID)), cloud.Unavailable)
+		if !strings.Contains(ce.Message, "it needs 25h, there is 10h") || fmt.Sprint(ce.Details["history_seconds"]) != "36000" {
+			t.Errorf("10 hours of history: %q %v", ce.Message, ce.Details)
 		}
 		save(30)
 		r, err := w.svc.Groups.Forecast(ctx, w.acme, g.ID)

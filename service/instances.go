@@ -431,6 +431,9 @@ type InstanceQuery struct {
 	Host     string
 	Offering string
 	Market   cloud.Market
+	// Name selects the instances of that exact name (the CLI resolves a
+	// name a user typed with it).
+	Name string
 	// Limit caps the page (it must be positive); After pages by ID.
 	Limit int
 	After string
@@ -456,7 +459,7 @@ func (s *Instances) List(ctx context.Context, a Actor, q InstanceQuery) (ins []*
 			return err
 		}
 		ins, err = tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: tenant, States: q.States,
-			HostID: q.Host, Offering: q.Offering, Market: q.Market, Limit: q.Limit + 1, AfterID: q.After})
+			HostID: q.Host, Offering: q.Offering, Market: q.Market, Name: q.Name, Limit: q.Limit + 1, AfterID: q.After})
 		return err
 	})
 	if err != nil {

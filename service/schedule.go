@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -341,7 +342,23 @@ func ReclaimDue(in *cloud.Instance, now time.Time) (Move, bool) {
 	if it.Action == cloud.ActionStop {
 		to = cloud.Stopping
 	}
-	return Move{To: to, Reason: fmt.Sprintf("spot reclaim (%s): deadline %s reached", it.Reason, it.Deadline.UTC().Format(time.RFC3339))}, true
+	return Move{To: to, Reason: fmt.Sprintf("%s (%s): deadline %s reached", reclaimMoveReason, it.Reason, it.Deadline.UTC().Format(time.RFC3339))}, true
+}
+
+// reclaimMoveReason starts the reason of ReclaimDue's move, by which a
+// status report tells a reclaim's stop from a tenant's (reclaimOf).
+const reclaimMoveReason = "spot reclaim"
+
+// reclaimOf is the reason ("capacity", "price") of the spot reclaim that
+// is stopping or terminating in, "" when in is not being reclaimed (a
+// tenant's stop during the notice is not a reclaim).
+func reclaimOf(in *cloud.Instance) string {
+	it := in.Interruption
+	if it == nil || in.State != cloud.Stopping && in.State != cloud.Terminating ||
+		!strings.HasPrefix(in.Reason, reclaimMoveReason+" (") {
+		return ""
+	}
+	return it.Reason
 }
 
 // appendShortfalls appends a commitment event for each shortfall.

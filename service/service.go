@@ -125,6 +125,12 @@ type Options struct {
 	// (controller.Scheduler.DryRun); ok false (or nil) when this server
 	// does not know. A stack's plan uses it to say whether it fits now.
 	DryRun func(reqs []cloud.DryRunRequest) ([]cloud.DryRunResult, bool)
+	// FleetSeen, when set, is how many hosts the fleet DryRun places on
+	// holds (controller.Scheduler.SnapshotHosts: 0 before the scheduler's
+	// first pass); ok false when this server has no fleet. While the store
+	// has more hosts than that, the fleet is still starting, and a stack's
+	// plan is unavailable rather than "does not fit".
+	FleetSeen func() (hosts int, ok bool)
 	// SignAgentCert, when set, signs an agent's TLS client certificate at
 	// join from its certificate request (PEM), with hostID as the
 	// certificate's common name, and returns it (PEM); a request it

@@ -193,11 +193,13 @@ func cheapestSpot(pools []any, spot []cloud.SpotPrice) (best money.Micros, found
 
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
-// a group's desired members.
-func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) *api.StackFit {
+// a group's desired members. While the scheduler has not yet seen every
+// host that joined (Options.FleetSeen), the answer is unavailable (the
+// fleet is still starting, with counts), never "does not fit".
+func (s *Stacks) stackFit(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) (*api.StackFit, error) {
 	fit := &api.StackFit{}
 	if s.opts.DryRun == nil {
-		return fit
+		return fit, nil
 	}
 	var reqs []cloud.DryRunRequest
 	groupOf := func(c *stack.Change) (string, cloud.PlacementStrategy, bool) {
@@ -262,14 +264,45 @@ func (s *Stacks) stackFit(b *stack.Bound, p *stack.PlanResult, rec *StackRecord,
 			}
 		}
 	}
+	if len(reqs) > 0 {
+		if err := s.fleetStarted(ctx); err != nil {
+			return nil, err
+		}
+	}
 	res, ok := s.opts.DryRun(reqs)
 	if !ok {
-		return fit
+		return fit, nil
 	}
 	fit.Known, fit.Fits = true, true
 	for _, r := range res {
 		fit.Lines = append(fit.Lines, api.StackFitLine{Address: r.ID, Fits: r.Fits, Host: r.Host, Reason: r.Reason})
 		fit.Fits = fit.Fits && r.Fits
 	}
-	return fit
+	return fit, nil
+}
+
+// fleetStarted is unavailable while the store holds hosts that the
+// scheduler's fleet does not (Options.FleetSeen): before its first pass,
+// or in the moment after hosts joined. It says how many it has seen.
+func (s *Stacks) fleetStarted(ctx context.Context) error {
+	if s.opts.FleetSeen == nil {
+		return nil
+	}
+	seen, ok := s.opts.FleetSeen()
+	if !ok {
+		return nil
+	}
+	var stamp cloud.HostStamp
+	if err := s.tx(ctx, func(tx cloud.Tx) (err error) {
+		stamp, err = tx.HostStamp(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if stamp.Hosts <= seen {
+		return nil
+	}
+	return &cloud.Error{Code: cloud.Unavailable,
+		Message: fmt.Sprintf("the fleet is still starting: %d of %d hosts seen by the scheduler; try again in a few seconds", seen, stamp.Hosts),
+		Details: map[string]any{"seen_hosts": seen, "hosts": stamp.Hosts}}
 }

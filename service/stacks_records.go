@@ -273,7 +273,9 @@ func (s *Stacks) plan(ctx context.Context, a Actor, req api.StackRequest) (*api.
 	if out.Cost, err = s.stackCost(ctx, b, p, rec); err != nil {
 		return nil, err
 	}
-	out.Fit = s.stackFit(b, p, rec, tenant)
+	if out.Fit, err = s.stackFit(ctx, b, p, rec, tenant); err != nil {
+		return nil, err
+	}
 	if outs, err := b.OutputsPartial(rec.State.Attrs()); err == nil {
 		out.Outputs = outs
 	}

@@ -66,3 +66,54 @@ func TestStackBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestStackPlanFleetStarting: before the scheduler has seen every host
+// that joined, a plan that places instances is unavailable, saying how
+// many it has seen, never "does not fit"; once it has (or where this
+// server has no fleet, or nothing is placed) the plan answers as always.
+func TestStackPlanFleetStarting(t *testing.T) {
+	const instance = "resources:\n  a: {type: instance, properties: {offering: l4.1x}}"
+	const volume = "resources:\n  v: {type: volume, properties: {name: v, size_gib: 1}}"
+	for _, c := range []struct {
+		name     string
+		seen     int
+		leader   bool
+		tmpl     string
+		starting string // the error's message, or "" for a plan
+	}{
+		{"before the first pass", 0, true, instance, "the fleet is still starting: 0 of 2 hosts seen by the scheduler; try again in a few seconds"},
+		{"one of two seen", 1, true, instance, "the fleet is still starting: 1 of 2 hosts seen by the scheduler; try again in a few seconds"},
+		{"all seen", 2, true, instance, ""},
+		{"no fleet on this replica", 0, false, instance, ""},
+		{"nothing to place", 0, true, volume, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+				dry := func(reqs []cloud.DryRunRequest) ([]cloud.DryRunResult, bool) {
+					out := make([]cloud.DryRunResult, len(reqs))
+					for i, r := range reqs {
+						out[i] = cloud.DryRunResult{ID: r.ID, Reason: "does not fit"}
+					}
+					return out, c.leader
+				}
+				seen := func() (int, bool) { return c.seen, c.leader }
+				f := newVAFixture(t, st, service.Options{DryRun: dry, FleetSeen: seen})
+				f.sharedHost("h-1")
+				f.sharedHost("h-2")
+				p, err := f.svc.Stacks.Plan(context.Background(), f.acme, api.StackRequest{Name: "s", Template: c.tmpl})
+				if c.starting != "" {
+					if ce := vaCode(t, err, cloud.Unavailable); ce.Message != c.starting {
+						t.Errorf("%q, want %q", ce.Message, c.starting)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.tmpl == instance && c.leader && (p.Fit == nil || p.Fit.Fits || len(p.Fit.Lines) != 1) {
+					t.Errorf("fit %+v, want the dry run's answer", p.Fit)
+				}
+			})
+		})
+	}
+}

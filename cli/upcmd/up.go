@@ -272,7 +272,11 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	out := cmd.OutOrStdout()
 	waitSchedulable(ctx, s.Scheduler, hosts, out)
 	resumeInstances(ctx, fl.dir, client.New(s.URL, token, s.HTTPClient()), out, log)
-	printWelcome(out, s, token, writeCLIConfig(s, token, log), fl.dir, hosts, rts, agentMetrics)
+	cfgPath, was := writeCLIConfig(s.URL, token, s.CAPEM(), log)
+	printWelcome(out, s, token, cfgPath, fl.dir, hosts, rts, agentMetrics)
+	if line := repointLine(was, s.URL); line != "" {
+		fmt.Fprintln(out, line)
+	}
 	<-ctx.Done()
 	wg.Wait()
 	stopHosts(hosts)
@@ -524,17 +528,30 @@ func runAgents(ctx context.Context, hosts []*hostAgent, log *slog.Logger) *sync.
 	return &wg
 }
 
-// writeCLIConfig points the CLI's configuration at the server, and
-// returns its path, or "" when it could not be written (a warning).
-func writeCLIConfig(s *controlplane.Replica, token string, log *slog.Logger) string {
-	cfgPath := cliconfig.Path()
+// writeCLIConfig points the CLI's configuration at the server at url,
+// and returns its path, or "" when it could not be written (a warning),
+// and the server it pointed at before ("" when none).
+func writeCLIConfig(url, token string, caPEM []byte, log *slog.Logger) (cfgPath, was string) {
+	cfgPath = cliconfig.Path()
 	if cfgPath != "" {
-		if err := cliconfig.Write(cfgPath, s.URL, token, s.CAPEM()); err != nil {
+		if old, err := cliconfig.Read(cfgPath, io.Discard); err == nil {
+			was = old.Server
+		}
+		if err := cliconfig.Write(cfgPath, url, token, caPEM); err != nil {
 			log.Warn("could not write the CLI configuration", "path", cfgPath, "err", err)
-			cfgPath = ""
+			return "", ""
 		}
 	}
-	return cfgPath
+	return cfgPath, was
+}
+
+// repointLine is the line up prints when it repointed the CLI from
+// another server, was, to its own, now; "" when it did not.
+func repointLine(was, now string) string {
+	if was == "" || strings.TrimRight(was, "/") == strings.TrimRight(now, "/") {
+		return ""
+	}
+	return fmt.Sprintf("the CLI now points at this cloud (was %s); `gpucloud login --server %s --token TOKEN` points it back", was, was)
 }
 
 // printWelcome says what runs where, and how to start using it.

@@ -273,6 +273,9 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.Offering != "" {
 		add("offering = ?", f.Offering)
 	}
+	if f.Name != "" {
+		add("name = ?", f.Name)
+	}
 	if f.Market != "" {
 		add("market = ?", string(f.Market))
 	}

@@ -230,10 +230,10 @@ func testListInstances(t *testing.T, s cloud.Store) {
 	// "i-B" sorts before "i-a" in byte order (and after it in most locales):
 	// both backends must page in the same order.
 	fixtures := []*cloud.Instance{
-		{ID: "i-a", TenantID: "t-1", Offering: "o1", State: cloud.Pending},
-		{ID: "i-b", TenantID: "t-1", Offering: "o1", State: cloud.Running, HostID: "h-1"},
+		{ID: "i-a", TenantID: "t-1", Offering: "o1", State: cloud.Pending, Name: "web"},
+		{ID: "i-b", TenantID: "t-1", Offering: "o1", State: cloud.Running, HostID: "h-1", Name: "Web"},
 		{ID: "i-c", TenantID: "t-1", Offering: "o2", State: cloud.Running, HostID: "h-2"},
-		{ID: "i-d", TenantID: "t-2", Offering: "o1", State: cloud.Stopped},
+		{ID: "i-d", TenantID: "t-2", Offering: "o1", State: cloud.Stopped, Name: "web"},
 		{ID: "i-e", TenantID: "t-2", Offering: "o2", State: cloud.Running, HostID: "h-1"},
 		{ID: "i-f", TenantID: "t-1", Offering: "o1", State: cloud.Terminated},
 		{ID: "i-B", TenantID: "t-1", Offering: "o2", State: cloud.Starting, HostID: "h-1"},
@@ -259,6 +259,8 @@ func testListInstances(t *testing.T, s cloud.Store) {
 			[]string{"i-B", "i-a", "i-d"}},
 		{"by host", cloud.InstanceFilter{HostID: "h-1"}, []string{"i-B", "i-b", "i-e"}},
 		{"by offering", cloud.InstanceFilter{Offering: "o2"}, []string{"i-B", "i-c", "i-e"}},
+		{"by name, exactly (case too)", cloud.InstanceFilter{Name: "web"}, []string{"i-a", "i-d"}},
+		{"by name and tenant", cloud.InstanceFilter{Name: "web", TenantID: "t-2"}, []string{"i-d"}},
 		{"fields combine with AND", cloud.InstanceFilter{TenantID: "t-1", HostID: "h-1", Offering: "o1",
 			States: []cloud.State{cloud.Running}}, []string{"i-b"}},
 		{"nothing matches: an empty list", cloud.InstanceFilter{TenantID: "t-9"}, []string{}},
