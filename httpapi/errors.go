@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -77,6 +78,13 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		status = statusOf(ce.Code)
 	}
 	if ce == nil || ce.Code == cloud.Internal || ce.Code == "" {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			// Its client went away, or the server is stopping (an
+			// agent's long poll at shutdown): nobody failed, and nobody
+			// reads the answer.
+			log.DebugContext(r.Context(), "request cancelled", "method", r.Method, "path", r.URL.Path)
+			return
+		}
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		ce, status = &cloud.Error{Code: cloud.Internal, Message: internalMessage}, http.StatusInternalServerError
 	}

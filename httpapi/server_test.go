@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -82,6 +86,39 @@ func TestInternalErrorsAreHidden(t *testing.T) {
 	}
 	if logs := e.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "closed") {
 		t.Errorf("log does not carry the cause: %s", logs)
+	}
+}
+
+// TestCancelledRequestsAreNotErrors: a request whose context ended (its
+// client went away, or the server is stopping under an agent's long poll)
+// and whose handler returned context.Canceled is logged at debug, not as
+// a failed request; the same error on a live request is still an error.
+func TestCancelledRequestsAreNotErrors(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		cancelled bool
+		err       error
+		want      string
+	}{
+		{"a cancelled request", true, fmt.Errorf("watch: %w", context.Canceled), "level=DEBUG msg=\"request cancelled\""},
+		{"a live request's cancellation", false, fmt.Errorf("watch: %w", context.Canceled), "level=ERROR msg=\"request failed\""},
+		{"a cancelled request's other error", true, errors.New("disk on fire"), "level=ERROR msg=\"request failed\""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs strings.Builder
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			ctx, cancel := context.WithCancel(context.Background())
+			if c.cancelled {
+				cancel()
+			} else {
+				defer cancel()
+			}
+			r := httptest.NewRequest("GET", "/v1/agent/assignments", nil).WithContext(ctx)
+			writeError(httptest.NewRecorder(), r, log, c.err)
+			if !strings.Contains(logs.String(), c.want) {
+				t.Errorf("logged %q, want %s", logs.String(), c.want)
+			}
+		})
 	}
 }
 
