@@ -245,6 +245,11 @@ type InstanceFilter struct {
 	// Limit caps the result (0 = no cap); AfterID pages by ID order.
 	Limit   int
 	AfterID string
+	// NewestFirst orders by creation, newest first (then by ID,
+	// descending); AfterID then pages after that instance in this order,
+	// and is looked up within TenantID when it is set (another tenant's
+	// instance matches nothing, and tells nothing of its creation).
+	NewestFirst bool
 }
 
 // EventFilter selects events in ID order; zero fields match everything.

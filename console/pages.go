@@ -28,7 +28,7 @@ const pageSize = 50
 func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) error {
 	q := r.URL.Query()
 	query := service.InstanceQuery{Offering: q.Get("offering"), Market: cloud.Market(q.Get("market")),
-		Limit: pageSize, After: q.Get("after")}
+		Limit: pageSize, After: q.Get("after"), NewestFirst: true}
 	if s.admin() {
 		query.Tenant = q.Get("tenant")
 	}
@@ -46,7 +46,6 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	if err != nil {
 		return err
 	}
-	sortNewestFirst(list)
 	nextURL := ""
 	if next != "" {
 		v := r.URL.Query()
@@ -73,18 +72,6 @@ var (
 	currentStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped}
 	endedStates   = []cloud.State{cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
 )
-
-// sortNewestFirst orders a page of instances newest first (by creation,
-// then ID). The service pages by ID, so a list longer than a page is
-// newest first within each page.
-func sortNewestFirst(list []*cloud.Instance) {
-	sort.SliceStable(list, func(i, j int) bool {
-		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
-			return list[i].CreatedAt.After(list[j].CreatedAt)
-		}
-		return list[i].ID < list[j].ID
-	})
-}
 
 // gpuLine is one device of an instance's placement, as the page shows it.
 type gpuLine struct {

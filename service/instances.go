@@ -434,13 +434,18 @@ type InstanceQuery struct {
 	// Name selects the instances of that exact name (the CLI resolves a
 	// name a user typed with it).
 	Name string
-	// Limit caps the page (it must be positive); After pages by ID.
+	// Limit caps the page (it must be positive); After pages by ID, or
+	// with NewestFirst in that order.
 	Limit int
 	After string
+	// NewestFirst lists the newest instances first (by creation, then by
+	// ID), across pages.
+	NewestFirst bool
 }
 
-// List answers one page of the instances actor a may see, in ID order,
-// and the After of the next page ("" at the end).
+// List answers one page of the instances actor a may see, in ID order
+// (newest first with q.NewestFirst), and the After of the next page (""
+// at the end).
 func (s *Instances) List(ctx context.Context, a Actor, q InstanceQuery) (ins []*cloud.Instance, next string, err error) {
 	if q.Offering != "" {
 		if o, err := s.cat.Offering(q.Offering); err == nil {
@@ -459,7 +464,8 @@ func (s *Instances) List(ctx context.Context, a Actor, q InstanceQuery) (ins []*
 			return err
 		}
 		ins, err = tx.ListInstances(ctx, cloud.InstanceFilter{TenantID: tenant, States: q.States,
-			HostID: q.Host, Offering: q.Offering, Market: q.Market, Name: q.Name, Limit: q.Limit + 1, AfterID: q.After})
+			HostID: q.Host, Offering: q.Offering, Market: q.Market, Name: q.Name, Limit: q.Limit + 1, AfterID: q.After,
+			NewestFirst: q.NewestFirst})
 		return err
 	})
 	if err != nil {

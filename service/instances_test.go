@@ -240,3 +240,49 @@ func TestInstancesTenancy(t *testing.T) {
 		}
 	})
 }
+
+// TestListNewestFirst: pages of NewestFirst run from the newest instance
+// to the oldest across pages, each instance once; another tenant's
+// instance as the cursor lists nothing of the caller's.
+func TestListNewestFirst(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		w := newWorld(t, st)
+		ctx := context.Background()
+		var created []string
+		for range 7 {
+			w.clock.Advance(time.Second)
+			in, _, err := w.svc.Instances.Create(ctx, w.acme, api.CreateInstanceRequest{Offering: "h100.1x"}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			created = append(created, in.ID)
+		}
+		other, _, err := w.svc.Instances.Create(ctx, w.glob, api.CreateInstanceRequest{Offering: "h100.1x"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		after := ""
+		for pages := 0; pages < 10; pages++ {
+			list, next, err := w.svc.Instances.List(ctx, w.acme, service.InstanceQuery{Limit: 3, After: after, NewestFirst: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range list {
+				got = append(got, in.ID)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		want := slices.Clone(created)
+		slices.Reverse(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("pages of 3, newest first: %v, want %v", got, want)
+		}
+		if list, _, err := w.svc.Instances.List(ctx, w.acme, service.InstanceQuery{Limit: 3, After: other.ID, NewestFirst: true}); err != nil || len(list) != 0 {
+			t.Errorf("another tenant's instance as the cursor: %d instances (%v), want none", len(list), err)
+		}
+	})
+}

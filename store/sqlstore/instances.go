@@ -303,7 +303,16 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 	if f.InGroup {
 		conds = append(conds, "group_id <> ''")
 	}
-	if f.AfterID != "" {
+	switch {
+	case f.AfterID != "" && f.NewestFirst:
+		cursor := "SELECT c.created_at, c.id FROM instances c WHERE c.id = ?"
+		args = append(args, f.AfterID)
+		if f.TenantID != "" {
+			cursor += " AND c.tenant_id = ?"
+			args = append(args, f.TenantID)
+		}
+		conds = append(conds, "(created_at, id) < ("+cursor+")")
+	case f.AfterID != "":
 		add("id > ?", f.AfterID)
 	}
 	if len(f.IDs) > 0 {
@@ -317,6 +326,9 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 		for _, s := range f.States {
 			args = append(args, string(s))
 		}
+	}
+	if f.NewestFirst {
+		return pageOrdered("SELECT "+cols+" FROM instances"+where(conds), args, f.Limit, "created_at DESC, id DESC")
 	}
 	return page("SELECT "+cols+" FROM instances"+where(conds), args, f.Limit)
 }

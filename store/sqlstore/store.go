@@ -381,10 +381,15 @@ func (t *tx) mustExist(ctx context.Context, table, what, id string) error {
 
 // page appends the AfterID and Limit clauses of a list query.
 func page(q string, args []any, limit int) (string, []any, error) {
+	return pageOrdered(q, args, limit, "id")
+}
+
+// pageOrdered is page in the order given (an ORDER BY list).
+func pageOrdered(q string, args []any, limit int, order string) (string, []any, error) {
 	if limit < 0 {
 		return "", nil, invalidf("limit %d is negative", limit)
 	}
-	q += " ORDER BY id"
+	q += " ORDER BY " + order
 	if limit > 0 {
 		q += " LIMIT ?"
 		args = append(args, limit)

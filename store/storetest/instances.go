@@ -229,14 +229,16 @@ func testListInstances(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	// "i-B" sorts before "i-a" in byte order (and after it in most locales):
 	// both backends must page in the same order.
+	// Creation times, for NewestFirst: i-b and i-c at the same instant.
+	at := func(sec int) time.Time { return time.Date(2026, 1, 2, 3, 4, sec, 500_000, time.UTC) }
 	fixtures := []*cloud.Instance{
-		{ID: "i-a", TenantID: "t-1", Offering: "o1", State: cloud.Pending, Name: "web"},
-		{ID: "i-b", TenantID: "t-1", Offering: "o1", State: cloud.Running, HostID: "h-1", Name: "Web"},
-		{ID: "i-c", TenantID: "t-1", Offering: "o2", State: cloud.Running, HostID: "h-2"},
-		{ID: "i-d", TenantID: "t-2", Offering: "o1", State: cloud.Stopped, Name: "web"},
-		{ID: "i-e", TenantID: "t-2", Offering: "o2", State: cloud.Running, HostID: "h-1"},
-		{ID: "i-f", TenantID: "t-1", Offering: "o1", State: cloud.Terminated},
-		{ID: "i-B", TenantID: "t-1", Offering: "o2", State: cloud.Starting, HostID: "h-1"},
+		{ID: "i-a", TenantID: "t-1", Offering: "o1", State: cloud.Pending, Name: "web", CreatedAt: at(1)},
+		{ID: "i-b", TenantID: "t-1", Offering: "o1", State: cloud.Running, HostID: "h-1", Name: "Web", CreatedAt: at(3)},
+		{ID: "i-c", TenantID: "t-1", Offering: "o2", State: cloud.Running, HostID: "h-2", CreatedAt: at(3)},
+		{ID: "i-d", TenantID: "t-2", Offering: "o1", State: cloud.Stopped, Name: "web", CreatedAt: at(2)},
+		{ID: "i-e", TenantID: "t-2", Offering: "o2", State: cloud.Running, HostID: "h-1", CreatedAt: at(5)},
+		{ID: "i-f", TenantID: "t-1", Offering: "o1", State: cloud.Terminated, CreatedAt: at(4)},
+		{ID: "i-B", TenantID: "t-1", Offering: "o2", State: cloud.Starting, HostID: "h-1", CreatedAt: at(0)},
 	}
 	inTx(t, s, func(tx cloud.Tx) error {
 		for _, in := range fixtures {
@@ -270,6 +272,18 @@ func testListInstances(t *testing.T, s cloud.Store) {
 		{"Limit larger than the result", cloud.InstanceFilter{Limit: 50, TenantID: "t-2"}, []string{"i-d", "i-e"}},
 		{"filters, AfterID and Limit together", cloud.InstanceFilter{TenantID: "t-1", AfterID: "i-a", Limit: 2},
 			[]string{"i-b", "i-c"}},
+		{"NewestFirst: by creation, newest first, then by ID descending", cloud.InstanceFilter{NewestFirst: true},
+			[]string{"i-e", "i-f", "i-c", "i-b", "i-d", "i-a", "i-B"}},
+		{"NewestFirst with a tenant", cloud.InstanceFilter{NewestFirst: true, TenantID: "t-1"},
+			[]string{"i-f", "i-c", "i-b", "i-a", "i-B"}},
+		{"NewestFirst: AfterID pages in that order, past a tie", cloud.InstanceFilter{NewestFirst: true, TenantID: "t-1", AfterID: "i-c"},
+			[]string{"i-b", "i-a", "i-B"}},
+		{"NewestFirst: AfterID and Limit", cloud.InstanceFilter{NewestFirst: true, AfterID: "i-f", Limit: 2},
+			[]string{"i-c", "i-b"}},
+		{"NewestFirst: another tenant's instance as AfterID matches nothing", cloud.InstanceFilter{NewestFirst: true, TenantID: "t-1", AfterID: "i-e"},
+			[]string{}},
+		{"NewestFirst: a missing AfterID matches nothing", cloud.InstanceFilter{NewestFirst: true, AfterID: "i-zz"},
+			[]string{}},
 	} {
 		got, err := read(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) { return tx.ListInstances(ctx, c.f) })
 		if err != nil {
@@ -297,7 +311,8 @@ func testListInstances(t *testing.T, s cloud.Store) {
 // one of the n instances once, and checks that a negative Limit is
 // refused.
 func instancePaging(t *testing.T, s cloud.Store, n int) {
-	for _, f := range []cloud.InstanceFilter{{Limit: 2}, {Limit: 1, TenantID: "t-1"}, {Limit: 3, HostID: "h-1"}} {
+	for _, f := range []cloud.InstanceFilter{{Limit: 2}, {Limit: 1, TenantID: "t-1"}, {Limit: 3, HostID: "h-1"},
+		{Limit: 2, NewestFirst: true}, {Limit: 1, TenantID: "t-1", NewestFirst: true}} {
 		all := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Instance, error) {
 			g := f
 			g.Limit = 0
