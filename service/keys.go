@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
@@ -203,7 +204,7 @@ func (s *Keys) Import(ctx context.Context, a Actor, spec api.ImportKeyRequest, k
 			return asKeyRace(err, key)
 		}
 		out, created = k, true
-		return nil
+		return appendKeyEvent(ctx, tx, a, EventKeyImported, k, s.now())
 	})
 	out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Key, error) {
 		return tx.GetKey(ctx, id)
@@ -244,11 +245,33 @@ func (s *Keys) List(ctx context.Context, a Actor, tenant string) ([]*cloud.Key, 
 // longer use it.
 func (s *Keys) Delete(ctx context.Context, a Actor, id string) error {
 	return s.tx(ctx, func(tx cloud.Tx) error {
-		if _, err := Visible(ctx, a, "key", id, tx.GetKey); err != nil {
+		k, err := Visible(ctx, a, "key", id, tx.GetKey)
+		if err != nil {
 			return err
 		}
-		return tx.DeleteKey(ctx, id)
+		if err := tx.DeleteKey(ctx, id); err != nil {
+			return err
+		}
+		return appendKeyEvent(ctx, tx, a, EventKeyDeleted, k, s.now())
 	})
+}
+
+// The events of a tenant's SSH keys, in the event trail: who imported or
+// deleted which key (its ID, name and fingerprint), since a key opens SSH
+// sessions to every instance of its tenant.
+const (
+	EventKeyImported cloud.EventKind = "key.imported"
+	EventKeyDeleted  cloud.EventKind = "key.deleted"
+)
+
+// appendKeyEvent records kind for key k, done by actor a at now.
+func appendKeyEvent(ctx context.Context, tx cloud.Tx, a Actor, kind cloud.EventKind, k *cloud.Key, now time.Time) error {
+	details := map[string]any{"key_id": k.ID, "name": k.Name, "fingerprint": k.Fingerprint}
+	if a.Admin() && a.TenantID != k.TenantID {
+		details["admin"] = true
+	}
+	return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: kind, TenantID: k.TenantID, Actor: a.ID,
+		Reason: string(kind) + " " + k.Name + " (" + k.Fingerprint + ")", Details: mustJSON(details)})
 }
 
 // Authorized answers the authorized_keys lines of tenant, for the server

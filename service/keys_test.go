@@ -195,5 +195,31 @@ func TestKeys(t *testing.T) {
 		if _, err := f.svc.Keys.Authorized(ctx, ""); err == nil {
 			t.Error("Authorized of no tenant answered")
 		}
+
+		// The trail: one import event per key made (none for the retry or
+		// the refusals), one deletion, each naming the key and who.
+		evs, _, err := f.svc.Instances.EventLog(ctx, f.admin, cloud.EventFilter{TenantID: f.acme.TenantID,
+			Kinds: []cloud.EventKind{service.EventKeyImported, service.EventKeyDeleted}, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		imports, deletes := 0, 0
+		for _, e := range evs {
+			switch e.Kind {
+			case service.EventKeyImported:
+				imports++
+			case service.EventKeyDeleted:
+				deletes++
+				if e.Actor != f.acme.ID || !strings.Contains(string(e.Details), k.ID) || !strings.Contains(string(e.Details), k.Fingerprint) {
+					t.Errorf("the deletion's event: %+v %s", e, e.Details)
+				}
+			}
+		}
+		if imports != service.MaxKeysPerTenant || deletes != 1 {
+			t.Errorf("%d key.imported and %d key.deleted events for acme, want %d and 1", imports, deletes, service.MaxKeysPerTenant)
+		}
+		if evs[0].Kind != service.EventKeyImported || evs[0].Actor != f.acme.ID || !strings.Contains(string(evs[0].Details), k.ID) {
+			t.Errorf("the first import's event: %+v %s", evs[0], evs[0].Details)
+		}
 	})
 }
