@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 )
 
 // TermSize is a terminal's size in characters.
@@ -25,6 +26,39 @@ type ExecSpec struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// Env is set for the command (KEY=VALUE), over the workload's own
+	// environment: a name it gives replaces the workload's value.
+	Env []string
+}
+
+// WithEnv is base with extra's KEY=VALUE entries set: an entry of extra
+// replaces base's entry of the same name (in base's place), the others are
+// appended in order. Neither slice is changed.
+func WithEnv(base, extra []string) []string {
+	if len(extra) == 0 {
+		return base
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	at := map[string]int{}
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[name]; ok {
+			out[i] = kv
+			continue
+		}
+		at[name] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[name]; ok {
+			out[i] = kv
+			continue
+		}
+		at[name] = len(out)
+		out = append(out, kv)
+	}
+	return out
 }
 
 // ErrNotRunning is returned (wrapped) by Exec and Dial for a workload that

@@ -94,3 +94,26 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestWithEnv(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		base, extra []string
+		want        []string
+	}{
+		{"no extra", []string{"A=1"}, nil, []string{"A=1"}},
+		{"appended", []string{"A=1"}, []string{"B=2"}, []string{"A=1", "B=2"}},
+		{"replaced in place", []string{"A=1", "B=2"}, []string{"A=9"}, []string{"A=9", "B=2"}},
+		{"the last of extra wins", []string{"A=1"}, []string{"A=2", "A=3"}, []string{"A=3"}},
+		{"an empty value is a value", []string{"A=1"}, []string{"A="}, []string{"A="}},
+		{"no base", nil, []string{"TERM=xterm"}, []string{"TERM=xterm"}},
+	} {
+		base := slices.Clone(c.base)
+		if got := WithEnv(c.base, c.extra); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+		if !slices.Equal(base, c.base) {
+			t.Errorf("%s: base changed to %q", c.name, c.base)
+		}
+	}
+}

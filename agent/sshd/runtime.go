@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strings"
 
 	"github.com/gpucloud/gpucloud/agent/runtime"
 )
@@ -29,9 +28,10 @@ func ForRuntime(keyDir string, rt any, log *slog.Logger) *Handler {
 }
 
 // runtimeExecer runs a session's process through the runtime's exec, in
-// instance id. runtime.ExecSpec takes no signals (the session's signal
-// requests are refused: Handler leaves Config.Signals off) and no
-// environment, which a shell sets instead (envWrap).
+// instance id, with the session's environment (the names the allow-list
+// let through) over the workload's. runtime.ExecSpec takes no signals
+// (the session's signal requests are refused: Handler leaves
+// Config.Signals off).
 func runtimeExecer(ex runtime.Execer, id string) Execer {
 	return func(ctx context.Context, p Process) (int, error) {
 		resize := make(chan runtime.TermSize, 1)
@@ -49,24 +49,8 @@ func runtimeExecer(ex runtime.Execer, id string) Execer {
 				}
 			}
 		}()
-		return ex.Exec(ctx, id, runtime.ExecSpec{Command: envWrap(p.Env, p.Argv), TTY: p.TTY,
+		return ex.Exec(ctx, id, runtime.ExecSpec{Command: p.Argv, Env: p.Env, TTY: p.TTY,
 			Size: runtime.TermSize{Cols: p.Size.Cols, Rows: p.Size.Rows}, Resize: resize,
 			Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr})
 	}
-}
-
-// envWrap makes argv run with env (KEY=VALUE, names the allow-list let
-// through) set, by a /bin/sh that exports them and execs argv: sessions
-// rely on /bin/sh already, and an exec takes no environment of its own.
-func envWrap(env, argv []string) []string {
-	if len(env) == 0 {
-		return argv
-	}
-	var b strings.Builder
-	for _, kv := range env {
-		name, value, _ := strings.Cut(kv, "=")
-		b.WriteString("export " + name + "='" + strings.ReplaceAll(value, "'", `'\''`) + "'; ")
-	}
-	b.WriteString(`exec "$@"`)
-	return append([]string{"/bin/sh", "-c", b.String(), "sh"}, argv...)
 }

@@ -66,6 +66,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.ExecSpec) (int,
 	}
 	ps := *spec.Process
 	ps.Args = p.Command
+	ps.Env = runtime.WithEnv(ps.Env, p.Env)
 	ps.Terminal = p.TTY
 	ps.Capabilities = &specs.LinuxCapabilities{}
 	ps.NoNewPrivileges = true

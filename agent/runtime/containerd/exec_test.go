@@ -70,6 +70,8 @@ func TestExecAndDial(t *testing.T) {
 		{name: "the workload's user", spec: runtime.ExecSpec{Command: []string{"id", "-u"}}, out: m[1] + "\n"},
 		{name: "no capabilities", spec: runtime.ExecSpec{Command: sh("grep CapEff /proc/self/status")}, out: "CapEff:\t0000000000000000\n"},
 		{name: "exit code", spec: runtime.ExecSpec{Command: sh("exit 4")}, code: 4},
+		{name: "env over the workload's", spec: runtime.ExecSpec{Command: sh(`echo "$LANG/$TERM/${PATH:+path}"`),
+			Env: []string{"LANG=C.UTF-8", "TERM=xterm-256color"}}, out: "C.UTF-8/xterm-256color/path\n"},
 		{name: "stdin", spec: runtime.ExecSpec{Command: []string{"cat"}},
 			stdin: func(w *io.PipeWriter) { w.Write([]byte("into the container")); w.Close() }, out: "into the container"},
 		{name: "tty size", spec: runtime.ExecSpec{Command: []string{"stty", "size"}, TTY: true, Size: runtime.TermSize{Cols: 101, Rows: 33}},

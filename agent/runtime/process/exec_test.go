@@ -54,6 +54,9 @@ func TestExec(t *testing.T) {
 	}{
 		{name: "env and dir", spec: runtime.ExecSpec{Command: []string{"sh", "-c", `echo "$GREETING"; basename "$PWD"; echo oops >&2; exit 3`}},
 			code: 3, stdout: "hello from the workload\nwork\n", stderr: "oops\n"},
+		{name: "env over the workload's", spec: runtime.ExecSpec{Command: []string{"sh", "-c", `echo "$GREETING/$LANG"`},
+			Env: []string{"LANG=C.UTF-8", "GREETING=hello from the session"}},
+			stdout: "hello from the session/C.UTF-8\n"},
 		{name: "stdin", spec: runtime.ExecSpec{Command: []string{"sh", "-c", "read l; echo got:$l"}},
 			stdin: func(w *io.PipeWriter) { w.Write([]byte("abc\n")) }, stdout: "got:abc\n"},
 		{name: "stdin eof", spec: runtime.ExecSpec{Command: []string{"cat"}},

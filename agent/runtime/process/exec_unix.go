@@ -28,6 +28,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, p runtime.ExecSpec) (int,
 	if err != nil {
 		return 0, err
 	}
+	env = runtime.WithEnv(env, p.Env)
 	if len(p.Command) == 0 {
 		return 0, fmt.Errorf("exec in %s: no command: %w", id, runtime.ErrInvalid)
 	}
