@@ -285,6 +285,9 @@ func (ad *adviser) reasons(f *fit, c *costed, availWhy string) []Reason {
 		rs = append(rs, Reason{DimNetwork, s})
 	}
 	rs = append(rs, Reason{DimStorage, ad.storageWhy})
+	if f.scratch != "" {
+		rs = append(rs, Reason{DimStorage, f.scratch})
+	}
 	for _, s := range c.reasons {
 		rs = append(rs, Reason{DimPricing, s})
 	}

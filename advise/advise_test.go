@@ -3,6 +3,7 @@ package advise
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -454,6 +455,51 @@ func TestDeadlineAndBudget(t *testing.T) {
 	}
 }
 
+// TestScratch: a workload that needs local scratch excludes, on the
+// storage dimension, every offering whose instance store is smaller (or
+// absent), and says why it fits where it does.
+func TestScratch(t *testing.T) {
+	m, cat := listMarket(t)
+	w := inference(7_000_000_000, FP16)
+	w.ScratchGiB = 1000
+	a := mustAdvise(t, w, m, cat)
+	for _, c := range []struct {
+		offering string
+		fits     bool
+	}{{"h100.1x", false}, {"h100.2x", true}} {
+		o, err := cat.Offering(c.offering)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := excluded(a, c.offering)
+		switch {
+		case !c.fits && (e == nil || e.Dimension != DimStorage || !strings.Contains(e.Reason, "needs 1000 GiB of local scratch") ||
+			!strings.Contains(e.Reason, fmt.Sprintf("instance store of %d GiB", o.InstanceStoreGiB))):
+			t.Errorf("%s (store %d GiB): excluded %+v, want on storage", c.offering, o.InstanceStoreGiB, e)
+		case c.fits && e != nil:
+			t.Errorf("%s (store %d GiB): excluded %+v", c.offering, o.InstanceStoreGiB, e)
+		}
+	}
+	found := false
+	for _, o := range a.Options {
+		off, _ := cat.Offering(o.Offering)
+		if int64(off.InstanceStoreGiB) < w.ScratchGiB {
+			t.Errorf("option %s has %d GiB of instance store, under the 1000 GiB asked", o.Offering, off.InstanceStoreGiB)
+		}
+		for _, r := range o.Reasons {
+			found = found || r.Dimension == DimStorage && strings.HasPrefix(r.Text, "local scratch fits: needs 1000 GiB")
+		}
+	}
+	if len(a.Options) == 0 || !found {
+		t.Errorf("%d options, none saying the scratch fits", len(a.Options))
+	}
+	// Without the ask, h100.1x is an option again.
+	w.ScratchGiB = 0
+	if e := excluded(mustAdvise(t, w, m, cat), "h100.1x"); e != nil {
+		t.Errorf("h100.1x without scratch: excluded %+v", e)
+	}
+}
+
 func TestAvailability(t *testing.T) {
 	cat := catalog.Default()
 	m := &MarketView{Source: "test", Offerings: map[string]Quote{
@@ -542,6 +588,8 @@ func TestValidate(t *testing.T) {
 		{FieldCheckpointInterval, func(w *Workload) { w.CheckpointInterval = 8 * 24 * time.Hour }},
 		{FieldDeadline, func(w *Workload) { w.Deadline = -time.Hour }},
 		{FieldBudget, func(w *Workload) { w.Budget = -1 }},
+		{FieldScratchGiB, func(w *Workload) { w.ScratchGiB = -1 }},
+		{FieldScratchGiB, func(w *Workload) { w.ScratchGiB = MaxScratchGiB + 1 }},
 	} {
 		w := ok
 		tc.mod(&w)

@@ -36,6 +36,9 @@ type fit struct {
 	support Support
 	compute []string
 	network []string
+	// scratch is the instance store's reason, when the workload asks for
+	// local scratch.
+	scratch string
 }
 
 // unitOf describes one instance of o, or says why the advisor cannot use
@@ -124,6 +127,20 @@ func fitOffering(w *Workload, need *Need, cat *catalog.Catalog, o *catalog.Offer
 		case w.Task == Training && u.model.NVLinkGBps == 0:
 			return nil, DimNetwork, fmt.Sprintf("training split across %d GPUs needs NVLink; %s is PCIe only", f.split, u.model.Name)
 		}
+	}
+
+	// Local scratch: the instance store, per node.
+	if w.ScratchGiB > 0 {
+		if int64(o.InstanceStoreGiB) < w.ScratchGiB {
+			store := "no instance store"
+			if o.InstanceStoreGiB > 0 {
+				store = fmt.Sprintf("an instance store of %d GiB", o.InstanceStoreGiB)
+			}
+			return nil, DimStorage, fmt.Sprintf("needs %d GiB of local scratch%s; %s has %s (a volume is network storage, not local)",
+				w.ScratchGiB, perNode(w), o.Name, store)
+		}
+		f.scratch = fmt.Sprintf("local scratch fits: needs %d GiB%s, the instance store at /scratch has %d GiB (wiped at stop)",
+			w.ScratchGiB, perNode(w), o.InstanceStoreGiB)
 	}
 
 	// The reasons of a fit.

@@ -115,6 +115,9 @@ const (
 	MaxDays = 1095
 	// MaxCheckpointInterval is a week.
 	MaxCheckpointInterval = 7 * 24 * time.Hour
+	// MaxScratchGiB is the largest instance store an offering may have
+	// (15 TiB, catalog's limit).
+	MaxScratchGiB int64 = 15 * 1024
 )
 
 // Workload is what the tenant wants to run. The zero values of the
@@ -154,6 +157,11 @@ type Workload struct {
 	// Budget, when set, is the most the whole workload may cost;
 	// options over it are excluded.
 	Budget money.Micros `json:"budget,omitempty"`
+	// ScratchGiB, when set, is the local disk the job needs on each node
+	// (a staged dataset, a compile cache): offerings whose instance store
+	// (catalog.Offering.InstanceStoreGiB, at /scratch, wiped at stop) is
+	// smaller are excluded.
+	ScratchGiB int64 `json:"scratch_gib,omitempty"`
 }
 
 // workloadJSON is a Workload on the wire: durations in whole seconds, as
@@ -215,6 +223,7 @@ const (
 	FieldCheckpointInterval = "checkpoint_interval"
 	FieldDeadline           = "deadline"
 	FieldBudget             = "budget"
+	FieldScratchGiB         = "scratch_gib"
 )
 
 // Validate reports every field out of range, each as a *cloud.Error with
@@ -272,6 +281,9 @@ func (w *Workload) Validate() error {
 	}
 	if w.Budget < 0 {
 		add(FieldBudget, "must not be negative, got %s", w.Budget)
+	}
+	if w.ScratchGiB < 0 || w.ScratchGiB > MaxScratchGiB {
+		add(FieldScratchGiB, "must be 0 (none) up to %d GiB (the largest instance store), got %d", MaxScratchGiB, w.ScratchGiB)
 	}
 	return errors.Join(errs...)
 }

@@ -53,6 +53,7 @@ var adviseFlagOf = map[string]string{
 	advise.FieldCheckpointInterval: "--checkpoint-every",
 	advise.FieldDeadline:           "--deadline",
 	advise.FieldBudget:             "--budget",
+	advise.FieldScratchGiB:         "--scratch-gib",
 }
 
 // adviseReclaimWindow is the window of the reclaim rates the advisor
@@ -141,6 +142,7 @@ func newAdviseCommand() *cobra.Command {
 	fl.DurationVar(&o.checkpoint, "checkpoint-every", 0, "how often the job checkpoints, e.g. 30m; 0: it cannot be interrupted (no spot)")
 	fl.StringVar(&o.deadline, "deadline", "", "finish within this long of the start, e.g. 72h or 16d")
 	fl.StringVar(&o.budget, "budget", "", "the most the whole workload may cost, e.g. 5000")
+	fl.Int64Var(&o.workload.ScratchGiB, "scratch-gib", 0, "local disk each node needs at /scratch (the offering's instance store), in GiB; 0: none")
 	fl.BoolVar(&o.offline, "offline", false, "use the catalog's list prices; ask no server")
 	fl.IntVar(&o.top, "top", 5, "options to show (0: all)")
 	fl.StringVar(&o.catalogFile, "catalog", "", "a catalog file extending the built-in catalog, as the server's")
