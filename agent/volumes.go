@@ -119,6 +119,11 @@ func (a *Agent) volume(id string, sizeGiB int64) (string, error) {
 // is.
 func (a *Agent) mountedImage(kind, id string, size int64) (string, error) {
 	dir, img := a.imagePaths(kind, id)
+	if kind == kindVolume {
+		// A files session may be mounting it (volumes_files.go).
+		filesMu.Lock()
+		defer filesMu.Unlock()
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", err
 	}
@@ -268,6 +273,13 @@ func (a *Agent) unmountImages(use map[string]map[string]bool) error {
 // drops the agent's record of it.
 func (a *Agent) unmountImage(kind, id string) error {
 	dir, _ := a.imagePaths(kind, id)
+	if kind == kindVolume {
+		filesMu.Lock()
+		defer filesMu.Unlock()
+		if filesInUse(dir) {
+			return nil // a files session copies into it: a later pass unmounts it
+		}
+	}
 	if err := runtime.Unmount(dir); err != nil {
 		return fmt.Errorf("%s %s: %w", kind, id, err)
 	}
@@ -307,6 +319,11 @@ func (a *Agent) heldVolumes() ([]string, error) {
 // name is gone), and removes the image and the directory.
 func (a *Agent) deleteVolume(id string) error {
 	dir, img := a.volumePaths(id)
+	filesMu.Lock()
+	defer filesMu.Unlock()
+	if filesInUse(dir) {
+		return fmt.Errorf("deleted volume %s: a files session still copies into it; retried at the next sweep", id)
+	}
 	if err := runtime.Unmount(dir); err != nil {
 		return fmt.Errorf("deleted volume %s: %w", id, err)
 	}

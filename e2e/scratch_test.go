@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
@@ -21,7 +22,9 @@ import (
 // run of the instance finds /scratch empty. On SQLite and PostgreSQL.
 func TestScratchContainers(t *testing.T) {
 	ch := startContainerHost(t)
-	t.Run("sqlite", func(t *testing.T) { testScratchContainers(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
+	t.Run("sqlite", func(t *testing.T) {
+		testScratchContainers(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"))
+	})
 	t.Run("postgres", func(t *testing.T) { testScratchContainers(t, ch, pgtest.URL(t)) })
 }
 
@@ -93,5 +96,79 @@ func testScratchContainers(t *testing.T, ch *containerHost, db string) {
 	})
 	if out := c.logs(alice, in.ID); strings.Count(out, "run: 0 entries in /scratch") != 2 {
 		t.Errorf("the second run's /scratch is not empty: %q", out)
+	}
+}
+
+// TestDetachedVolumeCopyContainers: `volumes cp` of a volume no instance
+// has attached, on a host that keeps volumes in filesystem images (as on
+// containers): the copy mounts the image for its session, the files an
+// earlier instance wrote come out, what is copied in is there for the
+// next instance, and the image is unmounted again after the copy. On
+// SQLite and PostgreSQL.
+func TestDetachedVolumeCopyContainers(t *testing.T) {
+	ch := startContainerHost(t)
+	t.Run("sqlite", func(t *testing.T) {
+		testDetachedVolumeCopy(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"))
+	})
+	t.Run("postgres", func(t *testing.T) { testDetachedVolumeCopy(t, ch, pgtest.URL(t)) })
+}
+
+func testDetachedVolumeCopy(t *testing.T, ch *containerHost, db string) {
+	spec := sim.Spec{ID: "sim-detached", Zone: "zone-a", GPUs: sim.GPUSpec{Model: "H100", Count: 8}}
+	c := startClusterOn(t, db, nil, func(cfg *agent.Config) {
+		cfg.VolumeImages = true
+		withFiles(cfg)
+	}, ch.runtimeOf, spec)
+	ctx := t.Context()
+	_, alice, _ := c.member("acme", "alice")
+	vol, err := alice.CreateVolume(ctx, api.CreateVolumeRequest{Name: "ckpt", SizeGiB: 1, Zone: "zone-a"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{vol.ID},
+		Command: []string{"/bin/sh", "-c", `echo step-1000 > $GPUCLOUD_VOLUMES/model.pt; echo saved`}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitLogs(alice, first.ID, "saved\n")
+	if _, err := alice.TerminateInstance(ctx, first.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.waitState(alice, first.ID, cloud.Terminated)
+	volDir := filepath.Join(c.hosts[spec.ID].dir, "volumes", vol.ID)
+	c.until("the detached volume's image unmounted", func() (bool, string) {
+		ok, err := runtime.Mounted(volDir)
+		return err == nil && !ok, "still mounted"
+	})
+
+	conn, err := alice.OpenFiles(ctx, "volumes", vol.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fc := filexfer.NewClient(conn)
+	out := t.TempDir()
+	if _, err := filexfer.Download(fc, "/model.pt", filepath.Join(out, "model.pt"), filexfer.Options{}); err != nil {
+		t.Fatalf("the checkpoint out of the detached volume: %v", err)
+	}
+	sameFile(t, filepath.Join(out, "model.pt"), []byte("step-1000\n"))
+	local := t.TempDir()
+	writeRandom(t, filepath.Join(local, "dataset.bin"), 1<<20+5)
+	if _, err := filexfer.Upload(fc, filepath.Join(local, "dataset.bin"), "/dataset.bin", filexfer.Options{}); err != nil {
+		t.Fatalf("a dataset into the detached volume: %v", err)
+	}
+	conn.Close() // the session ends
+	c.until("the image unmounted after the copy", func() (bool, string) {
+		ok, err := runtime.Mounted(volDir)
+		return err == nil && !ok, "still mounted"
+	})
+
+	next, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x", Volumes: []string{vol.ID},
+		Command: []string{"/bin/sh", "-c", `echo "dataset $(wc -c < $GPUCLOUD_VOLUMES/dataset.bin)"; exec sleep 600`}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.waitLogs(alice, next.ID, "dataset "); !strings.Contains(got, "dataset 1048581") {
+		t.Errorf("the next instance's view of the copied dataset: %q", got)
 	}
 }

@@ -6,11 +6,13 @@ import (
 )
 
 // ForAgent is the files handler of an agent of cfg: volumes where the
-// agent keeps them (agent.VolumeRoot), instances as its runtime roots
+// agent keeps them (agent.AcquireVolume: a detached volume's image is
+// mounted for the session), instances as its runtime roots
 // them (nil when the runtime does not).
 func ForAgent(cfg agent.Config) *Handler {
 	rt, _ := cfg.Runtime.(InstanceRoots)
-	return &Handler{VolumeDir: func(id string, shared bool) (string, error) { return agent.VolumeRoot(cfg, id, shared) }, Runtime: rt, Log: cfg.Log}
+	return &Handler{VolumeDir: func(id string, shared bool) (string, func(), error) { return agent.AcquireVolume(cfg, id, shared) },
+		Runtime: rt, Log: cfg.Log}
 }
 
 // Sessions is cfg's session handlers with this one added for files.

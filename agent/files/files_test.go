@@ -211,7 +211,10 @@ func (f fakeRoots) FilesRoot(id string) (string, int, int, error) {
 func TestHandlerTargets(t *testing.T) {
 	vols, inst := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(inst, "in-instance"), []byte("i"), 0o644)
-	h := &Handler{VolumeDir: func(id string, _ bool) (string, error) { d := filepath.Join(vols, id); return d, os.MkdirAll(d, 0o750) }, Runtime: fakeRoots{"i-1": inst}}
+	h := &Handler{VolumeDir: func(id string, _ bool) (string, func(), error) {
+		d := filepath.Join(vols, id)
+		return d, func() {}, os.MkdirAll(d, 0o750)
+	}, Runtime: fakeRoots{"i-1": inst}}
 	for _, tt := range []struct {
 		desc     string
 		req      agentapi.SessionRequest

@@ -30,8 +30,9 @@ type InstanceRoots interface {
 // agent.SessionHandler.
 type Handler struct {
 	// VolumeDir is the directory holding a volume's files now
-	// (agent.VolumeRoot), or why there is none.
-	VolumeDir func(id string, shared bool) (string, error)
+	// (agent.AcquireVolume), or why there is none, and a release the
+	// session calls when it ends.
+	VolumeDir func(id string, shared bool) (string, func(), error)
 	// Runtime roots instances' files; nil: instances cp is refused.
 	Runtime InstanceRoots
 	Log     *slog.Logger
@@ -52,7 +53,10 @@ func (h *Handler) ServeSession(ctx context.Context, req agentapi.SessionRequest,
 	if t.VolumeID == "" && t.InstanceID == "" {
 		t.InstanceID = req.InstanceID
 	}
-	root, err := h.open(t)
+	root, release, err := h.open(t)
+	if release != nil {
+		defer release()
+	}
 	if err != nil {
 		h.log().Info("files session refused", "session", req.ID, "volume", t.VolumeID, "instance", t.InstanceID, "err", err)
 		return filexfer.Serve(ctx, conn, failFS{err})
@@ -72,36 +76,38 @@ func (h *Handler) log() *slog.Logger {
 // open roots the session: a volume's directory, owned by whoever owns it
 // (the containerd runtime gives a volume to the uid of the workload that
 // uses it), or an instance's filesystem as its runtime says.
-func (h *Handler) open(t agentapi.FilesTarget) (*Root, error) {
+func (h *Handler) open(t agentapi.FilesTarget) (*Root, func(), error) {
 	if t.VolumeID != "" {
 		if err := runtime.ValidateID(t.VolumeID); err != nil || h.VolumeDir == nil {
-			return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: fmt.Sprintf("bad volume id %q", t.VolumeID)}
+			return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: fmt.Sprintf("bad volume id %q", t.VolumeID)}
 		}
-		dir, err := h.VolumeDir(t.VolumeID, t.Shared)
+		dir, release, err := h.VolumeDir(t.VolumeID, t.Shared)
 		if err != nil {
-			return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
+			return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
 		}
 		fi, err := os.Stat(dir)
 		if err != nil {
-			return nil, err
+			return nil, release, err
 		}
 		uid, gid := -1, -1
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uint32(os.Geteuid()) {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
-		return OpenRoot(dir, uid, gid)
+		root, err := OpenRoot(dir, uid, gid)
+		return root, release, err
 	}
 	if h.Runtime == nil {
-		return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: "this host's runtime does not copy instances' files"}
+		return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: "this host's runtime does not copy instances' files"}
 	}
 	dir, uid, gid, err := h.Runtime.FilesRoot(t.InstanceID)
 	if errors.Is(err, runtime.ErrNotFound) {
-		return nil, &agentapi.FileError{Code: agentapi.FileNotFound, Message: "instance " + t.InstanceID + " is not running on this host"}
+		return nil, nil, &agentapi.FileError{Code: agentapi.FileNotFound, Message: "instance " + t.InstanceID + " is not running on this host"}
 	}
 	if err != nil {
-		return nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
+		return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
 	}
-	return OpenRoot(dir, uid, gid)
+	root, err := OpenRoot(dir, uid, gid)
+	return root, nil, err
 }
 
 // failFS answers every operation with one error: a session whose target
