@@ -245,3 +245,18 @@ func importByID(ctx context.Context, req resource.ImportStateRequest, resp *reso
 	}
 	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
 }
+
+// systemTagPrefix marks the tags gpucloud itself writes (a stack's), which
+// are not the tenant's and not in the configuration.
+const systemTagPrefix = "gpucloud:"
+
+// userTags is tags without gpucloud's own.
+func userTags(tags map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range tags {
+		if !strings.HasPrefix(k, systemTagPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
