@@ -205,7 +205,7 @@ func (r *securityGroupRuleResource) Schema(_ context.Context, _ resource.SchemaR
 			"to_port":   port("Last port of a tcp or udp range."),
 			"cidr": schema.StringAttribute{
 				Optional: true, Description: "The peer as an IPv4 CIDR (canonical). Exactly one of cidr and peer_security_group_id.",
-				Validators: []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("cidr"), path.MatchRoot("peer_security_group_id"))},
+				Validators:    []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("cidr"), path.MatchRoot("peer_security_group_id"))},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"peer_security_group_id": replaceString(false, "The peer as a group of the same network (its members' addresses)."),
