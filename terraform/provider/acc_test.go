@@ -305,10 +305,11 @@ func (c *testCloud) newTenant(t *testing.T) *tenant {
 	return &tenant{ID: tn.ID, Token: u.Secret, Client: client.New(c.srv.URL, u.Secret, c.srv.HTTPClient()), cloud: c}
 }
 
-// provider is the tenant's provider block: the cloud's URL, the
-// tenant's token, the CA pinned by its fingerprint.
+// provider is the provider's source address and the tenant's provider
+// block: the cloud's URL, the tenant's token, the CA pinned by its
+// fingerprint.
 func (tn *tenant) provider() string {
-	return fmt.Sprintf("provider \"gpucloud\" {\n  endpoint       = %q\n  token          = %q\n  ca_fingerprint = %q\n}\n",
+	return "terraform {\n  required_providers {\n    gpucloud = { source = \"gpucloud/gpucloud\" }\n  }\n}\n" + fmt.Sprintf("provider \"gpucloud\" {\n  endpoint       = %q\n  token          = %q\n  ca_fingerprint = %q\n}\n",
 		tn.cloud.srv.URL, tn.Token, tn.cloud.fingerprint)
 }
 

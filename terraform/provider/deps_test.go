@@ -35,6 +35,7 @@ var providerLinks = []string{
 	"internal/pki",                    // fingerprints
 	"internal/rest",                   // the one HTTP request path of the clients
 	"internal/stream",                 // the framing of exec sessions, which the client holds
+	"internal/imageref",               // an image as written and its canonical form
 }
 
 // TestProviderDependencies fails when the provider or its command depends,

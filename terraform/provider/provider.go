@@ -101,7 +101,7 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
 		newKeyResource,
 		newVolumeResource,
-		// newInstanceResource,
+		newInstanceResource,
 		newNetworkResource,
 		newSubnetResource,
 		newSecurityGroupResource,
