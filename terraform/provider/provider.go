@@ -107,14 +107,10 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 		newSecurityGroupResource,
 		newSecurityGroupRuleResource,
 		newPlacementGroupResource,
-		// newAddressResource,
-		// newAddressAssociationResource,
 	}
 }
 
 func (p *Provider) DataSources(context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{
-		// newOfferingsDataSource,
-		// newOfferingDataSource,
 	}
 }
