@@ -111,6 +111,5 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 }
 
 func (p *Provider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{
-	}
+	return []func() datasource.DataSource{}
 }
