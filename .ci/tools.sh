@@ -89,3 +89,20 @@ gpucloud_need_redocly() {
 	export PATH="$dir/node_modules/.bin:$PATH"
 }
 gpucloud_need_redocly
+# The Terraform provider's acceptance tests (terraform/provider) run real
+# terraform, or OpenTofu where terraform is missing: tofu is built from its
+# Go module at a pinned version into the user's Go bin and put on PATH.
+# With $CI set they fail when neither is there.
+gpucloud_need_tofu() {
+	if command -v terraform >/dev/null 2>&1 || command -v tofu >/dev/null 2>&1; then
+		return 0
+	fi
+	local bin
+	bin="$(go env GOPATH)/bin"
+	if [ ! -x "$bin/tofu" ]; then
+		echo "tools.sh: installing OpenTofu v1.10.6 with go install (for terraform/provider's acceptance tests)"
+		go install github.com/opentofu/opentofu/cmd/tofu@v1.10.6 || return 1
+	fi
+	export PATH="$PATH:$bin"
+}
+gpucloud_need_tofu

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -100,26 +99,10 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 	return &conn{Client: client.New(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
 }
 
-// trustedCA is the CA to trust for server's certificate: the PEM file
-// $GPUCLOUD_CA_FILE names, else the config file's when it is the config
-// file's server, else none (the system's roots).
+// trustedCA is the CA to trust for server's certificate
+// (cliconfig.TrustedCA).
 func trustedCA(server string, stderr io.Writer) ([]byte, error) {
-	if p := os.Getenv(cliconfig.EnvCAFile); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("$%s: %w", cliconfig.EnvCAFile, err)
-		}
-		return b, nil
-	}
-	fc, err := cliconfig.Read(cliconfig.Path(), stderr)
-	if err != nil || fc.CA == "" || strings.TrimRight(fc.Server, "/") != strings.TrimRight(server, "/") {
-		return nil, err
-	}
-	b, err := base64.StdEncoding.DecodeString(fc.CA)
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: certificate-authority-data: %v", cliconfig.Path(), err)
-	}
-	return b, nil
+	return cliconfig.TrustedCA(server, stderr)
 }
 
 // checkServerURL accepts http and https URLs with a host.

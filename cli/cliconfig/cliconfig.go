@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -25,6 +26,11 @@ const (
 	// EnvCAFile names a PEM file of the CA to trust for the server's
 	// certificate, overriding the config file's.
 	EnvCAFile = "GPUCLOUD_CA_FILE"
+	// EnvCAFingerprint is the fingerprint (sha256:...) of the cloud's own
+	// CA, fetched from the server and trusted by that fingerprint alone,
+	// as `gpucloud login --ca-fingerprint` does. The Terraform provider
+	// reads it (its ca_fingerprint setting).
+	EnvCAFingerprint = "GPUCLOUD_CA_FINGERPRINT"
 )
 
 // File is the config file: where the server is, the token to use,
@@ -122,4 +128,27 @@ func Read(path string, stderr io.Writer) (File, error) {
 		fmt.Fprintf(stderr, "warning: %s holds a token and is readable by other users; run: chmod 600 %s\n", path, path)
 	}
 	return c, nil
+}
+
+// TrustedCA is the CA (PEM) to trust for server's certificate: the file
+// $GPUCLOUD_CA_FILE names, else the config file's when the config file is
+// for that server, else none (nil: the system's roots). The CLI and the
+// Terraform provider both trust a server this way.
+func TrustedCA(server string, stderr io.Writer) ([]byte, error) {
+	if p := os.Getenv(EnvCAFile); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", EnvCAFile, err)
+		}
+		return b, nil
+	}
+	fc, err := Read(Path(), stderr)
+	if err != nil || fc.CA == "" || strings.TrimRight(fc.Server, "/") != strings.TrimRight(server, "/") {
+		return nil, err
+	}
+	b, err := base64.StdEncoding.DecodeString(fc.CA)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: certificate-authority-data: %v", Path(), err)
+	}
+	return b, nil
 }

@@ -1,0 +1,319 @@
+package provider_test
+
+// The acceptance harness: real terraform (or tofu) against a real
+// in-process gpucloud server with simulated hosts whose agents join and
+// run instances (process runtime), through terraform-plugin-testing. The
+// provider runs in the test process (ProtoV6ProviderFactories, which
+// terraform reaches through TF_REATTACH_PROVIDERS), so no registry is
+// contacted; TestProviderBinary builds the real binary and runs it
+// through dev_overrides.
+//
+// The tests run where terraform or tofu is on PATH (or
+// TF_ACC_TERRAFORM_PATH names one); without one they skip, unless $CI is
+// set: then they fail, so that CI never passes without running them.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+
+	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
+	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/terraform/provider"
+)
+
+// terraformBin is the terraform or tofu binary the tests run; empty:
+// none, and the acceptance tests skip.
+var terraformBin string
+
+// shared is the cloud the acceptance tests share, started on first use.
+var shared struct {
+	once  sync.Once
+	cloud *testCloud
+	err   error
+	stop  func()
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	terraformBin = findTerraform()
+	if terraformBin == "" && os.Getenv("CI") != "" {
+		fmt.Fprintln(os.Stderr, "terraform/provider: neither terraform nor tofu is on PATH and $CI is set: the acceptance tests must run in CI (.ci/tools.sh installs tofu)")
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "gpucloud-tf-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	if terraformBin != "" {
+		// A CLI configuration of our own (none of the user's mirrors or
+		// overrides), no checkpoint calls, and the provider's address as
+		// the binary names it by default.
+		cliConfig := filepath.Join(tmp, "terraformrc")
+		if err := os.WriteFile(cliConfig, nil, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.Setenv("TF_CLI_CONFIG_FILE", cliConfig)
+		os.Setenv("TF_ACC", "1")
+		os.Setenv("TF_ACC_TERRAFORM_PATH", terraformBin)
+		os.Setenv("CHECKPOINT_DISABLE", "1")
+		os.Setenv("TF_ACC_PROVIDER_NAMESPACE", "gpucloud")
+		if filepath.Base(terraformBin) == "tofu" {
+			os.Setenv("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
+		} else {
+			os.Setenv("TF_ACC_PROVIDER_HOST", "registry.terraform.io")
+		}
+	}
+	// The provider must not find the user's gpucloud settings.
+	for _, v := range []string{"GPUCLOUD_SERVER", "GPUCLOUD_TOKEN", "GPUCLOUD_CA_FILE", "GPUCLOUD_CA_FINGERPRINT"} {
+		os.Unsetenv(v)
+	}
+	os.Setenv("GPUCLOUD_CONFIG", filepath.Join(tmp, "no-config.yaml"))
+	code := m.Run()
+	if shared.stop != nil {
+		shared.stop()
+	}
+	return code
+}
+
+// findTerraform is $TF_ACC_TERRAFORM_PATH, else terraform on PATH, else
+// tofu on PATH (.ci/tools.sh installs it where terraform is missing).
+func findTerraform() string {
+	if p := os.Getenv("TF_ACC_TERRAFORM_PATH"); p != "" {
+		return p
+	}
+	for _, name := range []string{"terraform", "tofu"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// needTerraform skips t where no terraform is installed (never in CI:
+// TestMain fails first).
+func needTerraform(t *testing.T) {
+	t.Helper()
+	if terraformBin == "" {
+		t.Skip("neither terraform nor tofu is installed (TF_ACC_TERRAFORM_PATH, PATH)")
+	}
+}
+
+// factories serve the provider in the test process.
+var factories = map[string]func() (tfprotov6.ProviderServer, error){
+	"gpucloud": providerserver.NewProtocol6WithError(provider.New("test")()),
+}
+
+// sharedCloud is the SQLite cloud the tests share: safe, because each
+// test works in tenants of its own.
+func sharedCloud(t *testing.T) *testCloud {
+	t.Helper()
+	needTerraform(t)
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gpucloud-tf-cloud-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		c, stop, err := startCloud("sqlite://"+filepath.Join(dir, "gpucloud.db"), dir)
+		shared.cloud, shared.err = c, err
+		shared.stop = func() {
+			stop()
+			os.RemoveAll(dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("start the cloud: %v", shared.err)
+	}
+	return shared.cloud
+}
+
+// testCloud is a running server and its simulated hosts' agents.
+type testCloud struct {
+	srv   *controlplane.Replica
+	admin *client.Client
+	// fingerprint is the cloud's CA's, which the provider blocks pin.
+	fingerprint string
+
+	mu      sync.Mutex
+	tenants int
+}
+
+// hosts are the simulated fleet: two L4 boxes in one zone, two racks.
+var hosts = []sim.Spec{
+	{ID: "tf-l4-a", Zone: "tf-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
+	{ID: "tf-l4-b", Zone: "tf-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
+}
+
+// startCloud starts a server on db and an agent per simulated host, and
+// waits until the scheduler holds every host. stop stops them all.
+func startCloud(db, dir string) (*testCloud, func(), error) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("GPUCLOUD_TF_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	unlimited := httpapi.Limit{Rate: 10000, Burst: 10000}
+	srv, err := controlplane.Start(ctx, controlplane.Config{
+		DB: db, Listen: "127.0.0.1:0", ScheduleInterval: 20 * time.Millisecond, Log: log,
+		Limits: httpapi.RateLimits{Member: unlimited, Admin: unlimited, Agent: unlimited, AgentLiveness: unlimited, AuthFailures: unlimited, Anonymous: unlimited},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	stops = append(stops, func() {
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Close(shut)
+	})
+	hc := srv.HTTPClient()
+	c := &testCloud{srv: srv, admin: client.New(srv.URL, srv.AdminToken, hc), fingerprint: srv.CAFingerprint()}
+	if err := waitFor(30*time.Second, srv.IsLeader); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the server to lead: %w", err)
+	}
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "tf", ExpiresAt: new(time.Now().Add(time.Hour)), MaxUses: len(hosts)})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	agentCtx, stopAgents := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var runtimes []*process.Runtime
+	stops = append(stops, func() {
+		stopAgents()
+		wg.Wait()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, rt := range runtimes {
+			rt.StopAll(shut)
+		}
+	})
+	for _, spec := range hosts {
+		drv, err := sim.New(spec)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		joined, err := agent.Join(ctx, agentapi.NewClient(srv.URL, "", hc), jt.Secret, drv)
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("host %s: %w", spec.ID, err)
+		}
+		cert, _, err := joined.TLSCertificate()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		ahc, err := agentapi.TLSClient(srv.CAPEM(), cert)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		hdir := filepath.Join(dir, spec.ID)
+		if err := os.MkdirAll(hdir, 0o750); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		rt := process.New(filepath.Join(hdir, "runtime"))
+		runtimes = append(runtimes, rt)
+		ag := agent.New(agentapi.NewClient(srv.URL, joined.Credential, ahc), agent.Config{
+			Driver: drv, Runtime: rt, Metadata: metadata.New(), DataDir: hdir,
+			Interval: 20 * time.Millisecond, ManageMIG: true, Log: log.With("host", spec.ID),
+		})
+		wg.Go(func() { ag.Run(agentCtx) })
+	}
+	if err := waitFor(30*time.Second, func() bool { return srv.Scheduler.Schedulable() >= len(hosts) }); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the scheduler to hold every host: %w", err)
+	}
+	return c, stop, nil
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gave up after %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// tenant is a tenant of the cloud with a member's token: its provider
+// block and its own client.
+type tenant struct {
+	ID     string
+	Token  string
+	Client *client.Client
+	cloud  *testCloud
+}
+
+// newTenant makes a tenant with a member user, named after the test.
+func (c *testCloud) newTenant(t *testing.T) *tenant {
+	t.Helper()
+	c.mu.Lock()
+	c.tenants++
+	n := c.tenants
+	c.mu.Unlock()
+	ctx := t.Context()
+	name := fmt.Sprintf("tf-%d", n)
+	tn, err := c.admin.CreateTenant(ctx, name)
+	if err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	u, err := c.admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: name + "-user"})
+	if err != nil {
+		t.Fatalf("create user: %v", err)
+	}
+	if u.User.Role != cloud.RoleMember {
+		t.Fatalf("user role %s, want member", u.User.Role)
+	}
+	return &tenant{ID: tn.ID, Token: u.Secret, Client: client.New(c.srv.URL, u.Secret, c.srv.HTTPClient()), cloud: c}
+}
+
+// provider is the provider's source address and the tenant's provider
+// block: the cloud's URL, the tenant's token, the CA pinned by its
+// fingerprint.
+func (tn *tenant) provider() string {
+	return "terraform {\n  required_providers {\n    gpucloud = { source = \"gpucloud/gpucloud\" }\n  }\n}\n" + fmt.Sprintf("provider \"gpucloud\" {\n  endpoint       = %q\n  token          = %q\n  ca_fingerprint = %q\n}\n",
+		tn.cloud.srv.URL, tn.Token, tn.cloud.fingerprint)
+}
+
+// config is the tenant's provider block followed by body.
+func (tn *tenant) config(body string) string {
+	return tn.provider() + strings.TrimSpace(body) + "\n"
+}
