@@ -117,6 +117,11 @@ type CreateInstanceRequest struct {
 	// each once) that its tenant opens as HTTP through the server at
 	// /v1/instances/{id}/ports/{port}/ (docs/ACCESS.md).
 	Publish []int `json:"publish,omitempty"`
+	// PublishKeepPrefix lists published ports (each one of Publish) whose
+	// requests keep their whole path, the /v1/instances/{id}/ports/{port}
+	// prefix included, for servers given that prefix as their base URL
+	// (Jupyter, TensorBoard).
+	PublishKeepPrefix []int `json:"publish_keep_prefix,omitempty"`
 }
 
 // InstanceList answers GET /v1/instances. Next, when not empty, is the

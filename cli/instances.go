@@ -85,6 +85,10 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			"  gpucloud instances create --offering h100.mig.3g.40gb --zone a --zone b \\",
 			"      --label 'driver>=550' --env HF_HOME=/data/hf --volume v-0123 --wait",
 			"",
+			"  # Jupyter through the server, at its own base URL (gpucloud instances open ID 8888)",
+			"  gpucloud instances create --offering h100.1x --image jupyter/base-notebook --publish 8888/keep-prefix -- \\",
+			"      sh -c 'exec jupyter lab --ip 127.0.0.1 --ServerApp.base_url=/v1/instances/$GPUCLOUD_INSTANCE_ID/ports/8888/'",
+			"",
 			"  # Safe to retry from a script",
 			"  gpucloud instances create --offering l40s.shared.0.25 --idempotency-key job-42 -o json",
 		}, "\n"),
@@ -105,6 +109,9 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			}
 			if f.req.Tags, err = keyValues(cmd, "tag", f.tags); err != nil {
 				return err
+			}
+			if f.req.Publish, f.req.PublishKeepPrefix, err = parsePublish(f.publish); err != nil {
+				return cmdutil.Usagef(cmd, "--publish: %v", err)
 			}
 			f.req.Command = args
 			warnRelativeCommand(cmd.ErrOrStderr(), f.req.Command)
@@ -150,10 +157,10 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 // instanceCreateFlags are the flags of instances create that make its
 // request.
 type instanceCreateFlags struct {
-	req       api.CreateInstanceRequest
-	count     int
-	env, tags []string
-	key       string
+	req                api.CreateInstanceRequest
+	count              int
+	env, tags, publish []string
+	key                string
 }
 
 func (f *instanceCreateFlags) register(cmd *cobra.Command) {
@@ -167,7 +174,8 @@ func (f *instanceCreateFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.req.PlacementGroup, "placement-group", "", "the ID of a placement group to place it in (gpucloud placement-groups create)")
 	fs.StringVar(&f.req.Subnet, "subnet", "", "the ID of a subnet to put it in (default: the tenant's default subnet, any zone)")
 	fs.StringArrayVar(&f.req.SecurityGroups, "security-group", nil, "the ID of a security group of the subnet's network (repeatable, 1 to 5; default: the network's default group)")
-	fs.IntSliceVar(&f.req.Publish, "publish", nil, "a TCP port inside the instance to open as HTTP through the server (repeatable, at most 8; gpucloud instances open ID PORT)")
+	fs.StringSliceVar(&f.publish, "publish", nil, "a TCP port inside the instance to open as HTTP through the server, PORT or PORT/keep-prefix "+
+		"(the path keeps /v1/instances/ID/ports/PORT: for Jupyter or TensorBoard given it as their base URL); repeatable, at most 8; gpucloud instances open ID PORT")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
 	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
 	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
@@ -707,4 +715,24 @@ func imageText(image string) string {
 		return "(the hosts' default)"
 	}
 	return image
+}
+
+// parsePublish reads --publish values, PORT or PORT/keep-prefix, into the
+// published ports and those of them that keep their path's prefix.
+func parsePublish(vals []string) (ports, keep []int, err error) {
+	for _, v := range vals {
+		num, opt, hasOpt := strings.Cut(strings.TrimSpace(v), "/")
+		p, err := strconv.Atoi(num)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, nil, fmt.Errorf("%q: want a TCP port from 1 to 65535, optionally followed by /keep-prefix", v)
+		}
+		if hasOpt && opt != "keep-prefix" {
+			return nil, nil, fmt.Errorf("%q: the only option after the port is /keep-prefix", v)
+		}
+		ports = append(ports, p)
+		if hasOpt {
+			keep = append(keep, p)
+		}
+	}
+	return ports, keep, nil
 }

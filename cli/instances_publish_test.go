@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,11 +38,39 @@ func TestInstancesPublish(t *testing.T) {
 		{"an unpublished port", []string{"instances", "open", in.ID, "9999"}, "does not publish port 9999"},
 		{"not a port", []string{"instances", "open", in.ID, "http"}, "want a TCP port"},
 		{"a port twice", []string{"instances", "create", "--offering", "l4.1x", "--publish", "80", "--publish", "80"}, "published twice"},
-		{"port 0", []string{"instances", "create", "--offering", "l4.1x", "--publish", "0"}, "not a TCP port"},
+		{"port 0", []string{"instances", "create", "--offering", "l4.1x", "--publish", "0"}, "want a TCP port from 1 to 65535"},
+		{"keep prefix of a port twice", []string{"instances", "create", "--offering", "l4.1x", "--publish", "80/keep-prefix", "--publish", "80/keep-prefix"}, "published twice"},
 	} {
 		code, _, errOut := e.as(tok, tc.args...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: exit %d, stderr %q; want a failure saying %q", tc.name, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestParsePublish(t *testing.T) {
+	for _, c := range []struct {
+		in         []string
+		ports      []int
+		keep       []int
+		wantErrSub string
+	}{
+		{nil, nil, nil, ""},
+		{[]string{"8000"}, []int{8000}, nil, ""},
+		{[]string{"8888/keep-prefix", "6006/keep-prefix", "8000"}, []int{8888, 6006, 8000}, []int{8888, 6006}, ""},
+		{[]string{" 8888 "}, []int{8888}, nil, ""},
+		{[]string{"0"}, nil, nil, "1 to 65535"},
+		{[]string{"65536"}, nil, nil, "1 to 65535"},
+		{[]string{"http"}, nil, nil, "1 to 65535"},
+		{[]string{"8888/strip"}, nil, nil, "only option after the port is /keep-prefix"},
+		{[]string{"8888/"}, nil, nil, "only option after the port is /keep-prefix"},
+	} {
+		ports, keep, err := parsePublish(c.in)
+		switch {
+		case c.wantErrSub != "" && (err == nil || !strings.Contains(err.Error(), c.wantErrSub)):
+			t.Errorf("%q: %v, want an error with %q", c.in, err, c.wantErrSub)
+		case c.wantErrSub == "" && (err != nil || !slices.Equal(ports, c.ports) || !slices.Equal(keep, c.keep)):
+			t.Errorf("%q: %v %v %v, want %v %v", c.in, ports, keep, err, c.ports, c.keep)
 		}
 	}
 }

@@ -192,6 +192,13 @@ type Instance struct {
 	// /v1/instances/{id}/ports/{port}/ (docs/ACCESS.md, "Published HTTP
 	// ports"). Fixed at create.
 	Publish []int `json:"publish,omitempty"`
+	// PublishKeepPrefix lists the published ports whose requests reach
+	// the workload with their whole path, /v1/instances/{id}/ports/{port}/
+	// included, rather than with the prefix removed: for servers that
+	// serve under a base URL set to the prefix (Jupyter's
+	// --ServerApp.base_url, TensorBoard's --path_prefix). Each is one of
+	// Publish. Fixed at create.
+	PublishKeepPrefix []int `json:"publish_keep_prefix,omitempty"`
 	// PrivateAddress is the instance's address in its subnet, given at
 	// create and kept across stop and start until it terminates (kept on
 	// the record after that, as Zone is, but no longer held: another

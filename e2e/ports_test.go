@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -78,7 +79,8 @@ type echoed struct {
 }
 
 func testPublishedPorts(t *testing.T, db string) {
-	spec := sim.Spec{ID: "sim-ports", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+	// Two GPUs: the keep-prefix subtest runs a second instance.
+	spec := sim.Spec{ID: "sim-ports", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}}
 	// A small session limit, so that the proxy's refusal past it is seen.
 	c := startClusterWith(t, db, func(cfg *controlplane.Config) { cfg.SessionLimit = portsSessionLimit }, spec)
 	ctx := t.Context()
@@ -158,6 +160,36 @@ func testPublishedPorts(t *testing.T, db string) {
 			if p := e.Header.Get("X-Forwarded-Prefix"); p != prefix {
 				t.Errorf("%s %s: X-Forwarded-Prefix %q, want %q", tc.method, tc.path, p, prefix)
 			}
+		}
+	})
+
+	t.Run("keep prefix", func(t *testing.T) {
+		// A port published to keep its prefix (Jupyter with its base URL
+		// set to it) gets the whole path.
+		kin, err := alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
+			Publish: []int{port}, PublishKeepPrefix: []int{port}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kin.PublishKeepPrefix) != 1 || kin.PublishKeepPrefix[0] != port {
+			t.Fatalf("created with publish_keep_prefix %v", kin.PublishKeepPrefix)
+		}
+		c.waitState(alice, kin.ID, cloud.Running)
+		prefix := "/v1/instances/" + kin.ID + "/ports/" + strconv.Itoa(port)
+		resp, body := send("GET", alice.PortURL(kin.ID, port)+"tree/notebooks?x=1", aliceTok, "", "")
+		var e echoed
+		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &e) != nil || e.Path != prefix+"/tree/notebooks?x=1" {
+			t.Errorf("keep prefix: %d, the workload saw %q (want %q)", resp.StatusCode, e.Path, prefix+"/tree/notebooks?x=1")
+		}
+		// A port that keeps its prefix must be published.
+		_, err = alice.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "600"},
+			Publish: []int{port}, PublishKeepPrefix: []int{port + 1}}, "")
+		var ce *cloud.Error
+		if !errors.As(err, &ce) || ce.Code != cloud.Invalid || ce.Details["field"] != "publish_keep_prefix[0]" {
+			t.Errorf("keep prefix of an unpublished port: %v, want invalid_argument on publish_keep_prefix[0]", err)
+		}
+		if _, err := alice.TerminateInstance(ctx, kin.ID, 0); err != nil {
+			t.Fatal(err)
 		}
 	})
 

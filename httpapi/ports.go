@@ -107,7 +107,13 @@ func (s *handlers) openPort(w http.ResponseWriter, r *http.Request, p principal)
 	}
 	key := s.ports.target(portTarget{actor: p.actor(), instance: in.ID, port: port})
 	prefix := fmt.Sprintf("/v1/instances/%s/ports/%d", in.ID, port)
-	ctx := context.WithValue(r.Context(), portRequestKey{}, portRequest{key: key, prefix: prefix, path: "/" + r.PathValue("path")})
+	path := "/" + r.PathValue("path")
+	if slices.Contains(in.PublishKeepPrefix, port) {
+		// A server whose base URL is the prefix (Jupyter, TensorBoard)
+		// serves the whole path.
+		path = prefix + path
+	}
+	ctx := context.WithValue(r.Context(), portRequestKey{}, portRequest{key: key, prefix: prefix, path: path})
 	s.ports.proxy.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }
@@ -139,8 +145,9 @@ func (pp *portsProxy) target(t portTarget) string {
 }
 
 // rewrite sends the request to the pool of its target, with the route's
-// prefix taken away (X-Forwarded-Prefix says what it was, for Jupyter's
-// base_url) and without the tenant's gpucloud credentials: the workload
+// prefix taken away (X-Forwarded-Prefix says what it was), or kept for a
+// port published to keep it (Instance.PublishKeepPrefix: Jupyter's
+// base_url), and without the tenant's gpucloud credentials: the workload
 // must never see the token that reached the server.
 func (pp *portsProxy) rewrite(pr *httputil.ProxyRequest) {
 	req, _ := pr.In.Context().Value(portRequestKey{}).(portRequest)

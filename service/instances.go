@@ -70,7 +70,7 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *api.CreateInstanceRequest) (*
 	if err := checkNetworkSpec(spec); err != nil {
 		return nil, err
 	}
-	if err := CheckPublish(spec.Publish); err != nil {
+	if err := CheckPublish(spec.Publish, spec.PublishKeepPrefix); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -80,8 +80,9 @@ func CheckInstanceSpec(cat *catalog.Catalog, spec *api.CreateInstanceRequest) (*
 const MaxPublish = 8
 
 // CheckPublish validates an instance's published ports: 1 to 65535, each
-// once, at most MaxPublish.
-func CheckPublish(ports []int) error {
+// once, at most MaxPublish; and the ports among them that keep their
+// path's prefix (each published, once).
+func CheckPublish(ports, keepPrefix []int) error {
 	if len(ports) > MaxPublish {
 		return Field("publish", "%d ports; an instance publishes at most %d", len(ports), MaxPublish)
 	}
@@ -92,6 +93,15 @@ func CheckPublish(ports []int) error {
 		}
 		if slices.Contains(ports[:i], p) {
 			return Field(field, "port %d is published twice", p)
+		}
+	}
+	for i, p := range keepPrefix {
+		field := fmt.Sprintf("publish_keep_prefix[%d]", i)
+		if !slices.Contains(ports, p) {
+			return Field(field, "port %d is not published (publish lists %v): a port keeps its prefix only if it is published", p, ports)
+		}
+		if slices.Contains(keepPrefix[:i], p) {
+			return Field(field, "port %d is given twice", p)
 		}
 	}
 	return nil
@@ -330,7 +340,8 @@ func (s *Instances) createIn(ctx context.Context, tx cloud.Tx, a Actor, spec *ap
 	in := &cloud.Instance{TenantID: tenant, Name: spec.Name, Offering: o.Name, Image: spec.Image,
 		IdempotencyKey: key, Zones: spec.Zones, Labels: spec.Labels, Command: spec.Command,
 		Env: spec.Env, Volumes: spec.Volumes, Tags: spec.Tags, PlacementGroupID: spec.PlacementGroup, CreatedAt: s.now(),
-		SubnetID: spec.Subnet, SecurityGroupIDs: slices.Clone(spec.SecurityGroups), Publish: slices.Clone(spec.Publish)}
+		SubnetID: spec.Subnet, SecurityGroupIDs: slices.Clone(spec.SecurityGroups), Publish: slices.Clone(spec.Publish),
+		PublishKeepPrefix: slices.Clone(spec.PublishKeepPrefix)}
 	if err := CreateInstance(ctx, tx, s.cat, in, a.ID, "created with offering "+o.Name); err != nil {
 		return nil, false, err
 	}
@@ -401,6 +412,9 @@ func sameInstance(old *cloud.Instance, o *catalog.Offering, spec *api.CreateInst
 	d.String("placement_group", old.PlacementGroupID, spec.PlacementGroup)
 	if !slices.Equal(old.Publish, spec.Publish) {
 		d.Add("publish", render(old.Publish), render(spec.Publish))
+	}
+	if !slices.Equal(old.PublishKeepPrefix, spec.PublishKeepPrefix) {
+		d.Add("publish_keep_prefix", render(old.PublishKeepPrefix), render(spec.PublishKeepPrefix))
 	}
 	// A create without a subnet or groups got the defaults.
 	if spec.Subnet != "" {

@@ -14,7 +14,7 @@ import (
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
 	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address, " +
-	"network_id, subnet_id, security_groups, publish"
+	"network_id, subnet_id, security_groups, publish, publish_keep_prefix"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -23,7 +23,8 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Env}, jsonCol{&in.Volumes}, jsonCol{&in.Tags}, &in.HostID,
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
-		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs}, jsonCol{&in.Publish})
+		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs}, jsonCol{&in.Publish},
+		jsonCol{&in.PublishKeepPrefix})
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -37,7 +38,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 // microseconds, in copies: the caller's may be shared).
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
-	securityGroups, publish                    string
+	securityGroups, publish, keepPrefix        string
 	placement, interruption, scaleIn           any
 	market                                     cloud.Market
 	intr                                       *cloud.Interruption
@@ -63,6 +64,7 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 		{"volumes", &d.volumes, in.Volumes}, {"tags", &d.tags, in.Tags},
 		{"security groups", &d.securityGroups, in.SecurityGroupIDs},
 		{"published ports", &d.publish, in.Publish},
+		{"published ports keeping their prefix", &d.keepPrefix, in.PublishKeepPrefix},
 	} {
 		if *f.dst, err = jsonArg("instance "+in.ID+" "+f.name, f.v); err != nil {
 			return nil, err
@@ -120,7 +122,7 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 // one's tenant once; an instance that was not inserted is explained as
 // CreateInstance explains it, and the first such one's error returned.
 func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
-	const cols = 30 // parameters per row (the version is the literal 1)
+	const cols = 31 // parameters per row (the version is the literal 1)
 	args := make([]any, 0, cols*len(ins))
 	docs := make([]*instanceDoc, len(ins))
 	tenants := map[string]bool{}
@@ -147,7 +149,7 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 			d.timeArg(created), d.timeArg(updated),
 			in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish)
+			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish, doc.keepPrefix)
 		tenants[in.TenantID] = true
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
@@ -155,7 +157,7 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			return err
 		}
 	}
-	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	inserted := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))

@@ -21,7 +21,7 @@ func testInstances(t *testing.T, s cloud.Store) {
 		{"empty slices and maps stay empty, not nil", &cloud.Instance{
 			ID: "i-empty", TenantID: "t-1", Offering: "l4", State: cloud.Pending,
 			Zones: []string{}, Labels: []string{}, Command: []string{}, Env: map[string]string{},
-			Volumes: []string{}, Tags: map[string]string{}, Publish: []int{},
+			Volumes: []string{}, Tags: map[string]string{}, Publish: []int{}, PublishKeepPrefix: []int{},
 			Placement: &fleet.Placement{ID: "i-empty", HostID: "h-1", Metal: true}}},
 		{"a version given to create is ignored", &cloud.Instance{
 			ID: "i-v", TenantID: "t-1", State: cloud.Pending, Version: 41}},
@@ -211,14 +211,15 @@ func testUpdateInstance(t *testing.T, s cloud.Store) {
 	in := get()
 	want := *in
 	in.TenantID, in.IdempotencyKey, in.CreatedAt = "t-2", "other", t0.Add(time.Hour)
-	in.Publish = []int{1, 2}
+	in.Publish, in.PublishKeepPrefix = []int{1, 2}, []int{2}
 	if err := update(in); err != nil {
 		t.Fatalf("update of fixed fields: %v", err)
 	}
 	got := get()
 	if got.TenantID != want.TenantID || got.IdempotencyKey != want.IdempotencyKey || !got.CreatedAt.Equal(want.CreatedAt) ||
-		!slices.Equal(got.Publish, want.Publish) {
-		t.Errorf("UpdateInstance changed fixed fields: tenant %s key %s created %v publish %v", got.TenantID, got.IdempotencyKey, got.CreatedAt, got.Publish)
+		!slices.Equal(got.Publish, want.Publish) || !slices.Equal(got.PublishKeepPrefix, want.PublishKeepPrefix) {
+		t.Errorf("UpdateInstance changed fixed fields: tenant %s key %s created %v publish %v keep prefix %v",
+			got.TenantID, got.IdempotencyKey, got.CreatedAt, got.Publish, got.PublishKeepPrefix)
 	}
 
 	err := update(&cloud.Instance{ID: "i-404", TenantID: "t-1", Version: 1})

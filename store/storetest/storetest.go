@@ -220,8 +220,8 @@ func fullInstance(id, tenant string) *cloud.Instance {
 		Command: []string{"python", "train.py", "--epochs=3"},
 		Env:     map[string]string{"NCCL_DEBUG": "INFO", "EMPTY": ""},
 		Volumes: []string{"vol-1"}, Tags: map[string]string{"team": "ml", "ünïcode": "✓"},
-		Publish: []int{8888, 6006},
-		HostID:  "h-1", Placement: placement(id, "h-1"),
+		Publish: []int{8888, 6006}, PublishKeepPrefix: []int{8888},
+		HostID: "h-1", Placement: placement(id, "h-1"),
 		Zone: "eu-1a", Market: cloud.MarketSpot, SpotRequestID: "sr-" + id,
 		// Times the store keeps as they are (UTC microseconds): the
 		// fixture is compared with what is read back.
