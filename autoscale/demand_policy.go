@@ -16,9 +16,11 @@ import (
 	"github.com/gpucloud/gpucloud/money"
 )
 
-// DefaultPolicy is the policy type a new group gets when it names none
-// (service.CreateGroup), and the replay's first: it left the least demand
-// unmet at the lowest capacity over the series of docs/AUTOSCALING.md.
+// DefaultPolicy is the replay's default policy and the one
+// docs/AUTOSCALING.md recommends: over its series it leaves little demand
+// unmet at the lowest capacity of the named policies. A live group runs it
+// by naming it (cloud.PolicyGPUCloud); a group that names no policy keeps
+// the size it is given.
 const DefaultPolicy = cloud.PolicyGPUCloud
 
 // DemandMetric is the custom metric the replay publishes: the GPUs wanted

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -328,5 +329,137 @@ func BenchmarkReplayYear(b *testing.B) {
 			b.ReportMetric(r.ShortfallPercent, "short%")
 			b.ReportMetric(r.CostVsOracle, "xoracle")
 		})
+	}
+}
+
+// TestReplayAccounting: tiny series whose figures are computed by hand.
+func TestReplayAccounting(t *testing.T) {
+	close := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	// Target at 100% on 8-GPU instances, 5-minute boot, 1-minute window,
+	// 120 s notice: demand 8 GPUs, then 24 from step 10, then 0 from 20.
+	g := make([]float64, 30)
+	for i := range g {
+		switch {
+		case i < 10:
+			g[i] = 8
+		case i < 20:
+			g[i] = 24
+		}
+	}
+	s := Series{Start: t0, Interval: time.Minute, GPUs: g}
+	cfg := Config{TargetUtilization: 1, Boot: 5 * time.Minute, ScaleInWindow: time.Minute}
+	ss, r := steps(t, "target", s, ReplayOptions{Config: cfg, HistorySteps: 6})
+	// Step 1 launches one (usable at 6); step 11 sees 24 and launches two
+	// (usable at 16): steps 10..15 are 16 GPUs short. Step 21 sees 0 and
+	// releases the three: their notice ends at step 23 (the round there
+	// still sees them, and ends them), paid through step 22.
+	if ss[1].Launched != 1 || ss[11].Launched != 2 || ss[21].Released != 3 || ss[22].Leaving != 3 || ss[23].Leaving != 3 ||
+		ss[24].Leaving != 0 {
+		t.Fatalf("steps: %+v", ss)
+	}
+	wantShort := 6 * 16 / 60.0
+	// Paid over the evaluated steps 6..29: 6..10 one, 11..22 three.
+	wantCap := (5*8 + 12*24) / 60.0
+	if !close(r.ShortfallGPUHours, wantShort) || !close(r.CapacityGPUHours, wantCap) || r.ScalingActions != 2 || r.PeakInstances != 3 {
+		t.Errorf("got %+v; want short %v capacity %v, 2 actions, peak 3", r, wantShort, wantCap)
+	}
+
+	// Hourly steps: a launch 5 minutes into the hour serves its last 55,
+	// and a notice of 120 s is paid for 2 minutes of the next step.
+	h := Series{Start: t0, Interval: time.Hour, GPUs: []float64{8, 8, 24, 24, 24, 0, 0}}
+	_, r = steps(t, "target", h, ReplayOptions{Config: cfg, HistorySteps: 2})
+	// Step 2 is short 16 for the hour; step 3 launches at its start and is
+	// short 16 for 5 minutes. Paid: step 2 one, 3 one + two from 0:00, 4
+	// and 5 three; step 6 releases, and the three stay 2 minutes.
+	if want := 16 + 16*5/60.0; !close(r.ShortfallGPUHours, want) {
+		t.Errorf("hourly shortfall %v, want %v", r.ShortfallGPUHours, want)
+	}
+	if want := 8 + 24*3 + 24*2/60.0; !close(r.CapacityGPUHours, want) {
+		t.Errorf("hourly capacity %v, want %v", r.CapacityGPUHours, want)
+	}
+}
+
+// TestProtectedNotReleased: a protected member and a locked one are never
+// given notice; scale-in takes the others.
+func TestProtectedNotReleased(t *testing.T) {
+	g := []float64{40, 40, 40, 40, 40, 40, 40, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	s := Series{Start: t0, Interval: time.Minute, GPUs: g}
+	for _, c := range []struct {
+		name     string
+		cfg      Config
+		released int
+	}{
+		{"none held", Config{TargetUtilization: 1, Boot: time.Minute, ScaleInWindow: time.Minute}, 5},
+		{"two protected", Config{TargetUtilization: 1, Boot: time.Minute, ScaleInWindow: time.Minute, Protected: 2}, 3},
+		{"all locked", Config{TargetUtilization: 1, Boot: time.Minute, ScaleInWindow: time.Minute, LockFor: time.Hour}, 0},
+	} {
+		ss, _ := steps(t, "target", s, ReplayOptions{Config: c.cfg, HistorySteps: 0})
+		rel := 0
+		for _, st := range ss {
+			rel += st.Released
+		}
+		if rel != c.released || ss[len(ss)-1].Ready != 5-c.released {
+			t.Errorf("%s: released %d, %d ready at the end; want %d", c.name, rel, ss[len(ss)-1].Ready, c.released)
+		}
+	}
+}
+
+// TestOracle: the oracle holds each step's need within min and max, and
+// pays for each instance from a boot before the step that needs it.
+func TestOracle(t *testing.T) {
+	close := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	s := Series{Start: t0, Interval: time.Hour, GPUs: []float64{0, 1, 9, 16, 17, 0}}
+	pr := &Prices{OnDemand: money.MustParse("2.50"), Spot: money.MustParse("1.00"), OnDemandBase: 1, OnDemandPercent: 50}
+	for _, c := range []struct {
+		name        string
+		cfg         Config
+		capGPUh     float64
+		shortGPUh   float64
+		actions     int
+		onDemandGPU float64 // on-demand GPU-hours, with pr
+	}{
+		// Needs 1, 2, 2, 3, 0 after the history: GPU-hours 8+16+16+24+0.
+		{"no boot", Config{}, 64, 0, 4, 0},
+		// A 30-minute boot: the second instance is paid from 1:30, the
+		// third from 3:30.
+		{"boot 30m", Config{Boot: 30 * time.Minute}, 64 + 4 + 4, 0, 4, 0},
+		// Max 2: step 4 is 1 GPU short; min 1: step 5 holds one.
+		{"min 1 max 2", Config{Limits: Limits{Min: 1, Max: 2}}, 8 + 16 + 16 + 16 + 8, 1, 2, 0},
+	} {
+		o, err := Oracle(s, ReplayOptions{Config: c.cfg, HistorySteps: 1, Prices: pr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !close(o.CapacityGPUHours, c.capGPUh) || !close(o.ShortfallGPUHours, c.shortGPUh) || o.ScalingActions != c.actions {
+			t.Errorf("%s: %+v; want capacity %v short %v actions %d", c.name, o, c.capGPUh, c.shortGPUh, c.actions)
+		}
+	}
+	// On demand: 1, 1+1, 1+1, 1+1 = 7 instance-hours; spot 0, 0, 0, 1.
+	o, _ := Oracle(s, ReplayOptions{HistorySteps: 1, Prices: pr})
+	if *o.OnDemandCost != 7*8*money.MustParse("2.50") || *o.SpotCost != 8*money.Unit || *o.Cost != *o.OnDemandCost+*o.SpotCost {
+		t.Fatalf("costs %v %v %v", *o.OnDemandCost, *o.SpotCost, *o.Cost)
+	}
+}
+
+func TestReplayErrors(t *testing.T) {
+	good := Series{Start: t0, Interval: time.Minute, GPUs: []float64{1, 2, 3}}
+	for name, c := range map[string]struct {
+		s   Series
+		opt ReplayOptions
+	}{
+		"interval":    {Series{Start: t0, GPUs: []float64{1, 2}}, ReplayOptions{}},
+		"negative":    {Series{Start: t0, Interval: time.Minute, GPUs: []float64{1, -2}}, ReplayOptions{}},
+		"nan":         {Series{Start: t0, Interval: time.Minute, GPUs: []float64{1, math.NaN()}}, ReplayOptions{}},
+		"history":     {good, ReplayOptions{HistorySteps: 3}},
+		"unit":        {good, ReplayOptions{Config: Config{UnitGPUs: -1}}},
+		"budget":      {good, ReplayOptions{Config: Config{Limits: Limits{Min: 2, Max: 3, Budget: &Budget{PerHour: 1, InstancePrice: 1}}}}},
+		"target util": {good, ReplayOptions{Config: Config{TargetUtilization: 1.5}}},
+		"sub-minute":  {Series{Start: t0, Interval: 30 * time.Second, GPUs: []float64{1, 2}}, ReplayOptions{}},
+		"metric": {good, ReplayOptions{Config: Config{Policies: []cloud.ScalingPolicy{
+			{Type: cloud.PolicyTarget, Metric: cloud.MetricGPUUtilization, Target: 0.5}}}}},
+	} {
+		if _, err := Replay("gpucloud", c.s, c.opt); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }
