@@ -1,9 +1,6 @@
-// The demand half's policies and their configuration.
-//
-// Time model. A policy is called at the start of each step of the series
-// (Input.Now) and sees the demand of the steps before it (Input.Past), never
-// the step that is starting. A scale-out is usable Boot after the decision;
-// a scale-in takes effect at once. docs/AUTOSCALING.md has the semantics.
+// The demand half's configuration and its named policies: each is a
+// live group's policy list (cloud.ScalingPolicy) on the demand metric,
+// run by the group planner (PlanGroup) in Replay.
 
 package autoscale
 
@@ -15,49 +12,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
 
-// DefaultPolicy is the policy a new group gets.
-const DefaultPolicy = "gpucloud"
+// DefaultPolicy is the replay's default policy and the one
+// docs/AUTOSCALING.md recommends: over its series it leaves little demand
+// unmet at the lowest capacity of the named policies. A live group runs it
+// by naming it (cloud.PolicyGPUCloud); a group that names no policy keeps
+// the size it is given.
+const DefaultPolicy = cloud.PolicyGPUCloud
 
-// Input is what a policy sees at one decision.
-type Input struct {
-	// Now is the time of the decision, the start of the step that begins.
-	Now time.Time
-	// Interval is the spacing of the history.
-	Interval time.Duration
-	// Past is the demand in GPUs of each step before Now, oldest first;
-	// Past[len(Past)-1] covers [Now-Interval, Now). Calls to one policy
-	// must pass a history that only grows (the same series, appended).
-	Past []float64
-	// Ready is the number of usable instances; Booting those launched
-	// but not usable yet. Both are paid for.
-	Ready, Booting int
-}
-
-// Decision is a policy's answer with the values that led to it.
-type Decision struct {
-	// Desired is the capacity to hold, in instances, after the limits.
-	Desired int `json:"desired"`
-	// Raw is the policy's own recommendation before stabilization,
-	// cooldown and limits.
-	Raw int `json:"raw"`
-	// Limit names the limit that cut the decision: "min", "max",
-	// "budget", or "" when none did.
-	Limit string `json:"limit,omitempty"`
-	// Forecast is the demand (GPUs) the policy planned for, when it
-	// forecasts; 0 otherwise.
-	Forecast float64 `json:"forecast,omitempty"`
-}
-
-// Policy decides one group's capacity. A Policy keeps state about the
-// history it has seen (profiles, windows), so each group or replay needs
-// its own, made by New.
-type Policy interface {
-	Name() string
-	Decide(in Input) Decision
-}
+// DemandMetric is the custom metric the replay publishes: the GPUs wanted
+// in the step just ended. A live group that publishes its demand the same
+// way (POST /v1/metrics, name demand_gpus) runs the replay's policies.
+const DemandMetric = cloud.CustomMetricPrefix + "demand_gpus"
 
 // Budget is a spending ceiling: the group never holds more instances
 // than PerHour buys at InstancePrice per instance-hour.
@@ -119,50 +88,38 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// clamp applies the limits to v and names the one that cut it.
-func (l Limits) clamp(v int) (int, string) {
-	if v < l.Min {
-		return l.Min, "min"
-	}
-	if a := l.Affordable(); a >= 0 && a < l.Max && v > a {
-		return a, "budget"
-	}
-	if v > l.Max {
-		return l.Max, "max"
-	}
-	return v, ""
-}
-
-// Config holds every policy's settings; each policy reads its own.
-// Zero values take the defaults (Defaults).
+// Config holds the replay's group: its size, timing and policies. Zero
+// values take the defaults (Defaults).
 type Config struct {
-	// UnitGPUs is the GPUs per instance.
+	// UnitGPUs is the GPUs per instance (default 8).
 	UnitGPUs int
-	// Limits bound every decision.
+	// Limits are the group's min and max, and its budget.
 	Limits Limits
-	// Boot is the time from a scale-out decision to usable capacity.
+	// Boot is the time from a launch to a running, usable member.
 	Boot time.Duration
 	// Buffer is how much earlier than Boot a forecast acts (EC2's
-	// SchedulingBufferTime; default 5 minutes).
+	// SchedulingBufferTime; default 5 minutes): the gpucloud and
+	// predictive policies' buffer_seconds (predictive's is Boot+Buffer,
+	// since it does not measure the boot).
 	Buffer time.Duration
-	// TargetUtilization is target tracking's target (default 0.7).
+	// TargetUtilization is target tracking's and step's target (default
+	// 0.7): target GPUs per instance are UnitGPUs times it.
 	TargetUtilization float64
-	// ScaleInWindow is the scale-in stabilization window of target and
-	// gpucloud (the HPA's scaleDown stabilizationWindowSeconds; default
-	// 5 minutes).
-	ScaleInWindow time.Duration
-	// Cooldown blocks step's next action after one (default 5 minutes).
-	Cooldown time.Duration
-	// LearnSteps is how many steps of the latest history the scheduled
-	// policy learns its WeekSchedule from, once they are there and again every
-	// week after. 0 means one week.
-	LearnSteps int
-	// WeekSchedule, when not nil, is the scheduled policy's given
-	// capacity per hour of the week (index 0 is Sunday 00:00–01:00 in the series' zone).
-	WeekSchedule *WeekSchedule
-	// SafetySigmas is gpucloud's margin over its forecast, in standard
-	// deviations of its own recent forecast error (default 2).
-	SafetySigmas float64
+	// ScaleInWindow is the group's stabilization window (default 5
+	// minutes), Cooldown its cooldown (default 5 minutes), and Notice the
+	// scale-in notice (default 120 s): a member given notice is paid for
+	// and serves until it ends.
+	ScaleInWindow, Cooldown, Notice time.Duration
+	// Protected: the first Protected members launched are protected from
+	// scale-in. LockFor: each member holds a completion lock for this
+	// long after it is running (a job that must finish); the planner
+	// releases neither, and a notice is withdrawn from a member that
+	// takes its lock, as the group controller does.
+	Protected int
+	LockFor   time.Duration
+	// Policies, when not empty, are the group's policies instead of the
+	// named one's (any live policy type; metrics must be DemandMetric).
+	Policies []cloud.ScalingPolicy
 }
 
 // Defaults returns c with every zero field set to its default.
@@ -180,46 +137,69 @@ func (c Config) Defaults() Config {
 		c.TargetUtilization = 0.7
 	}
 	if c.ScaleInWindow == 0 {
-		c.ScaleInWindow = 5 * time.Minute
+		c.ScaleInWindow = DefaultGroupStabilization
 	}
 	if c.Cooldown == 0 {
-		c.Cooldown = 5 * time.Minute
+		c.Cooldown = DefaultGroupCooldown
 	}
-	if c.SafetySigmas == 0 {
-		c.SafetySigmas = 2
+	if c.Notice == 0 {
+		c.Notice = 120 * time.Second
 	}
 	return c
 }
 
 func (c Config) validate() error {
+	whole := func(d time.Duration) bool { return d%time.Second == 0 }
 	switch {
 	case c.UnitGPUs < 1:
 		return fmt.Errorf("autoscale: unit GPUs %d: must be at least 1", c.UnitGPUs)
-	case c.Boot < 0 || c.Buffer < 0 || c.ScaleInWindow < 0 || c.Cooldown < 0:
-		return errors.New("autoscale: boot, buffer, window and cooldown must not be negative")
+	case c.Boot < 0 || c.Buffer < 0 || c.ScaleInWindow < 0 || c.Cooldown < 0 || c.Notice < 0 || c.LockFor < 0:
+		return errors.New("autoscale: boot, buffer, window, cooldown, notice and lock must not be negative")
+	case !whole(c.Boot) || !whole(c.Buffer) || !whole(c.ScaleInWindow) || !whole(c.Cooldown) || !whole(c.Notice) || !whole(c.LockFor):
+		return errors.New("autoscale: boot, buffer, window, cooldown, notice and lock must be whole seconds")
 	case !(c.TargetUtilization > 0 && c.TargetUtilization <= 1):
 		return fmt.Errorf("autoscale: target utilization %v: want more than 0 and at most 1", c.TargetUtilization)
-	case !(c.SafetySigmas >= 0 && c.SafetySigmas <= 10):
-		return fmt.Errorf("autoscale: safety sigmas %v: want 0..10", c.SafetySigmas)
-	case c.LearnSteps < 0:
-		return fmt.Errorf("autoscale: learn steps %d is negative", c.LearnSteps)
+	case c.Protected < 0:
+		return fmt.Errorf("autoscale: protected %d is negative", c.Protected)
 	}
 	return c.Limits.Validate()
 }
 
-var constructors = map[string]func(Config) Policy{
-	"target":     newTarget,
-	"step":       newStep,
-	"scheduled":  newWeeklySchedule,
-	"predictive": newPredictive,
-	"gpucloud":   newGPUCloud,
+// presets are the named policies: each a live group's policy list.
+var presets = map[string]func(Config) []cloud.ScalingPolicy{
+	cloud.PolicyGPUCloud: func(c Config) []cloud.ScalingPolicy {
+		return []cloud.ScalingPolicy{{Name: "gpucloud", Type: cloud.PolicyGPUCloud, Metric: DemandMetric,
+			Target: float64(c.UnitGPUs), BufferSeconds: int(c.Buffer / time.Second)}}
+	},
+	cloud.PolicyPredictive: func(c Config) []cloud.ScalingPolicy {
+		return []cloud.ScalingPolicy{{Name: "predictive", Type: cloud.PolicyPredictive, Metric: DemandMetric,
+			Target: float64(c.UnitGPUs), BufferSeconds: int((c.Boot + c.Buffer) / time.Second)}}
+	},
+	cloud.PolicyTarget: func(c Config) []cloud.ScalingPolicy {
+		return []cloud.ScalingPolicy{{Name: "target", Type: cloud.PolicyTarget, Metric: DemandMetric,
+			Target: c.TargetUtilization * float64(c.UnitGPUs)}}
+	},
+	// step: +10% at target+0.1, +30% at +0.2, +50% at +0.3, -10% under
+	// target-0.2 (utilization of the members held, in GPUs per member).
+	cloud.PolicyStep: func(c Config) []cloud.ScalingPolicy {
+		u := float64(c.UnitGPUs)
+		f := func(v float64) *float64 { v *= u; return &v }
+		return []cloud.ScalingPolicy{{Name: "step", Type: cloud.PolicyStep, Metric: DemandMetric,
+			Target: c.TargetUtilization * u, CooldownSeconds: int(c.Cooldown / time.Second),
+			Steps: []cloud.StepAdjustment{
+				{Lower: f(0.1), Upper: f(0.2), Change: 10},
+				{Lower: f(0.2), Upper: f(0.3), Change: 30},
+				{Lower: f(0.3), Change: 50},
+				{Upper: f(-0.2), Change: -10},
+			}}}
+	},
 }
 
-// Policies lists the policy names, the default first.
+// Policies lists the named policies, the default first.
 func Policies() []string {
 	out := []string{DefaultPolicy}
 	var rest []string
-	for name := range constructors {
+	for name := range presets {
 		if name != DefaultPolicy {
 			rest = append(rest, name)
 		}
@@ -228,15 +208,16 @@ func Policies() []string {
 	return append(out, rest...)
 }
 
-// New makes a fresh policy by name with cfg (zero fields defaulted).
-func New(name string, cfg Config) (Policy, error) {
-	mk, ok := constructors[strings.ToLower(strings.TrimSpace(name))]
+// PolicySpec is the policy list of a named policy with cfg (zero fields
+// defaulted), or cfg.Policies when it has some.
+func PolicySpec(name string, cfg Config) ([]cloud.ScalingPolicy, error) {
+	cfg = cfg.Defaults()
+	if len(cfg.Policies) > 0 {
+		return cfg.Policies, nil
+	}
+	mk, ok := presets[strings.ToLower(strings.TrimSpace(name))]
 	if !ok {
 		return nil, fmt.Errorf("unknown autoscaling policy %q (known: %s)", name, strings.Join(Policies(), ", "))
-	}
-	cfg = cfg.Defaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
 	}
 	return mk(cfg), nil
 }
@@ -251,31 +232,4 @@ func instancesFor(gpus float64, unit int) int {
 		return math.MaxInt32
 	}
 	return int(n)
-}
-
-// windowMax is the largest value pushed within a trailing time window,
-// kept as a monotone deque: O(1) amortized per push.
-type windowMax struct {
-	window time.Duration
-	at     []time.Time
-	val    []int
-}
-
-// push adds v at t and returns the largest value in (t-window, t].
-func (w *windowMax) push(t time.Time, v int) int {
-	for len(w.val) > 0 && w.val[len(w.val)-1] <= v {
-		w.val, w.at = w.val[:len(w.val)-1], w.at[:len(w.at)-1]
-	}
-	w.val, w.at = append(w.val, v), append(w.at, t)
-	cut := 0
-	for cut < len(w.at)-1 && !w.at[cut].After(t.Add(-w.window)) {
-		cut++
-	}
-	if cut > 0 {
-		// Shift rather than reslice so the backing arrays stay small.
-		n := copy(w.at, w.at[cut:])
-		copy(w.val, w.val[cut:])
-		w.at, w.val = w.at[:n], w.val[:n]
-	}
-	return w.val[0]
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 )
 
@@ -39,7 +41,7 @@ type Prices struct {
 
 // ReplayOptions configure Replay.
 type ReplayOptions struct {
-	// Config is passed to each policy (UnitGPUs, Boot, limits, ...).
+	// Config is the replay's group (UnitGPUs, Boot, limits, ...).
 	Config Config
 	// HistorySteps is the prefix that only feeds the policies; the
 	// figures cover the steps after it. Negative means DefaultHistory.
@@ -48,8 +50,24 @@ type ReplayOptions struct {
 	Prices *Prices
 	// KeepTrace keeps each step's capacity in Result.Capacity.
 	KeepTrace bool
-	// Decisions, when not nil, is called with every decision.
-	Decisions func(step int, d Decision)
+	// Steps, when not nil, is called with every step, history included.
+	Steps func(i int, st Step)
+}
+
+// Step is one step of a replay, as `--trace` writes it: at the step's
+// start, the members the planner saw and what it decided.
+type Step struct {
+	Time time.Time
+	// Demand is the GPUs wanted during the step (the planner has not seen
+	// it yet: it decides from the steps before).
+	Demand float64
+	// Ready members are running (usable); Booting are launched and not
+	// running yet; Leaving are under a scale-in notice (paid, serving).
+	Ready, Booting, Leaving int
+	// Desired is the decision; Launched and Released what it did.
+	Desired, Launched, Released int
+	// Policy, Limit and Reason are the decision's (cloud.GroupDecision).
+	Policy, Limit, Reason string
 }
 
 // Result holds one policy's figures over the evaluated steps.
@@ -107,8 +125,12 @@ func (o ReplayOptions) history(s Series) (int, error) {
 	return h, nil
 }
 
-// Oracle is the capacity that knows the future: each step exactly its
-// demand rounded up to whole instances. Its shortfall is zero.
+// Oracle is the capacity a clairvoyant holds: each step exactly its
+// demand rounded up to whole instances, within min and max (and the
+// budget), each instance launched Config.Boot before the step that needs
+// it and paid from then, and given its notice ahead so that it goes as
+// soon as no step needs it. Its shortfall is zero unless max or the
+// budget cut it.
 func Oracle(s Series, opt ReplayOptions) (Result, error) {
 	cfg := opt.Config.Defaults()
 	if err := s.Validate(); err != nil {
@@ -121,22 +143,43 @@ func Oracle(s Series, opt ReplayOptions) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	acc := newAccount(s, cfg, opt.Prices)
-	prev := -1
+	need := make([]int, len(s.GPUs))
+	ceil := cfg.Limits.Ceiling()
 	for i, v := range s.GPUs {
-		n := instancesFor(v, cfg.UnitGPUs)
+		need[i] = max(cfg.Limits.Min, min(ceil, instancesFor(v, cfg.UnitGPUs)))
+	}
+	acc := newAccount(s, cfg, opt.Prices)
+	secs := int64(s.Interval / time.Second)
+	boot := int64(cfg.Boot / time.Second)
+	for i, v := range s.GPUs {
+		// Over the step, the instances paid are its own need and, from
+		// Boot before each later step's start, that step's.
+		held, at := need[i], int64(0)
+		var segs []segment
+		for j := i + 1; j < len(s.GPUs); j++ {
+			from := int64(j-i)*secs - boot // seconds into step i
+			if from >= secs {
+				break
+			}
+			from = max(0, from)
+			if need[j] > held {
+				if from > at {
+					segs = append(segs, segment{secs: from - at, paid: held, usable: need[i]})
+				}
+				held, at = need[j], from
+			}
+		}
+		segs = append(segs, segment{secs: secs - at, paid: held, usable: need[i]})
 		if opt.KeepTrace {
-			acc.res.Capacity = append(acc.res.Capacity, int32(n))
+			acc.res.Capacity = append(acc.res.Capacity, int32(held))
 		}
 		if i < hist {
-			prev = n
 			continue
 		}
-		if prev >= 0 && n != prev {
+		if i > 0 && need[i] != need[i-1] {
 			acc.res.ScalingActions++
 		}
-		prev = n
-		acc.add(v, n, float64(n*cfg.UnitGPUs), acc.step_)
+		acc.step(v, segs)
 	}
 	acc.res.Policy = "oracle"
 	r := acc.finish()
@@ -144,25 +187,80 @@ func Oracle(s Series, opt ReplayOptions) (Result, error) {
 	return r, nil
 }
 
-// launch is capacity on its way: n instances usable from ready.
-type launch struct {
-	ready time.Time
-	n     int
+// segment is a stretch of a step with a constant number of instances
+// paid for and usable.
+type segment struct {
+	secs         int64
+	paid, usable int
 }
 
-// Replay runs a fresh policy over the series and accounts for its
-// capacity. At the start of each step the policy decides from the
-// demand before it; a scale-out is usable Config.Boot later (so it may
-// serve only the end of a long step), a scale-in cancels launches still
-// booting first and then takes ready instances away at once. Every
-// instance held, booting or ready, is paid for.
+// simMember is one member of the replay's group.
+type simMember struct {
+	id             string
+	created, ready time.Time
+	// gone is the end of its notice (zero: none).
+	gone      time.Time
+	protected bool
+}
+
+// ReplayGroup is the group the replay runs policies on: cfg's limits,
+// timing and budget, one pool, and the policies given.
+func ReplayGroup(cfg Config, policies []cloud.ScalingPolicy) *cloud.Group {
+	cfg = cfg.Defaults()
+	g := &cloud.Group{ID: "replay", Name: "replay", Template: cloud.GroupTemplate{Offerings: []string{"replay"}},
+		Min: cfg.Limits.Min, Max: cfg.Limits.Max, Desired: cfg.Limits.Min, Policies: policies,
+		Timing: cloud.GroupTiming{CooldownSeconds: int(cfg.Cooldown / time.Second),
+			StabilizationSeconds: int(cfg.ScaleInWindow / time.Second), NoticeSeconds: int(cfg.Notice / time.Second)},
+		State: cloud.GroupActive}
+	if b := cfg.Limits.Budget; b != nil {
+		g.BudgetPerHour = b.PerHour
+	}
+	return g
+}
+
+// ReplayPools is the replay group's one pool: unbounded, on demand, at
+// the budget's instance price.
+func ReplayPools(cfg Config) []Pool {
+	p := Pool{Offering: "replay", FreeOnDemand: -1, FreeSpot: -1}
+	if b := cfg.Limits.Budget; b != nil {
+		p.OnDemand = b.InstancePrice
+	}
+	return []Pool{p}
+}
+
+// Replay runs policy name (a named policy, or Config.Policies under that
+// label) over the series on a simulated group, through the group planner
+// the group controller calls (PlanGroup), and accounts for its capacity.
+// At the start of each step the demand of the step before is published
+// as the custom metric DemandMetric and the planner decides, as the
+// controller's round would, from the group's members (booting, running,
+// leaving; protected or locked ones held). A launch runs Config.Boot
+// later; a member released gets Config.Notice, during which it is paid
+// for and serves, and then goes. Every member is paid for from its
+// launch until it goes.
 func Replay(name string, s Series, opt ReplayOptions) (Result, error) {
 	if err := s.Validate(); err != nil {
 		return Result{}, err
 	}
-	p, err := New(name, opt.Config)
+	if s.Interval < time.Minute || s.Interval%time.Minute != 0 {
+		return Result{}, fmt.Errorf("autoscale: series interval %v: the replay needs whole minutes (the group's history is by the minute)", s.Interval)
+	}
+	cfg := opt.Config.Defaults()
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	pols, err := PolicySpec(name, cfg)
 	if err != nil {
 		return Result{}, err
+	}
+	g := ReplayGroup(cfg, pols)
+	if err := ValidateGroup(g); err != nil {
+		return Result{}, fmt.Errorf("autoscale: policy %s: %w", name, err)
+	}
+	for i, p := range pols {
+		if p.Type != cloud.PolicyScheduled && p.Metric != DemandMetric {
+			return Result{}, fmt.Errorf("autoscale: policies[%d]: metric %q: the replay publishes only %s", i, p.Metric, DemandMetric)
+		}
 	}
 	hist, err := opt.history(s)
 	if err != nil {
@@ -172,69 +270,137 @@ func Replay(name string, s Series, opt ReplayOptions) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	cfg := opt.Config.Defaults()
+	g.CreatedAt = s.Start
 	acc := newAccount(s, cfg, opt.Prices)
 	if opt.KeepTrace {
 		acc.res.Capacity = make([]int32, 0, len(s.GPUs))
 	}
-	var (
-		ready   int
-		pending []launch // ordered by ready time
-	)
+	st, h, pools := NewGroupState(), NewHistory(), ReplayPools(cfg)
+	var ms []*simMember
+	launched := 0
 	for i := range s.GPUs {
 		now := s.Time(i)
-		// Launches that became usable by now.
-		for len(pending) > 0 && !pending[0].ready.After(now) {
-			ready += pending[0].n
-			pending = pending[1:]
+		in := GroupInput{Now: now, Group: g, Pools: pools, History: h}
+		if i > 0 {
+			h.Add(DemandMetric, s.Time(i-1), s.GPUs[i-1])
+			in.Current = map[string]float64{DemandMetric: s.GPUs[i-1]}
 		}
-		booting := 0
-		for _, l := range pending {
-			booting += l.n
-		}
-		d := p.Decide(Input{Now: now, Interval: s.Interval, Past: s.GPUs[:i:i], Ready: ready, Booting: booting})
-		if opt.Decisions != nil {
-			opt.Decisions(i, d)
-		}
-		held := ready + booting
-		switch {
-		case d.Desired > held:
-			l := launch{ready: now.Add(cfg.Boot), n: d.Desired - held}
-			if cfg.Boot == 0 {
-				ready += l.n
-			} else {
-				pending = append(pending, l)
+		step := Step{Time: now, Demand: s.GPUs[i]}
+		for _, m := range ms {
+			mb := Member{ID: m.id, Offering: "replay", Market: cloud.MarketOnDemand, State: cloud.Pending, CreatedAt: m.created}
+			if !now.Before(m.ready) {
+				mb.State, mb.RunningSince = cloud.Running, m.ready
 			}
-		case d.Desired < held:
-			cut := held - d.Desired
-			for cut > 0 && len(pending) > 0 {
-				last := &pending[len(pending)-1]
-				k := min(cut, last.n)
-				last.n -= k
-				cut -= k
-				if last.n == 0 {
-					pending = pending[:len(pending)-1]
+			mb.Held = m.held(now, cfg)
+			mb.Leaving = !m.gone.IsZero()
+			switch {
+			case mb.Leaving:
+				step.Leaving++
+			case mb.State == cloud.Running:
+				step.Ready++
+			default:
+				step.Booting++
+			}
+			in.Members = append(in.Members, mb)
+		}
+		plan := PlanGroup(st, in)
+		g.Desired = plan.Desired
+		if plan.Min != nil {
+			g.Min = *plan.Min
+		}
+		if plan.Max != nil {
+			g.Max = *plan.Max
+		}
+		for range plan.Launch {
+			launched++
+			ms = append(ms, &simMember{id: fmt.Sprintf("m%d", launched), created: now, ready: now.Add(cfg.Boot),
+				protected: launched <= cfg.Protected})
+		}
+		for _, r := range plan.Release {
+			for _, m := range ms {
+				if m.id == r.InstanceID && m.gone.IsZero() {
+					m.gone = now.Add(cfg.Notice)
 				}
 			}
-			ready -= cut
+		}
+		// As the controller's round does after planning: a notice is
+		// withdrawn from a member that took its lock, and a member whose
+		// notice has ended goes.
+		kept := ms[:0]
+		for _, m := range ms {
+			switch {
+			case m.gone.IsZero():
+			case m.held(now, cfg):
+				m.gone = time.Time{}
+			case !m.gone.After(now):
+				continue
+			}
+			kept = append(kept, m)
+		}
+		clear(ms[len(kept):])
+		ms = kept
+		step.Desired, step.Launched, step.Released = plan.Desired, len(plan.Launch), len(plan.Release)
+		step.Policy, step.Limit, step.Reason = plan.Decision.Policy, plan.Decision.Limit, plan.Decision.Reason
+		if opt.Steps != nil {
+			opt.Steps(i, step)
 		}
 		if opt.KeepTrace {
-			acc.res.Capacity = append(acc.res.Capacity, int32(d.Desired))
+			acc.res.Capacity = append(acc.res.Capacity, int32(len(ms)))
 		}
 		if i < hist {
 			continue
 		}
-		if d.Desired != held {
+		if len(plan.Launch)+len(plan.Release) > 0 {
 			acc.res.ScalingActions++
 		}
-		acc.stepPending(s.GPUs[i], ready, pending, now)
+		acc.step(s.GPUs[i], segments(ms, now, s.Interval))
 	}
-	acc.res.Policy = p.Name()
+	acc.res.Policy = name
 	r := acc.finish()
 	if oracle.CapacityGPUHours > 0 {
 		r.CostVsOracle = r.CapacityGPUHours / oracle.CapacityGPUHours
 	}
 	return r, nil
+}
+
+// held reports whether m is protected or holds its completion lock at t.
+func (m *simMember) held(t time.Time, cfg Config) bool {
+	return m.protected || cfg.LockFor > 0 && !t.Before(m.ready) && t.Before(m.ready.Add(cfg.LockFor))
+}
+
+// segments splits the step from start into stretches of constant paid
+// and usable members: a member is paid until its notice ends and usable
+// from its ready time until then.
+func segments(ms []*simMember, start time.Time, interval time.Duration) []segment {
+	end := start.Add(interval)
+	cuts := []time.Time{start, end}
+	for _, m := range ms {
+		for _, t := range []time.Time{m.ready, m.gone} {
+			if t.After(start) && t.Before(end) {
+				cuts = append(cuts, t)
+			}
+		}
+	}
+	sort.Slice(cuts, func(a, b int) bool { return cuts[a].Before(cuts[b]) })
+	var out []segment
+	for k := 0; k+1 < len(cuts); k++ {
+		a, b := cuts[k], cuts[k+1]
+		if !b.After(a) {
+			continue
+		}
+		sg := segment{secs: int64(b.Sub(a) / time.Second)}
+		for _, m := range ms {
+			if !m.gone.IsZero() && !m.gone.After(a) {
+				continue
+			}
+			sg.paid++
+			if !m.ready.After(a) {
+				sg.usable++
+			}
+		}
+		out = append(out, sg)
+	}
+	return out
 }
 
 // account sums GPU-seconds over the evaluated steps.
@@ -254,46 +420,23 @@ func newAccount(s Series, cfg Config, prices *Prices) *account {
 	return &account{s: s, cfg: cfg, prices: prices, step_: s.Interval.Seconds()}
 }
 
-// stepPending accounts one step in which the pending launches become
-// usable at their ready times.
-func (a *account) stepPending(demand float64, ready int, pending []launch, start time.Time) {
-	held := ready
-	for _, l := range pending {
-		held += l.n
-	}
-	a.res.PeakInstances = max(a.res.PeakInstances, held)
-	end := start.Add(a.s.Interval)
-	at, usable := start, ready
-	short := 0.0
-	for _, l := range pending {
-		if !l.ready.Before(end) {
-			break
-		}
-		seg := l.ready.Sub(at).Seconds()
-		short += max(0, demand-float64(usable*a.cfg.UnitGPUs)) * seg
-		at, usable = l.ready, usable+l.n
-	}
-	short += max(0, demand-float64(usable*a.cfg.UnitGPUs)) * end.Sub(at).Seconds()
-	a.addShort(demand, held, short)
-}
-
-func (a *account) add(demand float64, held int, usableGPUs, secs float64) {
-	a.res.PeakInstances = max(a.res.PeakInstances, held)
-	a.addShort(demand, held, max(0, demand-usableGPUs)*secs)
-}
-
-func (a *account) addShort(demand float64, held int, short float64) {
+// step accounts one step: its demand against each segment's usable
+// instances, and the instances paid.
+func (a *account) step(demand float64, segs []segment) {
+	unit := float64(a.cfg.UnitGPUs)
 	a.demand += demand * a.step_
-	a.capacity += float64(held*a.cfg.UnitGPUs) * a.step_
-	a.shortfall += short
-	if p := a.prices; p != nil {
-		od := min(held, p.OnDemandBase)
-		if rest := held - od; rest > 0 {
-			od += (rest*p.OnDemandPercent + 99) / 100
+	for _, sg := range segs {
+		a.res.PeakInstances = max(a.res.PeakInstances, sg.paid)
+		a.capacity += float64(sg.paid) * unit * float64(sg.secs)
+		a.shortfall += max(0, demand-float64(sg.usable)*unit) * float64(sg.secs)
+		if p := a.prices; p != nil {
+			od := min(sg.paid, p.OnDemandBase)
+			if rest := sg.paid - od; rest > 0 {
+				od += (rest*p.OnDemandPercent + 99) / 100
+			}
+			a.odSec += int64(od) * sg.secs
+			a.spotSec += int64(sg.paid-od) * sg.secs
 		}
-		secs := int64(a.s.Interval / time.Second)
-		a.odSec += int64(od) * secs
-		a.spotSec += int64(held-od) * secs
 	}
 }
 

@@ -27,6 +27,12 @@ type SyntheticConfig struct {
 	// 4 hours.
 	BurstsPerWeek float64
 	BurstGPUs     float64
+	// Trend is the growth of the mean per week as a fraction of Base
+	// (negative: a decline); 0 none.
+	Trend float64
+	// Office, when set, makes demand zero outside 08:00–20:00 on
+	// weekdays: idle nights and weekends.
+	Office bool
 }
 
 // Synthetic makes a seeded demand series with daily and weekly cycles,
@@ -83,7 +89,11 @@ func Synthetic(c SyntheticConfig) Series {
 			b = burst
 			burstLeft -= dt
 		}
-		v := c.Base*(1+c.Daily*daily+c.Weekly*weekly) + noise + b
+		weeks := float64(i) * dt / (7 * 24)
+		v := c.Base*(1+c.Daily*daily+c.Weekly*weekly+c.Trend*weeks) + noise + b
+		if wd := t.Weekday(); c.Office && (wd == time.Saturday || wd == time.Sunday || t.Hour() < 8 || t.Hour() >= 20) {
+			v = 0
+		}
 		out[i] = max(0, math.Round(v*100)/100)
 	}
 	return Series{Start: c.Start, Interval: c.Interval, GPUs: out}

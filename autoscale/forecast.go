@@ -5,11 +5,10 @@ import (
 	"time"
 )
 
-// The seasonal forecaster, the one piece both halves share. The demand
-// half's predictive and gpucloud policies feed it a step at a time
-// (update); the group half's predictive policy feeds it a minute at a
-// time from the History (observe, in group_forecast.go's feed) and reads
-// hourly points of it (pointAt). Both read maxOver.
+// The seasonal forecaster of the predictive and gpucloud policies: the
+// planner feeds it a minute at a time from the group's History (observe,
+// in group_forecast.go's feed), reads hourly points of it (pointAt) and
+// the highest forecast of a horizon (maxOver).
 
 const (
 	// minSlot is the finest slot of the seasonal profiles.
@@ -99,19 +98,6 @@ func newForecaster(interval time.Duration) *forecaster {
 	}
 }
 
-// update takes the observations of in.Past not seen yet.
-func (f *forecaster) update(in Input) {
-	start := in.Now.Add(-time.Duration(len(in.Past)) * in.Interval)
-	for ; f.seen < len(in.Past); f.seen++ {
-		t := start.Add(time.Duration(f.seen) * in.Interval)
-		v := in.Past[f.seen]
-		f.week.observe(t, v)
-		f.day.observe(t, v)
-		f.recent[f.seen%len(f.recent)] = v
-		f.levelN = min(f.levelN+1, len(f.recent))
-	}
-}
-
 // seasonal is the profile value at t: the mean of the weekly and daily
 // profiles once a week has been seen, the daily one before.
 func (f *forecaster) seasonal(t time.Time) (float64, bool) {
@@ -153,8 +139,7 @@ func (f *forecaster) maxOver(now time.Time, horizon time.Duration) float64 {
 	return best
 }
 
-// observe feeds one observation at t to the forecaster (the
-// single-observation form of update).
+// observe feeds one observation at t to the forecaster.
 func (f *forecaster) observe(t time.Time, v float64) {
 	f.week.observe(t, v)
 	f.day.observe(t, v)
@@ -182,4 +167,17 @@ func (f *forecaster) pointAt(now, t time.Time) float64 {
 		}
 	}
 	return max(0, level)
+}
+
+// level is the mean of the latest observations (up to five minutes'),
+// the forecast's starting point.
+func (f *forecaster) level() float64 {
+	if f.levelN == 0 {
+		return 0
+	}
+	v := 0.0
+	for i := 0; i < f.levelN; i++ {
+		v += f.recent[i]
+	}
+	return v / float64(f.levelN)
 }

@@ -188,6 +188,11 @@ type GroupState struct {
 	crons       map[string]*cronEntry
 	fc          map[string]*fcState
 	buf         []float64
+	// gc is each gpucloud policy's memory; boots the latest boot times
+	// measured (bootSeen: the members measured).
+	gc       map[string]*gcState
+	boots    []time.Duration
+	bootSeen map[string]bool
 }
 
 type cronEntry struct {
@@ -203,6 +208,7 @@ func NewGroupState() *GroupState {
 		cronLast: map[string]time.Time{},
 		crons:    map[string]*cronEntry{},
 		fc:       map[string]*fcState{},
+		gc:       map[string]*gcState{},
 	}
 }
 
@@ -406,6 +412,7 @@ func newPlanner(st *GroupState, in GroupInput) *planner {
 			}
 		}
 	}
+	st.observeBoot(in.Members)
 	for i := range in.Members {
 		m := &in.Members[i]
 		if m.Leaving {
@@ -468,6 +475,9 @@ func (p *planner) dynamicRecs(base int, plan *Plan) (dynamic bool, recs []rec) {
 		case cloud.PolicyPredictive:
 			dynamic = dynamic || !pol.ForecastOnly
 			r, ok = p.predictive(label, pol, plan)
+		case cloud.PolicyGPUCloud:
+			dynamic = true
+			r, ok = p.gpucloud(label, pol)
 		}
 		if ok {
 			recs = append(recs, r)

@@ -83,8 +83,9 @@ func loadMinutes(h *History, key string, from int64, out, tmp []float64) {
 	}
 }
 
-// feed brings a forecaster up to the minute before now from h.
-func feed(fs *fcState, h *History, key string, now time.Time, buf *[]float64) {
+// feed brings a forecaster up to the minute before now from h; each
+// minute fed is also given to each, when not nil, in order.
+func feed(fs *fcState, h *History, key string, now time.Time, buf *[]float64, each func(minute int64, v float64)) {
 	nowMin := unixMinute(now)
 	if fs.f == nil {
 		fs.f = newForecaster(time.Minute)
@@ -110,6 +111,9 @@ func feed(fs *fcState, h *History, key string, now time.Time, buf *[]float64) {
 	loadMinutes(h, key, fs.next, b[:n], b[n:])
 	for i, v := range b[:n] {
 		fs.f.observe(minuteTime(fs.next+int64(i)), v)
+		if each != nil {
+			each(fs.next+int64(i), v)
+		}
 	}
 	fs.next = nowMin
 }
@@ -139,7 +143,7 @@ func (p *planner) predictive(label string, pol cloud.ScalingPolicy, plan *Plan) 
 		fs = &fcState{aheadAt: math.MinInt64}
 		p.st.fc[key] = fs
 	}
-	feed(fs, h, key, p.now, &p.st.buf)
+	feed(fs, h, key, p.now, &p.st.buf, nil)
 	if fs.f == nil || fs.f.levelN == 0 {
 		return rec{}, false
 	}
@@ -235,7 +239,7 @@ func hoursMinutes(d time.Duration) string {
 func BacktestForecast(g *cloud.Group, h *History, now time.Time) (ForecastReport, error) {
 	var pol *cloud.ScalingPolicy
 	label := ""
-	for _, typ := range []string{cloud.PolicyPredictive, cloud.PolicyTarget} {
+	for _, typ := range []string{cloud.PolicyPredictive, cloud.PolicyGPUCloud, cloud.PolicyTarget} {
 		for i := range g.Policies {
 			if g.Policies[i].Type == typ && pol == nil {
 				pol, label = &g.Policies[i], PolicyLabel(g, i)

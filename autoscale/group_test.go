@@ -1150,6 +1150,11 @@ func TestValidateGroup(t *testing.T) {
 	if err := ValidateGroup(ok()); err != nil {
 		t.Fatal(err)
 	}
+	if err := ValidateGroup(newGroup(func(g *cloud.Group) {
+		g.Policies = []cloud.ScalingPolicy{{Type: cloud.PolicyGPUCloud, Metric: "custom:demand_gpus", Target: 8, BufferSeconds: 60}}
+	})); err != nil {
+		t.Fatalf("gpucloud: %v", err)
+	}
 	if err := ValidateGroup(newGroup(func(g *cloud.Group) { g.Min, g.Max, g.Desired, g.Policies = 2, 2, 2, nil })); err != nil {
 		t.Fatalf("fixed size: %v", err)
 	}
@@ -1195,6 +1200,13 @@ func TestValidateGroup(t *testing.T) {
 		{"policies[2].metric:", func(g *cloud.Group) { g.Policies[2].Metric = cloud.MetricGPUUtilization }},
 		{"policies[3].buffer_seconds:", func(g *cloud.Group) { g.Policies[3].BufferSeconds = -1 }},
 		{"policies[3].steps:", func(g *cloud.Group) { g.Policies[3].Steps = g.Policies[1].Steps }},
+		{"policies[3].buffer_seconds:", func(g *cloud.Group) {
+			g.Policies[3].Type, g.Policies[3].BufferSeconds = cloud.PolicyGPUCloud, maxBufferSeconds+1
+		}},
+		{"policies[3].target:", func(g *cloud.Group) { g.Policies[3].Type, g.Policies[3].Target = cloud.PolicyGPUCloud, 0 }},
+		{"policies[3].forecast_only:", func(g *cloud.Group) {
+			g.Policies[3].Type, g.Policies[3].ForecastOnly = cloud.PolicyGPUCloud, true
+		}},
 	} {
 		g := ok()
 		c.mut(g)

@@ -29,12 +29,13 @@ const maxBufferSeconds = 48 * 3600
 //   - policies: a known type; names unique where given; metric empty
 //     (gpu_utilization), gpu_utilization, cpu_utilization,
 //     gpu_cpu_utilization or custom:NAME; target > 0 (at most 1 for a
-//     utilization metric) for target, step and predictive; step: at
+//     utilization metric) for target, step, predictive and gpucloud; step: at
 //     least one adjustment, each with a non-zero change and lower <
 //     upper, none overlapping, cooldown_seconds >= 0; scheduled: a cron
 //     that parses and fires, a time zone that loads, at least one of
 //     set_min, set_max, set_desired, each >= 0, set_min <= set_desired
-//     <= set_max where given; predictive: buffer_seconds 0..172800; no
+//     <= set_max where given; predictive and gpucloud: buffer_seconds
+//     0..172800; no
 //     field of another type (a cron on a target policy).
 func ValidateGroup(g *cloud.Group) error {
 	if g == nil {
@@ -152,8 +153,8 @@ func validatePolicy(field string, pol cloud.ScalingPolicy) error {
 		types []string
 	}
 	for _, o := range []owned{
-		{"metric", pol.Metric != "", []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive}},
-		{"target", pol.Target != 0, []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive}},
+		{"metric", pol.Metric != "", []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive, cloud.PolicyGPUCloud}},
+		{"target", pol.Target != 0, []string{cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive, cloud.PolicyGPUCloud}},
 		{"steps", len(pol.Steps) > 0, []string{cloud.PolicyStep}},
 		{"cooldown_seconds", pol.CooldownSeconds != 0, []string{cloud.PolicyStep}},
 		{"cron", pol.Cron != "", []string{cloud.PolicyScheduled}},
@@ -162,14 +163,14 @@ func validatePolicy(field string, pol cloud.ScalingPolicy) error {
 		{"set_max", pol.SetMax != nil, []string{cloud.PolicyScheduled}},
 		{"set_desired", pol.SetDesired != nil, []string{cloud.PolicyScheduled}},
 		{"forecast_only", pol.ForecastOnly, []string{cloud.PolicyPredictive}},
-		{"buffer_seconds", pol.BufferSeconds != 0, []string{cloud.PolicyPredictive}},
+		{"buffer_seconds", pol.BufferSeconds != 0, []string{cloud.PolicyPredictive, cloud.PolicyGPUCloud}},
 	} {
-		if o.set && isType(cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyScheduled, cloud.PolicyPredictive) && !isType(o.types...) {
+		if o.set && isType(cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyScheduled, cloud.PolicyPredictive, cloud.PolicyGPUCloud) && !isType(o.types...) {
 			return fmt.Errorf("%s.%s: not a field of a %s policy", field, o.name, pol.Type)
 		}
 	}
 	switch pol.Type {
-	case cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive:
+	case cloud.PolicyTarget, cloud.PolicyStep, cloud.PolicyPredictive, cloud.PolicyGPUCloud:
 		if err := validMetric(pol.Metric); err != nil {
 			return fmt.Errorf("%s.metric: %v", field, err)
 		}
@@ -181,14 +182,14 @@ func validatePolicy(field string, pol cloud.ScalingPolicy) error {
 		}
 	case cloud.PolicyScheduled:
 	default:
-		return fmt.Errorf("%s.type: unknown policy type %q (target, step, scheduled, predictive)", field, pol.Type)
+		return fmt.Errorf("%s.type: unknown policy type %q (target, step, scheduled, predictive, gpucloud)", field, pol.Type)
 	}
 	switch pol.Type {
 	case cloud.PolicyStep:
 		return validateSteps(field, pol)
 	case cloud.PolicyScheduled:
 		return validateCronAction(field, pol)
-	case cloud.PolicyPredictive:
+	case cloud.PolicyPredictive, cloud.PolicyGPUCloud:
 		if pol.BufferSeconds < 0 || pol.BufferSeconds > maxBufferSeconds {
 			return fmt.Errorf("%s.buffer_seconds: %d is not 0..%d", field, pol.BufferSeconds, maxBufferSeconds)
 		}

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bufio"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/autoscale"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/sim"
 )
@@ -44,6 +47,8 @@ type autoscaleOptions struct {
 	onDemandPrice, spotPrice  string
 	onDemandBase, onDemandPct int
 	output, chart             string
+	policies, trace           string
+	notice                    time.Duration
 }
 
 func newAutoscaleCommand() *cobra.Command {
@@ -55,8 +60,11 @@ func newAutoscaleCommand() *cobra.Command {
 			"policies and report what each one paid for and how much demand it left\n" +
 			"unmet, against an oracle that knows the future and holds exactly the demand\n" +
 			"rounded up to whole instances.\n\n" +
-			"Each policy decides at the start of every step of the series from the demand\n" +
-			"before it. A scale-out is usable --boot later; a scale-in takes effect at once.\n" +
+			"Each policy is a live group's policy list, run by the group controller's\n" +
+			"planner over simulated time: at the start of every step the demand of the step\n" +
+			"before is published as the custom metric demand_gpus and the planner decides.\n" +
+			"A launch is usable --boot later; a member scaled in gets --notice, during which\n" +
+			"it is paid for and serves. --policies runs a group's own policy list.\n" +
 			"The first --history of the series only feeds the policies and is left out of\n" +
 			"the figures. Policies: " + strings.Join(autoscale.Policies(), ", ") + ".\n\n" +
 			"The demand file is a CSV with a header; the time column is RFC 3339 or\n" +
@@ -84,6 +92,9 @@ func newAutoscaleCommand() *cobra.Command {
 	f.IntVar(&o.onDemandPct, "on-demand-percent", 0, "with --spot-price: percentage on demand above the base (without --spot-price everything is on demand)")
 	f.StringVarP(&o.output, "output", "o", "table", `output format: "table" or "json"`)
 	f.StringVar(&o.chart, "chart", "", "also write an SVG chart of demand and each policy's capacity")
+	f.StringVar(&o.policies, "policies", "", `a JSON file of a group's policies (a list of {"type": ...} on the metric custom:demand_gpus) to replay instead of a named policy`)
+	f.StringVar(&o.trace, "trace", "", "write each step of one policy to this CSV: time, demand, ready, booting, leaving, desired, launched, released, policy, reason")
+	f.DurationVar(&o.notice, "notice", 120*time.Second, "the scale-in notice: a member scaled in is paid for and serves this long")
 	return cmd
 }
 
@@ -114,7 +125,7 @@ func parseAutoscalePolicies(s string) ([]string, error) {
 		if name == "" || seen[name] {
 			continue
 		}
-		if _, err := autoscale.New(name, autoscale.Config{}); err != nil {
+		if _, err := autoscale.PolicySpec(name, autoscale.Config{}); err != nil {
 			return nil, fmt.Errorf(`--policy: %v, or "all"`, err)
 		}
 		seen[name] = true
@@ -146,6 +157,20 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	}
+	var given []cloud.ScalingPolicy
+	if o.policies != "" {
+		b, err := os.ReadFile(o.policies)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &given); err != nil || len(given) == 0 {
+			return cmdutil.Usagef(cmd, "--policies %s: want a JSON list of policies (%v)", o.policies, err)
+		}
+		policies = []string{strings.TrimSuffix(filepath.Base(o.policies), filepath.Ext(o.policies))}
+	}
+	if o.trace != "" && len(policies) != 1 {
+		return cmdutil.Usagef(cmd, "--trace writes one policy's steps: give one --policy")
+	}
 	if err := o.check(cmd); err != nil {
 		return err
 	}
@@ -175,7 +200,7 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	opt := autoscale.ReplayOptions{
 		Config: autoscale.Config{
 			UnitGPUs: o.unitGPUs, Boot: o.boot, TargetUtilization: o.target,
-			Limits: autoscale.Limits{Min: o.minInst, Max: maxInst},
+			Limits: autoscale.Limits{Min: o.minInst, Max: maxInst}, Notice: o.notice, Policies: given,
 		},
 		HistorySteps: hist,
 		Prices:       prices,
@@ -184,6 +209,21 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	oracle, err := autoscale.Oracle(s, opt)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.demand, err)
+	}
+	var trace *csv.Writer
+	if o.trace != "" {
+		f, err := os.Create(o.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		trace = csv.NewWriter(f)
+		_ = trace.Write([]string{"time", "demand_gpus", "ready", "booting", "leaving", "desired", "launched", "released", "policy", "limit", "reason"})
+		opt.Steps = func(_ int, st autoscale.Step) {
+			_ = trace.Write([]string{st.Time.UTC().Format(time.RFC3339), strconv.FormatFloat(st.Demand, 'f', -1, 64),
+				strconv.Itoa(st.Ready), strconv.Itoa(st.Booting), strconv.Itoa(st.Leaving), strconv.Itoa(st.Desired),
+				strconv.Itoa(st.Launched), strconv.Itoa(st.Released), st.Policy, st.Limit, st.Reason})
+		}
 	}
 	results := make([]autoscale.Result, len(policies))
 	err = parallel(len(policies), runtime.NumCPU(), func(i int) error {
@@ -196,6 +236,12 @@ func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	})
 	if err != nil {
 		return err
+	}
+	if trace != nil {
+		trace.Flush()
+		if err := trace.Error(); err != nil {
+			return fmt.Errorf("--trace %s: %w", o.trace, err)
+		}
 	}
 	if hist < 0 {
 		hist = autoscale.DefaultHistory(len(s.GPUs), s.Interval)
@@ -223,8 +269,10 @@ func (o autoscaleOptions) check(cmd *cobra.Command) error {
 	switch {
 	case o.unitGPUs < 1:
 		return cmdutil.Usagef(cmd, "--unit-gpus %d: must be at least 1", o.unitGPUs)
-	case o.boot < 0:
-		return cmdutil.Usagef(cmd, "--boot %v: must not be negative", o.boot)
+	case o.boot < 0 || o.boot%time.Second != 0:
+		return cmdutil.Usagef(cmd, "--boot %v: want whole seconds, not negative", o.boot)
+	case o.notice <= 0 || o.notice%time.Second != 0:
+		return cmdutil.Usagef(cmd, "--notice %v: want whole seconds, at least one", o.notice)
 	case !(o.target > 0 && o.target <= 1):
 		return cmdutil.Usagef(cmd, "--target-utilization %v: want more than 0 and at most 1", o.target)
 	case o.minInst < 0 || o.maxInst < 0 || (o.maxInst > 0 && o.maxInst < o.minInst):

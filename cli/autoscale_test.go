@@ -129,3 +129,40 @@ func TestSimDemand(t *testing.T) {
 		t.Fatalf("no input: %d %q", code, errOut)
 	}
 }
+
+// TestAutoscaleTraceAndPolicies: --trace writes one row per step with the
+// decision and its reason; --policies replays a group's own policy list
+// (here a cron action beside target tracking); --trace wants one policy.
+func TestAutoscaleTraceAndPolicies(t *testing.T) {
+	demand := writeDemand(t, 2, time.Hour)
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.csv")
+	code, _, errOut := run(t, "sim", "autoscale", "--demand", demand, "--policy", "target", "--trace", trace)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 1+48 || lines[0] != "time,demand_gpus,ready,booting,leaving,desired,launched,released,policy,limit,reason" ||
+		!strings.Contains(lines[2], "wants") {
+		t.Errorf("trace: %d lines\n%s\n%s", len(lines), lines[0], lines[2])
+	}
+	pols := filepath.Join(dir, "mine.json")
+	if err := os.WriteFile(pols, []byte(`[{"type":"target","metric":"custom:demand_gpus","target":4},
+		{"type":"scheduled","cron":"0 9 * * *","set_min":60}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "sim", "autoscale", "--demand", demand, "--policies", pols, "--trace", trace)
+	if code != 0 || !strings.Contains(out, "mine") {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	if b, _ := os.ReadFile(trace); !strings.Contains(string(b), "min 60") {
+		t.Errorf("the scheduled action is not in the trace")
+	}
+	if code, _, errOut := run(t, "sim", "autoscale", "--demand", demand, "--trace", trace); code == 0 || !strings.Contains(errOut, "one --policy") {
+		t.Errorf("--trace with every policy: %d %s", code, errOut)
+	}
+}

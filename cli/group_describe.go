@@ -83,6 +83,8 @@ func policyText(p cloud.ScalingPolicy) string {
 			s += ", forecast only"
 		}
 		return s
+	case cloud.PolicyGPUCloud:
+		return fmt.Sprintf("%s: forecast %s at %s with a margin and a reactive floor", p.Name, p.Metric, target())
 	case cloud.PolicyScheduled:
 		var sets []string
 		for _, v := range []struct {

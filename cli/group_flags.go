@@ -29,7 +29,7 @@ type groupFlags struct {
 	min, max, desired                       int
 	targetGPU, targetCPU                    float64
 	targetMetrics, schedules                []string
-	predictive                              string
+	predictive, gpucloud                    string
 	noPolicies                              bool
 	spot, rebalance                         bool
 	onDemandBase, onDemandPct, maxSpotRatio int
@@ -41,7 +41,7 @@ type groupFlags struct {
 
 // describing are the flags of groupFlags that -f may not be mixed with.
 var describing = []string{"offering", "image", "min", "max", "desired", "target-gpu", "target-cpu", "target-metric", "schedule",
-	"predictive", "no-policies", "spot", "capacity-rebalance", "on-demand-base", "on-demand-percent", "max-spot-price-ratio",
+	"predictive", "gpucloud", "no-policies", "spot", "capacity-rebalance", "on-demand-base", "on-demand-percent", "max-spot-price-ratio",
 	"budget", "idle-release", "volume-gib", "env", "tag", "zone", "label", "warmup", "cooldown", "stabilization", "notice"}
 
 func (g *groupFlags) register(cmd *cobra.Command, update bool) {
@@ -58,6 +58,7 @@ func (g *groupFlags) register(cmd *cobra.Command, update bool) {
 	f.StringArrayVar(&g.schedules, "schedule", nil, "a scheduled action: cron=EXPR[,tz=ZONE][,min=N][,max=N][,desired=N][,name=NAME] (repeatable)")
 	f.StringVar(&g.predictive, "predictive", "", "forecast the first target's metric and scale ahead; =forecast-only computes without acting")
 	f.Lookup("predictive").NoOptDefVal = "on"
+	f.StringVar(&g.gpucloud, "gpucloud", "", "the gpucloud policy on METRIC=VALUE per member, e.g. custom:demand_gpus=8 or gpu_utilization=0.9: a forecast over the boot time with its own error margin, and a reactive floor")
 	f.BoolVar(&g.spot, "spot", false, "use spot capacity above the on-demand base and percent")
 	f.BoolVar(&g.rebalance, "capacity-rebalance", false, "replace a spot member as soon as it gets a rebalance recommendation")
 	f.IntVar(&g.onDemandBase, "on-demand-base", 0, "with --spot: members always on demand")
@@ -196,6 +197,25 @@ func (g *groupFlags) policies(cmd *cobra.Command) ([]cloud.ScalingPolicy, error)
 			Target: first.Target, ForecastOnly: g.predictive == "forecast-only"})
 	default:
 		return nil, cmdutil.Usagef(cmd, "--predictive=%s: want --predictive or --predictive=forecast-only", g.predictive)
+	}
+	if g.gpucloud != "" {
+		i := strings.LastIndex(g.gpucloud, "=")
+		if i <= 0 {
+			return nil, cmdutil.Usagef(cmd, "--gpucloud %q: want METRIC=VALUE, e.g. custom:demand_gpus=8", g.gpucloud)
+		}
+		metric, v := g.gpucloud[:i], g.gpucloud[i+1:]
+		target, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, cmdutil.Usagef(cmd, "--gpucloud %q: %q is not a number", g.gpucloud, v)
+		}
+		switch metric {
+		case cloud.MetricGPUUtilization, cloud.MetricCPUUtilization, cloud.MetricGPUOrCPU:
+		default:
+			if !strings.HasPrefix(metric, cloud.CustomMetricPrefix) {
+				metric = cloud.CustomMetricPrefix + metric
+			}
+		}
+		ps = append(ps, cloud.ScalingPolicy{Name: "gpucloud", Type: cloud.PolicyGPUCloud, Metric: metric, Target: target})
 	}
 	return ps, nil
 }
@@ -371,7 +391,7 @@ func (g *groupFlags) patch(cmd *cobra.Command, cur *cloud.Group, command []strin
 		}
 		req.Template = &t
 	}
-	if changed(cmd, "target-gpu", "target-cpu", "target-metric", "schedule", "predictive") {
+	if changed(cmd, "target-gpu", "target-cpu", "target-metric", "schedule", "predictive", "gpucloud") {
 		if g.noPolicies {
 			return req, cmdutil.Usagef(cmd, "--no-policies and policy flags do not mix")
 		}

@@ -42,7 +42,7 @@ func TestGroupsCreateFromFlags(t *testing.T) {
 	decodeJSON(t, e.ok(tok, "groups", "create", "web", "--offering", "l4.1x", "--offering", "L40S.1x", "--min", "1", "--max", "4",
 		"--desired", "2", "--target-gpu", "0.6", "--target-metric", "custom:queue=10",
 		"--schedule", "cron=0 8,20 * * 1-5,tz=Asia/Shanghai,desired=0", "--predictive=forecast-only",
-		"--spot", "--on-demand-base", "1", "--on-demand-percent", "25", "--max-spot-price-ratio", "70", "--capacity-rebalance",
+		"--gpucloud", "demand_gpus=8", "--spot", "--on-demand-base", "1", "--on-demand-percent", "25", "--max-spot-price-ratio", "70", "--capacity-rebalance",
 		"--budget", "12.50", "--idle-release", "0.1:30m", "--volume-gib", "20", "--env", "A=1", "--tag", "team=web",
 		"--zone", "zone-a", "--label", "driver>=550", "--image", "ghcr.io/acme/web:1",
 		"--warmup", "2m", "--cooldown", "3m", "--stabilization", "4m", "--notice", "1m", "-o", "json", "--", "python", "serve.py"), &g)
@@ -52,6 +52,7 @@ func TestGroupsCreateFromFlags(t *testing.T) {
 		{Name: "target-queue", Type: cloud.PolicyTarget, Metric: "custom:queue", Target: 10},
 		{Name: "schedule-1", Type: cloud.PolicyScheduled, Cron: "0 8,20 * * 1-5", TimeZone: "Asia/Shanghai", SetDesired: &zero},
 		{Name: "predictive", Type: cloud.PolicyPredictive, Metric: cloud.MetricGPUUtilization, Target: 0.6, ForecastOnly: true},
+		{Name: "gpucloud", Type: cloud.PolicyGPUCloud, Metric: "custom:demand_gpus", Target: 8},
 	}
 	wantTemplate := cloud.GroupTemplate{Offerings: []string{"l4.1x", "l40s.1x"}, Image: "ghcr.io/acme/web:1",
 		Command: []string{"python", "serve.py"}, Env: map[string]string{"A": "1"}, Zones: []string{"zone-a"},
@@ -105,7 +106,7 @@ func TestGroupsCreateFromFlags(t *testing.T) {
 	var up cloud.Group
 	decodeJSON(t, e.ok(tok, "groups", "update", "web", "--max", "6", "--budget", "0", "--idle-release", "off", "--cooldown", "1m", "-o", "json"), &up)
 	if up.Max != 6 || up.BudgetPerHour != 0 || up.IdleRelease != nil || up.Timing.CooldownSeconds != 60 || up.Timing.WarmupSeconds != 120 ||
-		len(up.Policies) != 4 || !up.Mixed.Spot {
+		len(up.Policies) != 5 || !up.Mixed.Spot {
 		t.Errorf("update = %+v", up)
 	}
 	decodeJSON(t, e.ok(tok, "groups", "update", "web", "--target-cpu", "0.5", "--offering", "l40s.1x", "-o", "json", "--", "python", "v2.py"), &up)

@@ -91,6 +91,9 @@ const (
 	PolicyStep       = "step"
 	PolicyScheduled  = "scheduled"
 	PolicyPredictive = "predictive"
+	// PolicyGPUCloud is predictive scaling with its own error margin and
+	// a reactive floor (docs/AUTOSCALING.md, "The gpucloud policy").
+	PolicyGPUCloud = "gpucloud"
 )
 
 // Metrics a policy can track. A custom metric is "custom:NAME", a value a
@@ -136,6 +139,8 @@ type ScalingPolicy struct {
 
 	// Predictive: forecast the metric's load from the group's history and
 	// act BufferSeconds ahead; ForecastOnly computes without acting.
+	// A gpucloud policy reads BufferSeconds too: it acts the members'
+	// measured boot time plus BufferSeconds ahead.
 	ForecastOnly  bool `json:"forecast_only,omitempty"`
 	BufferSeconds int  `json:"buffer_seconds,omitempty"`
 }
