@@ -181,6 +181,8 @@ func startCloud(db, dir string) (*testCloud, func(), error) {
 	unlimited := httpapi.Limit{Rate: 10000, Burst: 10000}
 	srv, err := controlplane.Start(ctx, controlplane.Config{
 		DB: db, Listen: "127.0.0.1:0", ScheduleInterval: 20 * time.Millisecond, Log: log,
+		// The spot market and the groups move within a test's patience.
+		SpotClearInterval: 500 * time.Millisecond, MarketInterval: 100 * time.Millisecond, GroupInterval: 100 * time.Millisecond,
 		Limits: httpapi.RateLimits{Member: unlimited, Admin: unlimited, Agent: unlimited, AgentLiveness: unlimited, AuthFailures: unlimited, Anonymous: unlimited},
 	})
 	if err != nil {
@@ -316,4 +318,28 @@ func (tn *tenant) provider() string {
 // config is the tenant's provider block followed by body.
 func (tn *tenant) config(body string) string {
 	return tn.provider() + strings.TrimSpace(body) + "\n"
+}
+
+// spotPool waits (10 s at most) until the spot market has cleared a price
+// for an L4 pool, and returns that pool.
+func (c *testCloud) spotPool(t *testing.T) api.SpotPool {
+	t.Helper()
+	var found api.SpotPool
+	err := waitFor(10*time.Second, func() bool {
+		pools, err := c.admin.SpotPools(t.Context())
+		if err != nil {
+			return false
+		}
+		for _, p := range pools {
+			if p.Offering == "l4.1x" && p.Price > 0 {
+				found = p
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no spot price for l4.1x: %v", err)
+	}
+	return found
 }

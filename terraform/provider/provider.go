@@ -111,5 +111,11 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 }
 
 func (p *Provider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{}
+	return []func() datasource.DataSource{
+		newOfferingsDataSource,
+		newOfferingDataSource,
+		newPricesDataSource,
+		newSpotPriceDataSource,
+		newAdviseDataSource,
+	}
 }
