@@ -107,6 +107,11 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 		newSecurityGroupResource,
 		newSecurityGroupRuleResource,
 		newPlacementGroupResource,
+		newAddressResource,
+		newAddressAssociationResource,
+		newSpotRequestResource,
+		newGroupResource,
+		newCommitmentResource,
 	}
 }
 
