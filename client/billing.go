@@ -247,6 +247,13 @@ func (c *Client) Addresses(ctx context.Context, tenant string, withReleased bool
 	return out.Addresses, err
 }
 
+// GetAddress reads an address, released or not.
+func (c *Client) GetAddress(ctx context.Context, id string) (*cloud.Address, error) {
+	var out cloud.Address
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("addresses", id), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
 // AssociateAddress associates an address with an instance of its tenant.
 func (c *Client) AssociateAddress(ctx context.Context, id, instanceID string) (*cloud.Address, error) {
 	var out cloud.Address

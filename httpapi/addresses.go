@@ -50,6 +50,12 @@ func (s *handlers) listAddresses(w http.ResponseWriter, r *http.Request, p princ
 	return nil
 }
 
+// getAddress handles GET /v1/addresses/{id} (service.Addresses.Get): the
+// address, released or not; another tenant's answers like a missing one.
+func (s *handlers) getAddress(w http.ResponseWriter, r *http.Request, p principal) error {
+	return answerByID(w, r, p, s.svc.Addresses.Get)
+}
+
 // associateAddress handles POST /v1/addresses/{id}/associate
 // (service.Addresses.Associate).
 func (s *handlers) associateAddress(w http.ResponseWriter, r *http.Request, p principal) error {

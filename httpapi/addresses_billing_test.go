@@ -49,6 +49,9 @@ func testAddressAllocationOrder(t *testing.T, e *env) {
 		t.Errorf("release again = %+v, %v", again, err)
 	}
 	e.billingUnchanged(before, "releasing a released address")
+	if got, err := acme.GetAddress(ctx, one.ID); err != nil || got.ReleasedAt == nil {
+		t.Errorf("get a released address = %+v, %v", got, err)
+	}
 	three, err := acme.AllocateAddress(ctx, api.AllocateAddressRequest{}, "")
 	if err != nil || three.IP != "198.51.100.5" || three.ID == one.ID {
 		t.Errorf("after release = %+v, %v", three, err)
@@ -105,6 +108,18 @@ func testAddressAssociation(t *testing.T, e *env) {
 	wantCode(t, err, cloud.NotFound)
 	_, err = e.globex.DisassociateAddress(ctx, a.ID)
 	wantCode(t, err, cloud.NotFound)
+	// GET /v1/addresses/{id}: the owner reads it, another tenant finds
+	// nothing; the admin reads any.
+	if got, err := e.acme.GetAddress(ctx, a.ID); err != nil || got.ID != a.ID || got.InstanceID != in.ID {
+		t.Errorf("get own address = %+v, %v", got, err)
+	}
+	_, err = e.globex.GetAddress(ctx, a.ID)
+	wantCode(t, err, cloud.NotFound)
+	_, err = e.acme.GetAddress(ctx, "addr-nosuch")
+	wantCode(t, err, cloud.NotFound)
+	if got, err := e.admin.GetAddress(ctx, b.ID); err != nil || got.ID != b.ID {
+		t.Errorf("admin get = %+v, %v", got, err)
+	}
 	_, err = e.acme.AssociateAddress(ctx, b.ID, gin.ID)
 	if ce := wantCode(t, err, cloud.Invalid); ce.Details["field"] != "instance_id" {
 		t.Errorf("another tenant's instance: %v", ce)

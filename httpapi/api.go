@@ -241,6 +241,7 @@ var routeTable = []route{
 
 	{"POST", "/v1/addresses", authed, (*handlers).allocateAddress},
 	{"GET", "/v1/addresses", authed, (*handlers).listAddresses},
+	{"GET", "/v1/addresses/{id}", authed, (*handlers).getAddress},
 	{"POST", "/v1/addresses/{id}/associate", authed, (*handlers).associateAddress},
 	{"POST", "/v1/addresses/{id}/disassociate", authed, (*handlers).disassociateAddress},
 	{"DELETE", "/v1/addresses/{id}", authed, (*handlers).releaseAddress},

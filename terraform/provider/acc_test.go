@@ -14,9 +14,13 @@ package provider_test
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +31,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for freshSchema
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
@@ -129,8 +134,11 @@ var factories = map[string]func() (tfprotov6.ProviderServer, error){
 	"gpucloud": providerserver.NewProtocol6WithError(provider.New("test")()),
 }
 
-// sharedCloud is the SQLite cloud the tests share: safe, because each
-// test works in tenants of its own.
+// sharedCloud is the cloud the tests share: safe, because each test
+// works in tenants of its own. Its store is SQLite, or PostgreSQL (a
+// fresh schema, dropped at the end) where GPUCLOUD_TEST_POSTGRES_URL is
+// set, as store/pgtest's tests do: `bash -c '. .ci/postgres.sh; go test
+// ./terraform/provider/ -run TestTenantIsolation'`.
 func sharedCloud(t *testing.T) *testCloud {
 	t.Helper()
 	needTerraform(t)
@@ -140,10 +148,20 @@ func sharedCloud(t *testing.T) *testCloud {
 			shared.err = err
 			return
 		}
-		c, stop, err := startCloud("sqlite://"+filepath.Join(dir, "gpucloud.db"), dir)
+		db, drop := "sqlite://"+filepath.Join(dir, "gpucloud.db"), func() {}
+		if base := os.Getenv("GPUCLOUD_TEST_POSTGRES_URL"); base != "" {
+			if db, drop, err = freshSchema(base); err != nil {
+				shared.err = err
+				return
+			}
+		}
+		c, stop, err := startCloud(db, dir)
 		shared.cloud, shared.err = c, err
 		shared.stop = func() {
-			stop()
+			if stop != nil {
+				stop()
+			}
+			drop()
 			os.RemoveAll(dir)
 		}
 	})
@@ -181,6 +199,8 @@ func startCloud(db, dir string) (*testCloud, func(), error) {
 	unlimited := httpapi.Limit{Rate: 10000, Burst: 10000}
 	srv, err := controlplane.Start(ctx, controlplane.Config{
 		DB: db, Listen: "127.0.0.1:0", ScheduleInterval: 20 * time.Millisecond, Log: log,
+		// The spot market and the groups move within a test's patience.
+		SpotClearInterval: 500 * time.Millisecond, MarketInterval: 100 * time.Millisecond, GroupInterval: 100 * time.Millisecond,
 		Limits: httpapi.RateLimits{Member: unlimited, Admin: unlimited, Agent: unlimited, AgentLiveness: unlimited, AuthFailures: unlimited, Anonymous: unlimited},
 	})
 	if err != nil {
@@ -316,4 +336,59 @@ func (tn *tenant) provider() string {
 // config is the tenant's provider block followed by body.
 func (tn *tenant) config(body string) string {
 	return tn.provider() + strings.TrimSpace(body) + "\n"
+}
+
+// spotPool waits (10 s at most) until the spot market has cleared a price
+// for an L4 pool, and returns that pool.
+func (c *testCloud) spotPool(t *testing.T) api.SpotPool {
+	t.Helper()
+	var found api.SpotPool
+	err := waitFor(10*time.Second, func() bool {
+		pools, err := c.admin.SpotPools(t.Context())
+		if err != nil {
+			return false
+		}
+		for _, p := range pools {
+			if p.Offering == "l4.1x" && p.Price > 0 {
+				found = p
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no spot price for l4.1x: %v", err)
+	}
+	return found
+}
+
+// freshSchema makes a new schema on the PostgreSQL server at base and
+// returns the URL whose connections use it, and the function that drops
+// it (store/pgtest.URL's, for a cloud that outlives one test).
+func freshSchema(base string) (string, func(), error) {
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return "", nil, err
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "gpucloud_tf_" + hex.EncodeToString(b)
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		admin.Close()
+		return "", nil, fmt.Errorf("create schema: %w", err)
+	}
+	drop := func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Close()
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		drop()
+		return "", nil, fmt.Errorf("GPUCLOUD_TEST_POSTGRES_URL: want a postgres:// URL (%v)", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	q.Set("application_name", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), drop, nil
 }

@@ -14,9 +14,9 @@ import (
 
 // TestProviderBinary builds the provider's binary as users do (no cgo),
 // points terraform at it through dev_overrides (no init, no registry),
-// validates every example under examples/terraform, and plans the
-// training cluster against the cloud with the connection taken from the
-// GPUCLOUD_* environment variables alone.
+// validates every example under examples/terraform, and plans each
+// against the cloud with the connection taken from the GPUCLOUD_*
+// environment variables alone.
 func TestProviderBinary(t *testing.T) {
 	c := sharedCloud(t)
 	tn := c.newTenant(t)
@@ -69,15 +69,27 @@ func TestProviderBinary(t *testing.T) {
 			if out, err := tf(dir, "validate", "-no-color"); err != nil || !strings.Contains(out, "The configuration is valid") {
 				t.Fatalf("terraform validate: %v\n%s", err, out)
 			}
-			if name != "training-cluster" {
-				return
+			// Each example plans against the cloud: its data sources
+			// read the live market (the advisor picks an L4 for the
+			// inference group; the spot job takes an L4 pool).
+			plans := map[string]struct {
+				args []string
+				want string
+			}{
+				"training-cluster": {[]string{"-var", "offering=l4.1x"}, `Plan: 10 to add, 0 to change, 0 to destroy`},
+				"inference-group":  {nil, `(?s)Plan: 1 to add, 0 to change, 0 to destroy.*offering\s+=\s+"l4\.`},
+				"spot-job":         {[]string{"-var", "offering=l4.1x"}, `Plan: 2 to add, 0 to change, 0 to destroy`},
 			}
-			out, err := tf(dir, "plan", "-no-color", "-input=false", "-var", "offering=l4.1x")
+			p, ok := plans[name]
+			if !ok {
+				t.Fatalf("example %s: no plan to check; add one here", name)
+			}
+			out, err := tf(dir, append([]string{"plan", "-no-color", "-input=false"}, p.args...)...)
 			if err != nil {
 				t.Fatalf("terraform plan: %v\n%s", err, out)
 			}
-			if !regexp.MustCompile(`Plan: 10 to add, 0 to change, 0 to destroy`).MatchString(out) {
-				t.Errorf("terraform plan: want 10 to add:\n%s", out)
+			if !regexp.MustCompile(p.want).MatchString(out) {
+				t.Errorf("terraform plan: want %s:\n%s", p.want, out)
 			}
 		})
 	}

@@ -260,3 +260,6 @@ func userTags(tags map[string]string) map[string]string {
 	}
 	return out
 }
+
+// diagnostics is the diagnostics a helper adds to.
+type diagnostics = diag.Diagnostics

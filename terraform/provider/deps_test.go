@@ -29,6 +29,8 @@ var providerLinks = []string{
 	"fleet",                           // placements and hosts, in cloud's types
 	"money",                           // the amounts in the API's types
 	"billing",                         // invoices, in the client's answers
+	"advise",                          // the selection matrix of gpucloud_advise: pure, client-side, as the CLI's
+	"estimate",                        // advise's cost comparison: pure
 	"stack",                           // stack templates, in the API's types
 	"agentapi",                        // FetchCA and TLSClient: the CA pinned by its fingerprint, TLS 1.3
 	"cli/cliconfig",                   // the CLI's configuration file and GPUCLOUD_* variables

@@ -107,9 +107,20 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 		newSecurityGroupResource,
 		newSecurityGroupRuleResource,
 		newPlacementGroupResource,
+		newAddressResource,
+		newAddressAssociationResource,
+		newSpotRequestResource,
+		newGroupResource,
+		newCommitmentResource,
 	}
 }
 
 func (p *Provider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{}
+	return []func() datasource.DataSource{
+		newOfferingsDataSource,
+		newOfferingDataSource,
+		newPricesDataSource,
+		newSpotPriceDataSource,
+		newAdviseDataSource,
+	}
 }

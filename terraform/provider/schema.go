@@ -1,12 +1,16 @@
 package provider
 
 import (
+	"context"
+
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // The attributes every resource's schema shares.
@@ -59,5 +63,43 @@ func tagsAttribute() schema.MapAttribute {
 		Optional: true, ElementType: types.StringType,
 		Description:   "The tenant's tags (keys without the gpucloud: prefix). The API sets tags at create only: a change replaces the resource.",
 		PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+	}
+}
+
+// moneyAttribute is an optional money argument, a decimal string: one the
+// state holds in another form of the same amount ("50" and "50.00", the
+// second as an import writes it) plans no change. (Computed only so that
+// the plan may keep the state's form.)
+func moneyAttribute(desc string, more ...planmodifier.String) schema.StringAttribute {
+	return schema.StringAttribute{
+		Optional: true, Computed: true, Description: desc,
+		PlanModifiers: append([]planmodifier.String{sameAmount{}}, more...),
+	}
+}
+
+// sameAmount keeps the state's form of an amount the configuration
+// writes otherwise, and plans null when the configuration leaves the
+// attribute out.
+type sameAmount struct{}
+
+func (sameAmount) Description(context.Context) string {
+	return "an amount written otherwise is the same amount"
+}
+
+func (m sameAmount) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
+
+func (sameAmount) PlanModifyString(_ context.Context, req planmodifier.StringRequest, resp *planmodifier.StringResponse) {
+	switch {
+	case req.ConfigValue.IsNull():
+		// Left out: none (the server's default), as the state will say.
+		resp.PlanValue = types.StringNull()
+		return
+	case req.State.Raw.IsNull() || req.ConfigValue.IsUnknown():
+		return
+	}
+	a, err1 := money.Parse(req.ConfigValue.ValueString())
+	b, err2 := money.Parse(req.StateValue.ValueString())
+	if err1 == nil && err2 == nil && a == b {
+		resp.PlanValue = req.StateValue
 	}
 }

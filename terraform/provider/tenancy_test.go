@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"testing"
@@ -9,10 +10,13 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // TestTenantIsolation: a provider with tenant B's token cannot import
-// tenant A's resources, of every type: each import fails with the API's
+// tenant A's resources, of every type (addresses and their associations,
+// spot requests, groups and commitments included): each import fails with the API's
 // not_found, as for an ID that does not exist. (A's resources in B's state
 // would leave it on refresh through the same not_found.)
 func TestTenantIsolation(t *testing.T) {
@@ -48,6 +52,24 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Client.TerminateInstance(t.Context(), in.ID, 0) })
+	addr, err := a.Client.AllocateAddress(ctx, api.AllocateAddressRequest{InstanceID: in.ID}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := c.spotPool(t)
+	sr, err := a.Client.CreateSpotRequest(ctx, api.CreateSpotRequestRequest{Pools: []cloud.Pool{pool.Pool}, MaxPrice: new(money.MustParse("0.000001")), Command: []string{"sleep", "600"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Client.CancelSpotRequest(context.Background(), sr.ID, true, 0) })
+	grp, err := a.Client.CreateGroup(ctx, api.CreateGroupRequest{Name: "a", Template: cloud.GroupTemplate{Offerings: []string{"l4.1x"}}, Min: 0, Max: 1}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := a.Client.CreateCommitment(ctx, api.CreateCommitmentRequest{Plan: cloud.PlanRetainer, Offering: "l4.1x", Quantity: 1, Term: "1h"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var steps []resource.TestStep
 	for _, tc := range []struct {
 		typ, body, id string
@@ -60,6 +82,11 @@ func TestTenantIsolation(t *testing.T) {
 		{"gpucloud_security_group", `network_id = "x"` + "\n" + `name = "x"`, sg.ID},
 		{"gpucloud_security_group_rule", `security_group_id = "x"` + "\n" + `direction = "egress"` + "\n" + `protocol = "all"` + "\n" + `cidr = "0.0.0.0/0"`, sg.ID + "/" + sg.Egress[0].ID},
 		{"gpucloud_instance", `offering = "l4.1x"`, in.ID},
+		{"gpucloud_address", ``, addr.ID},
+		{"gpucloud_address_association", `address_id = "x"` + "\n" + `instance_id = "x"`, addr.ID},
+		{"gpucloud_spot_request", `pool {` + "\n" + `offering = "l4.1x"` + "\n}", sr.ID},
+		{"gpucloud_group", `name = "x"` + "\n" + `offerings = ["l4.1x"]` + "\n" + `min = 0` + "\n" + `max = 1`, grp.ID},
+		{"gpucloud_commitment", `plan = "retainer"` + "\n" + `offering = "l4.1x"` + "\n" + `quantity = 1` + "\n" + `term = "1h"`, cm.ID},
 	} {
 		steps = append(steps, resource.TestStep{
 			Config:        b.config(fmt.Sprintf("resource %q \"theirs\" {\n%s\n}", tc.typ, tc.body)),
