@@ -76,6 +76,9 @@ type StackFit struct {
 	Known bool           `json:"known"`
 	Fits  bool           `json:"fits"`
 	Lines []StackFitLine `json:"lines,omitempty"`
+	// Reason says why the fit is not known, when the server can say:
+	// "the fleet is still starting: 1 of 8 hosts seen by the scheduler".
+	Reason string `json:"reason,omitempty"`
 }
 
 // StackFitLine is one instance of the dry run; Reason says why it does

@@ -172,6 +172,8 @@ func planSummary(sum map[stack.Action]int) string {
 // does not and why.
 func fitText(f *api.StackFit) string {
 	switch {
+	case f != nil && !f.Known && f.Reason != "":
+		return "Fit: unknown (" + f.Reason + ")"
 	case f == nil || !f.Known:
 		return "Fit: unknown (the server cannot dry-run the placement now)"
 	case f.Fits:

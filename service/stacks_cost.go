@@ -194,8 +194,10 @@ func cheapestSpot(pools []any, spot []cloud.SpotPrice) (best money.Micros, found
 // stackFit runs the plan's new instances through the scheduler's dry run:
 // the instances a create or replace adds, a spot request's first launch,
 // a group's desired members. While the scheduler has not yet seen every
-// host that joined (Options.FleetSeen), the answer is unavailable (the
-// fleet is still starting, with counts), never "does not fit".
+// host that joined (Options.FleetSeen), the fit is not known and its
+// reason says the fleet is still starting, with counts: never "does not
+// fit", and never a refusal (an apply goes on; its instances wait to be
+// placed as any do).
 func (s *Stacks) stackFit(ctx context.Context, b *stack.Bound, p *stack.PlanResult, rec *StackRecord, tenant string) (*api.StackFit, error) {
 	fit := &api.StackFit{}
 	if s.opts.DryRun == nil {
@@ -265,8 +267,13 @@ func (s *Stacks) stackFit(ctx context.Context, b *stack.Bound, p *stack.PlanResu
 		}
 	}
 	if len(reqs) > 0 {
-		if err := s.fleetStarted(ctx); err != nil {
+		starting, err := s.fleetStarting(ctx)
+		if err != nil {
 			return nil, err
+		}
+		if starting != "" {
+			fit.Reason = starting
+			return fit, nil
 		}
 	}
 	res, ok := s.opts.DryRun(reqs)
@@ -281,28 +288,27 @@ func (s *Stacks) stackFit(ctx context.Context, b *stack.Bound, p *stack.PlanResu
 	return fit, nil
 }
 
-// fleetStarted is unavailable while the store holds hosts that the
-// scheduler's fleet does not (Options.FleetSeen): before its first pass,
-// or in the moment after hosts joined. It says how many it has seen.
-func (s *Stacks) fleetStarted(ctx context.Context) error {
+// fleetStarting says, while the store holds hosts that the scheduler's
+// fleet does not (Options.FleetSeen: before its first pass, or in the
+// moment after hosts joined), that the fleet is still starting and how
+// many hosts the scheduler has seen; "" otherwise.
+func (s *Stacks) fleetStarting(ctx context.Context) (string, error) {
 	if s.opts.FleetSeen == nil {
-		return nil
+		return "", nil
 	}
 	seen, ok := s.opts.FleetSeen()
 	if !ok {
-		return nil
+		return "", nil
 	}
 	var stamp cloud.HostStamp
 	if err := s.tx(ctx, func(tx cloud.Tx) (err error) {
 		stamp, err = tx.HostStamp(ctx)
 		return err
 	}); err != nil {
-		return err
+		return "", err
 	}
 	if stamp.Hosts <= seen {
-		return nil
+		return "", nil
 	}
-	return &cloud.Error{Code: cloud.Unavailable,
-		Message: fmt.Sprintf("the fleet is still starting: %d of %d hosts seen by the scheduler; try again in a few seconds", seen, stamp.Hosts),
-		Details: map[string]any{"seen_hosts": seen, "hosts": stamp.Hosts}}
+	return fmt.Sprintf("the fleet is still starting: %d of %d hosts seen by the scheduler; plan again in a few seconds", seen, stamp.Hosts), nil
 }
