@@ -3,13 +3,13 @@ package console
 import (
 	"fmt"
 	"html/template"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/placement"
 	"github.com/gpucloud/gpucloud/service"
 )
 
@@ -114,16 +114,7 @@ func instanceTime(seconds int64) string {
 // model". The reasons are phrases, not sentences, so each is put after
 // its count of hosts rather than read as a noun of it.
 func reasonsText(reasons map[string]int) string {
-	keys := make([]string, 0, len(reasons))
-	for k := range reasons {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if reasons[keys[i]] != reasons[keys[j]] {
-			return reasons[keys[i]] > reasons[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
+	keys := placement.ReasonsByCount(reasons)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = hostsText(reasons[k]) + ": " + k

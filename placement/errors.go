@@ -110,6 +110,17 @@ func (e *InsufficientCapacityError) Error() string {
 // FormatReasons renders per-reason host counts as "3 wrong GPU model,
 // 1 host cordoned": the most common first, ties by name.
 func FormatReasons(reasons map[string]int) string {
+	keys := ReasonsByCount(reasons)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", reasons[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ReasonsByCount lists the reasons of per-reason host counts, the most
+// common first, ties by name: the order every rendering of them uses.
+func ReasonsByCount(reasons map[string]int) []string {
 	keys := make([]string, 0, len(reasons))
 	for k := range reasons {
 		keys = append(keys, k)
@@ -120,11 +131,7 @@ func FormatReasons(reasons map[string]int) string {
 		}
 		return keys[i] < keys[j]
 	})
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d %s", reasons[k], k)
-	}
-	return strings.Join(parts, ", ")
+	return keys
 }
 
 // IsInsufficientCapacity reports whether err is (or wraps) an

@@ -40,23 +40,16 @@ func WithEnv(base, extra []string) []string {
 	}
 	out := make([]string, 0, len(base)+len(extra))
 	at := map[string]int{}
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		if i, ok := at[name]; ok {
-			out[i] = kv
-			continue
+	for _, list := range [][]string{base, extra} {
+		for _, kv := range list {
+			name, _, _ := strings.Cut(kv, "=")
+			if i, ok := at[name]; ok {
+				out[i] = kv
+				continue
+			}
+			at[name] = len(out)
+			out = append(out, kv)
 		}
-		at[name] = len(out)
-		out = append(out, kv)
-	}
-	for _, kv := range extra {
-		name, _, _ := strings.Cut(kv, "=")
-		if i, ok := at[name]; ok {
-			out[i] = kv
-			continue
-		}
-		at[name] = len(out)
-		out = append(out, kv)
 	}
 	return out
 }
