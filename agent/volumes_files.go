@@ -49,10 +49,11 @@ func filesInUse(dir string) bool {
 // AcquireVolume is VolumeRoot for a files session: the directory holding
 // volume id's files now, and a release to call when the session ends.
 // Where a volume is kept in a filesystem image that no instance of this
-// host has mounted, it mounts the image for the session (a volume whose
-// image is not on this host is an error naming what to do). Concurrent
-// sessions on one volume share the mount.
-func AcquireVolume(cfg Config, id string, shared bool) (string, func(), error) {
+// host has mounted, it mounts the image for the session; a volume that
+// has none yet (never used) gets its image of sizeGiB, as its first
+// instance would make it (without a size it is an error naming what to
+// do). Concurrent sessions on one volume share the mount.
+func AcquireVolume(cfg Config, id string, shared bool, sizeGiB int64) (string, func(), error) {
 	if shared || !cfg.VolumeImages {
 		dir, err := VolumeRoot(cfg, id, shared)
 		return dir, func() {}, err
@@ -72,8 +73,18 @@ func AcquireVolume(cfg Config, id string, shared bool) (string, func(), error) {
 			return "", nil, err
 		}
 		if !mounted {
+			made := false
 			if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
-				return "", nil, fmt.Errorf("%w: volume %s has no files on this host: it was never attached to an instance here", ErrVolumeNotMounted, id)
+				if sizeGiB <= 0 {
+					return "", nil, fmt.Errorf("%w: volume %s has no files on this host: it was never attached to an instance here", ErrVolumeNotMounted, id)
+				}
+				if err := os.MkdirAll(filepath.Dir(img), 0o750); err != nil {
+					return "", nil, err
+				}
+				if err := runtime.MakeImage(img, sizeGiB<<30); err != nil {
+					return "", nil, fmt.Errorf("volume %s: %w", id, err)
+				}
+				made = true
 			} else if err != nil {
 				return "", nil, err
 			}
@@ -87,6 +98,9 @@ func AcquireVolume(cfg Config, id string, shared bool) (string, func(), error) {
 				return "", nil, err
 			}
 			if err := runtime.MountImage(img, dir); err != nil {
+				if made {
+					_ = os.Remove(img)
+				}
 				return "", nil, fmt.Errorf("volume %s: %w", id, err)
 			}
 			h.mounted = true

@@ -48,11 +48,11 @@ func TestFilesOnDetachedVolume(t *testing.T) {
 	e.until("the volume unmounted", func() bool { return e.gone("i-1") && !mounted() })
 
 	// Two sessions: one mount, kept until the last ends.
-	d1, release1, err := agent.AcquireVolume(e.cfg, "v-data", false)
+	d1, release1, err := agent.AcquireVolume(e.cfg, "v-data", false, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, release2, err := agent.AcquireVolume(e.cfg, "v-data", false)
+	d2, release2, err := agent.AcquireVolume(e.cfg, "v-data", false, 1)
 	if err != nil || d1 != d2 || !mounted() {
 		t.Fatalf("sessions: %s, %s, %v; mounted %v", d1, d2, err, mounted())
 	}
@@ -81,7 +81,7 @@ func TestFilesOnDetachedVolume(t *testing.T) {
 
 	// A session, then an instance with the volume: the instance uses the
 	// session's mount, which outlives the session until the instance ends.
-	_, release3, err := agent.AcquireVolume(e.cfg, "v-data", false)
+	_, release3, err := agent.AcquireVolume(e.cfg, "v-data", false, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,23 @@ func TestFilesOnDetachedVolume(t *testing.T) {
 	e.untilPhase("i-2", agentapi.PhaseStopped)
 	e.until("the volume unmounted after its instance", func() bool { return e.gone("i-2") && !mounted() })
 
-	// A volume that was never on this host.
-	if _, _, err := agent.AcquireVolume(e.cfg, "v-elsewhere", false); !errors.Is(err, agent.ErrVolumeNotMounted) {
-		t.Errorf("a volume without an image here: %v, want ErrVolumeNotMounted", err)
+	// A volume that was never used: without its size it is refused; with
+	// it, its image is made for the session, and stays after it.
+	if _, _, err := agent.AcquireVolume(e.cfg, "v-new", false, 0); !errors.Is(err, agent.ErrVolumeNotMounted) {
+		t.Errorf("a volume without an image here and no size: %v, want ErrVolumeNotMounted", err)
+	}
+	nd, release4, err := agent.AcquireVolume(e.cfg, "v-new", false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nd, "first"), []byte("z"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release4()
+	if ok, _ := runtime.Mounted(nd); ok {
+		t.Error("the new volume's image is still mounted after its session")
+	}
+	if _, err := os.Stat(nd + ".img"); err != nil {
+		t.Errorf("the new volume's image: %v", err)
 	}
 }

@@ -20,6 +20,10 @@ type FilesTarget struct {
 	// Shared says the volume is of kind shared: its files are in the
 	// host's shared volume directory, not where block volumes are.
 	Shared bool `json:"shared,omitempty"`
+	// SizeGiB is the volume's size: a host that keeps volumes in
+	// filesystem images makes a never-used volume's image of that size
+	// for the session.
+	SizeGiB int64 `json:"size_gib,omitempty"`
 }
 
 // The operations of a files session.

@@ -133,6 +133,9 @@ func newInstancesCreateCommand(s *session) *cobra.Command {
 			if f.count > 1 && len(f.req.Volumes) > 0 {
 				return cmdutil.Usagef(cmd, "--volume attaches to one instance: it cannot go with --count %d", f.count)
 			}
+			if f.req.Volumes, err = c.resolveAll(ctx, volumeKind, f.req.Volumes); err != nil {
+				return err
+			}
 			made, err := c.createInstances(ctx, cmd.OutOrStdout(), out.format, f.req, f.key, f.count)
 			if err != nil {
 				return err
@@ -177,7 +180,7 @@ func (f *instanceCreateFlags) register(cmd *cobra.Command) {
 	fs.StringSliceVar(&f.publish, "publish", nil, "a TCP port inside the instance to open as HTTP through the server, PORT or PORT/keep-prefix "+
 		"(the path keeps /v1/instances/ID/ports/PORT: for Jupyter or TensorBoard given it as their base URL); repeatable, at most 8; gpucloud instances open ID PORT")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE for the workload (repeatable)")
-	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID of a detached volume to attach (repeatable)")
+	fs.StringSliceVar(&f.req.Volumes, "volume", nil, "ID or name of a detached volume to attach (repeatable)")
 	fs.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE (repeatable)")
 	fs.StringVar(&f.req.Tenant, "tenant", "", "create in this tenant, by name or ID (admins only)")
 	fs.StringVar(&f.key, "idempotency-key", "", "retry key: the same key returns the same instance (default: a random UUID)")

@@ -75,6 +75,16 @@ func TestResolveNames(t *testing.T) {
 	if out := e.ok(acme, "volumes", "detach", "data"); !strings.Contains(out, vol.ID) {
 		t.Errorf("detach by name:\n%s", out)
 	}
+	// instances create --volume takes a name.
+	var withVol cloud.Instance
+	decodeJSON(t, e.ok(acme, "instances", "create", "--offering", "l4.1x", "--volume", "data", "-o", "json", "--", "true"), &withVol)
+	if len(withVol.Volumes) != 1 || withVol.Volumes[0] != vol.ID {
+		t.Errorf("create --volume data: volumes %v, want [%s]", withVol.Volumes, vol.ID)
+	}
+	e.ok(acme, "instances", "terminate", withVol.ID, "--wait")
+	if _, _, errOut := e.as(globex, "instances", "create", "--offering", "l4.1x", "--volume", "data", "--", "true"); !strings.Contains(errOut, `no volume named "data"`) {
+		t.Errorf("another tenant's volume by name: %q", errOut)
+	}
 	if out := e.ok(acme, "volumes", "delete", "data"); !strings.Contains(out, vol.ID) {
 		t.Errorf("delete by name: %q", out)
 	}

@@ -46,7 +46,8 @@ func (s *handlers) volumeFiles(w http.ResponseWriter, r *http.Request, p princip
 		return err
 	}
 	req := agentapi.SessionRequest{Kind: agentapi.SessionFiles,
-		Files: filesTarget(agentapi.FilesTarget{VolumeID: route.Volume.ID, Shared: route.Volume.Kind == cloud.VolumeShared})}
+		Files: filesTarget(agentapi.FilesTarget{VolumeID: route.Volume.ID, Shared: route.Volume.Kind == cloud.VolumeShared,
+			SizeGiB: route.Volume.SizeGiB})}
 	if route.InstanceID != "" {
 		return s.relay(w, r, p, route.InstanceID, req, "volumes cp "+route.Volume.ID, false)
 	}

@@ -11,7 +11,9 @@ import (
 // them (nil when the runtime does not).
 func ForAgent(cfg agent.Config) *Handler {
 	rt, _ := cfg.Runtime.(InstanceRoots)
-	return &Handler{VolumeDir: func(id string, shared bool) (string, func(), error) { return agent.AcquireVolume(cfg, id, shared) },
+	return &Handler{VolumeDir: func(id string, shared bool, sizeGiB int64) (string, func(), error) {
+		return agent.AcquireVolume(cfg, id, shared, sizeGiB)
+	},
 		Runtime: rt, Log: cfg.Log}
 }
 

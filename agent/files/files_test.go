@@ -211,7 +211,7 @@ func (f fakeRoots) FilesRoot(id string) (string, int, int, error) {
 func TestHandlerTargets(t *testing.T) {
 	vols, inst := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(inst, "in-instance"), []byte("i"), 0o644)
-	h := &Handler{VolumeDir: func(id string, _ bool) (string, func(), error) {
+	h := &Handler{VolumeDir: func(id string, _ bool, _ int64) (string, func(), error) {
 		d := filepath.Join(vols, id)
 		return d, func() {}, os.MkdirAll(d, 0o750)
 	}, Runtime: fakeRoots{"i-1": inst}}

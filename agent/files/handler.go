@@ -32,7 +32,7 @@ type Handler struct {
 	// VolumeDir is the directory holding a volume's files now
 	// (agent.AcquireVolume), or why there is none, and a release the
 	// session calls when it ends.
-	VolumeDir func(id string, shared bool) (string, func(), error)
+	VolumeDir func(id string, shared bool, sizeGiB int64) (string, func(), error)
 	// Runtime roots instances' files; nil: instances cp is refused.
 	Runtime InstanceRoots
 	Log     *slog.Logger
@@ -81,7 +81,7 @@ func (h *Handler) open(t agentapi.FilesTarget) (*Root, func(), error) {
 		if err := runtime.ValidateID(t.VolumeID); err != nil || h.VolumeDir == nil {
 			return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: fmt.Sprintf("bad volume id %q", t.VolumeID)}
 		}
-		dir, release, err := h.VolumeDir(t.VolumeID, t.Shared)
+		dir, release, err := h.VolumeDir(t.VolumeID, t.Shared, t.SizeGiB)
 		if err != nil {
 			return nil, nil, &agentapi.FileError{Code: agentapi.FileInvalid, Message: err.Error()}
 		}

@@ -19,7 +19,7 @@ type InstanceRoots interface {
 // Handler refuses files sessions: keeping them inside a tenant's tree
 // needs Linux's openat2.
 type Handler struct {
-	VolumeDir func(id string, shared bool) (string, func(), error)
+	VolumeDir func(id string, shared bool, sizeGiB int64) (string, func(), error)
 	Runtime   InstanceRoots
 	Log       *slog.Logger
 }
