@@ -155,7 +155,7 @@ func sharedCloud(t *testing.T) *testCloud {
 				return
 			}
 		}
-		c, stop, err := startCloud(db, dir)
+		c, stop, err := startCloud(db, dir, hosts)
 		shared.cloud, shared.err = c, err
 		shared.stop = func() {
 			if stop != nil {
@@ -188,9 +188,10 @@ var hosts = []sim.Spec{
 	{ID: "tf-l4-b", Zone: "tf-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
 }
 
-// startCloud starts a server on db and an agent per simulated host, and
-// waits until the scheduler holds every host. stop stops them all.
-func startCloud(db, dir string) (*testCloud, func(), error) {
+// startCloud starts a server on db and an agent per simulated host of
+// specs, and waits until the scheduler holds every host. stop stops them
+// all.
+func startCloud(db, dir string, specs []sim.Spec) (*testCloud, func(), error) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("GPUCLOUD_TF_LOG") != "" {
@@ -223,7 +224,7 @@ func startCloud(db, dir string) (*testCloud, func(), error) {
 		stop()
 		return nil, nil, fmt.Errorf("the server to lead: %w", err)
 	}
-	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "tf", ExpiresAt: new(time.Now().Add(time.Hour)), MaxUses: len(hosts)})
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "tf", ExpiresAt: new(time.Now().Add(time.Hour)), MaxUses: len(specs)})
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -240,7 +241,7 @@ func startCloud(db, dir string) (*testCloud, func(), error) {
 			rt.StopAll(shut)
 		}
 	})
-	for _, spec := range hosts {
+	for _, spec := range specs {
 		drv, err := sim.New(spec)
 		if err != nil {
 			stop()
@@ -274,7 +275,7 @@ func startCloud(db, dir string) (*testCloud, func(), error) {
 		})
 		wg.Go(func() { ag.Run(agentCtx) })
 	}
-	if err := waitFor(30*time.Second, func() bool { return srv.Scheduler.Schedulable() >= len(hosts) }); err != nil {
+	if err := waitFor(30*time.Second, func() bool { return srv.Scheduler.Schedulable() >= len(specs) }); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("the scheduler to hold every host: %w", err)
 	}
