@@ -66,6 +66,7 @@ type replayOptions struct {
 	policy      string
 	seeds       string
 	inflation   float64
+	sampling    string
 	mode        string
 	output      string
 	chart       string
@@ -87,9 +88,12 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 		Short: "Replay a pod trace with one or more placement policies",
 		Long: "Replay a pod trace through the placement engine and report how much GPU\n" +
 			"capacity each policy leaves unallocated.\n\n" +
-			"Mode sample (the default) is the FGD paper's method (Weng et al., ATC '23): pods\n" +
-			"are sampled with replacement until their GPU requests reach 130% of capacity,\n" +
-			"shuffled, and placed one by one; none ever leaves. The report gives, per policy,\n" +
+			"Mode sample (the default) is the FGD paper's method (Weng et al., ATC '23), as its\n" +
+			"simulator runs it: every pod of the list once in random order, then pods drawn\n" +
+			"with replacement until the GPU requests reach 130% of capacity (a list that asks\n" +
+			"for more loses pods at random), placed one by one; none ever leaves. With\n" +
+			"--sampling replacement every arrival is drawn with replacement instead.\n" +
+			"The report gives, per policy,\n" +
 			"the unallocated GPU % when the arrived requests reach 100% and 130% of capacity,\n" +
 			"as mean ± sample std over the seeds.\n\n" +
 			"Mode events replays the trace in time order: pods arrive at creation_time and\n" +
@@ -114,6 +118,7 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 		"placement policy: "+strings.Join(placement.Policies(), ", ")+`; a comma-separated list; or "all"`)
 	f.StringVar(&o.seeds, "seeds", defaultSeeds, `random seeds: a range "42-51", a list "42,43" or both "1,5-8"`)
 	f.Float64Var(&o.inflation, "inflation", replayInflation, "sample mode: sample pods until GPU requests reach this multiple of capacity")
+	f.StringVar(&o.sampling, "sampling", sim.SampleReference, `sample mode: "reference" (the paper's simulator: the whole list shuffled, then resampled to --inflation) or "replacement" (every arrival drawn with replacement)`)
 	f.StringVar(&o.mode, "mode", "sample", `"sample" (paper's method: sampled arrivals, no departures) or "events" (creation/deletion times)`)
 	f.StringVarP(&o.output, "output", "o", "table", `output format: "table" or "json"`)
 	f.StringVar(&o.chart, "chart", "", "also write an SVG chart to this file (sample: allocation vs arrival for the first seed; events: allocation over time)")
@@ -156,6 +161,9 @@ func (o replayOptions) validate(cmd *cobra.Command) (*replayJob, error) {
 		return nil, cmdutil.Usagef(cmd, "--parallel %d: must not be negative", o.parallel)
 	case o.parallel == 0:
 		j.parallel = runtime.NumCPU()
+	}
+	if o.sampling != sim.SampleReference && o.sampling != sim.SampleReplacement {
+		return nil, cmdutil.Usagef(cmd, "--sampling %q: want %q or %q", o.sampling, sim.SampleReference, sim.SampleReplacement)
 	}
 	if o.inflation < 1 || o.inflation > 10 {
 		// Below 1 the 100% arrival point is never reached.
@@ -289,7 +297,7 @@ func (j *replayJob) newTrace(lt *loadedTrace) (*sim.Trace, error) {
 		}
 		return nil, err
 	}
-	t.Inflation = j.inflation
+	t.Inflation, t.Sampling = j.inflation, j.sampling
 	return t, nil
 }
 
@@ -377,7 +385,7 @@ func (j *replayJob) runSample(base *sim.Trace, lt *loadedTrace, refs []sim.Refer
 	}
 
 	rep := sim.NewReport(base, runs)
-	rep.Inflation = j.inflation
+	rep.Inflation, rep.Sampling = j.inflation, j.sampling
 	rep.Synthetic, rep.Note = lt.synthetic, lt.note
 	if refs != nil {
 		if lt.synthetic {

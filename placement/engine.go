@@ -30,9 +30,14 @@ type Engine struct {
 	// MIG profile mix used to choose slots; see SetMIGMix.
 	migMix    map[int]float64
 	migTables map[string][]catalog.MIGProfile
-	// firstWins breaks ties by fleet order instead of at random; see
-	// OrderedTies.
+	// firstWins breaks ties by a fixed host order instead of at random;
+	// see OrderedTies. ranks caches each host's place in that order (by
+	// index into the fleet's hosts, for the fleet rankFleet); tieOrder
+	// holds the places set with SetTieOrder.
 	firstWins bool
+	ranks     []uint64
+	rankFleet uint64
+	tieOrder  map[string]uint64
 	// tables[shape] caches evaluate's result per fleet class slot, valid
 	// while the slot's generation matches; fleetID names the fleet they
 	// were built on.
@@ -281,6 +286,7 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 		best      *fleet.Class
 		bestMemo  memo
 		weight    int
+		lead      int // with firstWins: best's first host in tie order
 		feasible  []candidate
 		needGroup = req.Group != nil
 		firstWins = e.firstWins
@@ -312,9 +318,12 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 		switch {
 		case best == nil || m.score < bestMemo.score:
 			best, bestMemo, weight = c, *m, n
+			if firstWins {
+				lead = e.leader(f, c)
+			}
 		case m.score == bestMemo.score && firstWins:
-			if firstMember(c) < firstMember(best) {
-				best, bestMemo = c, *m
+			if r := e.leader(f, c); e.ranks[r] < e.ranks[lead] {
+				best, bestMemo, lead = c, *m, r
 			}
 		case m.score == bestMemo.score:
 			// Reservoir sampling weighted by class size picks uniformly
@@ -330,7 +339,7 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 		host, bestMemo = e.pickGrouped(f, req, feasible, rng, &counts)
 	} else if best != nil {
 		if firstWins {
-			host = f.Hosts[firstMember(best)]
+			host = f.Hosts[lead]
 		} else {
 			members := best.Members()
 			host = f.Hosts[members[rng.intn(len(members))]]
@@ -356,23 +365,51 @@ func insufficient(req *Request, hosts int, counts *[numReasons]int) *Insufficien
 	return &InsufficientCapacityError{Hosts: hosts, Reasons: reasons}
 }
 
-// OrderedTies is implemented by scorers that want ties broken by fleet
-// order (the host added first wins) rather than at random. The FGD paper's
-// simulator behaves this way, so our FGD does too, to stay comparable.
+// OrderedTies is implemented by scorers that want ties broken by a fixed
+// host order rather than at random for each placement. The FGD paper's
+// simulator behaves this way: it prefixes every node's name with a seeded
+// random permutation and keeps the smallest name among equal scores, so
+// within one run the same host always wins a tie. Our FGD does too, to stay
+// comparable.
 type OrderedTies interface {
 	OrderedTies() bool
 }
 
-// firstMember is the lowest host index in a class. It costs O(class size),
+// SetTieOrder sets the host order in which an OrderedTies scorer's ties are
+// broken: lower ranks first. Hosts without a rank come after all ranked
+// ones, in the engine's own order. Without a call, the order is a random
+// permutation of the hosts drawn from the engine seed (by host ID, so a
+// host keeps its place as others join).
+func (e *Engine) SetTieOrder(rank map[string]uint64) {
+	e.tieOrder = rank
+	e.ranks = e.ranks[:0]
+}
+
+// leader is the member of class c that comes first in the tie order, as an
+// index into f.Hosts; e.ranks then covers it. It costs O(class size),
 // which only the order-tie policies pay.
-func firstMember(c *fleet.Class) int {
-	min := -1
+func (e *Engine) leader(f *fleet.Fleet, c *fleet.Class) int {
+	if f.ID() != e.rankFleet {
+		e.rankFleet, e.ranks = f.ID(), e.ranks[:0]
+	}
+	best := -1
 	for _, i := range c.Members() {
-		if min < 0 || i < min {
-			min = i
+		for j := len(e.ranks); j <= i; j++ {
+			e.ranks = append(e.ranks, e.tieRank(f.Hosts[j].ID))
+		}
+		if best < 0 || e.ranks[i] < e.ranks[best] || e.ranks[i] == e.ranks[best] && i < best {
+			best = i
 		}
 	}
-	return min
+	return best
+}
+
+// tieRank is a host's place in the tie order.
+func (e *Engine) tieRank(id string) uint64 {
+	if r, ok := e.tieOrder[id]; ok && r < 1<<63 {
+		return r
+	}
+	return 1<<63 | newRNG(e.seed, id).next()>>1
 }
 
 type candidate struct {

@@ -119,7 +119,7 @@ type EventsOptions struct {
 // engine's tie-breaking is seeded with seed; nothing else is random. It
 // does not modify the trace, so several may run at once on one Trace.
 func (t *Trace) ReplayEvents(policy string, seed int64, opts EventsOptions) (*EventsRun, error) {
-	sc, err := placement.NewScorer(policy, t.Workload())
+	sc, err := placement.NewScorer(policy, t.WorkloadFor(policy))
 	if err != nil {
 		return nil, err
 	}

@@ -35,13 +35,18 @@ type TracePod struct {
 	NumGPU    int
 	GPUMilli  int      // per GPU, in thousandths of a GPU
 	GPUSpec   []string // allowed models, split on '|'; nil = any
-	QoS       string
-	Phase     string
-	HasTimes  bool // false for files without the time columns
-	Creation  int64
-	Deletion  int64 // -1 when empty
-	Scheduled int64 // -1 when empty (Pending pods)
-	Line      int   // 1-based line in the source file
+	// RepeatedSpec is set only when gpu_spec names a model twice (the
+	// trace has "V100M16|V100M32|V100M32"): its models as written, repeats
+	// kept. The FGD paper's simulator groups pods into task types by the
+	// gpu_spec string, so such a pod is a type apart.
+	RepeatedSpec string
+	QoS          string
+	Phase        string
+	HasTimes     bool // false for files without the time columns
+	Creation     int64
+	Deletion     int64 // -1 when empty
+	Scheduled    int64 // -1 when empty (Pending pods)
+	Line         int   // 1-based line in the source file
 }
 
 const (
@@ -245,6 +250,9 @@ func (pr *podReader) pod() (TracePod, error) {
 			pr.specs[spec] = s
 		}
 		p.GPUSpec = s
+		if rs := repeatedSpec(spec); len(rs) > len(s) {
+			p.RepeatedSpec = strings.Join(rs, "|")
+		}
 	}
 	p.QoS = t.optional(pr.cQoS)
 	p.Phase = t.optional(pr.cPhase)
@@ -336,6 +344,17 @@ func splitSpec(spec string) []string {
 			}
 		}
 		if !dup {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// repeatedSpec is splitSpec keeping repeats.
+func repeatedSpec(spec string) []string {
+	var out []string
+	for _, m := range strings.Split(spec, "|") {
+		if m = strings.TrimSpace(m); m != "" && !isNaN(m) {
 			out = append(out, m)
 		}
 	}

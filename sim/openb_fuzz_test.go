@@ -195,8 +195,12 @@ func FuzzParsePods(f *testing.F) {
 		}
 		w.Write(header)
 		for _, p := range pods {
+			spec := strings.Join(p.GPUSpec, "|")
+			if p.RepeatedSpec != "" {
+				spec = p.RepeatedSpec
+			}
 			row := []string{p.Name, itoa(p.CPUMilli), itoa(p.MemoryMiB), strconv.Itoa(p.NumGPU), strconv.Itoa(p.GPUMilli),
-				strings.Join(p.GPUSpec, "|"), p.QoS, p.Phase}
+				spec, p.QoS, p.Phase}
 			if p.HasTimes {
 				row = append(row, itoa(p.Creation), optionalTime(p.Deletion), optionalTime(p.Scheduled))
 			}

@@ -80,7 +80,7 @@ func TestParsePodsGood(t *testing.T) {
 			want: []TracePod{
 				{Name: "openb-pod-0000", CPUMilli: 12000, MemoryMiB: 16384, NumGPU: 1, GPUMilli: 1000,
 					QoS: "LS", Phase: "Running", HasTimes: true, Creation: 0, Deletion: 12537496, Scheduled: 0, Line: 2},
-				{Name: "openb-pod-0001", CPUMilli: 6000, MemoryMiB: 12288, NumGPU: 1, GPUMilli: 460, GPUSpec: []string{"V100M16", "V100M32"},
+				{Name: "openb-pod-0001", CPUMilli: 6000, MemoryMiB: 12288, NumGPU: 1, GPUMilli: 460, GPUSpec: []string{"V100M16", "V100M32"}, RepeatedSpec: "V100M16|V100M32|V100M32",
 					QoS: "BE", Phase: "Pending", HasTimes: true, Creation: 427061, Deletion: 12902960, Scheduled: -1, Line: 3},
 				{Name: "openb-pod-0002", CPUMilli: 88000, MemoryMiB: 0,
 					QoS: "Burstable", Phase: "Succeeded", HasTimes: true, Creation: 5, Deletion: -1, Scheduled: 7, Line: 4},

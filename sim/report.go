@@ -92,6 +92,9 @@ type Report struct {
 	GPUs      int     `json:"gpus"`
 	Pods      int     `json:"pods"`
 	Inflation float64 `json:"inflation,omitempty"`
+	// Sampling is how the arrivals were drawn (Trace.Sampling; empty means
+	// SampleReference).
+	Sampling string `json:"sampling,omitempty"`
 	// Seeds lists every seed run, in order of first appearance.
 	Seeds []int64 `json:"seeds"`
 	// ReferenceWorkload is the reference workload the paper numbers come
@@ -369,7 +372,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Inflation > 0 {
 		infl = fmt.Sprintf(" to %s%% of GPU capacity", strconv.FormatFloat(100*r.Inflation, 'f', -1, 64))
 	}
-	fmt.Fprintf(&b, "pods sampled with replacement%s, no departures; seeds %s (%d)\n", infl, FormatSeeds(r.Seeds), len(r.Seeds))
+	how := "the pod list shuffled, then resampled"
+	if r.Sampling == SampleReplacement {
+		how = "pods sampled with replacement"
+	}
+	fmt.Fprintf(&b, "%s%s, no departures; seeds %s (%d)\n", how, infl, FormatSeeds(r.Seeds), len(r.Seeds))
 	fmt.Fprintf(&b, "unallocated GPU %% when arrived GPU requests reach 100%% and 130%% of capacity, mean ± sample std over seeds\n")
 	paper := false
 	for _, p := range r.Policies {
