@@ -50,3 +50,18 @@ func TestHostsShowPartitionMode(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceDetailAMD(t *testing.T) {
+	for _, c := range []struct {
+		d    fleet.Device
+		want string
+	}{
+		{fleet.Device{GPU: 1, Kind: fleet.Partition, Part: 3, Parts: 8, Partition: "CPX"}, "CPX partition 3 of 8 on GPU 1"},
+		{fleet.Device{GPU: 0, Kind: fleet.VF, Part: 7, Parts: 8}, "VF 7 of 8 on GPU 0"},
+		{fleet.Device{GPU: 0, Kind: fleet.Whole}, "whole GPU"},
+	} {
+		if got := deviceDetail(c.d); got != c.want {
+			t.Errorf("deviceDetail(%+v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
