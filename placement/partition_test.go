@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -127,5 +128,32 @@ func TestPartitionRequestValidation(t *testing.T) {
 		if !errors.As(err, &re) || re.Field != c.field {
 			t.Errorf("%s: %v, want a *RequestError on %s", c.desc, err, c.field)
 		}
+	}
+}
+
+// A full CPX GPU whose partitions spot instances hold gives one up for an
+// on-demand partition: the plan evicts one spot allocation, not more.
+func TestPreemptCPXPartition(t *testing.T) {
+	e := newEngine(t, "gpucloud")
+	f := fleet.MockFleet(fleet.MockAMDHost("cpx", "MI300X", 1, "CPX", "", 0))
+	for i := range 8 {
+		r := partReq(fmt.Sprintf("spot-%d", i), "CPX", "MI300X")
+		r.Preemptible, r.PriceMicros = true, int64(1000+i)
+		mustPlace(t, e, f, r)
+	}
+	plan, err := e.PlanPreemption(f, partReq("od", "CPX", "MI300X"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.HostID != "cpx" || len(plan.Victims) != 1 || plan.Victims[0] != "spot-0" {
+		t.Errorf("plan %+v, want spot-0 (the cheapest) evicted", plan)
+	}
+	// A CPX request never evicts from a GPU of another mode.
+	g := fleet.MockFleet(fleet.MockAMDHost("spx", "MI300X", 1, "", "", 0))
+	r := gpuReq("spot-w", 1, "MI300X")
+	r.Preemptible = true
+	mustPlace(t, e, g, r)
+	if _, err := e.PlanPreemption(g, partReq("od2", "CPX", "MI300X")); !IsInsufficientCapacity(err) {
+		t.Errorf("CPX preempting on an SPX GPU: %v", err)
 	}
 }

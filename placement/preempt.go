@@ -115,7 +115,8 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 func capacityReason(r Reason) bool {
 	switch r {
 	case ReasonMetalHeld, ReasonNotEmpty, ReasonCPU, ReasonMemory, ReasonGPUs,
-		ReasonNVLink, ReasonMIGSlot, ReasonShare, ReasonShareTenant:
+		ReasonNVLink, ReasonMIGSlot, ReasonShare, ReasonShareTenant, ReasonPartitionFull:
+		// (ReasonNoPartition is not: evictions never change a GPU's mode.)
 		return true
 	}
 	return false
