@@ -71,17 +71,28 @@ func unitOf(cat *catalog.Catalog, o *catalog.Offering) (unit, string) {
 		u.perMiB, u.what = p.MemoryMiB, "MIG "+p.Name+" slice of "+m.Name
 	case catalog.ModeShared:
 		u.perMiB, u.what = o.ShareMemoryMiB, "time-sliced share of "+m.Name
+	case catalog.ModePartition:
+		p := m.ComputePartitionNamed(o.Partition)
+		if p == nil {
+			return unit{}, fmt.Sprintf("%s has no compute partition %s", m.Name, o.Partition)
+		}
+		u.perMiB, u.what = p.MemoryMiB, p.Name+" partition of "+m.Name
+	case catalog.ModeVF:
+		if o.VFs < 1 {
+			return unit{}, fmt.Sprintf("%s: %d VFs", o.Name, o.VFs)
+		}
+		u.perMiB, u.what = m.MemoryMiB/int64(o.VFs), fmt.Sprintf("VF (1 of %d) of %s", o.VFs, m.Name)
 	}
 	u.rdma = rdmaClass(o, m)
 	return u, ""
 }
 
 // rdmaClass reports whether the offering is InfiniBand/RoCE class: a
-// whole NVLink host (metal, or all of its 8 GPUs). The catalog does not
+// whole NVLink (or AMD xGMI) host (metal, or all of its 8 GPUs). The catalog does not
 // record host networking, so the advisor takes the HGX-class hosts, which
 // ship with one InfiniBand or RoCE NIC per GPU, as the ones that have it.
 func rdmaClass(o *catalog.Offering, m *catalog.Model) bool {
-	if m.NVLinkGBps == 0 {
+	if m.LinkGBps() == 0 {
 		return false
 	}
 	return o.Mode == catalog.ModeMetal || o.Mode == catalog.ModeGPU && o.GPUs >= hostGPUs
@@ -124,7 +135,7 @@ func fitOffering(w *Workload, need *Need, cat *catalog.Catalog, o *catalog.Offer
 		case u.perMiB < LargeModelMiB:
 			return nil, DimCompute, fmt.Sprintf("needs %s%s, more than one %s (%s); a model is split across GPUs "+
 				"only of 32 GiB or more", GiBString(per), perNode(w), u.what, GiBString(u.perMiB))
-		case w.Task == Training && u.model.NVLinkGBps == 0:
+		case w.Task == Training && u.model.LinkGBps() == 0:
 			return nil, DimNetwork, fmt.Sprintf("training split across %d GPUs needs NVLink; %s is PCIe only", f.split, u.model.Name)
 		}
 	}
@@ -161,16 +172,18 @@ func fitOffering(w *Workload, need *Need, cat *catalog.Catalog, o *catalog.Offer
 		f.network = append(f.network, "one MIG slice: hardware-isolated, no interconnect needed")
 	case f.split == 1 && o.Mode == catalog.ModeShared:
 		f.network = append(f.network, "a time-sliced share of one GPU: no interconnect needed")
+	case f.split == 1 && (o.Mode == catalog.ModePartition || o.Mode == catalog.ModeVF):
+		f.network = append(f.network, "one logical GPU, hardware-isolated: no interconnect needed")
 	case f.split == 1:
 		f.network = append(f.network, "the model fits one GPU: no interconnect needed")
-	case u.model.NVLinkGBps > 0:
-		f.network = append(f.network, fmt.Sprintf("split over %d GPUs on NVLink (%d GB/s per GPU)", f.split, u.model.NVLinkGBps))
+	case u.model.LinkGBps() > 0:
+		f.network = append(f.network, fmt.Sprintf("split over %d GPUs on %s (%d GB/s per GPU)", f.split, u.model.LinkName(), u.model.LinkGBps()))
 	default:
 		f.network = append(f.network, fmt.Sprintf("split over %d GPUs over PCIe: tensor-parallel inference works, slower than on NVLink", f.split))
 	}
 	if w.Nodes > 1 {
-		f.network = append(f.network, fmt.Sprintf("%d nodes of whole %d-GPU NVLink hosts (HGX class: InfiniBand/RoCE, one NIC per GPU, assumed; "+
-			"the catalog does not record the interconnect)", w.Nodes, hostGPUs))
+		f.network = append(f.network, fmt.Sprintf("%d nodes of whole %d-GPU %s hosts (HGX class: InfiniBand/RoCE, one NIC per GPU, assumed; "+
+			"the catalog does not record the interconnect)", w.Nodes, hostGPUs, u.model.LinkName()))
 	}
 	return f, "", ""
 }
@@ -198,7 +211,9 @@ func describe(o *catalog.Offering, u unit) string {
 		return "a MIG slice"
 	case o.Mode == catalog.ModeShared:
 		return "a GPU share"
-	case u.model.NVLinkGBps == 0:
+	case o.Mode == catalog.ModePartition || o.Mode == catalog.ModeVF:
+		return "one logical GPU"
+	case u.model.LinkGBps() == 0:
 		return fmt.Sprintf("%d PCIe %s", u.gpus, gpuWord(u.gpus))
 	}
 	return fmt.Sprintf("%d of a host's %d GPUs", u.gpus, hostGPUs)

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// Arch is an NVIDIA GPU architecture: what a model's Tensor Cores can do
-// is a property of its architecture, which the catalog does not record.
+// Arch is a GPU architecture (NVIDIA's, and AMD's CDNA 3): what a model's
+// Tensor Cores (AMD: Matrix Cores) can do is a property of its
+// architecture, which the catalog does not record.
 type Arch string
 
 const (
@@ -17,6 +18,8 @@ const (
 	Ada       Arch = "Ada Lovelace"
 	Hopper    Arch = "Hopper"
 	Blackwell Arch = "Blackwell"
+	// CDNA3 is AMD Instinct MI300X and MI325X.
+	CDNA3 Arch = "CDNA 3"
 	// UnknownArch is a model the table does not know (the Alibaba
 	// trace's G1–G3, an operator's own): its precision support is not
 	// checked, and the reasons say so.
@@ -39,6 +42,8 @@ var archPrefixes = []struct {
 	{"t4", Turing},
 	{"v100", Volta},
 	{"p100", Pascal}, {"p40", Pascal}, {"p4", Pascal},
+	// AMD's data sheets: MI300X and MI325X are CDNA 3.
+	{"mi300x", CDNA3}, {"mi325x", CDNA3}, {"instinct-mi300x", CDNA3}, {"instinct-mi325x", CDNA3},
 }
 
 // ArchOf returns the architecture of a GPU model by its canonical name
@@ -91,6 +96,19 @@ var support = map[Arch]struct{ native, runs []Precision }{
 	// int4, so int4 weights run through fp16/bf16 kernels.
 	Hopper:    {native: []Precision{FP32, TF32, BF16, FP16, FP8, INT8}, runs: []Precision{INT4}},
 	Blackwell: {native: []Precision{FP32, TF32, BF16, FP16, FP8, INT8}, runs: []Precision{INT4}},
+	// CDNA 3: Matrix Cores run tf32, bf16, fp16, fp8 and int8 (AMD's
+	// MI300X data sheet); no int4, so int4 weights are dequantized.
+	CDNA3: {native: []Precision{FP32, TF32, BF16, FP16, FP8, INT8}, runs: []Precision{INT4}},
+}
+
+// cores names an architecture's matrix units and its plain ones, for the
+// reasons: NVIDIA's Tensor Cores and CUDA cores, AMD's Matrix Cores and
+// stream processors.
+func cores(a Arch) (matrix, plain string) {
+	if a == CDNA3 {
+		return "Matrix Cores", "stream processors"
+	}
+	return "Tensor Cores", "CUDA cores"
 }
 
 // SupportOf says how an architecture handles a precision.
@@ -112,12 +130,15 @@ func SupportOf(a Arch, p Precision) Support {
 func supportWhy(a Arch, p Precision, s Support) string {
 	switch s {
 	case Native:
+		matrix, plain := cores(a)
 		if p == FP32 {
-			return "fp32 runs on CUDA cores (tf32 or bf16 would use Tensor Cores where the GPU has them)"
+			return "fp32 runs on " + plain + " (tf32 or bf16 would use " + matrix + " where the GPU has them)"
 		}
-		return string(p) + " on " + string(a) + " Tensor Cores"
+		return string(p) + " on " + string(a) + " " + matrix
 	case Runs:
 		switch {
+		case p == INT4 && a == CDNA3:
+			return string(a) + " Matrix Cores have no int4: int4 weights are dequantized to fp16/bf16"
 		case p == TF32:
 			return string(a) + " has no TF32: it runs as fp32 on CUDA cores"
 		case p == FP16:

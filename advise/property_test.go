@@ -123,10 +123,10 @@ func checkAdvice(t *testing.T, cat *catalog.Catalog, w Workload, m *MarketView, 
 			t.Errorf("%s: %d MiB GPUs for a large or split model", o.Offering, o.GPUMemoryMiB)
 		}
 		md := modelOf(t, cat, o.Offering)
-		if w.Task == Training && o.Split > 1 && md.NVLinkGBps == 0 {
+		if w.Task == Training && o.Split > 1 && md.LinkGBps() == 0 {
 			t.Errorf("%s: training split over PCIe", o.Offering)
 		}
-		if w.Nodes > 1 && (md.NVLinkGBps == 0 || o.GPUs < hostGPUs) {
+		if w.Nodes > 1 && (md.LinkGBps() == 0 || o.GPUs < hostGPUs) {
 			t.Errorf("%s: %d nodes on a non-InfiniBand offering", o.Offering, w.Nodes)
 		}
 		if SupportOf(ArchOf(md.Name), w.Precision) == Unsupported {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/fleet"
 )
@@ -66,5 +67,27 @@ func TestSpecCarriesLimitsAndDeviceNodes(t *testing.T) {
 			t.Errorf("%s: spec has %d milli-CPUs, %d MiB, GPUs %v, MIG %+v; want 4000, 16384, %v, %+v",
 				tt.id, s.CPUMilli, s.MemoryMiB, s.GPUIndexes, s.MIG, tt.wantGPU, tt.wantMIG)
 		}
+	}
+}
+
+// TestAMDSpecCarriesRenderNodes: on an AMD host the agent gives a
+// partition's workload its render node (the sim driver numbers them in GPU
+// then device order from renderD128) and the partition's own UUID, no
+// NVIDIA GPU index.
+func TestAMDSpecCarriesRenderNodes(t *testing.T) {
+	rec := &recorder{specs: map[string]runtime.Spec{}}
+	amd := sim.Spec{ID: "amd1", Zone: "zone-a", GPUs: sim.GPUSpec{Model: "MI300X", Count: 2, Partition: "CPX"}}
+	e := newEnv(t, amd, func(c *agent.Config) {
+		rec.Runtime = c.Runtime
+		c.Runtime = rec
+	})
+	pl := &fleet.Placement{HostID: amd.ID, CPUMilli: 4000, MemoryMiB: 16384,
+		Devices: []fleet.Device{{GPU: 1, Kind: fleet.Partition, Part: 5, Parts: 8, Partition: "CPX"}}}
+	e.assign(e.assignment("i-cpx", pl, serveScript))
+	e.ready("i-cpx")
+	s := rec.spec("i-cpx")
+	if !slices.Equal(s.RenderMinors, []int{128 + 8 + 5}) || len(s.GPUIndexes) != 0 || len(s.MIG) != 0 ||
+		!slices.Equal(s.Devices, []string{sim.PartUUID(amd.ID, 1, 5)}) {
+		t.Errorf("spec: render %v, GPUs %v, MIG %v, devices %v", s.RenderMinors, s.GPUIndexes, s.MIG, s.Devices)
 	}
 }

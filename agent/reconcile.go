@@ -544,9 +544,31 @@ type MIGNamer interface {
 	MIGIDs(ctx context.Context, gpu, start int) (gi, ci int, err error)
 }
 
+// RenderNamer is implemented by GPU drivers of AMD hosts: the DRM render
+// minors (/dev/dri/renderD<minor>) of a placement's GPUs, compute
+// partitions or VFs, which a container runtime allows the workload with
+// /dev/kfd. It returns nil on a host of another vendor. The sim driver
+// implements it.
+type RenderNamer interface {
+	RenderMinors(ctx context.Context, p *fleet.Placement) ([]int, error)
+}
+
 // deviceNodes fills the GPU indexes and MIG slices of a placement into
-// the spec: the device nodes a container runtime lets the workload open.
+// the spec (for AMD GPUs their render nodes): the device nodes a container
+// runtime lets the workload open.
 func (a *Agent) deviceNodes(ctx context.Context, pl *fleet.Placement, spec *runtime.Spec) error {
+	if rn, ok := a.cfg.Driver.(RenderNamer); ok && len(pl.Devices) > 0 {
+		dctx, cancel := a.driverCtx(ctx)
+		minors, err := rn.RenderMinors(dctx, pl)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("name the render nodes of the AMD GPUs: %w", err)
+		}
+		if len(minors) > 0 {
+			spec.RenderMinors = minors
+			return nil
+		}
+	}
 	namer, _ := a.cfg.Driver.(MIGNamer)
 	for _, d := range pl.Devices {
 		switch d.Kind {

@@ -25,6 +25,10 @@ var listPerGPUHour = map[string]money.Micros{
 	"A10":            590_000,
 	"L4":             490_000,
 	"T4":             290_000,
+	// AMD Instinct: the median on-demand MI300X price across public
+	// clouds and the top of MI325X's range, as docs/CATALOG.md cites them.
+	"MI300X": 1_990_000,
+	"MI325X": 2_250_000,
 }
 
 // Built-in prices of storage, addresses and host CPUs.
@@ -41,8 +45,9 @@ var (
 
 // ListPrice is the built-in on-demand price per hour of an offering: the
 // model's GPU price times the GPUs (a metal host counts 8 when it does not
-// say), scaled by compute slices / 7 for MIG and by the share for
-// time-sliced offerings.
+// say), scaled by compute slices / 7 for MIG, by the share for
+// time-sliced offerings, and by 1 / logical GPUs for an AMD compute
+// partition or 1 / VFs for a virtual function.
 func ListPrice(cat *catalog.Catalog, offering string) (money.Micros, error) {
 	o, err := cat.Offering(offering)
 	if err != nil {
@@ -70,6 +75,17 @@ func ListPrice(cat *catalog.Catalog, offering string) (money.Micros, error) {
 			return money.MulDiv(perGPU, int64(p.ComputeSlices), catalog.MIGComputeSlices)
 		case catalog.ModeShared:
 			return money.MulDiv(perGPU, int64(o.ShareMilli), 1000)
+		case catalog.ModePartition:
+			p := m.ComputePartitionNamed(o.Partition)
+			if p == nil {
+				return 0, fmt.Errorf("offering %s: model %s has no compute partition %s", o.Name, m.Name, o.Partition)
+			}
+			return money.MulDiv(perGPU, 1, int64(p.Devices))
+		case catalog.ModeVF:
+			if o.VFs < 1 {
+				return 0, fmt.Errorf("offering %s: %d VFs", o.Name, o.VFs)
+			}
+			return money.MulDiv(perGPU, 1, int64(o.VFs))
 		}
 	} else {
 		perGPU = listPerGPUHour["H100-80GB-SXM"]

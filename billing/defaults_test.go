@@ -18,6 +18,15 @@ func TestListPrices(t *testing.T) {
 		{"h100.metal", "19.92"},
 		{"h100.mig.3g.40gb", "1.067143"},
 		{"l40s.shared.0.25", "0.2475"},
+		{"mi300x.1x", "1.99"},
+		{"mi300x.8x", "15.92"},
+		{"mi300x.metal", "15.92"},
+		{"mi300x.dpx", "0.995"},
+		{"mi300x.qpx", "0.4975"},
+		{"mi300x.cpx", "0.24875"},
+		{"mi300x.vf8", "0.24875"},
+		{"mi325x.1x", "2.25"},
+		{"mi325x.cpx", "0.28125"},
 	} {
 		got, err := ListPrice(cat, c.offering)
 		if err != nil || got != money.MustParse(c.want) {

@@ -101,6 +101,19 @@ func builtinModels() []Model {
 		{Name: "G1", MemoryMiB: 32 * GiB},
 		{Name: "G2", MemoryMiB: 32 * GiB},
 		{Name: "G3", MemoryMiB: 80 * GiB},
+		// AMD Instinct (CDNA 3), OAM modules on 8-GPU Infinity Fabric
+		// (xGMI) platforms: 8 XCDs of 38 CUs, 896 GB/s of xGMI per GPU.
+		// PCI ids are AMD's (vendor 0x1002).
+		{Name: "MI300X", Aliases: []string{"MI300X-192GB", "Instinct-MI300X"}, Vendor: VendorAMD, MemoryMiB: 192 * GiB,
+			XGMIGBps: 896, PCIDeviceID: 0x74A1, XCDs: 8, ComputeUnits: 304,
+			Partitions: amdPartitions(192 * GiB), MemoryPartitions: amdMemoryPartitions(),
+			// AMD's GIM (MxGPU) driver: 1 VF per GPU, or 8 with the GPU
+			// in CPX/NPS1.
+			VFConfigs: []VFConfig{{VFs: 1, Partition: "SPX", MemoryPartition: "NPS1"}, {VFs: 8, Partition: "CPX", MemoryPartition: "NPS1"}}},
+		{Name: "MI325X", Aliases: []string{"MI325X-256GB", "Instinct-MI325X"}, Vendor: VendorAMD, MemoryMiB: 256 * GiB,
+			XGMIGBps: 896, PCIDeviceID: 0x74A5, XCDs: 8, ComputeUnits: 304,
+			Partitions: amdPartitions(256 * GiB), MemoryPartitions: amdMemoryPartitions(),
+			VFConfigs: []VFConfig{{VFs: 1, Partition: "SPX", MemoryPartition: "NPS1"}}},
 	}
 }
 
@@ -200,6 +213,19 @@ func shortComputeForm(s string) (string, bool) {
 func (m *Model) clone() *Model {
 	c := *m
 	c.Aliases = append([]string(nil), m.Aliases...)
+	if m.Partitions != nil {
+		c.Partitions = make([]ComputePartition, len(m.Partitions))
+		for i, p := range m.Partitions {
+			p.MemoryPartitions = append([]string(nil), p.MemoryPartitions...)
+			c.Partitions[i] = p
+		}
+	}
+	if m.MemoryPartitions != nil {
+		c.MemoryPartitions = append([]MemoryPartition(nil), m.MemoryPartitions...)
+	}
+	if m.VFConfigs != nil {
+		c.VFConfigs = append([]VFConfig(nil), m.VFConfigs...)
+	}
 	if m.MIGProfiles != nil {
 		c.MIGProfiles = make([]MIGProfile, len(m.MIGProfiles))
 		for i, p := range m.MIGProfiles {

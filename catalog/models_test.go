@@ -123,6 +123,9 @@ func TestModelSpecs(t *testing.T) {
 		{"G1", 0, 32768, 0},
 		{"G2", 0, 32768, 0},
 		{"G3", 0, 81920, 0},
+		// AMD's have xGMI instead (TestAMDModels), so no NVLink.
+		{"MI300X", 0x74A1, 196608, 0},
+		{"MI325X", 0x74A5, 262144, 0},
 	}
 	c := Default()
 	if got := len(c.Models()); got != len(want) {

@@ -1,6 +1,9 @@
 package catalog
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // offeringFamily describes the built-in offerings of one GPU model. Host CPU
 // and RAM are sized per whole GPU and scaled down for slices, so that a
@@ -16,6 +19,11 @@ type offeringFamily struct {
 	whole     []int  // whole-GPU counts offered as "<prefix>.<n>x"
 	mig       []string
 	shared    []shareSize
+	// partitions are the compute partition modes offered as
+	// "<prefix>.<mode>" (one logical GPU each), vfs the VF counts offered
+	// as "<prefix>.vf<n>" (one VF each).
+	partitions []string
+	vfs        []int
 }
 
 // shareSize is one time-sliced offering: a compute share in milli and its
@@ -50,6 +58,10 @@ var builtinFamilies = []offeringFamily{
 	{prefix: "l4", model: "L4", vcpus: 8, memoryGiB: 32, storeGiB: 200, whole: allWhole, shared: quarterAndHalf},
 	{prefix: "a10", model: "A10", vcpus: 8, memoryGiB: 32, storeGiB: 200, whole: []int{1, 2, 4}, shared: quarterAndHalf},
 	{prefix: "t4", model: "T4", vcpus: 4, memoryGiB: 16, storeGiB: 100, whole: []int{1, 2, 4}, shared: quarterAndHalf},
+	{prefix: "mi300x", model: "MI300X", vcpus: 24, memoryGiB: 240, storeGiB: 960, metal: true, whole: allWhole,
+		partitions: []string{"DPX", "QPX", "CPX"}, vfs: []int{8}},
+	{prefix: "mi325x", model: "MI325X", vcpus: 24, memoryGiB: 320, storeGiB: 960, metal: true, whole: allWhole,
+		partitions: []string{"DPX", "QPX", "CPX"}},
 }
 
 // builtinOfferings returns a fresh copy of the built-in offerings. It needs
@@ -110,6 +122,34 @@ func (f offeringFamily) offerings(m *Model) []Offering {
 			VCPUs:            scaleVCPUs(f.vcpus, p.ComputeSlices, MIGComputeSlices),
 			MemoryMiB:        scaleGiB(f.memoryGiB, p.ComputeSlices, MIGComputeSlices) * GiB,
 			InstanceStoreGiB: scaleStore(f.storeGiB, p.ComputeSlices, MIGComputeSlices),
+		})
+	}
+	for _, name := range f.partitions {
+		p := m.ComputePartitionNamed(name)
+		if p == nil {
+			panic("catalog: built-in offering family " + f.prefix + " names unknown partition " + name)
+		}
+		out = append(out, Offering{
+			Name:             f.prefix + "." + strings.ToLower(name),
+			Description:      fmt.Sprintf("One of %d %s partitions of one %s (%d XCDs, %d CUs)", p.Devices, name, m.Name, p.XCDs, p.ComputeUnits),
+			Mode:             ModePartition,
+			Model:            m.Name,
+			Partition:        name,
+			VCPUs:            scaleVCPUs(f.vcpus, 1, p.Devices),
+			MemoryMiB:        scaleGiB(f.memoryGiB, 1, p.Devices) * GiB,
+			InstanceStoreGiB: scaleStore(f.storeGiB, 1, p.Devices),
+		})
+	}
+	for _, n := range f.vfs {
+		out = append(out, Offering{
+			Name:             fmt.Sprintf("%s.vf%d", f.prefix, n),
+			Description:      fmt.Sprintf("One of %d SR-IOV virtual functions of one %s (MxGPU)", n, m.Name),
+			Mode:             ModeVF,
+			Model:            m.Name,
+			VFs:              n,
+			VCPUs:            scaleVCPUs(f.vcpus, 1, n),
+			MemoryMiB:        scaleGiB(f.memoryGiB, 1, n) * GiB,
+			InstanceStoreGiB: scaleStore(f.storeGiB, 1, n),
 		})
 	}
 	for _, s := range f.shared {

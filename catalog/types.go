@@ -1,6 +1,7 @@
 // Package catalog holds what can be rented: GPU models with their real specs,
-// the NVIDIA MIG profile tables, and offerings (instance types) with their
-// virtualization mode. The catalog is read-only data; the placement engine and
+// the NVIDIA MIG profile tables, the AMD Instinct partition tables (compute
+// partitions, memory partitions, SR-IOV virtual functions), and offerings
+// (instance types) with their virtualization mode. The catalog is read-only data; the placement engine and
 // the API validate requests against it.
 package catalog
 
@@ -20,12 +21,22 @@ const (
 	// ModeCPU rents CPU and memory only (no GPU). The trace replay uses it for
 	// CPU-only pods; offerings may use it for CPU sidecars.
 	ModeCPU Mode = "cpu"
+	// ModePartition rents one logical GPU of an AMD GPU that its operator
+	// has put in a compute partition mode (DPX, QPX, CPX): the GPU shows
+	// itself as 2, 4 or 8 GPUs, each with its own XCDs, and the offering
+	// names the mode. Tenants never choose a GPU's mode; they rent a
+	// partition of a GPU already in it.
+	ModePartition Mode = "partition"
+	// ModeVF rents one SR-IOV virtual function of an AMD GPU that its
+	// operator exposes as N VFs (MxGPU): N shares of one fixed size,
+	// isolated by the hardware.
+	ModeVF Mode = "vf"
 )
 
 // Valid reports whether m is one of the known modes.
 func (m Mode) Valid() bool {
 	switch m {
-	case ModeMetal, ModeGPU, ModeMIG, ModeShared, ModeCPU:
+	case ModeMetal, ModeGPU, ModeMIG, ModeShared, ModeCPU, ModePartition, ModeVF:
 		return true
 	}
 	return false
@@ -77,6 +88,26 @@ type Model struct {
 	PCIDeviceID uint16 `yaml:"pci_device_id,omitempty" json:"pci_device_id,omitempty"`
 	// MIGProfiles is the MIG profile table; empty when the model has no MIG.
 	MIGProfiles []MIGProfile `yaml:"mig_profiles,omitempty" json:"mig_profiles,omitempty"`
+
+	// Vendor is "nvidia" or "amd"; empty means NVIDIA, as every model was
+	// before AMD's (see VendorOf).
+	Vendor string `yaml:"vendor,omitempty" json:"vendor,omitempty"`
+	// XGMIGBps is the per-GPU AMD Infinity Fabric (xGMI) bandwidth class in
+	// GB/s, the NVLink analogue of AMD's 8-GPU platforms; 0 for models
+	// without it. A model has NVLink or xGMI, never both.
+	XGMIGBps int `yaml:"xgmi_gbps,omitempty" json:"xgmi_gbps,omitempty"`
+	// XCDs and ComputeUnits are an AMD GPU's accelerator complex dies and
+	// compute units (CUs); a compute partition takes whole XCDs.
+	XCDs         int `yaml:"xcds,omitempty" json:"xcds,omitempty"`
+	ComputeUnits int `yaml:"compute_units,omitempty" json:"compute_units,omitempty"`
+	// Partitions is the compute partition table (SPX, DPX, QPX, CPX) of an
+	// AMD GPU that has them; empty otherwise.
+	Partitions []ComputePartition `yaml:"partitions,omitempty" json:"partitions,omitempty"`
+	// MemoryPartitions lists the memory partition (NPS) modes the GPU has.
+	MemoryPartitions []MemoryPartition `yaml:"memory_partitions,omitempty" json:"memory_partitions,omitempty"`
+	// VFConfigs lists the ways the GPU can be exposed as SR-IOV virtual
+	// functions (MxGPU); empty when it cannot.
+	VFConfigs []VFConfig `yaml:"vf_configs,omitempty" json:"vf_configs,omitempty"`
 }
 
 // SupportsMIG reports whether the model can be partitioned with MIG.
@@ -123,6 +154,15 @@ type Offering struct {
 	ShareMilli int `yaml:"share_milli,omitempty" json:"share_milli,omitempty"`
 	// ShareMemoryMiB is the GPU memory for ModeShared.
 	ShareMemoryMiB int64 `yaml:"share_memory_mib,omitempty" json:"share_memory_mib,omitempty"`
+	// Partition is the compute partition mode for ModePartition ("CPX"):
+	// the offering is one logical GPU of a GPU in that mode.
+	Partition string `yaml:"partition,omitempty" json:"partition,omitempty"`
+	// MemoryPartition optionally pins ModePartition to GPUs in one memory
+	// partition mode ("NPS4"); empty takes any mode valid with Partition.
+	MemoryPartition string `yaml:"memory_partition,omitempty" json:"memory_partition,omitempty"`
+	// VFs is, for ModeVF, the number of virtual functions the GPU is
+	// exposed as; the offering is one of them.
+	VFs int `yaml:"vfs,omitempty" json:"vfs,omitempty"`
 	// VCPUs and MemoryMiB are the host CPU and RAM that come with the offering.
 	VCPUs     int   `yaml:"vcpus" json:"vcpus"`
 	MemoryMiB int64 `yaml:"memory_mib" json:"memory_mib"`

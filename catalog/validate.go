@@ -26,7 +26,7 @@ const maxGPUsPerHost = 8
 const MaxInstanceStoreGiB = 15 << 10
 
 // validModes is the list shown when a mode is missing or unknown.
-const validModes = "metal, gpu, mig, shared, cpu"
+const validModes = "metal, gpu, mig, shared, cpu, partition, vf"
 
 // ValidateOffering checks o against the catalog's models. It returns nil or a
 // *ValidationError for the first problem found, naming the YAML field.
@@ -98,7 +98,7 @@ func validateOfferingBasics(o *Offering, fail failFunc) *ValidationError {
 // (nil when unset).
 func (c *Catalog) offeringModel(o *Offering, fail failFunc) (*Model, *ValidationError) {
 	switch {
-	case o.Model == "" && (o.Mode == ModeGPU || o.Mode == ModeMIG || o.Mode == ModeShared):
+	case o.Model == "" && (o.Mode == ModeGPU || o.Mode == ModeMIG || o.Mode == ModeShared || o.Mode == ModePartition || o.Mode == ModeVF):
 		return nil, fail("model", "required for %s mode", o.Mode)
 	case o.Model != "" && o.Mode == ModeCPU:
 		return nil, fail("model", "must be empty for cpu mode")
@@ -116,6 +116,17 @@ func (c *Catalog) offeringModel(o *Offering, fail failFunc) (*Model, *Validation
 func validateOtherModesUnset(o *Offering, fail failFunc) *ValidationError {
 	if o.MIGProfile != "" && o.Mode != ModeMIG {
 		return fail("mig_profile", "only allowed in mig mode, not %s", o.Mode)
+	}
+	if o.Mode != ModePartition {
+		if o.Partition != "" {
+			return fail("partition", "only allowed in partition mode, not %s", o.Mode)
+		}
+		if o.MemoryPartition != "" {
+			return fail("memory_partition", "only allowed in partition mode, not %s", o.Mode)
+		}
+	}
+	if o.VFs != 0 && o.Mode != ModeVF {
+		return fail("vfs", "only allowed in vf mode, not %s", o.Mode)
 	}
 	if o.Mode != ModeShared {
 		if o.ShareMilli != 0 {
@@ -142,6 +153,10 @@ func validateModeFields(o *Offering, model *Model, fail failFunc) *ValidationErr
 		}
 	case ModeMIG:
 		return validateMIGOffering(o, model, fail)
+	case ModePartition:
+		return validatePartitionOffering(o, model, fail)
+	case ModeVF:
+		return validateVFOffering(o, model, fail)
 	case ModeShared:
 		if o.GPUs != 0 {
 			return fail("gpus", "must be 0 for shared mode (an offering is a share of one GPU), got %d", o.GPUs)
@@ -217,6 +232,21 @@ func validateModel(m *Model) *ValidationError {
 	}
 	if m.NVLinkGBps < 0 {
 		return fail("nvlink_gbps", "must not be negative, got %d", m.NVLinkGBps)
+	}
+	switch {
+	case m.Vendor != "" && m.Vendor != VendorNVIDIA && m.Vendor != VendorAMD:
+		return fail("vendor", "unknown vendor %q (want %s or %s)", m.Vendor, VendorNVIDIA, VendorAMD)
+	case m.XGMIGBps < 0:
+		return fail("xgmi_gbps", "must not be negative, got %d", m.XGMIGBps)
+	case m.XGMIGBps > 0 && m.NVLinkGBps > 0:
+		return fail("xgmi_gbps", "a model has NVLink or xGMI, not both")
+	case m.XCDs < 0 || m.ComputeUnits < 0:
+		return fail("xcds", "xcds and compute_units must not be negative")
+	case len(m.Partitions) > 0 && len(m.MIGProfiles) > 0:
+		return fail("partitions", "a model has MIG profiles or AMD partitions, not both")
+	}
+	if err := validatePartitions(m, fail); err != nil {
+		return err
 	}
 
 	names := map[string]bool{}
@@ -294,4 +324,56 @@ func validateProfile(m *Model, i int, names map[string]bool, ids map[int]bool) *
 		return fail("memory_mib", "must be 1..%d (the model's memory), got %d", m.MemoryMiB, p.MemoryMiB)
 	}
 	return nil
+}
+
+// validatePartitionOffering checks a partition offering: one logical GPU of
+// a compute partition mode the model has (not SPX, which is a whole GPU:
+// gpu mode), spelled as the model spells it, and a memory partition mode
+// valid with it when one is given.
+func validatePartitionOffering(o *Offering, model *Model, fail failFunc) *ValidationError {
+	if o.GPUs != 0 {
+		return fail("gpus", "must be 0 for partition mode (an offering is one logical GPU), got %d", o.GPUs)
+	}
+	if !model.SupportsPartitions() {
+		return fail("model", "gpu model %q has no compute partitions", model.Name)
+	}
+	var split []string
+	for _, p := range model.Partitions {
+		if p.Devices > 1 {
+			split = append(split, p.Name)
+		}
+	}
+	valid := strings.Join(split, ", ")
+	cp := model.ComputePartitionNamed(o.Partition)
+	switch {
+	case o.Partition == "":
+		return fail("partition", "required for partition mode (valid for %s: %s)", model.Name, valid)
+	case cp == nil:
+		return fail("partition", "%q is not a compute partition of %s (valid: %s)", o.Partition, model.Name, valid)
+	case cp.Name != o.Partition:
+		return fail("partition", "%q is not a compute partition of %s; did you mean %q? (valid: %s)", o.Partition, model.Name, cp.Name, valid)
+	case cp.Devices == 1:
+		return fail("partition", "%s is the whole GPU: use gpu mode (valid: %s)", cp.Name, valid)
+	}
+	if o.MemoryPartition != "" && !containsString(cp.MemoryPartitions, o.MemoryPartition) {
+		return fail("memory_partition", "%q is not valid with %s on %s (valid: %s)", o.MemoryPartition, cp.Name, model.Name, strings.Join(cp.MemoryPartitions, ", "))
+	}
+	return nil
+}
+
+// validateVFOffering checks a vf offering: one of the VFs of a VF count the
+// model can be exposed as.
+func validateVFOffering(o *Offering, model *Model, fail failFunc) *ValidationError {
+	if o.GPUs != 0 {
+		return fail("gpus", "must be 0 for vf mode (an offering is one virtual function), got %d", o.GPUs)
+	}
+	if len(model.VFConfigs) == 0 {
+		return fail("model", "gpu model %q cannot be exposed as virtual functions", model.Name)
+	}
+	for _, n := range model.VFCounts() {
+		if n == o.VFs {
+			return nil
+		}
+	}
+	return fail("vfs", "%d is not a VF count of %s (valid: %v)", o.VFs, model.Name, model.VFCounts())
 }

@@ -29,15 +29,21 @@ func newHostsCommand(s *session) *cobra.Command {
 	return cmd
 }
 
-// gpuSummary says what GPUs a host has: "8x H100-80GB-SXM", "-" for none.
+// gpuSummary says what GPUs a host has: "8x H100-80GB-SXM", and for AMD
+// GPUs their operator's partition mode, "4x MI300X CPX/NPS1, 4x MI300X
+// SPX/NPS1"; "-" for none.
 func gpuSummary(h *cloud.Host) string {
 	counts := map[string]int{}
 	var models []string
 	for _, g := range h.Spec.GPUs {
-		if counts[g.Model] == 0 {
-			models = append(models, g.Model)
+		m := g.Model
+		if mode := g.ModeString(); mode != "" {
+			m += " " + mode
 		}
-		counts[g.Model]++
+		if counts[m] == 0 {
+			models = append(models, m)
+		}
+		counts[m]++
 	}
 	parts := make([]string, len(models))
 	for i, m := range models {

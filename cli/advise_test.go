@@ -66,9 +66,9 @@ func TestAdviseOfflineJSON(t *testing.T) {
 	}
 	cat := catalog.Default()
 	for _, o := range a.Options {
-		// A multi-node job gets whole NVLink hosts only.
+		// A multi-node job gets whole NVLink (or xGMI) hosts only.
 		m, err := cat.Model(o.Model)
-		if err != nil || m.NVLinkGBps == 0 || o.GPUs != 8 || o.Total <= 0 || len(o.Reasons) == 0 {
+		if err != nil || m.LinkGBps() == 0 || o.GPUs != 8 || o.Total <= 0 || len(o.Reasons) == 0 {
 			t.Errorf("option %+v", o)
 		}
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +16,7 @@ import (
 )
 
 // offeringModes are the values of --mode, in the order the docs list them.
-var offeringModes = []catalog.Mode{catalog.ModeMetal, catalog.ModeGPU, catalog.ModeMIG, catalog.ModeShared, catalog.ModeCPU}
+var offeringModes = []catalog.Mode{catalog.ModeMetal, catalog.ModeGPU, catalog.ModeMIG, catalog.ModeShared, catalog.ModeCPU, catalog.ModePartition, catalog.ModeVF}
 
 func newCatalogCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -114,6 +115,10 @@ func newCatalogModelsCommand() *cobra.Command {
 				if m.NVLinkGBps > 0 {
 					nvlink = strconv.Itoa(m.NVLinkGBps) + " GB/s"
 				}
+				if m.XGMIGBps > 0 {
+					// AMD's Infinity Fabric, the NVLink of its 8-GPU platforms.
+					nvlink = strconv.Itoa(m.XGMIGBps) + " GB/s xGMI"
+				}
 				if m.SupportsMIG() {
 					mig = "yes"
 				}
@@ -180,6 +185,9 @@ func newCatalogProfilesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if m.SupportsPartitions() {
+				return writePartitions(cmd.OutOrStdout(), f.output, m)
+			}
 			if !m.SupportsMIG() {
 				capable := migModelNames(c)
 				if len(capable) == 0 {
@@ -209,6 +217,32 @@ func newCatalogProfilesCommand() *cobra.Command {
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// writePartitions prints an AMD model's partition tables, the analogue of
+// a MIG profile table: its compute partition modes with what each logical
+// GPU has, the memory modes valid with each, and its VF configurations.
+func writePartitions(out io.Writer, format string, m *catalog.Model) error {
+	if format != "table" {
+		return writeList(out, format, m.Partitions)
+	}
+	fmt.Fprintf(out, "Compute partitions of %s (%s; %d XCDs, %d CUs)\n\n", m.Name, formatMiB(m.MemoryMiB), m.XCDs, m.ComputeUnits)
+	rows := [][]string{{"MODE", "GPUS", "XCDS", "CUS", "MEMORY", "MEMORY MODES"}}
+	for _, p := range m.Partitions {
+		rows = append(rows, []string{p.Name, strconv.Itoa(p.Devices), strconv.Itoa(p.XCDs), strconv.Itoa(p.ComputeUnits),
+			formatMiB(p.MemoryMiB), strings.Join(p.MemoryPartitions, ", ")})
+	}
+	if err := writeTable(out, rows); err != nil {
+		return err
+	}
+	if len(m.VFConfigs) > 0 {
+		var vfs []string
+		for _, v := range m.VFConfigs {
+			vfs = append(vfs, fmt.Sprintf("%d in %s/%s", v.VFs, v.Partition, v.MemoryPartition))
+		}
+		fmt.Fprintf(out, "\nSR-IOV virtual functions (MxGPU): %s\n", strings.Join(vfs, ", "))
+	}
+	return nil
 }
 
 // migModelNames lists the canonical names of the MIG-capable models.
@@ -359,6 +393,13 @@ func offeringResource(o *catalog.Offering) string {
 	case catalog.ModeShared:
 		share := strconv.FormatFloat(float64(o.ShareMilli)/1000, 'f', -1, 64)
 		return share + " GPU, " + formatMiB(o.ShareMemoryMiB)
+	case catalog.ModePartition:
+		if o.MemoryPartition != "" {
+			return "partition " + o.Partition + "/" + o.MemoryPartition
+		}
+		return "partition " + o.Partition
+	case catalog.ModeVF:
+		return "1 of " + strconv.Itoa(o.VFs) + " VFs"
 	}
 	return "-"
 }

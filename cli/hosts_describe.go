@@ -94,6 +94,13 @@ func describeHost(w io.Writer, h *cloud.Host) error {
 			if g.MIG {
 				mig = "on, " + plural(len(g.Instances), "instance", "instances")
 			}
+			if mode := g.ModeString(); mode != "" {
+				// AMD: no MIG; the operator's partition mode instead.
+				mig = mode
+				if g.Parts > 1 || g.VFs > 0 {
+					mig += ", " + plural(g.Parts, "device", "devices")
+				}
+			}
 			rows = append(rows, []string{"  " + strconv.Itoa(g.Index), g.Model, dash(g.UUID), island, mig})
 		}
 		if err := writeTable(w, rows); err != nil {

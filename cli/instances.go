@@ -597,6 +597,10 @@ func deviceDetail(d fleet.Device) string {
 		return s
 	case fleet.Share:
 		return strconv.FormatFloat(float64(d.Milli)/1000, 'f', -1, 64) + " GPU, " + formatMiB(d.MemoryMiB)
+	case fleet.Partition:
+		return fmt.Sprintf("%s partition %d of %d on GPU %d", d.Partition, d.Part, d.Parts, d.GPU)
+	case fleet.VF:
+		return fmt.Sprintf("VF %d of %d on GPU %d", d.Part, d.Parts, d.GPU)
 	}
 	return "whole GPU"
 }

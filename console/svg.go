@@ -296,6 +296,15 @@ func gpuPieces(gpus []fleet.GPU, ins []*cloud.Instance) (pieces [][]gpuPiece, me
 				pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{0, 1, "whole", in.ID, label})
 			case fleet.MIGSlice:
 				pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{float64(d.MIGStart) / migSlots, float64(d.MIGStart+d.MIGSlots) / migSlots, "mig", in.ID, label + " MIG " + d.MIGProfile})
+			case fleet.Partition, fleet.VF:
+				// One of the GPU's equal devices (an AMD compute partition or VF).
+				if d.Parts > 0 {
+					what := fmt.Sprintf(" %s partition %d of %d", d.Partition, d.Part, d.Parts)
+					if d.Kind == fleet.VF {
+						what = fmt.Sprintf(" VF %d of %d", d.Part, d.Parts)
+					}
+					pieces[d.GPU] = append(pieces[d.GPU], gpuPiece{float64(d.Part) / float64(d.Parts), float64(d.Part+1) / float64(d.Parts), "mig", in.ID, label + what})
+				}
 			case fleet.Share:
 				x0 := shareAt[d.GPU]
 				x1 := x0 + float64(d.Milli)/fleet.MilliPerGPU
@@ -313,6 +322,9 @@ func writeGPU(b *strings.Builder, g *fleet.GPU, gx, gy int, pieces []gpuPiece, m
 	mode := ""
 	if g.MIG {
 		mode = " (MIG mode)"
+	}
+	if m := g.ModeString(); m != "" {
+		mode = " (" + m + ")"
 	}
 	fmt.Fprintf(b, `<g><title>GPU %d %s%s %s</title><rect class="gpu" x="%d" y="%d" width="%d" height="%d" rx="3"/>`, g.Index, esc(g.Model), mode, esc(g.UUID), gx, gy, gpuW, gpuH)
 	if metal != "" {

@@ -12,20 +12,24 @@ import (
 // market's price gate, an empty fleet, and "other" for anything else (a
 // reason the engine gained after this list, which a test catches).
 const (
-	PendingHostState      = "host_state"
-	PendingMetalHeld      = "bare_metal_held"
-	PendingZone           = "zone"
-	PendingLabels         = "labels"
-	PendingModel          = "gpu_model"
-	PendingNotEmpty       = "host_not_empty"
-	PendingCPU            = "cpu"
-	PendingMemory         = "memory"
-	PendingGPUs           = "gpus"
-	PendingNVLink         = "nvlink"
-	PendingMIGProfile     = "mig_profile"
-	PendingMIGSlot        = "mig_slot"
-	PendingShare          = "gpu_share"
-	PendingShareTenant    = "gpu_share_tenant"
+	PendingHostState   = "host_state"
+	PendingMetalHeld   = "bare_metal_held"
+	PendingZone        = "zone"
+	PendingLabels      = "labels"
+	PendingModel       = "gpu_model"
+	PendingNotEmpty    = "host_not_empty"
+	PendingCPU         = "cpu"
+	PendingMemory      = "memory"
+	PendingGPUs        = "gpus"
+	PendingNVLink      = "nvlink"
+	PendingMIGProfile  = "mig_profile"
+	PendingMIGSlot     = "mig_slot"
+	PendingShare       = "gpu_share"
+	PendingShareTenant = "gpu_share_tenant"
+	// An AMD partition or VF request: no GPU in its mode (the operator
+	// sets modes), or none with a free device.
+	PendingPartitionMode  = "gpu_partition_mode"
+	PendingPartition      = "gpu_partition"
 	PendingPlacementGroup = "placement_group"
 	PendingSpotPrice      = "spot_price"
 	PendingNoHosts        = "no_hosts"
@@ -34,21 +38,23 @@ const (
 
 // pendingOf names the placement engine's reasons.
 var pendingOf = map[placement.Reason]string{
-	placement.ReasonState:       PendingHostState,
-	placement.ReasonMetalHeld:   PendingMetalHeld,
-	placement.ReasonZone:        PendingZone,
-	placement.ReasonLabels:      PendingLabels,
-	placement.ReasonModel:       PendingModel,
-	placement.ReasonNotEmpty:    PendingNotEmpty,
-	placement.ReasonCPU:         PendingCPU,
-	placement.ReasonMemory:      PendingMemory,
-	placement.ReasonGPUs:        PendingGPUs,
-	placement.ReasonNVLink:      PendingNVLink,
-	placement.ReasonNoMIG:       PendingMIGProfile,
-	placement.ReasonMIGSlot:     PendingMIGSlot,
-	placement.ReasonShare:       PendingShare,
-	placement.ReasonShareTenant: PendingShareTenant,
-	placement.ReasonGroup:       PendingPlacementGroup,
+	placement.ReasonState:         PendingHostState,
+	placement.ReasonMetalHeld:     PendingMetalHeld,
+	placement.ReasonZone:          PendingZone,
+	placement.ReasonLabels:        PendingLabels,
+	placement.ReasonModel:         PendingModel,
+	placement.ReasonNotEmpty:      PendingNotEmpty,
+	placement.ReasonCPU:           PendingCPU,
+	placement.ReasonMemory:        PendingMemory,
+	placement.ReasonGPUs:          PendingGPUs,
+	placement.ReasonNVLink:        PendingNVLink,
+	placement.ReasonNoMIG:         PendingMIGProfile,
+	placement.ReasonMIGSlot:       PendingMIGSlot,
+	placement.ReasonShare:         PendingShare,
+	placement.ReasonShareTenant:   PendingShareTenant,
+	placement.ReasonNoPartition:   PendingPartitionMode,
+	placement.ReasonPartitionFull: PendingPartition,
+	placement.ReasonGroup:         PendingPlacementGroup,
 }
 
 // PendingReasons lists every reason PendingByReason may count under, in
@@ -56,7 +62,7 @@ var pendingOf = map[placement.Reason]string{
 func PendingReasons() []string {
 	return []string{PendingHostState, PendingMetalHeld, PendingZone, PendingLabels, PendingModel, PendingNotEmpty,
 		PendingCPU, PendingMemory, PendingGPUs, PendingNVLink, PendingMIGProfile, PendingMIGSlot, PendingShare,
-		PendingShareTenant, PendingPlacementGroup, PendingSpotPrice, PendingNoHosts, PendingOther}
+		PendingShareTenant, PendingPartitionMode, PendingPartition, PendingPlacementGroup, PendingSpotPrice, PendingNoHosts, PendingOther}
 }
 
 // pendingReason sums up why the engine could not place req (err is what

@@ -33,6 +33,10 @@ func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, er
 		r.GPUs, r.MIGProfile = 0, o.MIGProfile
 	case catalog.ModeShared:
 		r.GPUs, r.ShareMilli, r.ShareMemoryMiB = 0, o.ShareMilli, o.ShareMemoryMiB
+	case catalog.ModePartition:
+		r.GPUs, r.Partition, r.MemoryPartition = 0, o.Partition, o.MemoryPartition
+	case catalog.ModeVF:
+		r.GPUs, r.VFs = 0, o.VFs
 	case catalog.ModeCPU:
 		r.GPUs = 0
 	}

@@ -92,7 +92,12 @@ func hostSupply(h *fleet.Host, o *catalog.Offering, cat *catalog.Catalog) (capac
 			return 0, 0
 		}
 		freeGPUs := 0
+		splitGPUs := 0
 		for _, g := range gpus {
+			if g.Split() {
+				splitGPUs++ // its operator's partitions: never whole
+				continue
+			}
 			if g.Empty() && !g.MIG {
 				freeGPUs++
 			}
@@ -100,7 +105,7 @@ func hostSupply(h *fleet.Host, o *catalog.Offering, cat *catalog.Catalog) (capac
 		if h.MetalAlloc != "" {
 			freeGPUs = 0
 		}
-		capacity, free = len(gpus)/o.GPUs, freeGPUs/o.GPUs
+		capacity, free = (len(gpus)-splitGPUs)/o.GPUs, freeGPUs/o.GPUs
 	case catalog.ModeMIG:
 		m, err := cat.Model(model)
 		if err != nil {
@@ -125,6 +130,21 @@ func hostSupply(h *fleet.Host, o *catalog.Offering, cat *catalog.Catalog) (capac
 			capacity += fleet.MilliPerGPU / o.ShareMilli
 			if !g.MIG && g.WholeAlloc == "" && h.MetalAlloc == "" {
 				free += g.FreeMilli() / o.ShareMilli
+			}
+		}
+	case catalog.ModePartition, catalog.ModeVF:
+		// Only GPUs already in the offering's mode count: placement never
+		// changes an AMD GPU's mode.
+		for _, g := range gpus {
+			in := g.Split() && (o.Mode == catalog.ModeVF && g.VFs == o.VFs ||
+				o.Mode == catalog.ModePartition && g.VFs == 0 && g.Partition == o.Partition &&
+					(o.MemoryPartition == "" || g.MemoryPartition == o.MemoryPartition))
+			if !in {
+				continue
+			}
+			capacity += g.Parts
+			if h.MetalAlloc == "" {
+				free += g.PartsFree()
 			}
 		}
 	case catalog.ModeCPU:

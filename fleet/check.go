@@ -40,6 +40,8 @@ type hostUsage struct {
 	// the share that was.
 	tenant   map[int]string
 	tenantOf map[int]string
+	// parts marks the devices of split GPUs held.
+	parts map[int]uint16
 }
 
 // recount sums the allocations per host, failing on an allocation of an
@@ -48,7 +50,7 @@ func (f *Fleet) recount() (map[string]*hostUsage, error) {
 	use := map[string]*hostUsage{}
 	for _, h := range f.Hosts {
 		use[h.ID] = &hostUsage{whole: map[int]string{}, milli: map[int]int{}, gmem: map[int]int64{}, shares: map[int]int{},
-			tenant: map[int]string{}, tenantOf: map[int]string{}}
+			tenant: map[int]string{}, tenantOf: map[int]string{}, parts: map[int]uint16{}}
 	}
 	for id, p := range f.allocs {
 		u := use[p.HostID]
@@ -86,6 +88,12 @@ func (u *hostUsage) add(id string, p *Placement) error {
 			u.milli[d.GPU] += d.Milli
 			u.gmem[d.GPU] += d.MemoryMiB
 			u.shares[d.GPU]++
+		case Partition, VF:
+			bit := uint16(1) << uint(d.Part)
+			if u.parts[d.GPU]&bit != 0 {
+				return fmt.Errorf("host %s gpu %d: device %d held twice (%s)", p.HostID, d.GPU, d.Part, id)
+			}
+			u.parts[d.GPU] |= bit
 		}
 	}
 	return nil
@@ -155,6 +163,12 @@ func checkGPU(h *Host, i int, u *hostUsage) error {
 	if g.UsedMilli != u.milli[i] || g.UsedMemMiB != u.gmem[i] || g.Shares != u.shares[i] {
 		return fmt.Errorf("host %s gpu %d: share counters disagree", h.ID, i)
 	}
+	if g.PartsUsed != u.parts[i] {
+		return fmt.Errorf("host %s gpu %d: devices held %b, allocations say %b", h.ID, i, g.PartsUsed, u.parts[i])
+	}
+	if g.PartsUsed != 0 && (!g.Split() || g.PartsUsed>>uint(g.Parts) != 0) {
+		return fmt.Errorf("host %s gpu %d: devices held outside its %d", h.ID, i, g.Parts)
+	}
 	if g.ShareTenant != u.tenant[i] {
 		return fmt.Errorf("host %s gpu %d: share tenant %q, allocations say %q", h.ID, i, g.ShareTenant, u.tenant[i])
 	}
@@ -171,7 +185,10 @@ func checkGPU(h *Host, i int, u *hostUsage) error {
 	if len(g.Instances) > 0 {
 		kinds++
 	}
-	if kinds > 1 {
+	if g.PartsUsed != 0 {
+		kinds++
+	}
+	if kinds > 1 || g.Split() && (g.WholeAlloc != "" || g.Shares > 0 || g.MIG) {
 		return fmt.Errorf("host %s gpu %d: mixes whole, shared and MIG use", h.ID, i)
 	}
 	return nil

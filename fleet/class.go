@@ -89,6 +89,14 @@ func (f *Fleet) templateOf(h *Host) int {
 		b.WriteByte(0)
 		put(g.MemoryMiB)
 		put(int64(g.Island))
+		if g.Partition != "" || g.VFs > 0 {
+			// The operator's AMD mode decides which requests a GPU takes.
+			b.WriteString(g.Partition)
+			b.WriteByte('/')
+			b.WriteString(g.MemoryPartition)
+			b.WriteByte(0)
+			put(int64(g.VFs))
+		}
 	}
 	key := b.String()
 	id, ok := f.templates[key]
@@ -132,6 +140,9 @@ func (f *Fleet) stateKey(h *Host) string {
 				gf |= 8
 			}
 		}
+		if g.PartsUsed != 0 {
+			gf |= 16
+		}
 		b = append(b, gf)
 		if g.Shares > 0 {
 			b = binary.AppendUvarint(b, uint64(g.UsedMilli))
@@ -140,6 +151,11 @@ func (f *Fleet) stateKey(h *Host) string {
 				b = binary.AppendUvarint(b, uint64(len(g.ShareTenant)))
 				b = append(b, g.ShareTenant...)
 			}
+		}
+		if g.PartsUsed != 0 {
+			// Which devices are held, not only how many: the device index
+			// goes into the placement.
+			b = binary.AppendUvarint(b, uint64(g.PartsUsed))
 		}
 		if g.MIG {
 			// Instances in slot order, so equal layouts give equal keys.

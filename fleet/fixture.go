@@ -88,3 +88,16 @@ func MockFleet(hosts ...*Host) *Fleet {
 	}
 	return f
 }
+
+// MockAMDHost is an AMD host of gpus GPUs of model (MI300X, MI325X) on
+// one Infinity Fabric (xGMI) island, every GPU in the operator's mode:
+// compute partition, memory partition ("" for the default) and VFs.
+func MockAMDHost(id, model string, gpus int, partition, memoryPartition string, vfs int) *Host {
+	h := MockHost(id, model, gpus)
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		g.Island = 0
+		g.Partition, g.MemoryPartition, g.VFs = partition, memoryPartition, vfs
+	}
+	return h
+}

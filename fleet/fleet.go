@@ -20,6 +20,11 @@ const (
 	MIGSlice DeviceKind = "mig"
 	// Share is a time-sliced fraction of the GPU.
 	Share DeviceKind = "shared"
+	// Partition is one logical GPU of an AMD GPU in a compute partition
+	// mode (DPX, QPX, CPX).
+	Partition DeviceKind = "partition"
+	// VF is one SR-IOV virtual function of an AMD GPU exposed as VFs.
+	VF DeviceKind = "vf"
 )
 
 // Device is the part of one GPU that a placement takes.
@@ -45,6 +50,13 @@ type Device struct {
 	// Share fields, for Kind == Share.
 	Milli     int   `json:"milli,omitempty"`
 	MemoryMiB int64 `json:"memory_mib,omitempty"`
+
+	// Partition and VF fields: the device's index on its GPU (0..Parts-1),
+	// how many devices the GPU has, and for a partition the GPU's compute
+	// partition mode ("CPX"), which the GPU must still be in.
+	Part      int    `json:"part,omitempty"`
+	Parts     int    `json:"parts,omitempty"`
+	Partition string `json:"partition,omitempty"`
 }
 
 // Placement is a plan for one allocation: the host, and per GPU what is
@@ -82,6 +94,10 @@ func (p *Placement) GPUMilli() int {
 			n += d.Milli
 		case MIGSlice:
 			n += migMilli(d.MIGSlices)
+		case Partition, VF:
+			if d.Parts > 0 {
+				n += MilliPerGPU / d.Parts
+			}
 		}
 	}
 	return n
@@ -143,6 +159,7 @@ func (f *Fleet) AddHost(h *Host, cat *catalog.Catalog) error {
 	for i := range c.GPUs {
 		g := &c.GPUs[i]
 		g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.ShareTenant, g.MIGAuto = "", 0, 0, 0, "", false
+		g.PartsUsed = 0
 		// Instances that exist on the hardware without an allocation are
 		// kept: they hold their slots until the operator removes them.
 		kept := g.Instances[:0]
@@ -275,6 +292,8 @@ func (f *Fleet) Apply(p *Placement) error {
 				ProfileID: d.MIGProfileID, Start: d.MIGStart, Slots: d.MIGSlots,
 				Slices: d.MIGSlices, Media: d.MIGMedia, Alloc: p.ID,
 			})
+		case Partition, VF:
+			g.PartsUsed |= 1 << uint(d.Part)
 		}
 	}
 	cp := *p
@@ -316,8 +335,11 @@ func check(h *Host, p *Placement) error {
 			if !g.Empty() || g.MIG {
 				return fmt.Errorf("gpu %d is not free", d.GPU)
 			}
+			if g.Split() {
+				return fmt.Errorf("gpu %d is in %s: it is rented by its devices, not whole", d.GPU, g.modeString())
+			}
 		case Share:
-			if g.WholeAlloc != "" || g.MIG {
+			if g.WholeAlloc != "" || g.MIG || g.Split() {
 				return fmt.Errorf("gpu %d cannot be shared", d.GPU)
 			}
 			if g.Shares > 0 && g.ShareTenant != p.Tenant {
@@ -336,6 +358,10 @@ func check(h *Host, p *Placement) error {
 			if err := checkMIG(g, d); err != nil {
 				return fmt.Errorf("gpu %d: %s", d.GPU, err)
 			}
+		case Partition, VF:
+			if err := checkPart(g, d); err != nil {
+				return fmt.Errorf("gpu %d: %s", d.GPU, err)
+			}
 		default:
 			return fmt.Errorf("gpu %d: unknown device kind %q", d.GPU, d.Kind)
 		}
@@ -344,7 +370,7 @@ func check(h *Host, p *Placement) error {
 }
 
 func checkMIG(g *GPU, d Device) error {
-	if g.WholeAlloc != "" || g.Shares > 0 {
+	if g.WholeAlloc != "" || g.Shares > 0 || g.Split() {
 		return fmt.Errorf("gpu is in use")
 	}
 	if !g.MIG && !(d.EnableMIG && g.Empty()) {
@@ -422,6 +448,8 @@ func unapply(h *Host, p *Placement) {
 			if g.MIGAuto && len(g.Instances) == 0 {
 				g.MIG, g.MIGAuto = false, false
 			}
+		case Partition, VF:
+			g.PartsUsed &^= 1 << uint(d.Part)
 		}
 	}
 }

@@ -30,6 +30,9 @@ func dump(f *Fleet) string {
 		for _, g := range h.GPUs {
 			fmt.Fprintf(&b, "  gpu %d %s %s mem=%d isl=%d mig=%v auto=%v whole=%q milli=%d gmem=%d shares=%d tenant=%q",
 				g.Index, g.UUID, g.Model, g.MemoryMiB, g.Island, g.MIG, g.MIGAuto, g.WholeAlloc, g.UsedMilli, g.UsedMemMiB, g.Shares, g.ShareTenant)
+			if g.Partition != "" || g.VFs > 0 {
+				fmt.Fprintf(&b, " mode=%s parts=%d used=%b", g.ModeString(), g.Parts, g.PartsUsed)
+			}
 			in := append([]MIGInstance(nil), g.Instances...)
 			sort.Slice(in, func(i, j int) bool { return in[i].Start < in[j].Start })
 			for _, x := range in {

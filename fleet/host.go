@@ -9,6 +9,7 @@ package fleet
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/gpucloud/gpucloud/catalog"
 )
@@ -79,11 +80,50 @@ type GPU struct {
 	ShareTenant string `json:"share_tenant,omitempty"`
 	// Instances are the MIG instances placed on the GPU.
 	Instances []MIGInstance `json:"instances,omitempty"`
+
+	// Partition and MemoryPartition are an AMD GPU's compute partition
+	// mode (SPX, DPX, QPX, CPX) and memory partition mode (NPS1, NPS4), and
+	// VFs the SR-IOV virtual functions it is exposed as (0: none). The
+	// operator sets them (the host's inventory); placement never changes
+	// them. Empty on models without partitions.
+	Partition       string `json:"partition,omitempty"`
+	MemoryPartition string `json:"memory_partition,omitempty"`
+	VFs             int    `json:"vfs,omitempty"`
+	// Parts is the number of devices the GPU shows tenants in its mode:
+	// its VFs when it has any, else its compute partition's logical GPUs
+	// (8 in CPX); 0 or 1 when it is one GPU. Derived from the catalog
+	// when the host is added.
+	Parts int `json:"parts,omitempty"`
+	// PartsUsed marks the devices held (bit i: device i), on a GPU with
+	// more than one device or with VFs.
+	PartsUsed uint16 `json:"parts_used,omitempty"`
+}
+
+// Split reports whether the GPU is rented by its devices (partitions or
+// VFs) rather than whole, shared or in MIG mode.
+func (g *GPU) Split() bool { return g.VFs > 0 || g.Parts > 1 }
+
+// PartsFree is how many of a split GPU's devices are free.
+func (g *GPU) PartsFree() int {
+	if !g.Split() {
+		return 0
+	}
+	return g.Parts - bits.OnesCount16(g.PartsUsed)
+}
+
+// FirstFreePart returns the lowest free device of a split GPU, or -1.
+func (g *GPU) FirstFreePart() int {
+	for i := 0; i < g.Parts; i++ {
+		if g.PartsUsed&(1<<uint(i)) == 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // Empty reports whether nothing at all is placed on the GPU.
 func (g *GPU) Empty() bool {
-	return g.WholeAlloc == "" && g.Shares == 0 && len(g.Instances) == 0
+	return g.WholeAlloc == "" && g.Shares == 0 && len(g.Instances) == 0 && g.PartsUsed == 0
 }
 
 // FreeMilli is the GPU compute still free, in milli. A whole allocation uses
@@ -95,6 +135,9 @@ func (g *GPU) FreeMilli() int {
 	}
 	if g.MIG {
 		return MilliPerGPU - migMilli(g.SlicesUsed())
+	}
+	if g.Split() {
+		return MilliPerGPU - bits.OnesCount16(g.PartsUsed)*MilliPerGPU/g.Parts
 	}
 	return MilliPerGPU - g.UsedMilli
 }
@@ -260,6 +303,11 @@ func (h *Host) validate(cat *catalog.Catalog) error {
 			if g.MIG && !m.SupportsMIG() {
 				return fmt.Errorf("host %s gpu %d: model %s has no MIG", h.ID, i, m.Name)
 			}
+			if err := g.resolveMode(m); err != nil {
+				return fmt.Errorf("host %s gpu %d: %w", h.ID, i, err)
+			}
+		} else if err := g.resolveMode(nil); err != nil {
+			return fmt.Errorf("host %s gpu %d: %w", h.ID, i, err)
 		}
 	}
 	return nil

@@ -16,6 +16,9 @@ const (
 	ModeShared = "shared"
 	// ModeMIG is a GPU in MIG mode.
 	ModeMIG = "mig"
+	// ModePartitioned is an AMD GPU split into devices (compute
+	// partitions or VFs); SlicesUsed and SlicesFree count its devices.
+	ModePartitioned = "partitioned"
 )
 
 // GPUCount is how many GPUs of a model are in a mode (ModeWhole,
@@ -56,6 +59,10 @@ func (f *Fleet) GPUUsage() []GPUCount {
 				k.allocated = k.allocated || used > 0
 			} else if g.Shares > 0 {
 				k.mode = ModeShared
+			} else if g.Split() {
+				k.mode = ModePartitioned
+				used = g.Parts - g.PartsFree()
+				k.allocated = k.allocated || used > 0
 			}
 			c := counts[k]
 			if c == nil {
@@ -66,6 +73,10 @@ func (f *Fleet) GPUUsage() []GPUCount {
 			if g.MIG {
 				c.SlicesUsed += used
 				c.SlicesFree += max(catalog.MIGComputeSlices-used, 0)
+			}
+			if g.Split() {
+				c.SlicesUsed += used
+				c.SlicesFree += g.PartsFree()
 			}
 		}
 	}

@@ -204,6 +204,13 @@ func (e *Engine) shapeOf(req *Request) *shape {
 	}
 	b = append(b, req.MIGProfile...)
 	b = append(b, 0)
+	if req.Mode == catalog.ModePartition || req.Mode == catalog.ModeVF {
+		b = append(b, req.Partition...)
+		b = append(b, '/')
+		b = append(b, req.MemoryPartition...)
+		b = strconv.AppendInt(b, int64(req.VFs), 36)
+		b = append(b, 0)
+	}
 	for _, m := range req.Models {
 		b = append(b, m...)
 		b = append(b, '|')
@@ -504,6 +511,14 @@ func (e *Engine) build(h *fleet.Host, s *shape, m memo) *fleet.Placement {
 	case catalog.ModeShared:
 		i := int(opt)
 		p.Devices = []fleet.Device{{GPU: i, UUID: h.GPUs[i].UUID, Kind: fleet.Share, Milli: req.ShareMilli, MemoryMiB: req.ShareMemoryMiB}}
+	case catalog.ModePartition, catalog.ModeVF:
+		i, part := int(opt&0xff), int(opt>>8)
+		g := &h.GPUs[i]
+		d := fleet.Device{GPU: i, UUID: g.UUID, Kind: fleet.VF, Part: part, Parts: g.Parts}
+		if req.Mode == catalog.ModePartition {
+			d.Kind, d.Partition = fleet.Partition, g.Partition
+		}
+		p.Devices = []fleet.Device{d}
 	case catalog.ModeMIG:
 		i, start, enable := decodeMIG(opt)
 		g := &h.GPUs[i]
@@ -561,6 +576,10 @@ func Explain(p *fleet.Placement) string {
 			parts = append(parts, fmt.Sprintf("gpu%d:%dm", d.GPU, d.Milli))
 		case fleet.MIGSlice:
 			parts = append(parts, fmt.Sprintf("gpu%d:%s@%d", d.GPU, d.MIGProfile, d.MIGStart))
+		case fleet.Partition:
+			parts = append(parts, fmt.Sprintf("gpu%d:%s#%d", d.GPU, strings.ToLower(d.Partition), d.Part))
+		case fleet.VF:
+			parts = append(parts, fmt.Sprintf("gpu%d:vf%d/%d", d.GPU, d.Part, d.Parts))
 		}
 	}
 	return p.HostID + " [" + strings.Join(parts, " ") + "]"

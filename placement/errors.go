@@ -30,6 +30,8 @@ const (
 	ReasonMIGSlot
 	ReasonShare
 	ReasonShareTenant
+	ReasonNoPartition
+	ReasonPartitionFull
 	ReasonGroup
 	numReasons
 )
@@ -75,6 +77,16 @@ func (r Reason) Describe(req *Request) string {
 		return fmt.Sprintf("no GPU with %d milli and %d MiB free", req.ShareMilli, req.ShareMemoryMiB)
 	case ReasonShareTenant:
 		return "GPU shared by another tenant"
+	case ReasonNoPartition:
+		if req.Mode == catalog.ModeVF {
+			return fmt.Sprintf("no GPU exposed as %d VFs", req.VFs)
+		}
+		return "no GPU in " + partitionName(req) + " mode"
+	case ReasonPartitionFull:
+		if req.Mode == catalog.ModeVF {
+			return "no free VF"
+		}
+		return "no free " + partitionName(req) + " partition"
 	case ReasonGroup:
 		return "placement group " + req.Group.Name + " (" + string(req.Group.Strategy) + ")"
 	}
@@ -145,4 +157,13 @@ func IsInsufficientCapacity(err error) bool {
 func IsInvalidRequest(err error) bool {
 	var e *RequestError
 	return errors.As(err, &e)
+}
+
+// partitionName is a partition request's mode as the reasons print it:
+// "CPX", or "CPX/NPS4" when it pins the memory mode.
+func partitionName(req *Request) string {
+	if req.MemoryPartition != "" {
+		return req.Partition + "/" + req.MemoryPartition
+	}
+	return req.Partition
 }

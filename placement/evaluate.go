@@ -47,6 +47,11 @@ type GPUView struct {
 	// Profiles is the MIG profile table of the GPU's model (nil without
 	// MIG), for scorers that weigh MIG geometry.
 	Profiles []catalog.MIGProfile
+	// Parts and PartsUsed are an AMD GPU's devices (compute partitions or
+	// VFs) and those held (bit i: device i); Parts is 0 for a GPU that is
+	// not split.
+	Parts     int8
+	PartsUsed uint16
 }
 
 // FreeGPUs is the scalar free GPU amount used by FGD: whole free GPUs plus
@@ -120,13 +125,19 @@ func fillViewFrom(v *View, h *fleet.Host) {
 		g := &h.GPUs[i]
 		gv := GPUView{
 			Model: g.Model, Free: g.FreeMilli(), Island: g.Island,
-			Whole:     g.Empty() && !g.MIG,
-			Shareable: g.WholeAlloc == "" && !g.MIG,
+			Whole:     g.Empty() && !g.MIG && !g.Split(),
+			Shareable: g.WholeAlloc == "" && !g.MIG && !g.Split(),
 			MIG:       g.MIG,
+		}
+		if g.Split() {
+			gv.Parts, gv.PartsUsed = int8(g.Parts), g.PartsUsed
 		}
 		gv.Mem = g.MemoryMiB - g.UsedMemMiB
 		if g.WholeAlloc != "" {
 			gv.Mem = 0
+		}
+		if g.Split() {
+			gv.Mem = g.MemoryMiB * int64(g.PartsFree()) / int64(g.Parts)
 		}
 		if g.MIG {
 			gv.Mask = g.SlotMask()
@@ -201,6 +212,10 @@ func (e *Engine) evaluate(h *fleet.Host, s *shape) memo {
 		if r := e.migOptions(h, s, allowed, try); !found {
 			return fail(r)
 		}
+	case catalog.ModePartition, catalog.ModeVF:
+		if r := partOptions(h, req, allowed, try); !found {
+			return fail(r)
+		}
 	}
 	if !found {
 		return fail(ReasonGPUs)
@@ -266,9 +281,10 @@ func admitsGPUs(h *fleet.Host, s *shape) Reason {
 			return ReasonNotEmpty
 		}
 		// Metal takes every GPU whole, which a GPU in MIG mode (or holding
-		// instances the operator made) cannot give.
+		// instances the operator made), or split into partitions or VFs by
+		// its operator, cannot give.
 		for i := range h.GPUs {
-			if g := &h.GPUs[i]; g.MIG || !g.Empty() {
+			if g := &h.GPUs[i]; g.MIG || g.Split() || !g.Empty() {
 				return ReasonNotEmpty
 			}
 		}
@@ -292,7 +308,7 @@ func shareOptions(h *fleet.Host, req *Request, allowed func(*fleet.GPU) bool, tr
 shareLoop:
 	for i := range h.GPUs {
 		g := &h.GPUs[i]
-		if !allowed(g) || g.WholeAlloc != "" || g.MIG || g.FreeMilli() < req.ShareMilli ||
+		if !allowed(g) || g.WholeAlloc != "" || g.MIG || g.Split() || g.FreeMilli() < req.ShareMilli ||
 			g.MemoryMiB > 0 && g.MemoryMiB-g.UsedMemMiB < req.ShareMemoryMiB {
 			continue
 		}
@@ -326,7 +342,7 @@ func (e *Engine) gpuOptions(h *fleet.Host, n int, allowed func(*fleet.GPU) bool,
 		if g.Island >= 0 {
 			nvlink = true
 		}
-		if allowed(g) && g.Empty() && !g.MIG {
+		if allowed(g) && g.Empty() && !g.MIG && !g.Split() {
 			free++
 			islands[g.Island] = append(islands[g.Island], i)
 		}
@@ -339,7 +355,7 @@ func (e *Engine) gpuOptions(h *fleet.Host, n int, allowed func(*fleet.GPU) bool,
 		k := 0
 		for i := range h.GPUs {
 			g := &h.GPUs[i]
-			if k < n && allowed(g) && g.Empty() && !g.MIG {
+			if k < n && allowed(g) && g.Empty() && !g.MIG && !g.Split() {
 				opt |= 1 << uint(i)
 				k++
 			}
@@ -392,7 +408,7 @@ func (e *Engine) migOptions(h *fleet.Host, s *shape, allowed func(*fleet.GPU) bo
 			continue
 		}
 		anyProfile = true
-		if g.WholeAlloc != "" || g.Shares > 0 || !g.MIG && !g.Empty() {
+		if g.WholeAlloc != "" || g.Shares > 0 || g.Split() || !g.MIG && !g.Empty() {
 			continue
 		}
 		// GPUs with the same layout offer the same options.
@@ -456,6 +472,16 @@ func (e *Engine) apply(v *View, s *shape, opt uint64) {
 		g.Free -= req.ShareMilli
 		g.Mem -= req.ShareMemoryMiB
 		g.Whole = false
+	case catalog.ModePartition, catalog.ModeVF:
+		g := &v.GPUs[opt&0xff]
+		part := int(opt >> 8)
+		g.PartsUsed |= 1 << uint(part)
+		used := 0
+		for b := g.PartsUsed; b != 0; b &= b - 1 {
+			used++
+		}
+		g.Free = 1000 - used*1000/int(g.Parts)
+		g.Mem -= g.Mem / int64(int(g.Parts)-used+1)
 	case catalog.ModeMIG:
 		i, st, _ := decodeMIG(opt)
 		g := &v.GPUs[i]
@@ -471,4 +497,50 @@ func (e *Engine) apply(v *View, s *shape, opt uint64) {
 			g.Count[prof.ID]++
 		}
 	}
+}
+
+// partOptions offers, on each GPU in the request's mode (its operator's
+// compute partition, or exposed as the request's VF count) with a free
+// device, that GPU's first free device; GPUs of one model with the same
+// devices held stand for each other. It returns the reason when none is
+// offered: no GPU in the mode at all, or none with a free device.
+func partOptions(h *fleet.Host, req *Request, allowed func(*fleet.GPU) bool, try func(uint64, float64)) Reason {
+	inMode := false
+	type key struct {
+		model string
+		used  uint16
+	}
+	var seen []key
+	for i := range h.GPUs {
+		g := &h.GPUs[i]
+		if !allowed(g) || !g.Split() {
+			continue
+		}
+		if req.Mode == catalog.ModeVF {
+			if g.VFs != req.VFs {
+				continue
+			}
+		} else if g.VFs > 0 || g.Partition != req.Partition || req.MemoryPartition != "" && g.MemoryPartition != req.MemoryPartition {
+			continue
+		}
+		inMode = true
+		part := g.FirstFreePart()
+		if part < 0 {
+			continue
+		}
+		k := key{g.Model, g.PartsUsed}
+		dup := false
+		for _, x := range seen {
+			dup = dup || x == k
+		}
+		if dup {
+			continue
+		}
+		seen = append(seen, k)
+		try(uint64(i)|uint64(part)<<8, 0)
+	}
+	if !inMode {
+		return ReasonNoPartition
+	}
+	return ReasonPartitionFull
 }

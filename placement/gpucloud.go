@@ -272,7 +272,11 @@ func emptyView(h *fleet.Host) View {
 	v := View{CPU: h.CPUMilli, Memory: h.MemoryMiB, CPUCap: h.CPUMilli, MemoryCap: h.MemoryMiB, Class: -1}
 	for i := range h.GPUs {
 		g := &h.GPUs[i]
-		v.GPUs = append(v.GPUs, GPUView{Model: g.Model, Free: 1000, Mem: g.MemoryMiB, Whole: !g.MIG, Shareable: !g.MIG, MIG: g.MIG, Island: g.Island})
+		gv := GPUView{Model: g.Model, Free: 1000, Mem: g.MemoryMiB, Whole: !g.MIG && !g.Split(), Shareable: !g.MIG && !g.Split(), MIG: g.MIG, Island: g.Island}
+		if g.Split() {
+			gv.Parts = int8(g.Parts)
+		}
+		v.GPUs = append(v.GPUs, gv)
 	}
 	return v
 }

@@ -115,7 +115,8 @@ func (e *Engine) PlanPreemption(f *fleet.Fleet, in *Request) (*PreemptionPlan, e
 func capacityReason(r Reason) bool {
 	switch r {
 	case ReasonMetalHeld, ReasonNotEmpty, ReasonCPU, ReasonMemory, ReasonGPUs,
-		ReasonNVLink, ReasonMIGSlot, ReasonShare, ReasonShareTenant:
+		ReasonNVLink, ReasonMIGSlot, ReasonShare, ReasonShareTenant, ReasonPartitionFull:
+		// (ReasonNoPartition is not: evictions never change a GPU's mode.)
 		return true
 	}
 	return false
@@ -228,7 +229,7 @@ type preemptPlanner struct {
 func newPreemptPlanner(f *fleet.Fleet, req *Request, s *shape) *preemptPlanner {
 	return &preemptPlanner{f: f, req: req, s: s,
 		gpuMode: req.Mode == catalog.ModeGPU,
-		anyGPUs: req.Mode == catalog.ModeMIG || req.Mode == catalog.ModeShared}
+		anyGPUs: req.Mode == catalog.ModeMIG || req.Mode == catalog.ModeShared || req.Mode == catalog.ModePartition || req.Mode == catalog.ModeVF}
 }
 
 // setClass reads what all hosts of h's class share: free CPU, memory and
@@ -248,6 +249,8 @@ func (pl *preemptPlanner) setClass(h *fleet.Host) {
 			continue
 		}
 		switch {
+		case g.Split():
+			pl.classBlocked[i] = true // the operator's partitions stay
 		case g.Empty() && !g.MIG:
 			free++
 		case g.MIG:

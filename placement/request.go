@@ -27,6 +27,14 @@ type Request struct {
 	// ShareMilli and ShareMemoryMiB size a ModeShared request.
 	ShareMilli     int
 	ShareMemoryMiB int64
+	// Partition names the compute partition mode of a ModePartition
+	// request ("CPX"): one logical GPU of a GPU its operator put in that
+	// mode. MemoryPartition, when set, also pins the memory mode ("NPS4").
+	Partition       string
+	MemoryPartition string
+	// VFs is the VF count of a ModeVF request: one virtual function of a
+	// GPU exposed as that many.
+	VFs int
 	// CPUMilli and MemoryMiB are the host CPU and RAM the allocation needs.
 	CPUMilli  int64
 	MemoryMiB int64
@@ -236,7 +244,7 @@ func (r *Request) Validate(cat *catalog.Catalog) error {
 		return &RequestError{Field: field, Message: fmt.Sprintf(format, args...)}
 	}
 	if !r.Mode.Valid() {
-		return bad("mode", "unknown mode %q (want metal, gpu, mig, shared or cpu)", r.Mode)
+		return bad("mode", "unknown mode %q (want metal, gpu, mig, shared, cpu, partition or vf)", r.Mode)
 	}
 	if r.CPUMilli < 0 || r.MemoryMiB < 0 {
 		return bad("resources", "cpu and memory must not be negative")
@@ -294,6 +302,9 @@ func (r *Request) Validate(cat *catalog.Catalog) error {
 			}
 		}
 	}
+	if err := r.validateAMD(cat); err != nil {
+		return err
+	}
 	if r.Mode != catalog.ModeShared && (r.ShareMilli != 0 || r.ShareMemoryMiB != 0) {
 		return bad("share_milli", "only mode shared takes a share")
 	}
@@ -314,6 +325,73 @@ func (r *Request) Validate(cat *catalog.Catalog) error {
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// validateAMD checks the fields of the partition and vf modes: a partition
+// mode (canonical upper case, not SPX) and a VF count that some allowed
+// model has, and neither field in another mode.
+func (r *Request) validateAMD(cat *catalog.Catalog) error {
+	bad := func(field, format string, args ...any) error {
+		return &RequestError{Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	if r.Mode != catalog.ModePartition && (r.Partition != "" || r.MemoryPartition != "") {
+		return bad("partition", "only mode partition takes a partition")
+	}
+	if r.Mode != catalog.ModeVF && r.VFs != 0 {
+		return bad("vfs", "only mode vf takes vfs")
+	}
+	switch r.Mode {
+	case catalog.ModePartition:
+		r.Partition, r.MemoryPartition = strings.ToUpper(r.Partition), strings.ToUpper(r.MemoryPartition)
+		if r.Partition == "" {
+			return bad("partition", "mode partition needs a compute partition mode (DPX, QPX, CPX)")
+		}
+		if r.Partition == catalog.SPX {
+			return bad("partition", "SPX is a whole GPU: use mode gpu")
+		}
+	case catalog.ModeVF:
+		if r.VFs < 1 {
+			return bad("vfs", "mode vf needs a VF count of at least 1, got %d", r.VFs)
+		}
+	default:
+		return nil
+	}
+	if cat == nil {
+		return nil
+	}
+	for _, m := range cat.Models() {
+		if len(r.Models) > 0 && !contains(r.Models, m.Name) {
+			continue
+		}
+		if r.Mode == catalog.ModeVF {
+			for _, v := range m.VFCounts() {
+				if v == r.VFs {
+					return nil
+				}
+			}
+			continue
+		}
+		cp := m.ComputePartitionNamed(r.Partition)
+		if cp != nil && (r.MemoryPartition == "" || containsFold(cp.MemoryPartitions, r.MemoryPartition)) {
+			return nil
+		}
+	}
+	if r.Mode == catalog.ModeVF {
+		return bad("vfs", "no allowed GPU model can be exposed as %d VFs", r.VFs)
+	}
+	if r.MemoryPartition != "" {
+		return bad("memory_partition", "no allowed GPU model has compute partition %s with memory partition %s", r.Partition, r.MemoryPartition)
+	}
+	return bad("partition", "no allowed GPU model has compute partition %s", r.Partition)
+}
+
+func containsFold(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
 			return true
 		}
 	}

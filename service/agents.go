@@ -284,6 +284,9 @@ func (s *Agents) rejoin(ctx context.Context, tx cloud.Tx, h *cloud.Host, spec fl
 	if err := claimMIG(ctx, tx, h.ID, &spec); err != nil {
 		return err
 	}
+	if err := checkModeChange(ctx, tx, h, &spec); err != nil {
+		return err
+	}
 	if err := heal(ctx, tx, h, now, "re-joined"); err != nil {
 		return err
 	}
@@ -360,6 +363,9 @@ func (s *Agents) Heartbeat(ctx context.Context, a Actor, inv *agentapi.Inventory
 				return err
 			}
 			if err := claimMIG(ctx, tx, h.ID, &spec); err != nil {
+				return err
+			}
+			if err := checkModeChange(ctx, tx, h, &spec); err != nil {
 				return err
 			}
 			spec.State = h.State
@@ -450,8 +456,12 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 		if g.Island < -1 {
 			return fleet.Host{}, Field(name+".island", "%d: use -1 for a GPU without NVLink", g.Island)
 		}
+		if err := s.checkGPUMode(name, g); err != nil {
+			return fleet.Host{}, err
+		}
 		h.GPUs = append(h.GPUs, fleet.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model,
-			MemoryMiB: g.MemoryMiB, Island: g.Island, MIG: g.MIG})
+			MemoryMiB: g.MemoryMiB, Island: g.Island, MIG: g.MIG,
+			Partition: g.Partition, MemoryPartition: g.MemoryPartition, VFs: g.VFs})
 	}
 	// The fleet's own validation, on a scratch fleet, is exactly what the
 	// scheduler will run when it rebuilds from this spec.
@@ -464,6 +474,10 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 	for i := range h.GPUs {
 		g := &h.GPUs[i]
 		g.Model, g.MemoryMiB = checked.GPUs[i].Model, checked.GPUs[i].MemoryMiB
+		// The operator's AMD mode in canonical spelling, with its device
+		// count.
+		c := &checked.GPUs[i]
+		g.Partition, g.MemoryPartition, g.VFs, g.Parts = c.Partition, c.MemoryPartition, c.VFs, c.Parts
 		if err := s.checkMIGInstances(fmt.Sprintf("inventory.host.gpus[%d]", i), g, src.GPUs[i].Instances); err != nil {
 			return fleet.Host{}, err
 		}

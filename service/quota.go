@@ -23,8 +23,9 @@ const defaultMetalGPUs = 8
 
 // GPUDemand is what an offering holds against a GPU quota: its canonical
 // GPU model and whole-GPU equivalents. Whole GPUs count one each, a MIG
-// instance its compute slices out of 7, a time-slice its share, a bare
-// metal host all its GPUs. CPU offerings and metal offerings without a
+// instance its compute slices out of 7, a time-slice its share, an AMD
+// partition or VF one over the logical GPUs of its GPU, a bare metal host
+// all its GPUs. CPU offerings and metal offerings without a
 // model hold no GPU quota (model "").
 func GPUDemand(cat *catalog.Catalog, o *catalog.Offering) (model string, gpus float64) {
 	if o.Model == "" {
@@ -45,6 +46,14 @@ func GPUDemand(cat *catalog.Catalog, o *catalog.Offering) (model string, gpus fl
 		}
 	case catalog.ModeShared:
 		return m.Name, float64(o.ShareMilli) / 1000
+	case catalog.ModePartition:
+		if p := m.ComputePartitionNamed(o.Partition); p != nil {
+			return m.Name, 1 / float64(p.Devices)
+		}
+	case catalog.ModeVF:
+		if o.VFs > 0 {
+			return m.Name, 1 / float64(o.VFs)
+		}
 	case catalog.ModeMetal:
 		if o.GPUs > 0 {
 			return m.Name, float64(o.GPUs)

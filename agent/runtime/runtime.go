@@ -122,6 +122,12 @@ type Spec struct {
 	// it may open too.
 	GPUIndexes []int
 	MIG        []MIGDevice
+	// RenderMinors are, for AMD GPUs, the DRM render nodes the workload
+	// may open (/dev/dri/renderD<minor>): one per GPU it has whole, and
+	// one per compute partition or VF, each a logical GPU with its own
+	// node. With any, it may open /dev/kfd too, and its environment names
+	// its GPUs the ROCm way (Environ).
+	RenderMinors []int
 }
 
 // MIGDevice names a MIG slice as the NVIDIA driver's device nodes do: the
@@ -304,8 +310,12 @@ var (
 const (
 	EnvCUDAVisible   = "CUDA_VISIBLE_DEVICES"
 	EnvNVIDIAVisible = "NVIDIA_VISIBLE_DEVICES"
-	EnvMPSThreads    = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// ROCm's: ROCR_VISIBLE_DEVICES selects devices by UUID (or index)
+	// in the ROCr runtime, HIP_VISIBLE_DEVICES by index among those.
+	EnvROCRVisible = "ROCR_VISIBLE_DEVICES"
+	EnvHIPVisible  = "HIP_VISIBLE_DEVICES"
+	EnvMPSThreads  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	// EnvMPSPipe names the MPS control daemon's pipe directory; a runtime
 	// that runs the daemon of a share's GPU sets it.
 	EnvMPSPipe         = "CUDA_MPS_PIPE_DIRECTORY"
@@ -321,7 +331,7 @@ const (
 
 func reserved(key string) bool {
 	switch key {
-	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads, EnvMPSMemLimit, EnvMPSPipe:
+	case EnvCUDAVisible, EnvNVIDIAVisible, EnvMPSThreads, EnvMPSMemLimit, EnvMPSPipe, EnvROCRVisible, EnvHIPVisible:
 		return true
 	}
 	return strings.HasPrefix(key, reservedEnvPrefix)
@@ -372,6 +382,11 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("instance %s: bad MIG device %+v: %w", s.InstanceID, m, ErrInvalid)
 		}
 	}
+	for _, m := range s.RenderMinors {
+		if m < 128 || m > 1<<20 {
+			return fmt.Errorf("instance %s: bad render node minor %d (renderD128 is the first): %w", s.InstanceID, m, ErrInvalid)
+		}
+	}
 	return nil
 }
 
@@ -395,7 +410,9 @@ func ValidateID(id string) error {
 //
 //   - CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES: Devices joined by
 //     commas, exactly, and empty when there are none, so that a CPU-only
-//     workload sees no GPU instead of every GPU;
+//     workload sees no GPU instead of every GPU; for AMD GPUs (RenderMinors)
+//     ROCR_VISIBLE_DEVICES is Devices (their UUIDs), HIP_VISIBLE_DEVICES and
+//     CUDA_VISIBLE_DEVICES their indexes 0..n-1, NVIDIA_VISIBLE_DEVICES empty;
 //   - GPUCLOUD_INSTANCE_ID;
 //   - for a share, GPUCLOUD_GPU_SHARE_MILLI, GPUCLOUD_GPU_MEMORY_MIB,
 //     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (milli/10, at least 1) and
@@ -418,6 +435,19 @@ func Environ(s Spec, home string) []string {
 	devices := strings.Join(s.Devices, ",")
 	env[EnvCUDAVisible] = devices
 	env[EnvNVIDIAVisible] = devices
+	if len(s.RenderMinors) > 0 {
+		// AMD GPUs: ROCr selects them by UUID, and HIP (which also reads
+		// CUDA_VISIBLE_DEVICES) numbers them 0..n-1 among those. No
+		// NVIDIA GPU is visible.
+		idx := make([]string, len(s.Devices))
+		for i := range idx {
+			idx[i] = strconv.Itoa(i)
+		}
+		env[EnvROCRVisible] = devices
+		env[EnvHIPVisible] = strings.Join(idx, ",")
+		env[EnvCUDAVisible] = env[EnvHIPVisible]
+		env[EnvNVIDIAVisible] = ""
+	}
 	env[EnvInstanceID] = s.InstanceID
 	if s.ShareMilli > 0 {
 		env[EnvShareMilli] = strconv.Itoa(s.ShareMilli)

@@ -30,6 +30,13 @@ func TestEnviron(t *testing.T) {
 				"GPUCLOUD_INSTANCE_ID=i-3", "HOME=/w", "NVIDIA_VISIBLE_DEVICES=GPU-x", "PATH=" + DefaultPath},
 		},
 		{
+			desc: "AMD partitions: ROCr by UUID, HIP and CUDA by index, no NVIDIA GPU; the tenant cannot widen them",
+			spec: Spec{InstanceID: "i-amd", Devices: []string{"GPU-p3", "GPU-p4"}, RenderMinors: []int{139, 140},
+				Env: map[string]string{"ROCR_VISIBLE_DEVICES": "all", "HIP_VISIBLE_DEVICES": "0,1,2"}},
+			want: []string{"CUDA_VISIBLE_DEVICES=0,1", "GPUCLOUD_INSTANCE_ID=i-amd", "HIP_VISIBLE_DEVICES=0,1", "HOME=/w",
+				"NVIDIA_VISIBLE_DEVICES=", "PATH=" + DefaultPath, "ROCR_VISIBLE_DEVICES=GPU-p3,GPU-p4"},
+		},
+		{
 			desc: "a tiny share still gets at least 1% of the threads",
 			spec: Spec{InstanceID: "i-4", ShareMilli: 5},
 			want: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1", "CUDA_VISIBLE_DEVICES=", "GPUCLOUD_GPU_SHARE_MILLI=5", "GPUCLOUD_INSTANCE_ID=i-4", "HOME=/w", "NVIDIA_VISIBLE_DEVICES=", "PATH=" + DefaultPath},

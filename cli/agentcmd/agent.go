@@ -28,6 +28,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent/exporter"
 	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agent/gpu"
+	"github.com/gpucloud/gpucloud/agent/gpu/amdsmi"
 	"github.com/gpucloud/gpucloud/agent/gpu/nvml"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
@@ -104,7 +105,7 @@ func (fl *flags) register(cmd *cobra.Command) {
 	_ = f.MarkHidden("join-token")
 	f.StringVar(&fl.joinTokenFile, "join-token-file", "", "file holding the join token for the first start")
 	f.StringVar(&fl.credFile, "credential-file", "", "where the host credential is kept (default DATA-DIR/credential)")
-	f.StringVar(&fl.driver, "driver", "nvml", "GPU driver: nvml (real GPUs) or sim (a simulated host)")
+	f.StringVar(&fl.driver, "driver", "nvml", "GPU driver: nvml (real NVIDIA GPUs), amdsmi (real AMD GPUs, read with amd-smi) or sim (a simulated host)")
 	f.StringVar(&fl.simHost, "sim-host", "", "YAML description of the simulated host (--driver sim)")
 	f.StringVar(&fl.catalog, "catalog", "", "the operator catalog file the server was given (--driver nvml), so that GPU models it adds are recognized")
 	f.StringVar(&fl.dir, "data-dir", filepath.Join(cmdutil.DataDir(), "agent"), "volumes, work directories and workload logs")
@@ -237,6 +238,19 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 			return nil, err
 		}
 		return &hostDriver{drv: h, sim: h, hostname: h.ID(), manageMIG: true, close: func() {}}, nil
+	case "amdsmi":
+		cat := catalog.Default()
+		if fl.catalog != "" {
+			c, err := catalog.LoadFile(fl.catalog)
+			if err != nil {
+				return nil, cmdutil.Usagef(cmd, "--catalog %s: %v", fl.catalog, err)
+			}
+			cat = c
+		}
+		d := amdsmi.New(amdsmi.Command, cat, "/sys")
+		hcas := func() ([]fleet.HCA, error) { return rdma.Discover("/sys", "/dev") }
+		// AMD GPUs have no MIG; their partition modes are the operator's.
+		return &hostDriver{drv: d, hostname: hostname, manageMIG: false, hcas: hcas, close: func() {}}, nil
 	case "nvml":
 		cat := catalog.Default()
 		if fl.catalog != "" {
@@ -253,7 +267,7 @@ func openDriver(cmd *cobra.Command, fl *flags) (*hostDriver, error) {
 		hcas := func() ([]fleet.HCA, error) { return rdma.Discover("/sys", "/dev") }
 		return &hostDriver{drv: d, hostname: hostname, manageMIG: fl.manageMIG, hcas: hcas, close: func() { d.Close() }}, nil
 	}
-	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim or nvml", fl.driver)
+	return nil, cmdutil.Usagef(cmd, "--driver %q: want sim, nvml or amdsmi", fl.driver)
 }
 
 // credential returns the host's credential and the HTTP client that goes

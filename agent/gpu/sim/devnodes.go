@@ -146,6 +146,7 @@ func (h *Host) MIGIDs(ctx context.Context, index, start int) (gi, ci int, err er
 }
 
 // MakeDeviceNodes creates the host's fake NVIDIA device nodes under dir
+// (an AMD host's are kfd and dri/renderD<N>: see amd.go)
 // (made 0755 if missing): nvidia0..N-1 and nvidiactl (major 195),
 // nvidia-uvm and nvidia-uvm-tools, and, on a model with MIG, the
 // nvidia-caps nodes of every GPU and compute instance ID with the
@@ -170,6 +171,9 @@ func (h *Host) MakeDeviceNodes(dir string) error {
 	}
 	if m, _, ok := nodeNumbers(filepath.Join(dir, "nvidia-caps", "nvidia-cap1")); ok {
 		caps = m
+	}
+	if h.amd() {
+		return h.makeAMDNodes(dir, uvm)
 	}
 	n := len(h.gpus)
 	for i := range n {

@@ -51,6 +51,12 @@ type Host struct {
 type simGPU struct {
 	uuid string
 	mig  bool
+	// parts is the number of devices of an AMD GPU in its operator's mode
+	// (8 in CPX, its VFs when it has any); 1 otherwise. Each has a UUID of
+	// its own (PartUUID) when there is more than one, and a render node.
+	parts int
+	// partLoad is the load of each device of a split GPU.
+	partLoad []float64
 	// load is the utilization (0..1) Utilization reports for the whole
 	// GPU, as its workloads declared it (SetLoad).
 	load float64
@@ -109,9 +115,20 @@ func New(spec Spec, opts ...Option) (*Host, error) {
 		}
 	}
 	h.gpus = make([]simGPU, s.GPUs.Count)
+	parts := 1
+	if h.model != nil && h.model.SupportsPartitions() {
+		mode, cp, err := h.model.ResolveMode(catalog.GPUMode{Partition: s.GPUs.Partition, MemoryPartition: s.GPUs.MemoryPartition, VFs: s.GPUs.VFs})
+		if err != nil {
+			return nil, err // Resolve already checked; kept for safety
+		}
+		parts = mode.Slots(cp)
+	}
 	for i := range h.gpus {
 		u := GPUUUID(s.ID, i)
-		h.gpus[i] = simGPU{uuid: u, mig: s.GPUs.MIG, health: agentapi.GPUHealth{Index: i, UUID: u, Healthy: true}}
+		h.gpus[i] = simGPU{uuid: u, mig: s.GPUs.MIG, parts: parts, health: agentapi.GPUHealth{Index: i, UUID: u, Healthy: true}}
+		if h.split() {
+			h.gpus[i].partLoad = make([]float64, parts)
+		}
 	}
 	return h, nil
 }
@@ -173,6 +190,7 @@ func (h *Host) Inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		fg := fleet.GPU{
 			Index: i, UUID: g.uuid, Model: h.model.Name, MemoryMiB: h.model.MemoryMiB,
 			Island: islands[i], MIG: g.mig,
+			Partition: s.GPUs.Partition, MemoryPartition: s.GPUs.MemoryPartition, VFs: s.GPUs.VFs,
 		}
 		for _, in := range g.instances {
 			fg.Instances = append(fg.Instances, in.MIGInstance)
@@ -324,7 +342,16 @@ func (h *Host) Devices(ctx context.Context, p *fleet.Placement) ([]string, error
 				return nil, fmt.Errorf("sim host %s gpu %d is in MIG mode and cannot be used %s: %w",
 					h.spec.ID, d.GPU, d.Kind, gpu.ErrInvalid)
 			}
+			if h.split() {
+				return nil, fmt.Errorf("sim host %s gpu %d is in %s and cannot be used %s: %w",
+					h.spec.ID, d.GPU, h.modeString(), d.Kind, gpu.ErrInvalid)
+			}
 			out = append(out, g.uuid)
+		case fleet.Partition, fleet.VF:
+			if err := h.checkPart(d); err != nil {
+				return nil, fmt.Errorf("placement %s: %w", p.ID, err)
+			}
+			out = append(out, PartUUID(h.spec.ID, d.GPU, d.Part))
 		case fleet.MIGSlice:
 			u := ""
 			for _, in := range g.instances {
@@ -442,6 +469,11 @@ func (h *Host) loadLocked(uuid string) (*float64, error) {
 		g := &h.gpus[i]
 		if g.uuid == uuid {
 			return &g.load, nil
+		}
+		for j := range g.partLoad {
+			if PartUUID(h.spec.ID, i, j) == uuid {
+				return &g.partLoad[j], nil
+			}
 		}
 		for j := range g.instances {
 			if g.instances[j].uuid == uuid {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ import (
 const (
 	DefaultDriver = "550.54.15"
 	DefaultCUDA   = "12.4"
+	// DefaultAMDDriver is the amdgpu driver version an AMD host reports
+	// (it has no CUDA version).
+	DefaultAMDDriver = "6.10.5"
 	// CPUPerGPU and MemoryPerGPU size a host whose spec leaves CPU or memory
 	// out; they are the fleet fixtures' sizes.
 	CPUPerGPU    = fleet.MockCPUPerGPU
@@ -177,6 +181,13 @@ type GPUSpec struct {
 	NVLinkIslands Islands `yaml:"nvlink_islands,omitempty"`
 	// MIG starts every GPU in MIG mode (with no instances).
 	MIG bool `yaml:"mig,omitempty"`
+	// Partition, MemoryPartition and VFs put every GPU of an AMD model in
+	// the operator's mode: compute partition (SPX, DPX, QPX, CPX), memory
+	// partition (NPS1, NPS4) and SR-IOV VFs, checked against the catalog's
+	// table. Empty on an AMD model: SPX with its first memory mode.
+	Partition       string `yaml:"partition,omitempty"`
+	MemoryPartition string `yaml:"memory_partition,omitempty"`
+	VFs             int    `yaml:"vfs,omitempty"`
 }
 
 // Islands lists NVLink island sizes: [4, 4] puts GPUs 0-3 in island 0 and
@@ -228,6 +239,7 @@ func (s Spec) Resolve(cat *catalog.Catalog) (Spec, error) {
 		bad("cpu_milli and memory_mib must not be negative")
 	}
 	g := &r.GPUs
+	amd := false
 	switch {
 	case g.Count < 0 || g.Count > MaxGPUs:
 		bad("gpus.count %d is outside 0..%d", g.Count, MaxGPUs)
@@ -243,6 +255,18 @@ func (s Spec) Resolve(cat *catalog.Catalog) (Spec, error) {
 		if g.MIG && !m.SupportsMIG() {
 			bad("gpus.mig: model %s has no MIG", m.Name)
 		}
+		mode, _, err := m.ResolveMode(catalog.GPUMode{Partition: g.Partition, MemoryPartition: g.MemoryPartition, VFs: g.VFs})
+		if err != nil {
+			var me *catalog.ModeError
+			if errors.As(err, &me) {
+				bad("gpus.%s: %s", me.Field, me.Message)
+			} else {
+				bad("gpus: %v", err)
+			}
+			break
+		}
+		g.Partition, g.MemoryPartition, g.VFs = mode.Partition, mode.MemoryPartition, mode.VFs
+		amd = m.VendorOf() == catalog.VendorAMD
 	}
 	if len(g.NVLinkIslands) == 1 && g.NVLinkIslands[0] < 0 {
 		k := -g.NVLinkIslands[0]
@@ -271,6 +295,7 @@ func (s Spec) Resolve(cat *catalog.Catalog) (Spec, error) {
 	}
 	if g.Count == 0 {
 		g.Model, g.MIG = "", false
+		g.Partition, g.MemoryPartition, g.VFs = "", "", 0
 	}
 	n := int64(max(g.Count, 1))
 	if r.CPUMilli == 0 {
@@ -279,11 +304,12 @@ func (s Spec) Resolve(cat *catalog.Catalog) (Spec, error) {
 	if r.MemoryMiB == 0 {
 		r.MemoryMiB = n * MemoryPerGPU
 	}
-	if r.Driver == "" {
-		r.Driver = DefaultDriver
-	}
-	if r.CUDA == "" {
-		r.CUDA = DefaultCUDA
+	switch {
+	case amd:
+		// An AMD host has the amdgpu driver and no CUDA.
+		r.Driver, r.CUDA = cmp.Or(r.Driver, DefaultAMDDriver), ""
+	default:
+		r.Driver, r.CUDA = cmp.Or(r.Driver, DefaultDriver), cmp.Or(r.CUDA, DefaultCUDA)
 	}
 	r.HCAs = resolveHCAs(s.HCAs, bad)
 	if len(errs) > 0 {

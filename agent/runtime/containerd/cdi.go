@@ -27,6 +27,24 @@ import (
 // CDIKind is the kind of the NVIDIA Container Toolkit's GPU devices.
 const CDIKind = "nvidia.com/gpu"
 
+// AMDCDIKind is the kind of AMD's container toolkit's GPU devices
+// (amd-ctk cdi generate): "amd.com/gpu=<index>", one per GPU the host
+// shows, a compute partition's logical GPUs each their own. We take its
+// index to be the render node's position (renderD128 is 0), the order in
+// which the host lists its GPUs and their partitions.
+const AMDCDIKind = "amd.com/gpu"
+
+// amdCDINames names an AMD workload's devices by their render nodes.
+func amdCDINames(s runtime.Spec) []string {
+	minors := slices.Clone(s.RenderMinors)
+	slices.Sort(minors)
+	var out []string
+	for _, m := range slices.Compact(minors) {
+		out = append(out, AMDCDIKind+"="+strconv.Itoa(m-128))
+	}
+	return out
+}
+
 // ErrCDIDevice means a GPU of the workload has no device in the CDI
 // specifications: they are missing or out of date (a MIG layout changed
 // since nvidia-ctk cdi generate ran).
@@ -70,6 +88,9 @@ func (c *cdiRegistry) regenerate() string {
 // table), since the spec names a slice by GPU and compute instance IDs
 // and the toolkit by MIG device index.
 func (c *cdiRegistry) names(s runtime.Spec, migMinors string) ([]string, error) {
+	if len(s.RenderMinors) > 0 {
+		return amdCDINames(s), nil
+	}
 	parents := map[int]bool{}
 	for _, m := range s.MIG {
 		parents[m.GPU] = true

@@ -99,6 +99,9 @@ func setUp() string {
 		File{Path: "/testdev/nvidia0", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: sim.NVIDIAMajor, Minor: 0},
 		File{Path: "/testdev/uverbs1", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: sim.UverbsMajor, Minor: sim.UverbsMinorBase + 1},
 		File{Path: "/testdev/nvidia-cap", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: capsMajor(), Minor: int64(sim.MIGCapMinor(2, 1, -1))},
+		// Another partition's render node, which an AMD workload's device
+		// cgroup must deny (TestAMDPartitionDevices).
+		File{Path: "/testdev/renderD138", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666, Major: sim.DRMMajor, Minor: 138},
 	)
 	if err := WriteImage(&img, testImage, files, ImageConfig{}); err != nil {
 		return err.Error()

@@ -242,7 +242,7 @@ func (r *Runtime) extraDevices(s runtime.Spec) ([]device, error) {
 func (r *Runtime) gpuOpts(s runtime.Spec) ([]oci.SpecOpts, error) {
 	var opts []oci.SpecOpts
 	if r.cdi != nil {
-		if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 {
+		if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 && len(s.RenderMinors) == 0 {
 			return nil, nil
 		}
 		if err := r.cdi.refresh(); err != nil {
@@ -301,7 +301,7 @@ type device struct {
 // instance's access nodes). Nodes are read from Config.DevDir, their
 // numbers from the nodes themselves, the MIG minors from Config.MIGMinors.
 func (r *Runtime) devices(s runtime.Spec) ([]device, error) {
-	if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 {
+	if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 && len(s.RenderMinors) == 0 {
 		return nil, nil
 	}
 	var out []device
@@ -316,6 +316,23 @@ func (r *Runtime) devices(s runtime.Spec) ([]device, error) {
 		}
 		out = append(out, device{host: host, path: path.Join("/dev", name), major: ma, minor: mi})
 		return nil
+	}
+	if len(s.RenderMinors) > 0 {
+		// AMD: the compute driver's shared node and exactly the render
+		// nodes of the workload's GPUs or partitions.
+		if err := add("kfd", true); err != nil {
+			return nil, err
+		}
+		minors := slices.Clone(s.RenderMinors)
+		slices.Sort(minors)
+		for _, m := range slices.Compact(minors) {
+			if err := add("dri/renderD"+strconv.Itoa(m), true); err != nil {
+				return nil, err
+			}
+		}
+		if len(s.GPUIndexes) == 0 && len(s.MIG) == 0 {
+			return out, nil
+		}
 	}
 	gpus := slices.Clone(s.GPUIndexes)
 	for _, m := range s.MIG {
