@@ -58,6 +58,9 @@ const (
 	WorkerBroken
 	// WorkerGone: terminated; the endpoint forgets it.
 	WorkerGone
+	// WorkerLeaving: terminating or stopping: it serves nothing, and is
+	// already on its way out.
+	WorkerLeaving
 )
 
 // EndpointPlan is what the controller applies.
@@ -72,7 +75,8 @@ type EndpointPlan struct {
 	// max), Reason the decision in words.
 	Desired int
 	Reason  string
-	// Deleted: the endpoint is deleting and has no worker left.
+	// Deleted: the endpoint is deleting and has no worker left (every
+	// one terminated).
 	Deleted bool
 }
 
@@ -116,12 +120,17 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		}
 	}
 	if in.Deleting {
+		leaving := 0
 		for _, w := range in.Workers {
-			if w.Phase != WorkerGone {
+			switch w.Phase {
+			case WorkerGone:
+			case WorkerLeaving:
+				leaving++
+			default:
 				p.Release = append(p.Release, WorkerRelease{w.ID, "the endpoint is deleted"})
 			}
 		}
-		p.Deleted = len(p.Release) == 0
+		p.Deleted = len(p.Release) == 0 && leaving == 0
 		p.Reason = "deleting"
 		return p
 	}
@@ -134,7 +143,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 	readyCurrent := 0
 	for _, w := range in.Workers {
 		switch {
-		case w.Phase == WorkerGone:
+		case w.Phase == WorkerGone || w.Phase == WorkerLeaving:
 		case w.Phase == WorkerBroken:
 			p.Release = append(p.Release, WorkerRelease{w.ID, "the worker failed or was lost"})
 		case w.Outdated:
@@ -160,7 +169,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		p.Launch = append(p.Launch, m)
 	}
 	for _, w := range in.Workers {
-		if w.Outdated && w.Phase != WorkerGone && w.Phase != WorkerBroken && w.Busy == 0 && (want == 0 || readyCurrent > 0) {
+		if w.Outdated && (w.Phase == WorkerStarting || w.Phase == WorkerRunning) && w.Busy == 0 && (want == 0 || readyCurrent > 0) {
 			p.Release = append(p.Release, WorkerRelease{w.ID, "it runs an earlier spec, and a current worker took its place"})
 		}
 	}

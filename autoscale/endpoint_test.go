@@ -79,6 +79,14 @@ func TestPlanEndpoint(t *testing.T) {
 		{name: "deleting with nothing left is deleted", edit: func(in *EndpointInput) {
 			in.Deleting = true
 		}, deleted: true},
+		{name: "deleting waits for a leaving worker to terminate", edit: func(in *EndpointInput) {
+			in.Deleting = true
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerLeaving}}
+		}},
+		{name: "a leaving worker is neither live nor released again", edit: func(in *EndpointInput) {
+			in.Queued = 1
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerLeaving}}
+		}, launch: 1, desired: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,7 +117,7 @@ func TestPlanEndpointInvariants(t *testing.T) {
 			Queued: r.IntN(20), InFlight: r.IntN(10), Now: now, Spot: r.IntN(2) == 0, SpotFallback: 10 * time.Second}
 		in.Max = in.Min + r.IntN(8)
 		for i := range r.IntN(10) {
-			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(4)), Outdated: r.IntN(4) == 0,
+			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(5)), Outdated: r.IntN(4) == 0,
 				Market: cloud.MarketOnDemand, IdleSince: now.Add(-time.Duration(r.IntN(120)) * time.Second),
 				LaunchedAt: now.Add(-time.Duration(r.IntN(120)) * time.Second)}
 			if w.Phase == WorkerRunning {

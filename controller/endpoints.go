@@ -163,6 +163,8 @@ func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointL
 			w.Phase = autoscale.WorkerRunning
 		case inst.State == cloud.Pending || inst.State == cloud.Scheduled || inst.State == cloud.Starting:
 			w.Phase = autoscale.WorkerStarting
+		case inst.State == cloud.Terminating || inst.State == cloud.Stopping:
+			w.Phase = autoscale.WorkerLeaving
 		default:
 			w.Phase = autoscale.WorkerBroken
 		}

@@ -206,20 +206,24 @@ func destroyFinetune(c *cluster, cl *client.Client, name string) {
 
 // buildAllReduce builds examples/allreduce, statically (no cgo), and
 // returns the program.
-func buildAllReduce(t *testing.T) []byte {
+func buildAllReduce(t *testing.T) []byte { return buildStatic(t, "allreduce") }
+
+// buildStatic builds examples/NAME, statically (no cgo), and returns the
+// program.
+func buildStatic(t *testing.T, name string) []byte {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		gobin = filepath.Join(goruntime.GOROOT(), "bin", "go")
 	}
-	out := filepath.Join(t.TempDir(), "torchrun")
-	cmd := exec.CommandContext(t.Context(), gobin, "build", "-trimpath", "-o", out, "./examples/allreduce")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.CommandContext(t.Context(), gobin, "build", "-trimpath", "-o", out, "./examples/"+name)
 	cmd.Dir = ".." // the module's root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build ./examples/allreduce: %v\n%s", err, stderr.String())
+		t.Fatalf("go build ./examples/%s: %v\n%s", name, err, stderr.String())
 	}
 	bin, err := os.ReadFile(out)
 	if err != nil {

@@ -55,10 +55,12 @@ func ApplyEndpointPlan(ctx context.Context, st cloud.Store, cat *catalog.Catalog
 		for _, id := range p.Forget {
 			drop[id] = true
 		}
+		// A released worker stays in the status until it is seen
+		// terminated (Forget): the endpoint is deleted only then.
 		for _, r := range p.Release {
-			drop[r.ID] = true
 			in, err := tx.GetInstance(ctx, r.ID)
 			if cloud.IsNotFound(err) {
+				drop[r.ID] = true
 				continue
 			}
 			if err != nil {

@@ -284,12 +284,17 @@ func TestApplyEndpointPlan(t *testing.T) {
 			&service.EndpointPlan{EndpointID: e.ID, Version: cur.Version - 1, EndpointPlan: autoscale.EndpointPlan{Launch: []cloud.Market{cloud.MarketOnDemand}}}, nil, f.clock.Now()); err != nil {
 			t.Fatal(err)
 		}
-		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: cur.Status.Workers[0].ID, Reason: "idle"}}, Desired: 1})
-		if len(cur.Status.Workers) != 1 {
-			t.Errorf("after release: %+v", cur.Status)
+		first, second := cur.Status.Workers[0].ID, cur.Status.Workers[1].ID
+		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: first, Reason: "idle"}}, Desired: 1})
+		if len(cur.Status.Workers) != 2 {
+			t.Errorf("a released worker stays in the status until it is terminated: %+v", cur.Status)
 		}
 		if in, _ := f.svc.Instances.Get(ctx, f.acme, in.ID); in.State != cloud.Terminated {
 			t.Errorf("released worker is %s", in.State)
+		}
+		cur = apply(autoscale.EndpointPlan{Forget: []string{first}, Desired: 1})
+		if len(cur.Status.Workers) != 1 || cur.Status.Workers[0].ID != second {
+			t.Errorf("after forget: %+v", cur.Status)
 		}
 		// Over the tenant's quota: the launch is refused and held.
 		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{Instances: 1, GPUsPerModel: 16}); err != nil {
@@ -303,8 +308,8 @@ func TestApplyEndpointPlan(t *testing.T) {
 		if _, err := f.svc.Endpoints.Delete(ctx, f.acme, e.ID); err != nil {
 			t.Fatal(err)
 		}
-		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: cur.Status.Workers[0].ID, Reason: "deleted"}}})
-		cur = apply(autoscale.EndpointPlan{Deleted: true})
+		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: second, Reason: "deleted"}}})
+		cur = apply(autoscale.EndpointPlan{Forget: []string{second}, Deleted: true})
 		if cur.State != cloud.EndpointDeleted || len(cur.Status.Workers) != 0 {
 			t.Errorf("deleted: %+v", cur)
 		}
