@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/money"
 )
 
 // CreateEndpointRequest is the body of POST /v1/endpoints: a serverless
@@ -45,8 +44,8 @@ type ListEndpointsResponse struct {
 }
 
 // EndpointDetail is GET /v1/endpoints/{id}: the endpoint, its workers as
-// they are now, its queue, its latency and cold starts, and what its
-// workers have cost.
+// they are now, its queue, its latency and (in its status) its cold
+// starts.
 type EndpointDetail struct {
 	*cloud.Endpoint
 	Workers []EndpointWorker `json:"workers"`
@@ -57,9 +56,6 @@ type EndpointDetail struct {
 	// Latency is over the requests and jobs this replica finished in the
 	// last 10 minutes (zero when none): from arrival to answer.
 	Latency EndpointLatency `json:"latency"`
-	// Cost is what the endpoint's workers have cost since it was created,
-	// at their prices (queue and gateway are free).
-	Cost money.Micros `json:"cost"`
 }
 
 // EndpointWorker is one worker as the endpoint sees it.

@@ -119,6 +119,47 @@ func testEndpoints(t *testing.T, ch *containerHost, db string) {
 		t.Errorf("failing job: %+v %v", bad, err)
 	}
 
+	// The host's agent restarts while a job runs: the attempt is lost
+	// with the agent's connection, and the job runs again to completion.
+	slow, err := alice.RunJob(ctx, "echo", json.RawMessage(`{"sleep_ms":4000}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.until("the slow job to start", func() (bool, string) {
+		j, err := alice.JobStatus(ctx, "echo", slow.ID)
+		return err == nil && j.State == cloud.JobRunning, fmt.Sprintf("%+v %v", j, err)
+	})
+	c.hosts[spec.ID].restart()
+	c.until("the slow job to finish after the agent's restart", func() (bool, string) {
+		j, err := alice.JobStatus(ctx, "echo", slow.ID)
+		return err == nil && j.State.Finished(), fmt.Sprintf("%+v %v", j, err)
+	})
+	if j, _ := alice.JobStatus(ctx, "echo", slow.ID); j.State != cloud.JobCompleted || j.Attempts < 2 {
+		t.Errorf("the job the agent's restart cut: %+v", j)
+	}
+
+	// A new spec rolls the workers over: a current worker takes the jobs,
+	// and the outdated ones go once idle.
+	up, err := alice.UpdateEndpoint(ctx, "echo", api.UpdateEndpointRequest{Env: &map[string]string{"RELEASE": "2"}}, 0)
+	if err != nil || up.Status.Generation != 2 {
+		t.Fatalf("update: %+v %v", up, err)
+	}
+	if j, err := alice.RunJobSync(ctx, "echo", json.RawMessage(`{"after":"update"}`), 60*time.Second, ""); err != nil || j.State != cloud.JobCompleted {
+		t.Errorf("a job after the update: %+v %v", j, err)
+	}
+	c.until("every worker to run the new spec", func() (bool, string) {
+		d, err := alice.GetEndpoint(ctx, "echo")
+		if err != nil || len(d.Workers) == 0 {
+			return false, fmt.Sprintf("%+v %v", d, err)
+		}
+		for _, w := range d.Workers {
+			if w.Outdated && w.State != cloud.Terminating && w.State != cloud.Terminated {
+				return false, fmt.Sprintf("worker %s is outdated and %s", w.Name, w.State)
+			}
+		}
+		return true, ""
+	})
+
 	// Another tenant sees and calls nothing, by name or ID.
 	for _, ref := range []string{"echo", ep.ID} {
 		if _, err := bob.GetEndpoint(ctx, ref); cloud.ErrorCode(err) != cloud.NotFound {

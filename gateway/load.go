@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // Load is an endpoint's traffic on this replica, for the endpoint
@@ -94,4 +95,26 @@ func summarize(ds []time.Duration) api.EndpointLatency {
 // Outdated reports whether worker ref runs an earlier generation of e.
 func Outdated(e *cloud.Endpoint, ref cloud.WorkerRef) bool {
 	return ref.Generation < e.Status.Generation
+}
+
+// Endpoint answers endpoint ref (an ID, or a name among a's tenant's) as
+// the table holds it, when a may see it; ok is false when the table has
+// no such endpoint that a sees, and the caller reads the store (which
+// answers not_found for another tenant's, as for a missing one). The
+// table is at most a refresh old: a request routed by it reads no row.
+func (g *Gateway) Endpoint(a service.Actor, ref string) (*cloud.Endpoint, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if es := g.endpoints[ref]; es != nil && es.ep != nil {
+		if a.Sees(es.ep.TenantID) {
+			return es.ep, true
+		}
+		return nil, false
+	}
+	for _, es := range g.endpoints {
+		if e := es.ep; e != nil && e.Name == ref && e.TenantID == a.TenantID && e.State != cloud.EndpointDeleted {
+			return e, true
+		}
+	}
+	return nil, false
 }
