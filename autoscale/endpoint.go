@@ -80,9 +80,11 @@ type EndpointPlan struct {
 	Deleted bool
 }
 
-// WorkerRelease is one worker to terminate.
+// WorkerRelease is one worker to terminate; Failed: it failed or was
+// lost (the endpoint backs off its launches).
 type WorkerRelease struct {
 	ID, Reason string
+	Failed     bool
 }
 
 // Empty reports whether the plan changes nothing but, perhaps, the
@@ -127,7 +129,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 			case WorkerLeaving:
 				leaving++
 			default:
-				p.Release = append(p.Release, WorkerRelease{w.ID, "the endpoint is deleted"})
+				p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "the endpoint is deleted"})
 			}
 		}
 		p.Deleted = len(p.Release) == 0 && leaving == 0
@@ -145,12 +147,12 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		switch {
 		case w.Phase == WorkerGone || w.Phase == WorkerLeaving:
 		case w.Phase == WorkerBroken:
-			p.Release = append(p.Release, WorkerRelease{w.ID, "the worker failed or was lost"})
+			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "the worker failed or was lost", Failed: true})
 		case w.Outdated:
 		default:
 			if in.Spot && in.SpotFallback > 0 && w.Market == cloud.MarketSpot && w.Phase == WorkerStarting &&
 				!in.Now.Before(w.LaunchedAt.Add(in.SpotFallback)) {
-				p.Release = append(p.Release, WorkerRelease{w.ID, fmt.Sprintf("no spot capacity placed it in %s; an on-demand worker replaces it", in.SpotFallback)})
+				p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: fmt.Sprintf("no spot capacity placed it in %s; an on-demand worker replaces it", in.SpotFallback)})
 				p.Launch = append(p.Launch, cloud.MarketOnDemand)
 				continue
 			}
@@ -170,7 +172,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 	}
 	for _, w := range in.Workers {
 		if w.Outdated && (w.Phase == WorkerStarting || w.Phase == WorkerRunning) && w.Busy == 0 && (want == 0 || readyCurrent > 0) {
-			p.Release = append(p.Release, WorkerRelease{w.ID, "it runs an earlier spec, and a current worker took its place"})
+			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "it runs an earlier spec, and a current worker took its place"})
 		}
 	}
 	surplus := live - max(want, in.Min)
@@ -190,7 +192,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		return a.IdleSince.Compare(b.IdleSince)
 	})
 	for _, w := range idle[:min(surplus, len(idle))] {
-		p.Release = append(p.Release, WorkerRelease{w.ID, fmt.Sprintf("idle for %s (idle timeout %s)",
+		p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: fmt.Sprintf("idle for %s (idle timeout %s)",
 			in.Now.Sub(w.IdleSince).Round(time.Second), in.IdleTimeout)})
 	}
 	return p

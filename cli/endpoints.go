@@ -327,14 +327,14 @@ func newEndpointsDescribeCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "describe ENDPOINT",
 		Aliases: []string{"show", "get"},
-		Short:   "Show an endpoint: its spec, workers, queue, latency, cold starts and cost",
+		Short:   "Show an endpoint: its spec, workers, queue, latency and cold starts",
 		Long: "Show an endpoint by name or ID: its spec; its workers with their state,\n" +
 			"readiness, load, idle time and whether they run an earlier spec; its queue\n" +
 			"(jobs queued and running) and the requests in flight on the server replica\n" +
 			"that answers; latency percentiles over the last 10 minutes; its latest cold\n" +
 			"starts, from the launch to running (placement, image, container) and to ready\n" +
-			"(the readiness probe); what the controller decided last and why; and what its\n" +
-			"workers have cost.",
+			"(the readiness probe); and what the controller decided last and why. Its\n" +
+			"workers bill as instances: `gpucloud invoices show`.",
 		Example: "  gpucloud endpoints describe echo\n  gpucloud endpoints describe ep-0123456789abcdef -o json",
 		Args:    exactArgs(1, endpointKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -540,7 +540,6 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Queue", fmt.Sprintf("%d queued, %d running", d.Queue.Queued, d.Queue.Running))
 	f.add("In flight", strconv.Itoa(d.InFlight))
 	f.add("Latency", latencyText(d.Latency))
-	f.add("Cost", formatAmount(d.Cost))
 	f.add("Reason", dash(e.Status.Reason))
 	if !e.Status.LaunchBlockedUntil.IsZero() {
 		f.add("Launches", "blocked until "+stamp(e.Status.LaunchBlockedUntil))

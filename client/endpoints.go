@@ -102,9 +102,9 @@ func (c *Client) EndpointURL(ref, path string) string { return c.r.URL(EndpointP
 
 // EndpointRequest sends an HTTP request to an HTTP-mode endpoint's
 // worker (path is the worker's path) with the caller's token. A 2xx
-// answer comes back with its body open; any other answer as an error (a
-// 503 when no worker came free within the endpoint's queue wait, with
-// its Retry-After in rest.RetryAfter).
+// answer comes back with its body open; any other answer as an error
+// (unavailable, 503, when no worker came free within the endpoint's
+// queue wait: its Retry-After header says when to try again).
 func (c *Client) EndpointRequest(ctx context.Context, ref, method, path string, body io.Reader, header http.Header) (*http.Response, error) {
 	req, err := c.r.NewRequest(ctx, method, EndpointPath(ref, path), body)
 	if err != nil {

@@ -116,9 +116,13 @@ type EndpointStatus struct {
 	// Reason why.
 	Desired int    `json:"desired"`
 	Reason  string `json:"reason,omitempty"`
-	// LaunchBlockedUntil: a launch was refused (Reason says why), and
-	// none is tried before then.
+	// LaunchBlockedUntil: a launch was refused, or workers keep failing
+	// (Reason says why), and none is tried before then.
 	LaunchBlockedUntil time.Time `json:"launch_blocked_until,omitzero"`
+	// Failures counts the controller's rounds in a row that released a
+	// failed worker; the n-th holds launches for 10 s·2^(n-1), at most 10
+	// minutes. A worker's first readiness resets it.
+	Failures int `json:"failures,omitempty"`
 	// LastScaleAt is when Desired last changed.
 	LastScaleAt time.Time `json:"last_scale_at,omitzero"`
 	// ColdStarts are the latest cold starts (at most 20, newest last):

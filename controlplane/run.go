@@ -70,6 +70,12 @@ type Config struct {
 	// the stacks being applied or destroyed
 	// (controller.DefaultStackInterval when zero).
 	StackInterval time.Duration
+	// EndpointInterval is how often the endpoint controller sizes the
+	// serverless endpoints (every controller tick when zero);
+	// GatewayRefresh how often the gateway reads the endpoints' workers
+	// (gateway.DefaultRefresh when zero).
+	EndpointInterval time.Duration
+	GatewayRefresh   time.Duration
 	// MarketInterval is how often the spot market drives requests and
 	// watches prices (1 s when zero); reclaim deadlines are enforced by the
 	// scheduler on every step regardless.
@@ -392,7 +398,8 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	// Exec, ports and the endpoints' gateway reach the agents through
 	// one hub of their control channels.
 	apiOpts.Relay = relay.NewHub()
-	s.Gateway = gateway.New(gateway.Config{Services: s.Services, Hub: apiOpts.Relay, Replica: replicaName(cfg), Log: cfg.Log, Now: cfg.Now})
+	s.Gateway = gateway.New(gateway.Config{Services: s.Services, Hub: apiOpts.Relay, Replica: replicaName(cfg), Log: cfg.Log, Now: cfg.Now,
+		Refresh: cfg.GatewayRefresh})
 	apiOpts.Gateway = s.Gateway
 	// The console's terminal is the API's exec relay, over the same hub
 	// of agent control channels.
@@ -523,7 +530,8 @@ func (s *Replica) controllerList(cfg Config) []controller.Controller {
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
 		&controller.Stacks{Engine: stackengine.New(s.Services), Every: cfg.StackInterval, Log: cfg.Log},
-		&controller.Endpoints{Store: s.Store, Catalog: cfg.Catalog, Load: s.endpointLoad, Availability: s.availability, Now: cfg.Now, Log: cfg.Log},
+		&controller.Endpoints{Store: s.Store, Catalog: cfg.Catalog, Load: s.endpointLoad, Availability: s.availability, Now: cfg.Now, Log: cfg.Log,
+			Every: cfg.EndpointInterval},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -101,9 +102,11 @@ func (g *Gateway) Serve(w http.ResponseWriter, r *http.Request, e *cloud.Endpoin
 				msg = fmt.Sprintf("the request ran past the endpoint's timeout of %ds", e.Spec.TimeoutSeconds)
 				failed = false
 			}
+			// The API's error shape (httpapi's errorBody).
+			b, _ := json.Marshal(map[string]any{"code": cloud.Unavailable, "message": msg, "details": map[string]any{"worker": wk.id}})
 			rw.Header().Set("Content-Type", "application/json")
 			rw.WriteHeader(http.StatusBadGateway)
-			fmt.Fprintf(rw, `{"error":{"code":"unavailable","message":%q}}`+"\n", msg)
+			_, _ = rw.Write(append(b, '\n'))
 		},
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))

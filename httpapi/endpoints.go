@@ -182,11 +182,12 @@ const endpointHTTPPath = "/v1/endpoints/{id}/http/{path...}"
 // (gateway.Serve): the tenant's credentials never reach the worker.
 func (s *handlers) endpointHTTP(w http.ResponseWriter, r *http.Request, p principal) error {
 	ref := r.PathValue("id")
-	if s.gateway == nil {
-		return &cloud.Error{Code: cloud.Unavailable, Message: "this server runs no endpoint gateway"}
-	}
 	// The gateway's table first: a routed request reads no row.
-	e, ok := s.gateway.Endpoint(p.actor(), ref)
+	var e *cloud.Endpoint
+	ok := false
+	if s.gateway != nil {
+		e, ok = s.gateway.Endpoint(p.actor(), ref)
+	}
 	if !ok {
 		var err error
 		if e, err = s.svc.Endpoints.Get(r.Context(), p.actor(), ref); err != nil {
@@ -200,6 +201,9 @@ func (s *handlers) endpointHTTP(w http.ResponseWriter, r *http.Request, p princi
 	if e.Spec.Mode != cloud.EndpointHTTP {
 		return &cloud.Error{Code: cloud.Conflict, Message: "endpoint " + e.Name + " is in queue mode: submit jobs with POST /v1/endpoints/" + ref + "/run or /runsync",
 			Details: map[string]any{"mode": e.Spec.Mode}}
+	}
+	if s.gateway == nil {
+		return &cloud.Error{Code: cloud.Unavailable, Message: "this server runs no endpoint gateway"}
 	}
 	clearDeadlines(w)
 	err := s.gateway.Serve(w, r, e, "/"+r.PathValue("path"), gateway.Prefix(ref), func(h http.Header) {

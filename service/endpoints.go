@@ -42,7 +42,6 @@ const (
 	DefaultEndpointMax      = 3
 	DefaultEndpointIdle     = 30
 	DefaultEndpointTimeout  = 600
-	DefaultEndpointRetries  = 2
 	DefaultEndpointRetain   = 86400
 	DefaultEndpointWait     = 30
 	maxEndpointSeconds      = 7 * 86400

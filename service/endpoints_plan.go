@@ -29,8 +29,14 @@ type EndpointPlan struct {
 const MaxColdStarts = 20
 
 // EndpointLaunchBackoff is how long an endpoint launches nothing after a
-// launch was refused (a quota, an offering gone).
-const EndpointLaunchBackoff = 10 * time.Second
+// launch was refused (a quota, an offering gone); EndpointFailureBackoff
+// the first wait after a round that released a failed worker, doubled
+// each round in a row up to MaxEndpointFailureBackoff.
+const (
+	EndpointLaunchBackoff     = 10 * time.Second
+	EndpointFailureBackoff    = 10 * time.Second
+	MaxEndpointFailureBackoff = 10 * time.Minute
+)
 
 // ApplyEndpointPlan applies p in one transaction: the releases (each
 // worker terminated through Act), the launches (each through
@@ -55,8 +61,10 @@ func ApplyEndpointPlan(ctx context.Context, st cloud.Store, cat *catalog.Catalog
 		for _, id := range p.Forget {
 			drop[id] = true
 		}
+		st := &e.Status
 		// A released worker stays in the status until it is seen
 		// terminated (Forget): the endpoint is deleted only then.
+		failed := ""
 		for _, r := range p.Release {
 			in, err := tx.GetInstance(ctx, r.ID)
 			if cloud.IsNotFound(err) {
@@ -69,12 +77,33 @@ func ApplyEndpointPlan(ctx context.Context, st cloud.Store, cat *catalog.Catalog
 			if in.State == cloud.Terminated || in.State == cloud.Terminating {
 				continue
 			}
+			if r.Failed && failed == "" {
+				why := in.Reason
+				if why == "" {
+					why = "no reason recorded"
+				}
+				failed = fmt.Sprintf("worker %s (%s) %s: %s", in.Name, in.ID, in.State, why)
+			}
 			if _, err := Act(ctx, tx, actor, in, Terminate, "endpoint "+e.Name+": "+r.Reason, now); err != nil {
 				return err
 			}
 		}
-		st := &e.Status
 		st.Workers = slices.DeleteFunc(st.Workers, func(w cloud.WorkerRef) bool { return drop[w.ID] })
+		if len(p.ColdStarts) > 0 {
+			st.Failures = 0
+		}
+		if failed != "" && e.State == cloud.EndpointActive {
+			// Workers that keep failing (a bad image or command, a crash
+			// at start) are not relaunched in a tight loop.
+			st.Failures++
+			wait := min(EndpointFailureBackoff<<min(st.Failures-1, 16), MaxEndpointFailureBackoff)
+			st.LaunchBlockedUntil = now.Add(wait)
+			st.Reason = fmt.Sprintf("workers keep failing (%d rounds in a row); the next launch waits %s. The last: %s", st.Failures, wait, failed)
+			if err := endpointEvent(ctx, tx, stamp(e, now), cloud.EventEndpointScaling, actor.ID, "endpoint "+e.Name+": "+st.Reason,
+				map[string]any{"failures": st.Failures}); err != nil {
+				return err
+			}
+		}
 		for _, m := range p.Launch {
 			if st.LaunchBlockedUntil.After(now) {
 				break

@@ -257,6 +257,16 @@ func TestApplyEndpointPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		applyCS := func(cur *cloud.Endpoint, worker string) *cloud.Endpoint {
+			t.Helper()
+			if err := service.ApplyEndpointPlan(ctx, st, catalog.Default(), service.Controller("endpoints"),
+				&service.EndpointPlan{EndpointID: e.ID, Version: cur.Version, EndpointPlan: autoscale.EndpointPlan{Desired: cur.Status.Desired},
+					ColdStarts: []cloud.ColdStart{{Worker: worker, LaunchedAt: f.clock.Now(), RunningMillis: 500, ReadyMillis: 600}}}, nil, f.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := f.svc.Endpoints.Get(ctx, f.acme, e.ID)
+			return out
+		}
 		apply := func(p autoscale.EndpointPlan) *cloud.Endpoint {
 			t.Helper()
 			cur, err := f.svc.Endpoints.Get(ctx, f.acme, e.ID)
@@ -296,6 +306,33 @@ func TestApplyEndpointPlan(t *testing.T) {
 		if len(cur.Status.Workers) != 1 || cur.Status.Workers[0].ID != second {
 			t.Errorf("after forget: %+v", cur.Status)
 		}
+		// A worker that failed: released, and launches held 10 s, then
+		// 20 s after a second round in a row with a failure.
+		cur = apply(autoscale.EndpointPlan{Forget: nil, Launch: []cloud.Market{cloud.MarketOnDemand}, Desired: 2})
+		w3 := cur.Status.Workers[len(cur.Status.Workers)-1].ID
+		testkit.Walk(t, st, w3, cloud.Failed, testkit.Via{Host: "h-1", Reason: "no command: the image names none"}, f.clock.Now())
+		seq := cur.Status.LaunchSeq
+		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: w3, Reason: "failed", Failed: true}},
+			Launch: []cloud.Market{cloud.MarketOnDemand}, Desired: 2})
+		if cur.Status.Failures != 1 || cur.Status.LaunchBlockedUntil.Sub(f.clock.Now()) != 10*time.Second ||
+			cur.Status.LaunchSeq != seq || !strings.Contains(cur.Status.Reason, "no command: the image names none") {
+			t.Errorf("after a failed worker: %+v", cur.Status)
+		}
+		f.clock.Advance(11 * time.Second)
+		cur = apply(autoscale.EndpointPlan{Forget: []string{w3}, Launch: []cloud.Market{cloud.MarketOnDemand}, Desired: 2})
+		w4 := cur.Status.Workers[len(cur.Status.Workers)-1].ID
+		testkit.Walk(t, st, w4, cloud.Failed, testkit.Via{Host: "h-1"}, f.clock.Now())
+		cur = apply(autoscale.EndpointPlan{Release: []autoscale.WorkerRelease{{ID: w4, Reason: "failed", Failed: true}}, Desired: 2})
+		if cur.Status.Failures != 2 || cur.Status.LaunchBlockedUntil.Sub(f.clock.Now()) != 20*time.Second {
+			t.Errorf("after a second round with a failure: %+v", cur.Status)
+		}
+		// A worker's first readiness clears the count.
+		cur = apply(autoscale.EndpointPlan{Forget: []string{w4}, Desired: 2}) // (the apply records cold starts it is given)
+		cur = applyCS(cur, second)
+		if cur.Status.Failures != 0 {
+			t.Errorf("after a cold start: %+v", cur.Status)
+		}
+		f.clock.Advance(21 * time.Second)
 		// Over the tenant's quota: the launch is refused and held.
 		if _, err := f.svc.Accounts.SetQuota(ctx, f.admin, f.acme.TenantID, api.QuotaSpec{Instances: 1, GPUsPerModel: 16}); err != nil {
 			t.Fatal(err)
