@@ -236,6 +236,13 @@ func buildStatic(t *testing.T, name string) []byte {
 // ref, and imports it into the test's containerd namespace.
 func (ch *containerHost) importImage(t *testing.T, ref string, extra ...containerd.File) {
 	t.Helper()
+	ch.importImageWith(t, ref, containerd.ImageConfig{}, extra...)
+}
+
+// importImageWith is importImage with the image's configuration (its
+// command, environment).
+func (ch *containerHost) importImageWith(t *testing.T, ref string, cfg containerd.ImageConfig, extra ...containerd.File) {
+	t.Helper()
 	files, err := containerd.BaseImageFiles("")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +252,7 @@ func (ch *containerHost) importImage(t *testing.T, ref string, extra ...containe
 	}
 	files = append(files, extra...)
 	var img bytes.Buffer
-	if err := containerd.WriteImage(&img, ref, files, containerd.ImageConfig{}); err != nil {
+	if err := containerd.WriteImage(&img, ref, files, cfg); err != nil {
 		t.Fatal(err)
 	}
 	tarball := filepath.Join(t.TempDir(), "image.tar")

@@ -31,7 +31,9 @@ const echoImage = "docker.io/gpucloud/echoworker:1"
 // terminates their workers.
 func TestEndpoints(t *testing.T) {
 	ch := startContainerHost(t)
-	ch.importImage(t, echoImage, containerd.File{Path: "/usr/local/bin/echoworker", Mode: 0o755, Data: buildStatic(t, "echoworker")})
+	// The image runs the worker when an endpoint gives no command.
+	ch.importImageWith(t, echoImage, containerd.ImageConfig{Cmd: []string{"/usr/local/bin/echoworker"}},
+		containerd.File{Path: "/usr/local/bin/echoworker", Mode: 0o755, Data: buildStatic(t, "echoworker")})
 	t.Run("sqlite", func(t *testing.T) { testEndpoints(t, ch, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
 	t.Run("postgres", func(t *testing.T) { testEndpoints(t, ch, pgtest.URL(t)) })
 }
@@ -190,7 +192,7 @@ func testEndpoints(t *testing.T, ch *containerHost, db string) {
 
 	// HTTP mode, from zero; the worker never sees the tenant's token.
 	web, err := alice.CreateEndpoint(ctx, api.CreateEndpointRequest{Name: "web", EndpointSpec: cloud.EndpointSpec{
-		Image: echoImage, Command: []string{"/usr/local/bin/echoworker"}, Offerings: []string{"l4.1x"}, Mode: cloud.EndpointHTTP,
+		Image: echoImage, Offerings: []string{"l4.1x"}, Mode: cloud.EndpointHTTP, // the image's own command
 		Max: 1, IdleTimeoutSeconds: 3, QueueWaitSeconds: 60}}, "")
 	if err != nil {
 		t.Fatal(err)
