@@ -62,6 +62,20 @@ const (
 func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 	s.Offerings, s.Command, s.Zones, s.Labels = slices.Clone(s.Offerings), slices.Clone(s.Command), slices.Clone(s.Zones), slices.Clone(s.Labels)
 	s.Env = maps.Clone(s.Env)
+	// An empty list or map is none: a PATCH of "command": [] on an
+	// endpoint without one changes nothing (and rolls no worker).
+	if len(s.Command) == 0 {
+		s.Command = nil
+	}
+	if len(s.Env) == 0 {
+		s.Env = nil
+	}
+	if len(s.Zones) == 0 {
+		s.Zones = nil
+	}
+	if len(s.Labels) == 0 {
+		s.Labels = nil
+	}
 	if s.Image == "" {
 		return Field("image", "is required: workers run in containers (an image whose HTTP server answers on port, default %d)", DefaultEndpointPort)
 	}

@@ -136,6 +136,9 @@ func TestEndpoints(t *testing.T) {
 		if err != nil || up.Status.Generation != 2 {
 			t.Errorf("update image: %+v %v", up, err)
 		}
+		if up, err := f.svc.Endpoints.Update(ctx, f.acme, "echo", api.UpdateEndpointRequest{Command: &[]string{}, Env: &map[string]string{}}, 0); err != nil || up.Status.Generation != 2 {
+			t.Errorf("an empty command and env on an endpoint with none started a generation: %+v %v", up, err)
+		}
 		if _, err := f.svc.Endpoints.Update(ctx, f.acme, "echo", api.UpdateEndpointRequest{Max: new(0)}, 0); codeOf(err) != cloud.Invalid {
 			t.Errorf("update max 0: %v", err)
 		}
