@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,4 +148,108 @@ func needContainerd(t *testing.T) {
 		t.Fatalf("this test must run in CI: %s", why)
 	}
 	t.Skipf("skipping: %s", why)
+}
+
+// TestImagesBuild: images build writes the base image plus the files
+// given, each at its path with its mode, named as asked (canonical), with
+// its command; bad flags are usage errors that write nothing.
+func TestImagesBuild(t *testing.T) {
+	if _, err := containerd.BaseImageFiles(""); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("this test must run in CI: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "worker")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho hi\n"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "img.tar")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"images", "build", "acme/w:1", "--add", prog + ":/usr/bin/w"}, "-o FILE.tar is required"},
+		{[]string{"images", "build", "-o", out}, "takes the image's name"},
+		{[]string{"images", "build", "acme/w:1", "-o", out, "--add", prog}, "want LOCAL:/PATH"},
+		{[]string{"images", "build", "acme/w:1", "-o", out, "--add", prog + ":relative"}, "want LOCAL:/PATH"},
+		{[]string{"images", "build", "acme/w:1", "-o", out, "--add", dir + ":/x"}, "is not a file"},
+		{[]string{"images", "build", "acme/w:1", "-o", out, "--env", "NOEQUALS"}, "want KEY=VALUE"},
+		{[]string{"images", "build", "Bad Name", "-o", out}, "Bad Name"},
+	} {
+		code, stdout, errOut := run(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want usage error with %q", tc.args, code, stdout, errOut, tc.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%v wrote %s", tc.args, out)
+		}
+	}
+	code, stdout, errOut := run(t, "images", "build", "acme/w:1", "--add", prog+":/usr/local/bin/w", "--cmd", "/usr/local/bin/w --flag",
+		"--env", "MODE=test", "-o", out)
+	if code != 0 || !strings.Contains(stdout, "wrote docker.io/acme/w:1 to "+out) {
+		t.Fatalf("build: exit %d, stdout %q, stderr %q", code, stdout, errOut)
+	}
+	blobs := tarFiles(t, out)
+	var found, config bool
+	for name, data := range blobs {
+		if !strings.HasPrefix(name, "blobs/") {
+			continue
+		}
+		if strings.Contains(string(data), `"/usr/local/bin/w","--flag"`) && strings.Contains(string(data), "MODE=test") {
+			config = true
+		}
+		for _, gz := range []bool{false, true} {
+			layer := tarEntries(data, gz)
+			if h, ok := layer["usr/local/bin/w"]; ok {
+				found = h.Mode&0o777 == 0o750
+			}
+		}
+	}
+	if !found || !config {
+		t.Errorf("the image lacks the file with its mode (%v) or its command and environment (%v)", found, config)
+	}
+}
+
+// tarFiles reads a tar file's regular files by name.
+func tarFiles(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		data, _ := io.ReadAll(tr)
+		out[h.Name] = data
+	}
+	return out
+}
+
+// tarEntries reads the headers of a tar (gzipped when gz) by name,
+// without a leading "./" or "/"; an unreadable one gives none.
+func tarEntries(b []byte, gz bool) map[string]*tar.Header {
+	var r io.Reader = bytes.NewReader(b)
+	if gz {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil
+		}
+		r = zr
+	}
+	out := map[string]*tar.Header{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return out
+		}
+		out[strings.TrimPrefix(strings.TrimPrefix(h.Name, "./"), "/")] = h
+	}
 }

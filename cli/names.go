@@ -90,6 +90,11 @@ var (
 			return c.SecurityGroups(ctx, "", "")
 		},
 			func(g *cloud.SecurityGroup) (string, string, bool) { return g.ID, g.Name, true })}
+	// endpointKind lists deleted endpoints too: one answers to its name
+	// while no live endpoint has it.
+	endpointKind = resourceKind{noun: "endpoint", plural: "endpoints", prefix: "ep-",
+		named: namedIn(func(ctx context.Context, c *conn) ([]*cloud.Endpoint, error) { return c.Endpoints(ctx, "", true) },
+			func(e *cloud.Endpoint) (string, string, bool) { return e.ID, e.Name, e.State != cloud.EndpointDeleted })}
 	addressKind    = resourceKind{noun: "address", plural: "addresses", prefix: "eip-"}
 	commitmentKind = resourceKind{noun: "commitment", plural: "commitments", prefix: "cm-"}
 )

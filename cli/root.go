@@ -120,6 +120,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), servercmd.New(stderr), upcmd.New(stderr), agentcmd.New(stderr))
 	root.AddCommand(newCloudCommands(root)...)
 	root.AddCommand(newGroupCommands(root)...)
+	root.AddCommand(newEndpointCommands(root)...)
 	root.AddCommand(newBillingCommands(root)...)
 	root.AddCommand(newCostCommand())
 	root.AddCommand(newAdviseCommand())

@@ -31,6 +31,7 @@ type Store interface {
 // use and is invalid after fn returns.
 type Tx interface {
 	BillingTx
+	EndpointTx
 	GroupTx
 	KeyTx
 	NetworkTx

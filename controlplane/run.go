@@ -22,9 +22,11 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/console"
 	"github.com/gpucloud/gpucloud/controller"
+	"github.com/gpucloud/gpucloud/gateway"
 	"github.com/gpucloud/gpucloud/httpapi"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/metrics"
+	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/spot"
 	"github.com/gpucloud/gpucloud/stackengine"
@@ -68,6 +70,12 @@ type Config struct {
 	// the stacks being applied or destroyed
 	// (controller.DefaultStackInterval when zero).
 	StackInterval time.Duration
+	// EndpointInterval is how often the endpoint controller sizes the
+	// serverless endpoints (every controller tick when zero);
+	// GatewayRefresh how often the gateway reads the endpoints' workers
+	// (gateway.DefaultRefresh when zero).
+	EndpointInterval time.Duration
+	GatewayRefresh   time.Duration
 	// MarketInterval is how often the spot market drives requests and
 	// watches prices (1 s when zero); reclaim deadlines are enforced by the
 	// scheduler on every step regardless.
@@ -131,6 +139,9 @@ type Replica struct {
 	Services  *service.Services
 	Scheduler *controller.Scheduler
 	Market    *controller.SpotMarket
+	// Gateway routes serverless endpoints' traffic on this replica
+	// (package gateway), over the same relay as exec and ports.
+	Gateway *gateway.Gateway
 	// Controllers is what the leader runs, in order (controllerList).
 	Controllers []controller.Controller
 	// Metrics is the replica's Prometheus registry, served at GET
@@ -184,6 +195,11 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	s.serveHTTP(ln, cfg.Log)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.Gateway.Run(runCtx)
+	}()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -319,10 +335,7 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
 		Availability: s.availability, DryRun: s.dryRun, FleetSeen: s.fleetSeen, AllowRegistries: cfg.AllowRegistries,
-		SessionLimit: cfg.SessionLimit, Replica: cfg.Replica}
-	if opts.Replica == "" {
-		opts.Replica, _ = os.Hostname()
-	}
+		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg)}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 	}
@@ -330,6 +343,32 @@ func (s *Replica) newServices(cfg Config) *service.Services {
 		cfg.Log.Error("address pool unusable; address allocation will fail", "pool", cfg.AddressPool, "err", err)
 	}
 	return service.New(s.Store, cfg.Catalog, opts)
+}
+
+// replicaName is cfg.Replica, or the host's name.
+func replicaName(cfg Config) string {
+	if cfg.Replica != "" {
+		return cfg.Replica
+	}
+	name, _ := os.Hostname()
+	return name
+}
+
+// endpointLoad is the gateway's load in the controller's terms.
+func (s *Replica) endpointLoad() map[string]controller.EndpointLoad {
+	if s.Gateway == nil {
+		return nil
+	}
+	in := s.Gateway.Load()
+	out := make(map[string]controller.EndpointLoad, len(in))
+	for id, l := range in {
+		ws := make(map[string]controller.EndpointWorkerLoad, len(l.Workers))
+		for wid, w := range l.Workers {
+			ws[wid] = controller.EndpointWorkerLoad{Ready: w.Ready, Busy: w.Busy, IdleSince: w.IdleSince, RunningAt: w.RunningAt, ReadyAt: w.ReadyAt}
+		}
+		out[id] = controller.EndpointLoad{Waiting: l.Waiting, InFlight: l.InFlight, Workers: ws}
+	}
+	return out
 }
 
 // bootstrap is what a server runs at every start over its services: the
@@ -356,6 +395,12 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limiter: limiter,
 		// Agents: a client certificate at join, and mutual TLS from then on.
 		RequireAgentCert: !cfg.TLS.Plain}
+	// Exec, ports and the endpoints' gateway reach the agents through
+	// one hub of their control channels.
+	apiOpts.Relay = relay.NewHub()
+	s.Gateway = gateway.New(gateway.Config{Services: s.Services, Hub: apiOpts.Relay, Replica: replicaName(cfg), Log: cfg.Log, Now: cfg.Now,
+		Refresh: cfg.GatewayRefresh})
+	apiOpts.Gateway = s.Gateway
 	// The console's terminal is the API's exec relay, over the same hub
 	// of agent control channels.
 	api, exec := httpapi.NewWithExec(s.Services, apiOpts)
@@ -485,6 +530,8 @@ func (s *Replica) controllerList(cfg Config) []controller.Controller {
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
 		&controller.Stacks{Engine: stackengine.New(s.Services), Every: cfg.StackInterval, Log: cfg.Log},
+		&controller.Endpoints{Store: s.Store, Catalog: cfg.Catalog, Load: s.endpointLoad, Availability: s.availability, Now: cfg.Now, Log: cfg.Log,
+			Every: cfg.EndpointInterval},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
 		&controller.HeartbeatWatcher{Store: s.Store, Now: cfg.Now, Timeout: cfg.HeartbeatTimeout, Log: cfg.Log},

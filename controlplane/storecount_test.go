@@ -80,7 +80,7 @@ func TestStoreCostPerCreate(t *testing.T) {
 			hour := time.Hour
 			s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
 				ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
-				StackInterval: hour, MarketInterval: hour})
+				StackInterval: hour, MarketInterval: hour, EndpointInterval: hour, GatewayRefresh: hour})
 			if err != nil {
 				t.Fatal(err)
 			}

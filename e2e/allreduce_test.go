@@ -206,20 +206,24 @@ func destroyFinetune(c *cluster, cl *client.Client, name string) {
 
 // buildAllReduce builds examples/allreduce, statically (no cgo), and
 // returns the program.
-func buildAllReduce(t *testing.T) []byte {
+func buildAllReduce(t *testing.T) []byte { return buildStatic(t, "allreduce") }
+
+// buildStatic builds examples/NAME, statically (no cgo), and returns the
+// program.
+func buildStatic(t *testing.T, name string) []byte {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		gobin = filepath.Join(goruntime.GOROOT(), "bin", "go")
 	}
-	out := filepath.Join(t.TempDir(), "torchrun")
-	cmd := exec.CommandContext(t.Context(), gobin, "build", "-trimpath", "-o", out, "./examples/allreduce")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.CommandContext(t.Context(), gobin, "build", "-trimpath", "-o", out, "./examples/"+name)
 	cmd.Dir = ".." // the module's root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build ./examples/allreduce: %v\n%s", err, stderr.String())
+		t.Fatalf("go build ./examples/%s: %v\n%s", name, err, stderr.String())
 	}
 	bin, err := os.ReadFile(out)
 	if err != nil {
@@ -232,6 +236,13 @@ func buildAllReduce(t *testing.T) []byte {
 // ref, and imports it into the test's containerd namespace.
 func (ch *containerHost) importImage(t *testing.T, ref string, extra ...containerd.File) {
 	t.Helper()
+	ch.importImageWith(t, ref, containerd.ImageConfig{}, extra...)
+}
+
+// importImageWith is importImage with the image's configuration (its
+// command, environment).
+func (ch *containerHost) importImageWith(t *testing.T, ref string, cfg containerd.ImageConfig, extra ...containerd.File) {
+	t.Helper()
 	files, err := containerd.BaseImageFiles("")
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +252,7 @@ func (ch *containerHost) importImage(t *testing.T, ref string, extra ...containe
 	}
 	files = append(files, extra...)
 	var img bytes.Buffer
-	if err := containerd.WriteImage(&img, ref, files, containerd.ImageConfig{}); err != nil {
+	if err := containerd.WriteImage(&img, ref, files, cfg); err != nil {
 		t.Fatal(err)
 	}
 	tarball := filepath.Join(t.TempDir(), "image.tar")

@@ -32,6 +32,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/gateway"
 	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/service"
 )
@@ -71,6 +72,10 @@ type Options struct {
 	// replica serves (nil: a hub of the handler's own). Exec and port
 	// forwards reach only the agents connected to the same hub.
 	Relay *relay.Hub
+	// Gateway routes serverless endpoints' jobs and requests (nil: the
+	// endpoints' run, runsync and HTTP routes answer unavailable); it
+	// must reach its workers through Relay.
+	Gateway *gateway.Gateway
 }
 
 // handlers holds what the handlers share. Its only mutable state is
@@ -94,6 +99,8 @@ type handlers struct {
 	hub *relay.Hub
 	// ports proxies the published HTTP ports (ports.go).
 	ports *portsProxy
+	// gateway routes serverless endpoints' traffic (Options.Gateway).
+	gateway *gateway.Gateway
 	// paths holds every route's path without its method, so that a request
 	// whose path exists but whose method does not can be told apart from
 	// one whose path does not exist (405 rather than 404).
@@ -225,6 +232,22 @@ var routeTable = []route{
 	{"GET", "/v1/spot/requests/{id}", authed, (*handlers).getSpotRequest},
 	{"POST", "/v1/spot/requests/{id}/cancel", authed, (*handlers).cancelSpotRequest},
 
+	// Serverless endpoints (endpoints.go).
+	{"POST", "/v1/endpoints", authed, (*handlers).createEndpoint},
+	{"GET", "/v1/endpoints", authed, (*handlers).listEndpoints},
+	{"GET", "/v1/endpoints/{id}", authed, (*handlers).getEndpoint},
+	{"PATCH", "/v1/endpoints/{id}", authed, (*handlers).updateEndpoint},
+	{"DELETE", "/v1/endpoints/{id}", authed, (*handlers).deleteEndpoint},
+	{"POST", "/v1/endpoints/{id}/run", authed, (*handlers).runJob},
+	{"POST", "/v1/endpoints/{id}/runsync", authed, (*handlers).runJobSync},
+	{"GET", "/v1/endpoints/{id}/status/{job}", authed, (*handlers).jobStatus},
+	{"POST", "/v1/endpoints/{id}/cancel/{job}", authed, (*handlers).cancelJob},
+	{"GET", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"POST", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"PUT", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"PATCH", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"DELETE", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"OPTIONS", endpointHTTPPath, authed, (*handlers).endpointHTTP},
 	{"POST", "/v1/groups", authed, (*handlers).createGroup},
 	{"GET", "/v1/groups", authed, (*handlers).listGroups},
 	{"GET", "/v1/groups/{id}", authed, (*handlers).getGroup},
@@ -279,7 +302,7 @@ func New(svc *service.Services, opts Options) http.Handler {
 	}
 	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
-		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay}
+		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay, gateway: opts.Gateway}
 	if s.hub == nil {
 		s.hub = relay.NewHub()
 	}

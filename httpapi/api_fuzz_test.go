@@ -213,6 +213,36 @@ var apiFuzzRoutes = []bodyRoute{
 			return checkStackTemplate(r.Template, r.Parameters)
 		},
 		seeds: append(fuzzStackSeeds(`"keep_on_failure":true,`), `{"template":"resources: {}"}`)},
+	// Serverless endpoints. run and runsync decode with a limit of their
+	// own (service.MaxJobInput and a margin), as the stack routes do; the
+	// fuzzer's bodies stay under both.
+	{method: "POST", path: "/v1/endpoints", newReq: newOf[api.CreateEndpointRequest](),
+		check: func(cat *catalog.Catalog, req any) error {
+			var r api.CreateEndpointRequest
+			if err := cloneJSON(req, &r); err != nil {
+				return err
+			}
+			return service.CheckEndpointSpec(cat, &r.EndpointSpec)
+		},
+		seeds: []string{fuzzEndpointBody("chat"),
+			`{"name":"e","image":"ghcr.io/acme/echo:1","offerings":["l4.1x"]}`,
+			`{"name":"e","image":"ghcr.io/acme/echo:1","offerings":[]}`,
+			`{"name":"e","image":"ghcr.io/acme/echo:1","offerings":["l4.1x"],"mode":"batch"}`,
+			`{"name":"e","image":"ghcr.io/acme/echo:1","offerings":["l4.1x"],"min":3,"max":2}`,
+			`{"name":"ep-x","image":"ghcr.io/acme/echo:1","offerings":["l4.1x"]}`}},
+	{method: "PATCH", path: "/v1/endpoints/{id}", newReq: newOf[api.UpdateEndpointRequest](),
+		seeds: []string{`{"max":8}`, `{"image":"ghcr.io/acme/echo:2","env":{"A":"1"}}`, `{"max":0}`, `{"offerings":[]}`, `{"idle_timeout_seconds":-1}`}},
+	{method: "POST", path: "/v1/endpoints/{id}/run", newReq: newOf[api.RunJobRequest](),
+		seeds: []string{`{"input":{"prompt":"hi"}}`, `{}`, `{"input":[1,2,3]}`, `{"input":null}`}},
+	{method: "POST", path: "/v1/endpoints/{id}/runsync", newReq: newOf[api.RunJobRequest](),
+		seeds: []string{`{"input":{"prompt":"hi"}}`, `{"input":"x"}`}},
+}
+
+// fuzzEndpointBody is a valid endpoint request of most fields.
+func fuzzEndpointBody(name string) string {
+	return `{"name":"` + name + `","image":"ghcr.io/acme/llm:1","command":["python","serve.py"],"env":{"MODEL":"x"},` +
+		`"offerings":["l4.1x","l40s.1x"],"port":9000,"health_path":"/ready","mode":"http","min":0,"max":4,"concurrency":2,` +
+		`"idle_timeout_seconds":60,"timeout_seconds":120,"retries":1,"retention_seconds":3600,"queue_wait_seconds":10,"spot":true,"zones":["zone-a"]}`
 }
 
 // fuzzStackSeeds are stack bodies (plan or apply), each starting with
@@ -268,8 +298,11 @@ var bodylessRoutes = []string{
 	"POST /v1/instances/{id}/stop", "POST /v1/instances/{id}/start", "POST /v1/instances/{id}/terminate",
 	"POST /v1/volumes/{id}/detach", "POST /v1/spot/requests/{id}/cancel", "POST /v1/addresses/{id}/disassociate",
 	"POST /v1/hosts/{id}/cordon", "POST /v1/hosts/{id}/uncordon", "POST /v1/hosts/{id}/drain", "POST /v1/hosts/{id}/remove",
-	// The published-port proxy passes the body to the workload unread.
+	// The published-port proxy passes the body to the workload unread,
+	// and so does the HTTP mode's proxy of an endpoint.
 	"POST " + portsPath, "PUT " + portsPath, "PATCH " + portsPath, "OPTIONS " + portsPath,
+	"POST " + endpointHTTPPath, "PUT " + endpointHTTPPath, "PATCH " + endpointHTTPPath, "OPTIONS " + endpointHTTPPath,
+	"POST /v1/endpoints/{id}/cancel/{job}",
 }
 
 // TestFuzzRoutesCoverBodies checks that every route that may take a body
@@ -420,9 +453,10 @@ func fuzzErrorBody(t *testing.T, b []byte) errorBody {
 // fuzzServer is one API server over a fresh in-memory SQLite store, called
 // in process (no listener), bootstrapped with the built-in price book,
 // with tenant acme and its member, one resource of each kind a body route
-// names (an instance, a volume, a group and an address of acme), a join
-// token, and a joined host (fuzzHost) with another of acme's instances
-// scheduled on it and the host's agent credential.
+// names (an instance, a volume, a group, an address, a network, a
+// security group and an endpoint of acme), a join token, and a joined
+// host (fuzzHost) with another of acme's instances scheduled on it and
+// the host's agent credential.
 type fuzzServer struct {
 	st    cloud.Store
 	h     http.Handler
@@ -438,6 +472,8 @@ type fuzzServer struct {
 	// network and secGroup are acme's network and one of its security
 	// groups.
 	network, secGroup string
+	// endpoint is acme's queue-mode endpoint.
+	endpoint string
 	// changed counts the accepted requests since the fixture was made;
 	// the targets make a fresh one after a few, so that what the fuzzer
 	// learns keeps meeting the same state.
@@ -501,6 +537,9 @@ func newFuzzServer(t testing.TB) *fuzzServer {
 	var sg cloud.SecurityGroup
 	s.mustDo(t, "POST", "/v1/security-groups", s.member, `{"network":"`+n.ID+`","name":"web"}`, &sg)
 	s.secGroup = sg.ID
+	var ep cloud.Endpoint
+	s.mustDo(t, "POST", "/v1/endpoints", s.member, `{"name":"echo","image":"ghcr.io/acme/echo:1","offerings":["l4.1x"]}`, &ep)
+	s.endpoint = ep.ID
 
 	var jt api.CreatedToken
 	s.mustDo(t, "POST", "/v1/join-tokens", s.admin, `{"name":"fuzz"}`, &jt)
@@ -579,6 +618,8 @@ func (s *fuzzServer) fill(route, v string) string {
 		id = s.address
 	case strings.HasPrefix(route, "/v1/security-groups/"):
 		id = s.secGroup
+	case strings.HasPrefix(route, "/v1/endpoints/"):
+		id = s.endpoint
 	case strings.HasPrefix(route, "/v1/agent/"):
 		id = s.placed
 	}

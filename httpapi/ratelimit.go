@@ -87,6 +87,8 @@ const (
 	DefaultAgentBurst         = 2000
 	DefaultAgentLivenessRate  = 200
 	DefaultAgentLivenessBurst = 2000
+	DefaultInvokeRate         = 1000
+	DefaultInvokeBurst        = 2000
 	DefaultAuthFailureRate    = 10
 	DefaultAuthFailureBurst   = 50
 	DefaultAnonymousRate      = 10
@@ -131,6 +133,17 @@ var livenessRoutes = map[string]bool{
 	"GET /v1/agent/networks":    true,
 }
 
+// invokeRoutes are the routes of serverless endpoints' traffic ("METHOD
+// PATH"): a user's requests to them take from its token's Invoke bucket.
+var invokeRoutes = func() map[string]bool {
+	m := map[string]bool{"POST /v1/endpoints/{id}/run": true, "POST /v1/endpoints/{id}/runsync": true,
+		"GET /v1/endpoints/{id}/status/{job}": true}
+	for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+		m[method+" "+endpointHTTPPath] = true
+	}
+	return m
+}()
+
 // heartbeatRoute is the route whose refused requests are signs of life.
 const heartbeatRoute = "POST /v1/agent/heartbeat"
 
@@ -149,6 +162,12 @@ type RateLimits struct {
 	// assignment polls, apart from Agent's: what an agent sends for its
 	// workloads can never spend it.
 	AgentLiveness Limit
+	// Invoke is the bucket, per token, of a member's or admin's calls to
+	// serverless endpoints (run, runsync, a job's status, the HTTP mode:
+	// invokeRoutes), apart from the tenant's other requests: an app's
+	// traffic to its endpoint is not an API client's, and spends nothing
+	// of the user's Member or Admin bucket.
+	Invoke Limit
 	// AuthFailures is the bucket of failed authentications per source
 	// address (an IPv4 address, or an IPv6 /64).
 	AuthFailures Limit
@@ -176,6 +195,7 @@ func DefaultRateLimits() RateLimits {
 		Admin:         Limit{Rate: DefaultAdminRate, Burst: DefaultAdminBurst},
 		Agent:         Limit{Rate: DefaultAgentRate, Burst: DefaultAgentBurst},
 		AgentLiveness: Limit{Rate: DefaultAgentLivenessRate, Burst: DefaultAgentLivenessBurst},
+		Invoke:        Limit{Rate: DefaultInvokeRate, Burst: DefaultInvokeBurst},
 		AuthFailures:  Limit{Rate: DefaultAuthFailureRate, Burst: DefaultAuthFailureBurst},
 		Anonymous:     Limit{Rate: DefaultAnonymousRate, Burst: DefaultAnonymousBurst},
 	}
@@ -196,6 +216,7 @@ func (r RateLimits) withDefaults() RateLimits {
 	r.Admin = r.Admin.orDefault(d.Admin)
 	r.Agent = r.Agent.orDefault(d.Agent)
 	r.AgentLiveness = r.AgentLiveness.orDefault(d.AgentLiveness)
+	r.Invoke = r.Invoke.orDefault(d.Invoke)
 	r.AuthFailures = r.AuthFailures.orDefault(d.AuthFailures)
 	r.Anonymous = r.Anonymous.orDefault(d.Anonymous)
 	if r.Now == nil {
@@ -433,6 +454,9 @@ func (l *limiter) limitOf(ctx context.Context, p principal, rt route, now time.T
 		}
 		return "t:" + p.TokenID, l.cfg.Agent, "the agent credential of host " + p.HostID + " (beyond its heartbeats and assignment polls)"
 	case cloud.RoleAdmin, cloud.RoleMember:
+		if invokeRoutes[rt.Method+" "+rt.Path] {
+			return "e:" + p.TokenID, l.cfg.Invoke, "token " + p.TokenID + "'s calls to endpoints"
+		}
 	default:
 		return "t:" + p.TokenID, l.cfg.Member, "token " + p.TokenID
 	}

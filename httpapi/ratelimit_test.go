@@ -155,7 +155,7 @@ func TestRetrySeconds(t *testing.T) {
 func TestRateLimitDefaults(t *testing.T) {
 	d := DefaultRateLimits()
 	if d.Member != (Limit{50, 500}) || d.Admin != (Limit{200, 2000}) || d.Agent != (Limit{200, 2000}) || d.AgentLiveness != (Limit{200, 2000}) ||
-		d.AuthFailures != (Limit{10, 50}) || d.Anonymous != (Limit{10, 100}) {
+		d.AuthFailures != (Limit{10, 50}) || d.Anonymous != (Limit{10, 100}) || d.Invoke != (Limit{1000, 2000}) {
 		t.Errorf("defaults %+v", d)
 	}
 	for _, c := range []struct {
@@ -222,6 +222,11 @@ func TestLimitOf(t *testing.T) {
 		{"a join token: the member default, keyed by token", principal{UserID: "u-0", TenantID: "operator", Role: cloud.RoleJoin, TokenID: "tk-j"},
 			route{}, "t:tk-j", d.Member, 1},
 		{"a tenant whose rate cannot be read: the default, read again next time", member("tn-down"), route{}, "u:u-1", d.Member, 2},
+		{"a member's call to an endpoint: the token's invoke bucket, whatever the tenant's rate", member("tn-fast"),
+			route{Method: "POST", Path: "/v1/endpoints/{id}/run"}, "e:tk-1", d.Invoke, 0},
+		{"an HTTP-mode request: the invoke bucket", member("tn-plain"), route{Method: "PUT", Path: endpointHTTPPath}, "e:tk-1", d.Invoke, 0},
+		{"creating an endpoint: the member's bucket", member("tn-plain"), route{Method: "POST", Path: "/v1/endpoints"}, "u:u-1", d.Member, 1},
+		{"an agent on an endpoint route: the agent bucket", agent, route{Method: "POST", Path: "/v1/endpoints/{id}/run"}, "t:tk-a", d.Agent, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clear(lookups)

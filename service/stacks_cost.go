@@ -150,6 +150,16 @@ func (s *Stacks) stackCost(ctx context.Context, b *stack.Bound, p *stack.PlanRes
 			cost.Assumptions = append(cost.Assumptions, c.Address+": a commitment's fees are fixed at purchase and billed on their own; not included")
 		case stack.TypeNetwork, stack.TypeSubnet, stack.TypeSecurityGroup, stack.TypeSecurityGroupRule:
 			add(c.Address, strings.ReplaceAll(c.Type, "_", " ")+" (free)", 0, 0)
+		case stack.TypeEndpoint:
+			// Its workers come and go with its load: priced at min.
+			offs := propStrings(props, "offerings")
+			n, _ := propInt(props, "min")
+			if len(offs) == 0 {
+				continue
+			}
+			od, _ := onDemand(offs[0], propStrings(props, "zones"))
+			total := od * money.Micros(n)
+			add(c.Address, fmt.Sprintf("endpoint: %d × %s (its min; workers come and go with its load)", n, offs[0]), total, total)
 		}
 	}
 	return cost, nil

@@ -131,6 +131,8 @@ func (s *Stacks) checkStackProps(c *stack.Change) error {
 		return StackFieldError(c.Address, CheckSecurityGroupTemplate(&t))
 	case stack.TypeSecurityGroupRule:
 		return checkRuleProps(c.Address, c.Properties, props, known)
+	case stack.TypeEndpoint:
+		return s.checkEndpointProps(c.Address, props, known)
 	}
 	return Field("resources."+c.Address+".type", "%s is not a resource type", Quote(c.Type))
 }
@@ -281,6 +283,12 @@ func (s *Stacks) readResource(ctx context.Context, svc *Services, a Actor, rs *s
 			return gone(err)
 		}
 		return l, attrs, status, nil
+	case stack.TypeEndpoint:
+		l, attrs, status, err := readEndpoint(ctx, svc, a, rs)
+		if err != nil {
+			return gone(err)
+		}
+		return l, attrs, status, nil
 	}
 	return stack.Live{}, nil, "", fmt.Errorf("unknown resource type %q", rs.Type)
 }
@@ -323,7 +331,7 @@ func instanceLive(in *cloud.Instance) (live stack.Live, attrs map[string]any, st
 
 // ResourceAttrs are the attributes a stack's template can reference of a
 // resource its copy made (an instance, volume, address, spot request,
-// group, placement group, network, subnet or security group; a
+// group, placement group, network, subnet, security group or endpoint; a
 // commitment's ID): what the engine records
 // after a create.
 func ResourceAttrs(v any) map[string]any {
@@ -348,6 +356,8 @@ func ResourceAttrs(v any) map[string]any {
 		return subnetAttrs(r)
 	case *cloud.SecurityGroup:
 		return securityGroupAttrs(r)
+	case *cloud.Endpoint:
+		return endpointAttrs(r)
 	}
 	return nil
 }

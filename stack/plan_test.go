@@ -404,3 +404,84 @@ func TestPlanNetworks(t *testing.T) {
 		t.Errorf("drifted rules: %s %q", actions(p), p.Changes[2].Reason)
 	}
 }
+
+const planEndpoint = `
+parameters:
+  name: {type: string, default: echo}
+  image: {type: string, default: "busybox:1"}
+  max: {type: integer, default: 2}
+  concurrency: {type: integer, default: 1}
+  mode: {type: string, default: queue}
+  port: {type: integer, default: 8080}
+  spot: {type: boolean, default: false}
+  zone: {type: string, default: z}
+resources:
+  ep:
+    type: endpoint
+    properties:
+      name: ${param.name}
+      image: ${param.image}
+      offerings: [l4.1x]
+      mode: ${param.mode}
+      port: ${param.port}
+      spot: ${param.spot}
+      zones: ["${param.zone}"]
+      max: ${param.max}
+      concurrency: ${param.concurrency}
+  client:
+    type: instance
+    properties: {offering: l4.1x, env: {ENDPOINT: "${ep.name}", STATE: "${ep.state}"}}
+`
+
+// TestPlanEndpoints: an endpoint is created before what refers to it;
+// what its workers run, its sizes and times change in place; its mode,
+// port, spot and zones replace it, which keeping its name (unique among
+// the tenant's live endpoints) is refused.
+func TestPlanEndpoints(t *testing.T) {
+	cloud := &fakeCloud{}
+	b0 := bindSrc(t, planEndpoint, nil)
+	p0 := planOf(t, b0, nil, nil)
+	if got := actions(p0); got != "ep:create client:create" {
+		t.Fatalf("first plan: %s", got)
+	}
+	s0 := cloud.apply(t, b0, nil, p0)
+	if d := PlanDestroy(s0); actions(d) != "client:delete ep:delete" {
+		t.Errorf("destroy order: %s", actions(d))
+	}
+	for _, tc := range []struct {
+		name string
+		args map[string]string
+		want string // the plan's actions
+		err  string // a plan error's text
+	}{
+		{"same", nil, "ep:none client:none", ""},
+		{"max", map[string]string{"max": "4"}, "ep:update client:none", ""},
+		{"image and concurrency", map[string]string{"image": "busybox:1.36", "concurrency": "2"}, "ep:update client:none", ""},
+		{"mode and name", map[string]string{"mode": "http", "name": "web"}, "ep:replace client:replace", ""},
+		{"port and name", map[string]string{"port": "9000", "name": "web"}, "ep:replace client:replace", ""},
+		{"spot and name", map[string]string{"spot": "true", "name": "web"}, "ep:replace client:replace", ""},
+		{"mode only", map[string]string{"mode": "http"}, "", "change its name too"},
+		{"zones only", map[string]string{"zone": "y"}, "", "ep: the endpoint is replaced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Plan(bindSrc(t, planEndpoint, tc.args), s0, nil)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("plan: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := actions(p); got != tc.want {
+				t.Errorf("plan %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// Deleted outside the stack: the replacement may keep its name.
+	p, err := Plan(bindSrc(t, planEndpoint, map[string]string{"mode": "http"}), s0, map[string]Live{"ep": {Gone: true}})
+	if err != nil || actions(p) != "ep:replace client:replace" {
+		t.Errorf("the endpoint deleted outside the stack: %v, %v", actions(p), err)
+	}
+}

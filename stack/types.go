@@ -17,6 +17,8 @@ const (
 	// TypeSecurityGroupRule is one rule on a group the stack need not
 	// own; the stack owns the rule only.
 	TypeSecurityGroupRule = "security_group_rule"
+	// TypeEndpoint is a serverless endpoint (docs/ENDPOINTS.md).
+	TypeEndpoint = "endpoint"
 )
 
 // TypeInfo describes one resource type: the attributes a reference may
@@ -49,7 +51,9 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 // api.SecurityGroupTemplate: the create body with its ingress and egress
 // rules, which change in place; for a security group rule
 // api.SecurityGroupRuleTemplate, whose description changes in place; its
-// owner attribute is the copy's own mark on the rule). Callers must not
+// owner attribute is the copy's own mark on the rule; for an endpoint
+// api.CreateEndpointRequest: its name and spec, of which what workers run,
+// the sizes, the times and the retries change in place). Callers must not
 // modify it.
 var Types = map[string]TypeInfo{
 	TypeInstance:    {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
@@ -69,6 +73,13 @@ var Types = map[string]TypeInfo{
 	// direction (its description alone updates in place), so it never
 	// collides with the rule it replaces.
 	TypeSecurityGroupRule: {Attributes: []string{"id", "security_group", "direction", "owner"}, Mutable: []string{"description"}},
+	// An endpoint's mode, port, health path, spot, zones and labels
+	// replace it (the API does not change them); its name is unique
+	// among the tenant's live endpoints, and one being deleted still
+	// holds it.
+	TypeEndpoint: {Attributes: []string{"id", "name", "state"}, Unique: []string{"name"},
+		Mutable: []string{"image", "command", "env", "offerings", "min", "max", "concurrency",
+			"idle_timeout_seconds", "timeout_seconds", "retries", "retention_seconds", "queue_wait_seconds"}},
 }
 
 // typeNames is the sorted list of type names, for messages.

@@ -3,6 +3,8 @@ package stackengine
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -137,6 +139,16 @@ func createResource(ctx context.Context, svc *service.Services, a service.Actor,
 			return "", nil, service.StackFieldError(address, err)
 		}
 		return r.ID, service.RuleAttrs(t.SecurityGroup, t.Direction, r), nil
+	case stack.TypeEndpoint:
+		var body api.CreateEndpointRequest
+		if err := service.DecodeStackProps(address, props, &body); err != nil {
+			return "", nil, err
+		}
+		e, _, err := svc.Endpoints.Create(ctx, a, body, key)
+		if err != nil {
+			return "", nil, service.StackFieldError(address, err)
+		}
+		return e.ID, service.ResourceAttrs(e), nil
 	}
 	return "", nil, service.Field("resources."+address+".type", "%s is not a resource type", service.Quote(typ))
 }
@@ -187,6 +199,12 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 		// answers not_found, and is left alone.
 		group, owner := service.RuleRef(rs)
 		derr = svc.Networks.RevokeOwned(ctx, a, group, rs.ID, owner)
+	case stack.TypeEndpoint:
+		// Deleting: its controller terminates the workers, then marks it
+		// deleted; the stack need not wait for that (a deleting endpoint
+		// is gone for the stack), and a retry of one deleting already is
+		// answered as the first.
+		_, derr = svc.Endpoints.Delete(ctx, a, rs.ID)
 	default:
 		return false, "", fmt.Errorf("unknown resource type %q", rs.Type)
 	}
@@ -203,7 +221,8 @@ func deleteResource(ctx context.Context, svc *service.Services, a service.Actor,
 
 // updateResource changes a copy's mutable properties in place: a
 // group's sizes, template and policies, a security group's rules, a
-// security group rule's description. old is the copy as applied.
+// security group rule's description, an endpoint's workers' spec, sizes
+// and times. old is the copy as applied.
 func updateResource(ctx context.Context, svc *service.Services, a service.Actor, typ, address string, old *stack.ResourceState, props map[string]any) error {
 	id := old.ID
 	switch typ {
@@ -222,6 +241,8 @@ func updateResource(ctx context.Context, svc *service.Services, a service.Actor,
 			return err
 		}
 		return setGroupRules(ctx, svc, a, address, id, &t)
+	case stack.TypeEndpoint:
+		return updateEndpoint(ctx, svc, a, address, id, props)
 	}
 	return fmt.Errorf("%s: a %s does not change in place", address, typ)
 }
@@ -251,5 +272,48 @@ func updateGroup(ctx context.Context, svc *service.Services, a service.Actor, ad
 		patch.Policies = &empty
 	}
 	_, err := svc.Groups.Update(ctx, a, id, patch, 0)
+	return service.StackFieldError(address, err)
+}
+
+// updateEndpoint sets every mutable property of an endpoint to the
+// template's (stack.Types' Mutable for it): one left out of the
+// template goes back to the API's default, as it would at a create. The
+// command and the environment are sent only when they differ from the
+// endpoint's (none and empty are the same): the API counts [] against
+// none as a change of what workers run, and would roll them over.
+func updateEndpoint(ctx context.Context, svc *service.Services, a service.Actor, address, id string, props map[string]any) error {
+	var body api.CreateEndpointRequest
+	if err := service.DecodeStackProps(address, props, &body); err != nil {
+		return err
+	}
+	cur, err := svc.Endpoints.Get(ctx, a, id)
+	if err != nil {
+		return err
+	}
+	s := body.EndpointSpec
+	// Zero is the default for the sizes and times (Update fills it in as
+	// Create does), except max: the API refuses 0 there.
+	if s.Max == 0 {
+		s.Max = max(service.DefaultEndpointMax, s.Min)
+	}
+	patch := api.UpdateEndpointRequest{Image: &s.Image, Offerings: &s.Offerings,
+		Min: &s.Min, Max: &s.Max, Concurrency: &s.Concurrency, IdleTimeoutSeconds: &s.IdleTimeoutSeconds,
+		TimeoutSeconds: &s.TimeoutSeconds, Retries: &s.Retries, RetentionSeconds: &s.RetentionSeconds,
+		QueueWaitSeconds: &s.QueueWaitSeconds}
+	if !slices.Equal(s.Command, cur.Spec.Command) {
+		command := s.Command
+		if command == nil {
+			command = []string{}
+		}
+		patch.Command = &command
+	}
+	if !maps.Equal(s.Env, cur.Spec.Env) {
+		env := s.Env
+		if env == nil {
+			env = map[string]string{}
+		}
+		patch.Env = &env
+	}
+	_, err = svc.Endpoints.Update(ctx, a, id, patch, 0)
 	return service.StackFieldError(address, err)
 }

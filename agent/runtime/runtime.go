@@ -343,7 +343,9 @@ func (s *Spec) Validate() error {
 	if err := ValidateID(s.InstanceID); err != nil {
 		return err
 	}
-	if len(s.Command) == 0 || s.Command[0] == "" {
+	// An image may carry the command (its entrypoint and cmd), which the
+	// containerd runtime takes when the spec gives none.
+	if len(s.Command) == 0 && s.Image == "" || len(s.Command) > 0 && s.Command[0] == "" {
 		return fmt.Errorf("instance %s: no command: %w", s.InstanceID, ErrInvalid)
 	}
 	for _, a := range s.Command {

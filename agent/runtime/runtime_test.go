@@ -74,6 +74,8 @@ func TestValidate(t *testing.T) {
 		{desc: "id too long", change: func(s *Spec) { s.InstanceID = strings.Repeat("a", 129) }, wantMsg: "instance id"},
 		{desc: "no command", change: func(s *Spec) { s.Command = nil }, wantMsg: "no command"},
 		{desc: "empty program", change: func(s *Spec) { s.Command = []string{""} }, wantMsg: "no command"},
+		{desc: "no command, an image that may name one", change: func(s *Spec) { s.Command, s.Image = nil, "docker.io/acme/w:1" }},
+		{desc: "empty program with an image", change: func(s *Spec) { s.Command, s.Image = []string{""}, "docker.io/acme/w:1" }, wantMsg: "no command"},
 		{desc: "NUL in an argument", change: func(s *Spec) { s.Command = []string{"echo", "a\x00b"} }, wantMsg: "NUL"},
 		{desc: "'=' in an env key", change: func(s *Spec) { s.Env = map[string]string{"A=B": "c"} }, wantMsg: "environment"},
 		{desc: "comma in a device", change: func(s *Spec) { s.Devices = []string{"GPU-1,GPU-2"} }, wantMsg: "bad device"},

@@ -36,6 +36,7 @@ import (
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/metadata"
+	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/process"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
@@ -50,13 +51,18 @@ import (
 // none, and the acceptance tests skip.
 var terraformBin string
 
-// shared is the cloud the acceptance tests share, started on first use.
-var shared struct {
+// cloudOnce is a cloud the acceptance tests share, started on first use.
+type cloudOnce struct {
 	once  sync.Once
 	cloud *testCloud
 	err   error
 	stop  func()
 }
+
+// shared is the cloud most tests share; containerCloud the one whose
+// hosts report a container runtime, for endpoints (started only by the
+// tests that need it).
+var shared, containerCloud cloudOnce
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -100,8 +106,10 @@ func run(m *testing.M) int {
 	}
 	os.Setenv("GPUCLOUD_CONFIG", filepath.Join(tmp, "no-config.yaml"))
 	code := m.Run()
-	if shared.stop != nil {
-		shared.stop()
+	for _, c := range []*cloudOnce{&shared, &containerCloud} {
+		if c.stop != nil {
+			c.stop()
+		}
 	}
 	return code
 }
@@ -141,23 +149,41 @@ var factories = map[string]func() (tfprotov6.ProviderServer, error){
 // ./terraform/provider/ -run TestTenantIsolation'`.
 func sharedCloud(t *testing.T) *testCloud {
 	t.Helper()
+	return shared.get(t, hosts, false)
+}
+
+// endpointCloud is the cloud of the endpoint tests: one L4 host whose
+// agent reports a container runtime, so that the server accepts
+// endpoints (it refuses them on a cloud with no container host: their
+// workers are containers). Its workloads still run as processes: the
+// tests launch no worker (min 0, no request), and no containerd is
+// started.
+func endpointCloud(t *testing.T) *testCloud {
+	t.Helper()
+	return containerCloud.get(t, []sim.Spec{{ID: "tf-ctr-a", Zone: "tf-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}}}, true)
+}
+
+// get starts the cloud on first use (as sharedCloud says) and answers
+// it; containers: the hosts report a container runtime.
+func (co *cloudOnce) get(t *testing.T, specs []sim.Spec, containers bool) *testCloud {
+	t.Helper()
 	needTerraform(t)
-	shared.once.Do(func() {
+	co.once.Do(func() {
 		dir, err := os.MkdirTemp("", "gpucloud-tf-cloud-")
 		if err != nil {
-			shared.err = err
+			co.err = err
 			return
 		}
 		db, drop := "sqlite://"+filepath.Join(dir, "gpucloud.db"), func() {}
 		if base := os.Getenv("GPUCLOUD_TEST_POSTGRES_URL"); base != "" {
 			if db, drop, err = freshSchema(base); err != nil {
-				shared.err = err
+				co.err = err
 				return
 			}
 		}
-		c, stop, err := startCloud(db, dir, hosts)
-		shared.cloud, shared.err = c, err
-		shared.stop = func() {
+		c, stop, err := startCloud(db, dir, specs, containers)
+		co.cloud, co.err = c, err
+		co.stop = func() {
 			if stop != nil {
 				stop()
 			}
@@ -165,10 +191,10 @@ func sharedCloud(t *testing.T) *testCloud {
 			os.RemoveAll(dir)
 		}
 	})
-	if shared.err != nil {
-		t.Fatalf("start the cloud: %v", shared.err)
+	if co.err != nil {
+		t.Fatalf("start the cloud: %v", co.err)
 	}
-	return shared.cloud
+	return co.cloud
 }
 
 // testCloud is a running server and its simulated hosts' agents.
@@ -188,10 +214,17 @@ var hosts = []sim.Spec{
 	{ID: "tf-l4-b", Zone: "tf-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 2}},
 }
 
-// startCloud starts a server on db and an agent per simulated host of
-// specs, and waits until the scheduler holds every host. stop stops them
-// all.
-func startCloud(db, dir string, specs []sim.Spec) (*testCloud, func(), error) {
+// containerKind is the process runtime reporting itself as containerd
+// (the host's "runtime" label), for a cloud whose endpoints the server
+// must accept; every other method is the process runtime's.
+type containerKind struct{ *process.Runtime }
+
+func (containerKind) Kind() string { return runtime.KindContainerd }
+
+// startCloud starts a server on db and an agent per simulated host, and
+// waits until the scheduler holds every host. containers: the hosts
+// report a container runtime (containerKind). stop stops them all.
+func startCloud(db, dir string, hosts []sim.Spec, containers bool) (*testCloud, func(), error) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("GPUCLOUD_TF_LOG") != "" {
@@ -224,7 +257,7 @@ func startCloud(db, dir string, specs []sim.Spec) (*testCloud, func(), error) {
 		stop()
 		return nil, nil, fmt.Errorf("the server to lead: %w", err)
 	}
-	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "tf", ExpiresAt: new(time.Now().Add(time.Hour)), MaxUses: len(specs)})
+	jt, err := c.admin.CreateJoinToken(ctx, api.CreateJoinTokenRequest{Name: "tf", ExpiresAt: new(time.Now().Add(time.Hour)), MaxUses: len(hosts)})
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -241,7 +274,7 @@ func startCloud(db, dir string, specs []sim.Spec) (*testCloud, func(), error) {
 			rt.StopAll(shut)
 		}
 	})
-	for _, spec := range specs {
+	for _, spec := range hosts {
 		drv, err := sim.New(spec)
 		if err != nil {
 			stop()
@@ -269,13 +302,17 @@ func startCloud(db, dir string, specs []sim.Spec) (*testCloud, func(), error) {
 		}
 		rt := process.New(filepath.Join(hdir, "runtime"))
 		runtimes = append(runtimes, rt)
+		var art runtime.Runtime = rt
+		if containers {
+			art = containerKind{rt}
+		}
 		ag := agent.New(agentapi.NewClient(srv.URL, joined.Credential, ahc), agent.Config{
-			Driver: drv, Runtime: rt, Metadata: metadata.New(), DataDir: hdir,
+			Driver: drv, Runtime: art, Metadata: metadata.New(), DataDir: hdir,
 			Interval: 20 * time.Millisecond, ManageMIG: true, Log: log.With("host", spec.ID),
 		})
 		wg.Go(func() { ag.Run(agentCtx) })
 	}
-	if err := waitFor(30*time.Second, func() bool { return srv.Scheduler.Schedulable() >= len(specs) }); err != nil {
+	if err := waitFor(30*time.Second, func() bool { return srv.Scheduler.Schedulable() >= len(hosts) }); err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("the scheduler to hold every host: %w", err)
 	}

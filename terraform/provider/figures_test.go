@@ -36,7 +36,7 @@ func TestApplyTwentyFigures(t *testing.T) {
 		{ID: "fig-b", Zone: "tf-a", Rack: "rack-2", GPUs: sim.GPUSpec{Model: "L4", Count: 8}},
 		{ID: "fig-c", Zone: "tf-a", Rack: "rack-3", GPUs: sim.GPUSpec{Model: "L4", Count: 8}},
 	}
-	c, stop, err := startCloud("sqlite://"+filepath.Join(dir, "gpucloud.db"), dir, specs)
+	c, stop, err := startCloud("sqlite://"+filepath.Join(dir, "gpucloud.db"), dir, specs, false)
 	if err != nil {
 		t.Fatal(err)
 	}

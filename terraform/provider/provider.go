@@ -112,6 +112,7 @@ func (p *Provider) Resources(context.Context) []func() resource.Resource {
 		newSpotRequestResource,
 		newGroupResource,
 		newCommitmentResource,
+		newEndpointResource,
 	}
 }
 

@@ -118,6 +118,11 @@ func StartDaemon(ctx context.Context, dir string, cfgs ...DaemonConfig) (*Daemon
 		return nil, err
 	}
 	defer logf.Close() // the daemon holds its own copy
+	// A daemon of this directory left by an earlier process that was
+	// killed (SIGKILL skips its cleanup) still serves on the socket's
+	// old inode and holds the state: stop it first. Its containers' shims
+	// keep them running, and the new daemon's runtime adopts them.
+	stopLeftDaemon(dir, conf)
 	cmd := exec.Command(bin, "--config", conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = dir
@@ -130,6 +135,7 @@ func StartDaemon(ctx context.Context, dir string, cfgs ...DaemonConfig) (*Daemon
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
+	_ = os.WriteFile(filepath.Join(dir, daemonPIDFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600)
 	d := &Daemon{dir: dir, socket: socket, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		d.err = cmd.Wait()
@@ -147,6 +153,44 @@ func StartDaemon(ctx context.Context, dir string, cfgs ...DaemonConfig) (*Daemon
 		}
 	}()
 	return d, nil
+}
+
+// daemonPIDFile names, in a daemon's directory, the file with its
+// process ID.
+const daemonPIDFile = "containerd.pid"
+
+// stopLeftDaemon stops the daemon whose process ID dir's pid file holds,
+// if that process is a containerd running with conf (and so not a
+// recycled ID): SIGTERM, then SIGKILL after 10 s.
+func stopLeftDaemon(dir, conf string) {
+	b, err := os.ReadFile(filepath.Join(dir, daemonPIDFile))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !strings.Contains(string(cmdline), "\x00"+conf) {
+		return
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if p.Signal(syscall.Signal(0)) != nil {
+			return
+		}
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if p.Signal(syscall.Signal(0)) != nil {
+			return
+		}
+	}
 }
 
 // daemonPath is PATH with the system directories appended.

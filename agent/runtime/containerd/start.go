@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -118,6 +119,11 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 	img, err := r.specImage(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	if len(s.Command) == 0 {
+		if s.Command, err = imageCommand(ctx, img, s.InstanceID); err != nil {
+			return nil, err
+		}
 	}
 	uid, gid, own, err := r.workloadUser(s)
 	if err != nil {
@@ -462,4 +468,20 @@ func (r *Runtime) teardownNetwork(in *inst) {
 		r.cfg.Log.Warn("containerd runtime: instance network teardown", "instance", in.id, "err", err)
 	}
 	in.netns = false
+}
+
+// imageCommand is the command an image runs when the instance gives none:
+// its entrypoint followed by its cmd, as docker run runs it. An image that
+// names neither is the instance's error.
+func imageCommand(ctx context.Context, img client.Image, id string) ([]string, error) {
+	spec, err := img.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: read image %s's configuration: %w", id, img.Name(), err)
+	}
+	cmd := append(slices.Clone(spec.Config.Entrypoint), spec.Config.Cmd...)
+	if len(cmd) == 0 || cmd[0] == "" {
+		return nil, fmt.Errorf("instance %s: no command: the instance gives none and image %s names none (no ENTRYPOINT or CMD): %w",
+			id, img.Name(), runtime.ErrInvalid)
+	}
+	return cmd, nil
 }

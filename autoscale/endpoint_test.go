@@ -1,0 +1,152 @@
+package autoscale
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/cloud"
+)
+
+func TestPlanEndpoint(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	ago := func(s int) time.Time { return now.Add(-time.Duration(s) * time.Second) }
+	ready := func(id string, busy, idleSec int) WorkerInput {
+		return WorkerInput{ID: id, Phase: WorkerRunning, Ready: true, Busy: busy, IdleSince: ago(idleSec), LaunchedAt: ago(3600), Market: cloud.MarketOnDemand}
+	}
+	base := EndpointInput{Min: 0, Max: 4, Concurrency: 2, IdleTimeout: 30 * time.Second, Now: now}
+	cases := []struct {
+		name    string
+		edit    func(*EndpointInput)
+		launch  int
+		release []string
+		forget  []string
+		desired int
+		deleted bool
+	}{
+		{name: "at zero with nothing to do", edit: func(*EndpointInput) {}},
+		{name: "the first request at zero starts a worker", edit: func(in *EndpointInput) { in.Queued = 1 }, launch: 1, desired: 1},
+		{name: "ceil of load over concurrency", edit: func(in *EndpointInput) { in.Queued, in.InFlight = 4, 1 }, launch: 3, desired: 3},
+		{name: "max caps", edit: func(in *EndpointInput) { in.Queued = 100 }, launch: 4, desired: 4},
+		{name: "min keeps workers with no load", edit: func(in *EndpointInput) {
+			in.Min = 1
+			in.Workers = []WorkerInput{ready("a", 0, 3600)}
+		}, desired: 1},
+		{name: "an idle worker within the timeout stays", edit: func(in *EndpointInput) {
+			in.Workers = []WorkerInput{ready("a", 0, 10)}
+		}},
+		{name: "an idle worker past the timeout goes: scale to zero", edit: func(in *EndpointInput) {
+			in.Workers = []WorkerInput{ready("a", 0, 31)}
+		}, release: []string{"a"}},
+		{name: "a busy worker never goes", edit: func(in *EndpointInput) {
+			in.InFlight = 1
+			in.Workers = []WorkerInput{ready("a", 1, 3600), ready("b", 0, 3600), ready("c", 0, 5)}
+		}, release: []string{"b"}, desired: 1},
+		{name: "the longest idle goes first, unready before ready", edit: func(in *EndpointInput) {
+			in.Workers = []WorkerInput{ready("a", 0, 100), ready("b", 0, 200),
+				{ID: "c", Phase: WorkerStarting, IdleSince: ago(40), LaunchedAt: ago(40)}}
+			in.InFlight = 1
+		}, release: []string{"c", "b"}, desired: 1},
+		{name: "a broken worker is released and replaced", edit: func(in *EndpointInput) {
+			in.Queued = 1
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerBroken}}
+		}, launch: 1, release: []string{"a"}, desired: 1},
+		{name: "a terminated worker is forgotten", edit: func(in *EndpointInput) {
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerGone}}
+		}, forget: []string{"a"}},
+		{name: "an outdated busy worker stays while it works, and its replacement starts", edit: func(in *EndpointInput) {
+			in.InFlight = 1
+			in.Workers = []WorkerInput{func() WorkerInput { w := ready("old", 1, 0); w.Outdated = true; return w }()}
+		}, launch: 1, desired: 1},
+		{name: "an outdated idle worker stays until a current one is ready", edit: func(in *EndpointInput) {
+			in.Queued = 1
+			in.Workers = []WorkerInput{func() WorkerInput { w := ready("old", 0, 0); w.Outdated = true; return w }(),
+				{ID: "new", Phase: WorkerStarting, IdleSince: now, LaunchedAt: now}}
+		}, desired: 1},
+		{name: "an outdated idle worker goes once a current one is ready", edit: func(in *EndpointInput) {
+			in.Queued = 1
+			in.Workers = []WorkerInput{func() WorkerInput { w := ready("old", 0, 0); w.Outdated = true; return w }(), ready("new", 0, 0)}
+		}, release: []string{"old"}, desired: 1},
+		{name: "a spot worker unplaced too long falls back to on demand", edit: func(in *EndpointInput) {
+			in.Spot, in.SpotFallback, in.Queued = true, 10*time.Second, 1
+			in.Workers = []WorkerInput{{ID: "s", Phase: WorkerStarting, Market: cloud.MarketSpot, IdleSince: ago(11), LaunchedAt: ago(11)}}
+		}, launch: 1, release: []string{"s"}, desired: 1},
+		{name: "deleting releases every worker", edit: func(in *EndpointInput) {
+			in.Deleting, in.InFlight = true, 1
+			in.Workers = []WorkerInput{ready("a", 1, 0), {ID: "b", Phase: WorkerGone}}
+		}, release: []string{"a"}, forget: []string{"b"}},
+		{name: "deleting with nothing left is deleted", edit: func(in *EndpointInput) {
+			in.Deleting = true
+		}, deleted: true},
+		{name: "deleting waits for a leaving worker to terminate", edit: func(in *EndpointInput) {
+			in.Deleting = true
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerLeaving}}
+		}},
+		{name: "a leaving worker is neither live nor released again", edit: func(in *EndpointInput) {
+			in.Queued = 1
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerLeaving}}
+		}, launch: 1, desired: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := base
+			c.edit(&in)
+			p := PlanEndpoint(&in)
+			var rel []string
+			for _, r := range p.Release {
+				rel = append(rel, r.ID)
+			}
+			if len(p.Launch) != c.launch || !slices.Equal(rel, c.release) || !slices.Equal(p.Forget, c.forget) ||
+				p.Desired != c.desired || p.Deleted != c.deleted {
+				t.Fatalf("launch %d release %v forget %v desired %d deleted %v; want %d %v %v %d %v (%s)",
+					len(p.Launch), rel, p.Forget, p.Desired, p.Deleted, c.launch, c.release, c.forget, c.desired, c.deleted, p.Reason)
+			}
+		})
+	}
+}
+
+// TestPlanEndpointInvariants: over random states, a plan never releases a
+// busy worker, never leaves fewer live workers than the load asks for,
+// and never launches past max.
+func TestPlanEndpointInvariants(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	for range 5000 {
+		in := EndpointInput{Min: r.IntN(3), Concurrency: 1 + r.IntN(4), IdleTimeout: time.Duration(r.IntN(60)) * time.Second,
+			Queued: r.IntN(20), InFlight: r.IntN(10), Now: now, Spot: r.IntN(2) == 0, SpotFallback: 10 * time.Second}
+		in.Max = in.Min + r.IntN(8)
+		for i := range r.IntN(10) {
+			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(5)), Outdated: r.IntN(4) == 0,
+				Market: cloud.MarketOnDemand, IdleSince: now.Add(-time.Duration(r.IntN(120)) * time.Second),
+				LaunchedAt: now.Add(-time.Duration(r.IntN(120)) * time.Second)}
+			if w.Phase == WorkerRunning {
+				w.Ready = r.IntN(2) == 0
+				if w.Ready {
+					w.Busy = r.IntN(3)
+				}
+			}
+			in.Workers = append(in.Workers, w)
+		}
+		p := PlanEndpoint(&in)
+		released := map[string]bool{}
+		for _, rel := range p.Release {
+			released[rel.ID] = true
+		}
+		liveCurrent := len(p.Launch)
+		for _, w := range in.Workers {
+			if released[w.ID] && w.Busy > 0 && w.Phase != WorkerBroken {
+				t.Fatalf("released busy worker %s: %+v -> %+v", w.ID, in, p)
+			}
+			if !released[w.ID] && !w.Outdated && (w.Phase == WorkerStarting || w.Phase == WorkerRunning) {
+				liveCurrent++
+			}
+		}
+		if want := Wanted(&in); liveCurrent < want {
+			t.Fatalf("%d live current workers after the plan, the load wants %d: %+v -> %+v", liveCurrent, want, in, p)
+		}
+		if liveCurrent > in.Max && len(p.Launch) > 0 {
+			t.Fatalf("launched past max %d: %d live: %+v -> %+v", in.Max, liveCurrent, in, p)
+		}
+	}
+}
