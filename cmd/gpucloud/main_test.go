@@ -41,6 +41,9 @@ func startUp(t *testing.T, flags ...string) (cmd *exec.Cmd, first string, wait f
 	dir := t.TempDir()
 	args := []string{"up", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--no-nvml", "--agent-interval", "100ms"}
 	cmd = exec.Command(os.Args[0], append(args, flags...)...)
+	// A process up started and left behind (a killed up's) may hold the
+	// output pipe open: Wait returns this long after up itself exited.
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+filepath.Join(dir, "config.yaml"))
 	// Through an io.Pipe, Wait returns only after every byte the process
 	// wrote has been handed over, so none of its last lines are lost.
