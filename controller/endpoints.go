@@ -129,6 +129,19 @@ func (c *Endpoints) Reconcile(ctx context.Context) error {
 			c.recorded[cs.Worker] = true
 		}
 	}
+	// Forget the workers no endpoint holds any more: the set stays the
+	// size of the live workers, however long the leader runs.
+	live := make(map[string]bool, len(ins))
+	for _, e := range eps {
+		for _, w := range e.Status.Workers {
+			live[w.ID] = true
+		}
+	}
+	for id := range c.recorded {
+		if !live[id] {
+			delete(c.recorded, id)
+		}
+	}
 	if now.Sub(c.lastExpiry) >= endpointExpiry {
 		c.lastExpiry = now
 		if _, err := service.ExpireJobs(ctx, c.Store, now, endpointExpiryBatch); err != nil {
