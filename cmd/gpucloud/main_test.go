@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,59 +46,102 @@ func startUp(t *testing.T, flags ...string) (cmd *exec.Cmd, first string, wait f
 	// output pipe open: Wait returns this long after up itself exited.
 	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+filepath.Join(dir, "config.yaml"))
-	// Through an io.Pipe, Wait returns only after every byte the process
-	// wrote has been handed over, so none of its last lines are lost.
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, io.Discard
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Once the process has exited (and Wait has copied all it wrote), the
-	// pipe closes, which ends the reader below.
+	// The reader keeps every line in memory and never blocks on the test:
+	// a reader that waited for the test to take each line stalled up's
+	// output once the test stopped reading (after "Press Ctrl-C"), and
+	// with it up itself and every Wait on it.
+	var (
+		mu       sync.Mutex
+		lines    []string
+		more     = make(chan struct{}, 1)
+		readDone = make(chan struct{})
+	)
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+			select {
+			case more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	// Wait must follow the reads' end (StdoutPipe's rule): it runs once
+	// the reader has seen the pipe close, or WaitDelay after up exited.
 	exited := make(chan struct{})
 	var waitErr error
 	go func() {
+		<-readDone
 		waitErr = cmd.Wait()
-		pw.Close()
 		close(exited)
 	}()
 	t.Cleanup(func() {
 		select {
 		case <-exited:
+			return
 		default:
-			_ = cmd.Process.Kill()
+		}
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			// A process up left holds the pipe: close it from our side.
+			_ = stdout.Close()
 			<-exited
 		}
 	})
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			lines <- sc.Text()
+	from := func(i int) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= len(lines) {
+			return ""
 		}
-		close(lines)
-	}()
-	var out strings.Builder
+		return strings.Join(lines[i:], "\n") + "\n"
+	}
 	deadline := time.After(2 * time.Minute)
+	seen := 0
 	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("gpucloud up exited before it was up:\n%s", out.String())
-			}
-			out.WriteString(l + "\n")
-			if strings.HasPrefix(l, "Press Ctrl-C") {
-				return cmd, out.String(), func() (error, string) {
-					var b strings.Builder
-					for l := range lines {
-						b.WriteString(l + "\n")
-					}
+		mu.Lock()
+		n := len(lines)
+		for ; seen < n; seen++ {
+			if strings.HasPrefix(lines[seen], "Press Ctrl-C") {
+				ready := seen + 1
+				first := strings.Join(lines[:ready], "\n") + "\n"
+				mu.Unlock()
+				return cmd, first, func() (error, string) {
 					<-exited
-					return waitErr, b.String()
+					return waitErr, from(ready)
+				}
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-more:
+		case <-readDone:
+			select {
+			case <-more:
+			default:
+				mu.Lock()
+				done := seen == len(lines)
+				mu.Unlock()
+				if done {
+					t.Fatalf("gpucloud up exited before it was up:\n%s", from(0))
 				}
 			}
 		case <-deadline:
-			t.Fatalf("gpucloud up is not up after 2 minutes:\n%s", out.String())
+			t.Fatalf("gpucloud up is not up after 2 minutes:\n%s", from(0))
 		}
 	}
 }
