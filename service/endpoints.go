@@ -214,19 +214,23 @@ func (s *Endpoints) Create(ctx context.Context, a Actor, req api.CreateEndpointR
 }
 
 // imagesRunSomewhere refuses an endpoint when the fleet is known to have
-// no host that runs containers (every offering's Containers is zero):
-// its workers could never start.
+// no host that runs containers (some offering has hosts, and every
+// offering's Containers is zero): its workers could never start.
 func (s *Endpoints) imagesRunSomewhere() error {
 	av := s.Availability()
 	if av == nil {
 		return nil
 	}
+	known := false
 	for _, a := range av {
 		if a.Containers > 0 {
 			return nil
 		}
+		known = known || a.Hosts > 0
 	}
-	if len(av) == 0 {
+	if !known {
+		// No host has reported what it can run yet (a fleet that is
+		// just joining): nothing says that containers never run.
 		return nil
 	}
 	return &cloud.Error{Code: cloud.Unavailable,

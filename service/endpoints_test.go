@@ -358,3 +358,38 @@ func TestApplyEndpointPlan(t *testing.T) {
 		}
 	})
 }
+
+// TestEndpointRefusedWhereNoHostRunsContainers: an endpoint is refused,
+// unavailable and with nothing written, only where hosts are known and
+// none runs containers; a fleet still joining (no host counted yet) or
+// one with a container host accepts it.
+func TestEndpointRefusedWhereNoHostRunsContainers(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		for _, c := range []struct {
+			name  string
+			avail map[string]cloud.OfferingAvailability
+			want  cloud.Code
+		}{
+			{"unknown", nil, ""},
+			{"joining", map[string]cloud.OfferingAvailability{"l4.1x": {}, "h100.1x": {}}, ""},
+			{"processes only", map[string]cloud.OfferingAvailability{"l4.1x": {Hosts: 1, FitsNow: 1}, "h100.1x": {}}, cloud.Unavailable},
+			{"a container host", map[string]cloud.OfferingAvailability{"l4.1x": {Hosts: 2, FitsNow: 2, Containers: 1}}, ""},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				avail := c.avail
+				f := newVAFixture(t, st, service.Options{Availability: func() map[string]cloud.OfferingAvailability { return avail }})
+				_, _, err := f.svc.Endpoints.Create(t.Context(), f.acme, echoEndpoint("e-"+strings.ReplaceAll(c.name, " ", "-")), "")
+				if got := codeOf(err); got != c.want {
+					t.Fatalf("code %q (%v), want %q", got, err, c.want)
+				}
+				if c.want == "" {
+					return
+				}
+				es, err := f.svc.Endpoints.List(t.Context(), f.acme, "", false)
+				if err != nil || len(es) != 0 {
+					t.Errorf("a refused create wrote %d endpoints (%v)", len(es), err)
+				}
+			})
+		}
+	})
+}
