@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 )
 
@@ -143,6 +144,27 @@ func TestCrossReplicaAccess(t *testing.T) {
 			wantCode(t, "mallory's exec through "+name, err, cloud.NotFound)
 			_, err = cl.PortForward(ctx, in.ID, 22)
 			wantCode(t, "mallory's port-forward through "+name, err, cloud.NotFound)
+		}
+	})
+
+	t.Run("the peer route refuses all but replicas", func(t *testing.T) {
+		for _, srv := range []*controlplane.Replica{c.srv, b} {
+			for name, hc := range map[string]*http.Client{"a tenant's token": srv.HTTPClient(), "an agent's certificate": c.hosts[spec.ID].hc} {
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+relay.PeerPath, nil)
+				req.Header.Set("Authorization", "Bearer "+aliceToken)
+				req.Header.Set("Connection", "Upgrade")
+				req.Header.Set("Upgrade", "websocket")
+				req.Header.Set("Sec-WebSocket-Version", "13")
+				req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden {
+					t.Errorf("%s on %s: %d, want 403", name, srv.URL, resp.StatusCode)
+				}
+			}
 		}
 	})
 
