@@ -36,6 +36,7 @@ type Tx interface {
 	KeyTx
 	NetworkTx
 	PlacementGroupTx
+	ReplicaTx
 	SessionTx
 	StackTx
 	VolumeHostTx

@@ -111,8 +111,21 @@ type Config struct {
 	SessionLimit int
 	// Replica names this replica in the session records, so that at its
 	// start it closes only the sessions it left open; the host name when
-	// empty. Replicas that share a database need distinct, stable names.
+	// empty. Replicas that share a database need distinct, stable names:
+	// the name is also the replica's ID in the replica registry.
 	Replica string
+	// ReplicaAddress is the host:port the other replicas reach this one
+	// at, to forward sessions to the agents it holds (docs/CONTROL_PLANE.md,
+	// "Several replicas"); the listener's address when empty (the host's
+	// name for an unspecified address). The server certificate must
+	// cover its host. ReplicaHeartbeat is how often the replica writes
+	// its record (service.DefaultReplicaHeartbeat when zero), ReplicaTTL
+	// how old a record may be before its replica is gone
+	// (service.DefaultReplicaTTL when zero). The registry runs on
+	// PostgreSQL only: a SQLite store has one server.
+	ReplicaAddress   string
+	ReplicaHeartbeat time.Duration
+	ReplicaTTL       time.Duration
 }
 
 // DefaultSessionLimit is Config.SessionLimit's default.
@@ -148,8 +161,12 @@ type Replica struct {
 	// /metrics on the API listener to admin tokens (MetricsURL).
 	Metrics *metrics.Registry
 
-	http   *http.Server
-	ca     *pki.CA
+	http *http.Server
+	ca   *pki.CA
+	// hub holds the agents' control channels on this replica; reg is
+	// the replica registry's view (nil on SQLite).
+	hub    *relay.Hub
+	reg    *registry
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	leader *leaderState
@@ -200,6 +217,13 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		defer s.wg.Done()
 		s.Gateway.Run(runCtx)
 	}()
+	if s.reg != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runRegistry(runCtx, cfg)
+		}()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -304,6 +328,19 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	if s.Store.Dialect() == "postgres" {
+		id := replicaName(cfg)
+		s.reg = &registry{id: id, address: replicaAddress(cfg, ln.Addr()), started: time.Now()}
+		if !cfg.TLS.Plain {
+			hc, err := s.peerClient(id)
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("the replica's certificate: %w", err)
+			}
+			s.reg.peers = &relay.Peers{Self: id, Client: hc}
+			s.hub.SetPeers(s.reg.peers)
+		}
+	}
 	return ln, nil
 }
 
@@ -354,12 +391,14 @@ func replicaName(cfg Config) string {
 	return name
 }
 
-// endpointLoad is the gateway's load in the controller's terms.
+// endpointLoad is the gateway's load across the replicas in the
+// controller's terms: this replica's own, merged with the others' as
+// their registry records last published them (gateway.MergeLoads).
 func (s *Replica) endpointLoad() map[string]controller.EndpointLoad {
 	if s.Gateway == nil {
 		return nil
 	}
-	in := s.Gateway.Load()
+	in := gateway.MergeLoads(append([]map[string]gateway.Load{s.Gateway.Load()}, s.peerLoads()...)...)
 	out := make(map[string]controller.EndpointLoad, len(in))
 	for id, l := range in {
 		ws := make(map[string]controller.EndpointWorkerLoad, len(l.Workers))
@@ -397,7 +436,8 @@ func (s *Replica) handler(cfg Config) http.Handler {
 		RequireAgentCert: !cfg.TLS.Plain}
 	// Exec, ports and the endpoints' gateway reach the agents through
 	// one hub of their control channels.
-	apiOpts.Relay = relay.NewHub()
+	s.hub = relay.NewHub()
+	apiOpts.Relay = s.hub
 	s.Gateway = gateway.New(gateway.Config{Services: s.Services, Hub: apiOpts.Relay, Replica: replicaName(cfg), Log: cfg.Log, Now: cfg.Now,
 		Refresh: cfg.GatewayRefresh})
 	apiOpts.Gateway = s.Gateway
@@ -406,6 +446,9 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	api, exec := httpapi.NewWithExec(s.Services, apiOpts)
 	root := http.NewServeMux()
 	root.Handle("/v1/", api)
+	// Sessions forwarded by the other replicas: replicas' certificates
+	// only (relay.Hub.ServePeer checks).
+	root.HandleFunc(relay.PeerPath, s.hub.ServePeer)
 	root.Handle("/metrics", api)
 	// The CA certificate is public: a client that has its fingerprint
 	// (gpucloud login --ca-fingerprint, a join token) fetches it here and

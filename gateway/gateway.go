@@ -67,6 +67,8 @@ type Gateway struct {
 	endpoints map[string]*endpoint // by ID
 	// done wakes the runsync waiters of a job run here.
 	done map[string][]chan *cloud.Job
+	// peers is the other replicas' load, merged (SetPeerLoads).
+	peers map[string]Load
 }
 
 type endpoint struct {
@@ -99,9 +101,12 @@ type worker struct {
 	readyAt    time.Time
 	probing    bool
 	busy       int
-	idleSince  time.Time
-	tr         *http.Transport
-	port       int
+	// remote is the requests other replicas run on the worker, as
+	// they last published them (SetPeerLoads).
+	remote    int
+	idleSince time.Time
+	tr        *http.Transport
+	port      int
 }
 
 // New returns a gateway; Run starts its loops.
@@ -199,6 +204,7 @@ func (g *Gateway) refresh(ctx context.Context, wg *sync.WaitGroup) error {
 				w = &worker{id: ref.ID, generation: ref.Generation, market: ref.Market, launchedAt: ref.LaunchedAt,
 					idleSince: ref.LaunchedAt, port: e.Spec.Port}
 				es.workers[ref.ID] = w
+				w.remote = g.peers[e.ID].Workers[ref.ID].Busy
 			}
 			w.state, w.host = in.State, in.HostID
 			if in.State == cloud.Running && w.runningAt.IsZero() {
@@ -376,17 +382,22 @@ func (g *Gateway) probe(ctx context.Context, es *endpoint, w *worker, path strin
 	}
 }
 
+// load is the requests w runs: this replica's, and the other replicas'
+// as they last published them (docs/ENDPOINTS.md, "Several replicas").
+func (w *worker) load() int { return w.busy + w.remote }
+
 // pick takes a slot of the best ready worker of es (the current
-// generation first, then the least busy), or nil; g.mu held.
+// generation first, then the least loaded across the replicas), or nil;
+// g.mu held.
 func (es *endpoint) pick() *worker {
 	var best *worker
 	gen := es.ep.Status.Generation
 	for _, w := range es.workers {
-		if !w.ready || w.busy >= max(es.ep.Spec.Concurrency, 1) {
+		if !w.ready || w.load() >= max(es.ep.Spec.Concurrency, 1) {
 			continue
 		}
 		if best == nil || (w.generation == gen) != (best.generation == gen) && w.generation == gen ||
-			(w.generation == gen) == (best.generation == gen) && (w.busy < best.busy || w.busy == best.busy && w.id < best.id) {
+			(w.generation == gen) == (best.generation == gen) && (w.load() < best.load() || w.load() == best.load() && w.id < best.id) {
 			best = w
 		}
 	}
@@ -416,7 +427,7 @@ func (es *endpoint) free() int {
 	current := es.hasReadyCurrent()
 	for _, w := range es.workers {
 		if w.ready && (!current || w.generation == es.ep.Status.Generation) {
-			n += max(max(es.ep.Spec.Concurrency, 1)-w.busy, 0)
+			n += max(max(es.ep.Spec.Concurrency, 1)-w.load(), 0)
 		}
 	}
 	return n

@@ -11,21 +11,88 @@ import (
 
 // Load is an endpoint's traffic on this replica, for the endpoint
 // controller.
+// Replicas publish it to each other in their registry records (JSON).
 type Load struct {
 	// Waiting counts HTTP requests waiting for a worker; InFlight the
 	// HTTP requests and jobs a worker runs now.
-	Waiting, InFlight int
-	Workers           map[string]WorkerLoad
+	Waiting  int                   `json:"waiting,omitempty"`
+	InFlight int                   `json:"in_flight,omitempty"`
+	Workers  map[string]WorkerLoad `json:"workers,omitempty"`
 }
 
 // WorkerLoad is one worker as this replica sees it.
 type WorkerLoad struct {
-	Ready     bool
-	Busy      int
-	IdleSince time.Time
+	Ready     bool      `json:"ready,omitempty"`
+	Busy      int       `json:"busy,omitempty"`
+	IdleSince time.Time `json:"idle_since"`
 	// RunningAt is when this replica first saw it running, ReadyAt when
 	// its readiness probe first answered (zero: not yet).
-	RunningAt, ReadyAt time.Time
+	RunningAt time.Time `json:"running_at"`
+	ReadyAt   time.Time `json:"ready_at"`
+}
+
+// MergeLoads is the endpoints' load across replicas, from each
+// replica's own (docs/ENDPOINTS.md, "Several replicas"): waiting and
+// in-flight requests and each worker's busy slots add up; a worker is
+// ready when any replica found it ready; it has been idle since the
+// latest time any replica saw it go idle (and is idle only when busy
+// nowhere); it was first seen running and ready at the earliest time any
+// replica saw it. Pure: the inputs are not changed.
+func MergeLoads(loads ...map[string]Load) map[string]Load {
+	out := map[string]Load{}
+	for _, m := range loads {
+		for id, l := range m {
+			o := out[id]
+			o.Waiting += l.Waiting
+			o.InFlight += l.InFlight
+			for wid, w := range l.Workers {
+				if o.Workers == nil {
+					o.Workers = map[string]WorkerLoad{}
+				}
+				ow, seen := o.Workers[wid]
+				if !seen {
+					o.Workers[wid] = w
+					continue
+				}
+				ow.Ready = ow.Ready || w.Ready
+				ow.Busy += w.Busy
+				if w.IdleSince.After(ow.IdleSince) {
+					ow.IdleSince = w.IdleSince
+				}
+				ow.RunningAt = earliest(ow.RunningAt, w.RunningAt)
+				ow.ReadyAt = earliest(ow.ReadyAt, w.ReadyAt)
+				o.Workers[wid] = ow
+			}
+			out[id] = o
+		}
+	}
+	return out
+}
+
+// earliest is the earlier of two times, zero meaning unknown.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// SetPeerLoads gives the gateway the other replicas' loads (as their
+// registry records last published them): each worker's busy slots there
+// count against its concurrency here (pick, and the queue's free slots),
+// and Describe shows them. Waiters are woken: a slot freed elsewhere may
+// be free now.
+func (g *Gateway) SetPeerLoads(peers ...map[string]Load) {
+	merged := MergeLoads(peers...)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.peers = merged
+	for id, es := range g.endpoints {
+		for wid, w := range es.workers {
+			w.remote = merged[id].Workers[wid].Busy
+		}
+		es.wake()
+	}
 }
 
 // Load answers the traffic of every endpoint this replica routes.
@@ -54,17 +121,18 @@ func (g *Gateway) Describe(d *api.EndpointDetail) {
 	if es == nil {
 		return
 	}
-	d.InFlight = es.inflight + es.waiting
+	peer := g.peers[d.ID]
+	d.InFlight = es.inflight + es.waiting + peer.InFlight + peer.Waiting
 	for i := range d.Workers {
 		w := es.workers[d.Workers[i].ID]
 		if w == nil {
 			continue
 		}
-		d.Workers[i].Ready, d.Workers[i].Busy = w.ready, w.busy
+		d.Workers[i].Ready, d.Workers[i].Busy = w.ready, w.load()
 		if w.ready {
 			t := w.readyAt
 			d.Workers[i].ReadyAt = &t
-			if w.busy == 0 {
+			if w.load() == 0 {
 				s := now.Sub(w.idleSince).Seconds()
 				d.Workers[i].IdleFor = &s
 			}

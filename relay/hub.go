@@ -40,12 +40,17 @@ type Hub struct {
 	mu      sync.Mutex
 	agents  map[string]*control // by host ID
 	pending map[string]*waiter  // by session ID
+	// peers forwards the sessions of hosts whose channels another
+	// replica holds (SetPeers); changed is Changed's channel.
+	peers   *Peers
+	changed chan struct{}
 }
 
 type control struct {
-	ws   *websocket.Conn
-	wmu  sync.Mutex
-	done chan struct{}
+	ws    *websocket.Conn
+	since time.Time
+	wmu   sync.Mutex
+	done  chan struct{}
 }
 
 type waiter struct {
@@ -55,7 +60,7 @@ type waiter struct {
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{agents: map[string]*control{}, pending: map[string]*waiter{}}
+	return &Hub{agents: map[string]*control{}, pending: map[string]*waiter{}, changed: make(chan struct{})}
 }
 
 // Session is an agent's dial-back for one session. Close it when the
@@ -87,10 +92,11 @@ func (h *Hub) Connected(hostID string) bool {
 // does. A newer channel of the same host replaces an older one (an agent
 // that restarted before the server noticed the old connection's end).
 func (h *Hub) ServeControl(ctx context.Context, hostID string, ws *websocket.Conn) error {
-	c := &control{ws: ws, done: make(chan struct{})}
+	c := &control{ws: ws, since: time.Now(), done: make(chan struct{})}
 	h.mu.Lock()
 	old := h.agents[hostID]
 	h.agents[hostID] = c
+	h.noteChange()
 	h.mu.Unlock()
 	if old != nil {
 		old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer control channel")
@@ -99,6 +105,7 @@ func (h *Hub) ServeControl(ctx context.Context, hostID string, ws *websocket.Con
 		h.mu.Lock()
 		if h.agents[hostID] == c {
 			delete(h.agents, hostID)
+			h.noteChange()
 		}
 		h.mu.Unlock()
 		close(c.done)
@@ -126,7 +133,22 @@ func (h *Hub) ServeControl(ctx context.Context, hostID string, ws *websocket.Con
 
 // Open sends req to hostID's agent and waits for the agent's dial-back
 // (DialTimeout at most). req.ID must be unique (the session's record).
+// When this replica holds no control channel of the host and it has
+// peers (SetPeers), the session is opened through the replica that holds
+// it, and the Session's connection is the peer's WebSocket, which carries
+// the agent's messages as they are.
 func (h *Hub) Open(ctx context.Context, hostID string, req agentapi.SessionRequest) (*Session, error) {
+	h.mu.Lock()
+	local, peers := h.agents[hostID] != nil, h.peers
+	h.mu.Unlock()
+	if !local && peers != nil {
+		return h.forward(ctx, peers, hostID, req)
+	}
+	return h.openLocal(ctx, hostID, req)
+}
+
+// openLocal is Open on this replica's own control channel of hostID.
+func (h *Hub) openLocal(ctx context.Context, hostID string, req agentapi.SessionRequest) (*Session, error) {
 	w := &waiter{hostID: hostID, got: make(chan *Session, 1)}
 	h.mu.Lock()
 	c := h.agents[hostID]
@@ -135,9 +157,7 @@ func (h *Hub) Open(ctx context.Context, hostID string, req agentapi.SessionReque
 	}
 	h.mu.Unlock()
 	if c == nil {
-		return nil, &cloud.Error{Code: cloud.Unavailable,
-			Message: "the agent of the instance's host is not connected to this server replica; retry, or reach the replica it is connected to",
-			Details: map[string]any{"reason": ErrNoAgent.Error()}}
+		return nil, noAgent("the agent of the instance's host is not connected to this server replica; retry, or reach the replica it is connected to")
 	}
 	defer func() {
 		// Under the lock that Accept sends under: a dial-back that came

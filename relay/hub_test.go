@@ -60,9 +60,20 @@ func testServer(t *testing.T, h *Hub) string {
 	return "ws" + strings.TrimPrefix(srv.URL, "http")
 }
 
+// dialOptions are nil for the plain test servers, and the client of a TLS
+// test server (peer_test.go) for its URLs.
+func dialOptions(url string) *websocket.DialOptions {
+	for base, hc := range tlsClients() {
+		if strings.HasPrefix(url, base) {
+			return &websocket.DialOptions{HTTPClient: hc}
+		}
+	}
+	return nil
+}
+
 func dial(t *testing.T, url string) *websocket.Conn {
 	t.Helper()
-	ws, _, err := websocket.Dial(context.Background(), url, nil)
+	ws, _, err := websocket.Dial(context.Background(), url, dialOptions(url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +93,7 @@ func fakeAgent(t *testing.T, base, host, dialHost string) {
 			}
 			var req agentapi.SessionRequest
 			json.Unmarshal(b, &req)
-			ws, _, err := websocket.Dial(context.Background(), base+"/session?host="+dialHost+"&id="+req.ID, nil)
+			ws, _, err := websocket.Dial(context.Background(), base+"/session?host="+dialHost+"&id="+req.ID, dialOptions(base))
 			if err != nil {
 				continue
 			}

@@ -182,6 +182,7 @@ type Services struct {
 	Sessions    *Sessions
 	Files       *Files
 	Endpoints   *Endpoints
+	Replicas    *Replicas
 	// NetworkChanges wakes the agents waiting for their network views.
 	NetworkChanges *NetworkChanges
 	// AssignmentChanges wakes the agents waiting for their assignments.
@@ -257,7 +258,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues()}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, Endpoints: &Endpoints{b}, NetworkChanges: opts.NetworkChanges,
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, Endpoints: &Endpoints{b}, Replicas: &Replicas{b}, NetworkChanges: opts.NetworkChanges,
 		AssignmentChanges: opts.AssignmentChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.

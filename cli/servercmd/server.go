@@ -290,6 +290,7 @@ type LimitFlags struct {
 	proxies  []string
 	sessions int
 	replica  string
+	address  string
 }
 
 // Register adds the flags to cmd.
@@ -304,7 +305,8 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultAnonymousRate, httpapi.DefaultAnonymousBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
 	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
-	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records (default: the host name); replicas sharing a database need distinct, stable names")
+	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records and the replica registry (default: the host name); replicas sharing a database need distinct, stable names")
+	fs.StringVar(&f.address, "replica-address", "", "host:port the other replicas reach this one at, to forward sessions to the agents it holds (default: the listen address, with the host name for an unspecified address; the server certificate must cover it)")
 }
 
 func limitText(rate float64, burst int) string {
@@ -321,7 +323,7 @@ func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 	if f.sessions < 1 {
 		return cmdutil.Usagef(cmd, "--session-limit %d: want at least 1", f.sessions)
 	}
-	cfg.SessionLimit, cfg.Replica = f.sessions, f.replica
+	cfg.SessionLimit, cfg.Replica, cfg.ReplicaAddress = f.sessions, f.replica, f.address
 	return nil
 }
 

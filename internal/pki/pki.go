@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
 	"strings"
 	"time"
 )
@@ -324,4 +325,67 @@ func PinnedConfig(fingerprint string) (*tls.Config, error) {
 			return err
 		},
 	}, nil
+}
+
+// ReplicaOrganization is the organization of the client certificates
+// server replicas present to each other (ReplicaCert): agents' are
+// "gpucloud agents", the servers' own "gpucloud", so that no agent
+// certificate passes for a replica's.
+const ReplicaOrganization = "gpucloud replicas"
+
+// ReplicaLifetime is how long a replica's certificate lives; a replica
+// issues itself a new one at every start.
+const ReplicaLifetime = 30 * 24 * time.Hour
+
+// ReplicaCert issues the client certificate with which replica id
+// reaches its peers (docs/CONTROL_PLANE.md, "Several replicas"): a fresh
+// key, the common name "replica " + id, ReplicaOrganization, client
+// authentication only, the CA in its chain.
+func (ca *CA) ReplicaCert(id string, now time.Time) (tls.Certificate, error) {
+	if id == "" {
+		return tls.Certificate{}, errors.New("replica certificate: the replica needs an ID")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "replica " + id, Organization: []string{ReplicaOrganization}},
+		NotBefore:    now.Add(-backdate),
+		NotAfter:     minTime(now.Add(ReplicaLifetime), ca.Cert.NotAfter),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// IsReplica reports whether a verified TLS connection's client presented
+// a replica's certificate: its verified chain's leaf has exactly
+// ReplicaOrganization as its organization and client authentication. The
+// caller's TLS configuration has verified the chain against the cloud's CA
+// (state.VerifiedChains is empty otherwise).
+func IsReplica(state *tls.ConnectionState) bool {
+	if state == nil {
+		return false
+	}
+	for _, chain := range state.VerifiedChains {
+		if len(chain) == 0 {
+			continue
+		}
+		leaf := chain[0]
+		if len(leaf.Subject.Organization) == 1 && leaf.Subject.Organization[0] == ReplicaOrganization &&
+			slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -185,5 +186,64 @@ func TestLoadCAAndSignRules(t *testing.T) {
 	}
 	if c.Leaf.NotAfter.After(ca.Cert.NotAfter) || c.Leaf.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth {
 		t.Errorf("server cert %v..%v", c.Leaf.NotBefore, c.Leaf.NotAfter)
+	}
+}
+
+// TestReplicaCert: a replica's certificate passes IsReplica over a real
+// TLS 1.3 handshake; an agent's, a server's, another CA's replica
+// certificate and no certificate do not.
+func TestReplicaCert(t *testing.T) {
+	ca := mustCA(t)
+	serverCert, err := ca.ServerCert([]string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, IsReplica(r.TLS))
+	}))
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{serverCert},
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	replica, err := ca.ReplicaCert("r-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replica.Leaf.Subject.CommonName != "replica r-1" {
+		t.Errorf("common name %q", replica.Leaf.Subject.CommonName)
+	}
+	key, csr, _ := NewClientKey("x")
+	agentPEM, _ := ca.SignClient(csr, "r-1", time.Now())
+	keyPEM, _ := EncodeKey(key)
+	agent, _ := tls.X509KeyPair(agentPEM, keyPEM)
+	foreign, _ := mustCA(t).ReplicaCert("r-1", time.Now())
+	if _, err := ca.ReplicaCert("", time.Now()); err == nil {
+		t.Error("a replica certificate without an ID was issued")
+	}
+	for _, c := range []struct {
+		name  string
+		certs []tls.Certificate
+		want  string // "" for a refused handshake
+	}{
+		{"replica", []tls.Certificate{replica}, "true"},
+		{"agent named like the replica", []tls.Certificate{agent}, "false"},
+		{"server's own", []tls.Certificate{serverCert}, ""},
+		{"none", nil, "false"},
+		{"another CA's replica", []tls.Certificate{foreign}, ""},
+	} {
+		body, err := get(t, &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13, Certificates: c.certs}, srv.URL)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("%s: answered %q, want a refused handshake", c.name, body)
+			}
+			continue
+		}
+		if err != nil || body != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.name, body, err, c.want)
+		}
+	}
+	if IsReplica(nil) {
+		t.Error("IsReplica(nil)")
 	}
 }

@@ -90,6 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"NetworkInstances", testNetworkInstances},
 		{"SubnetAddresses", testSubnetAddresses},
 		{"Keys", testKeys},
+		{"Replicas", testReplicas},
 		{"Sessions", testSessions},
 		{"VolumeHosts", testVolumeHosts},
 	} {
