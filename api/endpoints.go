@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // CreateEndpointRequest is the body of POST /v1/endpoints: a serverless
@@ -56,6 +57,14 @@ type EndpointDetail struct {
 	// Latency is over the requests and jobs this replica finished in the
 	// last 10 minutes (zero when none): from arrival to answer.
 	Latency EndpointLatency `json:"latency"`
+	// Cost is what the endpoint's workers cost in CostMonth (the current
+	// billing month, UTC) so far: the sum of the endpoint's lines on the
+	// tenant's invoice, rated as GET /v1/invoices rates it (the queue and
+	// the gateway are free). Absent, with CostError saying why, when the
+	// month cannot be rated (a gap in the price book).
+	Cost      *money.Micros `json:"cost,omitempty"`
+	CostMonth string        `json:"cost_month"`
+	CostError string        `json:"cost_error,omitempty"`
 }
 
 // EndpointWorker is one worker as the endpoint sees it.

@@ -14,6 +14,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // Serverless endpoints (docs/ENDPOINTS.md): the endpoint verbs here, the
@@ -327,14 +328,16 @@ func newEndpointsDescribeCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "describe ENDPOINT",
 		Aliases: []string{"show", "get"},
-		Short:   "Show an endpoint: its spec, workers, queue, latency and cold starts",
+		Short:   "Show an endpoint: its spec, workers, queue, latency, cold starts and cost",
 		Long: "Show an endpoint by name or ID: its spec; its workers with their state,\n" +
 			"readiness, load, idle time and whether they run an earlier spec; its queue\n" +
 			"(jobs queued and running) and the requests in flight on the server replica\n" +
 			"that answers; latency percentiles over the last 10 minutes; its latest cold\n" +
 			"starts, from the launch to running (placement, image, container) and to ready\n" +
-			"(the readiness probe); and what the controller decided last and why. Its\n" +
-			"workers bill as instances: `gpucloud invoices show`.",
+			"(the readiness probe); what its workers cost this month so far (the queue\n" +
+			"and the gateway are free); and what the controller decided last and why.\n" +
+			"Its workers bill per second as instances, on lines of their own under the\n" +
+			"endpoint's name: `gpucloud invoices show`.",
 		Example: "  gpucloud endpoints describe echo\n  gpucloud endpoints describe ep-0123456789abcdef -o json",
 		Args:    exactArgs(1, endpointKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -540,6 +543,7 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Queue", fmt.Sprintf("%d queued, %d running", d.Queue.Queued, d.Queue.Running))
 	f.add("In flight", strconv.Itoa(d.InFlight))
 	f.add("Latency", latencyText(d.Latency))
+	f.add("Cost", costText(d))
 	f.add("Reason", dash(e.Status.Reason))
 	if !e.Status.LaunchBlockedUntil.IsZero() {
 		f.add("Launches", "blocked until "+stamp(e.Status.LaunchBlockedUntil))
@@ -550,6 +554,18 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Created", stamp(e.CreatedAt))
 	f.add("Updated", stamp(e.UpdatedAt))
 	return f
+}
+
+// costText renders an endpoint's cost so far: "$1.23 so far in 2025-06
+// (its workers' lines on the invoice)".
+func costText(d *api.EndpointDetail) string {
+	if d.Cost == nil {
+		if d.CostError != "" {
+			return "- (" + d.CostError + ")"
+		}
+		return "-"
+	}
+	return money.FormatAmount(*d.Cost) + " so far in " + d.CostMonth + " (its workers' lines on the invoice)"
 }
 
 func countReady(ws []api.EndpointWorker) int {

@@ -3,14 +3,18 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // Serverless endpoints (docs/ENDPOINTS.md): the endpoint's rules and
@@ -446,16 +450,30 @@ func (s *Endpoints) Delete(ctx context.Context, a Actor, ref string) (*cloud.End
 	return out, err
 }
 
-// Describe reads endpoint ref with its workers' instances and its queue's
-// counts; the gateway adds what only it knows (readiness, load, latency).
+// Describe reads endpoint ref with its workers' instances, its queue's
+// counts and its cost this month so far (EndpointCost); the gateway adds
+// what only it knows (readiness, load, latency).
 func (s *Endpoints) Describe(ctx context.Context, a Actor, ref string) (*api.EndpointDetail, error) {
 	var out *api.EndpointDetail
+	now := s.now()
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		e, err := lookupEndpoint(ctx, tx, a, ref)
 		if err != nil {
 			return err
 		}
 		d := &api.EndpointDetail{Endpoint: e, Workers: []api.EndpointWorker{}}
+		period := billing.Month(now.UTC().Year(), now.UTC().Month())
+		d.CostMonth = period.Name()
+		cost, err := EndpointCost(ctx, tx, e, period, now)
+		var ce *cloud.Error
+		switch {
+		case errors.As(err, &ce) && ce.Code == cloud.Conflict:
+			d.CostError = ce.Message
+		case err != nil:
+			return err
+		default:
+			d.Cost = &cost
+		}
 		counts, err := tx.CountJobs(ctx, e.ID)
 		if err != nil {
 			return err
@@ -487,4 +505,23 @@ func (s *Endpoints) Describe(ctx context.Context, a Actor, ref string) (*api.End
 		return nil
 	})
 	return out, err
+}
+
+// EndpointCost is what e's workers cost in period as of asOf: the sum of
+// e's lines on its tenant's invoice, rated by Rate as the invoice is (so
+// that the two always agree). A gap in the price book is Rate's Conflict.
+func EndpointCost(ctx context.Context, tx cloud.Tx, e *cloud.Endpoint, period billing.Period, asOf time.Time) (money.Micros, error) {
+	invs, err := Rate(ctx, tx, e.TenantID, period, asOf)
+	if err != nil {
+		return 0, err
+	}
+	var sum money.Micros
+	for _, inv := range invs {
+		for _, l := range inv.Lines {
+			if l.EndpointID == e.ID {
+				sum += l.Amount
+			}
+		}
+	}
+	return sum, nil
 }
