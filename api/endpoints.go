@@ -21,13 +21,14 @@ type CreateEndpointRequest struct {
 }
 
 // UpdateEndpointRequest is the body of PATCH /v1/endpoints/{id}: absent
-// fields stay as they are. A new image, command, environment or offering
-// list rolls the workers over: new workers start, and each old one goes
+// fields stay as they are. A new image, command, environment, volume or
+// offering list rolls the workers over: new workers start, and each old one goes
 // once it has no request left.
 type UpdateEndpointRequest struct {
 	Image              *string            `json:"image,omitempty"`
 	Command            *[]string          `json:"command,omitempty"`
 	Env                *map[string]string `json:"env,omitempty"`
+	Volumes            *[]string          `json:"volumes,omitempty"`
 	Offerings          *[]string          `json:"offerings,omitempty"`
 	Min                *int               `json:"min,omitempty"`
 	Max                *int               `json:"max,omitempty"`

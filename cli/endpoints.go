@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,7 @@ func (c *conn) endpointID(ctx context.Context, arg string) (string, error) {
 // and update (which has only those an update can change).
 type endpointFlags struct {
 	image, healthPath, mode                    string
-	offerings, zones, labels, env              []string
+	offerings, zones, labels, env, volumes     []string
 	port, min, max, concurrency, retries       int
 	idleTimeout, timeout, retention, queueWait time.Duration
 	spot                                       bool
@@ -93,7 +94,9 @@ func (f *endpointFlags) register(cmd *cobra.Command, update bool) {
 	fs.DurationVar(&f.retention, "retention", dflt(24*time.Hour).(time.Duration), "how long a finished job's result is kept (whole seconds)")
 	fs.DurationVar(&f.queueWait, "queue-wait", dflt(30*time.Second).(time.Duration), "http mode: how long a request waits for a free worker before 503 (whole seconds)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the workers (repeatable)")
+	fs.StringSliceVar(&f.volumes, "volume", nil, "ID or name of a shared volume every worker mounts read-write (repeatable; a block volume attaches to one instance and is refused)")
 	if update {
+		fs.Lookup("volume").Usage += "; replaces the list (--volume '' for none)"
 		fs.Lookup("env").Usage += "; replaces the whole environment"
 		fs.Lookup("offering").Usage += "; replaces the list"
 		fs.Lookup("max").Usage = "the most workers"
@@ -135,7 +138,7 @@ func wholeSeconds(cmd *cobra.Command, flag string, d time.Duration) (int, error)
 func (f *endpointFlags) spec(cmd *cobra.Command, command []string) (cloud.EndpointSpec, error) {
 	s := cloud.EndpointSpec{Image: f.image, Command: command, Offerings: f.offerings, Port: f.port, HealthPath: f.healthPath,
 		Mode: cloud.EndpointMode(f.mode), Min: f.min, Max: f.max, Concurrency: f.concurrency, Retries: f.retries, Spot: f.spot,
-		Zones: f.zones, Labels: f.labels}
+		Zones: f.zones, Labels: f.labels, Volumes: f.volumes}
 	if s.Image == "" {
 		return s, cmdutil.Usagef(cmd, "--image is required: workers run in containers, an image whose HTTP server answers on --port")
 	}
@@ -187,6 +190,10 @@ func (f *endpointFlags) patch(cmd *cobra.Command, command []string) (api.UpdateE
 			return req, err
 		}
 		req.Env = &env
+	}
+	if changed(cmd, "volume") {
+		vols := slices.DeleteFunc(slices.Clone(f.volumes), func(v string) bool { return v == "" })
+		req.Volumes = &vols
 	}
 	for _, v := range []struct {
 		flag string
@@ -258,6 +265,9 @@ func newEndpointsCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			return createResource(s, cmd, &key, &tenant, out.format, func(ctx context.Context, c *conn, key string) (*cloud.Endpoint, error) {
+				if spec.Volumes, err = c.resolveAll(ctx, volumeKind, spec.Volumes); err != nil {
+					return nil, err
+				}
 				return c.CreateEndpoint(ctx, api.CreateEndpointRequest{Tenant: tenant, Name: names[0], EndpointSpec: spec}, key)
 			}, printEndpoints)
 		},
@@ -374,7 +384,7 @@ func newEndpointsUpdateCommand(s *session) *cobra.Command {
 		Use:   "update ENDPOINT [flags] [-- COMMAND ARGS...]",
 		Short: "Change an endpoint's image, command, sizes or times",
 		Long: "Change an endpoint, by name or ID; only the flags given are sent. A new\n" +
-			"--image, --offering list, --env or command after \"--\" rolls the workers over:\n" +
+			"--image, --offering list, --env, --volume or command after \"--\" rolls the workers over:\n" +
 			"new workers start, and each old one goes once it has no request left.",
 		Example: strings.Join([]string{
 			"  gpucloud endpoints update echo --image ghcr.io/acme/echo:2",
@@ -407,6 +417,11 @@ func newEndpointsUpdateCommand(s *session) *cobra.Command {
 				id, err := c.endpointID(ctx, names[0])
 				if err != nil {
 					return err
+				}
+				if req.Volumes != nil {
+					if *req.Volumes, err = c.resolveAll(ctx, volumeKind, *req.Volumes); err != nil {
+						return err
+					}
 				}
 				e, err := c.UpdateEndpoint(ctx, id, req, version)
 				if err != nil {
@@ -525,6 +540,7 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Image", sp.Image)
 	f.add("Command", cmpOrDash(shellJoin(sp.Command), "(the image's entrypoint)"))
 	f.add("Env", dash(joinMap(sp.Env)))
+	f.add("Volumes", dash(strings.Join(sp.Volumes, ", ")))
 	f.add("Offerings", strings.Join(sp.Offerings, ", "))
 	f.add("Port", fmt.Sprintf("%d, ready when GET %s answers 2xx", sp.Port, sp.HealthPath))
 	f.add("Workers", fmt.Sprintf("min %d, desired %d, max %d; %d launched, %d ready", sp.Min, e.Status.Desired, sp.Max,
