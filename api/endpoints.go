@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // CreateEndpointRequest is the body of POST /v1/endpoints: a serverless
@@ -20,13 +21,14 @@ type CreateEndpointRequest struct {
 }
 
 // UpdateEndpointRequest is the body of PATCH /v1/endpoints/{id}: absent
-// fields stay as they are. A new image, command, environment or offering
-// list rolls the workers over: new workers start, and each old one goes
+// fields stay as they are. A new image, command, environment, volume or
+// offering list rolls the workers over: new workers start, and each old one goes
 // once it has no request left.
 type UpdateEndpointRequest struct {
 	Image              *string            `json:"image,omitempty"`
 	Command            *[]string          `json:"command,omitempty"`
 	Env                *map[string]string `json:"env,omitempty"`
+	Volumes            *[]string          `json:"volumes,omitempty"`
 	Offerings          *[]string          `json:"offerings,omitempty"`
 	Min                *int               `json:"min,omitempty"`
 	Max                *int               `json:"max,omitempty"`
@@ -56,6 +58,14 @@ type EndpointDetail struct {
 	// Latency is over the requests and jobs this replica finished in the
 	// last 10 minutes (zero when none): from arrival to answer.
 	Latency EndpointLatency `json:"latency"`
+	// Cost is what the endpoint's workers cost in CostMonth (the current
+	// billing month, UTC) so far: the sum of the endpoint's lines on the
+	// tenant's invoice, rated as GET /v1/invoices rates it (the queue and
+	// the gateway are free). Absent, with CostError saying why, when the
+	// month cannot be rated (a gap in the price book).
+	Cost      *money.Micros `json:"cost,omitempty"`
+	CostMonth string        `json:"cost_month"`
+	CostError string        `json:"cost_error,omitempty"`
 }
 
 // EndpointWorker is one worker as the endpoint sees it.

@@ -23,6 +23,7 @@ type dinterval struct {
 	inst string
 	s    *schedule
 	cs   []int // indices into the tenant's tcommits
+	ep   int32 // index into rater.eps
 }
 
 type piece struct {
@@ -256,12 +257,12 @@ func (r *rater) allocate(tcs []tcommit, ds []dinterval) {
 		w.capa[cd.tc] -= take
 		w.cov[cd.tc] += take
 		tc := &tcs[cd.tc]
-		w.deltas = append(w.deltas, delta{lkey{catCompute, ds[p.d].s.id, tc.idx, tc.c.UsageRate}, take})
+		w.deltas = append(w.deltas, delta{lkey{catCompute, ds[p.d].s.id, tc.idx, tc.c.UsageRate, ds[p.d].ep}, take})
 	}
 	for i := range w.pieces {
 		p := &w.pieces[i]
 		if rest := p.n - p.covered; rest > 0 {
-			w.deltas = append(w.deltas, delta{lkey{catCompute, ds[p.d].s.id, -1, p.price}, rest})
+			w.deltas = append(w.deltas, delta{lkey{catCompute, ds[p.d].s.id, -1, p.price, ds[p.d].ep}, rest})
 		}
 	}
 }

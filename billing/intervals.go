@@ -9,8 +9,8 @@ import (
 
 // Interval is a time a resource accrued: from an On entry of the usage
 // ledger to the next Off of the same kind and resource, or to the cut
-// time while still open. Offering, Zone, Market and Quantity are the On
-// entry's.
+// time while still open. Offering, Zone, Market, Quantity and EndpointID
+// are the On entry's.
 type Interval struct {
 	TenantID   string          `json:"tenant_id"`
 	Kind       cloud.UsageKind `json:"kind"`
@@ -19,6 +19,7 @@ type Interval struct {
 	Zone       string          `json:"zone,omitempty"`
 	Market     cloud.Market    `json:"market,omitempty"`
 	Quantity   int64           `json:"quantity"`
+	EndpointID string          `json:"endpoint_id,omitempty"`
 	Start      time.Time       `json:"start"`
 	End        time.Time       `json:"end"`
 	Open       bool            `json:"open"`
@@ -58,7 +59,7 @@ func Intervals(usage []*cloud.Usage, cut time.Time) []Interval {
 	for i, iv := range ivs {
 		u := iv.on
 		out[i] = Interval{TenantID: u.TenantID, Kind: u.Kind, ResourceID: u.ResourceID, Offering: u.Offering, Zone: u.Zone,
-			Market: u.Market, Quantity: u.Quantity, Start: iv.start, End: iv.end, Open: iv.open}
+			Market: u.Market, Quantity: u.Quantity, EndpointID: u.EndpointID, Start: iv.start, End: iv.end, Open: iv.open}
 	}
 	return out
 }

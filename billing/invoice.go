@@ -56,6 +56,11 @@ type Line struct {
 	// Amount is UnitPrice × Quantity in the unit's period (an hour, a
 	// 730-hour month for volumes), rounded once.
 	Amount money.Micros `json:"amount"`
+	// EndpointID and Endpoint (its name) are set on the compute and
+	// minimum lines of a serverless endpoint's workers, which have lines
+	// of their own per endpoint.
+	EndpointID string `json:"endpoint_id,omitempty"`
+	Endpoint   string `json:"endpoint,omitempty"`
 }
 
 // PriceUnit says what the line's UnitPrice is per, as it is printed after
@@ -87,7 +92,10 @@ type Invoice struct {
 }
 
 // csvHeader is WriteCSV's header row.
-var csvHeader = []string{"tenant_id", "month", "category", "model", "offering", "zone", "commitment_id", "description", "quantity", "unit", "unit_price", "amount"}
+// Columns are only ever appended, so that readers by position keep
+// working.
+var csvHeader = []string{"tenant_id", "month", "category", "model", "offering", "zone", "commitment_id", "description", "quantity", "unit", "unit_price", "amount",
+	"endpoint_id", "endpoint"}
 
 // WriteCSV writes invoices as CSV: a header, then each invoice's lines
 // followed by a row with category "total" and the invoice total as its
@@ -103,12 +111,12 @@ func WriteCSV(w io.Writer, invs []*Invoice) error {
 		}
 		for _, l := range inv.Lines {
 			row := []string{inv.TenantID, inv.Month, string(l.Category), l.Model, l.Offering, l.Zone, l.CommitmentID, l.Description,
-				strconv.FormatInt(l.Quantity, 10), l.Unit, l.UnitPrice.String(), l.Amount.String()}
+				strconv.FormatInt(l.Quantity, 10), l.Unit, l.UnitPrice.String(), l.Amount.String(), l.EndpointID, l.Endpoint}
 			if err := cw.Write(row); err != nil {
 				return err
 			}
 		}
-		if err := cw.Write([]string{inv.TenantID, inv.Month, "total", "", "", "", "", "total " + inv.Currency, "", "", "", inv.Total.String()}); err != nil {
+		if err := cw.Write([]string{inv.TenantID, inv.Month, "total", "", "", "", "", "total " + inv.Currency, "", "", "", inv.Total.String(), "", ""}); err != nil {
 			return err
 		}
 	}

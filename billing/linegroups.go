@@ -51,7 +51,7 @@ func GroupLines(lines []Line, detail bool) []LineGroup {
 		if n := len(out); !detail && n > 0 {
 			p := &out[n-1]
 			if p.Category == l.Category && p.Model == l.Model && p.Offering == l.Offering && p.Zone == l.Zone &&
-				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description {
+				p.CommitmentID == l.CommitmentID && p.Unit == l.Unit && p.Description == l.Description && p.EndpointID == l.EndpointID {
 				p.Quantity += l.Quantity
 				p.Amount += l.Amount
 				p.Lines = append(p.Lines, l)

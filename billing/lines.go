@@ -51,6 +51,10 @@ func (b byLine) Less(i, j int) bool {
 	switch {
 	case b.r[i] != b.r[j]:
 		return b.r[i] < b.r[j]
+	case x.Endpoint != y.Endpoint:
+		return x.Endpoint < y.Endpoint
+	case x.EndpointID != y.EndpointID:
+		return x.EndpointID < y.EndpointID
 	case x.Offering != y.Offering:
 		return x.Offering < y.Offering
 	case x.Zone != y.Zone:
@@ -108,6 +112,14 @@ func (r *rater) line(k lkey, q int64) (Line, error) {
 		}
 		if k.cat == catMinimum {
 			what = fmt.Sprintf("minimum %d s per start, %s", MinimumSeconds, what)
+		}
+		if k.ep > 0 {
+			l.EndpointID = r.eps[k.ep]
+			l.Endpoint = r.epNames[l.EndpointID]
+			if l.Endpoint == "" {
+				l.Endpoint = l.EndpointID
+			}
+			what = "endpoint " + l.Endpoint + ": " + what
 		}
 		l.Description = what
 	case catFee, catUpfront:

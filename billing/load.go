@@ -18,8 +18,8 @@ const spotLookback = 24 * time.Hour
 // Load reads the snapshot Rate needs for period p as of asOf: every price
 // version, the spot history up to p.End (including the point in force at
 // p.Start), the usage ledger entries still open at p.Start and those of the
-// period, and the commitments, of tenantID or of every tenant when it is
-// empty. A single tenant gets an invoice
+// period, the commitments, and the names of the endpoints whose workers
+// the usage meters, of tenantID or of every tenant when it is empty. A single tenant gets an invoice
 // even when it has nothing to pay.
 func Load(ctx context.Context, tx cloud.Tx, tenantID string, p Period, asOf time.Time) (Input, error) {
 	prices, err := tx.ListPrices(ctx, cloud.PriceFilter{})
@@ -80,8 +80,36 @@ func Load(ctx context.Context, tx cloud.Tx, tenantID string, p Period, asOf time
 		Usage:       usage,
 		Commitments: commits,
 	}
+	if in.Endpoints, err = endpointNames(ctx, tx, tenantID, usage); err != nil {
+		return Input{}, err
+	}
 	if tenantID != "" {
 		in.Tenants = []string{tenantID}
 	}
 	return in, nil
+}
+
+// endpointNames reads the names of the endpoints usage names (nil when
+// it names none): deleted endpoints too, whose workers still bill.
+func endpointNames(ctx context.Context, tx cloud.Tx, tenantID string, usage []*cloud.Usage) (map[string]string, error) {
+	want := map[string]bool{}
+	for _, u := range usage {
+		if u.EndpointID != "" {
+			want[u.EndpointID] = true
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	eps, err := tx.ListEndpoints(ctx, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("billing: load endpoints: %w", err)
+	}
+	names := make(map[string]string, len(want))
+	for _, e := range eps {
+		if want[e.ID] {
+			names[e.ID] = e.Name
+		}
+	}
+	return names, nil
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ var (
 	rOfferings = []string{"a.1x", "a.2x", "b.1x"}
 	rZones     = []string{"z1", "z2"}
 	rFamilies  = []string{"a", "a.1x", "a.2x", "b.1x", "b"}
+	rEndpoints = []string{"ep-a", "ep-b"}
 )
 
 func randCents(rng *rand.Rand, lo, hi int) money.Micros {
@@ -160,8 +162,14 @@ func randomCase(seed uint64) randCase {
 			if rng.IntN(3) == 0 {
 				m = cloud.MarketSpot
 			}
+			// A third of the instances are endpoint workers: ep-a (whose
+			// name is known) or ep-b (whose name is not).
+			ep := ""
+			if rng.IntN(3) == 0 {
+				ep = rEndpoints[rng.IntN(len(rEndpoints))]
+			}
 			resource(cloud.Usage{TenantID: tenant, Kind: cloud.UsageCompute, Offering: rOfferings[rng.IntN(len(rOfferings))],
-				Zone: rZones[rng.IntN(len(rZones))], Market: m, Quantity: 1})
+				Zone: rZones[rng.IntN(len(rZones))], Market: m, Quantity: 1, EndpointID: ep})
 		}
 		for range rng.IntN(2) {
 			resource(cloud.Usage{TenantID: tenant, Kind: cloud.UsageVolume, Quantity: int64(1 + rng.IntN(1000))})
@@ -204,6 +212,7 @@ func randomCase(seed uint64) randCase {
 		c.in.Usage = append(c.in.Usage, &u)
 	}
 	c.in.Prices = NewPriceBook(c.prices, c.spot)
+	c.in.Endpoints = map[string]string{"ep-a": "alpha"}
 	return c
 }
 
@@ -211,6 +220,7 @@ type refKey struct {
 	cat                           Category
 	model, offering, zone, commit string
 	price                         money.Micros
+	endpoint                      string
 }
 
 type refResult struct {
@@ -276,9 +286,9 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 		return book.Compute(o, z, sec(s))
 	}
 	type instSec struct {
-		inst, offering, zone, tenant string
-		s                            int64
-		price                        money.Micros
+		inst, offering, zone, tenant, ep string
+		s                                int64
+		price                            money.Micros
 	}
 	hours := map[int64][]instSec{}
 	for _, iv := range ivs {
@@ -293,7 +303,7 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 					if !ok {
 						return nil, fmt.Errorf("no price")
 					}
-					add(u.TenantID, refKey{CategoryCompute, ModelSpot, u.Offering, u.Zone, "", p}, 1)
+					add(u.TenantID, refKey{CategoryCompute, ModelSpot, u.Offering, u.Zone, "", p, u.EndpointID}, 1)
 					continue
 				}
 				p, ok := book.Compute(u.Offering, u.Zone, sec(s))
@@ -301,19 +311,19 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 					return nil, fmt.Errorf("no price")
 				}
 				h := s - mod(s, 3600)
-				hours[h] = append(hours[h], instSec{u.ResourceID, u.Offering, u.Zone, u.TenantID, s, p})
+				hours[h] = append(hours[h], instSec{u.ResourceID, u.Offering, u.Zone, u.TenantID, u.EndpointID, s, p})
 			case cloud.UsageVolume:
 				p, ok := book.Volume(sec(s))
 				if !ok {
 					return nil, fmt.Errorf("no price")
 				}
-				add(u.TenantID, refKey{CategoryVolume, "", "", "", "", p}, u.Quantity)
+				add(u.TenantID, refKey{CategoryVolume, "", "", "", "", p, ""}, u.Quantity)
 			case cloud.UsageAddress:
 				p, ok := book.Address(sec(s))
 				if !ok {
 					return nil, fmt.Errorf("no price")
 				}
-				add(u.TenantID, refKey{CategoryAddress, "", "", "", "", p}, 1)
+				add(u.TenantID, refKey{CategoryAddress, "", "", "", "", p, ""}, 1)
 			}
 		}
 		if u.Kind == cloud.UsageCompute && iv.closed && fe-fs < 60 && fe >= start && fe < end {
@@ -327,7 +337,7 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 			if !ok {
 				return nil, fmt.Errorf("no price")
 			}
-			add(u.TenantID, refKey{CategoryMinimum, model, u.Offering, u.Zone, "", p}, 60-(fe-fs))
+			add(u.TenantID, refKey{CategoryMinimum, model, u.Offering, u.Zone, "", p, u.EndpointID}, 60-(fe-fs))
 		}
 	}
 	// Coverage, hour by hour, one instance-second at a time.
@@ -372,7 +382,7 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 			covered[p.x] = true
 			capLeft[p.c]--
 			x := xs[p.x]
-			add(x.tenant, refKey{CategoryCompute, planModel(p.c.Plan), x.offering, x.zone, p.c.ID, p.c.UsageRate}, 1)
+			add(x.tenant, refKey{CategoryCompute, planModel(p.c.Plan), x.offering, x.zone, p.c.ID, p.c.UsageRate, x.ep}, 1)
 			if res.coverage[p.c.ID] == nil {
 				res.coverage[p.c.ID] = map[int64]int64{}
 			}
@@ -380,7 +390,7 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 		}
 		for i, x := range xs {
 			if !covered[i] {
-				add(x.tenant, refKey{CategoryCompute, ModelOnDemand, x.offering, x.zone, "", x.price}, 1)
+				add(x.tenant, refKey{CategoryCompute, ModelOnDemand, x.offering, x.zone, "", x.price, x.ep}, 1)
 			}
 		}
 	}
@@ -392,10 +402,10 @@ func refRate(t *testing.T, in Input) (*refResult, error) {
 			}
 		}
 		if c.HourlyFee != 0 && n > 0 {
-			add(c.TenantID, refKey{CategoryCommitmentFee, planModel(c.Plan), c.Offering, c.Zone, c.ID, c.HourlyFee}, int64(c.Quantity)*n)
+			add(c.TenantID, refKey{CategoryCommitmentFee, planModel(c.Plan), c.Offering, c.Zone, c.ID, c.HourlyFee, ""}, int64(c.Quantity)*n)
 		}
 		if c.UpfrontFee != 0 && !c.Start.Before(in.Period.Start) && c.Start.Before(in.Period.End) && !c.Start.After(asOf) {
-			add(c.TenantID, refKey{CategoryCommitmentUpfront, planModel(c.Plan), c.Offering, c.Zone, c.ID, c.UpfrontFee}, 1)
+			add(c.TenantID, refKey{CategoryCommitmentUpfront, planModel(c.Plan), c.Offering, c.Zone, c.ID, c.UpfrontFee, ""}, 1)
 		}
 	}
 	return res, nil
@@ -442,13 +452,22 @@ func TestRateMatchesPerSecondReference(t *testing.T) {
 			m := map[refKey]int64{}
 			var computeSecs int64
 			for _, l := range inv.Lines {
-				k := refKey{l.Category, l.Model, l.Offering, l.Zone, l.CommitmentID, l.UnitPrice}
+				k := refKey{l.Category, l.Model, l.Offering, l.Zone, l.CommitmentID, l.UnitPrice, l.EndpointID}
 				if _, dup := m[k]; dup {
 					t.Errorf("seed %d: %s: two lines for %+v", seed, inv.TenantID, k)
 				}
 				m[k] = l.Quantity
 				if l.Category == CategoryCompute {
 					computeSecs += l.Quantity
+				}
+				checkEndpointLine(t, seed, c.in.Endpoints, l)
+			}
+			// An endpoint's lines are next to each other, after the
+			// lines of instances that are no endpoint's, in their category.
+			for i := 1; i < len(inv.Lines); i++ {
+				a, b := inv.Lines[i-1], inv.Lines[i]
+				if a.Category == b.Category && a.EndpointID != b.EndpointID && a.Endpoint > b.Endpoint {
+					t.Errorf("seed %d: %s: line %q before %q", seed, inv.TenantID, a.Description, b.Description)
 				}
 			}
 			got[inv.TenantID] = m
@@ -542,5 +561,28 @@ func TestPriceBookMatchesScan(t *testing.T) {
 				t.Fatalf("seed %d: Address(%s) = %s, %v", seed, at, got, ok)
 			}
 		}
+	}
+}
+
+// checkEndpointLine checks how a line shows its endpoint: only compute
+// and minimum lines have one, named as names says (else by its ID), and
+// the description starts with it.
+func checkEndpointLine(t *testing.T, seed uint64, names map[string]string, l Line) {
+	t.Helper()
+	if l.EndpointID == "" {
+		if l.Endpoint != "" || strings.HasPrefix(l.Description, "endpoint ") {
+			t.Errorf("seed %d: line %+v names an endpoint without its ID", seed, l)
+		}
+		return
+	}
+	if l.Category != CategoryCompute && l.Category != CategoryMinimum {
+		t.Errorf("seed %d: %s line of endpoint %s", seed, l.Category, l.EndpointID)
+	}
+	want := names[l.EndpointID]
+	if want == "" {
+		want = l.EndpointID
+	}
+	if l.Endpoint != want || !strings.HasPrefix(l.Description, "endpoint "+want+": ") {
+		t.Errorf("seed %d: line %+v: want endpoint %q named at the start of the description", seed, l, want)
 	}
 }

@@ -32,6 +32,10 @@ type Input struct {
 	// Tenants get an invoice even when it is empty; other tenants get one
 	// when they have a line.
 	Tenants []string
+	// Endpoints names the serverless endpoints of the usage's compute
+	// entries (ID to name), which their lines show; an endpoint not named
+	// here is shown by its ID.
+	Endpoints map[string]string
 }
 
 // CoverageHour is how many instance-seconds a commitment covered in a
@@ -63,7 +67,8 @@ type Result struct {
 // in the period and their upfront fee in the period they start. Volumes
 // bill GiB-seconds at the per-GiB-month price, addresses seconds at the
 // hourly price. A second that accrues where no price is in force is an
-// error.
+// error. The seconds of an endpoint's workers (usage with an EndpointID)
+// rate as any instance's, on lines of their own per endpoint.
 func Rate(in Input) (*Result, error) {
 	if in.Prices == nil {
 		return nil, errors.New("billing: no price book")
@@ -113,13 +118,16 @@ func newRater(in Input) *rater {
 		cut = in.Period.End
 	}
 	r := &rater{
-		book:  in.Prices,
-		p:     in.Period,
-		asOf:  asOf,
-		start: floorSec(in.Period.Start),
-		end:   floorSec(in.Period.End),
-		od:    map[okey]*schedule{},
-		spot:  map[okey]*schedule{},
+		book:    in.Prices,
+		p:       in.Period,
+		asOf:    asOf,
+		start:   floorSec(in.Period.Start),
+		end:     floorSec(in.Period.End),
+		od:      map[okey]*schedule{},
+		spot:    map[okey]*schedule{},
+		eps:     []string{""},
+		epIdx:   map[string]int32{},
+		epNames: in.Endpoints,
 	}
 	r.cut = max(r.start, min(floorSec(cut), r.end))
 	r.cutTime = cut
@@ -182,12 +190,13 @@ const (
 var categories = [...]Category{CategoryCompute, CategoryMinimum, CategoryCommitmentUpfront, CategoryCommitmentFee, CategoryVolume, CategoryAddress}
 
 // lkey is what an invoice line groups: category, price schedule (offering,
-// zone and model), commitment and unit price.
+// zone and model), commitment, unit price and endpoint.
 type lkey struct {
 	cat    uint8
 	sched  int32 // index into rater.scheds, -1 for commitment fees
 	commit int32 // index into rater.commits, -1 when none
 	price  money.Micros
+	ep     int32 // index into rater.eps, 0 when none
 }
 
 // rater rates one Input: the price schedules built so far, shared by its
@@ -209,6 +218,25 @@ type rater struct {
 	acc      map[lkey]int64
 	coverage []CoverageHour
 	hw       hourWork
+	// eps are the endpoint IDs seen (eps[0] is none), epIdx their
+	// indices, epNames their names (Input.Endpoints).
+	eps     []string
+	epIdx   map[string]int32
+	epNames map[string]string
+}
+
+// endpoint answers the index in r.eps of endpoint id (0 for none).
+func (r *rater) endpoint(id string) int32 {
+	if id == "" {
+		return 0
+	}
+	i, ok := r.epIdx[id]
+	if !ok {
+		i = int32(len(r.eps))
+		r.eps = append(r.eps, id)
+		r.epIdx[id] = i
+	}
+	return i
 }
 
 // matchOffering reports whether a commitment for offering c (an offering
@@ -302,10 +330,10 @@ func (r *rater) interval(tr *tenantRating, iv *ival) error {
 		return r.compute(tr, iv, a, b)
 	case cloud.UsageVolume:
 		if u.Quantity > 0 {
-			return r.add(catVolume, r.volSched(), a, b, u.Quantity)
+			return r.add(catVolume, r.volSched(), 0, a, b, u.Quantity)
 		}
 	case cloud.UsageAddress:
-		return r.add(catAddress, r.addrSched(), a, b, 1)
+		return r.add(catAddress, r.addrSched(), 0, a, b, 1)
 	}
 	return nil
 }
@@ -318,6 +346,7 @@ func (r *rater) compute(tr *tenantRating, iv *ival, a, b int64) error {
 	u := iv.on
 	fs, fe := floorSec(iv.start), floorSec(iv.end)
 	spot := u.Market == cloud.MarketSpot
+	ep := r.endpoint(u.EndpointID)
 	var s *schedule
 	if spot {
 		s = r.spotSched(u.Offering, u.Zone)
@@ -334,8 +363,8 @@ func (r *rater) compute(tr *tenantRating, iv *ival, a, b int64) error {
 			covered = covered || overlap(a, b, tr.tcs[ci].ts, tr.tcs[ci].te) > 0
 		}
 		if covered {
-			tr.deferred = append(tr.deferred, dinterval{a: a, b: b, inst: u.ResourceID, s: s, cs: cs})
-		} else if err := r.add(catCompute, s, a, b, 1); err != nil {
+			tr.deferred = append(tr.deferred, dinterval{a: a, b: b, inst: u.ResourceID, s: s, cs: cs, ep: ep})
+		} else if err := r.add(catCompute, s, ep, a, b, 1); err != nil {
 			return err
 		}
 	}
@@ -344,7 +373,7 @@ func (r *rater) compute(tr *tenantRating, iv *ival, a, b int64) error {
 		if !s.ok[i] {
 			return r.noPrice(s, fe)
 		}
-		r.acc[lkey{catMinimum, s.id, -1, s.price[i]}] += MinimumSeconds - (fe - fs)
+		r.acc[lkey{catMinimum, s.id, -1, s.price[i], ep}] += MinimumSeconds - (fe - fs)
 	}
 	return nil
 }
@@ -357,11 +386,11 @@ func (r *rater) commitmentFees(t *tenantWork) {
 		c := r.commits[ci]
 		if c.HourlyFee != 0 && c.Quantity > 0 {
 			if sec := overlap(floorSec(c.Start), floorSec(c.End), r.start, r.cut); sec > 0 {
-				r.acc[lkey{catFee, -1, int32(ci), c.HourlyFee}] += int64(c.Quantity) * sec
+				r.acc[lkey{catFee, -1, int32(ci), c.HourlyFee, 0}] += int64(c.Quantity) * sec
 			}
 		}
 		if c.UpfrontFee != 0 && !c.Start.Before(r.p.Start) && c.Start.Before(r.p.End) && !c.Start.After(r.asOf) {
-			r.acc[lkey{catUpfront, -1, int32(ci), c.UpfrontFee}] = 1
+			r.acc[lkey{catUpfront, -1, int32(ci), c.UpfrontFee, 0}] = 1
 		}
 	}
 }

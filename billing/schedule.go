@@ -142,8 +142,9 @@ func zoneName(z string) string {
 	return "zone " + z
 }
 
-// add accrues qty units for each second of [a, b) at the prices of s.
-func (r *rater) add(cat uint8, s *schedule, a, b, qty int64) error {
+// add accrues qty units for each second of [a, b) at the prices of s, on
+// the lines of endpoint ep (an index into r.eps, 0 for none).
+func (r *rater) add(cat uint8, s *schedule, ep int32, a, b, qty int64) error {
 	if a >= b || qty == 0 {
 		return nil
 	}
@@ -155,7 +156,7 @@ func (r *rater) add(cat uint8, s *schedule, a, b, qty int64) error {
 		if !s.ok[i] {
 			return r.noPrice(s, lo)
 		}
-		r.acc[lkey{cat, s.id, -1, s.price[i]}] += (hi - lo) * qty
+		r.acc[lkey{cat, s.id, -1, s.price[i], ep}] += (hi - lo) * qty
 	}
 	return nil
 }

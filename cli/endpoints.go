@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // Serverless endpoints (docs/ENDPOINTS.md): the endpoint verbs here, the
@@ -49,7 +51,7 @@ func (c *conn) endpointID(ctx context.Context, arg string) (string, error) {
 // and update (which has only those an update can change).
 type endpointFlags struct {
 	image, healthPath, mode                    string
-	offerings, zones, labels, env              []string
+	offerings, zones, labels, env, volumes     []string
 	port, min, max, concurrency, retries       int
 	idleTimeout, timeout, retention, queueWait time.Duration
 	spot                                       bool
@@ -92,7 +94,9 @@ func (f *endpointFlags) register(cmd *cobra.Command, update bool) {
 	fs.DurationVar(&f.retention, "retention", dflt(24*time.Hour).(time.Duration), "how long a finished job's result is kept (whole seconds)")
 	fs.DurationVar(&f.queueWait, "queue-wait", dflt(30*time.Second).(time.Duration), "http mode: how long a request waits for a free worker before 503 (whole seconds)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE of the workers (repeatable)")
+	fs.StringSliceVar(&f.volumes, "volume", nil, "ID or name of a shared volume every worker mounts read-write (repeatable; a block volume attaches to one instance and is refused)")
 	if update {
+		fs.Lookup("volume").Usage += "; replaces the list (--volume '' for none)"
 		fs.Lookup("env").Usage += "; replaces the whole environment"
 		fs.Lookup("offering").Usage += "; replaces the list"
 		fs.Lookup("max").Usage = "the most workers"
@@ -134,7 +138,7 @@ func wholeSeconds(cmd *cobra.Command, flag string, d time.Duration) (int, error)
 func (f *endpointFlags) spec(cmd *cobra.Command, command []string) (cloud.EndpointSpec, error) {
 	s := cloud.EndpointSpec{Image: f.image, Command: command, Offerings: f.offerings, Port: f.port, HealthPath: f.healthPath,
 		Mode: cloud.EndpointMode(f.mode), Min: f.min, Max: f.max, Concurrency: f.concurrency, Retries: f.retries, Spot: f.spot,
-		Zones: f.zones, Labels: f.labels}
+		Zones: f.zones, Labels: f.labels, Volumes: f.volumes}
 	if s.Image == "" {
 		return s, cmdutil.Usagef(cmd, "--image is required: workers run in containers, an image whose HTTP server answers on --port")
 	}
@@ -186,6 +190,10 @@ func (f *endpointFlags) patch(cmd *cobra.Command, command []string) (api.UpdateE
 			return req, err
 		}
 		req.Env = &env
+	}
+	if changed(cmd, "volume") {
+		vols := slices.DeleteFunc(slices.Clone(f.volumes), func(v string) bool { return v == "" })
+		req.Volumes = &vols
 	}
 	for _, v := range []struct {
 		flag string
@@ -257,6 +265,9 @@ func newEndpointsCreateCommand(s *session) *cobra.Command {
 				return err
 			}
 			return createResource(s, cmd, &key, &tenant, out.format, func(ctx context.Context, c *conn, key string) (*cloud.Endpoint, error) {
+				if spec.Volumes, err = c.resolveAll(ctx, volumeKind, spec.Volumes); err != nil {
+					return nil, err
+				}
 				return c.CreateEndpoint(ctx, api.CreateEndpointRequest{Tenant: tenant, Name: names[0], EndpointSpec: spec}, key)
 			}, printEndpoints)
 		},
@@ -327,14 +338,16 @@ func newEndpointsDescribeCommand(s *session) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "describe ENDPOINT",
 		Aliases: []string{"show", "get"},
-		Short:   "Show an endpoint: its spec, workers, queue, latency and cold starts",
+		Short:   "Show an endpoint: its spec, workers, queue, latency, cold starts and cost",
 		Long: "Show an endpoint by name or ID: its spec; its workers with their state,\n" +
 			"readiness, load, idle time and whether they run an earlier spec; its queue\n" +
 			"(jobs queued and running) and the requests in flight on the server replica\n" +
 			"that answers; latency percentiles over the last 10 minutes; its latest cold\n" +
 			"starts, from the launch to running (placement, image, container) and to ready\n" +
-			"(the readiness probe); and what the controller decided last and why. Its\n" +
-			"workers bill as instances: `gpucloud invoices show`.",
+			"(the readiness probe); what its workers cost this month so far (the queue\n" +
+			"and the gateway are free); and what the controller decided last and why.\n" +
+			"Its workers bill per second as instances, on lines of their own under the\n" +
+			"endpoint's name: `gpucloud invoices show`.",
 		Example: "  gpucloud endpoints describe echo\n  gpucloud endpoints describe ep-0123456789abcdef -o json",
 		Args:    exactArgs(1, endpointKind.arg()),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -371,7 +384,7 @@ func newEndpointsUpdateCommand(s *session) *cobra.Command {
 		Use:   "update ENDPOINT [flags] [-- COMMAND ARGS...]",
 		Short: "Change an endpoint's image, command, sizes or times",
 		Long: "Change an endpoint, by name or ID; only the flags given are sent. A new\n" +
-			"--image, --offering list, --env or command after \"--\" rolls the workers over:\n" +
+			"--image, --offering list, --env, --volume or command after \"--\" rolls the workers over:\n" +
 			"new workers start, and each old one goes once it has no request left.",
 		Example: strings.Join([]string{
 			"  gpucloud endpoints update echo --image ghcr.io/acme/echo:2",
@@ -404,6 +417,11 @@ func newEndpointsUpdateCommand(s *session) *cobra.Command {
 				id, err := c.endpointID(ctx, names[0])
 				if err != nil {
 					return err
+				}
+				if req.Volumes != nil {
+					if *req.Volumes, err = c.resolveAll(ctx, volumeKind, *req.Volumes); err != nil {
+						return err
+					}
 				}
 				e, err := c.UpdateEndpoint(ctx, id, req, version)
 				if err != nil {
@@ -522,6 +540,7 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Image", sp.Image)
 	f.add("Command", cmpOrDash(shellJoin(sp.Command), "(the image's entrypoint)"))
 	f.add("Env", dash(joinMap(sp.Env)))
+	f.add("Volumes", dash(strings.Join(sp.Volumes, ", ")))
 	f.add("Offerings", strings.Join(sp.Offerings, ", "))
 	f.add("Port", fmt.Sprintf("%d, ready when GET %s answers 2xx", sp.Port, sp.HealthPath))
 	f.add("Workers", fmt.Sprintf("min %d, desired %d, max %d; %d launched, %d ready", sp.Min, e.Status.Desired, sp.Max,
@@ -540,6 +559,7 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Queue", fmt.Sprintf("%d queued, %d running", d.Queue.Queued, d.Queue.Running))
 	f.add("In flight", strconv.Itoa(d.InFlight))
 	f.add("Latency", latencyText(d.Latency))
+	f.add("Cost", costText(d))
 	f.add("Reason", dash(e.Status.Reason))
 	if !e.Status.LaunchBlockedUntil.IsZero() {
 		f.add("Launches", "blocked until "+stamp(e.Status.LaunchBlockedUntil))
@@ -550,6 +570,18 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Created", stamp(e.CreatedAt))
 	f.add("Updated", stamp(e.UpdatedAt))
 	return f
+}
+
+// costText renders an endpoint's cost so far: "$1.23 so far in 2025-06
+// (its workers' lines on the invoice)".
+func costText(d *api.EndpointDetail) string {
+	if d.Cost == nil {
+		if d.CostError != "" {
+			return "- (" + d.CostError + ")"
+		}
+		return "-"
+	}
+	return money.FormatAmount(*d.Cost) + " so far in " + d.CostMonth + " (its workers' lines on the invoice)"
 }
 
 func countReady(ws []api.EndpointWorker) int {

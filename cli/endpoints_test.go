@@ -106,7 +106,7 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	for _, s := range []string{"Mode:", "http", "python serve.py", "A=1, MODEL=llama", "l4.1x, l40s.1x", "9000, ready when GET /ready answers 2xx",
 		"min 1, desired 0, max 4; 0 launched, 0 ready", "8 per worker", "idle timeout 5m0s, timeout 1m30s, queue wait 45s",
 		"0 retries, results kept 1h0m0s", "spot, on demand when none fits", "zone-a", "driver>=550", "0 queued, 0 running",
-		"Latency:", "nothing finished", "Workers: none", "Cold starts: none"} {
+		"Latency:", "nothing finished", "Cost:", "$0.00 so far in", "Workers: none", "Cold starts: none"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe lacks %q:\n%s", s, out)
 		}

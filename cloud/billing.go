@@ -261,6 +261,9 @@ type Usage struct {
 	Quantity int64 `json:"quantity"`
 	// EventID is the instance.state event behind a compute entry.
 	EventID int64 `json:"event_id,omitempty"`
+	// EndpointID is, for compute, the serverless endpoint the instance is
+	// a worker of (empty: none).
+	EndpointID string `json:"endpoint_id,omitempty"`
 }
 
 // MeterEdge says whether a lifecycle move starts or stops compute metering:

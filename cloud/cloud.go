@@ -225,6 +225,11 @@ type Instance struct {
 	GroupID string   `json:"group_id,omitempty"`
 	ScaleIn *ScaleIn `json:"scale_in,omitempty"`
 
+	// EndpointID is the serverless endpoint the instance is a worker of
+	// (empty: none). Fixed at create; the usage ledger's compute entries
+	// carry it, so that the invoice shows workers under their endpoint.
+	EndpointID string `json:"endpoint_id,omitempty"`
+
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -39,6 +39,10 @@ type EndpointSpec struct {
 	Image   string            `json:"image"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Volumes are shared volumes (VolumeShared) of the tenant that every
+	// worker mounts, read-write, as an instance created with them does. A
+	// block volume attaches to one instance at a time and is refused.
+	Volumes []string `json:"volumes,omitempty"`
 	// Offerings are the acceptable instance types, the first preferred.
 	Offerings []string `json:"offerings"`
 	// Port is the TCP port the worker's HTTP server listens on.

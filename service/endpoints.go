@@ -3,14 +3,18 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/catalog"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/money"
 )
 
 // Serverless endpoints (docs/ENDPOINTS.md): the endpoint's rules and
@@ -61,6 +65,7 @@ const (
 // canonical form).
 func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 	s.Offerings, s.Command, s.Zones, s.Labels = slices.Clone(s.Offerings), slices.Clone(s.Command), slices.Clone(s.Zones), slices.Clone(s.Labels)
+	s.Volumes = slices.Clone(s.Volumes)
 	s.Env = maps.Clone(s.Env)
 	// An empty list or map is none: a PATCH of "command": [] on an
 	// endpoint without one changes nothing (and rolls no worker).
@@ -75,6 +80,9 @@ func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 	}
 	if len(s.Labels) == 0 {
 		s.Labels = nil
+	}
+	if len(s.Volumes) == 0 {
+		s.Volumes = nil
 	}
 	if s.Image == "" {
 		return Field("image", "is required: workers run in containers (an image whose HTTP server answers on port, default %d)", DefaultEndpointPort)
@@ -97,7 +105,7 @@ func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 		}
 		s.Offerings[i] = o.Name
 	}
-	is := api.CreateInstanceRequest{Offering: s.Offerings[0], Zones: s.Zones, Labels: s.Labels, Command: s.Command, Env: s.Env}
+	is := api.CreateInstanceRequest{Offering: s.Offerings[0], Zones: s.Zones, Labels: s.Labels, Command: s.Command, Env: s.Env, Volumes: s.Volumes}
 	if _, err := CheckInstanceSpec(cat, &is); err != nil {
 		return err
 	}
@@ -187,6 +195,9 @@ func (s *Endpoints) Create(ctx context.Context, a Actor, req api.CreateEndpointR
 			out = old
 			return err
 		}
+		if err := checkEndpointVolumes(ctx, tx, tenant, &req.EndpointSpec); err != nil {
+			return err
+		}
 		live, err := tx.ListEndpoints(ctx, tenant, cloud.EndpointActive, cloud.EndpointDeleting)
 		if err != nil {
 			return err
@@ -262,6 +273,7 @@ func sameEndpoint(old *cloud.Endpoint, req *api.CreateEndpointRequest) error {
 	d.String("image", o.Image, n.Image)
 	d.Strings("command", o.Command, n.Command)
 	d.Map("env", o.Env, n.Env)
+	d.Strings("volumes", o.Volumes, n.Volumes)
 	d.Strings("offerings", o.Offerings, n.Offerings)
 	d.Strings("zones", o.Zones, n.Zones)
 	d.Strings("labels", o.Labels, n.Labels)
@@ -339,7 +351,7 @@ func (s *Endpoints) List(ctx context.Context, a Actor, tenant string, all bool) 
 }
 
 // Update changes an endpoint's spec; a change of what workers run (image,
-// command, environment, offerings) starts a new generation, which the
+// command, environment, volumes, offerings) starts a new generation, which the
 // controller rolls the workers over to. ifMatch, when not zero, must be
 // the endpoint's version.
 func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.UpdateEndpointRequest, ifMatch int64) (*cloud.Endpoint, error) {
@@ -371,6 +383,9 @@ func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.Updat
 		if p.Env != nil {
 			spec.Env = *p.Env
 		}
+		if p.Volumes != nil {
+			spec.Volumes = *p.Volumes
+		}
 		if p.Offerings != nil {
 			spec.Offerings = *p.Offerings
 		}
@@ -391,12 +406,19 @@ func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.Updat
 		if err := s.checkRegistry("image", spec.Image); err != nil {
 			return err
 		}
+		if p.Volumes != nil {
+			// Only a new list is checked: one already taken stays, and a
+			// volume deleted since refuses the workers' launch.
+			if err := checkEndpointVolumes(ctx, tx, e.TenantID, &spec); err != nil {
+				return err
+			}
+		}
 		var changed []string
 		for _, f := range []struct {
 			name      string
 			was, want any
 		}{{"image", e.Spec.Image, spec.Image}, {"command", e.Spec.Command, spec.Command}, {"env", e.Spec.Env, spec.Env},
-			{"offerings", e.Spec.Offerings, spec.Offerings}} {
+			{"volumes", e.Spec.Volumes, spec.Volumes}, {"offerings", e.Spec.Offerings, spec.Offerings}} {
 			if !sameJSON(f.was, f.want, false) {
 				changed = append(changed, f.name)
 			}
@@ -446,16 +468,30 @@ func (s *Endpoints) Delete(ctx context.Context, a Actor, ref string) (*cloud.End
 	return out, err
 }
 
-// Describe reads endpoint ref with its workers' instances and its queue's
-// counts; the gateway adds what only it knows (readiness, load, latency).
+// Describe reads endpoint ref with its workers' instances, its queue's
+// counts and its cost this month so far (EndpointCost); the gateway adds
+// what only it knows (readiness, load, latency).
 func (s *Endpoints) Describe(ctx context.Context, a Actor, ref string) (*api.EndpointDetail, error) {
 	var out *api.EndpointDetail
+	now := s.now()
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		e, err := lookupEndpoint(ctx, tx, a, ref)
 		if err != nil {
 			return err
 		}
 		d := &api.EndpointDetail{Endpoint: e, Workers: []api.EndpointWorker{}}
+		period := billing.Month(now.UTC().Year(), now.UTC().Month())
+		d.CostMonth = period.Name()
+		cost, err := EndpointCost(ctx, tx, e, period, now)
+		var ce *cloud.Error
+		switch {
+		case errors.As(err, &ce) && ce.Code == cloud.Conflict:
+			d.CostError = ce.Message
+		case err != nil:
+			return err
+		default:
+			d.Cost = &cost
+		}
 		counts, err := tx.CountJobs(ctx, e.ID)
 		if err != nil {
 			return err
@@ -487,4 +523,49 @@ func (s *Endpoints) Describe(ctx context.Context, a Actor, ref string) (*api.End
 		return nil
 	})
 	return out, err
+}
+
+// EndpointCost is what e's workers cost in period as of asOf: the sum of
+// e's lines on its tenant's invoice, rated by Rate as the invoice is (so
+// that the two always agree). A gap in the price book is Rate's Conflict.
+func EndpointCost(ctx context.Context, tx cloud.Tx, e *cloud.Endpoint, period billing.Period, asOf time.Time) (money.Micros, error) {
+	invs, err := Rate(ctx, tx, e.TenantID, period, asOf)
+	if err != nil {
+		return 0, err
+	}
+	var sum money.Micros
+	for _, inv := range invs {
+		for _, l := range inv.Lines {
+			if l.EndpointID == e.ID {
+				sum += l.Amount
+			}
+		}
+	}
+	return sum, nil
+}
+
+// checkEndpointVolumes checks, in tx, the volumes an endpoint's workers
+// mount: each one the tenant's own and not deleted (another tenant's
+// answers not_found, as a missing one does), and shared, since an
+// endpoint has many workers and a block volume attaches to one instance
+// at a time; then as an instance create checks them (a host with the
+// shared filesystem, the spec's zones).
+func checkEndpointVolumes(ctx context.Context, tx cloud.Tx, tenant string, s *cloud.EndpointSpec) error {
+	for i, id := range s.Volumes {
+		field := fmt.Sprintf("volumes[%d]", i)
+		v, err := tx.GetVolume(ctx, id)
+		if cloud.IsNotFound(err) || err == nil && (v.TenantID != tenant || v.DeletedAt != nil) {
+			return &cloud.Error{Code: cloud.NotFound, Message: field + ": volume " + Quote(id) + " not found",
+				Details: map[string]any{"field": field, "kind": "volume", "id": id}}
+		}
+		if err != nil {
+			return err
+		}
+		if !v.Shared() {
+			return Field(field, "volume %s is a block volume, which attaches to one instance at a time, and an endpoint has many workers: "+
+				"give a shared volume (volumes create --kind shared), which every worker mounts", v.ID)
+		}
+	}
+	_, err := attachable(ctx, tx, &cloud.Instance{TenantID: tenant, Volumes: s.Volumes, Zones: s.Zones})
+	return err
 }

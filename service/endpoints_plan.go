@@ -184,9 +184,10 @@ func EndpointWorkerKey(id string, seq int64) string {
 
 // LaunchEndpointWorker creates, in tx, worker seq of e through
 // CreateInstance: pending, named "<endpoint>-<seq>", the spec's image,
-// command, environment (with GPUCLOUD_ENDPOINT and PORT added), zones and
-// labels, the tags TagEndpoint, TagEndpointName and
-// TagEndpointGeneration, market m, offering o. A launch whose key was
+// command, environment (with GPUCLOUD_ENDPOINT and PORT added), shared
+// volumes, zones and labels, the tags TagEndpoint, TagEndpointName and
+// TagEndpointGeneration, its EndpointID (which bills it under the
+// endpoint), market m, offering o. A launch whose key was
 // used answers the instance made then.
 func LaunchEndpointWorker(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, e *cloud.Endpoint, seq int64, m cloud.Market, o, actor string, now time.Time) (*cloud.Instance, error) {
 	key := EndpointWorkerKey(e.ID, seq)
@@ -209,9 +210,9 @@ func LaunchEndpointWorker(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog
 		name = name[:max(maxNameLen-len(suffix), 1)]
 	}
 	in := &cloud.Instance{TenantID: e.TenantID, Name: name + suffix, Offering: o, Image: e.Spec.Image, IdempotencyKey: key,
-		Zones: slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env,
+		Zones: slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env, Volumes: slices.Clone(e.Spec.Volumes),
 		Tags:   map[string]string{TagEndpoint: e.ID, TagEndpointName: e.Name, TagEndpointGeneration: strconv.FormatInt(e.Status.Generation, 10)},
-		Market: m, CreatedAt: now}
+		Market: m, EndpointID: e.ID, CreatedAt: now}
 	reason := fmt.Sprintf("endpoint %s worker %d: %s %s", e.Name, seq, m, o)
 	if err := CreateInstance(ctx, tx, cat, in, actor, reason); err != nil {
 		var race *keyRace

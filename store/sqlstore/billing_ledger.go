@@ -14,23 +14,23 @@ import (
 //
 //   - AppendEvent and AppendEvents: an instance.state event whose move
 //     crosses cloud.MeterEdge appends a compute On or Off at the event's
-//     time, with the tenant, offering, zone and market of the instance row
-//     as the transaction sees it then (the caller updates the instance
-//     before it appends the event), and the event's ID. An event of an
+//     time, with the tenant, offering, zone, market and endpoint of the
+//     instance row as the transaction sees it then (the caller updates the
+//     instance before it appends the event), and the event's ID. An event of an
 //     instance that is not stored meters nothing.
 //   - CreateVolume, UpdateVolume: see there (On at creation, Off at
 //     deletion, Off and On at a resize or move).
 //   - CreateAddress, UpdateAddress: On at allocation, Off at release.
 
-const usageCols = "id, at, tenant_id, kind, resource_id, on_, offering, zone, market, quantity, event_id"
+const usageCols = "id, at, tenant_id, kind, resource_id, on_, offering, zone, market, quantity, event_id, endpoint_id"
 
 // usageInsertCols are the columns an insert writes (the ID is generated).
-const usageInsertCols = "at, tenant_id, kind, resource_id, on_, offering, zone, market, quantity, event_id"
+const usageInsertCols = "at, tenant_id, kind, resource_id, on_, offering, zone, market, quantity, event_id, endpoint_id"
 
 func scanUsage(sc scanner) (*cloud.Usage, error) {
 	var u cloud.Usage
 	err := sc.Scan(&u.ID, timeCol{&u.Time}, &u.TenantID, &u.Kind, &u.ResourceID, &u.On, &u.Offering,
-		&u.Zone, &u.Market, &u.Quantity, &u.EventID)
+		&u.Zone, &u.Market, &u.Quantity, &u.EventID, &u.EndpointID)
 	return &u, err
 }
 
@@ -50,17 +50,17 @@ func addressUsage(a *cloud.Address, at time.Time, on bool) *cloud.Usage {
 // appendUsage inserts entries whose times are normalized, in order, in one
 // statement per batchRows entries.
 func (t *tx) appendUsage(ctx context.Context, us ...*cloud.Usage) error {
-	const cols = 10
+	const cols = 11
 	d := &t.s.d
 	for lo := 0; lo < len(us); lo += batchRows {
 		part := us[lo:min(lo+batchRows, len(us))]
 		args := make([]any, 0, cols*len(part))
 		for _, u := range part {
 			args = append(args, d.timeArg(u.Time), u.TenantID, string(u.Kind), u.ResourceID, u.On,
-				u.Offering, u.Zone, string(u.Market), u.Quantity, u.EventID)
+				u.Offering, u.Zone, string(u.Market), u.Quantity, u.EventID, u.EndpointID)
 		}
 		if _, err := t.exec(ctx, "append usage",
-			"INSERT INTO usage ("+usageInsertCols+") VALUES "+values("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", len(part)),
+			"INSERT INTO usage ("+usageInsertCols+") VALUES "+values("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", len(part)),
 			args...); err != nil {
 			return err
 		}
@@ -87,7 +87,7 @@ func (t *tx) meterEvents(ctx context.Context, es []*cloud.Event) error {
 			"WITH v (at, instance_id, on_, event_id) AS (VALUES "+values(row, n)+")"+
 				" INSERT INTO usage ("+usageInsertCols+")"+
 				" SELECT v.at, i.tenant_id, '"+string(cloud.UsageCompute)+"', i.id, v.on_, i.offering, i.zone,"+
-				" i.market, 1, v.event_id FROM v JOIN instances i ON i.id = v.instance_id ORDER BY v.event_id",
+				" i.market, 1, v.event_id, i.endpoint_id FROM v JOIN instances i ON i.id = v.instance_id ORDER BY v.event_id",
 			args...)
 		args, n = args[:0], 0
 		return err

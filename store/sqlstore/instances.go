@@ -14,7 +14,7 @@ import (
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
 	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address, " +
-	"network_id, subnet_id, security_groups, publish, publish_keep_prefix"
+	"network_id, subnet_id, security_groups, publish, publish_keep_prefix, endpoint_id"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -24,7 +24,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
 		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs}, jsonCol{&in.Publish},
-		jsonCol{&in.PublishKeepPrefix})
+		jsonCol{&in.PublishKeepPrefix}, &in.EndpointID)
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -122,7 +122,7 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 // one's tenant once; an instance that was not inserted is explained as
 // CreateInstance explains it, and the first such one's error returned.
 func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
-	const cols = 31 // parameters per row (the version is the literal 1)
+	const cols = 32 // parameters per row (the version is the literal 1)
 	args := make([]any, 0, cols*len(ins))
 	docs := make([]*instanceDoc, len(ins))
 	tenants := map[string]bool{}
@@ -149,7 +149,8 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 			d.timeArg(created), d.timeArg(updated),
 			in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
-			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish, doc.keepPrefix)
+			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish, doc.keepPrefix,
+			in.EndpointID)
 		tenants[in.TenantID] = true
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
@@ -157,7 +158,7 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			return err
 		}
 	}
-	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	inserted := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))
@@ -337,7 +338,8 @@ func instanceQuery(cols string, f cloud.InstanceFilter) (string, []any, error) {
 
 // UpdateInstance writes every field except the ones fixed at creation: ID,
 // TenantID (moving an instance between tenants would bypass quotas and
-// billing), IdempotencyKey, CreatedAt and Publish (the published ports).
+// billing), IdempotencyKey, CreatedAt, Publish (the published ports) and
+// EndpointID.
 func (t *tx) UpdateInstance(ctx context.Context, in *cloud.Instance) error {
 	doc, err := encodeInstance(in)
 	if err != nil {

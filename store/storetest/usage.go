@@ -74,6 +74,69 @@ func testUsageLedger(t *testing.T, s cloud.Store) {
 	ledgerVolume(t, s)
 	ledgerRollback(t, s)
 	ledgerListing(t, s, n)
+	ledgerEndpointWorker(t, s)
+}
+
+// ledgerEndpointWorker checks that an endpoint's worker keeps its
+// EndpointID (which an update cannot change), that its compute entries
+// carry it, and that OpenUsage reads it back.
+func ledgerEndpointWorker(t *testing.T, s cloud.Store) {
+	inTx(t, s, func(tx cloud.Tx) error {
+		return tx.CreateInstance(ctx, &cloud.Instance{ID: "i-ep", TenantID: "t-1", Offering: "h100.1x", Zone: "eu-1a",
+			State: cloud.Pending, Market: cloud.MarketOnDemand, EndpointID: "ep-1"})
+	})
+	var on, off *cloud.Event
+	inTx(t, s, func(tx cloud.Tx) error {
+		var err error
+		on, err = move(tx, "i-ep", cloud.Running, ledgerMinute(100))
+		return err
+	})
+	got := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) {
+		in, err := tx.GetInstance(ctx, "i-ep")
+		if err != nil {
+			return nil, err
+		}
+		in.EndpointID = "ep-other" // fixed at create: not written
+		return in, tx.UpdateInstance(ctx, in)
+	})
+	if got.EndpointID != "ep-other" {
+		t.Fatalf("instance read back as %+v", got)
+	}
+	if in := mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, "i-ep") }); in.EndpointID != "ep-1" {
+		t.Errorf("endpoint worker's endpoint %q after an update, want ep-1", in.EndpointID)
+	}
+	open := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Usage, error) { return tx.OpenUsage(ctx, "t-1", ledgerMinute(101)) })
+	found := false
+	for _, u := range open {
+		if u.ResourceID == "i-ep" {
+			found = true
+			if u.EndpointID != "ep-1" {
+				t.Errorf("open entry %+v: want endpoint ep-1", u)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the worker's On is not open: %+v", open)
+	}
+	inTx(t, s, func(tx cloud.Tx) error {
+		var err error
+		off, err = move(tx, "i-ep", cloud.Terminated, ledgerMinute(102))
+		return err
+	})
+	var mine []cloud.Usage
+	for _, u := range usageOf(t, s, "t-1") {
+		if u.ResourceID == "i-ep" {
+			mine = append(mine, u)
+		}
+	}
+	want := []cloud.Usage{
+		computeUsage("t-1", "i-ep", true, ledgerMinute(100), on, "h100.1x", "eu-1a", cloud.MarketOnDemand),
+		computeUsage("t-1", "i-ep", false, ledgerMinute(102), off, "h100.1x", "eu-1a", cloud.MarketOnDemand),
+	}
+	for i := range want {
+		want[i].EndpointID = "ep-1"
+	}
+	wantEqual(t, "the worker's entries carry its endpoint", mine, want)
 }
 
 // ledgerMinute is the time m minutes after t0.
