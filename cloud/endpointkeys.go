@@ -49,6 +49,6 @@ type EndpointKeyTx interface {
 	// RevokeEndpointKey sets a live key's RevokedAt; a revoked one keeps
 	// its first. NotFound when there is no such key.
 	RevokeEndpointKey(ctx context.Context, id string, at time.Time) error
-	// TouchEndpointKey sets a key's LastUsedAt to at.
-	TouchEndpointKey(ctx context.Context, id string, at time.Time) error
+	// RecordEndpointKeyUse sets a key's LastUsedAt to at.
+	RecordEndpointKeyUse(ctx context.Context, id string, at time.Time) error
 }

@@ -286,7 +286,7 @@ func (s *Endpoints) KeyOf(ctx context.Context, secret string) (*cloud.EndpointKe
 		}
 		now := s.now()
 		if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= keyTouchEvery {
-			if err := tx.TouchEndpointKey(ctx, k.ID, now); err != nil {
+			if err := tx.RecordEndpointKeyUse(ctx, k.ID, now); err != nil {
 				return err
 			}
 			k.LastUsedAt = &now

@@ -106,8 +106,8 @@ func (t *tx) RevokeEndpointKey(ctx context.Context, id string, at time.Time) err
 	return t.mustExist(ctx, "endpoint_keys", "endpoint key", id)
 }
 
-func (t *tx) TouchEndpointKey(ctx context.Context, id string, at time.Time) error {
-	n, err := t.execN(ctx, "touch endpoint key "+id,
+func (t *tx) RecordEndpointKeyUse(ctx context.Context, id string, at time.Time) error {
+	n, err := t.execN(ctx, "record endpoint key use "+id,
 		"UPDATE endpoint_keys SET last_used_at = ? WHERE id = ?", t.s.d.timeArg(normTime(at)), id)
 	if err != nil {
 		return err
