@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +244,44 @@ func (f *vaFixture) jobs(endpoint string) []*cloud.Job {
 		f.t.Fatal(err)
 	}
 	return out
+}
+
+// TestKeyLimitsProperty: for any rate and burst, CheckKeyLimits either
+// refuses naming the field at fault, or leaves a rate and burst within
+// their caps, the asked values kept and the defaults filled in.
+func TestKeyLimitsProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func() int {
+		switch rng.IntN(4) {
+		case 0:
+			return 0
+		case 1:
+			return rng.IntN(5000) - 100
+		case 2:
+			return rng.IntN(2001)
+		}
+		return rng.IntN(1 << 30)
+	}
+	for range 10000 {
+		req := api.CreateEndpointKeyRequest{Name: "k", Rate: pick(), Burst: pick()}
+		got := req
+		err := service.CheckKeyLimits(&got)
+		var ce *cloud.Error
+		switch {
+		case err != nil && asError(err, &ce):
+			field := ce.Details["field"]
+			rateBad := req.Rate < 0 || req.Rate > service.MaxKeyRate
+			if field == "rate" != rateBad || field != "rate" && field != "burst" {
+				t.Fatalf("%+v: refused naming %v", req, field)
+			}
+		case err != nil:
+			t.Fatalf("%+v: %v", req, err)
+		default:
+			if got.Rate < 1 || got.Rate > service.MaxKeyRate || got.Burst < 1 || got.Burst > service.MaxKeyBurst ||
+				req.Rate != 0 && got.Rate != req.Rate || req.Burst != 0 && got.Burst != req.Burst ||
+				req.Rate == 0 && got.Rate != service.DefaultKeyRate || req.Burst == 0 && got.Burst != min(2*got.Rate, service.MaxKeyBurst) {
+				t.Fatalf("%+v: accepted as %+v", req, got)
+			}
+		}
+	}
 }
