@@ -98,3 +98,26 @@ type EndpointLatency struct {
 type RunJobRequest struct {
 	Input json.RawMessage `json:"input"`
 }
+
+// CreateEndpointKeyRequest is the body of POST /v1/endpoints/{id}/keys:
+// an endpoint key (docs/ENDPOINTS.md, "Endpoint keys"). Rate and Burst
+// are the key's request limit (0: the defaults, 100 requests a second and
+// bursts of 200).
+type CreateEndpointKeyRequest struct {
+	Name  string `json:"name"`
+	Rate  int    `json:"rate,omitempty"`
+	Burst int    `json:"burst,omitempty"`
+}
+
+// CreatedEndpointKey answers POST /v1/endpoints/{id}/keys: the key and its
+// secret, shown this once. A retry with the same Idempotency-Key answers
+// the key without its secret, which the server does not keep.
+type CreatedEndpointKey struct {
+	Key    *cloud.EndpointKey `json:"key"`
+	Secret string             `json:"secret,omitempty"`
+}
+
+// ListEndpointKeysResponse is the answer of GET /v1/endpoints/{id}/keys.
+type ListEndpointKeysResponse struct {
+	Keys []*cloud.EndpointKey `json:"keys"`
+}

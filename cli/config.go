@@ -42,6 +42,9 @@ type session struct {
 type conn struct {
 	*client.Client
 	server, tokenFrom string
+	// endpointKey: the token is an endpoint key ("gpc_ek-..."), which
+	// calls one endpoint and lists nothing.
+	endpointKey bool
 }
 
 // settings resolves the server and token, each from the first of: flag,
@@ -96,7 +99,8 @@ func (s *session) connect(cmd *cobra.Command) (*conn, error) {
 		return nil, err
 	}
 	hc.Timeout = requestTimeout
-	return &conn{Client: client.New(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom}, nil
+	return &conn{Client: client.New(server, token, hc), server: strings.TrimRight(server, "/"), tokenFrom: tokenFrom,
+		endpointKey: strings.HasPrefix(token, "gpc_ek-")}, nil
 }
 
 // trustedCA is the CA to trust for server's certificate

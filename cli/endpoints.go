@@ -35,15 +35,19 @@ func newEndpointCommands(root *cobra.Command) []*cobra.Command {
 			"Workers bill per second like instances; the queue and the gateway are free.",
 		newEndpointsCreateCommand(s), newEndpointsListCommand(s), newEndpointsDescribeCommand(s), newEndpointsUpdateCommand(s),
 		newEndpointsDeleteCommand(s), newEndpointsRunCommand(s), newEndpointsJobCommand(s, false), newEndpointsJobCommand(s, true),
-		newEndpointsCallCommand(s))
+		newEndpointsCallCommand(s), newEndpointsKeysCommand(s))
 	cmd.Aliases = []string{"endpoint", "ep"}
 	bindConnFlags(root, s, cmd)
 	return []*cobra.Command{cmd}
 }
 
 // endpointID resolves an endpoint given by ID (ep-...) or by name among
-// the endpoints the caller sees (resolve).
+// the endpoints the caller sees (resolve); with an endpoint key, which may
+// not list them, the name goes to the server as it is.
 func (c *conn) endpointID(ctx context.Context, arg string) (string, error) {
+	if c.endpointKey {
+		return arg, nil
+	}
 	return c.resolve(ctx, endpointKind, arg)
 }
 

@@ -115,3 +115,31 @@ func (c *Client) EndpointRequest(ctx context.Context, ref, method, path string, 
 	}
 	return c.r.Send(req)
 }
+
+// CreateEndpointKey makes a key that calls endpoint ref only; the answer
+// carries its secret, shown this once (a retry with the same non-empty
+// idemKey answers the key without it).
+func (c *Client) CreateEndpointKey(ctx context.Context, ref string, req api.CreateEndpointKeyRequest, idemKey string) (*api.CreatedEndpointKey, error) {
+	var out api.CreatedEndpointKey
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("endpoints", ref, "keys"), Body: req, Header: idemHeader(idemKey), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// EndpointKeys lists endpoint ref's keys, revoked ones too when all is
+// set; never their secrets.
+func (c *Client) EndpointKeys(ctx context.Context, ref string, all bool) ([]*cloud.EndpointKey, error) {
+	var out api.ListEndpointKeysResponse
+	a := ""
+	if all {
+		a = "true"
+	}
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("endpoints", ref, "keys") + rest.Query("all", a), Out: &out})
+	return out.Keys, err
+}
+
+// RevokeEndpointKey revokes key id of endpoint ref.
+func (c *Client) RevokeEndpointKey(ctx context.Context, ref, id string) (*cloud.EndpointKey, error) {
+	var out cloud.EndpointKey
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "DELETE", Path: rest.PathOf("endpoints", ref, "keys", id), Out: &out})
+	return rest.NilOnErr(&out, err)
+}

@@ -28,6 +28,10 @@ const (
 	// RoleAgent is the role of an agent's credential: a token bound to one
 	// host (Token.HostID) that opens the agent routes for that host only.
 	RoleAgent Role = "agent"
+	// RoleInvoke is the role of an endpoint key (EndpointKey): it calls
+	// one endpoint's invoke routes (run, runsync, status, cancel, the
+	// HTTP mode) and nothing else.
+	RoleInvoke Role = "invoke"
 )
 
 // Tenant is an account that rents capacity and receives invoices.

@@ -180,6 +180,10 @@ type Job struct {
 	// ExpiresAt is when a finished job is removed (its retention).
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
+	// KeyID is the endpoint key that submitted the job; empty when a
+	// user's token did.
+	KeyID string `json:"key_id,omitempty"`
+
 	Version        int64  `json:"version"`
 	IdempotencyKey string `json:"-"`
 }
@@ -215,8 +219,11 @@ const (
 	EventEndpointScaling EventKind = "endpoint.scaling"
 )
 
-// EndpointTx is the store's part for endpoints and their jobs.
+// EndpointTx is the store's part for endpoints, their jobs and their
+// keys.
 type EndpointTx interface {
+	EndpointKeyTx
+
 	// CreateEndpoint inserts an endpoint; Conflict if the tenant has a
 	// live endpoint of that name, or the idempotency key was used (the
 	// first endpoint is then copied into e).
@@ -249,6 +256,9 @@ type EndpointTx interface {
 	// CountJobs counts the queued and running jobs of each endpoint given
 	// (every endpoint with any when none).
 	CountJobs(ctx context.Context, endpointIDs ...string) (map[string]JobCounts, error)
+	// ListJobs lists an endpoint's latest jobs, newest first, at most
+	// limit.
+	ListJobs(ctx context.Context, endpointID string, limit int) ([]*Job, error)
 	// DeleteExpiredJobs removes finished jobs whose ExpiresAt is before
 	// now, at most limit, and answers how many.
 	DeleteExpiredJobs(ctx context.Context, now time.Time, limit int) (int64, error)

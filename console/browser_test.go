@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
 	"github.com/gpucloud/gpucloud/testkit"
@@ -115,5 +117,67 @@ func TestLayoutInBrowser(t *testing.T) {
 	}
 	if h := eval("page height", `document.documentElement.scrollHeight`); h > 2000 {
 		t.Errorf("the spot page of 24 pools is %d px tall, want two screens (2,000 px) at most", h)
+	}
+}
+
+// TestEndpointKeyInBrowser walks, in Chromium, from the endpoints' list
+// to an endpoint's page, makes a key with its form, reads the secret the
+// page shows once, calls the endpoint with it, and sees the key listed
+// and its secret gone after a reload.
+func TestEndpointKeyInBrowser(t *testing.T) {
+	bin := chromium(t)
+	w := newWorld(t, sqliteStore(t))
+	ctx := context.Background()
+	ep, err := w.acme.Client.CreateEndpoint(ctx, api.CreateEndpointRequest{Name: "echo",
+		EndpointSpec: cloud.EndpointSpec{Image: "ghcr.io/acme/echo:1", Offerings: []string{"l4.1x"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1000, 1000), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancel()
+	b, cancel2 := chromedp.NewContext(actx)
+	defer cancel2()
+	b, cancel3 := context.WithTimeout(b, 90*time.Second)
+	defer cancel3()
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(b, steps...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	text := func(what, sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(b, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+		return v
+	}
+	do("log in", chromedp.Navigate(w.URL+"/login"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), w.acme.Token), chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS(`nav[aria-label="Main"]`)))
+	do("the endpoints' list", chromedp.Click(chromedp.CSS(`nav a[href="/endpoints"]`)), chromedp.WaitVisible(chromedp.CSS("#endpoints")))
+	if row := text("the list", "#endpoints"); !strings.Contains(row, "echo") || !strings.Contains(row, "queue") {
+		t.Errorf("the endpoints' list: %q", row)
+	}
+	do("the endpoint's page", chromedp.Click(chromedp.CSS(`#endpoints a[href="/endpoints/`+ep.ID+`"]`)), chromedp.WaitVisible(chromedp.CSS("#create-key")))
+	do("make a key", chromedp.SendKeys(chromedp.CSS("#key-name"), "web-app"), chromedp.Click(chromedp.CSS("#create-key button")),
+		chromedp.WaitVisible(chromedp.CSS("#new-key-secret")))
+	secret := text("the secret", "#new-key-secret")
+	if !strings.HasPrefix(secret, "gpc_ek-") {
+		t.Fatalf("the page shows %q as the key's secret", secret)
+	}
+	j, err := w.Client(secret).RunJob(ctx, "echo", nil, "")
+	if err != nil || j.KeyID == "" {
+		t.Fatalf("the key from the browser runs no job: %+v %v", j, err)
+	}
+	do("reload", chromedp.Navigate(w.URL+"/endpoints/"+ep.ID), chromedp.WaitVisible(chromedp.CSS("#key-list")))
+	if keys := text("the keys", "#key-list"); !strings.Contains(keys, j.KeyID) || !strings.Contains(keys, "web-app") {
+		t.Errorf("the key list after a reload: %q", keys)
+	}
+	if page := text("the page", "#main"); strings.Contains(page, secret) || !strings.Contains(page, j.ID) {
+		t.Errorf("after a reload the page shows the secret, or not the key's job")
 	}
 }

@@ -68,6 +68,11 @@ type Options struct {
 	// console the API's exec relay. Without it the page offers no
 	// terminal, and says so.
 	Terminals Terminals
+	// Endpoints adds what the server's endpoint gateway knows (workers'
+	// readiness, latency) to the endpoints' pages: the server hands the
+	// console its gateway. Without it the pages show the store's view
+	// alone.
+	Endpoints EndpointStats
 	// SpotClearInterval is how often the spot market clears prices (the
 	// market controller's interval), which the spot page states. Zero:
 	// the page does not say how often.
@@ -112,6 +117,8 @@ type Console struct {
 	terms Terminals
 	// clearEvery is Options.SpotClearInterval.
 	clearEvery time.Duration
+	// stats is Options.Endpoints, nil for none.
+	stats EndpointStats
 }
 
 // New returns the console over the services svc, which hold the store,
@@ -122,7 +129,7 @@ func New(svc *service.Services, opts Options) *Console {
 	}
 	c := &Console{
 		svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger, mux: http.NewServeMux(), limits: opts.Limiter, terms: opts.Terminals,
-		clearEvery: opts.SpotClearInterval,
+		clearEvery: opts.SpotClearInterval, stats: opts.Endpoints,
 	}
 	c.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
@@ -147,6 +154,10 @@ func New(svc *service.Services, opts Options) *Console {
 	c.mux.HandleFunc("GET /billing/meter", c.authed(c.meter))
 	c.mux.HandleFunc("GET /groups", c.authed(c.groupsPage))
 	c.mux.HandleFunc("GET /groups/{id}", c.authed(c.groupPage))
+	c.mux.HandleFunc("GET /endpoints", c.authed(c.endpointsPage))
+	c.mux.HandleFunc("GET /endpoints/{id}", c.authed(c.endpointPage))
+	c.mux.HandleFunc("POST /endpoints/{id}/keys", c.authed(c.createEndpointKey))
+	c.mux.HandleFunc("POST /endpoints/{id}/keys/{key}/revoke", c.authed(c.revokeEndpointKey))
 	c.mux.HandleFunc("GET /stacks", c.authed(c.stacksPage))
 	c.mux.HandleFunc("POST /stacks/plan", c.authed(c.planStack))
 	c.mux.HandleFunc("GET /stacks/{name}", c.authed(c.stackPage))

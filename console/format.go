@@ -157,6 +157,15 @@ func lastDecision(ds []cloud.GroupDecision) *cloud.GroupDecision {
 	return &ds[len(ds)-1]
 }
 
+// newestFirstOf is a list kept oldest first, newest first.
+func newestFirstOf[T any](xs []T) []T {
+	out := make([]T, len(xs))
+	for i, x := range xs {
+		out[len(xs)-1-i] = x
+	}
+	return out
+}
+
 // newestFirst is a group's decisions, newest first.
 func newestFirst(ds []cloud.GroupDecision) []cloud.GroupDecision {
 	out := make([]cloud.GroupDecision, len(ds))

@@ -16,7 +16,7 @@ import (
 )
 
 // pages are the templates that render a whole page inside the layout.
-var pages = []string{"login", "error", "instances", "instance", "launch", "fleet", "spot", "billing", "groups", "group", "stacks", "stack"}
+var pages = []string{"login", "error", "instances", "instance", "launch", "fleet", "spot", "billing", "groups", "group", "stacks", "stack", "endpoints", "endpoint"}
 
 // parseTemplates parses the layout with each page. A template error is a
 // build defect: the console's tests parse every page.
@@ -44,6 +44,7 @@ var funcs = template.FuncMap{
 	"tenantText":   tenantText,
 	"lastDecision": lastDecision,
 	"newestFirst":  newestFirst,
+	"newestStarts": newestFirstOf[cloud.ColdStart],
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"
@@ -60,6 +61,13 @@ var funcs = template.FuncMap{
 	},
 	"bp":   func(bp int64) string { return fmt.Sprintf("%d.%02d%%", bp/100, bp%100) },
 	"join": strings.Join,
+	// latency is a latency in milliseconds over n samples: "—" for none.
+	"latency": func(n int, ms float64) string {
+		if n == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f ms", ms)
+	},
 	"hosts": func(n int) string {
 		if n == 1 {
 			return "1 host"

@@ -462,7 +462,11 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	if clear <= 0 {
 		clear = controller.DefaultClearInterval
 	}
-	root.Handle("/", console.New(s.Services, console.Options{Logger: cfg.Log, Limiter: limiter, Terminals: exec, SpotClearInterval: clear}))
+	copts := console.Options{Logger: cfg.Log, Limiter: limiter, Terminals: exec, SpotClearInterval: clear}
+	if s.Gateway != nil {
+		copts.Endpoints = s.Gateway
+	}
+	root.Handle("/", console.New(s.Services, copts))
 	return root
 }
 

@@ -87,8 +87,9 @@ type handlers struct {
 	now func() time.Time
 	log *slog.Logger
 	mux *http.ServeMux
-	// tokens caches token lookups for a short time.
-	tokens *tokenCache
+	// tokens caches token lookups for a short time, keys endpoint keys'
+	// (DefaultKeyCacheTTL).
+	tokens, keys *tokenCache
 	// limits applies the request limits.
 	limits *limiter
 	// metrics serves GET /metrics (Options.Metrics).
@@ -126,6 +127,11 @@ const (
 	// agentOnly routes need an agent credential, bound to a host; the
 	// handler acts on that host only.
 	agentOnly
+	// invoke routes are an endpoint's calls (run, runsync, status,
+	// cancel, the HTTP mode): a user's token, or an endpoint key of that
+	// endpoint (the handler answers another endpoint not_found). An
+	// endpoint key opens no other route.
+	invoke
 )
 
 // handlerFunc is a route's handler. It returns an error instead of writing
@@ -238,16 +244,19 @@ var routeTable = []route{
 	{"GET", "/v1/endpoints/{id}", authed, (*handlers).getEndpoint},
 	{"PATCH", "/v1/endpoints/{id}", authed, (*handlers).updateEndpoint},
 	{"DELETE", "/v1/endpoints/{id}", authed, (*handlers).deleteEndpoint},
-	{"POST", "/v1/endpoints/{id}/run", authed, (*handlers).runJob},
-	{"POST", "/v1/endpoints/{id}/runsync", authed, (*handlers).runJobSync},
-	{"GET", "/v1/endpoints/{id}/status/{job}", authed, (*handlers).jobStatus},
-	{"POST", "/v1/endpoints/{id}/cancel/{job}", authed, (*handlers).cancelJob},
-	{"GET", endpointHTTPPath, authed, (*handlers).endpointHTTP},
-	{"POST", endpointHTTPPath, authed, (*handlers).endpointHTTP},
-	{"PUT", endpointHTTPPath, authed, (*handlers).endpointHTTP},
-	{"PATCH", endpointHTTPPath, authed, (*handlers).endpointHTTP},
-	{"DELETE", endpointHTTPPath, authed, (*handlers).endpointHTTP},
-	{"OPTIONS", endpointHTTPPath, authed, (*handlers).endpointHTTP},
+	{"POST", "/v1/endpoints/{id}/run", invoke, (*handlers).runJob},
+	{"POST", "/v1/endpoints/{id}/runsync", invoke, (*handlers).runJobSync},
+	{"GET", "/v1/endpoints/{id}/status/{job}", invoke, (*handlers).jobStatus},
+	{"POST", "/v1/endpoints/{id}/cancel/{job}", invoke, (*handlers).cancelJob},
+	{"POST", "/v1/endpoints/{id}/keys", authed, (*handlers).createEndpointKey},
+	{"GET", "/v1/endpoints/{id}/keys", authed, (*handlers).listEndpointKeys},
+	{"DELETE", "/v1/endpoints/{id}/keys/{key}", authed, (*handlers).revokeEndpointKey},
+	{"GET", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
+	{"POST", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
+	{"PUT", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
+	{"PATCH", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
+	{"DELETE", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
+	{"OPTIONS", endpointHTTPPath, invoke, (*handlers).endpointHTTP},
 	{"POST", "/v1/groups", authed, (*handlers).createGroup},
 	{"GET", "/v1/groups", authed, (*handlers).listGroups},
 	{"GET", "/v1/groups/{id}", authed, (*handlers).getGroup},
@@ -301,7 +310,7 @@ func New(svc *service.Services, opts Options) http.Handler {
 		ttl = DefaultTokenCacheTTL
 	}
 	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
-		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), metrics: opts.Metrics,
+		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), keys: newTokenCache(keyCacheTTL(ttl)), metrics: opts.Metrics,
 		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay, gateway: opts.Gateway}
 	if s.hub == nil {
 		s.hub = relay.NewHub()
@@ -368,6 +377,12 @@ func (s *handlers) wrap(rt route) http.Handler {
 	})
 }
 
+// keyCacheTTL is the endpoint keys' cache time for a token cache time
+// ttl: DefaultKeyCacheTTL, or ttl when shorter (negative: no cache).
+func keyCacheTTL(ttl time.Duration) time.Duration {
+	return min(ttl, DefaultKeyCacheTTL)
+}
+
 // allowed checks the principal's role against the route's access.
 func allowed(rt route, p principal) error {
 	deny := func(msg string) error {
@@ -377,7 +392,11 @@ func allowed(rt route, p principal) error {
 	switch rt.access {
 	case authed:
 		if !p.admin() && p.Role != cloud.RoleMember {
-			return deny("is for users' tokens; agent and join tokens open only the /v1/agent routes")
+			return deny("is for users' tokens; agent and join tokens open only the /v1/agent routes, endpoint keys only their endpoint's calls")
+		}
+	case invoke:
+		if !p.admin() && p.Role != cloud.RoleMember && p.Role != cloud.RoleInvoke {
+			return deny("is for users' tokens and endpoint keys")
 		}
 	case adminOnly:
 		if !p.admin() {

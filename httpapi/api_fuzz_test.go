@@ -236,6 +236,8 @@ var apiFuzzRoutes = []bodyRoute{
 		seeds: []string{`{"input":{"prompt":"hi"}}`, `{}`, `{"input":[1,2,3]}`, `{"input":null}`}},
 	{method: "POST", path: "/v1/endpoints/{id}/runsync", newReq: newOf[api.RunJobRequest](),
 		seeds: []string{`{"input":{"prompt":"hi"}}`, `{"input":"x"}`}},
+	{method: "POST", path: "/v1/endpoints/{id}/keys", newReq: newOf[api.CreateEndpointKeyRequest](),
+		seeds: []string{`{"name":"app"}`, `{"name":"app","rate":10,"burst":20}`, `{"name":""}`, `{"name":"x","rate":0,"burst":-1}`, `{"name":"x","rate":1001}`}},
 }
 
 // fuzzEndpointBody is a valid endpoint request of most fields.

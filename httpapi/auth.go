@@ -26,6 +26,11 @@ type principal struct {
 	TokenID  string
 	// HostID is the host an agent credential speaks for.
 	HostID string
+	// EndpointID, KeyRate and KeyBurst are an endpoint key's (role
+	// invoke, TokenID its key ID): the one endpoint it calls, and its
+	// request limit.
+	EndpointID        string
+	KeyRate, KeyBurst int
 }
 
 func (p principal) admin() bool { return p.Role == cloud.RoleAdmin }
@@ -35,7 +40,17 @@ func (p principal) actor() service.Actor {
 	if p.Role == cloud.RoleAgent {
 		return service.AgentActor(p.HostID)
 	}
+	if p.Role == cloud.RoleInvoke {
+		return service.Actor{ID: p.TokenID, TenantID: p.TenantID, Role: p.Role, EndpointID: p.EndpointID}
+	}
 	return service.Actor{ID: p.UserID, TenantID: p.TenantID, Role: p.Role, HostID: p.HostID}
+}
+
+// calls reports whether p may call endpoint e's invoke routes as far as
+// its credential goes: an endpoint key calls its own endpoint only (the
+// services check the tenant).
+func (p principal) calls(e *cloud.Endpoint) bool {
+	return p.Role != cloud.RoleInvoke || e.ID == p.EndpointID
 }
 
 // unauthenticated is the one answer to a missing, malformed, unknown,
@@ -100,7 +115,7 @@ func (s *handlers) checkToken(r *http.Request, tok string) (principal, error) {
 		// Not a token at all: refused before any hashing.
 		return principal{}, s.authFailed(r, unauthenticated("invalid, revoked or expired token"))
 	}
-	if p, ok := s.tokens.get(tok, s.now()); ok {
+	if p, ok := s.cacheOf(tok).get(tok, s.now()); ok {
 		return p, nil
 	}
 	addr, now := s.limits.sourceAddress(r), s.limits.now()
@@ -130,10 +145,39 @@ func (s *handlers) authFailed(r *http.Request, err error) error {
 	return err
 }
 
-// lookupToken finds the principal of a token string.
+// DefaultKeyCacheTTL is how long a server trusts an endpoint key it
+// looked up (at most a second: a revocation made through another replica
+// takes effect within it; one made through this server, at once). A key
+// costs one store transaction per second per replica, not one per
+// request.
+const DefaultKeyCacheTTL = time.Second
+
+// cacheOf is the cache of tok's lookups: endpoint keys' or tokens'.
+func (s *handlers) cacheOf(tok string) *tokenCache {
+	if service.IsEndpointKey(tok) {
+		return s.keys
+	}
+	return s.tokens
+}
+
+// lookupToken finds the principal of a token string: a user's, join or
+// agent token, or an endpoint key.
 func (s *handlers) lookupToken(ctx context.Context, tok string) (principal, error) {
 	if !strings.HasPrefix(tok, service.SecretPrefix) || len(tok) > maxTokenLen {
 		return principal{}, unauthenticated("invalid, revoked or expired token")
+	}
+	if service.IsEndpointKey(tok) {
+		return s.keys.lookup(ctx, tok, s.now, func(ctx context.Context) (principal, *time.Time, error) {
+			k, err := s.svc.Endpoints.KeyOf(ctx, tok)
+			if cloud.IsNotFound(err) {
+				return principal{}, nil, unauthenticated("invalid, revoked or expired token")
+			}
+			if err != nil {
+				return principal{}, nil, err
+			}
+			return principal{TenantID: k.TenantID, Role: cloud.RoleInvoke, TokenID: k.ID, EndpointID: k.EndpointID,
+				KeyRate: k.Rate, KeyBurst: k.Burst}, nil, nil
+		})
 	}
 	return s.tokens.lookup(ctx, tok, s.now, func(ctx context.Context) (principal, *time.Time, error) {
 		t, err := s.svc.Accounts.TokenOf(ctx, tok)

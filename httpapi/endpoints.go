@@ -187,6 +187,9 @@ func (s *handlers) endpointHTTP(w http.ResponseWriter, r *http.Request, p princi
 	ok := false
 	if s.gateway != nil {
 		e, ok = s.gateway.Endpoint(p.actor(), ref)
+		// An endpoint key's other endpoint is looked up by the service,
+		// which answers it not_found.
+		ok = ok && p.calls(e)
 	}
 	if !ok {
 		var err error
@@ -217,4 +220,42 @@ func (s *handlers) endpointHTTP(w http.ResponseWriter, r *http.Request, p princi
 			Details: map[string]any{"retry_after_seconds": busy.RetryAfter}}}
 	}
 	return err
+}
+
+// Endpoint keys (docs/ENDPOINTS.md, "Endpoint keys").
+
+func (s *handlers) createEndpointKey(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req api.CreateEndpointKeyRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	ref := r.PathValue("id")
+	out, created, err := s.svc.Endpoints.CreateKey(r.Context(), p.actor(), ref, req, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	writeCreated(w, created, "/v1/endpoints/"+out.Key.EndpointID+"/keys/"+out.Key.ID, out)
+	return nil
+}
+
+func (s *handlers) listEndpointKeys(w http.ResponseWriter, r *http.Request, p principal) error {
+	all := r.URL.Query().Get("all") == "true" || r.URL.Query().Get("all") == "1"
+	ks, err := s.svc.Endpoints.Keys(r.Context(), p.actor(), r.PathValue("id"), all)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.ListEndpointKeysResponse{Keys: ks})
+	return nil
+}
+
+// revokeEndpointKey revokes a key: this server forgets the keys it
+// trusted at once; another replica within its key cache time (a second).
+func (s *handlers) revokeEndpointKey(w http.ResponseWriter, r *http.Request, p principal) error {
+	k, err := s.svc.Endpoints.RevokeKey(r.Context(), p.actor(), r.PathValue("id"), r.PathValue("key"))
+	if err != nil {
+		return err
+	}
+	s.keys.clear()
+	writeJSON(w, http.StatusOK, k)
+	return nil
 }

@@ -61,6 +61,10 @@ func TestOpenAPIEndpoints(t *testing.T) {
 		{"CreateEndpointRequest", reflect.TypeFor[api.CreateEndpointRequest]()},
 		{"UpdateEndpointRequest", reflect.TypeFor[api.UpdateEndpointRequest]()},
 		{"RunJobRequest", reflect.TypeFor[api.RunJobRequest]()},
+		{"EndpointKey", reflect.TypeFor[cloud.EndpointKey]()},
+		{"CreateEndpointKeyRequest", reflect.TypeFor[api.CreateEndpointKeyRequest]()},
+		{"CreatedEndpointKey", reflect.TypeFor[api.CreatedEndpointKey]()},
+		{"EndpointKeyList", reflect.TypeFor[api.ListEndpointKeysResponse]()},
 	} {
 		var s struct {
 			Properties map[string]json.RawMessage `json:"properties"`
@@ -93,6 +97,7 @@ func TestOpenAPIEndpoints(t *testing.T) {
 		{"post", "/v1/endpoints", "Idempotency-Key"},
 		{"post", "/v1/endpoints/{id}/run", "Idempotency-Key"},
 		{"post", "/v1/endpoints/{id}/runsync", "Idempotency-Key"},
+		{"post", "/v1/endpoints/{id}/keys", "Idempotency-Key"},
 		{"patch", "/v1/endpoints/{id}", "If-Match"},
 	} {
 		if !header(doc.Paths[c.path][c.method], c.header) {

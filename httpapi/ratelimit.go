@@ -453,6 +453,8 @@ func (l *limiter) limitOf(ctx context.Context, p principal, rt route, now time.T
 			return "l:" + p.TokenID, l.cfg.AgentLiveness, "the heartbeats and assignment polls of host " + p.HostID
 		}
 		return "t:" + p.TokenID, l.cfg.Agent, "the agent credential of host " + p.HostID + " (beyond its heartbeats and assignment polls)"
+	case cloud.RoleInvoke:
+		return "k:" + p.TokenID, Limit{Rate: float64(p.KeyRate), Burst: p.KeyBurst}, "endpoint key " + p.TokenID
 	case cloud.RoleAdmin, cloud.RoleMember:
 		if invokeRoutes[rt.Method+" "+rt.Path] {
 			return "e:" + p.TokenID, l.cfg.Invoke, "token " + p.TokenID + "'s calls to endpoints"

@@ -227,6 +227,8 @@ func TestLimitOf(t *testing.T) {
 		{"an HTTP-mode request: the invoke bucket", member("tn-plain"), route{Method: "PUT", Path: endpointHTTPPath}, "e:tk-1", d.Invoke, 0},
 		{"creating an endpoint: the member's bucket", member("tn-plain"), route{Method: "POST", Path: "/v1/endpoints"}, "u:u-1", d.Member, 1},
 		{"an agent on an endpoint route: the agent bucket", agent, route{Method: "POST", Path: "/v1/endpoints/{id}/run"}, "t:tk-a", d.Agent, 0},
+		{"an endpoint key: its own bucket at its own rate, whatever the tenant's", principal{TenantID: "tn-fast", Role: cloud.RoleInvoke, TokenID: "ek-1",
+			EndpointID: "ep-1", KeyRate: 7, KeyBurst: 9}, route{Method: "POST", Path: "/v1/endpoints/{id}/run"}, "k:ek-1", Limit{Rate: 7, Burst: 9}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clear(lookups)

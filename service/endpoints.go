@@ -163,6 +163,9 @@ func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 // min at its next tick); key makes a retry answer the first endpoint, and
 // a reused key with another request is a conflict naming the fields.
 func (s *Endpoints) Create(ctx context.Context, a Actor, req api.CreateEndpointRequest, key string) (out *cloud.Endpoint, created bool, err error) {
+	if err := endpointUsers(a, "making endpoints"); err != nil {
+		return nil, false, err
+	}
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -309,11 +312,15 @@ func lookupEndpoint(ctx context.Context, tx cloud.Tx, a Actor, ref string) (*clo
 	if ref == "" {
 		return nil, Field("endpoint", "is required: an endpoint's name or ID")
 	}
+	var e *cloud.Endpoint
+	var err error
 	if strings.HasPrefix(ref, EndpointPrefix) {
-		return Visible(ctx, a, "endpoint", ref, tx.GetEndpoint)
+		e, err = Visible(ctx, a, "endpoint", ref, tx.GetEndpoint)
+	} else if e, err = tx.EndpointByName(ctx, a.TenantID, ref); cloud.IsNotFound(err) {
+		err = NotFound("endpoint", ref)
 	}
-	e, err := tx.EndpointByName(ctx, a.TenantID, ref)
-	if cloud.IsNotFound(err) {
+	if err == nil && a.Role == cloud.RoleInvoke && e.ID != a.EndpointID {
+		// An endpoint key sees its own endpoint only.
 		return nil, NotFound("endpoint", ref)
 	}
 	return e, err
@@ -334,6 +341,9 @@ func (s *Endpoints) Get(ctx context.Context, a Actor, ref string) (*cloud.Endpoi
 // tenant's, or every tenant's when tenant is empty), deleted ones only
 // when all is set.
 func (s *Endpoints) List(ctx context.Context, a Actor, tenant string, all bool) ([]*cloud.Endpoint, error) {
+	if err := endpointUsers(a, "listing endpoints"); err != nil {
+		return nil, err
+	}
 	var out []*cloud.Endpoint
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		t, err := Scope(ctx, tx, a, tenant, "")
@@ -355,6 +365,9 @@ func (s *Endpoints) List(ctx context.Context, a Actor, tenant string, all bool) 
 // controller rolls the workers over to. ifMatch, when not zero, must be
 // the endpoint's version.
 func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.UpdateEndpointRequest, ifMatch int64) (*cloud.Endpoint, error) {
+	if err := endpointUsers(a, "changing endpoints"); err != nil {
+		return nil, err
+	}
 	var out *cloud.Endpoint
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		e, err := lookupEndpoint(ctx, tx, a, ref)
@@ -442,6 +455,9 @@ func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.Updat
 // Delete marks an endpoint deleting: the controller terminates its
 // workers, then marks it deleted. Its waiting jobs are cancelled.
 func (s *Endpoints) Delete(ctx context.Context, a Actor, ref string) (*cloud.Endpoint, error) {
+	if err := endpointUsers(a, "deleting endpoints"); err != nil {
+		return nil, err
+	}
 	var out *cloud.Endpoint
 	err := s.tx(ctx, func(tx cloud.Tx) error {
 		e, err := lookupEndpoint(ctx, tx, a, ref)
@@ -472,6 +488,9 @@ func (s *Endpoints) Delete(ctx context.Context, a Actor, ref string) (*cloud.End
 // counts and its cost this month so far (EndpointCost); the gateway adds
 // what only it knows (readiness, load, latency).
 func (s *Endpoints) Describe(ctx context.Context, a Actor, ref string) (*api.EndpointDetail, error) {
+	if err := endpointUsers(a, "describing endpoints"); err != nil {
+		return nil, err
+	}
 	var out *api.EndpointDetail
 	now := s.now()
 	err := s.tx(ctx, func(tx cloud.Tx) error {

@@ -53,6 +53,9 @@ func (s *Endpoints) Submit(ctx context.Context, a Actor, ref string, input json.
 		now := s.now()
 		j := &cloud.Job{ID: NewID(JobPrefix), TenantID: e.TenantID, EndpointID: e.ID, State: cloud.JobQueued, Input: input,
 			MaxAttempts: e.Spec.Retries + 1, CreatedAt: now, IdempotencyKey: key}
+		if a.Role == cloud.RoleInvoke {
+			j.KeyID = a.ID
+		}
 		id := j.ID
 		if err := tx.CreateJob(ctx, j); err != nil {
 			if key != "" && cloud.IsConflict(err) && j.ID != id {

@@ -43,6 +43,9 @@ type Actor struct {
 	Role     cloud.Role
 	// HostID is the host an agent speaks for.
 	HostID string
+	// EndpointID is the one endpoint an endpoint key's actor (role
+	// invoke) may call; it sees no other.
+	EndpointID string
 }
 
 // Admin reports whether the actor operates the cloud.

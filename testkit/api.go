@@ -109,8 +109,9 @@ type Rows struct {
 	// security groups; NetworkVersions sums their versions.
 	Networks, Subnets, SecurityGroups int
 	NetworkVersions                   int64
-	// Keys counts SSH public keys.
-	Keys int
+	// Keys counts SSH public keys; EndpointKeys counts endpoint keys, a
+	// revoked one as 1001.
+	Keys, EndpointKeys int
 }
 
 // CountRows takes the snapshot of st, in one transaction.
@@ -194,7 +195,17 @@ func countAccounts(ctx context.Context, tx cloud.Tx, c *Rows) error {
 		}
 	}
 	ks, err := tx.ListKeys(ctx, "")
+	if err != nil {
+		return err
+	}
 	c.Keys = len(ks)
+	eks, err := tx.ListEndpointKeys(ctx, "", "", true)
+	for _, k := range eks {
+		c.EndpointKeys++
+		if k.RevokedAt != nil {
+			c.EndpointKeys += 1000
+		}
+	}
 	return err
 }
 

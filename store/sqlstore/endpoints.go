@@ -220,13 +220,13 @@ func (t *tx) UpdateEndpoint(ctx context.Context, e *cloud.Endpoint) error {
 // ---- jobs ----
 
 const jobCols = "id, tenant_id, endpoint_id, state, input, output, error, attempts, max_attempts, worker," +
-	" lease_owner, lease_until, created_at, started_at, finished_at, expires_at, version, idempotency_key"
+	" lease_owner, lease_until, created_at, started_at, finished_at, expires_at, version, idempotency_key, key_id"
 
 func scanJob(sc scanner) (*cloud.Job, error) {
 	var j cloud.Job
 	err := sc.Scan(&j.ID, &j.TenantID, &j.EndpointID, &j.State, rawCol{&j.Input}, rawCol{&j.Output}, &j.Error,
 		&j.Attempts, &j.MaxAttempts, &j.Worker, &j.LeaseOwner, timeCol{&j.LeaseUntil}, timeCol{&j.CreatedAt},
-		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.FinishedAt}, nullTimeCol{&j.ExpiresAt}, &j.Version, &j.IdempotencyKey)
+		nullTimeCol{&j.StartedAt}, nullTimeCol{&j.FinishedAt}, nullTimeCol{&j.ExpiresAt}, &j.Version, &j.IdempotencyKey, &j.KeyID)
 	return &j, err
 }
 
@@ -302,10 +302,10 @@ func (t *tx) CreateJob(ctx context.Context, j *cloud.Job) error {
 	normJobTimes(j)
 	d := &t.s.d
 	n, err := t.execN(ctx, "create job "+j.ID,
-		"INSERT INTO endpoint_jobs ("+jobCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) ON CONFLICT DO NOTHING",
+		"INSERT INTO endpoint_jobs ("+jobCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT DO NOTHING",
 		j.ID, j.TenantID, j.EndpointID, string(j.State), in, out, j.Error, j.Attempts, j.MaxAttempts, j.Worker,
 		j.LeaseOwner, d.timeArg(j.LeaseUntil), d.timeArg(j.CreatedAt), d.nullTimeArg(j.StartedAt),
-		d.nullTimeArg(j.FinishedAt), d.nullTimeArg(j.ExpiresAt), j.IdempotencyKey)
+		d.nullTimeArg(j.FinishedAt), d.nullTimeArg(j.ExpiresAt), j.IdempotencyKey, j.KeyID)
 	if err != nil {
 		return err
 	}
@@ -327,7 +327,8 @@ func (t *tx) GetJob(ctx context.Context, id string) (*cloud.Job, error) {
 }
 
 // UpdateJob writes everything but the fields fixed at creation (ID,
-// TenantID, EndpointID, Input, MaxAttempts, CreatedAt, IdempotencyKey).
+// TenantID, EndpointID, Input, MaxAttempts, CreatedAt, IdempotencyKey,
+// KeyID).
 func (t *tx) UpdateJob(ctx context.Context, j *cloud.Job) error {
 	if err := validJob(j); err != nil {
 		return err
@@ -422,6 +423,15 @@ func (t *tx) CountJobs(ctx context.Context, endpointIDs ...string) (map[string]c
 		out[r.id] = c
 	}
 	return out, nil
+}
+
+func (t *tx) ListJobs(ctx context.Context, endpointID string, limit int) ([]*cloud.Job, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	return list(ctx, t, "list jobs",
+		"SELECT "+jobCols+" FROM endpoint_jobs WHERE endpoint_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+		[]any{endpointID, limit}, scanJob)
 }
 
 func (t *tx) DeleteExpiredJobs(ctx context.Context, now time.Time, limit int) (int64, error) {
