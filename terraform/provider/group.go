@@ -143,7 +143,7 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 	}
 	resp.Schema = schema.Schema{
 		Description: "An autoscaling group (gpucloud groups) of instances launched from a template, kept between min and max by its policies. " +
-			"Size, policies, template, spot mix and budget change in place with the group's version as If-Match: a change made since Terraform read the group is a conflict (apply again), not an overwrite. " +
+			"Size, policies, template, spot mix, timing, idle release and budget change in place with the group's version as If-Match: a change made since Terraform read the group is a conflict (apply again), not an overwrite. " +
 			"A template change applies to new launches only.",
 		Attributes: map[string]schema.Attribute{
 			"id":   idAttribute(),
@@ -219,7 +219,7 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Description: "The group's timing; an attribute left out (or the block) is the server's default.",
 				Attributes: map[string]schema.Attribute{
 					"cooldown_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
-						Description: "The wait after a step or scheduled scaling action before the next (default 300); a step policy's cooldown_seconds overrides it."},
+						Description: "The wait after a scaling action before a step policy acts again (default 300); a step policy's own cooldown_seconds overrides it."},
 					"warmup_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
 						Description: "How long a new member stays out of the metrics after it runs (default 300)."},
 					"stabilization_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
@@ -231,13 +231,16 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"idle_release": schema.SingleNestedBlock{
 				Description: "Release members whose GPU utilization stays under threshold for idle_seconds (unless locked or protected), down to min. Absent: no idle release.",
 				Attributes: map[string]schema.Attribute{
+					// Optional in the schema: the framework would require
+					// them with the block absent too. ValidateConfig
+					// requires them in the block.
 					"threshold": schema.Float64Attribute{Optional: true, Validators: []validator.Float64{float64validator.Between(0, 1)},
 						Description: "The GPU utilization, strictly between 0 and 1, under which a member is idle. Required in the block."},
 					"idle_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
-						Description: "How long a member must stay idle before it is released. Required in the block."},
+						Description: "How long, in seconds, a member must stay idle before it is released. Required in the block."},
 				},
 			},
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"timeouts": timeoutsBlock(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}, "How long create and update wait for the desired members to run (with wait_for_capacity), and destroy until every member is terminated."),
 		},
 	}
 }
@@ -245,7 +248,7 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 // ValidateConfig refuses at plan time what the API would refuse at
 // apply: the spot settings without spot = true (the API takes no split
 // for an all on-demand group), and an idle_release block without both of
-// its settings.
+// its settings or with a threshold of 0 or 1.
 func (r *groupResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var m groupModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
@@ -265,13 +268,15 @@ func (r *groupResource) ValidateConfig(ctx context.Context, req resource.Validat
 		set("capacity_rebalance", !m.Rebalance.IsNull() && !m.Rebalance.IsUnknown() && m.Rebalance.ValueBool())
 	}
 	if ir := m.IdleRelease; ir != nil {
+		at := path.Root("idle_release")
 		if ir.Threshold.IsNull() {
-			resp.Diagnostics.AddAttributeError(path.Root("idle_release").AtName("threshold"), "idle_release.threshold is missing", "idle_release needs a threshold (a GPU utilization between 0 and 1).")
+			resp.Diagnostics.AddAttributeError(at.AtName("threshold"), "idle_release.threshold is missing", "idle_release needs a threshold (a GPU utilization strictly between 0 and 1).")
 		} else if t := ir.Threshold.ValueFloat64(); !ir.Threshold.IsUnknown() && (t <= 0 || t >= 1) {
-			resp.Diagnostics.AddAttributeError(path.Root("idle_release").AtName("threshold"), "Invalid idle_release.threshold", fmt.Sprintf("%v is not strictly between 0 and 1.", t))
+			// The float validator's bounds are inclusive; the API's are not.
+			resp.Diagnostics.AddAttributeError(at.AtName("threshold"), "Invalid idle_release.threshold", fmt.Sprintf("%v is not strictly between 0 and 1.", t))
 		}
 		if ir.IdleSeconds.IsNull() {
-			resp.Diagnostics.AddAttributeError(path.Root("idle_release").AtName("idle_seconds"), "idle_release.idle_seconds is missing", "idle_release needs idle_seconds (how long a member stays idle before it is released).")
+			resp.Diagnostics.AddAttributeError(at.AtName("idle_seconds"), "idle_release.idle_seconds is missing", "idle_release needs idle_seconds (how long a member stays idle before it is released).")
 		}
 	}
 }

@@ -246,6 +246,7 @@ func TestGroupSettingsRefused(t *testing.T) {
 		{"max_spot_price_ratio 0", "spot = true\n  max_spot_price_ratio = 0", `(?s)max_spot_price_ratio.*between 1 and 100`},
 		{"on_demand_percent over 100", "spot = true\n  on_demand_percent = 101", `(?s)on_demand_percent.*between 0 and 100`},
 		{"idle_release without idle_seconds", "idle_release {\n    threshold = 0.1\n  }", `(?s)Error: idle_release.idle_seconds is missing.*idle_release \{`},
+		{"idle_release threshold 0", "idle_release {\n    threshold = 0\n    idle_seconds = 60\n  }", `(?s)Error: Invalid idle_release.threshold.*threshold = 0.*not strictly between 0 and 1`},
 		{"idle_release threshold 1", "idle_release {\n    threshold = 1\n    idle_seconds = 60\n  }", `(?s)Error: Invalid idle_release.threshold.*threshold = 1.*not strictly between 0 and 1`},
 		{"timing notice over an hour", "timing {\n    notice_seconds = 7200\n  }", `(?s)timing.notice_seconds.*between 1 and 3600`},
 	} {
