@@ -1,7 +1,7 @@
-data "gpucloud_offering" "l4" {
-  name = "l4.1x"
+data "gpucloud_offering" "l40s" {
+  name = "l40s.1x"
 }
 
-output "l4_memory_mib" {
-  value = data.gpucloud_offering.l4.memory_mib
+output "l40s_memory_mib" {
+  value = data.gpucloud_offering.l40s.memory_mib
 }

@@ -1,5 +1,5 @@
 resource "gpucloud_instance" "web" {
-  offering = "l4.1x"
+  offering = "l40s.1x"
   command  = ["python", "-m", "http.server", "80"]
 }
 

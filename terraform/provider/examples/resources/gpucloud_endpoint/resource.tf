@@ -2,7 +2,7 @@
 resource "gpucloud_endpoint" "embed" {
   name        = "embed"
   image       = "ghcr.io/example/embedder:1.4"
-  offerings   = ["l4.1x", "a10.1x"]
+  offerings   = ["l40s.1x", "h100.1x"]
   port        = 8080
   health_path = "/health"
   mode        = "queue"

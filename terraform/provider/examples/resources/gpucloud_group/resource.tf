@@ -2,7 +2,7 @@
 # rest mostly on spot, scaled on a custom queue metric.
 resource "gpucloud_group" "serve" {
   name            = "llm-serve"
-  offerings       = ["l4.1x", "a10.1x"]
+  offerings       = ["l40s.1x", "h100.1x"]
   image           = "python:3.12"
   command         = ["python", "-m", "http.server", "8000"]
   min             = 1

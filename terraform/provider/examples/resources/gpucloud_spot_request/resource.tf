@@ -16,7 +16,7 @@ resource "gpucloud_spot_request" "train" {
     zone     = data.gpucloud_spot_price.h100.zone
   }
   pool {
-    offering = "a100.1x"
+    offering = "l40s.1x"
   }
 
   wait_for_fulfillment = true
