@@ -100,8 +100,16 @@ gpucloud_need_tofu() {
 	local bin
 	bin="$(go env GOPATH)/bin"
 	if [ ! -x "$bin/tofu" ]; then
-		echo "tools.sh: installing OpenTofu v1.10.6 with go install (for terraform/provider's acceptance tests)"
-		go install github.com/opentofu/opentofu/cmd/tofu@v1.10.6 || return 1
+		# Not `go install ...@v1.10.6`: OpenTofu's go.mod has a replace
+		# directive, which go install refuses ("must not contain
+		# directives that would cause it to be interpreted differently");
+		# so the module is downloaded (through the module proxy) and
+		# built from its own directory, where the replace applies.
+		echo "tools.sh: building OpenTofu v1.10.6 from its Go module (for terraform/provider's acceptance tests; a few minutes)"
+		local src
+		src="$(go mod download -json github.com/opentofu/opentofu@v1.10.6 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')" || return 1
+		[ -n "$src" ] || return 1
+		(cd "$src" && GOFLAGS=-mod=mod go build -o "$bin/tofu" ./cmd/tofu) || return 1
 	fi
 	export PATH="$PATH:$bin"
 }

@@ -106,6 +106,9 @@ func run(m *testing.M) int {
 	}
 	os.Setenv("GPUCLOUD_CONFIG", filepath.Join(tmp, "no-config.yaml"))
 	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	for _, c := range []*cloudOnce{&shared, &containerCloud} {
 		if c.stop != nil {
 			c.stop()

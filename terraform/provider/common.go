@@ -138,7 +138,12 @@ func addAPIError(diags *diag.Diagnostics, at path.Path, summary string, err erro
 		detail = ce.Message + " (" + string(ce.Code) + ")"
 		if f, ok := ce.Details["field"].(string); ok {
 			if a, ok := fields[f]; ok {
-				at = path.Root(a)
+				// "block.attr" is an attribute of a single nested block.
+				parts := strings.Split(a, ".")
+				at = path.Root(parts[0])
+				for _, p := range parts[1:] {
+					at = at.AtName(p)
+				}
 			}
 		}
 		if d := formatDetails(ce.Details); d != "" {

@@ -155,7 +155,7 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"created_at": computedString("When the endpoint was created (RFC 3339)."),
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"timeouts": timeoutsBlock(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}, "How long create and update may take (they do not wait for workers), and how long destroy waits until the endpoint is deleted, every worker terminated."),
 		},
 	}
 }

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/float64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -35,8 +38,9 @@ import (
 type groupResource struct{ base }
 
 var (
-	_ resource.ResourceWithConfigure   = (*groupResource)(nil)
-	_ resource.ResourceWithImportState = (*groupResource)(nil)
+	_ resource.ResourceWithConfigure      = (*groupResource)(nil)
+	_ resource.ResourceWithImportState    = (*groupResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*groupResource)(nil)
 )
 
 func newGroupResource() resource.Resource { return &groupResource{} }
@@ -63,37 +67,61 @@ type policyModel struct {
 	Steps           []stepModel   `tfsdk:"step"`
 }
 
+// timingModel is the group's timing block; a null attribute is the
+// server's default (the API's 0).
+type timingModel struct {
+	CooldownSeconds      types.Int64 `tfsdk:"cooldown_seconds"`
+	WarmupSeconds        types.Int64 `tfsdk:"warmup_seconds"`
+	StabilizationSeconds types.Int64 `tfsdk:"stabilization_seconds"`
+	NoticeSeconds        types.Int64 `tfsdk:"notice_seconds"`
+}
+
+// idleReleaseModel is the group's idle_release block (absent: none).
+type idleReleaseModel struct {
+	Threshold   types.Float64 `tfsdk:"threshold"`
+	IdleSeconds types.Int64   `tfsdk:"idle_seconds"`
+}
+
 type groupModel struct {
-	ID               types.String   `tfsdk:"id"`
-	Name             types.String   `tfsdk:"name"`
-	Offerings        types.List     `tfsdk:"offerings"`
-	Image            types.String   `tfsdk:"image"`
-	Command          types.List     `tfsdk:"command"`
-	Env              types.Map      `tfsdk:"env"`
-	Zones            types.List     `tfsdk:"zones"`
-	Labels           types.List     `tfsdk:"labels"`
-	InstanceTags     types.Map      `tfsdk:"instance_tags"`
-	SubnetID         types.String   `tfsdk:"subnet_id"`
-	SecurityGroupIDs types.List     `tfsdk:"security_group_ids"`
-	VolumeGiB        types.Int64    `tfsdk:"volume_gib"`
-	Min              types.Int64    `tfsdk:"min"`
-	Max              types.Int64    `tfsdk:"max"`
-	Desired          types.Int64    `tfsdk:"desired"`
-	Spot             types.Bool     `tfsdk:"spot"`
-	OnDemandBase     types.Int64    `tfsdk:"on_demand_base"`
-	OnDemandPercent  types.Int64    `tfsdk:"on_demand_percent"`
-	BudgetPerHour    types.String   `tfsdk:"budget_per_hour"`
-	Tags             types.Map      `tfsdk:"tags"`
-	Policies         []policyModel  `tfsdk:"policy"`
-	WaitForCapacity  types.Bool     `tfsdk:"wait_for_capacity"`
-	State            types.String   `tfsdk:"state"`
-	Version          types.Int64    `tfsdk:"version"`
-	CreatedAt        types.String   `tfsdk:"created_at"`
-	Timeouts         timeouts.Value `tfsdk:"timeouts"`
+	ID               types.String      `tfsdk:"id"`
+	Name             types.String      `tfsdk:"name"`
+	Offerings        types.List        `tfsdk:"offerings"`
+	Image            types.String      `tfsdk:"image"`
+	Command          types.List        `tfsdk:"command"`
+	Env              types.Map         `tfsdk:"env"`
+	Zones            types.List        `tfsdk:"zones"`
+	Labels           types.List        `tfsdk:"labels"`
+	InstanceTags     types.Map         `tfsdk:"instance_tags"`
+	SubnetID         types.String      `tfsdk:"subnet_id"`
+	SecurityGroupIDs types.List        `tfsdk:"security_group_ids"`
+	VolumeGiB        types.Int64       `tfsdk:"volume_gib"`
+	Min              types.Int64       `tfsdk:"min"`
+	Max              types.Int64       `tfsdk:"max"`
+	Desired          types.Int64       `tfsdk:"desired"`
+	Spot             types.Bool        `tfsdk:"spot"`
+	OnDemandBase     types.Int64       `tfsdk:"on_demand_base"`
+	OnDemandPercent  types.Int64       `tfsdk:"on_demand_percent"`
+	MaxSpotRatio     types.Int64       `tfsdk:"max_spot_price_ratio"`
+	Rebalance        types.Bool        `tfsdk:"capacity_rebalance"`
+	Timing           *timingModel      `tfsdk:"timing"`
+	IdleRelease      *idleReleaseModel `tfsdk:"idle_release"`
+	BudgetPerHour    types.String      `tfsdk:"budget_per_hour"`
+	Tags             types.Map         `tfsdk:"tags"`
+	Policies         []policyModel     `tfsdk:"policy"`
+	WaitForCapacity  types.Bool        `tfsdk:"wait_for_capacity"`
+	State            types.String      `tfsdk:"state"`
+	Version          types.Int64       `tfsdk:"version"`
+	CreatedAt        types.String      `tfsdk:"created_at"`
+	Timeouts         timeouts.Value    `tfsdk:"timeouts"`
 }
 
 var groupFields = map[string]string{"name": "name", "min": "min", "max": "max", "desired": "desired", "policies": "policy",
-	"template": "offerings", "budget_per_hour": "budget_per_hour", "tags": "tags", "mixed": "spot"}
+	"template": "offerings", "budget_per_hour": "budget_per_hour", "tags": "tags", "mixed": "spot", "mixed.spot": "spot",
+	"mixed.on_demand_base": "on_demand_base", "mixed.on_demand_percent": "on_demand_percent",
+	"mixed.max_spot_price_ratio": "max_spot_price_ratio", "mixed.capacity_rebalance": "capacity_rebalance",
+	"timing": "timing", "timing.cooldown_seconds": "timing.cooldown_seconds", "timing.warmup_seconds": "timing.warmup_seconds",
+	"timing.stabilization_seconds": "timing.stabilization_seconds", "timing.notice_seconds": "timing.notice_seconds",
+	"idle_release": "idle_release", "idle_release.threshold": "idle_release.threshold", "idle_release.idle_seconds": "idle_release.idle_seconds"}
 
 func (r *groupResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_group"
@@ -115,7 +143,7 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 	}
 	resp.Schema = schema.Schema{
 		Description: "An autoscaling group (gpucloud groups) of instances launched from a template, kept between min and max by its policies. " +
-			"Size, policies, template, spot mix and budget change in place with the group's version as If-Match: a change made since Terraform read the group is a conflict (apply again), not an overwrite. " +
+			"Size, policies, template, spot mix, timing, idle release and budget change in place with the group's version as If-Match: a change made since Terraform read the group is a conflict (apply again), not an overwrite. " +
 			"A template change applies to new launches only.",
 		Attributes: map[string]schema.Attribute{
 			"id":   idAttribute(),
@@ -136,10 +164,18 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"max":                schema.Int64Attribute{Required: true, Description: "The most members (at most 1000)."},
 			"desired": computedInt("The desired capacity; default min. Leave it out for a group its policies size: " +
 				"set, a plan puts it back where the policies moved it."),
-			"spot": schema.BoolAttribute{Optional: true, Computed: true, Description: "Launch members above on_demand_base and on_demand_percent on spot.",
-				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()}},
-			"on_demand_base":    computedInt("Members always on demand (with spot)."),
-			"on_demand_percent": computedInt("Percent on demand above the base (with spot)."),
+			"spot": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+				Description: "Launch the members above on_demand_base and on_demand_percent on spot (default false: every member on demand)."},
+			"on_demand_base": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(0),
+				Validators:  []validator.Int64{int64validator.Between(0, 1000)},
+				Description: "With spot: the members always launched on demand (default 0). Setting it without spot = true is an error."},
+			"on_demand_percent": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(0),
+				Validators:  []validator.Int64{int64validator.Between(0, 100)},
+				Description: "With spot: the percent of the members above on_demand_base launched on demand, the rest on spot (default 0: all spot). Setting it without spot = true is an error."},
+			"max_spot_price_ratio": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 100)},
+				Description: "With spot: the highest spot price, in percent of the on-demand price, at which a pool is used; a pool above it is left for a cheaper one or on demand. Left out: the server's default, 80. Setting it without spot = true is an error."},
+			"capacity_rebalance": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+				Description: "With spot: launch a replacement as soon as a spot member is told its pool may reclaim it, before the reclaim (default false). Setting it without spot = true is an error."},
 			"budget_per_hour":   moneyAttribute("The most the members may cost per hour at their prices, a decimal string (0 or left out: none)."),
 			"tags":              tagsAttribute(),
 			"wait_for_capacity": schema.BoolAttribute{Optional: true, Description: "Wait at create and update until desired members run (within the timeouts block)."},
@@ -179,8 +215,69 @@ func (r *groupResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 					},
 				},
 			},
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"timing": schema.SingleNestedBlock{
+				Description: "The group's timing; an attribute left out (or the block) is the server's default.",
+				Attributes: map[string]schema.Attribute{
+					"cooldown_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
+						Description: "The wait after a scaling action before a step policy acts again (default 300); a step policy's own cooldown_seconds overrides it."},
+					"warmup_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
+						Description: "How long a new member stays out of the metrics after it runs (default 300)."},
+					"stabilization_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
+						Description: "Scale-in takes the highest recommendation of this window (default 300)."},
+					"notice_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 3600)},
+						Description: "The notice a member chosen for scale-in gets before it is terminated, as a spot reclaim gives (default 120)."},
+				},
+			},
+			"idle_release": schema.SingleNestedBlock{
+				Description: "Release members whose GPU utilization stays under threshold for idle_seconds (unless locked or protected), down to min. Absent: no idle release.",
+				Attributes: map[string]schema.Attribute{
+					// Optional in the schema: the framework would require
+					// them with the block absent too. ValidateConfig
+					// requires them in the block.
+					"threshold": schema.Float64Attribute{Optional: true, Validators: []validator.Float64{float64validator.Between(0, 1)},
+						Description: "The GPU utilization, strictly between 0 and 1, under which a member is idle. Required in the block."},
+					"idle_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 86400)},
+						Description: "How long, in seconds, a member must stay idle before it is released. Required in the block."},
+				},
+			},
+			"timeouts": timeoutsBlock(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}, "How long create and update wait for the desired members to run (with wait_for_capacity), and destroy until every member is terminated."),
 		},
+	}
+}
+
+// ValidateConfig refuses at plan time what the API would refuse at
+// apply: the spot settings without spot = true (the API takes no split
+// for an all on-demand group), and an idle_release block without both of
+// its settings or with a threshold of 0 or 1.
+func (r *groupResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m groupModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !m.Spot.IsUnknown() && !m.Spot.ValueBool() {
+		set := func(name string, isSet bool) {
+			if isSet {
+				resp.Diagnostics.AddAttributeError(path.Root(name), name+" needs spot = true",
+					name+" applies to the group's spot members only, and without spot = true every member is on demand: set spot = true, or leave "+name+" out.")
+			}
+		}
+		set("on_demand_base", !m.OnDemandBase.IsNull() && !m.OnDemandBase.IsUnknown() && m.OnDemandBase.ValueInt64() != 0)
+		set("on_demand_percent", !m.OnDemandPercent.IsNull() && !m.OnDemandPercent.IsUnknown() && m.OnDemandPercent.ValueInt64() != 0)
+		set("max_spot_price_ratio", !m.MaxSpotRatio.IsNull())
+		set("capacity_rebalance", !m.Rebalance.IsNull() && !m.Rebalance.IsUnknown() && m.Rebalance.ValueBool())
+	}
+	if ir := m.IdleRelease; ir != nil {
+		at := path.Root("idle_release")
+		if ir.Threshold.IsNull() {
+			resp.Diagnostics.AddAttributeError(at.AtName("threshold"), "idle_release.threshold is missing", "idle_release needs a threshold (a GPU utilization strictly between 0 and 1).")
+		} else if t := ir.Threshold.ValueFloat64(); !ir.Threshold.IsUnknown() && (t <= 0 || t >= 1) {
+			// The float validator's bounds are inclusive; the API's are not.
+			resp.Diagnostics.AddAttributeError(at.AtName("threshold"), "Invalid idle_release.threshold", fmt.Sprintf("%v is not strictly between 0 and 1.", t))
+		}
+		if ir.IdleSeconds.IsNull() {
+			resp.Diagnostics.AddAttributeError(at.AtName("idle_seconds"), "idle_release.idle_seconds is missing", "idle_release needs idle_seconds (how long a member stays idle before it is released).")
+		}
 	}
 }
 
@@ -226,12 +323,34 @@ func (m *groupModel) policies() []cloud.ScalingPolicy {
 	return ps
 }
 
+// mixed is the group's on-demand and spot split. Without spot the group
+// is all on demand and the API takes no split (ValidateConfig refuses
+// one at plan time).
 func (m *groupModel) mixed() cloud.MixedInstances {
-	// Without spot the group is all on demand: the API takes no split.
 	if !m.Spot.ValueBool() {
 		return cloud.MixedInstances{}
 	}
-	return cloud.MixedInstances{Spot: true, OnDemandBase: int(m.OnDemandBase.ValueInt64()), OnDemandPercent: int(m.OnDemandPercent.ValueInt64())}
+	return cloud.MixedInstances{Spot: true, OnDemandBase: int(m.OnDemandBase.ValueInt64()), OnDemandPercent: int(m.OnDemandPercent.ValueInt64()),
+		MaxSpotPriceRatio: int(m.MaxSpotRatio.ValueInt64()), CapacityRebalance: m.Rebalance.ValueBool()}
+}
+
+// timing is the group's timing (0: the server's default).
+func (m *groupModel) timing() cloud.GroupTiming {
+	t := m.Timing
+	if t == nil {
+		return cloud.GroupTiming{}
+	}
+	return cloud.GroupTiming{CooldownSeconds: int(t.CooldownSeconds.ValueInt64()), WarmupSeconds: int(t.WarmupSeconds.ValueInt64()),
+		StabilizationSeconds: int(t.StabilizationSeconds.ValueInt64()), NoticeSeconds: int(t.NoticeSeconds.ValueInt64())}
+}
+
+// idleRelease is the group's idle release; the zero value (the block
+// left out) is none, which an update sends to remove it.
+func (m *groupModel) idleRelease() cloud.IdleRelease {
+	if m.IdleRelease == nil {
+		return cloud.IdleRelease{}
+	}
+	return cloud.IdleRelease{Threshold: m.IdleRelease.Threshold.ValueFloat64(), IdleSeconds: int(m.IdleRelease.IdleSeconds.ValueInt64())}
 }
 
 func (m *groupModel) budget(diags *diagnostics) money.Micros {
@@ -255,7 +374,10 @@ func (r *groupResource) Create(ctx context.Context, req resource.CreateRequest, 
 	resp.Diagnostics.Append(diags...)
 	body := api.CreateGroupRequest{Name: m.Name.ValueString(), Template: m.template(ctx, &resp.Diagnostics),
 		Min: int(m.Min.ValueInt64()), Max: int(m.Max.ValueInt64()), Desired: optInt64(m.Desired), Policies: m.policies(),
-		Mixed: m.mixed(), BudgetPerHour: m.budget(&resp.Diagnostics), Tags: goMap(ctx, m.Tags, &resp.Diagnostics)}
+		Mixed: m.mixed(), Timing: m.timing(), BudgetPerHour: m.budget(&resp.Diagnostics), Tags: goMap(ctx, m.Tags, &resp.Diagnostics)}
+	if ir := m.idleRelease(); ir != (cloud.IdleRelease{}) {
+		body.IdleRelease = &ir
+	}
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -333,6 +455,19 @@ func (m *groupModel) fill(g *cloud.Group) {
 	m.Spot = types.BoolValue(g.Mixed.Spot)
 	m.OnDemandBase = types.Int64Value(int64(g.Mixed.OnDemandBase))
 	m.OnDemandPercent = types.Int64Value(int64(g.Mixed.OnDemandPercent))
+	m.MaxSpotRatio = optInt(g.Mixed.MaxSpotPriceRatio)
+	m.Rebalance = types.BoolValue(g.Mixed.CapacityRebalance)
+	// A timing block the configuration writes stays (its attributes null
+	// where the server's default applies); the server's defaults alone
+	// are no block.
+	if t := g.Timing; t != (cloud.GroupTiming{}) || m.Timing != nil {
+		m.Timing = &timingModel{CooldownSeconds: optInt(t.CooldownSeconds), WarmupSeconds: optInt(t.WarmupSeconds),
+			StabilizationSeconds: optInt(t.StabilizationSeconds), NoticeSeconds: optInt(t.NoticeSeconds)}
+	}
+	m.IdleRelease = nil
+	if ir := g.IdleRelease; ir != nil {
+		m.IdleRelease = &idleReleaseModel{Threshold: types.Float64Value(ir.Threshold), IdleSeconds: types.Int64Value(int64(ir.IdleSeconds))}
+	}
 	if written, err := money.Parse(m.BudgetPerHour.ValueString()); m.BudgetPerHour.IsNull() || m.BudgetPerHour.IsUnknown() || err != nil || written != g.BudgetPerHour {
 		m.BudgetPerHour = types.StringNull()
 		if g.BudgetPerHour != 0 {
@@ -422,7 +557,10 @@ func (r *groupResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	pols := m.policies()
 	mixed := m.mixed()
 	budget := m.budget(&resp.Diagnostics)
-	body := api.UpdateGroupRequest{Template: &tmpl, Policies: &pols, Mixed: &mixed, BudgetPerHour: &budget}
+	timing := m.timing()
+	// The zero value removes idle release when the block is left out.
+	idle := m.idleRelease()
+	body := api.UpdateGroupRequest{Template: &tmpl, Policies: &pols, Mixed: &mixed, Timing: &timing, BudgetPerHour: &budget, IdleRelease: &idle}
 	mn, mx := int(m.Min.ValueInt64()), int(m.Max.ValueInt64())
 	body.Min, body.Max = &mn, &mx
 	// desired is sent when the configuration sets it; left out, the

@@ -130,7 +130,7 @@ func (r *instanceResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"created_at":      computedString("When the instance was created (RFC 3339)."),
 		},
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Delete: true}),
+			"timeouts": timeoutsBlock(ctx, timeouts.Opts{Create: true, Delete: true}, "How long create waits for the instance to run, and destroy until it is terminated."),
 		},
 	}
 }

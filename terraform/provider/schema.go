@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
@@ -102,4 +103,26 @@ func (sameAmount) PlanModifyString(_ context.Context, req planmodifier.StringReq
 	if err1 == nil && err2 == nil && a == b {
 		resp.PlanValue = req.StateValue
 	}
+}
+
+// timeoutsBlock is a resource's timeouts block with its descriptions:
+// what each operation waits for (desc names the resource's waits), and
+// the default of 10 minutes.
+func timeoutsBlock(ctx context.Context, opts timeouts.Opts, desc string) schema.Block {
+	const d = " A duration such as \"30s\" or \"20m\"; default 10m."
+	if opts.Create {
+		opts.CreateDescription = "How long create may wait." + d
+	}
+	if opts.Update {
+		opts.UpdateDescription = "How long an update may wait." + d
+	}
+	if opts.Delete {
+		opts.DeleteDescription = "How long destroy may wait." + d
+	}
+	b := timeouts.Block(ctx, opts)
+	if sb, ok := b.(schema.SingleNestedBlock); ok {
+		sb.Description = desc
+		return sb
+	}
+	return b
 }

@@ -123,7 +123,7 @@ func (r *spotRequestResource) Schema(ctx context.Context, _ resource.SchemaReque
 					"zone":     schema.StringAttribute{Optional: true, Description: "A zone; left out: any zone."},
 				}},
 			},
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Delete: true}),
+			"timeouts": timeoutsBlock(ctx, timeouts.Opts{Create: true, Delete: true}, "How long create waits for fulfillment (with wait_for_fulfillment), and destroy until the request's instance is terminated."),
 		},
 	}
 }

@@ -23,6 +23,12 @@ variable "image" {
 
 # The selection matrix: ranked offerings for the workload, at the
 # server's live prices.
+variable "command" {
+  description = "The inference server's command, listening on port 8000."
+  type        = list(string)
+  default     = ["python", "-m", "http.server", "8000"]
+}
+
 data "gpucloud_advise" "serve" {
   params        = "7B"
   precision     = "int8"
@@ -40,7 +46,7 @@ resource "gpucloud_group" "serve" {
   name            = "llm-serve"
   offerings       = [local.offering]
   image           = var.image
-  command         = ["python", "-m", "http.server", "8000"]
+  command         = var.command
   min             = 1
   max             = 4
   budget_per_hour = "40"

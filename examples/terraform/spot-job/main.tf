@@ -21,6 +21,12 @@ variable "offering" {
   default     = "h100.1x"
 }
 
+variable "image" {
+  description = "An image with spottrain on its PATH (see the README); default: the operator's."
+  type        = string
+  default     = null
+}
+
 variable "max_price" {
   description = "The most to pay per instance-hour, a decimal string; default: the pool's on-demand price."
   type        = string
@@ -44,6 +50,7 @@ resource "gpucloud_spot_request" "job" {
   interruption = "terminate"
   max_price    = coalesce(var.max_price, data.gpucloud_spot_price.pool.on_demand)
   volume_ids   = [gpucloud_volume.ckpt.id]
+  image        = var.image
   # A workload with volumes starts in its first (/volumes/ID): the
   # checkpoint lands on the volume.
   command = ["spottrain", "--dir", ".", "--steps", "100000", "--checkpoint-every", "100"]

@@ -1,0 +1,2 @@
+# An address is imported by its ID.
+terraform import gpucloud_address.web eip-0123456789abcdef

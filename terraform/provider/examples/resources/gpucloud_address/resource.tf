@@ -1,0 +1,4 @@
+resource "gpucloud_address" "web" {
+  zone = "local-a"
+  tags = { app = "web" }
+}

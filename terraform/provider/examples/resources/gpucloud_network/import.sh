@@ -1,0 +1,2 @@
+# A network is imported by its ID.
+terraform import gpucloud_network.train vpc-0123456789abcdef

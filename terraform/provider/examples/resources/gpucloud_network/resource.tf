@@ -1,0 +1,4 @@
+resource "gpucloud_network" "train" {
+  name = "train"
+  cidr = "10.10.0.0/16"
+}
