@@ -45,12 +45,24 @@ var gcParams = gcConfig{
 	gain:        4,
 	scaleMin:    0,
 	scaleMax:    3,
+	prior:       1,
+	fastHours:   6,
+	slotDays:    3,
+	kLoss:       10,
 }
 
 // gcConfig holds the gpucloud policy's constants (a variable so that the
 // cross-validation test can try others).
 type gcConfig struct {
 	sigmas, targetUnmet, gain, scaleMin, scaleMax float64
+	// prior is how many days of a time of day's own errors weigh as much
+	// as the errors of every time of day (the margin's shrinkage).
+	prior float64
+	// fastHours is the memory of the regime bound (0: none).
+	fastHours float64
+	oneSided  float64
+	slotDays  float64
+	kLoss     float64
 }
 
 // DefaultBoot is the boot time the gpucloud policy assumes before it has
@@ -76,20 +88,99 @@ type gcState struct {
 	lastPlan           int64
 }
 
-type gcErr struct{ slow, fast errStats }
+// gcSlotMinutes is the length of a time-of-day slot of the margins;
+// gcSlotDays the memory of each slot's record, in days.
+const (
+	gcSlotMinutes = 10
+	gcSlotDays    = 3
+)
 
-func (e *gcErr) add(v, gapMinutes float64) {
-	e.slow.alpha = min(1, gapMinutes/(48*60))
-	e.fast.alpha = min(1, gapMinutes/(6*60))
-	e.slow.add(v)
-	e.fast.add(v)
+// gcErr is one forecast's error record: over two days (slow) and the
+// last hours (fast) at every time of day, and for each time-of-day slot.
+type gcErr struct {
+	slow, fast errStats
+	slot       [24 * 60 / gcSlotMinutes]slotStats
+	// lossSlot and lossAll score the two bounds (score); scored counts.
+	lossSlot, lossAll float64
+	scored            int
 }
 
-func (e *gcErr) margin(z float64) float64 {
-	if e.slow.n == 0 {
-		return 0
+// slotStats is the error record of one time-of-day slot; days is how
+// many days of it there are (at most gcSlotDays), lastDay the latest.
+type slotStats struct {
+	errStats
+	days    float64
+	lastDay int64
+}
+
+func slotOf(minute int64) int {
+	return int(((minute%(24*60))+24*60)%(24*60)) / gcSlotMinutes
+}
+
+func (e *gcErr) add(v, gapMinutes float64, at int64, fastHours, slotDays float64) {
+	e.slow.alpha = min(1, gapMinutes/(48*60))
+	e.fast.alpha = min(1, gapMinutes/(max(1, fastHours)*60))
+	e.slow.add(v)
+	e.fast.add(v)
+	s := &e.slot[slotOf(at)]
+	// Samples of this slot per day: one per decision within it.
+	perDay := max(1, gcSlotMinutes/max(1, gapMinutes))
+	s.alpha = 1 / (slotDays * perDay)
+	s.add(v)
+	if day := at / (24 * 60); s.n == 1 || day != s.lastDay {
+		s.days, s.lastDay = min(slotDays, s.days+1), day
 	}
-	return max(0, e.slow.bound(z), e.fast.bound(z))
+}
+
+// margins are the two error bounds for a decision at minute at: the
+// bound of at's time of day (its errors shrunk towards those of every
+// time of day by prior days: a mixture of the two) and the bound of
+// every time of day; each at least the bound of the last fastHours (a
+// change of regime).
+func (e *gcErr) margins(z float64, at int64, c *gcConfig) (slot, all float64) {
+	if e.slow.n == 0 {
+		return 0, 0
+	}
+	g, s := &e.slow, &e.slot[slotOf(at)]
+	lam := 0.0
+	if s.n > 0 {
+		lam = s.days / (s.days + max(1e-9, c.prior))
+	}
+	fast := 0.0
+	if c.fastHours > 0 {
+		fast = e.fast.bound(z, c)
+	}
+	if c.oneSided > 0 {
+		slot = z * math.Sqrt(2*(lam*s.up2+(1-lam)*g.up2))
+	} else {
+		m := lam*s.mean + (1-lam)*g.mean
+		v := lam*(s.varc+(s.mean-m)*(s.mean-m)) + (1-lam)*(g.varc+(g.mean-m)*(g.mean-m))
+		slot = m + z*math.Sqrt(max(0, v))
+	}
+	return max(0, slot, fast), max(0, g.bound(z, c), fast)
+}
+
+// score charges each bound of a decision with its error e: the capacity
+// it held above e, and kLoss times the load above it. Both are weighted
+// as the slow record is.
+func (e *gcErr) score(slot, all, err float64, c *gcConfig) {
+	loss := func(m float64) float64 { return max(0, m-err) + c.kLoss*max(0, err-m) }
+	a := e.slow.alpha
+	if e.scored == 0 {
+		a = 1
+	}
+	e.lossSlot += a * (loss(slot) - e.lossSlot)
+	e.lossAll += a * (loss(all) - e.lossAll)
+	e.scored++
+}
+
+// pick is the bound whose record is the better: the time of day's
+// unless every time of day's has cost less.
+func (e *gcErr) pick(slot, all float64) float64 {
+	if e.scored > 0 && e.lossAll < e.lossSlot {
+		return all
+	}
+	return slot
 }
 
 // gcPlan is one decision to score: at minute at, the forecasts for
@@ -98,18 +189,24 @@ type gcPlan struct {
 	at, to          int64
 	seasonal, naive float64
 	gap             float64
+	// The bounds of each forecast: of the time of day and of all.
+	sSlot, sAll, nSlot, nAll float64
 }
 
 // errStats is an exponentially weighted mean and variance.
 type errStats struct {
 	alpha, mean, varc float64
-	n                 int
+	// up2 is the weighted mean of the square of the errors above 0.
+	up2 float64
+	n   int
 }
 
 func (s *errStats) add(e float64) {
+	u := max(0, e) * max(0, e)
 	if s.n == 0 {
-		s.mean = e
+		s.mean, s.up2 = e, u
 	} else {
+		s.up2 += s.alpha * (u - s.up2)
 		d := e - s.mean
 		s.mean += s.alpha * d
 		s.varc = (1 - s.alpha) * (s.varc + s.alpha*d*d)
@@ -117,7 +214,12 @@ func (s *errStats) add(e float64) {
 	s.n++
 }
 
-func (s *errStats) bound(z float64) float64 { return s.mean + z*math.Sqrt(s.varc) }
+func (s *errStats) bound(z float64, c *gcConfig) float64 {
+	if c.oneSided > 0 {
+		return z * math.Sqrt(2*s.up2)
+	}
+	return s.mean + z*math.Sqrt(s.varc)
+}
 
 // floatWindowMax is the largest value of a trailing window of minutes: a
 // monotone deque.
@@ -221,6 +323,9 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 	}
 	sort.Slice(up, func(a, b int) bool { return up[a].Before(up[b]) })
 	params := gcParams
+	if st.gcp != nil {
+		params = *st.gcp
+	}
 	alpha := 1.0 / (7 * 24 * 60)
 	feed(&gs.fs, p.in.History, key, p.now, &st.buf, func(mi int64, v float64) {
 		gs.ring[mi%int64(len(gs.ring))] = v
@@ -231,8 +336,10 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 			for t := max(pl.at, mi-int64(len(gs.ring))+1); t <= pl.to; t++ {
 				actual = max(actual, gs.ring[t%int64(len(gs.ring))])
 			}
-			gs.seasonal.add(actual-pl.seasonal, pl.gap)
-			gs.naive.add(actual-pl.naive, pl.gap)
+			gs.seasonal.add(actual-pl.seasonal, pl.gap, pl.at, params.fastHours, params.slotDays)
+			gs.naive.add(actual-pl.naive, pl.gap, pl.at, params.fastHours, params.slotDays)
+			gs.seasonal.score(pl.sSlot, pl.sAll, actual-pl.seasonal, &params)
+			gs.naive.score(pl.nSlot, pl.nAll, actual-pl.naive, &params)
 			gs.rise.push(pl.at, actual-pl.naive, 24*60)
 		}
 		t := minuteTime(mi)
@@ -256,17 +363,20 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 		fc = min(fc, level+max(0, rise))
 	}
 	nowMin := unixMinute(p.now)
+	z := params.sigmas * gs.scale
+	sSlot, sAll := gs.seasonal.margins(z, nowMin, &params)
+	nSlot, nAll := gs.naive.margins(z, nowMin, &params)
 	if nowMin != gs.lastPlan {
 		gap := 1.0
 		if gs.lastPlan != math.MinInt64 {
 			gap = float64(nowMin - gs.lastPlan)
 		}
-		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap})
+		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap,
+			sSlot: sSlot, sAll: sAll, nSlot: nSlot, nAll: nAll})
 		gs.lastPlan = nowMin
 	}
-	z := params.sigmas * gs.scale
-	seasonal := fc + gs.seasonal.margin(z)
-	naive := load + gs.naive.margin(z)
+	seasonal := fc + gs.seasonal.pick(sSlot, sAll)
+	naive := load + gs.naive.pick(nSlot, nAll)
 	want, which := seasonal, "forecast"
 	if naive < seasonal {
 		want, which = naive, "last value"
