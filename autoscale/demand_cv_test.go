@@ -96,10 +96,10 @@ func cvSet(t *testing.T) []cvSeries {
 // around them.
 func cvGrid() []gcConfig {
 	var out []gcConfig
-	for _, sig := range []float64{1.5, 2.5} {
-		for _, tu := range []float64{0.002, 0.0035} {
+	for _, sig := range []float64{1, 2} {
+		for _, tu := range []float64{0.0035, 0.0045} {
 			for _, gain := range []float64{2, 6} {
-				for _, prior := range []float64{10, 60} {
+				for _, prior := range []float64{0.5, 2} {
 					c := gcParams
 					c.sigmas, c.targetUnmet, c.gain, c.prior = sig, tu, gain, prior
 					out = append(out, c)
@@ -111,7 +111,7 @@ func cvGrid() []gcConfig {
 }
 
 func (c gcConfig) String() string {
-	return fmt.Sprintf("sigmas=%g,target=%g,gain=%g,min=%g,max=%g,prior=%g,fast=%g,one=%g,days=%g,k=%g", c.sigmas, c.targetUnmet, c.gain, c.scaleMin, c.scaleMax, c.prior, c.fastHours, c.oneSided, c.slotDays, c.kLoss)
+	return fmt.Sprintf("sigmas=%g,target=%g,gain=%g,min=%g,max=%g,prior=%g,days=%g,k=%g", c.sigmas, c.targetUnmet, c.gain, c.scaleMin, c.scaleMax, c.prior, c.slotDays, c.kLoss)
 }
 
 func parseGC(s string) (gcConfig, error) {
@@ -139,10 +139,6 @@ func parseGC(s string) (gcConfig, error) {
 			c.kLoss = f
 		case "days":
 			c.slotDays = f
-		case "one":
-			c.oneSided = f
-		case "fast":
-			c.fastHours = f
 		default:
 			return c, fmt.Errorf("unknown %q", k)
 		}

@@ -40,15 +40,14 @@ import (
 // Constants were chosen by cross-validation over a set of series
 // (docs/AUTOSCALING.md, "Figures").
 var gcParams = gcConfig{
-	sigmas:      2,
-	targetUnmet: 0.003,
+	sigmas:      1,
+	targetUnmet: 0.0045,
 	gain:        4,
 	scaleMin:    0,
 	scaleMax:    3,
 	prior:       1,
-	fastHours:   6,
 	slotDays:    3,
-	kLoss:       10,
+	kLoss:       30,
 }
 
 // gcConfig holds the gpucloud policy's constants (a variable so that the
@@ -57,12 +56,9 @@ type gcConfig struct {
 	sigmas, targetUnmet, gain, scaleMin, scaleMax float64
 	// prior is how many days of a time of day's own errors weigh as much
 	// as the errors of every time of day (the margin's shrinkage).
-	prior float64
-	// fastHours is the memory of the regime bound (0: none).
-	fastHours float64
-	oneSided  float64
-	slotDays  float64
-	kLoss     float64
+	prior    float64
+	slotDays float64
+	kLoss    float64
 }
 
 // DefaultBoot is the boot time the gpucloud policy assumes before it has
@@ -88,137 +84,148 @@ type gcState struct {
 	lastPlan           int64
 }
 
-// gcSlotMinutes is the length of a time-of-day slot of the margins;
-// gcSlotDays the memory of each slot's record, in days.
+// gcSlotMinutes is the length of a time-of-day slot of the margins.
+const gcSlotMinutes = 10
+
+// The kinds of error record a margin may come from (gcErr.margins).
 const (
-	gcSlotMinutes = 10
-	gcSlotDays    = 3
+	gcBySlot  = iota // the decision's time of day
+	gcByLevel        // the load's level against its week's mean
+	gcByAll          // every decision of two days
+	gcByFast         // every decision of the last six hours
+	gcKinds
 )
 
-// gcErr is one forecast's error record: over two days (slow) and the
-// last hours (fast) at every time of day, and for each time-of-day slot.
-type gcErr struct {
-	slow, fast errStats
-	slot       [24 * 60 / gcSlotMinutes]slotStats
-	// lossSlot and lossAll score the two bounds (score); scored counts.
-	lossSlot, lossAll float64
-	scored            int
+var gcKindNames = [gcKinds]string{"time of day", "level", "two days", "six hours"}
+
+// gcLevel is the level bucket of a load against its week's mean: low
+// (under 3/4), usual, high (over 4/3).
+func gcLevel(load, mean float64) int {
+	switch {
+	case !(mean > 0) || load < 0.75*mean:
+		return 0
+	case load > mean*4/3:
+		return 2
+	}
+	return 1
 }
 
-// slotStats is the error record of one time-of-day slot; days is how
-// many days of it there are (at most gcSlotDays), lastDay the latest.
-type slotStats struct {
-	errStats
-	days    float64
-	lastDay int64
+// gcErr is one forecast's error record: over two days and over the last
+// six hours at every time of day, for each time-of-day slot, and for
+// each level bucket; and each kind of margin's score.
+type gcErr struct {
+	slow, fast errStats
+	slot       [24 * 60 / gcSlotMinutes]errStats
+	level      [3]errStats
+	// loss scores each kind of margin (score); scored counts.
+	loss   [gcKinds]float64
+	scored int
 }
 
 func slotOf(minute int64) int {
 	return int(((minute%(24*60))+24*60)%(24*60)) / gcSlotMinutes
 }
 
-func (e *gcErr) add(v, gapMinutes float64, at int64, fastHours, slotDays float64) {
+// add records the error v of a decision at minute at, gapMinutes after
+// the one before, made at level bucket lvl. A slot's record keeps
+// slotDays days (it gets one decision a day per gapMinutes of it), a
+// level's two days of its own decisions.
+func (e *gcErr) add(v, gapMinutes float64, at int64, lvl int, slotDays float64) {
 	e.slow.alpha = min(1, gapMinutes/(48*60))
-	e.fast.alpha = min(1, gapMinutes/(max(1, fastHours)*60))
+	e.fast.alpha = min(1, gapMinutes/(6*60))
 	e.slow.add(v)
 	e.fast.add(v)
 	s := &e.slot[slotOf(at)]
-	// Samples of this slot per day: one per decision within it.
-	perDay := max(1, gcSlotMinutes/max(1, gapMinutes))
-	s.alpha = 1 / (slotDays * perDay)
+	s.alpha = 1 / (slotDays * max(1, gcSlotMinutes/max(1, gapMinutes)))
 	s.add(v)
-	if day := at / (24 * 60); s.n == 1 || day != s.lastDay {
-		s.days, s.lastDay = min(slotDays, s.days+1), day
-	}
+	l := &e.level[lvl]
+	l.alpha = e.slow.alpha
+	l.add(v)
 }
 
-// margins are the two error bounds for a decision at minute at: the
-// bound of at's time of day (its errors shrunk towards those of every
-// time of day by prior days: a mixture of the two) and the bound of
-// every time of day; each at least the bound of the last fastHours (a
-// change of regime).
-func (e *gcErr) margins(z float64, at int64, c *gcConfig) (slot, all float64) {
+// margins are the error bounds of each kind for a decision at minute at
+// and level bucket lvl: z·√(2·m) where m is the weighted mean square of
+// the errors above 0 of that record (for errors symmetric about 0, z
+// standard deviations). A slot's or a level's record is shrunk towards
+// the two days' by the weight of prior days of decisions (a mixture).
+func (e *gcErr) margins(z float64, at int64, lvl int, gapMinutes float64, c *gcConfig) (out [gcKinds]float64) {
 	if e.slow.n == 0 {
-		return 0, 0
+		return out
 	}
-	g, s := &e.slow, &e.slot[slotOf(at)]
-	lam := 0.0
-	if s.n > 0 {
-		lam = s.days / (s.days + max(1e-9, c.prior))
+	g := e.slow.up2
+	shrunk := func(s *errStats, days float64) float64 {
+		lam := days / (days + max(1e-9, c.prior))
+		return lam*s.up2 + (1-lam)*g
 	}
-	fast := 0.0
-	if c.fastHours > 0 {
-		fast = e.fast.bound(z, c)
+	sl := &e.slot[slotOf(at)]
+	// Days of a slot's record: one decision a day per gap within it.
+	perDay := max(1, gcSlotMinutes/max(1, gapMinutes))
+	out[gcBySlot] = shrunk(sl, min(c.slotDays, float64(sl.n)/perDay))
+	lv := &e.level[lvl]
+	out[gcByLevel] = shrunk(lv, min(2, float64(lv.n)*gapMinutes/(24*60)))
+	out[gcByAll] = g
+	out[gcByFast] = e.fast.up2
+	for k := range out {
+		out[k] = z * math.Sqrt(2*out[k])
 	}
-	if c.oneSided > 0 {
-		slot = z * math.Sqrt(2*(lam*s.up2+(1-lam)*g.up2))
-	} else {
-		m := lam*s.mean + (1-lam)*g.mean
-		v := lam*(s.varc+(s.mean-m)*(s.mean-m)) + (1-lam)*(g.varc+(g.mean-m)*(g.mean-m))
-		slot = m + z*math.Sqrt(max(0, v))
-	}
-	return max(0, slot, fast), max(0, g.bound(z, c), fast)
+	return out
 }
 
-// score charges each bound of a decision with its error e: the capacity
-// it held above e, and kLoss times the load above it. Both are weighted
-// as the slow record is.
-func (e *gcErr) score(slot, all, err float64, c *gcConfig) {
-	loss := func(m float64) float64 { return max(0, m-err) + c.kLoss*max(0, err-m) }
+// score charges each kind's margin of a decision with the decision's
+// error err: the capacity it held above err, and kLoss times the load
+// above it, weighted as the two days' record is.
+func (e *gcErr) score(m [gcKinds]float64, err float64, c *gcConfig) {
 	a := e.slow.alpha
 	if e.scored == 0 {
 		a = 1
 	}
-	e.lossSlot += a * (loss(slot) - e.lossSlot)
-	e.lossAll += a * (loss(all) - e.lossAll)
+	for k, v := range m {
+		l := max(0, v-err) + c.kLoss*max(0, err-v)
+		e.loss[k] += a * (l - e.loss[k])
+	}
 	e.scored++
 }
 
-// pick is the bound whose record is the better: the time of day's
-// unless every time of day's has cost less.
-func (e *gcErr) pick(slot, all float64) float64 {
-	if e.scored > 0 && e.lossAll < e.lossSlot {
-		return all
+// pick is the kind of margin with the best score (the time of day's
+// until one is scored).
+func (e *gcErr) pick() int {
+	best := gcBySlot
+	if e.scored == 0 {
+		return best
 	}
-	return slot
+	for k := range e.loss {
+		if e.loss[k] < e.loss[best] {
+			best = k
+		}
+	}
+	return best
 }
 
 // gcPlan is one decision to score: at minute at, the forecasts for
-// minutes [at, to].
+// minutes [at, to], and the margins of each kind of each.
 type gcPlan struct {
 	at, to          int64
 	seasonal, naive float64
 	gap             float64
-	// The bounds of each forecast: of the time of day and of all.
-	sSlot, sAll, nSlot, nAll float64
+	lvl             int
+	sm, nm          [gcKinds]float64
 }
 
-// errStats is an exponentially weighted mean and variance.
+// errStats is an exponentially weighted mean square of the errors above
+// 0 (an under-forecast; the errors below do not widen a margin).
 type errStats struct {
-	alpha, mean, varc float64
-	// up2 is the weighted mean of the square of the errors above 0.
-	up2 float64
-	n   int
+	alpha, up2 float64
+	n          int
 }
 
 func (s *errStats) add(e float64) {
 	u := max(0, e) * max(0, e)
 	if s.n == 0 {
-		s.mean, s.up2 = e, u
+		s.up2 = u
 	} else {
 		s.up2 += s.alpha * (u - s.up2)
-		d := e - s.mean
-		s.mean += s.alpha * d
-		s.varc = (1 - s.alpha) * (s.varc + s.alpha*d*d)
 	}
 	s.n++
-}
-
-func (s *errStats) bound(z float64, c *gcConfig) float64 {
-	if c.oneSided > 0 {
-		return z * math.Sqrt(2*s.up2)
-	}
-	return s.mean + z*math.Sqrt(s.varc)
 }
 
 // floatWindowMax is the largest value of a trailing window of minutes: a
@@ -336,10 +343,10 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 			for t := max(pl.at, mi-int64(len(gs.ring))+1); t <= pl.to; t++ {
 				actual = max(actual, gs.ring[t%int64(len(gs.ring))])
 			}
-			gs.seasonal.add(actual-pl.seasonal, pl.gap, pl.at, params.fastHours, params.slotDays)
-			gs.naive.add(actual-pl.naive, pl.gap, pl.at, params.fastHours, params.slotDays)
-			gs.seasonal.score(pl.sSlot, pl.sAll, actual-pl.seasonal, &params)
-			gs.naive.score(pl.nSlot, pl.nAll, actual-pl.naive, &params)
+			gs.seasonal.add(actual-pl.seasonal, pl.gap, pl.at, pl.lvl, params.slotDays)
+			gs.naive.add(actual-pl.naive, pl.gap, pl.at, pl.lvl, params.slotDays)
+			gs.seasonal.score(pl.sm, actual-pl.seasonal, &params)
+			gs.naive.score(pl.nm, actual-pl.naive, &params)
 			gs.rise.push(pl.at, actual-pl.naive, 24*60)
 		}
 		t := minuteTime(mi)
@@ -363,23 +370,24 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 		fc = min(fc, level+max(0, rise))
 	}
 	nowMin := unixMinute(p.now)
+	gap := 1.0
+	if gs.lastPlan != math.MinInt64 {
+		gap = max(1, float64(nowMin-gs.lastPlan))
+	}
 	z := params.sigmas * gs.scale
-	sSlot, sAll := gs.seasonal.margins(z, nowMin, &params)
-	nSlot, nAll := gs.naive.margins(z, nowMin, &params)
+	lvl := gcLevel(load, gs.load)
+	sm := gs.seasonal.margins(z, nowMin, lvl, gap, &params)
+	nm := gs.naive.margins(z, nowMin, lvl, gap, &params)
 	if nowMin != gs.lastPlan {
-		gap := 1.0
-		if gs.lastPlan != math.MinInt64 {
-			gap = float64(nowMin - gs.lastPlan)
-		}
-		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap,
-			sSlot: sSlot, sAll: sAll, nSlot: nSlot, nAll: nAll})
+		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap, lvl: lvl, sm: sm, nm: nm})
 		gs.lastPlan = nowMin
 	}
-	seasonal := fc + gs.seasonal.pick(sSlot, sAll)
-	naive := load + gs.naive.pick(nSlot, nAll)
-	want, which := seasonal, "forecast"
+	sk, nk := gs.seasonal.pick(), gs.naive.pick()
+	seasonal := fc + sm[sk]
+	naive := load + nm[nk]
+	want, which := seasonal, "forecast (margin of "+gcKindNames[sk]+")"
 	if naive < seasonal {
-		want, which = naive, "last value"
+		want, which = naive, "last value (margin of "+gcKindNames[nk]+")"
 	}
 	n := max(wantFor(want, pol.Target), wantFor(load, pol.Target))
 	if fw := want / pol.Target; !p.hasForecast || fw > p.forecast {
