@@ -227,7 +227,14 @@ func TestCrossValidate(t *testing.T) {
 		fmt.Printf("candidate %s\n", grid[0])
 		for s, x := range set {
 			r := res[0][s]
-			fmt.Printf("  %-40s unmet %.3f%%  × oracle %.3f  actions %d\n", x.name, r.ShortfallPercent, r.CostVsOracle, r.ScalingActions)
+			re := cvOpt
+			re.Config.TargetUtilization = 1
+			rr, err := Replay("target", x.s, re)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("  %-40s unmet %.3f%%  × oracle %.3f  actions %d  (target 100%%, no headroom: unmet %.3f%% × oracle %.3f)\n",
+				x.name, r.ShortfallPercent, r.CostVsOracle, r.ScalingActions, rr.ShortfallPercent, rr.CostVsOracle)
 			if *cvDiag {
 				cvDiagnose(t, x.s, grid[0])
 			}

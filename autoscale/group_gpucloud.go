@@ -16,36 +16,48 @@ import (
 //   - the smaller of two forecasts of the highest load until capacity
 //     launched now, and the next decision's, is usable (the step since
 //     the last decision, plus the members' measured boot time, plus
-//     BufferSeconds):
+//     BufferSeconds), each with its margin:
 //     the seasonal one (the `predictive` forecaster), capped so that it
 //     adds to the recent level no more than the load has risen within
 //     such a horizon over the last day; and the reactive one, the load
-//     now. Each has a margin from its own record: the mean plus z
-//     standard deviations of the highest load of each past decision's
-//     horizon less what that forecast said, over two days and over six
-//     hours, whichever is larger. The one with the smaller total wins, so
-//     that when the seasonal forecast errs more than the last value does
-//     (small, spiky load; a change of regime), the policy is reactive
-//     with a margin that fits the load's own jumps;
+//     now. The one with the smaller total wins, so that when the seasonal
+//     forecast errs more than the last value does (small, spiky load; a
+//     change of regime), the policy is reactive with a margin that fits
+//     the load's own jumps;
 //   - none other: scale-in is stabilized by the group's window.
 //
-// z is gcSigmas times an adaptive scale in [gcScaleMin, gcScaleMax]: the
+// A margin is conditional: each forecast keeps the record of its errors
+// (the highest load of each past decision's horizon less what it said;
+// only errors above 0 widen a margin) four ways: by the decision's
+// 10-minute slot of the day (a few days; the morning start is charged
+// to the morning, not to the night), by the load's level against its
+// week's mean (low, usual, high: a burst's start is charged to the
+// calm, not to the burst), over two days and over six hours (a change
+// of regime). A slot's and a level's record is shrunk towards the two
+// days' by prior days. Each way is scored on every decision as a
+// quantile loss (capacity above the error, kLoss times load above it),
+// and the margin comes from the way with the best score, so a shape
+// with no daily pattern uses no slot. The margin is z·√(2·m), m the
+// record's weighted mean square of errors above 0.
+//
+// z is sigmas times an adaptive scale in [scaleMin, scaleMax]: the
 // policy keeps a week's exponentially weighted share of the load its
 // usable members did not hold (each minute's load above the members
 // running then, at the target), and the scale falls while that share is
-// under gcTargetUnmet and rises while it is above. It is scored by the
+// under targetUnmet and rises while it is above. It is scored by the
 // minute, from the History, so the group's decision interval does not
 // change it.
 //
-// Constants were chosen by cross-validation over a set of series
-// (docs/AUTOSCALING.md, "Figures").
+// sigmas, targetUnmet, gain and prior were chosen by leave-one-shape-out
+// cross-validation (TestCrossValidate; docs/AUTOSCALING.md, "Figures");
+// the others are design values.
 var gcParams = gcConfig{
 	sigmas:      1,
 	targetUnmet: 0.0045,
-	gain:        4,
+	gain:        2,
 	scaleMin:    0,
 	scaleMax:    3,
-	prior:       1,
+	prior:       0.5,
 	slotDays:    3,
 	kLoss:       30,
 }
