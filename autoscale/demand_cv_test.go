@@ -351,3 +351,43 @@ func cvDiagnose(t *testing.T, s Series, c gcConfig) {
 		fmt.Println()
 	}
 }
+
+// TestGPUCloudMarginByTimeOfDay: on office hours (idle nights and
+// weekends, a jump at 08:00), the margin the morning start needs is not
+// held at night, and the goal holds; with one margin for all hours (the
+// time-of-day and level records left out) the night pays for it.
+func TestGPUCloudMarginByTimeOfDay(t *testing.T) {
+	s := Synthetic(SyntheticConfig{Steps: 21 * 24 * 60, Seed: 9, Office: true})
+	night := func(r Result) float64 {
+		sum, n := 0.0, 0
+		for i := DefaultHistory(len(s.GPUs), s.Interval); i < len(s.GPUs); i++ {
+			if tm := s.Time(i); tm.Hour() < 6 && tm.Weekday() != time.Saturday && tm.Weekday() != time.Sunday {
+				sum += float64(r.Capacity[i])
+				n++
+			}
+		}
+		return sum / float64(n)
+	}
+	opt := cvOpt
+	opt.KeepTrace = true
+	r, err := Replay("gpucloud", s, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ShortfallPercent > 0.5 || r.CostVsOracle > 1.10 || night(r) > 2 {
+		t.Errorf("gpucloud: %.3f%% unmet at %.3f× the oracle, %.2f instances at night; want at most 0.5%%, 1.10×, 2", r.ShortfallPercent, r.CostVsOracle, night(r))
+	}
+	flat := gcParams
+	flat.prior = math.Inf(1) // every record shrunk all the way to the two days'
+	opt.gc = &flat
+	f, err := Replay("gpucloud", s, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(night(f) > night(r)+1) || !(f.CostVsOracle > r.CostVsOracle) {
+		t.Errorf("one margin for all hours: %.2f instances at night at %.3f×; conditional %.2f at %.3f×: want the flat one to pay more",
+			night(f), f.CostVsOracle, night(r), r.CostVsOracle)
+	}
+	t.Logf("conditional: %.3f%% unmet, %.3f×, %.2f at night; flat: %.3f%% unmet, %.3f×, %.2f at night",
+		r.ShortfallPercent, r.CostVsOracle, night(r), f.ShortfallPercent, f.CostVsOracle, night(f))
+}
