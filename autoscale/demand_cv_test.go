@@ -92,8 +92,8 @@ func cvSet(t *testing.T) []cvSeries {
 	return out
 }
 
-// cvGrid is the candidates tried: the development constants and a grid
-// around them.
+// cvGrid is the candidates tried: one first (sigmas 1, target 0.45%,
+// gain 4, prior 1: the values the grid was laid around) and the grid.
 func cvGrid() []gcConfig {
 	var out []gcConfig
 	for _, sig := range []float64{1, 2} {
@@ -107,7 +107,9 @@ func cvGrid() []gcConfig {
 			}
 		}
 	}
-	return append([]gcConfig{gcParams}, out...)
+	first := gcParams
+	first.sigmas, first.targetUnmet, first.gain, first.prior = 1, 0.0045, 4, 1
+	return append([]gcConfig{first}, out...)
 }
 
 func (c gcConfig) String() string {
