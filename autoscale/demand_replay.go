@@ -52,6 +52,9 @@ type ReplayOptions struct {
 	KeepTrace bool
 	// Steps, when not nil, is called with every step, history included.
 	Steps func(i int, st Step)
+	// gc, when not nil, replaces the gpucloud policy's constants (the
+	// cross-validation test).
+	gc *gcConfig
 }
 
 // Step is one step of a replay, as `--trace` writes it: at the step's
@@ -276,6 +279,7 @@ func Replay(name string, s Series, opt ReplayOptions) (Result, error) {
 		acc.res.Capacity = make([]int32, 0, len(s.GPUs))
 	}
 	st, h, pools := NewGroupState(), NewHistory(), ReplayPools(cfg)
+	st.gcp = opt.gc
 	var ms []*simMember
 	launched := 0
 	for i := range s.GPUs {

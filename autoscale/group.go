@@ -191,6 +191,7 @@ type GroupState struct {
 	// gc is each gpucloud policy's memory; boots the latest boot times
 	// measured (bootSeen: the members measured).
 	gc       map[string]*gcState
+	gcp      *gcConfig // nil: gcParams (the cross-validation tries others)
 	boots    []time.Duration
 	bootSeen map[string]bool
 }

@@ -16,41 +16,61 @@ import (
 //   - the smaller of two forecasts of the highest load until capacity
 //     launched now, and the next decision's, is usable (the step since
 //     the last decision, plus the members' measured boot time, plus
-//     BufferSeconds):
+//     BufferSeconds), each with its margin:
 //     the seasonal one (the `predictive` forecaster), capped so that it
 //     adds to the recent level no more than the load has risen within
 //     such a horizon over the last day; and the reactive one, the load
-//     now. Each has a margin from its own record: the mean plus z
-//     standard deviations of the highest load of each past decision's
-//     horizon less what that forecast said, over two days and over six
-//     hours, whichever is larger. The one with the smaller total wins, so
-//     that when the seasonal forecast errs more than the last value does
-//     (small, spiky load; a change of regime), the policy is reactive
-//     with a margin that fits the load's own jumps;
+//     now. The one with the smaller total wins, so that when the seasonal
+//     forecast errs more than the last value does (small, spiky load; a
+//     change of regime), the policy is reactive with a margin that fits
+//     the load's own jumps;
 //   - none other: scale-in is stabilized by the group's window.
 //
-// z is gcSigmas times an adaptive scale in [gcScaleMin, gcScaleMax]: the
+// A margin is conditional: each forecast keeps the record of its errors
+// (the highest load of each past decision's horizon less what it said;
+// only errors above 0 widen a margin) four ways: by the decision's
+// 10-minute slot of the day (a few days; the morning start is charged
+// to the morning, not to the night), by the load's level against its
+// week's mean (low, usual, high: a burst's start is charged to the
+// calm, not to the burst), over two days and over six hours (a change
+// of regime). A slot's and a level's record is shrunk towards the two
+// days' by prior days. Each way is scored on every decision as a
+// quantile loss (capacity above the error, kLoss times load above it),
+// and the margin comes from the way with the best score, so a shape
+// with no daily pattern uses no slot. The margin is z·√(2·m), m the
+// record's weighted mean square of errors above 0.
+//
+// z is sigmas times an adaptive scale in [scaleMin, scaleMax]: the
 // policy keeps a week's exponentially weighted share of the load its
 // usable members did not hold (each minute's load above the members
 // running then, at the target), and the scale falls while that share is
-// under gcTargetUnmet and rises while it is above. It is scored by the
+// under targetUnmet and rises while it is above. It is scored by the
 // minute, from the History, so the group's decision interval does not
 // change it.
 //
-// Constants were chosen by cross-validation over a set of series
-// (docs/AUTOSCALING.md, "Figures").
+// sigmas, targetUnmet, gain and prior were chosen by leave-one-shape-out
+// cross-validation (TestCrossValidate; docs/AUTOSCALING.md, "Figures");
+// the others are design values.
 var gcParams = gcConfig{
-	sigmas:      2,
-	targetUnmet: 0.003,
-	gain:        4,
+	sigmas:      1,
+	targetUnmet: 0.0045,
+	gain:        2,
 	scaleMin:    0,
 	scaleMax:    3,
+	prior:       0.5,
+	slotDays:    3,
+	kLoss:       30,
 }
 
 // gcConfig holds the gpucloud policy's constants (a variable so that the
 // cross-validation test can try others).
 type gcConfig struct {
 	sigmas, targetUnmet, gain, scaleMin, scaleMax float64
+	// prior is how many days of a time of day's own errors weigh as much
+	// as the errors of every time of day (the margin's shrinkage).
+	prior    float64
+	slotDays float64
+	kLoss    float64
 }
 
 // DefaultBoot is the boot time the gpucloud policy assumes before it has
@@ -76,48 +96,149 @@ type gcState struct {
 	lastPlan           int64
 }
 
-type gcErr struct{ slow, fast errStats }
+// gcSlotMinutes is the length of a time-of-day slot of the margins.
+const gcSlotMinutes = 10
 
-func (e *gcErr) add(v, gapMinutes float64) {
+// The kinds of error record a margin may come from (gcErr.margins).
+const (
+	gcBySlot  = iota // the decision's time of day
+	gcByLevel        // the load's level against its week's mean
+	gcByAll          // every decision of two days
+	gcByFast         // every decision of the last six hours
+	gcKinds
+)
+
+var gcKindNames = [gcKinds]string{"time of day", "level", "two days", "six hours"}
+
+// gcLevel is the level bucket of a load against its week's mean: low
+// (under 3/4), usual, high (over 4/3).
+func gcLevel(load, mean float64) int {
+	switch {
+	case !(mean > 0) || load < 0.75*mean:
+		return 0
+	case load > mean*4/3:
+		return 2
+	}
+	return 1
+}
+
+// gcErr is one forecast's error record: over two days and over the last
+// six hours at every time of day, for each time-of-day slot, and for
+// each level bucket; and each kind of margin's score.
+type gcErr struct {
+	slow, fast errStats
+	slot       [24 * 60 / gcSlotMinutes]errStats
+	level      [3]errStats
+	// loss scores each kind of margin (score); scored counts.
+	loss   [gcKinds]float64
+	scored int
+}
+
+func slotOf(minute int64) int {
+	return int(((minute%(24*60))+24*60)%(24*60)) / gcSlotMinutes
+}
+
+// add records the error v of a decision at minute at, gapMinutes after
+// the one before, made at level bucket lvl. A slot's record keeps
+// slotDays days (it gets one decision a day per gapMinutes of it), a
+// level's two days of its own decisions.
+func (e *gcErr) add(v, gapMinutes float64, at int64, lvl int, slotDays float64) {
 	e.slow.alpha = min(1, gapMinutes/(48*60))
 	e.fast.alpha = min(1, gapMinutes/(6*60))
 	e.slow.add(v)
 	e.fast.add(v)
+	s := &e.slot[slotOf(at)]
+	s.alpha = 1 / (slotDays * max(1, gcSlotMinutes/max(1, gapMinutes)))
+	s.add(v)
+	l := &e.level[lvl]
+	l.alpha = e.slow.alpha
+	l.add(v)
 }
 
-func (e *gcErr) margin(z float64) float64 {
+// margins are the error bounds of each kind for a decision at minute at
+// and level bucket lvl: z·√(2·m) where m is the weighted mean square of
+// the errors above 0 of that record (for errors symmetric about 0, z
+// standard deviations). A slot's or a level's record is shrunk towards
+// the two days' by the weight of prior days of decisions (a mixture).
+func (e *gcErr) margins(z float64, at int64, lvl int, gapMinutes float64, c *gcConfig) (out [gcKinds]float64) {
 	if e.slow.n == 0 {
-		return 0
+		return out
 	}
-	return max(0, e.slow.bound(z), e.fast.bound(z))
+	g := e.slow.up2
+	shrunk := func(s *errStats, days float64) float64 {
+		lam := days / (days + max(1e-9, c.prior))
+		return lam*s.up2 + (1-lam)*g
+	}
+	sl := &e.slot[slotOf(at)]
+	// Days of a slot's record: one decision a day per gap within it.
+	perDay := max(1, gcSlotMinutes/max(1, gapMinutes))
+	out[gcBySlot] = shrunk(sl, min(c.slotDays, float64(sl.n)/perDay))
+	lv := &e.level[lvl]
+	out[gcByLevel] = shrunk(lv, min(2, float64(lv.n)*gapMinutes/(24*60)))
+	out[gcByAll] = g
+	out[gcByFast] = e.fast.up2
+	for k := range out {
+		out[k] = z * math.Sqrt(2*out[k])
+	}
+	return out
+}
+
+// score charges each kind's margin of a decision with the decision's
+// error err: the capacity it held above err, and kLoss times the load
+// above it, weighted as the two days' record is.
+func (e *gcErr) score(m [gcKinds]float64, err float64, c *gcConfig) {
+	a := e.slow.alpha
+	if e.scored == 0 {
+		a = 1
+	}
+	for k, v := range m {
+		l := max(0, v-err) + c.kLoss*max(0, err-v)
+		e.loss[k] += a * (l - e.loss[k])
+	}
+	e.scored++
+}
+
+// pick is the kind of margin with the best score (the time of day's
+// until one is scored).
+func (e *gcErr) pick() int {
+	best := gcBySlot
+	if e.scored == 0 {
+		return best
+	}
+	for k := range e.loss {
+		if e.loss[k] < e.loss[best] {
+			best = k
+		}
+	}
+	return best
 }
 
 // gcPlan is one decision to score: at minute at, the forecasts for
-// minutes [at, to].
+// minutes [at, to], and the margins of each kind of each.
 type gcPlan struct {
 	at, to          int64
 	seasonal, naive float64
 	gap             float64
+	lvl             int
+	sm, nm          [gcKinds]float64
 }
 
-// errStats is an exponentially weighted mean and variance.
+// errStats is an exponentially weighted mean square of the errors above
+// 0 (an under-forecast; the errors below do not widen a margin).
 type errStats struct {
-	alpha, mean, varc float64
-	n                 int
+	alpha, up2 float64
+	n          int
 }
 
 func (s *errStats) add(e float64) {
+	u := max(0, e) * max(0, e)
 	if s.n == 0 {
-		s.mean = e
+		s.up2 = u
 	} else {
-		d := e - s.mean
-		s.mean += s.alpha * d
-		s.varc = (1 - s.alpha) * (s.varc + s.alpha*d*d)
+		s.up2 += s.alpha * (u - s.up2)
 	}
 	s.n++
 }
-
-func (s *errStats) bound(z float64) float64 { return s.mean + z*math.Sqrt(s.varc) }
 
 // floatWindowMax is the largest value of a trailing window of minutes: a
 // monotone deque.
@@ -221,6 +342,9 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 	}
 	sort.Slice(up, func(a, b int) bool { return up[a].Before(up[b]) })
 	params := gcParams
+	if st.gcp != nil {
+		params = *st.gcp
+	}
 	alpha := 1.0 / (7 * 24 * 60)
 	feed(&gs.fs, p.in.History, key, p.now, &st.buf, func(mi int64, v float64) {
 		gs.ring[mi%int64(len(gs.ring))] = v
@@ -231,8 +355,10 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 			for t := max(pl.at, mi-int64(len(gs.ring))+1); t <= pl.to; t++ {
 				actual = max(actual, gs.ring[t%int64(len(gs.ring))])
 			}
-			gs.seasonal.add(actual-pl.seasonal, pl.gap)
-			gs.naive.add(actual-pl.naive, pl.gap)
+			gs.seasonal.add(actual-pl.seasonal, pl.gap, pl.at, pl.lvl, params.slotDays)
+			gs.naive.add(actual-pl.naive, pl.gap, pl.at, pl.lvl, params.slotDays)
+			gs.seasonal.score(pl.sm, actual-pl.seasonal, &params)
+			gs.naive.score(pl.nm, actual-pl.naive, &params)
 			gs.rise.push(pl.at, actual-pl.naive, 24*60)
 		}
 		t := minuteTime(mi)
@@ -256,20 +382,24 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 		fc = min(fc, level+max(0, rise))
 	}
 	nowMin := unixMinute(p.now)
-	if nowMin != gs.lastPlan {
-		gap := 1.0
-		if gs.lastPlan != math.MinInt64 {
-			gap = float64(nowMin - gs.lastPlan)
-		}
-		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap})
-		gs.lastPlan = nowMin
+	gap := 1.0
+	if gs.lastPlan != math.MinInt64 {
+		gap = max(1, float64(nowMin-gs.lastPlan))
 	}
 	z := params.sigmas * gs.scale
-	seasonal := fc + gs.seasonal.margin(z)
-	naive := load + gs.naive.margin(z)
-	want, which := seasonal, "forecast"
+	lvl := gcLevel(load, gs.load)
+	sm := gs.seasonal.margins(z, nowMin, lvl, gap, &params)
+	nm := gs.naive.margins(z, nowMin, lvl, gap, &params)
+	if nowMin != gs.lastPlan {
+		gs.plans = append(gs.plans, gcPlan{at: nowMin, to: nowMin + hzMin, seasonal: fc, naive: load, gap: gap, lvl: lvl, sm: sm, nm: nm})
+		gs.lastPlan = nowMin
+	}
+	sk, nk := gs.seasonal.pick(), gs.naive.pick()
+	seasonal := fc + sm[sk]
+	naive := load + nm[nk]
+	want, which := seasonal, "forecast (margin of "+gcKindNames[sk]+")"
 	if naive < seasonal {
-		want, which = naive, "last value"
+		want, which = naive, "last value (margin of "+gcKindNames[nk]+")"
 	}
 	n := max(wantFor(want, pol.Target), wantFor(load, pol.Target))
 	if fw := want / pol.Target; !p.hasForecast || fw > p.forecast {
