@@ -199,6 +199,12 @@ type Instance struct {
 	// --ServerApp.base_url, TensorBoard's --path_prefix). Each is one of
 	// Publish. Fixed at create.
 	PublishKeepPrefix []int `json:"publish_keep_prefix,omitempty"`
+	// PreferHosts lists host IDs the scheduler prefers for the instance,
+	// the most preferred first, among hosts that fit it equally well
+	// (placement.Request.Prefer: a tie-breaker, never more). An endpoint's
+	// worker prefers the hosts where the endpoint's workers last ran,
+	// which hold its image. Fixed at create.
+	PreferHosts []string `json:"prefer_hosts,omitempty"`
 	// PrivateAddress is the instance's address in its subnet, given at
 	// create and kept across stop and start until it terminates (kept on
 	// the record after that, as Zone is, but no longer held: another
