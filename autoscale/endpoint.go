@@ -20,7 +20,7 @@ type EndpointInput struct {
 	// that a request resumes one rather than waiting for a cold start.
 	// The pool lives within Max (running and paused together are at most
 	// Max) and outside Min (Min counts running workers).
-	Warm int
+	Warm        int
 	IdleTimeout time.Duration
 	// SpotFallback is how long a spot worker may stay unplaced before an
 	// on-demand one replaces it (0: never).
