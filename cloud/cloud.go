@@ -101,10 +101,15 @@ type State string
 // lost can happen while an instance holds an allocation. Every transition
 // is recorded as an Event with a reason.
 const (
-	Pending     State = "pending"
-	Scheduled   State = "scheduled"
-	Starting    State = "starting"
-	Running     State = "running"
+	Pending   State = "pending"
+	Scheduled State = "scheduled"
+	Starting  State = "starting"
+	Running   State = "running"
+	// Paused: the workload is created and frozen (its container's
+	// processes paused), holding its allocation: a serverless endpoint's
+	// warm pool (docs/ENDPOINTS.md). It bills as running; it moves back
+	// to running when resumed.
+	Paused      State = "paused"
 	Stopping    State = "stopping"
 	Stopped     State = "stopped"
 	Terminating State = "terminating"
@@ -118,7 +123,8 @@ var transitions = map[State][]State{
 	Pending:     {Scheduled, Stopped, Terminated, Failed},
 	Scheduled:   {Starting, Pending, Stopping, Terminating, Failed, Lost},
 	Starting:    {Running, Stopping, Terminating, Failed, Lost},
-	Running:     {Stopping, Terminating, Failed, Lost},
+	Running:     {Paused, Stopping, Terminating, Failed, Lost},
+	Paused:      {Running, Stopping, Terminating, Failed, Lost},
 	Stopping:    {Stopped, Terminating, Failed, Lost},
 	Terminating: {Terminated, Lost},
 	Stopped:     {Pending, Terminated},
@@ -129,7 +135,7 @@ var transitions = map[State][]State{
 
 // holding is the one list of the states in which an instance holds an
 // allocation (capacity on a host that the scheduler counts).
-var holding = []State{Scheduled, Starting, Running, Stopping, Terminating}
+var holding = []State{Scheduled, Starting, Running, Paused, Stopping, Terminating}
 
 // HoldingStates are the states in which an instance holds an allocation.
 // The caller gets its own copy.
