@@ -220,7 +220,7 @@ func LaunchEndpointWorker(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog
 	}
 	in := &cloud.Instance{TenantID: e.TenantID, Name: name + suffix, Offering: o, Image: e.Spec.Image, IdempotencyKey: key,
 		PreferHosts: slices.Clone(e.Status.Hosts),
-		Zones: slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env,
+		Zones:       slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env,
 		Tags:   map[string]string{TagEndpoint: e.ID, TagEndpointName: e.Name, TagEndpointGeneration: strconv.FormatInt(e.Status.Generation, 10)},
 		Market: m, CreatedAt: now}
 	reason := fmt.Sprintf("endpoint %s worker %d: %s %s", e.Name, seq, m, o)
