@@ -32,7 +32,8 @@ import (
 //     rate through the gateway against the same request to the same
 //     program on loopback (p50, p99);
 //   - cold starts from zero: a runsync to an endpoint with no worker, the
-//     image on the host (p50, p95 of the runs);
+//     image on the host (p50, p95 of the runs), and the same runsync to an
+//     endpoint whose one worker is paused in its warm pool;
 //   - a burst of jobs on an endpoint at zero: the time to its max of 20
 //     workers and to the last job's answer, and every job completed once.
 //
@@ -132,6 +133,32 @@ func TestEndpointFigures(t *testing.T) {
 	t.Logf("cold start from zero, request to answer (%d runs): p50 %s, p95 %s, max %s; launch to ready (ms): %v",
 		len(cold), cold[len(cold)/2].Round(time.Millisecond), cold[(len(cold)*95+99)/100-1].Round(time.Millisecond),
 		cold[len(cold)-1].Round(time.Millisecond), ready)
+
+	// 2b. The same from a paused worker: an endpoint with no running
+	// worker and a warm pool of one (created, ready, paused).
+	pool := base
+	pool.Max, pool.IdleTimeoutSeconds, pool.Warm = 1, 1, 1
+	if _, err := alice.CreateEndpoint(ctx, api.CreateEndpointRequest{Name: "paused", EndpointSpec: pool}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var fromPaused []time.Duration
+	for i := range colds {
+		c.until("the paused endpoint's one worker to be paused", func() (bool, string) {
+			d, err := alice.GetEndpoint(ctx, "paused")
+			return err == nil && len(d.Workers) == 1 && d.Workers[0].State == cloud.Paused, fmt.Sprintf("%+v %v", d, err)
+		})
+		start := time.Now()
+		j, err := alice.RunJobSync(ctx, "paused", json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), 60*time.Second, "")
+		if err != nil || j.State != cloud.JobCompleted {
+			t.Fatalf("runsync at a paused worker %d: %+v %v", i, j, err)
+		}
+		fromPaused = append(fromPaused, time.Since(start))
+	}
+	slices.Sort(fromPaused)
+	t.Logf("start from a paused worker, request to answer (%d runs): p50 %s, p95 %s, max %s (beside the cold start from zero: p50 %s, p95 %s)",
+		len(fromPaused), fromPaused[len(fromPaused)/2].Round(time.Millisecond), fromPaused[(len(fromPaused)*95+99)/100-1].Round(time.Millisecond),
+		fromPaused[len(fromPaused)-1].Round(time.Millisecond),
+		cold[len(cold)/2].Round(time.Millisecond), cold[(len(cold)*95+99)/100-1].Round(time.Millisecond))
 
 	// 3. A burst on an endpoint at zero.
 	burst := base
