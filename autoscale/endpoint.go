@@ -141,7 +141,8 @@ func Wanted(in *EndpointInput) int {
 //     otherwise go), and one is
 //     launched to refill the pool when no surplus worker will do; a
 //     surplus of paused workers (Warm lowered, load up to Max) goes, and
-//     an outdated paused worker goes at once.
+//     an outdated paused worker goes at once; a paused worker found busy
+//     (the gateway sent it work just before it saw the pause) is resumed.
 func PlanEndpoint(in *EndpointInput) EndpointPlan {
 	var p EndpointPlan
 	for _, w := range in.Workers {
@@ -176,6 +177,15 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		case w.Phase == WorkerGone || w.Phase == WorkerLeaving:
 		case w.Phase == WorkerBroken:
 			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "the worker failed or was lost", Failed: true})
+		case w.Phase == WorkerPaused && w.Busy > 0:
+			// The gateway sent it work just before it saw the pause: it
+			// runs again, so that the work ends (an outdated one then
+			// goes once idle, as any outdated worker).
+			p.Resume = append(p.Resume, w.ID)
+			if !w.Outdated {
+				w.Phase = WorkerRunning
+				current = append(current, w)
+			}
 		case w.Phase == WorkerPaused && w.Outdated:
 			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "a paused worker of an earlier spec"})
 		case w.Phase == WorkerPaused:

@@ -138,6 +138,10 @@ func TestPlanEndpoint(t *testing.T) {
 		{name: "warm 0: a paused worker left over goes", edit: func(in *EndpointInput) {
 			in.Workers = []WorkerInput{paused("p")}
 		}, release: []string{"p"}},
+		{name: "warm: a paused worker found busy is resumed even with the load met", edit: func(in *EndpointInput) {
+			in.Warm, in.InFlight = 1, 2
+			in.Workers = []WorkerInput{ready("a", 1, 0), func() WorkerInput { w := paused("p"); w.Busy = 1; return w }()}
+		}, resume: []string{"p"}, desired: 1},
 		{name: "deleting releases paused workers too", edit: func(in *EndpointInput) {
 			in.Deleting, in.Warm = true, 1
 			in.Workers = []WorkerInput{paused("p")}
@@ -192,6 +196,9 @@ func TestPlanEndpointInvariants(t *testing.T) {
 			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(6)), Outdated: r.IntN(4) == 0,
 				Market: cloud.MarketOnDemand, IdleSince: now.Add(-time.Duration(r.IntN(120)) * time.Second),
 				LaunchedAt: now.Add(-time.Duration(r.IntN(120)) * time.Second)}
+			if w.Phase == WorkerPaused {
+				w.Busy = r.IntN(4) / 3
+			}
 			if w.Phase == WorkerRunning {
 				w.Ready = r.IntN(2) == 0
 				if w.Ready {
@@ -205,14 +212,24 @@ func TestPlanEndpointInvariants(t *testing.T) {
 		for _, rel := range p.Release {
 			released[rel.ID] = true
 		}
-		liveCurrent := len(p.Launch) + len(p.Resume)
+		liveCurrent := len(p.Launch)
 		phase := map[string]WorkerInput{}
 		for _, w := range in.Workers {
 			phase[w.ID] = w
 		}
 		for _, id := range p.Resume {
-			if w := phase[id]; w.Phase != WorkerPaused || w.Outdated || released[id] {
+			if !phase[id].Outdated {
+				liveCurrent++
+			}
+		}
+		for _, id := range p.Resume {
+			if w := phase[id]; w.Phase != WorkerPaused || w.Outdated && w.Busy == 0 || released[id] {
 				t.Fatalf("resumed %+v, not a current paused worker kept: %+v -> %+v", w, in, p)
+			}
+		}
+		for _, w := range in.Workers {
+			if w.Phase == WorkerPaused && w.Busy > 0 && !w.Outdated && !slices.Contains(p.Resume, w.ID) {
+				t.Fatalf("a busy paused worker %s left paused: %+v -> %+v", w.ID, in, p)
 			}
 		}
 		pausedNow := map[string]bool{}
