@@ -60,6 +60,10 @@ type inst struct {
 	gonePasses int
 	reports    []agentapi.StatusReport
 	stopSince  time.Time
+	// paused is whether the workload is paused (runtime.Pauser), known
+	// once pauseKnown is set; pauseRefused once the runtime said it
+	// cannot pause (logged once).
+	paused, pauseKnown, pauseRefused bool
 }
 
 // Bounds of the retries of a pass.
@@ -601,7 +605,7 @@ func (a *Agent) watch(ctx context.Context, p *pass, s *inst) error {
 		return err
 	}
 	if st.State != runtime.StateExited {
-		return nil
+		return a.syncPause(ctx, s)
 	}
 	return a.finish(ctx, p, s, exitReport(agentapi.PhaseExited, st))
 }

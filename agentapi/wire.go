@@ -113,6 +113,11 @@ type Assignment struct {
 	// The server sets it, on a host with adapters, for an instance that
 	// takes the whole host or whose placement group is a cluster.
 	RDMA bool `json:"rdma,omitempty"`
+	// Pause, with Desired run: the workload is to be paused (a paused
+	// instance: an endpoint's warm pool), its processes frozen in place
+	// (runtime.Pauser); once false again it is resumed. A runtime that
+	// cannot pause leaves it running and says so in the agent's log.
+	Pause bool `json:"pause,omitempty"`
 }
 
 // StackInfo is an instance's place in its stack's job, computed by the

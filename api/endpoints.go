@@ -38,6 +38,7 @@ type UpdateEndpointRequest struct {
 	Retries            *int               `json:"retries,omitempty"`
 	RetentionSeconds   *int               `json:"retention_seconds,omitempty"`
 	QueueWaitSeconds   *int               `json:"queue_wait_seconds,omitempty"`
+	Warm               *int               `json:"warm,omitempty"`
 }
 
 // ListEndpointsResponse is the answer of GET /v1/endpoints.

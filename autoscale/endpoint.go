@@ -15,6 +15,12 @@ import (
 type EndpointInput struct {
 	Min, Max    int
 	Concurrency int
+	// Warm is the pool of paused workers the endpoint keeps beside those
+	// the load asks for (0: none): created, made ready, then paused, so
+	// that a request resumes one rather than waiting for a cold start.
+	// The pool lives within Max (running and paused together are at most
+	// Max) and outside Min (Min counts running workers).
+	Warm        int
 	IdleTimeout time.Duration
 	// SpotFallback is how long a spot worker may stay unplaced before an
 	// on-demand one replaces it (0: never).
@@ -61,6 +67,9 @@ const (
 	// WorkerLeaving: terminating or stopping: it serves nothing, and is
 	// already on its way out.
 	WorkerLeaving
+	// WorkerPaused: paused, in the endpoint's warm pool: it serves
+	// nothing until resumed.
+	WorkerPaused
 )
 
 // EndpointPlan is what the controller applies.
@@ -71,6 +80,10 @@ type EndpointPlan struct {
 	Release []WorkerRelease
 	// Forget lists the terminated workers to drop from the status.
 	Forget []string
+	// Pause lists the idle running workers to pause into the warm pool;
+	// Resume the paused ones to run again, for load that has no ready
+	// worker (a resume comes before any launch).
+	Pause, Resume []string
 	// Desired is the worker count the load asks for (within min and
 	// max), Reason the decision in words.
 	Desired int
@@ -90,7 +103,13 @@ type WorkerRelease struct {
 // Empty reports whether the plan changes nothing but, perhaps, the
 // desired count.
 func (p *EndpointPlan) Empty() bool {
-	return len(p.Launch) == 0 && len(p.Release) == 0 && len(p.Forget) == 0 && !p.Deleted
+	return len(p.Launch) == 0 && len(p.Release) == 0 && len(p.Forget) == 0 && len(p.Pause) == 0 && len(p.Resume) == 0 && !p.Deleted
+}
+
+// WarmPool is the warm pool's size at load in: Warm, within what Max leaves
+// beside the running workers the load wants.
+func WarmPool(in *EndpointInput) int {
+	return max(0, min(in.Warm, in.Max-Wanted(in)))
 }
 
 // Wanted is the worker count a load asks for: ceil((queued + in flight) /
@@ -113,7 +132,17 @@ func Wanted(in *EndpointInput) int {
 //   - an outdated worker goes as soon as it is idle and either nothing is
 //     wanted or a current worker is ready to take its place;
 //   - a spot worker unplaced for SpotFallback is replaced by an on-demand
-//     one.
+//     one;
+//   - the warm pool (WarmPool: Warm paused workers, within Max beside the
+//     wanted running ones): a shortfall of running workers resumes paused
+//     ones before it launches any; a surplus running worker, ready and
+//     idle, is paused while the pool is short (one that never served at
+//     once, one that did once idle for the idle timeout, when it would
+//     otherwise go), and one is
+//     launched to refill the pool when no surplus worker will do; a
+//     surplus of paused workers (Warm lowered, load up to Max) goes, and
+//     an outdated paused worker goes at once; a paused worker found busy
+//     (the gateway sent it work just before it saw the pause) is resumed.
 func PlanEndpoint(in *EndpointInput) EndpointPlan {
 	var p EndpointPlan
 	for _, w := range in.Workers {
@@ -141,13 +170,26 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 	p.Reason = fmt.Sprintf("%d queued and %d in flight at concurrency %d ask for %d (min %d, max %d)",
 		in.Queued, in.InFlight, max(in.Concurrency, 1), want, in.Min, in.Max)
 
-	var current []WorkerInput
+	var current, paused []WorkerInput
 	readyCurrent := 0
 	for _, w := range in.Workers {
 		switch {
 		case w.Phase == WorkerGone || w.Phase == WorkerLeaving:
 		case w.Phase == WorkerBroken:
 			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "the worker failed or was lost", Failed: true})
+		case w.Phase == WorkerPaused && w.Busy > 0:
+			// The gateway sent it work just before it saw the pause: it
+			// runs again, so that the work ends (an outdated one then
+			// goes once idle, as any outdated worker).
+			p.Resume = append(p.Resume, w.ID)
+			if !w.Outdated {
+				w.Phase = WorkerRunning
+				current = append(current, w)
+			}
+		case w.Phase == WorkerPaused && w.Outdated:
+			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: "a paused worker of an earlier spec"})
+		case w.Phase == WorkerPaused:
+			paused = append(paused, w)
 		case w.Outdated:
 		default:
 			if in.Spot && in.SpotFallback > 0 && w.Market == cloud.MarketSpot && w.Phase == WorkerStarting &&
@@ -162,7 +204,13 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 			}
 		}
 	}
-	live := len(current) + len(p.Launch)
+	// Resume paused workers for a shortfall before launching any.
+	resume := min(len(paused), max(0, want-len(current)-len(p.Launch)))
+	for _, w := range paused[:resume] {
+		p.Resume = append(p.Resume, w.ID)
+	}
+	paused = paused[resume:]
+	live := len(current) + resume + len(p.Launch)
 	for ; live < want; live++ {
 		m := cloud.MarketOnDemand
 		if in.Spot {
@@ -176,6 +224,40 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		}
 	}
 	surplus := live - max(want, in.Min)
+	short := WarmPool(in) - len(paused)
+	if short < 0 {
+		// More paused workers than the pool holds: the excess goes.
+		for _, w := range paused[len(paused)+short:] {
+			p.Release = append(p.Release, WorkerRelease{ID: w.ID, Reason: fmt.Sprintf("the warm pool keeps %d", WarmPool(in))})
+		}
+		short = 0
+	}
+	if short > 0 && surplus > 0 {
+		// Surplus workers, ready and idle, fill the pool: one launched
+		// for it (it never served) at once, one that served once it would
+		// go for its idle timeout.
+		pausable := slices.DeleteFunc(slices.Clone(current), func(w WorkerInput) bool {
+			fresh := !w.IdleSince.After(w.LaunchedAt)
+			return w.Phase != WorkerRunning || !w.Ready || w.Busy > 0 || !fresh && in.Now.Sub(w.IdleSince) < in.IdleTimeout
+		})
+		slices.SortStableFunc(pausable, func(a, b WorkerInput) int { return a.IdleSince.Compare(b.IdleSince) })
+		for _, w := range pausable[:min(short, surplus, len(pausable))] {
+			p.Pause = append(p.Pause, w.ID)
+			current = slices.DeleteFunc(current, func(c WorkerInput) bool { return c.ID == w.ID })
+			short--
+			surplus--
+		}
+	}
+	// The surplus left is kept for the pool (it is paused once idle) as
+	// far as the pool is short; what the pool still lacks is launched.
+	keep := min(short, max(surplus, 0))
+	for range short - keep {
+		p.Launch = append(p.Launch, cloud.MarketOnDemand)
+		if in.Spot {
+			p.Launch[len(p.Launch)-1] = cloud.MarketSpot
+		}
+	}
+	surplus -= keep
 	if surplus <= 0 {
 		return p
 	}

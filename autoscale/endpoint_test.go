@@ -15,6 +15,12 @@ func TestPlanEndpoint(t *testing.T) {
 	ready := func(id string, busy, idleSec int) WorkerInput {
 		return WorkerInput{ID: id, Phase: WorkerRunning, Ready: true, Busy: busy, IdleSince: ago(idleSec), LaunchedAt: ago(3600), Market: cloud.MarketOnDemand}
 	}
+	fresh := func(id string) WorkerInput {
+		return WorkerInput{ID: id, Phase: WorkerRunning, Ready: true, IdleSince: ago(5), LaunchedAt: ago(5), Market: cloud.MarketOnDemand}
+	}
+	paused := func(id string) WorkerInput {
+		return WorkerInput{ID: id, Phase: WorkerPaused, IdleSince: ago(600), LaunchedAt: ago(600), Market: cloud.MarketOnDemand}
+	}
 	base := EndpointInput{Min: 0, Max: 4, Concurrency: 2, IdleTimeout: 30 * time.Second, Now: now}
 	cases := []struct {
 		name    string
@@ -22,6 +28,8 @@ func TestPlanEndpoint(t *testing.T) {
 		launch  int
 		release []string
 		forget  []string
+		pause   []string
+		resume  []string
 		desired int
 		deleted bool
 	}{
@@ -72,6 +80,72 @@ func TestPlanEndpoint(t *testing.T) {
 			in.Spot, in.SpotFallback, in.Queued = true, 10*time.Second, 1
 			in.Workers = []WorkerInput{{ID: "s", Phase: WorkerStarting, Market: cloud.MarketSpot, IdleSince: ago(11), LaunchedAt: ago(11)}}
 		}, launch: 1, release: []string{"s"}, desired: 1},
+		{name: "warm: an empty pool at zero is filled by a launch", edit: func(in *EndpointInput) {
+			in.Warm = 2
+		}, launch: 2},
+		{name: "warm: a starting worker for the pool is not launched again", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{{ID: "a", Phase: WorkerStarting, IdleSince: ago(5), LaunchedAt: ago(5)}}
+		}},
+		{name: "warm: a fresh ready worker is paused into the pool", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{fresh("a")}
+		}, pause: []string{"a"}},
+		{name: "warm: a full pool launches and pauses nothing", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{paused("p")}
+		}},
+		{name: "warm: a job with no ready worker resumes a paused one, and the pool is refilled", edit: func(in *EndpointInput) {
+			in.Warm, in.Queued = 1, 1
+			in.Workers = []WorkerInput{paused("p")}
+		}, resume: []string{"p"}, launch: 1, desired: 1},
+		{name: "warm: resume before create, then launch only the rest", edit: func(in *EndpointInput) {
+			in.Warm, in.Queued, in.Max = 2, 6, 4
+			in.Workers = []WorkerInput{paused("p"), paused("q")}
+		}, resume: []string{"p", "q"}, launch: 2, desired: 3},
+		{name: "warm: load at max leaves no room for the pool", edit: func(in *EndpointInput) {
+			in.Warm, in.Queued = 2, 8
+			in.Workers = []WorkerInput{paused("p")}
+		}, resume: []string{"p"}, launch: 3, desired: 4},
+		{name: "warm: a serving worker stays running within its idle timeout", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{ready("a", 0, 10)}
+		}},
+		{name: "warm: a serving worker past its idle timeout is paused, not released, while the pool is short", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{ready("a", 0, 31)}
+		}, pause: []string{"a"}},
+		{name: "warm: scale to zero keeps only the pool, paused", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{ready("a", 0, 31), ready("b", 0, 40), paused("p")}
+		}, release: []string{"b", "a"}},
+		{name: "warm: a busy worker is never paused", edit: func(in *EndpointInput) {
+			in.Warm, in.InFlight = 1, 1
+			in.Workers = []WorkerInput{ready("a", 1, 0), fresh("b")}
+		}, pause: []string{"b"}, desired: 1},
+		{name: "warm: min counts running workers, the pool comes beside them", edit: func(in *EndpointInput) {
+			in.Warm, in.Min = 1, 1
+			in.Workers = []WorkerInput{ready("a", 0, 3600)}
+		}, launch: 1, desired: 1},
+		{name: "warm: paused workers beyond the pool go", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{paused("p"), paused("q")}
+		}, release: []string{"q"}},
+		{name: "warm: an outdated paused worker goes and the pool is refilled", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			in.Workers = []WorkerInput{func() WorkerInput { w := paused("old"); w.Outdated = true; return w }()}
+		}, release: []string{"old"}, launch: 1},
+		{name: "warm 0: a paused worker left over goes", edit: func(in *EndpointInput) {
+			in.Workers = []WorkerInput{paused("p")}
+		}, release: []string{"p"}},
+		{name: "warm: a paused worker found busy is resumed even with the load met", edit: func(in *EndpointInput) {
+			in.Warm, in.InFlight = 1, 2
+			in.Workers = []WorkerInput{ready("a", 1, 0), func() WorkerInput { w := paused("p"); w.Busy = 1; return w }()}
+		}, resume: []string{"p"}, desired: 1},
+		{name: "deleting releases paused workers too", edit: func(in *EndpointInput) {
+			in.Deleting, in.Warm = true, 1
+			in.Workers = []WorkerInput{paused("p")}
+		}, release: []string{"p"}},
 		{name: "deleting releases every worker", edit: func(in *EndpointInput) {
 			in.Deleting, in.InFlight = true, 1
 			in.Workers = []WorkerInput{ready("a", 1, 0), {ID: "b", Phase: WorkerGone}}
@@ -98,9 +172,10 @@ func TestPlanEndpoint(t *testing.T) {
 				rel = append(rel, r.ID)
 			}
 			if len(p.Launch) != c.launch || !slices.Equal(rel, c.release) || !slices.Equal(p.Forget, c.forget) ||
-				p.Desired != c.desired || p.Deleted != c.deleted {
-				t.Fatalf("launch %d release %v forget %v desired %d deleted %v; want %d %v %v %d %v (%s)",
-					len(p.Launch), rel, p.Forget, p.Desired, p.Deleted, c.launch, c.release, c.forget, c.desired, c.deleted, p.Reason)
+				p.Desired != c.desired || p.Deleted != c.deleted || !slices.Equal(p.Pause, c.pause) || !slices.Equal(p.Resume, c.resume) {
+				t.Fatalf("launch %d release %v forget %v pause %v resume %v desired %d deleted %v; want %d %v %v %v %v %d %v (%s)",
+					len(p.Launch), rel, p.Forget, p.Pause, p.Resume, p.Desired, p.Deleted,
+					c.launch, c.release, c.forget, c.pause, c.resume, c.desired, c.deleted, p.Reason)
 			}
 		})
 	}
@@ -115,11 +190,15 @@ func TestPlanEndpointInvariants(t *testing.T) {
 	for range 5000 {
 		in := EndpointInput{Min: r.IntN(3), Concurrency: 1 + r.IntN(4), IdleTimeout: time.Duration(r.IntN(60)) * time.Second,
 			Queued: r.IntN(20), InFlight: r.IntN(10), Now: now, Spot: r.IntN(2) == 0, SpotFallback: 10 * time.Second}
-		in.Max = in.Min + r.IntN(8)
+		in.Max = max(1, in.Min+r.IntN(8))
+		in.Warm = r.IntN(in.Max + 1)
 		for i := range r.IntN(10) {
-			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(5)), Outdated: r.IntN(4) == 0,
+			w := WorkerInput{ID: string(rune('a' + i)), Phase: WorkerPhase(r.IntN(6)), Outdated: r.IntN(4) == 0,
 				Market: cloud.MarketOnDemand, IdleSince: now.Add(-time.Duration(r.IntN(120)) * time.Second),
 				LaunchedAt: now.Add(-time.Duration(r.IntN(120)) * time.Second)}
+			if w.Phase == WorkerPaused {
+				w.Busy = r.IntN(4) / 3
+			}
 			if w.Phase == WorkerRunning {
 				w.Ready = r.IntN(2) == 0
 				if w.Ready {
@@ -134,13 +213,53 @@ func TestPlanEndpointInvariants(t *testing.T) {
 			released[rel.ID] = true
 		}
 		liveCurrent := len(p.Launch)
+		phase := map[string]WorkerInput{}
+		for _, w := range in.Workers {
+			phase[w.ID] = w
+		}
+		for _, id := range p.Resume {
+			if !phase[id].Outdated {
+				liveCurrent++
+			}
+		}
+		for _, id := range p.Resume {
+			if w := phase[id]; w.Phase != WorkerPaused || w.Outdated && w.Busy == 0 || released[id] {
+				t.Fatalf("resumed %+v, not a current paused worker kept: %+v -> %+v", w, in, p)
+			}
+		}
+		for _, w := range in.Workers {
+			if w.Phase == WorkerPaused && w.Busy > 0 && !w.Outdated && !slices.Contains(p.Resume, w.ID) {
+				t.Fatalf("a busy paused worker %s left paused: %+v -> %+v", w.ID, in, p)
+			}
+		}
+		pausedNow := map[string]bool{}
+		for _, id := range p.Pause {
+			if w := phase[id]; w.Phase != WorkerRunning || !w.Ready || w.Busy > 0 || released[id] || pausedNow[id] {
+				t.Fatalf("paused %+v, not an idle ready running worker: %+v -> %+v", w, in, p)
+			}
+			pausedNow[id] = true
+		}
 		for _, w := range in.Workers {
 			if released[w.ID] && w.Busy > 0 && w.Phase != WorkerBroken {
 				t.Fatalf("released busy worker %s: %+v -> %+v", w.ID, in, p)
 			}
-			if !released[w.ID] && !w.Outdated && (w.Phase == WorkerStarting || w.Phase == WorkerRunning) {
+			if !released[w.ID] && !pausedNow[w.ID] && !w.Outdated && (w.Phase == WorkerStarting || w.Phase == WorkerRunning) {
 				liveCurrent++
 			}
+		}
+		// A paused worker left paused means the load was met by resumes:
+		// a launch then only refills the pool (or replaces a spot worker).
+		left := 0
+		for _, w := range in.Workers {
+			if w.Phase == WorkerPaused && !w.Outdated && !released[w.ID] && !slices.Contains(p.Resume, w.ID) {
+				left++
+			}
+		}
+		if left > 0 && !in.Spot && len(p.Launch) > max(0, WarmPool(&in)-left) {
+			t.Fatalf("launched %d with %d paused workers left and a pool of %d: %+v -> %+v", len(p.Launch), left, WarmPool(&in), in, p)
+		}
+		if left > WarmPool(&in) {
+			t.Fatalf("%d paused workers kept, the pool is %d: %+v -> %+v", left, WarmPool(&in), in, p)
 		}
 		if want := Wanted(&in); liveCurrent < want {
 			t.Fatalf("%d live current workers after the plan, the load wants %d: %+v -> %+v", liveCurrent, want, in, p)

@@ -57,6 +57,7 @@ type endpointFlags struct {
 	image, healthPath, mode                    string
 	offerings, zones, labels, env, volumes     []string
 	port, min, max, concurrency, retries       int
+	warm                                       int
 	idleTimeout, timeout, retention, queueWait time.Duration
 	spot                                       bool
 	durations                                  []endpointDuration
@@ -91,6 +92,7 @@ func (f *endpointFlags) register(cmd *cobra.Command, update bool) {
 	fs.StringArrayVar(&f.offerings, "offering", nil, "an acceptable offering, in order of preference (repeatable; 'gpucloud offerings' lists them)")
 	fs.IntVar(&f.min, "min", 0, "the fewest workers (0: scale to zero)")
 	fs.IntVar(&f.max, "max", 0, "the most workers (default 3, or --min when larger)")
+	fs.IntVar(&f.warm, "warm", 0, "paused workers kept ready beside those the load asks for (0 to --max; containers only; they bill as running)")
 	fs.IntVar(&f.concurrency, "concurrency", dflt(1).(int), "requests or jobs one worker takes at once")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", dflt(30*time.Second).(time.Duration), "release a worker idle this long (whole seconds)")
 	fs.DurationVar(&f.timeout, "timeout", dflt(10*time.Minute).(time.Duration), "the longest one job or request runs on a worker (whole seconds)")
@@ -142,7 +144,7 @@ func wholeSeconds(cmd *cobra.Command, flag string, d time.Duration) (int, error)
 func (f *endpointFlags) spec(cmd *cobra.Command, command []string) (cloud.EndpointSpec, error) {
 	s := cloud.EndpointSpec{Image: f.image, Command: command, Offerings: f.offerings, Port: f.port, HealthPath: f.healthPath,
 		Mode: cloud.EndpointMode(f.mode), Min: f.min, Max: f.max, Concurrency: f.concurrency, Retries: f.retries, Spot: f.spot,
-		Zones: f.zones, Labels: f.labels, Volumes: f.volumes}
+		Warm: f.warm, Zones: f.zones, Labels: f.labels, Volumes: f.volumes}
 	if s.Image == "" {
 		return s, cmdutil.Usagef(cmd, "--image is required: workers run in containers, an image whose HTTP server answers on --port")
 	}
@@ -204,7 +206,7 @@ func (f *endpointFlags) patch(cmd *cobra.Command, command []string) (api.UpdateE
 		n    *int
 		dst  **int
 	}{{"min", &f.min, &req.Min}, {"max", &f.max, &req.Max}, {"concurrency", &f.concurrency, &req.Concurrency},
-		{"retries", &f.retries, &req.Retries}} {
+		{"retries", &f.retries, &req.Retries}, {"warm", &f.warm, &req.Warm}} {
 		if changed(cmd, v.flag) {
 			*v.dst = v.n
 		}
@@ -549,6 +551,9 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Port", fmt.Sprintf("%d, ready when GET %s answers 2xx", sp.Port, sp.HealthPath))
 	f.add("Workers", fmt.Sprintf("min %d, desired %d, max %d; %d launched, %d ready", sp.Min, e.Status.Desired, sp.Max,
 		len(e.Status.Workers), countReady(d.Workers)))
+	if sp.Warm > 0 {
+		f.add("Warm pool", fmt.Sprintf("%d paused kept (billed as running), %d paused now", sp.Warm, countPaused(d.Workers)))
+	}
 	f.add("Concurrency", fmt.Sprintf("%d per worker", sp.Concurrency))
 	f.add("Timing", fmt.Sprintf("idle timeout %s, timeout %s, queue wait %s", secondsText(sp.IdleTimeoutSeconds),
 		secondsText(sp.TimeoutSeconds), secondsText(sp.QueueWaitSeconds)))
@@ -642,4 +647,15 @@ func writeColdStarts(w io.Writer, cs []cloud.ColdStart) error {
 			strconv.FormatInt(c.RunningMillis, 10) + "ms", strconv.FormatInt(c.ReadyMillis, 10) + "ms"})
 	}
 	return writeTable(w, rows)
+}
+
+// countPaused counts the workers paused in the warm pool.
+func countPaused(ws []api.EndpointWorker) int {
+	n := 0
+	for _, w := range ws {
+		if w.State == cloud.Paused {
+			n++
+		}
+	}
+	return n
 }

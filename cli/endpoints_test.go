@@ -65,12 +65,12 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	var chat cloud.Endpoint
 	decodeJSON(t, e.ok(tok, "endpoints", "create", "chat", "--mode", "http", "--image", "ghcr.io/acme/llm:2", "--offering", "l4.1x",
 		"--offering", "L40S.1x", "--port", "9000", "--health-path", "/ready", "--min", "1", "--max", "4", "--concurrency", "8",
-		"--idle-timeout", "5m", "--timeout", "90s", "--retries", "0", "--retention", "1h", "--queue-wait", "45s", "--spot",
+		"--idle-timeout", "5m", "--timeout", "90s", "--retries", "0", "--retention", "1h", "--queue-wait", "45s", "--spot", "--warm", "2",
 		"--zone", "zone-a", "--label", "driver>=550", "--env", "MODEL=llama", "--env", "A=1", "--idempotency-key", "k1",
 		"-o", "json", "--", "python", "serve.py"), &chat)
 	want = cloud.EndpointSpec{Image: "ghcr.io/acme/llm:2", Command: []string{"python", "serve.py"}, Env: map[string]string{"MODEL": "llama", "A": "1"},
 		Offerings: []string{"l4.1x", "l40s.1x"}, Port: 9000, HealthPath: "/ready", Mode: cloud.EndpointHTTP, Min: 1, Max: 4, Concurrency: 8,
-		IdleTimeoutSeconds: 300, TimeoutSeconds: 90, Retries: 0, RetentionSeconds: 3600, QueueWaitSeconds: 45, Spot: true,
+		IdleTimeoutSeconds: 300, TimeoutSeconds: 90, Retries: 0, RetentionSeconds: 3600, QueueWaitSeconds: 45, Spot: true, Warm: 2,
 		Zones: []string{"zone-a"}, Labels: []string{"driver>=550"}}
 	if !reflect.DeepEqual(chat.Spec, want) {
 		t.Errorf("created from every flag:\n%+v\nwant\n%+v", chat.Spec, want)
@@ -79,7 +79,7 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	var again cloud.Endpoint
 	decodeJSON(t, e.ok(tok, "endpoints", "create", "chat", "--mode", "http", "--image", "ghcr.io/acme/llm:2", "--offering", "l4.1x",
 		"--offering", "L40S.1x", "--port", "9000", "--health-path", "/ready", "--min", "1", "--max", "4", "--concurrency", "8",
-		"--idle-timeout", "5m", "--timeout", "90s", "--retries", "0", "--retention", "1h", "--queue-wait", "45s", "--spot",
+		"--idle-timeout", "5m", "--timeout", "90s", "--retries", "0", "--retention", "1h", "--queue-wait", "45s", "--spot", "--warm", "2",
 		"--zone", "zone-a", "--label", "driver>=550", "--env", "MODEL=llama", "--env", "A=1", "--idempotency-key", "k1",
 		"-o", "json", "--", "python", "serve.py"), &again)
 	if again.ID != chat.ID {
@@ -105,7 +105,7 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	out = e.ok(tok, "endpoints", "describe", "chat")
 	for _, s := range []string{"Mode:", "http", "python serve.py", "A=1, MODEL=llama", "l4.1x, l40s.1x", "9000, ready when GET /ready answers 2xx",
 		"min 1, desired 0, max 4; 0 launched, 0 ready", "8 per worker", "idle timeout 5m0s, timeout 1m30s, queue wait 45s",
-		"0 retries, results kept 1h0m0s", "spot, on demand when none fits", "zone-a", "driver>=550", "0 queued, 0 running",
+		"0 retries, results kept 1h0m0s", "spot, on demand when none fits", "Warm pool:", "2 paused kept (billed as running), 0 paused now", "zone-a", "driver>=550", "0 queued, 0 running",
 		"Latency:", "nothing finished", "Cost:", "$0.00 so far in", "Workers: none", "Cold starts: none"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe lacks %q:\n%s", s, out)
@@ -146,13 +146,13 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	// Update sends only the flags given.
 	var up cloud.Endpoint
 	decodeJSON(t, e.ok(tok, "endpoints", "update", "echo", "--image", "ghcr.io/acme/echo:2", "--max", "5", "--idle-timeout", "2m",
-		"--env", "A=2", "-o", "json"), &up)
-	if up.Spec.Image != "ghcr.io/acme/echo:2" || up.Spec.Max != 5 || up.Spec.IdleTimeoutSeconds != 120 || !reflect.DeepEqual(up.Spec.Env, map[string]string{"A": "2"}) ||
+		"--env", "A=2", "--warm", "1", "-o", "json"), &up)
+	if up.Spec.Image != "ghcr.io/acme/echo:2" || up.Spec.Max != 5 || up.Spec.Warm != 1 || up.Spec.IdleTimeoutSeconds != 120 || !reflect.DeepEqual(up.Spec.Env, map[string]string{"A": "2"}) ||
 		up.Spec.TimeoutSeconds != 600 || up.Spec.Retries != 2 || up.Spec.Concurrency != 1 || up.Status.Generation != 2 {
 		t.Errorf("update = %+v", up)
 	}
 	decodeJSON(t, e.ok(tok, "endpoints", "update", "echo", "--retries", "0", "--if-match", `"`+jsonInt(up.Version)+`"`, "-o", "json", "--", "python", "v2.py"), &up)
-	if up.Spec.Retries != 0 || !reflect.DeepEqual(up.Spec.Command, []string{"python", "v2.py"}) || up.Spec.Max != 5 || up.Status.Generation != 3 {
+	if up.Spec.Retries != 0 || !reflect.DeepEqual(up.Spec.Command, []string{"python", "v2.py"}) || up.Spec.Max != 5 || up.Spec.Warm != 1 || up.Status.Generation != 3 {
 		t.Errorf("update with a command = %+v", up)
 	}
 	code, _, errOut := e.as(tok, "endpoints", "update", "echo", "--max", "6", "--if-match", "1")

@@ -268,9 +268,11 @@ type Usage struct {
 
 // MeterEdge says whether a lifecycle move starts or stops compute metering:
 // an instance bills from running until it leaves the states that hold its
-// allocation (stopped, terminated, failed, lost, or back to pending).
+// allocation (stopped, terminated, failed, lost, or back to pending). A
+// paused instance (an endpoint's warm pool) holds its allocation and bills
+// on at the running rate: its resume starts nothing new.
 func MeterEdge(from, to State) (on, off bool) {
-	if to == Running && from != Running {
+	if to == Running && from != Running && from != Paused {
 		return true, false
 	}
 	if from.Holds() && !to.Holds() {

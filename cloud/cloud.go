@@ -105,10 +105,15 @@ type State string
 // lost can happen while an instance holds an allocation. Every transition
 // is recorded as an Event with a reason.
 const (
-	Pending     State = "pending"
-	Scheduled   State = "scheduled"
-	Starting    State = "starting"
-	Running     State = "running"
+	Pending   State = "pending"
+	Scheduled State = "scheduled"
+	Starting  State = "starting"
+	Running   State = "running"
+	// Paused: the workload is created and frozen (its container's
+	// processes paused), holding its allocation: a serverless endpoint's
+	// warm pool (docs/ENDPOINTS.md). It bills as running; it moves back
+	// to running when resumed.
+	Paused      State = "paused"
 	Stopping    State = "stopping"
 	Stopped     State = "stopped"
 	Terminating State = "terminating"
@@ -122,7 +127,8 @@ var transitions = map[State][]State{
 	Pending:     {Scheduled, Stopped, Terminated, Failed},
 	Scheduled:   {Starting, Pending, Stopping, Terminating, Failed, Lost},
 	Starting:    {Running, Stopping, Terminating, Failed, Lost},
-	Running:     {Stopping, Terminating, Failed, Lost},
+	Running:     {Paused, Stopping, Terminating, Failed, Lost},
+	Paused:      {Running, Stopping, Terminating, Failed, Lost},
 	Stopping:    {Stopped, Terminating, Failed, Lost},
 	Terminating: {Terminated, Lost},
 	Stopped:     {Pending, Terminated},
@@ -133,7 +139,7 @@ var transitions = map[State][]State{
 
 // holding is the one list of the states in which an instance holds an
 // allocation (capacity on a host that the scheduler counts).
-var holding = []State{Scheduled, Starting, Running, Stopping, Terminating}
+var holding = []State{Scheduled, Starting, Running, Paused, Stopping, Terminating}
 
 // HoldingStates are the states in which an instance holds an allocation.
 // The caller gets its own copy.
@@ -203,6 +209,12 @@ type Instance struct {
 	// --ServerApp.base_url, TensorBoard's --path_prefix). Each is one of
 	// Publish. Fixed at create.
 	PublishKeepPrefix []int `json:"publish_keep_prefix,omitempty"`
+	// PreferHosts lists host IDs the scheduler prefers for the instance,
+	// the most preferred first, among hosts that fit it equally well
+	// (placement.Request.Prefer: a tie-breaker, never more). An endpoint's
+	// worker prefers the hosts where the endpoint's workers last ran,
+	// which hold its image. Fixed at create.
+	PreferHosts []string `json:"prefer_hosts,omitempty"`
 	// PrivateAddress is the instance's address in its subnet, given at
 	// create and kept across stop and start until it terminates (kept on
 	// the record after that, as Zone is, but no longer held: another

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-var allStates = []State{Pending, Scheduled, Starting, Running, Stopping, Stopped, Terminating, Terminated, Failed, Lost}
+var allStates = []State{Pending, Scheduled, Starting, Running, Paused, Stopping, Stopped, Terminating, Terminated, Failed, Lost}
 
 // TestLifecycle pins the lifecycle's rules: the holding states are those
 // HoldingStates lists, terminated is final, every state but terminated
@@ -60,6 +60,26 @@ func reaches(from, to State) bool {
 	return false
 }
 
+// TestPausedBills: a running instance paused and resumed bills without a
+// break (no edge either way), and a paused one terminated stops billing.
+func TestPausedBills(t *testing.T) {
+	for _, c := range []struct {
+		from, to State
+		on, off  bool
+	}{{Running, Paused, false, false}, {Paused, Running, false, false}, {Paused, Terminating, false, false},
+		{Terminating, Terminated, false, true}, {Paused, Lost, false, true}, {Paused, Failed, false, true}} {
+		if !CanMove(c.from, c.to) {
+			t.Fatalf("%s cannot move to %s", c.from, c.to)
+		}
+		if on, off := MeterEdge(c.from, c.to); on != c.on || off != c.off {
+			t.Errorf("%s -> %s: on %v off %v, want %v %v", c.from, c.to, on, off, c.on, c.off)
+		}
+	}
+	if !Paused.Holds() {
+		t.Error("paused does not hold its allocation")
+	}
+}
+
 // TestMeterEdge checks every legal move against the metering rule:
 // compute bills from entering running until leaving the holding states.
 func TestMeterEdge(t *testing.T) {
@@ -69,7 +89,8 @@ func TestMeterEdge(t *testing.T) {
 				continue
 			}
 			on, off := MeterEdge(from, to)
-			wantOn := to == Running
+			// Paused bills as running: a resume is no new start.
+			wantOn := to == Running && from != Paused
 			wantOff := from.Holds() && !to.Holds()
 			if on != wantOn || off != wantOff {
 				t.Errorf("%s -> %s: on %v off %v, want %v %v", from, to, on, off, wantOn, wantOff)

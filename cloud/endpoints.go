@@ -73,6 +73,12 @@ type EndpointSpec struct {
 	// Spot launches workers on the spot market first, on demand when no
 	// spot capacity fits.
 	Spot bool `json:"spot,omitempty"`
+	// Warm is the pool of paused workers the endpoint keeps beside those
+	// its load asks for (0 to Max): created, made ready, then paused, so
+	// that a request resumes one instead of waiting for a cold start. They
+	// bill as running workers (the owner pays for the pool). Running and
+	// paused workers together are at most Max; Min counts running ones.
+	Warm int `json:"warm,omitempty"`
 	// Zones and Labels constrain where workers are placed, as an
 	// instance's.
 	Zones  []string `json:"zones,omitempty"`
@@ -132,6 +138,10 @@ type EndpointStatus struct {
 	// ColdStarts are the latest cold starts (at most 20, newest last):
 	// from the launch decision to the worker's first ready probe.
 	ColdStarts []ColdStart `json:"cold_starts,omitempty"`
+	// Hosts are where the endpoint's current workers last ran, the most
+	// recent first (at most 4): their image is cached there, and a new
+	// worker prefers them (Instance.PreferHosts).
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // WorkerRef is one of an endpoint's workers as its status records it.

@@ -59,7 +59,7 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 	c.render(w, r, http.StatusOK, "instances", s, map[string]any{
 		"Title": "Instances", "Instances": list, "Next": nextURL, "First": q.Get("after") != "",
 		"State": q.Get("state"), "View": view, "Offering": q.Get("offering"), "Market": q.Get("market"), "TenantFilter": q.Get("tenant"),
-		"States":    []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost},
+		"States":    []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping, cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost},
 		"Offerings": offerings,
 	})
 	return nil
@@ -69,7 +69,7 @@ func (c *Console) instances(w http.ResponseWriter, r *http.Request, s *session) 
 // or may hold capacity again) by default; ended ones are a view of their
 // own, so that a long history does not bury what runs.
 var (
-	currentStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped}
+	currentStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping, cloud.Stopped}
 	endedStates   = []cloud.State{cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
 )
 

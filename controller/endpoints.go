@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/gpucloud/gpucloud/autoscale"
@@ -118,7 +119,7 @@ func (c *Endpoints) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, e := range eps {
 		p := c.plan(e, counts[e.ID], loads[e.ID], ins, now)
-		if p.Empty() && len(p.ColdStarts) == 0 && p.Desired == e.Status.Desired {
+		if p.Empty() && len(p.ColdStarts) == 0 && p.Desired == e.Status.Desired && p.Hosts == nil {
 			continue
 		}
 		if err := service.ApplyEndpointPlan(ctx, c.Store, c.Catalog, endpointActor, p, avail, now); err != nil {
@@ -153,7 +154,7 @@ func (c *Endpoints) Reconcile(ctx context.Context) error {
 
 // plan is one endpoint's decision over what the round read.
 func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointLoad, ins map[string]*cloud.Instance, now time.Time) *service.EndpointPlan {
-	in := autoscale.EndpointInput{Min: e.Spec.Min, Max: e.Spec.Max, Concurrency: e.Spec.Concurrency,
+	in := autoscale.EndpointInput{Min: e.Spec.Min, Max: e.Spec.Max, Warm: e.Spec.Warm, Concurrency: e.Spec.Concurrency,
 		IdleTimeout: time.Duration(e.Spec.IdleTimeoutSeconds) * time.Second, Spot: e.Spec.Spot,
 		SpotFallback: c.SpotFallback, Deleting: e.State == cloud.EndpointDeleting, Now: now}
 	if in.SpotFallback <= 0 {
@@ -165,6 +166,7 @@ func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointL
 		in.Queued, in.InFlight = load.Waiting, load.InFlight
 	}
 	p := &service.EndpointPlan{EndpointID: e.ID, Version: e.Version}
+	var ranOn []string
 	for _, ref := range e.Status.Workers {
 		w := autoscale.WorkerInput{ID: ref.ID, Outdated: ref.Generation < e.Status.Generation, Market: ref.Market,
 			LaunchedAt: ref.LaunchedAt, IdleSince: ref.LaunchedAt}
@@ -174,6 +176,8 @@ func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointL
 			w.Phase = autoscale.WorkerGone
 		case inst.State == cloud.Running:
 			w.Phase = autoscale.WorkerRunning
+		case inst.State == cloud.Paused:
+			w.Phase = autoscale.WorkerPaused
 		case inst.State == cloud.Pending || inst.State == cloud.Scheduled || inst.State == cloud.Starting:
 			w.Phase = autoscale.WorkerStarting
 		case inst.State == cloud.Terminating || inst.State == cloud.Stopping:
@@ -194,7 +198,15 @@ func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointL
 				p.ColdStarts = append(p.ColdStarts, cs)
 			}
 		}
+		if inst != nil && !w.Outdated && (inst.State == cloud.Running || inst.State == cloud.Paused) && inst.HostID != "" {
+			ranOn = append(ranOn, inst.HostID)
+		}
 		in.Workers = append(in.Workers, w)
+	}
+	// The hosts the current workers run on are where the next one is
+	// best started: its image is there.
+	if hosts := service.MergeEndpointHosts(e.Status.Hosts, ranOn); !slices.Equal(hosts, e.Status.Hosts) {
+		p.Hosts = hosts
 	}
 	p.EndpointPlan = autoscale.PlanEndpoint(&in)
 	if e.Status.LaunchBlockedUntil.After(now) {

@@ -123,7 +123,7 @@ type groupSnap struct {
 }
 
 // liveStates are the states of a member: everything but terminated.
-var liveStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
+var liveStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping,
 	cloud.Stopped, cloud.Terminating, cloud.Failed, cloud.Lost}
 
 // readChunk bounds the IDs of one re-read (an IN list).

@@ -147,7 +147,7 @@ func (m *SpotMarket) read(ctx context.Context) (*marketSnap, error) {
 		for _, r := range rs {
 			ms.requests[r.ID] = r
 		}
-		live := []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
+		live := []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping,
 			cloud.Terminating, cloud.Stopped, cloud.Failed, cloud.Lost}
 		if ms.spot, err = tx.ListInstances(ctx, cloud.InstanceFilter{Market: cloud.MarketSpot, States: live}); err != nil {
 			return err

@@ -101,7 +101,7 @@ func (rd *marketRound) decide(r *cloud.SpotRequest, in *cloud.Instance) *service
 		if !rd.toBackup(s, in) {
 			s.set(cloud.SpotOpen, reasonWaiting)
 		}
-	case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Terminating:
+	case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping, cloud.Terminating:
 		s.set(cloud.SpotActive, reasonActive(in))
 	case cloud.Stopped:
 		switch {

@@ -12,7 +12,8 @@ import (
 // placement records: a GPU share goes only on a GPU whose shares are the
 // same tenant's (one CUDA MPS server per GPU); other modes ignore it. An
 // instance without a tenant (an availability probe) shares only with
-// others without one.
+// others without one. The instance's PreferHosts break ties among the
+// hosts that fit it equally well.
 func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, error) {
 	r := &placement.Request{
 		ID:        in.ID,
@@ -22,6 +23,7 @@ func RequestFor(in *cloud.Instance, o *catalog.Offering) (*placement.Request, er
 		CPUMilli:  int64(o.VCPUs) * 1000,
 		MemoryMiB: o.MemoryMiB,
 		Zones:     in.Zones,
+		Prefer:    in.PreferHosts,
 	}
 	if o.Model != "" {
 		r.Models = []string{o.Model}

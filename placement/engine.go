@@ -344,6 +344,8 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 	var host *fleet.Host
 	if needGroup {
 		host, bestMemo = e.pickGrouped(f, req, feasible, rng, &counts)
+	} else if h := e.preferred(f, req.Prefer, table, bestMemo.score, best != nil); h != nil {
+		host = h
 	} else if best != nil {
 		if firstWins {
 			host = f.Hosts[lead]
@@ -358,6 +360,32 @@ func (e *Engine) Place(f *fleet.Fleet, in *Request) (*fleet.Placement, error) {
 	p := e.build(host, s, bestMemo)
 	p.ID, p.Tenant, p.Preemptible, p.PriceMicros = req.ID, req.Tenant, req.Preemptible, req.PriceMicros
 	return p, nil
+}
+
+// preferred is the first of prefer whose class was found feasible in this
+// scan (table, memos of the current generation) with the best score, or
+// nil: Request.Prefer breaks ties and nothing else. The scan has already
+// drawn its random numbers, so a request's placement without a preferred
+// host among the best is the one it would have had without Prefer.
+func (e *Engine) preferred(f *fleet.Fleet, prefer []string, table []memo, best float64, any bool) *fleet.Host {
+	if !any {
+		return nil
+	}
+	_, _, gens := f.Slots()
+	for _, id := range prefer {
+		h := f.Host(id)
+		if h == nil || h.Class() == nil {
+			continue
+		}
+		i := h.Class().Slot()
+		if i < 0 || i >= len(table) || i >= len(gens) {
+			continue
+		}
+		if m := &table[i]; m.gen == gens[i] && m.reason == 0 && m.score == best {
+			return h
+		}
+	}
+	return nil
 }
 
 // insufficient says why none of the hosts fits req: counts holds, per

@@ -62,6 +62,14 @@ type Request struct {
 	// PriceMicros is their price per hour, used to pick cheap victims.
 	Preemptible bool
 	PriceMicros int64
+
+	// Prefer lists host IDs, the most preferred first, that break ties
+	// only: among the hosts whose score equals the best one, the first of
+	// Prefer is chosen; a preferred host that does not fit, or scores
+	// worse than the best, changes nothing. (A serverless endpoint's
+	// workers prefer the hosts where its image was last run.) Ignored for
+	// placement-group members.
+	Prefer []string
 }
 
 // GPUMilli is the GPU compute the request asks for, in milli-GPUs (MIG

@@ -54,7 +54,7 @@ func (s *Agents) Assignments(ctx context.Context, a Actor) ([]agentapi.Assignmen
 				Offering: in.Offering, Desired: desired, Placement: in.Placement, Image: in.Image, Command: in.Command,
 				Env: in.Env, Volumes: in.Volumes, Tags: in.Tags, GraceSeconds: grace,
 				Interruption: in.Interruption, Market: in.Market, SpotRequestID: in.SpotRequestID, ScaleIn: in.ScaleIn,
-				Stack: stackInfo(in, jobs), Network: nets.of(in)})
+				Stack: stackInfo(in, jobs), Network: nets.of(in), Pause: in.State == cloud.Paused})
 			if out[len(out)-1].RDMA, err = rdma.wants(ctx, tx, in); err != nil {
 				return err
 			}
@@ -92,7 +92,7 @@ type jobMember struct {
 // jobStates are the states of the instances that count as a job's
 // members: every state but terminating, terminated and failed, whose
 // instances will not run again (a replacement takes their rank).
-var jobStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping, cloud.Stopped, cloud.Lost}
+var jobStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping, cloud.Stopped, cloud.Lost}
 
 // stackJobs reads the members of the jobs the instances ins belong to, by
 // rank: one listing per tenant among them, whatever the number of

@@ -17,7 +17,7 @@ import (
 // endpointStates are the states in which an instance of a network is an
 // endpoint of it: it holds an allocation, and so its address, on a host
 // that carries its traffic.
-var endpointStates = []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping}
+var endpointStates = []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping}
 
 // NetworkView is what a's host must carry (agentapi.NetworkView): every
 // network with an instance assigned to the host to run, with its subnets,

@@ -36,7 +36,7 @@ func (s *Agents) ShutDown(ctx context.Context, a Actor, reason string) ([]string
 		for _, in := range ins {
 			var path []cloud.State
 			switch in.State {
-			case cloud.Scheduled, cloud.Starting, cloud.Running:
+			case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused:
 				path = []cloud.State{cloud.Stopping, cloud.Stopped}
 				resume = append(resume, in.ID)
 			case cloud.Stopping:

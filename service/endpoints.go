@@ -156,7 +156,7 @@ func CheckEndpointSpec(cat *catalog.Catalog, s *cloud.EndpointSpec) error {
 	if s.Retries < 0 || s.Retries > MaxEndpointRetries {
 		return Field("retries", "%d is out of range 0..%d", s.Retries, MaxEndpointRetries)
 	}
-	return nil
+	return checkWarm(s)
 }
 
 // Create makes an endpoint with no worker (the controller launches its
@@ -192,6 +192,9 @@ func (s *Endpoints) Create(ctx context.Context, a Actor, req api.CreateEndpointR
 			return Field("tenant", "is required for an admin without a tenant")
 		}
 		if err := s.imagesRunSomewhere(); err != nil {
+			return err
+		}
+		if err := s.pausesSomewhere(&req.EndpointSpec); err != nil {
 			return err
 		}
 		if old, found, err := prior(key, func(k string) (*cloud.Endpoint, error) { return endpointByKey(ctx, tx, tenant, k) }, same); found || err != nil {
@@ -292,6 +295,7 @@ func sameEndpoint(old *cloud.Endpoint, req *api.CreateEndpointRequest) error {
 	Value(&d, "retention_seconds", o.RetentionSeconds, n.RetentionSeconds)
 	Value(&d, "queue_wait_seconds", o.QueueWaitSeconds, n.QueueWaitSeconds)
 	Value(&d, "spot", o.Spot, n.Spot)
+	Value(&d, "warm", o.Warm, n.Warm)
 	return d.Err("endpoint", old.ID)
 }
 
@@ -413,8 +417,14 @@ func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.Updat
 		set(&spec.Retries, p.Retries)
 		set(&spec.RetentionSeconds, p.RetentionSeconds)
 		set(&spec.QueueWaitSeconds, p.QueueWaitSeconds)
+		set(&spec.Warm, p.Warm)
 		if err := CheckEndpointSpec(s.cat, &spec); err != nil {
 			return err
+		}
+		if spec.Warm > e.Spec.Warm {
+			if err := s.pausesSomewhere(&spec); err != nil {
+				return err
+			}
 		}
 		if err := s.checkRegistry("image", spec.Image); err != nil {
 			return err
@@ -440,6 +450,7 @@ func (s *Endpoints) Update(ctx context.Context, a Actor, ref string, p api.Updat
 		reason := "endpoint " + e.Name + " updated"
 		if len(changed) > 0 {
 			e.Status.Generation++
+			e.Status.Hosts = nil // they cache the old image
 			reason += fmt.Sprintf(" (%s: the workers roll over to generation %d)", strings.Join(changed, ", "), e.Status.Generation)
 		}
 		e.UpdatedAt = s.now()

@@ -23,6 +23,9 @@ type EndpointPlan struct {
 	autoscale.EndpointPlan
 	// ColdStarts are workers' first readiness, recorded in the status.
 	ColdStarts []cloud.ColdStart
+	// Hosts, when not nil, replace the status's Hosts (MergeEndpointHosts
+	// of the hosts its current workers run on).
+	Hosts []string
 }
 
 // MaxColdStarts is how many cold starts an endpoint's status keeps.
@@ -89,6 +92,12 @@ func ApplyEndpointPlan(ctx context.Context, st cloud.Store, cat *catalog.Catalog
 			}
 		}
 		st.Workers = slices.DeleteFunc(st.Workers, func(w cloud.WorkerRef) bool { return drop[w.ID] })
+		if err := pauseWorkers(ctx, tx, actor, e, p, now); err != nil {
+			return err
+		}
+		if p.Hosts != nil {
+			st.Hosts = slices.Clone(p.Hosts)
+		}
 		if len(p.ColdStarts) > 0 {
 			st.Failures = 0
 		}
@@ -187,7 +196,9 @@ func EndpointWorkerKey(id string, seq int64) string {
 // command, environment (with GPUCLOUD_ENDPOINT and PORT added), shared
 // volumes, zones and labels, the tags TagEndpoint, TagEndpointName and
 // TagEndpointGeneration, its EndpointID (which bills it under the
-// endpoint), market m, offering o. A launch whose key was
+// endpoint), market m, offering o, preferring the hosts where the
+// endpoint's workers last ran (Status.Hosts: its image is there). A
+// launch whose key was
 // used answers the instance made then.
 func LaunchEndpointWorker(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, e *cloud.Endpoint, seq int64, m cloud.Market, o, actor string, now time.Time) (*cloud.Instance, error) {
 	key := EndpointWorkerKey(e.ID, seq)
@@ -210,7 +221,8 @@ func LaunchEndpointWorker(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog
 		name = name[:max(maxNameLen-len(suffix), 1)]
 	}
 	in := &cloud.Instance{TenantID: e.TenantID, Name: name + suffix, Offering: o, Image: e.Spec.Image, IdempotencyKey: key,
-		Zones: slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env, Volumes: slices.Clone(e.Spec.Volumes),
+		PreferHosts: slices.Clone(e.Status.Hosts),
+		Zones:       slices.Clone(e.Spec.Zones), Labels: slices.Clone(e.Spec.Labels), Command: slices.Clone(e.Spec.Command), Env: env, Volumes: slices.Clone(e.Spec.Volumes),
 		Tags:   map[string]string{TagEndpoint: e.ID, TagEndpointName: e.Name, TagEndpointGeneration: strconv.FormatInt(e.Status.Generation, 10)},
 		Market: m, EndpointID: e.ID, CreatedAt: now}
 	reason := fmt.Sprintf("endpoint %s worker %d: %s %s", e.Name, seq, m, o)

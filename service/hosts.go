@@ -127,7 +127,7 @@ func (s *Hosts) Drain(ctx context.Context, a Actor, id string) ([]*cloud.Instanc
 			}
 		}
 		ins, err := tx.ListInstances(ctx, cloud.InstanceFilter{HostID: id,
-			States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running}})
+			States: []cloud.State{cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused}})
 		if err != nil {
 			return err
 		}

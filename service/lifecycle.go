@@ -265,7 +265,7 @@ var Start = Action{Verb: "start", target: func(id string, from cloud.State) (clo
 	switch from {
 	case cloud.Stopped:
 		return cloud.Pending, false, nil
-	case cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running:
+	case cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused:
 		return from, true, nil
 	case cloud.Stopping:
 		return "", false, IllegalMove(id, from, cloud.Pending, "wait until it is stopped")

@@ -161,7 +161,7 @@ func (s *PlacementGroups) Delete(ctx context.Context, a Actor, id string) error 
 }
 
 // notTerminated are the states of instances that may still run.
-var notTerminated = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
+var notTerminated = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping,
 	cloud.Stopped, cloud.Terminating, cloud.Failed, cloud.Lost}
 
 // checkedPlacementGroup is livePlacementGroup, once per group in a batch

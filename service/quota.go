@@ -14,7 +14,7 @@ import (
 // LiveStates are the states that count against a quota: every state but
 // terminated. Stopped instances count too, because start must not fail on
 // a quota the tenant already held.
-var LiveStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running,
+var LiveStates = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused,
 	cloud.Stopping, cloud.Terminating, cloud.Stopped, cloud.Failed, cloud.Lost}
 
 // defaultMetalGPUs is what a metal offering that does not fix the host's

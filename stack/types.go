@@ -79,7 +79,7 @@ var Types = map[string]TypeInfo{
 	// holds it.
 	TypeEndpoint: {Attributes: []string{"id", "name", "state"}, Unique: []string{"name"},
 		Mutable: []string{"image", "command", "env", "offerings", "min", "max", "concurrency",
-			"idle_timeout_seconds", "timeout_seconds", "retries", "retention_seconds", "queue_wait_seconds"}},
+			"idle_timeout_seconds", "timeout_seconds", "retries", "retention_seconds", "queue_wait_seconds", "warm"}},
 }
 
 // typeNames is the sorted list of type names, for messages.

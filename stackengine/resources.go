@@ -299,7 +299,7 @@ func updateEndpoint(ctx context.Context, svc *service.Services, a service.Actor,
 	patch := api.UpdateEndpointRequest{Image: &s.Image, Offerings: &s.Offerings,
 		Min: &s.Min, Max: &s.Max, Concurrency: &s.Concurrency, IdleTimeoutSeconds: &s.IdleTimeoutSeconds,
 		TimeoutSeconds: &s.TimeoutSeconds, Retries: &s.Retries, RetentionSeconds: &s.RetentionSeconds,
-		QueueWaitSeconds: &s.QueueWaitSeconds}
+		QueueWaitSeconds: &s.QueueWaitSeconds, Warm: &s.Warm}
 	if !slices.Equal(s.Command, cur.Spec.Command) {
 		command := s.Command
 		if command == nil {

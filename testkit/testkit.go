@@ -250,7 +250,7 @@ func TryWalk(st cloud.Store, id string, to cloud.State, via Via, now time.Time) 
 }
 
 // states are the lifecycle's states, in the order Way tries them.
-var states = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Stopping,
+var states = []cloud.State{cloud.Pending, cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused, cloud.Stopping,
 	cloud.Stopped, cloud.Terminating, cloud.Terminated, cloud.Failed, cloud.Lost}
 
 // Way is the shortest sequence of moves cloud.CanMove allows from one

@@ -14,7 +14,7 @@ import (
 const instanceCols = "id, tenant_id, name, offering, state, reason, version, idempotency_key, " +
 	"zones, labels, command, env, volumes, tags, host_id, placement, created_at, updated_at, " +
 	"zone, market, spot_request_id, interruption, group_id, scale_in, image, placement_group_id, private_address, " +
-	"network_id, subnet_id, security_groups, publish, publish_keep_prefix, endpoint_id"
+	"network_id, subnet_id, security_groups, publish, publish_keep_prefix, endpoint_id, prefer_hosts"
 
 func scanInstance(sc scanner) (*cloud.Instance, error) {
 	var in cloud.Instance
@@ -24,7 +24,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 		jsonCol{&in.Placement}, timeCol{&in.CreatedAt}, timeCol{&in.UpdatedAt},
 		&in.Zone, &in.Market, &in.SpotRequestID, jsonCol{&in.Interruption}, &in.GroupID, jsonCol{&in.ScaleIn},
 		&in.Image, &in.PlacementGroupID, &in.PrivateAddress, &in.NetworkID, &in.SubnetID, jsonCol{&in.SecurityGroupIDs}, jsonCol{&in.Publish},
-		jsonCol{&in.PublishKeepPrefix}, &in.EndpointID)
+		jsonCol{&in.PublishKeepPrefix}, &in.EndpointID, jsonCol{&in.PreferHosts})
 	if err == nil && in.Market == "" {
 		in.Market = cloud.MarketOnDemand
 	}
@@ -39,6 +39,7 @@ func scanInstance(sc scanner) (*cloud.Instance, error) {
 type instanceDoc struct {
 	zones, labels, command, env, volumes, tags string
 	securityGroups, publish, keepPrefix        string
+	preferHosts                                string
 	placement, interruption, scaleIn           any
 	market                                     cloud.Market
 	intr                                       *cloud.Interruption
@@ -65,6 +66,7 @@ func encodeInstance(in *cloud.Instance) (*instanceDoc, error) {
 		{"security groups", &d.securityGroups, in.SecurityGroupIDs},
 		{"published ports", &d.publish, in.Publish},
 		{"published ports keeping their prefix", &d.keepPrefix, in.PublishKeepPrefix},
+		{"preferred hosts", &d.preferHosts, in.PreferHosts},
 	} {
 		if *f.dst, err = jsonArg("instance "+in.ID+" "+f.name, f.v); err != nil {
 			return nil, err
@@ -122,7 +124,7 @@ func (t *tx) CreateInstance(ctx context.Context, in *cloud.Instance) error {
 // one's tenant once; an instance that was not inserted is explained as
 // CreateInstance explains it, and the first such one's error returned.
 func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
-	const cols = 32 // parameters per row (the version is the literal 1)
+	const cols = 33 // parameters per row (the version is the literal 1)
 	args := make([]any, 0, cols*len(ins))
 	docs := make([]*instanceDoc, len(ins))
 	tenants := map[string]bool{}
@@ -150,7 +152,7 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			d.timeArg(created), d.timeArg(updated),
 			in.Zone, string(doc.market), in.SpotRequestID, doc.interruption, in.GroupID, doc.scaleIn, in.Image,
 			in.PlacementGroupID, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups, doc.publish, doc.keepPrefix,
-			in.EndpointID)
+			in.EndpointID, doc.preferHosts)
 		tenants[in.TenantID] = true
 	}
 	for _, tenant := range slices.Sorted(maps.Keys(tenants)) {
@@ -158,7 +160,7 @@ func (t *tx) CreateInstances(ctx context.Context, ins []*cloud.Instance) error {
 			return err
 		}
 	}
-	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	const row = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	inserted := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))

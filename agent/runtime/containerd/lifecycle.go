@@ -155,6 +155,11 @@ func (r *Runtime) terminate(in *inst) {
 		return
 	default:
 	}
+	// A paused container (a warm pool's) is thawed first: a frozen
+	// workload would not see its SIGTERM.
+	if err := r.Resume(r.bg, in.id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		r.cfg.Log.Warn("containerd runtime: resume before stop", "instance", in.id, "err", err)
+	}
 	var opts []client.KillOpts
 	if r.init == "" {
 		opts = append(opts, client.WithKillAll)
