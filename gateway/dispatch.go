@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/gpucloud/gpucloud/cloud"
 )
@@ -53,8 +56,8 @@ func (g *Gateway) dispatch(ctx context.Context, es *endpoint) {
 				g.mu.Unlock()
 				if w == nil {
 					// The slot went meanwhile (a worker failed): the job
-					// goes back, this attempt not counted as a failure.
-					g.finish(ctx, es, j, "", nil, "no ready worker was left for it", true)
+					// goes back, this attempt not counted.
+					g.giveBack(ctx, es, j, "no ready worker was left for it")
 					continue
 				}
 				claimed++
@@ -83,6 +86,14 @@ func (g *Gateway) run(ctx context.Context, es *endpoint, e *cloud.Endpoint, w *w
 	req.Header.Set("X-Gpucloud-Job-Id", j.ID)
 	req.Header.Set("X-Gpucloud-Attempt", strconv.Itoa(j.Attempts))
 	resp, err := w.tr.RoundTrip(req)
+	if err != nil && rctx.Err() == nil && Undelivered(err) {
+		// The job never reached the worker (it had just gone): the
+		// worker is probed again before it takes more, and the job
+		// goes back with this attempt not counted.
+		g.release(es, w, true, 0)
+		g.giveBack(ctx, es, j, "its worker "+w.id+" could not be reached: "+err.Error())
+		return
+	}
 	if err != nil {
 		msg := "the worker did not answer: " + err.Error()
 		if rctx.Err() == context.DeadlineExceeded {
@@ -117,6 +128,47 @@ func excerpt(b []byte) string {
 	}
 	return string(b)
 }
+
+// giveBack returns job j, which reached no worker, to the queue without
+// counting its attempt (service.Endpoints.Return) and wakes the dispatch.
+func (g *Gateway) giveBack(ctx context.Context, es *endpoint, j *cloud.Job, why string) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	got, err := g.cfg.Services.Endpoints.Return(fctx, j, why)
+	if err != nil {
+		g.cfg.Log.Warn("gateway: return a job to the queue", "job", j.ID, "err", err)
+		return
+	}
+	g.mu.Lock()
+	if got.State == cloud.JobQueued {
+		es.wake()
+		g.mu.Unlock()
+		return
+	}
+	ws := g.done[j.ID]
+	delete(g.done, j.ID)
+	g.mu.Unlock()
+	for _, c := range ws {
+		c <- got
+	}
+}
+
+// Undelivered reports whether err, from a request sent to a worker,
+// means that the request never reached it: the gateway could not open a
+// session to the worker's host (a DialError), or the host's agent
+// refused the session before forwarding anything (it closes those with
+// the WebSocket status 1008, policy violation: the instance is not
+// running there, or its port does not accept connections).
+func Undelivered(err error) bool {
+	var de *DialError
+	return errors.As(err, &de) || websocket.CloseStatus(err) == websocket.StatusPolicyViolation
+}
+
+// DialError is the failure to open a session to a worker's host.
+type DialError struct{ Err error }
+
+func (e *DialError) Error() string { return e.Err.Error() }
+func (e *DialError) Unwrap() error { return e.Err }
 
 // finish records an attempt's answer and wakes the runsync waiters of a
 // finished job. A store error leaves the job to its lease.

@@ -14,6 +14,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -314,26 +316,66 @@ func (g *Gateway) dial(ctx context.Context, workerID, addr string) (net.Conn, er
 	}
 	g.mu.Unlock()
 	if host == "" {
-		return nil, &cloud.Error{Code: cloud.Unavailable, Message: "worker " + workerID + " is not placed on a host"}
+		return nil, &DialError{&cloud.Error{Code: cloud.Unavailable, Message: "worker " + workerID + " is not placed on a host"}}
 	}
 	_ = addr
 	req := agentapi.SessionRequest{Kind: agentapi.SessionForward, Port: port, ID: service.NewID("gw-"), InstanceID: workerID, Actor: "gateway"}
 	s, err := g.cfg.Hub.Open(ctx, host, req)
 	if err != nil {
-		return nil, err
+		return nil, &DialError{err}
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	return &relayConn{Conn: websocket.NetConn(cctx, s.Conn, websocket.MessageBinary), end: func() {
+	return newRelayConn(websocket.NetConn(cctx, s.Conn, websocket.MessageBinary), func() {
 		cancel()
 		s.Close(websocket.StatusNormalClosure, "")
-	}}, nil
+	}), nil
 }
 
 // relayConn is a relayed connection whose Close ends its session once.
+// It keeps the first error its reads met, so that a write that fails
+// because the agent closed the session says why: a refusal before
+// forwarding (the policy-violation status that Undelivered looks for)
+// reaches the writer too, whichever of the two saw the close first.
 type relayConn struct {
 	net.Conn
-	once sync.Once
-	end  func()
+	once     sync.Once
+	end      func()
+	readOnce sync.Once
+	readErr  error
+	readDone chan struct{}
+}
+
+// readErrWait bounds how long a failed write waits for the read side to
+// report the close that failed it.
+const readErrWait = 100 * time.Millisecond
+
+func newRelayConn(c net.Conn, end func()) *relayConn {
+	return &relayConn{Conn: c, end: end, readDone: make(chan struct{})}
+}
+
+func (c *relayConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.readOnce.Do(func() { c.readErr = err; close(c.readDone) })
+	}
+	return n, err
+}
+
+func (c *relayConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err == nil || !errors.Is(err, net.ErrClosed) {
+		return n, err
+	}
+	t := time.NewTimer(readErrWait)
+	defer t.Stop()
+	select {
+	case <-c.readDone:
+		if websocket.CloseStatus(c.readErr) != -1 {
+			return n, fmt.Errorf("%w (%w)", err, c.readErr)
+		}
+	case <-t.C:
+	}
+	return n, err
 }
 
 func (c *relayConn) Close() error {

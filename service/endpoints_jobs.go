@@ -255,6 +255,39 @@ func (s *Endpoints) Finish(ctx context.Context, j *cloud.Job, worker string, out
 	return out, err
 }
 
+// Return puts back the attempt of job j (as Claim returned it) that never
+// reached a worker: the gateway had no ready worker left for it, or the
+// worker's host refused the connection before forwarding a byte (the
+// worker had just gone). The job is queued again with its attempt not
+// counted, so that a job with no retries is not failed by a worker it
+// never ran on. An attempt that is no longer the job's changes nothing;
+// a job of an endpoint no longer active fails with why.
+func (s *Endpoints) Return(ctx context.Context, j *cloud.Job, why string) (*cloud.Job, error) {
+	var out *cloud.Job
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		cur, err := tx.GetJob(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.State != cloud.JobRunning || cur.LeaseOwner != j.LeaseOwner || cur.Attempts != j.Attempts {
+			return nil
+		}
+		e, err := tx.GetEndpoint(ctx, cur.EndpointID)
+		if err != nil {
+			return err
+		}
+		if e.State != cloud.EndpointActive {
+			finish(cur, e, cloud.JobFailed, why, s.now())
+		} else {
+			cur.State, cur.LeaseOwner, cur.LeaseUntil = cloud.JobQueued, "", time.Time{}
+			cur.Attempts = max(cur.Attempts-1, 0)
+		}
+		return tx.UpdateJob(ctx, cur)
+	})
+	return out, err
+}
+
 // Requeue puts back the jobs replica owner holds (a gateway at its start:
 // the jobs its previous run was running when it stopped), each attempt
 // counted, and answers how many.

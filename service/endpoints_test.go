@@ -393,3 +393,68 @@ func TestEndpointRefusedWhereNoHostRunsContainers(t *testing.T) {
 		}
 	})
 }
+
+// TestEndpointJobReturn: an attempt that reached no worker goes back to
+// the queue uncounted, so that a job with no retries still runs; a
+// superseded attempt's return changes nothing; on an endpoint being
+// deleted the job fails with the reason.
+func TestEndpointJobReturn(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newVAFixture(t, st, service.Options{})
+		ctx := context.Background()
+		req := echoEndpoint("once")
+		req.Retries = 0
+		e, _, err := f.svc.Endpoints.Create(ctx, f.acme, req, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _, err := f.svc.Endpoints.Submit(ctx, f.acme, "once", json.RawMessage(`1`), "")
+		if err != nil || j.MaxAttempts != 1 {
+			t.Fatalf("submit: %+v %v", j, err)
+		}
+		for round := 1; round <= 3; round++ {
+			claimed, err := f.svc.Endpoints.Claim(ctx, e.ID, "r1", 1, time.Minute)
+			if err != nil || len(claimed) != 1 || claimed[0].Attempts != 1 {
+				t.Fatalf("round %d: claim %+v %v", round, claimed, err)
+			}
+			got, err := f.svc.Endpoints.Return(ctx, claimed[0], "its worker i-1 could not be reached")
+			if err != nil || got.State != cloud.JobQueued || got.Attempts != 0 || got.LeaseOwner != "" {
+				t.Fatalf("round %d: return %+v %v", round, got, err)
+			}
+		}
+		// Uncounted returns leave the attempt for a worker: it completes.
+		claimed, _ := f.svc.Endpoints.Claim(ctx, e.ID, "r1", 1, time.Minute)
+		if got, _ := f.svc.Endpoints.Finish(ctx, claimed[0], "i-2", json.RawMessage(`"ok"`), "", false); got.State != cloud.JobCompleted || got.Attempts != 1 {
+			t.Errorf("finish after returns: %+v", got)
+		}
+		// A lapsed lease (its replica died) uses the only attempt: the job
+		// fails at the next claim, and the first claim's late return is
+		// stale and changes nothing.
+		j2, _, _ := f.svc.Endpoints.Submit(ctx, f.acme, "once", json.RawMessage(`2`), "")
+		claimed, _ = f.svc.Endpoints.Claim(ctx, e.ID, "r1", 1, time.Minute)
+		if len(claimed) != 1 || claimed[0].ID != j2.ID {
+			t.Fatalf("claim j2: %+v", claimed)
+		}
+		f.clock.Advance(2 * time.Minute)
+		if again, _ := f.svc.Endpoints.Claim(ctx, e.ID, "r2", 1, time.Minute); len(again) != 0 {
+			t.Fatalf("a job whose attempts ran out was claimed: %+v", again)
+		}
+		if got, _ := f.svc.Endpoints.Return(ctx, claimed[0], "stale"); got.State != cloud.JobFailed || got.Attempts != 1 {
+			t.Errorf("a stale return changed the job: %+v", got)
+		}
+		// The endpoint is being deleted while a job is claimed: its return
+		// fails it with the reason.
+		k, _, _ := f.svc.Endpoints.Submit(ctx, f.acme, "once", json.RawMessage(`2`), "")
+		claimed, _ = f.svc.Endpoints.Claim(ctx, e.ID, "r1", 1, time.Minute)
+		if len(claimed) != 1 || claimed[0].ID != k.ID {
+			t.Fatalf("claim k: %+v", claimed)
+		}
+		if _, err := f.svc.Endpoints.Delete(ctx, f.acme, "once"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.svc.Endpoints.Return(ctx, claimed[0], "its worker i-3 could not be reached"); got.State != cloud.JobFailed ||
+			!strings.Contains(got.Error, "could not be reached") {
+			t.Errorf("return on a deleting endpoint: %+v", got)
+		}
+	})
+}
