@@ -43,12 +43,21 @@ type WorkerInput struct {
 	Phase    WorkerPhase
 	Market   cloud.Market
 	// Ready: its readiness probe answered; Busy counts the requests it
-	// runs; IdleSince is when it last became idle (its launch when it
-	// never ran anything).
+	// runs; IdleSince is when it last became idle (its launch, or its
+	// readiness, when it never ran anything); ReadyAt is when it last
+	// became ready (zero: never). A worker idle since no later than its
+	// launch or readiness never served.
 	Ready      bool
 	Busy       int
 	IdleSince  time.Time
 	LaunchedAt time.Time
+	ReadyAt    time.Time
+}
+
+// neverServed reports whether w has run nothing since it was launched or
+// last became ready.
+func (w WorkerInput) neverServed() bool {
+	return !w.IdleSince.After(w.LaunchedAt) || !w.ReadyAt.IsZero() && !w.IdleSince.After(w.ReadyAt)
 }
 
 // WorkerPhase is a worker's instance as the planner needs it.
@@ -237,7 +246,7 @@ func PlanEndpoint(in *EndpointInput) EndpointPlan {
 		// for it (it never served) at once, one that served once it would
 		// go for its idle timeout.
 		pausable := slices.DeleteFunc(slices.Clone(current), func(w WorkerInput) bool {
-			fresh := !w.IdleSince.After(w.LaunchedAt)
+			fresh := w.neverServed()
 			return w.Phase != WorkerRunning || !w.Ready || w.Busy > 0 || !fresh && in.Now.Sub(w.IdleSince) < in.IdleTimeout
 		})
 		slices.SortStableFunc(pausable, func(a, b WorkerInput) int { return a.IdleSince.Compare(b.IdleSince) })

@@ -91,6 +91,19 @@ func TestPlanEndpoint(t *testing.T) {
 			in.Warm = 1
 			in.Workers = []WorkerInput{fresh("a")}
 		}, pause: []string{"a"}},
+		{name: "warm: a worker launched for the pool is paused once ready, its idleness counted from its readiness", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			w := fresh("a")
+			w.LaunchedAt, w.ReadyAt = ago(2), ago(1)
+			w.IdleSince = w.ReadyAt
+			in.Workers = []WorkerInput{ready("b", 0, 3), w}
+		}, pause: []string{"a"}},
+		{name: "warm: a worker that served since its readiness waits for its idle timeout", edit: func(in *EndpointInput) {
+			in.Warm = 1
+			w := fresh("a")
+			w.LaunchedAt, w.ReadyAt, w.IdleSince = ago(20), ago(19), ago(3)
+			in.Workers = []WorkerInput{w}
+		}},
 		{name: "warm: a full pool launches and pauses nothing", edit: func(in *EndpointInput) {
 			in.Warm = 1
 			in.Workers = []WorkerInput{paused("p")}

@@ -186,7 +186,7 @@ func (c *Endpoints) plan(e *cloud.Endpoint, jobs cloud.JobCounts, load EndpointL
 			w.Phase = autoscale.WorkerBroken
 		}
 		if wl, ok := load.Workers[ref.ID]; ok {
-			w.Ready, w.Busy = wl.Ready, wl.Busy
+			w.Ready, w.Busy, w.ReadyAt = wl.Ready, wl.Busy, wl.ReadyAt
 			if !wl.IdleSince.IsZero() {
 				w.IdleSince = wl.IdleSince
 			}

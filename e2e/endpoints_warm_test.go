@@ -68,8 +68,9 @@ func testEndpointWarmPool(t *testing.T, ch *containerHost, db string) {
 		t.Fatalf("output %s (%v)", j.Output, err)
 	}
 	// The pool is refilled while the resumed worker serves (a second
-	// worker is launched), and once the endpoint is idle one worker is
-	// left, paused: whichever of the two was ready and idle first.
+	// worker is launched, and paused once ready: it never served), and
+	// once the endpoint is idle the resumed worker goes at its idle
+	// timeout, leaving one worker, paused.
 	c.until("the pool to be refilled and the endpoint idle", func() (bool, string) {
 		d, err := alice.GetEndpoint(ctx, "pool")
 		if err != nil || d.Status.LaunchSeq < 2 {
