@@ -148,6 +148,8 @@ type containerRuntime interface {
 	runtime.Dialer
 	agent.NetworkSyncer
 	files.InstanceRoots // instances cp
+	// Pause and Resume keep an endpoint's warm pool frozen.
+	runtime.Pauser
 }
 
 // scaledRuntime is a simulated host's containerd runtime that starts every

@@ -2,13 +2,14 @@ package upcmd
 
 import (
 	"context"
-	"github.com/gpucloud/gpucloud/agent/runtime/process"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/agent/gpu/sim"
 	"github.com/gpucloud/gpucloud/agent/runtime"
 	"github.com/gpucloud/gpucloud/agent/runtime/containerd"
+	"github.com/gpucloud/gpucloud/agent/runtime/process"
 )
 
 // The machine of issue 21: 2 cores, 23.5 GiB.
@@ -146,5 +147,23 @@ func TestScaledRuntimeIsContainers(t *testing.T) {
 	}
 	if isContainers(process.New(t.TempDir())) {
 		t.Error("the process runtime is taken for containers")
+	}
+}
+
+// TestScaledRuntimeHidesNothing: up hands its agents the containerd
+// runtime wrapped in scaledRuntime, and the agent finds the runtime's
+// optional parts (pause, exec, usage, ...) by type assertion on what it
+// is given: every method of the containerd runtime is on the wrapper,
+// but those only up itself calls on the runtime it made. (An endpoint's
+// warm pool was not frozen on up because Pause was missing.)
+func TestScaledRuntimeHidesNothing(t *testing.T) {
+	upOnly := map[string]bool{"Close": true, "EnsureBaseImage": true, "ImportImage": true, "ImportImageFile": true}
+	rt := reflect.TypeOf(&containerd.Runtime{})
+	wrapped := reflect.TypeOf(scaledRuntime{})
+	for i := range rt.NumMethod() {
+		name := rt.Method(i).Name
+		if _, ok := wrapped.MethodByName(name); !ok && !upOnly[name] {
+			t.Errorf("scaledRuntime lacks the containerd runtime's %s: the agent cannot use it on up (add its interface to containerRuntime)", name)
+		}
 	}
 }
