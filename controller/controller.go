@@ -157,6 +157,10 @@ type HeartbeatWatcher struct {
 	// DefaultHeartbeatTimeout.
 	Timeout time.Duration
 	Log     *slog.Logger
+	// since is when this watcher's current run began: its first
+	// reconcile, or the first after a gap of more than two intervals
+	// (the replica did not lead, or was down); last is its latest.
+	since, last time.Time
 }
 
 func (h *HeartbeatWatcher) Name() string { return "health" }
@@ -170,8 +174,17 @@ func (h *HeartbeatWatcher) timeout() time.Duration {
 
 func (h *HeartbeatWatcher) Interval() time.Duration { return h.timeout() / 4 }
 
+// Reconcile marks the hosts silent for the timeout, counting silence
+// from no earlier than the start of this run (MarkSilentHostsSince): a
+// server that comes back, or a replica that takes over the lead, gives
+// the agents one timeout to reach it before it calls their hosts lost.
 func (h *HeartbeatWatcher) Reconcile(ctx context.Context) error {
-	marked, err := service.MarkSilentHosts(ctx, h.Store, orNow(h.Now)(), h.timeout())
+	now := orNow(h.Now)()
+	if h.last.IsZero() || now.Sub(h.last) > 2*h.Interval() {
+		h.since = now
+	}
+	h.last = now
+	marked, err := service.MarkSilentHostsSince(ctx, h.Store, now, h.timeout(), h.since)
 	if err == nil && len(marked) > 0 {
 		log := h.Log
 		if log == nil {

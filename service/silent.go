@@ -37,6 +37,17 @@ const healthActor = "health"
 // scheduler notices the host version change and rebuilds its fleet. The
 // heartbeat watcher (controller.HeartbeatWatcher) runs it.
 func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout time.Duration) ([]string, error) {
+	return MarkSilentHostsSince(ctx, st, now, timeout, time.Time{})
+}
+
+// MarkSilentHostsSince is MarkSilentHosts for a watcher that has been
+// watching since watching: a host's silence counts from its last sign of
+// life or from watching, whichever is later. While no server was running
+// (a restart of a single server, or a failover that took longer than
+// the timeout) no agent could reach one, so that time proves nothing
+// about the hosts: counted, it would mark every host lost the moment the
+// server came back, before their agents reconnected.
+func MarkSilentHostsSince(ctx context.Context, st cloud.Store, now time.Time, timeout time.Duration, watching time.Time) ([]string, error) {
 	var marked []string
 	err := st.Tx(ctx, func(tx cloud.Tx) error {
 		marked = marked[:0]
@@ -45,7 +56,7 @@ func MarkSilentHosts(ctx context.Context, st cloud.Store, now time.Time, timeout
 			return err
 		}
 		for _, h := range hosts {
-			if h.State == fleet.Unhealthy || now.Sub(h.LastHeartbeat) <= timeout {
+			if h.State == fleet.Unhealthy || now.Sub(h.LastHeartbeat) <= timeout || now.Sub(watching) <= timeout {
 				continue
 			}
 			from := h.State
