@@ -49,3 +49,34 @@ func TestControllerOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestStopControllers: StopControllers ends the lead and every controller
+// round (it waits for one in progress), and the API keeps serving.
+func TestStopControllers(t *testing.T) {
+	s, err := Start(context.Background(), Config{DB: "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db"), Listen: "127.0.0.1:0",
+		ScheduleInterval: 20 * time.Millisecond, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.IsLeader() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !s.IsLeader() {
+		t.Fatal("the replica never led")
+	}
+	s.StopControllers()
+	if s.IsLeader() {
+		t.Error("still leading after StopControllers")
+	}
+	hc := s.HTTPClient()
+	resp, err := hc.Get(s.URL + "/ca.crt")
+	if err != nil {
+		t.Fatalf("the API after StopControllers: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /ca.crt: %d", resp.StatusCode)
+	}
+}

@@ -168,6 +168,8 @@ type Replica struct {
 	hub    *relay.Hub
 	reg    *registry
 	cancel context.CancelFunc
+	// stopControllers ends the campaign and the controllers (StopControllers).
+	stopControllers func()
 	wg     sync.WaitGroup
 	leader *leaderState
 }
@@ -224,13 +226,28 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 			s.runRegistry(runCtx, cfg)
 		}()
 	}
+	ctrlCtx, stopCtrl := context.WithCancel(runCtx)
+	ctrlDone := make(chan struct{})
+	s.stopControllers = func() {
+		stopCtrl()
+		<-ctrlDone
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		campaign(runCtx, cfg, st, s.leader, func(ctx context.Context) { s.controllers(ctx, cfg) })
+		defer close(ctrlDone)
+		campaign(ctrlCtx, cfg, st, s.leader, func(ctx context.Context) { s.controllers(ctx, cfg) })
 	}()
 	return s, nil
 }
+
+// StopControllers stops this replica's controllers for good (and its
+// campaign for the lead), waiting for a round in progress to end; the
+// API keeps serving. A clean shutdown of a whole cloud (gpucloud up) stops
+// them before its hosts stop their workloads, so that no controller takes
+// the shutdown for failures (an endpoint replacing its stopped workers, a
+// group relaunching its members).
+func (s *Replica) StopControllers() { s.stopControllers() }
 
 // withDefaults fills in the zero values of cfg.
 func (cfg Config) withDefaults() Config {

@@ -278,6 +278,9 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 		fmt.Fprintln(out, line)
 	}
 	<-ctx.Done()
+	// No controller may take the shutdown for failures: an endpoint
+	// would replace its stopped workers, and they would not start again.
+	s.StopControllers()
 	wg.Wait()
 	stopHosts(hosts)
 	recordShutdown(fl.dir, s, hosts, log)
