@@ -170,8 +170,8 @@ type Replica struct {
 	cancel context.CancelFunc
 	// stopControllers ends the campaign and the controllers (StopControllers).
 	stopControllers func()
-	wg     sync.WaitGroup
-	leader *leaderState
+	wg              sync.WaitGroup
+	leader          *leaderState
 }
 
 // OpenStore opens the store named by a URL.
