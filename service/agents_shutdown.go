@@ -16,7 +16,10 @@ import (
 // the IDs of the instances that were to run (scheduled, starting or
 // running), in ID order: what the host's operator may start again when
 // the host is back (gpucloud up does). Their private addresses, volumes
-// and IDs are kept, as by any stop.
+// and IDs are kept, as by any stop. A serverless endpoint's workers are
+// terminated instead, and not answered: the endpoint launches workers as
+// its load asks, so one stopped on a host that is down would only wait
+// to be replaced.
 func (s *Agents) ShutDown(ctx context.Context, a Actor, reason string) ([]string, error) {
 	if err := agentOnly(a); err != nil {
 		return nil, err
@@ -35,17 +38,24 @@ func (s *Agents) ShutDown(ctx context.Context, a Actor, reason string) ([]string
 		now := s.now()
 		for _, in := range ins {
 			var path []cloud.State
-			switch in.State {
-			case cloud.Scheduled, cloud.Starting, cloud.Running, cloud.Paused:
+			why := reason
+			switch {
+			case in.EndpointID != "" && in.State != cloud.Terminating:
+				// An endpoint's worker is the endpoint's to replace
+				// (anywhere, when it needs one), not the operator's to
+				// start again: it goes.
+				path = []cloud.State{cloud.Terminating, cloud.Terminated}
+				why = "its host shut down; its endpoint starts another worker when it needs one"
+			case in.State == cloud.Scheduled, in.State == cloud.Starting, in.State == cloud.Running, in.State == cloud.Paused:
 				path = []cloud.State{cloud.Stopping, cloud.Stopped}
 				resume = append(resume, in.ID)
-			case cloud.Stopping:
+			case in.State == cloud.Stopping:
 				path = []cloud.State{cloud.Stopped}
-			case cloud.Terminating:
+			case in.State == cloud.Terminating:
 				path = []cloud.State{cloud.Terminated}
 			}
 			for _, to := range path {
-				if err := MoveInstance(ctx, tx, in, Move{To: to, Reason: reason, Actor: actor}, now); err != nil {
+				if err := MoveInstance(ctx, tx, in, Move{To: to, Reason: why, Actor: actor}, now); err != nil {
 					return err
 				}
 			}
