@@ -81,7 +81,12 @@ func ago(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := clockNow().Sub(t)
+	return span(clockNow().Sub(t))
+}
+
+// span renders a duration coarsely: "45s", "12m", "3h", "5d"; a negative
+// one as "0s".
+func span(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "0s"
@@ -95,10 +100,14 @@ func ago(t time.Time) string {
 	return strconv.Itoa(int(d.Hours()/24)) + "d"
 }
 
-// stamp renders a time for detail views: UTC RFC 3339 and its age.
+// stamp renders a time for detail views: UTC RFC 3339 and its age, or
+// how far off it is when it is to come (an expiry, a deadline).
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
+	}
+	if d := t.Sub(clockNow()); d >= time.Second {
+		return t.UTC().Format(time.RFC3339) + " (in " + span(d) + ")"
 	}
 	return t.UTC().Format(time.RFC3339) + " (" + ago(t) + " ago)"
 }
