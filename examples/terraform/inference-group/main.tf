@@ -34,7 +34,8 @@ data "gpucloud_advise" "serve" {
   precision     = "int8"
   hours_per_day = 24
   days          = 30
-  top           = 5
+  # Every option (no top): the cheapest few may all be reservations,
+  # and the filter below wants the best on-demand one.
 }
 
 locals {
