@@ -55,7 +55,8 @@ func testEndpointPages(t *testing.T, st cloud.Store) {
 		t.Errorf("acme's /endpoints: %d %s", list.status, list.body)
 	}
 	pg := b.get("/endpoints/" + ep.ID)
-	for _, want := range []string{"Endpoint echo", "ghcr.io/acme/echo:1", job.ID, "a user's token", "No keys.", `id="create-key"`, "No cold starts yet."} {
+	for _, want := range []string{"Endpoint echo", "ghcr.io/acme/echo:1", job.ID, "a user's token", "No keys.", `id="create-key"`, "No cold starts yet.",
+		`id="warm">none`, `id="cost">$0.00 so far in`} {
 		if !strings.Contains(pg.body, want) {
 			t.Errorf("the endpoint's page lacks %q", want)
 		}

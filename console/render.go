@@ -32,6 +32,7 @@ func parseTemplates() map[string]*template.Template {
 
 var funcs = template.FuncMap{
 	"amount":       money.FormatAmount,
+	"pausedCount":  pausedWorkers,
 	"perHour":      perHour,
 	"linePrice":    billing.FormatUnitPrice,
 	"lineQty":      invoiceQuantity,
