@@ -319,6 +319,20 @@ func startCloud(db, dir string, hosts []sim.Spec, containers bool) (*testCloud, 
 		stop()
 		return nil, nil, fmt.Errorf("the scheduler to hold every host: %w", err)
 	}
+	// The availability the server checks creates against (counted at
+	// most once a second) holds every host, so that a test of what no
+	// host could run is refused, not taken for a fleet still joining.
+	if err := waitFor(30*time.Second, func() bool {
+		for _, a := range srv.Scheduler.Availability() {
+			if a.FleetHosts >= len(hosts) && a.Hosts > 0 {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the availability to count every host: %w", err)
+	}
 	return c, stop, nil
 }
 
