@@ -3,6 +3,7 @@ package stack
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -483,5 +484,75 @@ func TestPlanEndpoints(t *testing.T) {
 	p, err := Plan(bindSrc(t, planEndpoint, map[string]string{"mode": "http"}), s0, map[string]Live{"ep": {Gone: true}})
 	if err != nil || actions(p) != "ep:replace client:replace" {
 		t.Errorf("the endpoint deleted outside the stack: %v, %v", actions(p), err)
+	}
+}
+
+// planEndpointVolumes is an endpoint with a warm pool that mounts the
+// stack's shared volumes: VOLUMES is its volumes property.
+const planEndpointVolumes = `
+parameters:
+  warm: {type: integer, default: 1}
+  size: {type: integer, default: 10}
+resources:
+  data:
+    type: volume
+    properties:
+      name: data
+      size_gib: ${param.size}
+      kind: shared
+  more:
+    type: volume
+    properties: {name: more, size_gib: 10, kind: shared}
+  ep:
+    type: endpoint
+    properties:
+      name: echo
+      image: "busybox:1"
+      offerings: [l4.1x]
+      warm: ${param.warm}
+      volumes: VOLUMES
+`
+
+// TestPlanEndpointVolumes: an endpoint's volumes may name a stack
+// volume's id (the volume is created first, deleted last); other volumes,
+// none, a replaced volume (its new id unknown at plan time) and another
+// warm pool change the endpoint in place, never replace it.
+func TestPlanEndpointVolumes(t *testing.T) {
+	cloud := &fakeCloud{}
+	src := func(volumes string) string { return strings.Replace(planEndpointVolumes, "VOLUMES", volumes, 1) }
+	b0 := bindSrc(t, src(`["${data.id}"]`), nil)
+	p0 := planOf(t, b0, nil, nil)
+	if got := actions(p0); got != "data:create more:create ep:create" {
+		t.Fatalf("first plan: %s", got)
+	}
+	if deps := p0.Changes[2].DependsOn; !slices.Contains(deps, "data") {
+		t.Errorf("ep depends on %v, want data", deps)
+	}
+	s0 := cloud.apply(t, b0, nil, p0)
+	if got, want := s0.Resources["ep"].Properties["volumes"], s0.Resources["data"].Attributes["id"]; !reflect.DeepEqual(got, []any{want}) {
+		t.Fatalf("applied volumes %v, want [%s]", got, want)
+	}
+	if d := PlanDestroy(s0); actions(d) != "ep:delete more:delete data:delete" && actions(d) != "ep:delete data:delete more:delete" {
+		t.Errorf("destroy order: %s", actions(d))
+	}
+	for _, tc := range []struct {
+		name, volumes string
+		args          map[string]string
+		want          string
+	}{
+		{"same", `["${data.id}"]`, nil, "data:none more:none ep:none"},
+		{"another volume too", `["${data.id}", "${more.id}"]`, nil, "data:none more:none ep:update"},
+		{"another order", `["${more.id}", "${data.id}"]`, nil, "data:none more:none ep:update"},
+		{"none", `[]`, nil, "data:none more:none ep:update"},
+		{"the volume replaced", `["${data.id}"]`, map[string]string{"size": "20"}, "data:replace more:none ep:update"},
+		{"another warm pool", `["${data.id}"]`, map[string]string{"warm": "2"}, "data:none more:none ep:update"},
+		{"no warm pool", `["${data.id}"]`, map[string]string{"warm": "0"}, "data:none more:none ep:update"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planOf(t, bindSrc(t, src(tc.volumes), tc.args), s0, nil)
+			if got := actions(p); got != tc.want {
+				t.Errorf("plan %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

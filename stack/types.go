@@ -52,8 +52,9 @@ func (t TypeInfo) IsMutable(key string) bool { return slices.Contains(t.Mutable,
 // rules, which change in place; for a security group rule
 // api.SecurityGroupRuleTemplate, whose description changes in place; its
 // owner attribute is the copy's own mark on the rule; for an endpoint
-// api.CreateEndpointRequest: its name and spec, of which what workers run,
-// the sizes, the times and the retries change in place). Callers must not
+// api.CreateEndpointRequest: its name and spec, of which what workers run
+// (volumes included), the sizes, the warm pool, the times and the retries
+// change in place). Callers must not
 // modify it.
 var Types = map[string]TypeInfo{
 	TypeInstance:    {Attributes: []string{"id", "name", "zone", "state", "host_id", "private_address"}},
@@ -76,9 +77,10 @@ var Types = map[string]TypeInfo{
 	// An endpoint's mode, port, health path, spot, zones and labels
 	// replace it (the API does not change them); its name is unique
 	// among the tenant's live endpoints, and one being deleted still
-	// holds it.
+	// holds it. Its volumes (shared volume IDs, a stack volume's
+	// ${VOL.id} among them) change in place: the workers roll over.
 	TypeEndpoint: {Attributes: []string{"id", "name", "state"}, Unique: []string{"name"},
-		Mutable: []string{"image", "command", "env", "offerings", "min", "max", "concurrency",
+		Mutable: []string{"image", "command", "env", "volumes", "offerings", "min", "max", "concurrency",
 			"idle_timeout_seconds", "timeout_seconds", "retries", "retention_seconds", "queue_wait_seconds", "warm"}},
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/stack"
 	"github.com/gpucloud/gpucloud/stackengine"
@@ -221,5 +222,131 @@ func TestStackEndpointCrashResumes(t *testing.T) {
 		if err != nil || len(es) != 1 {
 			t.Fatalf("endpoints %+v, %v; want one", es, err)
 		}
+	})
+}
+
+// epVolumesTemplate is an endpoint with a warm pool that mounts the
+// stack's shared volumes (VOLUMES is its volumes property), beside a
+// block volume.
+const epVolumesTemplate = `
+parameters:
+  warm: {type: integer, default: 1}
+resources:
+  data:
+    type: volume
+    properties: {name: data, size_gib: 10, kind: shared}
+  more:
+    type: volume
+    properties: {name: more, size_gib: 10, kind: shared}
+  disk:
+    type: volume
+    properties: {name: disk, size_gib: 10}
+  ep:
+    type: endpoint
+    properties:
+      name: pool
+      image: "busybox:1"
+      offerings: [l4.1x]
+      max: 3
+      warm: ${param.warm}
+      volumes: VOLUMES
+`
+
+// TestStackEndpointVolumes: an endpoint mounts the stack's shared volume
+// by its ${data.id} and keeps a warm pool; the warm pool changes in
+// place (the same generation), so do the volumes (the workers roll over:
+// a new generation), to none as well; a block volume fails the apply,
+// naming the property and why, and leaves the endpoint as it was.
+func TestStackEndpointVolumes(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newFixture(t, st)
+		svc, ctx := f.svc, context.Background()
+		// Shared volumes need a host with the shared filesystem.
+		hostID := service.NewID("h-")
+		spec := fleet.MockHost(hostID, "L4", 1)
+		spec.Labels = map[string]string{service.LabelSharedVolumes: "true"}
+		h := &cloud.Host{ID: hostID, State: fleet.Schedulable, Spec: *spec, LastHeartbeat: f.clock.Now()}
+		if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.PutHost(ctx, h) }); err != nil {
+			t.Fatal(err)
+		}
+		tmpl := func(volumes string) string { return strings.Replace(epVolumesTemplate, "VOLUMES", volumes, 1) }
+		apply := func(volumes string, params map[string]string) *api.StackView {
+			t.Helper()
+			if _, err := svc.Stacks.Apply(ctx, f.acme, "pool", api.ApplyStackRequest{Template: tmpl(volumes), Parameters: params}); err != nil {
+				t.Fatal(err)
+			}
+			return runStack(t, svc, f.acme, "pool", 10)
+		}
+		plan := func(volumes string, params map[string]string) *api.StackPlan {
+			t.Helper()
+			p, err := svc.Stacks.Plan(ctx, f.acme, api.StackRequest{Name: "pool", Template: tmpl(volumes), Parameters: params})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		idOf := func(v *api.StackView, addr string) string {
+			for _, r := range v.Resources {
+				if r.Address == addr {
+					return r.ID
+				}
+			}
+			t.Fatalf("no %s in the stack", addr)
+			return ""
+		}
+		check := func(what string, warm int, gen int64, vols ...string) *cloud.Endpoint {
+			t.Helper()
+			e, err := svc.Endpoints.Get(ctx, f.acme, "pool")
+			if err != nil || e.Spec.Warm != warm || e.Status.Generation != gen || !slices.Equal(e.Spec.Volumes, vols) {
+				t.Fatalf("%s: %+v (%v); want warm %d, generation %d, volumes %v", what, e, err, warm, gen, vols)
+			}
+			return e
+		}
+
+		v := apply(`["${data.id}"]`, nil)
+		if v.State != cloud.StackActive {
+			t.Fatalf("apply: %s %q", v.State, v.Reason)
+		}
+		data, more := idOf(v, "data"), idOf(v, "more")
+		e := check("created", 1, 1, data)
+		if p := plan(`["${data.id}"]`, nil); !planIsEmpty(p) {
+			t.Fatalf("plan of the applied template: %+v", p)
+		}
+		for _, step := range []struct {
+			name, volumes string
+			params        map[string]string
+			warm          int
+			gen           int64
+			vols          []string
+		}{
+			{"warm 2", `["${data.id}"]`, map[string]string{"warm": "2"}, 2, 1, []string{data}},
+			{"another volume", `["${data.id}", "${more.id}"]`, map[string]string{"warm": "2"}, 2, 2, []string{data, more}},
+			{"no volume, no warm pool", `[]`, map[string]string{"warm": "0"}, 0, 3, nil},
+		} {
+			if p := plan(step.volumes, step.params); p.Summary[stack.ActionUpdate] != 1 || p.Summary[stack.ActionReplace] != 0 || p.Summary[stack.ActionCreate] != 0 {
+				t.Fatalf("%s: plan %+v", step.name, p.Summary)
+			}
+			if v := apply(step.volumes, step.params); v.State != cloud.StackActive {
+				t.Fatalf("%s: apply: %s %q", step.name, v.State, v.Reason)
+			}
+			if got := check(step.name, step.warm, step.gen, step.vols...); got.ID != e.ID {
+				t.Fatalf("%s: endpoint %s, want %s (in place)", step.name, got.ID, e.ID)
+			}
+			if p := plan(step.volumes, step.params); !planIsEmpty(p) {
+				t.Fatalf("%s: plan after the apply: %+v", step.name, p)
+			}
+		}
+
+		// A block volume: the apply fails naming the property and why;
+		// the endpoint stays as it was.
+		v = apply(`["${disk.id}"]`, map[string]string{"warm": "0"})
+		if v.State != cloud.StackFailed || !strings.Contains(v.Reason, "volumes[0]") || !strings.Contains(v.Reason, "block volume") {
+			t.Fatalf("a block volume: %s %q", v.State, v.Reason)
+		}
+		check("after the block volume", 0, 3)
+
+		// Another tenant sees none of it.
+		_, err := svc.Endpoints.Get(ctx, f.globex, e.ID)
+		hidden(t, err, "endpoint", e.ID)
 	})
 }

@@ -278,9 +278,11 @@ func updateGroup(ctx context.Context, svc *service.Services, a service.Actor, ad
 // updateEndpoint sets every mutable property of an endpoint to the
 // template's (stack.Types' Mutable for it): one left out of the
 // template goes back to the API's default, as it would at a create. The
-// command and the environment are sent only when they differ from the
-// endpoint's (none and empty are the same): the API counts [] against
-// none as a change of what workers run, and would roll them over.
+// command, the environment and the volumes are sent only when they differ
+// from the endpoint's (none and empty are the same): the API counts []
+// against none as a change of what workers run, and would roll them over;
+// and volumes sent are checked again, which one deleted since the
+// endpoint took it would fail although the template did not change them.
 func updateEndpoint(ctx context.Context, svc *service.Services, a service.Actor, address, id string, props map[string]any) error {
 	var body api.CreateEndpointRequest
 	if err := service.DecodeStackProps(address, props, &body); err != nil {
@@ -306,6 +308,13 @@ func updateEndpoint(ctx context.Context, svc *service.Services, a service.Actor,
 			command = []string{}
 		}
 		patch.Command = &command
+	}
+	if !slices.Equal(s.Volumes, cur.Spec.Volumes) {
+		volumes := s.Volumes
+		if volumes == nil {
+			volumes = []string{}
+		}
+		patch.Volumes = &volumes
 	}
 	if !maps.Equal(s.Env, cur.Spec.Env) {
 		env := s.Env

@@ -158,9 +158,10 @@ func sharedCloud(t *testing.T) *testCloud {
 // endpointCloud is the cloud of the endpoint tests: one L4 host whose
 // agent reports a container runtime, so that the server accepts
 // endpoints (it refuses them on a cloud with no container host: their
-// workers are containers). Its workloads still run as processes: the
-// tests launch no worker (min 0, no request), and no containerd is
-// started.
+// workers are containers). Its workloads still run as processes, and no
+// containerd is started: the tests take no request (min 0), and the
+// workers a warm pool launches fail (the process runtime refuses an
+// image) and are released, which the endpoint's spec does not mind.
 func endpointCloud(t *testing.T) *testCloud {
 	t.Helper()
 	return containerCloud.get(t, []sim.Spec{{ID: "tf-ctr-a", Zone: "tf-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 2}}}, true)
@@ -226,7 +227,9 @@ func (containerKind) Kind() string { return runtime.KindContainerd }
 
 // startCloud starts a server on db and an agent per simulated host, and
 // waits until the scheduler holds every host. containers: the hosts
-// report a container runtime (containerKind). stop stops them all.
+// report a container runtime (containerKind) and share a volume directory
+// (dir/shared), so that endpoints and their shared volumes are accepted.
+// stop stops them all.
 func startCloud(db, dir string, hosts []sim.Spec, containers bool) (*testCloud, func(), error) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -264,6 +267,14 @@ func startCloud(db, dir string, hosts []sim.Spec, containers bool) (*testCloud, 
 	if err != nil {
 		stop()
 		return nil, nil, err
+	}
+	var sharedDir string
+	if containers {
+		sharedDir = filepath.Join(dir, "shared")
+		if err := os.MkdirAll(sharedDir, 0o750); err != nil {
+			stop()
+			return nil, nil, err
+		}
 	}
 	agentCtx, stopAgents := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -310,7 +321,7 @@ func startCloud(db, dir string, hosts []sim.Spec, containers bool) (*testCloud, 
 			art = containerKind{rt}
 		}
 		ag := agent.New(agentapi.NewClient(srv.URL, joined.Credential, ahc), agent.Config{
-			Driver: drv, Runtime: art, Metadata: metadata.New(), DataDir: hdir,
+			Driver: drv, Runtime: art, Metadata: metadata.New(), DataDir: hdir, SharedVolumeDir: sharedDir,
 			Interval: 20 * time.Millisecond, ManageMIG: true, Log: log.With("host", spec.ID),
 		})
 		wg.Go(func() { ag.Run(agentCtx) })

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -34,8 +35,9 @@ import (
 // (docs/ENDPOINTS.md) whose workers come and go with its traffic. What
 // its workers run (image, command, env, offerings) and its sizes and
 // times change in place through PATCH /v1/endpoints/{id}, sending only
-// what changed; a change of what workers run starts a new generation,
-// which the endpoint rolls its workers over to. The name, the mode, the
+// what changed; a change of what workers run (volumes included) starts a
+// new generation, which the endpoint rolls its workers over to. warm, the
+// pool of paused workers, changes in place too. The name, the mode, the
 // port, the health path, spot, zones and labels force a replacement (the
 // API does not change them). Destroy deletes the endpoint and waits until
 // it is deleted (every worker terminated).
@@ -73,6 +75,7 @@ type endpointModel struct {
 	Image              types.String   `tfsdk:"image"`
 	Command            types.List     `tfsdk:"command"`
 	Env                types.Map      `tfsdk:"env"`
+	Volumes            types.List     `tfsdk:"volumes"`
 	Offerings          types.List     `tfsdk:"offerings"`
 	Port               types.Int64    `tfsdk:"port"`
 	HealthPath         types.String   `tfsdk:"health_path"`
@@ -85,6 +88,7 @@ type endpointModel struct {
 	Retries            types.Int64    `tfsdk:"retries"`
 	RetentionSeconds   types.Int64    `tfsdk:"retention_seconds"`
 	QueueWaitSeconds   types.Int64    `tfsdk:"queue_wait_seconds"`
+	Warm               types.Int64    `tfsdk:"warm"`
 	Spot               types.Bool     `tfsdk:"spot"`
 	Zones              types.List     `tfsdk:"zones"`
 	Labels             types.List     `tfsdk:"labels"`
@@ -112,8 +116,8 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 	}
 	resp.Schema = schema.Schema{
 		Description: "A serverless endpoint (gpucloud endpoints): an image served by GPU workers that scale with the endpoint's queue " +
-			"or HTTP requests, between min and max (min 0 scales to zero). Image, command, env, offerings, sizes and times change in place " +
-			"(a change of what workers run rolls them over to a new generation); name, mode, port, health_path, spot, zones and labels replace it.",
+			"or HTTP requests, between min and max (min 0 scales to zero), with a pool of paused workers (warm) to resume instead of a cold start. " +
+			"Image, command, env, volumes, offerings, sizes, warm and times change in place (a change of what workers run rolls them over to a new generation); name, mode, port, health_path, spot, zones and labels replace it.",
 		Attributes: map[string]schema.Attribute{
 			"id":    idAttribute(),
 			"name":  replaceString(true, "Unique among the tenant's live endpoints; workers are named NAME-N. A change replaces the endpoint."),
@@ -122,6 +126,10 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				Description: "Replaces the image's entrypoint. Changes in place: the workers roll over."},
 			"env": schema.MapAttribute{Optional: true, ElementType: types.StringType,
 				Description: "Added to the workers' environment (beside GPUCLOUD_ENDPOINT and PORT). Changes in place: the workers roll over."},
+			"volumes": schema.ListAttribute{Optional: true, ElementType: types.StringType,
+				Validators: []validator.List{listvalidator.SizeAtLeast(1), listvalidator.UniqueValues()},
+				Description: "IDs of the tenant's shared volumes (gpucloud_volume with kind = \"shared\") that every worker mounts, read-write; " +
+					"a block volume attaches to one instance at a time and is refused. Changes in place: the workers roll over."},
 			"offerings": schema.ListAttribute{Required: true, ElementType: types.StringType,
 				Description: "Acceptable offerings, the first preferred (1 to 8). Changes in place: the workers roll over."},
 			"port": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(endpointDefaultPort),
@@ -143,6 +151,9 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"retries":              inPlace(endpointDefaultRetries, "How many times a failed job runs again."),
 			"retention_seconds":    inPlace(endpointDefaultRetain, "How long a finished job's result is kept."),
 			"queue_wait_seconds":   inPlace(endpointDefaultWait, "How long an HTTP request waits for a free worker before 503."),
+			"warm": inPlace(0, "Paused workers kept ready beside those the load asks for (0 to max): a request resumes one instead of waiting for a cold start. "+
+				"They bill as running workers; running and paused ones together are at most max. Only hosts of the containerd runtime pause workers: "+
+				"a warm pool on a cloud with none is refused."),
 			"spot": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false),
 				Description:   "Workers on the spot market first, on demand when none is placed. A change replaces the endpoint.",
 				PlanModifiers: []planmodifier.Bool{boolplanmodifier.RequiresReplace()}},
@@ -197,10 +208,10 @@ func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 }
 
 // rollsOver reports whether m changes what st's workers run (image,
-// command, env, offerings): the server starts a new generation. Unknown
-// values count as a change.
+// command, env, volumes, offerings): the server starts a new generation.
+// Unknown values count as a change.
 func (m *endpointModel) rollsOver(ctx context.Context, st *endpointModel, diags *diagnostics) bool {
-	if m.Image.IsUnknown() || m.Command.IsUnknown() || m.Env.IsUnknown() || m.Offerings.IsUnknown() {
+	if m.Image.IsUnknown() || m.Command.IsUnknown() || m.Env.IsUnknown() || m.Volumes.IsUnknown() || m.Offerings.IsUnknown() {
 		return true
 	}
 	if !sameImage(m.Image.ValueString(), st.Image.ValueString()) && !sameImage(st.Image.ValueString(), m.Image.ValueString()) {
@@ -208,17 +219,18 @@ func (m *endpointModel) rollsOver(ctx context.Context, st *endpointModel, diags 
 	}
 	return !slices.Equal(goList(ctx, m.Command, diags), goList(ctx, st.Command, diags)) ||
 		!maps.Equal(goMap(ctx, m.Env, diags), goMap(ctx, st.Env, diags)) ||
+		!slices.Equal(goList(ctx, m.Volumes, diags), goList(ctx, st.Volumes, diags)) ||
 		!slices.Equal(goList(ctx, m.Offerings, diags), goList(ctx, st.Offerings, diags))
 }
 
 func (m *endpointModel) spec(ctx context.Context, diags *diagnostics) cloud.EndpointSpec {
 	return cloud.EndpointSpec{
-		Image: m.Image.ValueString(), Command: goList(ctx, m.Command, diags), Env: goMap(ctx, m.Env, diags),
+		Image: m.Image.ValueString(), Command: goList(ctx, m.Command, diags), Env: goMap(ctx, m.Env, diags), Volumes: goList(ctx, m.Volumes, diags),
 		Offerings: goList(ctx, m.Offerings, diags), Port: int(m.Port.ValueInt64()), HealthPath: m.HealthPath.ValueString(),
 		Mode: cloud.EndpointMode(m.Mode.ValueString()), Min: int(m.Min.ValueInt64()), Max: int(m.Max.ValueInt64()),
 		Concurrency: int(m.Concurrency.ValueInt64()), IdleTimeoutSeconds: int(m.IdleTimeoutSeconds.ValueInt64()),
 		TimeoutSeconds: int(m.TimeoutSeconds.ValueInt64()), Retries: int(m.Retries.ValueInt64()),
-		RetentionSeconds: int(m.RetentionSeconds.ValueInt64()), QueueWaitSeconds: int(m.QueueWaitSeconds.ValueInt64()),
+		RetentionSeconds: int(m.RetentionSeconds.ValueInt64()), QueueWaitSeconds: int(m.QueueWaitSeconds.ValueInt64()), Warm: int(m.Warm.ValueInt64()),
 		Spot: m.Spot.ValueBool(), Zones: goList(ctx, m.Zones, diags), Labels: goList(ctx, m.Labels, diags),
 	}
 }
@@ -243,6 +255,7 @@ func (m *endpointModel) fill(c *client.Client, e *cloud.Endpoint) {
 	}
 	m.Command = stringList(s.Command)
 	m.Env = stringMap(s.Env)
+	m.Volumes = stringList(s.Volumes)
 	m.Offerings = stringList(s.Offerings)
 	m.Port = types.Int64Value(int64(s.Port))
 	m.HealthPath = types.StringValue(s.HealthPath)
@@ -255,6 +268,7 @@ func (m *endpointModel) fill(c *client.Client, e *cloud.Endpoint) {
 	m.Retries = types.Int64Value(int64(s.Retries))
 	m.RetentionSeconds = types.Int64Value(int64(s.RetentionSeconds))
 	m.QueueWaitSeconds = types.Int64Value(int64(s.QueueWaitSeconds))
+	m.Warm = types.Int64Value(int64(s.Warm))
 	m.Spot = types.BoolValue(s.Spot)
 	m.Zones = stringList(s.Zones)
 	m.Labels = stringList(s.Labels)
@@ -265,7 +279,8 @@ func (m *endpointModel) fill(c *client.Client, e *cloud.Endpoint) {
 }
 
 // endpointError adds an API error as a diagnostic on the attribute its
-// field names (offerings[1] and offering are offerings, env.K is env).
+// field names (offerings[1] and offering are offerings, env.K is env,
+// volumes[0] is volumes).
 func endpointError(diags *diagnostics, summary string, err error) {
 	at := path.Empty()
 	var ce *cloud.Error
@@ -287,7 +302,8 @@ func endpointError(diags *diagnostics, summary string, err error) {
 // endpointAttributes are the arguments an API error's field may name.
 var endpointAttributes = map[string]bool{"name": true, "image": true, "command": true, "env": true, "offerings": true, "port": true,
 	"health_path": true, "mode": true, "min": true, "max": true, "concurrency": true, "idle_timeout_seconds": true, "timeout_seconds": true,
-	"retries": true, "retention_seconds": true, "queue_wait_seconds": true, "spot": true, "zones": true, "labels": true}
+	"retries": true, "retention_seconds": true, "queue_wait_seconds": true, "spot": true, "zones": true, "labels": true,
+	"volumes": true, "warm": true}
 
 func (r *endpointResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m endpointModel
@@ -352,6 +368,10 @@ func (m *endpointModel) patch(ctx context.Context, st *endpointModel, diags *dia
 		}
 		p.Env, changed = &env, true
 	}
+	if vols := goList(ctx, m.Volumes, diags); !slices.Equal(vols, goList(ctx, st.Volumes, diags)) {
+		// Cleared: sent as [], not left out.
+		p.Volumes, changed = new(orEmpty(vols)), true
+	}
 	if offs := goList(ctx, m.Offerings, diags); !slices.Equal(offs, goList(ctx, st.Offerings, diags)) {
 		p.Offerings, changed = &offs, true
 	}
@@ -362,7 +382,7 @@ func (m *endpointModel) patch(ctx context.Context, st *endpointModel, diags *dia
 		{m.Min, st.Min, &p.Min}, {m.Max, st.Max, &p.Max}, {m.Concurrency, st.Concurrency, &p.Concurrency},
 		{m.IdleTimeoutSeconds, st.IdleTimeoutSeconds, &p.IdleTimeoutSeconds}, {m.TimeoutSeconds, st.TimeoutSeconds, &p.TimeoutSeconds},
 		{m.Retries, st.Retries, &p.Retries}, {m.RetentionSeconds, st.RetentionSeconds, &p.RetentionSeconds},
-		{m.QueueWaitSeconds, st.QueueWaitSeconds, &p.QueueWaitSeconds},
+		{m.QueueWaitSeconds, st.QueueWaitSeconds, &p.QueueWaitSeconds}, {m.Warm, st.Warm, &p.Warm},
 	} {
 		if !f.want.Equal(f.was) {
 			*f.dst, changed = optInt64(f.want), true

@@ -3,9 +3,11 @@ package provider_test
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -175,24 +177,49 @@ func TestEndpoint(t *testing.T) {
 }
 
 // TestEndpointCreateErrors: a create the API refuses is an error on the
-// attribute its field names, and leaves nothing.
+// attribute its field names, and leaves no endpoint.
 func TestEndpointCreateErrors(t *testing.T) {
 	c := endpointCloud(t)
-	a := c.newTenant(t)
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: factories,
-		Steps: []resource.TestStep{{
-			Config: a.config(`
+	for _, tc := range []struct {
+		name, body string
+		want       string
+	}{
+		{"an unknown offering", `
 resource "gpucloud_endpoint" "bad" {
   name      = "bad"
   image     = "busybox:1"
   offerings = ["l4.1x", "no-such.1x"]
-}`),
-			ExpectError: regexp.MustCompile(`(?s)Cannot create the endpoint.*offerings\s+=.*invalid_argument`),
-		}},
-	})
-	if es, err := a.Client.Endpoints(t.Context(), "", true); err != nil || len(es) != 0 {
-		t.Fatalf("endpoints after a refused create: %v, %v", es, err)
+}`, `(?s)Cannot create the endpoint.*offerings\s+=.*invalid_argument`},
+		{"a block volume", `
+resource "gpucloud_volume" "disk" {
+  name     = "disk"
+  size_gib = 10
+}
+resource "gpucloud_endpoint" "bad" {
+  name      = "bad"
+  image     = "busybox:1"
+  offerings = ["l4.1x"]
+  volumes   = [gpucloud_volume.disk.id]
+}`, `(?s)Cannot create the endpoint.*volumes\s+=\s+\[gpucloud_volume\.disk\.id\].*block volume.*invalid_argument`},
+		{"a warm pool over max", `
+resource "gpucloud_endpoint" "bad" {
+  name      = "bad"
+  image     = "busybox:1"
+  offerings = ["l4.1x"]
+  max       = 2
+  warm      = 3
+}`, `(?s)Cannot create the endpoint.*warm\s+=\s+3.*invalid_argument`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := c.newTenant(t)
+			resource.Test(t, resource.TestCase{
+				ProtoV6ProviderFactories: factories,
+				Steps:                    []resource.TestStep{{Config: a.config(tc.body), ExpectError: regexp.MustCompile(tc.want)}},
+			})
+			if es, err := a.Client.Endpoints(t.Context(), "", true); err != nil || len(es) != 0 {
+				t.Fatalf("endpoints after a refused create: %v, %v", es, err)
+			}
+		})
 	}
 }
 
@@ -260,4 +287,138 @@ resource "gpucloud_endpoint" "theirs" {
 			return nil
 		},
 	}}})
+}
+
+// warmConfig is an endpoint "pool" with the warm pool and the volumes
+// given (HCL expressions), beside two shared volumes and a block one.
+func warmConfig(tn *tenant, warm int, volumes string) string {
+	return tn.config(fmt.Sprintf(`
+resource "gpucloud_volume" "data" {
+  name     = "data"
+  size_gib = 10
+  kind     = "shared"
+}
+resource "gpucloud_volume" "more" {
+  name     = "more"
+  size_gib = 10
+  kind     = "shared"
+}
+resource "gpucloud_volume" "disk" {
+  name     = "disk"
+  size_gib = 10
+}
+resource "gpucloud_endpoint" "pool" {
+  name      = "pool"
+  image     = "busybox:1"
+  offerings = ["l4.1x"]
+  max       = 3
+  warm      = %d
+  volumes   = %s
+}`, warm, volumes))
+}
+
+// TestEndpointWarmVolumes: an endpoint created with a warm pool and a
+// shared volume of the same configuration; imported; warm changed in
+// place (the same generation); the volumes changed in place (the
+// workers roll over: generation 2); a block volume refused on volumes,
+// changing nothing; destroy leaves nothing. Every apply is followed by
+// an empty plan (the test framework's own check).
+func TestEndpointWarmVolumes(t *testing.T) {
+	c := endpointCloud(t)
+	a := c.newTenant(t)
+	var id, data, more string
+	spec := func(warm int, vols ...*string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			d, err := a.Client.GetEndpoint(t.Context(), id)
+			if err != nil {
+				return err
+			}
+			want := make([]string, len(vols))
+			for i, v := range vols {
+				want[i] = *v
+			}
+			if d.Spec.Warm != warm || !slices.Equal(d.Spec.Volumes, want) {
+				return fmt.Errorf("endpoint %s: warm %d, volumes %v; want %d, %v", id, d.Spec.Warm, d.Spec.Volumes, warm, want)
+			}
+			return nil
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		CheckDestroy: checkGone(t, "gpucloud_endpoint", func(id string) error {
+			d, err := a.Client.GetEndpoint(t.Context(), id)
+			if err == nil && d.State == cloud.EndpointDeleted {
+				return cloud.Errorf(cloud.NotFound, "deleted")
+			}
+			if err == nil {
+				return fmt.Errorf("endpoint %s is %s", id, d.State)
+			}
+			return err
+		}),
+		Steps: []resource.TestStep{
+			{
+				Config: warmConfig(a, 1, "[gpucloud_volume.data.id]"),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					saveID("gpucloud_endpoint.pool", &id),
+					saveID("gpucloud_volume.data", &data),
+					saveID("gpucloud_volume.more", &more),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "warm", "1"),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "volumes.#", "1"),
+					resource.TestCheckResourceAttrPair("gpucloud_endpoint.pool", "volumes.0", "gpucloud_volume.data", "id"),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "generation", "1"),
+					spec(1, &data),
+				),
+			},
+			{ResourceName: "gpucloud_endpoint.pool", ImportState: true, ImportStateVerify: true, ImportStateVerifyIgnore: []string{"timeouts", "image"}},
+			{
+				// warm in place: the same endpoint, the same generation.
+				Config: warmConfig(a, 2, "[gpucloud_volume.data.id]"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("gpucloud_endpoint.pool", plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue("gpucloud_endpoint.pool", tfjsonpath.New("generation"), knownvalue.Int64Exact(1)),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttrPtr("gpucloud_endpoint.pool", "id", &id),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "warm", "2"),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "generation", "1"),
+					spec(2, &data),
+				),
+			},
+			{
+				// Other volumes in place: the workers roll over.
+				Config: warmConfig(a, 2, "[gpucloud_volume.more.id, gpucloud_volume.data.id]"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("gpucloud_endpoint.pool", plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue("gpucloud_endpoint.pool", tfjsonpath.New("generation")),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttrPtr("gpucloud_endpoint.pool", "id", &id),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "generation", "2"),
+					resource.TestCheckResourceAttrPair("gpucloud_endpoint.pool", "volumes.0", "gpucloud_volume.more", "id"),
+					resource.TestCheckResourceAttrPair("gpucloud_endpoint.pool", "volumes.1", "gpucloud_volume.data", "id"),
+					spec(2, &more, &data),
+				),
+			},
+			{
+				// A block volume: an error on volumes, and nothing changes.
+				Config:      warmConfig(a, 0, "[gpucloud_volume.disk.id]"),
+				ExpectError: regexp.MustCompile(`(?s)Cannot update the endpoint.*volumes\s+=\s+\[gpucloud_volume\.disk\.id\].*block volume.*invalid_argument`),
+			},
+			{
+				Config:   warmConfig(a, 2, "[gpucloud_volume.more.id, gpucloud_volume.data.id]"),
+				PlanOnly: true, // the failed update changed nothing
+				Check:    spec(2, &more, &data),
+			},
+			{
+				// Both dropped: warm back to 0, no volume (sent as []).
+				Config: warmConfig(a, 0, "null"),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "warm", "0"),
+					resource.TestCheckNoResourceAttr("gpucloud_endpoint.pool", "volumes"),
+					resource.TestCheckResourceAttr("gpucloud_endpoint.pool", "generation", "3"),
+					spec(0),
+				),
+			},
+		},
+	})
 }

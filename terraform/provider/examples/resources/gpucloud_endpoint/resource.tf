@@ -1,4 +1,12 @@
-# A queue endpoint that scales to zero: jobs go to its run URL.
+# A queue endpoint that scales to zero: jobs go to its run URL. One
+# worker waits paused (warm) to answer the first request without a cold
+# start, and every worker mounts the shared model volume.
+resource "gpucloud_volume" "models" {
+  name     = "models"
+  size_gib = 100
+  kind     = "shared"
+}
+
 resource "gpucloud_endpoint" "embed" {
   name        = "embed"
   image       = "ghcr.io/example/embedder:1.4"
@@ -8,6 +16,8 @@ resource "gpucloud_endpoint" "embed" {
   mode        = "queue"
   min         = 0
   max         = 4
+  warm        = 1
+  volumes     = [gpucloud_volume.models.id]
   concurrency = 2
 }
 
