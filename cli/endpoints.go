@@ -641,12 +641,24 @@ func writeColdStarts(w io.Writer, cs []cloud.ColdStart) error {
 		return nil
 	}
 	fmt.Fprintln(w, "Cold starts:")
-	rows := [][]string{{"  WORKER", "LAUNCHED", "RUNNING", "READY"}}
+	rows := [][]string{{"  WORKER", "LAUNCHED", "PLACED", "STARTING", "RUNNING", "READY"}}
 	for _, c := range cs {
 		rows = append(rows, []string{"  " + c.Worker, c.LaunchedAt.UTC().Format(time.RFC3339),
-			strconv.FormatInt(c.RunningMillis, 10) + "ms", strconv.FormatInt(c.ReadyMillis, 10) + "ms"})
+			millis(c.ScheduledMillis), millis(c.StartingMillis), millis(c.RunningMillis), millis(c.ReadyMillis)})
 	}
-	return writeTable(w, rows)
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "  (from the launch: placed on a host, taken by its agent, container running, first ready probe)")
+	return err
+}
+
+// millis renders a step's milliseconds, "-" where it is not known.
+func millis(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
 }
 
 // countPaused counts the workers paused in the warm pool.

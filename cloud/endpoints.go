@@ -156,10 +156,17 @@ type WorkerRef struct {
 type ColdStart struct {
 	Worker     string    `json:"worker"`
 	LaunchedAt time.Time `json:"launched_at"`
-	// Running is the time from launch to the instance running (placement,
-	// image, container), Ready from launch to the first ready probe.
-	RunningMillis int64 `json:"running_ms"`
-	ReadyMillis   int64 `json:"ready_ms"`
+	// Each is the time from launch to a step, from the worker's state
+	// events: Scheduled, placed on a host (placement); Starting, its
+	// agent took it (the assignment reached the host); Running, the
+	// container runs (the image, from the host's cache or pulled, and the
+	// container's start); Ready, the first readiness probe answered (the
+	// handler's start). Scheduled and Starting are 0 where the events
+	// were not found, and at least 1 where they were.
+	ScheduledMillis int64 `json:"scheduled_ms,omitempty"`
+	StartingMillis  int64 `json:"starting_ms,omitempty"`
+	RunningMillis   int64 `json:"running_ms"`
+	ReadyMillis     int64 `json:"ready_ms"`
 }
 
 // Job is one request to a queue-mode endpoint.

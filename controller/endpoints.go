@@ -122,6 +122,11 @@ func (c *Endpoints) Reconcile(ctx context.Context) error {
 		if p.Empty() && len(p.ColdStarts) == 0 && p.Desired == e.Status.Desired && p.Hosts == nil {
 			continue
 		}
+		if len(p.ColdStarts) > 0 {
+			if err := c.coldStartSteps(ctx, p.ColdStarts); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := service.ApplyEndpointPlan(ctx, c.Store, c.Catalog, endpointActor, p, avail, now); err != nil {
 			errs = append(errs, err)
 			continue
@@ -232,4 +237,38 @@ func (c *Endpoints) log() *slog.Logger {
 		return slog.Default()
 	}
 	return c.Log
+}
+
+// coldStartSteps fills in the placement and agent steps of new cold-start
+// records from their workers' state events (one read per worker, once in
+// its life): when each was scheduled and starting, from its launch.
+func (c *Endpoints) coldStartSteps(ctx context.Context, cs []cloud.ColdStart) error {
+	return c.Store.Tx(ctx, func(tx cloud.Tx) error {
+		for i := range cs {
+			evs, err := tx.ListEvents(ctx, cloud.EventFilter{InstanceID: cs[i].Worker, Kinds: []cloud.EventKind{cloud.EventInstanceState},
+				Since: cs[i].LaunchedAt, Limit: 20})
+			if err != nil {
+				return err
+			}
+			ColdStartSteps(&cs[i], evs)
+		}
+		return nil
+	})
+}
+
+// ColdStartSteps sets cs's Scheduled and Starting from the first state
+// events into those states among evs (those of its worker).
+func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
+	for _, ev := range evs {
+		if ev.InstanceID != cs.Worker || ev.Kind != cloud.EventInstanceState {
+			continue
+		}
+		ms := max(ev.Time.Sub(cs.LaunchedAt).Milliseconds(), 0)
+		switch {
+		case ev.To == cloud.Scheduled && cs.ScheduledMillis == 0:
+			cs.ScheduledMillis = max(ms, 1)
+		case ev.To == cloud.Starting && cs.StartingMillis == 0:
+			cs.StartingMillis = max(ms, 1)
+		}
+	}
 }

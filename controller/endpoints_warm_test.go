@@ -116,3 +116,35 @@ func TestEndpointsPlanPausedWorker(t *testing.T) {
 		t.Fatalf("an idle endpoint with its pool full: %+v", p.EndpointPlan)
 	}
 }
+
+// TestColdStartSteps: a cold start's placement and agent steps come from
+// its worker's first events into scheduled and starting, counted from its
+// launch; another worker's events, other kinds and later re-placements
+// change nothing; a step whose event is missing stays 0.
+func TestColdStartSteps(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ev := func(id string, ms int, to cloud.State) *cloud.Event {
+		return &cloud.Event{InstanceID: id, Kind: cloud.EventInstanceState, Time: at(ms), To: to}
+	}
+	for _, c := range []struct {
+		name                string
+		evs                 []*cloud.Event
+		scheduled, starting int64
+	}{
+		{"both", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting), ev("i-1", 300, cloud.Running)}, 12, 40},
+		{"placed in the launch's millisecond", []*cloud.Event{ev("i-1", 0, cloud.Scheduled)}, 1, 0},
+		{"the first placement counts", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting),
+			ev("i-1", 900, cloud.Pending), ev("i-1", 950, cloud.Scheduled)}, 12, 40},
+		{"another worker's and other kinds", []*cloud.Event{ev("i-2", 5, cloud.Scheduled),
+			{InstanceID: "i-1", Kind: cloud.EventInstanceCreated, Time: at(1), To: cloud.Scheduled}}, 0, 0},
+		{"none", nil, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cs := cloud.ColdStart{Worker: "i-1", LaunchedAt: t0, RunningMillis: 300, ReadyMillis: 320}
+			ColdStartSteps(&cs, c.evs)
+			if cs.ScheduledMillis != c.scheduled || cs.StartingMillis != c.starting || cs.RunningMillis != 300 {
+				t.Errorf("got %+v, want scheduled %d, starting %d", cs, c.scheduled, c.starting)
+			}
+		})
+	}
+}

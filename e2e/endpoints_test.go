@@ -74,9 +74,11 @@ func testEndpoints(t *testing.T, ch *containerHost, db string) {
 		return err == nil && len(d.Status.ColdStarts) == 1 && len(d.Workers) == 1 && d.Workers[0].Ready, fmt.Sprintf("%+v %v", d, err)
 	})
 	cs := d.Status.ColdStarts[0]
-	t.Logf("cold start: running after %d ms, ready after %d ms", cs.RunningMillis, cs.ReadyMillis)
-	if cs.ReadyMillis < cs.RunningMillis || cs.RunningMillis <= 0 {
-		t.Errorf("cold start %+v", cs)
+	t.Logf("cold start: placed after %d ms, its agent took it after %d ms, running after %d ms, ready after %d ms",
+		cs.ScheduledMillis, cs.StartingMillis, cs.RunningMillis, cs.ReadyMillis)
+	if cs.ReadyMillis < cs.RunningMillis || cs.RunningMillis <= 0 || cs.ScheduledMillis <= 0 ||
+		cs.StartingMillis < cs.ScheduledMillis || cs.RunningMillis < cs.StartingMillis {
+		t.Errorf("cold start %+v: want 0 < placed <= agent <= running <= ready", cs)
 	}
 
 	// Warm: a worker is ready.
