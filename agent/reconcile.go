@@ -444,7 +444,13 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		return err
 	}
 	s.state, s.started = stateRunning, true
-	s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id)})
+	rep := agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id)}
+	if it, ok := a.cfg.Runtime.(runtime.ImageTimer); ok {
+		if d, ok := it.ImageTime(s.id); ok {
+			rep.ImageMillis = max(d.Milliseconds(), 1)
+		}
+	}
+	s.reports = append(s.reports, rep)
 	a.track(s.id, pl, devices)
 	a.log.Info("agent: instance running", "instance", s.id, "devices", devices)
 	return nil

@@ -225,6 +225,12 @@ type StatusReport struct {
 	// and nothing is recorded); empty: not known, and the recorded one is
 	// left as it is.
 	PrivateAddress string `json:"private_address,omitempty"`
+	// ImageMillis, with the running report of a workload the agent
+	// started, is how long its image took to be ready (the host's cache,
+	// or a pull) in milliseconds, at least 1; 0: not known. The server
+	// keeps it on the running event (its details' image_ms) for the
+	// endpoints' cold starts.
+	ImageMillis int64 `json:"image_ms,omitempty"`
 }
 
 // MaxDeviceUUID bounds one reported device UUID.

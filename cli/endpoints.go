@@ -641,15 +641,15 @@ func writeColdStarts(w io.Writer, cs []cloud.ColdStart) error {
 		return nil
 	}
 	fmt.Fprintln(w, "Cold starts:")
-	rows := [][]string{{"  WORKER", "LAUNCHED", "PLACED", "STARTING", "RUNNING", "READY"}}
+	rows := [][]string{{"  WORKER", "LAUNCHED", "PLACED", "STARTING", "RUNNING", "READY", "IMAGE"}}
 	for _, c := range cs {
 		rows = append(rows, []string{"  " + c.Worker, c.LaunchedAt.UTC().Format(time.RFC3339),
-			millis(c.ScheduledMillis), millis(c.StartingMillis), millis(c.RunningMillis), millis(c.ReadyMillis)})
+			millis(c.ScheduledMillis), millis(c.StartingMillis), millis(c.RunningMillis), millis(c.ReadyMillis), millis(c.ImageMillis)})
 	}
 	if err := writeTable(w, rows); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, "  (from the launch: placed on a host, taken by its agent, container running, first ready probe)")
+	_, err := fmt.Fprintln(w, "  (from the launch: placed on a host, taken by its agent, container running, first ready probe; IMAGE: of STARTING to RUNNING, the image's part)")
 	return err
 }
 

@@ -119,14 +119,14 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	e.setEndpoint(echo.ID, func(ep *cloud.Endpoint) {
 		ep.Status.Workers = []cloud.WorkerRef{{ID: in.ID, Generation: 1, Market: cloud.MarketOnDemand, LaunchedAt: launched}}
 		ep.Status.Desired, ep.Status.Reason = 1, "1 queued job: 1 worker wanted"
-		ep.Status.ColdStarts = []cloud.ColdStart{{Worker: in.ID, LaunchedAt: launched, ScheduledMillis: 12, StartingMillis: 40, RunningMillis: 850, ReadyMillis: 1320}}
+		ep.Status.ColdStarts = []cloud.ColdStart{{Worker: in.ID, LaunchedAt: launched, ScheduledMillis: 12, StartingMillis: 40, RunningMillis: 850, ReadyMillis: 1320, ImageMillis: 3}}
 	})
 	if got := rowFields(e.ok(tok, "endpoints", "list"), "echo"); len(got) < 4 || got[3] != "1/1" {
 		t.Errorf("list row with a worker: %q", got)
 	}
 	out = e.ok(tok, "endpoints", "describe", echo.ID)
 	for _, s := range []string{"min 0, desired 1, max 3; 1 launched, 0 ready", "1 queued job: 1 worker wanted", "Workers:", "Cold starts:",
-		launched.UTC().Format(time.RFC3339) + "  12ms    40ms      850ms    1320ms"} {
+		launched.UTC().Format(time.RFC3339) + "  12ms    40ms      850ms    1320ms  3ms"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("describe with a worker lacks %q:\n%s", s, out)
 		}

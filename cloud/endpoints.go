@@ -167,6 +167,11 @@ type ColdStart struct {
 	StartingMillis  int64 `json:"starting_ms,omitempty"`
 	RunningMillis   int64 `json:"running_ms"`
 	ReadyMillis     int64 `json:"ready_ms"`
+	// ImageMillis is how long, within Starting to Running, the image took
+	// to be ready on the host (its cache, or a pull), as the agent
+	// reported it; the rest of that step is the container's start. 0:
+	// not reported.
+	ImageMillis int64 `json:"image_ms,omitempty"`
 }
 
 // Job is one request to a queue-mode endpoint.

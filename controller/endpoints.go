@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -257,7 +258,8 @@ func (c *Endpoints) coldStartSteps(ctx context.Context, cs []cloud.ColdStart) er
 }
 
 // ColdStartSteps sets cs's Scheduled and Starting from the first state
-// events into those states among evs (those of its worker).
+// events into those states among evs (those of its worker), and its
+// Image from the details of the first move to running.
 func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
 	for _, ev := range evs {
 		if ev.InstanceID != cs.Worker || ev.Kind != cloud.EventInstanceState {
@@ -269,6 +271,11 @@ func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
 			cs.ScheduledMillis = max(ms, 1)
 		case ev.To == cloud.Starting && cs.StartingMillis == 0:
 			cs.StartingMillis = max(ms, 1)
+		case ev.To == cloud.Running && cs.ImageMillis == 0 && len(ev.Details) > 0:
+			var d service.RunningDetails
+			if json.Unmarshal(ev.Details, &d) == nil && d.ImageMillis > 0 {
+				cs.ImageMillis = d.ImageMillis
+			}
 		}
 	}
 }

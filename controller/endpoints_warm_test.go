@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -127,23 +128,29 @@ func TestColdStartSteps(t *testing.T) {
 		return &cloud.Event{InstanceID: id, Kind: cloud.EventInstanceState, Time: at(ms), To: to}
 	}
 	for _, c := range []struct {
-		name                string
-		evs                 []*cloud.Event
-		scheduled, starting int64
+		name                       string
+		evs                        []*cloud.Event
+		scheduled, starting, image int64
 	}{
-		{"both", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting), ev("i-1", 300, cloud.Running)}, 12, 40},
-		{"placed in the launch's millisecond", []*cloud.Event{ev("i-1", 0, cloud.Scheduled)}, 1, 0},
+		{"both", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting), ev("i-1", 300, cloud.Running)}, 12, 40, 0},
+		{"the image's time from the running event", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting),
+			func() *cloud.Event {
+				e := ev("i-1", 300, cloud.Running)
+				e.Details = json.RawMessage(`{"image_ms":7}`)
+				return e
+			}()}, 12, 40, 7},
+		{"placed in the launch's millisecond", []*cloud.Event{ev("i-1", 0, cloud.Scheduled)}, 1, 0, 0},
 		{"the first placement counts", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting),
-			ev("i-1", 900, cloud.Pending), ev("i-1", 950, cloud.Scheduled)}, 12, 40},
+			ev("i-1", 900, cloud.Pending), ev("i-1", 950, cloud.Scheduled)}, 12, 40, 0},
 		{"another worker's and other kinds", []*cloud.Event{ev("i-2", 5, cloud.Scheduled),
-			{InstanceID: "i-1", Kind: cloud.EventInstanceCreated, Time: at(1), To: cloud.Scheduled}}, 0, 0},
-		{"none", nil, 0, 0},
+			{InstanceID: "i-1", Kind: cloud.EventInstanceCreated, Time: at(1), To: cloud.Scheduled}}, 0, 0, 0},
+		{"none", nil, 0, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cs := cloud.ColdStart{Worker: "i-1", LaunchedAt: t0, RunningMillis: 300, ReadyMillis: 320}
 			ColdStartSteps(&cs, c.evs)
-			if cs.ScheduledMillis != c.scheduled || cs.StartingMillis != c.starting || cs.RunningMillis != 300 {
-				t.Errorf("got %+v, want scheduled %d, starting %d", cs, c.scheduled, c.starting)
+			if cs.ScheduledMillis != c.scheduled || cs.StartingMillis != c.starting || cs.ImageMillis != c.image || cs.RunningMillis != 300 {
+				t.Errorf("got %+v, want scheduled %d, starting %d, image %d", cs, c.scheduled, c.starting, c.image)
 			}
 		})
 	}

@@ -74,11 +74,12 @@ func testEndpoints(t *testing.T, ch *containerHost, db string) {
 		return err == nil && len(d.Status.ColdStarts) == 1 && len(d.Workers) == 1 && d.Workers[0].Ready, fmt.Sprintf("%+v %v", d, err)
 	})
 	cs := d.Status.ColdStarts[0]
-	t.Logf("cold start: placed after %d ms, its agent took it after %d ms, running after %d ms, ready after %d ms",
-		cs.ScheduledMillis, cs.StartingMillis, cs.RunningMillis, cs.ReadyMillis)
+	t.Logf("cold start: placed after %d ms, its agent took it after %d ms, running after %d ms (the image %d ms of it), ready after %d ms",
+		cs.ScheduledMillis, cs.StartingMillis, cs.RunningMillis, cs.ImageMillis, cs.ReadyMillis)
 	if cs.ReadyMillis < cs.RunningMillis || cs.RunningMillis <= 0 || cs.ScheduledMillis <= 0 ||
-		cs.StartingMillis < cs.ScheduledMillis || cs.RunningMillis < cs.StartingMillis {
-		t.Errorf("cold start %+v: want 0 < placed <= agent <= running <= ready", cs)
+		cs.StartingMillis < cs.ScheduledMillis || cs.RunningMillis < cs.StartingMillis ||
+		cs.ImageMillis <= 0 || cs.ImageMillis > cs.RunningMillis-cs.StartingMillis+1 {
+		t.Errorf("cold start %+v: want 0 < placed <= agent <= running <= ready, and the image within agent to running", cs)
 	}
 
 	// Warm: a worker is ready.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -74,7 +75,11 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 			in.PrivateAddress = rep.PrivateAddress
 		}
 		for _, to := range path {
-			if err := MoveInstance(ctx, tx, in, Move{To: to, Reason: reason, Actor: AgentActor(host).ID}, now); err != nil {
+			m := Move{To: to, Reason: reason, Actor: AgentActor(host).ID}
+			if to == cloud.Running && rep.ImageMillis > 0 {
+				m.Details, _ = json.Marshal(RunningDetails{ImageMillis: rep.ImageMillis})
+			}
+			if err := MoveInstance(ctx, tx, in, m, now); err != nil {
 				return err
 			}
 		}
@@ -85,6 +90,9 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 		return nil
 	})
 }
+
+// maxImageMillis bounds a reported image time: a day.
+const maxImageMillis = 24 * 3600 * 1000
 
 // checkReport validates a status report and cleans its message.
 func checkReport(rep *agentapi.StatusReport) error {
@@ -107,6 +115,9 @@ func checkReport(rep *agentapi.StatusReport) error {
 			return Field("private_address", "%s is not an instance's IP address (IPv4 or IPv6, without a zone)", Quote(rep.PrivateAddress))
 		}
 		rep.PrivateAddress = addr.Unmap().String()
+	}
+	if rep.ImageMillis < 0 || rep.ImageMillis > maxImageMillis {
+		return Field("image_ms", "%d is not an image's time in milliseconds (0 to %d)", rep.ImageMillis, maxImageMillis)
 	}
 	for i, d := range rep.Devices {
 		if d == "" || len(d) > agentapi.MaxDeviceUUID || strings.IndexFunc(d, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
@@ -348,4 +359,11 @@ func (s *Agents) SetScaleInLock(ctx context.Context, a Actor, id string, req age
 		return nil, err
 	}
 	return out, nil
+}
+
+// RunningDetails are the details of an instance's move to running that
+// its agent reported: how long its image took to be ready (an endpoint's
+// cold start shows it).
+type RunningDetails struct {
+	ImageMillis int64 `json:"image_ms,omitempty"`
 }

@@ -251,3 +251,48 @@ func TestAgentsAssignmentsStack(t *testing.T) {
 		check(ha[r1.ID], 1, 3, "10.240.0.2", job...)
 	})
 }
+
+// TestAgentsReportImageTime: a running report's image time lands on the
+// running event's details (image_ms), where an endpoint's cold start
+// reads it; an impossible one is refused, naming the field, and changes
+// nothing.
+func TestAgentsReportImageTime(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		f.putHost("h-a", 1)
+		in := f.placed(f.acme, "h-a", cloud.Starting)
+		report := func(ms int64) error {
+			return f.svc.Agents.Report(ctx, service.AgentActor("h-a"), in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, ImageMillis: ms})
+		}
+		before := f.state()
+		for _, bad := range []int64{-1, 24*3600*1000 + 1} {
+			if ce := ahCode(t, report(bad), cloud.Invalid); ce.Details["field"] != "image_ms" {
+				t.Errorf("image_ms %d: %+v", bad, ce)
+			}
+		}
+		f.unchanged(before, "refused image times")
+		if err := report(7); err != nil {
+			t.Fatal(err)
+		}
+		var evs []*cloud.Event
+		if err := st.Tx(ctx, func(tx cloud.Tx) (err error) {
+			evs, err = tx.ListEvents(ctx, cloud.EventFilter{InstanceID: in.ID, Kinds: []cloud.EventKind{cloud.EventInstanceState}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ev := range evs {
+			if ev.To == cloud.Running {
+				found = true
+				if string(ev.Details) != `{"image_ms":7}` {
+					t.Errorf("the running event's details: %s", ev.Details)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no running event in %+v", evs)
+		}
+	})
+}

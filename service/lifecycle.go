@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -33,6 +34,8 @@ type Move struct {
 	// move's Reason becomes the instance's, except that a move to pending
 	// clears it (a pending instance's reason is the scheduler's).
 	KeepReason bool
+	// Details, when set, are the event's details (JSON).
+	Details json.RawMessage
 }
 
 // ErrStale is returned (wrapped in a Conflict) when the instance changed
@@ -75,7 +78,7 @@ func apply(in *cloud.Instance, m Move, now time.Time) (*cloud.Event, error) {
 	}
 	in.State, in.UpdatedAt = m.To, now
 	return &cloud.Event{Time: now, Kind: cloud.EventInstanceState, TenantID: in.TenantID,
-		InstanceID: in.ID, HostID: host, From: from, To: m.To, Reason: m.Reason, Actor: m.Actor}, nil
+		InstanceID: in.ID, HostID: host, From: from, To: m.To, Reason: m.Reason, Actor: m.Actor, Details: m.Details}, nil
 }
 
 // MoveInstance moves in (as read in tx) by m, in tx: it checks the move

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Pauser is implemented by runtimes that can freeze a running workload in
@@ -37,4 +38,15 @@ func PauserOf(rt Runtime) (Pauser, error) {
 	}
 	return nil, fmt.Errorf("%s runtime cannot pause a workload (an endpoint's warm pool needs the containerd runtime, which freezes a container): %w",
 		kind, ErrCannotPause)
+}
+
+// ImageTimer is implemented by runtimes that time a workload's image on
+// its start: how long the image took to be ready (found in the host's
+// cache, or pulled). An endpoint's cold start shows it apart from the
+// container's own start (docs/ENDPOINTS.md, "Cold starts").
+type ImageTimer interface {
+	// ImageTime is how long the image of workload id took on its
+	// start; false for a workload this runtime did not start (adopted
+	// after a restart) or does not know.
+	ImageTime(id string) (time.Duration, bool)
 }

@@ -150,6 +150,7 @@ type containerRuntime interface {
 	files.InstanceRoots // instances cp
 	// Pause and Resume keep an endpoint's warm pool frozen.
 	runtime.Pauser
+	runtime.ImageTimer
 }
 
 // scaledRuntime is a simulated host's containerd runtime that starts every

@@ -293,6 +293,8 @@ type inst struct {
 	// claimed them for it.
 	uid, gid uint32
 	ownUID   bool
+	// imageTook is how long the image took on this start (0: adopted).
+	imageTook time.Duration
 	// mpsGPU is the GPU whose MPS daemon the instance is a client of;
 	// empty when none, or once released.
 	mpsGPU string

@@ -119,6 +119,17 @@ func signalName(s syscall.Signal) string {
 	return "SIG" + strconv.Itoa(int(s))
 }
 
+// ImageTime is how long workload id's image took to be ready on its
+// start (runtime.ImageTimer): found in containerd's content store, or
+// pulled.
+func (r *Runtime) ImageTime(id string) (time.Duration, bool) {
+	in, err := r.lookup(id)
+	if err != nil || in.imageTook <= 0 {
+		return 0, false
+	}
+	return in.imageTook, true
+}
+
 func (r *Runtime) lookup(id string) (*inst, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

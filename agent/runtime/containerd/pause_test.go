@@ -78,3 +78,21 @@ func tail(s string) string {
 	}
 	return s
 }
+
+// TestImageTime: a workload the runtime started says how long its image
+// took (here the base image, in containerd's store already); an unknown
+// one says nothing.
+func TestImageTime(t *testing.T) {
+	rt := newRuntime(t)
+	id := newID(t)
+	if err := rt.Start(t.Context(), runtime.Spec{InstanceID: id, Command: sh("sleep 30")}); err != nil {
+		t.Fatal(err)
+	}
+	var it runtime.ImageTimer = rt
+	if d, ok := it.ImageTime(id); !ok || d <= 0 || d > time.Minute {
+		t.Errorf("ImageTime(%s) = %v, %v; want a positive time", id, d, ok)
+	}
+	if _, ok := it.ImageTime("i-unknown"); ok {
+		t.Error("ImageTime of an unknown workload answered")
+	}
+}

@@ -116,10 +116,12 @@ func (r *Runtime) claim(ctx context.Context, id string) (release func(), known b
 
 // create makes and starts the container, or leaves nothing behind.
 func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err error) {
+	imageStart := time.Now()
 	img, err := r.specImage(ctx, s)
 	if err != nil {
 		return nil, err
 	}
+	imageTook := max(time.Since(imageStart), time.Microsecond)
 	if len(s.Command) == 0 {
 		if s.Command, err = imageCommand(ctx, img, s.InstanceID); err != nil {
 			return nil, err
@@ -158,6 +160,7 @@ func (r *Runtime) create(ctx context.Context, s runtime.Spec) (_ *inst, err erro
 		cgroup: "/" + r.cfg.Namespace + "/" + s.InstanceID,
 		done:   make(chan struct{}),
 		uid:    uid, gid: gid, ownUID: own,
+		imageTook: imageTook,
 	}
 	if err := r.joinMPS(ctx, s, in, &lay); err != nil {
 		return nil, err
