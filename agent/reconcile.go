@@ -433,6 +433,7 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		s.starting = true
 		s.reports = append(s.reports, agentapi.StatusReport{Phase: agentapi.PhaseStarting})
 	}
+	startedAt := time.Now()
 	if err := a.cfg.Runtime.Start(ctx, spec); err != nil {
 		// A runtime that cannot run the instance's image refuses it (the
 		// process runtime after a restart from containers); the failure
@@ -444,7 +445,8 @@ func (a *Agent) launch(ctx context.Context, s *inst) error {
 		return err
 	}
 	s.state, s.started = stateRunning, true
-	rep := agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id)}
+	rep := agentapi.StatusReport{Phase: agentapi.PhaseRunning, Devices: devices, PrivateAddress: a.address(s.id),
+		StartMillis: max(time.Since(startedAt).Milliseconds(), 1)}
 	if it, ok := a.cfg.Runtime.(runtime.ImageTimer); ok {
 		if d, ok := it.ImageTime(s.id); ok {
 			rep.ImageMillis = max(d.Milliseconds(), 1)

@@ -231,6 +231,11 @@ type StatusReport struct {
 	// keeps it on the running event (its details' image_ms) for the
 	// endpoints' cold starts.
 	ImageMillis int64 `json:"image_ms,omitempty"`
+	// StartMillis, with the running report of a workload the agent
+	// started, is how long the runtime's start took (the image and the
+	// container), in milliseconds, at least 1. Reports are sent after the
+	// start, so the server's clock cannot time it; 0: not known.
+	StartMillis int64 `json:"start_ms,omitempty"`
 }
 
 // MaxDeviceUUID bounds one reported device UUID.

@@ -158,7 +158,8 @@ type ColdStart struct {
 	LaunchedAt time.Time `json:"launched_at"`
 	// Each is the time from launch to a step, from the worker's state
 	// events: Scheduled, placed on a host (placement); Starting, its
-	// agent took it (the assignment reached the host); Running, the
+	// agent began its start (the assignment reached the host: the
+	// running event less the start's length the agent measured); Running, the
 	// container runs (the image, from the host's cache or pulled, and the
 	// container's start); Ready, the first readiness probe answered (the
 	// handler's start). Scheduled and Starting are 0 where the events

@@ -259,8 +259,17 @@ func (c *Endpoints) coldStartSteps(ctx context.Context, cs []cloud.ColdStart) er
 
 // ColdStartSteps sets cs's Scheduled and Starting from the first state
 // events into those states among evs (those of its worker), and its
-// Image from the details of the first move to running.
+// Image from the details of the first move to running; where those give
+// the start's length (start_ms), Starting is the running event's time
+// less it (the agent's reports go after its start, so the starting
+// event's time is when the report came, not when the start began).
 func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
+	running, agentAt := false, int64(0)
+	defer func() {
+		if agentAt > 0 {
+			cs.StartingMillis = max(agentAt, cs.ScheduledMillis)
+		}
+	}()
 	for _, ev := range evs {
 		if ev.InstanceID != cs.Worker || ev.Kind != cloud.EventInstanceState {
 			continue
@@ -271,10 +280,18 @@ func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
 			cs.ScheduledMillis = max(ms, 1)
 		case ev.To == cloud.Starting && cs.StartingMillis == 0:
 			cs.StartingMillis = max(ms, 1)
-		case ev.To == cloud.Running && cs.ImageMillis == 0 && len(ev.Details) > 0:
+		case ev.To == cloud.Running && !running && len(ev.Details) > 0:
+			running = true
 			var d service.RunningDetails
-			if json.Unmarshal(ev.Details, &d) == nil && d.ImageMillis > 0 {
-				cs.ImageMillis = d.ImageMillis
+			if json.Unmarshal(ev.Details, &d) != nil {
+				continue
+			}
+			cs.ImageMillis = max(d.ImageMillis, 0)
+			if d.StartMillis > 0 {
+				// The agent sends its reports after the start, so the
+				// starting event's time is the report's; the start
+				// began the start's own length before running.
+				agentAt = max(ms-d.StartMillis, 1)
 			}
 		}
 	}

@@ -139,6 +139,18 @@ func TestColdStartSteps(t *testing.T) {
 				e.Details = json.RawMessage(`{"image_ms":7}`)
 				return e
 			}()}, 12, 40, 7},
+		{"the start's length puts the agent's step where the start began", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 290, cloud.Starting),
+			func() *cloud.Event {
+				e := ev("i-1", 300, cloud.Running)
+				e.Details = json.RawMessage(`{"image_ms":7,"start_ms":250}`)
+				return e
+			}()}, 12, 50, 7},
+		{"never before placement", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 290, cloud.Starting),
+			func() *cloud.Event {
+				e := ev("i-1", 300, cloud.Running)
+				e.Details = json.RawMessage(`{"start_ms":295}`)
+				return e
+			}()}, 12, 12, 0},
 		{"placed in the launch's millisecond", []*cloud.Event{ev("i-1", 0, cloud.Scheduled)}, 1, 0, 0},
 		{"the first placement counts", []*cloud.Event{ev("i-1", 12, cloud.Scheduled), ev("i-1", 40, cloud.Starting),
 			ev("i-1", 900, cloud.Pending), ev("i-1", 950, cloud.Scheduled)}, 12, 40, 0},

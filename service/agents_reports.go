@@ -76,8 +76,8 @@ func (s *Agents) Report(ctx context.Context, a Actor, id string, rep agentapi.St
 		}
 		for _, to := range path {
 			m := Move{To: to, Reason: reason, Actor: AgentActor(host).ID}
-			if to == cloud.Running && rep.ImageMillis > 0 {
-				m.Details, _ = json.Marshal(RunningDetails{ImageMillis: rep.ImageMillis})
+			if to == cloud.Running && (rep.ImageMillis > 0 || rep.StartMillis > 0) {
+				m.Details, _ = json.Marshal(RunningDetails{ImageMillis: rep.ImageMillis, StartMillis: rep.StartMillis})
 			}
 			if err := MoveInstance(ctx, tx, in, m, now); err != nil {
 				return err
@@ -118,6 +118,9 @@ func checkReport(rep *agentapi.StatusReport) error {
 	}
 	if rep.ImageMillis < 0 || rep.ImageMillis > maxImageMillis {
 		return Field("image_ms", "%d is not an image's time in milliseconds (0 to %d)", rep.ImageMillis, maxImageMillis)
+	}
+	if rep.StartMillis < 0 || rep.StartMillis > maxImageMillis {
+		return Field("start_ms", "%d is not a start's time in milliseconds (0 to %d)", rep.StartMillis, maxImageMillis)
 	}
 	for i, d := range rep.Devices {
 		if d == "" || len(d) > agentapi.MaxDeviceUUID || strings.IndexFunc(d, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
@@ -362,8 +365,9 @@ func (s *Agents) SetScaleInLock(ctx context.Context, a Actor, id string, req age
 }
 
 // RunningDetails are the details of an instance's move to running that
-// its agent reported: how long its image took to be ready (an endpoint's
-// cold start shows it).
+// its agent reported: how long its image took to be ready, and its whole
+// start (an endpoint's cold start shows them).
 type RunningDetails struct {
 	ImageMillis int64 `json:"image_ms,omitempty"`
+	StartMillis int64 `json:"start_ms,omitempty"`
 }

@@ -270,6 +270,10 @@ func TestAgentsReportImageTime(t *testing.T) {
 			if ce := ahCode(t, report(bad), cloud.Invalid); ce.Details["field"] != "image_ms" {
 				t.Errorf("image_ms %d: %+v", bad, ce)
 			}
+			err := f.svc.Agents.Report(ctx, service.AgentActor("h-a"), in.ID, agentapi.StatusReport{Phase: agentapi.PhaseRunning, StartMillis: bad})
+			if ce := ahCode(t, err, cloud.Invalid); ce.Details["field"] != "start_ms" {
+				t.Errorf("start_ms %d: %+v", bad, ce)
+			}
 		}
 		f.unchanged(before, "refused image times")
 		if err := report(7); err != nil {
