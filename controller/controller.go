@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -51,6 +52,37 @@ type Loop struct {
 	Observe func(name string, took time.Duration, err error)
 
 	last []time.Time
+	// kicks carries Kick's requests (one pending at most); kicked is
+	// when the last kicked step ran.
+	kickOnce sync.Once
+	kicks    chan struct{}
+	kicked   time.Time
+}
+
+// Kickable is a controller that runs at once when its loop is kicked
+// (Loop.Kick), whatever its interval: work a caller waits on arrived (a
+// request to an endpoint with no ready worker: the endpoint controller
+// resumes or launches one, and the scheduler places it, without waiting
+// for their next tick).
+type Kickable interface {
+	Kickable() bool
+}
+
+// minKickGap is the shortest time between two kicked steps: a burst of
+// kicks (2,000 jobs submitted at once) runs the kicked controllers at
+// most this often, besides their own ticks.
+const minKickGap = 20 * time.Millisecond
+
+// Kick asks the loop to run its Kickable controllers now (in list order,
+// with the others that are due), at most once per minKickGap; kicks that
+// come meanwhile are one. Safe from any goroutine, and a no-op for a loop
+// that does not run.
+func (l *Loop) Kick() {
+	l.kickOnce.Do(func() { l.kicks = make(chan struct{}, 1) })
+	select {
+	case l.kicks <- struct{}{}:
+	default:
+	}
 }
 
 // Tick returns the loop's tick: the smallest positive interval of its
@@ -72,7 +104,11 @@ func (l *Loop) Tick() time.Duration {
 // names of those it ran. A controller is due when its interval has passed
 // since its last round, less half a tick: a ticker's jitter must not make
 // a controller skip the tick it is due at.
-func (l *Loop) Step(ctx context.Context) []string {
+func (l *Loop) Step(ctx context.Context) []string { return l.step(ctx, false) }
+
+// step is Step; kicked also runs the Kickable controllers that are not
+// due.
+func (l *Loop) step(ctx context.Context, kicked bool) []string {
 	now := orNow(l.Now)
 	log := l.Log
 	if log == nil {
@@ -88,7 +124,8 @@ func (l *Loop) Step(ctx context.Context) []string {
 			break
 		}
 		t := now()
-		if !l.last[i].IsZero() && t.Sub(l.last[i]) < c.Interval()-slack {
+		k, _ := c.(Kickable)
+		if !l.last[i].IsZero() && t.Sub(l.last[i]) < c.Interval()-slack && !(kicked && k != nil && k.Kickable()) {
 			continue
 		}
 		l.last[i] = t
@@ -110,15 +147,27 @@ func (l *Loop) Step(ctx context.Context) []string {
 
 // Run steps the loop on every tick until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
+	l.kickOnce.Do(func() { l.kicks = make(chan struct{}, 1) })
 	tick := time.NewTicker(l.Tick())
 	defer tick.Stop()
 	for {
+		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-l.kicks:
+			if gap := minKickGap - time.Since(l.kicked); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(gap):
+				}
+			}
+			kicked = true
+			l.kicked = time.Now()
 		}
-		l.Step(ctx)
+		l.step(ctx, kicked)
 	}
 }
 

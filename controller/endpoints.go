@@ -61,6 +61,11 @@ type Endpoints struct {
 	// SpotFallback: DefaultEndpointSpotFallback when zero.
 	SpotFallback time.Duration
 
+	// Applied, when set, is called after a plan that resumed or launched
+	// workers was applied: the server reads its gateway's worker table
+	// again at once (gateway.Gateway.RefreshNow).
+	Applied func()
+
 	lastExpiry time.Time
 	// recorded holds the workers whose cold start is in a status.
 	recorded map[string]bool
@@ -71,6 +76,10 @@ func (c *Endpoints) Name() string { return "endpoints" }
 
 // Interval is how often the leader runs a round.
 func (c *Endpoints) Interval() time.Duration { return c.Every }
+
+// Kickable: a request that finds no ready worker kicks the loop
+// (Loop.Kick), and the controller resumes or launches one at once.
+func (c *Endpoints) Kickable() bool { return true }
 
 var endpointActor = service.Controller("endpoints")
 
@@ -131,6 +140,9 @@ func (c *Endpoints) Reconcile(ctx context.Context) error {
 		if err := service.ApplyEndpointPlan(ctx, c.Store, c.Catalog, endpointActor, p, avail, now); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if c.Applied != nil && (len(p.Resume) > 0 || len(p.Launch) > 0) {
+			c.Applied()
 		}
 		for _, cs := range p.ColdStarts {
 			c.recorded[cs.Worker] = true

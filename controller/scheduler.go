@@ -169,6 +169,10 @@ func (s *Scheduler) Name() string { return "scheduler" }
 
 // Interval is how often the leader runs a step: Every, or
 // DefaultScheduleInterval.
+// Kickable: a kicked loop places at once what the controllers before the
+// scheduler launched (an endpoint's new worker).
+func (s *Scheduler) Kickable() bool { return true }
+
 func (s *Scheduler) Interval() time.Duration {
 	if s.Every > 0 {
 		return s.Every

@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/catalog"
@@ -170,8 +171,12 @@ type Replica struct {
 	cancel context.CancelFunc
 	// stopControllers ends the campaign and the controllers (StopControllers).
 	stopControllers func()
-	wg              sync.WaitGroup
-	leader          *leaderState
+	// loop is the controllers' loop while this replica leads (nil
+	// otherwise): the gateway kicks it when a request finds no ready
+	// worker.
+	loop   atomic.Pointer[controller.Loop]
+	wg     sync.WaitGroup
+	leader *leaderState
 }
 
 // OpenStore opens the store named by a URL.
@@ -456,6 +461,7 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	s.hub = relay.NewHub()
 	apiOpts.Relay = s.hub
 	s.Gateway = gateway.New(gateway.Config{Services: s.Services, Hub: apiOpts.Relay, Replica: replicaName(cfg), Log: cfg.Log, Now: cfg.Now,
+		Demand:  s.kickControllers,
 		Refresh: cfg.GatewayRefresh})
 	apiOpts.Gateway = s.Gateway
 	// The console's terminal is the API's exec relay, over the same hub
@@ -594,7 +600,7 @@ func (s *Replica) controllerList(cfg Config) []controller.Controller {
 		s.Market,
 		&controller.Groups{Store: s.Store, Catalog: cfg.Catalog, Quotes: s.Market, Now: cfg.Now, Every: cfg.GroupInterval, Log: cfg.Log},
 		&controller.Stacks{Engine: stackengine.New(s.Services), Every: cfg.StackInterval, Log: cfg.Log},
-		&controller.Endpoints{Store: s.Store, Catalog: cfg.Catalog, Load: s.endpointLoad, Availability: s.availability, Now: cfg.Now, Log: cfg.Log,
+		&controller.Endpoints{Store: s.Store, Catalog: cfg.Catalog, Load: s.endpointLoad, Availability: s.availability, Applied: s.refreshGateway, Now: cfg.Now, Log: cfg.Log,
 			Every: cfg.EndpointInterval},
 		s.Scheduler,
 		&controller.BudgetChecker{Store: s.Store, Now: cfg.Now, Every: cfg.BudgetInterval, Log: cfg.Log},
@@ -611,6 +617,8 @@ func (s *Replica) controllers(ctx context.Context, cfg Config) {
 		cfg.Log.Error("scheduler rebuild", "err", err)
 	}
 	loop := &controller.Loop{Controllers: s.Controllers, Now: cfg.Now, Log: cfg.Log, Observe: s.Metrics.ObserveStep}
+	s.loop.Store(loop)
+	defer s.loop.Store(nil)
 	loop.Run(ctx)
 }
 
@@ -632,4 +640,21 @@ func (s *Replica) Close(ctx context.Context) error {
 		err = cerr
 	}
 	return err
+}
+
+// kickControllers runs the endpoint controller and the scheduler at once
+// when this replica leads (controller.Loop.Kick); on another replica the
+// leader's next tick sees the work.
+func (s *Replica) kickControllers() {
+	if l := s.loop.Load(); l != nil {
+		l.Kick()
+	}
+}
+
+// refreshGateway has this replica's gateway read its worker table again
+// at once (the endpoint controller resumed or launched workers).
+func (s *Replica) refreshGateway() {
+	if g := s.Gateway; g != nil {
+		g.RefreshNow()
+	}
 }

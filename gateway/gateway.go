@@ -59,6 +59,11 @@ type Config struct {
 	// Refresh is how often the worker table is read (DefaultRefresh when
 	// zero).
 	Refresh time.Duration
+	// Demand, when set, is told that work arrived for an endpoint with no
+	// free worker here (a job submitted, an HTTP request waiting), so
+	// that the controllers resume or launch one at once rather than at
+	// their next tick. It must not block.
+	Demand func()
 }
 
 // Gateway routes endpoint traffic. Safe for concurrent use.
@@ -71,6 +76,8 @@ type Gateway struct {
 	done map[string][]chan *cloud.Job
 	// peers is the other replicas' load, merged (SetPeerLoads).
 	peers map[string]Load
+	// refreshNow carries RefreshNow's requests (one pending at most).
+	refreshNow chan struct{}
 }
 
 type endpoint struct {
@@ -122,7 +129,18 @@ func New(cfg Config) *Gateway {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
-	return &Gateway{cfg: cfg, endpoints: map[string]*endpoint{}, done: map[string][]chan *cloud.Job{}}
+	return &Gateway{cfg: cfg, endpoints: map[string]*endpoint{}, done: map[string][]chan *cloud.Job{}, refreshNow: make(chan struct{}, 1)}
+}
+
+// RefreshNow asks for the worker table to be read again at once rather
+// than at the next Refresh: the endpoint controller resumed or launched
+// workers (a paused worker resumed for a request is probed, and takes it,
+// without waiting up to a Refresh). Requests that come together are one.
+func (g *Gateway) RefreshNow() {
+	select {
+	case g.refreshNow <- struct{}{}:
+	default:
+	}
 }
 
 // Run puts back the jobs this replica's previous run held, then keeps the
@@ -146,6 +164,7 @@ func (g *Gateway) Run(ctx context.Context) {
 			g.closeAll()
 			return
 		case <-t.C:
+		case <-g.refreshNow:
 		}
 	}
 }
@@ -279,13 +298,26 @@ func (es *endpoint) wake() {
 	es.changed = make(chan struct{})
 }
 
-// Wake tells the gateway that the endpoint has new jobs.
+// Wake tells the gateway that the endpoint has new jobs; where no worker
+// has a free slot here, Config.Demand hears of it.
 func (g *Gateway) Wake(endpointID string) {
 	g.mu.Lock()
-	if es := g.endpoints[endpointID]; es != nil {
+	es := g.endpoints[endpointID]
+	short := es == nil || es.ep == nil || es.free() == 0
+	if es != nil {
 		es.wake()
 	}
 	g.mu.Unlock()
+	if short {
+		g.demand()
+	}
+}
+
+// demand tells Config.Demand, if set, that work waits for a worker.
+func (g *Gateway) demand() {
+	if g.cfg.Demand != nil {
+		g.cfg.Demand()
+	}
 }
 
 // transport is a worker's connection pool: each connection is a TCP

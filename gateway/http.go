@@ -53,7 +53,7 @@ func (g *Gateway) Serve(w http.ResponseWriter, r *http.Request, e *cloud.Endpoin
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var wk *worker
-	for wk == nil {
+	for first := true; wk == nil; first = false {
 		g.mu.Lock()
 		if es.ep != nil {
 			wk = es.pick()
@@ -65,6 +65,9 @@ func (g *Gateway) Serve(w http.ResponseWriter, r *http.Request, e *cloud.Endpoin
 		g.mu.Unlock()
 		if wk != nil {
 			break
+		}
+		if first {
+			g.demand()
 		}
 		select {
 		case <-changed:

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coder/websocket"
+
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // TestUndelivered: a request whose session to the worker's host could not
@@ -72,5 +75,40 @@ func TestUndelivered(t *testing.T) {
 				t.Errorf("Undelivered(%v) = %v, want %v", err, got, c.want)
 			}
 		})
+	}
+}
+
+// TestWakeDemand: a job for an endpoint the gateway has no free worker
+// for tells Config.Demand (the leader's controllers then run at once);
+// one a free worker takes does not.
+func TestWakeDemand(t *testing.T) {
+	var n atomic.Int32
+	g := New(Config{Demand: func() { n.Add(1) }})
+	g.Wake("ep-unknown")
+	if n.Load() != 1 {
+		t.Fatalf("a job for an endpoint with no worker here: demand told %d times", n.Load())
+	}
+	es := &endpoint{ep: &cloud.Endpoint{ID: "ep-1", Spec: cloud.EndpointSpec{Concurrency: 1}}, workers: map[string]*worker{}, changed: make(chan struct{})}
+	g.endpoints["ep-1"] = es
+	g.Wake("ep-1")
+	if n.Load() != 2 {
+		t.Fatalf("no ready worker: demand told %d times, want 2", n.Load())
+	}
+	es.workers["i-1"] = &worker{id: "i-1", ready: true}
+	g.Wake("ep-1")
+	if n.Load() != 2 {
+		t.Errorf("a ready worker with a free slot: demand told %d times, want still 2", n.Load())
+	}
+}
+
+// TestRefreshNow: requests to read the worker table again coalesce into
+// one pending read, and never block.
+func TestRefreshNow(t *testing.T) {
+	g := New(Config{})
+	for range 3 {
+		g.RefreshNow()
+	}
+	if n := len(g.refreshNow); n != 1 {
+		t.Fatalf("%d pending reads, want 1", n)
 	}
 }
