@@ -122,3 +122,14 @@ type CreatedEndpointKey struct {
 type ListEndpointKeysResponse struct {
 	Keys []*cloud.EndpointKey `json:"keys"`
 }
+
+// PausedWorkers counts the workers in ws paused in the warm pool now.
+func PausedWorkers(ws []EndpointWorker) int {
+	n := 0
+	for _, w := range ws {
+		if w.State == cloud.Paused {
+			n++
+		}
+	}
+	return n
+}

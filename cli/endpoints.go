@@ -552,7 +552,7 @@ func endpointFields(d *api.EndpointDetail) fieldRows {
 	f.add("Workers", fmt.Sprintf("min %d, desired %d, max %d; %d launched, %d ready", sp.Min, e.Status.Desired, sp.Max,
 		len(e.Status.Workers), countReady(d.Workers)))
 	if sp.Warm > 0 {
-		f.add("Warm pool", fmt.Sprintf("%d paused kept (billed as running), %d paused now", sp.Warm, countPaused(d.Workers)))
+		f.add("Warm pool", fmt.Sprintf("%d paused kept (billed as running), %d paused now", sp.Warm, api.PausedWorkers(d.Workers)))
 	}
 	f.add("Concurrency", fmt.Sprintf("%d per worker", sp.Concurrency))
 	f.add("Timing", fmt.Sprintf("idle timeout %s, timeout %s, queue wait %s", secondsText(sp.IdleTimeoutSeconds),
@@ -661,13 +661,3 @@ func millis(ms int64) string {
 	return strconv.FormatInt(ms, 10) + "ms"
 }
 
-// countPaused counts the workers paused in the warm pool.
-func countPaused(ws []api.EndpointWorker) int {
-	n := 0
-	for _, w := range ws {
-		if w.State == cloud.Paused {
-			n++
-		}
-	}
-	return n
-}

@@ -121,14 +121,3 @@ func (c *Console) revokeEndpointKey(w http.ResponseWriter, r *http.Request, s *s
 	http.Redirect(w, r, "/endpoints/"+r.PathValue("id")+"#keys", http.StatusSeeOther)
 	return nil
 }
-
-// pausedWorkers counts the workers in the warm pool now.
-func pausedWorkers(ws []api.EndpointWorker) int {
-	n := 0
-	for _, w := range ws {
-		if w.State == cloud.Paused {
-			n++
-		}
-	}
-	return n
-}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/billing"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/money"
@@ -32,7 +33,7 @@ func parseTemplates() map[string]*template.Template {
 
 var funcs = template.FuncMap{
 	"amount":       money.FormatAmount,
-	"pausedCount":  pausedWorkers,
+	"pausedCount":  api.PausedWorkers,
 	"perHour":      perHour,
 	"linePrice":    billing.FormatUnitPrice,
 	"lineQty":      invoiceQuantity,

@@ -277,11 +277,6 @@ func (c *Endpoints) coldStartSteps(ctx context.Context, cs []cloud.ColdStart) er
 // event's time is when the report came, not when the start began).
 func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
 	running, agentAt := false, int64(0)
-	defer func() {
-		if agentAt > 0 {
-			cs.StartingMillis = max(agentAt, cs.ScheduledMillis)
-		}
-	}()
 	for _, ev := range evs {
 		if ev.InstanceID != cs.Worker || ev.Kind != cloud.EventInstanceState {
 			continue
@@ -306,5 +301,8 @@ func ColdStartSteps(cs *cloud.ColdStart, evs []*cloud.Event) {
 				agentAt = max(ms-d.StartMillis, 1)
 			}
 		}
+	}
+	if agentAt > 0 {
+		cs.StartingMillis = max(agentAt, cs.ScheduledMillis)
 	}
 }

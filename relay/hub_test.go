@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -22,40 +21,7 @@ import (
 // client route (/client?host=) that opens a framed session and splices it.
 func testServer(t *testing.T, h *Hub) string {
 	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/control", func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		h.ServeControl(r.Context(), r.URL.Query().Get("host"), ws)
-	})
-	mux.HandleFunc("/session", func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		done, ok := h.Accept(r.URL.Query().Get("host"), r.URL.Query().Get("id"), ws)
-		if !ok {
-			ws.Close(websocket.StatusPolicyViolation, "no such session")
-			return
-		}
-		<-done
-	})
-	mux.HandleFunc("/client", func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		s, err := h.Open(r.Context(), r.URL.Query().Get("host"), agentapi.SessionRequest{ID: "s-1", Kind: "exec"})
-		if err != nil {
-			ws.Close(websocket.StatusTryAgainLater, err.Error())
-			return
-		}
-		defer s.Close(websocket.StatusNormalClosure, "")
-		Splice(r.Context(), ws, s.Conn, true)
-	})
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(proxyTo(t, h))
 	t.Cleanup(srv.Close)
 	return "ws" + strings.TrimPrefix(srv.URL, "http")
 }

@@ -60,7 +60,10 @@ func tlsReplica(t *testing.T, h *Hub, ca *pki.CA) (base, addr string) {
 	return base, strings.TrimPrefix(srv.URL, "https://")
 }
 
-// proxyTo is testServer's mux for h (control, session, client routes).
+// proxyTo serves a hub's control channels (/control?host=) and
+// dial-backs (/session?host=&id=) as the API's agent routes do, and a
+// client route (/client?host=&id=, id s-1 when absent) that opens a
+// framed session and splices it: testServer's and the TLS servers' mux.
 func proxyTo(t *testing.T, h *Hub) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/control", func(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +90,11 @@ func proxyTo(t *testing.T, h *Hub) http.Handler {
 		if err != nil {
 			return
 		}
-		s, err := h.Open(r.Context(), r.URL.Query().Get("host"), agentapi.SessionRequest{ID: r.URL.Query().Get("id"), Kind: "exec"})
+		id := r.URL.Query().Get("id")
+		if id == "" {
+			id = "s-1"
+		}
+		s, err := h.Open(r.Context(), r.URL.Query().Get("host"), agentapi.SessionRequest{ID: id, Kind: "exec"})
 		if err != nil {
 			ws.Close(websocket.StatusTryAgainLater, err.Error())
 			return

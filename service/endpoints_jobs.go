@@ -221,20 +221,7 @@ func orNone(s string) string {
 // no longer the job's (cancelled, or claimed again after its lease
 // lapsed) changes nothing, and Finish answers the job as stored.
 func (s *Endpoints) Finish(ctx context.Context, j *cloud.Job, worker string, output json.RawMessage, errMsg string, retry bool) (*cloud.Job, error) {
-	var out *cloud.Job
-	err := s.tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetJob(ctx, j.ID)
-		if err != nil {
-			return err
-		}
-		out = cur
-		if cur.State != cloud.JobRunning || cur.LeaseOwner != j.LeaseOwner || cur.Attempts != j.Attempts {
-			return nil // not this attempt's any more
-		}
-		e, err := tx.GetEndpoint(ctx, cur.EndpointID)
-		if err != nil {
-			return err
-		}
+	return s.onAttempt(ctx, j, func(tx cloud.Tx, cur *cloud.Job, e *cloud.Endpoint) error {
 		now := s.now()
 		cur.Worker = worker
 		switch {
@@ -252,6 +239,29 @@ func (s *Endpoints) Finish(ctx context.Context, j *cloud.Job, worker string, out
 		}
 		return tx.UpdateJob(ctx, cur)
 	})
+}
+
+// onAttempt runs apply, in one transaction, on job j as stored and its
+// endpoint, when the attempt Claim returned as j is still the job's (it
+// was not cancelled, nor claimed again after its lease lapsed), and
+// answers the job as stored then; a superseded attempt changes nothing.
+func (s *Endpoints) onAttempt(ctx context.Context, j *cloud.Job, apply func(tx cloud.Tx, cur *cloud.Job, e *cloud.Endpoint) error) (*cloud.Job, error) {
+	var out *cloud.Job
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		cur, err := tx.GetJob(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		out = cur
+		if cur.State != cloud.JobRunning || cur.LeaseOwner != j.LeaseOwner || cur.Attempts != j.Attempts {
+			return nil // not this attempt's any more
+		}
+		e, err := tx.GetEndpoint(ctx, cur.EndpointID)
+		if err != nil {
+			return err
+		}
+		return apply(tx, cur, e)
+	})
 	return out, err
 }
 
@@ -263,20 +273,7 @@ func (s *Endpoints) Finish(ctx context.Context, j *cloud.Job, worker string, out
 // never ran on. An attempt that is no longer the job's changes nothing;
 // a job of an endpoint no longer active fails with why.
 func (s *Endpoints) Return(ctx context.Context, j *cloud.Job, why string) (*cloud.Job, error) {
-	var out *cloud.Job
-	err := s.tx(ctx, func(tx cloud.Tx) error {
-		cur, err := tx.GetJob(ctx, j.ID)
-		if err != nil {
-			return err
-		}
-		out = cur
-		if cur.State != cloud.JobRunning || cur.LeaseOwner != j.LeaseOwner || cur.Attempts != j.Attempts {
-			return nil
-		}
-		e, err := tx.GetEndpoint(ctx, cur.EndpointID)
-		if err != nil {
-			return err
-		}
+	return s.onAttempt(ctx, j, func(tx cloud.Tx, cur *cloud.Job, e *cloud.Endpoint) error {
 		if e.State != cloud.EndpointActive {
 			finish(cur, e, cloud.JobFailed, why, s.now())
 		} else {
@@ -285,7 +282,6 @@ func (s *Endpoints) Return(ctx context.Context, j *cloud.Job, why string) (*clou
 		}
 		return tx.UpdateJob(ctx, cur)
 	})
-	return out, err
 }
 
 // Requeue puts back the jobs replica owner holds (a gateway at its start:
