@@ -660,4 +660,3 @@ func millis(ms int64) string {
 	}
 	return strconv.FormatInt(ms, 10) + "ms"
 }
-
