@@ -44,7 +44,7 @@ import (
 // implements it.
 type ControlPlane interface {
 	Join(ctx context.Context, req agentapi.JoinRequest) (*agentapi.JoinResponse, error)
-	Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) error
+	Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) (*agentapi.HeartbeatResponse, error)
 	Assignments(ctx context.Context) (*agentapi.AssignmentList, error)
 	ReportStatus(ctx context.Context, instanceID string, r agentapi.StatusReport) error
 	AppendLogs(ctx context.Context, instanceID string, chunk []byte) error
@@ -173,8 +173,14 @@ type Agent struct {
 	// server's model does (fleet.GPU.MIGAuto).
 	migAuto map[int]bool
 
-	// hbMu serializes heartbeats and guards lastInv.
+	// hbMu serializes heartbeats and guards lastInv, lastBeat and
+	// beatEvery.
 	hbMu sync.Mutex
+	// lastBeat is when the last heartbeat the server took was sent, and
+	// beatEvery how often the server asked for one in its answer (0: at
+	// the agent's interval).
+	lastBeat  time.Time
+	beatEvery time.Duration
 	// lastInv is the JSON of the inventory the last successful heartbeat
 	// carried.
 	lastInv []byte
@@ -360,7 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: data directory: %w", err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { a.loop(ctx, "heartbeat", a.Heartbeat, nil) })
+	wg.Go(func() { a.loop(ctx, "heartbeat", a.beatIfDue, nil) })
 	if a.cfg.MetricsInterval > 0 {
 		wg.Go(func() { a.sampleLoop(ctx) })
 	}
@@ -445,8 +451,36 @@ func backoff(interval time.Duration, fails int) time.Duration {
 // (compared as JSON), and none otherwise. When the driver cannot read the
 // host (it vanished, hangs, fails) no heartbeat is sent: a host the agent
 // cannot describe is not healthy, and the server marks it unhealthy once
-// the heartbeats stop. Run calls it every interval.
+// the heartbeats stop.
 func (a *Agent) Heartbeat(ctx context.Context) error {
+	return a.heartbeat(ctx, true)
+}
+
+// beatIfDue is the heartbeat loop's step, every interval: it reads the
+// inventory, and sends a heartbeat when the inventory changed, when none
+// was taken yet, or when the server's heartbeat interval (its answer's
+// agentapi.HeartbeatResponse; never less than the agent's own interval)
+// has about passed since the last one. A host whose server wants a
+// heartbeat every 5 s thus costs it one request per 5 s while nothing
+// changes, and a change still reaches it within an interval.
+func (a *Agent) beatIfDue(ctx context.Context) error {
+	return a.heartbeat(ctx, false)
+}
+
+// heartbeatDue reports whether a heartbeat must go without a change of
+// the inventory. The caller holds hbMu.
+func (a *Agent) heartbeatDue(now time.Time) bool {
+	if a.lastBeat.IsZero() || a.beatEvery <= a.cfg.Interval {
+		return true
+	}
+	// The loop wakes every interval after its last step ended: half an
+	// interval of slack keeps a 5 s wish at 5 s, not 6.
+	return now.Sub(a.lastBeat) >= a.beatEvery-a.cfg.Interval/2
+}
+
+// heartbeat sends a heartbeat when always is set, the inventory changed,
+// or one is due (heartbeatDue).
+func (a *Agent) heartbeat(ctx context.Context, always bool) error {
 	if err := a.check(); err != nil {
 		return err
 	}
@@ -464,12 +498,18 @@ func (a *Agent) Heartbeat(ctx context.Context) error {
 	if !bytes.Equal(b, a.lastInv) {
 		req.Inventory = inv
 	}
-	if err := a.srv.Heartbeat(ctx, req); err != nil {
+	sent := time.Now()
+	if !always && req.Inventory == nil && !a.heartbeatDue(sent) {
+		return nil
+	}
+	resp, err := a.srv.Heartbeat(ctx, req)
+	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	if req.Inventory != nil {
 		a.lastInv = b
 	}
+	a.lastBeat, a.beatEvery = sent, resp.Interval()
 	return nil
 }
 

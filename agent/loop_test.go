@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agent/agenttest"
@@ -164,4 +165,39 @@ func TestLogsStreamWhileRunning(t *testing.T) {
 		t.Fatalf("AppendLogs called %d more times; want the 2 failures retried", n-calls)
 	}
 	e.wantPhases("i-stream", agentapi.PhaseStarting, agentapi.PhaseRunning)
+}
+
+// TestHeartbeatAtTheServersInterval: an agent whose server asks for a
+// heartbeat every 50 intervals sends about that many while nothing
+// changes, reads its inventory every interval all the same, and sends a
+// changed inventory within an interval of the change.
+func TestHeartbeatAtTheServersInterval(t *testing.T) {
+	e := newEnv(t, h100)
+	every := 50 * testInterval
+	e.srv.SetHeartbeatInterval(every)
+	e.run()
+	e.until("the first heartbeat", func() bool { return len(e.srv.Heartbeats()) >= 1 })
+	start, reads := time.Now(), e.host.Calls(sim.OpInventory)
+	e.until("20 inventory reads", func() bool { return e.host.Calls(sim.OpInventory) >= reads+20 })
+	// Over about 20 intervals: the first heartbeat, and at most one more.
+	if n, d := len(e.srv.Heartbeats()), time.Since(start); n > 2+int(d/every) {
+		t.Fatalf("%d heartbeats in %v at one asked for every %v", n, d, every)
+	}
+	before, changed := len(e.srv.Heartbeats()), time.Now()
+	if err := e.host.SetHealth(1, false, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	e.until("the changed inventory", func() bool {
+		hbs := e.srv.Heartbeats()
+		return len(hbs) > before && hbs[len(hbs)-1].Inventory != nil
+	})
+	// At the agent's interval (20 ms), not the server's (1 s).
+	if d := time.Since(changed); d >= every {
+		t.Errorf("the changed inventory went %v after the change; want it within an interval, not the server's %v", d, every)
+	}
+	// Then the next heartbeat comes at the server's interval again.
+	e.until("a heartbeat without a change", func() bool {
+		hbs := e.srv.Heartbeats()
+		return len(hbs) > before+1 && hbs[len(hbs)-1].Inventory == nil
+	})
 }

@@ -45,6 +45,25 @@ type HeartbeatRequest struct {
 	Inventory *Inventory `json:"inventory,omitempty"`
 }
 
+// HeartbeatResponse tells the agent how often to send heartbeats.
+type HeartbeatResponse struct {
+	// IntervalMS is how often the server wants a heartbeat from a host
+	// whose inventory did not change, in milliseconds: a sixth of the time
+	// after which it takes a silent host for lost, so that a host misses
+	// five before it is. A changed inventory is sent at once whatever
+	// this says. 0 (and a server from before it, which answers 204
+	// without a body): at the agent's own interval.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
+}
+
+// Interval is IntervalMS as a duration.
+func (r *HeartbeatResponse) Interval() time.Duration {
+	if r == nil || r.IntervalMS <= 0 {
+		return 0
+	}
+	return time.Duration(r.IntervalMS) * time.Millisecond
+}
+
 // Desired states of an assignment.
 const (
 	DesiredRun  = "run"

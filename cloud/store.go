@@ -134,6 +134,12 @@ type Tx interface {
 	// must not make the scheduler rebuild its fleet. NotFound for a
 	// missing host.
 	Heartbeat(ctx context.Context, hostID string, at time.Time) error
+	// StampHeartbeats does what Heartbeat does for every host of hostIDs
+	// that exists and is not unhealthy (a heartbeat heals an unhealthy
+	// host, which is more than a stamp), in a few statements however many
+	// they are, and answers the IDs it stamped, in no order; the others
+	// are missing or unhealthy.
+	StampHeartbeats(ctx context.Context, hostIDs []string, at time.Time) ([]string, error)
 	// BumpHosts increments the version of every host in versions (host ID
 	// to the version the caller read) and changes nothing else; when any
 	// of them is stale or missing it changes none of them, and returns a
@@ -293,6 +299,35 @@ func WithIsolation(ctx context.Context, l Isolation) context.Context {
 // IsolationOf returns the isolation level ctx asks for.
 func IsolationOf(ctx context.Context) Isolation {
 	l, _ := ctx.Value(isolationKey{}).(Isolation)
+	return l
+}
+
+// Lane is the queue a transaction waits in for its turn at a store that
+// limits how many run at once, asked for through the context passed to
+// Tx. Each lane has turns of its own, so that one never waits behind the
+// other's queue.
+type Lane uint8
+
+const (
+	// LaneDefault is the tenants', the controllers' and everything else's.
+	LaneDefault Lane = iota
+	// LaneFleet is the agents' protocol: heartbeats, assignment watches,
+	// status reports, and the look-ups of their credentials. At thousands
+	// of hosts it is a steady load that must never wait behind a burst of
+	// tenants' creates, nor hold them up (issue 26).
+	LaneFleet
+)
+
+type laneKey struct{}
+
+// WithLane returns ctx asking for lane l.
+func WithLane(ctx context.Context, l Lane) context.Context {
+	return context.WithValue(ctx, laneKey{}, l)
+}
+
+// LaneOf returns the lane ctx asks for.
+func LaneOf(ctx context.Context) Lane {
+	l, _ := ctx.Value(laneKey{}).(Lane)
 	return l
 }
 

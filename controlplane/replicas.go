@@ -157,6 +157,19 @@ func (s *Replica) LiveReplicas() []string {
 	return slices.Clone(s.reg.live)
 }
 
+// alone reports whether this replica is the only one that writes the
+// store: its store is SQLite (no registry: one replica), or it alone was
+// live at the registry's last heartbeat. Before the first heartbeat it is
+// not known, and false.
+func (s *Replica) alone() bool {
+	if s.reg == nil {
+		return true
+	}
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return len(s.reg.live) == 1 && s.reg.live[0] == s.reg.id
+}
+
 // peerLoads answers the other replicas' gateway loads of the last
 // heartbeat.
 func (s *Replica) peerLoads() []map[string]gateway.Load {

@@ -394,7 +394,7 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
 		Availability: s.availability, DryRun: s.dryRun, FleetSeen: s.fleetSeen, AllowRegistries: cfg.AllowRegistries,
-		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg)}
+		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg), HeartbeatInterval: controller.HeartbeatInterval(cfg.HeartbeatTimeout)}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 	}
@@ -455,7 +455,7 @@ func (s *Replica) handler(cfg Config) http.Handler {
 	limiter := httpapi.NewLimiter(cfg.Limits, s.Services)
 	apiOpts := httpapi.Options{Logger: cfg.Log, Metrics: s.Metrics.Handler(), Limiter: limiter,
 		// Agents: a client certificate at join, and mutual TLS from then on.
-		RequireAgentCert: !cfg.TLS.Plain}
+		RequireAgentCert: !cfg.TLS.Plain, Alone: s.alone}
 	// Exec, ports and the endpoints' gateway reach the agents through
 	// one hub of their control channels.
 	s.hub = relay.NewHub()

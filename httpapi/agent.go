@@ -98,7 +98,9 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 }
 
 // agentHeartbeat handles POST /v1/agent/heartbeat: the caller's host is
-// alive, with its inventory when it changed (service.Agents.Heartbeat).
+// alive, with its inventory when it changed (service.Agents.Heartbeat). It
+// answers how often the server wants the next ones
+// (service.Agents.HeartbeatInterval).
 func (s *handlers) agentHeartbeat(w http.ResponseWriter, r *http.Request, p principal) error {
 	var req agentapi.HeartbeatRequest
 	if err := decodeOptionalBody(w, r, &req); err != nil {
@@ -107,7 +109,7 @@ func (s *handlers) agentHeartbeat(w http.ResponseWriter, r *http.Request, p prin
 	if err := s.svc.Agents.Heartbeat(r.Context(), p.actor(), req.Inventory); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, agentapi.HeartbeatResponse{IntervalMS: s.svc.Agents.HeartbeatInterval().Milliseconds()})
 	return nil
 }
 

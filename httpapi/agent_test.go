@@ -253,10 +253,10 @@ func TestRejoin(t *testing.T) {
 	if id != "node-1" || h.Version != v+1 || len(h.Spec.GPUs) != 2 || h.State != fleet.Cordoned || !h.LastHeartbeat.Equal(e.clock.Now()) {
 		t.Errorf("re-joined host %+v (version was %d)", h, v)
 	}
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Errorf("new credential: %v", err)
 	}
-	wantCode(t, old.Heartbeat(ctx, agentapi.HeartbeatRequest{}), cloud.Unauthenticated)
+	wantCode(t, errOf(old.Heartbeat(ctx, agentapi.HeartbeatRequest{})), cloud.Unauthenticated)
 	if k := e.hostEvents("node-1"); !slices.Equal(k, []cloud.EventKind{EventHostJoined, EventHostCordoned, EventHostRejoined}) {
 		t.Errorf("events %v", k)
 	}
@@ -292,7 +292,7 @@ func TestJoinTakeover(t *testing.T) {
 			t.Errorf("%s: %+v", c.desc, ce)
 		}
 		e.unchanged(before, c.desc)
-		if err := real.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+		if err := errOf(real.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 			t.Errorf("%s: the real agent's heartbeat: %v", c.desc, err)
 		}
 		if as, err := real.Assignments(ctx); err != nil || as == nil {
@@ -307,12 +307,12 @@ func TestJoinTakeover(t *testing.T) {
 	if err != nil || res.Host != "node-1" || res.Revoked != 1 {
 		t.Fatalf("RemoveHost = %+v, %v", res, err)
 	}
-	wantCode(t, real.Heartbeat(ctx, agentapi.HeartbeatRequest{}), cloud.Unauthenticated)
+	wantCode(t, errOf(real.Heartbeat(ctx, agentapi.HeartbeatRequest{})), cloud.Unauthenticated)
 	jr, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("after"), Inventory: inventory("node-1", "L4", 1)})
 	if err != nil || jr.HostID != "node-1" {
 		t.Fatalf("join after removal = %+v, %v", jr, err)
 	}
-	if err := e.agentClient(jr.Credential).Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(e.agentClient(jr.Credential).Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Errorf("the new agent's heartbeat: %v", err)
 	}
 }
@@ -373,14 +373,14 @@ func TestHeartbeat(t *testing.T) {
 	v := e.host("node-1").Version
 
 	e.clock.Advance(10 * time.Second)
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
 		t.Errorf("heartbeat without inventory: version %d (was %d), last %v", h.Version, v, h.LastHeartbeat)
 	}
 	e.clock.Advance(10 * time.Second)
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv})); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.Version != v || !h.LastHeartbeat.Equal(e.clock.Now()) {
@@ -388,7 +388,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	inv.Host.GPUs[0].MIG = true
 	inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: 9, Start: 4}}
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv})); err != nil {
 		t.Fatal(err)
 	}
 	h := e.host("node-1")
@@ -397,14 +397,14 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("heartbeat with a new inventory: version %d (was %d), gpu 0 %+v", h.Version, v, got)
 	}
 	inv.Host.ID = "node-2"
-	wantCode(t, agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}), cloud.Invalid)
+	wantCode(t, errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv})), cloud.Invalid)
 
 	// A silent host is marked unhealthy; its next heartbeat heals it.
 	e.clock.Advance(time.Minute)
 	if marked, err := service.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil || len(marked) != 1 {
 		t.Fatalf("MarkSilentHosts = %v, %v", marked, err)
 	}
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Fatal(err)
 	}
 	if h := e.host("node-1"); h.State != fleet.Schedulable || h.Spec.State != fleet.Schedulable {
@@ -435,8 +435,8 @@ func TestAgentRoles(t *testing.T) {
 			return err
 		}()},
 		{"a join token lists instances", func() error { _, err := join.ListInstances(ctx, client.ListInstancesOptions{}); return err }()},
-		{"a join token heartbeats", e.agentClient(joinToken).Heartbeat(ctx, agentapi.HeartbeatRequest{})},
-		{"a member heartbeats", e.agentClient(e.acmeToken).Heartbeat(ctx, agentapi.HeartbeatRequest{})},
+		{"a join token heartbeats", errOf(e.agentClient(joinToken).Heartbeat(ctx, agentapi.HeartbeatRequest{}))},
+		{"a member heartbeats", errOf(e.agentClient(e.acmeToken).Heartbeat(ctx, agentapi.HeartbeatRequest{}))},
 		{"an admin reads assignments", func() error { _, err := e.agentClient(e.adminToken).Assignments(ctx); return err }()},
 	} {
 		if cloud.ErrorCode(c.err) != cloud.PermissionDenied {
@@ -477,3 +477,6 @@ func sameSpec(a, b fleet.Host) bool {
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
+
+// errOf is the error of a call that also answers a value.
+func errOf[T any](_ T, err error) error { return err }

@@ -10,6 +10,8 @@ import (
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/store/sqlstore"
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
@@ -142,4 +144,37 @@ func TestAgentAssignmentsWatchIsolation(t *testing.T) {
 			t.Fatalf("a tenant watches a host's assignments: %v", err)
 		}
 	})
+}
+
+// TestAgentAssignmentsWatchRereads: a waiting watch reads its host's list
+// again on a timer while other replicas may write the store, and not at
+// all while this server is alone (Options.Alone), where every write it
+// must see is its own and wakes it.
+func TestAgentAssignmentsWatchRereads(t *testing.T) {
+	defer func(d time.Duration) { assignmentReread = d }(assignmentReread)
+	assignmentReread = 20 * time.Millisecond
+	for _, alone := range []bool{false, true} {
+		st := testkit.Backends()[0].Open(t)
+		e := newEnvWith(t, Options{Alone: func() bool { return alone }}, st)
+		ctx := context.Background()
+		a, _ := e.join(inventory("h-a", "L4", 1))
+		la, err := a.WatchAssignments(ctx, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txs := func() int64 { return service.Unwrap(e.store).(interface{ Counts() sqlstore.Counts }).Counts().Begins }
+		// The credential's look-up is cached by the first call.
+		before := txs()
+		r := <-watchAsync(ctx, a, la.Version, 300*time.Millisecond)
+		if r.err != nil || r.list.Version != la.Version {
+			t.Fatalf("alone=%v: %+v, %v", alone, r.list, r.err)
+		}
+		n := txs() - before
+		switch {
+		case alone && n != 2:
+			t.Errorf("alone: the watch ran %d transactions in 300 ms; want 2 (the reads at its start and its end)", n)
+		case !alone && n < 6:
+			t.Errorf("not alone: the watch ran %d transactions in 300 ms; want one per 20 ms", n)
+		}
+	}
 }

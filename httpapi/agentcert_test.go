@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/store/sqlstore"
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
@@ -155,7 +157,7 @@ func TestAgentMutualTLS(t *testing.T) {
 		if _, err := stolen.Assignments(ctx); cloud.ErrorCode(err) != cloud.Unauthenticated {
 			t.Errorf("assignments with %s: %v", name, err)
 		}
-		if err := stolen.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inventory("node-1", "L4", 8)}); cloud.ErrorCode(err) != cloud.Unauthenticated {
+		if err := errOf(stolen.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inventory("node-1", "L4", 8)})); cloud.ErrorCode(err) != cloud.Unauthenticated {
 			t.Errorf("heartbeat with %s: %v", name, err)
 		}
 	}
@@ -213,10 +215,52 @@ func TestAgentMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent1.Heartbeat(ctx, agentapi.HeartbeatRequest{}); cloud.ErrorCode(err) != cloud.Unauthenticated {
+	if err := errOf(agent1.Heartbeat(ctx, agentapi.HeartbeatRequest{})); cloud.ErrorCode(err) != cloud.Unauthenticated {
 		t.Errorf("the revoked credential with its certificate: %v", err)
 	}
-	if err := agentapi.NewClient(e.srv.URL, cred1b, e.mtlsClient(cert1b)).Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(agentapi.NewClient(e.srv.URL, cred1b, e.mtlsClient(cert1b)).Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Errorf("the re-join's credential and certificate: %v", err)
+	}
+}
+
+// TestAgentCredentialCachedLonger: over mutual TLS, a server trusts an
+// agent credential it looked up for DefaultAgentTokenCacheTTL (the
+// heartbeat timeout), not the users' DefaultTokenCacheTTL, so that a
+// heartbeat every few seconds costs no look-up; the credential still
+// opens nothing without its host's certificate, and a member's token is
+// looked up again after DefaultTokenCacheTTL as before.
+func TestAgentCredentialCachedLonger(t *testing.T) {
+	e, _ := newMTLSEnv(t)
+	ctx := context.Background()
+	cred, cert := e.mtlsJoin(inventory("node-1", "L4", 1))
+	agent := agentapi.NewClient(e.srv.URL, cred, e.mtlsClient(cert))
+	txs := func() int64 { return e.store.(interface{ Counts() sqlstore.Counts }).Counts().Begins }
+	// lookups is how many transactions f ran beside want others.
+	lookups := func(what string, want int64, f func() error) int64 {
+		t.Helper()
+		before := txs()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return txs() - before - want
+	}
+	beat := func() error { return errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{})) }
+	list := func() error { return errOf(e.acme.ListInstances(ctx, client.ListInstancesOptions{})) }
+	lookups("the first heartbeat", 1, beat)
+	lookups("the member's first call", 1, list)
+	e.clock.Advance(DefaultTokenCacheTTL + time.Second)
+	if n := lookups("a heartbeat after the users' TTL", 1, beat); n != 0 {
+		t.Errorf("the agent's credential was looked up again %d times after %v", n, DefaultTokenCacheTTL+time.Second)
+	}
+	if n := lookups("the member's call after the users' TTL", 1, list); n != 1 {
+		t.Errorf("the member's token was looked up %d times after its TTL; want 1", n)
+	}
+	// Cached, the credential alone is still refused.
+	if err := errOf(e.agentClient(cred).Heartbeat(ctx, agentapi.HeartbeatRequest{})); cloud.ErrorCode(err) != cloud.Unauthenticated {
+		t.Errorf("the cached credential without its certificate: %v; want unauthenticated", err)
+	}
+	e.clock.Advance(DefaultAgentTokenCacheTTL)
+	if n := lookups("a heartbeat after the agents' TTL", 1, beat); n != 1 {
+		t.Errorf("the agent's credential was looked up %d times after %v; want 1", n, DefaultAgentTokenCacheTTL)
 	}
 }

@@ -303,7 +303,7 @@ func TestAgentLostInstance(t *testing.T) {
 	if _, err := service.MarkSilentHosts(ctx, e.store, e.clock.Now(), control.DefaultHeartbeatTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 		t.Fatal(err)
 	}
 	// The instance was lost while the host was silent: the agent must
@@ -333,7 +333,7 @@ func TestAgentMIGClaim(t *testing.T) {
 	d := p.Devices[0]
 	inv.Host.GPUs[0].MIG = true
 	inv.Host.GPUs[0].Instances = []fleet.MIGInstance{{ProfileID: d.MIGProfileID, Start: d.MIGStart}}
-	if err := agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv}); err != nil {
+	if err := errOf(agent.Heartbeat(ctx, agentapi.HeartbeatRequest{Inventory: inv})); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.host(host).Spec.GPUs[0].Instances; len(got) != 1 || got[0].Alloc != in.ID {

@@ -45,6 +45,12 @@ import (
 type Options struct {
 	// Logger receives the causes of internal errors.
 	Logger *slog.Logger
+	// Alone, when set, reports whether this server is the only replica
+	// that writes the store (no live peer). Then an agent's assignment
+	// watch waits for this server's own notes of changes and needs no
+	// timer to see another replica's writes (agentAssignments). Nil: it
+	// may not be.
+	Alone func() bool
 	// TokenCacheTTL is how long a token lookup is trusted
 	// (DefaultTokenCacheTTL when zero; negative disables the cache).
 	TokenCacheTTL time.Duration
@@ -94,6 +100,8 @@ type handlers struct {
 	limits *limiter
 	// metrics serves GET /metrics (Options.Metrics).
 	metrics http.Handler
+	// alone is Options.Alone.
+	alone func() bool
 	// requireAgentCert is Options.RequireAgentCert.
 	requireAgentCert bool
 	// hub is Options.Relay.
@@ -311,9 +319,12 @@ func New(svc *service.Services, opts Options) http.Handler {
 	}
 	s := &handlers{svc: svc, cat: svc.Catalog(), now: svc.Now, log: opts.Logger,
 		mux: http.NewServeMux(), paths: http.NewServeMux(), tokens: newTokenCache(ttl), keys: newTokenCache(keyCacheTTL(ttl)), metrics: opts.Metrics,
-		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay, gateway: opts.Gateway}
+		requireAgentCert: opts.RequireAgentCert, hub: opts.Relay, gateway: opts.Gateway, alone: opts.Alone}
 	if s.hub == nil {
 		s.hub = relay.NewHub()
+	}
+	if s.requireAgentCert && ttl > 0 {
+		s.tokens.agentTTL = DefaultAgentTokenCacheTTL
 	}
 	s.ports = newPortsProxy(s)
 	if opts.Limiter != nil {
@@ -338,6 +349,7 @@ func New(svc *service.Services, opts Options) http.Handler {
 
 // wrap authenticates a request for rt, takes it from its credential's
 // request limit, authorizes it, runs its handler and answers its error.
+// The agents' routes run in the store's fleet lane.
 func (s *handlers) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -348,6 +360,11 @@ func (s *handlers) wrap(rt route) http.Handler {
 				writeError(w, r, s.log, fmt.Errorf("panic in %s %s: %v", rt.Method, rt.Path, v))
 			}
 		}()
+		if rt.access == agentOnly {
+			// The agents' protocol takes its own turns at the store
+			// (cloud.LaneFleet), its credentials' look-ups included.
+			r = r.WithContext(cloud.WithLane(r.Context(), cloud.LaneFleet))
+		}
 		var p principal
 		if rt.access == anonymous {
 			if err := s.limits.allowAnonymous(r); err != nil {

@@ -55,7 +55,7 @@ func TestAgentRouteBudgets(t *testing.T) {
 			return err
 		},
 		"logs": func(a *agentConn) error { return a.AppendLogs(ctx, "i-none", []byte("x")) },
-		"beat": func(a *agentConn) error { return a.Heartbeat(ctx, agentapi.HeartbeatRequest{}) },
+		"beat": func(a *agentConn) error { return errOf(a.Heartbeat(ctx, agentapi.HeartbeatRequest{})) },
 		"poll": func(a *agentConn) error { _, err := a.Assignments(ctx); return err },
 	}
 	joined := e.host(h1).LastHeartbeat
@@ -189,7 +189,7 @@ func TestLockFloodSparesTheHost(t *testing.T) {
 	go func() {
 		defer close(hostDone)
 		for i := 0; i < 200 && !done.Load(); i++ {
-			if err := cli.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+			if err := errOf(cli.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 				refused++
 				t.Errorf("heartbeat %d during the flood: %v", i+1, err)
 			} else {
@@ -212,7 +212,7 @@ func TestLockFloodSparesTheHost(t *testing.T) {
 	// 50 s of the attack on the domain clock: a heartbeat every 10 s.
 	for i := range 5 {
 		e.clock.Advance(10 * time.Second)
-		if err := cli.Heartbeat(ctx, agentapi.HeartbeatRequest{}); err != nil {
+		if err := errOf(cli.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
 			refused++
 			t.Errorf("heartbeat at +%ds: %v", 10*(i+1), err)
 		} else {

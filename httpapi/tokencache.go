@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/gpucloud/gpucloud/cloud"
 )
 
 // DefaultTokenCacheTTL is how long a server trusts a token it looked up.
@@ -17,11 +19,24 @@ import (
 // within the TTL.
 const DefaultTokenCacheTTL = 2 * time.Second
 
+// DefaultAgentTokenCacheTTL is how long a server that requires agents'
+// client certificates trusts an agent credential it looked up: as long as
+// it gives a silent host before it takes it for lost. Every request still
+// shows the host's certificate (the mutual-TLS handshake, and
+// authenticate's check), so the credential alone opens nothing. At
+// thousands of hosts, looking an agent's credential up every
+// DefaultTokenCacheTTL cost the store as much as its heartbeats (issue
+// 26). A revocation through this server takes effect at once; through
+// another replica, within this TTL.
+const DefaultAgentTokenCacheTTL = 30 * time.Second
+
 // tokenCache remembers recent token lookups by the token's hash.
 type tokenCache struct {
 	ttl time.Duration
-	mu  sync.Mutex
-	m   map[[sha256.Size]byte]cachedToken
+	// agentTTL, when longer than ttl, is the TTL of agent credentials.
+	agentTTL time.Duration
+	mu       sync.Mutex
+	m        map[[sha256.Size]byte]cachedToken
 	// lookups shares one store lookup among the requests that carry the
 	// same token while it is not cached: a burst of requests, or those
 	// in flight when its entry expires, cost one transaction, not one
@@ -87,7 +102,11 @@ func (c *tokenCache) put(tok string, p principal, expires *time.Time, now time.T
 	if c.ttl <= 0 {
 		return
 	}
-	until := now.Add(c.ttl)
+	ttl := c.ttl
+	if p.Role == cloud.RoleAgent {
+		ttl = max(ttl, c.agentTTL)
+	}
+	until := now.Add(ttl)
 	if expires != nil && expires.Before(until) {
 		until = *expires
 	}

@@ -386,6 +386,11 @@ func (s *Agents) Heartbeat(ctx context.Context, a Actor, inv *agentapi.Inventory
 	})
 }
 
+// HeartbeatInterval is how often the server wants a heartbeat from a host
+// whose inventory did not change (Options.HeartbeatInterval; zero: at the
+// agent's own interval). The heartbeat's answer carries it.
+func (s *Agents) HeartbeatInterval() time.Duration { return s.opts.HeartbeatInterval }
+
 // hostSpec turns an agent's inventory into the spec the scheduler places
 // on: the host's static description under the given ID, without usage
 // figures (the scheduler derives them from the instances that hold

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/fleet"
 )
 
 // Heartbeats without an inventory are committed in groups (issue 26): at
@@ -84,43 +83,35 @@ func (s *Agents) writeGroups() {
 	}
 }
 
-// writeGroup stamps the group's hosts in one transaction and answers each
-// heartbeat: nil, its host's not_found, or errAlone (an unhealthy host, or
-// a failed transaction).
+// writeGroup stamps the group's hosts in one transaction (a statement per
+// 512 hosts, cloud.Tx.StampHeartbeats) and answers each heartbeat: nil,
+// or errAlone (a missing or unhealthy host, which the one-host
+// transaction answers or heals, or a failed transaction).
 func (s *Agents) writeGroup(group []*beatWaiter) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(cloud.WithLane(context.Background(), cloud.LaneFleet), time.Minute)
 	defer cancel()
-	var out map[string]error
-	err := s.tx(ctx, func(tx cloud.Tx) error {
-		out = make(map[string]error, len(group))
-		now := s.now()
-		for _, w := range group {
-			if _, done := out[w.host]; done {
-				continue
-			}
-			h, err := getHost(ctx, tx, w.host)
-			switch {
-			case cloud.IsNotFound(err):
-				out[w.host] = err
-				continue
-			case err != nil:
-				return err
-			case h.State == fleet.Unhealthy:
-				out[w.host] = errAlone
-				continue
-			}
-			if err := tx.Heartbeat(ctx, h.ID, now); err != nil {
-				return err
-			}
-			out[w.host] = nil
+	hosts := make([]string, 0, len(group))
+	seen := make(map[string]bool, len(group))
+	for _, w := range group {
+		if !seen[w.host] {
+			seen[w.host] = true
+			hosts = append(hosts, w.host)
 		}
-		return nil
+	}
+	var stamped map[string]bool
+	err := s.tx(ctx, func(tx cloud.Tx) error {
+		ids, err := tx.StampHeartbeats(ctx, hosts, s.now())
+		stamped = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			stamped[id] = true
+		}
+		return err
 	})
 	for _, w := range group {
-		if err != nil {
+		if err != nil || !stamped[w.host] {
 			w.done <- errAlone
 		} else {
-			w.done <- out[w.host]
+			w.done <- nil
 		}
 	}
 }

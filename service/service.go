@@ -155,6 +155,11 @@ type Options struct {
 	// (Sessions.CloseLeftOpen); replicas that share a store need
 	// distinct, stable names.
 	Replica string
+	// HeartbeatInterval is how often agents are asked to heartbeat while
+	// their host's inventory does not change (Agents.HeartbeatInterval;
+	// the composition root asks for a sixth of its heartbeat timeout).
+	// Zero: they are not asked, and heartbeat at their own interval.
+	HeartbeatInterval time.Duration
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.

@@ -73,6 +73,9 @@ type ControlPlane struct {
 	// names, by ID (gone.go).
 	gone      map[string]bool
 	goneAsked []agentapi.GoneRequest
+	// beatEvery is the heartbeat interval the server asks for
+	// (SetHeartbeatInterval).
+	beatEvery time.Duration
 }
 
 type failure struct {
@@ -224,6 +227,14 @@ func (s *ControlPlane) Joins() []agentapi.JoinRequest {
 	return slices.Clone(s.joins)
 }
 
+// SetHeartbeatInterval makes heartbeats answer that the server wants one
+// every d (agentapi.HeartbeatResponse; 0: no wish, the default).
+func (s *ControlPlane) SetHeartbeatInterval(d time.Duration) {
+	s.mu.Lock()
+	s.beatEvery = d
+	s.mu.Unlock()
+}
+
 // Heartbeats returns the heartbeats that succeeded, in order.
 func (s *ControlPlane) Heartbeats() []agentapi.HeartbeatRequest {
 	s.mu.Lock()
@@ -328,14 +339,14 @@ func (s *ControlPlane) Join(ctx context.Context, req agentapi.JoinRequest) (*age
 }
 
 // Heartbeat implements agent.Server.
-func (s *ControlPlane) Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) error {
+func (s *ControlPlane) Heartbeat(ctx context.Context, req agentapi.HeartbeatRequest) (*agentapi.HeartbeatResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter(ctx, OpHeartbeat); err != nil {
-		return err
+		return nil, err
 	}
 	s.heartbeats = append(s.heartbeats, roundTrip(req))
-	return nil
+	return &agentapi.HeartbeatResponse{IntervalMS: s.beatEvery.Milliseconds()}, nil
 }
 
 // Assignments implements agent.Server.

@@ -9,7 +9,7 @@ import (
 )
 
 // txWritePrefixes name the cloud.Tx methods that change the store.
-var txWritePrefixes = []string{"Create", "Update", "Put", "Append", "Add", "Delete", "Revoke", "Record", "Bump", "Heartbeat", "Prune", "End", "Claim"}
+var txWritePrefixes = []string{"Create", "Update", "Put", "Append", "Add", "Delete", "Revoke", "Record", "Bump", "Heartbeat", "Stamp", "Prune", "End", "Claim"}
 
 // txReads are the cloud.Tx methods that only read (LockQuota reads the
 // quota row under a lock, for the quota check that follows it).

@@ -75,7 +75,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	warm(ctx, db, DefaultMaxTx)
+	warm(ctx, db, DefaultMaxTx+sqlstore.FleetTx(DefaultMaxTx))
 	st := &Store{sqlstore.New(db, dialect)}
 	// Serializable transactions abort each other when many run at once
 	// (creates lock pages of the idempotency index); eight at a time, in

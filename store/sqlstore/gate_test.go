@@ -130,3 +130,85 @@ func TestLimitTx(t *testing.T) {
 		t.Errorf("%d of 6 transactions ran at once with the limit lifted", n)
 	}
 }
+
+// TestFleetLane: a transaction of the fleet's lane (an agent's heartbeat)
+// does not wait behind the queue of other transactions. On PostgreSQL it
+// runs while the others' turns are all taken; on SQLite, whose one
+// connection the lanes share, it runs as soon as the transaction in
+// flight ends, before the others that queued first.
+func TestFleetLane(t *testing.T) {
+	ctx := context.Background()
+	fleet := cloud.WithLane(ctx, cloud.LaneFleet)
+	t.Run("postgres", func(t *testing.T) {
+		st, err := postgres.Open(ctx, pgtest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		st.LimitTx(2)
+		hold := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				_ = st.Tx(ctx, func(cloud.Tx) error { <-hold; return nil })
+			})
+		}
+		testkit.Eventually(t, 0, "two transactions to wait", func() bool { return st.Waiting() == 2 })
+		done := make(chan error, 1)
+		go func() { done <- st.Tx(fleet, func(cloud.Tx) error { return nil }) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(testkit.WaitTimeout):
+			t.Fatal("the fleet's transaction waited behind the others")
+		}
+		close(hold)
+		wg.Wait()
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		st, err := sqlite.Open(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		hold, held := make(chan struct{}), make(chan struct{})
+		go st.Tx(ctx, func(cloud.Tx) error {
+			close(held)
+			<-hold
+			return nil
+		})
+		<-held
+		var (
+			mu    sync.Mutex
+			order []string
+			wg    sync.WaitGroup
+		)
+		run := func(ctx context.Context, name string) {
+			wg.Go(func() {
+				if err := st.Tx(ctx, func(cloud.Tx) error {
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+					return nil
+				}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		for i := range 5 {
+			run(ctx, "tenant")
+			testkit.Eventually(t, 0, "transaction to wait", func() bool { return st.Waiting() == i+1 })
+		}
+		run(fleet, "fleet")
+		// The fleet's transaction passes its gate and waits for the
+		// connection.
+		time.Sleep(20 * time.Millisecond)
+		close(hold)
+		wg.Wait()
+		if order[0] != "fleet" {
+			t.Errorf("transactions ran in the order %v; want the fleet's first", order)
+		}
+	})
+}

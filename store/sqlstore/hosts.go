@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
 )
 
 const hostCols = "id, state, spec, last_heartbeat, version"
@@ -97,6 +98,40 @@ func (t *tx) Heartbeat(ctx context.Context, id string, at time.Time) error {
 		return notFoundf("host %s not found", id)
 	}
 	return nil
+}
+
+// stampChunk is the most host IDs one statement of StampHeartbeats
+// names. Shorter lists are padded to a power of two (with their last ID
+// again), so that the statement has a few texts, which stay prepared.
+const stampChunk = 512
+
+// StampHeartbeats writes last_heartbeat alone, as Heartbeat does, for
+// every host of ids that exists and is not unhealthy, in one statement
+// per stampChunk IDs, and answers the IDs it wrote, in no order.
+func (t *tx) StampHeartbeats(ctx context.Context, ids []string, at time.Time) ([]string, error) {
+	arg := t.s.d.timeArg(normTime(at))
+	var out []string
+	for lo := 0; lo < len(ids); lo += stampChunk {
+		part := ids[lo:min(lo+stampChunk, len(ids))]
+		n := 1
+		for n < len(part) {
+			n *= 2
+		}
+		args := make([]any, 0, n+2)
+		args = append(args, arg, string(fleet.Unhealthy))
+		for i := range n {
+			args = append(args, part[min(i, len(part)-1)])
+		}
+		got, err := list(ctx, t, "stamp heartbeats",
+			"UPDATE hosts SET last_heartbeat = ? WHERE state <> ? AND id IN ("+values("?", n)+") RETURNING id", args, scanString)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range got {
+			out = append(out, *id)
+		}
+	}
+	return out, nil
 }
 
 const volumeCols = "id, tenant_id, name, size_gib, zone, instance_id, created_at, deleted_at, idempotency_key, tags, kind"

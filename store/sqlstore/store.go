@@ -19,9 +19,11 @@ type Store struct {
 	db *sql.DB
 	d  Dialect
 	// gate, when set, holds one slot per transaction running (see
-	// LimitTx).
-	gate atomic.Pointer[chan struct{}]
-	// waiting counts the transactions waiting at the gate.
+	// LimitTx), and fleetGate likewise for the fleet's lane
+	// (cloud.LaneFleet).
+	gate      atomic.Pointer[chan struct{}]
+	fleetGate atomic.Pointer[chan struct{}]
+	// waiting counts the transactions waiting at either gate.
 	waiting atomic.Int64
 	// stmts holds the prepared statements when the dialect reuses them.
 	stmts stmtCache
@@ -53,14 +55,28 @@ func New(db *sql.DB, d Dialect) *Store {
 // PostgreSQL, serializable transactions that run together abort each other
 // for rows they never shared, because its predicate locks cover whole index
 // pages: a few at a time commit more than many.
+//
+// The fleet's lane (transactions whose context asks for cloud.LaneFleet:
+// the agents') has turns of its own besides, FleetTx(n) of them, so that
+// a heartbeat never waits behind a queue of tenants' creates nor a create
+// behind the fleet's. Where the database has one connection (SQLite) the
+// two lanes take turns at it: each waits for at most the other's
+// transaction in flight.
 func (s *Store) LimitTx(n int) {
 	if n <= 0 {
 		s.gate.Store(nil)
+		s.fleetGate.Store(nil)
 		return
 	}
 	g := make(chan struct{}, n)
+	f := make(chan struct{}, FleetTx(n))
 	s.gate.Store(&g)
+	s.fleetGate.Store(&f)
 }
+
+// FleetTx is how many transactions of the fleet's lane run at once beside
+// n of the others: a quarter as many, at least one.
+func FleetTx(n int) int { return max(1, n/4) }
 
 // Waiting is how many transactions wait for their turn (see LimitTx).
 func (s *Store) Waiting() int { return int(s.waiting.Load()) }
@@ -88,7 +104,11 @@ func (s *Store) Close() error {
 // SQLite the inner call would wait forever for the one connection the outer
 // one holds.
 func (s *Store) Tx(ctx context.Context, fn func(cloud.Tx) error) error {
-	if g := s.gate.Load(); g != nil {
+	gate := &s.gate
+	if cloud.LaneOf(ctx) == cloud.LaneFleet {
+		gate = &s.fleetGate
+	}
+	if g := gate.Load(); g != nil {
 		// Blocked senders on a channel are served first come, first
 		// served.
 		s.waiting.Add(1)

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,57 @@ func testHeartbeat(t *testing.T, s cloud.Store) {
 	}
 	err := try(s, func(tx cloud.Tx) error { return tx.Heartbeat(ctx, "h-9", beat) })
 	wantCode(t, "a heartbeat of a missing host is NotFound", err, cloud.NotFound, "host h-9 not found")
+}
+
+// testStampHeartbeats: StampHeartbeats stamps the hosts that exist and
+// are not unhealthy, however many (past one statement's 512), leaves
+// versions alone, and answers which it stamped.
+func testStampHeartbeats(t *testing.T, s cloud.Store) {
+	var ids []string
+	inTx(t, s, func(tx cloud.Tx) error {
+		for i := range 600 {
+			st := fleet.Schedulable
+			switch {
+			case i%100 == 2:
+				st = fleet.Unhealthy
+			case i%3 == 1:
+				st = fleet.Cordoned
+			}
+			id := fmt.Sprintf("h-%03d", i)
+			ids = append(ids, id)
+			if err := tx.PutHost(ctx, &cloud.Host{ID: id, State: st, Spec: hostSpec(id), LastHeartbeat: t0}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	beat := t0.Add(time.Minute)
+	asked := append(slices.Clone(ids), "h-missing", "h-000")
+	got := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.StampHeartbeats(ctx, asked, beat) })
+	slices.Sort(got)
+	var want []string
+	for i, id := range ids {
+		if i%100 != 2 {
+			want = append(want, id)
+		}
+	}
+	if !slices.Equal(slices.Compact(got), want) {
+		t.Errorf("stamped %d hosts, want the %d that exist and are not unhealthy", len(got), len(want))
+	}
+	hosts := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Host, error) { return tx.ListHosts(ctx) })
+	for i, h := range hosts {
+		wantBeat := us(beat)
+		if i%100 == 2 {
+			wantBeat = us(t0)
+		}
+		if !h.LastHeartbeat.Equal(wantBeat) || h.Version != 1 {
+			t.Errorf("host %s: last heartbeat %v version %d; want %v and 1", h.ID, h.LastHeartbeat, h.Version, wantBeat)
+		}
+	}
+	none := mustRead(t, s, func(tx cloud.Tx) ([]string, error) { return tx.StampHeartbeats(ctx, nil, beat) })
+	if len(none) != 0 {
+		t.Errorf("stamping no host stamped %v", none)
+	}
 }
 
 // testLogs checks AppendLog and ReadLog: round trips, the cap, invalid

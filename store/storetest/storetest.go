@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Hosts", testHosts},
 		{"AgentTokens", testAgentTokens},
 		{"Heartbeat", testHeartbeat},
+		{"StampHeartbeats", testStampHeartbeats},
 		{"BumpHosts", testBumpHosts},
 		{"HostStamp", testHostStamp},
 		{"Counts", testCounts},
