@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"slices"
@@ -365,6 +366,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := MakeDataDir(a.cfg.DataDir); err != nil {
 		return fmt.Errorf("agent: data directory: %w", err)
 	}
+	// The first heartbeat goes alone, so that the loops' first requests
+	// share the connection it opened rather than each dialing (and
+	// shaking hands with) the server at once.
+	if err := a.beatIfDue(ctx); err != nil {
+		a.log.Warn("agent: first heartbeat failed; retrying", "err", err)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { a.loop(ctx, "heartbeat", a.beatIfDue, nil) })
 	if a.cfg.MetricsInterval > 0 {
@@ -425,14 +432,29 @@ func (a *Agent) loop(ctx context.Context, name string, f func(context.Context) e
 }
 
 // retryDelay is how long the agent waits after the fails-th consecutive
-// failure err: the backoff, or longer when a rate-limited answer's
-// Retry-After asks for more (at most maxRetryAfter).
+// failure err: the backoff, less a random part of up to half of it
+// (jitter), or longer when a rate-limited answer's Retry-After asks for
+// more (at most maxRetryAfter).
 func retryDelay(interval time.Duration, fails int, err error) time.Duration {
-	delay := backoff(interval, fails)
+	delay := jitter(backoff(interval, fails))
 	if d, ok := agentapi.RetryAfter(err); ok && d > delay {
 		delay = min(d, maxRetryAfter)
 	}
 	return delay
+}
+
+// jitter is d less a random part of up to half of it. Agents that failed
+// together (a server restart, a network blip, an overloaded server
+// dropping connections) would otherwise retry together, every one at the
+// same instants, and a server that recovers would meet the whole fleet's
+// reconnections, TLS handshakes included, in one burst: at 5,000 agents on
+// two cores that burst outlasted the server's handshake timeout, and the
+// failures fed themselves (docs/BENCHMARKS.md, "Fleet scale").
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d - rand.N(d/2)
 }
 
 // backoff is the delay after the given number of consecutive failures:

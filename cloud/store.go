@@ -129,6 +129,10 @@ type Tx interface {
 	PutHost(ctx context.Context, h *Host) error
 	GetHost(ctx context.Context, id string) (*Host, error)
 	ListHosts(ctx context.Context) ([]*Host, error)
+	// ListSilentHosts lists the hosts that are not unhealthy and whose
+	// LastHeartbeat is before before, in ID order: what the heartbeat
+	// watcher marks, without reading every host.
+	ListSilentHosts(ctx context.Context, before time.Time) ([]*Host, error)
 	// Heartbeat sets a host's LastHeartbeat to at and changes nothing
 	// else, its version included: a heartbeat that reports nothing new
 	// must not make the scheduler rebuild its fleet. NotFound for a

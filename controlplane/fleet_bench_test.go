@@ -8,9 +8,11 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
@@ -150,7 +152,9 @@ func fleetTimes() (warmup, window time.Duration) {
 	return fleetWarmup, fleetWindow
 }
 
-// fleetRamp is how long the agents take to start: 500 a second.
+// fleetRamp is how long the fleet settles after the last join, besides
+// the warm-up: a second per 500 agents. Each agent runs from its join
+// (runFleetAgents), so the joins' pace is the fleet's ramp.
 func fleetRamp(n int) time.Duration { return time.Duration(n) * time.Second / 500 }
 
 // fleetAgentsConfig is what the agent process is told (fleetAgentEnv).
@@ -164,6 +168,10 @@ type fleetAgentsConfig struct {
 	Watch      bool          `json:"watch"`
 	Dir        string        `json:"dir"`
 	Out        string        `json:"out"`
+	// Profile, when set (GPUCLOUD_FLEET_PROFILE), is where the agent
+	// process writes a CPU profile of its window and a goroutine dump at
+	// the window's end (agents-*-N.*).
+	Profile string `json:"profile,omitempty"`
 }
 
 // fleetAgentsResult is what the agent process writes to Out at its end.
@@ -174,7 +182,9 @@ type fleetAgentsResult struct {
 	Exited      map[string]time.Time `json:"exited"`
 	Errors      int64                `json:"errors"`
 	FirstErrors []string             `json:"first_errors"`
-	Joining     time.Duration        `json:"joining"`
+	// Kinds counts the agents' warnings and errors by kind (logKind).
+	Kinds   map[string]int `json:"kinds"`
+	Joining time.Duration  `json:"joining"`
 }
 
 // cpuTime is a process's CPU time, user and system.
@@ -256,6 +266,7 @@ type fleetReading struct {
 	store           sqlstore.Counts
 	requests        float64
 	serverGoroutine int
+	rebuilds        int // the scheduler's full rebuilds of its fleet
 }
 
 func benchFleet(b *testing.B, db string, n int, watch bool) {
@@ -266,7 +277,9 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	lim.Member = httpapi.Limit{Rate: 100000, Burst: 100000}
 	var srvErrs atomic.Int64
 	var srvFirst []string
-	srvLog := slog.New(countingLog{n: &srvErrs, mu: &sync.Mutex{}, first: &srvFirst, level: slog.LevelDebug})
+	srvKinds := map[string]int{}
+	srvLogMu := &sync.Mutex{}
+	srvLog := slog.New(countingLog{n: &srvErrs, mu: srvLogMu, first: &srvFirst, level: slog.LevelDebug, kinds: srvKinds})
 	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: srvLog, Limits: lim})
 	if err != nil {
 		b.Fatal(err)
@@ -294,7 +307,8 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	}
 	dir := b.TempDir()
 	cfg := fleetAgentsConfig{URL: s.URL, JoinString: agentapi.JoinString(jt.Secret, s.CAFingerprint()), CAPEM: s.CAPEM(),
-		Agents: n, Interval: fleetInterval, Workload: fleetWorkload, Watch: watch, Dir: dir, Out: filepath.Join(dir, "result.json")}
+		Agents: n, Interval: fleetInterval, Workload: fleetWorkload, Watch: watch, Dir: dir, Out: filepath.Join(dir, "result.json"),
+		Profile: os.Getenv("GPUCLOUD_FLEET_PROFILE")}
 	child, ready, stop := startFleetAgents(b, cfg)
 	defer stop()
 	select {
@@ -302,14 +316,14 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("the %d agents did not join within 10 minutes", n)
 	}
-	// The agents start over fleetRamp; then the fleet settles.
+	// The agents run from their joins; the fleet settles.
 	warmup, _ := fleetTimes()
 	time.Sleep(fleetRamp(n) + warmup)
 
 	pg := strings.HasPrefix(db, "postgres")
 	read := func() fleetReading {
 		r := fleetReading{at: time.Now(), server: selfCPU(b), agents: procCPU(child.Process.Pid), store: counts(),
-			serverGoroutine: goruntime.NumGoroutine()}
+			serverGoroutine: goruntime.NumGoroutine(), rebuilds: s.Scheduler.Rebuilds()}
 		if pg {
 			r.pg = map[int]cpuTime{}
 			for _, pid := range pgBackends(b, s, db) {
@@ -389,6 +403,7 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 
 	// The delays, from the store's events and the agents' runtime.
 	var startD, exitD []time.Duration
+	var slowAt []string // the starts over a second: when placed (from the window's start), and the delay
 	unfinished := 0
 	for _, id := range ids {
 		var evs []*cloud.Event
@@ -427,6 +442,9 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 		}
 		if !placed.IsZero() && ok1 {
 			startD = append(startD, started.Sub(placed))
+			if started.Sub(placed) > time.Second {
+				slowAt = append(slowAt, fmt.Sprintf("%.1fs:%v", placed.Sub(r0.at).Seconds(), started.Sub(placed).Round(time.Millisecond)))
+			}
 		}
 		if ok2 && !changed.IsZero() {
 			exitD = append(exitD, changed.Sub(exited))
@@ -472,13 +490,16 @@ func benchFleet(b *testing.B, db string, n int, watch bool) {
 	b.ReportMetric(float64(unfinished), "unfinished")
 	b.ReportMetric(rss, "srv-MiB")
 	b.ReportMetric(float64(r1.serverGoroutine), "srv-goroutines")
+	b.ReportMetric(float64(r1.rebuilds-r0.rebuilds), "rebuilds")
 	if len(srvFirst) > 0 {
-		b.Logf("server: %d log records, the first: %q", srvErrs.Load(), srvFirst)
+		srvLogMu.Lock()
+		b.Logf("server: %d log records, the first: %q; the commonest: %q", srvErrs.Load(), srvFirst, topKinds(srvKinds, 6))
+		srvLogMu.Unlock()
 	}
 	if len(res.FirstErrors) > 0 {
-		b.Logf("agent errors: %q", res.FirstErrors)
+		b.Logf("agent errors: %q; the commonest: %q", res.FirstErrors, topKinds(res.Kinds, 6))
 	}
-	b.Logf("slowest starts %v, exits %v", startD[max(0, len(startD)-5):], exitD[max(0, len(exitD)-5):])
+	b.Logf("slowest starts %v, exits %v; starts over 1 s (placed at, delay): %v", startD[max(0, len(startD)-5):], exitD[max(0, len(exitD)-5):], slowAt)
 	b.Logf("%d agents joined in %s; %d instances over %.1fs", n, res.Joining.Round(time.Millisecond), len(ids), secs)
 }
 
@@ -598,10 +619,39 @@ type countingLog struct {
 	mu    *sync.Mutex
 	first *[]string
 	level slog.Level // the least level counted (0: info and up; the agents' is warn)
+	// kinds, when set, counts the records by kind (logKind).
+	kinds map[string]int
+}
+
+// logKind is a log message without what varies between records of one
+// kind (addresses, numbers).
+var logKindNoise = regexp.MustCompile(`[0-9.:\[\]]+[0-9]`)
+
+func logKind(msg string) string {
+	msg = logKindNoise.ReplaceAllString(msg, "N")
+	if len(msg) > 100 {
+		msg = msg[:100]
+	}
+	return msg
+}
+
+// topKinds is the n commonest kinds of kinds, with their counts.
+func topKinds(kinds map[string]int, n int) []string {
+	keys := slices.SortedFunc(maps.Keys(kinds), func(a, b string) int { return kinds[b] - kinds[a] })
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		out = append(out, fmt.Sprintf("%d× %s", kinds[k], k))
+	}
+	return out
 }
 
 func (h countingLog) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
 func (h countingLog) Handle(_ context.Context, r slog.Record) error {
+	if h.kinds != nil {
+		h.mu.Lock()
+		h.kinds[logKind(r.Message)]++
+		h.mu.Unlock()
+	}
 	if h.n.Add(1) <= 5 {
 		msg := r.Message
 		r.Attrs(func(a slog.Attr) bool {
@@ -647,11 +697,12 @@ func runFleetAgents(cfg fleetAgentsConfig, stop io.Reader, out io.Writer) error 
 	rt := newFleetRuntime(cfg.Workload)
 	var errs atomic.Int64
 	var first []string
-	log := slog.New(countingLog{n: &errs, mu: &sync.Mutex{}, first: &first, level: slog.LevelWarn})
+	kinds, logMu := map[string]int{}, &sync.Mutex{}
+	log := slog.New(countingLog{n: &errs, mu: logMu, first: &first, level: slog.LevelWarn, kinds: kinds})
 	began := time.Now()
 	agents := make([]*agent.Agent, cfg.Agents)
 	jobs := make(chan int)
-	var wg sync.WaitGroup
+	var wg, run sync.WaitGroup
 	var failed atomic.Value
 	for range fleetJoiners {
 		wg.Go(func() {
@@ -659,7 +710,19 @@ func runFleetAgents(cfg fleetAgentsConfig, stop io.Reader, out io.Writer) error 
 			for i := range jobs {
 				if err := joinFleetAgent(ctx, cfg, joiner, secret, i, rt, log, agents); err != nil {
 					failed.CompareAndSwap(nil, err)
+					continue
 				}
+				// Each agent runs as soon as it joined, as a host
+				// does: the joins' pace spreads the agents' starts
+				// (and their TLS handshakes), and no host waits
+				// silent for the rest of the fleet to join, longer
+				// than the server's heartbeat timeout at 5,000.
+				ag := agents[i]
+				run.Go(func() {
+					if err := ag.Run(ctx); err != nil {
+						log.Error("run", "err", err)
+					}
+				})
 			}
 		})
 	}
@@ -669,36 +732,50 @@ func runFleetAgents(cfg fleetAgentsConfig, stop io.Reader, out io.Writer) error 
 	close(jobs)
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
+		cancel()
+		run.Wait()
 		return err
 	}
 	joining := time.Since(began)
-	var run sync.WaitGroup
-	for i, ag := range agents {
-		run.Go(func() {
-			// Spread the agents' starts over fleetRamp (at least an
-			// interval), as hosts that joined at different times are: a
-			// fleet that connects all at once measures TLS handshakes.
-			ramp := max(cfg.Interval, fleetRamp(cfg.Agents))
-			select {
-			case <-time.After(time.Duration(i) * ramp / time.Duration(cfg.Agents)):
-			case <-ctx.Done():
-				return
-			}
-			if err := ag.Run(ctx); err != nil {
-				log.Error("run", "err", err)
-			}
-		})
-	}
 	fmt.Fprintln(out, "fleet: ready")
+	if cfg.Profile != "" {
+		go profileFleetAgents(ctx, cfg)
+	}
 	_, _ = io.Copy(io.Discard, stop)
 	cancel()
 	run.Wait()
 	started, exited := rt.record()
-	raw, err := json.Marshal(fleetAgentsResult{Started: started, Exited: exited, Errors: errs.Load(), FirstErrors: first, Joining: joining})
+	logMu.Lock()
+	raw, err := json.Marshal(fleetAgentsResult{Started: started, Exited: exited, Errors: errs.Load(), FirstErrors: first, Joining: joining, Kinds: kinds})
+	logMu.Unlock()
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(cfg.Out, raw, 0o600)
+}
+
+// profileFleetAgents writes the agent process's CPU profile over the
+// benchmark's window and its goroutines at the window's end.
+func profileFleetAgents(ctx context.Context, cfg fleetAgentsConfig) {
+	warmup, window := fleetTimes()
+	sleep(ctx, max(cfg.Interval, fleetRamp(cfg.Agents))+warmup)
+	if ctx.Err() != nil {
+		return
+	}
+	f, err := os.Create(filepath.Join(cfg.Profile, fmt.Sprintf("agents-cpu-%d.pprof", cfg.Agents)))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if pprof.StartCPUProfile(f) != nil {
+		return
+	}
+	sleep(ctx, window)
+	pprof.StopCPUProfile()
+	if g, err := os.Create(filepath.Join(cfg.Profile, fmt.Sprintf("agents-goroutines-%d.txt", cfg.Agents))); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(g, 1)
+		g.Close()
+	}
 }
 
 // joinFleetAgent joins agent i as a host would (its own client key, CSR

@@ -82,12 +82,15 @@ func (s *handlers) agentJoin(w http.ResponseWriter, r *http.Request, _ principal
 		}
 	}
 	id, credential, cert, created, err := s.svc.Agents.Join(r.Context(), jp.actor(), jp.TokenID, req.Inventory, []byte(req.CSR), credentialID)
-	if !created {
-		// A re-join revoked the host's earlier credentials.
-		s.tokens.clear()
-	}
 	if err != nil {
 		return err
+	}
+	if !created {
+		// A re-join revoked the host's earlier credentials: forget
+		// them, and only them. (Clearing the whole cache on every
+		// join, failed ones included, made a fleet that joins at once
+		// look every agent's credential up again together.)
+		s.tokens.dropHost(id)
 	}
 	status := http.StatusOK
 	if created {

@@ -17,6 +17,7 @@ import (
 	control "github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/store/sqlstore"
 )
 
 // inventory is what an agent of a host with gpus GPUs of model reports:
@@ -480,3 +481,45 @@ func sameSpec(a, b fleet.Host) bool {
 
 // errOf is the error of a call that also answers a value.
 func errOf[T any](_ T, err error) error { return err }
+
+// TestJoinForgetsOnlyTheRejoinedHostsCredentials: a failed join leaves
+// the server's cache of agent credentials alone, and a re-join forgets
+// only its own host's (revoked) credential: the other agents' next calls
+// cost no look-up. (Clearing the whole cache on every join made a fleet
+// that joins at once look every credential up again together.)
+func TestJoinForgetsOnlyTheRejoinedHostsCredentials(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, _ := e.join(inventory("node-a", "L4", 1))
+	b, _ := e.join(inventory("node-b", "L4", 1))
+	txs := func() int64 { return service.Unwrap(e.store).(interface{ Counts() sqlstore.Counts }).Counts().Begins }
+	// lookups is how many transactions a heartbeat of c ran beyond its
+	// own.
+	lookups := func(c *agentConn) int64 {
+		t.Helper()
+		before := txs()
+		if err := errOf(c.Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		return txs() - before - 1
+	}
+	lookups(a)
+	lookups(b)
+	if _, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: "gpc_jt-nope_nope", Inventory: inventory("node-c", "L4", 1)}); err == nil {
+		t.Fatal("a join with a bad token succeeded")
+	}
+	if n := lookups(a); n != 0 {
+		t.Errorf("after a failed join, an agent's credential was looked up %d times", n)
+	}
+	jr, err := e.agentClient("").Join(ctx, agentapi.JoinRequest{JoinToken: e.joinToken("again"), Inventory: inventory("node-b", "L4", 1), Credential: b.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lookups(a); n != 0 {
+		t.Errorf("after another host's re-join, an agent's credential was looked up %d times", n)
+	}
+	wantCode(t, errOf(b.Heartbeat(ctx, agentapi.HeartbeatRequest{})), cloud.Unauthenticated)
+	if err := errOf(e.agentClient(jr.Credential).Heartbeat(ctx, agentapi.HeartbeatRequest{})); err != nil {
+		t.Errorf("the re-joined host's new credential: %v", err)
+	}
+}

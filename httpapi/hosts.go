@@ -85,7 +85,7 @@ func (s *handlers) removeHost(w http.ResponseWriter, r *http.Request, p principa
 		return err
 	}
 	// The host's credentials were revoked.
-	s.tokens.clear()
+	s.tokens.dropHost(id)
 	writeJSON(w, http.StatusOK, api.RemoveHostResult{Host: id, Revoked: n})
 	return nil
 }

@@ -119,6 +119,21 @@ func (c *tokenCache) put(tok string, p principal, expires *time.Time, now time.T
 	c.m[sha256.Sum256([]byte(tok))] = cachedToken{p: p, until: until}
 }
 
+// dropHost forgets the lookups of host's agent credentials: a re-join or
+// a host's removal revokes them.
+func (c *tokenCache) dropHost(host string) {
+	if host == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if e.p.HostID == host {
+			delete(c.m, k)
+		}
+	}
+}
+
 // clear forgets every lookup; revocations call it.
 func (c *tokenCache) clear() {
 	c.mu.Lock()

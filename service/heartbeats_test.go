@@ -43,6 +43,18 @@ func TestHeartbeatGroups(t *testing.T) {
 		}
 		counts := service.Unwrap(st).(interface{ Counts() sqlstore.Counts }).Counts
 		clock.Advance(time.Minute)
+		// The fleet's lane is held while the heartbeats arrive, as a
+		// busy store holds it: they wait for the group in flight.
+		// (Written at once, a group of one commits before the next
+		// heartbeat arrives, on SQLite especially.)
+		service.Unwrap(st).(interface{ LimitTx(int) }).LimitTx(1)
+		hold, held := make(chan struct{}), make(chan struct{})
+		go st.Tx(cloud.WithLane(ctx, cloud.LaneFleet), func(cloud.Tx) error {
+			close(held)
+			<-hold
+			return nil
+		})
+		<-held
 		before := counts()
 		var wg sync.WaitGroup
 		errs := make([]error, hosts)
@@ -51,6 +63,8 @@ func TestHeartbeatGroups(t *testing.T) {
 				errs[i] = svc.Agents.Heartbeat(ctx, service.AgentActor(fmt.Sprintf("hb-%02d", i)), nil)
 			})
 		}
+		time.Sleep(100 * time.Millisecond)
+		close(hold)
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {

@@ -85,6 +85,14 @@ func (t *tx) ListHosts(ctx context.Context) ([]*cloud.Host, error) {
 	return list(ctx, t, "list hosts", "SELECT "+hostCols+" FROM hosts ORDER BY id", nil, scanHost)
 }
 
+// ListSilentHosts answers the hosts that are not unhealthy and whose last
+// heartbeat is before before, in ID order, through the index on
+// last_heartbeat.
+func (t *tx) ListSilentHosts(ctx context.Context, before time.Time) ([]*cloud.Host, error) {
+	return list(ctx, t, "list silent hosts", "SELECT "+hostCols+" FROM hosts WHERE last_heartbeat < ? AND state <> ? ORDER BY id",
+		[]any{t.s.d.timeArg(normTime(before)), string(fleet.Unhealthy)}, scanHost)
+}
+
 // Heartbeat writes last_heartbeat alone. It takes no version: heartbeats
 // are not decisions that could overwrite someone else's, and a heartbeat
 // that raced a PutHost is simply ordered before or after it.

@@ -75,8 +75,8 @@ func (s *Store) LimitTx(n int) {
 }
 
 // FleetTx is how many transactions of the fleet's lane run at once beside
-// n of the others: a quarter as many, at least one.
-func FleetTx(n int) int { return max(1, n/4) }
+// n of the others: as many.
+func FleetTx(n int) int { return n }
 
 // Waiting is how many transactions wait for their turn (see LimitTx).
 func (s *Store) Waiting() int { return int(s.waiting.Load()) }

@@ -107,6 +107,37 @@ func testStampHeartbeats(t *testing.T, s cloud.Store) {
 	}
 }
 
+// testListSilentHosts: ListSilentHosts lists, in ID order, the hosts that
+// are not unhealthy and whose last heartbeat is before the cut.
+func testListSilentHosts(t *testing.T, s cloud.Store) {
+	for _, h := range []struct {
+		id    string
+		state fleet.HostState
+		beat  time.Duration
+	}{
+		{"h-4", fleet.Schedulable, -2 * time.Minute},
+		{"h-1", fleet.Cordoned, -time.Minute - time.Microsecond},
+		{"h-2", fleet.Schedulable, -time.Minute},
+		{"h-3", fleet.Unhealthy, -time.Hour},
+		{"h-5", fleet.Schedulable, 0},
+	} {
+		inTx(t, s, func(tx cloud.Tx) error {
+			return tx.PutHost(ctx, &cloud.Host{ID: h.id, State: h.state, Spec: hostSpec(h.id), LastHeartbeat: t0.Add(h.beat)})
+		})
+	}
+	got := mustRead(t, s, func(tx cloud.Tx) ([]*cloud.Host, error) { return tx.ListSilentHosts(ctx, t0.Add(-time.Minute)) })
+	var ids []string
+	for _, h := range got {
+		ids = append(ids, h.ID)
+	}
+	if !slices.Equal(ids, []string{"h-1", "h-4"}) {
+		t.Errorf("silent hosts %v, want [h-1 h-4]", ids)
+	}
+	if len(got) == 2 && (got[0].Spec.ID != "h-1" || got[0].Version != 1) {
+		t.Errorf("a silent host read back as %+v", got[0])
+	}
+}
+
 // testLogs checks AppendLog and ReadLog: round trips, the cap, invalid
 // arguments and rollback. The steps run in this order on one store.
 func testLogs(t *testing.T, s cloud.Store) {

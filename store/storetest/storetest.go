@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"AgentTokens", testAgentTokens},
 		{"Heartbeat", testHeartbeat},
 		{"StampHeartbeats", testStampHeartbeats},
+		{"ListSilentHosts", testListSilentHosts},
 		{"BumpHosts", testBumpHosts},
 		{"HostStamp", testHostStamp},
 		{"Counts", testCounts},
