@@ -55,7 +55,8 @@ import (
 // Overlay is the kernel overlay driver of one host.
 type Overlay struct {
 	cfg     OverlayConfig
-	mtu     int // the instances'
+	mtu     int    // the instances'
+	rps     string // the instances' veths' receive steering mask (rpsMask)
 	blocked []netip.Prefix
 	vtepMAC net.HardwareAddr
 
@@ -155,6 +156,7 @@ func NewOverlay(ctx context.Context, cfg OverlayConfig) (*Overlay, error) {
 	}
 	o.cfg = cfg
 	o.mtu = cfg.UnderlayMTU - OverlayOverhead
+	o.rps = rpsMask()
 	o.blocked = slices.Concat([]netip.Prefix{cfg.TransitPool, under.Masked()}, DefaultBlocked, cfg.Blocked)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -406,6 +408,7 @@ func (o *Overlay) setup(ctx context.Context, id string, n *runtime.Network) erro
 	if err := rh.LinkSetUp(l); err != nil {
 		return err
 	}
+	o.steer(ctx, rns, in.veth)
 	if err := rh.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: hostNet(in.addr), Scope: netlink.SCOPE_LINK}); err != nil {
 		return fmt.Errorf("route to the instance: %w", err)
 	}
@@ -447,6 +450,7 @@ func (o *Overlay) setup(ctx context.Context, id string, n *runtime.Network) erro
 	if err := ih.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: in.gw.AsSlice()}); err != nil {
 		return fmt.Errorf("the instance's default route: %w", err)
 	}
+	o.steer(ctx, ins, InstanceIf)
 	if err := o.program(rh, r); err != nil {
 		return err
 	}
@@ -1112,4 +1116,58 @@ func writeSysctls(kv map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// rpsMask is the receive packet steering mask (a sysfs cpumask: hex words
+// of 32 bits, comma-separated) of every CPU the agent may run on, or ""
+// on one CPU, where there is nothing to spread.
+func rpsMask() string {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return ""
+	}
+	return cpuMask(set)
+}
+
+// cpuMask is set as a sysfs cpumask, "" if it holds fewer than two CPUs.
+func cpuMask(set unix.CPUSet) string {
+	if set.Count() < 2 {
+		return ""
+	}
+	const cpus = len(unix.CPUSet{}) * 64
+	words := make([]uint32, cpus/32)
+	for c := range cpus {
+		if set.IsSet(c) {
+			words[c/32] |= 1 << (c % 32)
+		}
+	}
+	top := len(words) - 1
+	for top > 0 && words[top] == 0 {
+		top--
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%x", words[top])
+	for i := top - 1; i >= 0; i-- {
+		fmt.Fprintf(&b, ",%08x", words[i])
+	}
+	return b.String()
+}
+
+// steer spreads what an instance's veth end receives over the CPUs
+// (receive packet steering on each of its receive queues, o.rps), in the
+// namespace ns. A veth hands a packet to its peer on the sender's CPU,
+// which then carries it through the router, the VXLAN device and the
+// host's stack as well; steered, that work goes to the CPU of the
+// packet's flow hash, beside the sending and receiving programs
+// (docs/BENCHMARKS.md, the overlay's knobs). A failure costs only
+// throughput: it is logged, not returned.
+func (o *Overlay) steer(ctx context.Context, ns, ifname string) {
+	if o.rps == "" {
+		return
+	}
+	// ip netns exec mounts the namespace's own /sys.
+	const script = `for q in /sys/class/net/"$1"/queues/rx-*/rps_cpus; do [ -e "$q" ] || continue; echo "$2" > "$q" || exit 1; done`
+	if _, err := run(ctx, nil, o.cfg.IP, "netns", "exec", ns, "sh", "-c", script, "sh", ifname, o.rps); err != nil {
+		o.cfg.Log.Warn("overlay: receive packet steering", "netns", ns, "interface", ifname, "err", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -275,6 +276,27 @@ func TestOverlayTwoHosts(t *testing.T) {
 		}
 		if mtu != 1500-OverlayOverhead {
 			t.Errorf("%s: MTU %d, want %d (the fabric's 1500 less %d)", id, mtu, 1500-OverlayOverhead, OverlayOverhead)
+		}
+	}
+	// Receive packet steering is on at both ends of each instance's
+	// veth, over every CPU the agent may use.
+	want, ok := new(big.Int).SetString(strings.ReplaceAll(rpsMask(), ",", ""), 16)
+	if !ok {
+		t.Logf("one CPU: no receive packet steering to check")
+	}
+	for _, in := range []inst{i1, i2} {
+		d := drivers[in.host]
+		for _, end := range []struct{ ns, ifname string }{{d.instNS(in.id), InstanceIf}, {d.routerNS(x.vni), d.insts[in.id].veth}} {
+			out, err := exec.Command("ip", "netns", "exec", end.ns, "sh", "-c", `cat /sys/class/net/"$1"/queues/rx-*/rps_cpus`, "sh", end.ifname).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range strings.Fields(string(out)) {
+				got, _ := new(big.Int).SetString(strings.ReplaceAll(q, ",", ""), 16)
+				if ok && (got == nil || got.Cmp(want) != 0) {
+					t.Errorf("%s: %s in %s steers to CPUs %s, want %s", in.id, end.ifname, end.ns, q, rpsMask())
+				}
+			}
 		}
 	}
 	if a, ok := drivers[A].Address("i1"); !ok || a != i1.addr() {
@@ -727,5 +749,38 @@ func TestOverlayRefusals(t *testing.T) {
 		if nsExists(o.instNS(id)) {
 			t.Errorf("a refused setup left the namespace of %s", id)
 		}
+	}
+}
+
+// TestCPUMask: the sysfs cpumask of a set of CPUs, nothing for one.
+func TestCPUMask(t *testing.T) {
+	for _, c := range []struct {
+		cpus []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{0}, ""},
+		{[]int{5}, ""},
+		{[]int{0, 1}, "3"},
+		{[]int{1, 3}, "a"},
+		{[]int{0, 31}, "80000001"},
+		{[]int{0, 33}, "2,00000001"},
+		{[]int{2, 70}, "40,00000000,00000004"},
+	} {
+		var set unix.CPUSet
+		for _, cpu := range c.cpus {
+			set.Set(cpu)
+		}
+		if got := cpuMask(set); got != c.want {
+			t.Errorf("cpuMask(%v) = %q, want %q", c.cpus, got, c.want)
+		}
+	}
+	all := make([]int, 40)
+	var set unix.CPUSet
+	for i := range all {
+		set.Set(i)
+	}
+	if got := cpuMask(set); got != "ff,ffffffff" {
+		t.Errorf("cpuMask(0-39) = %q, want ff,ffffffff", got)
 	}
 }
