@@ -75,7 +75,9 @@ func (s *Store) LimitTx(n int) {
 }
 
 // FleetTx is how many transactions of the fleet's lane run at once beside
-// n of the others: as many.
+// n of the others: as many. (A quarter as many, two on PostgreSQL, made a
+// queue of the lane itself at 5,000 agents: docs/BENCHMARKS.md, "Fleet
+// scale".)
 func FleetTx(n int) int { return n }
 
 // Waiting is how many transactions wait for their turn (see LimitTx).
