@@ -156,9 +156,14 @@ func (a *Agent) watchLoop(ctx context.Context, w AssignmentWatcher) {
 				case a.kick <- struct{}{}:
 				default:
 				}
-			case kept && time.Since(began) < a.cfg.Interval:
-				// The same list at once: a server that does not wait.
-				// Ask at the agent's interval rather than spin.
+			case kept && version != "" && time.Since(began) < a.cfg.Interval:
+				// The same list at once although the call asked to
+				// wait for another: a server that does not wait. Ask
+				// at the agent's interval rather than spin. (A call
+				// without a version, after a report, is answered at
+				// once by design: waiting an interval after it left
+				// the host unwatched for that long, and a placement
+				// then waited for the next pass.)
 				delay = a.cfg.Interval
 			}
 		}

@@ -66,8 +66,8 @@ func (s *handlers) agentAssignments(w http.ResponseWriter, r *http.Request, p pr
 	ctx := r.Context()
 	deadline := time.Now().Add(wait)
 	changes := s.svc.AssignmentChanges
-	reread := assignmentReread
-	if s.alone != nil && s.alone() {
+	reread, alone := assignmentReread, s.alone != nil && s.alone()
+	if alone {
 		reread = agentapi.MaxAssignmentWait
 	}
 	for {
@@ -82,10 +82,17 @@ func (s *handlers) agentAssignments(w http.ResponseWriter, r *http.Request, p pr
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(left, reread))
-		changes.Wait(wctx, seq, keys)
+		changed := changes.Wait(wctx, seq, keys)
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if alone && !changed {
+			// The wait is over and no write of this replica, the only
+			// one, touched the list: it is the one just read. The
+			// agent's next call reads it afresh.
+			writeJSON(w, http.StatusOK, list)
+			return nil
 		}
 	}
 }
