@@ -133,6 +133,10 @@ type Tx interface {
 	// LastHeartbeat is before before, in ID order: what the heartbeat
 	// watcher marks, without reading every host.
 	ListSilentHosts(ctx context.Context, before time.Time) ([]*Host, error)
+	// ListHostVersions lists every host's ID and version, in ID order,
+	// without their specs: what a scheduler compares with the fleet it
+	// built to read only the hosts that joined since.
+	ListHostVersions(ctx context.Context) ([]RowVersion, error)
 	// Heartbeat sets a host's LastHeartbeat to at and changes nothing
 	// else, its version included: a heartbeat that reports nothing new
 	// must not make the scheduler rebuild its fleet. NotFound for a

@@ -21,10 +21,12 @@ const availabilityEvery = time.Second
 // which answers "could ever run".
 type capacity struct {
 	engine *placement.Engine
-	// empty is built from the fleet emptyOf (a rebuild makes a new fleet,
-	// so pointer identity says when the host set changed).
-	empty   *fleet.Fleet
-	emptyOf *fleet.Fleet
+	// empty is built from the fleet emptyOf when it held emptyHosts hosts
+	// (a rebuild makes a new fleet; hosts that join are added to the same
+	// one, Scheduler.grow: either changes the host set).
+	empty      *fleet.Fleet
+	emptyOf    *fleet.Fleet
+	emptyHosts int
 	// counted is the fleet and change count of the last count, at wall
 	// time last.
 	countedOf *fleet.Fleet
@@ -72,9 +74,9 @@ func (s *Scheduler) publishAvailability() {
 	if c.engine == nil {
 		c.engine = placement.NewEngine(s.Catalog, s.Engine.Scorer(), 1)
 	}
-	if c.emptyOf != f {
+	if c.emptyOf != f || c.emptyHosts != len(f.Hosts) {
 		c.empty = emptyFleet(f, s)
-		c.emptyOf = f
+		c.emptyOf, c.emptyHosts = f, len(f.Hosts)
 	}
 	now := s.Now()
 	out := map[string]cloud.OfferingAvailability{}

@@ -312,3 +312,72 @@ func TestSchedulerReleasesWithoutRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchedulerGrowsWithoutRebuild: hosts that join are added to the
+// scheduler's fleet without a rebuild (only their specs are read), and
+// the fleet then places on them and matches what a rebuild from the
+// store gives; any other host change (a spec, a state) still rebuilds.
+func TestSchedulerGrowsWithoutRebuild(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	seed(t, st)
+	create(t, st, "a", "h100.8x", t0)
+	s := newScheduler(st)
+	if n, err := s.Step(ctx); err != nil || n != 1 {
+		t.Fatalf("placed %d, err %v", n, err)
+	}
+	join := func(id string) {
+		t.Helper()
+		h := fleet.MockNVLinkHost(id, "H100-80GB-SXM", 8)
+		tx(t, st, func(tx cloud.Tx) error {
+			return tx.PutHost(ctx, &cloud.Host{ID: id, State: fleet.Schedulable, Spec: *h, LastHeartbeat: t0})
+		})
+	}
+	// Two join, one step: a second whole H100 host can only be theirs.
+	join("h100-b")
+	join("h100-c")
+	create(t, st, "b", "h100.8x", t0.Add(time.Second))
+	if n, err := s.Step(ctx); err != nil || n != 1 {
+		t.Fatalf("after the joins: placed %d, err %v", n, err)
+	}
+	if in := get(t, st, "b"); in.HostID != "h100-b" && in.HostID != "h100-c" {
+		t.Fatalf("b on %q, want a host that joined", in.HostID)
+	}
+	if r, g := s.Rebuilds(), s.Grows(); r != 1 || g != 1 {
+		t.Fatalf("%d rebuilds and %d grows, want 1 and 1", r, g)
+	}
+	if err := s.Fleet().Check(); err != nil {
+		t.Fatal(err)
+	}
+	check := newScheduler(st)
+	if err := check.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(s.Fleet().Hosts), len(check.Fleet().Hosts); got != want {
+		t.Fatalf("the grown fleet holds %d hosts, a rebuilt one %d", got, want)
+	}
+	for _, id := range []string{"a", "b"} {
+		if g, w := s.Fleet().Allocation(id), check.Fleet().Allocation(id); g == nil || w == nil || g.HostID != w.HostID {
+			t.Errorf("%s: grown fleet %+v, rebuilt %+v", id, g, w)
+		}
+	}
+	// A host that changed is a rebuild, even with a join beside it.
+	tx(t, st, func(tx cloud.Tx) error {
+		h, err := tx.GetHost(ctx, "l40s-a")
+		if err != nil {
+			return err
+		}
+		h.State, h.Spec.State = fleet.Cordoned, fleet.Cordoned
+		return tx.PutHost(ctx, h)
+	})
+	join("h100-d")
+	if _, err := s.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, g := s.Rebuilds(), s.Grows(); r != 2 || g != 1 {
+		t.Fatalf("after a change: %d rebuilds and %d grows, want 2 and 1", r, g)
+	}
+	if h := s.Fleet().Host("l40s-a"); h == nil || h.State != fleet.Cordoned || s.Fleet().Host("h100-d") == nil {
+		t.Fatalf("the rebuilt fleet: l40s-a %+v, h100-d %v", h, s.Fleet().Host("h100-d"))
+	}
+}

@@ -93,6 +93,11 @@ func (t *tx) ListSilentHosts(ctx context.Context, before time.Time) ([]*cloud.Ho
 		[]any{t.s.d.timeArg(normTime(before)), string(fleet.Unhealthy)}, scanHost)
 }
 
+// ListHostVersions lists every host's ID and version, in ID order.
+func (t *tx) ListHostVersions(ctx context.Context) ([]cloud.RowVersion, error) {
+	return listVersions(ctx, t, "list host versions", "SELECT id, version FROM hosts ORDER BY id", nil)
+}
+
 // Heartbeat writes last_heartbeat alone. It takes no version: heartbeats
 // are not decisions that could overwrite someone else's, and a heartbeat
 // that raced a PutHost is simply ordered before or after it.

@@ -136,6 +136,14 @@ func testListSilentHosts(t *testing.T, s cloud.Store) {
 	if len(got) == 2 && (got[0].Spec.ID != "h-1" || got[0].Version != 1) {
 		t.Errorf("a silent host read back as %+v", got[0])
 	}
+	// ListHostVersions: every host, in ID order, with its version.
+	h2 := mustRead(t, s, func(tx cloud.Tx) (*cloud.Host, error) { return tx.GetHost(ctx, "h-2") })
+	inTx(t, s, func(tx cloud.Tx) error { return tx.PutHost(ctx, h2) })
+	vs := mustRead(t, s, func(tx cloud.Tx) ([]cloud.RowVersion, error) { return tx.ListHostVersions(ctx) })
+	want := []cloud.RowVersion{{ID: "h-1", Version: 1}, {ID: "h-2", Version: 2}, {ID: "h-3", Version: 1}, {ID: "h-4", Version: 1}, {ID: "h-5", Version: 1}}
+	if !slices.Equal(vs, want) {
+		t.Errorf("host versions %v, want %v", vs, want)
+	}
 }
 
 // testLogs checks AppendLog and ReadLog: round trips, the cap, invalid
