@@ -1,11 +1,7 @@
 package agentapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,29 +46,9 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) (*JoinResponse, erro
 // changed). The answer says how often the server wants heartbeats; a
 // server from before it answers 204, and then an empty one.
 func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (*HeartbeatResponse, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode heartbeat: %w", err)
-	}
-	hr, err := c.r.NewRequest(ctx, "POST", "/v1/agent/heartbeat", bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "application/json")
-	resp, err := c.r.Send(hr)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var out HeartbeatResponse
-	if resp.StatusCode == http.StatusNoContent {
-		return &out, nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&out); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("decode answer of POST /v1/agent/heartbeat: %w", err)
-	}
-	return &out, nil
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: "/v1/agent/heartbeat", Body: req, Out: &out})
+	return rest.NilOnErr(&out, err)
 }
 
 // Assignments lists what the agent's host must run or stop.

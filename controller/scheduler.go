@@ -263,7 +263,7 @@ func (s *Scheduler) grow(ctx context.Context) (bool, error) {
 			if err != nil {
 				return err
 			}
-			if h.Version != s.versionIn(vs, id) {
+			if h.Version != versionIn(vs, id) {
 				return nil // changed between the two reads: rebuild
 			}
 			added = append(added, h)
@@ -294,7 +294,7 @@ func (s *Scheduler) grow(ctx context.Context) (bool, error) {
 }
 
 // versionIn is id's version in vs (ID order), or -1.
-func (s *Scheduler) versionIn(vs []cloud.RowVersion, id string) int64 {
+func versionIn(vs []cloud.RowVersion, id string) int64 {
 	i, found := sort.Find(len(vs), func(i int) int { return strings.Compare(id, vs[i].ID) })
 	if !found {
 		return -1

@@ -93,7 +93,9 @@ func (c *Client) Do(ctx context.Context, k Call) (http.Header, int, error) {
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	if k.Out != nil {
+	// A 204 has no body to decode: Out keeps its zero value (a server
+	// from before an answer had a body answers so).
+	if k.Out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(k.Out); err != nil {
 			return resp.Header, resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", k.Method, k.Path, err)
 		}

@@ -1,10 +1,12 @@
 package rest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +57,29 @@ func TestDecodeRateLimited(t *testing.T) {
 	}
 	if _, ok := RetryAfter(errors.New("connection refused")); ok {
 		t.Error("RetryAfter of a transport error says to wait")
+	}
+}
+
+// TestDoNoContent: a 204 answers nothing to decode, so Out keeps its zero
+// value and the call succeeds; a 200 is decoded into Out.
+func TestDoNoContent(t *testing.T) {
+	status := http.StatusNoContent
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status == http.StatusNoContent {
+			w.WriteHeader(status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"n": 7}`))
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "", srv.Client())
+	var out struct{ N int }
+	if _, code, err := c.Do(context.Background(), Call{Method: "POST", Path: "/", Out: &out}); err != nil || code != http.StatusNoContent || out.N != 0 {
+		t.Fatalf("204: %d, %+v, %v", code, out, err)
+	}
+	status = http.StatusOK
+	if _, _, err := c.Do(context.Background(), Call{Method: "POST", Path: "/", Out: &out}); err != nil || out.N != 7 {
+		t.Fatalf("200: %+v, %v", out, err)
 	}
 }

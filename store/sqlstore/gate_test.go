@@ -24,13 +24,7 @@ func TestTxFirstComeFirstServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	hold, held := make(chan struct{}), make(chan struct{})
-	go st.Tx(ctx, func(cloud.Tx) error {
-		close(held)
-		<-hold
-		return nil
-	})
-	<-held
+	hold := holdTx(ctx, st)
 	var (
 		mu    sync.Mutex
 		order []int
@@ -173,13 +167,7 @@ func TestFleetLane(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		hold, held := make(chan struct{}), make(chan struct{})
-		go st.Tx(ctx, func(cloud.Tx) error {
-			close(held)
-			<-hold
-			return nil
-		})
-		<-held
+		hold := holdTx(ctx, st)
 		var (
 			mu    sync.Mutex
 			order []string
@@ -211,4 +199,17 @@ func TestFleetLane(t *testing.T) {
 			t.Errorf("transactions ran in the order %v; want the fleet's first", order)
 		}
 	})
+}
+
+// holdTx starts a transaction of st and returns once it runs; it ends
+// when the returned channel is closed.
+func holdTx(ctx context.Context, st cloud.Store) chan struct{} {
+	hold, held := make(chan struct{}), make(chan struct{})
+	go st.Tx(ctx, func(cloud.Tx) error {
+		close(held)
+		<-hold
+		return nil
+	})
+	<-held
+	return hold
 }
