@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
 )
@@ -21,6 +22,7 @@ import (
 func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 	kind, prefix, what := k.plural, k.prefix, k.noun
 	var noResume bool
+	var checksum string
 	example := fmt.Sprintf("  gpucloud %[1]s cp ./dataset %[2]s0123456789abcdef:/data/\n"+
 		"  gpucloud %[1]s cp %[2]s0123456789abcdef:/checkpoints/step-1000.pt .\n"+
 		"  # Start over rather than resume what an interrupted copy left\n"+
@@ -35,8 +37,11 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			"The data streams over TLS 1.3 through the server to the agent of the host that\n" +
 			"holds the " + what + "; no port on the host is opened. A copy that is interrupted\n" +
 			"resumes when run again (from what the partial file holds; files already there\n" +
-			"with the same SHA-256 are skipped); --no-resume starts every file over. Each\n" +
-			"file's SHA-256 is compared at the end: a mismatch is an error.\n\n" +
+			"with the same checksum are skipped); --no-resume starts every file over. Each\n" +
+			"file's checksum is compared at the end: a mismatch is an error. The checksum is\n" +
+			"CRC-32C, as gcloud storage and S3 check objects (TLS already authenticates every\n" +
+			"byte on the way); --checksum sha256 compares SHA-256 instead, which one core\n" +
+			"computes at about 1.7 GB/s against CRC-32C's 20.\n\n" +
 			"On a terminal a progress line shows bytes, rate and time left; a summary line\n" +
 			"follows on stderr in any case.",
 		Example: example,
@@ -45,6 +50,9 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			id, remote, local, upload, err := parseCopyArgs(args, prefix, what)
 			if err != nil {
 				return cmdutil.Usagef(cmd, "%v", err)
+			}
+			if err := filexfer.CheckChecksum(checksum); err != nil {
+				return cmdutil.Usagef(cmd, "--checksum: %v", err)
 			}
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -62,7 +70,7 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			defer conn.Close()
 			stderr := cmd.ErrOrStderr()
 			p := newByteProgress(stderr)
-			opt := filexfer.Options{NoResume: noResume, Total: p.setTotal, Add: p.add,
+			opt := filexfer.Options{NoResume: noResume, Checksum: checksum, Total: p.setTotal, Add: p.add,
 				Skip: func(name, why string) { p.note(fmt.Sprintf("skipped %s: %s", name, why)) }}
 			fc := filexfer.NewClient(conn)
 			var st filexfer.Stats
@@ -83,6 +91,7 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&noResume, "no-resume", false, "start every file over: resume no partial file and skip no file already there")
+	cmd.Flags().StringVar(&checksum, "checksum", filexfer.DefaultChecksum, "how files are compared: crc32c or sha256")
 	return cmd
 }
 
@@ -139,10 +148,25 @@ func copySummary(st filexfer.Stats, d time.Duration) string {
 	if st.Resumed > 0 {
 		s += fmt.Sprintf("; resumed %s from partial files", humanBytes(st.Resumed))
 	}
+	sum := checksumName(st.Checksum)
 	if st.Skipped > 0 {
-		s += fmt.Sprintf("; %d files already there (same SHA-256) skipped", st.Skipped)
+		s += fmt.Sprintf("; %d files already there (same %s) skipped", st.Skipped, sum)
 	}
-	return s + "; SHA-256 verified"
+	if st.Checksum == "" {
+		return s
+	}
+	return s + "; " + sum + " verified"
+}
+
+// checksumName is how a copy's summary names its checksum.
+func checksumName(algo string) string {
+	switch algo {
+	case agentapi.ChecksumCRC32C:
+		return "CRC-32C"
+	case agentapi.ChecksumSHA256:
+		return "SHA-256"
+	}
+	return algo
 }
 
 // humanBytes prints n in binary units.

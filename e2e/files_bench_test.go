@@ -25,6 +25,8 @@ import (
 // MiB (2048 by default) copied into a volume over TLS 1.3 and over plain
 // HTTP, through a real server and agent, and with a plain local cp on the
 // same disk, interleaved for GPUCLOUD_BENCH_COPY_ROUNDS rounds (3).
+// GPUCLOUD_BENCH_COPY_CHECKSUM names the checksum (crc32c, the default,
+// or sha256).
 func TestBenchVolumeCopy(t *testing.T) {
 	if os.Getenv("GPUCLOUD_BENCH_COPY") != "1" {
 		t.Skip("a benchmark: set GPUCLOUD_BENCH_COPY=1")
@@ -86,7 +88,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			remote := fmt.Sprintf("/copy-%d.bin", r)
-			if _, err := filexfer.Upload(filexfer.NewClient(conn), src, remote, filexfer.Options{NoResume: true}); err != nil {
+			if _, err := filexfer.Upload(filexfer.NewClient(conn), src, remote, filexfer.Options{NoResume: true, Checksum: os.Getenv("GPUCLOUD_BENCH_COPY_CHECKSUM")}); err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
 			conn.Close()

@@ -55,7 +55,7 @@ func TestUpCopyContainers(t *testing.T) {
 	copyOK := func(args ...string) {
 		t.Helper()
 		code, so, se := cliRun(t, out, "", args...)
-		if code != 0 || !strings.Contains(se, "SHA-256 verified") {
+		if code != 0 || !strings.Contains(se, "CRC-32C verified") {
 			t.Fatalf("%q: exit %d, %q %q", args, code, so, se)
 		}
 	}

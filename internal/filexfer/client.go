@@ -15,11 +15,28 @@ type Client struct {
 	r   *frameReader
 	w   *frameWriter
 	buf []byte
+	// checksum is the algorithm Put, Get and Sum ask the agent for.
+	checksum string
+}
+
+// SetChecksum sets the algorithm Put, Get and Sum ask the agent for
+// (agentapi.ChecksumCRC32C or ChecksumSHA256; "" is DefaultChecksum).
+// An agent from before the algorithm was named answers SHA-256 whatever
+// is asked: the Digest says which it is.
+func (c *Client) SetChecksum(algo string) error {
+	if algo == "" {
+		algo = DefaultChecksum
+	}
+	if _, err := newHash(algo); err != nil {
+		return err
+	}
+	c.checksum = algo
+	return nil
 }
 
 // NewClient returns a client over conn.
 func NewClient(conn io.ReadWriter) *Client {
-	return &Client{r: newFrameReader(conn), w: newFrameWriter(conn), buf: make([]byte, ChunkSize)}
+	return &Client{r: newFrameReader(conn), w: newFrameWriter(conn), buf: make([]byte, ChunkSize), checksum: DefaultChecksum}
 }
 
 // response reads one response; its FileError comes back as the error.
@@ -87,68 +104,68 @@ func (c *Client) Mkdir(p string, mode uint32) error {
 	return err
 }
 
-// Sum is the SHA-256 (hex) of the file p.
-func (c *Client) Sum(p string) (string, error) {
-	resp, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpSum, Path: p})
+// Sum is the checksum of the file p.
+func (c *Client) Sum(p string) (Digest, error) {
+	resp, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpSum, Path: p, Checksum: c.checksum})
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
-	return resp.Sum, nil
+	return respDigest(resp), nil
 }
 
 // Put writes size bytes to p from offset, the rest of the file read from
 // r (which is at offset), through p's partial file, and returns the
-// agent's SHA-256 of the whole file.
-func (c *Client) Put(p string, r io.Reader, offset, size int64, mode uint32) (string, error) {
-	if _, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpPut, Path: p, Offset: offset, Size: size, Mode: mode}); err != nil {
-		return "", err
+// agent's checksum of the whole file.
+func (c *Client) Put(p string, r io.Reader, offset, size int64, mode uint32) (Digest, error) {
+	if _, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpPut, Path: p, Offset: offset, Size: size, Mode: mode, Checksum: c.checksum}); err != nil {
+		return Digest{}, err
 	}
 	n, rerr, err := c.w.sendData(io.LimitReader(r, size-offset), c.buf)
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
 	// The agent answers a short stream (a local read error) with an error
 	// that keeps the partial file.
 	resp, err := c.response()
 	if rerr != nil {
-		return "", rerr
+		return Digest{}, rerr
 	}
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
 	if n != size-offset {
-		return "", fmt.Errorf("%s: sent %d of %d bytes: the file shrank while it was read", p, offset+n, size)
+		return Digest{}, fmt.Errorf("%s: sent %d of %d bytes: the file shrank while it was read", p, offset+n, size)
 	}
-	return resp.Sum, nil
+	return respDigest(resp), nil
 }
 
 // Get reads p from offset into w. info is called with the file's
-// description before the data comes; Get returns the agent's SHA-256 of
+// description before the data comes; Get returns the agent's checksum of
 // the whole file.
-func (c *Client) Get(p string, offset int64, w io.Writer, info func(agentapi.FileInfo)) (string, error) {
-	resp, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpGet, Path: p, Offset: offset})
+func (c *Client) Get(p string, offset int64, w io.Writer, info func(agentapi.FileInfo)) (Digest, error) {
+	resp, err := c.do(agentapi.FileRequest{Op: agentapi.FileOpGet, Path: p, Offset: offset, Checksum: c.checksum})
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
 	if resp.Info == nil {
-		return "", fmt.Errorf("%w: get answered without info", ErrFrame)
+		return Digest{}, fmt.Errorf("%w: get answered without info", ErrFrame)
 	}
 	if info != nil {
 		info(*resp.Info)
 	}
 	n, werr, err := c.r.copyData(w, resp.Info.Size-offset)
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
 	trailer, err := c.response()
 	if werr != nil {
-		return "", werr
+		return Digest{}, werr
 	}
 	if err != nil {
-		return "", err
+		return Digest{}, err
 	}
 	if n != resp.Info.Size-offset {
-		return "", fmt.Errorf("%s: got %d of %d bytes", p, offset+n, resp.Info.Size)
+		return Digest{}, fmt.Errorf("%s: got %d of %d bytes", p, offset+n, resp.Info.Size)
 	}
-	return trailer.Sum, nil
+	return respDigest(trailer), nil
 }

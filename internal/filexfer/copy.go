@@ -1,8 +1,6 @@
 package filexfer
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -17,8 +15,8 @@ import (
 	"github.com/gpucloud/gpucloud/agentapi"
 )
 
-// ErrChecksum is a copy whose SHA-256 on the agent is not the one on this
-// side: the data was changed on the way or on a disk.
+// ErrChecksum is a copy whose checksum on the agent is not the one on
+// this side: the data was changed on the way or on a disk.
 var ErrChecksum = errors.New("checksum mismatch")
 
 // Options of Upload and Download.
@@ -33,6 +31,10 @@ type Options struct {
 	// Skip is told of a local entry the copy leaves out (a symbolic
 	// link, a device) and why; nil: silently.
 	Skip func(name, why string)
+	// Checksum is the algorithm files are compared with at the end (and
+	// when deciding that a file already there is the same):
+	// agentapi.ChecksumCRC32C or ChecksumSHA256; "" is DefaultChecksum.
+	Checksum string
 }
 
 func (o *Options) total(n int64) {
@@ -55,6 +57,9 @@ type Stats struct {
 	// already held; Skipped files were already there, checksum equal.
 	Bytes, Resumed int64
 	Skipped        int
+	// Checksum is the algorithm the files were compared with (empty
+	// when none was).
+	Checksum string
 }
 
 // addWriter counts bytes into Options.Add.
@@ -72,9 +77,12 @@ type localFile struct {
 // Upload copies the local file or directory src to remote, as cp -r
 // does: into remote when it is a directory (or ends in "/"), else as
 // remote. Files are resumed from their partial upload and files already
-// there with the same SHA-256 skipped, unless opt.NoResume.
+// there with the same checksum skipped, unless opt.NoResume.
 func Upload(c *Client, src, remote string, opt Options) (Stats, error) {
 	var st Stats
+	if err := c.SetChecksum(opt.Checksum); err != nil {
+		return st, err
+	}
 	li, err := os.Stat(src)
 	if err != nil {
 		return st, err
@@ -158,7 +166,7 @@ func uploadFile(c *Client, f localFile, opt Options, st *Stats) error {
 		case err == nil && ri.IsDir:
 			return fmt.Errorf("%s: %w", f.remote, &agentapi.FileError{Code: agentapi.FileIsDir, Message: "is a directory"})
 		case err == nil && ri.Size == f.size && ri.Partial == 0:
-			if same, err := sameSum(c, f.remote, file); err != nil || same {
+			if same, err := sameSum(c, f.remote, file, st); err != nil || same {
 				if same {
 					st.Skipped++
 					opt.add(f.size)
@@ -171,7 +179,10 @@ func uploadFile(c *Client, f localFile, opt Options, st *Stats) error {
 			return fmt.Errorf("%s: %w", f.remote, err)
 		}
 	}
-	h := sha256.New()
+	h, err := newHash(c.checksum)
+	if err != nil {
+		return err
+	}
 	if err := hashPrefix(h, file, offset); err != nil {
 		return err
 	}
@@ -188,9 +199,14 @@ func uploadFile(c *Client, f localFile, opt Options, st *Stats) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.remote, err)
 	}
-	if local := hex.EncodeToString(h.Sum(nil)); sum != local {
+	local, err := checkedAs(sum, digestOf(c.checksum, h), file)
+	if err != nil {
+		return err
+	}
+	if sum != local {
 		return fmt.Errorf("%s: %w: sent %s, the agent wrote %s (run the copy again with --no-resume)", f.remote, ErrChecksum, local, sum)
 	}
+	st.Checksum = sum.Algo
 	st.Files++
 	st.Bytes += f.size - offset
 	st.Resumed += offset
@@ -208,19 +224,38 @@ func isBusy(err error) bool {
 	return errors.As(err, &fe) && fe.Code == agentapi.FileBusy
 }
 
-// sameSum reports whether the remote file's SHA-256 is the local one's
+// checkedAs is local, the checksum of the whole of file computed as it
+// was read or written, in the algorithm of the agent's sum: an agent from
+// before the algorithm was named answers SHA-256 whatever was asked, and
+// file is then read again from its start.
+func checkedAs(sum, local Digest, file *os.File) (Digest, error) {
+	if sum.Algo == local.Algo {
+		return local, nil
+	}
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		return Digest{}, err
+	}
+	return hashAll(sum.Algo, file)
+}
+
+// sameSum reports whether the remote file's checksum is the local one's
 // (read from the start); it leaves the local file at its start.
-func sameSum(c *Client, remote string, file *os.File) (bool, error) {
+func sameSum(c *Client, remote string, file *os.File, st *Stats) (bool, error) {
 	sum, err := c.Sum(remote)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", remote, err)
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, file); err != nil {
+	local, err := hashAll(sum.Algo, file)
+	if err != nil {
 		return false, err
 	}
-	_, err = file.Seek(0, io.SeekStart)
-	return hex.EncodeToString(h.Sum(nil)) == sum, err
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		return false, err
+	}
+	if local == sum {
+		st.Checksum = sum.Algo
+	}
+	return local == sum, nil
 }
 
 // hashPrefix hashes f's first n bytes into h and leaves f at n.
@@ -238,6 +273,9 @@ func hashPrefix(h hash.Hash, f *os.File, n int64) error {
 // which a later run resumes from unless opt.NoResume.
 func Download(c *Client, src, dst string, opt Options) (Stats, error) {
 	var st Stats
+	if err := c.SetChecksum(opt.Checksum); err != nil {
+		return st, err
+	}
 	ri, err := c.Stat(src)
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", src, err)
@@ -302,7 +340,7 @@ func downloadFile(c *Client, f localFile, opt Options, st *Stats) error {
 			return err
 		}
 	} else if li, err := os.Stat(f.local); err == nil && li.Mode().IsRegular() && li.Size() == f.size {
-		if same, err := sameLocal(c, f); err != nil || same {
+		if same, err := sameLocal(c, f, st); err != nil || same {
 			if same {
 				st.Skipped++
 				opt.add(f.size)
@@ -325,7 +363,10 @@ func downloadFile(c *Client, f localFile, opt Options, st *Stats) error {
 		return err
 	}
 	offset := min(fi.Size(), f.size)
-	h := sha256.New()
+	h, err := newHash(c.checksum)
+	if err != nil {
+		return err
+	}
 	if err := hashPrefix(h, file, offset); err != nil {
 		return err
 	}
@@ -337,11 +378,16 @@ func downloadFile(c *Client, f localFile, opt Options, st *Stats) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.remote, err)
 	}
-	if local := hex.EncodeToString(h.Sum(nil)); sum != local {
+	local, err := checkedAs(sum, digestOf(c.checksum, h), file)
+	if err != nil {
+		return err
+	}
+	if sum != local {
 		file.Close()
 		os.Remove(partial)
 		return fmt.Errorf("%s: %w: the agent sent %s, %s was written (run the copy again)", f.remote, ErrChecksum, sum, local)
 	}
+	st.Checksum = sum.Algo
 	if err := file.Chmod(fs.FileMode(f.mode) & fs.ModePerm); err != nil {
 		return err
 	}
@@ -358,12 +404,12 @@ func downloadFile(c *Client, f localFile, opt Options, st *Stats) error {
 }
 
 // sameLocal reports whether the local file f.local has the remote file's
-// SHA-256.
-func sameLocal(c *Client, f localFile) (bool, error) {
+// checksum.
+func sameLocal(c *Client, f localFile, st *Stats) (bool, error) {
 	file, err := os.Open(f.local)
 	if err != nil {
 		return false, err
 	}
 	defer file.Close()
-	return sameSum(c, f.remote, file)
+	return sameSum(c, f.remote, file, st)
 }

@@ -54,7 +54,7 @@ type frameReader struct {
 }
 
 func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), buf: make([]byte, 64<<10)}
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10), buf: make([]byte, ChunkSize)}
 }
 
 // next reads the next frame's type and length, checking the length
@@ -122,7 +122,10 @@ func (f *frameReader) copyData(w io.Writer, limit int64) (n int64, werr, err err
 		}
 		left := size
 		for left > 0 {
-			k, err := f.r.Read(f.buf[:min(left, len(f.buf))])
+			// A read gives what one TLS record held (16 KiB); a chunk is
+			// filled first, so that the file (or the hash) is written a
+			// chunk at a time, not a record at a time.
+			k, err := io.ReadFull(f.r, f.buf[:min(left, len(f.buf))])
 			left -= k
 			if k > 0 && werr == nil {
 				var m int
@@ -130,7 +133,7 @@ func (f *frameReader) copyData(w io.Writer, limit int64) (n int64, werr, err err
 				n += int64(m)
 			}
 			if err != nil {
-				if errors.Is(err, io.EOF) {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 					err = fmt.Errorf("%w: data cut short", ErrFrame)
 				}
 				return n, werr, err

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"syscall"
 
 	"github.com/gpucloud/gpucloud/agentapi"
 )
@@ -48,7 +49,20 @@ func (f rootFS) OpenPartial(name string) (*os.File, error) {
 	if err := f.r.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return nil, err
 	}
-	return f.r.OpenFile(PartialName(name), os.O_RDWR|os.O_CREATE, 0o600)
+	p, err := f.r.OpenFile(PartialName(name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	// One writer per partial file, as the agent's files keep it: a cut
+	// put's session may still be writing when its copy is resumed.
+	if err := syscall.Flock(int(p.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		p.Close()
+		if err == syscall.EWOULDBLOCK {
+			return nil, &agentapi.FileError{Code: agentapi.FileBusy, Message: name + ": another copy is writing it"}
+		}
+		return nil, err
+	}
+	return p, nil
 }
 
 func (f rootFS) PartialSize(name string) (int64, error) {

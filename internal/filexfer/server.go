@@ -2,8 +2,6 @@ package filexfer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -113,11 +111,11 @@ func (s *server) serve(req agentapi.FileRequest) error {
 		}
 		return s.w.header(agentapi.FileResponse{Done: true})
 	case agentapi.FileOpSum:
-		return s.sum(name)
+		return s.sum(name, req.Checksum)
 	case agentapi.FileOpPut:
 		return s.put(name, req)
 	case agentapi.FileOpGet:
-		return s.get(name, req.Offset)
+		return s.get(name, req)
 	}
 	return s.fail(&agentapi.FileError{Code: agentapi.FileInvalid, Message: fmt.Sprintf("unknown op %q", req.Op)})
 }
@@ -193,17 +191,26 @@ type connError struct{ err error }
 
 func (e connError) Error() string { return e.err.Error() }
 
-func (s *server) sum(name string) error {
+func (s *server) sum(name, algo string) error {
+	h, err := newHash(algo)
+	if err != nil {
+		return s.fail(err)
+	}
 	f, err := s.fs.Open(name)
 	if err != nil {
 		return s.fail(err)
 	}
 	defer f.Close()
-	h := sha256.New()
 	if _, err := io.CopyBuffer(h, f, s.buf); err != nil {
 		return s.fail(err)
 	}
-	return s.w.header(agentapi.FileResponse{Sum: hex.EncodeToString(h.Sum(nil)), Done: true})
+	return s.done(algo, h)
+}
+
+// done is an operation's last answer, with the file's checksum.
+func (s *server) done(algo string, h hash.Hash) error {
+	d := digestOf(algo, h)
+	return s.w.header(agentapi.FileResponse{Sum: d.Hex, Checksum: d.Algo, Done: true})
 }
 
 // refusePut answers a put with err and drops its data, which the client
@@ -218,12 +225,15 @@ func (s *server) put(name string, req agentapi.FileRequest) error {
 	if info, err := s.fs.Stat(name); err == nil && info.IsDir {
 		return s.refusePut(&agentapi.FileError{Code: agentapi.FileIsDir, Message: req.Path + " is a directory"})
 	}
+	h, err := newHash(req.Checksum)
+	if err != nil {
+		return s.refusePut(err)
+	}
 	f, err := s.fs.OpenPartial(name)
 	if err != nil {
 		return s.refusePut(err)
 	}
 	defer f.Close()
-	h := sha256.New()
 	if err := s.resumeAt(f, h, req.Offset); err != nil {
 		return s.refusePut(err)
 	}
@@ -254,7 +264,7 @@ func (s *server) put(name string, req agentapi.FileRequest) error {
 	if werr != nil {
 		return s.fail(werr)
 	}
-	return s.w.header(agentapi.FileResponse{Sum: hex.EncodeToString(h.Sum(nil)), Done: true})
+	return s.done(req.Checksum, h)
 }
 
 // resumeAt readies a partial file to be written from offset: it hashes
@@ -278,7 +288,12 @@ func (s *server) resumeAt(f *os.File, h hash.Hash, offset int64) error {
 	return err
 }
 
-func (s *server) get(name string, offset int64) error {
+func (s *server) get(name string, req agentapi.FileRequest) error {
+	offset := req.Offset
+	h, err := newHash(req.Checksum)
+	if err != nil {
+		return s.fail(err)
+	}
 	f, err := s.fs.Open(name)
 	if err != nil {
 		return s.fail(err)
@@ -293,7 +308,6 @@ func (s *server) get(name string, offset int64) error {
 		return s.fail(&agentapi.FileError{Code: agentapi.FileOutOfRange,
 			Message: fmt.Sprintf("offset %d is outside the file's %d bytes", offset, size)})
 	}
-	h := sha256.New()
 	if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, offset), s.buf); err != nil {
 		return s.fail(err)
 	}
@@ -311,7 +325,7 @@ func (s *server) get(name string, offset int64) error {
 	if rerr != nil {
 		return s.fail(rerr)
 	}
-	return s.w.header(agentapi.FileResponse{Sum: hex.EncodeToString(h.Sum(nil)), Done: true})
+	return s.done(req.Checksum, h)
 }
 
 // ToFileError maps an error of FS to the protocol's FileError.
