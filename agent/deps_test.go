@@ -20,17 +20,18 @@ const modulePath = "github.com/gpucloud/gpucloud"
 // fails TestAgentDependencies: the agent speaks to the server through
 // agentapi only.
 var agentLinks = []string{
-	"agent",             // the agent itself: its loop, drivers, runtimes, network, exporter
-	"agentapi",          // the agent protocol and its client
-	"cloud",             // the domain's types and errors, shared by both ends of the protocol
-	"catalog",           // GPU models and offerings, which cloud's types name
-	"fleet",             // hosts, GPUs and partitions, as the agent reports them
-	"money",             // the amounts in cloud's types
-	"internal/pki",      // the CA pinned by the join token, the agent's client certificate
-	"internal/rest",     // the one HTTP request path of the clients
-	"internal/imageref", // canonical image names (containerd runtime)
-	"internal/stream",   // the framing of exec sessions
-	"internal/filexfer", // the files protocol of volumes cp and instances cp
+	"agent",              // the agent itself: its loop, drivers, runtimes, network, exporter
+	"agentapi",           // the agent protocol and its client
+	"cloud",              // the domain's types and errors, shared by both ends of the protocol
+	"catalog",            // GPU models and offerings, which cloud's types name
+	"fleet",              // hosts, GPUs and partitions, as the agent reports them
+	"money",              // the amounts in cloud's types
+	"internal/pki",       // the CA pinned by the join token, the agent's client certificate
+	"internal/rest",      // the one HTTP request path of the clients
+	"internal/batchconn", // gathered TLS writes of websocket streams (internal/rest)
+	"internal/imageref",  // canonical image names (containerd runtime)
+	"internal/stream",    // the framing of exec sessions
+	"internal/filexfer",  // the files protocol of volumes cp and instances cp
 }
 
 // agentCommandLinks are what `gpucloud agent` (cli/agentcmd) may link

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/gpucloud/gpucloud/internal/imageref"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +24,8 @@ import (
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/gateway"
 	"github.com/gpucloud/gpucloud/httpapi"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
+	"github.com/gpucloud/gpucloud/internal/imageref"
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/metrics"
 	"github.com/gpucloud/gpucloud/relay"
@@ -349,6 +350,7 @@ func (s *Replica) start(ctx context.Context, cfg Config) (net.Listener, error) {
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		ConnContext:       batchconn.ConnContext,
 	}
 	if s.Store.Dialect() == "postgres" {
 		id := replicaName(cfg)
@@ -500,7 +502,9 @@ func (s *Replica) serveHTTP(ln net.Listener, log *slog.Logger) {
 		defer s.wg.Done()
 		serve := func() error { return s.http.Serve(ln) }
 		if s.http.TLSConfig != nil {
-			serve = func() error { return s.http.ServeTLS(ln, "", "") }
+			// Under each TLS connection, a batchconn.Conn, whose writes
+			// the relay gathers (ConnContext hands it to the handlers).
+			serve = func() error { return s.http.ServeTLS(batchconn.Listener{Listener: ln}, "", "") }
 		}
 		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("api server stopped", "err", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/relay"
 	"github.com/gpucloud/gpucloud/service"
 )
@@ -70,7 +71,7 @@ func (s *handlers) volumeFiles(w http.ResponseWriter, r *http.Request, p princip
 		reason = "the client's upgrade failed"
 		return nil // Accept has answered
 	}
-	if _, err := relay.Splice(ctx, client, agent.Conn, false); err != nil {
+	if _, err := relay.Splice(ctx, client, batchconn.From(ctx), agent, false); err != nil {
 		reason = "relay failed: " + err.Error()
 	}
 	return nil

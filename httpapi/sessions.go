@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/internal/stream"
 	"github.com/gpucloud/gpucloud/relay"
 )
@@ -144,7 +145,7 @@ func (s *handlers) relay(w http.ResponseWriter, r *http.Request, p principal, in
 		s.endSession(id, nil, "the client's upgrade failed")
 		return nil // Accept has answered
 	}
-	st, err := relay.Splice(ctx, client, agent.Conn, framed)
+	st, err := relay.Splice(ctx, client, batchconn.From(ctx), agent, framed)
 	var code *int
 	reason := "closed"
 	switch {
@@ -231,7 +232,7 @@ func (s *handlers) agentSession(w http.ResponseWriter, r *http.Request, p princi
 	if err != nil {
 		return nil
 	}
-	done, ok := s.hub.Accept(p.HostID, r.PathValue("id"), ws)
+	done, ok := s.hub.Accept(p.HostID, r.PathValue("id"), ws, batchconn.From(r.Context()))
 	if !ok {
 		ws.Close(websocket.StatusPolicyViolation, "no session "+r.PathValue("id")+" waits for this host")
 		return nil

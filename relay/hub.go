@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 )
 
 // DefaultDialTimeout bounds how long Open waits for the agent's dial-back.
@@ -67,8 +68,11 @@ func NewHub() *Hub {
 // session ends: that releases the agent's request handler.
 type Session struct {
 	Conn *websocket.Conn
-	done chan struct{}
-	once sync.Once
+	// Batch is the connection under the dial-back's TLS (nil: none),
+	// whose writes Splice gathers.
+	Batch *batchconn.Conn
+	done  chan struct{}
+	once  sync.Once
 }
 
 // Close closes the agent's connection with code and reason, and lets its
@@ -213,7 +217,7 @@ func unavailable(msg string, err error) error {
 // handler holds the connection until then). It returns false when no
 // Open waits for id from that host: a dial-back that came too late, or
 // one from another host, which must not reach another host's session.
-func (h *Hub) Accept(hostID, id string, ws *websocket.Conn) (<-chan struct{}, bool) {
+func (h *Hub) Accept(hostID, id string, ws *websocket.Conn, batch *batchconn.Conn) (<-chan struct{}, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w, ok := h.pending[id]
@@ -221,7 +225,7 @@ func (h *Hub) Accept(hostID, id string, ws *websocket.Conn) (<-chan struct{}, bo
 		return nil, false
 	}
 	delete(h.pending, id)
-	s := &Session{Conn: ws, done: make(chan struct{})}
+	s := &Session{Conn: ws, Batch: batch, done: make(chan struct{})}
 	w.got <- s // buffered, and only one Accept per pending entry
 	return s.done, true
 }

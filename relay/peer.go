@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
@@ -250,7 +251,7 @@ func (h *Hub) ServePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.Close(websocket.StatusNormalClosure, "")
-	_, _ = Splice(ctx, ws, s.Conn, false)
+	_, _ = Splice(ctx, ws, batchconn.From(ctx), s, false)
 }
 
 func peerError(w http.ResponseWriter, status int, e *cloud.Error) {

@@ -78,7 +78,7 @@ func proxyTo(t *testing.T, h *Hub) http.Handler {
 		if err != nil {
 			return
 		}
-		done, ok := h.Accept(r.URL.Query().Get("host"), r.URL.Query().Get("id"), ws)
+		done, ok := h.Accept(r.URL.Query().Get("host"), r.URL.Query().Get("id"), ws, nil)
 		if !ok {
 			ws.Close(websocket.StatusPolicyViolation, "no such session")
 			return
@@ -100,7 +100,7 @@ func proxyTo(t *testing.T, h *Hub) http.Handler {
 			return
 		}
 		defer s.Close(websocket.StatusNormalClosure, "")
-		Splice(r.Context(), ws, s.Conn, true)
+		Splice(r.Context(), ws, nil, s, true)
 	})
 	return mux
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/coder/websocket"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/internal/stream"
 )
 
@@ -23,7 +24,12 @@ import (
 // When the agent ends first, the client is closed with the agent's code
 // and reason; when the client ends first, the agent is closed (and kills
 // what it ran for the session).
-func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*stream.ExitStatus, error) {
+//
+// clientBatch is the connection under the client's TLS (nil: none), and
+// the agent Session's Batch the agent's: each message's bulk write to
+// either is gathered into one write to its connection (batchconn).
+func Splice(ctx context.Context, client *websocket.Conn, clientBatch *batchconn.Conn, as *Session, framed bool) (*stream.ExitStatus, error) {
+	agent := as.Conn
 	limit := int64(-1)
 	if framed {
 		limit = stream.ReadLimit
@@ -34,7 +40,7 @@ func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*s
 	var clientGone atomic.Bool
 	up := make(chan error, 1)
 	go func() {
-		err := pump(ctx, client, agent, framed, true, nil)
+		err := pump(ctx, client, agent, as.Batch, framed, true, nil)
 		clientGone.Store(true)
 		// The client is gone (or broke the framing): the agent ends the
 		// session, and its close ends the other direction.
@@ -45,7 +51,7 @@ func Splice(ctx context.Context, client, agent *websocket.Conn, framed bool) (*s
 		agent.Close(websocket.StatusNormalClosure, reason)
 		up <- err
 	}()
-	downErr := pump(ctx, agent, client, framed, false, &status)
+	downErr := pump(ctx, agent, client, clientBatch, framed, false, &status)
 	code, reason := websocket.StatusNormalClosure, ""
 	var ce websocket.CloseError
 	switch {
@@ -91,14 +97,14 @@ func isClosed(err error) bool {
 // pump copies src's messages to dst until src ends. fromClient refuses a
 // client's output channels; status, when not nil, receives a framed
 // status message (the last one: pump stops after it).
-func pump(ctx context.Context, src, dst *websocket.Conn, framed, fromClient bool, status **stream.ExitStatus) error {
+func pump(ctx context.Context, src, dst *websocket.Conn, batch *batchconn.Conn, framed, fromClient bool, status **stream.ExitStatus) error {
 	for {
 		typ, r, err := src.Reader(ctx)
 		if err != nil {
 			return err
 		}
 		if !framed {
-			if err := copyMessage(ctx, dst, typ, nil, r); err != nil {
+			if err := copyMessage(ctx, dst, batch, typ, nil, r); err != nil {
 				return err
 			}
 			continue
@@ -130,7 +136,7 @@ func pump(ctx context.Context, src, dst *websocket.Conn, framed, fromClient bool
 		case !stream.IsData(c) && c != stream.Resize && c != stream.Close:
 			return stream.ErrFrame
 		}
-		if err := copyMessage(ctx, dst, typ, ch[:], r); err != nil {
+		if err := copyMessage(ctx, dst, batch, typ, ch[:], r); err != nil {
 			return err
 		}
 	}
@@ -145,7 +151,11 @@ const copyBuf = 256 << 10
 // much allocation and zeroing as the bytes it carried.
 var copyBufs = sync.Pool{New: func() any { return new([copyBuf]byte) }}
 
-func copyMessage(ctx context.Context, dst *websocket.Conn, typ websocket.MessageType, head []byte, r io.Reader) error {
+// copyMessage copies one message of r to dst, a buffer at a time; each
+// buffer's write to dst (and the message's end) is gathered under batch
+// into one write to the connection, where TLS would write it a record at
+// a time.
+func copyMessage(ctx context.Context, dst *websocket.Conn, batch *batchconn.Conn, typ websocket.MessageType, head []byte, r io.Reader) error {
 	w, err := dst.Writer(ctx, typ)
 	if err != nil {
 		return err
@@ -157,17 +167,35 @@ func copyMessage(ctx context.Context, dst *websocket.Conn, typ websocket.Message
 	for {
 		m, err := io.ReadFull(r, buf[n:])
 		n += m
-		if n > 0 && (n == len(buf) || err != nil) {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return werr
+		end := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !end {
+			return err
+		}
+		if n == len(buf) || end {
+			if err := gathered(w, batch, buf[:n], end); err != nil {
+				return err
 			}
 			n = 0
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return w.Close()
-		}
-		if err != nil {
-			return err
+		if end {
+			return nil
 		}
 	}
+}
+
+// gathered writes p to w and, at the message's end, closes w, the whole
+// gathered under batch.
+func gathered(w io.WriteCloser, batch *batchconn.Conn, p []byte, end bool) error {
+	batch.Hold()
+	var err error
+	if len(p) > 0 {
+		_, err = w.Write(p)
+	}
+	if end && err == nil {
+		err = w.Close()
+	}
+	if rerr := batch.Release(); err == nil {
+		err = rerr
+	}
+	return err
 }

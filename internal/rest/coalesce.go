@@ -5,7 +5,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 )
 
 // A WebSocket client must mask what it sends, and coder/websocket masks
@@ -24,16 +27,20 @@ import (
 const coalesceMax = 256 << 10
 
 // upgradeTransport wraps the body of a 101 Switching Protocols response,
-// the upgraded connection, in a coalescing writer.
-type upgradeTransport struct{ base http.RoundTripper }
+// the upgraded connection, in a coalescing writer; batch is the
+// connection under its TLS when dialTLS dialled it.
+type upgradeTransport struct {
+	base  http.RoundTripper
+	batch atomic.Pointer[batchconn.Conn]
+}
 
-func (t upgradeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *upgradeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		return resp, err
 	}
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-		resp.Body = newCoalescer(rwc)
+		resp.Body = newCoalescer(rwc, t.batch.Load())
 	}
 	return resp, nil
 }
@@ -46,7 +53,8 @@ func (t upgradeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // ends, e.g. as a net.Conn adapter closes while its last message (a
 // port-forward's final bytes, a close frame) is still queued.
 type coalescer struct {
-	rwc io.ReadWriteCloser
+	rwc   io.ReadWriteCloser
+	batch *batchconn.Conn // under rwc's TLS: each write's records go in one (nil: none)
 
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -58,8 +66,8 @@ type coalescer struct {
 	err     error  // the connection's write error, or net.ErrClosed
 }
 
-func newCoalescer(rwc io.ReadWriteCloser) *coalescer {
-	c := &coalescer{rwc: rwc}
+func newCoalescer(rwc io.ReadWriteCloser, batch *batchconn.Conn) *coalescer {
+	c := &coalescer{rwc: rwc, batch: batch}
 	c.cond.L = &c.mu
 	return c
 }
@@ -109,7 +117,11 @@ func (c *coalescer) flush() {
 		c.writing = true
 		c.cond.Broadcast() // room for the writers
 		c.mu.Unlock()
+		c.batch.Hold()
 		_, err := c.rwc.Write(out)
+		if rerr := c.batch.Release(); err == nil {
+			err = rerr
+		}
 		c.mu.Lock()
 		c.spare = out[:0]
 		c.writing = false

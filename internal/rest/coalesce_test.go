@@ -79,7 +79,7 @@ func TestCoalescer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCoalescer(tt.conn)
+			c := newCoalescer(tt.conn, nil)
 			var want []byte
 			for i := range 200 {
 				b := append([]byte{byte(i)}, chunk[1:]...)
@@ -110,7 +110,7 @@ func TestCoalescer(t *testing.T) {
 func TestCoalescerCloseBounded(t *testing.T) {
 	r := &recorder{block: make(chan struct{})}
 	defer close(r.block)
-	c := newCoalescer(r)
+	c := newCoalescer(r, nil)
 	werr := make(chan error, 1)
 	go func() {
 		_, err := c.Write(make([]byte, 3*coalesceMax)) // more than the queue holds

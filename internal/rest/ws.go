@@ -2,16 +2,23 @@ package rest
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
+	"strings"
 
 	"github.com/coder/websocket"
+
+	"github.com/gpucloud/gpucloud/internal/batchconn"
 )
 
 // DialWebSocket opens a WebSocket to path (with query) on the client's
 // server, with the client's token and HTTP client (so its TLS
 // configuration, an agent's client certificate included), offering the
 // given subprotocols. A refused upgrade answers the API's error as a
-// *cloud.Error, as Do does. Its writes are coalesced (coalesce.go).
+// *cloud.Error, as Do does. Its writes are coalesced (coalesce.go), and
+// over TLS each coalesced write's records are gathered into one write to
+// the connection (batchconn).
 func (c *Client) DialWebSocket(ctx context.Context, path string, subprotocols []string) (*websocket.Conn, error) {
 	h := http.Header{}
 	if c.token != "" {
@@ -22,7 +29,17 @@ func (c *Client) DialWebSocket(ctx context.Context, path string, subprotocols []
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc.Transport = upgradeTransport{base: base}
+	ut := &upgradeTransport{base: base}
+	if t, ok := base.(*http.Transport); ok && strings.HasPrefix(c.base, "https://") && !proxied(t, c.base+path) {
+		// A transport of its own, whose one connection is dialled here
+		// with a batchconn.Conn under its TLS: an upgraded connection is
+		// never pooled, so nothing is lost by not sharing.
+		bt := t.Clone()
+		bt.DisableKeepAlives = true
+		bt.DialTLSContext = ut.dialTLS(t)
+		ut.base = bt
+	}
+	hc.Transport = ut
 	ws, resp, err := websocket.Dial(ctx, c.base+path, &websocket.DialOptions{
 		HTTPClient: &hc, HTTPHeader: h, Subprotocols: subprotocols})
 	if err != nil {
@@ -33,4 +50,53 @@ func (c *Client) DialWebSocket(ctx context.Context, path string, subprotocols []
 		return nil, err
 	}
 	return ws, nil
+}
+
+// proxied reports whether t sends requests for url through a proxy
+// (whose connection DialTLSContext would wrongly take for the server's).
+func proxied(t *http.Transport, url string) bool {
+	if t.Proxy == nil {
+		return false
+	}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return true
+	}
+	u, err := t.Proxy(req)
+	return err != nil || u != nil
+}
+
+// dialTLS dials as t would, with a batchconn.Conn under the TLS
+// connection, which it keeps for the upgraded connection's coalescer.
+func (ut *upgradeTransport) dialTLS(t *http.Transport) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dial := t.DialContext
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := &tls.Config{}
+		if t.TLSClientConfig != nil {
+			cfg = t.TLSClientConfig.Clone()
+		}
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			cfg.ServerName = host
+		}
+		cfg.NextProtos = []string{"http/1.1"} // a WebSocket upgrade is HTTP/1.1
+		bc := batchconn.New(raw)
+		tc := tls.Client(bc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		ut.batch.Store(bc)
+		return tc, nil
+	}
 }

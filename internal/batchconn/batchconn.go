@@ -1,0 +1,148 @@
+// Package batchconn gathers the TLS records of one large write into one
+// system call.
+//
+// crypto/tls writes every record it seals (at most 16 KiB of data) to its
+// connection by itself: a 256 KiB message is sixteen writes, each a
+// syscall and, on loopback, a trip through the receiving TCP stack. A
+// Conn sits under a *tls.Conn; between Hold and Release what TLS writes is
+// gathered and written at Release in one write. The relay and the
+// WebSocket clients hold around each bulk write they hand to TLS
+// (relay.Splice, internal/rest's coalescer), which took one TLS hop from
+// 1.34 to 1.76 GB/s on this project's machine (docs/BENCHMARKS.md).
+//
+// Outside a hold, writes pass straight through. Every write to the
+// connection, held or not, goes through one lock, so that a write TLS
+// makes from another goroutine meanwhile (a WebSocket's pong, an alert)
+// lands in order behind what is gathered. Close does not take the lock:
+// it closes the connection at once, failing a write that blocks (and
+// dropping what a hold had gathered), as closing a net.Conn does.
+package batchconn
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"sync"
+)
+
+// maxGather bounds what a hold gathers before it writes: a write larger
+// than this goes out in several.
+const maxGather = 512 << 10
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, maxGather+32<<10); return &b }}
+
+// Conn is a connection whose writes can be gathered. A nil *Conn's Hold
+// and Release do nothing, so that callers need not ask whether a
+// connection has one.
+type Conn struct {
+	net.Conn
+
+	mu    sync.Mutex
+	holds int
+	buf   *[]byte // gathered, while held
+	err   error   // a gathered write's failure, returned by the next write
+}
+
+// New wraps c.
+func New(c net.Conn) *Conn { return &Conn{Conn: c} }
+
+// Write writes p, or gathers it while the connection is held.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.holds == 0 {
+		return c.Conn.Write(p)
+	}
+	if c.buf == nil {
+		c.buf = bufs.Get().(*[]byte)
+	}
+	*c.buf = append(*c.buf, p...)
+	if len(*c.buf) >= maxGather {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// flushLocked writes what is gathered.
+func (c *Conn) flushLocked() error {
+	if c.buf == nil || len(*c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(*c.buf)
+	*c.buf = (*c.buf)[:0]
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return err
+}
+
+// Hold starts gathering writes until the matching Release.
+func (c *Conn) Hold() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+}
+
+// Release ends a Hold; the last one writes what was gathered, and
+// returns that write's error.
+func (c *Conn) Release() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds == 0 {
+		return nil
+	}
+	c.holds--
+	if c.holds > 0 {
+		return nil
+	}
+	err := c.flushLocked()
+	if c.buf != nil {
+		bufs.Put(c.buf)
+		c.buf = nil
+	}
+	return err
+}
+
+// Listener wraps each connection it accepts in a Conn.
+type Listener struct{ net.Listener }
+
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return New(c), nil
+}
+
+type ctxKey struct{}
+
+// ConnContext is an http.Server's ConnContext: it keeps the Conn under
+// a TLS connection (one a Listener accepted) in the context of the
+// connection's requests, for From.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if bc, ok := c.(*Conn); ok {
+		return context.WithValue(ctx, ctxKey{}, bc)
+	}
+	return ctx
+}
+
+// From is the Conn of a request's connection, as ConnContext kept it;
+// nil when it has none.
+func From(ctx context.Context) *Conn {
+	bc, _ := ctx.Value(ctxKey{}).(*Conn)
+	return bc
+}

@@ -1,0 +1,188 @@
+package batchconn
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countConn counts the writes that reach the connection.
+type countConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countConn) Write(p []byte) (int, error) { c.writes.Add(1); return c.Conn.Write(p) }
+
+func testCert(t *testing.T) tls.Certificate {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "x"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"x"}}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
+}
+
+// pair is a TLS 1.3 client over a Conn (over a countConn) and the
+// server's end, over loopback TCP.
+func pair(t *testing.T) (*tls.Conn, *Conn, *countConn, *tls.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cert := testCert(t)
+	srv := make(chan *tls.Conn, 1)
+	go func() {
+		c, err := Listener{ln}.Accept()
+		if err != nil {
+			srv <- nil
+			return
+		}
+		sc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+		sc.Handshake()
+		srv <- sc
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &countConn{Conn: raw}
+	bc := New(cc)
+	tc := tls.Client(bc, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	sc := <-srv
+	if sc == nil {
+		t.Fatal("accept failed")
+	}
+	if _, ok := sc.NetConn().(*Conn); !ok {
+		t.Fatalf("the listener's connection is a %T, not a *Conn", sc.NetConn())
+	}
+	t.Cleanup(func() { tc.Close(); sc.Close() })
+	return tc, bc, cc, sc
+}
+
+// A held write of 256 KiB is one write to the connection instead of one
+// per record, and the bytes arrive whole and in order, with a write from
+// another goroutine during the hold behind them.
+func TestHoldGathersRecords(t *testing.T) {
+	tc, bc, cc, sc := pair(t)
+	msg := make([]byte, 256<<10)
+	rand.Read(msg)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 3*len(msg)+5)
+		_, err := io.ReadFull(sc, b)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	before := cc.writes.Load()
+	if _, err := tc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	plain := cc.writes.Load() - before
+	before = cc.writes.Load()
+	bc.Hold()
+	if _, err := tc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); tc.Write([]byte("after")) }()
+	time.Sleep(20 * time.Millisecond)
+	if n := cc.writes.Load() - before; n != 0 {
+		t.Errorf("%d writes reached the connection during the hold", n)
+	}
+	if err := bc.Release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	held := cc.writes.Load() - before
+	if _, err := tc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if plain < 16 || held != 1 {
+		t.Errorf("writes: %d without a hold, %d with (the other goroutine's included): want 16 or more, and 1", plain, held)
+	}
+	b := <-got
+	want := append(append(append(append([]byte{}, msg...), msg...), "after"...), msg...)
+	if !bytes.Equal(b, want) {
+		t.Error("the bytes arrived changed or out of order")
+	}
+}
+
+// Holds nest; a nil Conn's are no-ops; ConnContext finds the Conn under
+// a TLS connection.
+func TestNestingNilAndContext(t *testing.T) {
+	var none *Conn
+	none.Hold()
+	if err := none.Release(); err != nil {
+		t.Fatal(err)
+	}
+	tc, bc, cc, sc := pair(t)
+	go io.Copy(io.Discard, sc)
+	before := cc.writes.Load()
+	bc.Hold()
+	bc.Hold()
+	tc.Write(make([]byte, 100<<10))
+	bc.Release()
+	if n := cc.writes.Load() - before; n != 0 {
+		t.Errorf("the inner release wrote (%d writes)", n)
+	}
+	bc.Release()
+	if n := cc.writes.Load() - before; n != 1 {
+		t.Errorf("the outer release: %d writes, want 1", n)
+	}
+	if bc.Release() != nil {
+		t.Error("a release without a hold failed")
+	}
+	if From(ConnContext(context.Background(), tc)) != bc {
+		t.Error("ConnContext did not find the Conn under the TLS connection")
+	}
+	if From(ConnContext(context.Background(), cc)) != nil || From(context.Background()) != nil {
+		t.Error("a connection without a Conn has one")
+	}
+}
+
+// Close is not held up by a write that blocks on a peer that does not
+// read: it fails the write, as closing a net.Conn does.
+func TestCloseUnblocksAWrite(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	bc := New(a)
+	done := make(chan error, 1)
+	go func() { _, err := bc.Write([]byte("nobody reads this")); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	bc.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the blocked write succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock the write")
+	}
+}
