@@ -7,8 +7,9 @@
 // Conn sits under a *tls.Conn; between Hold and Release what TLS writes is
 // gathered and written at Release in one write. The relay and the
 // WebSocket clients hold around each bulk write they hand to TLS
-// (relay.Splice, internal/rest's coalescer), which took one TLS hop from
-// 1.34 to 1.76 GB/s on this project's machine (docs/BENCHMARKS.md).
+// (relay.Splice, internal/rest's coalescer). One TLS hop of 256 KiB
+// messages over loopback went from 1.09 to 1.31 GB/s (BenchmarkTLSWrite,
+// medians of four, on the project's 2-core VM; docs/BENCHMARKS.md).
 //
 // Outside a hold, writes pass straight through. Every write to the
 // connection, held or not, goes through one lock, so that a write TLS

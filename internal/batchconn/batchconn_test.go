@@ -26,7 +26,7 @@ type countConn struct {
 
 func (c *countConn) Write(p []byte) (int, error) { c.writes.Add(1); return c.Conn.Write(p) }
 
-func testCert(t *testing.T) tls.Certificate {
+func testCert(t testing.TB) tls.Certificate {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -43,7 +43,7 @@ func testCert(t *testing.T) tls.Certificate {
 
 // pair is a TLS 1.3 client over a Conn (over a countConn) and the
 // server's end, over loopback TCP.
-func pair(t *testing.T) (*tls.Conn, *Conn, *countConn, *tls.Conn) {
+func pair(t testing.TB) (*tls.Conn, *Conn, *countConn, *tls.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -184,5 +184,46 @@ func TestCloseUnblocksAWrite(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not unblock the write")
+	}
+}
+
+// BenchmarkTLSWrite is one TLS hop over loopback TCP, 256 KiB messages
+// (the relay's), with each message's records written one by one as
+// crypto/tls does and gathered into one write by a hold:
+//
+//	go test ./internal/batchconn -run '^$' -bench TLSWrite -count 5
+func BenchmarkTLSWrite(b *testing.B) {
+	for _, held := range []bool{false, true} {
+		name := "record-per-write"
+		if held {
+			name = "held"
+		}
+		b.Run(name, func(b *testing.B) {
+			tc, bc, _, sc := pair(b)
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.Copy(io.Discard, sc)
+				done <- err
+			}()
+			msg := make([]byte, 256<<10)
+			b.SetBytes(int64(len(msg)))
+			b.ResetTimer()
+			for range b.N {
+				if held {
+					bc.Hold()
+				}
+				_, err := tc.Write(msg)
+				if held {
+					if rerr := bc.Release(); err == nil {
+						err = rerr
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			tc.Close()
+			<-done
+		})
 	}
 }
