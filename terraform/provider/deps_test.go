@@ -36,6 +36,7 @@ var providerLinks = []string{
 	"cli/cliconfig",                   // the CLI's configuration file and GPUCLOUD_* variables
 	"internal/pki",                    // fingerprints
 	"internal/rest",                   // the one HTTP request path of the clients
+	"internal/batchconn",              // gathered TLS writes of the WebSockets internal/rest dials
 	"internal/stream",                 // the framing of exec sessions, which the client holds
 	"internal/imageref",               // an image as written and its canonical form
 }
