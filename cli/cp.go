@@ -52,7 +52,7 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 				return cmdutil.Usagef(cmd, "%v", err)
 			}
 			if err := filexfer.CheckChecksum(checksum); err != nil {
-				return cmdutil.Usagef(cmd, "--checksum: %v", err)
+				return cmdutil.Usagef(cmd, "--checksum is %s or %s, not %q", agentapi.ChecksumCRC32C, agentapi.ChecksumSHA256, checksum)
 			}
 			c, err := s.connect(cmd)
 			if err != nil {
@@ -144,13 +144,13 @@ func copySummary(st filexfer.Stats, d time.Duration) string {
 	if d > 0 && moved > 0 {
 		rate = ", " + humanBytes(int64(float64(moved)/d.Seconds())) + "/s"
 	}
-	s := fmt.Sprintf("copied %d files (%s) in %s%s", st.Files, humanBytes(moved), d.Round(time.Millisecond), rate)
+	s := fmt.Sprintf("copied %s (%s) in %s%s", plural(st.Files, "file", "files"), humanBytes(moved), d.Round(time.Millisecond), rate)
 	if st.Resumed > 0 {
 		s += fmt.Sprintf("; resumed %s from partial files", humanBytes(st.Resumed))
 	}
 	sum := checksumName(st.Checksum)
 	if st.Skipped > 0 {
-		s += fmt.Sprintf("; %d files already there (same %s) skipped", st.Skipped, sum)
+		s += fmt.Sprintf("; %s already there (same %s) skipped", plural(st.Skipped, "file", "files"), sum)
 	}
 	if st.Checksum == "" {
 		return s

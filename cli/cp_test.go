@@ -45,9 +45,10 @@ func TestCopySummary(t *testing.T) {
 		st   filexfer.Stats
 		want string
 	}{
-		{filexfer.Stats{Files: 1, Bytes: 2 << 30, Checksum: "crc32c"}, "copied 1 files (2.0 GiB) in 2s, 1.0 GiB/s; CRC-32C verified"},
+		{filexfer.Stats{Files: 1, Bytes: 2 << 30, Checksum: "crc32c"}, "copied 1 file (2.0 GiB) in 2s, 1.0 GiB/s; CRC-32C verified"},
 		{filexfer.Stats{Files: 3, Bytes: 1 << 20, Resumed: 1 << 30, Skipped: 2, Checksum: "sha256"}, "copied 3 files (1.0 MiB) in 2s, 512.0 KiB/s; resumed 1.0 GiB from partial files; 2 files already there (same SHA-256) skipped; SHA-256 verified"},
 		{filexfer.Stats{Dirs: 1}, "copied 0 files (0 B) in 2s"},
+		{filexfer.Stats{Skipped: 1, Checksum: "crc32c"}, "copied 0 files (0 B) in 2s; 1 file already there (same CRC-32C) skipped; CRC-32C verified"},
 	} {
 		if got := copySummary(tt.st, 2*time.Second); got != tt.want {
 			t.Errorf("%+v:\n got %s\nwant %s", tt.st, got, tt.want)
@@ -77,7 +78,7 @@ func TestCopyChecksumFlag(t *testing.T) {
 	e := newCloudEnv(t)
 	for _, kind := range []string{"volumes", "instances"} {
 		code, _, errOut := e.as(e.admin, kind, "cp", "--checksum", "md5", "./f", "x-0123456789abcdef:/f")
-		if code != ExitUsage || !strings.Contains(errOut, `unknown checksum "md5"`) {
+		if code != ExitUsage || !strings.Contains(errOut, `--checksum is crc32c or sha256, not "md5"`) {
 			t.Errorf("%s cp --checksum md5: exit %d, %q", kind, code, errOut)
 		}
 	}
