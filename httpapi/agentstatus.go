@@ -23,8 +23,10 @@ import (
 // assignmentReread is how often a waiting assignment watch reads the
 // host's list again although this replica noted no change, while other
 // replicas write the store: their writes (the leader's placements, when
-// the agent's watch is on another replica) are not noted here. A replica
-// that is alone (Options.Alone) reads again only when the wait ends
+// the agent's watch is on another replica) are not noted here unless
+// PostgreSQL carries them (service.AssignmentChanges.Peered). A replica
+// that is alone (Options.Alone), or hears the others, reads again only
+// when the wait ends
 // (agentapi.MaxAssignmentWait), for the rarer changes a list shows that
 // no key covers (a volume's size): at thousands of agents the re-read
 // every 5 s was a fifth of a transaction per agent a second (issue 26).
@@ -66,11 +68,15 @@ func (s *handlers) agentAssignments(w http.ResponseWriter, r *http.Request, p pr
 	ctx := r.Context()
 	deadline := time.Now().Add(wait)
 	changes := s.svc.AssignmentChanges
-	reread, alone := assignmentReread, s.alone != nil && s.alone()
-	if alone {
-		reread = agentapi.MaxAssignmentWait
-	}
 	for {
+		// Alone, or told of the other replicas' changes (PostgreSQL's
+		// LISTEN/NOTIFY, service.AssignmentChanges.SetPeered), a waiter
+		// needs no timer; asked again each round, since the carrier may
+		// come and go (which wakes every waiter).
+		reread, alone := assignmentReread, (s.alone != nil && s.alone()) || changes.Peered()
+		if alone {
+			reread = agentapi.MaxAssignmentWait
+		}
 		seq := changes.Seq()
 		list, keys, err := s.svc.Agents.AssignmentView(ctx, p.actor())
 		if err != nil {
@@ -89,8 +95,9 @@ func (s *handlers) agentAssignments(w http.ResponseWriter, r *http.Request, p pr
 		}
 		if alone && !changed {
 			// The wait is over and no write of this replica, the only
-			// one, touched the list: it is the one just read. The
-			// agent's next call reads it afresh.
+			// one, or of the others it hears from touched the list: it
+			// is the one just read. The agent's next call reads it
+			// afresh.
 			writeJSON(w, http.StatusOK, list)
 			return nil
 		}

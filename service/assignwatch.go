@@ -22,9 +22,13 @@ import (
 // WatchAssignments, the store decorator the composition root installs,
 // so that every writer is covered without knowing of it. A waiter wakes
 // only for its own keys (its host and the jobs its list shows): a
-// placement on one host wakes no other host's agent. It sees only this
-// replica's writes: a waiter also re-reads on a timer for the others'.
-// Safe for concurrent use.
+// placement on one host wakes no other host's agent.
+//
+// Other replicas' writes reach it through a carrier the composition root
+// connects (PostgreSQL's LISTEN/NOTIFY): Publish hands it the keys of
+// this replica's commits, NoteRemote takes the others', and SetPeered
+// says whether the carrier is live. While it is not, a waiter also
+// re-reads on a timer for the others' writes. Safe for concurrent use.
 type AssignmentChanges struct {
 	mu  sync.Mutex
 	seq uint64
@@ -33,6 +37,57 @@ type AssignmentChanges struct {
 	keys map[string]*changeKey
 	// swept is when keys was last pruned.
 	swept time.Time
+	// publish, when set, is handed the keys of every local commit.
+	publish func(keys []string)
+	// peered: the carrier delivers the other replicas' changes.
+	peered bool
+	// epoch is the seq of the last SetPeered: a wait from before it
+	// answers at once.
+	epoch uint64
+}
+
+// HostAssignmentKey is the key under which the changes of host's
+// assignments are noted.
+func HostAssignmentKey(host string) string { return hostKey(host) }
+
+// Publish has fn handed the keys of every change this replica commits
+// from now on, for the other replicas; fn must not block.
+func (c *AssignmentChanges) Publish(fn func(keys []string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.publish = fn
+}
+
+// NoteRemote notes keys another replica changed: their waiters wake, and
+// nothing is published again.
+func (c *AssignmentChanges) NoteRemote(keys []string) { c.noteFrom(keys, false) }
+
+// SetPeered says whether the other replicas' changes reach NoteRemote.
+// Either way every waiter wakes and reads again: one that waited while
+// the carrier was down may have missed a change, and one that waits
+// without a timer must start one when the carrier goes down.
+func (c *AssignmentChanges) SetPeered(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.peered = on
+	c.seq++
+	c.epoch = c.seq
+	for _, e := range c.keys {
+		for ch := range e.waiters {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Peered reports whether the other replicas' changes are delivered here
+// (SetPeered), so that a waiter needs no timer for them.
+func (c *AssignmentChanges) Peered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peered
 }
 
 type changeKey struct {
@@ -66,13 +121,19 @@ func (c *AssignmentChanges) Seq() uint64 {
 }
 
 // note records a committed change of the keys and wakes their waiters.
-func (c *AssignmentChanges) note(keys []string) {
+func (c *AssignmentChanges) note(keys []string) { c.noteFrom(keys, true) }
+
+// noteFrom is note; local changes are also published.
+func (c *AssignmentChanges) noteFrom(keys []string, local bool) {
 	if len(keys) == 0 {
 		return
 	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if local && c.publish != nil {
+		c.publish(keys)
+	}
 	c.seq++
 	for _, k := range keys {
 		e := c.keys[k]
@@ -103,6 +164,10 @@ func (c *AssignmentChanges) note(keys []string) {
 func (c *AssignmentChanges) Wait(ctx context.Context, since uint64, keys []string) bool {
 	ch := make(chan struct{}, 1)
 	c.mu.Lock()
+	if since < c.epoch {
+		c.mu.Unlock()
+		return true
+	}
 	for _, k := range keys {
 		if e := c.keys[k]; e != nil && e.seq > since {
 			c.mu.Unlock()

@@ -1,0 +1,142 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/store/postgres"
+)
+
+// The assignment changes of the replicas on one PostgreSQL database,
+// carried among them by LISTEN/NOTIFY (issue 26): the keys of what this
+// replica commits are sent on the store's "assignments" channel, and the
+// keys the others send are noted here, so that an agent whose watch is on
+// this replica hears of the leader's placements at once instead of at its
+// next timed re-read. While the listening connection is down the waiters
+// fall back to the timer (service.AssignmentChanges.SetPeered).
+
+// assignmentNote is one notification: the keys a replica committed.
+type assignmentNote struct {
+	From string   `json:"from"`
+	Keys []string `json:"keys"`
+}
+
+// notifyTimeout bounds one notification's send.
+const notifyTimeout = 5 * time.Second
+
+// carryAssignments connects changes to the other replicas through n until
+// ctx ends; self is this replica's name. It returns at once.
+func carryAssignments(ctx context.Context, wg *sync.WaitGroup, n *postgres.Notifier, changes *service.AssignmentChanges, self string, log *slog.Logger) {
+	p := &publisher{signal: make(chan struct{}, 1), pending: map[string]bool{}}
+	changes.Publish(p.add)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		p.run(ctx, func(ctx context.Context, payload string) error { return n.Notify(ctx, payload) }, self, log)
+	}()
+	go func() {
+		defer wg.Done()
+		n.Listen(ctx, func(on bool) {
+			if !on && ctx.Err() == nil {
+				log.Warn("assignment changes: the listening connection to PostgreSQL broke; agents' watches re-read on a timer until it is back")
+			}
+			changes.SetPeered(on)
+		}, func(payload string) {
+			var note assignmentNote
+			if err := json.Unmarshal([]byte(payload), &note); err != nil || note.From == self {
+				return // our own, or not ours to read
+			}
+			changes.NoteRemote(note.Keys)
+		})
+	}()
+}
+
+// publisher sends the keys of local commits, gathered while a send is
+// under way, in as few notifications as their size allows.
+type publisher struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	signal  chan struct{}
+}
+
+// add queues keys; it never blocks (AssignmentChanges calls it under its
+// lock).
+func (p *publisher) add(keys []string) {
+	p.mu.Lock()
+	for _, k := range keys {
+		p.pending[k] = true
+	}
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue.
+func (p *publisher) take() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := make([]string, 0, len(p.pending))
+	for k := range p.pending {
+		keys = append(keys, k)
+	}
+	clear(p.pending)
+	return keys
+}
+
+func (p *publisher) run(ctx context.Context, send func(context.Context, string) error, self string, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.signal:
+		}
+		for _, payload := range notePayloads(self, p.take(), postgres.MaxPayload) {
+			sctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+			err := send(sctx, payload)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				// The others' waiters see the change at their next
+				// re-read: at the end of their wait, at most
+				// agentapi.MaxAssignmentWait later.
+				log.Warn("assignment changes: notifying the other replicas failed", "err", err)
+			}
+		}
+	}
+}
+
+// notePayloads splits keys into notifications of at most max bytes each.
+// A key too long for one alone is left out (keys are IDs and names, far
+// shorter).
+func notePayloads(self string, keys []string, max int) []string {
+	empty, _ := json.Marshal(assignmentNote{From: self, Keys: []string{}})
+	var out []string
+	var cur []string
+	size := len(empty)
+	flush := func() {
+		if len(cur) > 0 {
+			b, _ := json.Marshal(assignmentNote{From: self, Keys: cur})
+			out = append(out, string(b))
+		}
+		cur, size = nil, len(empty)
+	}
+	for _, k := range keys {
+		q, _ := json.Marshal(k)
+		n := len(q) + 1 // and a comma
+		if len(empty)+n > max {
+			continue
+		}
+		if size+n > max {
+			flush()
+		}
+		cur = append(cur, k)
+		size += n
+	}
+	flush()
+	return out
+}

@@ -1,0 +1,92 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
+	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/testkit"
+)
+
+// TestAssignmentChangesCrossReplicas: the leader's placement of an
+// instance created through the follower wakes, on the follower, a watch
+// of the host's assignments (which the follower's own writes could not:
+// the create names no host), through PostgreSQL's LISTEN/NOTIFY.
+func TestAssignmentChangesCrossReplicas(t *testing.T) {
+	db := pgtest.URL(t)
+	ctx := context.Background()
+	a, b := start(t, db), start(t, db)
+	defer a.Close(ctx)
+	defer b.Close(ctx)
+	testkit.Eventually(t, 0, "a leader, and both replicas hearing the other", func() bool {
+		return a.IsLeader() != b.IsLeader() && a.asgChanges.Peered() && b.asgChanges.Peered()
+	})
+	leader, follower := a, b
+	if b.IsLeader() {
+		leader, follower = b, a
+	}
+	addHost(t, leader.Store, fleet.MockNVLinkHost("h100-1", "H100-80GB-SXM", 8))
+	c := client.New(follower.URL, a.AdminToken+b.AdminToken, follower.HTTPClient())
+	seq := follower.asgChanges.Seq()
+	start := time.Now()
+	if _, err := c.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if !follower.asgChanges.Wait(wctx, seq, []string{service.HostAssignmentKey("h100-1")}) {
+		t.Fatal("the follower never heard of the leader's placement")
+	}
+	t.Logf("the follower heard of the placement %v after the create was sent", time.Since(start).Round(time.Millisecond))
+}
+
+// The notifications' payloads: every key once, each payload within the
+// bound, a key too long for any payload left out.
+func TestNotePayloads(t *testing.T) {
+	long := strings.Repeat("k", 200)
+	var many []string
+	for i := range 500 {
+		many = append(many, "host/h-"+strings.Repeat("0", 20)+string(rune('a'+i%26))+strings.Repeat("x", i%7))
+	}
+	for _, tc := range []struct {
+		name  string
+		keys  []string
+		max   int
+		parts int // -1: any
+		want  []string
+	}{
+		{"none", nil, 7900, 0, nil},
+		{"one", []string{"host/h1"}, 7900, 1, []string{"host/h1"}},
+		{"split", []string{"host/h1", "host/h2", "host/h3"}, 60, 2, []string{"host/h1", "host/h2", "host/h3"}},
+		{"too long", []string{"host/h1", long}, 100, 1, []string{"host/h1"}},
+		{"many", many, 7900, -1, many},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := notePayloads("r1/start-1", tc.keys, tc.max)
+			if tc.parts >= 0 && len(ps) != tc.parts {
+				t.Fatalf("%d payloads, want %d: %q", len(ps), tc.parts, ps)
+			}
+			var got []string
+			for _, p := range ps {
+				if len(p) > tc.max {
+					t.Errorf("a payload of %d bytes, over %d", len(p), tc.max)
+				}
+				var n assignmentNote
+				if err := json.Unmarshal([]byte(p), &n); err != nil || n.From != "r1/start-1" {
+					t.Fatalf("payload %q: %+v, %v", p, n, err)
+				}
+				got = append(got, n.Keys...)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("keys %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
