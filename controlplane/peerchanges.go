@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -11,16 +12,19 @@ import (
 	"github.com/gpucloud/gpucloud/store/postgres"
 )
 
-// The assignment changes of the replicas on one PostgreSQL database,
-// carried among them by LISTEN/NOTIFY (issue 26): the keys of what this
-// replica commits are sent on the store's "assignments" channel, and the
-// keys the others send are noted here, so that an agent whose watch is on
-// this replica hears of the leader's placements at once instead of at its
-// next timed re-read. While the listening connection is down the waiters
-// fall back to the timer (service.AssignmentChanges.SetPeered).
+// The changes of the replicas on one PostgreSQL database, carried among
+// them by LISTEN/NOTIFY (issue 26): the keys of what this replica commits
+// are sent on one of the store's channels, and the keys the others send
+// are noted here as if committed here. So an agent whose watch is on this
+// replica hears of the leader's placements (service.AssignmentChanges)
+// and of a security group changed through another replica
+// (service.NetworkChanges) at once, instead of at its next timed re-read.
+// While the listening connection is down the assignment watches fall back
+// to their timer (service.AssignmentChanges.SetPeered); the network views
+// keep theirs (one second) in any case.
 
-// assignmentNote is one notification: the keys a replica committed.
-type assignmentNote struct {
+// peerNote is one notification: the keys a replica committed.
+type peerNote struct {
 	From string   `json:"from"`
 	Keys []string `json:"keys"`
 }
@@ -28,31 +32,60 @@ type assignmentNote struct {
 // notifyTimeout bounds one notification's send.
 const notifyTimeout = 5 * time.Second
 
-// carryAssignments connects changes to the other replicas through n until
-// ctx ends; self is this replica's name. It returns at once.
-func carryAssignments(ctx context.Context, wg *sync.WaitGroup, n *postgres.Notifier, changes *service.AssignmentChanges, self string, log *slog.Logger) {
+// peerNotes is what a change notifier offers the carrier.
+type peerNotes interface {
+	Publish(func(keys []string))
+	NoteRemote(keys []string)
+}
+
+// carryChanges connects c to the other replicas through n until ctx ends:
+// self is this start's name (a notification from it is its own), up is
+// told whether the listening connection listens. It returns at once.
+func carryChanges(ctx context.Context, wg *sync.WaitGroup, n *postgres.Notifier, c peerNotes, up func(bool), self string, log *slog.Logger) {
 	p := &publisher{signal: make(chan struct{}, 1), pending: map[string]bool{}}
-	changes.Publish(p.add)
+	c.Publish(p.add)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		p.run(ctx, func(ctx context.Context, payload string) error { return n.Notify(ctx, payload) }, self, log)
+		p.run(ctx, func(ctx context.Context, payload string) error { return n.Notify(ctx, payload) }, self, log.With("channel", n.Channel()))
 	}()
 	go func() {
 		defer wg.Done()
-		n.Listen(ctx, func(on bool) {
-			if !on && ctx.Err() == nil {
-				log.Warn("assignment changes: the listening connection to PostgreSQL broke; agents' watches re-read on a timer until it is back")
-			}
-			changes.SetPeered(on)
-		}, func(payload string) {
-			var note assignmentNote
+		n.Listen(ctx, up, func(payload string) {
+			var note peerNote
 			if err := json.Unmarshal([]byte(payload), &note); err != nil || note.From == self {
 				return // our own, or not ours to read
 			}
-			changes.NoteRemote(note.Keys)
+			c.NoteRemote(note.Keys)
 		})
 	}()
+}
+
+// carryReplicaChanges carries the assignment and network changes of this
+// replica (self) on pg's channels "assignments" and "networks".
+func (s *Replica) carryReplicaChanges(ctx, runCtx context.Context, pg *postgres.Store, self string, log *slog.Logger) {
+	asg, err := pg.Notifier(ctx, "assignments")
+	if err == nil {
+		carryChanges(runCtx, &s.wg, asg, s.asgChanges, func(on bool) {
+			if !on && runCtx.Err() == nil {
+				log.Warn("assignment changes: the listening connection to PostgreSQL broke; agents' watches re-read on a timer until it is back")
+			}
+			s.asgChanges.SetPeered(on)
+		}, self, log)
+	}
+	nets, nerr := pg.Notifier(ctx, "networks")
+	if nerr == nil {
+		carryChanges(runCtx, &s.wg, nets, s.netChanges, func(on bool) {
+			if on {
+				// What was sent while no connection listened is lost:
+				// every view reads again.
+				s.netChanges.NoteRemote([]string{service.NetworkKeyAll})
+			}
+		}, self, log)
+	}
+	if err = errors.Join(err, nerr); err != nil {
+		log.Warn("changes are not carried among the replicas; agents' watches re-read on a timer", "err", err)
+	}
 }
 
 // publisher sends the keys of local commits, gathered while a send is
@@ -114,13 +147,13 @@ func (p *publisher) run(ctx context.Context, send func(context.Context, string) 
 // A key too long for one alone is left out (keys are IDs and names, far
 // shorter).
 func notePayloads(self string, keys []string, max int) []string {
-	empty, _ := json.Marshal(assignmentNote{From: self, Keys: []string{}})
+	empty, _ := json.Marshal(peerNote{From: self, Keys: []string{}})
 	var out []string
 	var cur []string
 	size := len(empty)
 	flush := func() {
 		if len(cur) > 0 {
-			b, _ := json.Marshal(assignmentNote{From: self, Keys: cur})
+			b, _ := json.Marshal(peerNote{From: self, Keys: cur})
 			out = append(out, string(b))
 		}
 		cur, size = nil, len(empty)

@@ -18,7 +18,8 @@ import (
 // TestAssignmentChangesCrossReplicas: the leader's placement of an
 // instance created through the follower wakes, on the follower, a watch
 // of the host's assignments (which the follower's own writes could not:
-// the create names no host), through PostgreSQL's LISTEN/NOTIFY.
+// the create names no host), through PostgreSQL's LISTEN/NOTIFY; so does
+// a network the leader creates wake the follower's network views.
 func TestAssignmentChangesCrossReplicas(t *testing.T) {
 	db := pgtest.URL(t)
 	ctx := context.Background()
@@ -45,6 +46,25 @@ func TestAssignmentChangesCrossReplicas(t *testing.T) {
 		t.Fatal("the follower never heard of the leader's placement")
 	}
 	t.Logf("the follower heard of the placement %v after the create was sent", time.Since(start).Round(time.Millisecond))
+
+	// A subnet made through the leader: the follower's network views
+	// hear of it.
+	admin := client.New(leader.URL, a.AdminToken+b.AdminToken, leader.HTTPClient())
+	ten, err := admin.CreateTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := admin.CreateNetwork(ctx, api.CreateNetworkRequest{Tenant: ten.ID, Name: "lab", CIDR: "10.20.0.0/16"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nseq := follower.netChanges.Seq()
+	if _, err := admin.CreateSubnet(ctx, api.CreateSubnetRequest{Tenant: ten.ID, Network: n.ID, Name: "a", CIDR: "10.20.1.0/24", Zone: fleet.MockZone}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !follower.netChanges.Wait(wctx, nseq, []string{n.ID}, "") {
+		t.Fatal("the follower never heard of the subnet the leader made")
+	}
 }
 
 // The notifications' payloads: every key once, each payload within the
@@ -78,7 +98,7 @@ func TestNotePayloads(t *testing.T) {
 				if len(p) > tc.max {
 					t.Errorf("a payload of %d bytes, over %d", len(p), tc.max)
 				}
-				var n assignmentNote
+				var n peerNote
 				if err := json.Unmarshal([]byte(p), &n); err != nil || n.From != "r1/start-1" {
 					t.Fatalf("payload %q: %+v, %v", p, n, err)
 				}

@@ -231,15 +231,11 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 			defer s.wg.Done()
 			s.runRegistry(runCtx, cfg)
 		}()
-		// The other replicas' assignment changes, and ours to them.
+		// The other replicas' assignment and network changes, and ours
+		// to them; a sender of its own per start, since two replicas may
+		// share a name (the host's, by default).
 		if pg, ok := st.(*postgres.Store); ok {
-			if n, err := pg.Notifier(ctx, "assignments"); err != nil {
-				cfg.Log.Warn("assignment changes are not carried among the replicas; agents' watches re-read on a timer", "err", err)
-			} else {
-				// A sender of its own per start: two replicas may share
-				// a name (the host's, by default).
-				carryAssignments(runCtx, &s.wg, n, asg, s.reg.id+"/"+service.NewID("start"), cfg.Log)
-			}
+			s.carryReplicaChanges(ctx, runCtx, pg, s.reg.id+"/"+service.NewID("start"), cfg.Log)
 		}
 	}
 	ctrlCtx, stopCtrl := context.WithCancel(runCtx)

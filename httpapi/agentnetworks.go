@@ -10,8 +10,9 @@ import (
 )
 
 // networkReread is how often a waiting network view is read again even
-// when this replica noted no change: another replica's writes are not
-// noted here.
+// when this replica noted no change: another replica's writes are noted
+// here only while PostgreSQL carries them (service.NetworkChanges), and
+// one sent while the listening connection was down is lost.
 const networkReread = time.Second
 
 // agentNetworks handles GET /v1/agent/networks: the caller's host's
@@ -20,8 +21,8 @@ const networkReread = time.Second
 // agentapi.MaxNetworkWait) it answers as soon as the view's version
 // differs, or when the wait is over with the view as it is: a long poll
 // that wakes when this replica notes a change of one of the host's
-// networks (service.NetworkChanges), and re-reads every networkReread for
-// the others'.
+// networks (service.NetworkChanges), which other replicas' changes reach
+// through PostgreSQL, and re-reads every networkReread.
 func (s *handlers) agentNetworks(w http.ResponseWriter, r *http.Request, p principal) error {
 	q := r.URL.Query()
 	since := q.Get("version")

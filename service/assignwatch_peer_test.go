@@ -86,3 +86,40 @@ func TestAssignmentChangesAcrossReplicas(t *testing.T) {
 		t.Fatal("a wait with nothing changed answered changed")
 	}
 }
+
+// NetworkChanges' side: a local change is published as keys, and the
+// keys noted remotely wake the views of those networks and hosts (or
+// every view), without being published again.
+func TestNetworkChangesAcrossReplicas(t *testing.T) {
+	c := NewNetworkChanges()
+	var published [][]string
+	c.Publish(func(keys []string) { published = append(published, slices.Clone(keys)) })
+	c.note([]string{"vpc-1", ""}, []string{"h1"}, true)
+	if len(published) != 1 || !slices.Equal(published[0], []string{"net/vpc-1", "host/h1", NetworkKeyAll}) {
+		t.Fatalf("published %v", published)
+	}
+	for _, tc := range []struct {
+		name  string
+		keys  []string
+		nets  []string
+		host  string
+		wakes bool
+	}{
+		{"its network", []string{"net/vpc-2"}, []string{"vpc-2"}, "h9", true},
+		{"another network", []string{"net/vpc-3"}, []string{"vpc-2"}, "h9", false},
+		{"its host", []string{"host/h9"}, []string{"vpc-2"}, "h9", true},
+		{"every view", []string{NetworkKeyAll}, []string{"vpc-2"}, "h9", true},
+		{"an unknown key", []string{"bogus"}, []string{"vpc-2"}, "h9", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := c.Seq()
+			c.NoteRemote(tc.keys)
+			if got := c.Changed(seq, tc.nets, tc.host); got != tc.wakes {
+				t.Errorf("changed %v, want %v", got, tc.wakes)
+			}
+		})
+	}
+	if len(published) != 1 {
+		t.Errorf("remote changes were published again: %v", published)
+	}
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -13,9 +14,11 @@ import (
 // public address, or a host's underlay. It is fed by WatchNetworks, the
 // store decorator the composition root installs, so that every writer is
 // covered without knowing of it; a waiting agent wakes only for the
-// networks it carries and its own host. It sees only this replica's
-// writes: a waiter also re-reads on a timer for the others'. Safe for
-// concurrent use.
+// networks it carries and its own host. Other replicas' writes reach it
+// as AssignmentChanges' do (Publish, NoteRemote: PostgreSQL's
+// LISTEN/NOTIFY, which the composition root connects); a waiter also
+// re-reads on a timer, for a notification lost while the carrier was
+// down. Safe for concurrent use.
 type NetworkChanges struct {
 	mu    sync.Mutex
 	seq   uint64
@@ -23,6 +26,58 @@ type NetworkChanges struct {
 	hosts map[string]uint64 // host ID -> seq of the last change that placed or moved an instance there
 	all   uint64            // seq of the last change every view must see (a host's underlay)
 	ch    chan struct{}     // closed at the next change
+	// publish, when set, is handed every local change as keys
+	// (networkKeys).
+	publish func(keys []string)
+}
+
+// Publish has fn handed the keys of every change this replica commits
+// from now on, for the other replicas; fn must not block.
+func (c *NetworkChanges) Publish(fn func(keys []string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.publish = fn
+}
+
+// NoteRemote notes a change another replica published (or, with the key
+// NetworkKeyAll, one every view must read again for): its waiters wake,
+// and nothing is published again.
+func (c *NetworkChanges) NoteRemote(keys []string) {
+	var nets, hosts []string
+	all := false
+	for _, k := range keys {
+		switch {
+		case k == NetworkKeyAll:
+			all = true
+		case strings.HasPrefix(k, "net/"):
+			nets = append(nets, k[len("net/"):])
+		case strings.HasPrefix(k, "host/"):
+			hosts = append(hosts, k[len("host/"):])
+		}
+	}
+	c.noteFrom(nets, hosts, all, false)
+}
+
+// NetworkKeyAll is the key of a change every network view must see.
+const NetworkKeyAll = "all"
+
+// networkKeys are a change's networks, hosts and all as keys.
+func networkKeys(nets, hosts []string, all bool) []string {
+	keys := make([]string, 0, len(nets)+len(hosts)+1)
+	for _, n := range nets {
+		if n != "" {
+			keys = append(keys, "net/"+n)
+		}
+	}
+	for _, h := range hosts {
+		if h != "" {
+			keys = append(keys, "host/"+h)
+		}
+	}
+	if all {
+		keys = append(keys, NetworkKeyAll)
+	}
+	return keys
 }
 
 // NewNetworkChanges returns a notifier with no changes.
@@ -40,12 +95,20 @@ func (c *NetworkChanges) Seq() uint64 {
 
 // note records a committed change of the networks and hosts named
 // (every view's when all), and wakes the waiters.
-func (c *NetworkChanges) note(nets, hosts []string, all bool) {
+func (c *NetworkChanges) note(nets, hosts []string, all bool) { c.noteFrom(nets, hosts, all, true) }
+
+// noteFrom is note; local changes are also published.
+func (c *NetworkChanges) noteFrom(nets, hosts []string, all, local bool) {
 	if len(nets) == 0 && len(hosts) == 0 && !all {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if local && c.publish != nil {
+		if keys := networkKeys(nets, hosts, all); len(keys) > 0 {
+			c.publish(keys)
+		}
+	}
 	c.seq++
 	for _, n := range nets {
 		if n != "" {
