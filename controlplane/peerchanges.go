@@ -23,14 +23,26 @@ import (
 // to their timer (service.AssignmentChanges.SetPeered); the network views
 // keep theirs (one second) in any case.
 
-// peerNote is one notification: the keys a replica committed.
+// peerNote is one notification: the keys a replica committed, or a
+// probe of its own channel.
 type peerNote struct {
-	From string   `json:"from"`
-	Keys []string `json:"keys"`
+	From  string   `json:"from"`
+	Keys  []string `json:"keys"`
+	Probe uint64   `json:"probe,omitempty"`
 }
 
 // notifyTimeout bounds one notification's send.
 const notifyTimeout = 5 * time.Second
+
+// A listening connection may listen and hear nothing (a pooler in
+// transaction mode between the replica and PostgreSQL drops what is
+// notified to a session): each carrier sends itself a probe every
+// probeEvery and counts its channel up only while the probe comes back
+// within probeWait. Variables for tests.
+var (
+	probeEvery = 10 * time.Second
+	probeWait  = 5 * time.Second
+)
 
 // peerNotes is what a change notifier offers the carrier.
 type peerNotes interface {
@@ -40,25 +52,114 @@ type peerNotes interface {
 
 // carryChanges connects c to the other replicas through n until ctx ends:
 // self is this start's name (a notification from it is its own), up is
-// told whether the listening connection listens. It returns at once.
+// told (on a change) whether the channel carries: its connection listens
+// and hears its own probes. It returns at once.
 func carryChanges(ctx context.Context, wg *sync.WaitGroup, n *postgres.Notifier, c peerNotes, up func(bool), self string, log *slog.Logger) {
 	p := &publisher{signal: make(chan struct{}, 1), pending: map[string]bool{}}
 	c.Publish(p.add)
-	wg.Add(2)
+	pr := &prober{up: up, listening: make(chan bool, 1), echo: make(chan uint64, 1)}
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		p.run(ctx, func(ctx context.Context, payload string) error { return n.Notify(ctx, payload) }, self, log.With("channel", n.Channel()))
 	}()
 	go func() {
 		defer wg.Done()
-		n.Listen(ctx, up, func(payload string) {
+		n.Listen(ctx, pr.setListening, func(payload string) {
 			var note peerNote
-			if err := json.Unmarshal([]byte(payload), &note); err != nil || note.From == self {
-				return // our own, or not ours to read
+			if err := json.Unmarshal([]byte(payload), &note); err != nil {
+				return // not ours to read
+			}
+			if note.From == self {
+				if note.Probe != 0 {
+					select {
+					case pr.echo <- note.Probe:
+					default:
+					}
+				}
+				return
 			}
 			c.NoteRemote(note.Keys)
 		})
 	}()
+	go func() {
+		defer wg.Done()
+		pr.run(ctx, func(ctx context.Context, probe uint64) error {
+			b, _ := json.Marshal(peerNote{From: self, Keys: []string{}, Probe: probe})
+			return n.Notify(ctx, string(b))
+		})
+	}()
+}
+
+// prober tells up whether a channel carries: while its connection
+// listens, a probe sent on it comes back.
+type prober struct {
+	up        func(bool)
+	listening chan bool   // the listening connection's ups and downs
+	echo      chan uint64 // probes heard back
+	state     bool        // what up was last told
+}
+
+func (p *prober) setListening(on bool) {
+	// The latest state wins: drop one the prober has not taken yet.
+	select {
+	case <-p.listening:
+	default:
+	}
+	p.listening <- on
+}
+
+func (p *prober) tell(on bool) {
+	if on != p.state {
+		p.state = on
+		p.up(on)
+	}
+}
+
+func (p *prober) run(ctx context.Context, send func(context.Context, uint64) error) {
+	listening := false
+	var seq uint64
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	for {
+		probeNow := false
+		select {
+		case <-ctx.Done():
+			p.tell(false)
+			return
+		case listening = <-p.listening:
+			if !listening {
+				p.tell(false)
+				continue
+			}
+			probeNow = true
+		case <-tick.C:
+			probeNow = listening
+		}
+		if !probeNow {
+			continue
+		}
+		seq++
+		sctx, cancel := context.WithTimeout(ctx, probeWait)
+		ok := send(sctx, seq) == nil
+		for ok {
+			select {
+			case got := <-p.echo:
+				if got != seq {
+					continue // an older probe, late
+				}
+			case <-sctx.Done():
+				ok = false
+			}
+			break
+		}
+		cancel()
+		if ctx.Err() != nil {
+			p.tell(false)
+			return
+		}
+		p.tell(ok)
+	}
 }
 
 // carryReplicaChanges carries the assignment and network changes of this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,4 +110,59 @@ func TestNotePayloads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The prober counts a channel up only while its probes come back: up
+// when one echoes after the connection listens, down when one does not
+// come back in time or the connection breaks, and told only of changes.
+func TestProber(t *testing.T) {
+	oldEvery, oldWait := probeEvery, probeWait
+	probeEvery, probeWait = 20*time.Millisecond, 50*time.Millisecond
+	defer func() { probeEvery, probeWait = oldEvery, oldWait }()
+
+	ups := make(chan bool, 100)
+	p := &prober{up: func(on bool) { ups <- on }, listening: make(chan bool, 1), echo: make(chan uint64, 1)}
+	var echoing atomic.Bool
+	echoing.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx, func(_ context.Context, probe uint64) error {
+			if echoing.Load() {
+				p.echo <- probe
+			}
+			return nil
+		})
+	}()
+	expect := func(want bool) {
+		t.Helper()
+		select {
+		case got := <-ups:
+			if got != want {
+				t.Fatalf("told %v, want %v", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("not told %v", want)
+		}
+	}
+	p.setListening(true)
+	expect(true)
+	echoing.Store(false) // a pooler swallows them
+	expect(false)
+	echoing.Store(true)
+	expect(true)
+	p.setListening(false)
+	expect(false)
+	// No change, nothing told: no probe goes while not listening.
+	select {
+	case got := <-ups:
+		t.Fatalf("told %v while nothing changed", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.setListening(true)
+	expect(true)
+	cancel()
+	<-done
+	expect(false)
 }
