@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpucloud/gpucloud/cloud"
@@ -27,6 +28,12 @@ const (
 // (DefaultReplicaTTL when not positive), and answers the live replicas,
 // r among them, in ID order. r needs an ID and an address
 // (invalid_argument naming the field otherwise, and nothing is written).
+// A live record of r's ID at another address is another replica under
+// the same name (two servers started on one machine without
+// --replica-name, whose default is the host's name): it answers conflict
+// and writes nothing, so that the live one's record and routes stand; a
+// replica that restarts at its address takes its record back at once,
+// one that moved once the old record is past the TTL.
 func (s *Replicas) Heartbeat(ctx context.Context, r cloud.Replica, ttl time.Duration) ([]*cloud.Replica, error) {
 	switch {
 	case r.ID == "":
@@ -44,14 +51,25 @@ func (s *Replicas) Heartbeat(ctx context.Context, r cloud.Replica, ttl time.Dura
 	}
 	var live []*cloud.Replica
 	err := s.store.Tx(ctx, func(tx cloud.Tx) error {
+		cut := now.Add(-ttl)
+		was, err := tx.ListReplicas(ctx, cut)
+		if err != nil {
+			return err
+		}
+		for _, p := range was {
+			if p.ID == r.ID && p.Address != r.Address {
+				return &cloud.Error{Code: cloud.Conflict,
+					Message: fmt.Sprintf("another replica is live under the name %q, at %s (its last heartbeat %s): give each replica a name of its own (--replica-name)",
+						r.ID, p.Address, p.HeartbeatAt.UTC().Format(time.RFC3339)),
+					Details: map[string]any{"field": "id", "address": p.Address}}
+			}
+		}
 		if err := tx.PutReplica(ctx, &r); err != nil {
 			return err
 		}
-		cut := now.Add(-ttl)
 		if _, err := tx.DeleteReplicas(ctx, cut); err != nil {
 			return err
 		}
-		var err error
 		live, err = tx.ListReplicas(ctx, cut)
 		return err
 	})

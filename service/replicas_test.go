@@ -92,5 +92,23 @@ func TestReplicaRegistry(t *testing.T) {
 			}
 		}
 		eq("nothing written", beat("B"), "A", " h-1", " h-3", "B")
+
+		// A second server under A's name, at another address: refused
+		// while A's record is live, and A's record stands.
+		imposter := cloud.Replica{ID: "A", Address: "elsewhere:7879", Load: "{}"}
+		_, err := svc.Replicas.Heartbeat(ctx, imposter, ttl)
+		var ce *cloud.Error
+		if !errors.As(err, &ce) || ce.Code != cloud.Conflict || ce.Details["address"] != "A:7878" {
+			t.Fatalf("a second replica named A: %v, want conflict naming A's address", err)
+		}
+		eq("A's record stands", beat("B"), "A", " h-1", " h-3", "B")
+		// A restarting at its own address takes its record back at once.
+		eq("A restarted", beat("A", "h-1"), "A", " h-1", "B")
+		// Once A's record is past the TTL, the name is free for another
+		// address (a replica that moved).
+		clock.Advance(11 * time.Second)
+		if live, err := svc.Replicas.Heartbeat(ctx, imposter, ttl); err != nil || len(live) != 1 || live[0].Address != "elsewhere:7879" {
+			t.Fatalf("A at its new address after the TTL: %v, %v", ids(live), err)
+		}
 	})
 }
