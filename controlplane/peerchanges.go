@@ -19,8 +19,8 @@ import (
 // replica hears of the leader's placements (service.AssignmentChanges)
 // and of a security group changed through another replica
 // (service.NetworkChanges) at once, instead of at its next timed re-read.
-// While the listening connection is down the assignment watches fall back
-// to their timer (service.AssignmentChanges.SetPeered); the network views
+// While a channel is down (its connection broke, or the replica's own
+// probe did not come back) the assignment watches fall back to their timer (service.AssignmentChanges.SetPeered); the network views
 // keep theirs (one second) in any case.
 
 // peerNote is one notification: the keys a replica committed, or a
@@ -141,24 +141,28 @@ func (p *prober) run(ctx context.Context, send func(context.Context, uint64) err
 		}
 		seq++
 		sctx, cancel := context.WithTimeout(ctx, probeWait)
-		ok := send(sctx, seq) == nil
-		for ok {
-			select {
-			case got := <-p.echo:
-				if got != seq {
-					continue // an older probe, late
-				}
-			case <-sctx.Done():
-				ok = false
-			}
-			break
-		}
+		ok := send(sctx, seq) == nil && p.awaitEcho(sctx, seq)
 		cancel()
 		if ctx.Err() != nil {
 			p.tell(false)
 			return
 		}
 		p.tell(ok)
+	}
+}
+
+// awaitEcho waits for probe seq to come back (an older one, late, is
+// passed over) until ctx ends.
+func (p *prober) awaitEcho(ctx context.Context, seq uint64) bool {
+	for {
+		select {
+		case got := <-p.echo:
+			if got == seq {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -169,7 +173,7 @@ func (s *Replica) carryReplicaChanges(ctx, runCtx context.Context, pg *postgres.
 	if err == nil {
 		carryChanges(runCtx, &s.wg, asg, s.asgChanges, func(on bool) {
 			if !on && runCtx.Err() == nil {
-				log.Warn("assignment changes: the listening connection to PostgreSQL broke; agents' watches re-read on a timer until it is back")
+				log.Warn("assignment changes: the channel to the other replicas is down (its connection broke, or its probe did not come back); agents' watches re-read on a timer until it is back")
 			}
 			s.asgChanges.SetPeered(on)
 		}, self, log)
@@ -238,7 +242,7 @@ func (p *publisher) run(ctx context.Context, send func(context.Context, string) 
 				// The others' waiters see the change at their next
 				// re-read: at the end of their wait, at most
 				// agentapi.MaxAssignmentWait later.
-				log.Warn("assignment changes: notifying the other replicas failed", "err", err)
+				log.Warn("replica changes: notifying the other replicas failed", "err", err)
 			}
 		}
 	}

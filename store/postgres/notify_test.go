@@ -65,6 +65,17 @@ func TestNotifier(t *testing.T) {
 			t.Fatalf("no up(%v) in 10 s", want)
 		}
 	}
+	hear := func(l listener, want string) {
+		t.Helper()
+		select {
+		case got := <-l.got:
+			if got != want {
+				t.Fatalf("got %.20q, want %.20q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%.20q not delivered in 10 s", want)
+		}
+	}
 	l2, lo := listen(n2), listen(no)
 	waitUp(l2, true)
 	waitUp(lo, true)
@@ -75,14 +86,7 @@ func TestNotifier(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"one", "two", strings.Repeat("x", postgres.MaxPayload)} {
-		select {
-		case got := <-l2.got:
-			if got != want {
-				t.Fatalf("got %.20q, want %.20q", got, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%.20q not delivered in 10 s", want)
-		}
+		hear(l2, want)
 	}
 	if err := n1.Notify(ctx, strings.Repeat("x", postgres.MaxPayload+1)); err == nil {
 		t.Fatal("a payload over MaxPayload was sent")
@@ -108,14 +112,7 @@ func TestNotifier(t *testing.T) {
 	if err := n1.Notify(ctx, "three"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-l2.got:
-		if got != "three" {
-			t.Fatalf("after the reconnect got %q", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("nothing heard after the reconnect")
-	}
+	hear(l2, "three")
 	// Listen returns when its context ends.
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
