@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -55,8 +56,16 @@ func FuzzWire(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"join_token":"x","unknown":1}`))
 	f.Add(uint8(3), []byte(`{"assignments":[{"placement":null,"env":{"":""}}]}`))
 	f.Add(uint8(5), []byte(`{"samples":[{"at":"0000-01-01T00:00:00+23:59","gpu_utilization":-0}]}`))
+	f.Add(uint8(5), []byte(`{"samples":[{"at":"0000-01-01T00:00:00+24:59","gpu_utilization":-0}]}`))
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		w := wireTypes[int(kind)%len(wireTypes)]
+		if v := w.new(); json.Unmarshal(data, v) == nil && zoneBeyondEncoding(v) {
+			// Go's time parser takes a zone offset of 24 hours or more,
+			// which its encoder refuses: no side sends one (the server
+			// writes UTC, and reads a sample's time into UTC before it
+			// keeps it), and nothing encodes it back.
+			return
+		}
 		strict := w.new()
 		strictErr := decodeStrict(data, strict)
 		lenient := w.new()
@@ -95,6 +104,14 @@ func decodeStrict(data []byte, v any) error {
 		return errors.New("data after the JSON value")
 	}
 	return nil
+}
+
+// zoneBeyondEncoding reports whether v decoded a time that json.Marshal
+// refuses for its zone offset.
+func zoneBeyondEncoding(v any) bool {
+	_, err := json.Marshal(v)
+	var me *json.MarshalerError
+	return errors.As(err, &me) && strings.Contains(err.Error(), "timezone hour outside of range")
 }
 
 func mustMarshal(t *testing.T, v any) []byte {
