@@ -135,6 +135,13 @@ type Config struct {
 	// network of another host).
 	Underlay    netip.Addr
 	UnderlayMTU int
+	// FilesAddr is where clients reach the agent's direct-copy listener
+	// (files.Direct; gpucloud agent --files-listen), host:port, and
+	// FilesFingerprint its certificate's fingerprint: the inventory
+	// reports them (fleet.Host.FilesAddr), and the server hands them out
+	// with grants. Empty: the agent takes no direct copies.
+	FilesAddr        string
+	FilesFingerprint string
 	// DNSUpstreams are the resolvers the instances' DNS forwards the
 	// names outside their networks to; the nameservers of the host's
 	// /etc/resolv.conf when empty. Used only with a runtime that serves
@@ -579,6 +586,9 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 		if inv.Host.MTU == 0 {
 			inv.Host.MTU = a.cfg.UnderlayMTU
 		}
+	}
+	if a.cfg.FilesAddr != "" {
+		inv.Host.FilesAddr, inv.Host.FilesFingerprint = a.cfg.FilesAddr, a.cfg.FilesFingerprint
 	}
 	var hcaErr string
 	if a.cfg.HCAs != nil {

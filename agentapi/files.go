@@ -1,5 +1,11 @@
 package agentapi
 
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
 // The files session (`gpucloud volumes cp`, `gpucloud instances cp`): the
 // server relays a session of kind SessionFiles to the agent of the host
 // that holds the volume or runs the instance, and the client and the
@@ -24,6 +30,80 @@ type FilesTarget struct {
 	// filesystem images makes a never-used volume's image of that size
 	// for the session.
 	SizeGiB int64 `json:"size_gib,omitempty"`
+}
+
+// Direct copies (docs/DATA.md, "Direct copies"): where an operator lets
+// tenants reach the agents (the agent's --files-listen, the server's
+// --files-direct), a client asks the server for a grant
+// (POST /v1/{volumes,instances}/{id}/files/grant), dials the agent's
+// address over TLS 1.3, pinning the listener's certificate by the
+// fingerprint the grant's answer gives, and sends a DirectHello with the
+// grant. The agent checks the grant against the cloud's CA offline and
+// answers a DirectWelcome; the files protocol then runs on the
+// connection as on a relayed session, with no server in the data path.
+
+// FilesGrantPurpose is the purpose the CA signs a FilesGrant for
+// (pki.SignToken).
+const FilesGrantPurpose = "gpucloud files grant v1"
+
+// FilesGrant is what a grant allows: files sessions on Target, on host
+// HostID's agent, opened until Expires (Unix seconds), at most
+// MaxDirectConns of them. A session opened in time runs until it ends.
+type FilesGrant struct {
+	ID        string      `json:"id"`
+	HostID    string      `json:"host_id"`
+	TenantID  string      `json:"tenant_id"`
+	Actor     string      `json:"actor"`
+	SessionID string      `json:"session_id"`
+	Target    FilesTarget `json:"target"`
+	Expires   int64       `json:"exp"`
+}
+
+// MaxDirectConns is how many connections one grant opens at most.
+const MaxDirectConns = 16
+
+// DirectHello is a direct connection's first message, and DirectWelcome
+// the agent's answer: each one line of JSON. A refused grant is answered
+// with the error and the connection closed.
+type DirectHello struct {
+	Grant string `json:"grant"`
+}
+
+// DirectWelcome answers a DirectHello.
+type DirectWelcome struct {
+	Error *FileError `json:"error,omitempty"`
+}
+
+// MaxDirectLine bounds a DirectHello or DirectWelcome line.
+const MaxDirectLine = 32 << 10
+
+// WriteDirectLine writes v as one line of JSON (a DirectHello or a
+// DirectWelcome).
+func WriteDirectLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ReadDirectLine reads one line into v (JSON, at most MaxDirectLine
+// bytes). It reads a byte at a time, so that nothing after the line, the
+// files protocol, is consumed.
+func ReadDirectLine(r io.Reader, v any) error {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) <= MaxDirectLine {
+		if _, err := io.ReadFull(r, b); err != nil {
+			return err
+		}
+		if b[0] == '\n' {
+			return json.Unmarshal(line, v)
+		}
+		line = append(line, b[0])
+	}
+	return fmt.Errorf("a line over %d bytes", MaxDirectLine)
 }
 
 // The operations of a files session.

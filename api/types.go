@@ -430,3 +430,17 @@ type ImportKeyRequest struct {
 type KeyList struct {
 	Keys []*cloud.Key `json:"keys"`
 }
+
+// FilesGrant answers POST /v1/instances/{id}/files/grant and
+// /v1/volumes/{id}/files/grant: a direct copy's grant and where to use it
+// (docs/DATA.md, "Direct copies"). The client dials Address over TLS 1.3,
+// trusts the certificate whose fingerprint is Fingerprint, and sends
+// Grant; connections may be opened until ExpiresAt.
+type FilesGrant struct {
+	HostID      string    `json:"host_id"`
+	Address     string    `json:"address"`
+	Fingerprint string    `json:"fingerprint"`
+	Grant       string    `json:"grant"`
+	SessionID   string    `json:"session_id"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
 )
 
@@ -23,10 +27,13 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 	kind, prefix, what := k.plural, k.prefix, k.noun
 	var noResume bool
 	var checksum string
+	var direct bool
 	example := fmt.Sprintf("  gpucloud %[1]s cp ./dataset %[2]s0123456789abcdef:/data/\n"+
 		"  gpucloud %[1]s cp %[2]s0123456789abcdef:/checkpoints/step-1000.pt .\n"+
 		"  # Start over rather than resume what an interrupted copy left\n"+
-		"  gpucloud %[1]s cp --no-resume big.tar %[2]s0123456789abcdef:/big.tar", kind, prefix)
+		"  gpucloud %[1]s cp --no-resume big.tar %[2]s0123456789abcdef:/big.tar\n"+
+		"  # Straight to the host's agent, where the operator allows it\n"+
+		"  gpucloud %[1]s cp --direct ./dataset %[2]s0123456789abcdef:/data/", kind, prefix)
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files and directories to or from a " + what,
@@ -42,6 +49,10 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			"CRC-32C, as gcloud storage and S3 check objects (TLS already authenticates every\n" +
 			"byte on the way); --checksum sha256 compares SHA-256 instead, which one core\n" +
 			"computes at about 1.7 GB/s against CRC-32C's 20.\n\n" +
+			"With --direct the data goes straight to the host's agent instead, over one TLS 1.3\n" +
+			"connection that a short-lived grant from the server opens, where the operator lets\n" +
+			"tenants reach the agents (server --files-direct, agent --files-listen); where it\n" +
+			"cannot, the copy says why and goes through the server.\n\n" +
 			"On a terminal a progress line shows bytes, rate and time left; a summary line\n" +
 			"follows on stderr in any case.",
 		Example: example,
@@ -63,12 +74,12 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			if id, err = c.resolve(ctx, k, id); err != nil {
 				return err
 			}
-			conn, err := c.OpenFiles(ctx, kind, id)
+			stderr := cmd.ErrOrStderr()
+			conn, err := openCopy(ctx, c.Client, kind, id, direct, stderr)
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			stderr := cmd.ErrOrStderr()
 			p := newByteProgress(stderr)
 			opt := filexfer.Options{NoResume: noResume, Checksum: checksum, Total: p.setTotal, Add: p.add,
 				Skip: func(name, why string) { p.note(fmt.Sprintf("skipped %s: %s", name, why)) }}
@@ -92,7 +103,29 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&noResume, "no-resume", false, "start every file over: resume no partial file and skip no file already there")
 	cmd.Flags().StringVar(&checksum, "checksum", filexfer.DefaultChecksum, "how files are compared: crc32c or sha256")
+	cmd.Flags().BoolVar(&direct, "direct", false, "copy straight to the host's agent with a grant from the server, where the operator allows it (else through the server)")
 	return cmd
+}
+
+// openCopy opens the copy's files session: with direct, straight to the
+// agent with a grant, falling back to the server's relay (saying why on
+// stderr) when there is none to be had or the agent cannot be reached;
+// else through the relay.
+func openCopy(ctx context.Context, c *client.Client, kind, id string, direct bool, stderr io.Writer) (net.Conn, error) {
+	if direct {
+		g, err := c.FilesGrant(ctx, kind, id)
+		if err == nil {
+			var conn net.Conn
+			if conn, err = c.OpenFilesDirect(ctx, g); err == nil {
+				return conn, nil
+			}
+		}
+		if cloud.IsNotFound(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "no direct copy (%v); copying through the server\n", err)
+	}
+	return c.OpenFiles(ctx, kind, id)
 }
 
 // isCut reports whether err is the session's connection failing (rather

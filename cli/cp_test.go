@@ -2,11 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
 )
 
@@ -81,5 +85,49 @@ func TestCopyChecksumFlag(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(errOut, `--checksum is crc32c or sha256, not "md5"`) {
 			t.Errorf("%s cp --checksum md5: exit %d, %q", kind, code, errOut)
 		}
+	}
+}
+
+// TestOpenCopyFallsBack: --direct on a cloud that grants no direct copy
+// says why and copies through the server; a grant's not_found is the
+// answer, not a reason to try the relay.
+func TestOpenCopyFallsBack(t *testing.T) {
+	for _, tt := range []struct {
+		desc        string
+		grant       int // the grant's status
+		grantCode   string
+		wantRelayed bool
+		wantNote    string
+	}{
+		{"direct copies off", http.StatusForbidden, "permission_denied", true, "no direct copy (permission_denied: off); copying through the server"},
+		{"a host without a listener", http.StatusConflict, "conflict", true, "no direct copy (conflict: off); copying through the server"},
+		{"another tenant's", http.StatusNotFound, "not_found", false, ""},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			relayed := false
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch {
+				case r.Method == "POST" && r.URL.Path == "/v1/volumes/v-1/files/grant":
+					w.WriteHeader(tt.grant)
+					fmt.Fprintf(w, `{"code":%q,"message":"off"}`, tt.grantCode)
+				case r.Method == "GET" && r.URL.Path == "/v1/volumes/v-1/files":
+					relayed = true
+					w.WriteHeader(http.StatusNotFound)
+					io.WriteString(w, `{"code":"not_found","message":"relay reached"}`)
+				default:
+					t.Errorf("unexpected %s %s", r.Method, r.URL.Path)
+				}
+			}))
+			defer srv.Close()
+			var stderr bytes.Buffer
+			_, err := openCopy(t.Context(), client.New(srv.URL, "gpc_tk-x_y", srv.Client()), "volumes", "v-1", true, &stderr)
+			if err == nil {
+				t.Fatal("opened a copy against a fake server")
+			}
+			if relayed != tt.wantRelayed || strings.TrimSpace(stderr.String()) != tt.wantNote {
+				t.Errorf("relayed %v, stderr %q; want %v, %q", relayed, stderr.String(), tt.wantRelayed, tt.wantNote)
+			}
+		})
 	}
 }

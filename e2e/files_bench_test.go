@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,9 +42,12 @@ func TestBenchVolumeCopy(t *testing.T) {
 		cl     *client.Client
 		volID  string
 		volDir string
+		// direct copies straight to the agent with a grant (the TLS
+		// cloud's), not through the server's relay.
+		direct bool
 	}
 	setup := func(plain bool) target {
-		tune := func(c *controlplane.Config) { c.TLS.Plain = plain }
+		tune := func(c *controlplane.Config) { c.TLS.Plain, c.FilesDirect = plain, !plain }
 		spec := sim.Spec{ID: "sim-copy", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
 		c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
 		_, _, token := c.member("acme", "alice")
@@ -66,7 +70,10 @@ func TestBenchVolumeCopy(t *testing.T) {
 		}
 		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts[spec.ID].dir, "volumes", vol.ID)}
 	}
-	targets := []target{setup(false), setup(true)}
+	tlsTarget := setup(false)
+	directTarget := tlsTarget
+	directTarget.name, directTarget.direct = "direct", true
+	targets := []target{tlsTarget, setup(true), directTarget}
 	took := map[string][]time.Duration{}
 	// CPU time too: the client, the server and the agent all run in this
 	// process, so its CPU time is the copy's whole cost, which a busy
@@ -83,7 +90,16 @@ func TestBenchVolumeCopy(t *testing.T) {
 		os.Remove(dst)
 		for _, tg := range targets {
 			start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
-			conn, err := tg.cl.OpenFiles(t.Context(), "volumes", tg.volID)
+			var conn net.Conn
+			var err error
+			if tg.direct {
+				var g *api.FilesGrant
+				if g, err = tg.cl.FilesGrant(t.Context(), "volumes", tg.volID); err == nil {
+					conn, err = tg.cl.OpenFilesDirect(t.Context(), g)
+				}
+			} else {
+				conn, err = tg.cl.OpenFiles(t.Context(), "volumes", tg.volID)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +114,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 		}
 	}
 	rate := func(d time.Duration) float64 { return float64(mib) / d.Seconds() }
-	for _, name := range []string{"cp", "tls", "plain"} {
+	for _, name := range []string{"cp", "tls", "plain", "direct"} {
 		line := fmt.Sprintf("%-6s", name)
 		for i, d := range took[name] {
 			line += fmt.Sprintf("  %6.2fs %7.1f MiB/s (CPU %5.2fs)", d.Seconds(), rate(d), cpu[name][i].Seconds())
@@ -109,6 +125,9 @@ func TestBenchVolumeCopy(t *testing.T) {
 		t.Logf("round %d: TLS/plain time %.3f (CPU %.3f), TLS/cp throughput %.3f", r+1,
 			took["tls"][r].Seconds()/took["plain"][r].Seconds(), cpu["tls"][r].Seconds()/cpu["plain"][r].Seconds(),
 			took["cp"][r].Seconds()/took["tls"][r].Seconds())
+		t.Logf("round %d: direct (TLS)/plain relay time %.3f (CPU %.3f), direct/cp throughput %.3f", r+1,
+			took["direct"][r].Seconds()/took["plain"][r].Seconds(), cpu["direct"][r].Seconds()/cpu["plain"][r].Seconds(),
+			took["cp"][r].Seconds()/took["direct"][r].Seconds())
 	}
 }
 

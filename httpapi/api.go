@@ -224,6 +224,8 @@ var routeTable = []route{
 	{"GET", "/v1/instances/{id}/ssh", authed, (*handlers).instanceSSH},
 	{"GET", "/v1/instances/{id}/files", authed, (*handlers).instanceFiles},
 	{"GET", "/v1/volumes/{id}/files", authed, (*handlers).volumeFiles},
+	{"POST", "/v1/instances/{id}/files/grant", authed, filesGrant("instances")},
+	{"POST", "/v1/volumes/{id}/files/grant", authed, filesGrant("volumes")},
 	// Published HTTP ports (ports.go): every method portMethods lists.
 	{"GET", portsPath, authed, (*handlers).openPort},
 	{"POST", portsPath, authed, (*handlers).openPort},

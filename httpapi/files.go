@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/relay"
@@ -84,5 +85,20 @@ func (s *handlers) endVolumeSession(p principal, route *service.VolumeRoute, id,
 	defer cancel()
 	if err := s.svc.Files.AuditVolumeSession(ctx, p.actor(), route, id, true, reason, took); err != nil {
 		s.log.Warn("recording a volume session's end failed", "session", id, "err", err)
+	}
+}
+
+// filesGrant handles POST /v1/instances/{id}/files/grant and
+// /v1/volumes/{id}/files/grant (service.Files.Grant): a grant for a
+// direct copy to the agent that holds the files.
+func filesGrant(kind string) handlerFunc {
+	return func(s *handlers, w http.ResponseWriter, r *http.Request, p principal) error {
+		g, err := s.svc.Files.Grant(r.Context(), p.actor(), kind, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, api.FilesGrant{HostID: g.HostID, Address: g.Address, Fingerprint: g.Fingerprint,
+			Grant: g.Grant, SessionID: g.SessionID, ExpiresAt: g.ExpiresAt})
+		return nil
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -430,6 +432,9 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 	if h.Underlay, h.MTU, err = hostUnderlay(src.Underlay, src.MTU); err != nil {
 		return fleet.Host{}, err
 	}
+	if h.FilesAddr, h.FilesFingerprint, err = hostFilesListener(src.FilesAddr, src.FilesFingerprint); err != nil {
+		return fleet.Host{}, err
+	}
 	labelInterconnect(&h)
 	if len(h.Labels) > maxHostLabels {
 		return fleet.Host{}, Field("inventory.host.labels", "%d labels; the limit is %d", len(h.Labels), maxHostLabels)
@@ -582,6 +587,27 @@ func checkPrintable(field, v string, maxLen int) error {
 		}
 	}
 	return nil
+}
+
+// hostFilesListener checks where a host's agent takes direct copies, as
+// it reports it: host:port with a port, and its certificate's
+// fingerprint; both or neither.
+func hostFilesListener(addr, fp string) (string, string, error) {
+	if addr == "" && fp == "" {
+		return "", "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 || len(addr) > 255 {
+		return "", "", Field("inventory.host.files_addr", "is %s; want host:port, where clients reach the agent's files listener", Quote(addr))
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsUnspecified() {
+		return "", "", Field("inventory.host.files_addr", "is %s, which clients cannot dial; give the address they reach the host at", Quote(addr))
+	}
+	canon, err := pki.ParseFingerprint(fp)
+	if err != nil {
+		return "", "", Field("inventory.host.files_fingerprint", "%v", err)
+	}
+	return addr, canon, nil
 }
 
 // hostUnderlay checks a host's fabric address and MTU as its agent

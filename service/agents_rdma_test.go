@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/gpucloud/gpucloud/api"
@@ -238,6 +239,58 @@ func TestAgentsJoinUnderlay(t *testing.T) {
 			}
 			if h := f.host(id); h.Spec.Underlay != tt.want || h.Spec.MTU != tt.mtu {
 				t.Errorf("%s: kept %q MTU %d", tt.desc, h.Spec.Underlay, h.Spec.MTU)
+			}
+		}
+	})
+}
+
+// TestAgentsJoinFilesListener: where a host's agent takes direct copies
+// is kept in its spec, the fingerprint canonical; a malformed address or
+// fingerprint, or one without the other, is refused naming the field.
+func TestAgentsJoinFilesListener(t *testing.T) {
+	fp := "sha256:" + strings.Repeat("ab", 32)
+	tests := []struct {
+		desc, addr, fp string
+		want           string // the kept address; "!" for a refusal
+		field          string
+	}{
+		{desc: "an address and a fingerprint", addr: "10.0.0.7:7443", fp: fp, want: "10.0.0.7:7443"},
+		{desc: "a host name, the fingerprint in capitals", addr: "gpu-7.example:7443", fp: strings.ToUpper(fp[:7]) + fp[7:], want: "gpu-7.example:7443"},
+		{desc: "none", want: ""},
+		{desc: "no port", addr: "10.0.0.7", fp: fp, want: "!", field: "inventory.host.files_addr"},
+		{desc: "port 0", addr: "10.0.0.7:0", fp: fp, want: "!", field: "inventory.host.files_addr"},
+		{desc: "every address", addr: "0.0.0.0:7443", fp: fp, want: "!", field: "inventory.host.files_addr"},
+		{desc: "no host", addr: ":7443", fp: fp, want: "!", field: "inventory.host.files_addr"},
+		{desc: "no fingerprint", addr: "10.0.0.7:7443", want: "!", field: "inventory.host.files_fingerprint"},
+		{desc: "a fingerprint without an address", fp: fp, want: "!", field: "inventory.host.files_addr"},
+		{desc: "a malformed fingerprint", addr: "10.0.0.7:7443", fp: "md5:00", want: "!", field: "inventory.host.files_fingerprint"},
+	}
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		f := newAHFixture(t, st)
+		ctx := context.Background()
+		join, jtID := f.joinActor("rack-f")
+		for i, tt := range tests {
+			id := "files-" + string(rune('a'+i))
+			inv := ahInventory(id, "H100", 1)
+			inv.Host.GPUs[0].UUID += id
+			inv.Host.FilesAddr, inv.Host.FilesFingerprint = tt.addr, tt.fp
+			_, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil, "")
+			if tt.want == "!" {
+				if ce, ok := err.(*cloud.Error); !ok || ce.Code != cloud.Invalid || ce.Details["field"] != tt.field {
+					t.Errorf("%s: %v, want invalid_argument on %s", tt.desc, err, tt.field)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tt.desc, err)
+			}
+			h := f.host(id)
+			wantFP := ""
+			if tt.fp != "" {
+				wantFP = fp
+			}
+			if h.Spec.FilesAddr != tt.want || h.Spec.FilesFingerprint != wantFP {
+				t.Errorf("%s: kept %q %q", tt.desc, h.Spec.FilesAddr, h.Spec.FilesFingerprint)
 			}
 		}
 	})

@@ -30,7 +30,11 @@ func recordVolumeHosts(ctx context.Context, tx cloud.Tx, in *cloud.Instance, m M
 // Files holds the rules of `volumes cp`: which host's agent serves a
 // volume's files. (`instances cp` is a session into the instance, whose
 // rules are Sessions.Start's.)
-type Files struct{ base }
+type Files struct {
+	base
+	// sessions records a grant on an instance as its session (Grant).
+	sessions *Sessions
+}
 
 // VolumeRoute is where a volume's files session goes.
 type VolumeRoute struct {

@@ -2,6 +2,8 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,155 @@ func TestVolumeSessionAudit(t *testing.T) {
 				t.Errorf("ended event: %+v %v", mine[1], end)
 			}
 		}
+	})
+}
+
+// TestFilesGrant: a direct copy's grant is refused while direct copies
+// are off (nothing recorded), for another tenant (not_found), and for a
+// host whose agent does not listen (conflict); otherwise it names the
+// host's listener and carries signed claims for exactly the target, and
+// is recorded as a session, or as a detached volume's events.
+func TestFilesGrant(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
+		var signed [][]byte
+		opts := service.Options{FilesDirect: true, SignFilesGrant: func(p []byte) (string, error) {
+			signed = append(signed, p)
+			return "signed-" + strconv.Itoa(len(signed)), nil
+		}}
+		f := newVAFixture(t, st, opts)
+		ctx := context.Background()
+		now := f.clock.Now()
+		fp := "sha256:" + strings.Repeat("0f", 32)
+		for _, h := range []struct{ id, addr string }{{"h-direct", "10.0.0.1:7443"}, {"h-relay", ""}} {
+			spec := fleet.MockHost(h.id, "L4", 1)
+			spec.Zone = "z1"
+			if h.addr != "" {
+				spec.FilesAddr, spec.FilesFingerprint = h.addr, fp
+			}
+			if err := st.Tx(ctx, func(tx cloud.Tx) error {
+				return tx.PutHost(ctx, &cloud.Host{ID: h.id, State: fleet.Schedulable, Spec: *spec, LastHeartbeat: now})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		volumeOn := func(host string, running bool) (*cloud.Volume, *cloud.Instance) {
+			v, _, err := f.svc.Volumes.Create(ctx, f.acme, api.CreateVolumeRequest{Name: "data", SizeGiB: 1, Zone: "z1"}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, _, err := f.svc.Instances.Create(ctx, f.acme, api.CreateInstanceRequest{Offering: "l4.1x", Volumes: []string{v.ID}}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = testkit.Walk(t, st, in.ID, cloud.Running, testkit.Via{Host: host, Zone: "z1"}, now)
+			if !running {
+				in = testkit.Walk(t, st, in.ID, cloud.Stopped, testkit.Via{}, now)
+				if _, err := f.svc.Volumes.Detach(ctx, f.acme, v.ID); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{v.ID}, host, now) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return v, in
+		}
+		attached, in := volumeOn("h-direct", true)
+		_, relayed := volumeOn("h-relay", true)
+		detached, _ := volumeOn("h-direct", false)
+
+		t.Run("off", func(t *testing.T) {
+			off := service.New(st, nil, service.Options{Now: f.clock.Now})
+			before := f.counts()
+			_, err := off.Files.Grant(ctx, f.acme, "volumes", attached.ID)
+			if cloud.ErrorCode(err) != cloud.PermissionDenied || !strings.Contains(err.Error(), "--files-direct") {
+				t.Fatalf("grant with direct copies off: %v", err)
+			}
+			f.unchanged(before, "a refused grant")
+		})
+		t.Run("another tenant", func(t *testing.T) {
+			for _, k := range []struct{ kind, id string }{{"volumes", attached.ID}, {"instances", in.ID}} {
+				if _, err := f.svc.Files.Grant(ctx, f.globex, k.kind, k.id); cloud.ErrorCode(err) != cloud.NotFound {
+					t.Errorf("globex's grant on %s: %v", k.kind, err)
+				}
+			}
+		})
+		t.Run("a host that takes none", func(t *testing.T) {
+			n := len(signed)
+			_, err := f.svc.Files.Grant(ctx, f.acme, "instances", relayed.ID)
+			if cloud.ErrorCode(err) != cloud.Conflict || !strings.Contains(err.Error(), "--files-listen") {
+				t.Fatalf("grant on host h-relay: %v", err)
+			}
+			if len(signed) != n {
+				t.Error("a grant was signed")
+			}
+		})
+		t.Run("not files", func(t *testing.T) {
+			if _, err := f.svc.Files.Grant(ctx, f.acme, "networks", in.ID); cloud.ErrorCode(err) != cloud.Invalid {
+				t.Errorf("a network's grant: %v", err)
+			}
+		})
+		check := func(t *testing.T, g *service.FilesGrant, want agentapi.FilesTarget) agentapi.FilesGrant {
+			t.Helper()
+			if g.HostID != "h-direct" || g.Address != "10.0.0.1:7443" || g.Fingerprint != fp || g.Grant != "signed-"+strconv.Itoa(len(signed)) {
+				t.Fatalf("grant %+v", g)
+			}
+			var claims agentapi.FilesGrant
+			if err := json.Unmarshal(signed[len(signed)-1], &claims); err != nil {
+				t.Fatal(err)
+			}
+			// The expiry is on the wall clock, which the agent checks.
+			exp := time.Unix(claims.Expires, 0)
+			if claims.HostID != "h-direct" || claims.TenantID != f.acme.TenantID || claims.Actor != f.acme.ID || claims.Target != want ||
+				claims.SessionID != g.SessionID || !strings.HasPrefix(claims.ID, service.FilesGrantPrefix) ||
+				!exp.Equal(g.ExpiresAt) || time.Until(exp) > service.FilesGrantTTL || time.Until(exp) < service.FilesGrantTTL-time.Minute {
+				t.Errorf("claims %+v (expires %s)", claims, exp)
+			}
+			return claims
+		}
+		t.Run("an attached volume", func(t *testing.T) {
+			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", attached.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, g, agentapi.FilesTarget{VolumeID: attached.ID, SizeGiB: 1})
+			var ses *cloud.Session
+			if err := st.Tx(ctx, func(tx cloud.Tx) (err error) { ses, err = tx.GetSession(ctx, g.SessionID); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if ses.InstanceID != in.ID || ses.EndedAt == nil || !strings.Contains(ses.Command, "--direct") {
+				t.Errorf("the grant's session: %+v", ses)
+			}
+		})
+		t.Run("an instance", func(t *testing.T) {
+			g, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, g, agentapi.FilesTarget{InstanceID: in.ID})
+		})
+		t.Run("a detached volume", func(t *testing.T) {
+			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", detached.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, g, agentapi.FilesTarget{VolumeID: detached.ID, SizeGiB: 1})
+			var evs []*cloud.Event
+			if err := st.Tx(ctx, func(tx cloud.Tx) (err error) {
+				evs, err = tx.ListEvents(ctx, cloud.EventFilter{TenantID: f.acme.TenantID,
+					Kinds: []cloud.EventKind{service.EventVolumeFilesStarted, service.EventVolumeFilesEnded}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var kinds []cloud.EventKind
+			for _, e := range evs {
+				if details(t, e)["session_id"] == g.SessionID {
+					kinds = append(kinds, e.Kind)
+				}
+			}
+			if len(kinds) != 2 {
+				t.Errorf("the detached volume's grant's events: %v", kinds)
+			}
+		})
 	})
 }

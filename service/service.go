@@ -94,6 +94,8 @@ const (
 	SubnetPrefix        = "subnet-"
 	SecurityGroupPrefix = "sg-"
 	RulePrefix          = "sgr-"
+	// FilesGrantPrefix is direct copies' grants'.
+	FilesGrantPrefix = "fg-"
 )
 
 // Options configures the services. The zero value uses the wall clock
@@ -155,6 +157,13 @@ type Options struct {
 	// (Sessions.CloseLeftOpen); replicas that share a store need
 	// distinct, stable names.
 	Replica string
+	// FilesDirect lets tenants copy files straight to the agents that
+	// listen for it (Files.Grant; the server's --files-direct), and
+	// SignFilesGrant signs a grant's payload for them
+	// (pki.CA.SignToken for agentapi.FilesGrantPurpose). Grants are
+	// refused unless both are set.
+	FilesDirect    bool
+	SignFilesGrant func(payload []byte) (string, error)
 	// HeartbeatInterval is how often agents are asked to heartbeat while
 	// their host's inventory does not change (Agents.HeartbeatInterval;
 	// the composition root asks for a sixth of its heartbeat timeout).
@@ -266,11 +275,12 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues()}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
-		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{b}, Endpoints: &Endpoints{b}, Replicas: &Replicas{b}, NetworkChanges: opts.NetworkChanges,
+		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{base: b}, Endpoints: &Endpoints{b}, Replicas: &Replicas{b}, NetworkChanges: opts.NetworkChanges,
 		AssignmentChanges: opts.AssignmentChanges}
 	// A stack's plan and view read its resources through the services of
 	// their types, these same ones.
 	svc.Stacks = &Stacks{base: b, svc: svc}
+	svc.Files.sessions = svc.Sessions
 	return svc
 }
 

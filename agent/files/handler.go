@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -53,16 +54,21 @@ func (h *Handler) ServeSession(ctx context.Context, req agentapi.SessionRequest,
 	if t.VolumeID == "" && t.InstanceID == "" {
 		t.InstanceID = req.InstanceID
 	}
+	return h.serveTarget(ctx, req.ID, req.Actor, t, conn)
+}
+
+// serveTarget serves session id of actor on t over conn.
+func (h *Handler) serveTarget(ctx context.Context, id, actor string, t agentapi.FilesTarget, conn io.ReadWriteCloser) error {
 	root, release, err := h.open(t)
 	if release != nil {
 		defer release()
 	}
 	if err != nil {
-		h.log().Info("files session refused", "session", req.ID, "volume", t.VolumeID, "instance", t.InstanceID, "err", err)
+		h.log().Info("files session refused", "session", id, "volume", t.VolumeID, "instance", t.InstanceID, "err", err)
 		return filexfer.Serve(ctx, conn, failFS{err})
 	}
 	defer root.Close()
-	h.log().Info("files session", "session", req.ID, "volume", t.VolumeID, "instance", t.InstanceID, "actor", req.Actor)
+	h.log().Info("files session", "session", id, "volume", t.VolumeID, "instance", t.InstanceID, "actor", actor)
 	return filexfer.Serve(ctx, conn, root)
 }
 

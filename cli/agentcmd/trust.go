@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent"
+	"github.com/gpucloud/gpucloud/agent/files"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/internal/pki"
 )
@@ -212,4 +215,43 @@ func KeptCredential(server, dataDir string) (string, *http.Client, error) {
 // KeptCredential.
 func KeepCredential(dataDir, credential string) error {
 	return writeSecret(filepath.Join(dataDir, credentialFileName), []byte(credential+"\n"))
+}
+
+// listenDirect opens the direct-copy listener of --files-listen
+// (files.ListenDirect) for the host whose client certificate and CA the
+// data directory keeps, and sets cfg's FilesAddr and FilesFingerprint to
+// report it.
+func listenDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct, net.Listener, error) {
+	hostID, caPEM, err := keptIdentity(fl.dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, ln, addr, fp, err := files.ListenDirect(fl.filesListen, fl.filesAdvertise, hostID, caPEM, files.ForAgent(*cfg), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.FilesAddr, cfg.FilesFingerprint = addr, fp
+	return d, ln, nil
+}
+
+// keptIdentity is the host ID of the client certificate a join kept in
+// dataDir (its common name) and the CA kept beside it. A data directory
+// without them (a plain-HTTP server's agent) is an error saying so.
+func keptIdentity(dataDir string) (hostID string, caPEM []byte, err error) {
+	certPEM, err := os.ReadFile(filepath.Join(dataDir, clientCertFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("--files-listen needs the TLS client certificate a join keeps in %s: a plain-HTTP server's agents take no direct copies", dataDir)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	cert, err := pki.ParseCert(certPEM)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", clientCertFileName, err)
+	}
+	caPEM, err = os.ReadFile(filepath.Join(dataDir, caFileName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", nil, err
+	}
+	return cert.Subject.CommonName, caPEM, nil
 }

@@ -51,6 +51,10 @@ type hostAgent struct {
 	md  *metadata.Endpoints
 	drv gpu.Driver
 	gpu int
+	// direct and directLn take direct copies (up --files-direct), on
+	// loopback; nil without.
+	direct   *files.Direct
+	directLn net.Listener
 }
 
 // startAgent joins a host to the server and returns its running agent,
@@ -59,7 +63,7 @@ type hostAgent struct {
 // host that has joined only with its current credential. Every agent of a local cloud keeps volumes
 // under volumeDir, so that a volume follows its instance from host to host
 // as on a cloud's network storage.
-func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime, ul hostUnderlay) (*hostAgent, error) {
+func startAgent(ctx context.Context, url, joinToken string, admin *client.Client, drv gpu.Driver, dir, volumeDir string, manageMIG bool, interval time.Duration, log *slog.Logger, rt agentcmd.Runtime, ul hostUnderlay, direct bool) (*hostAgent, error) {
 	// The agent never makes its shared volume directory (a missing one is
 	// an operator's filesystem not mounted: writing to the local disk
 	// instead would share nothing); up makes its own.
@@ -110,6 +114,19 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		Underlay: ul.addr, UnderlayMTU: ul.mtu, Sessions: agentcmd.SessionHandlers(dir, h.rt, log.With("host", joined.HostID)),
 	}
 	acfg.Sessions = files.Sessions(acfg)
+	if direct {
+		caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+		if err != nil {
+			return nil, fmt.Errorf("direct copies: the cloud's CA: %w", err)
+		}
+		// The simulated hosts' agents run in this process, on this
+		// machine: loopback is where clients reach them.
+		d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", joined.HostID, caPEM, files.ForAgent(acfg), acfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		h.direct, h.directLn, acfg.FilesAddr, acfg.FilesFingerprint = d, ln, addr, fp
+	}
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), acfg)
 	return h, nil
 }
@@ -430,7 +447,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt, rts.underlay(hostDir))
+		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.FilesDirect())
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
@@ -447,7 +464,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 	}
 	if err == nil {
 		var h *hostAgent
-		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt, rts.underlay(hostDir)); err == nil {
+		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.FilesDirect()); err == nil {
 			hosts = append(hosts, h)
 		}
 	}
@@ -527,6 +544,15 @@ func runAgents(ctx context.Context, hosts []*hostAgent, log *slog.Logger) *sync.
 				log.Error("agent stopped", "host", h.id, "err", err)
 			}
 		}(h)
+		if h.direct != nil {
+			wg.Add(1)
+			go func(h *hostAgent) {
+				defer wg.Done()
+				if err := h.direct.Serve(ctx, h.directLn); err != nil {
+					log.Error("direct files listener stopped", "host", h.id, "err", err)
+				}
+			}(h)
+		}
 	}
 	return &wg
 }

@@ -14,7 +14,8 @@ import (
 
 // TestUpCopyContainers: on `up` with containers, `volumes cp` and
 // `instances cp` move files in and out of a running container and its
-// volume, through the server and the host's agent: what they create
+// volume, through the server and the host's agent, and with --direct
+// straight to the agent (up --files-direct): what they create
 // belongs to the workload's own uid, the SHA-256 matches what the
 // workload reads, and links the workload planted resolve inside the
 // container, never to the host's files.
@@ -24,7 +25,7 @@ func TestUpCopyContainers(t *testing.T) {
 		t.Skip("starts a local cloud")
 	}
 	needContainers(t)
-	up, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "")
+	up, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "", "--files-direct")
 	cli := upCLI(t, out)
 	var vol, in struct{ ID string }
 	if err := json.Unmarshal([]byte(cli("volumes", "create", "--name", "data", "--size-gib", "1", "-o", "json")), &vol); err != nil {
@@ -74,6 +75,23 @@ func TestUpCopyContainers(t *testing.T) {
 	copyOK("instances", "cp", in.ID+":"+inVolume, back)
 	if b, _ := os.ReadFile(back); sha256.Sum256(b) != sum {
 		t.Errorf("copied back out: %d bytes differ", len(b))
+	}
+	// Straight to the host's agent (up --files-direct): the same owner
+	// and bytes, and no word of falling back to the server.
+	direct := func(args ...string) {
+		t.Helper()
+		code, so, se := cliRun(t, out, "", append([]string{args[0], "cp", "--direct"}, args[1:]...)...)
+		if code != 0 || !strings.Contains(se, "CRC-32C verified") || strings.Contains(se, "no direct copy") {
+			t.Fatalf("%q --direct: exit %d, %q %q", args, code, so, se)
+		}
+	}
+	direct("volumes", local, vol.ID+":/direct.bin")
+	if got := exec("stat", "-c", "%u", "/volumes/"+vol.ID+"/direct.bin"); got != uid {
+		t.Errorf("a direct copy's file owned by %s, want the workload's %s", got, uid)
+	}
+	direct("instances", in.ID+":/volumes/"+vol.ID+"/direct.bin", filepath.Join(dir, "direct-back.bin"))
+	if b, _ := os.ReadFile(filepath.Join(dir, "direct-back.bin")); sha256.Sum256(b) != sum {
+		t.Errorf("copied in and out directly: %d bytes differ", len(b))
 	}
 	// Links the workload planted resolve inside the container: an
 	// absolute one to its own file, and one to /etc/hostname, which the

@@ -147,3 +147,34 @@ func From(ctx context.Context) *Conn {
 	bc, _ := ctx.Value(ctxKey{}).(*Conn)
 	return bc
 }
+
+// Gathered is a TLS connection over a Conn whose every Write is held:
+// the records of one write leave in one system call. For connections that
+// carry bulk data in large writes (a direct copy's files protocol, whose
+// writes are up to 256 KiB).
+type Gathered struct {
+	*tls.Conn
+	under *Conn
+}
+
+// Client is tls.Client over c, gathered; Server likewise tls.Server.
+func Client(c net.Conn, cfg *tls.Config) *Gathered {
+	u := New(c)
+	return &Gathered{Conn: tls.Client(u, cfg), under: u}
+}
+
+// Server is tls.Server over c, gathered.
+func Server(c net.Conn, cfg *tls.Config) *Gathered {
+	u := New(c)
+	return &Gathered{Conn: tls.Server(u, cfg), under: u}
+}
+
+// Write writes p through TLS, its records gathered into one write.
+func (g *Gathered) Write(p []byte) (int, error) {
+	g.under.Hold()
+	n, err := g.Conn.Write(p)
+	if rerr := g.under.Release(); err == nil {
+		err = rerr
+	}
+	return n, err
+}

@@ -227,3 +227,60 @@ func BenchmarkTLSWrite(b *testing.B) {
 		})
 	}
 }
+
+// A Gathered connection writes each Write's records in one write to the
+// connection, both ways, and the bytes arrive whole.
+func TestGathered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cert := testCert(t)
+	msg := make([]byte, 256<<10)
+	rand.Read(msg)
+	echoed := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			echoed <- err
+			return
+		}
+		sc := Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+		defer sc.Close()
+		b := make([]byte, len(msg))
+		if _, err := io.ReadFull(sc, b); err != nil {
+			echoed <- err
+			return
+		}
+		_, err = sc.Write(b)
+		echoed <- err
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &countConn{Conn: raw}
+	gc := Client(cc, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	defer gc.Close()
+	if err := gc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	before := cc.writes.Load()
+	if _, err := gc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load() - before; n != 1 {
+		t.Errorf("a 256 KiB write was %d writes to the connection, want 1", n)
+	}
+	b := make([]byte, len(msg))
+	if _, err := io.ReadFull(gc, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, msg) {
+		t.Error("the echo came back changed")
+	}
+}

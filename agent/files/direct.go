@@ -1,0 +1,257 @@
+//go:build linux
+
+package files
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
+	"github.com/gpucloud/gpucloud/internal/pki"
+)
+
+// Direct copies (docs/DATA.md, "Direct copies"): where the operator lets
+// tenants reach the agents, the agent listens (--files-listen) and serves
+// the files protocol on connections that bring a grant the server signed
+// (agentapi.FilesGrant), checked offline against the cloud's CA. The data
+// then crosses one TLS connection, client to agent, with no server in its
+// path.
+
+// Limits of the direct listener.
+const (
+	// helloTimeout bounds a connection's handshake and grant.
+	helloTimeout = 10 * time.Second
+	// MaxDirectPerTenant is how many direct connections one tenant may
+	// hold open on a host at once, whatever grants it has.
+	MaxDirectPerTenant = 32
+	// maxHandshakes bounds the connections not yet admitted (in their
+	// handshake or hello): more are closed at once, so that a flood of
+	// connections without grants holds no more than this.
+	maxHandshakes = 128
+)
+
+// Direct serves direct copies. Its zero value is not usable: set Handler,
+// CA, HostID and Cert.
+type Direct struct {
+	// Handler serves each connection's files session.
+	Handler *Handler
+	// CA is the cloud's CA certificate, whose key signs grants.
+	CA *x509.Certificate
+	// HostID is this host's ID: a grant for another host is refused.
+	HostID string
+	// Cert is the listener's certificate (pki.SelfSigned); clients pin
+	// its fingerprint, which the agent reports in its inventory.
+	Cert tls.Certificate
+	// Now is the clock grants' expiry is checked with (time.Now when nil).
+	Now func() time.Time
+	Log *slog.Logger
+
+	mu       sync.Mutex
+	grants   map[string]*grantUse // by grant ID, until it expires
+	byTenant map[string]int       // open connections
+	pending  int                  // connections not yet admitted
+}
+
+// grantUse is what a grant has opened.
+type grantUse struct {
+	conns   int
+	expires time.Time
+}
+
+// Serve accepts connections on ln until ctx ends or ln fails, serving
+// each on its own goroutine; it waits for them before it returns.
+func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors, or a connection reset before it
+			// was accepted: the listener itself is still good.
+			d.log().Warn("direct files listener: accept failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		d.mu.Lock()
+		full := d.pending >= maxHandshakes
+		if !full {
+			d.pending++
+		}
+		d.mu.Unlock()
+		if full {
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.serveConn(ctx, batchconn.Server(c, cfg))
+		}()
+	}
+}
+
+func (d *Direct) log() *slog.Logger {
+	if d.Log == nil {
+		return slog.Default()
+	}
+	return d.Log
+}
+
+func (d *Direct) now() time.Time {
+	if d.Now == nil {
+		return time.Now()
+	}
+	return d.Now()
+}
+
+// serveConn checks one connection's grant and serves its session.
+func (d *Direct) serveConn(ctx context.Context, c *batchconn.Gathered) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(helloTimeout))
+	g, err := d.admit(c)
+	d.mu.Lock()
+	d.pending--
+	d.mu.Unlock()
+	if err != nil {
+		fe := &agentapi.FileError{Code: agentapi.FilePermission, Message: err.Error()}
+		d.log().Info("direct files connection refused", "remote", c.RemoteAddr().String(), "err", err)
+		_ = agentapi.WriteDirectLine(c, agentapi.DirectWelcome{Error: fe})
+		return
+	}
+	defer d.leave(g)
+	if err := agentapi.WriteDirectLine(c, agentapi.DirectWelcome{}); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	if err := d.Handler.serveTarget(ctx, g.SessionID, g.Actor, g.Target, c); err != nil {
+		d.log().Info("direct files session ended", "session", g.SessionID, "grant", g.ID, "err", err)
+	}
+}
+
+// admit reads the hello and checks its grant: the CA's signature, this
+// host, not expired, under its connections and its tenant's.
+func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.FilesGrant, error) {
+	if err := c.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	var hello agentapi.DirectHello
+	if err := agentapi.ReadDirectLine(c, &hello); err != nil {
+		return nil, fmt.Errorf("reading the hello: %w", err)
+	}
+	payload, err := pki.VerifyToken(d.CA, agentapi.FilesGrantPurpose, hello.Grant)
+	if err != nil {
+		return nil, fmt.Errorf("grant refused: %w", err)
+	}
+	var g agentapi.FilesGrant
+	if err := json.Unmarshal(payload, &g); err != nil {
+		return nil, fmt.Errorf("grant refused: its payload: %w", err)
+	}
+	if g.HostID != d.HostID {
+		return nil, fmt.Errorf("grant refused: it is for host %s, and this is %s", g.HostID, d.HostID)
+	}
+	if g.ID == "" || g.TenantID == "" || g.Target.VolumeID == "" && g.Target.InstanceID == "" {
+		return nil, errors.New("grant refused: it names no grant, tenant or target")
+	}
+	now := d.now()
+	exp := time.Unix(g.Expires, 0)
+	if !now.Before(exp) {
+		return nil, fmt.Errorf("grant refused: it expired at %s (ask for another)", exp.UTC().Format(time.RFC3339))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.grants == nil {
+		d.grants, d.byTenant = map[string]*grantUse{}, map[string]int{}
+	}
+	for id, u := range d.grants {
+		if !now.Before(u.expires) && u.conns == 0 {
+			delete(d.grants, id)
+		}
+	}
+	u := d.grants[g.ID]
+	if u == nil {
+		u = &grantUse{expires: exp}
+		d.grants[g.ID] = u
+	}
+	if u.conns >= agentapi.MaxDirectConns {
+		return nil, fmt.Errorf("grant refused: it has %d connections open, the most one grant opens", u.conns)
+	}
+	if d.byTenant[g.TenantID] >= MaxDirectPerTenant {
+		return nil, fmt.Errorf("grant refused: the tenant has %d direct connections open on this host, the limit", d.byTenant[g.TenantID])
+	}
+	u.conns++
+	d.byTenant[g.TenantID]++
+	return &g, nil
+}
+
+// leave ends g's connection's count.
+func (d *Direct) leave(g *agentapi.FilesGrant) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if u := d.grants[g.ID]; u != nil {
+		u.conns--
+	}
+	if d.byTenant[g.TenantID]--; d.byTenant[g.TenantID] <= 0 {
+		delete(d.byTenant, g.TenantID)
+	}
+}
+
+// ListenDirect opens the direct-copy listener of host hostID at listen
+// (host:port; port 0 picks one), trusting grants signed by the CA in
+// caPEM, with a fresh self-signed certificate. advertise is where clients
+// reach it (the listener's own address when empty, which must then name
+// a host, not every address). It returns the server, its listener (to
+// Serve), and the address and fingerprint the agent reports
+// (agent.Config.FilesAddr and FilesFingerprint).
+func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, log *slog.Logger) (d *Direct, ln net.Listener, addr, fingerprint string, err error) {
+	if hostID == "" {
+		return nil, nil, "", "", errors.New("direct copies: the agent's host ID is unknown (it has not joined)")
+	}
+	if len(caPEM) == 0 {
+		return nil, nil, "", "", errors.New("direct copies need the cloud's CA to check grants with, which this agent does not keep " +
+			"(it keeps it when its join token names the CA's fingerprint, as the tokens of a TLS server do)")
+	}
+	ca, err := pki.ParseCert(caPEM)
+	if err != nil {
+		return nil, nil, "", "", fmt.Errorf("direct copies: the cloud's CA: %w", err)
+	}
+	cert, fp, err := pki.SelfSigned("gpucloud files "+hostID, time.Now(), pki.ClientLifetime)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	ln, err = net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, "", "", fmt.Errorf("direct copies: --files-listen %s: %w", listen, err)
+	}
+	addr = advertise
+	if addr == "" {
+		addr = ln.Addr().String()
+		if ap, perr := netip.ParseAddrPort(addr); perr == nil && ap.Addr().IsUnspecified() {
+			ln.Close()
+			return nil, nil, "", "", fmt.Errorf("direct copies: --files-listen %s listens on every address: say where clients reach it with --files-advertise HOST:PORT", listen)
+		}
+	}
+	return &Direct{Handler: h, CA: ca, HostID: hostID, Cert: cert, Log: log}, ln, addr, fp, nil
+}

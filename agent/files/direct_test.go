@@ -1,0 +1,263 @@
+//go:build linux
+
+package files
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/internal/filexfer"
+	"github.com/gpucloud/gpucloud/internal/pki"
+)
+
+// directServer runs a direct listener of host "h-1" trusting ca, over
+// volumes in a temporary directory, with the clock now.
+func directServer(t *testing.T, ca *pki.CA, now func() time.Time) (addr, fp, vols string) {
+	t.Helper()
+	vols = t.TempDir()
+	h := &Handler{VolumeDir: func(id string, _ bool, _ int64) (string, func(), error) {
+		d := filepath.Join(vols, id)
+		return d, func() {}, os.MkdirAll(d, 0o750)
+	}}
+	d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Now = now
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(t.Context(), ln) }()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return addr, fp, vols
+}
+
+// dialDirect opens a direct connection with grant tok, returning it with
+// the agent's welcome.
+func dialDirect(t *testing.T, addr, fp, tok string) (*tls.Conn, agentapi.DirectWelcome) {
+	t.Helper()
+	cfg, err := pki.PinnedLeafConfig(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := agentapi.WriteDirectLine(c, agentapi.DirectHello{Grant: tok}); err != nil {
+		t.Fatal(err)
+	}
+	var w agentapi.DirectWelcome
+	if err := agentapi.ReadDirectLine(c, &w); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	c.SetDeadline(time.Time{})
+	return c, w
+}
+
+func grantFor(t *testing.T, ca *pki.CA, g agentapi.FilesGrant) string {
+	t.Helper()
+	b, _ := json.Marshal(g)
+	tok, err := ca.SignToken(agentapi.FilesGrantPurpose, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestDirectGrants: what the direct listener admits and what it refuses,
+// and a copy over an admitted connection.
+func TestDirectGrants(t *testing.T) {
+	ca, other := mustCA(t), mustCA(t)
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	addr, fp, vols := directServer(t, ca, func() time.Time { return now })
+	good := agentapi.FilesGrant{ID: "fg-1", HostID: "h-1", TenantID: "tn-a", Actor: "u-a", SessionID: "ses-1",
+		Target: agentapi.FilesTarget{VolumeID: "v-1"}, Expires: now.Add(time.Minute).Unix()}
+	with := func(f func(*agentapi.FilesGrant)) agentapi.FilesGrant { g := good; f(&g); return g }
+
+	t.Run("a copy", func(t *testing.T) {
+		c, w := dialDirect(t, addr, fp, grantFor(t, ca, good))
+		if w.Error != nil {
+			t.Fatalf("refused: %v", w.Error)
+		}
+		data := bytes.Repeat([]byte("direct "), 100000)
+		fc := filexfer.NewClient(c)
+		if _, err := fc.Put("/x.bin", bytes.NewReader(data), 0, int64(len(data)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(vols, "v-1", "x.bin"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("the file on the host: %d bytes, %v", len(got), err)
+		}
+	})
+
+	for _, tt := range []struct {
+		desc, tok, want string
+	}{
+		{"another host's", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.HostID = "h-2" })), "for host h-2"},
+		{"expired", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.Expires = now.Unix() })), "expired"},
+		{"signed by another CA", grantFor(t, other, good), "not the cloud CA's"},
+		{"signed for another purpose", func() string {
+			b, _ := json.Marshal(good)
+			tok, _ := ca.SignToken("something else", b)
+			return tok
+		}(), "not the cloud CA's"},
+		{"without a target", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.Target = agentapi.FilesTarget{} })), "no grant, tenant or target"},
+		{"without a tenant", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.TenantID = "" })), "no grant, tenant or target"},
+		{"not a token", "hello", "grant refused"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			c, w := dialDirect(t, addr, fp, tt.tok)
+			if w.Error == nil || w.Error.Code != agentapi.FilePermission || !strings.Contains(w.Error.Message, tt.want) {
+				t.Fatalf("welcome %+v; want permission refused, saying %q", w.Error, tt.want)
+			}
+			// And the connection is closed.
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				t.Error("the connection stayed open")
+			}
+		})
+	}
+
+	t.Run("connections per grant and per tenant", func(t *testing.T) {
+		g := with(func(g *agentapi.FilesGrant) { g.ID = "fg-many" })
+		var open []*tls.Conn
+		for range agentapi.MaxDirectConns {
+			c, w := dialDirect(t, addr, fp, grantFor(t, ca, g))
+			if w.Error != nil {
+				t.Fatalf("connection %d refused: %v", len(open)+1, w.Error)
+			}
+			open = append(open, c)
+		}
+		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, g)); w.Error == nil || !strings.Contains(w.Error.Message, "the most one grant opens") {
+			t.Fatalf("connection %d of one grant: %+v; want refused", agentapi.MaxDirectConns+1, w.Error)
+		}
+		// Up to the tenant's limit with other grants, then refused.
+		for i := agentapi.MaxDirectConns; i < MaxDirectPerTenant; i++ {
+			c, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-more" + string(rune('a'+i/agentapi.MaxDirectConns)) })))
+			if w.Error != nil {
+				t.Fatalf("tenant connection %d refused: %v", i+1, w.Error)
+			}
+			open = append(open, c)
+		}
+		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-last" }))); w.Error == nil || !strings.Contains(w.Error.Message, "the limit") {
+			t.Fatalf("tenant connection %d: %+v; want refused", MaxDirectPerTenant+1, w.Error)
+		}
+		// Another tenant is not held up by this one's.
+		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-b"; g.TenantID = "tn-b" }))); w.Error != nil {
+			t.Fatalf("another tenant refused: %v", w.Error)
+		}
+		// A closed connection frees its place.
+		open[0].Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, w := dialDirect(t, addr, fp, grantFor(t, ca, g))
+			if w.Error == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after a close, still refused: %v", w.Error)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// TestDirectHandshakeFlood: connections that never finish their
+// handshake hold at most maxHandshakes places; the next is closed at once,
+// and once they go a granted connection is admitted again.
+func TestDirectHandshakeFlood(t *testing.T) {
+	ca := mustCA(t)
+	addr, fp, _ := directServer(t, ca, time.Now)
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range maxHandshakes {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	cfg, err := pki.PinnedLeafConfig(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := grantFor(t, ca, agentapi.FilesGrant{ID: "fg-1", HostID: "h-1", TenantID: "tn-a", Target: agentapi.FilesTarget{VolumeID: "v-1"},
+		Expires: time.Now().Add(time.Minute).Unix()})
+	// The listener takes the idle ones in its own time: wait until a new
+	// one is turned away.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, cfg.Clone())
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("a handshake succeeded with %d connections pending", maxHandshakes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	idle = nil
+	for {
+		_, w := dialDirect(t, addr, fp, tok)
+		if w.Error == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the flood left, still refused: %v", w.Error)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestListenDirectRefuses: no host ID, no CA, or a listen address on
+// every interface without an advertised one.
+func TestListenDirectRefuses(t *testing.T) {
+	caPEM := pki.EncodeCert(mustCA(t).Cert)
+	for _, tt := range []struct {
+		desc, listen, host string
+		ca                 []byte
+		want               string
+	}{
+		{"no host", "127.0.0.1:0", "", caPEM, "host ID is unknown"},
+		{"no CA", "127.0.0.1:0", "h-1", nil, "need the cloud's CA"},
+		{"every address", "0.0.0.0:0", "h-1", caPEM, "--files-advertise"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			_, ln, _, _, err := ListenDirect(tt.listen, "", tt.host, tt.ca, &Handler{}, nil)
+			if ln != nil {
+				ln.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ListenDirect: %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func mustCA(t *testing.T) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA("test cloud", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}

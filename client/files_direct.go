@@ -1,0 +1,72 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/internal/batchconn"
+	"github.com/gpucloud/gpucloud/internal/pki"
+	"github.com/gpucloud/gpucloud/internal/rest"
+)
+
+// FilesGrant asks for a direct copy's grant (docs/DATA.md, "Direct
+// copies") on a volume (kind "volumes") or a running instance (kind
+// "instances"): POST /v1/{kind}/{id}/files/grant. A cloud whose operator
+// has not turned direct copies on answers permission_denied; a host whose
+// agent takes none, conflict. Copy through OpenFiles then.
+func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.FilesGrant, error) {
+	var out api.FilesGrant
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf(kind, id, "files", "grant"), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// directHelloTimeout bounds a direct connection's dial, handshake and
+// grant when ctx has no earlier deadline.
+const directHelloTimeout = 15 * time.Second
+
+// OpenFilesDirect opens the files session a grant allows, straight to
+// the agent it names: TLS 1.3 to g.Address, trusting only the
+// certificate whose fingerprint is g.Fingerprint, the grant sent and the
+// agent's welcome read. The connection then speaks the files protocol
+// (internal/filexfer.NewClient), as OpenFiles's does; each write's TLS
+// records leave in one system call. A refused grant is an error saying
+// why.
+func (c *Client) OpenFilesDirect(ctx context.Context, g *api.FilesGrant) (net.Conn, error) {
+	cfg, err := pki.PinnedLeafConfig(g.Fingerprint)
+	if err != nil {
+		return nil, fmt.Errorf("direct copy to %s: %w", g.HostID, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, directHelloTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: 15 * time.Second}
+	raw, err := d.DialContext(dctx, "tcp", g.Address)
+	if err != nil {
+		return nil, fmt.Errorf("direct copy: reaching host %s's agent at %s: %w", g.HostID, g.Address, err)
+	}
+	conn := batchconn.Client(raw, cfg)
+	fail := func(err error) (net.Conn, error) {
+		conn.Close()
+		return nil, fmt.Errorf("direct copy to host %s's agent at %s: %w", g.HostID, g.Address, err)
+	}
+	if err := conn.HandshakeContext(dctx); err != nil {
+		return fail(err)
+	}
+	deadline, _ := dctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	if err := agentapi.WriteDirectLine(conn, agentapi.DirectHello{Grant: g.Grant}); err != nil {
+		return fail(err)
+	}
+	var w agentapi.DirectWelcome
+	if err := agentapi.ReadDirectLine(conn, &w); err != nil {
+		return fail(fmt.Errorf("reading its welcome: %w", err))
+	}
+	if w.Error != nil {
+		return fail(w.Error)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
+}
