@@ -89,6 +89,9 @@ func TestBenchVolumeCopy(t *testing.T) {
 		cpu["cp"] = append(cpu["cp"], cpuTime(syscall.RUSAGE_CHILDREN)-c0)
 		os.Remove(dst)
 		for _, tg := range targets {
+			if only := os.Getenv("GPUCLOUD_BENCH_COPY_ONLY"); only != "" && only != tg.name {
+				continue // a profile of one path
+			}
 			start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
 			var conn net.Conn
 			var err error
@@ -120,6 +123,9 @@ func TestBenchVolumeCopy(t *testing.T) {
 			line += fmt.Sprintf("  %6.2fs %7.1f MiB/s (CPU %5.2fs)", d.Seconds(), rate(d), cpu[name][i].Seconds())
 		}
 		t.Log(line)
+	}
+	if os.Getenv("GPUCLOUD_BENCH_COPY_ONLY") != "" {
+		return
 	}
 	for r := range rounds {
 		t.Logf("round %d: TLS/plain time %.3f (CPU %.3f), TLS/cp throughput %.3f", r+1,
