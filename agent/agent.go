@@ -135,13 +135,13 @@ type Config struct {
 	// network of another host).
 	Underlay    netip.Addr
 	UnderlayMTU int
-	// FilesAddr is where clients reach the agent's direct-copy listener
-	// (files.Direct; gpucloud agent --files-listen), host:port, and
-	// FilesFingerprint its certificate's fingerprint: the inventory
-	// reports them (fleet.Host.FilesAddr), and the server hands them out
+	// DirectAddr is where clients reach the agent's direct-copy listener
+	// (files.Direct; gpucloud agent --direct-listen), host:port, and
+	// DirectFingerprint its certificate's fingerprint: the inventory
+	// reports them (fleet.Host.DirectAddr), and the server hands them out
 	// with grants. Empty: the agent takes no direct copies.
-	FilesAddr        string
-	FilesFingerprint string
+	DirectAddr        string
+	DirectFingerprint string
 	// DNSUpstreams are the resolvers the instances' DNS forwards the
 	// names outside their networks to; the nameservers of the host's
 	// /etc/resolv.conf when empty. Used only with a runtime that serves
@@ -587,8 +587,8 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 			inv.Host.MTU = a.cfg.UnderlayMTU
 		}
 	}
-	if a.cfg.FilesAddr != "" {
-		inv.Host.FilesAddr, inv.Host.FilesFingerprint = a.cfg.FilesAddr, a.cfg.FilesFingerprint
+	if a.cfg.DirectAddr != "" {
+		inv.Host.DirectAddr, inv.Host.DirectFingerprint = a.cfg.DirectAddr, a.cfg.DirectFingerprint
 	}
 	var hcaErr string
 	if a.cfg.HCAs != nil {

@@ -32,34 +32,40 @@ type FilesTarget struct {
 	SizeGiB int64 `json:"size_gib,omitempty"`
 }
 
-// Direct copies (docs/DATA.md, "Direct copies"): where an operator lets
-// tenants reach the agents (the agent's --files-listen, the server's
-// --files-direct), a client asks the server for a grant
-// (POST /v1/{volumes,instances}/{id}/files/grant), dials the agent's
-// address over TLS 1.3, pinning the listener's certificate by the
+// Direct sessions (docs/DATA.md, "Direct copies"; docs/ACCESS.md,
+// "Direct port forwards"): where an operator lets tenants reach the
+// agents (the agent's --direct-listen, the server's --direct-access), a
+// client asks the server for a grant (POST /v1/{volumes,instances}/{id}/
+// files/grant, POST /v1/instances/{id}/port-forward/grant), dials the
+// agent's address over TLS 1.3, pinning the listener's certificate by the
 // fingerprint the grant's answer gives, and sends a DirectHello with the
 // grant. The agent checks the grant against the cloud's CA offline and
-// answers a DirectWelcome; the files protocol then runs on the
-// connection as on a relayed session, with no server in the data path.
+// answers a DirectWelcome; the connection then carries the files protocol
+// or the forwarded port's bytes, as a relayed session would, with no
+// server in the data path.
 
-// FilesGrantPurpose is the purpose the CA signs a FilesGrant for
+// DirectGrantPurpose is the purpose the CA signs a DirectGrant for
 // (pki.SignToken).
-const FilesGrantPurpose = "gpucloud files grant v1"
+const DirectGrantPurpose = "gpucloud direct grant v1"
 
-// FilesGrant is what a grant allows: files sessions on Target, on host
-// HostID's agent, opened until Expires (Unix seconds), at most
-// MaxDirectConns of them. A session opened in time runs until it ends.
-type FilesGrant struct {
+// DirectGrant is what a grant allows: sessions of Kind (SessionFiles on
+// Target, or SessionForward to Port inside instance Target.InstanceID),
+// on host HostID's agent, opened until Expires (Unix seconds), at most
+// MaxDirectConns of them at once. A session opened in time runs until it
+// ends.
+type DirectGrant struct {
 	ID        string      `json:"id"`
+	Kind      string      `json:"kind"`
 	HostID    string      `json:"host_id"`
 	TenantID  string      `json:"tenant_id"`
 	Actor     string      `json:"actor"`
 	SessionID string      `json:"session_id"`
 	Target    FilesTarget `json:"target"`
+	Port      int         `json:"port,omitempty"`
 	Expires   int64       `json:"exp"`
 }
 
-// MaxDirectConns is how many connections one grant opens at most.
+// MaxDirectConns is how many connections one grant holds open at most.
 const MaxDirectConns = 16
 
 // DirectHello is a direct connection's first message, and DirectWelcome

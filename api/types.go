@@ -431,12 +431,13 @@ type KeyList struct {
 	Keys []*cloud.Key `json:"keys"`
 }
 
-// FilesGrant answers POST /v1/instances/{id}/files/grant and
-// /v1/volumes/{id}/files/grant: a direct copy's grant and where to use it
-// (docs/DATA.md, "Direct copies"). The client dials Address over TLS 1.3,
-// trusts the certificate whose fingerprint is Fingerprint, and sends
-// Grant; connections may be opened until ExpiresAt.
-type FilesGrant struct {
+// DirectGrant answers POST /v1/instances/{id}/files/grant,
+// /v1/volumes/{id}/files/grant and /v1/instances/{id}/port-forward/grant:
+// a direct session's grant and where to use it (docs/DATA.md, "Direct
+// copies"). The client dials Address over TLS 1.3, trusts the certificate
+// whose fingerprint is Fingerprint, and sends Grant; connections may be
+// opened until ExpiresAt.
+type DirectGrant struct {
 	HostID      string    `json:"host_id"`
 	Address     string    `json:"address"`
 	Fingerprint string    `json:"fingerprint"`

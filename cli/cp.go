@@ -51,7 +51,7 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			"computes at about 1.7 GB/s against CRC-32C's 20.\n\n" +
 			"With --direct the data goes straight to the host's agent instead, over one TLS 1.3\n" +
 			"connection that a short-lived grant from the server opens, where the operator lets\n" +
-			"tenants reach the agents (server --files-direct, agent --files-listen); where it\n" +
+			"tenants reach the agents (server --direct-access, agent --direct-listen); where it\n" +
 			"cannot, the copy says why and goes through the server.\n\n" +
 			"On a terminal a progress line shows bytes, rate and time left; a summary line\n" +
 			"follows on stderr in any case.",
@@ -116,7 +116,7 @@ func openCopy(ctx context.Context, c *client.Client, kind, id string, direct boo
 		g, err := c.FilesGrant(ctx, kind, id)
 		if err == nil {
 			var conn net.Conn
-			if conn, err = c.OpenFilesDirect(ctx, g); err == nil {
+			if conn, err = c.OpenDirect(ctx, g); err == nil {
 				return conn, nil
 			}
 		}

@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
@@ -120,6 +122,7 @@ func runExec(cmd *cobra.Command, c *conn, id string, command []string, withStdin
 }
 
 func newInstancesPortForwardCommand(s *session) *cobra.Command {
+	var direct bool
 	cmd := &cobra.Command{
 		Use:   "port-forward ID [LOCAL:]REMOTE",
 		Short: "Forward a local port to a port inside a running instance",
@@ -127,9 +130,14 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			"running instance (Jupyter, TensorBoard), through the server and the host's\n" +
 			"agent, as kubectl port-forward does: each connection is a session of its own.\n" +
 			"LOCAL 0 (or :REMOTE) picks a free port; REMOTE alone uses the same port\n" +
-			"locally. It runs until Ctrl-C.",
+			"locally. It runs until Ctrl-C.\n\n" +
+			"With --direct each connection goes straight to the host's agent over TLS 1.3\n" +
+			"with a short-lived grant from the server, where the operator lets tenants reach\n" +
+			"the agents (server --direct-access, agent --direct-listen); where it cannot, it\n" +
+			"says why and goes through the server.",
 		Example: "  gpucloud instances port-forward i-0123456789abcdef 8888\n" +
-			"  gpucloud instances port-forward i-0123456789abcdef 6006:6006",
+			"  gpucloud instances port-forward i-0123456789abcdef 6006:6006\n" +
+			"  gpucloud instances port-forward --direct i-0123456789abcdef 8888",
 		Args: exactArgs(2, "an instance ID or name and [LOCAL:]REMOTE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			local, remote, err := parsePorts(args[1])
@@ -146,11 +154,78 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return forwardPort(ctx, c, id, local, remote, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			f := &forwarder{c: c.Client, id: id, remote: remote, direct: direct, stderr: cmd.ErrOrStderr()}
+			return forwardPort(ctx, f, local, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
+	cmd.Flags().BoolVar(&direct, "direct", false, "connect straight to the host's agent with a grant from the server, where the operator allows it (else through the server)")
 	return cmd
+}
+
+// forwarder opens the connections of a port forward: through the
+// server's relay, or with direct straight to the agent with a grant,
+// which it renews before it expires and when the agent refuses it (a
+// grant holds at most agentapi.MaxDirectConns connections). When no grant
+// is to be had or the agent cannot be reached, it says why once and goes
+// through the relay from then on.
+type forwarder struct {
+	c      *client.Client
+	id     string
+	remote int
+	direct bool
+	stderr io.Writer
+
+	mu    sync.Mutex
+	grant *api.DirectGrant
+}
+
+// grantLeft is how long before its expiry a grant is renewed.
+const grantLeft = 15 * time.Second
+
+// open opens one connection to the remote port.
+func (f *forwarder) open(ctx context.Context) (net.Conn, error) {
+	f.mu.Lock()
+	direct := f.direct
+	f.mu.Unlock()
+	if direct {
+		conn, err := f.openDirect(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		if cloud.IsNotFound(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		if f.direct {
+			f.direct = false
+			fmt.Fprintf(f.stderr, "no direct forward (%v); forwarding through the server\n", err)
+		}
+		f.mu.Unlock()
+	}
+	return f.c.PortForward(ctx, f.id, f.remote)
+}
+
+// openDirect opens a direct connection with the current grant, or a new
+// one when it is near its end or the agent refused it.
+func (f *forwarder) openDirect(ctx context.Context) (net.Conn, error) {
+	for try := 0; ; try++ {
+		f.mu.Lock()
+		g := f.grant
+		if g == nil || time.Until(g.ExpiresAt) < grantLeft || try > 0 {
+			var err error
+			if g, err = f.c.ForwardGrant(ctx, f.id, f.remote); err != nil {
+				f.mu.Unlock()
+				return nil, err
+			}
+			f.grant = g
+		}
+		f.mu.Unlock()
+		conn, err := f.c.OpenDirect(ctx, g)
+		if err == nil || try > 0 {
+			return conn, err
+		}
+	}
 }
 
 // parsePorts reads [LOCAL:]REMOTE.
@@ -181,10 +256,11 @@ func parsePorts(s string) (local, remote int, err error) {
 
 // forwardPort serves 127.0.0.1:local until ctx ends, each connection
 // forwarded to remote in instance id.
-func forwardPort(ctx context.Context, c *conn, id string, local, remote int, stdout, stderr io.Writer) error {
+func forwardPort(ctx context.Context, f *forwarder, local int, stdout, stderr io.Writer) error {
+	remote := f.remote
 	// Refuse at once what would refuse every connection (another
 	// tenant's instance, a stopped one).
-	probe, err := c.PortForward(ctx, id, remote)
+	probe, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -208,7 +284,7 @@ func forwardPort(ctx context.Context, c *conn, id string, local, remote int, std
 		}
 		wg.Go(func() {
 			defer lconn.Close()
-			rconn, err := c.PortForward(ctx, id, remote)
+			rconn, err := f.open(ctx)
 			if err != nil {
 				fmt.Fprintf(stderr, "error: forwarding a connection to %d: %v\n", remote, err)
 				return

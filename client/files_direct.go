@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -18,9 +19,22 @@ import (
 // "instances"): POST /v1/{kind}/{id}/files/grant. A cloud whose operator
 // has not turned direct copies on answers permission_denied; a host whose
 // agent takes none, conflict. Copy through OpenFiles then.
-func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.FilesGrant, error) {
-	var out api.FilesGrant
+func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.DirectGrant, error) {
+	var out api.DirectGrant
 	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf(kind, id, "files", "grant"), Out: &out})
+	return rest.NilOnErr(&out, err)
+}
+
+// ForwardGrant asks for a grant for direct port forwards to port inside
+// running instance id (docs/ACCESS.md, "Direct port forwards"): POST
+// /v1/instances/{id}/port-forward/grant. As FilesGrant, direct sessions
+// off answer permission_denied and a host without a listener conflict:
+// forward through PortForward then. Each connection of the forward is an
+// OpenDirect of the grant (at most agentapi.MaxDirectConns open at once,
+// opened before it expires).
+func (c *Client) ForwardGrant(ctx context.Context, id string, port int) (*api.DirectGrant, error) {
+	var out api.DirectGrant
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("instances", id, "port-forward", "grant") + "?port=" + strconv.Itoa(port), Out: &out})
 	return rest.NilOnErr(&out, err)
 }
 
@@ -28,29 +42,30 @@ func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.FilesGra
 // grant when ctx has no earlier deadline.
 const directHelloTimeout = 15 * time.Second
 
-// OpenFilesDirect opens the files session a grant allows, straight to
-// the agent it names: TLS 1.3 to g.Address, trusting only the
-// certificate whose fingerprint is g.Fingerprint, the grant sent and the
-// agent's welcome read. The connection then speaks the files protocol
-// (internal/filexfer.NewClient), as OpenFiles's does; each write's TLS
-// records leave in one system call. A refused grant is an error saying
-// why.
-func (c *Client) OpenFilesDirect(ctx context.Context, g *api.FilesGrant) (net.Conn, error) {
+// OpenDirect opens the session a grant allows (a files session, or one
+// connection of a port forward), straight to the agent it names: TLS 1.3
+// to g.Address, trusting only the certificate whose fingerprint is
+// g.Fingerprint, the grant sent and the agent's welcome read. The
+// connection then speaks the files protocol (internal/filexfer.NewClient),
+// as OpenFiles's does, or carries the forwarded port's bytes (its
+// CloseWrite passes a half-close on); each write's TLS records leave in
+// one system call. A refused grant is an error saying why.
+func (c *Client) OpenDirect(ctx context.Context, g *api.DirectGrant) (net.Conn, error) {
 	cfg, err := pki.PinnedLeafConfig(g.Fingerprint)
 	if err != nil {
-		return nil, fmt.Errorf("direct copy to %s: %w", g.HostID, err)
+		return nil, fmt.Errorf("direct session on host %s: %w", g.HostID, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, directHelloTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(dctx, "tcp", g.Address)
 	if err != nil {
-		return nil, fmt.Errorf("direct copy: reaching host %s's agent at %s: %w", g.HostID, g.Address, err)
+		return nil, fmt.Errorf("direct session: reaching host %s's agent at %s: %w", g.HostID, g.Address, err)
 	}
 	conn := batchconn.Client(raw, cfg)
 	fail := func(err error) (net.Conn, error) {
 		conn.Close()
-		return nil, fmt.Errorf("direct copy to host %s's agent at %s: %w", g.HostID, g.Address, err)
+		return nil, fmt.Errorf("direct session with host %s's agent at %s: %w", g.HostID, g.Address, err)
 	}
 	if err := conn.HandshakeContext(dctx); err != nil {
 		return fail(err)

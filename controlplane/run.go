@@ -112,11 +112,11 @@ type Config struct {
 	// one user may have open at once (service.DefaultSessionLimit when
 	// zero).
 	SessionLimit int
-	// FilesDirect lets tenants copy files straight to the agents that
+	// DirectAccess lets tenants copy files straight to the agents that
 	// listen for it, with grants the cloud's CA signs (docs/DATA.md,
 	// "Direct copies"). It needs TLS (a plain-HTTP server has no CA to
 	// sign with).
-	FilesDirect bool
+	DirectAccess bool
 	// Replica names this replica in the session records, so that at its
 	// start it closes only the sessions it left open; the host name when
 	// empty. Replicas that share a database need distinct, stable names:
@@ -294,8 +294,8 @@ func (cfg Config) check() error {
 		if err := checkPlain(cfg.Listen); err != nil {
 			return err
 		}
-		if cfg.FilesDirect {
-			return errors.New("direct copies (--files-direct) need TLS: their grants are signed by the cloud's CA, which a plain-HTTP server does not use")
+		if cfg.DirectAccess {
+			return errors.New("direct sessions (--direct-access) need TLS: their grants are signed by the cloud's CA, which a plain-HTTP server does not use")
 		}
 	}
 	if cfg.Spot != nil {
@@ -414,8 +414,8 @@ func (s *Replica) newServices(cfg Config) *service.Services {
 		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg), HeartbeatInterval: controller.HeartbeatInterval(cfg.HeartbeatTimeout)}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
-		opts.FilesDirect = cfg.FilesDirect
-		opts.SignFilesGrant = func(payload []byte) (string, error) { return s.ca.SignToken(agentapi.FilesGrantPurpose, payload) }
+		opts.DirectAccess = cfg.DirectAccess
+		opts.SignDirectGrant = func(payload []byte) (string, error) { return s.ca.SignToken(agentapi.DirectGrantPurpose, payload) }
 	}
 	if _, err := service.ParseAddressPool(cfg.AddressPool); cfg.AddressPool != "" && err != nil {
 		cfg.Log.Error("address pool unusable; address allocation will fail", "pool", cfg.AddressPool, "err", err)

@@ -267,14 +267,14 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 		if tuneAgent != nil {
 			tuneAgent(&acfg)
 		}
-		if cfg.FilesDirect {
+		if cfg.DirectAccess {
 			// A cloud with direct copies on: each agent listens for them on
 			// loopback, as up's do.
 			d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", h.id, srv.CAPEM(), files.ForAgent(acfg), acfg.Log)
 			if err != nil {
 				t.Fatal(err)
 			}
-			acfg.FilesAddr, acfg.FilesFingerprint = addr, fp
+			acfg.DirectAddr, acfg.DirectFingerprint = addr, fp
 			wg.Go(func() {
 				if err := d.Serve(agentCtx, ln); err != nil {
 					t.Errorf("direct files listener of %s: %v", h.id, err)

@@ -47,7 +47,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 		direct bool
 	}
 	setup := func(plain bool) target {
-		tune := func(c *controlplane.Config) { c.TLS.Plain, c.FilesDirect = plain, !plain }
+		tune := func(c *controlplane.Config) { c.TLS.Plain, c.DirectAccess = plain, !plain }
 		spec := sim.Spec{ID: "sim-copy", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
 		c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
 		_, _, token := c.member("acme", "alice")
@@ -96,9 +96,9 @@ func TestBenchVolumeCopy(t *testing.T) {
 			var conn net.Conn
 			var err error
 			if tg.direct {
-				var g *api.FilesGrant
+				var g *api.DirectGrant
 				if g, err = tg.cl.FilesGrant(t.Context(), "volumes", tg.volID); err == nil {
-					conn, err = tg.cl.OpenFilesDirect(t.Context(), g)
+					conn, err = tg.cl.OpenDirect(t.Context(), g)
 				}
 			} else {
 				conn, err = tg.cl.OpenFiles(t.Context(), "volumes", tg.volID)

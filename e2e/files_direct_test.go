@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,7 +28,8 @@ import (
 // connection of one grant), the grant recorded as a session, another
 // tenant's not_found, and the agent refusing a grant whose payload was
 // changed and a client refusing an agent whose certificate is not the
-// one the server named.
+// one the server named; and a direct port forward (the bytes both ways
+// and the half-close).
 func TestFilesDirect(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { testFilesDirect(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db")) })
 	t.Run("postgres", func(t *testing.T) { testFilesDirect(t, pgtest.URL(t)) })
@@ -33,7 +37,7 @@ func TestFilesDirect(t *testing.T) {
 
 func testFilesDirect(t *testing.T, db string) {
 	spec := sim.Spec{ID: "sim-direct", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
-	c := startClusterTuned(t, db, func(cfg *controlplane.Config) { cfg.FilesDirect = true }, withFiles, spec)
+	c := startClusterTuned(t, db, func(cfg *controlplane.Config) { cfg.DirectAccess = true }, withFiles, spec)
 	ctx := t.Context()
 	_, alice, _ := c.member("acme", "alice")
 	_, mallory, _ := c.member("globex", "mallory")
@@ -48,7 +52,7 @@ func testFilesDirect(t *testing.T, db string) {
 	}
 	c.waitState(alice, in.ID, cloud.Running)
 	// The agent reports its listener with its inventory: wait for it.
-	var g *api.FilesGrant
+	var g *api.DirectGrant
 	c.until("a grant", func() (bool, string) {
 		g, err = alice.FilesGrant(ctx, "volumes", vol.ID)
 		return err == nil, errString(err)
@@ -65,9 +69,9 @@ func testFilesDirect(t *testing.T, db string) {
 		"dataset/a.bin":     writeRandom(t, filepath.Join(local, "dataset/a.bin"), 3<<20+17),
 		"dataset/sub/b.txt": writeRandom(t, filepath.Join(local, "dataset/sub/b.txt"), 100),
 	}
-	direct := func(t *testing.T, g *api.FilesGrant, cut int64) *filexfer.Client {
+	direct := func(t *testing.T, g *api.DirectGrant, cut int64) *filexfer.Client {
 		t.Helper()
-		conn, err := alice.OpenFilesDirect(ctx, g)
+		conn, err := alice.OpenDirect(ctx, g)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +131,7 @@ func testFilesDirect(t *testing.T, db string) {
 			switch {
 			case e.Kind == cloud.EventSessionStarted && strings.Contains(cmd, "--direct"):
 				started++
-			case e.Kind == cloud.EventSessionEnded && strings.Contains(e.Reason, "direct copy granted"):
+			case e.Kind == cloud.EventSessionEnded && strings.Contains(e.Reason, "direct session granted"):
 				ended++
 			}
 		}
@@ -151,7 +155,7 @@ func testFilesDirect(t *testing.T, db string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var claims agentapi.FilesGrant
+		var claims agentapi.DirectGrant
 		if err := json.Unmarshal(b, &claims); err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +164,7 @@ func testFilesDirect(t *testing.T, db string) {
 		b, _ = json.Marshal(claims)
 		forged := *g
 		forged.Grant = base64.RawURLEncoding.EncodeToString(b) + "." + sig
-		_, err = alice.OpenFilesDirect(ctx, &forged)
+		_, err = alice.OpenDirect(ctx, &forged)
 		if err == nil || !strings.Contains(err.Error(), "grant refused") {
 			t.Fatalf("a changed grant: %v; want it refused", err)
 		}
@@ -169,9 +173,53 @@ func testFilesDirect(t *testing.T, db string) {
 	t.Run("an agent that is not the one named", func(t *testing.T) {
 		other := *g
 		other.Fingerprint = "sha256:" + strings.Repeat("ab", 32)
-		_, err := alice.OpenFilesDirect(ctx, &other)
+		_, err := alice.OpenDirect(ctx, &other)
 		if err == nil || !strings.Contains(err.Error(), "refusing") {
 			t.Fatalf("a certificate other than the named one: %v; want a refusal", err)
+		}
+	})
+
+	t.Run("a direct port forward", func(t *testing.T) {
+		// The process runtime's instance shares the host's loopback: a
+		// server the test runs there stands for the one inside.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); io.Copy(c, c) }()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		fg, err := alice.ForwardGrant(ctx, in.ID, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := alice.OpenDirect(ctx, fg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		msg := bytes.Repeat([]byte("through the agent "), 100000)
+		go func() {
+			conn.Write(msg)
+			conn.(interface{ CloseWrite() error }).CloseWrite()
+		}()
+		back, err := io.ReadAll(conn)
+		if err != nil || !bytes.Equal(back, msg) {
+			t.Fatalf("echoed %d of %d bytes: %v", len(back), len(msg), err)
+		}
+		if _, err := mallory.ForwardGrant(ctx, in.ID, port); cloud.ErrorCode(err) != cloud.NotFound {
+			t.Errorf("mallory's forward grant: %v", err)
+		}
+		if _, err := alice.ForwardGrant(ctx, in.ID, 0); cloud.ErrorCode(err) != cloud.Invalid {
+			t.Errorf("port 0: %v", err)
 		}
 	})
 

@@ -208,13 +208,13 @@ type Host struct {
 	MTU      int    `json:"mtu,omitempty"`
 	// HCAs are the host's RDMA adapters (InfiniBand or RoCE).
 	HCAs []HCA `json:"hcas,omitempty"`
-	// FilesAddr is where the host's agent takes direct copies (its
-	// --files-listen, as clients dial it: host:port), and FilesFingerprint
+	// DirectAddr is where the host's agent takes direct copies (its
+	// --direct-listen, as clients dial it: host:port), and DirectFingerprint
 	// its listener's certificate ("sha256:<hex>"), which clients pin;
 	// both as the agent reports them, empty when it takes none. Placement
 	// ignores them.
-	FilesAddr        string `json:"files_addr,omitempty"`
-	FilesFingerprint string `json:"files_fingerprint,omitempty"`
+	DirectAddr        string `json:"direct_addr,omitempty"`
+	DirectFingerprint string `json:"direct_fingerprint,omitempty"`
 
 	// UsedCPUMilli and UsedMemoryMiB sum the allocations on the host.
 	UsedCPUMilli  int64 `json:"used_cpu_milli,omitempty"`

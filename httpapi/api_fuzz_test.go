@@ -305,7 +305,7 @@ var bodylessRoutes = []string{
 	"POST " + portsPath, "PUT " + portsPath, "PATCH " + portsPath, "OPTIONS " + portsPath,
 	"POST " + endpointHTTPPath, "PUT " + endpointHTTPPath, "PATCH " + endpointHTTPPath, "OPTIONS " + endpointHTTPPath,
 	"POST /v1/endpoints/{id}/cancel/{job}",
-	"POST /v1/instances/{id}/files/grant", "POST /v1/volumes/{id}/files/grant",
+	"POST /v1/instances/{id}/files/grant", "POST /v1/volumes/{id}/files/grant", "POST /v1/instances/{id}/port-forward/grant",
 }
 
 // TestFuzzRoutesCoverBodies checks that every route that may take a body

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/coder/websocket"
@@ -97,8 +98,27 @@ func filesGrant(kind string) handlerFunc {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, api.FilesGrant{HostID: g.HostID, Address: g.Address, Fingerprint: g.Fingerprint,
-			Grant: g.Grant, SessionID: g.SessionID, ExpiresAt: g.ExpiresAt})
+		writeGrant(w, g)
 		return nil
 	}
+}
+
+// forwardGrant handles POST /v1/instances/{id}/port-forward/grant?port=N
+// (service.Sessions.ForwardGrant): a grant for direct port forwards.
+func (s *handlers) forwardGrant(w http.ResponseWriter, r *http.Request, p principal) error {
+	port, err := strconv.Atoi(r.URL.Query().Get("port"))
+	if err != nil {
+		port = 0 // the service says what a port is
+	}
+	g, err := s.svc.Sessions.ForwardGrant(r.Context(), p.actor(), r.PathValue("id"), port)
+	if err != nil {
+		return err
+	}
+	writeGrant(w, g)
+	return nil
+}
+
+func writeGrant(w http.ResponseWriter, g *service.DirectGrant) {
+	writeJSON(w, http.StatusOK, api.DirectGrant{HostID: g.HostID, Address: g.Address, Fingerprint: g.Fingerprint,
+		Grant: g.Grant, SessionID: g.SessionID, ExpiresAt: g.ExpiresAt})
 }

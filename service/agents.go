@@ -432,7 +432,7 @@ func (s *Agents) hostSpec(inv *agentapi.Inventory, id string) (fleet.Host, error
 	if h.Underlay, h.MTU, err = hostUnderlay(src.Underlay, src.MTU); err != nil {
 		return fleet.Host{}, err
 	}
-	if h.FilesAddr, h.FilesFingerprint, err = hostFilesListener(src.FilesAddr, src.FilesFingerprint); err != nil {
+	if h.DirectAddr, h.DirectFingerprint, err = hostFilesListener(src.DirectAddr, src.DirectFingerprint); err != nil {
 		return fleet.Host{}, err
 	}
 	labelInterconnect(&h)
@@ -589,7 +589,7 @@ func checkPrintable(field, v string, maxLen int) error {
 	return nil
 }
 
-// hostFilesListener checks where a host's agent takes direct copies, as
+// hostFilesListener checks where a host's agent takes direct sessions, as
 // it reports it: host:port with a port, and its certificate's
 // fingerprint; both or neither.
 func hostFilesListener(addr, fp string) (string, string, error) {
@@ -598,14 +598,14 @@ func hostFilesListener(addr, fp string) (string, string, error) {
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 || len(addr) > 255 {
-		return "", "", Field("inventory.host.files_addr", "is %s; want host:port, where clients reach the agent's files listener", Quote(addr))
+		return "", "", Field("inventory.host.direct_addr", "is %s; want host:port, where clients reach the agent's files listener", Quote(addr))
 	}
 	if a, err := netip.ParseAddr(host); err == nil && a.IsUnspecified() {
-		return "", "", Field("inventory.host.files_addr", "is %s, which clients cannot dial; give the address they reach the host at", Quote(addr))
+		return "", "", Field("inventory.host.direct_addr", "is %s, which clients cannot dial; give the address they reach the host at", Quote(addr))
 	}
 	canon, err := pki.ParseFingerprint(fp)
 	if err != nil {
-		return "", "", Field("inventory.host.files_fingerprint", "%v", err)
+		return "", "", Field("inventory.host.direct_fingerprint", "%v", err)
 	}
 	return addr, canon, nil
 }

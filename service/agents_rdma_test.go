@@ -257,13 +257,13 @@ func TestAgentsJoinFilesListener(t *testing.T) {
 		{desc: "an address and a fingerprint", addr: "10.0.0.7:7443", fp: fp, want: "10.0.0.7:7443"},
 		{desc: "a host name, the fingerprint in capitals", addr: "gpu-7.example:7443", fp: strings.ToUpper(fp[:7]) + fp[7:], want: "gpu-7.example:7443"},
 		{desc: "none", want: ""},
-		{desc: "no port", addr: "10.0.0.7", fp: fp, want: "!", field: "inventory.host.files_addr"},
-		{desc: "port 0", addr: "10.0.0.7:0", fp: fp, want: "!", field: "inventory.host.files_addr"},
-		{desc: "every address", addr: "0.0.0.0:7443", fp: fp, want: "!", field: "inventory.host.files_addr"},
-		{desc: "no host", addr: ":7443", fp: fp, want: "!", field: "inventory.host.files_addr"},
-		{desc: "no fingerprint", addr: "10.0.0.7:7443", want: "!", field: "inventory.host.files_fingerprint"},
-		{desc: "a fingerprint without an address", fp: fp, want: "!", field: "inventory.host.files_addr"},
-		{desc: "a malformed fingerprint", addr: "10.0.0.7:7443", fp: "md5:00", want: "!", field: "inventory.host.files_fingerprint"},
+		{desc: "no port", addr: "10.0.0.7", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "port 0", addr: "10.0.0.7:0", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "every address", addr: "0.0.0.0:7443", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "no host", addr: ":7443", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "no fingerprint", addr: "10.0.0.7:7443", want: "!", field: "inventory.host.direct_fingerprint"},
+		{desc: "a fingerprint without an address", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "a malformed fingerprint", addr: "10.0.0.7:7443", fp: "md5:00", want: "!", field: "inventory.host.direct_fingerprint"},
 	}
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		f := newAHFixture(t, st)
@@ -273,7 +273,7 @@ func TestAgentsJoinFilesListener(t *testing.T) {
 			id := "files-" + string(rune('a'+i))
 			inv := ahInventory(id, "H100", 1)
 			inv.Host.GPUs[0].UUID += id
-			inv.Host.FilesAddr, inv.Host.FilesFingerprint = tt.addr, tt.fp
+			inv.Host.DirectAddr, inv.Host.DirectFingerprint = tt.addr, tt.fp
 			_, _, _, _, err := f.svc.Agents.Join(ctx, join, jtID, inv, nil, "")
 			if tt.want == "!" {
 				if ce, ok := err.(*cloud.Error); !ok || ce.Code != cloud.Invalid || ce.Details["field"] != tt.field {
@@ -289,8 +289,8 @@ func TestAgentsJoinFilesListener(t *testing.T) {
 			if tt.fp != "" {
 				wantFP = fp
 			}
-			if h.Spec.FilesAddr != tt.want || h.Spec.FilesFingerprint != wantFP {
-				t.Errorf("%s: kept %q %q", tt.desc, h.Spec.FilesAddr, h.Spec.FilesFingerprint)
+			if h.Spec.DirectAddr != tt.want || h.Spec.DirectFingerprint != wantFP {
+				t.Errorf("%s: kept %q %q", tt.desc, h.Spec.DirectAddr, h.Spec.DirectFingerprint)
 			}
 		}
 	})

@@ -10,26 +10,28 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 )
 
-// Direct copies (docs/DATA.md, "Direct copies"): where the operator turns
-// them on (Options.FilesDirect) and a host's agent listens for them
-// (fleet.Host.FilesAddr), a tenant's copy can go straight to the agent
-// with a grant the server signs, instead of through the server's relay.
-// The grant is decided by the same rules as a relayed copy (who may
-// copy, which host serves the files, the session limit) and recorded as
-// one: a session of the instance, or a detached volume's events.
+// Direct sessions (docs/DATA.md, "Direct copies"; docs/ACCESS.md,
+// "Direct port forwards"): where the operator turns them on
+// (Options.DirectAccess) and a host's agent listens for them
+// (fleet.Host.DirectAddr), a tenant's copy or port forward can go
+// straight to the agent with a grant the server signs, instead of through
+// the server's relay. The grant is decided by the same rules as the
+// relayed session (who may open it, which host serves it, the session
+// limit) and recorded as one: a session of the instance, or a detached
+// volume's events.
 
-// FilesGrantTTL is how long a grant may open connections. A connection
+// DirectGrantTTL is how long a grant may open connections. A connection
 // opened in time runs until its copy ends.
-const FilesGrantTTL = 2 * time.Minute
+const DirectGrantTTL = 2 * time.Minute
 
-// FilesGrant is a grant and where to use it.
-type FilesGrant struct {
+// DirectGrant is a grant and where to use it.
+type DirectGrant struct {
 	HostID string
 	// Address is the agent's listener (host:port) and Fingerprint its
 	// certificate's, which the client pins.
 	Address     string
 	Fingerprint string
-	// Grant is the signed token (agentapi.FilesGrant) the client sends.
+	// Grant is the signed token (agentapi.DirectGrant) the client sends.
 	Grant     string
 	SessionID string
 	ExpiresAt time.Time
@@ -42,11 +44,11 @@ type FilesGrant struct {
 // is as a relayed session's start: another tenant's resource is
 // not_found, a stopped instance conflict, the session limit
 // quota_exceeded.
-func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*FilesGrant, error) {
-	if !s.opts.FilesDirect || s.opts.SignFilesGrant == nil {
-		return nil, cloud.Errorf(cloud.PermissionDenied, "this cloud's operator has not turned direct copies on (gpucloud server --files-direct): copy through the server, without --direct")
+func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*DirectGrant, error) {
+	if err := s.directOn(); err != nil {
+		return nil, err
 	}
-	g := agentapi.FilesGrant{ID: NewID(FilesGrantPrefix), Actor: a.ID}
+	g := agentapi.DirectGrant{ID: NewID(DirectGrantPrefix), Kind: agentapi.SessionFiles, Actor: a.ID}
 	var (
 		end   func(reason string) // records the session's end
 		route *VolumeRoute
@@ -59,7 +61,7 @@ func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*FilesGran
 		}
 		g.HostID, g.SessionID, g.TenantID = st.HostID, st.Session.ID, st.Session.TenantID
 		g.Target = agentapi.FilesTarget{InstanceID: st.Session.InstanceID}
-		end = func(reason string) { s.endGrantSession(g.SessionID, reason) }
+		end = func(reason string) { endGrantSession(s.sessions, g.SessionID, reason) }
 	case "volumes":
 		var err error
 		if route, err = s.VolumeRoute(ctx, a, id); err != nil {
@@ -75,7 +77,7 @@ func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*FilesGran
 				return nil, err
 			}
 			g.SessionID = st.Session.ID
-			end = func(reason string) { s.endGrantSession(g.SessionID, reason) }
+			end = func(reason string) { endGrantSession(s.sessions, g.SessionID, reason) }
 		} else {
 			g.SessionID = NewID(SessionPrefix)
 			if err := s.AuditVolumeSession(ctx, a, route, g.SessionID, false, summary, 0); err != nil {
@@ -90,48 +92,79 @@ func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*FilesGran
 	default:
 		return nil, cloud.Errorf(cloud.Invalid, "files grants are for instances or volumes, not %q", kind)
 	}
-	out, err := s.sign(ctx, g)
+	return s.signDirect(ctx, g, end)
+}
+
+// ForwardGrant issues actor a grant for direct port forwards to port
+// inside running instance id: as Grant, by the rules of a relayed port
+// forward, recorded as its session.
+func (s *Sessions) ForwardGrant(ctx context.Context, a Actor, id string, port int) (*DirectGrant, error) {
+	if err := s.directOn(); err != nil {
+		return nil, err
+	}
+	if port < 1 || port > 65535 {
+		return nil, &cloud.Error{Code: cloud.Invalid, Message: "port: want a TCP port from 1 to 65535", Details: map[string]any{"field": "port"}}
+	}
+	st, err := s.Start(ctx, a, id, agentapi.SessionForward, fmt.Sprintf("port %d --direct", port))
+	if err != nil {
+		return nil, err
+	}
+	g := agentapi.DirectGrant{ID: NewID(DirectGrantPrefix), Kind: agentapi.SessionForward, Actor: a.ID, HostID: st.HostID,
+		SessionID: st.Session.ID, TenantID: st.Session.TenantID, Target: agentapi.FilesTarget{InstanceID: st.Session.InstanceID}, Port: port}
+	return s.signDirect(ctx, g, func(reason string) { endGrantSession(s, g.SessionID, reason) })
+}
+
+// directOn refuses a grant while direct sessions are off.
+func (b *base) directOn() error {
+	if !b.opts.DirectAccess || b.opts.SignDirectGrant == nil {
+		return cloud.Errorf(cloud.PermissionDenied, "this cloud's operator has not turned direct sessions on (gpucloud server --direct-access): go through the server, without --direct")
+	}
+	return nil
+}
+
+// signDirect signs g (sign) and ends its session's record with end: at
+// once, since what happens on the connection is the agent's to log.
+func (b *base) signDirect(ctx context.Context, g agentapi.DirectGrant, end func(reason string)) (*DirectGrant, error) {
+	out, err := b.sign(ctx, g)
 	if err != nil {
 		end("no grant: " + err.Error())
 		return nil, err
 	}
-	// The session's record ends here: what happens on the connection is
-	// the agent's to log.
-	end("direct copy granted on host " + g.HostID + " until " + out.ExpiresAt.Format(time.RFC3339))
+	end("direct session granted on host " + g.HostID + " until " + out.ExpiresAt.Format(time.RFC3339))
 	return out, nil
 }
 
 // sign finds g's host's listener and signs g. Its expiry is on the wall
 // clock, which the agent checks it with (not the services' clock, which
 // tests scale).
-func (s *Files) sign(ctx context.Context, g agentapi.FilesGrant) (*FilesGrant, error) {
+func (s *base) sign(ctx context.Context, g agentapi.DirectGrant) (*DirectGrant, error) {
 	var h *cloud.Host
 	if err := s.tx(ctx, func(tx cloud.Tx) (err error) { h, err = getHost(ctx, tx, g.HostID); return err }); err != nil {
 		return nil, err
 	}
-	if h.Spec.FilesAddr == "" || h.Spec.FilesFingerprint == "" {
+	if h.Spec.DirectAddr == "" || h.Spec.DirectFingerprint == "" {
 		return nil, &cloud.Error{Code: cloud.Conflict,
-			Message: fmt.Sprintf("host %s, which holds these files, takes no direct copies (its agent runs without --files-listen): copy through the server, without --direct", g.HostID),
+			Message: fmt.Sprintf("host %s takes no direct sessions (its agent runs without --direct-listen): go through the server, without --direct", g.HostID),
 			Details: map[string]any{"host_id": g.HostID}}
 	}
-	exp := time.Now().Add(FilesGrantTTL).Truncate(time.Second)
+	exp := time.Now().Add(DirectGrantTTL).Truncate(time.Second)
 	g.Expires = exp.Unix()
 	payload, err := json.Marshal(g)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := s.opts.SignFilesGrant(payload)
+	tok, err := s.opts.SignDirectGrant(payload)
 	if err != nil {
 		return nil, fmt.Errorf("signing a files grant: %w", err)
 	}
-	return &FilesGrant{HostID: g.HostID, Address: h.Spec.FilesAddr, Fingerprint: h.Spec.FilesFingerprint,
+	return &DirectGrant{HostID: g.HostID, Address: h.Spec.DirectAddr, Fingerprint: h.Spec.DirectFingerprint,
 		Grant: tok, SessionID: g.SessionID, ExpiresAt: exp}, nil
 }
 
 // endGrantSession ends a grant's session record; the request's context
 // may be gone by then.
-func (s *Files) endGrantSession(id, reason string) {
+func endGrantSession(s *Sessions, id, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = s.sessions.End(ctx, id, nil, reason)
+	_ = s.End(ctx, id, nil, reason)
 }

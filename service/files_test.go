@@ -169,7 +169,7 @@ func TestVolumeSessionAudit(t *testing.T) {
 func TestFilesGrant(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		var signed [][]byte
-		opts := service.Options{FilesDirect: true, SignFilesGrant: func(p []byte) (string, error) {
+		opts := service.Options{DirectAccess: true, SignDirectGrant: func(p []byte) (string, error) {
 			signed = append(signed, p)
 			return "signed-" + strconv.Itoa(len(signed)), nil
 		}}
@@ -181,7 +181,7 @@ func TestFilesGrant(t *testing.T) {
 			spec := fleet.MockHost(h.id, "L4", 1)
 			spec.Zone = "z1"
 			if h.addr != "" {
-				spec.FilesAddr, spec.FilesFingerprint = h.addr, fp
+				spec.DirectAddr, spec.DirectFingerprint = h.addr, fp
 			}
 			if err := st.Tx(ctx, func(tx cloud.Tx) error {
 				return tx.PutHost(ctx, &cloud.Host{ID: h.id, State: fleet.Schedulable, Spec: *spec, LastHeartbeat: now})
@@ -218,7 +218,7 @@ func TestFilesGrant(t *testing.T) {
 			off := service.New(st, nil, service.Options{Now: f.clock.Now})
 			before := f.counts()
 			_, err := off.Files.Grant(ctx, f.acme, "volumes", attached.ID)
-			if cloud.ErrorCode(err) != cloud.PermissionDenied || !strings.Contains(err.Error(), "--files-direct") {
+			if cloud.ErrorCode(err) != cloud.PermissionDenied || !strings.Contains(err.Error(), "--direct-access") {
 				t.Fatalf("grant with direct copies off: %v", err)
 			}
 			f.unchanged(before, "a refused grant")
@@ -233,7 +233,7 @@ func TestFilesGrant(t *testing.T) {
 		t.Run("a host that takes none", func(t *testing.T) {
 			n := len(signed)
 			_, err := f.svc.Files.Grant(ctx, f.acme, "instances", relayed.ID)
-			if cloud.ErrorCode(err) != cloud.Conflict || !strings.Contains(err.Error(), "--files-listen") {
+			if cloud.ErrorCode(err) != cloud.Conflict || !strings.Contains(err.Error(), "--direct-listen") {
 				t.Fatalf("grant on host h-relay: %v", err)
 			}
 			if len(signed) != n {
@@ -245,20 +245,20 @@ func TestFilesGrant(t *testing.T) {
 				t.Errorf("a network's grant: %v", err)
 			}
 		})
-		check := func(t *testing.T, g *service.FilesGrant, want agentapi.FilesTarget) agentapi.FilesGrant {
+		check := func(t *testing.T, g *service.DirectGrant, want agentapi.FilesTarget) agentapi.DirectGrant {
 			t.Helper()
 			if g.HostID != "h-direct" || g.Address != "10.0.0.1:7443" || g.Fingerprint != fp || g.Grant != "signed-"+strconv.Itoa(len(signed)) {
 				t.Fatalf("grant %+v", g)
 			}
-			var claims agentapi.FilesGrant
+			var claims agentapi.DirectGrant
 			if err := json.Unmarshal(signed[len(signed)-1], &claims); err != nil {
 				t.Fatal(err)
 			}
 			// The expiry is on the wall clock, which the agent checks.
 			exp := time.Unix(claims.Expires, 0)
 			if claims.HostID != "h-direct" || claims.TenantID != f.acme.TenantID || claims.Actor != f.acme.ID || claims.Target != want ||
-				claims.SessionID != g.SessionID || !strings.HasPrefix(claims.ID, service.FilesGrantPrefix) ||
-				!exp.Equal(g.ExpiresAt) || time.Until(exp) > service.FilesGrantTTL || time.Until(exp) < service.FilesGrantTTL-time.Minute {
+				claims.SessionID != g.SessionID || !strings.HasPrefix(claims.ID, service.DirectGrantPrefix) ||
+				!exp.Equal(g.ExpiresAt) || time.Until(exp) > service.DirectGrantTTL || time.Until(exp) < service.DirectGrantTTL-time.Minute {
 				t.Errorf("claims %+v (expires %s)", claims, exp)
 			}
 			return claims
@@ -282,7 +282,37 @@ func TestFilesGrant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check(t, g, agentapi.FilesTarget{InstanceID: in.ID})
+			if c := check(t, g, agentapi.FilesTarget{InstanceID: in.ID}); c.Kind != agentapi.SessionFiles || c.Port != 0 {
+				t.Errorf("a files grant's claims: %+v", c)
+			}
+		})
+		t.Run("a port forward", func(t *testing.T) {
+			g, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := check(t, g, agentapi.FilesTarget{InstanceID: in.ID}); c.Kind != agentapi.SessionForward || c.Port != 8888 {
+				t.Errorf("a forward grant's claims: %+v", c)
+			}
+			var ses *cloud.Session
+			if err := st.Tx(ctx, func(tx cloud.Tx) (err error) { ses, err = tx.GetSession(ctx, g.SessionID); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if ses.Kind != agentapi.SessionForward || ses.Command != "port 8888 --direct" || ses.EndedAt == nil {
+				t.Errorf("the forward grant's session: %+v", ses)
+			}
+			if _, err := f.svc.Sessions.ForwardGrant(ctx, f.globex, in.ID, 8888); cloud.ErrorCode(err) != cloud.NotFound {
+				t.Errorf("globex's forward grant: %v", err)
+			}
+			for _, port := range []int{0, 65536} {
+				if _, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, port); cloud.ErrorCode(err) != cloud.Invalid {
+					t.Errorf("port %d: %v", port, err)
+				}
+			}
+			off := service.New(st, nil, service.Options{Now: f.clock.Now})
+			if _, err := off.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888); cloud.ErrorCode(err) != cloud.PermissionDenied {
+				t.Errorf("direct sessions off: %v", err)
+			}
 		})
 		t.Run("a detached volume", func(t *testing.T) {
 			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", detached.ID)

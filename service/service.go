@@ -94,8 +94,8 @@ const (
 	SubnetPrefix        = "subnet-"
 	SecurityGroupPrefix = "sg-"
 	RulePrefix          = "sgr-"
-	// FilesGrantPrefix is direct copies' grants'.
-	FilesGrantPrefix = "fg-"
+	// DirectGrantPrefix is direct sessions' grants'.
+	DirectGrantPrefix = "dg-"
 )
 
 // Options configures the services. The zero value uses the wall clock
@@ -157,13 +157,13 @@ type Options struct {
 	// (Sessions.CloseLeftOpen); replicas that share a store need
 	// distinct, stable names.
 	Replica string
-	// FilesDirect lets tenants copy files straight to the agents that
-	// listen for it (Files.Grant; the server's --files-direct), and
-	// SignFilesGrant signs a grant's payload for them
-	// (pki.CA.SignToken for agentapi.FilesGrantPurpose). Grants are
+	// DirectAccess lets tenants copy files straight to the agents that
+	// listen for it (Files.Grant; the server's --direct-access), and
+	// SignDirectGrant signs a grant's payload for them
+	// (pki.CA.SignToken for agentapi.DirectGrantPurpose). Grants are
 	// refused unless both are set.
-	FilesDirect    bool
-	SignFilesGrant func(payload []byte) (string, error)
+	DirectAccess    bool
+	SignDirectGrant func(payload []byte) (string, error)
 	// HeartbeatInterval is how often agents are asked to heartbeat while
 	// their host's inventory does not change (Agents.HeartbeatInterval;
 	// the composition root asks for a sixth of its heartbeat timeout).

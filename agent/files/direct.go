@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -21,9 +22,9 @@ import (
 )
 
 // Direct copies (docs/DATA.md, "Direct copies"): where the operator lets
-// tenants reach the agents, the agent listens (--files-listen) and serves
+// tenants reach the agents, the agent listens (--direct-listen) and serves
 // the files protocol on connections that bring a grant the server signed
-// (agentapi.FilesGrant), checked offline against the cloud's CA. The data
+// (agentapi.DirectGrant), checked offline against the cloud's CA. The data
 // then crosses one TLS connection, client to agent, with no server in its
 // path.
 
@@ -40,8 +41,8 @@ const (
 	maxHandshakes = 128
 )
 
-// Direct serves direct copies. Its zero value is not usable: set Handler,
-// CA, HostID and Cert.
+// Direct serves direct sessions: copies and port forwards. Its zero
+// value is not usable: set Handler, CA, HostID and Cert.
 type Direct struct {
 	// Handler serves each connection's files session.
 	Handler *Handler
@@ -142,6 +143,10 @@ func (d *Direct) serveConn(ctx context.Context, c *batchconn.Gathered) {
 		return
 	}
 	defer d.leave(g)
+	if g.Kind == agentapi.SessionForward {
+		d.serveForward(ctx, c, g)
+		return
+	}
 	if err := agentapi.WriteDirectLine(c, agentapi.DirectWelcome{}); err != nil {
 		return
 	}
@@ -151,9 +156,71 @@ func (d *Direct) serveConn(ctx context.Context, c *batchconn.Gathered) {
 	}
 }
 
+// serveForward connects to the grant's port inside its instance, answers
+// the client (with why, when it cannot), and copies bytes both ways until
+// both sides have ended, each end's close passed on as a half-close.
+func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *agentapi.DirectGrant) {
+	if d.Handler.Dialer == nil {
+		_ = agentapi.WriteDirectLine(c, agentapi.DirectWelcome{Error: &agentapi.FileError{Code: agentapi.FileInvalid,
+			Message: "this host's runtime cannot forward ports"}})
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	tcp, err := d.Handler.Dialer.Dial(dctx, g.Target.InstanceID, g.Port)
+	cancel()
+	if err != nil {
+		_ = agentapi.WriteDirectLine(c, agentapi.DirectWelcome{Error: &agentapi.FileError{Code: agentapi.FileNotFound,
+			Message: fmt.Sprintf("connecting to port %d in instance %s failed: %v", g.Port, g.Target.InstanceID, err)}})
+		return
+	}
+	defer tcp.Close()
+	if err := agentapi.WriteDirectLine(c, agentapi.DirectWelcome{}); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { c.Close(); tcp.Close() })
+	defer stop()
+	done := make(chan struct{}, 2)
+	go func() {
+		// The instance's bytes out, 256 KiB a write (one system call
+		// each, gathered).
+		_, _ = io.CopyBuffer(c, onlyReader{tcp}, make([]byte, 256<<10))
+		_ = c.CloseWrite()
+		done <- struct{}{}
+	}()
+	go func() {
+		// The client's bytes in, as many records as have arrived a
+		// write.
+		buf := make([]byte, 256<<10)
+		for {
+			n, err := c.ReadBatch(buf)
+			if n > 0 {
+				if _, werr := tcp.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if cw, ok := tcp.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			tcp.Close()
+		}
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+// onlyReader hides a reader's WriteTo, so that io.CopyBuffer uses its
+// buffer.
+type onlyReader struct{ io.Reader }
+
 // admit reads the hello and checks its grant: the CA's signature, this
 // host, not expired, under its connections and its tenant's.
-func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.FilesGrant, error) {
+func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.DirectGrant, error) {
 	if err := c.Handshake(); err != nil {
 		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
@@ -161,11 +228,11 @@ func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.FilesGrant, error) {
 	if err := agentapi.ReadDirectLine(c, &hello); err != nil {
 		return nil, fmt.Errorf("reading the hello: %w", err)
 	}
-	payload, err := pki.VerifyToken(d.CA, agentapi.FilesGrantPurpose, hello.Grant)
+	payload, err := pki.VerifyToken(d.CA, agentapi.DirectGrantPurpose, hello.Grant)
 	if err != nil {
 		return nil, fmt.Errorf("grant refused: %w", err)
 	}
-	var g agentapi.FilesGrant
+	var g agentapi.DirectGrant
 	if err := json.Unmarshal(payload, &g); err != nil {
 		return nil, fmt.Errorf("grant refused: its payload: %w", err)
 	}
@@ -174,6 +241,15 @@ func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.FilesGrant, error) {
 	}
 	if g.ID == "" || g.TenantID == "" || g.Target.VolumeID == "" && g.Target.InstanceID == "" {
 		return nil, errors.New("grant refused: it names no grant, tenant or target")
+	}
+	switch g.Kind {
+	case agentapi.SessionFiles:
+	case agentapi.SessionForward:
+		if g.Target.InstanceID == "" || g.Port < 1 || g.Port > 65535 {
+			return nil, errors.New("grant refused: a port forward's needs an instance and a port")
+		}
+	default:
+		return nil, fmt.Errorf("grant refused: it is for sessions of kind %q, which this agent does not take directly", g.Kind)
 	}
 	now := d.now()
 	exp := time.Unix(g.Expires, 0)
@@ -207,7 +283,7 @@ func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.FilesGrant, error) {
 }
 
 // leave ends g's connection's count.
-func (d *Direct) leave(g *agentapi.FilesGrant) {
+func (d *Direct) leave(g *agentapi.DirectGrant) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if u := d.grants[g.ID]; u != nil {
@@ -224,18 +300,18 @@ func (d *Direct) leave(g *agentapi.FilesGrant) {
 // reach it (the listener's own address when empty, which must then name
 // a host, not every address). It returns the server, its listener (to
 // Serve), and the address and fingerprint the agent reports
-// (agent.Config.FilesAddr and FilesFingerprint).
+// (agent.Config.DirectAddr and DirectFingerprint).
 func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, log *slog.Logger) (d *Direct, ln net.Listener, addr, fingerprint string, err error) {
 	if hostID == "" {
-		return nil, nil, "", "", errors.New("direct copies: the agent's host ID is unknown (it has not joined)")
+		return nil, nil, "", "", errors.New("direct sessions: the agent's host ID is unknown (it has not joined)")
 	}
 	if len(caPEM) == 0 {
-		return nil, nil, "", "", errors.New("direct copies need the cloud's CA to check grants with, which this agent does not keep " +
+		return nil, nil, "", "", errors.New("direct sessions need the cloud's CA to check grants with, which this agent does not keep " +
 			"(it keeps it when its join token names the CA's fingerprint, as the tokens of a TLS server do)")
 	}
 	ca, err := pki.ParseCert(caPEM)
 	if err != nil {
-		return nil, nil, "", "", fmt.Errorf("direct copies: the cloud's CA: %w", err)
+		return nil, nil, "", "", fmt.Errorf("direct sessions: the cloud's CA: %w", err)
 	}
 	cert, fp, err := pki.SelfSigned("gpucloud files "+hostID, time.Now(), pki.ClientLifetime)
 	if err != nil {
@@ -243,14 +319,14 @@ func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, lo
 	}
 	ln, err = net.Listen("tcp", listen)
 	if err != nil {
-		return nil, nil, "", "", fmt.Errorf("direct copies: --files-listen %s: %w", listen, err)
+		return nil, nil, "", "", fmt.Errorf("direct sessions: --direct-listen %s: %w", listen, err)
 	}
 	addr = advertise
 	if addr == "" {
 		addr = ln.Addr().String()
 		if ap, perr := netip.ParseAddrPort(addr); perr == nil && ap.Addr().IsUnspecified() {
 			ln.Close()
-			return nil, nil, "", "", fmt.Errorf("direct copies: --files-listen %s listens on every address: say where clients reach it with --files-advertise HOST:PORT", listen)
+			return nil, nil, "", "", fmt.Errorf("direct sessions: --direct-listen %s listens on every address: say where clients reach it with --direct-advertise HOST:PORT", listen)
 		}
 	}
 	return &Direct{Handler: h, CA: ca, HostID: hostID, Cert: cert, Log: log}, ln, addr, fp, nil

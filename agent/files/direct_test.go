@@ -4,11 +4,15 @@ package files
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,10 +70,10 @@ func dialDirect(t *testing.T, addr, fp, tok string) (*tls.Conn, agentapi.DirectW
 	return c, w
 }
 
-func grantFor(t *testing.T, ca *pki.CA, g agentapi.FilesGrant) string {
+func grantFor(t *testing.T, ca *pki.CA, g agentapi.DirectGrant) string {
 	t.Helper()
 	b, _ := json.Marshal(g)
-	tok, err := ca.SignToken(agentapi.FilesGrantPurpose, b)
+	tok, err := ca.SignToken(agentapi.DirectGrantPurpose, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +86,9 @@ func TestDirectGrants(t *testing.T) {
 	ca, other := mustCA(t), mustCA(t)
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	addr, fp, vols := directServer(t, ca, func() time.Time { return now })
-	good := agentapi.FilesGrant{ID: "fg-1", HostID: "h-1", TenantID: "tn-a", Actor: "u-a", SessionID: "ses-1",
+	good := agentapi.DirectGrant{ID: "fg-1", Kind: agentapi.SessionFiles, HostID: "h-1", TenantID: "tn-a", Actor: "u-a", SessionID: "ses-1",
 		Target: agentapi.FilesTarget{VolumeID: "v-1"}, Expires: now.Add(time.Minute).Unix()}
-	with := func(f func(*agentapi.FilesGrant)) agentapi.FilesGrant { g := good; f(&g); return g }
+	with := func(f func(*agentapi.DirectGrant)) agentapi.DirectGrant { g := good; f(&g); return g }
 
 	t.Run("a copy", func(t *testing.T) {
 		c, w := dialDirect(t, addr, fp, grantFor(t, ca, good))
@@ -105,17 +109,22 @@ func TestDirectGrants(t *testing.T) {
 	for _, tt := range []struct {
 		desc, tok, want string
 	}{
-		{"another host's", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.HostID = "h-2" })), "for host h-2"},
-		{"expired", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.Expires = now.Unix() })), "expired"},
+		{"another host's", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.HostID = "h-2" })), "for host h-2"},
+		{"expired", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.Expires = now.Unix() })), "expired"},
 		{"signed by another CA", grantFor(t, other, good), "not the cloud CA's"},
 		{"signed for another purpose", func() string {
 			b, _ := json.Marshal(good)
 			tok, _ := ca.SignToken("something else", b)
 			return tok
 		}(), "not the cloud CA's"},
-		{"without a target", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.Target = agentapi.FilesTarget{} })), "no grant, tenant or target"},
-		{"without a tenant", grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.TenantID = "" })), "no grant, tenant or target"},
+		{"without a target", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.Target = agentapi.FilesTarget{} })), "no grant, tenant or target"},
+		{"without a tenant", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.TenantID = "" })), "no grant, tenant or target"},
 		{"not a token", "hello", "grant refused"},
+		{"of another kind", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.Kind = agentapi.SessionExec })), "of kind \"exec\""},
+		{"without a kind", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.Kind = "" })), "of kind \"\""},
+		{"a forward without a port", grantFor(t, ca, with(func(g *agentapi.DirectGrant) {
+			g.Kind, g.Target = agentapi.SessionForward, agentapi.FilesTarget{InstanceID: "i-1"}
+		})), "needs an instance and a port"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			c, w := dialDirect(t, addr, fp, tt.tok)
@@ -130,7 +139,7 @@ func TestDirectGrants(t *testing.T) {
 	}
 
 	t.Run("connections per grant and per tenant", func(t *testing.T) {
-		g := with(func(g *agentapi.FilesGrant) { g.ID = "fg-many" })
+		g := with(func(g *agentapi.DirectGrant) { g.ID = "fg-many" })
 		var open []*tls.Conn
 		for range agentapi.MaxDirectConns {
 			c, w := dialDirect(t, addr, fp, grantFor(t, ca, g))
@@ -144,17 +153,17 @@ func TestDirectGrants(t *testing.T) {
 		}
 		// Up to the tenant's limit with other grants, then refused.
 		for i := agentapi.MaxDirectConns; i < MaxDirectPerTenant; i++ {
-			c, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-more" + string(rune('a'+i/agentapi.MaxDirectConns)) })))
+			c, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.ID = "fg-more" + string(rune('a'+i/agentapi.MaxDirectConns)) })))
 			if w.Error != nil {
 				t.Fatalf("tenant connection %d refused: %v", i+1, w.Error)
 			}
 			open = append(open, c)
 		}
-		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-last" }))); w.Error == nil || !strings.Contains(w.Error.Message, "the limit") {
+		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.ID = "fg-last" }))); w.Error == nil || !strings.Contains(w.Error.Message, "the limit") {
 			t.Fatalf("tenant connection %d: %+v; want refused", MaxDirectPerTenant+1, w.Error)
 		}
 		// Another tenant is not held up by this one's.
-		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.FilesGrant) { g.ID = "fg-b"; g.TenantID = "tn-b" }))); w.Error != nil {
+		if _, w := dialDirect(t, addr, fp, grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.ID = "fg-b"; g.TenantID = "tn-b" }))); w.Error != nil {
 			t.Fatalf("another tenant refused: %v", w.Error)
 		}
 		// A closed connection frees its place.
@@ -171,6 +180,96 @@ func TestDirectGrants(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// fakeDialer dials ports of "i-1" on loopback.
+type fakeDialer struct{}
+
+func (fakeDialer) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	if id != "i-1" {
+		return nil, errors.New("instance " + id + " is not running here")
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// TestDirectForward: a forward grant's connection reaches the port inside
+// the instance, both ways, each side's end passed on as a half-close; a
+// port nothing listens on, and a runtime that cannot dial, are answered
+// with why.
+func TestDirectForward(t *testing.T) {
+	ca := mustCA(t)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				// Echo everything, upper-cased, until the client's
+				// half-close, then a last line.
+				b, _ := io.ReadAll(c)
+				c.Write(bytes.ToUpper(b))
+				c.Write([]byte("|end"))
+			}()
+		}
+	}()
+	port := echo.Addr().(*net.TCPAddr).Port
+	listen := func(h *Handler) (string, string) {
+		d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), h, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- d.Serve(t.Context(), ln) }()
+		t.Cleanup(func() { ln.Close(); <-done })
+		return addr, fp
+	}
+	addr, fp := listen(&Handler{Dialer: fakeDialer{}})
+	grant := func(id string, port int) string {
+		return grantFor(t, ca, agentapi.DirectGrant{ID: "fg-fw", Kind: agentapi.SessionForward, HostID: "h-1", TenantID: "tn-a",
+			Target: agentapi.FilesTarget{InstanceID: id}, Port: port, Expires: time.Now().Add(time.Minute).Unix()})
+	}
+
+	c, w := dialDirect(t, addr, fp, grant("i-1", port))
+	if w.Error != nil {
+		t.Fatalf("refused: %v", w.Error)
+	}
+	payload := bytes.Repeat([]byte("forwarded "), 200000) // 2 MB: many records
+	go func() {
+		c.Write(payload)
+		c.CloseWrite()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(bytes.ToUpper(payload), "|end"...); !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes back, want %d", len(got), len(want))
+	}
+
+	// A port nothing listens on.
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	if _, w := dialDirect(t, addr, fp, grant("i-1", closedPort)); w.Error == nil || !strings.Contains(w.Error.Message, "connecting to port") {
+		t.Errorf("a closed port: %+v", w.Error)
+	}
+	// An instance this host does not run.
+	if _, w := dialDirect(t, addr, fp, grant("i-2", port)); w.Error == nil || !strings.Contains(w.Error.Message, "not running here") {
+		t.Errorf("another instance: %+v", w.Error)
+	}
+	// A runtime that cannot dial.
+	addr, fp = listen(&Handler{})
+	if _, w := dialDirect(t, addr, fp, grant("i-1", port)); w.Error == nil || !strings.Contains(w.Error.Message, "cannot forward ports") {
+		t.Errorf("no dialer: %+v", w.Error)
+	}
 }
 
 // TestDirectHandshakeFlood: connections that never finish their
@@ -196,7 +295,7 @@ func TestDirectHandshakeFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := grantFor(t, ca, agentapi.FilesGrant{ID: "fg-1", HostID: "h-1", TenantID: "tn-a", Target: agentapi.FilesTarget{VolumeID: "v-1"},
+	tok := grantFor(t, ca, agentapi.DirectGrant{ID: "fg-1", Kind: agentapi.SessionFiles, HostID: "h-1", TenantID: "tn-a", Target: agentapi.FilesTarget{VolumeID: "v-1"},
 		Expires: time.Now().Add(time.Minute).Unix()})
 	// The listener takes the idle ones in its own time: wait until a new
 	// one is turned away.
@@ -239,7 +338,7 @@ func TestListenDirectRefuses(t *testing.T) {
 	}{
 		{"no host", "127.0.0.1:0", "", caPEM, "host ID is unknown"},
 		{"no CA", "127.0.0.1:0", "h-1", nil, "need the cloud's CA"},
-		{"every address", "0.0.0.0:0", "h-1", caPEM, "--files-advertise"},
+		{"every address", "0.0.0.0:0", "h-1", caPEM, "--direct-advertise"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			_, ln, _, _, err := ListenDirect(tt.listen, "", tt.host, tt.ca, &Handler{}, nil)

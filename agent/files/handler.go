@@ -36,7 +36,10 @@ type Handler struct {
 	VolumeDir func(id string, shared bool, sizeGiB int64) (string, func(), error)
 	// Runtime roots instances' files; nil: instances cp is refused.
 	Runtime InstanceRoots
-	Log     *slog.Logger
+	// Dialer connects to a port inside an instance, for direct port
+	// forwards (Direct); nil: they are refused.
+	Dialer runtime.Dialer
+	Log    *slog.Logger
 }
 
 // ServeSession serves one files session on conn until the client ends it.

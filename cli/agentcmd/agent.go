@@ -90,7 +90,7 @@ type flags struct {
 	volumeDir, sharedVolumeDir, logLevel                       string
 	metricsListen, runtimeName, containerdSocket, defaultImage string
 	metricsTokenFile                                           string
-	filesListen, filesAdvertise                                string
+	directListen, directAdvertise                              string
 	mpsControl                                                 string
 	manageMIG                                                  bool
 	interval, metricsInterval                                  time.Duration
@@ -118,8 +118,8 @@ func (fl *flags) register(cmd *cobra.Command) {
 	f.StringVar(&fl.metricsListen, "metrics-listen", "", `serve GPU metrics for Prometheus on http://ADDR/metrics, e.g. "127.0.0.1:9400" (default off)`)
 	f.StringVar(&fl.metricsTokenFile, "metrics-token-file", "", "with --metrics-listen, serve the metrics (which name the host's tenants and instances) only to requests "+
 		"with this file's token as a bearer token (Prometheus: authorization.credentials_file)")
-	f.StringVar(&fl.filesListen, "files-listen", "", `take direct copies (volumes cp --direct) on ADDR, e.g. "0.0.0.0:7443": TLS 1.3, with grants the server signs; the server must run with --files-direct, and tenants must reach ADDR (default off: copies go through the server)`)
-	f.StringVar(&fl.filesAdvertise, "files-advertise", "", "with --files-listen, the HOST:PORT clients dial (default: the listen address, which must then name a host)")
+	f.StringVar(&fl.directListen, "direct-listen", "", `take direct sessions (cp --direct, port-forward --direct) on ADDR, e.g. "0.0.0.0:7443": TLS 1.3, with grants the server signs; the server must run with --direct-access, and tenants must reach ADDR (default off: they go through the server)`)
+	f.StringVar(&fl.directAdvertise, "direct-advertise", "", "with --direct-listen, the HOST:PORT clients dial (default: the listen address, which must then name a host)")
 	f.StringVar(&fl.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&fl.runtimeName, "runtime", "process", "workload runtime: containerd (a container per instance; needs root, containerd and runc) or process (no isolation, single tenant)")
 	f.StringVar(&fl.containerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd's socket (--runtime containerd)")
@@ -205,7 +205,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	// The files handler reads the storage settings (VolumeImages).
 	agentCfg.Sessions = files.Sessions(agentCfg)
-	if fl.filesListen != "" {
+	if fl.directListen != "" {
 		direct, ln, err := listenDirect(fl, &agentCfg, log)
 		if err != nil {
 			return err
@@ -215,9 +215,9 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 				log.Error("agent: the direct files listener stopped", "err", err)
 			}
 		}()
-		fmt.Fprintf(cmd.OutOrStdout(), "taking direct copies at %s (certificate %s)\n", agentCfg.FilesAddr, agentCfg.FilesFingerprint)
-	} else if fl.filesAdvertise != "" {
-		return cmdutil.Usagef(cmd, "--files-advertise goes with --files-listen")
+		fmt.Fprintf(cmd.OutOrStdout(), "taking direct sessions at %s (certificate %s)\n", agentCfg.DirectAddr, agentCfg.DirectFingerprint)
+	} else if fl.directAdvertise != "" {
+		return cmdutil.Usagef(cmd, "--direct-advertise goes with --direct-listen")
 	}
 	a := agent.New(agentapi.NewClient(server, cred, hc), agentCfg)
 	if fl.metricsListen != "" {

@@ -217,20 +217,20 @@ func KeepCredential(dataDir, credential string) error {
 	return writeSecret(filepath.Join(dataDir, credentialFileName), []byte(credential+"\n"))
 }
 
-// listenDirect opens the direct-copy listener of --files-listen
+// listenDirect opens the direct-copy listener of --direct-listen
 // (files.ListenDirect) for the host whose client certificate and CA the
-// data directory keeps, and sets cfg's FilesAddr and FilesFingerprint to
+// data directory keeps, and sets cfg's DirectAddr and DirectFingerprint to
 // report it.
 func listenDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct, net.Listener, error) {
 	hostID, caPEM, err := keptIdentity(fl.dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, ln, addr, fp, err := files.ListenDirect(fl.filesListen, fl.filesAdvertise, hostID, caPEM, files.ForAgent(*cfg), log)
+	d, ln, addr, fp, err := files.ListenDirect(fl.directListen, fl.directAdvertise, hostID, caPEM, files.ForAgent(*cfg), log)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.FilesAddr, cfg.FilesFingerprint = addr, fp
+	cfg.DirectAddr, cfg.DirectFingerprint = addr, fp
 	return d, ln, nil
 }
 
@@ -240,7 +240,7 @@ func listenDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct
 func keptIdentity(dataDir string) (hostID string, caPEM []byte, err error) {
 	certPEM, err := os.ReadFile(filepath.Join(dataDir, clientCertFileName))
 	if errors.Is(err, os.ErrNotExist) {
-		return "", nil, fmt.Errorf("--files-listen needs the TLS client certificate a join keeps in %s: a plain-HTTP server's agents take no direct copies", dataDir)
+		return "", nil, fmt.Errorf("--direct-listen needs the TLS client certificate a join keeps in %s: a plain-HTTP server's agents take no direct sessions", dataDir)
 	}
 	if err != nil {
 		return "", nil, err

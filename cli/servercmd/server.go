@@ -287,16 +287,16 @@ func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 // LimitFlags are the API's request limits (httpapi.RateLimits), and the
 // sessions' settings.
 type LimitFlags struct {
-	limits      []string
-	proxies     []string
-	sessions    int
-	replica     string
-	address     string
-	filesDirect bool
+	limits       []string
+	proxies      []string
+	sessions     int
+	replica      string
+	address      string
+	directAccess bool
 }
 
-// FilesDirect reports whether --files-direct was given.
-func (f *LimitFlags) FilesDirect() bool { return f.filesDirect }
+// DirectAccess reports whether --direct-access was given.
+func (f *LimitFlags) DirectAccess() bool { return f.directAccess }
 
 // Register adds the flags to cmd.
 func (f *LimitFlags) Register(cmd *cobra.Command) {
@@ -309,7 +309,7 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultAuthFailureRate, httpapi.DefaultAuthFailureBurst)+") or anonymous (requests without a token, per source address, "+
 		limitText(httpapi.DefaultAnonymousRate, httpapi.DefaultAnonymousBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
-	fs.BoolVar(&f.filesDirect, "files-direct", false, "let tenants copy files straight to the agents that listen for it (agent --files-listen), with short-lived grants this server signs (docs/DATA.md); otherwise copies go through the server")
+	fs.BoolVar(&f.directAccess, "direct-access", false, "let tenants copy files and forward ports straight to the agents that listen for it (agent --direct-listen), with short-lived grants this server signs (docs/DATA.md, docs/ACCESS.md); otherwise both go through the server")
 	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
 	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records and the replica registry (default: the host name); replicas sharing a database need distinct, stable names")
 	fs.StringVar(&f.address, "replica-address", "", "host:port the other replicas reach this one at, to forward sessions to the agents it holds (default: the listen address, with the host name for an unspecified address; the server certificate must cover it)")
@@ -330,7 +330,7 @@ func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 		return cmdutil.Usagef(cmd, "--session-limit %d: want at least 1", f.sessions)
 	}
 	cfg.SessionLimit, cfg.Replica, cfg.ReplicaAddress = f.sessions, f.replica, f.address
-	cfg.FilesDirect = f.filesDirect
+	cfg.DirectAccess = f.directAccess
 	return nil
 }
 

@@ -51,7 +51,7 @@ type hostAgent struct {
 	md  *metadata.Endpoints
 	drv gpu.Driver
 	gpu int
-	// direct and directLn take direct copies (up --files-direct), on
+	// direct and directLn take direct sessions (up --direct-access), on
 	// loopback; nil without.
 	direct   *files.Direct
 	directLn net.Listener
@@ -117,7 +117,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 	if direct {
 		caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 		if err != nil {
-			return nil, fmt.Errorf("direct copies: the cloud's CA: %w", err)
+			return nil, fmt.Errorf("direct sessions: the cloud's CA: %w", err)
 		}
 		// The simulated hosts' agents run in this process, on this
 		// machine: loopback is where clients reach them.
@@ -125,7 +125,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		if err != nil {
 			return nil, err
 		}
-		h.direct, h.directLn, acfg.FilesAddr, acfg.FilesFingerprint = d, ln, addr, fp
+		h.direct, h.directLn, acfg.DirectAddr, acfg.DirectFingerprint = d, ln, addr, fp
 	}
 	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), acfg)
 	return h, nil
@@ -447,7 +447,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
-		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.FilesDirect())
+		h, err := startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, true, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.DirectAccess())
 		if err != nil {
 			return nil, fmt.Errorf("simulated host %s: %w", spec.ID, err)
 		}
@@ -464,7 +464,7 @@ func startHosts(ctx context.Context, url, joinString string, admin *client.Clien
 	}
 	if err == nil {
 		var h *hostAgent
-		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.FilesDirect()); err == nil {
+		if h, err = startAgent(ctx, url, joinString, admin, drv, hostDir, volumes, false, fl.interval, log, rt, rts.underlay(hostDir), fl.limits.DirectAccess()); err == nil {
 			hosts = append(hosts, h)
 		}
 	}

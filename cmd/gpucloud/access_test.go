@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,33 +74,15 @@ func TestUpExecContainers(t *testing.T) {
 		}
 	}
 
-	pf := exec.Command(os.Args[0], "instances", "port-forward", in.ID, "0:8080")
-	pf.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(out)[1])
-	pr, pw := io.Pipe()
-	pf.Stdout, pf.Stderr = pw, os.Stderr
-	if err := pf.Start(); err != nil {
-		t.Fatal(err)
+	addr, _ := startPortForward(t, out, in.ID, "0:8080")
+	getThrough(t, addr, "hello-through-the-relay", 2) // each connection is a session of its own
+	// --direct on a cloud that takes none says so and goes through the
+	// server.
+	addr, stderr := startPortForward(t, out, "--direct", in.ID, "0:8080")
+	getThrough(t, addr, "hello-through-the-relay", 1)
+	if se := stderr(); !strings.Contains(se, "no direct forward (permission_denied") || !strings.Contains(se, "forwarding through the server") {
+		t.Errorf("port-forward --direct without direct sessions said %q", se)
 	}
-	t.Cleanup(func() { pf.Process.Kill(); pf.Wait() })
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	go io.Copy(io.Discard, pr)
-	lm := regexp.MustCompile(`^Forwarding from (127\.0\.0\.1:\d+) -> 8080\n$`).FindStringSubmatch(line)
-	if err != nil || lm == nil {
-		t.Fatalf("port-forward said %q, %v", line, err)
-	}
-	for range 2 { // each connection is a session of its own
-		resp, err := http.Get("http://" + lm[1] + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(b), "hello-through-the-relay") {
-			t.Fatalf("through the port-forward: %q", b)
-		}
-	}
-	pf.Process.Kill()
-	pf.Wait()
 	// up stops its containers and its containerd before the test's
 	// directories go.
 	if err := up.Process.Signal(syscall.SIGINT); err != nil {
@@ -106,6 +90,50 @@ func TestUpExecContainers(t *testing.T) {
 	}
 	if err, rest := wait(); err != nil {
 		t.Errorf("after SIGINT: %v, %q", err, rest)
+	}
+}
+
+// startPortForward runs `gpucloud instances port-forward ARGS` against
+// up's CLI configuration until the test ends, and returns the local
+// address it forwards from and what it has written to stderr so far.
+func startPortForward(t *testing.T, upOut string, args ...string) (string, func() string) {
+	t.Helper()
+	pf := exec.Command(os.Args[0], append([]string{"instances", "port-forward"}, args...)...)
+	pf.Env = append(os.Environ(), runMainEnv+"=1", "GPUCLOUD_CONFIG="+regexp.MustCompile(`CLI configured in (\S+); try:`).FindStringSubmatch(upOut)[1])
+	pr, pw := io.Pipe()
+	var mu sync.Mutex
+	var stderr bytes.Buffer
+	pf.Stdout, pf.Stderr = pw, writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return stderr.Write(p) })
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pf.Process.Kill(); pf.Wait() })
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	lm := regexp.MustCompile(`^Forwarding from (127\.0\.0\.1:\d+) -> \d+\n$`).FindStringSubmatch(line)
+	if err != nil || lm == nil {
+		t.Fatalf("port-forward %q said %q, %v", args, line, err)
+	}
+	return lm[1], func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// getThrough GETs / at addr n times, each expecting want in the body.
+func getThrough(t *testing.T, addr, want string, n int) {
+	t.Helper()
+	for range n {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("through the port-forward: %q", b)
+		}
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // TestUpCopyContainers: on `up` with containers, `volumes cp` and
 // `instances cp` move files in and out of a running container and its
 // volume, through the server and the host's agent, and with --direct
-// straight to the agent (up --files-direct): what they create
+// straight to the agent (up --direct-access): what they create
 // belongs to the workload's own uid, the SHA-256 matches what the
 // workload reads, and links the workload planted resolve inside the
 // container, never to the host's files.
@@ -25,7 +25,7 @@ func TestUpCopyContainers(t *testing.T) {
 		t.Skip("starts a local cloud")
 	}
 	needContainers(t)
-	up, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "", "--files-direct")
+	up, out, wait := startUp(t, "--runtime", "containerd", "--agent-metrics-listen", "", "--direct-access")
 	cli := upCLI(t, out)
 	var vol, in struct{ ID string }
 	if err := json.Unmarshal([]byte(cli("volumes", "create", "--name", "data", "--size-gib", "1", "-o", "json")), &vol); err != nil {
@@ -76,7 +76,7 @@ func TestUpCopyContainers(t *testing.T) {
 	if b, _ := os.ReadFile(back); sha256.Sum256(b) != sum {
 		t.Errorf("copied back out: %d bytes differ", len(b))
 	}
-	// Straight to the host's agent (up --files-direct): the same owner
+	// Straight to the host's agent (up --direct-access): the same owner
 	// and bytes, and no word of falling back to the server.
 	direct := func(args ...string) {
 		t.Helper()
@@ -92,6 +92,13 @@ func TestUpCopyContainers(t *testing.T) {
 	direct("instances", in.ID+":/volumes/"+vol.ID+"/direct.bin", filepath.Join(dir, "direct-back.bin"))
 	if b, _ := os.ReadFile(filepath.Join(dir, "direct-back.bin")); sha256.Sum256(b) != sum {
 		t.Errorf("copied in and out directly: %d bytes differ", len(b))
+	}
+	// A direct port forward reaches a server inside the container.
+	exec("sh", "-c", "mkdir -p /tmp/www && echo hello-direct > /tmp/www/index.html && httpd -p 8081 -h /tmp/www")
+	addr, stderr := startPortForward(t, out, "--direct", in.ID, "0:8081")
+	getThrough(t, addr, "hello-direct", 2)
+	if se := stderr(); strings.Contains(se, "no direct forward") {
+		t.Errorf("port-forward --direct fell back: %q", se)
 	}
 	// Links the workload planted resolve inside the container: an
 	// absolute one to its own file, and one to /etc/hostname, which the

@@ -176,6 +176,39 @@ func gathered(c net.Conn) *Conn {
 	return New(&bufferedConn{Conn: c, r: bufio.NewReaderSize(c, ReadBuffer)})
 }
 
+// ReadBatch reads into p what has arrived: it waits for the first bytes
+// as Read does, then goes on reading while a whole TLS record is already
+// in the read buffer (so that no further read waits) and p has room. A
+// relay that writes what it reads elsewhere then writes in batches of up
+// to len(p), not a record (16 KiB) at a time, without holding back bytes
+// that have arrived.
+func (g *Gathered) ReadBatch(p []byte) (int, error) {
+	n, err := g.Conn.Read(p)
+	for err == nil && n < len(p) && g.recordBuffered() {
+		var m int
+		m, err = g.Conn.Read(p[n:])
+		n += m
+	}
+	if n > 0 {
+		return n, nil // an error comes again at the next read
+	}
+	return n, err
+}
+
+// recordBuffered reports whether a whole TLS record waits in the read
+// buffer.
+func (g *Gathered) recordBuffered() bool {
+	b, ok := g.under.Conn.(*bufferedConn)
+	if !ok || b.r.Buffered() < 5 {
+		return false
+	}
+	hdr, err := b.r.Peek(5)
+	if err != nil {
+		return false
+	}
+	return b.r.Buffered() >= 5+(int(hdr[3])<<8|int(hdr[4]))
+}
+
 // Client is tls.Client over c, gathered; Server likewise tls.Server.
 func Client(c net.Conn, cfg *tls.Config) *Gathered {
 	u := gathered(c)
@@ -190,6 +223,11 @@ func Server(c net.Conn, cfg *tls.Config) *Gathered {
 
 // Write writes p through TLS, its records gathered into one write.
 func (g *Gathered) Write(p []byte) (int, error) {
+	// The handshake first, outside the hold: held, its first flight
+	// would wait for the answer it asks for.
+	if err := g.Conn.Handshake(); err != nil {
+		return 0, err
+	}
 	g.under.Hold()
 	n, err := g.Conn.Write(p)
 	if rerr := g.under.Release(); err == nil {

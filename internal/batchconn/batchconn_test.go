@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -352,4 +353,88 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReadBatch returns a 256 KiB write's bytes in far fewer reads than its
+// sixteen records, whole and in order, and returns what has arrived
+// without waiting for more.
+func TestReadBatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cert := testCert(t)
+	type result struct {
+		reads int
+		data  []byte
+		err   error
+	}
+	got := make(chan result, 1)
+	first := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		sc := Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+		defer sc.Close()
+		var r result
+		buf := make([]byte, 1<<20)
+		// A short write alone comes back at once.
+		n, err := sc.ReadBatch(buf)
+		if err != nil || string(buf[:n]) != "hello" {
+			got <- result{err: fmt.Errorf("first read: %q, %v", buf[:n], err)}
+			return
+		}
+		close(first)
+		for len(r.data) < 4*(256<<10) {
+			n, err := sc.ReadBatch(buf)
+			r.reads++
+			r.data = append(r.data, buf[:n]...)
+			if err != nil {
+				r.err = err
+				break
+			}
+		}
+		got <- r
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := Client(raw, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	defer gc.Close()
+	if _, err := gc.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case r := <-got:
+		t.Fatal(r.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a short write waited for more")
+	}
+	msg := make([]byte, 256<<10)
+	rand.Read(msg)
+	for range 4 {
+		if _, err := gc.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := bytes.Repeat(msg, 4)
+	if !bytes.Equal(r.data, want) {
+		t.Fatal("the bytes came back changed")
+	}
+	// 64 records; a read per record would be 64. How many come together
+	// depends on how far the reader is behind the writer.
+	if r.reads > 32 {
+		t.Errorf("%d reads for four 256 KiB writes (64 records); want at most 32", r.reads)
+	}
+	t.Logf("%d reads for 1 MiB", r.reads)
 }
