@@ -117,7 +117,7 @@ func (s *Sessions) ForwardGrant(ctx context.Context, a Actor, id string, port in
 // directOn refuses a grant while direct sessions are off.
 func (b *base) directOn() error {
 	if !b.opts.DirectAccess || b.opts.SignDirectGrant == nil {
-		return cloud.Errorf(cloud.PermissionDenied, "this cloud's operator has not turned direct sessions on (gpucloud server --direct-access): go through the server, without --direct")
+		return cloud.Errorf(cloud.PermissionDenied, "this cloud's operator has not turned direct sessions on (gpucloud server --direct-access, or up --direct-access): go through the server, without --direct")
 	}
 	return nil
 }
