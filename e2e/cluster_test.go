@@ -270,7 +270,7 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 		if cfg.DirectAccess {
 			// A cloud with direct copies on: each agent listens for them on
 			// loopback, as up's do.
-			d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", h.id, srv.CAPEM(), files.ForAgent(acfg), acfg.Log)
+			d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", h.id, srv.CAPEM(), dir, files.ForAgent(acfg), acfg.Log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ package files
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -13,6 +14,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -294,14 +297,18 @@ func (d *Direct) leave(g *agentapi.DirectGrant) {
 	}
 }
 
-// ListenDirect opens the direct-copy listener of host hostID at listen
+// ListenDirect opens the direct-session listener of host hostID at listen
 // (host:port; port 0 picks one), trusting grants signed by the CA in
-// caPEM, with a fresh self-signed certificate. advertise is where clients
+// caPEM, with a self-signed certificate: the one kept in keyDir
+// (direct.crt and direct.key, 0600) while it has more than a month to
+// live, else a fresh one kept there (none kept when keyDir is empty), so
+// that its fingerprint, which the inventory reports and clients pin,
+// stays the same across restarts. advertise is where clients
 // reach it (the listener's own address when empty, which must then name
 // a host, not every address). It returns the server, its listener (to
 // Serve), and the address and fingerprint the agent reports
 // (agent.Config.DirectAddr and DirectFingerprint).
-func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, log *slog.Logger) (d *Direct, ln net.Listener, addr, fingerprint string, err error) {
+func ListenDirect(listen, advertise, hostID string, caPEM []byte, keyDir string, h *Handler, log *slog.Logger) (d *Direct, ln net.Listener, addr, fingerprint string, err error) {
 	if hostID == "" {
 		return nil, nil, "", "", errors.New("direct sessions: the agent's host ID is unknown (it has not joined)")
 	}
@@ -313,9 +320,9 @@ func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, lo
 	if err != nil {
 		return nil, nil, "", "", fmt.Errorf("direct sessions: the cloud's CA: %w", err)
 	}
-	cert, fp, err := pki.SelfSigned("gpucloud files "+hostID, time.Now(), pki.ClientLifetime)
+	cert, fp, err := listenerCert(keyDir, hostID, time.Now())
 	if err != nil {
-		return nil, nil, "", "", err
+		return nil, nil, "", "", fmt.Errorf("direct sessions: the listener's certificate: %w", err)
 	}
 	ln, err = net.Listen("tcp", listen)
 	if err != nil {
@@ -330,4 +337,72 @@ func ListenDirect(listen, advertise, hostID string, caPEM []byte, h *Handler, lo
 		}
 	}
 	return &Direct{Handler: h, CA: ca, HostID: hostID, Cert: cert, Log: log}, ln, addr, fp, nil
+}
+
+// The listener's kept certificate and key, in the agent's data directory.
+const (
+	directCertFile = "direct.crt"
+	directKeyFile  = "direct.key"
+	// directRenew is how long a kept certificate must still live to be
+	// used again.
+	directRenew = 30 * 24 * time.Hour
+)
+
+// listenerCert is the kept certificate of host hostID's listener in dir,
+// or a new one, kept there (dir "": a new one, not kept).
+func listenerCert(dir, hostID string, now time.Time) (tls.Certificate, string, error) {
+	name := "gpucloud direct " + hostID
+	if dir == "" {
+		return pki.SelfSigned(name, now, pki.ClientLifetime)
+	}
+	certPath, keyPath := filepath.Join(dir, directCertFile), filepath.Join(dir, directKeyFile)
+	if certPEM, err := os.ReadFile(certPath); err == nil {
+		if keyPEM, err := os.ReadFile(keyPath); err == nil {
+			c, cerr := pki.ParseCert(certPEM)
+			pair, perr := tls.X509KeyPair(certPEM, keyPEM)
+			if cerr == nil && perr == nil && c.Subject.CommonName == name && now.Add(directRenew).Before(c.NotAfter) {
+				pair.Leaf = c
+				return pair, pki.Fingerprint(c), nil
+			}
+		}
+	}
+	cert, fp, err := pki.SelfSigned(name, now, pki.ClientLifetime)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	keyPEM, err := pki.EncodeKey(cert.PrivateKey.(crypto.Signer))
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	// The key first: a certificate is only ever beside its own key.
+	if err := writeFile0600(keyPath, keyPEM); err != nil {
+		return tls.Certificate{}, "", err
+	}
+	if err := writeFile0600(certPath, pki.EncodeCert(cert.Leaf)); err != nil {
+		return tls.Certificate{}, "", err
+	}
+	return cert, fp, nil
+}
+
+// writeFile0600 writes b to path through a temporary file and a rename,
+// never readable by others, never seen half written.
+func writeFile0600(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -31,7 +31,7 @@ func directServer(t *testing.T, ca *pki.CA, now func() time.Time) (addr, fp, vol
 		d := filepath.Join(vols, id)
 		return d, func() {}, os.MkdirAll(d, 0o750)
 	}}
-	d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), h, nil)
+	d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), "", h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestDirectForward(t *testing.T) {
 	}()
 	port := echo.Addr().(*net.TCPAddr).Port
 	listen := func(h *Handler) (string, string) {
-		d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), h, nil)
+		d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), "", h, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +341,7 @@ func TestListenDirectRefuses(t *testing.T) {
 		{"every address", "0.0.0.0:0", "h-1", caPEM, "--direct-advertise"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
-			_, ln, _, _, err := ListenDirect(tt.listen, "", tt.host, tt.ca, &Handler{}, nil)
+			_, ln, _, _, err := ListenDirect(tt.listen, "", tt.host, tt.ca, "", &Handler{}, nil)
 			if ln != nil {
 				ln.Close()
 			}
@@ -359,4 +359,41 @@ func mustCA(t *testing.T) *pki.CA {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// TestListenerCertKept: the listener's certificate is kept in the data
+// directory (0600) and used again while it has more than a month to
+// live, so that its fingerprint survives a restart; one near its end,
+// another host's or a damaged one is replaced.
+func TestListenerCertKept(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	_, fp, err := listenerCert(dir, "h-1", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{directCertFile, directKeyFile} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", f, fi, err)
+		}
+	}
+	if _, again, err := listenerCert(dir, "h-1", now.Add(24*time.Hour)); err != nil || again != fp {
+		t.Fatalf("after a restart: %s, %v; want the kept %s", again, err, fp)
+	}
+	if _, near, _ := listenerCert(dir, "h-1", now.Add(pki.ClientLifetime-directRenew+time.Hour)); near == fp {
+		t.Error("a certificate with under a month left was used again")
+	}
+	_, kept, _ := listenerCert(dir, "h-1", now)
+	if _, other, _ := listenerCert(dir, "h-2", now); other == kept {
+		t.Error("another host's certificate was used")
+	}
+	_, kept, _ = listenerCert(dir, "h-1", now)
+	os.WriteFile(filepath.Join(dir, directKeyFile), []byte("not a key"), 0o600)
+	if _, fresh, err := listenerCert(dir, "h-1", now); err != nil || fresh == kept {
+		t.Errorf("a damaged key: %s, %v; want a new certificate", fresh, err)
+	}
+	if _, a, _ := listenerCert("", "h-1", now); a == "" {
+		t.Error("no certificate without a directory")
+	}
 }

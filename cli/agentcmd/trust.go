@@ -226,7 +226,7 @@ func listenDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct
 	if err != nil {
 		return nil, nil, err
 	}
-	d, ln, addr, fp, err := files.ListenDirect(fl.directListen, fl.directAdvertise, hostID, caPEM, files.ForAgent(*cfg), log)
+	d, ln, addr, fp, err := files.ListenDirect(fl.directListen, fl.directAdvertise, hostID, caPEM, fl.dir, files.ForAgent(*cfg), log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -121,7 +121,7 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		}
 		// The simulated hosts' agents run in this process, on this
 		// machine: loopback is where clients reach them.
-		d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", joined.HostID, caPEM, files.ForAgent(acfg), acfg.Log)
+		d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", joined.HostID, caPEM, dir, files.ForAgent(acfg), acfg.Log)
 		if err != nil {
 			return nil, err
 		}
