@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/agentapi"
+	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -28,6 +29,7 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 	var noResume bool
 	var checksum string
 	var direct bool
+	var parallel int
 	example := fmt.Sprintf("  gpucloud %[1]s cp ./dataset %[2]s0123456789abcdef:/data/\n"+
 		"  gpucloud %[1]s cp %[2]s0123456789abcdef:/checkpoints/step-1000.pt .\n"+
 		"  # Start over rather than resume what an interrupted copy left\n"+
@@ -53,6 +55,8 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			"connection that a short-lived grant from the server opens, where the operator lets\n" +
 			"tenants reach the agents (server --direct-access, agent --direct-listen); where it\n" +
 			"cannot, the copy says why and goes through the server.\n\n" +
+			"A directory's files go over up to --parallel sessions at once (4 by default),\n" +
+			"each file whole on one: a tree of many small files waits on round trips, not bytes.\n\n" +
 			"On a terminal a progress line shows bytes, rate and time left; a summary line\n" +
 			"follows on stderr in any case.",
 		Example: example,
@@ -74,15 +78,25 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 			if id, err = c.resolve(ctx, k, id); err != nil {
 				return err
 			}
+			if parallel < 1 || parallel > maxCopyParallel {
+				return cmdutil.Usagef(cmd, "--parallel %d: want 1 to %d", parallel, maxCopyParallel)
+			}
 			stderr := cmd.ErrOrStderr()
-			conn, err := openCopy(ctx, c.Client, kind, id, direct, stderr)
+			sessions, conn, err := openCopy(ctx, c.Client, kind, id, direct, stderr)
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
 			p := newByteProgress(stderr)
 			opt := filexfer.Options{NoResume: noResume, Checksum: checksum, Total: p.setTotal, Add: p.add,
-				Skip: func(name, why string) { p.note(fmt.Sprintf("skipped %s: %s", name, why)) }}
+				Skip:     func(name, why string) { p.note(fmt.Sprintf("skipped %s: %s", name, why)) },
+				Parallel: parallel, Open: func() (*filexfer.Client, func(), error) {
+					conn, err := sessions.open(ctx)
+					if err != nil {
+						return nil, nil, err
+					}
+					return filexfer.NewClient(conn), func() { conn.Close() }, nil
+				}}
 			fc := filexfer.NewClient(conn)
 			var st filexfer.Stats
 			if upload {
@@ -104,28 +118,55 @@ func newCopyCommand(s *session, k resourceKind) *cobra.Command {
 	cmd.Flags().BoolVar(&noResume, "no-resume", false, "start every file over: resume no partial file and skip no file already there")
 	cmd.Flags().StringVar(&checksum, "checksum", filexfer.DefaultChecksum, "how files are compared: crc32c or sha256")
 	cmd.Flags().BoolVar(&direct, "direct", false, "copy straight to the host's agent with a grant from the server, where the operator allows it (else through the server)")
+	cmd.Flags().IntVar(&parallel, "parallel", defaultCopyParallel, fmt.Sprintf("copy a directory's files over up to this many sessions at once, each file whole on one (1 to %d; each is one of your sessions)", maxCopyParallel))
 	return cmd
+}
+
+// How many sessions a copy of a tree uses at most: many small files go
+// about twice as fast over four (docs/BENCHMARKS.md, "Many small files"),
+// and each relayed one counts against the user's session limit.
+const (
+	defaultCopyParallel = 4
+	maxCopyParallel     = 16
+)
+
+// copySessions opens more files sessions of one copy, the way its first
+// was opened: with its direct grant, or through the relay.
+type copySessions struct {
+	c        *client.Client
+	kind, id string
+	grant    *api.DirectGrant
+}
+
+func (s *copySessions) open(ctx context.Context) (net.Conn, error) {
+	if s.grant != nil {
+		return s.c.OpenDirect(ctx, s.grant)
+	}
+	return s.c.OpenFiles(ctx, s.kind, s.id)
 }
 
 // openCopy opens the copy's files session: with direct, straight to the
 // agent with a grant, falling back to the server's relay (saying why on
 // stderr) when there is none to be had or the agent cannot be reached;
 // else through the relay.
-func openCopy(ctx context.Context, c *client.Client, kind, id string, direct bool, stderr io.Writer) (net.Conn, error) {
+func openCopy(ctx context.Context, c *client.Client, kind, id string, direct bool, stderr io.Writer) (*copySessions, net.Conn, error) {
+	s := &copySessions{c: c, kind: kind, id: id}
 	if direct {
 		g, err := c.FilesGrant(ctx, kind, id)
 		if err == nil {
 			var conn net.Conn
 			if conn, err = c.OpenDirect(ctx, g); err == nil {
-				return conn, nil
+				s.grant = g
+				return s, conn, nil
 			}
 		}
 		if cloud.IsNotFound(err) || ctx.Err() != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		fmt.Fprintf(stderr, "no direct copy (%v); copying through the server\n", err)
 	}
-	return c.OpenFiles(ctx, kind, id)
+	conn, err := s.open(ctx)
+	return s, conn, err
 }
 
 // isCut reports whether err is the session's connection failing (rather

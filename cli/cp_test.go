@@ -121,7 +121,7 @@ func TestOpenCopyFallsBack(t *testing.T) {
 			}))
 			defer srv.Close()
 			var stderr bytes.Buffer
-			_, err := openCopy(t.Context(), client.New(srv.URL, "gpc_tk-x_y", srv.Client()), "volumes", "v-1", true, &stderr)
+			_, _, err := openCopy(t.Context(), client.New(srv.URL, "gpc_tk-x_y", srv.Client()), "volumes", "v-1", true, &stderr)
 			if err == nil {
 				t.Fatal("opened a copy against a fake server")
 			}

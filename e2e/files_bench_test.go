@@ -167,3 +167,78 @@ func writePseudoRandom(t *testing.T, p string, size int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestBenchManyFiles: a tree of many small files (a dataset's shape)
+// copied into a volume through the server and straight to the agent, on
+// one connection and on several (GPUCLOUD_BENCH_COPY_CONNS, default 4):
+// per file the copy waits for the agent's answers, so its time is round
+// trips, not bytes. GPUCLOUD_BENCH_COPY_FILES files (default 1000) of
+// 4 KiB.
+func TestBenchManyFiles(t *testing.T) {
+	if os.Getenv("GPUCLOUD_BENCH_COPY") != "1" {
+		t.Skip("a benchmark: set GPUCLOUD_BENCH_COPY=1")
+	}
+	n := envInt("GPUCLOUD_BENCH_COPY_FILES", 1000)
+	conns := envInt("GPUCLOUD_BENCH_COPY_CONNS", 4)
+	src := filepath.Join(t.TempDir(), "tree")
+	for i := range n {
+		p := filepath.Join(src, fmt.Sprintf("d%02d", i%50), fmt.Sprintf("f%05d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writePseudoRandom(t, p, 4<<10)
+	}
+	spec := sim.Spec{ID: "sim-many", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+	c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), func(cfg *controlplane.Config) { cfg.DirectAccess = true }, withFiles, spec)
+	_, _, token := c.member("acme", "alice")
+	cl := client.New(c.srv.URL, token, c.srv.HTTPClient())
+	ctx := t.Context()
+	vol, err := cl.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cl.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "3600"}, Volumes: []string{vol.ID}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitState(cl, in.ID, cloud.Running)
+	open := func(direct bool) func() (*filexfer.Client, func(), error) {
+		return func() (*filexfer.Client, func(), error) {
+			var conn net.Conn
+			var err error
+			if direct {
+				var g *api.DirectGrant
+				if g, err = cl.FilesGrant(ctx, "volumes", vol.ID); err == nil {
+					conn, err = cl.OpenDirect(ctx, g)
+				}
+			} else {
+				conn, err = cl.OpenFiles(ctx, "volumes", vol.ID)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			return filexfer.NewClient(conn), func() { conn.Close() }, nil
+		}
+	}
+	for round := range 2 {
+		for _, way := range []struct {
+			name   string
+			direct bool
+			conns  int
+		}{{"relayed", false, 1}, {"relayed", false, conns}, {"direct", true, 1}, {"direct", true, conns}} {
+			o := open(way.direct)
+			fc, closeFn, err := o()
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			st, err := filexfer.Upload(fc, src, fmt.Sprintf("/r%d-%s-%d/", round, way.name, way.conns), filexfer.Options{Parallel: way.conns, Open: o})
+			if err != nil || st.Files != n {
+				t.Fatalf("%s ×%d: %+v, %v", way.name, way.conns, st, err)
+			}
+			d := time.Since(start)
+			closeFn()
+			t.Logf("round %d, %s, %d connection(s): %d files in %s, %.0f files/s", round+1, way.name, way.conns, n, d.Round(time.Millisecond), float64(n)/d.Seconds())
+		}
+	}
+}

@@ -80,7 +80,9 @@ func testFilesDirect(t *testing.T, db string) {
 	}
 
 	t.Run("a directory in through the volume", func(t *testing.T) {
-		st, err := filexfer.Upload(direct(t, g, 0), filepath.Join(local, "dataset"), "/", filexfer.Options{})
+		// Over two connections of the one grant.
+		more := func() (*filexfer.Client, func(), error) { return direct(t, g, 0), func() {}, nil }
+		st, err := filexfer.Upload(direct(t, g, 0), filepath.Join(local, "dataset"), "/", filexfer.Options{Parallel: 2, Open: more})
 		if err != nil || st.Files != len(tree) {
 			t.Fatalf("upload: %+v, %v", st, err)
 		}

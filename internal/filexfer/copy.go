@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -35,6 +36,16 @@ type Options struct {
 	// when deciding that a file already there is the same):
 	// agentapi.ChecksumCRC32C or ChecksumSHA256; "" is DefaultChecksum.
 	Checksum string
+	// Parallel is how many sessions a tree's files are copied over at
+	// once: the one Upload or Download is given and up to Parallel-1 more
+	// that Open opens (and whose close the copy calls at its end). A file
+	// is one session's, whole; a tree of many small files, whose time is
+	// the agent's answers, goes about that many times faster. A session
+	// Open cannot open is done without (the copy goes on over fewer).
+	// With Parallel over 1, Total, Add and Skip are called from several
+	// goroutines. 0 or 1: one session.
+	Parallel int
+	Open     func() (*Client, func(), error)
 }
 
 func (o *Options) total(n int64) {
@@ -112,12 +123,85 @@ func Upload(c *Client, src, remote string, opt Options) (Stats, error) {
 		}
 		st.Dirs++
 	}
-	for _, f := range files {
-		if err := uploadFile(c, f, opt, &st); err != nil {
-			return st, err
+	return st, eachFile(c, files, opt, &st, uploadFile)
+}
+
+// eachFile copies files with do, over c and, when opt asks for it, over
+// more sessions at once (Options.Parallel), each file whole on one; the
+// sessions' figures are added into st. It stops taking files at the
+// first error, which it returns once the files under way are done.
+func eachFile(c *Client, files []localFile, opt Options, st *Stats, do func(*Client, localFile, Options, *Stats) error) error {
+	clients := []*Client{c}
+	for len(clients) < min(opt.Parallel, len(files)) && opt.Open != nil {
+		extra, closeFn, err := opt.Open()
+		if err != nil {
+			break // fewer sessions, not none
 		}
+		defer closeFn()
+		if err := extra.SetChecksum(c.checksum); err != nil {
+			return err
+		}
+		clients = append(clients, extra)
 	}
-	return st, nil
+	if len(clients) == 1 {
+		for _, f := range files {
+			if err := do(c, f, opt, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var (
+		mu    sync.Mutex
+		next  int
+		first error
+		wg    sync.WaitGroup
+	)
+	take := func() (localFile, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first != nil || next == len(files) {
+			return localFile{}, false
+		}
+		next++
+		return files[next-1], true
+	}
+	for _, cl := range clients {
+		wg.Go(func() {
+			var mine Stats
+			for {
+				f, ok := take()
+				if !ok {
+					break
+				}
+				if err := do(cl, f, opt, &mine); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					break
+				}
+			}
+			mu.Lock()
+			st.add(mine)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// add adds o's figures to s.
+func (s *Stats) add(o Stats) {
+	s.Files += o.Files
+	s.Dirs += o.Dirs
+	s.Bytes += o.Bytes
+	s.Resumed += o.Resumed
+	s.Skipped += o.Skipped
+	if s.Checksum == "" {
+		s.Checksum = o.Checksum
+	}
 }
 
 // planUpload lists the directories (src itself first) and regular files
@@ -302,6 +386,7 @@ func Download(c *Client, src, dst string, opt Options) (Stats, error) {
 		return st, err
 	}
 	st.Dirs++
+	var files []localFile
 	for _, e := range entries {
 		local, err := localName(dst, e.Path)
 		if err != nil {
@@ -314,11 +399,9 @@ func Download(c *Client, src, dst string, opt Options) (Stats, error) {
 			st.Dirs++
 			continue
 		}
-		if err := downloadFile(c, localFile{local, path.Join(src, e.Path), e.Size, e.Mode}, opt, &st); err != nil {
-			return st, err
-		}
+		files = append(files, localFile{local, path.Join(src, e.Path), e.Size, e.Mode})
 	}
-	return st, nil
+	return st, eachFile(c, files, opt, &st, downloadFile)
 }
 
 // localName is where the listed entry rel lands under dst: never outside

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -378,4 +380,70 @@ func TestUploadWaitsOutABusyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqualFile(t, filepath.Join(remote, "f"), data)
+}
+
+// TestParallelTree: a tree's files go over several sessions at once
+// (Options.Parallel), each file whole on one, both ways; the sessions'
+// figures add up, each extra session is closed at the end, a session that
+// cannot be opened leaves the copy to fewer, and a file's error stops the
+// copy.
+func TestParallelTree(t *testing.T) {
+	local, remote := t.TempDir(), t.TempDir()
+	files := map[string][]byte{}
+	for i := range 40 {
+		name := fmt.Sprintf("d%d/f%02d", i%4, i)
+		files[name] = randomFile(t, filepath.Join(local, "data", filepath.FromSlash(name)), 1000+i*100)
+	}
+	files["big"] = randomFile(t, filepath.Join(local, "data", "big"), 3*ChunkSize+7)
+	var opened, closed, failed atomic.Int32
+	open := func(fail int32) func() (*Client, func(), error) {
+		return func() (*Client, func(), error) {
+			if opened.Add(1) == fail {
+				failed.Add(1)
+				return nil, nil, errors.New("over the session limit")
+			}
+			return session(t, remote, 0, 0), func() { closed.Add(1) }, nil
+		}
+	}
+	var moved atomic.Int64
+	st, err := Upload(session(t, remote, 0, 0), filepath.Join(local, "data"), "/", Options{Parallel: 4, Open: open(0),
+		Add: func(n int64) { moved.Add(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, b := range files {
+		size += int64(len(b))
+	}
+	if st.Files != len(files) || st.Bytes != size || moved.Load() != size || st.Checksum != DefaultChecksum {
+		t.Errorf("stats %+v, progress %d: want %d files, %d bytes", st, moved.Load(), len(files), size)
+	}
+	if opened.Load() != 3 || closed.Load() != 3 {
+		t.Errorf("%d sessions opened and %d closed; want the 3 extra ones both", opened.Load(), closed.Load())
+	}
+	for name, data := range files {
+		mustEqualFile(t, filepath.Join(remote, "data", filepath.FromSlash(name)), data)
+	}
+	// Back, with the second extra session refused: three do it.
+	opened.Store(0)
+	closed.Store(0)
+	back := filepath.Join(local, "back")
+	st, err = Download(session(t, remote, 0, 0), "/data", back, Options{Parallel: 4, Open: open(2)})
+	if err != nil || st.Files != len(files) || failed.Load() != 1 {
+		t.Fatalf("download: %+v, %v (refused %d)", st, err, failed.Load())
+	}
+	for name, data := range files {
+		mustEqualFile(t, filepath.Join(back, filepath.FromSlash(name)), data)
+	}
+	// A file's error stops the copy: a remote directory where a file goes.
+	if err := os.MkdirAll(filepath.Join(remote, "again", "data", "d1", "f05"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := session(t, remote, 0, 0).Mkdir("/again", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Upload(session(t, remote, 0, 0), filepath.Join(local, "data"), "/again", Options{Parallel: 4, Open: open(0)})
+	if err == nil || !strings.Contains(err.Error(), "f05") {
+		t.Fatalf("a tree with a directory in a file's place: %v; want its error", err)
+	}
 }
