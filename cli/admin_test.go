@@ -308,6 +308,7 @@ func TestHostDescribe(t *testing.T) {
 	ib := fleet.MockNVLinkHost("h100-a", "H100-80GB-SXM", 8)
 	ib.Labels["interconnect"] = "infiniband"
 	ib.Underlay, ib.MTU = "10.9.0.2", 9000
+	ib.DirectAddr, ib.DirectFingerprint = "10.9.0.2:7443", "sha256:"+strings.Repeat("ab", 32)
 	ib.HCAs = []fleet.HCA{
 		{Name: "mlx5_0", LinkLayer: "InfiniBand", NetDev: "ib0", Devices: []string{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}},
 		{Name: "mlx5_bond_0", LinkLayer: "Ethernet", Devices: []string{"/dev/infiniband/uverbs1"}},
@@ -331,13 +332,13 @@ func TestHostDescribe(t *testing.T) {
 		not       []string
 	}{
 		{host: "h100-a",
-			want: []string{"ID:", "h100-a", "schedulable", "interconnect=infiniband", "Underlay:", "10.9.0.2, MTU 9000",
+			want: []string{"ID:", "h100-a", "schedulable", "interconnect=infiniband", "Underlay:", "10.9.0.2, MTU 9000", "Direct:", "10.9.0.2:7443 (certificate sha256:abab",
 				"8x H100-80GB-SXM", "RDMA adapters:", "NAME", "LINK LAYER", "NETDEV", "DEVICES"},
 			wantLines: []string{
 				"mlx5_0 InfiniBand ib0 /dev/infiniband/uverbs0, /dev/infiniband/rdma_cm",
 				"mlx5_bond_0 Ethernet (RoCE) - /dev/infiniband/uverbs1",
 			}},
-		{host: "l40s-a", want: []string{"l40s-a", "2x L40S", "RDMA adapters: none"}, not: []string{"Underlay:"}},
+		{host: "l40s-a", want: []string{"l40s-a", "2x L40S", "RDMA adapters: none"}, not: []string{"Underlay:", "Direct:"}},
 	}
 	for _, tt := range tests {
 		out := e.ok(e.admin, "hosts", "describe", tt.host)

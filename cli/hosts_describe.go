@@ -21,7 +21,8 @@ func newHostDescribeCommand(s *session) *cobra.Command {
 		Long: "Show a host as its agent reported it and the control plane records it: state,\n" +
 			"zone, rack, labels (the interconnect label comes from its RDMA adapters unless\n" +
 			"the agent's host description sets it), CPU and memory, its address on the\n" +
-			"fabric between hosts (the underlay) when it reports one, every GPU with its\n" +
+			"fabric between hosts (the underlay) when it reports one, where its agent takes\n" +
+			"direct sessions (--direct-listen) when it does, every GPU with its\n" +
 			"UUID, NVLink island and MIG mode, and its RDMA adapters (InfiniBand or RoCE)\n" +
 			"with their link layer, network interface and device nodes.\n\n" +
 			"-o json and -o yaml print the host as recorded.",
@@ -72,6 +73,9 @@ func describeHost(w io.Writer, h *cloud.Host) error {
 			u += ", MTU " + strconv.Itoa(sp.MTU)
 		}
 		add("Underlay", u)
+	}
+	if sp.DirectAddr != "" {
+		add("Direct", sp.DirectAddr+" (certificate "+sp.DirectFingerprint+")")
 	}
 	hb := "never"
 	if !h.LastHeartbeat.IsZero() {
