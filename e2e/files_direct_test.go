@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -110,7 +111,22 @@ func testFilesDirect(t *testing.T, db string) {
 		if _, err := filexfer.Upload(direct(t, g, 3<<20), filepath.Join(local, "big.bin"), "/big.bin", filexfer.Options{}); err == nil {
 			t.Fatal("a copy over a cut connection succeeded")
 		}
-		st, err := filexfer.Upload(direct(t, g, 0), filepath.Join(local, "big.bin"), "/big.bin", filexfer.Options{})
+		// The agent takes in what reached it before the cut in its own
+		// time: wait until the partial file holds it and stops growing,
+		// as a person running the copy again a moment later would.
+		fc := direct(t, g, 0)
+		var last int64 = -1
+		c.until("the cut copy's partial file to settle", func() (bool, string) {
+			fi, err := fc.Stat("/big.bin")
+			if !filexfer.IsNotFound(err) || fi == nil {
+				return false, fmt.Sprint(fi, err)
+			}
+			settled := fi.Partial > 0 && fi.Partial == last
+			last = fi.Partial
+			time.Sleep(50 * time.Millisecond)
+			return settled, fmt.Sprintf("partial %d bytes", fi.Partial)
+		})
+		st, err := filexfer.Upload(fc, filepath.Join(local, "big.bin"), "/big.bin", filexfer.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

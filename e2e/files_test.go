@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -153,10 +154,12 @@ func testFiles(t *testing.T, db string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fi, err := fc.Stat("/big.bin")
-		if !filexfer.IsNotFound(err) || fi == nil || fi.Partial == 0 {
-			t.Fatalf("after the cut: %+v, %v: want a partial upload", fi, err)
-		}
+		// The agent takes in what reached it before the cut in its own
+		// time: wait until the partial file holds some of it.
+		c.until("a partial upload after the cut", func() (bool, string) {
+			fi, err := fc.Stat("/big.bin")
+			return filexfer.IsNotFound(err) && fi != nil && fi.Partial > 0, fmt.Sprint(fi, err)
+		})
 		st, err := filexfer.Upload(fc, filepath.Join(local, "big.bin"), "/big.bin", filexfer.Options{Add: func(n int64) { moved.Add(n) }})
 		if err != nil {
 			t.Fatal(err)
