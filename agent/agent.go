@@ -27,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -297,6 +298,30 @@ func MakeDataDir(dir string) error {
 		return err
 	}
 	return os.Chmod(dir, DataDirMode)
+}
+
+// WriteSecret writes a file of the data directory 0600 through a
+// temporary file and a rename, so that it is never seen half written or
+// with a wider mode: the credential, the TLS keys and certificates.
+func WriteSecret(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename, there is nothing to remove
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Joined is what a join gives the agent: the server's answer (host ID,

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -47,28 +48,12 @@ func TestBenchVolumeCopy(t *testing.T) {
 		direct bool
 	}
 	setup := func(plain bool) target {
-		tune := func(c *controlplane.Config) { c.TLS.Plain, c.DirectAccess = plain, !plain }
-		spec := sim.Spec{ID: "sim-copy", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
-		c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
-		_, _, token := c.member("acme", "alice")
-		// No client timeout: a copy takes as long as it takes.
-		hc := c.srv.HTTPClient()
-		cl := client.New(c.srv.URL, token, hc)
-		ctx := t.Context()
-		vol, err := cl.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 100}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := cl.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "3600"}, Volumes: []string{vol.ID}}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.waitState(cl, in.ID, cloud.Running)
+		c, cl, vol := benchVolume(t, "sim-copy", 100, func(c *controlplane.Config) { c.TLS.Plain, c.DirectAccess = plain, !plain })
 		name := "tls"
 		if plain {
 			name = "plain"
 		}
-		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts[spec.ID].dir, "volumes", vol.ID)}
+		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts["sim-copy"].dir, "volumes", vol.ID)}
 	}
 	tlsTarget := setup(false)
 	directTarget := tlsTarget
@@ -93,16 +78,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 				continue // a profile of one path
 			}
 			start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
-			var conn net.Conn
-			var err error
-			if tg.direct {
-				var g *api.DirectGrant
-				if g, err = tg.cl.FilesGrant(t.Context(), "volumes", tg.volID); err == nil {
-					conn, err = tg.cl.OpenDirect(t.Context(), g)
-				}
-			} else {
-				conn, err = tg.cl.OpenFiles(t.Context(), "volumes", tg.volID)
-			}
+			conn, err := openVolumeFiles(t.Context(), tg.cl, tg.volID, tg.direct)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,6 +111,42 @@ func TestBenchVolumeCopy(t *testing.T) {
 			took["direct"][r].Seconds()/took["plain"][r].Seconds(), cpu["direct"][r].Seconds()/cpu["plain"][r].Seconds(),
 			took["cp"][r].Seconds()/took["direct"][r].Seconds())
 	}
+}
+
+// benchVolume starts a one-host cloud (an L4 host named host, the
+// process runtime, SQLite) tuned by tune, and returns it with alice's
+// client (no timeout: a copy takes as long as it takes) and her volume of
+// sizeGiB, attached to her running instance.
+func benchVolume(t *testing.T, host string, sizeGiB int64, tune func(*controlplane.Config)) (*cluster, *client.Client, *cloud.Volume) {
+	t.Helper()
+	spec := sim.Spec{ID: host, Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
+	c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
+	_, _, token := c.member("acme", "alice")
+	cl := client.New(c.srv.URL, token, c.srv.HTTPClient())
+	ctx := t.Context()
+	vol, err := cl.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: sizeGiB}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cl.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "3600"}, Volumes: []string{vol.ID}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitState(cl, in.ID, cloud.Running)
+	return c, cl, vol
+}
+
+// openVolumeFiles opens a files session on volume id: straight to the
+// agent with a grant (direct), or through the server.
+func openVolumeFiles(ctx context.Context, cl *client.Client, id string, direct bool) (net.Conn, error) {
+	if !direct {
+		return cl.OpenFiles(ctx, "volumes", id)
+	}
+	g, err := cl.FilesGrant(ctx, "volumes", id)
+	if err != nil {
+		return nil, err
+	}
+	return cl.OpenDirect(ctx, g)
 }
 
 // cpuTime is the user and system time of who (RUSAGE_SELF or
@@ -188,32 +200,11 @@ func TestBenchManyFiles(t *testing.T) {
 		}
 		writePseudoRandom(t, p, 4<<10)
 	}
-	spec := sim.Spec{ID: "sim-many", Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
-	c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), func(cfg *controlplane.Config) { cfg.DirectAccess = true }, withFiles, spec)
-	_, _, token := c.member("acme", "alice")
-	cl := client.New(c.srv.URL, token, c.srv.HTTPClient())
+	_, cl, vol := benchVolume(t, "sim-many", 10, func(cfg *controlplane.Config) { cfg.DirectAccess = true })
 	ctx := t.Context()
-	vol, err := cl.CreateVolume(ctx, api.CreateVolumeRequest{Name: "data", SizeGiB: 10}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := cl.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "l4.1x", Command: []string{"sleep", "3600"}, Volumes: []string{vol.ID}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.waitState(cl, in.ID, cloud.Running)
 	open := func(direct bool) func() (*filexfer.Client, func(), error) {
 		return func() (*filexfer.Client, func(), error) {
-			var conn net.Conn
-			var err error
-			if direct {
-				var g *api.DirectGrant
-				if g, err = cl.FilesGrant(ctx, "volumes", vol.ID); err == nil {
-					conn, err = cl.OpenDirect(ctx, g)
-				}
-			} else {
-				conn, err = cl.OpenFiles(ctx, "volumes", vol.ID)
-			}
+			conn, err := openVolumeFiles(ctx, cl, vol.ID, direct)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -137,9 +137,9 @@ func (b *base) signDirect(ctx context.Context, g agentapi.DirectGrant, end func(
 // sign finds g's host's listener and signs g. Its expiry is on the wall
 // clock, which the agent checks it with (not the services' clock, which
 // tests scale).
-func (s *base) sign(ctx context.Context, g agentapi.DirectGrant) (*DirectGrant, error) {
+func (b *base) sign(ctx context.Context, g agentapi.DirectGrant) (*DirectGrant, error) {
 	var h *cloud.Host
-	if err := s.tx(ctx, func(tx cloud.Tx) (err error) { h, err = getHost(ctx, tx, g.HostID); return err }); err != nil {
+	if err := b.tx(ctx, func(tx cloud.Tx) (err error) { h, err = getHost(ctx, tx, g.HostID); return err }); err != nil {
 		return nil, err
 	}
 	if h.Spec.DirectAddr == "" || h.Spec.DirectFingerprint == "" {
@@ -153,7 +153,7 @@ func (s *base) sign(ctx context.Context, g agentapi.DirectGrant) (*DirectGrant, 
 	if err != nil {
 		return nil, err
 	}
-	tok, err := s.opts.SignDirectGrant(payload)
+	tok, err := b.opts.SignDirectGrant(payload)
 	if err != nil {
 		return nil, fmt.Errorf("signing a files grant: %w", err)
 	}

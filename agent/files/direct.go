@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpucloud/gpucloud/agent"
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/internal/pki"
@@ -187,7 +188,7 @@ func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *age
 	go func() {
 		// The instance's bytes out, 256 KiB a write (one system call
 		// each, gathered).
-		_, _ = io.CopyBuffer(c, onlyReader{tcp}, make([]byte, 256<<10))
+		_, _ = io.CopyBuffer(c, struct{ io.Reader }{tcp}, make([]byte, 256<<10)) // the buffer, not tcp's WriteTo
 		_ = c.CloseWrite()
 		done <- struct{}{}
 	}()
@@ -216,10 +217,6 @@ func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *age
 	<-done
 	<-done
 }
-
-// onlyReader hides a reader's WriteTo, so that io.CopyBuffer uses its
-// buffer.
-type onlyReader struct{ io.Reader }
 
 // admit reads the hello and checks its grant: the CA's signature, this
 // host, not expired, under its connections and its tenant's.
@@ -375,34 +372,11 @@ func listenerCert(dir, hostID string, now time.Time) (tls.Certificate, string, e
 		return tls.Certificate{}, "", err
 	}
 	// The key first: a certificate is only ever beside its own key.
-	if err := writeFile0600(keyPath, keyPEM); err != nil {
+	if err := agent.WriteSecret(keyPath, keyPEM); err != nil {
 		return tls.Certificate{}, "", err
 	}
-	if err := writeFile0600(certPath, pki.EncodeCert(cert.Leaf)); err != nil {
+	if err := agent.WriteSecret(certPath, pki.EncodeCert(cert.Leaf)); err != nil {
 		return tls.Certificate{}, "", err
 	}
 	return cert, fp, nil
-}
-
-// writeFile0600 writes b to path through a temporary file and a rename,
-// never readable by others, never seen half written.
-func writeFile0600(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -94,33 +94,10 @@ func keepClientCert(dataDir string, j *agent.Joined) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
-	if err := writeSecret(filepath.Join(dataDir, clientKeyFileName), j.KeyPEM); err != nil {
+	if err := agent.WriteSecret(filepath.Join(dataDir, clientKeyFileName), j.KeyPEM); err != nil {
 		return err
 	}
-	return writeSecret(filepath.Join(dataDir, clientCertFileName), []byte(j.Certificate))
-}
-
-// writeSecret writes a file 0600 through a temporary file and a rename, so
-// that it is never seen half written or with a wider mode.
-func writeSecret(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename, there is nothing to remove
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return agent.WriteSecret(filepath.Join(dataDir, clientCertFileName), []byte(j.Certificate))
 }
 
 // agentCredClient is the HTTP client an agent uses with its credential:
@@ -214,7 +191,7 @@ func KeptCredential(server, dataDir string) (string, *http.Client, error) {
 // KeepCredential keeps a join's credential in dataDir, 0600, for
 // KeptCredential.
 func KeepCredential(dataDir, credential string) error {
-	return writeSecret(filepath.Join(dataDir, credentialFileName), []byte(credential+"\n"))
+	return agent.WriteSecret(filepath.Join(dataDir, credentialFileName), []byte(credential+"\n"))
 }
 
 // listenDirect opens the direct-copy listener of --direct-listen
