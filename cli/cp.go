@@ -18,6 +18,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
+	"github.com/gpucloud/gpucloud/internal/progress"
 )
 
 // newCopyCommand is `volumes cp` (kind "volumes", IDs with prefix "v-")
@@ -216,11 +217,11 @@ func copySummary(st filexfer.Stats, d time.Duration) string {
 	moved := st.Bytes
 	rate := ""
 	if d > 0 && moved > 0 {
-		rate = ", " + humanBytes(int64(float64(moved)/d.Seconds())) + "/s"
+		rate = ", " + progress.Bytes(int64(float64(moved)/d.Seconds())) + "/s"
 	}
-	s := fmt.Sprintf("copied %s (%s) in %s%s", plural(st.Files, "file", "files"), humanBytes(moved), d.Round(time.Millisecond), rate)
+	s := fmt.Sprintf("copied %s (%s) in %s%s", plural(st.Files, "file", "files"), progress.Bytes(moved), d.Round(time.Millisecond), rate)
 	if st.Resumed > 0 {
-		s += fmt.Sprintf("; resumed %s from partial files", humanBytes(st.Resumed))
+		s += fmt.Sprintf("; resumed %s from partial files", progress.Bytes(st.Resumed))
 	}
 	sum := checksumName(st.Checksum)
 	if st.Skipped > 0 {
@@ -241,20 +242,6 @@ func checksumName(algo string) string {
 		return "SHA-256"
 	}
 	return algo
-}
-
-// humanBytes prints n in binary units.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // byteProgress draws a copy's progress line on a terminal: bytes, rate
@@ -312,13 +299,13 @@ func (p *byteProgress) note(s string) {
 
 func (p *byteProgress) draw(now time.Time) {
 	el := now.Sub(p.start).Seconds()
-	line := fmt.Sprintf("%s / %s", humanBytes(p.done), humanBytes(p.total))
+	line := fmt.Sprintf("%s / %s", progress.Bytes(p.done), progress.Bytes(p.total))
 	if p.total > 0 {
 		line += fmt.Sprintf("  %3d%%", p.done*100/p.total)
 	}
 	if el > 0.5 && p.done > 0 {
 		rate := float64(p.done) / el
-		line += "  " + humanBytes(int64(rate)) + "/s"
+		line += "  " + progress.Bytes(int64(rate)) + "/s"
 		if left := p.total - p.done; left > 0 && rate > 0 {
 			line += "  ETA " + time.Duration(float64(left)/rate*float64(time.Second)).Round(time.Second).String()
 		}

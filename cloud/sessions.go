@@ -37,6 +37,11 @@ type Session struct {
 const (
 	EventSessionStarted EventKind = "session.started"
 	EventSessionEnded   EventKind = "session.ended"
+	// EventSessionDirect is what the agent reports of a direct session
+	// (a grant's connections, bytes and time), once its grant has
+	// expired and its last connection closed: on the instance, or for a
+	// detached volume with no instance.
+	EventSessionDirect EventKind = "session.direct"
 )
 
 // SessionTx keeps the session records.
@@ -54,4 +59,8 @@ type SessionTx interface {
 	// OpenSessions lists the sessions of replica (every replica's when
 	// empty) that have not ended, in ID order.
 	OpenSessions(ctx context.Context, replica string) ([]*Session, error)
+	// RecordDirectReport notes that the report of direct grant grantID,
+	// from host hostID, was recorded at at; Conflict when it was already,
+	// so that an agent's report sent again is recorded once.
+	RecordDirectReport(ctx context.Context, grantID, hostID string, at time.Time) error
 }

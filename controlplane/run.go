@@ -416,6 +416,9 @@ func (s *Replica) newServices(cfg Config) *service.Services {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 		opts.DirectAccess = cfg.DirectAccess
 		opts.SignDirectGrant = func(payload []byte) (string, error) { return s.ca.SignToken(agentapi.DirectGrantPurpose, payload) }
+		opts.VerifyDirectGrant = func(token string) ([]byte, error) {
+			return pki.VerifyToken(s.ca.Cert, agentapi.DirectGrantPurpose, token)
+		}
 	}
 	if _, err := service.ParseAddressPool(cfg.AddressPool); cfg.AddressPool != "" && err != nil {
 		cfg.Log.Error("address pool unusable; address allocation will fail", "pool", cfg.AddressPool, "err", err)

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,9 @@ type simHost struct {
 	api *agentapi.Client
 	// cred is the agent's credential, for trying it on tenant routes.
 	cred string
+	// directAhead is how far (nanoseconds) the direct listener's clock is
+	// ahead of the wall clock.
+	directAhead atomic.Int64
 	// hc is the agent's HTTP client: it trusts the cloud's CA and presents
 	// the client certificate the join issued (mutual TLS), without which
 	// the server refuses cred.
@@ -275,6 +279,11 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 				t.Fatal(err)
 			}
 			acfg.DirectAddr, acfg.DirectFingerprint = addr, fp
+			d.Reports = files.NewReporter(h.api.ReportDirect, dir, acfg.Log)
+			// A test moves the listener's clock past its grants' expiry
+			// (simHost.directAhead) to have them reported.
+			d.Now = func() time.Time { return time.Now().Add(time.Duration(h.directAhead.Load())) }
+			d.SweepEvery = 100 * time.Millisecond
 			wg.Go(func() {
 				if err := d.Serve(agentCtx, ln); err != nil {
 					t.Errorf("direct files listener of %s: %v", h.id, err)

@@ -241,6 +241,72 @@ func testFilesDirect(t *testing.T, db string) {
 		}
 	})
 
+	t.Run("the agent reports what each grant served", func(t *testing.T) {
+		// Past the grants' expiry on the agent's clock, every grant whose
+		// connections have closed is reported, and recorded once on the
+		// instance: the volume's grant (two connections of a parallel
+		// copy, the cut one and its resume), the instance's, and the
+		// forward's.
+		c.hosts[spec.ID].directAhead.Store(int64(3 * time.Minute))
+		type report struct {
+			SessionID   string `json:"session_id"`
+			Kind        string `json:"kind"`
+			Connections int    `json:"connections"`
+			BytesIn     int64  `json:"bytes_in"`
+			BytesOut    int64  `json:"bytes_out"`
+			Port        int    `json:"port"`
+		}
+		var got map[string]report
+		c.until("three session.direct events", func() (bool, string) {
+			page, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
+			if err != nil {
+				return false, err.Error()
+			}
+			got = map[string]report{}
+			n := 0
+			for _, e := range page.Events {
+				if e.Kind != cloud.EventSessionDirect {
+					continue
+				}
+				var r report
+				json.Unmarshal(e.Details, &r)
+				got[r.SessionID] = r
+				n++
+				if e.Actor == "" || e.HostID != spec.ID || !strings.Contains(e.Reason, "direct on host "+spec.ID) {
+					t.Errorf("event: %+v", e)
+				}
+			}
+			return n >= 3, fmt.Sprintf("%d events: %+v", n, got)
+		})
+		if r := got[g.SessionID]; r.Kind != agentapi.SessionFiles || r.Connections < 4 || r.BytesIn < 11<<20 {
+			t.Errorf("the volume grant's report: %+v; want 4 connections or more, 11 MiB in or more", r)
+		}
+		var files, forwards int
+		for id, r := range got {
+			switch {
+			case id != g.SessionID && r.Kind == agentapi.SessionFiles && r.Connections == 1 && r.BytesOut > 3<<20:
+				files++
+			case r.Kind == agentapi.SessionForward && r.Port > 0 && r.BytesIn == 1_800_000 && r.BytesOut == 1_800_000:
+				forwards++
+			}
+		}
+		if files != 1 || forwards != 1 {
+			t.Errorf("reports: %+v; want the instance's copy out and the forward's 1,800,000 bytes each way", got)
+		}
+		// Each once, whatever the agent sends again; none of it another
+		// tenant's to see.
+		time.Sleep(300 * time.Millisecond)
+		page, err := alice.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := countKind(page.Events, cloud.EventSessionDirect); n != len(got) {
+			t.Errorf("%d session.direct events, want %d", n, len(got))
+		}
+		_, err = mallory.InstanceEvents(ctx, in.ID, client.EventsOptions{Limit: 1000})
+		wantCode(t, "mallory reading the instance's events", err, cloud.NotFound)
+	})
+
 	t.Run("a stopped instance", func(t *testing.T) {
 		if _, err := alice.StopInstance(ctx, in.ID, 0); err != nil {
 			t.Fatal(err)
@@ -249,6 +315,17 @@ func testFilesDirect(t *testing.T, db string) {
 		_, err := alice.FilesGrant(ctx, "instances", in.ID)
 		wantCode(t, "a grant on a stopped instance", err, cloud.Conflict)
 	})
+}
+
+// countKind counts the events of kind.
+func countKind(events []*cloud.Event, kind cloud.EventKind) int {
+	n := 0
+	for _, e := range events {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // errString is err's text, or "" for nil.

@@ -69,6 +69,9 @@ var agentFuzzRoutes = []bodyRoute{
 		}},
 	{method: "POST", path: "/v1/agent/gone", newReq: newOf[agentapi.GoneRequest](),
 		seeds: []string{`{}`, `{"volumes":["v-1","v-1",""],"instances":["{id}","i-none"]}`, `{"volumes":null}`, `{"instances":[1]}`}},
+	{method: "POST", path: "/v1/agent/direct-sessions", newReq: newOf[agentapi.DirectReportsRequest](),
+		seeds: []string{`{}`, `{"reports":[{"grant":"x.y","connections":1,"bytes_in":1,"bytes_out":2,"first":"2025-03-01T11:59:30Z","last":"2025-03-01T11:59:31Z"}]}`,
+			`{"reports":[{"grant":"","connections":-1,"bytes_in":-5}]}`, `{"reports":null}`, `{"reports":[1]}`}},
 }
 
 func fuzzJoinBody(id string, gpus int) string {

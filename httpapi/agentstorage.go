@@ -21,3 +21,18 @@ func (s *handlers) agentGone(w http.ResponseWriter, r *http.Request, p principal
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// agentDirectSessions handles POST /v1/agent/direct-sessions: the reports
+// of what the caller's host served on direct grants.
+func (s *handlers) agentDirectSessions(w http.ResponseWriter, r *http.Request, p principal) error {
+	var req agentapi.DirectReportsRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	out, err := s.svc.Sessions.DirectReports(r.Context(), p.actor(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

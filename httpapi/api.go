@@ -306,6 +306,7 @@ var routeTable = []route{
 	{"POST", "/v1/agent/instances/{id}/scale-in-lock", agentOnly, (*handlers).agentScaleInLock},
 	{"POST", "/v1/agent/metrics", agentOnly, (*handlers).agentMetrics},
 	{"POST", "/v1/agent/gone", agentOnly, (*handlers).agentGone},
+	{"POST", "/v1/agent/direct-sessions", agentOnly, (*handlers).agentDirectSessions},
 	{"GET", "/v1/agent/sessions", agentOnly, (*handlers).agentSessions},
 	{"GET", "/v1/agent/sessions/{id}", agentOnly, (*handlers).agentSession},
 

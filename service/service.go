@@ -164,6 +164,11 @@ type Options struct {
 	// refused unless both are set.
 	DirectAccess    bool
 	SignDirectGrant func(payload []byte) (string, error)
+	// VerifyDirectGrant checks a grant's token against the cloud's CA
+	// (pki.VerifyToken) and answers its payload: the agents' reports of
+	// what their grants served carry the grants (Sessions.DirectReports).
+	// Nil: reports are refused.
+	VerifyDirectGrant func(token string) ([]byte, error)
 	// HeartbeatInterval is how often agents are asked to heartbeat while
 	// their host's inventory does not change (Agents.HeartbeatInterval;
 	// the composition root asks for a sixth of its heartbeat timeout).

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agent"
@@ -60,6 +61,14 @@ type Direct struct {
 	// Now is the clock grants' expiry is checked with (time.Now when nil).
 	Now func() time.Time
 	Log *slog.Logger
+	// Reports takes each grant's report (agentapi.DirectReport) once the
+	// grant has expired and its last connection closed, or when Serve
+	// ends; Serve runs it. Nil: grants are only logged.
+	Reports *Reporter
+	// SweepEvery is how often expired grants are looked for (10 s when
+	// zero; a grant whose last connection closes after it expired is
+	// reported at once).
+	SweepEvery time.Duration
 
 	mu       sync.Mutex
 	grants   map[string]*grantUse // by grant ID, until it expires
@@ -67,19 +76,56 @@ type Direct struct {
 	pending  int                  // connections not yet admitted
 }
 
-// grantUse is what a grant has opened.
+// grantUse is what a grant has opened: the makings of its report.
 type grantUse struct {
-	conns   int
+	token   string // the grant as presented, which the report carries
+	conns   int    // open now
+	opened  int    // admitted in all
+	in, out int64  // bytes from and to the client, of connections closed
+	first   time.Time
+	last    time.Time
 	expires time.Time
+	cut     bool // the agent's stop ended a connection
 }
+
+// sweepEvery is how often the listener looks for grants to report, by
+// default: those expired whose connections have all closed.
+const sweepEvery = 10 * time.Second
 
 // Serve accepts connections on ln until ctx ends or ln fails, serving
 // each on its own goroutine; it waits for them before it returns.
 func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
+	// Every grant is reported once its connections have ended.
+	defer d.reportAll()
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	// The sweeper and the reporter stop with Serve, whatever ends it.
+	bg, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if d.Reports != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.Reports.Run(bg) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		every := d.SweepEvery
+		if every <= 0 {
+			every = sweepEvery
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+				d.report(d.sweep(d.now(), false))
+			}
+		}
+	}()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}}
 	for {
 		c, err := ln.Accept()
@@ -146,16 +192,18 @@ func (d *Direct) serveConn(ctx context.Context, c *batchconn.Gathered) {
 		_ = agentapi.WriteDirectLine(c, agentapi.DirectWelcome{Error: fe})
 		return
 	}
-	defer d.leave(g)
+	var n counted
+	// A connection still open when ctx ends is cut by the agent's stop.
+	defer func() { d.leave(g, &n, ctx.Err() != nil) }()
 	if g.Kind == agentapi.SessionForward {
-		d.serveForward(ctx, c, g)
+		d.serveForward(ctx, c, g, &n)
 		return
 	}
 	if err := agentapi.WriteDirectLine(c, agentapi.DirectWelcome{}); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	if err := d.Handler.serveTarget(ctx, g.SessionID, g.Actor, g.Target, c); err != nil {
+	if err := d.Handler.serveTarget(ctx, g.SessionID, g.Actor, g.Target, &countingConn{ReadWriteCloser: c, n: &n}); err != nil {
 		d.log().Info("direct files session ended", "session", g.SessionID, "grant", g.ID, "err", err)
 	}
 }
@@ -163,7 +211,7 @@ func (d *Direct) serveConn(ctx context.Context, c *batchconn.Gathered) {
 // serveForward connects to the grant's port inside its instance, answers
 // the client (with why, when it cannot), and copies bytes both ways until
 // both sides have ended, each end's close passed on as a half-close.
-func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *agentapi.DirectGrant) {
+func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *agentapi.DirectGrant, cnt *counted) {
 	if d.Handler.Dialer == nil {
 		_ = agentapi.WriteDirectLine(c, agentapi.DirectWelcome{Error: &agentapi.FileError{Code: agentapi.FileInvalid,
 			Message: "this host's runtime cannot forward ports"}})
@@ -188,7 +236,8 @@ func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *age
 	go func() {
 		// The instance's bytes out, 256 KiB a write (one system call
 		// each, gathered).
-		_, _ = io.CopyBuffer(c, struct{ io.Reader }{tcp}, make([]byte, 256<<10)) // the buffer, not tcp's WriteTo
+		n, _ := io.CopyBuffer(c, struct{ io.Reader }{tcp}, make([]byte, 256<<10)) // the buffer, not tcp's WriteTo
+		cnt.out.Add(n)
 		_ = c.CloseWrite()
 		done <- struct{}{}
 	}()
@@ -198,6 +247,7 @@ func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *age
 		buf := make([]byte, 256<<10)
 		for {
 			n, err := c.ReadBatch(buf)
+			cnt.in.Add(int64(n))
 			if n > 0 {
 				if _, werr := tcp.Write(buf[:n]); werr != nil {
 					break
@@ -221,77 +271,159 @@ func (d *Direct) serveForward(ctx context.Context, c *batchconn.Gathered, g *age
 // admit reads the hello and checks its grant: the CA's signature, this
 // host, not expired, under its connections and its tenant's.
 func (d *Direct) admit(c *batchconn.Gathered) (*agentapi.DirectGrant, error) {
+	g, token, err := d.check(c)
+	if err != nil {
+		return nil, err
+	}
+	return g, d.count(g, token)
+}
+
+// check reads the hello and checks its grant: the CA's signature, this
+// host, a known kind, not expired. It answers the grant and its token.
+func (d *Direct) check(c *batchconn.Gathered) (*agentapi.DirectGrant, string, error) {
 	if err := c.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, "", fmt.Errorf("TLS handshake: %w", err)
 	}
 	var hello agentapi.DirectHello
 	if err := agentapi.ReadDirectLine(c, &hello); err != nil {
-		return nil, fmt.Errorf("reading the hello: %w", err)
+		return nil, "", fmt.Errorf("reading the hello: %w", err)
 	}
 	payload, err := pki.VerifyToken(d.CA, agentapi.DirectGrantPurpose, hello.Grant)
 	if err != nil {
-		return nil, fmt.Errorf("grant refused: %w", err)
+		return nil, "", fmt.Errorf("grant refused: %w", err)
 	}
 	var g agentapi.DirectGrant
 	if err := json.Unmarshal(payload, &g); err != nil {
-		return nil, fmt.Errorf("grant refused: its payload: %w", err)
+		return nil, "", fmt.Errorf("grant refused: its payload: %w", err)
 	}
 	if g.HostID != d.HostID {
-		return nil, fmt.Errorf("grant refused: it is for host %s, and this is %s", g.HostID, d.HostID)
+		return nil, "", fmt.Errorf("grant refused: it is for host %s, and this is %s", g.HostID, d.HostID)
 	}
 	if g.ID == "" || g.TenantID == "" || g.Target.VolumeID == "" && g.Target.InstanceID == "" {
-		return nil, errors.New("grant refused: it names no grant, tenant or target")
+		return nil, "", errors.New("grant refused: it names no grant, tenant or target")
 	}
 	switch g.Kind {
 	case agentapi.SessionFiles:
 	case agentapi.SessionForward:
 		if g.Target.InstanceID == "" || g.Port < 1 || g.Port > 65535 {
-			return nil, errors.New("grant refused: a port forward's needs an instance and a port")
+			return nil, "", errors.New("grant refused: a port forward's needs an instance and a port")
 		}
 	default:
-		return nil, fmt.Errorf("grant refused: it is for sessions of kind %q, which this agent does not take directly", g.Kind)
+		return nil, "", fmt.Errorf("grant refused: it is for sessions of kind %q, which this agent does not take directly", g.Kind)
 	}
+	if exp := time.Unix(g.Expires, 0); !d.now().Before(exp) {
+		return nil, "", fmt.Errorf("grant refused: it expired at %s (ask for another)", exp.UTC().Format(time.RFC3339))
+	}
+	return &g, hello.Grant, nil
+}
+
+// count admits a connection of grant g (presented as token) under its
+// grant's limit and its tenant's.
+func (d *Direct) count(g *agentapi.DirectGrant, token string) error {
 	now := d.now()
-	exp := time.Unix(g.Expires, 0)
-	if !now.Before(exp) {
-		return nil, fmt.Errorf("grant refused: it expired at %s (ask for another)", exp.UTC().Format(time.RFC3339))
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.grants == nil {
 		d.grants, d.byTenant = map[string]*grantUse{}, map[string]int{}
 	}
-	for id, u := range d.grants {
-		if !now.Before(u.expires) && u.conns == 0 {
-			delete(d.grants, id)
-		}
-	}
 	u := d.grants[g.ID]
 	if u == nil {
-		u = &grantUse{expires: exp}
+		u = &grantUse{token: token, expires: time.Unix(g.Expires, 0)}
 		d.grants[g.ID] = u
 	}
 	if u.conns >= agentapi.MaxDirectConns {
-		return nil, fmt.Errorf("grant refused: it has %d connections open, the most one grant opens", u.conns)
+		return fmt.Errorf("grant refused: it has %d connections open, the most one grant opens", u.conns)
 	}
 	if d.byTenant[g.TenantID] >= MaxDirectPerTenant {
-		return nil, fmt.Errorf("grant refused: the tenant has %d direct connections open on this host, the limit", d.byTenant[g.TenantID])
+		return fmt.Errorf("grant refused: the tenant has %d direct connections open on this host, the limit", d.byTenant[g.TenantID])
+	}
+	if u.opened == 0 {
+		u.first = now
 	}
 	u.conns++
+	u.opened++
 	d.byTenant[g.TenantID]++
-	return &g, nil
+	return nil
 }
 
-// leave ends g's connection's count.
-func (d *Direct) leave(g *agentapi.DirectGrant) {
+// leave ends a connection of g, adding what it carried (n) to its grant's
+// figures (and whether the agent's stop cut it), and reports the grant
+// when it was the last connection of an expired grant.
+func (d *Direct) leave(g *agentapi.DirectGrant, n *counted, cut bool) {
+	now := d.now()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if u := d.grants[g.ID]; u != nil {
 		u.conns--
+		u.in += n.in.Load()
+		u.out += n.out.Load()
+		u.last = now
+		u.cut = u.cut || cut
 	}
 	if d.byTenant[g.TenantID]--; d.byTenant[g.TenantID] <= 0 {
 		delete(d.byTenant, g.TenantID)
 	}
+	d.mu.Unlock()
+	d.report(d.sweep(now, false))
+}
+
+// sweep takes out the grants that are done: expired with no connection
+// open (every grant, when all is set, as Serve ends), and answers the
+// reports of those that opened any.
+func (d *Direct) sweep(now time.Time, all bool) []agentapi.DirectReport {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []agentapi.DirectReport
+	for id, u := range d.grants {
+		if !all && (u.conns > 0 || now.Before(u.expires)) {
+			continue
+		}
+		delete(d.grants, id)
+		if u.opened == 0 {
+			continue
+		}
+		last := u.last
+		if last.Before(u.first) {
+			last = u.first
+		}
+		out = append(out, agentapi.DirectReport{Grant: u.token, Connections: u.opened, BytesIn: u.in, BytesOut: u.out,
+			First: u.first, Last: last, Cut: u.cut})
+	}
+	return out
+}
+
+// report hands reports to the reporter, and logs them.
+func (d *Direct) report(reports []agentapi.DirectReport) {
+	for _, r := range reports {
+		d.log().Info("direct grant done", "connections", r.Connections, "bytes_in", r.BytesIn, "bytes_out", r.BytesOut,
+			"duration", r.Last.Sub(r.First), "cut", r.Cut)
+	}
+	if d.Reports != nil {
+		d.Reports.Add(reports...)
+	}
+}
+
+// reportAll reports every grant as Serve ends, expired or not.
+func (d *Direct) reportAll() { d.report(d.sweep(d.now(), true)) }
+
+// counted is what one connection carried.
+type counted struct{ in, out atomic.Int64 }
+
+// countingConn counts a files session's bytes.
+type countingConn struct {
+	io.ReadWriteCloser
+	n *counted
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	c.n.in.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Write(p)
+	c.n.out.Add(int64(n))
+	return n, err
 }
 
 // ListenDirect opens the direct-session listener of host hostID at listen

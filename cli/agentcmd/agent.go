@@ -205,11 +205,13 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	}
 	// The files handler reads the storage settings (VolumeImages).
 	agentCfg.Sessions = files.Sessions(agentCfg)
+	client := agentapi.NewClient(server, cred, hc)
 	if fl.directListen != "" {
 		direct, ln, err := listenDirect(fl, &agentCfg, log)
 		if err != nil {
 			return err
 		}
+		direct.Reports = files.NewReporter(client.ReportDirect, fl.dir, log)
 		go func() {
 			if err := direct.Serve(ctx, ln); err != nil {
 				log.Error("agent: the direct files listener stopped", "err", err)
@@ -219,7 +221,7 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	} else if fl.directAdvertise != "" {
 		return cmdutil.Usagef(cmd, "--direct-advertise goes with --direct-listen")
 	}
-	a := agent.New(agentapi.NewClient(server, cred, hc), agentCfg)
+	a := agent.New(client, agentCfg)
 	if fl.metricsListen != "" {
 		if err := serveMetrics(ctx, cmd.OutOrStdout(), fl.metricsListen, metricsToken, exporter.Config{Driver: h.drv, Hostname: h.hostname, Assignments: a.Assignments, Workloads: rt, Log: log}); err != nil {
 			return err

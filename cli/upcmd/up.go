@@ -127,7 +127,11 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		}
 		h.direct, h.directLn, acfg.DirectAddr, acfg.DirectFingerprint = d, ln, addr, fp
 	}
-	h.ag = agent.New(agentapi.NewClient(url, joined.Credential, hc), acfg)
+	client := agentapi.NewClient(url, joined.Credential, hc)
+	if h.direct != nil {
+		h.direct.Reports = files.NewReporter(client.ReportDirect, dir, acfg.Log)
+	}
+	h.ag = agent.New(client, acfg)
 	return h, nil
 }
 

@@ -84,3 +84,19 @@ func (t *tx) OpenSessions(ctx context.Context, replica string) ([]*cloud.Session
 	}
 	return list(ctx, t, "list open sessions", q+" ORDER BY id", args, scanSession)
 }
+
+func (t *tx) RecordDirectReport(ctx context.Context, grantID, hostID string, at time.Time) error {
+	if grantID == "" || hostID == "" {
+		return invalidf("a direct session's report needs its grant and its host")
+	}
+	n, err := t.execN(ctx, "mark grant "+grantID+" reported",
+		"INSERT INTO direct_reports (grant_id, host_id, reported_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+		grantID, hostID, t.s.d.timeArg(normTime(at)))
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return conflictf("grant %s was reported already", grantID)
+	}
+	return nil
+}
