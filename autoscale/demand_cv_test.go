@@ -58,7 +58,7 @@ func cvSet(t *testing.T) []cvSeries {
 		{"syn office hours 1m", SyntheticConfig{Steps: 28 * day, Office: true}},
 		{"syn tiny spiky 1m", SyntheticConfig{Steps: 28 * day, Base: 3, Daily: 0.3, Noise: 0.4, BurstsPerWeek: 40, BurstGPUs: 12}},
 	} {
-		for _, seed := range []uint64{101, 102} {
+		for _, seed := range []uint64{101, 102, 103} {
 			cfg := c.cfg
 			cfg.Seed = seed + uint64(len(out))*10
 			out = append(out, cvSeries{name: fmt.Sprintf("%s seed %d", c.shape, cfg.Seed), shape: c.shape, s: Synthetic(cfg)})

@@ -296,7 +296,7 @@ func Replay(name string, s Series, opt ReplayOptions) (Result, error) {
 				mb.State, mb.RunningSince = cloud.Running, m.ready
 			}
 			mb.Held = m.held(now, cfg)
-			mb.Leaving = !m.gone.IsZero()
+			mb.Leaving, mb.LeavingUntil = !m.gone.IsZero(), m.gone
 			switch {
 			case mb.Leaving:
 				step.Leaving++

@@ -54,6 +54,10 @@ type Member struct {
 	// Leaving: under a scale-in or reclaim notice with Action set, or
 	// stopping/terminating: on its way out, not counted as capacity.
 	Leaving bool
+	// LeavingUntil: when a notice's end is known, when it ends; the
+	// member serves until then (the gpucloud policy counts what it
+	// served when it measures its own unmet demand).
+	LeavingUntil time.Time
 	// Rebalance: a rebalance recommendation (an Interruption with an
 	// empty Action, reason rebalance).
 	Rebalance bool

@@ -43,10 +43,11 @@ import (
 // z is sigmas times an adaptive scale in [scaleMin, scaleMax]: the
 // policy keeps a week's exponentially weighted share of the load its
 // usable members did not hold (each minute's load above the members
-// running then, at the target), and the scale falls while that share is
-// under targetUnmet and rises while it is above. It is scored by the
-// minute, from the History, so the group's decision interval does not
-// change it.
+// running then, at the target; a member under notice counts until its
+// notice ends, Member.LeavingUntil), and the scale falls while that
+// share is under targetUnmet and rises while it is above. It is scored
+// by the minute, from the History, so the group's decision interval does
+// not change it.
 //
 // sigmas, targetUnmet, gain and prior were chosen by leave-one-shape-out
 // cross-validation (TestCrossValidate; docs/AUTOSCALING.md, "Figures");
@@ -54,7 +55,7 @@ import (
 var gcParams = gcConfig{
 	sigmas:      1,
 	targetUnmet: 0.0045,
-	gain:        2,
+	gain:        6,
 	scaleMin:    0,
 	scaleMax:    3,
 	prior:       0.5,
@@ -333,14 +334,20 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 	hz := min(gcMaxHorizon, step+st.boot()+seconds(pol.BufferSeconds, DefaultPredictiveBuffer))
 	hzMin := int64((hz + time.Minute - 1) / time.Minute)
 	// Each member's running time, to tell how many were usable in a
-	// minute (those leaving still serve until their notice ends).
-	var up []time.Time
+	// minute: those leaving serve until their notice ends (down), which
+	// on hourly steps is minutes into the hour being measured.
+	var up, down []time.Time
 	for i := range p.in.Members {
 		if mb := &p.in.Members[i]; mb.State == cloud.Running && !mb.RunningSince.IsZero() {
 			up = append(up, mb.RunningSince)
+			if mb.Leaving && !mb.LeavingUntil.IsZero() {
+				down = append(down, mb.LeavingUntil)
+			}
 		}
 	}
-	sort.Slice(up, func(a, b int) bool { return up[a].Before(up[b]) })
+	byTime := func(ts []time.Time) { sort.Slice(ts, func(a, b int) bool { return ts[a].Before(ts[b]) }) }
+	byTime(up)
+	byTime(down)
 	params := gcParams
 	if st.gcp != nil {
 		params = *st.gcp
@@ -362,7 +369,8 @@ func (p *planner) gpucloud(label string, pol cloud.ScalingPolicy) (rec, bool) {
 			gs.rise.push(pl.at, actual-pl.naive, 24*60)
 		}
 		t := minuteTime(mi)
-		usable := sort.Search(len(up), func(i int) bool { return up[i].After(t) })
+		usable := sort.Search(len(up), func(i int) bool { return up[i].After(t) }) -
+			sort.Search(len(down), func(i int) bool { return down[i].After(t) })
 		short := max(0, v-float64(usable)*pol.Target)
 		gs.unmet += alpha * (short - gs.unmet)
 		gs.load += alpha * (v - gs.load)

@@ -129,6 +129,9 @@ func (r *groupRun) member(m *cloud.Instance, idle *cloud.IdleRelease, fresh bool
 		(m.Interruption != nil && m.Interruption.Action != "") {
 		mb.Leaving = true
 	}
+	if m.Interruption != nil && m.Interruption.Action != "" {
+		mb.LeavingUntil = m.Interruption.Deadline
+	}
 	if m.Interruption != nil && m.Interruption.Action == "" && m.Interruption.Reason == cloud.ReclaimRebalance {
 		mb.Rebalance = true
 	}
