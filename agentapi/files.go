@@ -63,6 +63,11 @@ type DirectGrant struct {
 	Target    FilesTarget `json:"target"`
 	Port      int         `json:"port,omitempty"`
 	Expires   int64       `json:"exp"`
+	// ClientKey binds the grant to the client that asked for it: the
+	// fingerprint (pki.Fingerprint) of the TLS certificate the client
+	// presents, whose key it made for this grant and keeps. A grant
+	// that leaks is no use to anyone without that key.
+	ClientKey string `json:"client_key"`
 }
 
 // MaxDirectConns is how many connections one grant holds open at most.

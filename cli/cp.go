@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpucloud/gpucloud/agentapi"
-	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
@@ -136,7 +135,7 @@ const (
 type copySessions struct {
 	c        *client.Client
 	kind, id string
-	grant    *api.DirectGrant
+	grant    *client.DirectGrant
 }
 
 func (s *copySessions) open(ctx context.Context) (net.Conn, error) {

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/cli/cliconfig"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/client"
@@ -177,7 +176,7 @@ type forwarder struct {
 	stderr io.Writer
 
 	mu    sync.Mutex
-	grant *api.DirectGrant
+	grant *client.DirectGrant
 }
 
 // grantLeft is how long before its expiry a grant is renewed.

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -14,15 +16,41 @@ import (
 	"github.com/gpucloud/gpucloud/internal/rest"
 )
 
+// DirectGrant is a grant and the key it is bound to: a TLS certificate
+// made for it, whose key never leaves this client, which OpenDirect
+// presents to the agent.
+type DirectGrant struct {
+	api.DirectGrant
+	cert tls.Certificate
+}
+
+// directKeyLifetime is how long a grant's client certificate is valid:
+// connections are opened while the grant lives, two minutes.
+const directKeyLifetime = time.Hour
+
+// askGrant makes a key for a grant and asks for the grant at path,
+// bound to it.
+func (c *Client) askGrant(ctx context.Context, path string, q url.Values) (*DirectGrant, error) {
+	cert, fp, err := pki.SelfSigned("gpucloud direct client", time.Now(), directKeyLifetime)
+	if err != nil {
+		return nil, fmt.Errorf("making a direct session's key: %w", err)
+	}
+	q.Set("key", fp)
+	out := &DirectGrant{cert: cert}
+	if _, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: path + "?" + q.Encode(), Out: &out.DirectGrant}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FilesGrant asks for a direct copy's grant (docs/DATA.md, "Direct
 // copies") on a volume (kind "volumes") or a running instance (kind
-// "instances"): POST /v1/{kind}/{id}/files/grant. A cloud whose operator
-// has not turned direct copies on answers permission_denied; a host whose
-// agent takes none, conflict. Copy through OpenFiles then.
-func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.DirectGrant, error) {
-	var out api.DirectGrant
-	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf(kind, id, "files", "grant"), Out: &out})
-	return rest.NilOnErr(&out, err)
+// "instances"): POST /v1/{kind}/{id}/files/grant, bound to a key made for
+// it. A cloud whose operator has not turned direct copies on answers
+// permission_denied; a host whose agent takes none, conflict. Copy
+// through OpenFiles then.
+func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*DirectGrant, error) {
+	return c.askGrant(ctx, rest.PathOf(kind, id, "files", "grant"), url.Values{})
 }
 
 // ForwardGrant asks for a grant for direct port forwards to port inside
@@ -32,10 +60,8 @@ func (c *Client) FilesGrant(ctx context.Context, kind, id string) (*api.DirectGr
 // forward through PortForward then. Each connection of the forward is an
 // OpenDirect of the grant (at most agentapi.MaxDirectConns open at once,
 // opened before it expires).
-func (c *Client) ForwardGrant(ctx context.Context, id string, port int) (*api.DirectGrant, error) {
-	var out api.DirectGrant
-	_, _, err := c.r.Do(ctx, rest.Call{Method: "POST", Path: rest.PathOf("instances", id, "port-forward", "grant") + "?port=" + strconv.Itoa(port), Out: &out})
-	return rest.NilOnErr(&out, err)
+func (c *Client) ForwardGrant(ctx context.Context, id string, port int) (*DirectGrant, error) {
+	return c.askGrant(ctx, rest.PathOf("instances", id, "port-forward", "grant"), url.Values{"port": {strconv.Itoa(port)}})
 }
 
 // directHelloTimeout bounds a direct connection's dial, handshake and
@@ -45,16 +71,18 @@ const directHelloTimeout = 15 * time.Second
 // OpenDirect opens the session a grant allows (a files session, or one
 // connection of a port forward), straight to the agent it names: TLS 1.3
 // to g.Address, trusting only the certificate whose fingerprint is
-// g.Fingerprint, the grant sent and the agent's welcome read. The
+// g.Fingerprint and presenting the grant's own, the grant sent and the
+// agent's welcome read. The
 // connection then speaks the files protocol (internal/filexfer.NewClient),
 // as OpenFiles's does, or carries the forwarded port's bytes (its
 // CloseWrite passes a half-close on); each write's TLS records leave in
 // one system call. A refused grant is an error saying why.
-func (c *Client) OpenDirect(ctx context.Context, g *api.DirectGrant) (net.Conn, error) {
+func (c *Client) OpenDirect(ctx context.Context, g *DirectGrant) (net.Conn, error) {
 	cfg, err := pki.PinnedLeafConfig(g.Fingerprint)
 	if err != nil {
 		return nil, fmt.Errorf("direct session on host %s: %w", g.HostID, err)
 	}
+	cfg.Certificates = []tls.Certificate{g.cert}
 	dctx, cancel := context.WithTimeout(ctx, directHelloTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: 15 * time.Second}

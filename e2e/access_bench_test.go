@@ -100,7 +100,7 @@ func TestAccessFigures(t *testing.T) {
 		}
 		return float64(size) / time.Since(start).Seconds() / (1 << 20)
 	}
-	var g *api.DirectGrant
+	var g *client.DirectGrant
 	c.until("a grant for direct port forwards", func() (bool, string) {
 		g, err = alice.ForwardGrant(ctx, in.ID, port)
 		return err == nil, errString(err)

@@ -53,7 +53,7 @@ func testFilesDirect(t *testing.T, db string) {
 	}
 	c.waitState(alice, in.ID, cloud.Running)
 	// The agent reports its listener with its inventory: wait for it.
-	var g *api.DirectGrant
+	var g *client.DirectGrant
 	c.until("a grant", func() (bool, string) {
 		g, err = alice.FilesGrant(ctx, "volumes", vol.ID)
 		return err == nil, errString(err)
@@ -70,7 +70,7 @@ func testFilesDirect(t *testing.T, db string) {
 		"dataset/a.bin":     writeRandom(t, filepath.Join(local, "dataset/a.bin"), 3<<20+17),
 		"dataset/sub/b.txt": writeRandom(t, filepath.Join(local, "dataset/sub/b.txt"), 100),
 	}
-	direct := func(t *testing.T, g *api.DirectGrant, cut int64) *filexfer.Client {
+	direct := func(t *testing.T, g *client.DirectGrant, cut int64) *filexfer.Client {
 		t.Helper()
 		conn, err := alice.OpenDirect(ctx, g)
 		if err != nil {
@@ -185,6 +185,20 @@ func testFilesDirect(t *testing.T, db string) {
 		_, err = alice.OpenDirect(ctx, &forged)
 		if err == nil || !strings.Contains(err.Error(), "grant refused") {
 			t.Fatalf("a changed grant: %v; want it refused", err)
+		}
+	})
+
+	t.Run("a grant taken by another client", func(t *testing.T) {
+		// Whoever holds a copy of the grant, but not the key the client
+		// made for it, is refused: here a second grant's client (its own
+		// key) presenting the first grant.
+		other, err := alice.FilesGrant(ctx, "volumes", vol.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Grant = g.Grant
+		if _, err := alice.OpenDirect(ctx, other); err == nil || !strings.Contains(err.Error(), "does not hold the key") {
+			t.Fatalf("a grant presented with another key: %v; want it refused", err)
 		}
 	})
 

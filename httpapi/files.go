@@ -89,12 +89,13 @@ func (s *handlers) endVolumeSession(p principal, route *service.VolumeRoute, id,
 	}
 }
 
-// filesGrant handles POST /v1/instances/{id}/files/grant and
-// /v1/volumes/{id}/files/grant (service.Files.Grant): a grant for a
-// direct copy to the agent that holds the files.
+// filesGrant handles POST /v1/instances/{id}/files/grant?key=FP and
+// /v1/volumes/{id}/files/grant?key=FP (service.Files.Grant): a grant for a
+// direct copy to the agent that holds the files, bound to the client's
+// certificate (its fingerprint FP).
 func filesGrant(kind string) handlerFunc {
 	return func(s *handlers, w http.ResponseWriter, r *http.Request, p principal) error {
-		g, err := s.svc.Files.Grant(r.Context(), p.actor(), kind, r.PathValue("id"))
+		g, err := s.svc.Files.Grant(r.Context(), p.actor(), kind, r.PathValue("id"), r.URL.Query().Get("key"))
 		if err != nil {
 			return err
 		}
@@ -103,14 +104,16 @@ func filesGrant(kind string) handlerFunc {
 	}
 }
 
-// forwardGrant handles POST /v1/instances/{id}/port-forward/grant?port=N
-// (service.Sessions.ForwardGrant): a grant for direct port forwards.
+// forwardGrant handles POST
+// /v1/instances/{id}/port-forward/grant?port=N&key=FP
+// (service.Sessions.ForwardGrant): a grant for direct port forwards, bound
+// to the client's certificate.
 func (s *handlers) forwardGrant(w http.ResponseWriter, r *http.Request, p principal) error {
 	port, err := strconv.Atoi(r.URL.Query().Get("port"))
 	if err != nil {
 		port = 0 // the service says what a port is
 	}
-	g, err := s.svc.Sessions.ForwardGrant(r.Context(), p.actor(), r.PathValue("id"), port)
+	g, err := s.svc.Sessions.ForwardGrant(r.Context(), p.actor(), r.PathValue("id"), port, r.URL.Query().Get("key"))
 	if err != nil {
 		return err
 	}

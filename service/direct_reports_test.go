@@ -52,15 +52,15 @@ func TestDirectReports(t *testing.T) {
 		if err := st.Tx(ctx, func(tx cloud.Tx) error { return tx.RecordVolumeHosts(ctx, []string{vol.ID}, "h-direct", now) }); err != nil {
 			t.Fatal(err)
 		}
-		ig, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID)
+		ig, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID, testGrantKey)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fg, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888)
+		fg, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888, testGrantKey)
 		if err != nil {
 			t.Fatal(err)
 		}
-		vg, err := f.svc.Files.Grant(ctx, f.acme, "volumes", vol.ID)
+		vg, err := f.svc.Files.Grant(ctx, f.acme, "volumes", vol.ID, testGrantKey)
 		if err != nil {
 			t.Fatal(err)
 		}

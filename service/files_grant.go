@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // Direct sessions (docs/DATA.md, "Direct copies"; docs/ACCESS.md,
@@ -38,17 +39,24 @@ type DirectGrant struct {
 }
 
 // Grant issues actor a grant for a direct files session on instance or
-// volume id (kind "instances" or "volumes"). Direct copies off, or a host
+// volume id (kind "instances" or "volumes"), bound to the client's key:
+// clientKey is the fingerprint of the TLS certificate the client will
+// present to the agent (invalid_argument when it is not one). Direct
+// copies off, or a host
 // whose agent does not listen for them, answer permission_denied and
 // conflict saying so (the client then copies through the relay); the rest
 // is as a relayed session's start: another tenant's resource is
 // not_found, a stopped instance conflict, the session limit
 // quota_exceeded.
-func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*DirectGrant, error) {
+func (s *Files) Grant(ctx context.Context, a Actor, kind, id, clientKey string) (*DirectGrant, error) {
 	if err := s.directOn(); err != nil {
 		return nil, err
 	}
-	g := agentapi.DirectGrant{ID: NewID(DirectGrantPrefix), Kind: agentapi.SessionFiles, Actor: a.ID}
+	key, err := grantKey(clientKey)
+	if err != nil {
+		return nil, err
+	}
+	g := agentapi.DirectGrant{ID: NewID(DirectGrantPrefix), Kind: agentapi.SessionFiles, Actor: a.ID, ClientKey: key}
 	var (
 		end   func(reason string) // records the session's end
 		route *VolumeRoute
@@ -96,22 +104,39 @@ func (s *Files) Grant(ctx context.Context, a Actor, kind, id string) (*DirectGra
 }
 
 // ForwardGrant issues actor a grant for direct port forwards to port
-// inside running instance id: as Grant, by the rules of a relayed port
-// forward, recorded as its session.
-func (s *Sessions) ForwardGrant(ctx context.Context, a Actor, id string, port int) (*DirectGrant, error) {
+// inside running instance id, bound to clientKey: as Grant, by the rules
+// of a relayed port forward, recorded as its session.
+func (s *Sessions) ForwardGrant(ctx context.Context, a Actor, id string, port int, clientKey string) (*DirectGrant, error) {
 	if err := s.directOn(); err != nil {
 		return nil, err
 	}
 	if port < 1 || port > 65535 {
 		return nil, &cloud.Error{Code: cloud.Invalid, Message: "port: want a TCP port from 1 to 65535", Details: map[string]any{"field": "port"}}
 	}
+	key, err := grantKey(clientKey)
+	if err != nil {
+		return nil, err
+	}
 	st, err := s.Start(ctx, a, id, agentapi.SessionForward, fmt.Sprintf("port %d --direct", port))
 	if err != nil {
 		return nil, err
 	}
 	g := agentapi.DirectGrant{ID: NewID(DirectGrantPrefix), Kind: agentapi.SessionForward, Actor: a.ID, HostID: st.HostID,
-		SessionID: st.Session.ID, TenantID: st.Session.TenantID, Target: agentapi.FilesTarget{InstanceID: st.Session.InstanceID}, Port: port}
+		SessionID: st.Session.ID, TenantID: st.Session.TenantID, Target: agentapi.FilesTarget{InstanceID: st.Session.InstanceID}, Port: port,
+		ClientKey: key}
 	return s.signDirect(ctx, g, func(reason string) { endGrantSession(s, g.SessionID, reason) })
+}
+
+// grantKey checks the key a grant is to be bound to: the fingerprint of
+// the client's certificate.
+func grantKey(s string) (string, error) {
+	key, err := pki.ParseFingerprint(s)
+	if err != nil {
+		return "", &cloud.Error{Code: cloud.Invalid,
+			Message: "key: want the fingerprint (sha256: and 64 hex digits) of the TLS certificate the client presents to the agent, which the grant is bound to",
+			Details: map[string]any{"field": "key"}}
+	}
+	return key, nil
 }
 
 // directOn refuses a grant while direct sessions are off.

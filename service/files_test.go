@@ -166,6 +166,9 @@ func TestVolumeSessionAudit(t *testing.T) {
 // host whose agent does not listen (conflict); otherwise it names the
 // host's listener and carries signed claims for exactly the target, and
 // is recorded as a session, or as a detached volume's events.
+// testGrantKey is the client key the tests' grants are bound to.
+var testGrantKey = "sha256:" + strings.Repeat("0c", 32)
+
 func TestFilesGrant(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {
 		var signed [][]byte
@@ -217,7 +220,7 @@ func TestFilesGrant(t *testing.T) {
 		t.Run("off", func(t *testing.T) {
 			off := service.New(st, nil, service.Options{Now: f.clock.Now})
 			before := f.counts()
-			_, err := off.Files.Grant(ctx, f.acme, "volumes", attached.ID)
+			_, err := off.Files.Grant(ctx, f.acme, "volumes", attached.ID, testGrantKey)
 			if cloud.ErrorCode(err) != cloud.PermissionDenied || !strings.Contains(err.Error(), "--direct-access") {
 				t.Fatalf("grant with direct copies off: %v", err)
 			}
@@ -225,14 +228,14 @@ func TestFilesGrant(t *testing.T) {
 		})
 		t.Run("another tenant", func(t *testing.T) {
 			for _, k := range []struct{ kind, id string }{{"volumes", attached.ID}, {"instances", in.ID}} {
-				if _, err := f.svc.Files.Grant(ctx, f.globex, k.kind, k.id); cloud.ErrorCode(err) != cloud.NotFound {
+				if _, err := f.svc.Files.Grant(ctx, f.globex, k.kind, k.id, testGrantKey); cloud.ErrorCode(err) != cloud.NotFound {
 					t.Errorf("globex's grant on %s: %v", k.kind, err)
 				}
 			}
 		})
 		t.Run("a host that takes none", func(t *testing.T) {
 			n := len(signed)
-			_, err := f.svc.Files.Grant(ctx, f.acme, "instances", relayed.ID)
+			_, err := f.svc.Files.Grant(ctx, f.acme, "instances", relayed.ID, testGrantKey)
 			if cloud.ErrorCode(err) != cloud.Conflict || !strings.Contains(err.Error(), "--direct-listen") {
 				t.Fatalf("grant on host h-relay: %v", err)
 			}
@@ -240,8 +243,23 @@ func TestFilesGrant(t *testing.T) {
 				t.Error("a grant was signed")
 			}
 		})
+		t.Run("no key, or not one", func(t *testing.T) {
+			before, n := f.counts(), len(signed)
+			for _, key := range []string{"", "sha256:12", "md5:" + strings.Repeat("0", 32), strings.Repeat("ab", 32)} {
+				if _, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID, key); cloud.ErrorCode(err) != cloud.Invalid || !strings.Contains(err.Error(), "key:") {
+					t.Errorf("files grant with key %q: %v", key, err)
+				}
+				if _, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888, key); cloud.ErrorCode(err) != cloud.Invalid {
+					t.Errorf("forward grant with key %q: %v", key, err)
+				}
+			}
+			f.unchanged(before, "grants without a key")
+			if len(signed) != n {
+				t.Error("a grant was signed")
+			}
+		})
 		t.Run("not files", func(t *testing.T) {
-			if _, err := f.svc.Files.Grant(ctx, f.acme, "networks", in.ID); cloud.ErrorCode(err) != cloud.Invalid {
+			if _, err := f.svc.Files.Grant(ctx, f.acme, "networks", in.ID, testGrantKey); cloud.ErrorCode(err) != cloud.Invalid {
 				t.Errorf("a network's grant: %v", err)
 			}
 		})
@@ -256,7 +274,7 @@ func TestFilesGrant(t *testing.T) {
 			}
 			// The expiry is on the wall clock, which the agent checks.
 			exp := time.Unix(claims.Expires, 0)
-			if claims.HostID != "h-direct" || claims.TenantID != f.acme.TenantID || claims.Actor != f.acme.ID || claims.Target != want ||
+			if claims.HostID != "h-direct" || claims.TenantID != f.acme.TenantID || claims.Actor != f.acme.ID || claims.Target != want || claims.ClientKey != testGrantKey ||
 				claims.SessionID != g.SessionID || !strings.HasPrefix(claims.ID, service.DirectGrantPrefix) ||
 				!exp.Equal(g.ExpiresAt) || time.Until(exp) > service.DirectGrantTTL || time.Until(exp) < service.DirectGrantTTL-time.Minute {
 				t.Errorf("claims %+v (expires %s)", claims, exp)
@@ -264,7 +282,7 @@ func TestFilesGrant(t *testing.T) {
 			return claims
 		}
 		t.Run("an attached volume", func(t *testing.T) {
-			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", attached.ID)
+			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", attached.ID, testGrantKey)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +296,7 @@ func TestFilesGrant(t *testing.T) {
 			}
 		})
 		t.Run("an instance", func(t *testing.T) {
-			g, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID)
+			g, err := f.svc.Files.Grant(ctx, f.acme, "instances", in.ID, testGrantKey)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +305,7 @@ func TestFilesGrant(t *testing.T) {
 			}
 		})
 		t.Run("a port forward", func(t *testing.T) {
-			g, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888)
+			g, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888, testGrantKey)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,21 +319,21 @@ func TestFilesGrant(t *testing.T) {
 			if ses.Kind != agentapi.SessionForward || ses.Command != "port 8888 --direct" || ses.EndedAt == nil {
 				t.Errorf("the forward grant's session: %+v", ses)
 			}
-			if _, err := f.svc.Sessions.ForwardGrant(ctx, f.globex, in.ID, 8888); cloud.ErrorCode(err) != cloud.NotFound {
+			if _, err := f.svc.Sessions.ForwardGrant(ctx, f.globex, in.ID, 8888, testGrantKey); cloud.ErrorCode(err) != cloud.NotFound {
 				t.Errorf("globex's forward grant: %v", err)
 			}
 			for _, port := range []int{0, 65536} {
-				if _, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, port); cloud.ErrorCode(err) != cloud.Invalid {
+				if _, err := f.svc.Sessions.ForwardGrant(ctx, f.acme, in.ID, port, testGrantKey); cloud.ErrorCode(err) != cloud.Invalid {
 					t.Errorf("port %d: %v", port, err)
 				}
 			}
 			off := service.New(st, nil, service.Options{Now: f.clock.Now})
-			if _, err := off.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888); cloud.ErrorCode(err) != cloud.PermissionDenied {
+			if _, err := off.Sessions.ForwardGrant(ctx, f.acme, in.ID, 8888, testGrantKey); cloud.ErrorCode(err) != cloud.PermissionDenied {
 				t.Errorf("direct sessions off: %v", err)
 			}
 		})
 		t.Run("a detached volume", func(t *testing.T) {
-			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", detached.ID)
+			g, err := f.svc.Files.Grant(ctx, f.acme, "volumes", detached.ID, testGrantKey)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -126,7 +126,10 @@ func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}}
+	// The client's certificate is asked for, not checked against any CA:
+	// the grant names the one it must be (DirectGrant.ClientKey), and the
+	// handshake proves the client holds its key.
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}, ClientAuth: tls.RequestClientCert}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -313,6 +316,12 @@ func (d *Direct) check(c *batchconn.Gathered) (*agentapi.DirectGrant, string, er
 	}
 	if exp := time.Unix(g.Expires, 0); !d.now().Before(exp) {
 		return nil, "", fmt.Errorf("grant refused: it expired at %s (ask for another)", exp.UTC().Format(time.RFC3339))
+	}
+	if g.ClientKey == "" {
+		return nil, "", errors.New("grant refused: it is bound to no client key")
+	}
+	if peer := c.ConnectionState().PeerCertificates; len(peer) == 0 || pki.Fingerprint(peer[0]) != g.ClientKey {
+		return nil, "", errors.New("grant refused: this connection does not hold the key the grant was made for (a grant works only for the client that asked for it)")
 	}
 	return &g, hello.Grant, nil
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,14 +46,40 @@ func directServer(t *testing.T, ca *pki.CA, now func() time.Time) (addr, fp, vol
 	return addr, fp, vols
 }
 
-// dialDirect opens a direct connection with grant tok, returning it with
-// the agent's welcome.
+// The tests' client key: the certificate a test's client presents, and
+// its fingerprint, which grantFor binds grants to.
+var (
+	clientOnce sync.Once
+	clientCert tls.Certificate
+	clientKey  string
+)
+
+func testClient(t *testing.T) (tls.Certificate, string) {
+	t.Helper()
+	var err error
+	clientOnce.Do(func() { clientCert, clientKey, err = pki.SelfSigned("test client", time.Now(), time.Hour) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clientCert, clientKey
+}
+
+// dialDirect opens a direct connection with grant tok, presenting the
+// tests' client certificate, returning it with the agent's welcome.
 func dialDirect(t *testing.T, addr, fp, tok string) (*tls.Conn, agentapi.DirectWelcome) {
+	t.Helper()
+	cert, _ := testClient(t)
+	return dialDirectAs(t, addr, fp, tok, []tls.Certificate{cert})
+}
+
+// dialDirectAs is dialDirect presenting certs.
+func dialDirectAs(t *testing.T, addr, fp, tok string, certs []tls.Certificate) (*tls.Conn, agentapi.DirectWelcome) {
 	t.Helper()
 	cfg, err := pki.PinnedLeafConfig(fp)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Certificates = certs
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +97,18 @@ func dialDirect(t *testing.T, addr, fp, tok string) (*tls.Conn, agentapi.DirectW
 	return c, w
 }
 
+// grantFor signs g with ca, bound to the tests' client key unless it
+// names another.
 func grantFor(t *testing.T, ca *pki.CA, g agentapi.DirectGrant) string {
+	t.Helper()
+	if g.ClientKey == "" {
+		_, g.ClientKey = testClient(t)
+	}
+	return signGrant(t, ca, g)
+}
+
+// signGrant signs g with ca as it is.
+func signGrant(t *testing.T, ca *pki.CA, g agentapi.DirectGrant) string {
 	t.Helper()
 	b, _ := json.Marshal(g)
 	tok, err := ca.SignToken(agentapi.DirectGrantPurpose, b)
@@ -106,6 +144,19 @@ func TestDirectGrants(t *testing.T) {
 		}
 	})
 
+	t.Run("a client that holds no key, or another", func(t *testing.T) {
+		other, _, err := pki.SelfSigned("another client", now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, certs := range [][]tls.Certificate{nil, {other}} {
+			_, w := dialDirectAs(t, addr, fp, grantFor(t, ca, good), certs)
+			if w.Error == nil || !strings.Contains(w.Error.Message, "does not hold the key") {
+				t.Errorf("%d certificates, not the grant's: welcome %+v", len(certs), w.Error)
+			}
+		}
+	})
+
 	for _, tt := range []struct {
 		desc, tok, want string
 	}{
@@ -125,6 +176,9 @@ func TestDirectGrants(t *testing.T) {
 		{"a forward without a port", grantFor(t, ca, with(func(g *agentapi.DirectGrant) {
 			g.Kind, g.Target = agentapi.SessionForward, agentapi.FilesTarget{InstanceID: "i-1"}
 		})), "needs an instance and a port"},
+		{"bound to no key", signGrant(t, ca, good), "bound to no client key"},
+		{"bound to another client's key", grantFor(t, ca, with(func(g *agentapi.DirectGrant) { g.ClientKey = "sha256:" + strings.Repeat("ab", 32) })),
+			"does not hold the key"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			c, w := dialDirect(t, addr, fp, tt.tok)
