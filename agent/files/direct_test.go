@@ -27,6 +27,21 @@ import (
 // volumes in a temporary directory, with the clock now.
 func directServer(t *testing.T, ca *pki.CA, now func() time.Time) (addr, fp, vols string) {
 	t.Helper()
+	d, ln, addr, fp, vols := directListener(t, ca)
+	d.Now = now
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(t.Context(), ln) }()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return addr, fp, vols
+}
+
+// directListener opens (and does not serve) a direct listener of host
+// "h-1" trusting ca, over volumes in a temporary directory.
+func directListener(t *testing.T, ca *pki.CA) (d *Direct, ln net.Listener, addr, fp, vols string) {
+	t.Helper()
 	vols = t.TempDir()
 	h := &Handler{VolumeDir: func(id string, _ bool, _ int64) (string, func(), error) {
 		d := filepath.Join(vols, id)
@@ -36,14 +51,7 @@ func directServer(t *testing.T, ca *pki.CA, now func() time.Time) (addr, fp, vol
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Now = now
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(t.Context(), ln) }()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return addr, fp, vols
+	return d, ln, addr, fp, vols
 }
 
 // The tests' client key: the certificate a test's client presents, and

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpucloud/gpucloud/agentapi"
 	"github.com/gpucloud/gpucloud/internal/filexfer"
-	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // fakeServer answers reports as the server would, failing the first
@@ -57,15 +56,7 @@ func TestDirectReports(t *testing.T) {
 	var ahead atomic.Int64
 	start := time.Now()
 	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	vols := t.TempDir()
-	h := &Handler{VolumeDir: func(id string, _ bool, _ int64) (string, func(), error) {
-		d := filepath.Join(vols, id)
-		return d, func() {}, os.MkdirAll(d, 0o750)
-	}}
-	d, ln, addr, fp, err := ListenDirect("127.0.0.1:0", "", "h-1", pki.EncodeCert(ca.Cert), "", h, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ln, addr, fp, _ := directListener(t, ca)
 	srv := &fakeServer{fail: 1}
 	d.Now, d.SweepEvery, d.Reports = now, 20*time.Millisecond, NewReporter(srv.send, dir, nil)
 	ctx, cancel := context.WithCancel(t.Context())
