@@ -6,6 +6,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +30,10 @@ import (
 // HTTP, through a real server and agent, and with a plain local cp on the
 // same disk, interleaved for GPUCLOUD_BENCH_COPY_ROUNDS rounds (3).
 // GPUCLOUD_BENCH_COPY_CHECKSUM names the checksum (crc32c, the default,
-// or sha256).
+// or sha256). GPUCLOUD_BENCH_COPY_LINK_MBIT=N puts a link of N Mbit/s
+// each way between the client and the server (a pacing proxy, shapedLink):
+// the relayed copies over TLS and plain HTTP then cross it, as a copy
+// from a laptop or another site would, and the direct one is left out.
 func TestBenchVolumeCopy(t *testing.T) {
 	if os.Getenv("GPUCLOUD_BENCH_COPY") != "1" {
 		t.Skip("a benchmark: set GPUCLOUD_BENCH_COPY=1")
@@ -47,11 +52,15 @@ func TestBenchVolumeCopy(t *testing.T) {
 		// cloud's), not through the server's relay.
 		direct bool
 	}
+	mbit := envInt("GPUCLOUD_BENCH_COPY_LINK_MBIT", 0)
 	setup := func(plain bool) target {
-		c, cl, vol := benchVolume(t, "sim-copy", 100, func(c *controlplane.Config) { c.TLS.Plain, c.DirectAccess = plain, !plain })
+		c, cl, vol, token := benchVolume(t, "sim-copy", 100, func(c *controlplane.Config) { c.TLS.Plain, c.DirectAccess = plain, !plain })
 		name := "tls"
 		if plain {
 			name = "plain"
+		}
+		if mbit > 0 {
+			cl = shapedClient(t, c, token, mbit)
 		}
 		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts["sim-copy"].dir, "volumes", vol.ID)}
 	}
@@ -59,6 +68,10 @@ func TestBenchVolumeCopy(t *testing.T) {
 	directTarget := tlsTarget
 	directTarget.name, directTarget.direct = "direct", true
 	targets := []target{tlsTarget, setup(true), directTarget}
+	if mbit > 0 {
+		targets = targets[:2]
+		t.Logf("the client reaches the server over a link of %d Mbit/s each way", mbit)
+	}
 	took := map[string][]time.Duration{}
 	// CPU time too: the client, the server and the agent all run in this
 	// process, so its CPU time is the copy's whole cost, which a busy
@@ -107,17 +120,101 @@ func TestBenchVolumeCopy(t *testing.T) {
 		t.Logf("round %d: TLS/plain time %.3f (CPU %.3f), TLS/cp throughput %.3f", r+1,
 			took["tls"][r].Seconds()/took["plain"][r].Seconds(), cpu["tls"][r].Seconds()/cpu["plain"][r].Seconds(),
 			took["cp"][r].Seconds()/took["tls"][r].Seconds())
+		if mbit > 0 {
+			continue
+		}
 		t.Logf("round %d: direct (TLS)/plain relay time %.3f (CPU %.3f), direct/cp throughput %.3f", r+1,
 			took["direct"][r].Seconds()/took["plain"][r].Seconds(), cpu["direct"][r].Seconds()/cpu["plain"][r].Seconds(),
 			took["cp"][r].Seconds()/took["direct"][r].Seconds())
 	}
 }
 
+// shapedClient is a client of token whose connections to c's server
+// cross shapedLink at mbit Mbit/s each way.
+func shapedClient(t *testing.T, c *cluster, token string, mbit int) *client.Client {
+	t.Helper()
+	u, err := url.Parse(c.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := shapedLink(t, u.Host, int64(mbit)*1_000_000/8)
+	hc := c.srv.HTTPClient()
+	hc.Timeout = 0 // a copy takes as long as it takes
+	tr := hc.Transport.(*http.Transport)
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, link)
+	}
+	return client.New(c.srv.URL, token, hc)
+}
+
+// shapedLink listens on loopback and forwards each connection to
+// upstream, pacing each direction at rate bytes a second (bursts of at
+// most 1 MiB): a link slower than loopback, for the copy benchmark. It
+// answers the address to dial.
+func shapedLink(t *testing.T, upstream string, rate int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	pace := func(dst, src net.Conn) {
+		defer dst.(*net.TCPConn).CloseWrite()
+		// A sleep here overshoots by up to a millisecond: the burst a
+		// late chunk may catch up with is a switch buffer's, 1 MiB, so
+		// that the overshoots do not add up to a slower link.
+		buf := make([]byte, 128<<10)
+		const burst = 1 << 20
+		next := time.Now()
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				now := time.Now()
+				if next.Before(now.Add(-time.Duration(burst) * time.Second / time.Duration(rate))) {
+					next = now.Add(-time.Duration(burst) * time.Second / time.Duration(rate))
+				}
+				next = next.Add(time.Duration(int64(n) * int64(time.Second) / rate))
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() { pace(up, c); close(done) }()
+				pace(c, up)
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // benchVolume starts a one-host cloud (an L4 host named host, the
 // process runtime, SQLite) tuned by tune, and returns it with alice's
-// client (no timeout: a copy takes as long as it takes) and her volume of
-// sizeGiB, attached to her running instance.
-func benchVolume(t *testing.T, host string, sizeGiB int64, tune func(*controlplane.Config)) (*cluster, *client.Client, *cloud.Volume) {
+// client (no timeout: a copy takes as long as it takes), her volume of
+// sizeGiB, attached to her running instance, and her token.
+func benchVolume(t *testing.T, host string, sizeGiB int64, tune func(*controlplane.Config)) (*cluster, *client.Client, *cloud.Volume, string) {
 	t.Helper()
 	spec := sim.Spec{ID: host, Zone: "e2e-a", Rack: "rack-1", GPUs: sim.GPUSpec{Model: "L4", Count: 1}}
 	c := startClusterTuned(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), tune, withFiles, spec)
@@ -133,7 +230,7 @@ func benchVolume(t *testing.T, host string, sizeGiB int64, tune func(*controlpla
 		t.Fatal(err)
 	}
 	c.waitState(cl, in.ID, cloud.Running)
-	return c, cl, vol
+	return c, cl, vol, token
 }
 
 // openVolumeFiles opens a files session on volume id: straight to the
@@ -200,7 +297,7 @@ func TestBenchManyFiles(t *testing.T) {
 		}
 		writePseudoRandom(t, p, 4<<10)
 	}
-	_, cl, vol := benchVolume(t, "sim-many", 10, func(cfg *controlplane.Config) { cfg.DirectAccess = true })
+	_, cl, vol, _ := benchVolume(t, "sim-many", 10, func(cfg *controlplane.Config) { cfg.DirectAccess = true })
 	ctx := t.Context()
 	open := func(direct bool) func() (*filexfer.Client, func(), error) {
 		return func() (*filexfer.Client, func(), error) {
