@@ -136,3 +136,36 @@ func TestGroupsPlanSavesHistoryWhenDue(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupMemberLeaving: the planner's view of a member under notice
+// says until when it serves (the interruption's deadline), which the
+// gpucloud policy counts when it measures the load it did not hold; a
+// rebalance recommendation (no action) is no notice, and a member
+// stopping has no deadline to give.
+func TestGroupMemberLeaving(t *testing.T) {
+	now := t0.Add(time.Hour)
+	deadline := now.Add(90 * time.Second)
+	for _, tc := range []struct {
+		name    string
+		state   cloud.State
+		intr    *cloud.Interruption
+		leaving bool
+		until   time.Time
+	}{
+		{"running", cloud.Running, nil, false, time.Time{}},
+		{"scale-in notice", cloud.Running, &cloud.Interruption{Action: cloud.ActionTerminate, Reason: cloud.ReclaimScaleIn, Deadline: deadline}, true, deadline},
+		{"spot reclaim", cloud.Running, &cloud.Interruption{Action: cloud.ActionStop, Reason: cloud.ReclaimCapacity, Deadline: deadline}, true, deadline},
+		{"rebalance recommendation", cloud.Running, &cloud.Interruption{Reason: cloud.ReclaimRebalance, Deadline: deadline}, false, time.Time{}},
+		{"terminating", cloud.Terminating, nil, true, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &groupRun{util: map[string]*memberUtil{}, runningSince: map[string]time.Time{}}
+			in := &cloud.Instance{ID: "i-1", GroupID: "grp-1", Offering: "l40s.1x", Zone: fleet.MockZone, State: tc.state,
+				Market: cloud.MarketOnDemand, CreatedAt: t0, UpdatedAt: t0, Interruption: tc.intr}
+			mb, _ := r.member(in, nil, false, now)
+			if mb.Leaving != tc.leaving || !mb.LeavingUntil.Equal(tc.until) {
+				t.Errorf("leaving %v until %v; want %v until %v", mb.Leaving, mb.LeavingUntil, tc.leaving, tc.until)
+			}
+		})
+	}
+}
