@@ -109,21 +109,7 @@ func testAccess(t *testing.T, db string) {
 	t.Run("port-forward", func(t *testing.T) {
 		// The process runtime's instances share the host's loopback: a
 		// listener there is inside the instance.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(conn, conn); conn.Close() }()
-			}
-		}()
-		port := ln.Addr().(*net.TCPAddr).Port
+		port := loopbackEcho(t)
 		conn, err := alice.PortForward(ctx, in.ID, port)
 		if err != nil {
 			t.Fatal(err)
@@ -238,4 +224,26 @@ type signalWriter struct {
 func (w *signalWriter) Write(p []byte) (int, error) {
 	w.once.Do(func() { close(w.ch) })
 	return len(p), nil
+}
+
+// loopbackEcho serves, until t ends, a TCP echo on a loopback port, which
+// it answers: the process runtime's instances share the host's loopback,
+// so the port stands for one inside an instance.
+func loopbackEcho(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer conn.Close(); io.Copy(conn, conn) }()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }

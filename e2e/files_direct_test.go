@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -214,21 +213,7 @@ func testFilesDirect(t *testing.T, db string) {
 	t.Run("a direct port forward", func(t *testing.T) {
 		// The process runtime's instance shares the host's loopback: a
 		// server the test runs there stands for the one inside.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); io.Copy(c, c) }()
-			}
-		}()
-		port := ln.Addr().(*net.TCPAddr).Port
+		port := loopbackEcho(t)
 		fg, err := alice.ForwardGrant(ctx, in.ID, port)
 		if err != nil {
 			t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -110,21 +109,7 @@ func TestCrossReplicaAccess(t *testing.T) {
 
 	t.Run("port-forward through B", func(t *testing.T) {
 		// The process runtime's instances share the host's loopback.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(conn, conn); conn.Close() }()
-			}
-		}()
-		conn, err := aliceB.PortForward(ctx, in.ID, ln.Addr().(*net.TCPAddr).Port)
+		conn, err := aliceB.PortForward(ctx, in.ID, loopbackEcho(t))
 		if err != nil {
 			t.Fatal(err)
 		}
