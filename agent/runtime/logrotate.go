@@ -194,6 +194,7 @@ func ReadLogFile(path string, offset int64) ([]byte, int64, error) {
 	if offset < 0 {
 		return nil, 0, fmt.Errorf("log offset %d: %w", offset, ErrInvalid)
 	}
+list:
 	for range 5 {
 		segs, err := segments(path)
 		if err != nil {
@@ -207,12 +208,28 @@ func ReadLogFile(path string, offset int64) ([]byte, int64, error) {
 			f, err := os.Open(sg.name)
 			if errors.Is(err, fs.ErrNotExist) {
 				if sg.name == path {
-					return nil, sg.start, nil
+					// Not written yet, or renamed by a rotation and not
+					// made again yet: nothing more to read for now (the
+					// reader's offset stays; sg.start may be behind it).
+					return nil, offset, nil
 				}
 				break // rotated away meanwhile: list again
 			}
 			if err != nil {
 				return nil, 0, err
+			}
+			if sg.name == path {
+				// A rotation between the listing and the open makes path
+				// a new file, which starts later than sg says. Every
+				// rotation adds a rotated file named after a larger
+				// offset (a file's identity would not tell: the inode of
+				// a removed file is given to the next one), so the same
+				// list after the open means none happened; else list
+				// again.
+				if now, err := rotated(path); err != nil || !sameRotated(now, segs[:len(segs)-1]) {
+					f.Close()
+					continue list
+				}
 			}
 			data, next, err := ReadLog(f, offset-sg.start)
 			f.Close()
@@ -223,6 +240,12 @@ func ReadLogFile(path string, offset int64) ([]byte, int64, error) {
 		}
 	}
 	return nil, 0, errors.New("the log rotates too fast to read")
+}
+
+// sameRotated reports whether offs are the offsets of the rotated
+// segments segs.
+func sameRotated(offs []int64, segs []segment) bool {
+	return slices.EqualFunc(offs, segs, func(o int64, s segment) bool { return o == s.start })
 }
 
 // LogEnd is the offset after the last byte of the log at path.
