@@ -202,11 +202,28 @@ func TestVolumes(t *testing.T) {
 	}
 	code, _, errOut := e.as(tok, "volumes", "attach", "v-0000000000000000", "--instance", in.ID)
 	oneLine(t, code, errOut, "(not_found)")
+	// Its events, by name, as a table and as JSON; another tenant's
+	// member gets not_found.
+	out = e.ok(tok, "volumes", "events", "data")
+	for _, want := range []string{"volume.created", "volume.attached", "volume.detached", v.ID + " attached", " u-"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("volumes events: no %q in\n%s", want, out)
+		}
+	}
+	var evs []cloud.Event
+	decodeJSON(t, e.ok(tok, "volumes", "events", v.ID, "-o", "json"), &evs)
+	if len(evs) != 3 || evs[0].Kind != "volume.created" || evs[2].Kind != "volume.detached" {
+		t.Errorf("volumes events -o json: %+v", evs)
+	}
+	_, bob := e.member("globex", "bob")
+	code, _, errOut = e.as(bob, "volumes", "events", v.ID)
+	oneLine(t, code, errOut, "(not_found)")
 	for _, args := range [][]string{
 		{"volumes", "create", "--name", "x"},
 		{"volumes", "create", "--size-gib", "5"},
 		{"volumes", "attach", v.ID},
 		{"volumes", "detach"},
+		{"volumes", "events"},
 	} {
 		if code, _, errOut := e.as(tok, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d, %q", args, code, errOut)

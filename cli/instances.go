@@ -635,10 +635,20 @@ func shellJoin(args []string) string {
 
 // allEvents reads every event of an instance, oldest first.
 func (c *conn) allEvents(ctx context.Context, id string) ([]*cloud.Event, error) {
+	return readEvents(func(o client.EventsOptions) (*api.EventList, error) { return c.InstanceEvents(ctx, id, o) })
+}
+
+// allVolumeEvents reads every event of a volume, oldest first.
+func (c *conn) allVolumeEvents(ctx context.Context, id string) ([]*cloud.Event, error) {
+	return readEvents(func(o client.EventsOptions) (*api.EventList, error) { return c.VolumeEvents(ctx, id, o) })
+}
+
+// readEvents reads every page that read answers, oldest first.
+func readEvents(read func(client.EventsOptions) (*api.EventList, error)) ([]*cloud.Event, error) {
 	all := []*cloud.Event{}
 	o := client.EventsOptions{Limit: 1000}
 	for {
-		page, err := c.InstanceEvents(ctx, id, o)
+		page, err := read(o)
 		if err != nil {
 			return nil, err
 		}

@@ -308,42 +308,50 @@ func newInstanceActionCommand(s *session, verb string) *cobra.Command {
 }
 
 func newInstancesEventsCommand(s *session) *cobra.Command {
-	var out outputFlag
-	cmd := &cobra.Command{
+	cmd := newEventsCommand(s, &cobra.Command{
 		Use:   "events ID",
 		Short: "Show an instance's events, oldest first",
 		Long: "Show every event of an instance, oldest first: its creation, each state change\n" +
 			"with its reason and who caused it (a user ID, \"scheduler\", or the agent).",
 		Example: "  gpucloud instances events i-0123456789abcdef\n  gpucloud instances events i-0123456789abcdef -o json",
-		Args:    exactArgs(1, instanceKind.arg()),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(cmd); err != nil {
-				return err
-			}
-			c, err := s.connect(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := interruptible(cmd)
-			defer cancel()
-			id, err := c.resolve(ctx, instanceKind, args[0])
-			if err != nil {
-				return err
-			}
-			evs, err := c.allEvents(ctx, id)
-			if err != nil {
-				return c.explain(err)
-			}
-			if !out.table() {
-				return writeData(cmd.OutOrStdout(), out.format, evs)
-			}
-			if len(evs) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no events")
-				return nil
-			}
-			return writeEvents(cmd.OutOrStdout(), evs, "")
-		},
-		ValidArgsFunction: s.completeInstances(false),
+	}, instanceKind, (*conn).allEvents)
+	cmd.ValidArgsFunction = s.completeInstances(false)
+	return cmd
+}
+
+// newEventsCommand is cmd showing every event of one resource of kind k
+// (an ID or a name), oldest first, as a table or as JSON or YAML; all
+// reads them.
+func newEventsCommand(s *session, cmd *cobra.Command, k resourceKind,
+	all func(c *conn, ctx context.Context, id string) ([]*cloud.Event, error)) *cobra.Command {
+	var out outputFlag
+	cmd.Args = exactArgs(1, k.arg())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := out.check(cmd); err != nil {
+			return err
+		}
+		c, err := s.connect(cmd)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := interruptible(cmd)
+		defer cancel()
+		id, err := c.resolve(ctx, k, args[0])
+		if err != nil {
+			return err
+		}
+		evs, err := all(c, ctx, id)
+		if err != nil {
+			return c.explain(err)
+		}
+		if !out.table() {
+			return writeData(cmd.OutOrStdout(), out.format, evs)
+		}
+		if len(evs) == 0 {
+			fmt.Fprintln(cmd.OutOrStdout(), "no events")
+			return nil
+		}
+		return writeEvents(cmd.OutOrStdout(), evs, "")
 	}
 	out.register(cmd)
 	return cmd

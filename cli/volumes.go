@@ -18,7 +18,7 @@ func newVolumesCommand(s *session) *cobra.Command {
 			"any number at once, on any hosts. A volume outlives its instances: terminating\n"+
 			"an instance detaches it.",
 		newVolumesCreateCommand(s), newVolumesListCommand(s), newVolumesAttachCommand(s), newVolumesDetachCommand(s), newVolumesDeleteCommand(s),
-		newCopyCommand(s, volumeKind))
+		newVolumesEventsCommand(s), newCopyCommand(s, volumeKind))
 	cmd.Aliases = []string{"volume"}
 	return cmd
 }
@@ -113,4 +113,18 @@ func newVolumesDeleteCommand(s *session) *cobra.Command {
 			"the request first. Deleting a deleted volume changes nothing.",
 		Example: "  gpucloud volumes delete v-0123456789abcdef",
 	}, volumeKind, func(ctx context.Context, c *conn, id string) (*cloud.Volume, error) { return c.DeleteVolume(ctx, id) }, asOne(printVolumes))
+}
+
+func newVolumesEventsCommand(s *session) *cobra.Command {
+	return newEventsCommand(s, &cobra.Command{
+		Use:   "events VOLUME",
+		Short: "Show a volume's events, oldest first",
+		Long: "Show every event of a volume, oldest first: its creation, attachments,\n" +
+			"detachments and deletion; each copy into or out of it while it was detached\n" +
+			"(who, through which host, how long); and what the hosts reported of its direct\n" +
+			"copies (connections, bytes, duration). A copy while it is attached is a session\n" +
+			"of its instance: see \"gpucloud instances events\". A deleted volume's events\n" +
+			"stay readable.",
+		Example: "  gpucloud volumes events v-0123456789abcdef\n  gpucloud volumes events datasets -o json",
+	}, volumeKind, (*conn).allVolumeEvents)
 }

@@ -218,9 +218,20 @@ func (o EventsOptions) query() string {
 
 // InstanceEvents returns one page of an instance's events, oldest first.
 func (c *Client) InstanceEvents(ctx context.Context, id string, o EventsOptions) (*api.EventList, error) {
+	return c.resourceEvents(ctx, "instances", id, o)
+}
+
+// VolumeEvents returns one page of a volume's events, oldest first.
+func (c *Client) VolumeEvents(ctx context.Context, id string, o EventsOptions) (*api.EventList, error) {
+	return c.resourceEvents(ctx, "volumes", id, o)
+}
+
+// resourceEvents returns one page of the events of resource id of a
+// collection (GET /v1/{collection}/{id}/events), by o's Limit and After.
+func (c *Client) resourceEvents(ctx context.Context, collection, id string, o EventsOptions) (*api.EventList, error) {
 	var out api.EventList
 	q := EventsOptions{Limit: o.Limit, After: o.After}.query()
-	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("instances", id, "events") + q, Out: &out})
+	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf(collection, id, "events") + q, Out: &out})
 	return rest.NilOnErr(&out, err)
 }
 

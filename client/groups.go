@@ -64,10 +64,7 @@ func (c *Client) SetGroupDesired(ctx context.Context, id string, req api.SetDesi
 
 // GroupEvents returns one page of a group's events, oldest first.
 func (c *Client) GroupEvents(ctx context.Context, id string, o EventsOptions) (*api.EventList, error) {
-	var out api.EventList
-	q := EventsOptions{Limit: o.Limit, After: o.After}.query()
-	_, _, err := c.r.Do(ctx, rest.Call{Method: "GET", Path: rest.PathOf("groups", id, "events") + q, Out: &out})
-	return rest.NilOnErr(&out, err)
+	return c.resourceEvents(ctx, "groups", id, o)
 }
 
 // PutMetrics publishes custom metric points of a group.

@@ -136,25 +136,6 @@ func (s *handlers) setGroupDesired(w http.ResponseWriter, r *http.Request, p pri
 	return nil
 }
 
-// groupEvents handles GET /v1/groups/{id}/events: the group's events
-// (group and group.scaling), oldest first, paged by ?after and ?limit.
-func (s *handlers) groupEvents(w http.ResponseWriter, r *http.Request, p principal) error {
-	limit, err := queryLimit(r)
-	if err != nil {
-		return err
-	}
-	after, err := queryAfterInt(r)
-	if err != nil {
-		return err
-	}
-	evs, next, err := s.svc.Groups.Events(r.Context(), p.actor(), r.PathValue("id"), after, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, eventList(evs, next))
-	return nil
-}
-
 // putMetrics handles POST /v1/metrics: custom metric points of the group
 // the body names (service.Groups.PutMetrics); 204 when all are recorded.
 func (s *handlers) putMetrics(w http.ResponseWriter, r *http.Request, p principal) error {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -97,22 +98,30 @@ func eventList(evs []*cloud.Event, next int64) api.EventList {
 	return out
 }
 
-// instanceEvents handles GET /v1/instances/{id}/events.
-func (s *handlers) instanceEvents(w http.ResponseWriter, r *http.Request, p principal) error {
-	limit, err := queryLimit(r)
-	if err != nil {
-		return err
+// eventsFunc reads one page of a resource's events.
+type eventsFunc func(ctx context.Context, a service.Actor, id string, after int64, limit int) ([]*cloud.Event, int64, error)
+
+// resourceEvents handles GET /v1/{collection}/{id}/events: one page of
+// the events of the resource the path names, as events reads them
+// (service's Instances.Events, Volumes.Events, Groups.Events), oldest
+// first, paged by ?after and ?limit.
+func resourceEvents(events func(s *handlers) eventsFunc) handlerFunc {
+	return func(s *handlers, w http.ResponseWriter, r *http.Request, p principal) error {
+		limit, err := queryLimit(r)
+		if err != nil {
+			return err
+		}
+		after, err := queryAfterInt(r)
+		if err != nil {
+			return err
+		}
+		evs, next, err := events(s)(r.Context(), p.actor(), r.PathValue("id"), after, limit)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, eventList(evs, next))
+		return nil
 	}
-	after, err := queryAfterInt(r)
-	if err != nil {
-		return err
-	}
-	evs, next, err := s.svc.Instances.Events(r.Context(), p.actor(), r.PathValue("id"), after, limit)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, eventList(evs, next))
-	return nil
 }
 
 // listEvents handles GET /v1/events (admin), filtered by ?host, ?tenant

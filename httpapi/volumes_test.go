@@ -10,6 +10,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 func TestVolumes(t *testing.T) {
@@ -141,6 +142,38 @@ func TestVolumes(t *testing.T) {
 			t.Errorf("delete again: %v", err)
 		}
 		e.unchanged(before, "delete again")
+
+		// Its events outlive it: its tenant and an admin read them, a
+		// page at a time; another tenant's member gets not_found.
+		var kinds []cloud.EventKind
+		o := client.EventsOptions{Limit: 2}
+		for {
+			page, err := e.acme.VolumeEvents(ctx, v.ID, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range page.Events {
+				kinds = append(kinds, ev.Kind)
+			}
+			if page.Next == "" {
+				break
+			}
+			o.After = page.Next
+		}
+		// Attached at the instance's creation, detached at its
+		// termination, attached to another and detached, deleted.
+		want := []cloud.EventKind{service.EventVolumeCreated, service.EventVolumeAttached, service.EventVolumeDetached,
+			service.EventVolumeAttached, service.EventVolumeDetached, service.EventVolumeDeleted}
+		if !slices.Equal(kinds, want) {
+			t.Errorf("volume events %v, want %v", kinds, want)
+		}
+		if all, err := e.admin.VolumeEvents(ctx, v.ID, client.EventsOptions{}); err != nil || len(all.Events) != len(want) {
+			t.Errorf("admin reads %v, %v", all, err)
+		}
+		_, err = e.globex.VolumeEvents(ctx, v.ID, client.EventsOptions{})
+		wantCode(t, err, cloud.NotFound)
+		_, err = e.acme.VolumeEvents(ctx, gv.ID, client.EventsOptions{})
+		wantCode(t, err, cloud.NotFound)
 	}()
 	zoned := e.setState(mustCreateReq(t, e.acme, api.CreateInstanceRequest{Offering: "l4.1x", Zones: []string{"zone-b"}}).ID, cloud.Stopped)
 	_, err = e.acme.AttachVolume(ctx, v.ID, zoned.ID)

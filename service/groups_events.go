@@ -14,35 +14,39 @@ import (
 // groupKinds are the event kinds of groups.
 var groupKinds = []cloud.EventKind{cloud.EventGroup, cloud.EventGroupScaling}
 
-// eventGroup is the group an event's details name ("group_id"), if any.
-func eventGroup(e *cloud.Event) string {
+// detailID is the string an event's details hold under key, if any.
+func detailID(e *cloud.Event, key string) string {
 	if len(e.Details) == 0 {
 		return ""
 	}
-	var d struct {
-		GroupID string `json:"group_id"`
-	}
+	var d map[string]json.RawMessage
 	if json.Unmarshal(e.Details, &d) != nil {
 		return ""
 	}
-	return d.GroupID
+	var id string
+	if json.Unmarshal(d[key], &id) != nil {
+		return ""
+	}
+	return id
 }
 
-// groupEventBatch is how many events a group's event scan reads at once.
-const groupEventBatch = 500
+// namedEventBatch is how many events a scan of one resource's events
+// reads at once.
+const namedEventBatch = 500
 
-// scanGroupEvents calls fn, in ID order, with each event of g after the
-// event ID after (its tenant's events of the group kinds whose details
-// name g), until fn returns false.
-func scanGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, after int64, fn func(*cloud.Event) bool) error {
-	f := cloud.EventFilter{TenantID: g.TenantID, Kinds: groupKinds, AfterID: after, Limit: groupEventBatch}
+// scanNamedEvents calls fn, in ID order, with each event of tenant after
+// the event ID after whose kind is one of kinds and whose details name id
+// under key (a group's events: "group_id"; a volume's: "volume_id"), until
+// fn returns false.
+func scanNamedEvents(ctx context.Context, tx cloud.Tx, tenant string, kinds []cloud.EventKind, key, id string, after int64, fn func(*cloud.Event) bool) error {
+	f := cloud.EventFilter{TenantID: tenant, Kinds: kinds, AfterID: after, Limit: namedEventBatch}
 	for {
 		evs, err := tx.ListEvents(ctx, f)
 		if err != nil {
 			return err
 		}
 		for _, e := range evs {
-			if eventGroup(e) == g.ID && !fn(e) {
+			if detailID(e, key) == id && !fn(e) {
 				return nil
 			}
 		}
@@ -51,6 +55,28 @@ func scanGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, after int
 		}
 		f.AfterID = evs[len(evs)-1].ID
 	}
+}
+
+// pageEvents answers one page of what scan yields: at most limit events
+// (all when 0) and the after of the next page (0 at the end).
+func pageEvents(limit int, scan func(fn func(*cloud.Event) bool) error) (evs []*cloud.Event, next int64, err error) {
+	evs = []*cloud.Event{}
+	err = scan(func(e *cloud.Event) bool {
+		if limit > 0 && len(evs) == limit {
+			next = evs[limit-1].ID
+			return false
+		}
+		evs = append(evs, e)
+		return true
+	})
+	return evs, next, err
+}
+
+// scanGroupEvents calls fn, in ID order, with each event of g after the
+// event ID after (its tenant's events of the group kinds whose details
+// name g), until fn returns false.
+func scanGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, after int64, fn func(*cloud.Event) bool) error {
+	return scanNamedEvents(ctx, tx, g.TenantID, groupKinds, "group_id", g.ID, after, fn)
 }
 
 // lastGroupEvents answers the newest n events of g, oldest first.
@@ -77,19 +103,14 @@ func lastGroupEvents(ctx context.Context, tx cloud.Tx, g *cloud.Group, n int) ([
 // /v1/instances/{id}/events).
 func (s *Groups) Events(ctx context.Context, a Actor, id string, after int64, limit int) (evs []*cloud.Event, next int64, err error) {
 	err = s.tx(ctx, func(tx cloud.Tx) error {
-		evs, next = []*cloud.Event{}, 0
 		g, err := Visible(ctx, a, "group", id, tx.GetGroup)
 		if err != nil {
 			return err
 		}
-		return scanGroupEvents(ctx, tx, g, after, func(e *cloud.Event) bool {
-			if limit > 0 && len(evs) == limit {
-				next = evs[limit-1].ID
-				return false
-			}
-			evs = append(evs, e)
-			return true
+		evs, next, err = pageEvents(limit, func(fn func(*cloud.Event) bool) error {
+			return scanGroupEvents(ctx, tx, g, after, fn)
 		})
+		return err
 	})
 	return evs, next, err
 }

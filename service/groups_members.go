@@ -183,7 +183,7 @@ func newMemberVolume(ctx context.Context, tx cloud.Tx, g *cloud.Group, name, key
 	}
 	return v, tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: g.TenantID, Actor: actor,
 		Reason:  "volume " + v.ID + " created for " + name + " of group " + g.Name,
-		Details: []byte(fmt.Sprintf(`{"group_id":%q}`, g.ID))})
+		Details: []byte(fmt.Sprintf(`{"volume_id":%q,"group_id":%q}`, v.ID, g.ID))})
 }
 
 // NoticeGroupMember gives a member of a group chosen for scale-in (or

@@ -705,8 +705,8 @@ func TestLaunchGroupMember(t *testing.T) {
 		}
 		after := w.rows(t)
 		if after.Instances != before.Instances+1 || after.Volumes != before.Volumes+1 || after.Attached != before.Attached+1 ||
-			after.Events != before.Events+2 {
-			t.Errorf("rows %+v -> %+v: want an instance with its attached volume, two events", before, after)
+			after.Events != before.Events+3 {
+			t.Errorf("rows %+v -> %+v: want an instance with its attached volume, three events (the volume's creation and attachment, the instance's creation)", before, after)
 		}
 		var v *cloud.Volume
 		_ = st.Tx(ctx, func(tx cloud.Tx) error { v, err = tx.GetVolume(ctx, in.Volumes[0]); return err })

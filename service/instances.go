@@ -221,17 +221,24 @@ func CreateInstance(ctx context.Context, tx cloud.Tx, cat *catalog.Catalog, in *
 	if err := tx.CreateInstance(ctx, in); err != nil {
 		return asKeyRace(err, in.IdempotencyKey)
 	}
+	if err := tx.AppendEvent(ctx, ev); err != nil {
+		return err
+	}
 	for _, v := range vols {
-		if v.Shared() {
-			// A shared volume's attachments are the instances that name it.
-			continue
+		// A shared volume's attachments are the instances that name it.
+		if !v.Shared() {
+			v.InstanceID = in.ID
+			if err := tx.UpdateVolume(ctx, v); err != nil {
+				return err
+			}
 		}
-		v.InstanceID = in.ID
-		if err := tx.UpdateVolume(ctx, v); err != nil {
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: in.CreatedAt, Kind: EventVolumeAttached, TenantID: in.TenantID,
+			InstanceID: in.ID, Actor: actor, Reason: "volume " + v.ID + " attached at the instance's creation",
+			Details: volumeDetails(v.ID)}); err != nil {
 			return err
 		}
 	}
-	return tx.AppendEvent(ctx, ev)
+	return nil
 }
 
 // attachable reads the volumes an instance asks for and checks that they

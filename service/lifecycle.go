@@ -102,7 +102,7 @@ func MoveInstance(ctx context.Context, tx cloud.Tx, in *cloud.Instance, m Move, 
 		return err
 	}
 	if m.To == cloud.Terminating || m.To == cloud.Terminated {
-		if err := DetachVolumes(ctx, tx, &next); err != nil {
+		if err := DetachVolumes(ctx, tx, &next, in.State, m.Actor, now); err != nil {
 			return err
 		}
 	}
@@ -152,7 +152,7 @@ func MoveInstances(ctx context.Context, tx cloud.Tx, ins []*cloud.Instance, move
 			continue
 		}
 		if m := moves[i]; m.To == cloud.Terminating || m.To == cloud.Terminated {
-			if err := DetachVolumes(ctx, tx, n); err != nil {
+			if err := DetachVolumes(ctx, tx, n, ins[i].State, m.Actor, now); err != nil {
 				return nil, err
 			}
 			if m.To == cloud.Terminated {
@@ -212,9 +212,12 @@ func IsMemberVolume(v *cloud.Volume, groupID string) bool {
 
 // DetachVolumes detaches the volumes attached to an instance that is
 // being terminated, so that they can be attached elsewhere (a spot
-// request's next launch). The instance keeps its volume list as the record
-// of what it ran with.
-func DetachVolumes(ctx context.Context, tx cloud.Tx, in *cloud.Instance) error {
+// request's next launch), and records a volume.detached event for each
+// (a shared volume's attachment, which is the instance naming it, ends
+// too, once: when the instance moves from a state other than
+// terminating, which is from). The instance keeps its volume list as the
+// record of what it ran with.
+func DetachVolumes(ctx context.Context, tx cloud.Tx, in *cloud.Instance, from cloud.State, actor string, now time.Time) error {
 	for _, id := range in.Volumes {
 		v, err := tx.GetVolume(ctx, id)
 		if cloud.IsNotFound(err) {
@@ -223,11 +226,18 @@ func DetachVolumes(ctx context.Context, tx cloud.Tx, in *cloud.Instance) error {
 		if err != nil {
 			return err
 		}
-		if v.InstanceID != in.ID {
+		if v.DeletedAt != nil || !v.Shared() && v.InstanceID != in.ID || v.Shared() && from == cloud.Terminating {
 			continue
 		}
-		v.InstanceID = ""
-		if err := tx.UpdateVolume(ctx, v); err != nil {
+		if !v.Shared() {
+			v.InstanceID = ""
+			if err := tx.UpdateVolume(ctx, v); err != nil {
+				return err
+			}
+		}
+		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDetached, TenantID: v.TenantID,
+			InstanceID: in.ID, Actor: actor, Reason: "volume " + v.ID + " detached: the instance is " + string(in.State),
+			Details: volumeDetails(v.ID)}); err != nil {
 			return err
 		}
 	}

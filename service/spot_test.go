@@ -38,8 +38,8 @@ func TestSpotRequestIdempotency(t *testing.T) {
 		}
 		after := f.counts()
 		if after.SpotRequests != before.SpotRequests+1 || after.Instances != before.Instances+1 ||
-			after.Attached != before.Attached+1 || after.Events != before.Events+2 {
-			t.Errorf("counts %+v -> %+v: want a request, an instance with its volume, two events", before, after)
+			after.Attached != before.Attached+1 || after.Events != before.Events+3 {
+			t.Errorf("counts %+v -> %+v: want a request, an instance with its volume, three events (the request's, the instance's creation, the volume's attachment)", before, after)
 		}
 		in, err := f.svc.Instances.Get(ctx, f.acme, sr.InstanceID)
 		if err != nil || in.Market != cloud.MarketSpot || in.SpotRequestID != sr.ID || in.Offering != "l4.1x" ||

@@ -102,7 +102,7 @@ func (s *Volumes) Create(ctx context.Context, a Actor, spec api.CreateVolumeRequ
 			return asKeyRace(err, key)
 		}
 		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeCreated, TenantID: tenant,
-			Actor: a.ID, Reason: "volume " + v.ID + " created"}); err != nil {
+			Actor: a.ID, Reason: "volume " + v.ID + " created", Details: volumeDetails(v.ID)}); err != nil {
 			return err
 		}
 		out, created = v, true
@@ -163,6 +163,10 @@ func (s *Volumes) Get(ctx context.Context, a Actor, id string) (*cloud.Volume, e
 	})
 	return v, err
 }
+
+// volumeDetails are the details of a volume's own events: its ID, for
+// Volumes.Events.
+func volumeDetails(id string) []byte { return mustJSON(map[string]any{"volume_id": id}) }
 
 // visibleVolume reads a volume actor a may see: another tenant's and a
 // deleted one answer like a missing one.
@@ -241,7 +245,7 @@ func (s *Volumes) Attach(ctx context.Context, a Actor, id, instanceID string) (*
 			return err
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeAttached, TenantID: v.TenantID,
-			InstanceID: in.ID, Actor: a.ID, Reason: "volume " + v.ID + " attached"})
+			InstanceID: in.ID, Actor: a.ID, Reason: "volume " + v.ID + " attached", Details: volumeDetails(v.ID)})
 	})
 	return out, err
 }
@@ -314,7 +318,7 @@ func (s *Volumes) Detach(ctx context.Context, a Actor, id string) (*cloud.Volume
 			return err
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDetached, TenantID: v.TenantID,
-			InstanceID: from, Actor: a.ID, Reason: "volume " + v.ID + " detached"})
+			InstanceID: from, Actor: a.ID, Reason: "volume " + v.ID + " detached", Details: volumeDetails(v.ID)})
 	})
 	return out, err
 }
@@ -379,7 +383,7 @@ func (s *Volumes) Delete(ctx context.Context, a Actor, id string) (*cloud.Volume
 			return err
 		}
 		return tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDeleted, TenantID: v.TenantID,
-			Actor: a.ID, Reason: "volume " + v.ID + " deleted"})
+			Actor: a.ID, Reason: "volume " + v.ID + " deleted", Details: volumeDetails(v.ID)})
 	})
 	return out, err
 }
@@ -415,7 +419,7 @@ func (s *Volumes) detachShared(ctx context.Context, tx cloud.Tx, a Actor, v *clo
 			return err
 		}
 		if err := tx.AppendEvent(ctx, &cloud.Event{Time: now, Kind: EventVolumeDetached, TenantID: v.TenantID,
-			InstanceID: in.ID, Actor: a.ID, Reason: "volume " + v.ID + " detached"}); err != nil {
+			InstanceID: in.ID, Actor: a.ID, Reason: "volume " + v.ID + " detached", Details: volumeDetails(v.ID)}); err != nil {
 			return err
 		}
 	}
