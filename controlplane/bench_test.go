@@ -27,6 +27,7 @@ import (
 	"github.com/gpucloud/gpucloud/internal/pki"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
+	"github.com/gpucloud/gpucloud/store/sqlstore"
 	"github.com/gpucloud/gpucloud/testkit"
 )
 
@@ -104,6 +105,12 @@ type burst struct {
 	placing   time.Duration // first create sent to all scheduled
 	retries   int64
 	rebuilds  int // the scheduler's Rebuilds when the first create was sent
+	// The burst's wall time, this process's CPU time (the server and the
+	// bench's client) and the whole machine's (PostgreSQL's backends too)
+	// in it: how many cores it kept busy, and whether it was bound by
+	// them.
+	wall, proc, busy time.Duration
+	store            sqlstore.Counts // the store's work in it
 }
 
 // exiting is an instance that runs before the burst and exits during it,
@@ -130,7 +137,11 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 		db := newDB()
 		s, tokens, ex := benchSetup(b, db, maxTx, exits, quota, tls)
 		b.StartTimer()
+		counts := service.Unwrap(s.Store).(interface{ Counts() sqlstore.Counts }).Counts
+		proc0, busy0, c0, t0 := selfCPU(b), machineBusy(), counts(), time.Now()
 		r := benchBurst(b, s, tokens, ex)
+		r.wall, r.proc, r.busy = time.Since(t0), time.Duration(selfCPU(b)-proc0), time.Duration(machineBusy()-busy0)
+		r.store = counts().Sub(c0)
 		b.StopTimer()
 		// Rebuilds caused by the last exits happen on the scheduler's
 		// next steps.
@@ -144,13 +155,15 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 		b.StartTimer()
 	}
 	var lat []time.Duration
-	var creating, placing time.Duration
-	var retries int64
+	var creating, placing, wall, proc, busy time.Duration
+	var retries, txs, stmts int64
 	for _, r := range all {
 		lat = append(lat, r.latencies...)
 		creating += r.creating
 		placing += r.placing
 		retries += r.retries
+		wall, proc, busy = wall+r.wall, proc+r.proc, busy+r.busy
+		txs, stmts = txs+r.store.Begins, stmts+r.store.Statements
 	}
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -162,6 +175,13 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 	b.ReportMetric(n/placing.Seconds(), "placed/s")
 	b.ReportMetric(float64(retries)/float64(len(all)), "client-retries")
 	b.ReportMetric(float64(rebuilds)/float64(len(all)), "rebuilds")
+	// Cores busy during the bursts: this process's, and the machine's.
+	b.ReportMetric(proc.Seconds()/wall.Seconds(), "proc-cores")
+	b.ReportMetric(busy.Seconds()/wall.Seconds(), "busy-cores")
+	// The store's transactions and statements per create, the
+	// scheduler's and the bench's polling included.
+	b.ReportMetric(float64(txs)/n, "tx/create")
+	b.ReportMetric(float64(stmts)/n, "stmts/create")
 }
 
 // percentile returns the p-quantile of sorted durations (nearest rank).

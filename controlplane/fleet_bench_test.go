@@ -198,6 +198,30 @@ func selfCPU(b *testing.B) cpuTime {
 	return cpuTime(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
 }
 
+// machineBusy is the CPU time the whole machine has spent busy since it
+// started (/proc/stat: every state but idle and iowait, in ticks of 1/100
+// s); 0 where it cannot be read.
+func machineBusy() cpuTime {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for i, x := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		v, _ := strconv.ParseInt(x, 10, 64)
+		ticks += v
+	}
+	return cpuTime(time.Duration(ticks) * 10 * time.Millisecond)
+}
+
 // procCPU reads a process's CPU time from /proc/PID/stat (clock ticks of
 // 1/100 s, as Linux's USER_HZ is); 0 when the process is gone.
 func procCPU(pid int) cpuTime {
