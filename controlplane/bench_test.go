@@ -157,13 +157,14 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 	var lat []time.Duration
 	var creating, placing, wall, proc, busy time.Duration
 	var retries, txs, stmts int64
+	var open time.Duration
 	for _, r := range all {
 		lat = append(lat, r.latencies...)
 		creating += r.creating
 		placing += r.placing
 		retries += r.retries
 		wall, proc, busy = wall+r.wall, proc+r.proc, busy+r.busy
-		txs, stmts = txs+r.store.Begins, stmts+r.store.Statements
+		txs, stmts, open = txs+r.store.Begins, stmts+r.store.Statements, open+r.store.Open
 	}
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -182,6 +183,9 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 	// scheduler's and the bench's polling included.
 	b.ReportMetric(float64(txs)/n, "tx/create")
 	b.ReportMetric(float64(stmts)/n, "stmts/create")
+	// Transactions open, summed, over the wall time: on SQLite, whose one
+	// connection runs them one at a time, how busy it was.
+	b.ReportMetric(open.Seconds()/wall.Seconds(), "tx-open")
 }
 
 // percentile returns the p-quantile of sorted durations (nearest rank).

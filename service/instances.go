@@ -303,12 +303,7 @@ func (s *Instances) Create(ctx context.Context, a Actor, spec api.CreateInstance
 		// A volume attachment needs serializable isolation: such a
 		// create runs alone.
 		res, err := s.commitCreates(ctx, []*createCall{c}, true)
-		if err == nil {
-			out, created = res[0].out, res[0].created
-		}
-		out, err = settleRace(ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) },
-			func(old *cloud.Instance) error { return sameInstance(old, o, &spec) })
-		return out, created && err == nil, err
+		return s.settleCreate(c, res, err)
 	}
 	// A create without volumes depends only on the unique (tenant,
 	// idempotency key) constraint and on the tenant's quota, which

@@ -21,7 +21,10 @@ import (
 // counted once, the keys are looked up in one read, the subnet's cursor is
 // written once, and the instances and their events are inserted with one
 // statement each. A create that finds nothing running starts at once, so a
-// lone create waits for nobody.
+// lone create waits for nobody. The next transaction takes its creates
+// when it gets its turn at the store (SQLite's one connection, PostgreSQL's
+// gate), not before it waits for it: what arrives while it waits goes in
+// too.
 //
 // A batch is all or nothing: when any of its creates fails (a quota
 // exceeded, a key reused with another request, a race lost to another
@@ -72,9 +75,9 @@ type createQueue struct {
 func newCreateQueues() *createQueues { return &createQueues{queues: map[string]*createQueue{}} }
 
 // submit queues c under key and returns once c is finished. When nothing
-// runs for key, c's goroutine runs the first batch itself (holding c), and
-// hands what arrived meanwhile to a new goroutine.
-func (g *createQueues) submit(key string, c *createCall, run func([]*createCall)) {
+// runs for key, c's goroutine runs the first batch itself, and hands what
+// arrives meanwhile to a new goroutine.
+func (g *createQueues) submit(key string, c *createCall, run func(first *createCall, take func() []*createCall)) {
 	g.mu.Lock()
 	q, busy := g.queues[key]
 	if !busy {
@@ -90,14 +93,23 @@ func (g *createQueues) submit(key string, c *createCall, run func([]*createCall)
 }
 
 // drain runs key's next batch, then leaves the queue idle or starts the
-// following batch on a new goroutine.
-func (g *createQueues) drain(key string, q *createQueue, run func([]*createCall)) {
+// following batch on a new goroutine. run gets the first create waiting
+// (for its context's values) and a take that cuts the batch: the creates
+// waiting when it is called, at most maxCreateBatch. run calls take once,
+// when its transaction gets its turn; a run that does not call it leaves
+// the creates waiting.
+func (g *createQueues) drain(key string, q *createQueue, run func(first *createCall, take func() []*createCall)) {
 	g.mu.Lock()
-	n := min(len(q.waiting), maxCreateBatch)
-	batch := slices.Clone(q.waiting[:n])
-	q.waiting = slices.Clone(q.waiting[n:])
+	first := q.waiting[0]
 	g.mu.Unlock()
-	run(batch)
+	run(first, func() []*createCall {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		n := min(len(q.waiting), maxCreateBatch)
+		batch := slices.Clone(q.waiting[:n])
+		q.waiting = slices.Clone(q.waiting[n:])
+		return batch
+	})
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(q.waiting) == 0 {
@@ -108,38 +120,55 @@ func (g *createQueues) drain(key string, q *createQueue, run func([]*createCall)
 }
 
 // runCreates commits a batch of creates of one tenant, or, when that
-// fails, each alone.
-func (s *Instances) runCreates(calls []*createCall) {
-	live := make([]*createCall, 0, len(calls))
-	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil {
-			c.finish(nil, false, err) // gone before anything was written
-			continue
-		}
-		live = append(live, c)
-	}
-	if len(live) > 1 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), createBatchTimeout)
-		res, err := s.commitCreates(ctx, live, false)
-		cancel()
-		if err == nil {
-			for i, c := range live {
-				c.finish(res[i].out, res[i].created, nil)
+// fails, each alone. The batch is taken (take) when its transaction has
+// begun; first is the create that was waiting first, whose context's
+// values (not its cancellation) the transaction keeps.
+func (s *Instances) runCreates(first *createCall, take func() []*createCall) {
+	var live []*createCall
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(first.ctx), createBatchTimeout)
+	res, err := s.commitCreatesTaking(ctx, false, func() []*createCall {
+		live = live[:0]
+		for _, c := range take() {
+			if err := c.ctx.Err(); err != nil {
+				c.finish(nil, false, err) // gone before anything was written
+				continue
 			}
-			return
+			live = append(live, c)
 		}
+		return live
+	})
+	cancel()
+	if err == nil {
+		for i, c := range live {
+			c.finish(res[i].out, res[i].created, nil)
+		}
+		return
+	}
+	if len(live) == 1 {
+		// A lone create has had its run: it is answered as when it ran
+		// alone, not run again.
+		c := live[0]
+		c.finish(s.settleCreate(c, nil, err))
+		return
 	}
 	for _, c := range live {
 		res, err := s.commitCreates(c.ctx, []*createCall{c}, false)
-		var out *cloud.Instance
-		var created bool
-		if err == nil {
-			out, created = res[0].out, res[0].created
-		}
-		out, err = settleRace(c.ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(c.ctx, id) },
-			func(old *cloud.Instance) error { return sameInstance(old, c.o, &c.spec) })
-		c.finish(out, created && err == nil, err)
+		c.finish(s.settleCreate(c, res, err))
 	}
+}
+
+// settleCreate is a create's answer from its transaction's (res, err of
+// commitCreates): a race lost on its idempotency key answers the instance
+// that won it, when that is the same request (settleRace).
+func (s *Instances) settleCreate(c *createCall, res []createResult, err error) (*cloud.Instance, bool, error) {
+	var out *cloud.Instance
+	var created bool
+	if err == nil {
+		out, created = res[0].out, res[0].created
+	}
+	out, err = settleRace(c.ctx, s.store, out, err, func(tx cloud.Tx, id string) (*cloud.Instance, error) { return tx.GetInstance(c.ctx, id) },
+		func(old *cloud.Instance) error { return sameInstance(old, c.o, &c.spec) })
+	return out, created && err == nil, err
 }
 
 type createResult struct {
@@ -152,12 +181,28 @@ type createResult struct {
 // committed and defers the instances' writes to one flush (createBatch);
 // with volumes, at serializable isolation, writing as it goes.
 func (s *Instances) commitCreates(ctx context.Context, calls []*createCall, volumes bool) ([]createResult, error) {
+	return s.commitCreatesTaking(ctx, volumes, func() []*createCall { return calls })
+}
+
+// commitCreatesTaking is commitCreates of the creates take answers when
+// the transaction first gets its turn (every later attempt runs the same
+// ones).
+func (s *Instances) commitCreatesTaking(ctx context.Context, volumes bool, take func() []*createCall) ([]createResult, error) {
 	txctx := ctx
 	if !volumes {
 		txctx = cloud.WithIsolation(ctx, cloud.ReadCommitted)
 	}
-	res := make([]createResult, len(calls))
+	var calls []*createCall
+	taken := false
+	var res []createResult
 	err := s.retryNetwork(txctx, func(tx cloud.Tx) error {
+		if !taken {
+			calls, taken = take(), true
+		}
+		res = make([]createResult, len(calls))
+		if len(calls) == 0 {
+			return nil
+		}
 		// A fresh batch for each attempt of the transaction.
 		b := &createBatch{collect: !volumes}
 		bctx := context.WithValue(txctx, createBatchKey{}, b)

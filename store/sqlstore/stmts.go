@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxStmts bounds how many distinct statements a store keeps prepared. The
@@ -176,6 +177,11 @@ type Counts struct {
 	// now (see Dialect.Prepare; 0 on PostgreSQL, whose driver keeps its
 	// own per connection).
 	Prepared int64
+	// Open is the time transactions held their connections, summed: from
+	// the begin's answer to the commit's or rollback's. On SQLite, whose
+	// one connection runs one transaction at a time, Open over a stretch of
+	// wall time is how busy that connection was.
+	Open time.Duration
 }
 
 // Sub returns c - o, the counts between two readings.
@@ -186,11 +192,13 @@ func (c Counts) Sub(o Counts) Counts {
 		Rollbacks:  c.Rollbacks - o.Rollbacks,
 		Statements: c.Statements - o.Statements,
 		Prepared:   c.Prepared - o.Prepared,
+		Open:       c.Open - o.Open,
 	}
 }
 
 type counters struct {
 	begins, commits, rollbacks, statements atomic.Int64
+	open                                   atomic.Int64 // nanoseconds
 }
 
 // Counts returns the store's counts so far.
@@ -201,5 +209,6 @@ func (s *Store) Counts() Counts {
 		Rollbacks:  s.counts.rollbacks.Load(),
 		Statements: s.counts.statements.Load(),
 		Prepared:   int64(s.stmts.len()),
+		Open:       time.Duration(s.counts.open.Load()),
 	}
 }

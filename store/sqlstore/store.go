@@ -164,7 +164,9 @@ func (s *Store) try(ctx context.Context, fn func(cloud.Tx) error, missed *[]stri
 	}
 	t := &tx{s: s, q: sqlTx}
 	committed := false
+	opened := time.Now()
 	defer func() {
+		defer func() { s.counts.open.Add(int64(time.Since(opened))) }()
 		t.done = true
 		*missed = append(*missed, t.missed...)
 		if !committed {
