@@ -43,7 +43,11 @@ func TestStatementsReusedSQLite(t *testing.T) {
 		if err := getHost(ctx, st); err != nil {
 			t.Fatal(err)
 		}
-		if got := st.Counts().Sub(start); got != want {
+		got := st.Counts().Sub(start)
+		if got.Open <= 0 {
+			t.Errorf("after transaction %d: transactions open for %s", i+1, got.Open)
+		}
+		if got.Open = 0; got != want {
 			t.Errorf("after transaction %d: counts %+v, want %+v", i+1, got, want)
 		}
 	}
