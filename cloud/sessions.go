@@ -59,8 +59,11 @@ type SessionTx interface {
 	// OpenSessions lists the sessions of replica (every replica's when
 	// empty) that have not ended, in ID order.
 	OpenSessions(ctx context.Context, replica string) ([]*Session, error)
-	// RecordDirectReport notes that the report of direct grant grantID,
-	// from host hostID, was recorded at at; Conflict when it was already,
-	// so that an agent's report sent again is recorded once.
-	RecordDirectReport(ctx context.Context, grantID, hostID string, at time.Time) error
+	// RecordDirectReport notes that the report of direct grant grantID
+	// whose first connection was at first, from host hostID, was recorded
+	// at at; Conflict when it was already, so that an agent's report sent
+	// again is recorded once. Another report of the grant (an agent that
+	// restarted while the grant was valid serves it again, and reports
+	// that run apart) has another first connection, and is recorded too.
+	RecordDirectReport(ctx context.Context, grantID, hostID string, first, at time.Time) error
 }

@@ -91,7 +91,7 @@ func (s *Sessions) checkReport(hostID string, r agentapi.DirectReport) (*agentap
 
 // recordReport records r of grant g once (Conflict when it was already).
 func (s *Sessions) recordReport(ctx context.Context, tx cloud.Tx, hostID string, g *agentapi.DirectGrant, r agentapi.DirectReport) error {
-	if err := tx.RecordDirectReport(ctx, g.ID, hostID, s.now()); err != nil {
+	if err := tx.RecordDirectReport(ctx, g.ID, hostID, r.First, s.now()); err != nil {
 		return err
 	}
 	took := r.Last.Sub(r.First)

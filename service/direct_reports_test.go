@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,33 @@ func TestDirectReports(t *testing.T) {
 			}
 			if e := bySession[vg.SessionID]; e == nil || e.InstanceID != "" || !strings.Contains(string(e.Details), `"volume_id":"`+vol.ID+`"`) {
 				t.Errorf("the detached volume's event: %+v", e)
+			}
+		})
+
+		t.Run("a second run of a grant", func(t *testing.T) {
+			// The agent restarted while the grant was valid and served
+			// the client's new connections: a report of its own, whose
+			// first connection is later, is recorded; sent again, it is
+			// a duplicate.
+			again := report(vg.Grant, func(r *agentapi.DirectReport) {
+				r.First, r.Last, r.BytesIn = first.Add(30*time.Second), first.Add(40*time.Second), 5<<20
+			})
+			if res := send(t, f.svc, agent, again); res[0].Status != agentapi.ReportRecorded {
+				t.Errorf("the second run's report: %+v", res[0])
+			}
+			if res := send(t, f.svc, agent, again, report(vg.Grant, nil)); res[0].Status != agentapi.ReportDuplicate || res[1].Status != agentapi.ReportDuplicate {
+				t.Errorf("both runs' reports sent again: %+v", res)
+			}
+			var runs []float64
+			for _, e := range directEvents(t) {
+				var d map[string]any
+				json.Unmarshal(e.Details, &d)
+				if d["session_id"] == vg.SessionID {
+					runs = append(runs, d["bytes_in"].(float64))
+				}
+			}
+			if !slices.Equal(runs, []float64{3 << 20, 5 << 20}) {
+				t.Errorf("the detached volume's grant has runs of %v bytes in, want 3 MiB and 5 MiB", runs)
 			}
 		})
 

@@ -85,13 +85,18 @@ func (t *tx) OpenSessions(ctx context.Context, replica string) ([]*cloud.Session
 	return list(ctx, t, "list open sessions", q+" ORDER BY id", args, scanSession)
 }
 
-func (t *tx) RecordDirectReport(ctx context.Context, grantID, hostID string, at time.Time) error {
-	if grantID == "" || hostID == "" {
-		return invalidf("a direct session's report needs its grant and its host")
+func (t *tx) RecordDirectReport(ctx context.Context, grantID, hostID string, first, at time.Time) error {
+	if grantID == "" || hostID == "" || first.IsZero() {
+		return invalidf("a direct session's report needs its grant, its host and its first connection")
 	}
+	// A row recorded before reports were told apart by their first
+	// connection has the zero time, and stands for every report of its
+	// grant (migration 00030).
+	d := &t.s.d
 	n, err := t.execN(ctx, "mark grant "+grantID+" reported",
-		"INSERT INTO direct_reports (grant_id, host_id, reported_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-		grantID, hostID, t.s.d.timeArg(normTime(at)))
+		"INSERT INTO direct_reports (grant_id, first_at, host_id, reported_at) SELECT ?, ?, ?, ?"+
+			" WHERE NOT EXISTS (SELECT 1 FROM direct_reports WHERE grant_id = ? AND first_at = ?) ON CONFLICT DO NOTHING",
+		grantID, d.timeArg(normTime(first)), hostID, d.timeArg(normTime(at)), grantID, d.timeArg(time.Time{}))
 	if err != nil {
 		return err
 	}

@@ -83,4 +83,27 @@ func testSessions(t *testing.T, s cloud.Store) {
 			t.Errorf("open sessions of replica %q: %q, want %q", c.replica, ids, c.want)
 		}
 	}
+
+	// A direct grant's reports: one per first connection (an agent's run),
+	// each recorded once.
+	first := t0.Truncate(time.Microsecond).Add(time.Second)
+	for _, c := range []struct {
+		desc  string
+		grant string
+		first time.Time
+		want  cloud.Code
+	}{
+		{"a grant's first report", "dg-1", first, ""},
+		{"the same report again", "dg-1", first.Add(300 * time.Nanosecond), cloud.Conflict}, // the same microsecond
+		{"a later run's report", "dg-1", first.Add(time.Minute), ""},
+		{"that one again", "dg-1", first.Add(time.Minute), cloud.Conflict},
+		{"another grant at the same time", "dg-2", first, ""},
+		{"no first connection", "dg-3", time.Time{}, cloud.Invalid},
+		{"no grant", "", first, cloud.Invalid},
+	} {
+		err := s.Tx(ctx, func(tx cloud.Tx) error { return tx.RecordDirectReport(ctx, c.grant, "h-1", c.first, t0) })
+		if cloud.ErrorCode(err) != c.want {
+			t.Errorf("%s: %v, want %q", c.desc, err, c.want)
+		}
+	}
 }
