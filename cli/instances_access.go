@@ -80,7 +80,15 @@ func runExec(cmd *cobra.Command, c *conn, id string, command []string, withStdin
 	}
 	ctx := contextOf(cmd)
 	f, isFile := in.(*os.File)
-	raw := tty && isFile && term.IsTerminal(int(f.Fd()))
+	terminal := isFile && term.IsTerminal(int(f.Fd()))
+	if tty && withStdin && !terminal {
+		// A script piped into -it: a remote terminal would echo it, and
+		// the end of the input would hang the shell up before it ran
+		// what was read. As kubectl does, run without one.
+		fmt.Fprintln(cmd.ErrOrStderr(), "Unable to use a TTY: the input is not a terminal; running the command without one")
+		tty, o.TTY = false, false
+	}
+	raw := tty && terminal
 	if raw {
 		if w, h, err := term.GetSize(int(f.Fd())); err == nil {
 			o.Size = stream.Size{Cols: uint16(w), Rows: uint16(h)}

@@ -67,10 +67,16 @@ func TestUpExecContainers(t *testing.T) {
 		{"the workload's user", "", []string{"--", "id", "-u"}, 0, m[1] + "\n"},
 		{"stdin", "typed", []string{"-i", "--", "cat"}, 0, "typed"},
 		{"exit code", "", []string{"--", "sh", "-c", "exit 42"}, 42, ""},
+		// -it with input that is not a terminal runs without one, and
+		// says so: the whole script runs.
+		{"-it with piped input", "echo piped; exit 3\n", []string{"-it", "--", "sh"}, 3, "piped\n"},
 	} {
 		code, so, se := cliRun(t, out, c.stdin, append([]string{"instances", "exec", in.ID}, c.args...)...)
 		if code != c.code || so != c.out {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d, %q", c.name, code, so, se, c.code, c.out)
+		}
+		if tty := strings.Contains(se, "Unable to use a TTY"); tty != (c.name == "-it with piped input") {
+			t.Errorf("%s: stderr %q", c.name, se)
 		}
 	}
 
