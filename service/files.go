@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpucloud/gpucloud/agentapi"
@@ -169,8 +170,17 @@ func (s *Files) AuditVolumeSession(ctx context.Context, a Actor, r *VolumeRoute,
 	if a.Admin() && a.TenantID != r.Volume.TenantID {
 		details["admin"] = true
 	}
+	// The reason says where and, at the end, how long, for a table of
+	// events (gpucloud volumes events); the details have both too.
+	line := reason
+	if ended && took > 0 {
+		line += " after " + took.Round(time.Millisecond).String()
+	}
+	if !strings.Contains(line, r.HostID) {
+		line += " on host " + r.HostID
+	}
 	return s.tx(ctx, func(tx cloud.Tx) error {
 		return tx.AppendEvent(ctx, &cloud.Event{Time: s.now(), Kind: kind, TenantID: r.Volume.TenantID, HostID: r.HostID,
-			Actor: a.ID, Reason: reason, Details: mustJSON(details)})
+			Actor: a.ID, Reason: line, Details: mustJSON(details)})
 	})
 }

@@ -152,6 +152,9 @@ func TestVolumeSessionAudit(t *testing.T) {
 			if len(mine) != 2 || mine[0].Kind != service.EventVolumeFilesStarted || mine[1].Kind != service.EventVolumeFilesEnded {
 				t.Fatalf("events of %s: %+v", id, mine)
 			}
+			if mine[0].Reason != "volumes cp on host h-1" || mine[1].Reason != "closed after 1.5s on host h-1" {
+				t.Errorf("reasons %q, %q", mine[0].Reason, mine[1].Reason)
+			}
 			end := details(t, mine[1])
 			if end["volume_id"] != v.ID || end["host_id"] != "h-1" || end["duration_ms"] != float64(1500) || mine[1].Actor != c.actor.ID ||
 				(end["admin"] == true) != c.admin {
