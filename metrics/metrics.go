@@ -26,9 +26,12 @@
 package metrics
 
 import (
+	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,10 +140,27 @@ func (s *Registry) log() *slog.Logger {
 	return slog.Default()
 }
 
-// errorLog is promhttp's logger over slog.
+// errorLog is promhttp's logger over slog. A scraper that went away
+// before it read the whole answer (a reset, a broken pipe) is not the
+// server's error: that is logged at debug level, once per scrape's
+// failing writes as promhttp reports them.
 type errorLog struct{ log *slog.Logger }
 
-func (e errorLog) Println(v ...any) { e.log.Error("metrics scrape", "err", v) }
+func (e errorLog) Println(v ...any) {
+	for _, x := range v {
+		if err, ok := x.(error); ok && clientGone(err) {
+			e.log.Debug("metrics scrape: the scraper went away", "err", err)
+			return
+		}
+	}
+	e.log.Error("metrics scrape", "err", v)
+}
+
+// clientGone reports whether err is a write to a client that closed its
+// connection.
+func clientGone(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
 
 // ObserveStep records one controller round: the controller.Loop's Observe
 // hook.

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -276,3 +278,26 @@ func exposition(t *testing.T, s *Registry) string {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestScrapeErrorLog: a scraper that went away mid-answer (a reset, a
+// broken pipe) is logged at debug level; any other scrape error at error
+// level.
+func TestScrapeErrorLog(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		err   error
+		level string
+	}{
+		{"reset", fmt.Errorf("write tcp 127.0.0.1:7878->127.0.0.1:52208: %w", syscall.ECONNRESET), "DEBUG"},
+		{"broken pipe", &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, "DEBUG"},
+		{"closed", net.ErrClosed, "DEBUG"},
+		{"a collector's failure", errors.New("collected metric x was collected before"), "ERROR"},
+	} {
+		var buf strings.Builder
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		errorLog{log}.Println("error encoding and sending metric family:", c.err)
+		if !strings.Contains(buf.String(), "level="+c.level) {
+			t.Errorf("%s: logged %q, want level %s", c.name, buf.String(), c.level)
+		}
+	}
+}
