@@ -112,6 +112,11 @@ type Config struct {
 	// one user may have open at once (service.DefaultSessionLimit when
 	// zero).
 	SessionLimit int
+	// CreateBatches is how many tenants' batches of creates are committed
+	// at once (service.Options.CreateBatches); zero picks by store:
+	// service.DefaultCreateBatches on PostgreSQL, any number on SQLite
+	// (whose one connection runs them in turn anyway).
+	CreateBatches int
 	// DirectAccess lets tenants copy files straight to the agents that
 	// listen for it, with grants the cloud's CA signs (docs/DATA.md,
 	// "Direct copies"). It needs TLS (a plain-HTTP server has no CA to
@@ -138,6 +143,9 @@ type Config struct {
 
 // DefaultSessionLimit is Config.SessionLimit's default.
 const DefaultSessionLimit = service.DefaultSessionLimit
+
+// DefaultCreateBatches is Config.CreateBatches' default on PostgreSQL.
+const DefaultCreateBatches = service.DefaultCreateBatches
 
 // Replica is a running control-plane process (one of several that may share a store): the API on a listener, and the
 // controllers, which run only while this replica is the leader.
@@ -411,7 +419,8 @@ func (s *Replica) loadCA(ctx context.Context, cfg Config) error {
 func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
 		Availability: s.availability, DryRun: s.dryRun, FleetSeen: s.fleetSeen, AllowRegistries: cfg.AllowRegistries,
-		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg), HeartbeatInterval: controller.HeartbeatInterval(cfg.HeartbeatTimeout)}
+		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg), HeartbeatInterval: controller.HeartbeatInterval(cfg.HeartbeatTimeout),
+		CreateBatches: createBatches(cfg.CreateBatches, s.Store.Dialect())}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 		opts.DirectAccess = cfg.DirectAccess
@@ -424,6 +433,20 @@ func (s *Replica) newServices(cfg Config) *service.Services {
 		cfg.Log.Error("address pool unusable; address allocation will fail", "pool", cfg.AddressPool, "err", err)
 	}
 	return service.New(s.Store, cfg.Catalog, opts)
+}
+
+// createBatches is Config.CreateBatches for a store of dialect d: n when
+// set, service.DefaultCreateBatches on a store that runs transactions side
+// by side, and no bound (0) on SQLite.
+func createBatches(n int, d string) int {
+	switch {
+	case n > 0:
+		return n
+	case d == "sqlite":
+		return 0
+	default:
+		return service.DefaultCreateBatches
+	}
 }
 
 // replicaName is cfg.Replica, or the host's name.

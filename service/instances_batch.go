@@ -26,12 +26,29 @@ import (
 // gate), not before it waits for it: what arrives while it waits goes in
 // too.
 //
+// How many tenants' batches run at once is bounded too
+// (Options.CreateBatches): a tenant whose batch waits for a turn keeps
+// gathering creates, so that under load the batches grow instead of
+// multiplying. On PostgreSQL, whose work per batch (the quota's lock and
+// counts, the keys' read, the subnet's cursor, the commit) is most of a
+// small batch's cost, eight tenants' batches at once cut the control-plane
+// burst into batches of about four creates; two at once, into batches
+// about three times as large, at a quarter more creates a second
+// (docs/BENCHMARKS.md, "Create batches at once"). A lone create still
+// starts at once when a turn is free.
+//
 // A batch is all or nothing: when any of its creates fails (a quota
 // exceeded, a key reused with another request, a race lost to another
 // replica), the transaction writes nothing and each create is run again
 // alone, in arrival order, so that each gets its own answer exactly as if
 // it had come alone. Creates that attach volumes run alone: they need
 // serializable isolation.
+
+// DefaultCreateBatches is how many tenants' batches of creates the
+// composition root lets run at once on a store that runs transactions
+// side by side (PostgreSQL); on SQLite, whose one connection already runs
+// them one at a time, it sets no bound.
+const DefaultCreateBatches = 2
 
 // maxCreateBatch bounds the creates of one transaction.
 const maxCreateBatch = 64
@@ -64,6 +81,10 @@ func (c *createCall) finish(out *cloud.Instance, created bool, err error) {
 type createQueues struct {
 	mu     sync.Mutex
 	queues map[string]*createQueue
+	// slots bounds the batches (of all tenants) running at once
+	// (Options.CreateBatches); nil: any number. A batch holds a slot from
+	// before its transaction begins until it has ended.
+	slots chan struct{}
 }
 
 // createQueue is one tenant's creates that wait for the running
@@ -72,7 +93,15 @@ type createQueue struct {
 	waiting []*createCall
 }
 
-func newCreateQueues() *createQueues { return &createQueues{queues: map[string]*createQueue{}} }
+// newCreateQueues returns the queues, running at most n batches at once
+// (n <= 0: any number).
+func newCreateQueues(n int) *createQueues {
+	g := &createQueues{queues: map[string]*createQueue{}}
+	if n > 0 {
+		g.slots = make(chan struct{}, n)
+	}
+	return g
+}
 
 // submit queues c under key and returns once c is finished. When nothing
 // runs for key, c's goroutine runs the first batch itself, and hands what
@@ -99,6 +128,12 @@ func (g *createQueues) submit(key string, c *createCall, run func(first *createC
 // when its transaction gets its turn; a run that does not call it leaves
 // the creates waiting.
 func (g *createQueues) drain(key string, q *createQueue, run func(first *createCall, take func() []*createCall)) {
+	if g.slots != nil {
+		// Blocked senders are served in arrival order. What key's
+		// callers send meanwhile queues behind first, for take.
+		g.slots <- struct{}{}
+		defer func() { <-g.slots }()
+	}
 	g.mu.Lock()
 	first := q.waiting[0]
 	g.mu.Unlock()

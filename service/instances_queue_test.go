@@ -15,7 +15,7 @@ import (
 func TestCreateQueuesTakeAtTurn(t *testing.T) {
 	for _, sent := range []int{1, 10, maxCreateBatch + 6} {
 		t.Run(fmt.Sprint(sent), func(t *testing.T) {
-			g := newCreateQueues()
+			g := newCreateQueues(0)
 			turn := make(chan struct{})
 			var batches [][]*createCall // appended by one run at a time
 			run := func(first *createCall, take func() []*createCall) {
@@ -70,6 +70,100 @@ func TestCreateQueuesTakeAtTurn(t *testing.T) {
 			defer g.mu.Unlock()
 			if len(g.queues) != 0 {
 				t.Errorf("queues left behind: %v", g.queues)
+			}
+		})
+	}
+}
+
+// TestCreateQueuesSlots: with n slots, at most n tenants' batches run at
+// once; a tenant whose batch waits for a slot keeps gathering its creates
+// into it, a lone create with a slot free runs at once, and every slot is
+// free again at the end.
+func TestCreateQueuesSlots(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			const tenants, perTenant = 5, 7
+			g := newCreateQueues(n)
+			release := make(chan struct{})
+			var mu sync.Mutex
+			running, most := 0, 0
+			sizes := map[string][]int{}
+			run := func(first *createCall, take func() []*createCall) {
+				mu.Lock()
+				running++
+				most = max(most, running)
+				mu.Unlock()
+				<-release
+				b := take()
+				mu.Lock()
+				running--
+				sizes[first.key] = append(sizes[first.key], len(b))
+				mu.Unlock()
+				for _, c := range b {
+					c.finish(nil, false, nil)
+				}
+			}
+			var wg sync.WaitGroup
+			send := func(tenant string) {
+				c := &createCall{key: tenant, done: make(chan struct{})}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g.submit(tenant, c, run)
+				}()
+			}
+			// One create of each tenant first: n of them take the slots,
+			// the others wait for one.
+			for i := range tenants {
+				send(fmt.Sprint("tn-", i))
+			}
+			waitFor(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return running == n
+			})
+			// The rest arrive while every tenant's first batch waits
+			// (for the store's turn or for a slot).
+			for i := range tenants {
+				for range perTenant - 1 {
+					send(fmt.Sprint("tn-", i))
+				}
+			}
+			waitFor(t, func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				queued := 0
+				for _, q := range g.queues {
+					queued += len(q.waiting)
+				}
+				return queued == tenants*perTenant
+			})
+			close(release)
+			wg.Wait()
+			if most > n {
+				t.Errorf("%d batches ran at once, want at most %d", most, n)
+			}
+			// Every tenant's creates all went in its first batch: they
+			// were all queued before any batch took them.
+			for tenant, s := range sizes {
+				if len(s) != 1 || s[0] != perTenant {
+					t.Errorf("%s: batches of %v, want one of %d", tenant, s, perTenant)
+				}
+			}
+			if len(sizes) != tenants {
+				t.Errorf("%d tenants' batches ran, want %d", len(sizes), tenants)
+			}
+			if len(g.slots) != 0 || len(g.queues) != 0 {
+				t.Errorf("%d slots held and %d queues left at the end", len(g.slots), len(g.queues))
+			}
+			// A lone create afterwards runs at once.
+			c := &createCall{key: "tn-late", done: make(chan struct{})}
+			done := make(chan struct{})
+			go func() { g.submit("tn-late", c, run); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a lone create waited with every slot free")
 			}
 		})
 	}

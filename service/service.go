@@ -174,6 +174,12 @@ type Options struct {
 	// the composition root asks for a sixth of its heartbeat timeout).
 	// Zero: they are not asked, and heartbeat at their own interval.
 	HeartbeatInterval time.Duration
+	// CreateBatches is how many tenants' batches of creates are committed
+	// at once (instances_batch.go); the others' creates wait and join
+	// their tenant's next batch. Zero or less: any number, each tenant's
+	// batch starting as soon as its last one ends
+	// (DefaultCreateBatches says what the composition root picks).
+	CreateBatches int
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
@@ -277,7 +283,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		st = WatchAssignments(st, opts.AssignmentChanges)
 	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts, beats: &beatGroups{}}
-	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues()}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues(opts.CreateBatches)}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
 		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{base: b}, Endpoints: &Endpoints{b}, Replicas: &Replicas{b}, NetworkChanges: opts.NetworkChanges,

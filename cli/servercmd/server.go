@@ -287,12 +287,13 @@ func (f *SpotFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 // LimitFlags are the API's request limits (httpapi.RateLimits), and the
 // sessions' settings.
 type LimitFlags struct {
-	limits       []string
-	proxies      []string
-	sessions     int
-	replica      string
-	address      string
-	directAccess bool
+	limits        []string
+	proxies       []string
+	sessions      int
+	replica       string
+	address       string
+	directAccess  bool
+	createBatches int
 }
 
 // DirectAccess reports whether --direct-access was given.
@@ -310,6 +311,7 @@ func (f *LimitFlags) Register(cmd *cobra.Command) {
 		limitText(httpapi.DefaultAnonymousRate, httpapi.DefaultAnonymousBurst)+"); a tenant's quota overrides member and admin; repeatable")
 	fs.StringArrayVar(&f.proxies, "trusted-proxy", nil, "the address or CIDR of a reverse proxy whose X-Forwarded-For names the client (for the failed-authentication limit); repeatable")
 	fs.BoolVar(&f.directAccess, "direct-access", false, "let tenants copy files and forward ports straight to the agents that listen for it (agent --direct-listen), with short-lived grants this server signs (docs/DATA.md, docs/ACCESS.md); otherwise both go through the server")
+	fs.IntVar(&f.createBatches, "create-batches", 0, "how many tenants' batches of instance creates are committed at once; the others' creates wait and join their tenant's next batch (0: "+strconv.Itoa(controlplane.DefaultCreateBatches)+" on PostgreSQL, no bound on SQLite)")
 	fs.IntVar(&f.sessions, "session-limit", controlplane.DefaultSessionLimit, "how many exec and port-forward sessions one user may have open at once")
 	fs.StringVar(&f.replica, "replica-name", "", "this replica's name in the session records and the replica registry (default: the host name); replicas sharing a database need distinct, stable names")
 	fs.StringVar(&f.address, "replica-address", "", "host:port the other replicas reach this one at, to forward sessions to the agents it holds (default: the listen address, with the host name for an unspecified address; the server certificate must cover it)")
@@ -331,6 +333,10 @@ func (f *LimitFlags) Apply(cmd *cobra.Command, cfg *controlplane.Config) error {
 	}
 	cfg.SessionLimit, cfg.Replica, cfg.ReplicaAddress = f.sessions, f.replica, f.address
 	cfg.DirectAccess = f.directAccess
+	if f.createBatches < 0 {
+		return cmdutil.Usagef(cmd, "--create-batches %d: want 0 (by store) or more", f.createBatches)
+	}
+	cfg.CreateBatches = f.createBatches
 	return nil
 }
 
