@@ -121,6 +121,12 @@ type Tx interface {
 	// their IDs returned, in the order given. An ID given twice is
 	// Invalid.
 	UpdateInstances(ctx context.Context, ins []*Instance) (stale []string, err error)
+	// UpdateInstanceStates is UpdateInstances for what a lifecycle move
+	// changes (service.MoveInstances): of each instance it writes only
+	// State, Reason, HostID, Placement, Zone, Interruption and UpdatedAt,
+	// and bumps the version, leaving the rest of the row as stored. The scheduler's batches write a few columns a
+	// row instead of every one.
+	UpdateInstanceStates(ctx context.Context, ins []*Instance) (stale []string, err error)
 
 	// PutHost inserts a host, or updates it when host.Version matches the
 	// stored one (then increments it); Conflict otherwise. The scheduler

@@ -26,14 +26,14 @@ type hookTx struct {
 	h *hookStore
 }
 
-func (t *hookTx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+func (t *hookTx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
 	if f := t.h.before; f != nil {
 		t.h.before = nil
 		if err := f(t.Tx); err != nil {
 			return nil, err
 		}
 	}
-	return t.Tx.UpdateInstances(ctx, ins)
+	return t.Tx.UpdateInstanceStates(ctx, ins)
 }
 
 // events counts the events of a kind, and for state events only the moves

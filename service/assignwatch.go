@@ -318,6 +318,16 @@ func (t *assignWatchedTx) UpdateInstances(ctx context.Context, ins []*cloud.Inst
 	return stale, err
 }
 
+func (t *assignWatchedTx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+	stale, err := t.Tx.UpdateInstanceStates(ctx, ins)
+	if err == nil {
+		for _, in := range ins {
+			t.instance(in)
+		}
+	}
+	return stale, err
+}
+
 func (t *assignWatchedTx) AppendEvent(ctx context.Context, e *cloud.Event) error {
 	err := t.Tx.AppendEvent(ctx, e)
 	if err == nil {

@@ -139,7 +139,8 @@ func MoveInstances(ctx context.Context, tx cloud.Tx, ins []*cloud.Instance, move
 		}
 		next[i] = &n
 	}
-	if stale, err = tx.UpdateInstances(ctx, next); err != nil {
+	// apply changes only the state fields (TestApplyChangesOnlyStateFields).
+	if stale, err = tx.UpdateInstanceStates(ctx, next); err != nil {
 		return nil, err
 	}
 	skip := make(map[string]bool, len(stale))

@@ -223,6 +223,16 @@ func (t *watchedTx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) 
 	return stale, err
 }
 
+func (t *watchedTx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+	stale, err := t.Tx.UpdateInstanceStates(ctx, ins)
+	if err == nil {
+		for _, in := range ins {
+			t.instance(in)
+		}
+	}
+	return stale, err
+}
+
 func (t *watchedTx) PutHost(ctx context.Context, h *cloud.Host) error {
 	old, gerr := t.Tx.GetHost(ctx, h.ID)
 	err := t.Tx.PutHost(ctx, h)

@@ -248,7 +248,7 @@ func recordWaits(ctx context.Context, tx cloud.Tx, waits []PlannedWait, actor st
 		ins[i].Reason, ins[i].UpdatedAt = w.Reason, now
 		ptrs[i] = &ins[i]
 	}
-	stale, err := tx.UpdateInstances(ctx, ptrs)
+	stale, err := tx.UpdateInstanceStates(ctx, ptrs) // the reason and the time
 	if err != nil {
 		return err
 	}

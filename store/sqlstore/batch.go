@@ -106,6 +106,63 @@ func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]stri
 	return stale, nil
 }
 
+// UpdateInstanceStates writes the state fields of each instance
+// (cloud.Tx.UpdateInstanceStates) in one statement per batchRows
+// instances, joined with a VALUES list as UpdateInstances is.
+func (t *tx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+	seen := make(map[string]bool, len(ins))
+	for _, in := range ins {
+		if seen[in.ID] {
+			return nil, invalidf("instance %s is given twice", in.ID)
+		}
+		seen[in.ID] = true
+	}
+	d := &t.s.d
+	j := d.typed("json")
+	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, " + j + ", ?, " + j + ", " + d.typed("timestamptz") + ")"
+	const cols = 9
+	args := make([]any, 0, cols*len(ins))
+	docs := make([]*instanceDoc, len(ins))
+	for i, in := range ins {
+		doc, err := encodeInstance(in)
+		if err != nil {
+			return nil, err
+		}
+		docs[i] = doc
+		args = append(args, in.ID, in.Version, string(in.State), in.Reason, in.HostID, doc.placement, in.Zone,
+			doc.interruption, d.timeArg(normTime(in.UpdatedAt)))
+	}
+	written := make(map[string]bool, len(ins))
+	for lo := 0; lo < len(ins); lo += batchRows {
+		hi := min(lo+batchRows, len(ins))
+		ids, err := list(ctx, t, "update instance states",
+			"WITH v (id, version, state, reason, host_id, placement, zone, interruption, updated_at)"+
+				" AS (VALUES "+values(row, hi-lo)+")"+
+				" UPDATE instances SET state = v.state, reason = v.reason, host_id = v.host_id,"+
+				" placement = v.placement, zone = v.zone, interruption = v.interruption, updated_at = v.updated_at,"+
+				" version = instances.version + 1"+
+				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
+			args[cols*lo:cols*hi], scanString)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			written[*id] = true
+		}
+	}
+	stale := []string{}
+	for i, in := range ins {
+		if !written[in.ID] {
+			stale = append(stale, in.ID)
+			continue
+		}
+		in.Version++
+		in.UpdatedAt = normTime(in.UpdatedAt)
+		docs[i].normalize(in)
+	}
+	return stale, nil
+}
+
 func scanRowVersion(sc scanner) (*cloud.RowVersion, error) {
 	var v cloud.RowVersion
 	err := sc.Scan(&v.ID, &v.Version)

@@ -226,6 +226,67 @@ func testUpdateInstance(t *testing.T, s cloud.Store) {
 	wantCode(t, "updating a missing instance is NotFound", err, cloud.NotFound, "instance i-404 not found")
 }
 
+// testUpdateInstanceStates: UpdateInstanceStates writes the state fields
+// of the instances whose version matches (and bumps it), leaves every
+// other field as stored whatever the instance in hand says, returns the
+// stale and missing ones untouched, and refuses an ID given twice.
+func testUpdateInstanceStates(t *testing.T, s cloud.Store) {
+	seedTenants(t, s, "t-1")
+	inTx(t, s, func(tx cloud.Tx) error {
+		for _, id := range []string{"i-1", "i-2", "i-3"} {
+			if err := tx.CreateInstance(ctx, &cloud.Instance{ID: id, TenantID: "t-1", Name: "n-" + id, Offering: "h100x2",
+				State: cloud.Pending, Reason: "waiting", CreatedAt: t0, UpdatedAt: t0,
+				Tags: map[string]string{"team": "a"}, Command: []string{"sleep", "1"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	get := func(id string) *cloud.Instance {
+		return mustRead(t, s, func(tx cloud.Tx) (*cloud.Instance, error) { return tx.GetInstance(ctx, id) })
+	}
+	before := map[string]*cloud.Instance{"i-1": get("i-1"), "i-2": get("i-2"), "i-3": get("i-3")}
+	i1, i2, i3 := get("i-1"), get("i-2"), get("i-3")
+	at := t0.Add(time.Minute)
+	// i-1 is placed; i-2 gets a notice and a new reason; i-3 is stale.
+	i1.State, i1.Reason, i1.HostID, i1.Placement, i1.Zone, i1.UpdatedAt = cloud.Scheduled, "placed", "h-1", placement("i-1", "h-1"), "z-1", at
+	i2.Reason, i2.UpdatedAt = "no capacity", at
+	i2.Interruption = &cloud.Interruption{Reason: "reclaim", NoticedAt: at, Deadline: at.Add(2 * time.Minute)}
+	i3.Version, i3.Reason = 99, "lost"
+	// What the call must not write.
+	for _, in := range []*cloud.Instance{i1, i2, i3} {
+		in.Name, in.Tags, in.Command, in.Offering = "renamed", map[string]string{"team": "b"}, []string{"true"}, "h100x4"
+	}
+	var stale []string
+	inTx(t, s, func(tx cloud.Tx) (err error) {
+		stale, err = tx.UpdateInstanceStates(ctx, []*cloud.Instance{i1, i2, i3, {ID: "i-404", Version: 1}})
+		return err
+	})
+	if !slices.Equal(stale, []string{"i-3", "i-404"}) {
+		t.Errorf("stale %v, want [i-3 i-404]", stale)
+	}
+	for _, in := range []*cloud.Instance{i1, i2} {
+		b := before[in.ID]
+		want := *b
+		want.State, want.Reason, want.HostID, want.Placement, want.Zone = in.State, in.Reason, in.HostID, in.Placement, in.Zone
+		want.Interruption, want.UpdatedAt, want.Version = in.Interruption, in.UpdatedAt, b.Version+1
+		wantEqual(t, "UpdateInstanceStates "+in.ID, get(in.ID), &want)
+		if in.Version != b.Version+1 {
+			t.Errorf("%s: version in hand %d, want %d", in.ID, in.Version, b.Version+1)
+		}
+	}
+	wantEqual(t, "UpdateInstanceStates: the stale i-3 is unchanged", get("i-3"), before["i-3"])
+	if i3.Version != 99 {
+		t.Errorf("the stale i-3's version in hand became %d", i3.Version)
+	}
+	twice := []*cloud.Instance{get("i-1"), get("i-1")}
+	err := try(s, func(tx cloud.Tx) error {
+		_, err := tx.UpdateInstanceStates(ctx, twice)
+		return err
+	})
+	wantCode(t, "an ID given twice", err, cloud.Invalid, "")
+}
+
 func testListInstances(t *testing.T, s cloud.Store) {
 	seedTenants(t, s, "t-1", "t-2")
 	// "i-B" sorts before "i-a" in byte order (and after it in most locales):

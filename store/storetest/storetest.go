@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) cloud.Store) {
 		{"Idempotency", testIdempotency},
 		{"CreateInstances", testCreateInstances},
 		{"UpdateInstance", testUpdateInstance},
+		{"UpdateInstanceStates", testUpdateInstanceStates},
 		{"ListInstances", testListInstances},
 		{"Hosts", testHosts},
 		{"AgentTokens", testAgentTokens},
