@@ -29,6 +29,9 @@ type Client struct {
 	base  string
 	token string
 	hc    *http.Client
+	// cold holds back the requests sent while the first one over HTTPS
+	// waits for its connection (firstconn.go).
+	cold *firstConn
 }
 
 // New returns a client of the server at baseURL (e.g.
@@ -38,7 +41,7 @@ func New(baseURL, token string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc, cold: &firstConn{open: make(chan struct{})}}
 }
 
 // maxErrorBody bounds how much of an error response the client reads.
@@ -117,6 +120,14 @@ func (c *Client) NewRequest(ctx context.Context, method, path string, body io.Re
 func (c *Client) Send(req *http.Request) (*http.Response, error) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if g := c.coldGate(req); g != nil {
+		r, done, err := g.pass(req)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		req = r
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
