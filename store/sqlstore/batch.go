@@ -41,75 +41,48 @@ func values(row string, n int) string {
 // rows and updates those whose version matches, in one statement per
 // batchRows instances.
 func (t *tx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
-	seen := make(map[string]bool, len(ins))
-	for _, in := range ins {
-		if seen[in.ID] {
-			return nil, invalidf("instance %s is given twice", in.ID)
-		}
-		seen[in.ID] = true
-	}
 	d := &t.s.d
-	j := d.typed("json")
-	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, ?, " + strings.Repeat(j+", ", 6) + "?, " + j + ", " +
-		d.typed("timestamptz") + ", ?, ?, ?, " + j + ", ?, " + j + ", ?, ?, ?, ?, " + j + ")"
-	// Encode everything first, so that an instance that cannot be stored
-	// fails the call before anything is written.
-	const cols = 26
-	args := make([]any, 0, cols*len(ins))
-	docs := make([]*instanceDoc, len(ins))
-	for i, in := range ins {
-		doc, err := encodeInstance(in)
-		if err != nil {
-			return nil, err
-		}
-		docs[i] = doc
-		args = append(args, in.ID, in.Version, in.Name, in.Offering, string(in.State), in.Reason,
+	return t.updateInstanceRows(ctx, "update instances", ins, []column{
+		{"name", ""}, {"offering", ""}, {"state", ""}, {"reason", ""}, {"zones", "json"}, {"labels", "json"},
+		{"command", "json"}, {"env", "json"}, {"volumes", "json"}, {"tags", "json"}, {"host_id", ""},
+		{"placement", "json"}, {"updated_at", "timestamptz"}, {"zone", ""}, {"market", ""},
+		{"spot_request_id", ""}, {"interruption", "json"}, {"group_id", ""}, {"scale_in", "json"},
+		{"image", ""}, {"private_address", ""}, {"network_id", ""}, {"subnet_id", ""},
+		{"security_groups", "json"},
+	}, func(in *cloud.Instance, doc *instanceDoc) []any {
+		return []any{in.Name, in.Offering, string(in.State), in.Reason,
 			doc.zones, doc.labels, doc.command, doc.env, doc.volumes, doc.tags, in.HostID, doc.placement,
 			d.timeArg(normTime(in.UpdatedAt)), in.Zone, string(doc.market), in.SpotRequestID, doc.interruption,
-			in.GroupID, doc.scaleIn, in.Image, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups)
-	}
-	written := make(map[string]bool, len(ins))
-	for lo := 0; lo < len(ins); lo += batchRows {
-		hi := min(lo+batchRows, len(ins))
-		ids, err := list(ctx, t, "update instances",
-			"WITH v (id, version, name, offering, state, reason, zones, labels, command, env, volumes, tags,"+
-				" host_id, placement, updated_at, zone, market, spot_request_id, interruption, group_id, scale_in, image, private_address,"+
-				" network_id, subnet_id, security_groups)"+
-				" AS (VALUES "+values(row, hi-lo)+")"+
-				" UPDATE instances SET name = v.name, offering = v.offering, state = v.state, reason = v.reason,"+
-				" zones = v.zones, labels = v.labels, command = v.command, env = v.env, volumes = v.volumes,"+
-				" tags = v.tags, host_id = v.host_id, placement = v.placement, updated_at = v.updated_at,"+
-				" zone = v.zone, market = v.market, spot_request_id = v.spot_request_id,"+
-				" interruption = v.interruption, group_id = v.group_id, scale_in = v.scale_in, image = v.image,"+
-				" private_address = v.private_address, network_id = v.network_id, subnet_id = v.subnet_id,"+
-				" security_groups = v.security_groups,"+
-				" version = instances.version + 1"+
-				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
-			args[cols*lo:cols*hi], scanString)
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			written[*id] = true
-		}
-	}
-	stale := []string{}
-	for i, in := range ins {
-		if !written[in.ID] {
-			stale = append(stale, in.ID)
-			continue
-		}
-		in.Version++
-		in.UpdatedAt = normTime(in.UpdatedAt)
-		docs[i].normalize(in)
-	}
-	return stale, nil
+			in.GroupID, doc.scaleIn, in.Image, in.PrivateAddress, in.NetworkID, in.SubnetID, doc.securityGroups}
+	})
 }
 
 // UpdateInstanceStates writes the state fields of each instance
-// (cloud.Tx.UpdateInstanceStates) in one statement per batchRows
-// instances, joined with a VALUES list as UpdateInstances is.
+// (cloud.Tx.UpdateInstanceStates) as UpdateInstances writes them all.
 func (t *tx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
+	d := &t.s.d
+	return t.updateInstanceRows(ctx, "update instance states", ins, []column{
+		{"state", ""}, {"reason", ""}, {"host_id", ""}, {"placement", "json"}, {"zone", ""},
+		{"interruption", "json"}, {"updated_at", "timestamptz"},
+	}, func(in *cloud.Instance, doc *instanceDoc) []any {
+		return []any{string(in.State), in.Reason, in.HostID, doc.placement, in.Zone, doc.interruption,
+			d.timeArg(normTime(in.UpdatedAt))}
+	})
+}
+
+// column is a column an update writes, and the SQL type its parameter is
+// cast to in a VALUES list (Dialect.typed; empty: none needed).
+type column struct{ name, typ string }
+
+// updateInstanceRows writes cols of each instance whose stored version
+// matches (args gives their values, in cols' order), bumping its version:
+// the instances are joined with a VALUES list of (id, version, cols...),
+// one statement per batchRows of them. It returns the IDs of the stale
+// and missing ones, in the order given; the written ones get their new
+// version and their stored (normalized) form. An ID given twice is
+// Invalid.
+func (t *tx) updateInstanceRows(ctx context.Context, op string, ins []*cloud.Instance, cols []column,
+	args func(*cloud.Instance, *instanceDoc) []any) ([]string, error) {
 	seen := make(map[string]bool, len(ins))
 	for _, in := range ins {
 		if seen[in.ID] {
@@ -118,10 +91,24 @@ func (t *tx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([
 		seen[in.ID] = true
 	}
 	d := &t.s.d
-	j := d.typed("json")
-	row := "(?, " + d.typed("bigint") + ", ?, ?, ?, " + j + ", ?, " + j + ", " + d.typed("timestamptz") + ")"
-	const cols = 9
-	args := make([]any, 0, cols*len(ins))
+	names := []string{"id", "version"}
+	params := []string{"?", d.typed("bigint")}
+	sets := make([]string, 0, len(cols)+1)
+	for _, c := range cols {
+		names = append(names, c.name)
+		p := "?"
+		if c.typ != "" {
+			p = d.typed(c.typ)
+		}
+		params = append(params, p)
+		sets = append(sets, c.name+" = v."+c.name)
+	}
+	sets = append(sets, "version = instances.version + 1")
+	row := "(" + strings.Join(params, ", ") + ")"
+	// Encode everything first, so that an instance that cannot be stored
+	// fails the call before anything is written.
+	n := len(names)
+	all := make([]any, 0, n*len(ins))
 	docs := make([]*instanceDoc, len(ins))
 	for i, in := range ins {
 		doc, err := encodeInstance(in)
@@ -129,20 +116,16 @@ func (t *tx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([
 			return nil, err
 		}
 		docs[i] = doc
-		args = append(args, in.ID, in.Version, string(in.State), in.Reason, in.HostID, doc.placement, in.Zone,
-			doc.interruption, d.timeArg(normTime(in.UpdatedAt)))
+		all = append(append(all, in.ID, in.Version), args(in, doc)...)
 	}
 	written := make(map[string]bool, len(ins))
 	for lo := 0; lo < len(ins); lo += batchRows {
 		hi := min(lo+batchRows, len(ins))
-		ids, err := list(ctx, t, "update instance states",
-			"WITH v (id, version, state, reason, host_id, placement, zone, interruption, updated_at)"+
-				" AS (VALUES "+values(row, hi-lo)+")"+
-				" UPDATE instances SET state = v.state, reason = v.reason, host_id = v.host_id,"+
-				" placement = v.placement, zone = v.zone, interruption = v.interruption, updated_at = v.updated_at,"+
-				" version = instances.version + 1"+
+		ids, err := list(ctx, t, op,
+			"WITH v ("+strings.Join(names, ", ")+") AS (VALUES "+values(row, hi-lo)+")"+
+				" UPDATE instances SET "+strings.Join(sets, ", ")+
 				" FROM v WHERE instances.id = v.id AND instances.version = v.version RETURNING instances.id",
-			args[cols*lo:cols*hi], scanString)
+			all[n*lo:n*hi], scanString)
 		if err != nil {
 			return nil, err
 		}
