@@ -309,17 +309,18 @@ func (t *assignWatchedTx) UpdateInstance(ctx context.Context, in *cloud.Instance
 }
 
 func (t *assignWatchedTx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
-	stale, err := t.Tx.UpdateInstances(ctx, ins)
-	if err == nil {
-		for _, in := range ins {
-			t.instance(in)
-		}
-	}
-	return stale, err
+	return t.writeInstances(ctx, ins, t.Tx.UpdateInstances)
 }
 
 func (t *assignWatchedTx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
-	stale, err := t.Tx.UpdateInstanceStates(ctx, ins)
+	return t.writeInstances(ctx, ins, t.Tx.UpdateInstanceStates)
+}
+
+// writeInstances writes ins with write (one of the store's batched
+// updates) and notes each instance once it is written.
+func (t *assignWatchedTx) writeInstances(ctx context.Context, ins []*cloud.Instance,
+	write func(context.Context, []*cloud.Instance) ([]string, error)) ([]string, error) {
+	stale, err := write(ctx, ins)
 	if err == nil {
 		for _, in := range ins {
 			t.instance(in)

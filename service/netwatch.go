@@ -214,17 +214,18 @@ func (t *watchedTx) UpdateInstance(ctx context.Context, in *cloud.Instance) erro
 }
 
 func (t *watchedTx) UpdateInstances(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
-	stale, err := t.Tx.UpdateInstances(ctx, ins)
-	if err == nil {
-		for _, in := range ins {
-			t.instance(in)
-		}
-	}
-	return stale, err
+	return t.writeInstances(ctx, ins, t.Tx.UpdateInstances)
 }
 
 func (t *watchedTx) UpdateInstanceStates(ctx context.Context, ins []*cloud.Instance) ([]string, error) {
-	stale, err := t.Tx.UpdateInstanceStates(ctx, ins)
+	return t.writeInstances(ctx, ins, t.Tx.UpdateInstanceStates)
+}
+
+// writeInstances writes ins with write (one of the store's batched
+// updates) and notes each instance once it is written.
+func (t *watchedTx) writeInstances(ctx context.Context, ins []*cloud.Instance,
+	write func(context.Context, []*cloud.Instance) ([]string, error)) ([]string, error) {
+	stale, err := write(ctx, ins)
 	if err == nil {
 		for _, in := range ins {
 			t.instance(in)

@@ -21,8 +21,8 @@ import (
 // connection anyway. The gate is the Client's, so clients that share a
 // transport each send a first request of their own.
 
-// firstConn is a Client's gate: open once its first
-// request has had a connection, or has failed without one.
+// firstConn is a Client's gate: open once its first request has had a
+// connection, or has failed without one.
 type firstConn struct {
 	leading atomic.Bool   // a first request is on its way
 	open    chan struct{} // closed when the gate opens
