@@ -6,9 +6,11 @@ package upcmd
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpucloud/gpucloud/internal/pki"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -563,28 +565,37 @@ func runAgents(ctx context.Context, hosts []*hostAgent, log *slog.Logger) *sync.
 
 // writeCLIConfig points the CLI's configuration at the server at url,
 // and returns its path, or "" when it could not be written (a warning),
-// and the server it pointed at before ("" when none).
-func writeCLIConfig(url, token string, caPEM []byte, log *slog.Logger) (cfgPath, was string) {
+// and the configuration it held before (its Server "" when none).
+func writeCLIConfig(url, token string, caPEM []byte, log *slog.Logger) (cfgPath string, was cliconfig.File) {
 	cfgPath = cliconfig.Path()
 	if cfgPath != "" {
 		if old, err := cliconfig.Read(cfgPath, io.Discard); err == nil {
-			was = old.Server
+			was = old
 		}
 		if err := cliconfig.Write(cfgPath, url, token, caPEM); err != nil {
 			log.Warn("could not write the CLI configuration", "path", cfgPath, "err", err)
-			return "", ""
+			return "", cliconfig.File{}
 		}
 	}
 	return cfgPath, was
 }
 
 // repointLine is the line up prints when it repointed the CLI from
-// another server, was, to its own, now; "" when it did not.
-func repointLine(was, now string) string {
-	if was == "" || strings.TrimRight(was, "/") == strings.TrimRight(now, "/") {
+// another server, was, to its own, now; "" when it did not. The command
+// it gives to point back names the other cloud's CA by its fingerprint
+// when the configuration trusted one: each cloud has its own CA, and the
+// CLI now trusts only this one's.
+func repointLine(was cliconfig.File, now string) string {
+	if was.Server == "" || strings.TrimRight(was.Server, "/") == strings.TrimRight(now, "/") {
 		return ""
 	}
-	return fmt.Sprintf("the CLI now points at this cloud (was %s); `gpucloud login --server %s --token TOKEN` points it back", was, was)
+	login := "gpucloud login --server " + was.Server + " --token TOKEN"
+	if caPEM, err := base64.StdEncoding.DecodeString(was.CA); err == nil && was.CA != "" {
+		if cert, err := pki.ParseCert(caPEM); err == nil {
+			login += " --ca-fingerprint " + pki.Fingerprint(cert)
+		}
+	}
+	return fmt.Sprintf("the CLI now points at this cloud (was %s); `%s` points it back", was.Server, login)
 }
 
 // printWelcome says what runs where, and how to start using it.
