@@ -36,9 +36,15 @@ import (
 
 // DefaultBatchSize is how many pending instances the scheduler writes in
 // one store transaction at most, and DefaultScheduleInterval how often the
-// leader runs a scheduler step.
+// leader runs a scheduler step (a create that leaves the creates idle also
+// kicks a step at once: service.Options.CreatesIdle). Each batch waits its
+// turn for the store behind the creates' own transactions (on SQLite, one
+// connection runs them all), so a step that finds a burst's backlog (600
+// pending after 2,000 creates) takes as many turns as it has batches; 256
+// halves the turns of 128 at a few milliseconds more per transaction
+// (docs/BENCHMARKS.md, "The scheduler's tail").
 const (
-	DefaultBatchSize        = 128
+	DefaultBatchSize        = 256
 	DefaultScheduleInterval = 200 * time.Millisecond
 )
 

@@ -2,10 +2,17 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpucloud/gpucloud/api"
+	"github.com/gpucloud/gpucloud/client"
+	"github.com/gpucloud/gpucloud/cloud"
+	"github.com/gpucloud/gpucloud/fleet"
+	"github.com/gpucloud/gpucloud/testkit"
 )
 
 // TestControllerOrder: the leader runs one list of controllers, the
@@ -78,5 +85,59 @@ func TestStopControllers(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("GET /ca.crt: %d", resp.StatusCode)
+	}
+}
+
+// TestCreatePlacedWithoutTick: a create that leaves the creates idle
+// kicks the leader's scheduler (service.Options.CreatesIdle), so a lone
+// create is placed at once, not at the scheduler's next tick, here an hour
+// away.
+func TestCreatePlacedWithoutTick(t *testing.T) {
+	ctx := context.Background()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db")
+	st, err := OpenStore(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Tx(ctx, func(tx cloud.Tx) error {
+		h := benchHost(0)
+		return tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Hour
+	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
+		ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
+		StackInterval: hour, MarketInterval: hour, EndpointInterval: hour, GatewayRefresh: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	// The scheduler's first round (every controller runs at the loop's
+	// start) builds its fleet; the next is due in an hour.
+	testkit.Eventually(t, time.Minute, "the scheduler's first round", func() bool { return s.Scheduler.Schedulable() == 1 })
+	admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
+	tn, err := admin.CreateTenant(ctx, "kick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := admin.CreateUser(ctx, tn.ID, api.CreateUserRequest{Name: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := client.New(s.URL, u.Secret, s.HTTPClient())
+	for i := range 3 {
+		in, err := member.CreateInstance(ctx, api.CreateInstanceRequest{Offering: "h100.1x"}, fmt.Sprint("k", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 10*time.Second, "create "+fmt.Sprint(i)+" placed", func() bool {
+			got, err := member.GetInstance(ctx, in.ID)
+			return err == nil && got.State == cloud.Scheduled
+		})
 	}
 }

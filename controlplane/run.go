@@ -420,7 +420,7 @@ func (s *Replica) newServices(cfg Config) *service.Services {
 	opts := service.Options{Now: cfg.Now, StopGrace: cfg.StopGrace, AddressPool: cfg.AddressPool, NetworkChanges: s.netChanges, AssignmentChanges: s.asgChanges,
 		Availability: s.availability, DryRun: s.dryRun, FleetSeen: s.fleetSeen, AllowRegistries: cfg.AllowRegistries,
 		SessionLimit: cfg.SessionLimit, Replica: replicaName(cfg), HeartbeatInterval: controller.HeartbeatInterval(cfg.HeartbeatTimeout),
-		CreateBatches: createBatches(cfg.CreateBatches, s.Store.Dialect())}
+		CreateBatches: createBatches(cfg.CreateBatches, s.Store.Dialect()), CreatesIdle: s.kickControllers}
 	if !cfg.TLS.Plain {
 		opts.SignAgentCert = agentCertSigner(s.ca)
 		opts.DirectAccess = cfg.DirectAccess

@@ -85,6 +85,9 @@ type createQueues struct {
 	// (Options.CreateBatches); nil: any number. A batch holds a slot from
 	// before its transaction begins until it has ended.
 	slots chan struct{}
+	// idle, when set, is called when a batch ends and leaves no queue
+	// (Options.CreatesIdle).
+	idle func()
 }
 
 // createQueue is one tenant's creates that wait for the running
@@ -94,9 +97,10 @@ type createQueue struct {
 }
 
 // newCreateQueues returns the queues, running at most n batches at once
-// (n <= 0: any number).
-func newCreateQueues(n int) *createQueues {
-	g := &createQueues{queues: map[string]*createQueue{}}
+// (n <= 0: any number), calling idle (when not nil) whenever a batch ends
+// and leaves no queue.
+func newCreateQueues(n int, idle func()) *createQueues {
+	g := &createQueues{queues: map[string]*createQueue{}, idle: idle}
 	if n > 0 {
 		g.slots = make(chan struct{}, n)
 	}
@@ -146,12 +150,17 @@ func (g *createQueues) drain(key string, q *createQueue, run func(first *createC
 		return batch
 	})
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(q.waiting) == 0 {
-		delete(g.queues, key)
+	if len(q.waiting) > 0 {
+		g.mu.Unlock()
+		go g.drain(key, q, run)
 		return
 	}
-	go g.drain(key, q, run)
+	delete(g.queues, key)
+	idle := len(g.queues) == 0 && g.idle != nil
+	g.mu.Unlock()
+	if idle {
+		g.idle()
+	}
 }
 
 // runCreates commits a batch of creates of one tenant, or, when that

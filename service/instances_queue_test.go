@@ -15,7 +15,7 @@ import (
 func TestCreateQueuesTakeAtTurn(t *testing.T) {
 	for _, sent := range []int{1, 10, maxCreateBatch + 6} {
 		t.Run(fmt.Sprint(sent), func(t *testing.T) {
-			g := newCreateQueues(0)
+			g := newCreateQueues(0, nil)
 			turn := make(chan struct{})
 			var batches [][]*createCall // appended by one run at a time
 			run := func(first *createCall, take func() []*createCall) {
@@ -83,7 +83,7 @@ func TestCreateQueuesSlots(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			const tenants, perTenant = 5, 7
-			g := newCreateQueues(n)
+			g := newCreateQueues(n, nil)
 			release := make(chan struct{})
 			var mu sync.Mutex
 			running, most := 0, 0
@@ -164,6 +164,112 @@ func TestCreateQueuesSlots(t *testing.T) {
 			case <-done:
 			case <-time.After(10 * time.Second):
 				t.Fatal("a lone create waited with every slot free")
+			}
+		})
+	}
+}
+
+// TestCreateQueuesIdle: the idle hook (Options.CreatesIdle) runs once
+// each time the last running batch ends with nothing waiting, after its
+// creates are answered: never while another tenant's batch runs or waits
+// for a slot, and not for a batch that leaves creates waiting.
+func TestCreateQueuesIdle(t *testing.T) {
+	for _, n := range []int{0, 1} {
+		t.Run(fmt.Sprint("slots=", n), func(t *testing.T) {
+			var mu sync.Mutex
+			idles := 0
+			var answered []bool // whether every create sent was answered, at each idle
+			var calls []*createCall
+			g := newCreateQueues(n, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				idles++
+				all := true
+				for _, c := range calls {
+					select {
+					case <-c.done:
+					default:
+						all = false
+					}
+				}
+				answered = append(answered, all)
+			})
+			turns := map[string]chan struct{}{"tn-a": make(chan struct{}), "tn-b": make(chan struct{})}
+			started := make(chan string, 8)
+			run := func(first *createCall, take func() []*createCall) {
+				started <- first.key
+				<-turns[first.key]
+				for _, c := range take() {
+					c.finish(nil, false, nil)
+				}
+			}
+			var wg sync.WaitGroup
+			send := func(tenant string) *createCall {
+				c := &createCall{key: tenant, done: make(chan struct{})}
+				mu.Lock()
+				calls = append(calls, c)
+				mu.Unlock()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g.submit(tenant, c, run)
+				}()
+				return c
+			}
+			count := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return idles
+			}
+			// A lone create: one idle, after its answer.
+			close(turns["tn-a"])
+			send("tn-a")
+			wg.Wait()
+			if got := count(); got != 1 {
+				t.Fatalf("a lone create: %d idles, want 1", got)
+			}
+			<-started
+			// Two tenants at once: a's batch ends while b's runs (or waits
+			// for the one slot): no idle until b's ends too.
+			turns["tn-a"] = make(chan struct{})
+			send("tn-a")
+			if <-started != "tn-a" {
+				t.Fatal("tn-a's batch did not start first")
+			}
+			send("tn-b")
+			waitFor(t, func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.queues["tn-b"] != nil
+			})
+			// A second create of a's arrives while its batch waits for
+			// the store: the batch takes it.
+			send("tn-a")
+			waitFor(t, func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return len(g.queues["tn-a"].waiting) == 2
+			})
+			close(turns["tn-a"])
+			if <-started != "tn-b" {
+				t.Fatal("tn-b's batch did not start")
+			}
+			time.Sleep(20 * time.Millisecond) // an idle now would be counted
+			if got := count(); got != 1 {
+				t.Fatalf("%d idles while tn-b's batch runs, want still 1", got)
+			}
+			close(turns["tn-b"])
+			wg.Wait()
+			waitFor(t, func() bool { return count() == 2 })
+			mu.Lock()
+			defer mu.Unlock()
+			for i, all := range answered {
+				if !all {
+					t.Errorf("idle %d ran before every create was answered", i+1)
+				}
+			}
+			if len(g.queues) != 0 {
+				t.Errorf("queues left behind: %v", g.queues)
 			}
 		})
 	}

@@ -180,6 +180,13 @@ type Options struct {
 	// batch starting as soon as its last one ends
 	// (DefaultCreateBatches says what the composition root picks).
 	CreateBatches int
+	// CreatesIdle, when set, is called each time the creates go idle: a
+	// batch has ended and no tenant's creates are running or waiting. The
+	// composition root kicks the leader's scheduler with it, so that a
+	// lone create, or the last ones of a burst, are placed at once rather
+	// than at its next tick; while creates keep coming, the scheduler
+	// keeps its tick and places many in each step.
+	CreatesIdle func()
 }
 
 // DefaultStopGrace is the stop grace period when Options.StopGrace is zero.
@@ -283,7 +290,7 @@ func New(st cloud.Store, cat *catalog.Catalog, opts Options) *Services {
 		st = WatchAssignments(st, opts.AssignmentChanges)
 	}
 	b := base{store: st, cat: cat, now: opts.Now, opts: opts, beats: &beatGroups{}}
-	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues(opts.CreateBatches)}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
+	svc := &Services{base: b, Instances: &Instances{base: b, creates: newCreateQueues(opts.CreateBatches, opts.CreatesIdle)}, Volumes: &Volumes{b}, Addresses: &Addresses{b},
 		Commitments: &Commitments{b}, Prices: &Prices{b}, Spot: &Spot{b}, Billing: &Billing{b},
 		Accounts: &Accounts{b}, Hosts: &Hosts{b}, Agents: &Agents{b}, Groups: &Groups{b},
 		Placement: &PlacementGroups{b}, Keys: &Keys{b}, Networks: &Networks{b}, Sessions: &Sessions{b}, Files: &Files{base: b}, Endpoints: &Endpoints{b}, Replicas: &Replicas{b}, NetworkChanges: opts.NetworkChanges,
