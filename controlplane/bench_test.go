@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -139,6 +140,14 @@ func benchControlPlaneWith(b *testing.B, maxTx, exits int, quota, tls bool, newD
 		b.StartTimer()
 		counts := service.Unwrap(s.Store).(interface{ Counts() sqlstore.Counts }).Counts
 		proc0, busy0, c0, t0 := selfCPU(b), machineBusy(), counts(), time.Now()
+		if os.Getenv("GPUCLOUD_BENCH_PGSS") != "" {
+			// For the statements' breakdown of one burst: a PostgreSQL
+			// started with shared_preload_libraries=pg_stat_statements
+			// and the extension created in public (docs/BENCHMARKS.md).
+			if _, err := rawDB(b, s.Store).Exec("SELECT public.pg_stat_statements_reset()"); err != nil {
+				b.Fatal(err)
+			}
+		}
 		r := benchBurst(b, s, tokens, ex)
 		r.wall, r.proc, r.busy = time.Since(t0), time.Duration(selfCPU(b)-proc0), time.Duration(machineBusy()-busy0)
 		r.store = counts().Sub(c0)
