@@ -26,6 +26,12 @@ import (
 // connection. It runs only with GPUCLOUD_BENCH=1:
 //
 //	GPUCLOUD_BENCH=1 go test ./e2e -run TestAccessFigures -v -count=1
+//
+// The sender writes and the receiver reads GPUCLOUD_BENCH_IO_KIB at a
+// time (default 128: iperf3's for TCP), the same on every path. Until
+// 2026-12-07 the receiver read 8 KiB at a time (io.Discard), which made
+// the loopback connection receiver-bound and every ratio look better
+// (docs/BENCHMARKS.md, "The endpoints' reads").
 func TestAccessFigures(t *testing.T) {
 	if os.Getenv("GPUCLOUD_BENCH") != "1" {
 		t.Skip("a measurement: GPUCLOUD_BENCH=1 runs it")
@@ -60,6 +66,7 @@ func TestAccessFigures(t *testing.T) {
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 	t.Logf("exec round trip (echo, %d runs): p50 %s, p99 %s", runs, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
 
+	benchIO := envInt("GPUCLOUD_BENCH_IO_KIB", 128) << 10
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,14 @@ func TestAccessFigures(t *testing.T) {
 				// one byte: the sender's clock stops at the answer.
 				var n int64
 				binary.Read(conn, binary.BigEndian, &n)
-				io.CopyN(io.Discard, conn, n)
+				buf := make([]byte, benchIO)
+				for n > 0 {
+					k, err := conn.Read(buf[:min(int64(len(buf)), n)])
+					n -= int64(k)
+					if err != nil {
+						break
+					}
+				}
 				conn.Write([]byte{1})
 				conn.Close()
 			}()
@@ -86,7 +100,7 @@ func TestAccessFigures(t *testing.T) {
 	const size = 1 << 30
 	send := func(conn net.Conn) float64 {
 		defer conn.Close()
-		buf := make([]byte, 256<<10)
+		buf := make([]byte, benchIO)
 		start := time.Now()
 		binary.Write(conn, binary.BigEndian, int64(size))
 		for sent := 0; sent < size; sent += len(buf) {
