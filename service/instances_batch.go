@@ -85,9 +85,11 @@ type createQueues struct {
 	// (Options.CreateBatches); nil: any number. A batch holds a slot from
 	// before its transaction begins until it has ended.
 	slots chan struct{}
-	// idle, when set, is called when a batch ends and leaves no queue
-	// (Options.CreatesIdle).
+	// idle, when set, is called when a batch ends and leaves no queue,
+	// if some batch created an instance since the last call
+	// (Options.CreatesIdle); made says one did.
 	idle func()
+	made bool
 }
 
 // createQueue is one tenant's creates that wait for the running
@@ -98,7 +100,7 @@ type createQueue struct {
 
 // newCreateQueues returns the queues, running at most n batches at once
 // (n <= 0: any number), calling idle (when not nil) whenever a batch ends
-// and leaves no queue.
+// and leaves no queue, after batches that created instances.
 func newCreateQueues(n int, idle func()) *createQueues {
 	g := &createQueues{queues: map[string]*createQueue{}, idle: idle}
 	if n > 0 {
@@ -141,22 +143,32 @@ func (g *createQueues) drain(key string, q *createQueue, run func(first *createC
 	g.mu.Lock()
 	first := q.waiting[0]
 	g.mu.Unlock()
+	var taken []*createCall
 	run(first, func() []*createCall {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		n := min(len(q.waiting), maxCreateBatch)
 		batch := slices.Clone(q.waiting[:n])
 		q.waiting = slices.Clone(q.waiting[n:])
+		taken = batch
 		return batch
 	})
+	// run has finished every create it took.
+	made := slices.ContainsFunc(taken, func(c *createCall) bool { return c.created })
 	g.mu.Lock()
+	g.made = g.made || made
 	if len(q.waiting) > 0 {
 		g.mu.Unlock()
 		go g.drain(key, q, run)
 		return
 	}
 	delete(g.queues, key)
-	idle := len(g.queues) == 0 && g.idle != nil
+	// Refused and repeated creates (a retried key) kick nothing: they
+	// leave nothing to place.
+	idle := len(g.queues) == 0 && g.idle != nil && g.made
+	if idle {
+		g.made = false
+	}
 	g.mu.Unlock()
 	if idle {
 		g.idle()

@@ -172,7 +172,9 @@ func TestCreateQueuesSlots(t *testing.T) {
 // TestCreateQueuesIdle: the idle hook (Options.CreatesIdle) runs once
 // each time the last running batch ends with nothing waiting, after its
 // creates are answered: never while another tenant's batch runs or waits
-// for a slot, and not for a batch that leaves creates waiting.
+// for a slot, not for a batch that leaves creates waiting, and not when
+// nothing was created since its last call (creates refused, or answered
+// with the instance their key made).
 func TestCreateQueuesIdle(t *testing.T) {
 	for _, n := range []int{0, 1} {
 		t.Run(fmt.Sprint("slots=", n), func(t *testing.T) {
@@ -196,16 +198,25 @@ func TestCreateQueuesIdle(t *testing.T) {
 			})
 			turns := map[string]chan struct{}{"tn-a": make(chan struct{}), "tn-b": make(chan struct{})}
 			started := make(chan string, 8)
+			refuse := false // set between sends, never while one is in flight
 			run := func(first *createCall, take func() []*createCall) {
 				started <- first.key
 				<-turns[first.key]
 				for _, c := range take() {
-					c.finish(nil, false, nil)
+					// A create whose spec names "refused" fails.
+					if c.spec.Name == "refused" {
+						c.finish(nil, false, fmt.Errorf("refused"))
+					} else {
+						c.finish(nil, true, nil)
+					}
 				}
 			}
 			var wg sync.WaitGroup
 			send := func(tenant string) *createCall {
 				c := &createCall{key: tenant, done: make(chan struct{})}
+				if refuse {
+					c.spec.Name = "refused"
+				}
 				mu.Lock()
 				calls = append(calls, c)
 				mu.Unlock()
@@ -221,8 +232,17 @@ func TestCreateQueuesIdle(t *testing.T) {
 				defer mu.Unlock()
 				return idles
 			}
-			// A lone create: one idle, after its answer.
+			// A lone create that is refused: nothing to place, no idle.
 			close(turns["tn-a"])
+			refuse = true
+			send("tn-a")
+			wg.Wait()
+			<-started
+			refuse = false
+			if got := count(); got != 0 {
+				t.Fatalf("a refused create: %d idles, want 0", got)
+			}
+			// A lone create: one idle, after its answer.
 			send("tn-a")
 			wg.Wait()
 			if got := count(); got != 1 {

@@ -180,8 +180,11 @@ type Options struct {
 	// batch starting as soon as its last one ends
 	// (DefaultCreateBatches says what the composition root picks).
 	CreateBatches int
-	// CreatesIdle, when set, is called each time the creates go idle: a
-	// batch has ended and no tenant's creates are running or waiting. The
+	// CreatesIdle, when set, is called each time the creates go idle
+	// after some created an instance: a batch has ended, no tenant's
+	// creates are running or waiting, and a batch since the last call
+	// created an instance (refused creates, and retries answered with
+	// the instance their key made, do not count). The
 	// composition root kicks the leader's scheduler with it, so that a
 	// lone create, or the last ones of a burst, are placed at once rather
 	// than at its next tick; while creates keep coming, the scheduler
