@@ -56,7 +56,7 @@ import (
 type Overlay struct {
 	cfg     OverlayConfig
 	mtu     int    // the instances'
-	rps     string // the instances' veths' receive steering mask (rpsMask)
+	rps     string // the instances' veths' receive steering mask (rpsMask; "": none, OverlayConfig.SteerReceive)
 	blocked []netip.Prefix
 	vtepMAC net.HardwareAddr
 
@@ -156,7 +156,9 @@ func NewOverlay(ctx context.Context, cfg OverlayConfig) (*Overlay, error) {
 	}
 	o.cfg = cfg
 	o.mtu = cfg.UnderlayMTU - OverlayOverhead
-	o.rps = rpsMask()
+	if cfg.SteerReceive {
+		o.rps = rpsMask()
+	}
 	o.blocked = slices.Concat([]netip.Prefix{cfg.TransitPool, under.Masked()}, DefaultBlocked, cfg.Blocked)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -1155,11 +1157,12 @@ func cpuMask(set unix.CPUSet) string {
 
 // steer spreads what an instance's veth end receives over the CPUs
 // (receive packet steering on each of its receive queues, o.rps), in the
-// namespace ns. A veth hands a packet to its peer on the sender's CPU,
-// which then carries it through the router, the VXLAN device and the
-// host's stack as well; steered, that work goes to the CPU of the
-// packet's flow hash, beside the sending and receiving programs
-// (docs/BENCHMARKS.md, the overlay's knobs). A failure costs only
+// namespace ns, when OverlayConfig.SteerReceive asks for it. A veth hands
+// a packet to its peer on the sender's CPU, which then carries it through
+// the router, the VXLAN device and the host's stack as well; steered,
+// that work goes to the CPU of the packet's flow hash, at the price of an
+// interrupt to that CPU per packet (docs/BENCHMARKS.md, the overlay's
+// knobs, and "Receive steering, measured again"). A failure costs only
 // throughput: it is logged, not returned.
 func (o *Overlay) steer(ctx context.Context, ns, ifname string) {
 	if o.rps == "" {

@@ -65,6 +65,13 @@ type OverlayConfig struct {
 	// fabric of gpucloud up) can follow. It is called with the driver's
 	// lock held, and must not call the driver.
 	OnPublic func(addr netip.Addr, serving bool)
+	// SteerReceive spreads what both ends of each instance's veth receive
+	// over every CPU the agent may use (receive packet steering). Off by
+	// default: on this project's 2-vCPU VM it cost a single stream 10–20%
+	// of its throughput, each steered packet an inter-processor interrupt
+	// (docs/BENCHMARKS.md, "Receive steering, measured again"); it may pay
+	// where interrupts between CPUs are cheap and one CPU is the limit.
+	SteerReceive bool
 }
 
 func validCloud(s string) bool {

@@ -278,30 +278,55 @@ func TestOverlayTwoHosts(t *testing.T) {
 			t.Errorf("%s: MTU %d, want %d (the fabric's 1500 less %d)", id, mtu, 1500-OverlayOverhead, OverlayOverhead)
 		}
 	}
-	// Receive packet steering is on at both ends of each instance's
-	// veth, over every CPU the agent may use.
-	want, ok := new(big.Int).SetString(strings.ReplaceAll(rpsMask(), ",", ""), 16)
-	if !ok {
-		t.Logf("one CPU: no receive packet steering to check")
-	}
+	// No receive packet steering unless the configuration asks for it
+	// (TestOverlaySteerReceive).
 	for _, in := range []inst{i1, i2} {
-		d := drivers[in.host]
-		for _, end := range []struct{ ns, ifname string }{{d.instNS(in.id), InstanceIf}, {d.routerNS(x.vni), d.insts[in.id].veth}} {
-			out, err := exec.Command("ip", "netns", "exec", end.ns, "sh", "-c", `cat /sys/class/net/"$1"/queues/rx-*/rps_cpus`, "sh", end.ifname).Output()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, q := range strings.Fields(string(out)) {
-				got, _ := new(big.Int).SetString(strings.ReplaceAll(q, ",", ""), 16)
-				if ok && (got == nil || got.Cmp(want) != 0) {
-					t.Errorf("%s: %s in %s steers to CPUs %s, want %s", in.id, end.ifname, end.ns, q, rpsMask())
-				}
-			}
-		}
+		checkSteering(t, drivers[in.host], in, x, big.NewInt(0))
 	}
 	if a, ok := drivers[A].Address("i1"); !ok || a != i1.addr() {
 		t.Errorf("Address(i1) = %v, %v", a, ok)
 	}
+}
+
+// checkSteering checks that both ends of in's veth steer what they
+// receive to the CPUs of the mask want (0: none).
+func checkSteering(t *testing.T, d *Overlay, in inst, x vnet, want *big.Int) {
+	t.Helper()
+	for _, end := range []struct{ ns, ifname string }{{d.instNS(in.id), InstanceIf}, {d.routerNS(x.vni), d.insts[in.id].veth}} {
+		out, err := exec.Command("ip", "netns", "exec", end.ns, "sh", "-c", `cat /sys/class/net/"$1"/queues/rx-*/rps_cpus`, "sh", end.ifname).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs := strings.Fields(string(out))
+		if len(qs) == 0 {
+			t.Fatalf("%s: %s in %s has no receive queue", in.id, end.ifname, end.ns)
+		}
+		for _, q := range qs {
+			got, _ := new(big.Int).SetString(strings.ReplaceAll(q, ",", ""), 16)
+			if got == nil || got.Cmp(want) != 0 {
+				t.Errorf("%s: %s in %s steers to CPUs %s, want %x", in.id, end.ifname, end.ns, q, want)
+			}
+		}
+	}
+}
+
+// TestOverlaySteerReceive: with OverlayConfig.SteerReceive, both ends of
+// an instance's veth steer what they receive over every CPU the agent may
+// use.
+func TestOverlaySteerReceive(t *testing.T) {
+	need(t)
+	want, ok := new(big.Int).SetString(strings.ReplaceAll(rpsMask(), ",", ""), 16)
+	if !ok {
+		t.Skip("one CPU: no receive packet steering to check")
+	}
+	f := newFabric(t, 1)
+	A := f.hosts[0]
+	drivers := map[*simHost]*Overlay{A: newOverlayWith(t, A, OverlayConfig{Cloud: testCloud(), SteerReceive: true})}
+	x := vnet{"net-x", 100}
+	i1 := inst{"i1", x, A, 10}
+	start(t, drivers, "", i1)
+	syncAll(t, drivers, i1)
+	checkSteering(t, drivers[A], i1, x, want)
 }
 
 // TestOverlayIsolation: two tenants' networks (VNIs 100 and 200) with the
