@@ -94,29 +94,7 @@ func TestStopControllers(t *testing.T) {
 // away.
 func TestCreatePlacedWithoutTick(t *testing.T) {
 	ctx := context.Background()
-	db := "sqlite://" + filepath.Join(t.TempDir(), "gpucloud.db")
-	st, err := OpenStore(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Tx(ctx, func(tx cloud.Tx) error {
-		h := benchHost(0)
-		return tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	hour := time.Hour
-	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
-		ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
-		StackInterval: hour, MarketInterval: hour, EndpointInterval: hour, GatewayRefresh: hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
+	s := startStill(t, "sqlite://"+filepath.Join(t.TempDir(), "gpucloud.db"), 1)
 	// The scheduler's first round (every controller runs at the loop's
 	// start) builds its fleet; the next is due in an hour.
 	testkit.Eventually(t, time.Minute, "the scheduler's first round", func() bool { return s.Scheduler.Schedulable() == 1 })
@@ -140,4 +118,41 @@ func TestCreatePlacedWithoutTick(t *testing.T) {
 			return err == nil && got.State == cloud.Scheduled
 		})
 	}
+}
+
+// startStill starts a server on db with hosts of the benchmark's fleet
+// (benchHost 0 to hosts-1) and every controller's interval an hour: after
+// their first round, nothing runs unless kicked. It is closed when the
+// test ends.
+func startStill(t *testing.T, db string, hosts int) *Replica {
+	t.Helper()
+	ctx := context.Background()
+	st, err := OpenStore(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Tx(ctx, func(tx cloud.Tx) error {
+		for i := range hosts {
+			h := benchHost(i)
+			if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Hour
+	s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
+		ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
+		StackInterval: hour, MarketInterval: hour, EndpointInterval: hour, GatewayRefresh: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
 }

@@ -11,8 +11,6 @@ import (
 
 	"github.com/gpucloud/gpucloud/api"
 	"github.com/gpucloud/gpucloud/client"
-	"github.com/gpucloud/gpucloud/cloud"
-	"github.com/gpucloud/gpucloud/fleet"
 	"github.com/gpucloud/gpucloud/service"
 	"github.com/gpucloud/gpucloud/store/pgtest"
 	"github.com/gpucloud/gpucloud/store/sqlstore"
@@ -57,34 +55,7 @@ func TestStoreCostPerCreate(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			db := c.db(t)
-			st, err := OpenStore(ctx, db)
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = st.Tx(ctx, func(tx cloud.Tx) error {
-				for i := 0; i < 25; i++ { // room for both rounds
-					h := benchHost(i)
-					if err := tx.PutHost(ctx, &cloud.Host{ID: h.ID, State: fleet.Schedulable, Spec: *h, LastHeartbeat: time.Now()}); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Close(); err != nil {
-				t.Fatal(err)
-			}
-			hour := time.Hour
-			s, err := Start(ctx, Config{DB: db, Listen: "127.0.0.1:0", Log: quiet, HeartbeatTimeout: hour,
-				ScheduleInterval: hour, SpotClearInterval: hour, BudgetInterval: hour, GroupInterval: hour,
-				StackInterval: hour, MarketInterval: hour, EndpointInterval: hour, GatewayRefresh: hour})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(context.Background())
+			s := startStill(t, c.db(t), 25) // room for both rounds
 			counts := service.Unwrap(s.Store).(interface{ Counts() sqlstore.Counts }).Counts
 			admin := client.New(s.URL, s.AdminToken, s.HTTPClient())
 			tn, err := admin.CreateTenant(ctx, "count")
