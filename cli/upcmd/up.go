@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpucloud/gpucloud/internal/pki"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -43,6 +42,7 @@ import (
 	"github.com/gpucloud/gpucloud/client"
 	"github.com/gpucloud/gpucloud/controller"
 	"github.com/gpucloud/gpucloud/controlplane"
+	"github.com/gpucloud/gpucloud/internal/pki"
 )
 
 // hostAgent is one agent `up` runs, with what it must stop on exit.
