@@ -51,6 +51,29 @@ func TestReplayTable(t *testing.T) {
 	}
 }
 
+// TestReplayBound: --bound adds the packing bound below the table and to
+// the JSON, and the default policy is not below it.
+func TestReplayBound(t *testing.T) {
+	code, out, errOut := run(t, args([]string{"sim", "replay", "--bound"}, small)...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "bound: no placement of the same arrivals leaves less than ") {
+		t.Errorf("output lacks the bound:\n%s", out)
+	}
+	code, out, errOut = run(t, args([]string{"sim", "replay", "--bound", "-o", "json"}, small)...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep sim.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if rep.Bound100 == nil || rep.Bound100.N != 2 || rep.Bound100.Mean <= 0 || rep.Policies[0].Unalloc100.Mean < rep.Bound100.Mean {
+		t.Fatalf("bound %+v, policy %+v", rep.Bound100, rep.Policies[0].Unalloc100)
+	}
+}
+
 func TestReplayJSONAllPoliciesParallelDeterministic(t *testing.T) {
 	decode := func(parallel string) sim.Report {
 		code, out, errOut := run(t, args([]string{"sim", "replay", "-o", "json", "--policy", "all", "--parallel", parallel}, small)...)
@@ -240,6 +263,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "replay", "--seeds", "9-1"}, []string{"backwards"}},
 		{[]string{"sim", "replay", "--seeds", "x"}, []string{`"x" is not an integer`}},
 		{[]string{"sim", "replay", "--mode", "live"}, []string{`--mode "live"`}},
+		{[]string{"sim", "replay", "--mode", "events", "--bound"}, []string{"--bound applies to --mode sample only"}},
 		{[]string{"sim", "replay", "-o", "xml"}, []string{`--output "xml"`}},
 		{[]string{"sim", "replay", "--parallel", "-1"}, []string{"--parallel -1"}},
 		{[]string{"sim", "replay", "--inflation", "0.5"}, []string{"--inflation 0.5", "1..10"}},

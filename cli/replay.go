@@ -72,6 +72,7 @@ type replayOptions struct {
 	chart       string
 	reference   string
 	parallel    int
+	bound       bool
 }
 
 // replayJob is validated options.
@@ -123,6 +124,7 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 	f.StringVarP(&o.output, "output", "o", "table", `output format: "table" or "json"`)
 	f.StringVar(&o.chart, "chart", "", "also write an SVG chart to this file (sample: allocation vs arrival for the first seed; events: allocation over time)")
 	f.StringVar(&o.reference, "reference", "", "sample mode: the paper's results (reference_unallocated_gpu_by_policy.csv) to show next to ours")
+	f.BoolVar(&o.bound, "bound", false, "sample mode: also give, per seed, the least unallocated GPU % any placement of the same arrivals could leave (the fractional packing bound)")
 	f.IntVar(&o.parallel, "parallel", 0, fmt.Sprintf("runs to execute at once; 0 means one per CPU (%d here)", runtime.NumCPU()))
 	return cmd
 }
@@ -150,6 +152,9 @@ func (o replayOptions) validate(cmd *cobra.Command) (*replayJob, error) {
 	case "sample", "events":
 	default:
 		return nil, cmdutil.Usagef(cmd, `--mode %q: want "sample" or "events"`, o.mode)
+	}
+	if o.bound && o.mode != "sample" {
+		return nil, cmdutil.Usagef(cmd, "--bound applies to --mode sample only")
 	}
 	switch o.output {
 	case "table", "json":
@@ -386,6 +391,24 @@ func (j *replayJob) runSample(base *sim.Trace, lt *loadedTrace, refs []sim.Refer
 
 	rep := sim.NewReport(base, runs)
 	rep.Inflation, rep.Sampling = j.inflation, j.sampling
+	if j.bound {
+		at100, at130 := make([]float64, len(j.seedList)), make([]float64, len(j.seedList))
+		err := parallel(len(j.seedList), j.parallel, func(i int) error {
+			t, err := getTrace()
+			if err != nil {
+				return err
+			}
+			defer putTrace(t)
+			if at100[i], at130[i], err = t.PackingBound(j.seedList[i]); err != nil {
+				return fmt.Errorf("bound, seed %d: %w", j.seedList[i], err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		rep.SetBound(at100, at130)
+	}
 	rep.Synthetic, rep.Note = lt.synthetic, lt.note
 	if refs != nil {
 		if lt.synthetic {

@@ -31,6 +31,9 @@ type GPUCloud struct {
 	// model, and the measures of "before" views by fleet class.
 	byModel     map[string]*hostTypes
 	beforeCache map[int]*baseMeasure
+	// gaps prices a shared GPU's free room for the workload (nil: no
+	// shares expected, or ShareValue is 0).
+	gaps *gapValues
 	// Per-evaluation state, keyed by the before view's epoch.
 	epoch uint64
 	base  *baseMeasure
@@ -57,11 +60,14 @@ type GPUCloudConfig struct {
 	// scarcity below which Recalibrate keeps the old weights (and the
 	// engine's cached scores).
 	RecalibrateThreshold float64
+	// ShareValue weighs, for a share, the packing value of the GPU room it
+	// takes (see gapValues), against the other terms in GPUs.
+	ShareValue float64
 }
 
 // DefaultGPUCloudConfig returns the tuned defaults.
 func DefaultGPUCloudConfig() GPUCloudConfig {
-	return GPUCloudConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, MIGWeight: 4, RecalibrateThreshold: 0.3}
+	return GPUCloudConfig{FragWeight: 0.25, CPUSpread: 1.5, ScarcityCap: 200, MIGWeight: 4, RecalibrateThreshold: 0.3, ShareValue: 10}
 }
 
 // NewGPUCloud returns the default policy for workload w (nil: a generic mix)
@@ -73,11 +79,15 @@ func NewGPUCloudConfig(w *Workload, cfg GPUCloudConfig) *GPUCloud {
 	if w == nil || len(w.Types) == 0 {
 		w = defaultWorkload()
 	}
-	return &GPUCloud{w: w, cfg: cfg}
+	s := &GPUCloud{w: w, cfg: cfg}
+	if cfg.ShareValue > 0 {
+		s.gaps = newGapValues(w)
+	}
+	return s
 }
 
 // Clone returns a copy with empty caches, for another engine.
-func (s *GPUCloud) Clone() Scorer { return &GPUCloud{w: s.w, cfg: s.cfg} }
+func (s *GPUCloud) Clone() Scorer { return &GPUCloud{w: s.w, cfg: s.cfg, gaps: s.gaps} }
 
 func (*GPUCloud) Name() string { return DefaultPolicy }
 
@@ -107,6 +117,13 @@ func (s *GPUCloud) Score(req *Request, before, after *View) float64 {
 	s.sig.raw, s.sig.frag = raw, frg
 	potAfter, fragAfter := ht.combine(after, raw, frg)
 	sc := (b.pot - potAfter + s.cfg.FragWeight*(fragAfter-b.fragSum)) / 1000
+	if req.Mode == catalog.ModeShared && s.gaps != nil {
+		for j := range after.GPUs {
+			if gb, ga := before.GPUs[j].Free, after.GPUs[j].Free; gb != ga {
+				sc += s.cfg.ShareValue * s.gaps.loss(gb, ga)
+			}
+		}
+	}
 	if after.CPUCap > 0 {
 		sc -= s.cfg.CPUSpread * float64(after.CPU) / float64(after.CPUCap)
 	}

@@ -362,3 +362,47 @@ func (t *Trace) replay(sc placement.Scorer, seed int64, order []int, setup func(
 	run.Elapsed = time.Since(start)
 	return run, nil
 }
+
+// PackingBound is the least unallocated GPU %, at 100% and at 130% arrival,
+// that any placement of seed's arrivals could leave: the fractional packing
+// bound of the same arrivals (placement.PackingBound), taken where Replay
+// takes its figures (the first arrival at or past each mark; all of them
+// when the arrivals stop short). GPUs of every model are pooled and CPU and
+// memory are left out, so no policy's Run is below it.
+func (t *Trace) PackingBound(seed int64) (at100, at130 float64, err error) {
+	order := t.Sample(seed, t.inflation())
+	gpus := int(t.GPUMilli / 1000)
+	capacity := float64(t.GPUMilli)
+	items := map[int]int{}
+	var arrived int64
+	bound := func() (float64, error) {
+		placed, err := placement.PackingBound(items, gpus)
+		return 100 - 100*placed/capacity, err
+	}
+	at100, at130 = math.NaN(), math.NaN()
+	for _, i := range order {
+		r := t.Requests[i]
+		switch {
+		case r.ShareMilli > 0:
+			items[r.ShareMilli]++
+		case r.GPUMilli() > 0:
+			items[1000] += r.GPUMilli() / 1000
+		}
+		arrived += int64(r.GPUMilli())
+		a := 100 * float64(arrived) / capacity
+		if a >= 100 && math.IsNaN(at100) {
+			if at100, err = bound(); err != nil {
+				return 0, 0, err
+			}
+		}
+		if a >= 130 {
+			at130, err = bound()
+			return at100, at130, err
+		}
+	}
+	last, err := bound()
+	if math.IsNaN(at100) {
+		at100 = last
+	}
+	return at100, last, err
+}

@@ -103,6 +103,17 @@ type Report struct {
 	// Policies are in table order: the default policy first, then by
 	// increasing unallocated GPU at 100% arrival.
 	Policies []PolicyStats `json:"policies"`
+	// Bound100 and Bound130 are the fractional packing bound over the
+	// seeds (Trace.PackingBound), when it was computed.
+	Bound100 *Stat `json:"bound_pct_at_100,omitempty"`
+	Bound130 *Stat `json:"bound_pct_at_130,omitempty"`
+}
+
+// SetBound attaches the packing bound's per-seed values at 100% and 130%
+// arrival.
+func (r *Report) SetBound(at100, at130 []float64) {
+	s100, s130 := NewStat(at100), NewStat(at130)
+	r.Bound100, r.Bound130 = &s100, &s130
 }
 
 // NewReport aggregates runs of trace t by policy. A run whose unallocated
@@ -409,6 +420,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rows = append(rows, row)
 	}
 	writeTextTable(&b, rows)
+	if r.Bound100 != nil {
+		fmt.Fprintf(&b, "\nbound: no placement of the same arrivals leaves less than %s @100 or %s @130\n",
+			fmtStat(*r.Bound100), fmtStat(*r.Bound130))
+		b.WriteString("(the fractional packing bound: GPUs of every model pooled, CPU and memory left out)\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

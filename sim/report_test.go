@@ -293,3 +293,45 @@ func TestReportFromReplay(t *testing.T) {
 	}
 	checkSVG(t, b.Bytes(), "ideal", "bestfit")
 }
+
+// TestNoPolicyBeatsPackingBound: on a synthetic trace, no policy's
+// unallocated share at 100% or 130% arrival is below the fractional packing
+// bound of the same arrivals, and the bound is not trivially zero.
+func TestNoPolicyBeatsPackingBound(t *testing.T) {
+	nodes, pods := SyntheticTrace(40, 3)
+	tr, err := NewTrace("syn", nodes, pods, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []*Run
+	var b100, b130 []float64
+	for _, s := range []int64{42, 43, 44} {
+		at100, at130, err := tr.PackingBound(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at100 <= 0 || at130 > at100+1e-9 {
+			t.Fatalf("seed %d: bound %v @100, %v @130", s, at100, at130)
+		}
+		b100, b130 = append(b100, at100), append(b130, at130)
+		for _, p := range placement.Policies() {
+			r, err := tr.Replay(p, s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Unalloc100 < at100-1e-9 || r.Unalloc130 < at130-1e-9 {
+				t.Errorf("%s seed %d: %.3f @100, %.3f @130 is below the bound %.3f, %.3f", p, s, r.Unalloc100, r.Unalloc130, at100, at130)
+			}
+			runs = append(runs, r)
+		}
+	}
+	rep := NewReport(tr, runs)
+	rep.SetBound(b100, b130)
+	var out bytes.Buffer
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "bound: no placement of the same arrivals leaves less than " + fmtStat(*rep.Bound100); !strings.Contains(out.String(), want) {
+		t.Fatalf("table lacks %q:\n%s", want, out.String())
+	}
+}
