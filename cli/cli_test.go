@@ -74,6 +74,18 @@ func TestReplayBound(t *testing.T) {
 	}
 }
 
+// TestReplayLearnedWorkload: --workload learned replays the default policy
+// as the live scheduler runs it, and says so.
+func TestReplayLearnedWorkload(t *testing.T) {
+	code, out, errOut := run(t, args([]string{"sim", "replay", "--workload", "learned", "--policy", "gpucloud,fgd"}, small)...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "learns the mix the fleet runs") || !strings.Contains(out, "fgd ") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
 func TestReplayJSONAllPoliciesParallelDeterministic(t *testing.T) {
 	decode := func(parallel string) sim.Report {
 		code, out, errOut := run(t, args([]string{"sim", "replay", "-o", "json", "--policy", "all", "--parallel", parallel}, small)...)
@@ -264,6 +276,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "replay", "--seeds", "x"}, []string{`"x" is not an integer`}},
 		{[]string{"sim", "replay", "--mode", "live"}, []string{`--mode "live"`}},
 		{[]string{"sim", "replay", "--mode", "events", "--bound"}, []string{"--bound applies to --mode sample only"}},
+		{[]string{"sim", "replay", "--workload", "oracle"}, []string{`--workload "oracle"`, `"learned"`}},
+		{[]string{"sim", "replay", "--mode", "events", "--workload", "learned"}, []string{"--workload applies to --mode sample only"}},
 		{[]string{"sim", "replay", "-o", "xml"}, []string{`--output "xml"`}},
 		{[]string{"sim", "replay", "--parallel", "-1"}, []string{"--parallel -1"}},
 		{[]string{"sim", "replay", "--inflation", "0.5"}, []string{"--inflation 0.5", "1..10"}},

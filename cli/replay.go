@@ -73,6 +73,7 @@ type replayOptions struct {
 	reference   string
 	parallel    int
 	bound       bool
+	workload    string
 }
 
 // replayJob is validated options.
@@ -124,6 +125,7 @@ func newReplayCommand(stderr io.Writer) *cobra.Command {
 	f.StringVarP(&o.output, "output", "o", "table", `output format: "table" or "json"`)
 	f.StringVar(&o.chart, "chart", "", "also write an SVG chart to this file (sample: allocation vs arrival for the first seed; events: allocation over time)")
 	f.StringVar(&o.reference, "reference", "", "sample mode: the paper's results (reference_unallocated_gpu_by_policy.csv) to show next to ours")
+	f.StringVar(&o.workload, "workload", sim.WorkloadTrace, `sample mode: what the default policy expects: "trace" (the pod list) or "learned" (the generic mix, then the mix the fleet runs, as the live scheduler learns it)`)
 	f.BoolVar(&o.bound, "bound", false, "sample mode: also give, per seed, the least unallocated GPU % any placement of the same arrivals could leave (the fractional packing bound)")
 	f.IntVar(&o.parallel, "parallel", 0, fmt.Sprintf("runs to execute at once; 0 means one per CPU (%d here)", runtime.NumCPU()))
 	return cmd
@@ -155,6 +157,12 @@ func (o replayOptions) validate(cmd *cobra.Command) (*replayJob, error) {
 	}
 	if o.bound && o.mode != "sample" {
 		return nil, cmdutil.Usagef(cmd, "--bound applies to --mode sample only")
+	}
+	switch {
+	case o.workload != sim.WorkloadTrace && o.workload != sim.WorkloadLearned:
+		return nil, cmdutil.Usagef(cmd, "--workload %q: want %q or %q", o.workload, sim.WorkloadTrace, sim.WorkloadLearned)
+	case o.workload != sim.WorkloadTrace && o.mode != "sample":
+		return nil, cmdutil.Usagef(cmd, "--workload applies to --mode sample only")
 	}
 	switch o.output {
 	case "table", "json":
@@ -302,7 +310,7 @@ func (j *replayJob) newTrace(lt *loadedTrace) (*sim.Trace, error) {
 		}
 		return nil, err
 	}
-	t.Inflation, t.Sampling = j.inflation, j.sampling
+	t.Inflation, t.Sampling, t.WorkloadSource = j.inflation, j.sampling, j.workload
 	return t, nil
 }
 
@@ -390,7 +398,7 @@ func (j *replayJob) runSample(base *sim.Trace, lt *loadedTrace, refs []sim.Refer
 	}
 
 	rep := sim.NewReport(base, runs)
-	rep.Inflation, rep.Sampling = j.inflation, j.sampling
+	rep.Inflation, rep.Sampling, rep.WorkloadSource = j.inflation, j.sampling, j.workload
 	if j.bound {
 		at100, at130 := make([]float64, len(j.seedList)), make([]float64, len(j.seedList))
 		err := parallel(len(j.seedList), j.parallel, func(i int) error {

@@ -87,6 +87,10 @@ type Scheduler struct {
 	// Every is how often the leader runs a step (Interval);
 	// 0 is DefaultScheduleInterval.
 	Every time.Duration
+	// LearnEvery is how often, at most, a step measures the mix the fleet
+	// runs for the placement policy (learn.go); 0 is
+	// DefaultLearnInterval, negative never.
+	LearnEvery time.Duration
 	// Placed, when set, is called after every Reconcile with the number of
 	// instances the step placed (the metrics' hook).
 	Placed func(n int)
@@ -128,6 +132,10 @@ type Scheduler struct {
 	shortfall    map[string]int
 	// hints is what the market last told the scheduler (SetSpotHints).
 	hints SpotHints
+	// learner gives the engine the mix the fleet runs, last at learnedAt
+	// (learn.go).
+	learner   placement.Learner
+	learnedAt time.Time
 	// usage is the GPU usage of the fleet as of the last step (GPUUsage),
 	// computed from the fleet usageOf at its change count usageAt.
 	usage atomic.Pointer[[]fleet.GPUCount]
@@ -506,6 +514,7 @@ func (s *Scheduler) Step(ctx context.Context) (int, error) {
 	} else if err := s.release(snap.holding); err != nil {
 		return 0, err
 	}
+	s.learn()
 	r := newRound(snap)
 	placed := 0
 	apply := func() error {

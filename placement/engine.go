@@ -91,6 +91,25 @@ func (e *Engine) Recalibrate(f *fleet.Fleet) bool {
 	return true
 }
 
+// WorkloadSetter is implemented by scorers that weigh an expected workload
+// (the default policy).
+type WorkloadSetter interface {
+	SetWorkload(w *Workload, f *fleet.Fleet)
+}
+
+// SetWorkload gives the scorer a new expected workload, calibrated against
+// f, and drops cached scores. It reports false, and does nothing, when the
+// scorer weighs none.
+func (e *Engine) SetWorkload(w *Workload, f *fleet.Fleet) bool {
+	ws, ok := e.scorer.(WorkloadSetter)
+	if !ok {
+		return false
+	}
+	ws.SetWorkload(w, f)
+	e.tables, e.entries = nil, 0
+	return true
+}
+
 // Scorer returns the engine's scoring policy.
 func (e *Engine) Scorer() Scorer { return e.scorer }
 
@@ -101,6 +120,10 @@ func (e *Engine) SetMIGMix(mix map[int]float64) {
 	e.migMix = mix
 	e.reset()
 }
+
+// MIGMix returns the mix SetMIGMix set (nil: every profile without media
+// extensions, equally). Read it; do not change it.
+func (e *Engine) MIGMix() map[int]float64 { return e.migMix }
 
 // maxShapes bounds the request shapes an engine remembers, and
 // maxCacheEntries the cached evaluations over all shapes (about 24 bytes

@@ -6,6 +6,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/gpucloud/gpucloud/catalog"
+	"github.com/gpucloud/gpucloud/fleet"
 )
 
 // TaskType is one kind of request in the expected workload, with its share
@@ -327,4 +330,65 @@ func modelKey(m map[string]bool) string {
 	}
 	sort.Strings(ms)
 	return strings.Join(ms, "|")
+}
+
+// WorkloadFromFleet is the mix of what f runs: each allocation as the
+// request it was, grouped as WorkloadFromRequests does; and, apart, the mix
+// of its MIG instances by profile ID (nil when none), for
+// Engine.SetMIGMix. requestOf, when not nil, gives an allocation's request
+// by its ID (nil: not known); otherwise the request is read back from the
+// allocation (whole GPUs, a share, CPU only), restricted to its GPUs'
+// model, as an offering restricts it. Bare-metal hosts and AMD partitions
+// and VFs are left out: their geometry is the operator's. n is how many
+// allocations the workload counts.
+func WorkloadFromFleet(f *fleet.Fleet, requestOf func(id string) *Request) (w *Workload, migMix map[int]float64, n int) {
+	var reqs []*Request
+	for i, h := range f.Hosts {
+		for _, p := range f.HostAllocationsAt(i) {
+			if p.Metal {
+				continue
+			}
+			if requestOf != nil {
+				if r := requestOf(p.ID); r != nil {
+					if r.Mode == catalog.ModeMIG {
+						if migMix == nil {
+							migMix = map[int]float64{}
+						}
+						for _, d := range p.Devices {
+							migMix[d.MIGProfileID]++
+						}
+						continue
+					}
+					reqs = append(reqs, r)
+					continue
+				}
+			}
+			r := &Request{Mode: catalog.ModeCPU, CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB}
+			skip := false
+			for _, d := range p.Devices {
+				if d.GPU >= 0 && d.GPU < len(h.GPUs) && r.Models == nil {
+					r.Models = []string{h.GPUs[d.GPU].Model}
+				}
+				switch d.Kind {
+				case fleet.Whole:
+					r.Mode = catalog.ModeGPU
+					r.GPUs++
+				case fleet.Share:
+					r.Mode, r.ShareMilli, r.ShareMemoryMiB = catalog.ModeShared, d.Milli, d.MemoryMiB
+				case fleet.MIGSlice:
+					if migMix == nil {
+						migMix = map[int]float64{}
+					}
+					migMix[d.MIGProfileID]++
+					skip = true
+				default:
+					skip = true
+				}
+			}
+			if !skip {
+				reqs = append(reqs, r)
+			}
+		}
+	}
+	return WorkloadFromRequests(reqs, 1.0), migMix, len(reqs)
 }

@@ -186,19 +186,7 @@ func migLoss(before, after *View) float64 {
 // than the configured threshold; only then are they replaced (and the
 // engine must drop its cached scores).
 func (s *GPUCloud) Recalibrate(f *fleet.Fleet) bool {
-	// Hosts of one class have equal views: weigh each class by its size.
-	var views []View
-	var weights []float64
-	for _, c := range f.Classes() {
-		h := c.Rep
-		if h.State != fleet.Schedulable || h.MetalAlloc != "" {
-			continue
-		}
-		var v View
-		fillViewFrom(&v, h)
-		views = append(views, v)
-		weights = append(weights, float64(c.Size()))
-	}
+	views, weights := classViews(f)
 	w := &Workload{Types: append([]TaskType(nil), s.w.Types...)}
 	w.calibrate(views, weights, s.cfg.ScarcityCap)
 	changed := false
@@ -215,6 +203,46 @@ func (s *GPUCloud) Recalibrate(f *fleet.Fleet) bool {
 	s.w = w
 	s.byModel, s.beforeCache, s.epoch = nil, nil, 0
 	return true
+}
+
+// classViews is a view of each class of f's schedulable hosts, weighed by
+// the class's size (hosts of one class have equal views).
+func classViews(f *fleet.Fleet) (views []View, weights []float64) {
+	for _, c := range f.Classes() {
+		h := c.Rep
+		if h.State != fleet.Schedulable || h.MetalAlloc != "" {
+			continue
+		}
+		var v View
+		fillViewFrom(&v, h)
+		views = append(views, v)
+		weights = append(weights, float64(c.Size()))
+	}
+	return views, weights
+}
+
+// Workload returns the expected workload the policy weighs, with the
+// scarcity of its last calibration. Read it; do not change it.
+func (s *GPUCloud) Workload() *Workload { return s.w }
+
+// SetWorkload replaces the expected workload (nil or empty: the generic
+// mix): its task types are calibrated against f's current state (when f is
+// not nil) and its shares priced again. A scheduler that learns the mix
+// from what it runs calls it through Engine.SetWorkload.
+func (s *GPUCloud) SetWorkload(w *Workload, f *fleet.Fleet) {
+	if w == nil || len(w.Types) == 0 {
+		w = defaultWorkload()
+	}
+	nw := &Workload{Types: append([]TaskType(nil), w.Types...)}
+	if f != nil {
+		views, weights := classViews(f)
+		nw.calibrate(views, weights, s.cfg.ScarcityCap)
+	}
+	s.w, s.gaps = nw, nil
+	if s.cfg.ShareValue > 0 {
+		s.gaps = newGapValues(nw)
+	}
+	s.byModel, s.beforeCache, s.epoch = nil, nil, 0
 }
 
 // Calibrate sets each task type's Scarcity from the hosts as they would be

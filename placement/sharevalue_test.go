@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -9,10 +10,16 @@ import (
 	"github.com/gpucloud/gpucloud/fleet"
 )
 
+// shareMix is a workload of shares of the given sizes, weighed as given
+// and normalised as WorkloadFromRequests normalises its types.
 func shareMix(sizes map[int]float64) *Workload {
+	total := 0.0
+	for _, wt := range sizes {
+		total += wt
+	}
 	w := &Workload{}
 	for m, wt := range sizes {
-		w.Types = append(w.Types, TaskType{Weight: wt, GPUs: 1, Milli: m, CPUMilli: 1000})
+		w.Types = append(w.Types, TaskType{Weight: wt / total, GPUs: 1, Milli: m, CPUMilli: 1000})
 	}
 	return w
 }
@@ -188,5 +195,93 @@ func TestPackingBoundByHand(t *testing.T) {
 		if _, err := PackingBound(map[int]int{bad: 1}, 1); err == nil {
 			t.Errorf("size %d: no error", bad)
 		}
+	}
+}
+
+// TestWorkloadFromFleet: what a fleet runs, as the workload the policy
+// weighs and the MIG profile mix.
+func TestWorkloadFromFleet(t *testing.T) {
+	h := fleet.MockHost("h", "A100-80GB-SXM", 4)
+	h.GPUs[3].MIG = true
+	f := fleet.MockFleet(h)
+	allocs := []*fleet.Placement{
+		{ID: "whole", HostID: "h", CPUMilli: 8000, Devices: []fleet.Device{{GPU: 0, Kind: fleet.Whole}}},
+		{ID: "s1", HostID: "h", CPUMilli: 2000, Devices: []fleet.Device{{GPU: 1, Kind: fleet.Share, Milli: 810}}},
+		{ID: "s2", HostID: "h", CPUMilli: 2000, Devices: []fleet.Device{{GPU: 2, Kind: fleet.Share, Milli: 810}}},
+		{ID: "s3", HostID: "h", CPUMilli: 2000, Devices: []fleet.Device{{GPU: 1, Kind: fleet.Share, Milli: 160}}},
+		{ID: "cpu", HostID: "h", CPUMilli: 4000},
+	}
+	for _, p := range allocs {
+		if err := f.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := NewEngine(nil, NewGPUCloud(nil), 1)
+	mp := mustPlace(t, e, f, migReq("m", "1g.10gb"))
+	w, mig, n := WorkloadFromFleet(f, nil)
+	if n != 5 {
+		t.Fatalf("n = %d, want 5 (the MIG instance is apart)", n)
+	}
+	got := map[string]float64{}
+	for _, ty := range w.Types {
+		got[fmt.Sprintf("%d/%d/%d/%v", ty.CPUMilli, ty.GPUs, ty.Milli, ty.Models["A100-80GB-SXM"])] = ty.Weight
+	}
+	want := map[string]float64{"2000/1/810/true": 0.4, "8000/1/1000/true": 0.2, "2000/1/160/true": 0.2, "4000/0/0/false": 0.2}
+	if len(got) != len(want) {
+		t.Fatalf("types %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if math.Abs(got[k]-v) > 1e-9 {
+			t.Errorf("type %s weighs %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if len(mig) != 1 || mig[mp.Devices[0].MIGProfileID] != 1 {
+		t.Errorf("MIG mix %v, want one %s", mig, mp.Devices[0].MIGProfile)
+	}
+}
+
+// TestEngineSetWorkload: a share goes where the workload the policy was
+// given packs it best. With the generic mix (shares of 250 and 500) a 230
+// leaves the two GPUs' room equally useful, and the host with more CPU
+// free wins; with a mix where 220 and 230 pair with a 550 (and a 650's
+// leftover takes a 320), it goes beside the 550.
+func TestEngineSetWorkload(t *testing.T) {
+	a, b := fleet.MockHost("a", "T4", 1), fleet.MockHost("b", "T4", 1)
+	f := fleet.MockFleet(a, b)
+	for _, x := range []struct {
+		host  string
+		milli int
+		cpu   int64
+	}{{"a", 650, 1000}, {"b", 550, b.CPUMilli / 4}} {
+		p := &fleet.Placement{ID: "held-" + x.host, HostID: x.host, CPUMilli: x.cpu,
+			Devices: []fleet.Device{{GPU: 0, Kind: fleet.Share, Milli: x.milli}}}
+		if err := f.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := func(id string) *Request {
+		return &Request{ID: id, Mode: catalog.ModeShared, ShareMilli: 230, CPUMilli: 1000}
+	}
+	e := NewEngine(nil, NewGPUCloud(nil), 1)
+	p := mustPlace(t, e, f, req("first"))
+	if p.HostID != "a" {
+		t.Fatalf("generic mix: the 230 went to %s, want a", p.HostID)
+	}
+	if err := f.Release(p.ID); err != nil {
+		t.Fatal(err)
+	}
+	mix := shareMix(map[int]float64{810: 2436, 470: 1723, 320: 800, 650: 572, 230: 337, 460: 304,
+		590: 180, 160: 154, 550: 143, 220: 141, 370: 111, 110: 58})
+	if !e.SetWorkload(mix, f) {
+		t.Fatal("the default policy took no workload")
+	}
+	if got := e.Scorer().(*GPUCloud).Workload(); len(got.Types) != len(mix.Types) {
+		t.Fatalf("workload has %d types, want %d", len(got.Types), len(mix.Types))
+	}
+	if p := mustPlace(t, e, f, req("second")); p.HostID != "b" {
+		t.Fatalf("learned mix: the 230 went to %s, want b (beside the 550)", p.HostID)
+	}
+	if NewEngine(nil, NewFGD(nil), 1).SetWorkload(mix, f) {
+		t.Error("fgd took a workload")
 	}
 }

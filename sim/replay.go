@@ -32,7 +32,10 @@ type Trace struct {
 	// Sampling is how Replay draws the arrivals: SampleReference (the
 	// default when empty) or SampleReplacement.
 	Sampling string
-	cat      *catalog.Catalog
+	// WorkloadSource is what the default policy expects in Replay:
+	// WorkloadTrace (the default when empty) or WorkloadLearned.
+	WorkloadSource string
+	cat            *catalog.Catalog
 }
 
 // NewTrace turns trace rows into hosts and requests. GPU model codes must be
@@ -92,11 +95,27 @@ func PodRequest(p TracePod, cat *catalog.Catalog) (*placement.Request, error) {
 	return r, nil
 }
 
+// Where the default policy's expected workload comes from
+// (Trace.WorkloadSource).
+const (
+	// WorkloadTrace is the trace's own pod list (Workload), as the FGD
+	// paper's simulator gives FGD.
+	WorkloadTrace = "trace"
+	// WorkloadLearned is what the live scheduler does: the generic mix at
+	// first, then the mix the fleet runs (placement.Learner), learned at
+	// every recalibration.
+	WorkloadLearned = "learned"
+)
+
 // WorkloadFor is the target workload that policy is built with: Workload,
-// except for fgd, which gets FGDWorkload.
+// except for fgd, which gets FGDWorkload, and nil (the generic mix) for
+// the others when t.WorkloadSource is WorkloadLearned.
 func (t *Trace) WorkloadFor(policy string) *placement.Workload {
-	if strings.EqualFold(policy, "fgd") {
+	switch {
+	case strings.EqualFold(policy, "fgd"):
 		return t.FGDWorkload()
+	case t.WorkloadSource == WorkloadLearned:
+		return nil
 	}
 	return t.Workload()
 }
@@ -314,6 +333,14 @@ func (t *Trace) replay(sc placement.Scorer, seed int64, order []int, setup func(
 		Unalloc100: math.NaN(), Unalloc130: math.NaN()}
 	capacity := float64(t.GPUMilli)
 	var arrived, allocated int64
+	var learner *placement.Learner
+	var placedReq map[string]*placement.Request
+	if t.WorkloadSource == WorkloadLearned {
+		// The pods' own requests: a trace pod may run on any model its
+		// gpu_spec allows, which the host it landed on does not tell.
+		placedReq = map[string]*placement.Request{}
+		learner = &placement.Learner{RequestOf: func(id string) *placement.Request { return placedReq[id] }}
+	}
 	req := placement.Request{}
 	for n, i := range order {
 		req = *t.Requests[i]
@@ -323,6 +350,9 @@ func (t *Trace) replay(sc placement.Scorer, seed int64, order []int, setup func(
 		req.ID = fmt.Sprintf("%s#%d", req.ID, n)
 		arrived += int64(req.GPUMilli())
 		if n%t.RecalibrateEvery() == 0 {
+			if learner != nil {
+				learner.Learn(eng, f)
+			}
 			eng.Recalibrate(f)
 		}
 		p, err := eng.Place(f, &req)
@@ -331,6 +361,9 @@ func (t *Trace) replay(sc placement.Scorer, seed int64, order []int, setup func(
 			p.ID = req.ID
 			if err := f.Apply(p); err != nil {
 				return nil, fmt.Errorf("replay: engine chose an infeasible placement: %w", err)
+			}
+			if placedReq != nil {
+				placedReq[p.ID] = t.Requests[i]
 			}
 			allocated += int64(p.GPUMilli())
 		case placement.IsInsufficientCapacity(err):

@@ -95,6 +95,9 @@ type Report struct {
 	// Sampling is how the arrivals were drawn (Trace.Sampling; empty means
 	// SampleReference).
 	Sampling string `json:"sampling,omitempty"`
+	// WorkloadSource is what the default policy expected
+	// (Trace.WorkloadSource; empty means WorkloadTrace).
+	WorkloadSource string `json:"workload,omitempty"`
 	// Seeds lists every seed run, in order of first appearance.
 	Seeds []int64 `json:"seeds"`
 	// ReferenceWorkload is the reference workload the paper numbers come
@@ -388,6 +391,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		how = "pods sampled with replacement"
 	}
 	fmt.Fprintf(&b, "%s%s, no departures; seeds %s (%d)\n", how, infl, FormatSeeds(r.Seeds), len(r.Seeds))
+	if r.WorkloadSource == WorkloadLearned {
+		fmt.Fprintf(&b, "workload: the default policy starts with the generic mix and learns the mix the fleet runs, as the live scheduler does (fgd keeps the pod list)\n")
+	}
 	fmt.Fprintf(&b, "unallocated GPU %% when arrived GPU requests reach 100%% and 130%% of capacity, mean ± sample std over seeds\n")
 	paper := false
 	for _, p := range r.Policies {

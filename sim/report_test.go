@@ -335,3 +335,37 @@ func TestNoPolicyBeatsPackingBound(t *testing.T) {
 		t.Fatalf("table lacks %q:\n%s", want, out.String())
 	}
 }
+
+// TestReplayLearnedWorkload: with WorkloadSource learned the default policy
+// starts from the generic mix and learns the running one; the replay stays
+// deterministic, and learning changes what it places.
+func TestReplayLearnedWorkload(t *testing.T) {
+	nodes, pods := SyntheticTrace(60, 4)
+	tr, err := NewTrace("syn", nodes, pods, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace, err := tr.Replay(placement.DefaultPolicy, 42, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.WorkloadSource = WorkloadLearned
+	a, err := tr.Replay(placement.DefaultPolicy, 42, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tr.Replay(placement.DefaultPolicy, 42, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Unalloc100 != b.Unalloc100 || a.Failed != b.Failed {
+		t.Fatalf("two learned replays differ: %v/%d and %v/%d", a.Unalloc100, a.Failed, b.Unalloc100, b.Failed)
+	}
+	if a.Unalloc100 < 0 || a.Unalloc100 > 100 {
+		t.Fatalf("learned replay: %+v", a)
+	}
+	// Were WorkloadSource ignored, the two would place alike.
+	if a.Failed == trace.Failed && a.Unalloc100 == trace.Unalloc100 && a.Unalloc130 == trace.Unalloc130 {
+		t.Fatalf("the learned and the trace's workload placed alike (%v, %d failed)", a.Unalloc100, a.Failed)
+	}
+}
