@@ -465,6 +465,7 @@ type instanceNetFlags struct {
 	// The private networks' overlay.
 	networkID, underlay, hostNetns string
 	underlayMTU                    int
+	steerReceive                   bool
 }
 
 func (n *instanceNetFlags) register(cmd *cobra.Command) {
@@ -477,6 +478,7 @@ func (n *instanceNetFlags) register(cmd *cobra.Command) {
 	f.IntVar(&n.underlayMTU, "underlay-mtu", 0, "the MTU of the network between hosts (default: its interface's); instances get 50 less")
 	f.StringVar(&n.networkID, "network-id", "", "the cloud's short identity in the names of the overlay's namespaces, interfaces and nftables tables: 1 to 6 of a-z, 0-9 (default: the first 6 hex digits of the cloud's CA fingerprint)")
 	f.StringVar(&n.hostNetns, "host-netns", "", "the network namespace (ip netns) the overlay treats as the host's (default: the agent's own)")
+	f.BoolVar(&n.steerReceive, "overlay-steer-receive", false, "spread what the instances' veths receive over every CPU the agent may use (receive packet steering); off by default: it costs a stream 10-20% in a small VM, and may pay on hosts with many cores and cheap interrupts between them")
 }
 
 // overlay is the overlay's configuration: none (no Underlay) without
@@ -484,7 +486,8 @@ func (n *instanceNetFlags) register(cmd *cobra.Command) {
 // the fingerprint of the cloud's CA (kept in the data directory by the
 // join), else of the SHA-256 of the server's URL (a plain http:// cloud).
 func (n *instanceNetFlags) overlay(legacy network.Config, server, dataDir string) (network.OverlayConfig, error) {
-	cfg := network.OverlayConfig{HostNetns: n.hostNetns, UnderlayMTU: n.underlayMTU, Blocked: legacy.Blocked, Allowed: legacy.Allowed, Log: legacy.Log}
+	cfg := network.OverlayConfig{HostNetns: n.hostNetns, UnderlayMTU: n.underlayMTU, Blocked: legacy.Blocked, Allowed: legacy.Allowed, Log: legacy.Log,
+		SteerReceive: n.steerReceive}
 	if n.underlay == "" {
 		return cfg, nil
 	}

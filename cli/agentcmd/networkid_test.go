@@ -13,7 +13,8 @@ import (
 
 // TestNetworkID: the overlay's identity is the flag's, else the first 6
 // hex digits of the kept CA's fingerprint, else of the server URL's hash;
-// a bad underlay or identity is refused.
+// a bad underlay or identity is refused; --overlay-steer-receive reaches
+// the overlay's configuration.
 func TestNetworkID(t *testing.T) {
 	ca, err := pki.NewCA("test", time.Now())
 	if err != nil {
@@ -34,6 +35,7 @@ func TestNetworkID(t *testing.T) {
 		{desc: "no underlay: no overlay", dir: withCA},
 		{desc: "from the CA", flags: instanceNetFlags{underlay: "192.0.2.1"}, server: "https://a:7878", dir: withCA, wantCloud: fromCA},
 		{desc: "the flag wins", flags: instanceNetFlags{underlay: "192.0.2.1", networkID: "abc1"}, dir: withCA, wantCloud: "abc1"},
+		{desc: "receive steering", flags: instanceNetFlags{underlay: "192.0.2.1", networkID: "abc1", steerReceive: true}, dir: withCA, wantCloud: "abc1"},
 		{desc: "bad underlay", flags: instanceNetFlags{underlay: "::1"}, dir: withCA, wantErr: "--underlay"},
 	} {
 		cfg, err := tc.flags.overlay(network.Config{}, tc.server, tc.dir)
@@ -46,6 +48,8 @@ func TestNetworkID(t *testing.T) {
 			t.Errorf("%s: %v", tc.desc, err)
 		case cfg.Cloud != tc.wantCloud || cfg.Underlay.IsValid() != (tc.flags.underlay != ""):
 			t.Errorf("%s: cloud %q underlay %v, want %q", tc.desc, cfg.Cloud, cfg.Underlay, tc.wantCloud)
+		case cfg.SteerReceive != tc.flags.steerReceive:
+			t.Errorf("%s: SteerReceive %v, want %v", tc.desc, cfg.SteerReceive, tc.flags.steerReceive)
 		}
 	}
 	// Without a CA: the server's URL, so two http:// clouds differ.
