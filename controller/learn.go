@@ -21,10 +21,16 @@ func (s *Scheduler) learn() {
 		return
 	}
 	s.learnedAt = now
-	times := s.learner.Times
-	if s.learner.Learn(s.Engine, s.fleet) && s.learner.Times != times {
+	times, migTimes := s.learner.Times, s.learner.MIGTimes
+	if !s.learner.Learn(s.Engine, s.fleet) {
+		return
+	}
+	if s.learner.Times != times {
 		s.Log.Info("scheduler: the placement policy now expects the mix the fleet runs",
 			"allocations", s.learner.Count, "times", s.learner.Times)
+	}
+	if s.learner.MIGTimes != migTimes {
+		s.Log.Info("scheduler: MIG slots now keep room for the profile mix the fleet runs", "times", s.learner.MIGTimes)
 	}
 }
 
