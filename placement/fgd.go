@@ -348,47 +348,48 @@ func WorkloadFromFleet(f *fleet.Fleet, requestOf func(id string) *Request) (w *W
 			if p.Metal {
 				continue
 			}
-			if requestOf != nil {
-				if r := requestOf(p.ID); r != nil {
-					if r.Mode == catalog.ModeMIG {
-						if migMix == nil {
-							migMix = map[int]float64{}
-						}
-						for _, d := range p.Devices {
-							migMix[d.MIGProfileID]++
-						}
-						continue
-					}
-					reqs = append(reqs, r)
-					continue
+			if len(p.Devices) > 0 && p.Devices[0].Kind == fleet.MIGSlice {
+				if migMix == nil {
+					migMix = map[int]float64{}
 				}
-			}
-			r := &Request{Mode: catalog.ModeCPU, CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB}
-			skip := false
-			for _, d := range p.Devices {
-				if d.GPU >= 0 && d.GPU < len(h.GPUs) && r.Models == nil {
-					r.Models = []string{h.GPUs[d.GPU].Model}
-				}
-				switch d.Kind {
-				case fleet.Whole:
-					r.Mode = catalog.ModeGPU
-					r.GPUs++
-				case fleet.Share:
-					r.Mode, r.ShareMilli, r.ShareMemoryMiB = catalog.ModeShared, d.Milli, d.MemoryMiB
-				case fleet.MIGSlice:
-					if migMix == nil {
-						migMix = map[int]float64{}
-					}
+				for _, d := range p.Devices {
 					migMix[d.MIGProfileID]++
-					skip = true
-				default:
-					skip = true
 				}
+				continue
 			}
-			if !skip {
+			var r *Request
+			if requestOf != nil {
+				r = requestOf(p.ID)
+			}
+			if r == nil {
+				r = requestOfPlacement(h, p)
+			}
+			if r != nil {
 				reqs = append(reqs, r)
 			}
 		}
 	}
 	return WorkloadFromRequests(reqs, 1.0), migMix, len(reqs)
+}
+
+// requestOfPlacement reads a request back from the allocation p on h:
+// whole GPUs, a share or CPU only, restricted to its GPUs' model; nil for
+// AMD partitions and VFs.
+func requestOfPlacement(h *fleet.Host, p *fleet.Placement) *Request {
+	r := &Request{Mode: catalog.ModeCPU, CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB}
+	for _, d := range p.Devices {
+		if d.GPU >= 0 && d.GPU < len(h.GPUs) && r.Models == nil {
+			r.Models = []string{h.GPUs[d.GPU].Model}
+		}
+		switch d.Kind {
+		case fleet.Whole:
+			r.Mode = catalog.ModeGPU
+			r.GPUs++
+		case fleet.Share:
+			r.Mode, r.ShareMilli, r.ShareMemoryMiB = catalog.ModeShared, d.Milli, d.MemoryMiB
+		default:
+			return nil
+		}
+	}
+	return r
 }

@@ -80,13 +80,7 @@ func newGapValues(w *Workload) *gapValues {
 	for i, s := range sizes {
 		d[i] = demand[s]
 	}
-	// Start from the homogeneous packings: as many of one size as fit.
-	var patterns [][]int
-	for i, s := range sizes {
-		p := make([]int, len(sizes))
-		p[i] = 1000 / s
-		patterns = append(patterns, p)
-	}
+	patterns := homogeneous(sizes)
 	gv := &gapValues{sizes: sizes}
 	for len(patterns) <= maxPatterns {
 		y, err := dualPrices(d, patterns)
@@ -111,6 +105,17 @@ func newGapValues(w *Workload) *gapValues {
 		gv.prices[i] *= f
 	}
 	return gv
+}
+
+// homogeneous is the packings the column generations start from: as many
+// items of one size as fit on a GPU, for each size.
+func homogeneous(sizes []int) [][]int {
+	patterns := make([][]int, len(sizes))
+	for i, s := range sizes {
+		patterns[i] = make([]int, len(sizes))
+		patterns[i][i] = 1000 / s
+	}
+	return patterns
 }
 
 // dualPrices solves max d·y subject to p·y <= 1 for every pattern p, y >= 0.
@@ -188,12 +193,7 @@ func PackingBound(items map[int]int, gpus int) (float64, error) {
 		return 0, nil
 	}
 	sort.Ints(sizes)
-	var patterns [][]int
-	for i, s := range sizes {
-		p := make([]int, len(sizes))
-		p[i] = 1000 / s
-		patterns = append(patterns, p)
-	}
+	patterns := homogeneous(sizes)
 	// The dual of max Σ s·z subject to z ≤ Σ_p p·x, Σ x ≤ gpus, z ≤ n:
 	// minimize gpus·λ + Σ n·ν subject to μ + ν ≥ s and p·μ ≤ λ for every
 	// packing p, adding the packing the knapsack finds most undervalued
