@@ -92,7 +92,9 @@ func send(b *testing.B, netnsPath, addr string, n int64, done <-chan int64) time
 // as the driver writes them, stateful), and, as the overlay's own cost,
 // with every table of both routers flushed after the sync ("bare": no
 // security groups, no NAT, no conntrack; not a configuration the driver
-// makes).
+// makes). Give it enough ops for a run to mean something: with 5 (1.25
+// GiB each way, half a second per path) a run's ratio is mostly noise;
+// docs/BENCHMARKS.md's figures are runs of 40 (-benchtime 40x, 10 GiB).
 func BenchmarkOverlayThroughput(b *testing.B) {
 	for _, c := range []struct {
 		name string
