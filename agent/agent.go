@@ -143,6 +143,11 @@ type Config struct {
 	// with grants. Empty: the agent takes no direct copies.
 	DirectAddr        string
 	DirectFingerprint string
+	// Tunnels serves the direct sessions that come through the server
+	// (agentapi.SessionTunnel): files.Direct, which the agent has
+	// whenever it holds the cloud's CA, with or without a listener. Nil:
+	// none (the server then keeps to its relay).
+	Tunnels TunnelServer
 	// DNSUpstreams are the resolvers the instances' DNS forwards the
 	// names outside their networks to; the nameservers of the host's
 	// /etc/resolv.conf when empty. Used only with a runtime that serves
@@ -612,7 +617,7 @@ func (a *Agent) inventory(ctx context.Context) (*agentapi.Inventory, error) {
 			inv.Host.MTU = a.cfg.UnderlayMTU
 		}
 	}
-	if a.cfg.DirectAddr != "" {
+	if a.cfg.DirectFingerprint != "" {
 		inv.Host.DirectAddr, inv.Host.DirectFingerprint = a.cfg.DirectAddr, a.cfg.DirectFingerprint
 	}
 	var hcaErr string

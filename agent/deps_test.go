@@ -29,6 +29,7 @@ var agentLinks = []string{
 	"internal/pki",       // the CA pinned by the join token, the agent's client certificate
 	"internal/rest",      // the one HTTP request path of the clients
 	"internal/batchconn", // gathered TLS writes of websocket streams (internal/rest)
+	"internal/tunnel",    // the tunnels internal/rest dials (docs/ACCESS.md, "Tunnels")
 	"internal/imageref",  // canonical image names (containerd runtime)
 	"internal/stream",    // the framing of exec sessions
 	"internal/filexfer",  // the files protocol of volumes cp and instances cp

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -90,6 +91,10 @@ func (a *Agent) serveControl(ctx context.Context, d SessionDialer, ws *websocket
 // serveSession dials session req back and serves it until it ends.
 func (a *Agent) serveSession(ctx context.Context, d SessionDialer, req agentapi.SessionRequest) {
 	log := a.log.With("session", req.ID, "kind", req.Kind, "instance", req.InstanceID, "actor", req.Actor)
+	if req.Kind == agentapi.SessionTunnel {
+		a.serveTunnel(ctx, d, req, log)
+		return
+	}
 	proto := agentapi.RawSubprotocol
 	if req.Kind == agentapi.SessionExec {
 		proto = stream.Subprotocol
@@ -105,6 +110,27 @@ func (a *Agent) serveSession(ctx context.Context, d SessionDialer, req agentapi.
 	log.Info("agent: session started")
 	err = a.runSession(ctx, req, ws)
 	log.Info("agent: session ended", "err", err)
+}
+
+// serveTunnel dials tunnel req back and hands the raw connection to
+// Config.Tunnels, which checks the grant that comes on it. An agent
+// without one does not dial: the server's wait times out.
+func (a *Agent) serveTunnel(ctx context.Context, d SessionDialer, req agentapi.SessionRequest, log *slog.Logger) {
+	td, ok := d.(TunnelDialer)
+	if !ok || a.cfg.Tunnels == nil {
+		log.Warn("agent: asked for a tunnel, and it takes none")
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	raw, err := td.DialTunnel(dctx, req.ID)
+	cancel()
+	if err != nil {
+		log.Warn("agent: dialing a tunnel back failed", "err", err)
+		return
+	}
+	log.Debug("agent: tunnel started")
+	a.cfg.Tunnels.ServeTunnel(ctx, raw)
+	log.Debug("agent: tunnel ended")
 }
 
 func (a *Agent) runSession(ctx context.Context, req agentapi.SessionRequest, ws *websocket.Conn) error {

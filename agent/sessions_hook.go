@@ -26,3 +26,16 @@ type SessionDialer interface {
 	SessionControl(ctx context.Context) (*websocket.Conn, error)
 	DialSession(ctx context.Context, id, subprotocol string) (*websocket.Conn, error)
 }
+
+// TunnelServer serves direct sessions that come through the server's
+// tunnels (Config.Tunnels; files.Direct does): raw is the connection the
+// agent dialed back, on which the client's TLS and grant follow.
+type TunnelServer interface {
+	ServeTunnel(ctx context.Context, raw net.Conn)
+}
+
+// TunnelDialer is a SessionDialer that dials tunnels back
+// (agentapi.Client does).
+type TunnelDialer interface {
+	DialTunnel(ctx context.Context, id string) (net.Conn, error)
+}

@@ -3,6 +3,7 @@ package agentapi
 import (
 	"context"
 	"encoding/json"
+	"net"
 
 	"github.com/coder/websocket"
 	"github.com/gpucloud/gpucloud/internal/rest"
@@ -19,6 +20,11 @@ const (
 	// for them (agent.Config.Sessions).
 	SessionSSH   = "ssh"
 	SessionFiles = "files"
+	// SessionTunnel carries one direct session (a grant's connection)
+	// through the server: the agent dials back with DialTunnel and serves
+	// the direct protocol on the raw connection (docs/ACCESS.md,
+	// "Tunnels"). It names no instance: the grant does.
+	SessionTunnel = "tunnel"
 )
 
 // Subprotocols of the agent's session connections.
@@ -60,6 +66,13 @@ type SessionRequest struct {
 // sends SessionRequests as JSON text messages.
 func (c *Client) SessionControl(ctx context.Context) (*websocket.Conn, error) {
 	return c.r.DialWebSocket(ctx, "/v1/agent/sessions", []string{ControlSubprotocol})
+}
+
+// DialTunnel opens the raw connection of tunnel session id
+// (internal/tunnel): GET /v1/agent/sessions/{id} upgraded to the tunnel
+// protocol, on the agent's client certificate.
+func (c *Client) DialTunnel(ctx context.Context, id string) (net.Conn, error) {
+	return c.r.DialTunnel(ctx, rest.PathOf("agent", "sessions", id), nil)
 }
 
 // DialSession opens the connection of session id, with the given

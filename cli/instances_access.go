@@ -129,7 +129,7 @@ func runExec(cmd *cobra.Command, c *conn, id string, command []string, withStdin
 }
 
 func newInstancesPortForwardCommand(s *session) *cobra.Command {
-	var direct bool
+	var direct, relayed bool
 	cmd := &cobra.Command{
 		Use:   "port-forward ID [LOCAL:]REMOTE",
 		Short: "Forward a local port to a port inside a running instance",
@@ -138,6 +138,11 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			"agent, as kubectl port-forward does: each connection is a session of its own.\n" +
 			"LOCAL 0 (or :REMOTE) picks a free port; REMOTE alone uses the same port\n" +
 			"locally. It runs until Ctrl-C.\n\n" +
+			"Each connection is a TLS 1.3 session between this client and the host's agent,\n" +
+			"with a short-lived grant from the server, tunnelled through the server, which\n" +
+			"passes the encrypted bytes on without reading them. Where the server or the\n" +
+			"agent cannot tunnel (a plain-HTTP server, an older agent, a proxy between), it\n" +
+			"says why and goes through the server's relay; --relay asks for the relay.\n\n" +
 			"With --direct each connection goes straight to the host's agent over TLS 1.3\n" +
 			"with a short-lived grant from the server, where the operator lets tenants reach\n" +
 			"the agents (server --direct-access, agent --direct-listen); where it cannot, it\n" +
@@ -151,6 +156,16 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			if err != nil {
 				return cmdutil.Usagef(cmd, "%v", err)
 			}
+			if direct && relayed {
+				return cmdutil.Usagef(cmd, "--direct and --relay are two ways: give one")
+			}
+			via := viaTunnel
+			switch {
+			case direct:
+				via = viaDirect
+			case relayed:
+				via = viaRelay
+			}
 			c, err := s.connect(cmd)
 			if err != nil {
 				return err
@@ -161,26 +176,27 @@ func newInstancesPortForwardCommand(s *session) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f := &forwarder{c: c.Client, id: id, remote: remote, direct: direct, stderr: cmd.ErrOrStderr()}
+			f := &forwarder{c: c.Client, id: id, remote: remote, via: via, stderr: cmd.ErrOrStderr()}
 			return forwardPort(ctx, f, local, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 		ValidArgsFunction: s.completeInstances(false),
 	}
 	cmd.Flags().BoolVar(&direct, "direct", false, "connect straight to the host's agent with a grant from the server, where the operator allows it (else through the server)")
+	cmd.Flags().BoolVar(&relayed, "relay", false, "go through the server's relay, which decrypts and re-encrypts each connection's bytes, instead of a tunnel")
 	return cmd
 }
 
-// forwarder opens the connections of a port forward: through the
-// server's relay, or with direct straight to the agent with a grant,
-// which it renews before it expires and when the agent refuses it (a
-// grant holds at most agentapi.MaxDirectConns connections). When no grant
-// is to be had or the agent cannot be reached, it says why once and goes
-// through the relay from then on.
+// forwarder opens the connections of a port forward: with a grant,
+// tunnelled through the server or (direct) straight to the agent, which
+// it renews before it expires and when the agent refuses it (a grant
+// holds at most agentapi.MaxDirectConns connections); or through the
+// server's relay. When no grant is to be had or the agent cannot be
+// reached, it says why once and goes through the relay from then on.
 type forwarder struct {
 	c      *client.Client
 	id     string
 	remote int
-	direct bool
+	via    string // viaTunnel, viaDirect or viaRelay
 	stderr io.Writer
 
 	mu    sync.Mutex
@@ -190,13 +206,20 @@ type forwarder struct {
 // grantLeft is how long before its expiry a grant is renewed.
 const grantLeft = 15 * time.Second
 
+// The ways of a forward's connections.
+const (
+	viaTunnel = client.ViaTunnel
+	viaDirect = "direct"
+	viaRelay  = "relay"
+)
+
 // open opens one connection to the remote port.
 func (f *forwarder) open(ctx context.Context) (net.Conn, error) {
 	f.mu.Lock()
-	direct := f.direct
+	via := f.via
 	f.mu.Unlock()
-	if direct {
-		conn, err := f.openDirect(ctx)
+	if via != viaRelay {
+		conn, err := f.openGranted(ctx, via)
 		if err == nil {
 			return conn, nil
 		}
@@ -204,24 +227,30 @@ func (f *forwarder) open(ctx context.Context) (net.Conn, error) {
 			return nil, err
 		}
 		f.mu.Lock()
-		if f.direct {
-			f.direct = false
-			fmt.Fprintf(f.stderr, "no direct forward (%v); forwarding through the server\n", err)
+		if f.via == via {
+			f.via = viaRelay
+			fmt.Fprintf(f.stderr, "no %s forward (%v); forwarding through the server's relay\n", via, err)
 		}
 		f.mu.Unlock()
 	}
 	return f.c.PortForward(ctx, f.id, f.remote)
 }
 
-// openDirect opens a direct connection with the current grant, or a new
-// one when it is near its end or the agent refused it.
-func (f *forwarder) openDirect(ctx context.Context) (net.Conn, error) {
+// openGranted opens a connection with the current grant (tunnelled or
+// direct, as via says), or a new one when it is near its end or the
+// agent refused it.
+func (f *forwarder) openGranted(ctx context.Context, via string) (net.Conn, error) {
 	for try := 0; ; try++ {
 		f.mu.Lock()
 		g := f.grant
 		if g == nil || time.Until(g.ExpiresAt) < grantLeft || try > 0 {
 			var err error
-			if g, err = f.c.ForwardGrant(ctx, f.id, f.remote); err != nil {
+			if via == viaTunnel {
+				g, err = f.c.ForwardTunnelGrant(ctx, f.id, f.remote)
+			} else {
+				g, err = f.c.ForwardGrant(ctx, f.id, f.remote)
+			}
+			if err != nil {
 				f.mu.Unlock()
 				return nil, err
 			}

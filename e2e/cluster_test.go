@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -271,14 +272,24 @@ func startClusterOn(t *testing.T, db string, tune func(*controlplane.Config), tu
 		if tuneAgent != nil {
 			tuneAgent(&acfg)
 		}
-		if cfg.DirectAccess {
+		if cfg.DirectAccess || !cfg.TLS.Plain {
 			// A cloud with direct copies on: each agent listens for them on
-			// loopback, as up's do.
-			d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", h.id, srv.CAPEM(), dir, files.ForAgent(acfg), acfg.Log)
+			// loopback, as up's do. Every agent of a TLS cloud takes
+			// tunnelled sessions, as up's and the agent command's do.
+			var (
+				d   *files.Direct
+				ln  net.Listener
+				err error
+			)
+			if cfg.DirectAccess {
+				d, ln, acfg.DirectAddr, acfg.DirectFingerprint, err = files.ListenDirect("127.0.0.1:0", "", h.id, srv.CAPEM(), dir, files.ForAgent(acfg), acfg.Log)
+			} else {
+				d, acfg.DirectFingerprint, err = files.NewDirect(h.id, srv.CAPEM(), dir, files.ForAgent(acfg), acfg.Log)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			acfg.DirectAddr, acfg.DirectFingerprint = addr, fp
+			acfg.Tunnels = d
 			d.Reports = files.NewReporter(h.api.ReportDirect, dir, acfg.Log)
 			// A test moves the listener's clock past its grants' expiry
 			// (simHost.directAhead) to have them reported.

@@ -48,9 +48,10 @@ func TestBenchVolumeCopy(t *testing.T) {
 		cl     *client.Client
 		volID  string
 		volDir string
-		// direct copies straight to the agent with a grant (the TLS
-		// cloud's), not through the server's relay.
-		direct bool
+		// via: "" through the server's relay; "direct" straight to the
+		// agent with a grant (the TLS cloud's); "tunnel" with a grant
+		// through the server's tunnel (docs/ACCESS.md, "Tunnels").
+		via string
 	}
 	mbit := envInt("GPUCLOUD_BENCH_COPY_LINK_MBIT", 0)
 	setup := func(plain bool) target {
@@ -65,9 +66,10 @@ func TestBenchVolumeCopy(t *testing.T) {
 		return target{name: name, cl: cl, volID: vol.ID, volDir: filepath.Join(c.hosts["sim-copy"].dir, "volumes", vol.ID)}
 	}
 	tlsTarget := setup(false)
-	directTarget := tlsTarget
-	directTarget.name, directTarget.direct = "direct", true
-	targets := []target{tlsTarget, setup(true), directTarget}
+	directTarget, tunnelTarget := tlsTarget, tlsTarget
+	directTarget.name, directTarget.via = "direct", "direct"
+	tunnelTarget.name, tunnelTarget.via = "tunnel", client.ViaTunnel
+	targets := []target{tlsTarget, setup(true), directTarget, tunnelTarget}
 	if mbit > 0 {
 		targets = targets[:2]
 		t.Logf("the client reaches the server over a link of %d Mbit/s each way", mbit)
@@ -91,7 +93,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 				continue // a profile of one path
 			}
 			start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
-			conn, err := openVolumeFiles(t.Context(), tg.cl, tg.volID, tg.direct)
+			conn, err := openVolumeFiles(t.Context(), tg.cl, tg.volID, tg.via)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +108,7 @@ func TestBenchVolumeCopy(t *testing.T) {
 		}
 	}
 	rate := func(d time.Duration) float64 { return float64(mib) / d.Seconds() }
-	for _, name := range []string{"cp", "tls", "plain", "direct"} {
+	for _, name := range []string{"cp", "tls", "plain", "direct", "tunnel"} {
 		line := fmt.Sprintf("%-6s", name)
 		for i, d := range took[name] {
 			line += fmt.Sprintf("  %6.2fs %7.1f MiB/s (CPU %5.2fs)", d.Seconds(), rate(d), cpu[name][i].Seconds())
@@ -123,9 +125,11 @@ func TestBenchVolumeCopy(t *testing.T) {
 		if mbit > 0 {
 			continue
 		}
-		t.Logf("round %d: direct (TLS)/plain relay time %.3f (CPU %.3f), direct/cp throughput %.3f", r+1,
-			took["direct"][r].Seconds()/took["plain"][r].Seconds(), cpu["direct"][r].Seconds()/cpu["plain"][r].Seconds(),
-			took["cp"][r].Seconds()/took["direct"][r].Seconds())
+		for _, way := range []string{"direct", "tunnel"} {
+			t.Logf("round %d: %s (TLS)/plain relay time %.3f (CPU %.3f), %s/cp throughput %.3f", r+1, way,
+				took[way][r].Seconds()/took["plain"][r].Seconds(), cpu[way][r].Seconds()/cpu["plain"][r].Seconds(),
+				way, took["cp"][r].Seconds()/took[way][r].Seconds())
+		}
 	}
 }
 
@@ -233,13 +237,18 @@ func benchVolume(t *testing.T, host string, sizeGiB int64, tune func(*controlpla
 	return c, cl, vol, token
 }
 
-// openVolumeFiles opens a files session on volume id: straight to the
-// agent with a grant (direct), or through the server.
-func openVolumeFiles(ctx context.Context, cl *client.Client, id string, direct bool) (net.Conn, error) {
-	if !direct {
+// openVolumeFiles opens a files session on volume id: through the
+// server's relay (via ""), or with a grant straight to the agent
+// ("direct") or through the server's tunnel ("tunnel").
+func openVolumeFiles(ctx context.Context, cl *client.Client, id string, via string) (net.Conn, error) {
+	if via == "" {
 		return cl.OpenFiles(ctx, "volumes", id)
 	}
-	g, err := cl.FilesGrant(ctx, "volumes", id)
+	grant := cl.FilesGrant
+	if via == client.ViaTunnel {
+		grant = cl.FilesTunnelGrant
+	}
+	g, err := grant(ctx, "volumes", id)
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +308,9 @@ func TestBenchManyFiles(t *testing.T) {
 	}
 	_, cl, vol, _ := benchVolume(t, "sim-many", 10, func(cfg *controlplane.Config) { cfg.DirectAccess = true })
 	ctx := t.Context()
-	open := func(direct bool) func() (*filexfer.Client, func(), error) {
+	open := func(via string) func() (*filexfer.Client, func(), error) {
 		return func() (*filexfer.Client, func(), error) {
-			conn, err := openVolumeFiles(ctx, cl, vol.ID, direct)
+			conn, err := openVolumeFiles(ctx, cl, vol.ID, via)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -310,11 +319,12 @@ func TestBenchManyFiles(t *testing.T) {
 	}
 	for round := range 2 {
 		for _, way := range []struct {
-			name   string
-			direct bool
-			conns  int
-		}{{"relayed", false, 1}, {"relayed", false, conns}, {"direct", true, 1}, {"direct", true, conns}} {
-			o := open(way.direct)
+			name  string
+			via   string
+			conns int
+		}{{"relayed", "", 1}, {"relayed", "", conns}, {"direct", "direct", 1}, {"direct", "direct", conns},
+			{"tunnel", client.ViaTunnel, 1}, {"tunnel", client.ViaTunnel, conns}} {
+			o := open(way.via)
 			fc, closeFn, err := o()
 			if err != nil {
 				t.Fatal(err)

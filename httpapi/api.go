@@ -228,6 +228,7 @@ var routeTable = []route{
 	{"POST", "/v1/instances/{id}/files/grant", authed, filesGrant("instances")},
 	{"POST", "/v1/volumes/{id}/files/grant", authed, filesGrant("volumes")},
 	{"POST", "/v1/instances/{id}/port-forward/grant", authed, (*handlers).forwardGrant},
+	{"GET", "/v1/tunnels", authed, (*handlers).tunnel},
 	// Published HTTP ports (ports.go): every method portMethods lists.
 	{"GET", portsPath, authed, (*handlers).openPort},
 	{"POST", portsPath, authed, (*handlers).openPort},

@@ -95,7 +95,11 @@ func (s *handlers) endVolumeSession(p principal, route *service.VolumeRoute, id,
 // certificate (its fingerprint FP).
 func filesGrant(kind string) handlerFunc {
 	return func(s *handlers, w http.ResponseWriter, r *http.Request, p principal) error {
-		g, err := s.svc.Files.Grant(r.Context(), p.actor(), kind, r.PathValue("id"), r.URL.Query().Get("key"))
+		via, err := grantVia(r.URL.Query().Get("via"))
+		if err != nil {
+			return err
+		}
+		g, err := s.svc.Files.Grant(r.Context(), p.actor(), kind, r.PathValue("id"), r.URL.Query().Get("key"), via)
 		if err != nil {
 			return err
 		}
@@ -113,12 +117,28 @@ func (s *handlers) forwardGrant(w http.ResponseWriter, r *http.Request, p princi
 	if err != nil {
 		port = 0 // the service says what a port is
 	}
-	g, err := s.svc.Sessions.ForwardGrant(r.Context(), p.actor(), r.PathValue("id"), port, r.URL.Query().Get("key"))
+	via, err := grantVia(r.URL.Query().Get("via"))
+	if err != nil {
+		return err
+	}
+	g, err := s.svc.Sessions.ForwardGrant(r.Context(), p.actor(), r.PathValue("id"), port, r.URL.Query().Get("key"), via)
 	if err != nil {
 		return err
 	}
 	writeGrant(w, g)
 	return nil
+}
+
+// grantVia reads a grant request's via=: "direct" (or none), the agent's
+// listener; "tunnel", through the server (GET /v1/tunnels).
+func grantVia(v string) (service.Via, error) {
+	switch v {
+	case "", "direct":
+		return service.ViaDirect, nil
+	case "tunnel":
+		return service.ViaTunnel, nil
+	}
+	return 0, &cloud.Error{Code: cloud.Invalid, Message: "via: want direct or tunnel", Details: map[string]any{"field": "via"}}
 }
 
 func writeGrant(w http.ResponseWriter, g *service.DirectGrant) {

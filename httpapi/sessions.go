@@ -14,7 +14,9 @@ import (
 	"github.com/gpucloud/gpucloud/cloud"
 	"github.com/gpucloud/gpucloud/internal/batchconn"
 	"github.com/gpucloud/gpucloud/internal/stream"
+	"github.com/gpucloud/gpucloud/internal/tunnel"
 	"github.com/gpucloud/gpucloud/relay"
+	"github.com/gpucloud/gpucloud/service"
 )
 
 // Interactive sessions (docs/ACCESS.md): a client's WebSocket on
@@ -202,6 +204,43 @@ func clearDeadlines(w http.ResponseWriter) {
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
+// tunnel opens a tunnel (docs/ACCESS.md, "Tunnels"): one connection of a
+// grant made with via=tunnel (the grant in the Gpucloud-Grant header),
+// which the server joins to a connection the grant's host agent dials
+// back, both raw (internal/tunnel), spliced in the kernel. The TLS
+// session inside is the client's and the agent's: the agent checks the
+// grant and the client's key, and the server sees ciphertext only.
+func (s *handlers) tunnel(w http.ResponseWriter, r *http.Request, p principal) error {
+	if r.ProtoMajor != 1 || !strings.EqualFold(r.Header.Get("Upgrade"), tunnel.Protocol) {
+		return &cloud.Error{Code: cloud.Invalid, Message: r.URL.Path + " is a tunnel: send an HTTP/1.1 request with Upgrade: " + tunnel.Protocol + " (the gpucloud CLI and client do)"}
+	}
+	ctx := r.Context()
+	g, err := s.svc.Sessions.TunnelRoute(ctx, p.actor(), r.Header.Get("Gpucloud-Grant"))
+	if err != nil {
+		return err
+	}
+	req := agentapi.SessionRequest{ID: service.NewID("tun-"), Kind: agentapi.SessionTunnel, InstanceID: g.Target.InstanceID, Actor: p.UserID}
+	agent, err := s.hub.OpenTunnel(ctx, g.HostID, req)
+	if err != nil {
+		return err
+	}
+	defer agent.Close(websocket.StatusNormalClosure, "")
+	clearDeadlines(w)
+	client, err := tunnel.Upgrade(w)
+	if err != nil {
+		s.log.Info("a tunnel's upgrade failed", "session", g.SessionID, "err", err)
+		return nil // the connection is gone
+	}
+	if tunnel.WriteReady(agent.Raw) != nil || tunnel.WriteReady(client) != nil {
+		client.Close()
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { client.Close(); agent.Raw.Close() })
+	defer stop()
+	tunnel.Join(client, agent.Raw)
+	return nil
+}
+
 // agentSessions holds the agent's control channel (GET /v1/agent/sessions)
 // until it ends.
 func (s *handlers) agentSessions(w http.ResponseWriter, r *http.Request, p principal) error {
@@ -221,8 +260,27 @@ func (s *handlers) agentSessions(w http.ResponseWriter, r *http.Request, p princ
 
 // agentSession is an agent's dial-back of session {id}: it is handed to
 // the client's request waiting for it, and held until the session ends.
-// Only the host the session was sent to may answer it.
+// Only the host the session was sent to may answer it. A tunnel's
+// dial-back (Upgrade: tunnel.Protocol) is raw.
 func (s *handlers) agentSession(w http.ResponseWriter, r *http.Request, p principal) error {
+	if strings.EqualFold(r.Header.Get("Upgrade"), tunnel.Protocol) {
+		clearDeadlines(w)
+		raw, err := tunnel.Upgrade(w)
+		if err != nil {
+			s.log.Info("an agent's tunnel dial-back failed", "host", p.HostID, "err", err)
+			return nil
+		}
+		done, ok := s.hub.AcceptRaw(p.HostID, r.PathValue("id"), raw)
+		if !ok {
+			raw.Close()
+			return nil
+		}
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+		return nil
+	}
 	if err := wantUpgrade(r, "", false); err != nil {
 		return err
 	}

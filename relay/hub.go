@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -67,7 +68,11 @@ func NewHub() *Hub {
 // Session is an agent's dial-back for one session. Close it when the
 // session ends: that releases the agent's request handler.
 type Session struct {
+	// Conn is the agent's WebSocket; nil for a tunnel's (Raw).
 	Conn *websocket.Conn
+	// Raw is a tunnel's dial-back (internal/tunnel): the raw TCP
+	// connection the server joins to the client's.
+	Raw net.Conn
 	// Batch is the connection under the dial-back's TLS (nil: none),
 	// whose writes Splice gathers.
 	Batch *batchconn.Conn
@@ -79,7 +84,12 @@ type Session struct {
 // HTTP handler return.
 func (s *Session) Close(code websocket.StatusCode, reason string) {
 	s.once.Do(func() {
-		s.Conn.Close(code, reason)
+		if s.Conn != nil {
+			s.Conn.Close(code, reason)
+		}
+		if s.Raw != nil {
+			s.Raw.Close()
+		}
 		close(s.done)
 	})
 }
@@ -151,6 +161,14 @@ func (h *Hub) Open(ctx context.Context, hostID string, req agentapi.SessionReque
 	return h.openLocal(ctx, hostID, req)
 }
 
+// OpenTunnel is Open for a tunnel (req.Kind agentapi.SessionTunnel),
+// whose dial-back comes through AcceptRaw: on this replica's own control
+// channel of hostID only, since a peer's would carry the bytes through
+// one more relay (the client uses the WebSocket relay then).
+func (h *Hub) OpenTunnel(ctx context.Context, hostID string, req agentapi.SessionRequest) (*Session, error) {
+	return h.openLocal(ctx, hostID, req)
+}
+
 // openLocal is Open on this replica's own control channel of hostID.
 func (h *Hub) openLocal(ctx context.Context, hostID string, req agentapi.SessionRequest) (*Session, error) {
 	w := &waiter{hostID: hostID, got: make(chan *Session, 1)}
@@ -218,6 +236,16 @@ func unavailable(msg string, err error) error {
 // Open waits for id from that host: a dial-back that came too late, or
 // one from another host, which must not reach another host's session.
 func (h *Hub) Accept(hostID, id string, ws *websocket.Conn, batch *batchconn.Conn) (<-chan struct{}, bool) {
+	return h.accept(hostID, id, &Session{Conn: ws, Batch: batch, done: make(chan struct{})})
+}
+
+// AcceptRaw is Accept for a tunnel's dial-back: the raw connection the
+// agent's upgrade left (internal/tunnel.Upgrade).
+func (h *Hub) AcceptRaw(hostID, id string, raw net.Conn) (<-chan struct{}, bool) {
+	return h.accept(hostID, id, &Session{Raw: raw, done: make(chan struct{})})
+}
+
+func (h *Hub) accept(hostID, id string, s *Session) (<-chan struct{}, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w, ok := h.pending[id]
@@ -225,7 +253,6 @@ func (h *Hub) Accept(hostID, id string, ws *websocket.Conn, batch *batchconn.Con
 		return nil, false
 	}
 	delete(h.pending, id)
-	s := &Session{Conn: ws, Batch: batch, done: make(chan struct{})}
 	w.got <- s // buffered, and only one Accept per pending entry
 	return s.done, true
 }

@@ -591,10 +591,19 @@ func checkPrintable(field, v string, maxLen int) error {
 
 // hostFilesListener checks where a host's agent takes direct sessions, as
 // it reports it: host:port with a port, and its certificate's
-// fingerprint; both or neither.
+// fingerprint; both, neither, or the fingerprint alone (an agent that
+// takes tunnelled sessions and has no listener).
 func hostFilesListener(addr, fp string) (string, string, error) {
 	if addr == "" && fp == "" {
 		return "", "", nil
+	}
+	if addr == "" {
+		// An agent that takes tunnelled sessions only: no listener.
+		canon, err := pki.ParseFingerprint(fp)
+		if err != nil {
+			return "", "", Field("inventory.host.direct_fingerprint", "%v", err)
+		}
+		return "", canon, nil
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 || len(addr) > 255 {

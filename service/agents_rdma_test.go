@@ -262,7 +262,8 @@ func TestAgentsJoinFilesListener(t *testing.T) {
 		{desc: "every address", addr: "0.0.0.0:7443", fp: fp, want: "!", field: "inventory.host.direct_addr"},
 		{desc: "no host", addr: ":7443", fp: fp, want: "!", field: "inventory.host.direct_addr"},
 		{desc: "no fingerprint", addr: "10.0.0.7:7443", want: "!", field: "inventory.host.direct_fingerprint"},
-		{desc: "a fingerprint without an address", fp: fp, want: "!", field: "inventory.host.direct_addr"},
+		{desc: "a fingerprint without an address (tunnelled sessions only)", fp: fp, want: ""},
+		{desc: "a malformed fingerprint without an address", fp: "md5:00", want: "!", field: "inventory.host.direct_fingerprint"},
 		{desc: "a malformed fingerprint", addr: "10.0.0.7:7443", fp: "md5:00", want: "!", field: "inventory.host.direct_fingerprint"},
 	}
 	testkit.EachStore(t, func(t *testing.T, st cloud.Store) {

@@ -93,14 +93,18 @@ type grantUse struct {
 const sweepEvery = 10 * time.Second
 
 // Serve accepts connections on ln until ctx ends or ln fails, serving
-// each on its own goroutine; it waits for them before it returns.
+// each on its own goroutine; it waits for them before it returns. With
+// no listener (ln nil: an agent that takes tunnelled sessions only) it
+// runs until ctx ends, sweeping and reporting grants.
 func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	// Every grant is reported once its connections have ended.
 	defer d.reportAll()
 	defer wg.Wait()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
+	if ln != nil {
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+	}
 	// The sweeper and the reporter stop with Serve, whatever ends it.
 	bg, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -126,10 +130,11 @@ func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
-	// The client's certificate is asked for, not checked against any CA:
-	// the grant names the one it must be (DirectGrant.ClientKey), and the
-	// handshake proves the client holds its key.
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}, ClientAuth: tls.RequestClientCert}
+	if ln == nil {
+		<-ctx.Done()
+		return nil
+	}
+	cfg := d.tlsConfig()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -149,13 +154,7 @@ func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			continue
 		}
-		d.mu.Lock()
-		full := d.pending >= maxHandshakes
-		if !full {
-			d.pending++
-		}
-		d.mu.Unlock()
-		if full {
+		if !d.startHandshake() {
 			c.Close()
 			continue
 		}
@@ -165,6 +164,38 @@ func (d *Direct) Serve(ctx context.Context, ln net.Listener) error {
 			d.serveConn(ctx, batchconn.Server(c, cfg))
 		}()
 	}
+}
+
+// tlsConfig is the direct sessions' TLS: 1.3, the listener's
+// certificate. The client's certificate is asked for, not checked against
+// any CA: the grant names the one it must be (DirectGrant.ClientKey), and
+// the handshake proves the client holds its key.
+func (d *Direct) tlsConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{d.Cert}, ClientAuth: tls.RequestClientCert}
+}
+
+// startHandshake counts a connection not yet admitted, or answers false
+// when maxHandshakes are.
+func (d *Direct) startHandshake() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending >= maxHandshakes {
+		return false
+	}
+	d.pending++
+	return true
+}
+
+// ServeTunnel serves one direct session that came through the server
+// (agentapi.SessionTunnel): raw is the tunnel's connection, on which the
+// client's TLS handshake and grant follow as on the listener's. It
+// returns when the session ends.
+func (d *Direct) ServeTunnel(ctx context.Context, raw net.Conn) {
+	if !d.startHandshake() {
+		raw.Close()
+		return
+	}
+	d.serveConn(ctx, batchconn.Server(raw, d.tlsConfig()))
 }
 
 func (d *Direct) log() *slog.Logger {
@@ -447,20 +478,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // Serve), and the address and fingerprint the agent reports
 // (agent.Config.DirectAddr and DirectFingerprint).
 func ListenDirect(listen, advertise, hostID string, caPEM []byte, keyDir string, h *Handler, log *slog.Logger) (d *Direct, ln net.Listener, addr, fingerprint string, err error) {
-	if hostID == "" {
-		return nil, nil, "", "", errors.New("direct sessions: the agent's host ID is unknown (it has not joined)")
-	}
-	if len(caPEM) == 0 {
-		return nil, nil, "", "", errors.New("direct sessions need the cloud's CA to check grants with, which this agent does not keep " +
-			"(it keeps it when its join token names the CA's fingerprint, as the tokens of a TLS server do)")
-	}
-	ca, err := pki.ParseCert(caPEM)
+	d, fingerprint, err = NewDirect(hostID, caPEM, keyDir, h, log)
 	if err != nil {
-		return nil, nil, "", "", fmt.Errorf("direct sessions: the cloud's CA: %w", err)
-	}
-	cert, fp, err := listenerCert(keyDir, hostID, time.Now())
-	if err != nil {
-		return nil, nil, "", "", fmt.Errorf("direct sessions: the listener's certificate: %w", err)
+		return nil, nil, "", "", err
 	}
 	ln, err = net.Listen("tcp", listen)
 	if err != nil {
@@ -474,7 +494,30 @@ func ListenDirect(listen, advertise, hostID string, caPEM []byte, keyDir string,
 			return nil, nil, "", "", fmt.Errorf("direct sessions: --direct-listen %s listens on every address: say where clients reach it with --direct-advertise HOST:PORT", listen)
 		}
 	}
-	return &Direct{Handler: h, CA: ca, HostID: hostID, Cert: cert, Log: log}, ln, addr, fp, nil
+	return d, ln, addr, fingerprint, nil
+}
+
+// NewDirect is ListenDirect without a listener: the server of the direct
+// sessions that come through the server's tunnels (Direct.ServeTunnel;
+// Serve it with a nil listener for its grants' reports), and the
+// fingerprint the agent reports (agent.Config.DirectFingerprint).
+func NewDirect(hostID string, caPEM []byte, keyDir string, h *Handler, log *slog.Logger) (*Direct, string, error) {
+	if hostID == "" {
+		return nil, "", errors.New("direct sessions: the agent's host ID is unknown (it has not joined)")
+	}
+	if len(caPEM) == 0 {
+		return nil, "", errors.New("direct sessions need the cloud's CA to check grants with, which this agent does not keep " +
+			"(it keeps it when its join token names the CA's fingerprint, as the tokens of a TLS server do)")
+	}
+	ca, err := pki.ParseCert(caPEM)
+	if err != nil {
+		return nil, "", fmt.Errorf("direct sessions: the cloud's CA: %w", err)
+	}
+	cert, fp, err := listenerCert(keyDir, hostID, time.Now())
+	if err != nil {
+		return nil, "", fmt.Errorf("direct sessions: the listener's certificate: %w", err)
+	}
+	return &Direct{Handler: h, CA: ca, HostID: hostID, Cert: cert, Log: log}, fp, nil
 }
 
 // The listener's kept certificate and key, in the agent's data directory.

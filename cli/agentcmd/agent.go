@@ -206,20 +206,31 @@ func run(cmd *cobra.Command, fl *flags, stderr io.Writer) error {
 	// The files handler reads the storage settings (VolumeImages).
 	agentCfg.Sessions = files.Sessions(agentCfg)
 	client := agentapi.NewClient(server, cred, hc)
+	if fl.directListen == "" && fl.directAdvertise != "" {
+		return cmdutil.Usagef(cmd, "--direct-advertise goes with --direct-listen")
+	}
+	var (
+		direct   *files.Direct
+		directLn net.Listener
+	)
 	if fl.directListen != "" {
-		direct, ln, err := listenDirect(fl, &agentCfg, log)
-		if err != nil {
+		if direct, directLn, err = listenDirect(fl, &agentCfg, log); err != nil {
 			return err
 		}
+		fmt.Fprintf(cmd.OutOrStdout(), "taking direct sessions at %s (certificate %s)\n", agentCfg.DirectAddr, agentCfg.DirectFingerprint)
+	} else if direct, err = tunnelDirect(fl, &agentCfg, log); err != nil {
+		return err
+	}
+	if direct != nil {
+		// Tunnelled sessions (docs/ACCESS.md, "Tunnels") come through
+		// the server whether or not the agent listens.
+		agentCfg.Tunnels = direct
 		direct.Reports = files.NewReporter(client.ReportDirect, fl.dir, log)
 		go func() {
-			if err := direct.Serve(ctx, ln); err != nil {
+			if err := direct.Serve(ctx, directLn); err != nil {
 				log.Error("agent: the direct files listener stopped", "err", err)
 			}
 		}()
-		fmt.Fprintf(cmd.OutOrStdout(), "taking direct sessions at %s (certificate %s)\n", agentCfg.DirectAddr, agentCfg.DirectFingerprint)
-	} else if fl.directAdvertise != "" {
-		return cmdutil.Usagef(cmd, "--direct-advertise goes with --direct-listen")
 	}
 	a := agent.New(client, agentCfg)
 	if fl.metricsListen != "" {

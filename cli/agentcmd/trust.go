@@ -211,6 +211,23 @@ func listenDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct
 	return d, ln, nil
 }
 
+// tunnelDirect is the server of the direct sessions that come through
+// the server's tunnels, for an agent without --direct-listen: nil, and no
+// error, for an agent of a plain-HTTP server (no client certificate or
+// CA kept), which takes none.
+func tunnelDirect(fl *flags, cfg *agent.Config, log *slog.Logger) (*files.Direct, error) {
+	hostID, caPEM, err := keptIdentity(fl.dir)
+	if err != nil || len(caPEM) == 0 {
+		return nil, nil
+	}
+	d, fp, err := files.NewDirect(hostID, caPEM, fl.dir, files.ForAgent(*cfg), log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DirectFingerprint = fp
+	return d, nil
+}
+
 // keptIdentity is the host ID of the client certificate a join kept in
 // dataDir (its common name) and the CA kept beside it. A data directory
 // without them (a plain-HTTP server's agent) is an error saying so.

@@ -116,11 +116,11 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 		Underlay: ul.addr, UnderlayMTU: ul.mtu, Sessions: agentcmd.SessionHandlers(dir, h.rt, log.With("host", joined.HostID)),
 	}
 	acfg.Sessions = files.Sessions(acfg)
-	if direct {
-		caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
-		if err != nil {
-			return nil, fmt.Errorf("direct sessions: the cloud's CA: %w", err)
-		}
+	// Every agent takes tunnelled sessions (docs/ACCESS.md, "Tunnels")
+	// where it keeps the cloud's CA; with --direct-access it listens too.
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	switch {
+	case err == nil && direct:
 		// The simulated hosts' agents run in this process, on this
 		// machine: loopback is where clients reach them.
 		d, ln, addr, fp, err := files.ListenDirect("127.0.0.1:0", "", joined.HostID, caPEM, dir, files.ForAgent(acfg), acfg.Log)
@@ -128,6 +128,17 @@ func startAgent(ctx context.Context, url, joinToken string, admin *client.Client
 			return nil, err
 		}
 		h.direct, h.directLn, acfg.DirectAddr, acfg.DirectFingerprint = d, ln, addr, fp
+	case err == nil:
+		d, fp, err := files.NewDirect(joined.HostID, caPEM, dir, files.ForAgent(acfg), acfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		h.direct, acfg.DirectFingerprint = d, fp
+	case direct || !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("direct sessions: the cloud's CA: %w", err)
+	}
+	if h.direct != nil {
+		acfg.Tunnels = h.direct
 	}
 	client := agentapi.NewClient(url, joined.Credential, hc)
 	if h.direct != nil {

@@ -42,7 +42,9 @@ func cliRun(t *testing.T, out, stdin string, args ...string) (int, string, strin
 // TestUpExecContainers: on `up` with containers, `instances exec` runs as
 // the workload's user (id -u matches the workload's own), passes stdin,
 // exits with the remote exit code, and `instances port-forward` reaches a
-// server inside the container's network namespace. Containers as
+// server inside the container's network namespace (through a tunnel, the
+// relay with --relay, and the relay again where --direct finds no direct
+// sessions). Containers as
 // TestUpContainers needs them (CI fails without them).
 func TestUpExecContainers(t *testing.T) {
 	if testing.Short() {
@@ -80,11 +82,22 @@ func TestUpExecContainers(t *testing.T) {
 		}
 	}
 
-	addr, _ := startPortForward(t, out, in.ID, "0:8080")
+	// By default through a tunnel (docs/ACCESS.md, "Tunnels"), which
+	// `up`'s agents take without any setting: no fallback said.
+	addr, stderr := startPortForward(t, out, in.ID, "0:8080")
 	getThrough(t, addr, "hello-through-the-relay", 2) // each connection is a session of its own
+	if se := stderr(); se != "" {
+		t.Errorf("port-forward through a tunnel said %q", se)
+	}
+	// --relay through the server's relay.
+	addr, stderr = startPortForward(t, out, "--relay", in.ID, "0:8080")
+	getThrough(t, addr, "hello-through-the-relay", 1)
+	if se := stderr(); se != "" {
+		t.Errorf("port-forward --relay said %q", se)
+	}
 	// --direct on a cloud that takes none says so and goes through the
 	// server.
-	addr, stderr := startPortForward(t, out, "--direct", in.ID, "0:8080")
+	addr, stderr = startPortForward(t, out, "--direct", in.ID, "0:8080")
 	getThrough(t, addr, "hello-through-the-relay", 1)
 	if se := stderr(); !strings.Contains(se, "no direct forward (permission_denied") || !strings.Contains(se, "forwarding through the server") {
 		t.Errorf("port-forward --direct without direct sessions said %q", se)

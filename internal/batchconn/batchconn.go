@@ -48,6 +48,9 @@ type Conn struct {
 // New wraps c.
 func New(c net.Conn) *Conn { return &Conn{Conn: c} }
 
+// NetConn is the connection c wraps.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // Write writes p, or gathers it while the connection is held.
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()

@@ -70,26 +70,10 @@ func proxied(t *http.Transport, url string) bool {
 // connection, which it keeps for the upgraded connection's coalescer.
 func (ut *upgradeTransport) dialTLS(t *http.Transport) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dial := t.DialContext
-		if dial == nil {
-			dial = (&net.Dialer{}).DialContext
-		}
-		raw, err := dial(ctx, network, addr)
+		raw, cfg, err := dialUpgrade(ctx, t, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		cfg := &tls.Config{}
-		if t.TLSClientConfig != nil {
-			cfg = t.TLSClientConfig.Clone()
-		}
-		if cfg.ServerName == "" {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				host = addr
-			}
-			cfg.ServerName = host
-		}
-		cfg.NextProtos = []string{"http/1.1"} // a WebSocket upgrade is HTTP/1.1
 		bc := batchconn.New(raw)
 		tc := tls.Client(bc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -99,4 +83,31 @@ func (ut *upgradeTransport) dialTLS(t *http.Transport) func(ctx context.Context,
 		ut.batch.Store(bc)
 		return tc, nil
 	}
+}
+
+// dialUpgrade dials addr as t would and answers the TLS configuration of
+// an upgrade over it (a WebSocket's or a tunnel's): t's, for HTTP/1.1
+// only, with the server's name when t's names none.
+func dialUpgrade(ctx context.Context, t *http.Transport, network, addr string) (net.Conn, *tls.Config, error) {
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	raw, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &tls.Config{}
+	if t.TLSClientConfig != nil {
+		cfg = t.TLSClientConfig.Clone()
+	}
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"http/1.1"} // an upgrade is HTTP/1.1
+	return raw, cfg, nil
 }

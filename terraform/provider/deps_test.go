@@ -37,6 +37,7 @@ var providerLinks = []string{
 	"internal/pki",                    // fingerprints
 	"internal/rest",                   // the one HTTP request path of the clients
 	"internal/batchconn",              // gathered TLS writes of the WebSockets internal/rest dials
+	"internal/tunnel",                 // the tunnels internal/rest dials
 	"internal/stream",                 // the framing of exec sessions, which the client holds
 	"internal/imageref",               // an image as written and its canonical form
 }
