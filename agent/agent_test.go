@@ -591,3 +591,37 @@ func TestHeartbeatLabelsTheRuntime(t *testing.T) {
 		t.Errorf("the driver's own labels were changed: %v", inv.Host.Labels)
 	}
 }
+
+// TestMIGModeOffWhenTwoSlicesStopTogether: two MIG instances on one GPU
+// (the first switched MIG mode on) stopped at once, as `instances
+// terminate a b` does: whichever is cleaned up last finds the other
+// already cleaned up, though still listed, and MIG mode goes off, so that
+// the GPU can be rented whole again. (It stayed on: each cleanup saw the
+// other listed and left the mode to it.)
+func TestMIGModeOffWhenTwoSlicesStopTogether(t *testing.T) {
+	e := newEnv(t, h100)
+	id := e.host.ID()
+	e.assign(
+		e.assignment("i-a", mig3g(id, 2, 0, true), serveScript),
+		e.assignment("i-b", mig3g(id, 2, 4, false), serveScript),
+	)
+	for _, name := range []string{"i-a", "i-b"} {
+		e.untilPhase(name, agentapi.PhaseRunning)
+		e.ready(name)
+	}
+	if mig, ins := e.instances(2); !mig || len(ins) != 2 {
+		t.Fatalf("gpu 2: mig %v, instances %+v; want MIG on with two 3g", mig, ins)
+	}
+	for _, name := range []string{"i-a", "i-b"} {
+		if err := e.srv.SetDesired(name, agentapi.DesiredStop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"i-a", "i-b"} {
+		e.untilPhase(name, agentapi.PhaseStopped)
+	}
+	e.steps(3)
+	if mig, ins := e.instances(2); mig || len(ins) != 0 {
+		t.Fatalf("after both stopped gpu 2 has MIG %v and instances %+v; want both undone", mig, ins)
+	}
+}

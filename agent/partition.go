@@ -123,7 +123,7 @@ func (a *Agent) releasePartition(ctx context.Context, p *pass, s *inst) error {
 		left[d.GPU]--
 	}
 	for _, gi := range slices.Sorted(maps.Keys(left)) {
-		if !a.migAuto[gi] || left[gi] > 0 || p.othersOn(gi, s.id) {
+		if !a.migAuto[gi] || left[gi] > 0 || a.othersHold(p, gi, s.id) {
 			continue
 		}
 		dctx, cancel := a.driverCtx(ctx)
@@ -140,6 +140,21 @@ func (a *Agent) releasePartition(ctx context.Context, p *pass, s *inst) error {
 		delete(a.migAuto, gi)
 	}
 	return errors.Join(errs...)
+}
+
+// othersHold reports whether a listed instance other than id may still
+// hold or need GPU g: one the agent has not cleaned up. A listed one that
+// it has (stopped, its slices destroyed, its record not yet gone from the
+// assignments) holds nothing: without this, two slices of one GPU that
+// stop together each left MIG mode to the other, and it stayed on.
+func (a *Agent) othersHold(p *pass, g int, id string) bool {
+	return slices.ContainsFunc(p.gpuUsers[g], func(o string) bool {
+		if o == id {
+			return false
+		}
+		s := a.insts[o]
+		return s == nil || !s.cleaned
+	})
 }
 
 // share sets the spec's GPU share from the placement's shared device.

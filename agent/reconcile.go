@@ -109,11 +109,6 @@ func newPass(as []agentapi.Assignment) *pass {
 	return p
 }
 
-// othersOn reports whether a listed instance other than id uses GPU g.
-func (p *pass) othersOn(g int, id string) bool {
-	return slices.ContainsFunc(p.gpuUsers[g], func(o string) bool { return o != id })
-}
-
 // Step does one reconcile pass: it fetches the assignments, moves every
 // instance toward its desired state, stops and cleans up instances whose
 // assignment is gone, ships new output and sends the reports due. It
