@@ -184,7 +184,8 @@ type Agent struct {
 	logOff map[string]int64
 	// migAuto marks GPUs whose MIG mode a placement asked the agent to turn
 	// on; the agent turns it off again when their last instance goes, as the
-	// server's model does (fleet.GPU.MIGAuto).
+	// server's model does (fleet.GPU.MIGAuto). It is kept in the data
+	// directory across restarts (setMIGAuto, mig-auto.json).
 	migAuto map[int]bool
 
 	// hbMu serializes heartbeats and guards lastInv, lastBeat and
@@ -259,7 +260,7 @@ func New(srv ControlPlane, cfg Config) *Agent {
 	}
 	a := &Agent{
 		srv: srv, cfg: cfg, log: cfg.Log,
-		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: map[int]bool{},
+		insts: map[string]*inst{}, logOff: map[string]int64{}, migAuto: loadMIGAuto(cfg.DataDir, cfg.Log),
 		targets: map[string]*target{}, kick: make(chan struct{}, 1),
 	}
 	a.dns = newResolver(cfg)

@@ -625,3 +625,31 @@ func TestMIGModeOffWhenTwoSlicesStopTogether(t *testing.T) {
 		t.Fatalf("after both stopped gpu 2 has MIG %v and instances %+v; want both undone", mig, ins)
 	}
 }
+
+// TestMIGModeOffAfterRestart: an agent restarted while a GPU it switched
+// into MIG mode holds a slice still switches MIG mode off when the slice
+// goes: which GPUs it switched is kept in its data directory
+// (mig-auto.json), not only in memory.
+func TestMIGModeOffAfterRestart(t *testing.T) {
+	e := newEnv(t, h100)
+	id := e.host.ID()
+	e.assign(e.assignment("i-a", mig3g(id, 2, 0, true), serveScript))
+	e.untilPhase("i-a", agentapi.PhaseRunning)
+	e.ready("i-a")
+	e.ag = agent.New(e.srv, agent.Config{
+		Driver: e.host, Runtime: e.rt, Metadata: e.md, DataDir: e.dir, Interval: testInterval, ManageMIG: true,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	e.steps(2)
+	if err := e.srv.SetDesired("i-a", agentapi.DesiredStop); err != nil {
+		t.Fatal(err)
+	}
+	e.untilPhase("i-a", agentapi.PhaseStopped)
+	e.steps(3)
+	if mig, ins := e.instances(2); mig || len(ins) != 0 {
+		t.Fatalf("after the restarted agent stopped the slice gpu 2 has MIG %v and instances %+v; want both undone", mig, ins)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "mig-auto.json")); err != nil {
+		t.Fatalf("the agent kept no record of the GPUs it switched: %v", err)
+	}
+}

@@ -2,9 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/gpucloud/gpucloud/agent/gpu"
@@ -38,7 +42,7 @@ func (a *Agent) applyPartition(ctx context.Context, pl *fleet.Placement) error {
 			return &startError{fmt.Sprintf("the host has no gpu %d", d.GPU)}
 		}
 		if a.cfg.ManageMIG && d.EnableMIG {
-			a.migAuto[d.GPU] = true
+			a.setMIGAuto(d.GPU, true)
 		}
 		if hasInstance(g, d.MIGProfileID, d.MIGStart) {
 			continue
@@ -55,7 +59,7 @@ func (a *Agent) applyPartition(ctx context.Context, pl *fleet.Placement) error {
 				// inventory saying so may not have reached the server
 				// yet. The placement needs MIG mode: switch it back on.
 				a.log.Info("enabling MIG mode the placement assumes", "gpu", d.GPU, "instance", d.UUID)
-				a.migAuto[d.GPU] = true
+				a.setMIGAuto(d.GPU, true)
 			}
 			dctx, cancel := a.driverCtx(ctx)
 			err := a.cfg.Driver.SetMIGMode(dctx, d.GPU, true)
@@ -137,9 +141,58 @@ func (a *Agent) releasePartition(ctx context.Context, p *pass, s *inst) error {
 			errs = append(errs, fmt.Errorf("disable MIG mode on gpu %d: %w", gi, err))
 			continue
 		}
-		delete(a.migAuto, gi)
+		a.setMIGAuto(gi, false)
 	}
 	return errors.Join(errs...)
+}
+
+// migAutoFile keeps Agent.migAuto in the data directory, so that an agent
+// restarted while a GPU it switched into MIG mode holds slices still
+// switches it back when they go: a JSON list of GPU indices.
+const migAutoFile = "mig-auto.json"
+
+// setMIGAuto marks GPU g as one the agent switched into MIG mode (or
+// not), and keeps the set in the data directory.
+func (a *Agent) setMIGAuto(g int, on bool) {
+	if a.migAuto[g] == on {
+		return
+	}
+	if on {
+		a.migAuto[g] = true
+	} else {
+		delete(a.migAuto, g)
+	}
+	if a.cfg.DataDir == "" {
+		return
+	}
+	b, _ := json.Marshal(slices.Sorted(maps.Keys(a.migAuto)))
+	if err := WriteSecret(filepath.Join(a.cfg.DataDir, migAutoFile), b); err != nil {
+		a.log.Warn("agent: keeping the GPUs it switched into MIG mode failed; after a restart it leaves them in MIG mode", "err", err)
+	}
+}
+
+// loadMIGAuto reads the set setMIGAuto kept in dir (none: empty).
+func loadMIGAuto(dir string, log *slog.Logger) map[int]bool {
+	out := map[int]bool{}
+	if dir == "" {
+		return out
+	}
+	b, err := os.ReadFile(filepath.Join(dir, migAutoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return out
+	}
+	var gpus []int
+	if err == nil {
+		err = json.Unmarshal(b, &gpus)
+	}
+	if err != nil {
+		log.Warn("agent: the GPUs it switched into MIG mode are unknown; it leaves them in MIG mode", "file", migAutoFile, "err", err)
+		return out
+	}
+	for _, g := range gpus {
+		out[g] = true
+	}
+	return out
 }
 
 // othersHold reports whether a listed instance other than id may still
