@@ -40,6 +40,8 @@ var (
 type cvSeries struct {
 	name, shape string
 	s           Series
+	// bursts are a synthetic series' (nil for a trace's): the burst bound.
+	bursts *bursts
 }
 
 // cvSet is the varied set of the cross-validation.
@@ -61,7 +63,8 @@ func cvSet(t *testing.T) []cvSeries {
 		for _, seed := range []uint64{101, 102, 103} {
 			cfg := c.cfg
 			cfg.Seed = seed + uint64(len(out))*10
-			out = append(out, cvSeries{name: fmt.Sprintf("%s seed %d", c.shape, cfg.Seed), shape: c.shape, s: Synthetic(cfg)})
+			s, bs := syntheticBursts(cfg)
+			out = append(out, cvSeries{name: fmt.Sprintf("%s seed %d", c.shape, cfg.Seed), shape: c.shape, s: s, bursts: &bs})
 		}
 	}
 	if dir := os.Getenv("GPUCLOUD_DEMAND"); dir != "" {
@@ -294,8 +297,8 @@ func TestCrossValidate(t *testing.T) {
 		}
 		tt[s] = r
 	}
-	fmt.Println("| held-out series | fitted on the other shapes | unmet % | × oracle | actions | target 70% unmet % | target × oracle | target actions |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| held-out series | fitted on the other shapes | unmet % | × oracle | actions | target 70% unmet % | target × oracle | target actions | burst bound × oracle at 0.5% unmet | at the policy's unmet |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	miss := 0
 	for _, sh := range shapes {
 		c := best(sh)
@@ -307,8 +310,16 @@ func TestCrossValidate(t *testing.T) {
 			if r.ShortfallPercent > 0.5 || r.CostVsOracle > 1.10 {
 				miss++
 			}
-			fmt.Printf("| %s | %d | %.3f | %.3f | %d | %.3f | %.3f | %d |\n", x.name, c, r.ShortfallPercent, r.CostVsOracle, r.ScalingActions,
-				tt[s].ShortfallPercent, tt[s].CostVsOracle, tt[s].ScalingActions)
+			bound := "| |"
+			if x.bursts != nil && x.s.Interval == time.Minute {
+				pts, err := burstFrontier(x.s, *x.bursts, cvOpt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bound = fmt.Sprintf("| %.3f | %.3f |", boundAt(pts, 0.5), boundAt(pts, r.ShortfallPercent))
+			}
+			fmt.Printf("| %s | %d | %.3f | %.3f | %d | %.3f | %.3f | %d %s\n", x.name, c, r.ShortfallPercent, r.CostVsOracle, r.ScalingActions,
+				tt[s].ShortfallPercent, tt[s].CostVsOracle, tt[s].ScalingActions, bound)
 		}
 	}
 	fmt.Printf("\nheld-out series missing the goal (0.5%% unmet, 1.10× oracle): %d of %d\n", miss, len(set))

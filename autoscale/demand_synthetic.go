@@ -38,6 +38,23 @@ type SyntheticConfig struct {
 // Synthetic makes a seeded demand series with daily and weekly cycles,
 // noise and bursts. The same config gives the same series.
 func Synthetic(c SyntheticConfig) Series {
+	s, _ := syntheticBursts(c)
+	return s
+}
+
+// bursts are the bursts of a synthetic series: the GPUs each step's burst
+// adds (0 outside one), the steps at which one starts and the steps at
+// which demand is held at zero (Office); each calm step starts one with
+// probability p, of a size uniform in [lo, hi].
+type bursts struct {
+	gpus        []float64
+	start, zero []bool
+	p, lo, hi   float64
+}
+
+// syntheticBursts is Synthetic with the bursts it added (the burst
+// bound's input, demand_bound_test.go).
+func syntheticBursts(c SyntheticConfig) (Series, bursts) {
 	if c.Start.IsZero() {
 		c.Start = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
@@ -71,6 +88,8 @@ func Synthetic(c SyntheticConfig) Series {
 	noise := 0.0
 	burstLeft, burst := 0.0, 0.0
 	out := make([]float64, c.Steps)
+	bs := bursts{gpus: make([]float64, c.Steps), start: make([]bool, c.Steps), zero: make([]bool, c.Steps),
+		p: pBurst, lo: 0.5 * c.BurstGPUs, hi: 1.5 * c.BurstGPUs}
 	for i := range out {
 		t := c.Start.Add(time.Duration(i) * c.Interval)
 		h := float64(t.Hour()) + float64(t.Minute())/60
@@ -83,6 +102,7 @@ func Synthetic(c SyntheticConfig) Series {
 		if burstLeft <= 0 && rng.Float64() < pBurst {
 			burst = c.BurstGPUs * (0.5 + rng.Float64())
 			burstLeft = 0.5 + 3.5*rng.Float64()
+			bs.start[i] = true
 		}
 		b := 0.0
 		if burstLeft > 0 {
@@ -93,10 +113,14 @@ func Synthetic(c SyntheticConfig) Series {
 		v := c.Base*(1+c.Daily*daily+c.Weekly*weekly+c.Trend*weeks) + noise + b
 		if wd := t.Weekday(); c.Office && (wd == time.Saturday || wd == time.Sunday || t.Hour() < 8 || t.Hour() >= 20) {
 			v = 0
+			bs.zero[i] = true
 		}
 		out[i] = max(0, math.Round(v*100)/100)
+		if out[i] > 0 {
+			bs.gpus[i] = min(b, out[i])
+		}
 	}
-	return Series{Start: c.Start, Interval: c.Interval, GPUs: out}
+	return Series{Start: c.Start, Interval: c.Interval, GPUs: out}, bs
 }
 
 // Interval is a span in which some GPUs were wanted: a pod from its
