@@ -18,25 +18,31 @@ import (
 // floor(Boot/Interval): 6 on minute steps with a 5-minute boot) are
 // served by what was held before the burst could be seen.
 //
-// The relaxed policy is told everything else: the noise, the cycles,
-// every burst's start once lag steps have passed, its size then and its
-// end, and how bursts come (each step with no burst going starts one
-// with probability p, of a size uniform in [lo, hi]). Given that, the
-// steps are independent: what it holds in one step changes nothing in
-// another. So for a price λ of a GPU-step unmet, the least it can hold is
-// found step by step: the instances n that minimize
+// The relaxed policy is told everything else it could use: the cycles and
+// the trend, every burst once lag steps have passed (its size and its
+// end), how bursts come (each step with no burst going starts one with
+// probability p, of a size uniform in [lo, hi]) and how the noise moves
+// (an AR(1) of known coefficient and spread), and the noise itself up to
+// lagN steps back, lagN = 1 + floor(Notice/Interval) (3 on minute steps
+// with a 2-minute notice): a member released with what was seen then is
+// gone by the step, so a policy can shed capacity on that news, though it
+// can add none for a burst seen after the launch. Given that, the steps
+// are independent: what it holds in one step changes nothing in another.
+// So for a price λ of a GPU-step unmet, the least it can hold is found
+// step by step: the instances n that minimize
 //
-//	unit·n + λ·E[(x + U − unit·n)+]
+//	unit·n + λ·E[(x + N + U − unit·n)+]
 //
-// where x is the demand less any burst not yet seen and U the burst it
+// where x is what it expects of the demand less any burst it cannot see,
+// N the noise's error from lagN steps back (normal), and U the burst it
 // cannot see: none, or with probability 1 − (1−p)^k (k the steps of the
 // last lag in which a burst could have started) one of the size
 // distribution. Sweeping λ gives the least capacity held for each share
-// of demand unmet; any policy that knows less holds at least as much at
-// the same share (alternating two prices is a policy too, so the bound is
-// the lower convex hull). The cost is the capacity held over the
-// oracle's paid capacity: a policy also pays for boot, so this is under
-// what any policy pays.
+// of demand unmet; a policy that knows less holds at least as much at the
+// same share (alternating two prices is a policy too, so the bound is the
+// lower convex hull). The cost is the capacity held over the oracle's
+// paid capacity: a policy also pays for boot, so this is under what a
+// policy pays that launches only what it keeps.
 
 // boundPoint is the relaxed policy's figures at one price.
 type boundPoint struct {
@@ -50,30 +56,61 @@ func burstLag(s Series, boot time.Duration) int {
 	return 1 + int(boot/s.Interval)
 }
 
-// expectedOver is E[(c + J)+] for J uniform in [lo, hi].
-func expectedOver(c, lo, hi float64) float64 {
-	switch {
-	case c+hi <= 0:
-		return 0
-	case c+lo >= 0:
-		return c + (lo+hi)/2
+// over is E[(c + N + U)+] for N normal with mean 0 and deviation sd, and
+// U 0 with probability 1-q, else uniform in [lo, hi].
+func over(c, sd, q, lo, hi float64) float64 {
+	if sd <= 0 {
+		// E[(c + J)+] for J uniform in [lo, hi].
+		burst := 0.0
+		switch {
+		case c+hi <= 0:
+		case c+lo >= 0:
+			burst = c + (lo+hi)/2
+		default:
+			burst = (c + hi) * (c + hi) / (2 * (hi - lo))
+		}
+		return (1-q)*max(0, c) + q*burst
 	}
-	return (c + hi) * (c + hi) / (2 * (hi - lo))
+	// g(y) = E[(y + N)+] = sd·(tΦ(t) + φ(t)), t = y/sd; G' = g.
+	g := func(y float64) float64 {
+		t := y / sd
+		return sd * (t*normCDF(t) + normPDF(t))
+	}
+	G := func(y float64) float64 {
+		t := y / sd
+		return sd * sd * ((t*t+1)/2*normCDF(t) + t/2*normPDF(t))
+	}
+	v := (1 - q) * g(c)
+	if q > 0 {
+		v += q * (G(c+hi) - G(c+lo)) / (hi - lo)
+	}
+	return v
 }
 
-// burstBound replays the relaxed policy at price lambda.
-func burstBound(s Series, bs bursts, opt ReplayOptions, lambda float64) (boundPoint, error) {
+func normCDF(t float64) float64 { return 0.5 * math.Erfc(-t/math.Sqrt2) }
+func normPDF(t float64) float64 { return math.Exp(-t*t/2) / math.Sqrt(2*math.Pi) }
+
+// burstFrontier replays the relaxed policy at prices from 1/2 to 10^6 of
+// a GPU-step held, 1.25 apart. A step's best n grows with the price (the
+// expected unmet is convex in n), so each step's choices are found once,
+// as the prices at which one more instance starts to pay.
+func burstFrontier(s Series, bs bursts, opt ReplayOptions) ([]boundPoint, error) {
+	var lambdas []float64
+	for l := 0.5; l <= 1e6; l *= 1.25 {
+		lambdas = append(lambdas, l)
+	}
 	cfg := opt.Config.Defaults()
 	lag := burstLag(s, cfg.Boot)
+	lagN := min(lag, 1+int(cfg.Notice/s.Interval))
 	hist, err := opt.history(s)
 	if err != nil {
-		return boundPoint{}, err
+		return nil, err
 	}
 	o := opt
 	o.HistorySteps = hist
 	base, err := Oracle(s, o)
 	if err != nil {
-		return boundPoint{}, err
+		return nil, err
 	}
 	unit := float64(cfg.UnitGPUs)
 	// from[i] is the step the burst going in step i started (-1: none).
@@ -88,53 +125,62 @@ func burstBound(s Series, bs bursts, opt ReplayOptions, lambda float64) (boundPo
 		}
 		from[i] = cur
 	}
-	var demand, unmet, held float64
+	// The noise lagN steps ahead: its mean is phi^lagN times the noise
+	// then, its deviation sd·√(1 − phi^(2·lagN)).
+	phiN := math.Pow(bs.phi, float64(lagN))
+	sdN := bs.sd * math.Sqrt(1-phiN*phiN)
+	unmet, held := make([]float64, len(lambdas)), make([]float64, len(lambdas))
+	var demand float64
+	var breaks []float64
 	for i, d := range s.GPUs {
 		if i < hist {
 			continue
 		}
+		demand += d
+		if bs.zero[i] {
+			continue // demand is held at zero, and it knows it
+		}
 		seen := i - lag // a burst that started by then is known
-		x, q := d, 0.0
+		x := d - bs.noise[i] + phiN*bs.noise[i-lagN]
 		if from[i] > seen {
 			x -= bs.gpus[i]
 		}
-		if !bs.zero[i] {
-			k := 0
-			for j := max(0, seen+1); j <= i; j++ {
-				if from[j] < 0 || from[j] > seen {
-					k++
-				}
-			}
-			q = 1 - math.Pow(1-bs.p, float64(k))
-		}
-		n := 0.0
-		if x > 0 || q > 0 {
-			best := math.Inf(1)
-			for m := max(0, math.Floor(x/unit)-2); m <= math.Ceil((x+bs.hi)/unit); m++ {
-				c := x - unit*m
-				v := unit*m + lambda*((1-q)*max(0, c)+q*expectedOver(c, bs.lo, bs.hi))
-				if v < best-1e-12 {
-					best, n = v, m
-				}
+		k := 0
+		for j := max(0, seen+1); j <= i; j++ {
+			if from[j] < 0 || from[j] > seen {
+				k++
 			}
 		}
-		demand += d
-		unmet += max(0, d-unit*n)
-		held += unit * n
+		q := 1 - math.Pow(1-bs.p, float64(k))
+		// n is m0 plus the breakpoints under the price: one more instance
+		// pays from the price unit / (the expected unmet it takes away).
+		m0 := max(0, math.Floor((x-4*sdN)/unit)-1)
+		top := math.Ceil((x + bs.hi + 4*sdN) / unit)
+		breaks = breaks[:0]
+		prev := over(x-unit*m0, sdN, q, bs.lo, bs.hi)
+		for m := m0 + 1; m <= top; m++ {
+			v := over(x-unit*m, sdN, q, bs.lo, bs.hi)
+			if cut := prev - v; cut > 0 {
+				breaks = append(breaks, unit/cut)
+			} else {
+				breaks = append(breaks, math.Inf(1))
+			}
+			prev = v
+		}
+		b := 0
+		for l, lam := range lambdas {
+			for b < len(breaks) && breaks[b] < lam {
+				b++
+			}
+			n := m0 + float64(b)
+			unmet[l] += max(0, d-unit*n)
+			held[l] += unit * n
+		}
 	}
-	return boundPoint{lambda: lambda, unmetPercent: 100 * unmet / demand, cost: held / 60 * s.Interval.Minutes() / base.CapacityGPUHours}, nil
-}
-
-// burstFrontier is the relaxed policy at prices from 1/2 to 10^6 of a
-// GPU-step held, 1.25 apart.
-func burstFrontier(s Series, bs bursts, opt ReplayOptions) ([]boundPoint, error) {
-	var out []boundPoint
-	for l := 0.5; l <= 1e6; l *= 1.25 {
-		p, err := burstBound(s, bs, opt, l)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
+	out := make([]boundPoint, len(lambdas))
+	for l, lam := range lambdas {
+		out[l] = boundPoint{lambda: lam, unmetPercent: 100 * unmet[l] / demand,
+			cost: held[l] * s.Interval.Hours() / base.CapacityGPUHours}
 	}
 	return out, nil
 }
@@ -167,6 +213,7 @@ var boundShapes = []struct {
 	cfg  SyntheticConfig
 }{
 	{"syn cycles+bursts 1m", SyntheticConfig{Steps: 35 * 24 * 60, Seed: 1}},
+	{"syn cycles+bursts 1h", SyntheticConfig{Steps: 56 * 24, Seed: 2, Interval: time.Hour}},
 	{"syn bursty 1m", SyntheticConfig{Steps: 35 * 24 * 60, Seed: 3, Base: 100, BurstsPerWeek: 30, BurstGPUs: 80, Noise: 0.08}},
 	{"syn tiny spiky 1m", SyntheticConfig{Steps: 35 * 24 * 60, Seed: 7, Base: 3, Daily: 0.3, Noise: 0.4, BurstsPerWeek: 40, BurstGPUs: 12}},
 }
@@ -183,8 +230,9 @@ func TestBurstBound(t *testing.T) {
 		lo, hi float64
 	}{
 		{0, 0.95, 1.00}, // three bursts a week of 20% of demand: headroom is cheap
-		{1, 1.03, 1.15}, // thirty a week of 30–90% of demand: near the goal
-		{2, 1.15, 1.60}, // tiny spiky: out of reach
+		{1, 1.00, 1.05}, // the same by the hour: each burst's first hour is lost
+		{2, 1.03, 1.15}, // thirty a week of 30–90% of demand: near the goal
+		{3, 1.15, 1.60}, // tiny spiky: out of reach
 	} {
 		sh := boundShapes[c.shape]
 		s, bs := syntheticBursts(sh.cfg)
@@ -224,8 +272,11 @@ func TestBurstBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Printf("| %s | %.3f | %.3f | %.3f | %.3f |\n", sh.name, b, g.ShortfallPercent, g.CostVsOracle, boundAt(pts, g.ShortfallPercent))
+		if s.Interval != time.Minute {
+			continue
+		}
 		// Where gpucloud pays above the oracle: the instances it holds less
-		// the oracle's, by phase, over the oracle's.
+		// the oracle's, by phase (in minutes), over the oracle's.
 		var extra [4]float64
 		total := 0.0
 		since := math.MaxInt32 // steps since the last burst step

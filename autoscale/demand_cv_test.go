@@ -311,7 +311,7 @@ func TestCrossValidate(t *testing.T) {
 				miss++
 			}
 			bound := "| |"
-			if x.bursts != nil && x.s.Interval == time.Minute {
+			if x.bursts != nil {
 				pts, err := burstFrontier(x.s, *x.bursts, cvOpt)
 				if err != nil {
 					t.Fatal(err)

@@ -45,11 +45,15 @@ func Synthetic(c SyntheticConfig) Series {
 // bursts are the bursts of a synthetic series: the GPUs each step's burst
 // adds (0 outside one), the steps at which one starts and the steps at
 // which demand is held at zero (Office); each calm step starts one with
-// probability p, of a size uniform in [lo, hi].
+// probability p, of a size uniform in [lo, hi]. noise is each step's
+// noise, an AR(1) with coefficient phi per step and standard deviation
+// sd.
 type bursts struct {
 	gpus        []float64
 	start, zero []bool
 	p, lo, hi   float64
+	noise       []float64
+	phi, sd     float64
 }
 
 // syntheticBursts is Synthetic with the bursts it added (the burst
@@ -89,7 +93,8 @@ func syntheticBursts(c SyntheticConfig) (Series, bursts) {
 	burstLeft, burst := 0.0, 0.0
 	out := make([]float64, c.Steps)
 	bs := bursts{gpus: make([]float64, c.Steps), start: make([]bool, c.Steps), zero: make([]bool, c.Steps),
-		p: pBurst, lo: 0.5 * c.BurstGPUs, hi: 1.5 * c.BurstGPUs}
+		p: pBurst, lo: 0.5 * c.BurstGPUs, hi: 1.5 * c.BurstGPUs,
+		noise: make([]float64, c.Steps), phi: phi, sd: c.Noise * c.Base}
 	for i := range out {
 		t := c.Start.Add(time.Duration(i) * c.Interval)
 		h := float64(t.Hour()) + float64(t.Minute())/60
@@ -99,6 +104,7 @@ func syntheticBursts(c SyntheticConfig) (Series, bursts) {
 			weekly = -1
 		}
 		noise = phi*noise + innov*rng.NormFloat64()
+		bs.noise[i] = noise
 		if burstLeft <= 0 && rng.Float64() < pBurst {
 			burst = c.BurstGPUs * (0.5 + rng.Float64())
 			burstLeft = 0.5 + 3.5*rng.Float64()
