@@ -321,3 +321,40 @@ func TestBoundAt(t *testing.T) {
 		t.Errorf("boundAt over a concave point = %g, want 2", got)
 	}
 }
+
+// TestOver checks the closed form of E[(c + N + U)+] against a
+// quadrature over N's and U's densities.
+func TestOver(t *testing.T) {
+	quad := func(c, sd, q, lo, hi float64) float64 {
+		const n = 2000
+		// E[(c + N + u)+] for one u, by the midpoint rule over ±8 sd.
+		overN := func(u float64) float64 {
+			if sd == 0 {
+				return max(0, c+u)
+			}
+			sum, w := 0.0, 16*sd/n
+			for i := 0; i < n; i++ {
+				x := -8*sd + (float64(i)+0.5)*w
+				sum += max(0, c+u+x) * normPDF(x/sd) / sd * w
+			}
+			return sum
+		}
+		v := (1 - q) * overN(0)
+		const m = 400
+		for j := 0; j < m; j++ {
+			u := lo + (float64(j)+0.5)*(hi-lo)/m
+			v += q * overN(u) / m
+		}
+		return v
+	}
+	for _, c := range []struct{ c, sd, q, lo, hi float64 }{
+		{-10, 3, 0.02, 6, 18}, {-20, 0, 0.1, 6, 18}, {-12, 0, 0.1, 6, 18}, {2, 0, 0, 6, 18},
+		{0, 4.6, 0, 40, 120}, {-50, 4.6, 0.018, 40, 120}, {-130, 4.6, 0.018, 40, 120}, {5, 12, 0.05, 40, 120},
+		{-10, 3, 1, 6, 18}, {-80, 4.6, 1, 40, 120}, {-5, 2, 0.5, 0, 10}, {-30, 12, 1, 6, 18},
+	} {
+		got, want := over(c.c, c.sd, c.q, c.lo, c.hi), quad(c.c, c.sd, c.q, c.lo, c.hi)
+		if math.Abs(got-want) > 1e-4*max(1, want) {
+			t.Errorf("over(%+v) = %.6f, quadrature %.6f", c, got, want)
+		}
+	}
+}
