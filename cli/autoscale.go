@@ -93,7 +93,7 @@ func newAutoscaleCommand() *cobra.Command {
 	f.StringVarP(&o.output, "output", "o", "table", `output format: "table" or "json"`)
 	f.StringVar(&o.chart, "chart", "", "also write an SVG chart of demand and each policy's capacity")
 	f.StringVar(&o.policies, "policies", "", `a JSON file of a group's policies (a list of {"type": ...} on the metric custom:demand_gpus) to replay instead of a named policy`)
-	f.StringVar(&o.trace, "trace", "", "write each step of one policy to this CSV: time, demand, ready, booting, leaving, desired, launched, released, policy, reason")
+	f.StringVar(&o.trace, "trace", "", "write each step of one policy (gpucloud unless --policy names one) to this CSV: time, demand, ready, booting, leaving, desired, launched, released, policy, reason")
 	f.DurationVar(&o.notice, "notice", 120*time.Second, "the scale-in notice: a member scaled in is paid for and serves this long")
 	return cmd
 }
@@ -152,6 +152,10 @@ type autoscaleReport struct {
 func (o autoscaleOptions) run(cmd *cobra.Command) error {
 	if o.demand == "" {
 		return cmdutil.Usagef(cmd, "--demand is required: a CSV of time,gpus (gpucloud sim demand makes one from the Alibaba trace)")
+	}
+	if o.trace != "" && !cmd.Flags().Changed("policy") {
+		// A trace is of one policy: without --policy, the gpucloud one.
+		o.policy = "gpucloud"
 	}
 	policies, err := parseAutoscalePolicies(o.policy)
 	if err != nil {

@@ -162,7 +162,13 @@ func TestAutoscaleTraceAndPolicies(t *testing.T) {
 	if b, _ := os.ReadFile(trace); !strings.Contains(string(b), "min 60") {
 		t.Errorf("the scheduled action is not in the trace")
 	}
-	if code, _, errOut := run(t, "sim", "autoscale", "--demand", demand, "--trace", trace); code == 0 || !strings.Contains(errOut, "one --policy") {
+	if code, _, errOut := run(t, "sim", "autoscale", "--demand", demand, "--policy", "all", "--trace", trace); code == 0 || !strings.Contains(errOut, "one --policy") {
 		t.Errorf("--trace with every policy: %d %s", code, errOut)
+	}
+	// Without --policy, a trace is the gpucloud policy's.
+	if code, out, errOut := run(t, "sim", "autoscale", "--demand", demand, "--trace", trace); code != 0 {
+		t.Fatalf("--trace without --policy: exit %d: %s%s", code, out, errOut)
+	} else if b, _ := os.ReadFile(trace); !strings.Contains(string(b), ",gpucloud,") {
+		t.Errorf("--trace without --policy: not the gpucloud policy's steps:\n%.400s", b)
 	}
 }
