@@ -11,10 +11,8 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/gpucloud/gpucloud/cli/agentcmd"
 	"github.com/gpucloud/gpucloud/cli/cmdutil"
 	"github.com/gpucloud/gpucloud/cli/servercmd"
-	"github.com/gpucloud/gpucloud/cli/upcmd"
 	"github.com/spf13/cobra"
 )
 
@@ -117,14 +115,14 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &cmdutil.UsageError{Err: err, Path: cmd.CommandPath()}
 	})
-	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), servercmd.New(stderr), upcmd.New(stderr), agentcmd.New(stderr))
+	root.AddCommand(newVersionCommand(), newSimCommand(stderr), newCatalogCommand(), servercmd.New(stderr))
+	root.AddCommand(hostCommands(stderr)...)
 	root.AddCommand(newCloudCommands(root)...)
 	root.AddCommand(newGroupCommands(root)...)
 	root.AddCommand(newEndpointCommands(root)...)
 	root.AddCommand(newBillingCommands(root)...)
 	root.AddCommand(newCostCommand())
 	root.AddCommand(newAdviseCommand())
-	root.AddCommand(newImagesCommand())
 	// --server and --token are root's persistent flags, so that they may
 	// come before the command (gpucloud --server URL instances list); the
 	// commands that never talk to a server neither list nor accept them.
