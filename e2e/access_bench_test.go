@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,10 +99,13 @@ func TestAccessFigures(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	const size = 1 << 30
-	send := func(conn net.Conn) float64 {
+	// send also returns the CPU time (user and system, every thread of
+	// this process: the server, the agent, the client and both ends of
+	// the connection are all in it) the transfer took per GiB.
+	send := func(conn net.Conn) (float64, float64) {
 		defer conn.Close()
 		buf := make([]byte, benchIO)
-		start := time.Now()
+		start, c0 := time.Now(), cpuTime(syscall.RUSAGE_SELF)
 		binary.Write(conn, binary.BigEndian, int64(size))
 		for sent := 0; sent < size; sent += len(buf) {
 			if _, err := conn.Write(buf); err != nil {
@@ -112,7 +116,7 @@ func TestAccessFigures(t *testing.T) {
 		if _, err := io.ReadFull(conn, ack[:]); err != nil {
 			t.Fatal(err)
 		}
-		return float64(size) / time.Since(start).Seconds() / (1 << 20)
+		return float64(size) / time.Since(start).Seconds() / (1 << 20), (cpuTime(syscall.RUSAGE_SELF) - c0).Seconds() / (size >> 30)
 	}
 	var g, tg *client.DirectGrant
 	c.until("a grant for direct port forwards", func() (bool, string) {
@@ -128,12 +132,12 @@ func TestAccessFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := send(loop)
+		d, dc0 := send(loop)
 		fw, err := alice.PortForward(ctx, in.ID, port)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := send(fw)
+		f, fc := send(fw)
 		if time.Until(g.ExpiresAt) < 30*time.Second {
 			if g, err = alice.ForwardGrant(ctx, in.ID, port); err != nil {
 				t.Fatal(err)
@@ -143,7 +147,7 @@ func TestAccessFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		df := send(dc)
+		df, dfc := send(dc)
 		if time.Until(tg.ExpiresAt) < 30*time.Second {
 			if tg, err = alice.ForwardTunnelGrant(ctx, in.ID, port); err != nil {
 				t.Fatal(err)
@@ -153,10 +157,12 @@ func TestAccessFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tf := send(tc)
+		tf, tfc := send(tc)
 		t.Logf("pass %d, 1 GiB: loopback %.0f MiB/s; port-forward relayed by the server %.0f MiB/s (%.0f%%), tunnelled through it %.0f MiB/s (%.0f%%), direct to the agent %.0f MiB/s (%.0f%%)",
 			pass+1, d, f, 100*f/d, tf, 100*tf/d, df, 100*df/d)
-		fmt.Fprintf(os.Stderr, "exec p50 %s p99 %s; forward relayed %.0f, tunnelled %.0f, direct %.0f MiB/s vs %.0f MiB/s loopback (%.0f%%, %.0f%%, %.0f%%)\n",
-			p50, p99, f, tf, df, d, 100*f/d, 100*tf/d, 100*df/d)
+		t.Logf("pass %d, CPU per GiB (all cores): loopback %.2f s; relayed %.2f s, tunnelled %.2f s, direct %.2f s (loopback's share: %.0f%%, %.0f%%, %.0f%%)",
+			pass+1, dc0, fc, tfc, dfc, 100*dc0/fc, 100*dc0/tfc, 100*dc0/dfc)
+		fmt.Fprintf(os.Stderr, "exec p50 %s p99 %s; forward relayed %.0f, tunnelled %.0f, direct %.0f MiB/s vs %.0f MiB/s loopback (%.0f%%, %.0f%%, %.0f%%); CPU s/GiB loopback %.2f, relayed %.2f, tunnelled %.2f, direct %.2f\n",
+			p50, p99, f, tf, df, d, 100*f/d, 100*tf/d, 100*df/d, dc0, fc, tfc, dfc)
 	}
 }
