@@ -132,7 +132,7 @@ func TestAccessFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, dc0 := send(loop)
+		d, lcpu := send(loop)
 		fw, err := alice.PortForward(ctx, in.ID, port)
 		if err != nil {
 			t.Fatal(err)
@@ -161,8 +161,8 @@ func TestAccessFigures(t *testing.T) {
 		t.Logf("pass %d, 1 GiB: loopback %.0f MiB/s; port-forward relayed by the server %.0f MiB/s (%.0f%%), tunnelled through it %.0f MiB/s (%.0f%%), direct to the agent %.0f MiB/s (%.0f%%)",
 			pass+1, d, f, 100*f/d, tf, 100*tf/d, df, 100*df/d)
 		t.Logf("pass %d, CPU per GiB (all cores): loopback %.2f s; relayed %.2f s, tunnelled %.2f s, direct %.2f s (loopback's share: %.0f%%, %.0f%%, %.0f%%)",
-			pass+1, dc0, fc, tfc, dfc, 100*dc0/fc, 100*dc0/tfc, 100*dc0/dfc)
+			pass+1, lcpu, fc, tfc, dfc, 100*lcpu/fc, 100*lcpu/tfc, 100*lcpu/dfc)
 		fmt.Fprintf(os.Stderr, "exec p50 %s p99 %s; forward relayed %.0f, tunnelled %.0f, direct %.0f MiB/s vs %.0f MiB/s loopback (%.0f%%, %.0f%%, %.0f%%); CPU s/GiB loopback %.2f, relayed %.2f, tunnelled %.2f, direct %.2f\n",
-			p50, p99, f, tf, df, d, 100*f/d, 100*tf/d, 100*df/d, dc0, fc, tfc, dfc)
+			p50, p99, f, tf, df, d, 100*f/d, 100*tf/d, 100*df/d, lcpu, fc, tfc, dfc)
 	}
 }
