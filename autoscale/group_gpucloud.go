@@ -37,8 +37,10 @@ import (
 // days' by prior days. Each way is scored on every decision as a
 // quantile loss (capacity above the error, kLoss times load above it),
 // and the margin comes from the way with the best score, so a shape
-// with no daily pattern uses no slot. The margin is z·√(2·m), m the
-// record's weighted mean square of errors above 0.
+// with no daily pattern uses no slot. The margin is z·√(2π)·m, m the
+// record's weighted mean of the errors above 0 (an error below 0 counts
+// as 0): for normal errors, z standard deviations; an error far in the
+// tail (a burst's start) widens it in proportion, not in its square.
 //
 // z is sigmas times an adaptive scale in [scaleMin, scaleMax]: the
 // policy keeps a week's exponentially weighted share of the load its
@@ -157,18 +159,18 @@ func (e *gcErr) add(v, gapMinutes float64, at int64, lvl int, slotDays float64) 
 }
 
 // margins are the error bounds of each kind for a decision at minute at
-// and level bucket lvl: z·√(2·m) where m is the weighted mean square of
-// the errors above 0 of that record (for errors symmetric about 0, z
-// standard deviations). A slot's or a level's record is shrunk towards
+// and level bucket lvl: z·√(2π)·m where m is the weighted mean of the
+// errors above 0 of that record (for normal errors about 0, z standard
+// deviations). A slot's or a level's record is shrunk towards
 // the two days' by the weight of prior days of decisions (a mixture).
 func (e *gcErr) margins(z float64, at int64, lvl int, gapMinutes float64, c *gcConfig) (out [gcKinds]float64) {
 	if e.slow.n == 0 {
 		return out
 	}
-	g := e.slow.up2
+	g := e.slow.up
 	shrunk := func(s *errStats, days float64) float64 {
 		lam := days / (days + max(1e-9, c.prior))
-		return lam*s.up2 + (1-lam)*g
+		return lam*s.up + (1-lam)*g
 	}
 	sl := &e.slot[slotOf(at)]
 	// Days of a slot's record: one decision a day per gap within it.
@@ -177,9 +179,9 @@ func (e *gcErr) margins(z float64, at int64, lvl int, gapMinutes float64, c *gcC
 	lv := &e.level[lvl]
 	out[gcByLevel] = shrunk(lv, min(2, float64(lv.n)*gapMinutes/(24*60)))
 	out[gcByAll] = g
-	out[gcByFast] = e.fast.up2
+	out[gcByFast] = e.fast.up
 	for k := range out {
-		out[k] = z * math.Sqrt(2*out[k])
+		out[k] = z * sqrt2Pi * out[k]
 	}
 	return out
 }
@@ -224,19 +226,27 @@ type gcPlan struct {
 	sm, nm          [gcKinds]float64
 }
 
-// errStats is an exponentially weighted mean square of the errors above
-// 0 (an under-forecast; the errors below do not widen a margin).
+// errStats is an exponentially weighted mean of the errors above 0 (an
+// under-forecast; an error below 0 counts as 0 and does not widen a
+// margin). It is the mean and not the mean square (until 2026-12-08)
+// so that a rare large error, such as a burst's start that no forecast
+// sees, widens the margin of every later decision in proportion to its
+// size, not to its square.
 type errStats struct {
-	alpha, up2 float64
-	n          int
+	alpha, up float64
+	n         int
 }
 
+// sqrt2Pi turns the mean of the errors above 0 into the standard
+// deviation of normal errors: E[max(0, e)] = σ/√(2π).
+var sqrt2Pi = math.Sqrt(2 * math.Pi)
+
 func (s *errStats) add(e float64) {
-	u := max(0, e) * max(0, e)
+	u := max(0, e)
 	if s.n == 0 {
-		s.up2 = u
+		s.up = u
 	} else {
-		s.up2 += s.alpha * (u - s.up2)
+		s.up += s.alpha * (u - s.up)
 	}
 	s.n++
 }

@@ -1,6 +1,8 @@
 package autoscale
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -64,5 +66,42 @@ func TestGPUCloudUnmetCountsNotice(t *testing.T) {
 		if unmet, _ := measure(until); unmet != 0 {
 			t.Errorf("notice until %v: unmet %g, want 0", until, unmet)
 		}
+	}
+}
+
+// TestGPUCloudMarginCalibration: for normal errors a margin of each kind
+// is z standard deviations, and a rare error far in the tail (a burst's
+// start) widens it in proportion to its size, not to its square.
+func TestGPUCloudMarginCalibration(t *testing.T) {
+	c := gcParams
+	noise := func(seed uint64, sigma float64) *gcErr {
+		r := rand.New(rand.NewPCG(seed, 1))
+		e := &gcErr{}
+		for i := range 3 * 24 * 60 {
+			e.add(sigma*r.NormFloat64(), 1, int64(i), 1, c.slotDays)
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		sigma, z float64
+	}{{1, 1}, {4, 1}, {4, 2.5}, {0.3, 0.5}} {
+		m := noise(7, tc.sigma).margins(tc.z, 3*24*60, 1, 1, &c)
+		for k, v := range m {
+			if want := tc.z * tc.sigma; math.Abs(v-want) > 0.15*want {
+				t.Errorf("σ %v, z %v: %s margin %.3f, want about %.3f", tc.sigma, tc.z, gcKindNames[k], v, want)
+			}
+		}
+	}
+	// One error of k σ on the same noise: the widening of the two days'
+	// margin grows as k, so doubling k about doubles it.
+	widen := func(k float64) float64 {
+		base := noise(9, 1).margins(1, 3*24*60, 1, 1, &c)[gcByAll]
+		e := noise(9, 1)
+		e.add(k, 1, 3*24*60, 1, c.slotDays)
+		return e.margins(1, 3*24*60+1, 1, 1, &c)[gcByAll] - base
+	}
+	w10, w20 := widen(10), widen(20)
+	if r := w20 / w10; r < 1.8 || r > 2.4 {
+		t.Fatalf("an error of 10σ widens the margin by %.4f and one of 20σ by %.4f: ratio %.2f, want about 2 (the mean, not the mean square)", w10, w20, r)
 	}
 }
