@@ -78,13 +78,23 @@ func (p *profile) at(t time.Time) (float64, bool) {
 
 // forecaster predicts demand from its own history: the recent level plus
 // the seasonal change between now and the forecast time, from a daily
-// and (after a week of history) a weekly profile.
+// profile of the forecast's day type and (after a week of history) a
+// weekly profile.
+//
+// There are two daily profiles, one of weekdays and one of weekends
+// (Saturday and Sunday in the time's zone), each learning from its own
+// days only. A single daily profile learned Saturday from Friday and
+// Monday from Sunday: on a load that is lower at the weekend (as a
+// cluster's often is), it was off by much of the weekly swing at the
+// start of each day type, and every margin paid for it.
 type forecaster struct {
-	interval  time.Duration
-	week, day profile
-	seen      int
-	recent    []float64 // the last levelSteps observations, a ring
-	levelN    int
+	interval time.Duration
+	week     profile
+	// day holds the daily profiles by day type (weekday, weekend).
+	day    [2]profile
+	seen   int
+	recent []float64 // the last levelSteps observations, a ring
+	levelN int
 }
 
 func newForecaster(interval time.Duration) *forecaster {
@@ -93,17 +103,30 @@ func newForecaster(interval time.Duration) *forecaster {
 	return &forecaster{
 		interval: interval,
 		week:     newProfile(7*24*time.Hour, slot, interval, weekDecay),
-		day:      newProfile(24*time.Hour, slot, interval, dayDecay),
-		recent:   make([]float64, n),
+		day: [2]profile{newProfile(24*time.Hour, slot, interval, dayDecay),
+			newProfile(24*time.Hour, slot, interval, dayDecay)},
+		recent: make([]float64, n),
 	}
 }
 
-// seasonal is the profile value at t: the mean of the weekly and daily
-// profiles once a week has been seen, the daily one before.
+// dayType is 1 on Saturday and Sunday, 0 on other days, in t's zone.
+func dayType(t time.Time) int {
+	if wd := t.Weekday(); wd == time.Saturday || wd == time.Sunday {
+		return 1
+	}
+	return 0
+}
+
+// seasonal is the profile value at t: the mean of the weekly profile and
+// the daily one of t's day type once a week has been seen, the daily one
+// before; the other day type's daily profile until t's has data.
 func (f *forecaster) seasonal(t time.Time) (float64, bool) {
-	d, ok := f.day.at(t)
+	dt := dayType(t)
+	d, ok := f.day[dt].at(t)
 	if !ok {
-		return 0, false
+		if d, ok = f.day[1-dt].at(t); !ok {
+			return 0, false
+		}
 	}
 	if time.Duration(f.seen)*f.interval >= 7*24*time.Hour {
 		if w, ok := f.week.at(t); ok {
@@ -142,7 +165,7 @@ func (f *forecaster) maxOver(now time.Time, horizon time.Duration) float64 {
 // observe feeds one observation at t to the forecaster.
 func (f *forecaster) observe(t time.Time, v float64) {
 	f.week.observe(t, v)
-	f.day.observe(t, v)
+	f.day[dayType(t)].observe(t, v)
 	f.recent[f.seen%len(f.recent)] = v
 	f.levelN = min(f.levelN+1, len(f.recent))
 	f.seen++
