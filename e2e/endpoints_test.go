@@ -130,9 +130,16 @@ func testEndpoints(t *testing.T, ch *containerHost, db string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.until("the slow job to start", func() (bool, string) {
+	// The job is marked running when the gateway takes it, a moment
+	// before its session to the worker opens through the agent; a
+	// restart in that moment fails the dial, and the job goes back to
+	// the queue uncounted (service.Endpoints.Return), to run once on the
+	// new agent. A second in, the request is at the worker, and three
+	// seconds of it remain for the restart to cut.
+	c.until("the slow job to be a second into its run", func() (bool, string) {
 		j, err := alice.JobStatus(ctx, "echo", slow.ID)
-		return err == nil && j.State == cloud.JobRunning, fmt.Sprintf("%+v %v", j, err)
+		return err == nil && j.State == cloud.JobRunning && j.StartedAt != nil && time.Since(*j.StartedAt) >= time.Second,
+			fmt.Sprintf("%+v %v", j, err)
 	})
 	c.hosts[spec.ID].restart()
 	c.until("the slow job to finish after the agent's restart", func() (bool, string) {
