@@ -100,7 +100,7 @@ func syntheticBursts(c SyntheticConfig) (Series, bursts) {
 		h := float64(t.Hour()) + float64(t.Minute())/60
 		daily := -math.Cos(2 * math.Pi * (h - 3) / 24) // low at 03:00, high at 15:00
 		weekly := 1.0
-		if wd := t.Weekday(); wd == time.Saturday || wd == time.Sunday {
+		if dayType(t) == 1 {
 			weekly = -1
 		}
 		noise = phi*noise + innov*rng.NormFloat64()
@@ -117,7 +117,7 @@ func syntheticBursts(c SyntheticConfig) (Series, bursts) {
 		}
 		weeks := float64(i) * dt / (7 * 24)
 		v := c.Base*(1+c.Daily*daily+c.Weekly*weekly+c.Trend*weeks) + noise + b
-		if wd := t.Weekday(); c.Office && (wd == time.Saturday || wd == time.Sunday || t.Hour() < 8 || t.Hour() >= 20) {
+		if c.Office && (dayType(t) == 1 || t.Hour() < 8 || t.Hour() >= 20) {
 			v = 0
 			bs.zero[i] = true
 		}

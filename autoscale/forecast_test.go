@@ -20,16 +20,15 @@ func TestForecastDayTypes(t *testing.T) {
 	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC) // a Monday
 	for _, tc := range []struct {
 		name    string
-		weeks   int
 		from    time.Time // the forecast is made from the minutes before
 		at      time.Time
 		want    float64
 		atLeast bool
 	}{
-		{"friday night to saturday, two weeks", 2, time.Date(2024, 1, 12, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 13, 6, 0, 0, 0, time.UTC), 40, false},
-		{"sunday night to monday, two weeks", 2, time.Date(2024, 1, 14, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 15, 6, 0, 0, 0, time.UTC), 100, false},
-		{"friday to saturday, one week (no weekly profile yet)", 1, time.Date(2024, 1, 5, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 6, 6, 0, 0, 0, time.UTC), 100, true},
-		{"wednesday to thursday", 2, time.Date(2024, 1, 10, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 11, 6, 0, 0, 0, time.UTC), 100, false},
+		{"friday night to saturday, two weeks", time.Date(2024, 1, 12, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 13, 6, 0, 0, 0, time.UTC), 40, false},
+		{"sunday night to monday, two weeks", time.Date(2024, 1, 14, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 15, 6, 0, 0, 0, time.UTC), 100, false},
+		{"friday to saturday, one week (no weekly profile yet)", time.Date(2024, 1, 5, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 6, 6, 0, 0, 0, time.UTC), 100, true},
+		{"wednesday to thursday", time.Date(2024, 1, 10, 23, 0, 0, 0, time.UTC), time.Date(2024, 1, 11, 6, 0, 0, 0, time.UTC), 100, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newForecaster(time.Minute)

@@ -2,7 +2,7 @@ package controller
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +62,7 @@ func TestLiveGroupFollowsTheReplay(t *testing.T) {
 			svc := service.New(b.st, catalog.Default(), service.Options{Now: b.clock.Now})
 			tenant := service.Actor{ID: "u-1", TenantID: "t1", Role: cloud.RoleMember}
 			ctx := context.Background()
+			metric := strings.TrimPrefix(autoscale.DemandMetric, cloud.CustomMetricPrefix)
 			actions, releases, decided, prev := 0, 0, 0, g.Desired
 			for i := range s.GPUs {
 				now := s.Time(i)
@@ -83,7 +84,7 @@ func TestLiveGroupFollowsTheReplay(t *testing.T) {
 				}
 				if i > 0 {
 					at := s.Time(i - 1)
-					if err := svc.Groups.PutMetrics(ctx, tenant, g.ID, []api.MetricPoint{{Name: "demand_gpus", At: &at, Value: s.GPUs[i-1]}}); err != nil {
+					if err := svc.Groups.PutMetrics(ctx, tenant, g.ID, []api.MetricPoint{{Name: metric, At: &at, Value: s.GPUs[i-1]}}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -126,7 +127,7 @@ func TestLiveGroupFollowsTheReplay(t *testing.T) {
 			if actions < 5 || releases == 0 {
 				t.Fatalf("%d actions, %d releases: the series shows nothing", actions, releases)
 			}
-			t.Log(fmt.Sprintf("%s: %d steps, %d actions (%d decisions recorded), %d releases, all equal", name, len(s.GPUs), actions, decided, releases))
+			t.Logf("%s: %d steps, %d actions (%d decisions recorded), %d releases, all equal", name, len(s.GPUs), actions, decided, releases)
 		})
 	}
 }
